@@ -1,0 +1,35 @@
+"""Typed errors of the engine. Every error a user can cause is one of these, with a message that says what was
+wrong and what is accepted. Callers (the CLI, the ComfyUI nodes) catch `YuE2Error` and show its text."""
+
+
+class YuE2Error(Exception):
+    """Base class of every error the pack raises on purpose."""
+
+
+class CheckpointError(YuE2Error):
+    """The file is not a readable YuE2 all-in-one checkpoint (not safetensors, truncated, wrong model, bad shapes,
+    unknown quantization marker, failed int8 self-check)."""
+
+
+class TokenizerError(YuE2Error):
+    """The embedded tokenizer blob is missing or is not a valid Hugging Face `tokenizers` JSON."""
+
+
+class RequestError(YuE2Error, ValueError):
+    """A song request or sampling setting is outside what the runtime accepts (runtime.md §2)."""
+
+
+class BudgetError(RequestError):
+    """Prompt + generation budget does not fit the 24,576-token context; the message says how much fits."""
+
+
+class ScoreError(RequestError):
+    """An ABC score is empty, has ids outside [0, 151643), or fails validation."""
+
+
+class ArtifactError(YuE2Error):
+    """A song directory cannot be written or read (exists, unwritable, hash mismatch, unsafe name)."""
+
+
+class Cancelled(YuE2Error):
+    """Generation was cancelled by the caller; nothing partial was kept."""
