@@ -1,0 +1,395 @@
+"""Reading the Comfy-Org YuE2 all-in-one safetensors files (checkpoint_format.md §1).
+
+`inspect_checkpoint(path)` reads only the header: it identifies the format by tensor names and dtypes (never by file
+name or metadata), derives every dimension from tensor shapes and checks that all YuE2 tensor groups are present
+with consistent shapes. `load_parts(...)` then streams the tensors of each requested part (AR expert under
+`text_encoders.`, NAR expert under `model.diffusion_model.`, VAE decoder under `vae.decoder.`) straight into modules
+built on the meta device, so the weights are never held twice. Only safetensors are ever read (no pickle).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from .ar import ARModel
+from .constants import CONVROT_GROUP
+from .errors import CheckpointError
+from .layers import ModelDims
+from .nar import NARModel
+from .quant import parse_marker
+from .tokenizer import YuE2Tokenizer
+from .vae import VAEConfig, VAEDecoder
+
+AR = "text_encoders."
+NAR = "model.diffusion_model."
+VAE = "vae."
+TOKENIZER_KEY = "text_encoders.yue2_tokenizer_json"
+LAYER_LEAVES = ("input_layernorm.weight", "self_attn.qkv_proj.weight", "self_attn.o_proj.weight",
+                "self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+                "mlp.gate_up_proj.weight", "mlp.down_proj.weight")
+GROUPS = {  # what a YuE2 all-in-one file must hold (checkpoint_format.md §1.3–§1.8)
+    "AR expert (text_encoders.model.*)": [AR + "model.embed_tokens.weight", AR + "model.norm.weight",
+                                          AR + "model.lm_head.weight", AR + "model.layers.0.self_attn.qkv_proj.weight"],
+    "NAR expert (model.diffusion_model.*)": [NAR + "vae2llm.weight", NAR + "llm2vae.weight",
+                                             NAR + "latent_pos_embed.pe", NAR + "time_embedder.mlp.0.weight",
+                                             NAR + "time_embedder.mlp.2.weight", NAR + "model.norm.weight",
+                                             NAR + "model.layers.0.self_attn.qkv_proj.weight"],
+    "VAE decoder (vae.decoder.*)": [VAE + "decoder.layers.0.weight_v", VAE + "decoder.layers.6.layers.1.weight_v",
+                                    VAE + "decoder.layers.8.weight_v"],
+    "embedded tokenizer (text_encoders.yue2_tokenizer_json)": [TOKENIZER_KEY],
+}
+DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+          "I8": torch.int8, "U8": torch.uint8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
+          "BOOL": torch.bool}
+_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I8": 1, "U8": 1, "I16": 2, "I32": 4, "I64": 8, "BOOL": 1,
+          "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+MAX_HEADER = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    dtype: str
+    shape: tuple
+    start: int
+    end: int
+
+
+@dataclass
+class CheckpointInfo:
+    """What `inspect_checkpoint` found. `format` is "bf16" (plain float weights) or "int8" (ConvRot markers);
+    `quant` maps module names of each part (relative to its prefix) to the ConvRot group size."""
+
+    path: str
+    format: str
+    dims: ModelDims
+    vae: VAEConfig
+    part_dtypes: dict
+    tensors: int
+    elements: int
+    data_bytes: int
+    quantized_modules: int
+    tokenizer_bytes: int
+    metadata: dict
+    quant_ar: dict = field(default_factory=dict)
+    quant_nar: dict = field(default_factory=dict)
+    entries: dict = field(default_factory=dict, repr=False)
+
+    def summary(self) -> str:
+        d = self.dims
+        params = f"{self.elements / 1e9:.2f} B" if self.elements > 1e8 else f"{self.elements / 1e6:.1f} M"
+        synth = " — SYNTHETIC random weights" if "yue2_synthetic" in self.metadata else ""
+        return (f"YuE2 {self.format} all-in-one ({params} elements, {self.tensors} tensors, "
+                f"{self.quantized_modules} int8 modules){synth}: hidden {d.hidden}, {d.layers} layers, "
+                f"{d.heads}/{d.kv_heads} heads × {d.head_dim}, FFN {d.ffn}, vocab {d.vocab}; "
+                f"AR {self.part_dtypes['ar']}, NAR {self.part_dtypes['nar']}, VAE {self.part_dtypes['vae']}; "
+                f"tokenizer {self.tokenizer_bytes} bytes")
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "format": self.format, "dims": self.dims.__dict__, "part_dtypes": self.part_dtypes,
+                "tensors": self.tensors, "elements": self.elements, "data_bytes": self.data_bytes,
+                "quantized_modules": self.quantized_modules, "tokenizer_bytes": self.tokenizer_bytes,
+                "synthetic": "yue2_synthetic" in self.metadata,
+                "vae_blocks": [list(b) for b in self.vae.blocks]}
+
+
+def read_header(path: str) -> tuple[dict, dict, int]:
+    """Parse and check a safetensors header: returns ({name: TensorEntry}, metadata, data start offset).
+    Raises CheckpointError for a missing/unreadable file, a non-safetensors file or a truncated one."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{path}: not a safetensors file (only {size} bytes)")
+            (n,) = struct.unpack("<Q", head)
+            if n < 2 or n > MAX_HEADER or 8 + n > size:
+                raise CheckpointError(f"{path}: not a safetensors file (header length {n} does not fit a "
+                                      f"{size}-byte file)")
+            raw = f.read(n)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a safetensors file (header is not a JSON object)")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        meta = {}
+    entries, data_end = {}, 0
+    for name, e in header.items():
+        try:
+            dtype, shape, (start, end) = e["dtype"], tuple(int(s) for s in e["shape"]), e["data_offsets"]
+            start, end = int(start), int(end)
+        except (TypeError, KeyError, ValueError):
+            raise CheckpointError(f"{path}: malformed header entry for tensor {name!r}") from None
+        if dtype not in _BYTES or any(s < 0 for s in shape) or not 0 <= start <= end:
+            raise CheckpointError(f"{path}: malformed header entry for tensor {name!r} ({dtype}, {shape})")
+        count = 1
+        for s in shape:
+            count *= s
+        if end - start != count * _BYTES[dtype]:
+            raise CheckpointError(f"{path}: tensor {name!r} has {end - start} bytes for {dtype} {list(shape)}")
+        entries[name] = TensorEntry(dtype, shape, start, end)
+        data_end = max(data_end, end)
+    if 8 + n + data_end > size:
+        raise CheckpointError(f"{path}: the file is truncated — its header describes {8 + n + data_end:,} bytes, "
+                              f"the file has {size:,}. Download it again.")
+    return entries, meta, 8 + n
+
+
+def _shape(entries: dict, key: str, rank: int | None = None) -> tuple:
+    e = entries.get(key)
+    if e is None:
+        raise CheckpointError(f"missing tensor {key}")
+    if rank is not None and len(e.shape) != rank:
+        raise CheckpointError(f"{key}: expected a rank-{rank} tensor, got shape {list(e.shape)}")
+    return e.shape
+
+
+def _expect(entries: dict, key: str, shape: tuple):
+    got = _shape(entries, key)
+    if tuple(got) != tuple(shape):
+        raise CheckpointError(f"shape mismatch for {key}: expected {list(shape)}, got {list(got)}")
+
+
+def _quant_map(entries: dict, prefix: str) -> dict:
+    """Module names under `prefix` that carry a `.comfy_quant` marker → group size (marker bytes parsed later)."""
+    out = {}
+    for name in entries:
+        if name.startswith(prefix) and name.endswith(".comfy_quant"):
+            module = name[len(prefix):-len(".comfy_quant")]
+            for sib, dtypes in ((".weight", ("I8",)), (".weight_scale", ("F32", "F16", "BF16"))):
+                e = entries.get(prefix + module + sib)
+                if e is None or e.dtype not in dtypes:
+                    raise CheckpointError(f"{prefix + module}: a comfy_quant marker needs {sib} "
+                                          f"({'/'.join(dtypes)}); found {e.dtype if e else 'nothing'}")
+            out[module] = CONVROT_GROUP
+    return out
+
+
+def _vae_config(entries: dict) -> VAEConfig:
+    p = VAE + "decoder.layers."
+    c0, latent, _ = _shape(entries, p + "0.weight_v", 3)
+    blocks, c_in = [], c0
+    for b in range(1, 7):
+        ci, co, k = _shape(entries, f"{p}{b}.layers.1.weight_v", 3)
+        if ci != c_in or k % 2:
+            raise CheckpointError(f"{p}{b}.layers.1.weight_v: unexpected shape {[ci, co, k]} for a decoder block "
+                                  f"fed with {c_in} channels")
+        blocks.append((ci, co, k // 2))
+        c_in = co
+    out_ch, last, _ = _shape(entries, p + "8.weight_v", 3)
+    if last != c_in:
+        raise CheckpointError(f"{p}8.weight_v: expects {last} input channels, the last block gives {c_in}")
+    if (p + "8.bias") in entries:
+        raise CheckpointError(f"{p}8.bias present: the YuE2 decoder's last conv has no bias (another VAE?)")
+    return VAEConfig(latent_dim=latent, first_channels=c0, blocks=tuple(blocks), out_channels=out_ch)
+
+
+def _dims(entries: dict) -> ModelDims:
+    vocab, hidden = _shape(entries, AR + "model.embed_tokens.weight", 2)
+    layers = 0
+    while f"{AR}model.layers.{layers}.input_layernorm.weight" in entries:
+        layers += 1
+    if layers == 0:
+        raise CheckpointError("the AR expert has no layers (text_encoders.model.layers.0.* missing)")
+    (head_dim,) = _shape(entries, AR + "model.layers.0.self_attn.q_norm.weight", 1)
+    qkv_rows, _ = _shape(entries, AR + "model.layers.0.self_attn.qkv_proj.weight", 2)
+    _, o_in = _shape(entries, AR + "model.layers.0.self_attn.o_proj.weight", 2)
+    _, ffn = _shape(entries, AR + "model.layers.0.mlp.down_proj.weight", 2)
+    heads = o_in // head_dim
+    kv2 = qkv_rows // head_dim - heads
+    if o_in % head_dim or kv2 <= 0 or kv2 % 2 or qkv_rows % head_dim or heads % (kv2 // 2):
+        raise CheckpointError(f"inconsistent attention shapes: qkv rows {qkv_rows}, o_proj in {o_in}, "
+                              f"head_dim {head_dim}")
+    hidden_l, latent = _shape(entries, NAR + "vae2llm.weight", 2)
+    freq = _shape(entries, NAR + "time_embedder.mlp.0.weight", 2)[1]
+    pe_rows, pe_dim = _shape(entries, NAR + "latent_pos_embed.pe", 2)
+    if hidden_l != hidden or pe_dim != hidden:
+        raise CheckpointError(f"NAR width {hidden_l}/{pe_dim} differs from the AR width {hidden}")
+    return ModelDims(hidden=hidden, layers=layers, heads=heads, kv_heads=kv2 // 2, head_dim=head_dim, ffn=ffn,
+                     vocab=vocab, latent_dim=latent, time_freq=freq, pe_rows=pe_rows)
+
+
+def _check_shapes(entries: dict, d: ModelDims):
+    q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    leaf_shapes = {"input_layernorm.weight": (d.hidden,), "self_attn.qkv_proj.weight": (q + 2 * kv, d.hidden),
+                   "self_attn.o_proj.weight": (d.hidden, q), "self_attn.q_norm.weight": (d.head_dim,),
+                   "self_attn.k_norm.weight": (d.head_dim,), "post_attention_layernorm.weight": (d.hidden,),
+                   "mlp.gate_up_proj.weight": (2 * d.ffn, d.hidden), "mlp.down_proj.weight": (d.hidden, d.ffn)}
+    for prefix in (AR + "model.layers.", NAR + "model.layers."):
+        for i in range(d.layers):
+            for leaf, shape in leaf_shapes.items():
+                _expect(entries, f"{prefix}{i}.{leaf}", shape)
+        if f"{prefix}{d.layers}.input_layernorm.weight" in entries:
+            raise CheckpointError(f"the NAR expert has more layers than the AR expert ({prefix}{d.layers}.*)")
+    for key, shape in {AR + "model.norm.weight": (d.hidden,), AR + "model.lm_head.weight": (d.vocab, d.hidden),
+                       NAR + "model.norm.weight": (d.hidden,), NAR + "vae2llm.bias": (d.hidden,),
+                       NAR + "llm2vae.weight": (d.latent_dim, d.hidden), NAR + "llm2vae.bias": (d.latent_dim,),
+                       NAR + "time_embedder.mlp.0.bias": (d.hidden,),
+                       NAR + "time_embedder.mlp.2.weight": (d.hidden, d.hidden),
+                       NAR + "time_embedder.mlp.2.bias": (d.hidden,)}.items():
+        _expect(entries, key, shape)
+
+
+def inspect_checkpoint(path: str) -> CheckpointInfo:
+    """Identify and check a YuE2 all-in-one checkpoint from its header (no tensor data is read except the
+    quantization markers). Raises CheckpointError naming what is missing or inconsistent."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    entries, meta, _ = read_header(path)
+    missing = [group for group, keys in GROUPS.items() if any(k not in entries for k in keys)]
+    if missing:
+        if len(missing) == len(GROUPS):
+            sample = ", ".join(sorted(entries)[:3])
+            raise CheckpointError(f"{os.path.basename(path)} is not a YuE2 all-in-one checkpoint: it has none of "
+                                  f"the YuE2 tensor groups ({'; '.join(GROUPS)}). First keys: {sample or '(none)'}. "
+                                  "Use Comfy-Org/YuE2 checkpoints/yue2_3b_int8_convrot.safetensors or "
+                                  "yue2_3b_bf16.safetensors.")
+        raise CheckpointError(f"{os.path.basename(path)} is missing YuE2 tensor groups: {'; '.join(missing)} "
+                              "(a split or partial file?). This pack needs the Comfy-Org all-in-one file.")
+    dims = _dims(entries)
+    _check_shapes(entries, dims)
+    vae = _vae_config(entries)
+    if vae.latent_dim != dims.latent_dim:
+        raise CheckpointError(f"VAE latent channels {vae.latent_dim} differ from the NAR latent width "
+                              f"{dims.latent_dim}")
+    quant_ar, quant_nar = _quant_map(entries, AR), _quant_map(entries, NAR)
+    markers = [k for k in entries if k.endswith(".comfy_quant")]
+    stray = [k for k in markers if not (k.startswith(AR) or k.startswith(NAR))]
+    if stray:
+        raise CheckpointError(f"quantization markers outside the LM trees are not supported: {stray[:3]}")
+    if markers:
+        from safetensors import safe_open
+        with safe_open(path, framework="pt", device="cpu") as f:
+            groups = {k: parse_marker(f.get_tensor(k), k) for k in markers}
+        for k, g in groups.items():
+            module = k[:-len(".comfy_quant")]
+            target = quant_ar if module.startswith(AR) else quant_nar
+            target[module[len(AR) if module.startswith(AR) else len(NAR):]] = g
+    fmt = "int8" if markers else "bf16"
+    ar_float = {entries[k].dtype for k in entries if k.startswith(AR + "model.") and not k.endswith(
+        (".weight_scale", ".comfy_quant")) and entries[k].dtype not in ("I8",)}
+    nar_float = {entries[k].dtype for k in entries if k.startswith(NAR) and not k.endswith(
+        (".weight_scale", ".comfy_quant")) and entries[k].dtype not in ("I8",)}
+    vae_dt = {entries[k].dtype for k in entries if k.startswith(VAE)}
+    for label, dts in (("AR", ar_float), ("NAR", nar_float), ("VAE", vae_dt)):
+        bad = dts - {"BF16", "F16", "F32"}
+        if bad:
+            raise CheckpointError(f"{label} tensors have unsupported dtypes {sorted(bad)}")
+
+    def describe(dts, quant):
+        base = "/".join(sorted(dts))
+        return f"int8 ConvRot + {base}" if quant else base
+
+    tok = entries[TOKENIZER_KEY]
+    if tok.dtype != "U8" or len(tok.shape) != 1:
+        raise CheckpointError(f"{TOKENIZER_KEY} must be a rank-1 U8 tensor, got {tok.dtype} {list(tok.shape)}")
+    elements = sum(_count(e.shape) for e in entries.values())
+    return CheckpointInfo(
+        path=path, format=fmt, dims=dims, vae=vae,
+        part_dtypes={"ar": describe(ar_float, quant_ar), "nar": describe(nar_float, quant_nar),
+                     "vae": "/".join(sorted(vae_dt))},
+        tensors=len(entries), elements=elements, data_bytes=sum(e.end - e.start for e in entries.values()),
+        quantized_modules=len(markers), tokenizer_bytes=tok.shape[0], metadata=dict(meta),
+        quant_ar=quant_ar, quant_nar=quant_nar, entries=entries)
+
+
+def _count(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def load_tokenizer(info: CheckpointInfo) -> YuE2Tokenizer:
+    from safetensors import safe_open
+    with safe_open(info.path, framework="pt", device="cpu") as f:
+        return YuE2Tokenizer.from_tensor(f.get_tensor(TOKENIZER_KEY))
+
+
+def _materialize(module: torch.nn.Module, path: str, prefix: str, keys: list[str], device, float_dtype, what: str):
+    """Stream `keys` (prefix + module name) from the file into `module` (built on meta), casting float tensors to
+    `float_dtype` and leaving int8 codes / fp32 scales as stored."""
+    from safetensors import safe_open
+    state = {}
+    names = dict(module.named_parameters())
+    names.update(dict(module.named_buffers()))
+    dev = torch.device(device)
+    load_dev = str(dev) if dev.type in ("cpu", "cuda") else "cpu"
+    with safe_open(path, framework="pt", device=load_dev) as f:
+        for key in keys:
+            name = key[len(prefix):]
+            if name not in names:
+                continue
+            t = f.get_tensor(key)
+            target = names[name]
+            if t.dtype.is_floating_point and target.dtype.is_floating_point and name.endswith("weight_scale"):
+                t = t.to(torch.float32)
+            elif t.dtype.is_floating_point:
+                t = t.to(float_dtype)
+            if tuple(t.shape) != tuple(target.shape):
+                if name.endswith("weight_scale") and t.numel() == target.numel():
+                    t = t.reshape(target.shape)
+                else:
+                    raise CheckpointError(f"shape mismatch for {key}: expected {list(target.shape)}, "
+                                          f"got {list(t.shape)}")
+            state[name] = t.to(dev)
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise CheckpointError(f"{what}: tensors missing from the file: {[prefix + m for m in missing[:5]]}")
+    module.load_state_dict(state, strict=True, assign=True)
+    return module.eval().requires_grad_(False)
+
+
+def load_ar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> ARModel:
+    """The AR expert with float weights in `dtype` (bf16 by default; fp32 for reference checks)."""
+    with torch.device("meta"):
+        model = ARModel(info.dims, info.quant_ar, dtype)
+    keys = [k for k in info.entries if k.startswith(AR + "model.")]
+    model = _materialize(model, info.path, AR, keys, device, dtype, "AR expert")
+    _set_embed_dtype(model, dtype)
+    return model
+
+
+def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> NARModel:
+    """The NAR expert (flow-matching renderer) with float weights in `dtype`."""
+    with torch.device("meta"):
+        model = NARModel(info.dims, info.quant_nar, dtype)
+    keys = [k for k in info.entries if k.startswith(NAR)]
+    return _materialize(model, info.path, NAR, keys, device, dtype, "NAR expert")
+
+
+def load_vae(info: CheckpointInfo, device="cpu") -> VAEDecoder:
+    """The VAE decoder in fp32 (the int8 file's F16 VAE is upcast, runtime.md §6.2)."""
+    with torch.device("meta"):
+        model = VAEDecoder(info.vae)
+    keys = [k for k in info.entries if k.startswith(VAE + "decoder.")]
+    return _materialize(model, info.path, VAE, keys, device, torch.float32, "VAE decoder")
+
+
+def _set_embed_dtype(model: ARModel, dtype):
+    emb = model.model.embed_tokens
+    if hasattr(emb, "dtype") and not isinstance(emb, torch.nn.Embedding):
+        emb.dtype = dtype
+
+
+_SYNTH_RE = re.compile(r"synthetic", re.I)
+
+
+def is_synthetic(info: CheckpointInfo) -> bool:
+    """True when the file says it holds random weights (written by `yue2_core.synthetic`)."""
+    return any(_SYNTH_RE.search(str(k)) for k in info.metadata)
+
+
+def dtype_histogram(info: CheckpointInfo) -> dict:
+    return dict(Counter(e.dtype for e in info.entries.values()))

@@ -1,0 +1,139 @@
+"""Transformer building blocks shared by the AR and NAR experts (runtime.md §4.2), with the reference's exact
+rounding order. Parameter names follow the checkpoint keys (`self_attn.qkv_proj.weight`, `mlp.gate_up_proj.weight`,
+…) so weight patches keyed like the file apply directly.
+
+Shapes: B batch rows, T tokens, H hidden, nh query heads, nkv key/value heads, D head dim (128 in the release).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .quant import ConvRotLinear, ConvRotEmbedding
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Transformer geometry, read from tensor shapes (never assumed). Release: hidden 2048, 28 layers, 16 q / 8 kv
+    heads of 128, FFN 6144, vocab 184,704, latent 64, time frequencies 256, pe rows 24,576 (runtime.md §4.1)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    latent_dim: int = 64
+    time_freq: int = 256
+    pe_rows: int = 24576
+    rope_theta: float = 1_000_000.0  # runtime.md §4.1 (not stored in the Comfy file)
+    eps: float = 1e-6  # runtime.md §4.1 rms_norm_eps
+
+
+def make_linear(in_f: int, out_f: int, *, bias: bool, quant_group: int | None, dtype) -> nn.Module:
+    """nn.Linear in `dtype`, or a ConvRotLinear over int8 codes when the checkpoint quantizes this module."""
+    if quant_group:
+        return ConvRotLinear(in_f, out_f, bias=bias, group=quant_group, dtype=dtype)
+    return nn.Linear(in_f, out_f, bias=bias, dtype=dtype)
+
+
+def make_embedding(num: int, dim: int, *, quant_group: int | None, dtype) -> nn.Module:
+    if quant_group:
+        return ConvRotEmbedding(num, dim, group=quant_group, dtype=dtype)
+    return nn.Embedding(num, dim, dtype=dtype)
+
+
+class RMSNorm(nn.Module):
+    """y = (x · rsqrt(mean(x²) + eps)) · w, with the mean of squares in fp32, the rsqrt cast back to x's dtype and
+    both multiplies in x's dtype (bf16) — the reference order, not HF Qwen3's (runtime.md §4.2)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, dtype=torch.bfloat16):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps).to(x.dtype)
+        return x * r * self.weight
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE tables for integer positions [..., T]: cos/sin [..., T, D/2] in fp32.
+    inv_freq[i] = 1 / θ^(2i/D) and angles position·inv_freq both in fp32 (runtime.md §4.2)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device)
+                                / head_dim))
+    angles = positions.float().unsqueeze(-1) * inv_freq
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Split-half (NeoX/Qwen) rotation of x [B, T, heads, D] with cos/sin [B or 1, T, 1, D/2] cast to x's dtype:
+    [x1·cos − x2·sin, x2·cos + x1·sin], x1 = dims 0…D/2−1, x2 = the rest."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Attention(nn.Module):
+    """Fused q‖k‖v projection (rows q nh·D, k nkv·D, v nkv·D), per-head QK-norm before RoPE, output o_proj."""
+
+    def __init__(self, dims: ModelDims, quant: dict, prefix: str, dtype):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = dims.heads, dims.kv_heads, dims.head_dim
+        q_rows, kv_rows = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
+        self.split = (q_rows, kv_rows, kv_rows)
+        self.qkv_proj = make_linear(dims.hidden, q_rows + 2 * kv_rows, bias=False,
+                                    quant_group=quant.get(prefix + "qkv_proj"), dtype=dtype)
+        self.o_proj = make_linear(q_rows, dims.hidden, bias=False, quant_group=quant.get(prefix + "o_proj"),
+                                  dtype=dtype)
+        self.q_norm = RMSNorm(dims.head_dim, dims.eps, dtype)
+        self.k_norm = RMSNorm(dims.head_dim, dims.eps, dtype)
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [B, T, H] (already normed) → q [B, T, nh, D], k [B, T, nkv, D] (QK-normed, rotated), v [B, T, nkv, D].
+        cos/sin [B or 1, T, D/2]."""
+        b, t, _ = x.shape
+        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
+        q = self.q_norm(q.view(b, t, self.heads, self.head_dim))
+        k = self.k_norm(k.view(b, t, self.kv_heads, self.head_dim))
+        v = v.view(b, t, self.kv_heads, self.head_dim)
+        rc, rs = cos.unsqueeze(2), sin.unsqueeze(2)
+        return apply_rope(q, rc, rs), apply_rope(k, rc, rs), v
+
+
+class MLP(nn.Module):
+    """SwiGLU with fused gate‖up rows: down(silu(gate(x)) · up(x))."""
+
+    def __init__(self, dims: ModelDims, quant: dict, prefix: str, dtype):
+        super().__init__()
+        self.ffn = dims.ffn
+        self.gate_up_proj = make_linear(dims.hidden, 2 * dims.ffn, bias=False,
+                                        quant_group=quant.get(prefix + "gate_up_proj"), dtype=dtype)
+        self.down_proj = make_linear(dims.ffn, dims.hidden, bias=False, quant_group=quant.get(prefix + "down_proj"),
+                                     dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.ffn, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    """One decoder layer of either expert: input_layernorm → self_attn; post_attention_layernorm → mlp.
+    (In the NAR tree `post_attention_layernorm` is the upstream `nar_pre_mlp_layernorm`.)"""
+
+    def __init__(self, dims: ModelDims, quant: dict, prefix: str, dtype):
+        super().__init__()
+        self.input_layernorm = RMSNorm(dims.hidden, dims.eps, dtype)
+        self.self_attn = Attention(dims, quant, prefix + "self_attn.", dtype)
+        self.post_attention_layernorm = RMSNorm(dims.hidden, dims.eps, dtype)
+        self.mlp = MLP(dims, quant, prefix + "mlp.", dtype)
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool) -> torch.Tensor:
+    """Attention over [B, heads, T, D] tensors with native GQA (query head h reads kv head h // group), scale 1/√D."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])

@@ -1,0 +1,202 @@
+"""The NAR expert: flow-matching renderer from semantic codes to 64-channel VAE latents (runtime.md §5).
+
+Per chunk of n frames (chunking: `chunk_ranges`): the AR expert is prefilled over prefix + codec ids + MUSIC_END
+(A tokens) and its per-layer K/V kept; the NAR input for L = n + 2 slots (zero START row, n frames, zero END row) is
+`vae2llm(state) + time_embedder(t̃) + pe[0 … L−1]`; NAR layer i attends, without a mask, to [AR K/V of layer i ‖
+its own K/V] with RoPE positions A … A+L−1; the output `llm2vae(norm(x))[1:-1]` is the velocity (≈ noise − data).
+`solve` integrates 32 explicit-midpoint steps from t = 1 (noise) to 0 with the state kept in the model dtype.
+
+Module tree = checkpoint keys under `model.diffusion_model.`: `model.layers.{i}.…`, `model.norm`, `vae2llm`,
+`llm2vae`, `time_embedder.mlp.{0,2}`, `latent_pos_embed.pe`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .constants import CODEC_OFFSET, CODEC_SIZE, CONTEXT, LATENT_DIM, MUSIC_END, RAW_T_CLAMP
+from .errors import RequestError
+from .layers import Block, ModelDims, RMSNorm, make_linear, rope_cos_sin, sdpa
+
+
+class TimestepEmbedder(nn.Module):
+    """t̃ [N] on the 0…1 scale → [N, H]: [cos(t̃·f) ‖ sin(t̃·f)] with f_j = exp(−ln(10000)·j/128), j < 128, in fp32
+    (cos first), cast to the model dtype, then Linear(256→H) → SiLU → Linear(H→H) (runtime.md §5.5)."""
+
+    def __init__(self, hidden: int, freq: int, quant: dict, dtype):
+        super().__init__()
+        self.freq = freq
+        self.mlp = nn.Sequential(
+            make_linear(freq, hidden, bias=True, quant_group=quant.get("time_embedder.mlp.0"), dtype=dtype),
+            nn.SiLU(),
+            make_linear(hidden, hidden, bias=True, quant_group=quant.get("time_embedder.mlp.2"), dtype=dtype))
+
+    def forward(self, t: torch.Tensor, dtype) -> torch.Tensor:
+        half = self.freq // 2
+        freqs = torch.exp(-math.log(10000) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+        args = t.float().unsqueeze(-1) * freqs.unsqueeze(0)
+        emb = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+        return self.mlp(emb.to(dtype))
+
+
+class _PosEmbed(nn.Module):
+    def __init__(self, rows: int, hidden: int, dtype):
+        super().__init__()
+        self.register_buffer("pe", torch.zeros(rows, hidden, dtype=dtype))
+
+
+class _Backbone(nn.Module):
+    def __init__(self, dims: ModelDims, quant: dict, dtype):
+        super().__init__()
+        self.layers = nn.ModuleList(Block(dims, quant, f"model.layers.{i}.", dtype) for i in range(dims.layers))
+        self.norm = RMSNorm(dims.hidden, dims.eps, dtype)
+
+
+class NARModel(nn.Module):
+    """NAR expert (the `model.diffusion_model.` tree). `timestep_shift` = 1.0 in the release (runtime.md §4.1)."""
+
+    def __init__(self, dims: ModelDims, quant: dict | None = None, dtype=torch.bfloat16, timestep_shift: float = 1.0):
+        super().__init__()
+        quant = quant or {}
+        self.dims, self.timestep_shift = dims, timestep_shift
+        self.model = _Backbone(dims, quant, dtype)
+        self.vae2llm = make_linear(dims.latent_dim, dims.hidden, bias=True, quant_group=quant.get("vae2llm"),
+                                   dtype=dtype)
+        self.llm2vae = make_linear(dims.hidden, dims.latent_dim, bias=True, quant_group=quant.get("llm2vae"),
+                                   dtype=dtype)
+        self.time_embedder = TimestepEmbedder(dims.hidden, dims.time_freq, quant, dtype)
+        self.latent_pos_embed = _PosEmbed(dims.pe_rows, dims.hidden, dtype)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.norm.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.norm.weight.device
+
+    def shifted_t(self, raw_t: float) -> torch.Tensor:
+        """t̃ = shift·σ/(1 + (shift−1)·σ), σ = sigmoid(raw_t) computed in the model dtype on the device."""
+        s = torch.sigmoid(torch.tensor(raw_t, dtype=self.dtype, device=self.device))
+        shift = self.timestep_shift
+        return shift * s / (1 + (shift - 1) * s)
+
+
+class ChunkRenderer:
+    """One chunk's conditioning and velocity field. `ar_kv` = per-layer (K, V) [1, nkv, A, D] of the chunk's AR
+    tokens from `ARModel.layer_kv`; `frames` = n. The AR cache is invariant during the solve."""
+
+    def __init__(self, nar: NARModel, ar_kv: list[tuple[torch.Tensor, torch.Tensor]], frames: int):
+        if len(ar_kv) != nar.dims.layers:
+            raise RequestError(f"AR K/V has {len(ar_kv)} layers, the NAR expert {nar.dims.layers}")
+        self.nar, self.ar_kv, self.frames = nar, ar_kv, frames
+        self.ar_len = ar_kv[0][0].shape[2]
+        self.length = frames + 2
+        if self.ar_len + self.length > CONTEXT:
+            raise RequestError(f"chunk of {frames} frames after {self.ar_len} AR tokens exceeds the {CONTEXT} context")
+        dev = nar.device
+        positions = torch.arange(self.ar_len, self.ar_len + self.length, device=dev)[None]
+        self.cos, self.sin = rope_cos_sin(positions, nar.dims.head_dim, nar.dims.rope_theta)
+        local = torch.arange(self.length, device=dev).clamp(max=nar.dims.pe_rows - 1)
+        self.pos_emb = nar.latent_pos_embed.pe[local][None]
+
+    def velocity(self, state: torch.Tensor, raw_t: float) -> torch.Tensor:
+        """state [n, 64] in the model dtype → velocity [n, 64] at raw timestep `raw_t` (t̃ = sigmoid(raw_t))."""
+        nar = self.nar
+        x_nar = torch.nn.functional.pad(state, (0, 0, 1, 1))
+        x = nar.vae2llm(x_nar[None])
+        x = x + nar.time_embedder(nar.shifted_t(raw_t).expand(self.length), nar.dtype)[None]
+        x = x + self.pos_emb
+        b, t, _ = x.shape
+        for layer, (ar_k, ar_v) in zip(nar.model.layers, self.ar_kv):
+            q, k, v = layer.self_attn.project(layer.input_layernorm(x), self.cos, self.sin)
+            keys = torch.cat((ar_k, k.transpose(1, 2)), dim=2)
+            values = torch.cat((ar_v, v.transpose(1, 2)), dim=2)
+            h = sdpa(q.transpose(1, 2), keys, values, causal=False)
+            x = x + layer.self_attn.o_proj(h.transpose(1, 2).reshape(b, t, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return nar.llm2vae(nar.model.norm(x))[0, 1:-1]
+
+
+def raw_timesteps(steps: int = 32) -> list[tuple[float, float]]:
+    """(raw_t, raw_t_mid) per midpoint step: clamp(logit(t), ±20) in float64 for t = 1 − k/steps and t − 1/(2·steps)
+    (runtime.md §5.6; t = 1 gives 20, t = 0 is never evaluated)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise RequestError(f"steps must be a positive integer, got {steps!r}")
+    dt = 1.0 / steps
+    out = []
+    for k in range(steps):
+        t = 1.0 - k * dt
+        pair = [torch.logit(torch.tensor(x, dtype=torch.float64)).clamp(-RAW_T_CLAMP, RAW_T_CLAMP).item()
+                for x in (t, t - dt / 2)]
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def solve(renderer: ChunkRenderer, noise: torch.Tensor, steps: int = 32,
+          on_step: Callable[[int, int], None] | None = None, states: list | None = None) -> torch.Tensor:
+    """Explicit midpoint ODE from t = 1 to 0: mid = x − v1·dt/2, x ← x − v2·dt, all in the model dtype.
+    noise [n, 64] fp32 → latents [n, 64] fp32 on CPU. `states` (optional list) receives each step's start state and
+    the final one. Raises FloatingPointError on a non-finite result."""
+    nar = renderer.nar
+    state = noise.to(device=nar.device, dtype=nar.dtype)
+    dt = 1.0 / steps
+    for k, (raw, raw_mid) in enumerate(raw_timesteps(steps)):
+        if states is not None:
+            states.append(state.float().cpu())
+        v1 = renderer.velocity(state, raw)
+        mid = state - v1 * (dt / 2)
+        state = state - renderer.velocity(mid, raw_mid) * dt
+        if on_step is not None:
+            on_step(k + 1, steps)
+    result = state.float().cpu()
+    if states is not None:
+        states.append(result)
+    if not torch.isfinite(result).all():
+        raise FloatingPointError("flow matching produced non-finite latents")
+    return result
+
+
+def chunk_ranges(frames: int, prefix_len: int, context: int = CONTEXT) -> list[tuple[int, int]]:
+    """Contiguous, non-overlapping frame ranges: size = min((context − P − 3) // 2, context), ranges [a, a+size) over
+    N frames (runtime.md §5.1). ValueError (RequestError) when N < 1 or size < 1."""
+    size = min((context - prefix_len - 3) // 2, context)
+    if frames < 1 or size < 1:
+        raise RequestError("Empty codec or prefix leaves no acoustic context")
+    return [(a, min(a + size, frames)) for a in range(0, frames, size)]
+
+
+def song_noise(frames: int, seed: int) -> torch.Tensor:
+    """`torch.randn((N, 64))` fp32 from a CPU generator seeded with `seed`, drawn once for the whole song."""
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    return torch.randn((frames, LATENT_DIM), dtype=torch.float32, device="cpu", generator=g)
+
+
+def chunk_tokens(prefix: list[int], codes: list[int], a: int, b: int) -> list[int]:
+    """AR tokens of chunk [a, b): prefix + (151853 + code) for its codes + MUSIC_END."""
+    return list(prefix) + [CODEC_OFFSET + int(c) for c in codes[a:b]] + [MUSIC_END]
+
+
+@torch.inference_mode()
+def render(ar, nar: NARModel, prefix: list[int], codes: list[int], seed: int, steps: int = 32,
+           on_step: Callable[[int, int], None] | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
+    """Semantic codes [N] (0 … 32767) → latents [N, 64] fp32 (CPU), chunk by chunk. `on_step(done, total)` counts
+    midpoint steps over all chunks and may raise to cancel; each chunk's AR cache is freed before the next."""
+    if not codes:
+        raise RequestError("there are no semantic codes to render")
+    if any(not 0 <= int(c) < CODEC_SIZE for c in codes):
+        raise RequestError(f"semantic codes must be in [0, {CODEC_SIZE})")
+    ranges = chunk_ranges(len(codes), len(prefix))
+    noise = song_noise(len(codes), seed) if noise is None else noise
+    total = steps * len(ranges)
+    out = []
+    for j, (a, b) in enumerate(ranges):
+        ar_kv = ar.layer_kv(chunk_tokens(prefix, codes, a, b))
+        renderer = ChunkRenderer(nar, ar_kv, b - a)
+        step_cb = None if on_step is None else (lambda k, n, j=j: on_step(j * steps + k, total))
+        out.append(solve(renderer, noise[a:b], steps, step_cb))
+        del renderer, ar_kv
+    return torch.cat(out, dim=0)

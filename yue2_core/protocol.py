@@ -1,0 +1,257 @@
+"""Song requests, sampling presets and the exact prompt protocol of the official runtime (runtime.md §1–§2).
+
+Token sequences (runtime.md §1.4, §1.5):
+
+    base              = [EOD] + encode(f"{INSTRUCTION}\\n[Tags]\\n{style}\\n[Lyrics]\\n{lyrics}\\n")
+    planning prefix   = base + [ABC_START]                         (cot full/melody; the model writes the ABC)
+    semantic prefix   = base + [ABC_START] + abc_ids + [ABC_END, MUSIC_START]   (full/melody)
+                      = base + [ABC_START, ABC_END, MUSIC_START]                 (off)
+    negative (CFG)    = [EOD] + encode(INSTRUCTION) + [ABC_START] + abc_ids + [ABC_END, MUSIC_START]  (full/melody)
+                      = [EOD] + encode(INSTRUCTION["off"]) + [MUSIC_START]      (off: no ABC pair)
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field, replace
+
+from .constants import (ABC_END, ABC_START, CODEC_OFFSET, CODEC_SIZE, CONTEXT, COT_MODES, DEFAULT_CFG,
+                        DEFAULT_SEED, EOD, FRAMES_PER_SECOND, INSTRUCTIONS, MUSIC_END, MUSIC_START)
+from .errors import BudgetError, RequestError, ScoreError
+
+SEED_MAX = 2 ** 63 - 1
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,179}")
+
+
+def _is_int(value) -> bool:
+    return type(value) is int  # exactly int: bool and numpy ints are rejected, as the reference does
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Per-phase sampling settings; defaults are the semantic preset (runtime.md §2.1).
+
+    temperature in [0, 5] (0 = argmax), top_p in (0, 1], top_k ≥ 1, repetition_penalty > 0 (count-exponentiated over
+    the last `penalty_window` generated tokens, window in [1, 100]), 0 ≤ min_tokens ≤ max_tokens, max_tokens ≥ 1.
+    `validate()` raises RequestError naming the field and the accepted range."""
+
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = 100
+    repetition_penalty: float = 1.2
+    penalty_window: int = 50
+    min_tokens: int = 200
+    max_tokens: int = 9000
+
+    def validate(self, phase: str = "") -> "Sampling":
+        where = f"{phase} sampling" if phase else "sampling"
+        for name in ("top_k", "penalty_window", "min_tokens", "max_tokens"):
+            if not _is_int(getattr(self, name)):
+                raise RequestError(f"{where}: {name} must be an integer, got {getattr(self, name)!r}")
+        for name in ("temperature", "top_p", "repetition_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise RequestError(f"{where}: {name} must be a finite number, got {value!r}")
+        if not 0 <= self.temperature <= 5:
+            raise RequestError(f"{where}: temperature must be in [0, 5], got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise RequestError(f"{where}: top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 1:
+            raise RequestError(f"{where}: top_k must be ≥ 1, got {self.top_k}")
+        if self.repetition_penalty <= 0:
+            raise RequestError(f"{where}: repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not 1 <= self.penalty_window <= 100:
+            raise RequestError(f"{where}: penalty_window must be in [1, 100], got {self.penalty_window}")
+        if self.max_tokens < 1:
+            raise RequestError(f"{where}: max_tokens must be ≥ 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise RequestError(f"{where}: min_tokens must be in [0, max_tokens={self.max_tokens}], "
+                               f"got {self.min_tokens}")
+        return self
+
+    def merged(self, overrides: dict | None) -> "Sampling":
+        """A copy with the given fields replaced (unknown fields raise RequestError)."""
+        if not overrides:
+            return self
+        unknown = set(overrides) - set(asdict(self))
+        if unknown:
+            raise RequestError(f"unknown sampling fields {sorted(unknown)}; accepted: {sorted(asdict(self))}")
+        return replace(self, **overrides)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+ABC_PRESET = Sampling(0.7, 0.9, 30, 1.005, 100, 32, 4096)  # runtime.md §2.2 GenerationConfig.abc
+SEMANTIC_PRESET = Sampling()  # runtime.md §2.1 class defaults
+
+
+@dataclass(frozen=True)
+class SongRequest:
+    """What the user asks for (runtime.md §2.3). `abc` supplies a score (planning is skipped); `cfg_scale` None means
+    the mode default (1.01 off, 1.0 full/melody)."""
+
+    style: str
+    lyrics: str
+    cot: str = "full"
+    seed: int = DEFAULT_SEED
+    abc: str | None = None
+    cfg_scale: float | None = None
+    id: str = "song"
+    warnings: tuple = field(default=(), compare=False)
+
+    def validate(self) -> "SongRequest":
+        if self.cot not in COT_MODES:
+            raise RequestError(f"cot must be one of {', '.join(COT_MODES)}; got {self.cot!r}")
+        for name in ("style", "lyrics"):
+            if not isinstance(getattr(self, name), str):
+                raise RequestError(f"{name} must be text, got {type(getattr(self, name)).__name__}")
+        if not _is_int(self.seed) or not 0 <= self.seed <= SEED_MAX:
+            raise RequestError(f"seed must be an integer in [0, 2^63−1], got {self.seed!r}")
+        if not isinstance(self.id, str) or not _ID_RE.fullmatch(self.id) or self.id in (".", ".."):
+            raise RequestError(f"song id {self.id!r} is not allowed: use 1–180 characters from A–Z a–z 0–9 _ . -, "
+                               "starting with a letter or digit")
+        if self.abc is not None:
+            if not isinstance(self.abc, str):
+                raise RequestError(f"abc must be text, got {type(self.abc).__name__}")
+            if self.cot == "off":
+                raise RequestError("an ABC score was given with cot='off'; off mode has no score — "
+                                   "use cot='full' or 'melody', or remove the score")
+            if not self.abc.strip():
+                raise ScoreError("the ABC score is empty or whitespace; give a score or leave it unset to let the "
+                                 "model write one")
+        if self.cfg_scale is not None:
+            c = self.cfg_scale
+            if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0 <= c <= 20:
+                raise RequestError(f"cfg_scale must be a finite number in [0, 20], got {c!r}")
+        return self
+
+    @property
+    def guidance(self) -> float:
+        """Effective CFG scale: `cfg_scale`, else 1.01 for off and 1.0 for full/melody (runtime.md §2.3)."""
+        return float(self.cfg_scale) if self.cfg_scale is not None else DEFAULT_CFG[self.cot]
+
+    def text(self) -> str:
+        """The prompt text, exact (runtime.md §1.3)."""
+        return f"{INSTRUCTIONS[self.cot]}\n[Tags]\n{self.style}\n[Lyrics]\n{self.lyrics}\n"
+
+    def input_warnings(self) -> list[str]:
+        """Advisory notes about the inputs (never changes the request): empty style/lyrics, stage directions."""
+        notes = []
+        if not self.style.strip():
+            notes.append("style is empty: the model gets no genre/voice/instrument description")
+        if not self.lyrics.strip():
+            notes.append("lyrics are empty: this is NOT an instrumental switch — the model may still sing "
+                         "(use an instrumental score, e.g. a silenced Vocal voice, for instrumentals)")
+        else:
+            lines = [ln.strip() for ln in self.lyrics.splitlines() if ln.strip()]
+            if lines and all(re.fullmatch(r"\[[^\]]*\]", ln) for ln in lines):
+                notes.append("lyrics contain only section tags and no words to sing")
+            if any(re.search(r"\(\s*x\s*\d+\s*\)|\bx\d+\b", ln, re.I) for ln in lines):
+                notes.append("lyrics use repeat shorthands like '(x2)': the model sings them literally — write "
+                             "repeated lines out")
+            if any(re.fullmatch(r"\((?!.*\bx\d).*\)", ln) for ln in lines):
+                notes.append("lyrics contain parenthesised lines (stage directions?): the model may sing them")
+        return notes
+
+
+def validate_abc_ids(abc_ids) -> list[int]:
+    """Every ABC id must be an int in [0, EOD=151643) (runtime.md §1.4); raises ScoreError otherwise."""
+    out = []
+    for i, value in enumerate(abc_ids):
+        try:
+            v = int(value)
+        except (TypeError, ValueError):
+            raise ScoreError(f"ABC token #{i} is not an integer: {value!r}") from None
+        if v != value or not 0 <= v < EOD:
+            raise ScoreError(f"ABC token #{i} = {value!r} is outside the text range [0, {EOD}); "
+                             "protocol or codec ids cannot appear inside a score")
+        out.append(v)
+    return out
+
+
+def base_ids(request: SongRequest, encode) -> list[int]:
+    return [EOD] + list(encode(request.text()))
+
+
+def planning_prefix(request: SongRequest, encode) -> list[int]:
+    """Prefix the model continues with ABC ids (cot full/melody)."""
+    if request.cot == "off":
+        raise RequestError("cot='off' has no planning stage")
+    return base_ids(request, encode) + [ABC_START]
+
+
+def semantic_prefix(request: SongRequest, abc_ids, encode) -> list[int]:
+    """Prefix the model continues with semantic codec tokens (ends with MUSIC_START)."""
+    if request.cot == "off":
+        return base_ids(request, encode) + [ABC_START, ABC_END, MUSIC_START]
+    return base_ids(request, encode) + [ABC_START] + validate_abc_ids(abc_ids) + [ABC_END, MUSIC_START]
+
+
+def negative_prefix(request: SongRequest, abc_ids, encode) -> list[int]:
+    """Unconditional CFG prefix: instruction only (no newline, tags or lyrics) plus the same exact ABC ids."""
+    instr = [EOD] + list(encode(INSTRUCTIONS[request.cot]))
+    if request.cot == "off":
+        return instr + [MUSIC_START]
+    return instr + [ABC_START] + validate_abc_ids(abc_ids) + [ABC_END, MUSIC_START]
+
+
+def check_budget(prefix_len: int, max_tokens: int, what: str = "semantic", per_second: float = FRAMES_PER_SECOND):
+    """`prefix_len + max_tokens ≤ CONTEXT` or BudgetError saying how many tokens (and seconds) fit."""
+    if prefix_len + max_tokens > CONTEXT:
+        room = CONTEXT - prefix_len
+        if what == "semantic":
+            fits = (f"at most {max(room, 0)} music tokens = {max(room, 0) / per_second:.2f} s of music fit after "
+                    f"this {prefix_len}-token prompt")
+        else:
+            fits = f"at most {max(room, 0)} {what} tokens fit after this {prefix_len}-token prompt"
+        raise BudgetError(f"prompt ({prefix_len} tokens) + {what} budget ({max_tokens} tokens) exceeds the "
+                          f"{CONTEXT}-token context: {fits}. Shorten the lyrics/score or lower the budget; "
+                          "nothing is truncated silently.")
+
+
+def seconds_to_tokens(seconds: float) -> int:
+    """Semantic token budget for a duration: round(seconds · 25), at least 1 (25 tokens per second of audio)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        raise RequestError(f"max duration must be a finite number of seconds, got {seconds!r}")
+    if seconds <= 0:
+        raise RequestError(f"max duration must be > 0 seconds, got {seconds}")
+    return max(1, round(seconds * FRAMES_PER_SECOND))
+
+
+def semantic_budget(max_seconds: float | None, base: Sampling = SEMANTIC_PRESET) -> Sampling:
+    """The semantic preset with max_tokens capped by `max_seconds` and min_tokens shrunk to fit."""
+    if max_seconds is None:
+        return base
+    cap = seconds_to_tokens(max_seconds)
+    return replace(base, max_tokens=cap, min_tokens=min(base.min_tokens, cap))
+
+
+def codes_from_ids(ids) -> list[int]:
+    """Semantic token ids → codes 0 … 32767 (id − 151853)."""
+    codes = []
+    for t in ids:
+        c = int(t) - CODEC_OFFSET
+        if not 0 <= c < CODEC_SIZE:
+            raise RequestError(f"token {t} is not a semantic codec token")
+        codes.append(c)
+    return codes
+
+
+def validate_codes(codes) -> list[int]:
+    out = []
+    for i, c in enumerate(codes):
+        v = int(c)
+        if v != c or not 0 <= v < CODEC_SIZE:
+            raise RequestError(f"semantic code #{i} = {c!r} is outside [0, {CODEC_SIZE})")
+        out.append(v)
+    if not out:
+        raise RequestError("there are no semantic codes to render (the semantic stage produced 0 tokens)")
+    return out
+
+
+__all__ = [
+    "Sampling", "ABC_PRESET", "SEMANTIC_PRESET", "SongRequest", "validate_abc_ids", "planning_prefix",
+    "semantic_prefix", "negative_prefix", "check_budget", "seconds_to_tokens", "semantic_budget", "codes_from_ids",
+    "validate_codes", "MUSIC_END", "ABC_END",
+]

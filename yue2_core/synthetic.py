@@ -1,0 +1,433 @@
+"""Synthetic Comfy-Org YuE2 all-in-one checkpoints: the exact key names, dtypes, quantization markers and layout of
+the two released files (checkpoint_format.md §1, §3.3, §6), filled with random weights.
+
+No real weights can be downloaded where this project is developed and tested, so every test and benchmark runs on
+files written here. Nothing about them is a trained model.
+
+    plan(profile, fmt)            → [TensorSpec]   every tensor: key, shape, dtype, how to fill it (no allocation)
+    summarize(specs)              → dict           counts per prefix, markers, dtype histogram, elements, bytes
+    write_synthetic_checkpoint()  → dict           generates tensor by tensor and streams them into the file
+
+`plan` is the single source of the layout: the writer iterates it, and the full-size totals of §1.2 are checked
+against it without allocating anything (`RELEASE_TOTALS`).
+
+Fill rules (those of the parity fixture, ../shared/parity/README.md): LM linears, embeddings and biases N(0, 0.02);
+RMSNorm weights 1 + 0.1·N(0, 1); all LM tensors rounded to BF16. `latent_pos_embed.pe` is the interleaved sin/cos
+table of §4 rounded to BF16. VAE `weight_v` N(0, 0.02), `weight_g` 0.7·(1 + 0.1·N(0, 1)), snake α/β 0.1·N(0, 1)
+(log scale), biases N(0, 0.02), F32 in the bf16 file and the same values cast to F16 in the int8 file. Every random
+tensor has its own generator seeded from (seed, key), so the bf16 and int8 files of one seed hold the same weights
+(on one device type: CPU and CUDA generators give different streams).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+from .constants import AUDIO_CHANNELS, CONTEXT, CONVROT_GROUP, CONVROT_MARKER, EOD, LATENT_DIM, TIME_FREQ_DIM, VOCAB_SIZE
+from .quant import quantize
+from .synthetic_tokenizer import tokenizer_json
+
+AR = "text_encoders."  # AR expert + tokenizer (§1.3)
+NAR = "model.diffusion_model."  # NAR expert, note the doubled `model.` below it (§1.4)
+VAE = "vae."  # Oobleck VAE (§1.7, §3.3)
+TOKENIZER_KEY = AR + "yue2_tokenizer_json"
+
+#: Real tokenizer tensor length in bytes (§1.3, §5). Real-vocab profiles pad the synthetic JSON to it.
+RELEASE_TOKENIZER_BYTES = 8_034_652
+
+#: Published totals of the released files (§1.2): fmt → (elements, data-section bytes). The `full` profile must
+#: reproduce them exactly (§6.3).
+RELEASE_TOTALS = {"bf16": (3_771_337_054, 7_799_871_716), "int8": (3_772_873_990, 3_960_768_200)}
+
+VAE_STRIDES = (2, 2, 4, 4, 5, 6)  # encoder order; the decoder applies them reversed (§3.1)
+VAE_DILATIONS = (1, 3, 9)  # residual units 0, 1, 2 of every block (§3.2)
+FORMATS = ("bf16", "int8")
+
+# safetensors dtype strings (§1.1) ↔ torch dtypes.
+_TORCH_DTYPE = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "I8": torch.int8,
+                "U8": torch.uint8}
+_DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I8": 1, "U8": 1}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Dimensions of one synthetic model. Constraints that keep the quantized set and the protocol ids valid are in
+    §6.2: hidden, heads·head_dim and ffn multiples of 256; heads = 2·kv_heads; vocab 184,704 for anything that
+    builds prompts; pe rows 24,576; six VAE strides."""
+
+    name: str
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    layers: int
+    vocab: int  # rows of embed_tokens / lm_head
+    vae_channels: int  # VAE base width C0; block widths are C0·c_mult
+    vae_c_mults: tuple[int, ...]  # six multipliers, one per stride block (the config form, §3.1)
+    bpe_size: int = EOD  # model ids of the synthetic tokenizer (real: 151,643)
+    tokenizer_bytes: int | None = RELEASE_TOKENIZER_BYTES  # pad the JSON to this length; None = unpadded
+    pe_rows: int = CONTEXT  # latent_pos_embed.pe rows (§4: 24,576)
+    deviation: str = ""  # how this profile departs from the release, beyond width and depth
+
+
+PROFILES = {
+    p.name: p
+    for p in (
+        Profile("tiny", hidden=256, heads=2, kv_heads=1, head_dim=128, ffn=512, layers=2, vocab=VOCAB_SIZE,
+                vae_channels=4, vae_c_mults=(1, 1, 1, 1, 1, 2)),
+        Profile("full", hidden=2048, heads=16, kv_heads=8, head_dim=128, ffn=6144, layers=28, vocab=VOCAB_SIZE,
+                vae_channels=64, vae_c_mults=(1, 2, 4, 8, 16, 32)),
+        Profile("micro", hidden=256, heads=2, kv_heads=1, head_dim=128, ffn=512, layers=2, vocab=1024,
+                vae_channels=4, vae_c_mults=(1, 1, 1, 1, 1, 2), bpe_size=768, tokenizer_bytes=None,
+                deviation="vocab 1024 and a 768-id tokenizer (specials at 768…975): parse/loader tests only; "
+                          "protocol ids (EOD 151643, codecs 151853+) do not fit"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of the file. `fill` says how its values are made: normal(std) / norm / pe / vae_g / snake /
+    tokenizer / quant_codes / quant_scale / marker. `source` is the key whose random stream and float weight it is
+    derived from (the key itself, the `.weight` of a quantized triplet, or the AR norm for the duplicated NAR norm)."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str  # safetensors dtype string
+    fill: str
+    source: str
+    std: float = 0.0
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * _DTYPE_BYTES[self.dtype]
+
+
+def get_profile(profile: str | Profile) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    if profile not in PROFILES:
+        raise ValueError(f"unknown synthetic profile {profile!r}; choose one of {sorted(PROFILES)}")
+    return PROFILES[profile]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Layout (§1.3, §1.4, §3.3)
+# ----------------------------------------------------------------------------------------------------------------
+
+def _layer_tensors(prefix: str, p: Profile) -> list[tuple[str, tuple[int, ...], str]]:
+    """The 8 leaves of one transformer layer (identical in AR and NAR): (key, [out, in] or [n], fill)."""
+    q_rows, kv_rows = p.heads * p.head_dim, p.kv_heads * p.head_dim
+    return [
+        (f"{prefix}input_layernorm.weight", (p.hidden,), "norm"),
+        (f"{prefix}self_attn.qkv_proj.weight", (q_rows + 2 * kv_rows, p.hidden), "linear"),  # rows q ‖ k ‖ v
+        (f"{prefix}self_attn.o_proj.weight", (p.hidden, q_rows), "linear"),
+        (f"{prefix}self_attn.q_norm.weight", (p.head_dim,), "norm"),
+        (f"{prefix}self_attn.k_norm.weight", (p.head_dim,), "norm"),
+        (f"{prefix}post_attention_layernorm.weight", (p.hidden,), "norm"),
+        (f"{prefix}mlp.gate_up_proj.weight", (2 * p.ffn, p.hidden), "linear"),  # rows gate ‖ up
+        (f"{prefix}mlp.down_proj.weight", (p.hidden, p.ffn), "linear"),
+    ]
+
+
+def _lm_tensors(p: Profile) -> list[tuple[str, tuple[int, ...], str]]:
+    """AR then NAR tensors (without the tokenizer), float layout as in the bf16 file."""
+    ar = [(f"{AR}model.embed_tokens.weight", (p.vocab, p.hidden), "linear")]
+    for i in range(p.layers):
+        ar += _layer_tensors(f"{AR}model.layers.{i}.", p)
+    ar += [(f"{AR}model.norm.weight", (p.hidden,), "norm"),
+           (f"{AR}model.lm_head.weight", (p.vocab, p.hidden), "linear")]  # `model.lm_head`, not `lm_head`
+    nar = []
+    for i in range(p.layers):
+        nar += _layer_tensors(f"{NAR}model.layers.{i}.", p)
+    nar += [
+        (f"{NAR}model.norm.weight", (p.hidden,), "shared_norm"),
+        (f"{NAR}vae2llm.weight", (p.hidden, LATENT_DIM), "linear"),
+        (f"{NAR}vae2llm.bias", (p.hidden,), "linear"),
+        (f"{NAR}llm2vae.weight", (LATENT_DIM, p.hidden), "linear"),
+        (f"{NAR}llm2vae.bias", (LATENT_DIM,), "linear"),
+        (f"{NAR}time_embedder.mlp.0.weight", (p.hidden, TIME_FREQ_DIM), "linear"),
+        (f"{NAR}time_embedder.mlp.0.bias", (p.hidden,), "linear"),
+        (f"{NAR}time_embedder.mlp.2.weight", (p.hidden, p.hidden), "linear"),
+        (f"{NAR}time_embedder.mlp.2.bias", (p.hidden,), "linear"),
+        (f"{NAR}latent_pos_embed.pe", (p.pe_rows, p.hidden), "pe"),
+    ]
+    return ar + nar
+
+
+def _wn_conv(prefix: str, v_shape: tuple[int, int, int], bias: int | None) -> list[tuple[str, tuple[int, ...], str]]:
+    """A weight-normed conv: weight_g [dim0, 1, 1], weight_v `v_shape`, optional bias (§3.2). For a transposed conv
+    dim 0 of `v_shape` is C_in."""
+    out = [(f"{prefix}weight_g", (v_shape[0], 1, 1), "vae_g"), (f"{prefix}weight_v", v_shape, "vae_v")]
+    return out + ([(f"{prefix}bias", (bias,), "vae_bias")] if bias else [])
+
+
+def _snake(prefix: str, channels: int) -> list[tuple[str, tuple[int, ...], str]]:
+    return [(f"{prefix}alpha", (channels,), "snake"), (f"{prefix}beta", (channels,), "snake")]
+
+
+def _residual_unit(prefix: str, c: int) -> list[tuple[str, tuple[int, ...], str]]:
+    """layers.0 snake, layers.1 conv k7 (dilated), layers.2 snake, layers.3 conv k1 — 10 tensors (§3.3)."""
+    return (_snake(f"{prefix}layers.0.", c) + _wn_conv(f"{prefix}layers.1.", (c, c, 7), c)
+            + _snake(f"{prefix}layers.2.", c) + _wn_conv(f"{prefix}layers.3.", (c, c, 1), c))
+
+
+def _vae_tensors(p: Profile) -> list[tuple[str, tuple[int, ...], str]]:
+    """The 435 VAE tensors of §3.3 for base width C0 = vae_channels and widths C0·[1, *c_mults]."""
+    if len(p.vae_c_mults) != len(VAE_STRIDES):
+        raise ValueError(f"profile {p.name}: need {len(VAE_STRIDES)} VAE c_mults, got {p.vae_c_mults}")
+    width = [p.vae_channels * m for m in (1, *p.vae_c_mults)]
+    enc, dec = f"{VAE}encoder.layers.", f"{VAE}decoder.layers."
+    out = _wn_conv(f"{enc}0.", (width[0], AUDIO_CHANNELS, 7), width[0])
+    for b, s in enumerate(VAE_STRIDES, start=1):
+        c_in, c_out = width[b - 1], width[b]
+        for r in range(len(VAE_DILATIONS)):
+            out += _residual_unit(f"{enc}{b}.layers.{r}.", c_in)
+        out += _snake(f"{enc}{b}.layers.3.", c_in) + _wn_conv(f"{enc}{b}.layers.4.", (c_out, c_in, 2 * s), c_out)
+    out += _snake(f"{enc}7.", width[-1]) + _wn_conv(f"{enc}8.", (2 * LATENT_DIM, width[-1], 3), 2 * LATENT_DIM)
+    out += _wn_conv(f"{dec}0.", (width[-1], LATENT_DIM, 7), width[-1])
+    for b, s in enumerate(reversed(VAE_STRIDES), start=1):
+        c_in, c_out = width[-b], width[-b - 1]
+        out += _snake(f"{dec}{b}.layers.0.", c_in) + _wn_conv(f"{dec}{b}.layers.1.", (c_in, c_out, 2 * s), c_out)
+        for r in range(len(VAE_DILATIONS)):
+            out += _residual_unit(f"{dec}{b}.layers.{r + 2}.", c_out)
+    out += _snake(f"{dec}7.", width[0]) + _wn_conv(f"{dec}8.", (AUDIO_CHANNELS, width[0], 7), None)  # no bias
+    return out
+
+
+def is_quantized(key: str, shape: tuple[int, ...]) -> bool:
+    """The int8 file's rule (§1.5, §6.1): a 2-D `.weight` under the two LM prefixes with in_features % 256 == 0
+    (embed_tokens and lm_head included; never norms, biases, pe, vae2llm (in 64), the VAE or the tokenizer)."""
+    return (key.startswith((AR, NAR)) and key.endswith(".weight") and len(shape) == 2
+            and shape[1] % CONVROT_GROUP == 0)
+
+
+_FLOAT_FILL = {"linear": ("normal", 0.02), "norm": ("norm", 0.0), "shared_norm": ("norm", 0.0), "pe": ("pe", 0.0),
+               "vae_v": ("normal", 0.02), "vae_bias": ("normal", 0.02), "vae_g": ("vae_g", 0.0),
+               "snake": ("snake", 0.0)}
+
+
+def plan(profile: str | Profile = "tiny", fmt: str = "bf16") -> list[TensorSpec]:
+    """Every tensor of the file in write order: AR, NAR, VAE, tokenizer (the release's order is unknown, §1.1).
+
+    bf16 file: LM tensors BF16, VAE F32, tokenizer U8. int8 file: each quantized `P.weight` becomes P.weight I8
+    [out, in], P.weight_scale F32 [out, 1], P.comfy_quant U8 [72]; other LM tensors BF16; VAE F16 (§1.5, §6.1).
+    Allocates nothing (the tokenizer is built only for a profile without a fixed `tokenizer_bytes`)."""
+    p = get_profile(profile)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown checkpoint format {fmt!r}; choose one of {FORMATS}")
+    specs = []
+    for key, shape, kind in _lm_tensors(p):
+        fill, std = _FLOAT_FILL[kind]
+        source = f"{AR}model.norm.weight" if kind == "shared_norm" else key  # byte-equal duplicate (§1.4)
+        if fmt == "int8" and is_quantized(key, shape):
+            module = key[: -len("weight")]
+            specs += [TensorSpec(key, shape, "I8", "quant_codes", key, std),
+                      TensorSpec(f"{module}weight_scale", (shape[0], 1), "F32", "quant_scale", key, std),
+                      TensorSpec(f"{module}comfy_quant", (len(CONVROT_MARKER),), "U8", "marker", key)]
+        else:
+            specs.append(TensorSpec(key, shape, "BF16", fill, source, std))
+    vae_dtype = "F16" if fmt == "int8" else "F32"
+    for key, shape, kind in _vae_tensors(p):
+        fill, std = _FLOAT_FILL[kind]
+        specs.append(TensorSpec(key, shape, vae_dtype, fill, key, std))
+    n_tok = p.tokenizer_bytes if p.tokenizer_bytes is not None else len(tokenizer_json(p.bpe_size))
+    specs.append(TensorSpec(TOKENIZER_KEY, (n_tok,), "U8", "tokenizer", TOKENIZER_KEY))
+    return specs
+
+
+def summarize(specs: Iterable[TensorSpec]) -> dict:
+    """Counts and sizes of a plan: tensors per prefix, markers, dtype histogram, elements (with and without the
+    tokenizer blob) and data-section bytes (header excluded)."""
+    specs = list(specs)
+    prefixes = Counter(next(pre for pre in (AR, NAR, VAE) if s.key.startswith(pre)) for s in specs)
+    tokenizer = sum(s.numel for s in specs if s.key == TOKENIZER_KEY)
+    elements = sum(s.numel for s in specs)
+    return {
+        "tensors": len(specs),
+        "tensors_per_prefix": {pre: prefixes[pre] for pre in (AR, NAR, VAE)},
+        "markers": sum(s.fill == "marker" for s in specs),
+        "dtypes": dict(sorted(Counter(s.dtype for s in specs).items())),
+        "elements": elements,
+        "elements_excluding_tokenizer": elements - tokenizer,
+        "tokenizer_bytes": tokenizer,
+        "data_bytes": sum(s.nbytes for s in specs),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Values
+# ----------------------------------------------------------------------------------------------------------------
+
+def _generator(seed: int, key: str, device: torch.device) -> torch.Generator:
+    """A generator private to (seed, key): the same tensor gets the same values in every format and write order."""
+    digest = hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest()
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int.from_bytes(digest, "little") & (2 ** 63 - 1))
+    return gen
+
+
+def _randn(shape, seed: int, key: str, device: torch.device) -> torch.Tensor:
+    return torch.randn(shape, generator=_generator(seed, key, device), device=device, dtype=torch.float32)
+
+
+def position_table(rows: int, dim: int, device=None) -> torch.Tensor:
+    """`latent_pos_embed.pe` [rows, dim] float64: pe[p, 2i] = sin(p·d_i), pe[p, 2i+1] = cos(p·d_i),
+    d_i = exp(−2i·ln(10000)/dim) — interleaved (§4). Computed in float64 so the BF16 rounding is the only error."""
+    pos = torch.arange(rows, dtype=torch.float64, device=device)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64, device=device) * (-math.log(10000.0) / dim))
+    angle = pos * freq
+    return torch.stack((angle.sin(), angle.cos()), dim=-1).reshape(rows, dim)
+
+
+def _float_values(spec: TensorSpec, seed: int, device: torch.device) -> torch.Tensor:
+    """The float32 values of a float tensor (before the cast to its stored dtype)."""
+    if spec.fill in ("normal", "quant_codes"):
+        return _randn(spec.shape, seed, spec.source, device) * spec.std
+    if spec.fill == "norm":
+        return 1.0 + 0.1 * _randn(spec.shape, seed, spec.source, device)
+    if spec.fill == "vae_g":
+        return 0.7 * (1.0 + 0.1 * _randn(spec.shape, seed, spec.source, device))
+    if spec.fill == "snake":
+        return 0.1 * _randn(spec.shape, seed, spec.source, device)
+    if spec.fill == "pe":
+        return position_table(*spec.shape, device=device)
+    raise AssertionError(f"no float fill for {spec.fill}")
+
+
+def generate(specs: list[TensorSpec], profile: Profile, seed: int = 0,
+             device: str | torch.device = "cpu") -> Iterator[torch.Tensor]:
+    """Yield the tensors of `specs` in order, each on the CPU in its stored dtype, one at a time. LM weights are
+    rounded to BF16 first; a quantized weight is quantized from exactly those BF16 values (`quant.quantize`), and its
+    scale is kept only until the next spec (the `.weight_scale` that follows it in the plan)."""
+    device = torch.device(device)
+    pending_scale: dict[str, torch.Tensor] = {}
+    for spec in specs:
+        if spec.fill == "tokenizer":
+            blob = tokenizer_json(profile.bpe_size, profile.tokenizer_bytes)
+            yield torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+        elif spec.fill == "marker":
+            yield torch.frombuffer(bytearray(CONVROT_MARKER), dtype=torch.uint8)
+        elif spec.fill == "quant_scale":
+            yield pending_scale.pop(spec.source)
+        elif spec.fill == "quant_codes":
+            weight = _float_values(spec, seed, device).to(torch.bfloat16)
+            codes, scale = quantize(weight)
+            del weight
+            pending_scale[spec.key] = scale.cpu()
+            yield codes.cpu()
+        else:
+            values = _float_values(spec, seed, device)
+            if spec.key.startswith((AR, NAR)):
+                values = values.to(torch.bfloat16)  # LM tensors are BF16-representable in both files
+            yield values.to(_TORCH_DTYPE[spec.dtype]).cpu()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# File
+# ----------------------------------------------------------------------------------------------------------------
+
+def _header(specs: list[TensorSpec], metadata: dict[str, str]) -> bytes:
+    """safetensors header: u64 little-endian length, then the JSON {"__metadata__": {...}, key: {dtype, shape,
+    data_offsets [begin, end)}} padded with spaces so the data section starts on an 8-byte boundary."""
+    entries, offset = {"__metadata__": metadata}, 0
+    for spec in specs:
+        if offset % _DTYPE_BYTES[spec.dtype]:
+            raise ValueError(f"{spec.key}: offset {offset} is not aligned to its {spec.dtype} element size")
+        entries[spec.key] = {"dtype": spec.dtype, "shape": list(spec.shape), "data_offsets": [offset, offset + spec.nbytes]}
+        offset += spec.nbytes
+    body = json.dumps(entries, separators=(",", ":")).encode("utf-8")
+    body += b" " * (-(8 + len(body)) % 8)
+    return len(body).to_bytes(8, "little") + body
+
+
+def write_safetensors_stream(path: str, specs: list[TensorSpec], tensors: Iterable[torch.Tensor],
+                             metadata: dict[str, str],
+                             progress: Callable[[int, int, str], None] | None = None) -> int:
+    """Write a safetensors file whose header comes from `specs` and whose data are `tensors` (same order, each
+    checked against its spec), without ever holding more than one tensor. Atomic: a temporary file in the target
+    directory is renamed over `path` only when complete. `progress(done_bytes, total_bytes, key)` is called after
+    every tensor. Returns the file size in bytes."""
+    if sys.byteorder != "little":
+        raise RuntimeError("safetensors data are little-endian; this writer supports little-endian hosts only")
+    total = sum(s.nbytes for s in specs)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask, unlike mkstemp
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_header(specs, metadata))
+            done, count = 0, 0
+            for spec, tensor in zip(specs, tensors):
+                _check(spec, tensor)
+                f.write(tensor.contiguous().view(-1).view(torch.uint8).numpy())
+                done, count = done + spec.nbytes, count + 1
+                if progress is not None:
+                    progress(done, total, spec.key)
+            if count != len(specs):
+                raise RuntimeError(f"got {count} tensors for {len(specs)} header entries")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return os.path.getsize(path)
+
+
+def _check(spec: TensorSpec, tensor: torch.Tensor) -> None:
+    if tuple(tensor.shape) != spec.shape or tensor.dtype != _TORCH_DTYPE[spec.dtype] or tensor.device.type != "cpu":
+        raise RuntimeError(f"{spec.key}: generated {tuple(tensor.shape)} {tensor.dtype} on {tensor.device}, "
+                           f"header says {spec.shape} {spec.dtype} on cpu")
+
+
+def metadata_for(profile: Profile, fmt: str, seed: int) -> dict[str, str]:
+    """Best-effort `__metadata__` (§1.8: only the key names `yue2_format` and `quantization` are confirmed; the
+    values follow S23). Loaders must never depend on it."""
+    meta = {"yue2_format": "1", "yue2_synthetic": "random weights, not a trained model",
+            "yue2_synthetic_profile": profile.name, "yue2_synthetic_seed": str(seed)}
+    if fmt == "int8":
+        meta.update({"quantization": "convrot_int8", "vae_dtype": "fp16"})
+    return meta
+
+
+def write_synthetic_checkpoint(path: str, profile: str | Profile = "tiny", fmt: str = "bf16", seed: int = 0,
+                               progress: Callable[[int, int, str], None] | None = None,
+                               device: str | torch.device = "cpu") -> dict:
+    """Write a random-weight YuE2 checkpoint in the Comfy-Org layout and return a report.
+
+    path: target `.safetensors` (replaced atomically). profile: "tiny" (CI, ~0.21 GB bf16 / ~0.12 GB int8),
+    "full" (the release's dims: 7.8 GB / 4.0 GB), "micro" (vocab 1024, a labelled deviation) or a `Profile`.
+    fmt: "bf16" or "int8". device: where values are generated ("cuda" for the full profile on a GPU machine).
+    progress: optional callback(done_bytes, total_bytes, key).
+
+    Report: path, profile, format, seed, deviation, the `summarize` counts (tensors per prefix, markers, dtype
+    histogram, elements, elements without tokenizer, data bytes), file_bytes, seconds, and for the full profile
+    `matches_release` (elements and data bytes equal to §1.2)."""
+    start = time.perf_counter()
+    prof = get_profile(profile)
+    specs = plan(prof, fmt)
+    file_bytes = write_safetensors_stream(path, specs, generate(specs, prof, seed, device),
+                                          metadata_for(prof, fmt, seed), progress)
+    report = {"path": os.path.abspath(path), "profile": prof.name, "format": fmt, "seed": seed,
+              "deviation": prof.deviation, **summarize(specs), "file_bytes": file_bytes}
+    if prof.name == "full":
+        report["matches_release"] = (report["elements"], report["data_bytes"]) == RELEASE_TOTALS[fmt]
+    report["seconds"] = round(time.perf_counter() - start, 3)
+    return report
