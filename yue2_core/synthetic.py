@@ -33,7 +33,8 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-from .constants import AUDIO_CHANNELS, CONTEXT, CONVROT_GROUP, CONVROT_MARKER, EOD, LATENT_DIM, TIME_FREQ_DIM, VOCAB_SIZE
+from .constants import (AUDIO_CHANNELS, CONTEXT, CONVROT_GROUP, CONVROT_MARKER, EOD, LATENT_DIM, TIME_FREQ_DIM,
+                        VOCAB_SIZE)
 from .quant import quantize
 from .synthetic_tokenizer import tokenizer_json
 
@@ -288,7 +289,7 @@ def _randn(shape, seed: int, key: str, device: torch.device) -> torch.Tensor:
 
 def position_table(rows: int, dim: int, device=None) -> torch.Tensor:
     """`latent_pos_embed.pe` [rows, dim] float64: pe[p, 2i] = sin(p·d_i), pe[p, 2i+1] = cos(p·d_i),
-    d_i = exp(−2i·ln(10000)/dim) — interleaved (§4). Computed in float64 so the BF16 rounding is the only error."""
+    d_i = exp(−2i·ln(10000)/dim), interleaved (§4). Float64, so that BF16 rounding is the only error."""
     pos = torch.arange(rows, dtype=torch.float64, device=device)[:, None]
     freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64, device=device) * (-math.log(10000.0) / dim))
     angle = pos * freq
@@ -349,7 +350,8 @@ def _header(specs: list[TensorSpec], metadata: dict[str, str]) -> bytes:
     for spec in specs:
         if offset % _DTYPE_BYTES[spec.dtype]:
             raise ValueError(f"{spec.key}: offset {offset} is not aligned to its {spec.dtype} element size")
-        entries[spec.key] = {"dtype": spec.dtype, "shape": list(spec.shape), "data_offsets": [offset, offset + spec.nbytes]}
+        entries[spec.key] = {"dtype": spec.dtype, "shape": list(spec.shape),
+                             "data_offsets": [offset, offset + spec.nbytes]}
         offset += spec.nbytes
     body = json.dumps(entries, separators=(",", ":")).encode("utf-8")
     body += b" " * (-(8 + len(body)) % 8)

@@ -1,0 +1,199 @@
+"""Command line: `python -m yue2_core {generate,render,inspect,make-synthetic} …` (see --help of each)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .errors import YuE2Error
+
+
+class ProgressLine:
+    """One status line per stage on stderr: stage, done/total and tokens/s (updated in place on a terminal)."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream, self.tty, self.last, self.stage, self.t0 = stream, stream.isatty(), 0.0, None, time.time()
+
+    def __call__(self, stage, done, total, info):
+        now = time.time()
+        if stage != self.stage:
+            if self.stage is not None and self.tty:
+                self.stream.write("\n")
+            self.stage, self.t0 = stage, now
+        if not (done == total or now - self.last > (0.1 if self.tty else 5.0)):
+            return
+        self.last = now
+        rate = info.get("tokens_per_second")
+        unit = {"plan": "ABC tokens", "semantic": "music tokens", "render": "ODE steps",
+                "decode": "VAE tiles"}.get(stage, "")
+        text = f"[{stage}] {done}/{total} {unit}" + (f" · {rate:.1f} tok/s" if rate else "")
+        self.stream.write(("\r" + text) if self.tty else (text + "\n"))
+        self.stream.flush()
+
+    def close(self):
+        if self.tty and self.stage is not None:
+            self.stream.write("\n")
+
+
+def _read_text(path: str | None, inline: str | None, what: str) -> str:
+    if path:
+        try:
+            return Path(path).read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise YuE2Error(f"cannot read the {what} file {path}: {exc}") from None
+    return inline or ""
+
+
+def cmd_generate(args) -> int:
+    import torch
+    from .artifacts import save_song
+    from .locate import find_checkpoint
+    from .pipeline import Budgets, YuE2Engine
+    from .protocol import SongRequest
+
+    out = Path(args.output)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
+    request = SongRequest(style=_read_text(args.style_file, args.style, "style"),
+                          lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics"), cot=args.cot, seed=args.seed,
+                          abc=_read_text(args.abc_file, None, "ABC") if args.abc_file else None,
+                          cfg_scale=args.cfg_scale, id=out.name if out.name else "song").validate()
+    for note in request.input_warnings():
+        print(f"warning: {note}", file=sys.stderr)
+    path, how = find_checkpoint(args.checkpoint, download=not args.offline)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    print(f"checkpoint: {path} ({how})", file=sys.stderr)
+    engine = YuE2Engine.load(path, device=args.device, dtype=dtype)
+    print(engine.info.summary(), file=sys.stderr)
+    synthetic = "yue2_synthetic" in engine.info.metadata
+    if synthetic:
+        print("NOTE: these are SYNTHETIC random weights — the audio is noise-like, not music.", file=sys.stderr)
+    progress = ProgressLine()
+    song = engine.generate(request, Budgets(args.max_seconds, args.max_abc_tokens), steps=args.steps,
+                           progress=progress)
+    progress.close()
+    folder = save_song(song, out)
+    summary = {"output": str(folder), "audio_seconds": round(song.audio.shape[-1] / song.sample_rate, 3),
+               "semantic_tokens": len(song.tokens.codes), "abc_tokens": len(song.score.abc_ids),
+               "truncated": song.truncated, "synthetic_weights": synthetic,
+               "timing_s": {k: round(v, 3) for k, v in song.timing.items()}}
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_render(args) -> int:
+    import torch
+    from .artifacts import load_song, save_song
+    from .locate import find_checkpoint
+    from .pipeline import Budgets, Song, YuE2Engine, decode, render, semantic
+    from .protocol import SongRequest
+
+    path, _ = find_checkpoint(args.checkpoint, download=not args.offline)
+    engine = YuE2Engine.load(path, device=args.device, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype])
+    saved = load_song(args.song, engine.tokenizer)
+    req = saved.tokens.request
+    request = SongRequest(style=req["style"], lyrics=req["lyrics"], cot=req["cot"],
+                          seed=args.seed if args.seed is not None else int(req["seed"]),
+                          abc=saved.score.abc if saved.score_edited else None, cfg_scale=req.get("cfg_scale"),
+                          id=Path(args.output).name).validate()
+    progress = ProgressLine()
+    tokens = saved.tokens
+    if saved.score_edited or args.seed is not None:
+        print("score.abc was edited: sampling new music tokens for it" if saved.score_edited else
+              "new seed: sampling new music tokens", file=sys.stderr)
+        tokens = semantic(engine.ar, engine.tokenizer, request, saved.score,
+                          Budgets(args.max_seconds).semantic_sampling(), progress)
+    latents = render(engine.ar, engine.nar, tokens, args.steps, progress=progress)
+    audio = decode(engine.vae, latents, progress=progress)
+    progress.close()
+    song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio,
+                settings={**saved.config, "rendered_from": str(saved.path)})
+    folder = save_song(song, args.output, lineage={"parent": str(saved.path), "score_edited": saved.score_edited})
+    print(json.dumps({"output": str(folder), "semantic_tokens": len(tokens.codes),
+                      "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3)}, indent=2))
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from .checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
+    info = inspect_checkpoint(args.checkpoint)
+    tok = load_tokenizer(info)
+    report = info.to_dict()
+    report["dtype_histogram"] = dtype_histogram(info)
+    report["tokenizer_vocab"] = tok.vocab_size
+    report["summary"] = info.summary()
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def cmd_make_synthetic(args) -> int:
+    from .synthetic import write_synthetic_checkpoint
+    report = write_synthetic_checkpoint(args.output, profile=args.profile, fmt=args.format, seed=args.seed)
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m yue2_core", description="YuE2-3B songs from a style and lyrics.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp):
+        sp.add_argument("--checkpoint", help="YuE2 all-in-one .safetensors (default: $YUE2_CHECKPOINT, ComfyUI "
+                        "models/checkpoints, else download Comfy-Org/YuE2 int8)")
+        sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
+        sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="LM compute dtype (VAE is fp32)")
+        sp.add_argument("--steps", type=int, default=32, help="midpoint ODE steps of the renderer (default 32)")
+        sp.add_argument("--offline", action="store_true", help="never download")
+        sp.add_argument("--output", required=True, help="new song directory (must not exist or be empty)")
+
+    g = sub.add_parser("generate", help="style + lyrics → song directory (score, tokens, latents, audio.flac)")
+    g.add_argument("--style", help="style line, e.g. 'upbeat indie pop, warm female vocals'")
+    g.add_argument("--style-file")
+    g.add_argument("--lyrics", help="lyrics text (use --lyrics-file for multi-line lyrics)")
+    g.add_argument("--lyrics-file")
+    g.add_argument("--cot", default="full", choices=["full", "melody", "off"],
+                   help="full: melody + chords lead sheet; melody: melody-only; off: no lead sheet")
+    g.add_argument("--seed", type=int, default=831001)
+    g.add_argument("--abc-file", help="use this ABC lead sheet instead of letting the model write one")
+    g.add_argument("--cfg-scale", type=float, default=None, help="guidance (default 1.0; 1.01 in off mode)")
+    g.add_argument("--max-seconds", type=float, default=None, help="cap the music length (25 tokens per second)")
+    g.add_argument("--max-abc-tokens", type=int, default=None, help="cap the lead-sheet length in tokens")
+    common(g)
+    g.set_defaults(func=cmd_generate)
+
+    r = sub.add_parser("render", help="re-render a saved song directory (exact ids, or an edited score.abc)")
+    r.add_argument("song", help="song directory written by generate")
+    r.add_argument("--seed", type=int, default=None, help="new seed (samples new music tokens)")
+    r.add_argument("--max-seconds", type=float, default=None)
+    common(r)
+    r.set_defaults(func=cmd_render)
+
+    i = sub.add_parser("inspect", help="identify a checkpoint and print its format, dtypes and dimensions")
+    i.add_argument("checkpoint")
+    i.set_defaults(func=cmd_inspect)
+
+    m = sub.add_parser("make-synthetic", help="write a synthetic checkpoint with random weights (for tests)")
+    m.add_argument("--output", required=True)
+    m.add_argument("--profile", default="tiny", choices=["tiny", "full"])
+    m.add_argument("--format", default="bf16", choices=["bf16", "int8"])
+    m.add_argument("--seed", type=int, default=0)
+    m.set_defaults(func=cmd_make_synthetic)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except YuE2Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cancelled", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

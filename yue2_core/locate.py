@@ -1,0 +1,71 @@
+"""Finding a checkpoint: an explicit path, else `$YUE2_CHECKPOINT`, else a YuE2 file in a ComfyUI
+`models/checkpoints` folder, else the Hugging Face file Comfy-Org/YuE2 checkpoints/yue2_3b_int8_convrot.safetensors
+(downloaded with huggingface-hub into its cache)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import CheckpointError
+
+HF_REPO = "Comfy-Org/YuE2"
+HF_FILE = "checkpoints/yue2_3b_int8_convrot.safetensors"  # 3.69 GB; the bf16 file is checkpoints/yue2_3b_bf16…
+
+
+def comfy_checkpoint_dirs() -> list[Path]:
+    """ComfyUI checkpoint folders: $COMFYUI_PATH/models/checkpoints, and the one next to the custom_nodes folder
+    this package sits in (ComfyUI/custom_nodes/<pack>/yue2_core → ComfyUI/models/checkpoints)."""
+    dirs = []
+    for env in ("COMFYUI_PATH", "COMFYUI_DIR"):
+        if os.environ.get(env):
+            dirs.append(Path(os.environ[env]) / "models" / "checkpoints")
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if parent.name == "custom_nodes":
+            dirs.append(parent.parent / "models" / "checkpoints")
+            break
+    return [d for d in dirs if d.is_dir()]
+
+
+def yue2_files(folder: Path) -> list[Path]:
+    """YuE2 all-in-one files in `folder` (detected by tensor names, not file names), int8 first."""
+    from .checkpoint import inspect_checkpoint
+    found = []
+    for f in sorted(folder.glob("*.safetensors")):
+        try:
+            info = inspect_checkpoint(f)
+        except CheckpointError:
+            continue
+        found.append((0 if info.format == "int8" else 1, f))
+    return [f for _, f in sorted(found)]
+
+
+def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple[str, str]:
+    """Return (path, how it was found). Raises CheckpointError with the download instructions when nothing is
+    available."""
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise CheckpointError(f"checkpoint not found: {explicit}")
+        return explicit, "given path"
+    env = os.environ.get("YUE2_CHECKPOINT")
+    if env:
+        if not os.path.isfile(env):
+            raise CheckpointError(f"$YUE2_CHECKPOINT points to a missing file: {env}")
+        return env, "$YUE2_CHECKPOINT"
+    for folder in comfy_checkpoint_dirs():
+        files = yue2_files(folder)
+        if files:
+            return str(files[0]), f"ComfyUI folder {folder}"
+    if download:
+        try:
+            from huggingface_hub import hf_hub_download
+            return hf_hub_download(HF_REPO, HF_FILE), f"Hugging Face {HF_REPO}/{HF_FILE}"
+        except Exception as exc:  # network errors, missing package, auth
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    else:
+        reason = "downloading is disabled"
+    raise CheckpointError(
+        f"no YuE2 checkpoint found and the download failed ({reason}). Put "
+        f"yue2_3b_int8_convrot.safetensors (https://huggingface.co/{HF_REPO}/blob/main/{HF_FILE}) in "
+        "ComfyUI/models/checkpoints, or pass --checkpoint PATH. For a test run without the real weights, make a "
+        "synthetic one: python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors")

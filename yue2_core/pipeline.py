@@ -1,0 +1,290 @@
+"""The song pipeline: plan (ABC lead sheet) → semantic (codec tokens) → render (latents) → decode (audio)
+(runtime.md §7.1). Each stage is a plain function over loaded modules, so the ComfyUI nodes can call them on models
+that ComfyUI's model management has placed; `YuE2Engine` bundles them for the command line and scripts.
+
+Data: style + lyrics → prefix ids → ABC ids (Score) → semantic codes (SemanticTokens, 25 per second) → latents
+[T, 64] fp32 → audio [2, 1920·T − 64] fp32 at 48 kHz, clipped to [−1, 1].
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+import torch
+
+from . import nar as nar_mod
+from .constants import (CONTEXT, FRAMES_PER_SECOND, ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_CORE_FRAMES,
+                        VAE_HALO_FRAMES)
+from .errors import BudgetError, RequestError, ScoreError
+from .protocol import (ABC_PRESET, SEMANTIC_PRESET, Sampling, SongRequest, check_budget, negative_prefix,
+                       planning_prefix, semantic_prefix, validate_abc_ids, validate_codes)
+from .sampling import generate as portable_generate
+from .vae import to_waveform
+
+Progress = Callable[[str, int, int, dict], None]  # (stage, done, total, info); may raise to cancel
+
+
+@dataclass
+class Score:
+    """An ABC lead sheet and the exact ids the semantic stage will read. `source`: "model" (sampled ids, `abc` is
+    their decoded text), "user" (ids = encode(abc), text verbatim) or "none" (cot off). `truncated`: the planner hit
+    its token budget before ABC_END (the score is cut off)."""
+
+    abc: str | None
+    abc_ids: list[int]
+    cot: str
+    seed: int
+    source: str = "model"
+    truncated: bool = False
+    timing: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_text(cls, text: str, tokenizer, cot: str = "full", seed: int = 0) -> "Score":
+        """A user-supplied score: tokenized verbatim (NFC, no stripping). Raises ScoreError for empty text."""
+        if not isinstance(text, str) or not text.strip():
+            raise ScoreError("the ABC score is empty; write a score or connect the composer's score")
+        if cot == "off":
+            raise RequestError("a score cannot be used with cot='off'; choose full or melody")
+        ids = validate_abc_ids(tokenizer.encode(text))
+        return cls(abc=text, abc_ids=ids, cot=cot, seed=seed, source="user",
+                   timing={"seconds": 0.0, "output_tokens": 0, "external_prefix_tokens": len(ids)})
+
+    def with_text(self, text: str, tokenizer) -> "Score":
+        """This score if `text` equals its text (exact ids kept, so an unchanged score re-renders identically),
+        otherwise a user score tokenized from `text`."""
+        if self.abc is not None and text == self.abc:
+            return self
+        return Score.from_text(text, tokenizer, self.cot if self.cot != "off" else "full", self.seed)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SemanticTokens:
+    """Semantic codec tokens (codes 0 … 32767, 25 per second) with everything needed to render them again: the
+    semantic-stage prefix they were sampled after, the score, the seed and the sampling settings."""
+
+    codes: list[int]
+    prefix: list[int]
+    score: Score
+    request: dict
+    seed: int
+    cfg_scale: float
+    sampling: dict
+    ended: bool
+    timing: dict = field(default_factory=dict)
+
+    @property
+    def truncated(self) -> bool:
+        return not self.ended
+
+    @property
+    def seconds(self) -> float:
+        return len(self.codes) / FRAMES_PER_SECOND
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["seconds"] = self.seconds
+        return d
+
+
+@dataclass
+class Song:
+    """A finished song. `latents` [T, 64] fp32, `audio` [2, 1920·T − 64] fp32 in [−1, 1] at `sample_rate` Hz."""
+
+    request: SongRequest
+    score: Score
+    tokens: SemanticTokens
+    latents: torch.Tensor
+    audio: torch.Tensor
+    sample_rate: int = SAMPLE_RATE
+    timing: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+
+    @property
+    def truncated(self) -> dict:
+        return {"abc": self.score.truncated, "semantic": self.tokens.truncated}
+
+
+def _phase(ar, prefix, sampling, seed, phase, **kw):
+    """Run one AR phase on the best available decoder for the model's device (CUDA graphs on GPUs)."""
+    from .fast import select_generate
+    return select_generate(ar)(ar, prefix, sampling, seed, phase, **kw)
+
+
+def _token_progress(progress: Progress | None, stage: str, t0: float):
+    if progress is None:
+        return None
+
+    def on_token(phase, step, total, token):
+        elapsed = time.perf_counter() - t0
+        progress(stage, step + 1, total, {"tokens_per_second": (step + 1) / elapsed if elapsed > 0 else 0.0})
+    return on_token
+
+
+def plan(ar, tokenizer, request: SongRequest, sampling: Sampling = ABC_PRESET,
+         progress: Progress | None = None, semantic_max_tokens: int = 0) -> Score:
+    """Stage 1: the lead sheet. cot off → an empty "none" score; a request with `abc` → that text tokenized
+    verbatim; otherwise the model writes ABC ids after the planning prefix with the ABC preset (no CFG).
+    `semantic_max_tokens` (optional) makes the budget check fail early when even an empty score leaves no room."""
+    request.validate()
+    if request.cot == "off":
+        return Score(abc=None, abc_ids=[], cot="off", seed=request.seed, source="none")
+    if request.abc is not None:
+        return Score.from_text(request.abc, tokenizer, request.cot, request.seed)
+    sampling = sampling.validate("abc")
+    prefix = planning_prefix(request, tokenizer.encode)
+    check_budget(len(prefix), sampling.max_tokens, "ABC")
+    if semantic_max_tokens:
+        check_budget(len(prefix) + 2, semantic_max_tokens, "semantic")
+    t0 = time.perf_counter()
+    result = _phase(ar, prefix, sampling, request.seed, "abc", on_token=_token_progress(progress, "plan", t0))
+    return Score(abc=tokenizer.decode(result.tokens), abc_ids=result.tokens, cot=request.cot, seed=request.seed,
+                 source="model", truncated=result.truncated, timing=result.timing)
+
+
+def music_budget(request: SongRequest, score: Score, tokenizer) -> dict:
+    """Token accounting for the semantic stage: prefix tokens (prompt + score + markers), the score's tokens and the
+    most music that fits the context, in tokens and seconds (25 tokens per second)."""
+    prefix = semantic_prefix(request, score.abc_ids, tokenizer.encode)
+    room = max(0, CONTEXT - len(prefix))
+    return {"prefix_tokens": len(prefix), "score_tokens": len(score.abc_ids), "music_tokens_max": room,
+            "music_seconds_max": room / FRAMES_PER_SECOND}
+
+
+def semantic(ar, tokenizer, request: SongRequest, score: Score, sampling: Sampling = SEMANTIC_PRESET,
+             progress: Progress | None = None, forced: list[int] | None = None) -> SemanticTokens:
+    """Stage 2: semantic codec tokens after the semantic prefix, with CFG against the negative prefix when the
+    guidance is ≠ 1 (default 1.01 in off mode). Raises BudgetError (saying how many seconds fit) when the prefix +
+    `sampling.max_tokens` exceeds 24,576."""
+    request.validate()
+    if score.cot != request.cot and not (score.source == "user" and request.cot != "off"):
+        raise RequestError(f"the score was made for cot={score.cot!r} but the request says cot={request.cot!r}")
+    sampling = sampling.validate("semantic")
+    prefix = semantic_prefix(request, score.abc_ids, tokenizer.encode)
+    check_budget(len(prefix), sampling.max_tokens, "semantic")
+    cfg = request.guidance
+    negative = negative_prefix(request, score.abc_ids, tokenizer.encode) if cfg != 1.0 else None
+    t0 = time.perf_counter()
+    result = _phase(ar, prefix, sampling, request.seed, "semantic", negative=negative, cfg_scale=cfg,
+                    legacy_off=request.cot == "off", on_token=_token_progress(progress, "semantic", t0),
+                    forced=forced)
+    from .protocol import codes_from_ids
+    return SemanticTokens(codes=codes_from_ids(result.tokens), prefix=prefix, score=score,
+                          request=request_dict(request), seed=request.seed, cfg_scale=cfg,
+                          sampling=sampling.to_dict(), ended=result.ended, timing=result.timing)
+
+
+def request_dict(request: SongRequest) -> dict:
+    return {"style": request.style, "lyrics": request.lyrics, "cot": request.cot, "seed": request.seed,
+            "abc": request.abc, "cfg_scale": request.cfg_scale, "id": request.id}
+
+
+def render(ar, nar, tokens: SemanticTokens, steps: int = ODE_STEPS, seed: int | None = None,
+           progress: Progress | None = None) -> torch.Tensor:
+    """Stage 3: flow-matching render of the codes → latents [T, 64] fp32 (CPU). `seed` defaults to the tokens'
+    seed (the noise is `randn((T, 64))` from a CPU generator with that seed)."""
+    codes = validate_codes(tokens.codes)
+    seed = tokens.seed if seed is None else seed
+    on_step = None if progress is None else (lambda done, total: progress("render", done, total, {}))
+    from .fast import select_render
+    return select_render(nar)(ar, nar, list(tokens.prefix), codes, seed, steps, on_step)
+
+
+def vae_core_frames(device: torch.device) -> int:
+    """Tile size for the VAE: 1024 frames, 512 on GPUs with ≤ 12 GiB free (runtime.md §6.3)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return VAE_CORE_FRAMES if free > 12 * 2 ** 30 else 512
+    return VAE_CORE_FRAMES
+
+
+def decode(vae, latents: torch.Tensor, core: int | None = None, progress: Progress | None = None) -> torch.Tensor:
+    """Stage 4: latents [T, 64] (or [1, 64, T]) → audio [2, 1920·T − 64] fp32 in [−1, 1], halo-crop tiled."""
+    lat = latents.T[None] if latents.ndim == 2 else latents
+    if lat.ndim != 3 or lat.shape[1] != vae.cfg.latent_dim:
+        raise RequestError(f"latents must be [T, {vae.cfg.latent_dim}] or [1, {vae.cfg.latent_dim}, T]; got "
+                           f"{list(latents.shape)}")
+    core = core or vae_core_frames(vae.device)
+    on_tile = None if progress is None else (lambda d, t: progress("decode", d, t, {}))
+    audio = vae.decode_tiled(lat, core=core, halo=VAE_HALO_FRAMES, on_tile=on_tile)
+    return to_waveform(audio[0])
+
+
+@dataclass
+class Budgets:
+    """User-facing limits: `max_seconds` caps the music (25 tokens/s; min_tokens shrinks to fit),
+    `max_abc_tokens` caps the lead sheet."""
+
+    max_seconds: float | None = None
+    max_abc_tokens: int | None = None
+    abc: Sampling = ABC_PRESET
+    semantic: Sampling = SEMANTIC_PRESET
+
+    def abc_sampling(self) -> Sampling:
+        s = self.abc
+        if self.max_abc_tokens is not None:
+            if type(self.max_abc_tokens) is not int or self.max_abc_tokens < 1:
+                raise RequestError(f"max ABC tokens must be a positive integer, got {self.max_abc_tokens!r}")
+            s = replace(s, max_tokens=self.max_abc_tokens, min_tokens=min(s.min_tokens, self.max_abc_tokens))
+        return s.validate("abc")
+
+    def semantic_sampling(self) -> Sampling:
+        from .protocol import semantic_budget
+        return semantic_budget(self.max_seconds, self.semantic).validate("semantic")
+
+
+class YuE2Engine:
+    """Loaded YuE2 model (AR expert, NAR expert, VAE decoder, tokenizer) with the four stages and `generate`.
+
+    `YuE2Engine.load(path, device="auto", dtype=torch.bfloat16)`; device "auto" = CUDA when available, else CPU."""
+
+    def __init__(self, info, tokenizer, ar=None, nar=None, vae=None):
+        self.info, self.tokenizer, self.ar, self.nar, self.vae = info, tokenizer, ar, nar, vae
+
+    @classmethod
+    def load(cls, path, device="auto", dtype=torch.bfloat16, parts=("ar", "nar", "vae")) -> "YuE2Engine":
+        from .checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        info = inspect_checkpoint(path)
+        tok = load_tokenizer(info)
+        ar = load_ar(info, device, dtype) if "ar" in parts else None
+        nar = load_nar(info, device, dtype) if "nar" in parts else None
+        vae = load_vae(info, device) if "vae" in parts else None
+        return cls(info, tok, ar, nar, vae)
+
+    def generate(self, request: SongRequest, budgets: Budgets | None = None, steps: int = ODE_STEPS,
+                 progress: Progress | None = None) -> Song:
+        """Style + lyrics (+ optional score) → Song. Every stage's time is in `Song.timing`."""
+        budgets = budgets or Budgets()
+        request = request.validate()
+        sem = budgets.semantic_sampling()
+        timing = {}
+        t = time.perf_counter()
+        score = plan(self.ar, self.tokenizer, request, budgets.abc_sampling(), progress, sem.max_tokens)
+        timing["plan_seconds"] = time.perf_counter() - t
+        t = time.perf_counter()
+        tokens = semantic(self.ar, self.tokenizer, request, score, sem, progress)
+        timing["semantic_seconds"] = time.perf_counter() - t
+        t = time.perf_counter()
+        latents = render(self.ar, self.nar, tokens, steps, progress=progress)
+        timing["render_seconds"] = time.perf_counter() - t
+        t = time.perf_counter()
+        audio = decode(self.vae, latents, progress=progress)
+        timing["decode_seconds"] = time.perf_counter() - t
+        timing["total_seconds"] = sum(timing.values())
+        settings = {"protocol": PROTOCOL_VERSION, "cot": request.cot, "cfg_scale": request.guidance,
+                    "abc_sampling": budgets.abc_sampling().to_dict(), "semantic_sampling": sem.to_dict(),
+                    "ode_steps": steps, "ode_method": "midpoint", "model_dtype": str(self.ar.dtype).split(".")[-1],
+                    "vae_dtype": "float32", "vae_decode": "halo_crop", "device": str(self.ar.device),
+                    "checkpoint": self.info.to_dict()}
+        return Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,
+                    settings=settings, warnings=request.input_warnings())
+
+
+__all__ = ["Score", "SemanticTokens", "Song", "plan", "semantic", "render", "decode", "music_budget", "Budgets",
+           "YuE2Engine", "BudgetError"]
