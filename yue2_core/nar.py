@@ -87,12 +87,13 @@ class NARModel(nn.Module):
 
 class ChunkRenderer:
     """One chunk's conditioning and velocity field. `ar_kv` = per-layer (K, V) [1, nkv, A, D] of the chunk's AR
-    tokens from `ARModel.layer_kv`; `frames` = n. The AR cache is invariant during the solve."""
+    tokens from `ARModel.layer_kv` (copied into per-layer [AR ‖ NAR] buffers, so the caller may drop it);
+    `frames` = n. The AR part is invariant during the solve."""
 
     def __init__(self, nar: NARModel, ar_kv: list[tuple[torch.Tensor, torch.Tensor]], frames: int):
         if len(ar_kv) != nar.dims.layers:
             raise RequestError(f"AR K/V has {len(ar_kv)} layers, the NAR expert {nar.dims.layers}")
-        self.nar, self.ar_kv, self.frames = nar, ar_kv, frames
+        self.nar, self.frames = nar, frames
         self.ar_len = ar_kv[0][0].shape[2]
         self.length = frames + 2
         if self.ar_len + self.length > CONTEXT:
@@ -102,6 +103,15 @@ class ChunkRenderer:
         self.cos, self.sin = rope_cos_sin(positions, nar.dims.head_dim, nar.dims.rope_theta)
         local = torch.arange(self.length, device=dev).clamp(max=nar.dims.pe_rows - 1)
         self.pos_emb = nar.latent_pos_embed.pe[local][None]
+        # one [AR ‖ NAR] key/value buffer per layer: the AR part is written once, the NAR tail on every evaluation
+        self.keys, self.values = [], []
+        for k, v in ar_kv:
+            kb = k.new_empty(k.shape[0], k.shape[1], self.ar_len + self.length, k.shape[3])
+            vb = torch.empty_like(kb)
+            kb[:, :, :self.ar_len] = k
+            vb[:, :, :self.ar_len] = v
+            self.keys.append(kb)
+            self.values.append(vb)
 
     def velocity(self, state: torch.Tensor, raw_t: float) -> torch.Tensor:
         """state [n, 64] in the model dtype → velocity [n, 64] at raw timestep `raw_t` (t̃ = sigmoid(raw_t))."""
@@ -111,10 +121,10 @@ class ChunkRenderer:
         x = x + nar.time_embedder(nar.shifted_t(raw_t).expand(self.length), nar.dtype)[None]
         x = x + self.pos_emb
         b, t, _ = x.shape
-        for layer, (ar_k, ar_v) in zip(nar.model.layers, self.ar_kv):
+        for layer, keys, values in zip(nar.model.layers, self.keys, self.values):
             q, k, v = layer.self_attn.project(layer.input_layernorm(x), self.cos, self.sin)
-            keys = torch.cat((ar_k, k.transpose(1, 2)), dim=2)
-            values = torch.cat((ar_v, v.transpose(1, 2)), dim=2)
+            keys[:, :, self.ar_len:] = k.transpose(1, 2)
+            values[:, :, self.ar_len:] = v.transpose(1, 2)
             h = sdpa(q.transpose(1, 2), keys, values, causal=False)
             x = x + layer.self_attn.o_proj(h.transpose(1, 2).reshape(b, t, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
@@ -194,9 +204,8 @@ def render(ar, nar: NARModel, prefix: list[int], codes: list[int], seed: int, st
     total = steps * len(ranges)
     out = []
     for j, (a, b) in enumerate(ranges):
-        ar_kv = ar.layer_kv(chunk_tokens(prefix, codes, a, b))
-        renderer = ChunkRenderer(nar, ar_kv, b - a)
+        renderer = ChunkRenderer(nar, ar.layer_kv(chunk_tokens(prefix, codes, a, b)), b - a)
         step_cb = None if on_step is None else (lambda k, n, j=j: on_step(j * steps + k, total))
         out.append(solve(renderer, noise[a:b], steps, step_cb))
-        del renderer, ar_kv
+        del renderer
     return torch.cat(out, dim=0)

@@ -99,10 +99,9 @@ class ConvRotLinear(nn.Module):
     """Linear layer over ConvRot int8 codes: y = ((x·H) · qᵀ) · s + b (W8A16 in the rotated basis).
 
     Buffers keep the checkpoint names: `weight` int8 [out, in], `weight_scale` float32 [out, 1], optional `bias`.
-    x [..., in] in any float dtype → y [..., out] in x's dtype. Large weights are processed in row blocks so the
-    temporary float copy of the codes stays under `block_elems` elements."""
-
-    block_elems = 1 << 26
+    x [..., in] in any float dtype → y [..., out] in x's dtype. On CUDA a Triton W8A16 kernel (decode) or
+    dequantize + GEMM (large inputs) runs (`fast.int8_kernels`); on the CPU a dequantized copy in the activation
+    dtype is kept after the first call (CPU memory for speed; the codes stay the module's state)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, group: int = CONVROT_GROUP,
                  dtype=torch.bfloat16):
@@ -111,24 +110,27 @@ class ConvRotLinear(nn.Module):
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
         self.register_buffer("weight_scale", torch.ones(out_features, 1, dtype=torch.float32))
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False) if bias else None
+        self._cpu_cache = None
 
     def dequantized(self, dtype=torch.float32) -> torch.Tensor:
         """The float weight W = (q·s)·H [out, in] (for self-checks and for paths that prefer a float GEMM)."""
         return dequantize(self.weight, self.weight_scale, self.group, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xr = rotate(x, self.group)
-        rows = max(1, self.block_elems // max(1, self.in_features))
-        scale = self.weight_scale.reshape(-1)
-        outs = []
-        for start in range(0, self.out_features, rows):
-            q = self.weight[start:start + rows]
-            y = F.linear(xr.float(), q.float()) * scale[start:start + rows]
-            outs.append(y.to(x.dtype))
-        y = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
-        return y
+        if x.device.type == "cpu":
+            # CPU: keep one dequantized copy (made on first use, dropped if the codes move or change) — a plain
+            # float GEMM is several times faster there than converting the codes on every call.
+            key = (self.weight.data_ptr(), x.dtype)
+            if self._cpu_cache is None or self._cpu_cache[0] != key:
+                self._cpu_cache = (key, self.dequantized(x.dtype))
+            y = F.linear(x, self._cpu_cache[1])
+            return y if self.bias is None else y + self.bias.to(y.dtype)
+        from .fast.int8_kernels import convrot_linear
+        return convrot_linear(x, self.weight, self.weight_scale, self.bias, self.group)
+
+    def _apply(self, fn, *args, **kwargs):
+        self._cpu_cache = None
+        return super()._apply(fn, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, convrot_group={self.group}, bias={self.bias is not None}"

@@ -425,6 +425,7 @@ def write_synthetic_checkpoint(path: str, profile: str | Profile = "tiny", fmt: 
     start = time.perf_counter()
     prof = get_profile(profile)
     specs = plan(prof, fmt)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     file_bytes = write_safetensors_stream(path, specs, generate(specs, prof, seed, device),
                                           metadata_for(prof, fmt, seed), progress)
     report = {"path": os.path.abspath(path), "profile": prof.name, "format": fmt, "seed": seed,

@@ -1,13 +1,23 @@
-"""Device-specific fast paths. `select_generate(ar)` / `select_render(nar)` return the function that runs an AR
-phase / the NAR render for the model's device: the portable PyTorch path everywhere, the CUDA-graph path on NVIDIA
-GPUs when it is available (falls back to the portable path with one warning if capture fails)."""
+"""Device-specific fast paths, chosen automatically: `select_generate(ar)` returns the function that runs an AR
+phase for the model's device — the CUDA-graph decoder (`fast.decode`) on NVIDIA GPUs, the portable PyTorch loop
+(`yue2_core.sampling.generate`) elsewhere. `select_render(nar)` likewise for the NAR. Set YUE2_FAST=0 to force the
+portable paths (the reference implementation the fast ones are tested against)."""
 from __future__ import annotations
+
+import os
 
 from ..nar import render as portable_render
 from ..sampling import generate as portable_generate
 
 
+def fast_enabled(device) -> bool:
+    return getattr(device, "type", str(device)) == "cuda" and os.environ.get("YUE2_FAST", "1") != "0"
+
+
 def select_generate(ar):
+    if fast_enabled(ar.device):
+        from .decode import generate
+        return generate
     return portable_generate
 
 

@@ -1,0 +1,418 @@
+"""YuE2 speed benchmark on one NVIDIA GPU: ours vs a vendor-style baseline, in the same run, on full-size synthetic
+checkpoints (random weights of the real shapes; numbers say nothing about audio quality).
+
+    python bench/bench.py --workdir /tmp/yue2bench --json bench.json
+
+Prints one table (metric, ours, baseline, ratio) and writes JSON. Baseline = the vendor runtime's design
+(runtime.md §8, performance.md §5.1): the model step graphed with the full 184,704-row LM head, eager
+full-vocabulary sampling, one `.item()` host sync per token; eager NAR with a `torch.cat` of the AR K/V per layer
+and evaluation; fp32 VAE. Ours = `yue2_core.fast` (whole step + sampling in one CUDA graph, phase-sliced head,
+no per-token sync, int8 W8A16 Triton GEMV) and the engine's NAR/VAE.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from yue2_core.constants import ABC_START, EOD, MUSIC_START, VOCAB_SIZE  # noqa: E402
+from yue2_core.fast import decode as fd  # noqa: E402
+from yue2_core.fast.sampler import PhaseSlice  # noqa: E402
+from yue2_core.protocol import Sampling  # noqa: E402
+from yue2_core.sampling import process_logits  # noqa: E402
+
+RESULTS: dict = {"machine": {}, "metrics": {}, "errors": {}}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def record(name, ours=None, base=None, unit="", note=""):
+    RESULTS["metrics"][name] = {"ours": ours, "baseline": base, "unit": unit, "note": note}
+    ratio = f"{ours / base:.2f}x" if ours and base and unit.endswith("/s") else (
+        f"{base / ours:.2f}x" if ours and base else "")
+    log(f"  {name:42s} ours={_fmt(ours)} base={_fmt(base)} {unit} {ratio} {note}")
+
+
+def _fmt(v):
+    return "-" if v is None else (f"{v:.3f}" if v < 100 else f"{v:.0f}")
+
+
+def section(name):
+    def wrap(fn):
+        def run(*a, **k):
+            log(f"== {name}")
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            except Exception as exc:  # keep going: one broken section must not lose the others
+                RESULTS["errors"][name] = f"{type(exc).__name__}: {exc}"
+                log(traceback.format_exc())
+            finally:
+                log(f"   ({time.perf_counter() - t:.1f} s)")
+        return run
+    return wrap
+
+
+DEVICE = "cuda"
+PROFILE = "full"
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def prompt_ids(n, phase, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    body = torch.randint(0, 150000, (n - 2,), generator=g).tolist()
+    return [EOD] + body + [ABC_START if phase == "abc" else MUSIC_START]
+
+
+def fixed_len(preset: Sampling, n: int) -> Sampling:
+    """The preset with the end token blocked for exactly n tokens (min = max = n)."""
+    return Sampling(preset.temperature, preset.top_p, preset.top_k, preset.repetition_penalty,
+                    preset.penalty_window, n, n)
+
+
+SEM = Sampling()
+ABC = Sampling(0.7, 0.9, 30, 1.005, 100, 32, 4096)
+
+
+def ours_rate(ar, prefixes, s, phase, cfg=1.0, negatives=None, compile=None):
+    dec = fd.PhaseDecoder(ar, prefixes, s, list(range(1, len(prefixes) + 1)), phase, negatives=negatives,
+                          cfg_scale=cfg, compile=compile)
+    res = dec.run()
+    t = res[0].timing
+    decode_s = t["seconds"] - t["prefill_seconds"]
+    return s.max_tokens / decode_s, t
+
+
+class VendorBaseline(fd.PhaseDecoder):
+    """Vendor-style loop: graph of the model step with the full LM head; sampling eager on the full vocabulary
+    (reference processor) with torch.multinomial; `.item()` every token."""
+
+    def __init__(self, ar, prefixes, s, phase, **kw):
+        super().__init__(ar, prefixes, s, [1], phase, **kw)
+        end = 151848 if phase == "abc" else 151852
+        self.slice = PhaseSlice(0, VOCAB_SIZE, end, None)
+
+    def _fwd(self, attn_len):
+        self._forward(attn_len)
+        self.pos.add_(1)
+
+    def run_baseline(self):
+        self._allocate()
+        self._prefill()
+        sync()
+        gen = torch.Generator(device=DEVICE).manual_seed(1)
+        graphs = {}
+        s, hist = self.s, []
+        t0 = time.perf_counter()
+        max_prefix = max(len(r) for r in self.rows)
+        for step in range(s.max_tokens):
+            logits = self.logits[0] if self.cfg == 1.0 else self.logits[1] + self.cfg * (self.logits[0] - self.logits[1])
+            scores = process_logits(logits, s, hist, step, self.phase, False)
+            tok = int(torch.multinomial(scores.softmax(-1), 1, generator=gen).item())
+            hist.append(tok)
+            self.tokens.fill_(tok)
+            attn_len = min(self.capacity, math.ceil((max_prefix + step + 1) / fd.BUCKET) * fd.BUCKET)
+            if DEVICE != "cuda":
+                self._fwd(attn_len)
+                continue
+            if attn_len not in graphs:
+                saved = [t.clone() for t in self._state()]
+                self._fwd(attn_len)
+                for a, b in zip(self._state(), saved):
+                    a.copy_(b)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    self._fwd(attn_len)
+                graphs[attn_len] = g
+            graphs[attn_len].replay()
+        sync()
+        return s.max_tokens / (time.perf_counter() - t0)
+
+
+def baseline_rate(ar, prefix, s, phase, cfg=1.0, negative=None):
+    b = VendorBaseline(ar, [prefix], s, phase, cfg_scale=cfg, negatives=None if negative is None else [negative])
+    return b.run_baseline()
+
+
+@section("checkpoints")
+def make_checkpoints(workdir):
+    from yue2_core.synthetic import write_synthetic_checkpoint
+    os.makedirs(workdir, exist_ok=True)
+    paths = {}
+    for fmt in ("bf16", "int8"):
+        p = os.path.join(workdir, f"yue2_{PROFILE}_{fmt}.safetensors")
+        if not os.path.exists(p):
+            t = time.perf_counter()
+            rep = write_synthetic_checkpoint(p, profile=PROFILE, fmt=fmt, seed=0, device=DEVICE)
+            log(f"  wrote {p}: {rep['elements']:,} elements, {rep['data_bytes']:,} bytes, "
+                f"matches release totals: {rep.get('matches_release')} ({time.perf_counter() - t:.1f} s)")
+            RESULTS["machine"][f"checkpoint_{fmt}"] = {"elements": rep["elements"], "data_bytes": rep["data_bytes"],
+                                                      "matches_release": rep.get("matches_release")}
+        paths[fmt] = p
+    return paths
+
+
+def load(path, parts=("ar", "nar", "vae")):
+    from yue2_core.pipeline import YuE2Engine
+    t = time.perf_counter()
+    eng = YuE2Engine.load(path, device=DEVICE, parts=parts)
+    sync()
+    log(f"  loaded {os.path.basename(path)} {parts} in {time.perf_counter() - t:.1f} s")
+    return eng
+
+
+@section("AR bf16")
+def ar_bf16(eng, n, compile_ok):
+    sem_p, abc_p, neg = prompt_ids(2000, "semantic"), prompt_ids(500, "abc", 1), prompt_ids(40, "semantic", 2)
+    s = fixed_len(SEM, n)
+    t = time.perf_counter()
+    cache = eng.ar.new_cache(1, 2000)
+    eng.ar.prefill(torch.tensor([sem_p], device=DEVICE), cache)
+    sync()
+    t = time.perf_counter()
+    eng.ar.prefill(torch.tensor([sem_p], device=DEVICE), eng.ar.new_cache(1, 2000))
+    sync()
+    record("prefill 2000 tokens (s)", time.perf_counter() - t, None, "s")
+    base1 = baseline_rate(eng.ar, sem_p, s, "semantic")
+    ours1, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
+    record("AR decode bf16 batch 1 (graph)", ours1, base1, "tok/s")
+    best = ours1
+    if compile_ok:
+        ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)
+        record("AR decode bf16 batch 1 (graph+compile)", ours1c, base1, "tok/s")
+        best = max(best, ours1c)
+    use_compile = compile_ok and best > ours1
+    RESULTS["machine"]["compile_used"] = use_compile
+    basec = baseline_rate(eng.ar, sem_p, s, "semantic", cfg=1.5, negative=neg)
+    oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg], compile=use_compile)
+    record("AR decode bf16 CFG pair (song tok/s)", oursc, basec, "tok/s")
+    ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic", compile=use_compile)
+    record("AR decode bf16 8 candidates (total)", ours8 * 8, base1, "tok/s", "baseline = 1 song at a time")
+    ours4, _ = ours_rate(eng.ar, [sem_p] * 4, s, "semantic", compile=use_compile)
+    record("AR decode bf16 4 candidates (total)", ours4 * 4, base1, "tok/s")
+    sa = fixed_len(ABC, min(n, 512))
+    basea = baseline_rate(eng.ar, abc_p, sa, "abc")
+    oursa, _ = ours_rate(eng.ar, [abc_p], sa, "abc", compile=use_compile)
+    record("AR decode bf16 ABC phase", oursa, basea, "tok/s")
+    return {"b1": best, "base1": base1, "cfg": oursc, "basec": basec, "b4": ours4, "b8": ours8, "abc": oursa,
+            "base_abc": basea, "compile": use_compile}
+
+
+@section("AR int8")
+def ar_int8(eng, n, base_rates):
+    sem_p, neg = prompt_ids(2000, "semantic"), prompt_ids(40, "semantic", 2)
+    s = fixed_len(SEM, n)
+    ours1, t = ours_rate(eng.ar, [sem_p], s, "semantic")
+    record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s", "baseline = bf16 vendor loop")
+    oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
+    record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
+    ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
+    record("AR decode int8 8 candidates (total)", ours8 * 8, base_rates.get("base1"), "tok/s")
+    sa = fixed_len(ABC, min(n, 512))
+    oursa, _ = ours_rate(eng.ar, [prompt_ids(500, "abc", 1)], sa, "abc")
+    record("AR decode int8 ABC phase", oursa, base_rates.get("base_abc"), "tok/s")
+    return {"b1": ours1, "cfg": oursc, "b8": ours8, "abc": oursa}
+
+
+class CatRenderer:
+    """Vendor-style velocity: torch.cat of the AR K/V and the NAR K/V in every layer and evaluation."""
+
+    def __init__(self, nar, ar_kv, frames):
+        from yue2_core.nar import ChunkRenderer
+        self.inner = ChunkRenderer(nar, ar_kv, frames)
+        self.ar_kv = [(k.clone(), v.clone()) for k, v in ar_kv]
+        self.nar, self.frames = nar, frames
+
+    def velocity(self, state, raw_t):
+        from yue2_core.layers import sdpa
+        r, nar = self.inner, self.nar
+        x = nar.vae2llm(torch.nn.functional.pad(state, (0, 0, 1, 1))[None])
+        x = x + nar.time_embedder(nar.shifted_t(raw_t).expand(r.length), nar.dtype)[None]
+        x = x + r.pos_emb
+        b, t, _ = x.shape
+        for layer, (ak, av) in zip(nar.model.layers, self.ar_kv):
+            q, k, v = layer.self_attn.project(layer.input_layernorm(x), r.cos, r.sin)
+            keys, values = torch.cat((ak, k.transpose(1, 2)), 2), torch.cat((av, v.transpose(1, 2)), 2)
+            h = sdpa(q.transpose(1, 2), keys, values, causal=False)
+            x = x + layer.self_attn.o_proj(h.transpose(1, 2).reshape(b, t, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return nar.llm2vae(nar.model.norm(x))[0, 1:-1]
+
+    @property
+    def nar_(self):
+        return self.nar
+
+
+@section("NAR")
+def nar_bench(eng, frames, label, baseline=True):
+    from yue2_core.nar import ChunkRenderer, chunk_tokens, solve, song_noise
+    prefix = prompt_ids(2000, "semantic")
+    codes = torch.randint(0, 32768, (frames,)).tolist()
+    noise = song_noise(frames, 1)
+    t = time.perf_counter()
+    kv = eng.ar.layer_kv(chunk_tokens(prefix, codes, 0, frames))
+    r = ChunkRenderer(eng.nar, kv, frames)
+    sync()
+    prefill = time.perf_counter() - t
+    r.velocity(noise.to(DEVICE, eng.nar.dtype), 20.0)
+    sync()
+    t = time.perf_counter()
+    solve(r, noise, 32)
+    sync()
+    ours = time.perf_counter() - t
+    base = None
+    if baseline:
+        cr = CatRenderer(eng.nar, kv, frames)
+        cr.nar = eng.nar
+        cr.velocity(noise.to(DEVICE, eng.nar.dtype), 20.0)
+        sync()
+        t = time.perf_counter()
+        # same solver, vendor-style velocity
+        state, dt = noise.to(DEVICE, eng.nar.dtype), 1 / 32
+        from yue2_core.nar import raw_timesteps
+        for raw, raw_mid in raw_timesteps(32):
+            mid = state - cr.velocity(state, raw) * (dt / 2)
+            state = state - cr.velocity(mid, raw_mid) * dt
+        state.float().cpu()
+        sync()
+        base = time.perf_counter() - t
+    record(f"NAR {label} {frames} frames, 32 steps (s)", ours, base, "s", f"AR prefill {prefill:.2f} s not incl.")
+    return ours + prefill
+
+
+@section("VAE")
+def vae_bench(eng, frames):
+    from yue2_core.pipeline import decode
+    lat = torch.randn(frames, 64) * 0.5
+    decode(eng.vae, lat[:64])
+    sync()
+    t = time.perf_counter()
+    decode(eng.vae, lat, core=1024)
+    sync()
+    ours = time.perf_counter() - t
+    record(f"VAE fp32 tiled {frames} frames (s)", ours, ours, "s", "same algorithm as the vendor (TF32 off)")
+    return ours
+
+
+@section("whole song int8")
+def whole_song(path, abc_n, sem_n):
+    from yue2_core.pipeline import Budgets, YuE2Engine
+    from yue2_core.protocol import SongRequest
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    nvml_peak = [0]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        base_used = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+    except Exception:
+        handle = None
+    t0 = time.perf_counter()
+    eng = YuE2Engine.load(path, device=DEVICE)
+    sync()
+    load_s = time.perf_counter() - t0
+    b = Budgets(abc=fixed_len(ABC, abc_n), semantic=fixed_len(SEM, sem_n))
+
+    def progress(stage, done, total, info):
+        if handle is not None:
+            nvml_peak[0] = max(nvml_peak[0], pynvml.nvmlDeviceGetMemoryInfo(handle).used - base_used)
+    t = time.perf_counter()
+    song = eng.generate(SongRequest("synthetic benchmark", "[Verse]\nla la", cot="full", seed=1), b,
+                        progress=progress)
+    sync()
+    wall = time.perf_counter() - t
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if DEVICE == "cuda" else None
+    record("whole song int8 cot full (s)", wall, None, "s",
+           f"ABC {abc_n} + music {sem_n} tokens; load {load_s:.1f} s not incl.; stages "
+           + ", ".join(f"{k} {v:.2f}" for k, v in song.timing.items()))
+    record("peak VRAM whole song int8 (GiB, allocator)", peak, None, "GiB")
+    if handle is not None:
+        record("peak VRAM whole song int8 (GiB, NVML)", nvml_peak[0] / 2 ** 30, None, "GiB", "sampled per progress")
+    del eng
+    torch.cuda.empty_cache()
+    return wall
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workdir", default="/tmp/yue2bench")
+    ap.add_argument("--json", default="bench.json")
+    ap.add_argument("--tokens", type=int, default=512, help="decode tokens per AR measurement")
+    ap.add_argument("--frames", type=int, default=5371, help="song length for NAR/VAE (3.6 min = 5371)")
+    ap.add_argument("--abc-tokens", type=int, default=1500)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: bf16,int8,nar,vae,song")
+    ap.add_argument("--dry-run-cpu", action="store_true", help="tiny profile on the CPU (checks the script only)")
+    args = ap.parse_args()
+    global DEVICE, PROFILE
+    if args.dry_run_cpu:
+        DEVICE, PROFILE = "cpu", "tiny"
+        torch.cuda.empty_cache = lambda: None
+    skip = set(filter(None, args.skip.split(",")))
+    props = torch.cuda.get_device_properties(0) if DEVICE == "cuda" else None
+    RESULTS["machine"].update({"gpu": props.name if props else "cpu",
+                               "memory_gib": round(props.total_memory / 2 ** 30, 1) if props else None,
+                               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+                               "commit": os.environ.get("YUE2_COMMIT", "")})
+    log(json.dumps(RESULTS["machine"]))
+    paths = make_checkpoints(args.workdir)
+    rates, int8r, nar_s, vae_s = {}, {}, None, None
+    if "bf16" not in skip or "nar" not in skip or "vae" not in skip:
+        eng = load(paths["bf16"])
+        if "bf16" not in skip:
+            rates = ar_bf16(eng, args.tokens, not args.no_compile) or {}
+        if "nar" not in skip:
+            nar_s = nar_bench(eng, args.frames, "bf16")
+        if "vae" not in skip:
+            vae_s = vae_bench(eng, args.frames)
+        del eng
+        torch.cuda.empty_cache()
+    if "int8" not in skip:
+        eng8 = load(paths["int8"], parts=("ar", "nar"))
+        int8r = ar_int8(eng8, args.tokens, rates) or {}
+        if "nar" not in skip:
+            nar_bench(eng8, args.frames, "int8 (dequantized GEMMs)", baseline=False)
+        del eng8
+        torch.cuda.empty_cache()
+    if "song" not in skip:
+        wall = whole_song(paths["int8"], args.abc_tokens, args.frames)
+        if wall and rates.get("base1") and nar_s and vae_s:
+            m = RESULTS["metrics"]
+            base_nar = m.get(f"NAR bf16 {args.frames} frames, 32 steps (s)", {}).get("baseline") or nar_s
+            base_song = args.abc_tokens / rates["base_abc"] + args.frames / rates["base1"] + base_nar + vae_s
+            record("whole song: ours int8 vs vendor-style bf16 (s)", wall, base_song, "s",
+                   "baseline derived from its measured per-token rates, NAR and VAE times")
+    if rates.get("b1") and nar_s and vae_s:
+        for n, key in ((1, "b1"), (4, "b4"), (8, "b8")):
+            ar_s = args.frames / rates[key] + args.abc_tokens / rates["abc"]
+            per_min = 60 * n / (ar_s + n * (nar_s + vae_s))
+            record(f"candidates per minute, N={n} (3.6-min songs, bf16)", per_min, None, "songs/min")
+    with open(args.json, "w") as f:
+        json.dump(RESULTS, f, indent=2)
+    log("\n| metric | ours | vendor-style baseline | ratio |\n|---|---|---|---|")
+    for name, m in RESULTS["metrics"].items():
+        o, b, u = m["ours"], m["baseline"], m["unit"]
+        ratio = "" if not (o and b) else (f"{o / b:.2f}×" if u.endswith("/s") else f"{b / o:.2f}×")
+        log(f"| {name} | {_fmt(o)} {u} | {_fmt(b) if b else '-'} | {ratio} |")
+    if RESULTS["errors"]:
+        log("errors: " + json.dumps(RESULTS["errors"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

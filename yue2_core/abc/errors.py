@@ -1,0 +1,54 @@
+"""The one error type of the ABC package and the `Issue` record every check reports."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import ScoreError
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One finding about a score.
+
+    severity: "error" (the score is not usable as written) or "warning" (usable, but the model or our tools will not
+    do what the text suggests). line and column are 1-based (column counts characters, not bytes); bar is the 1-based
+    bar number within `voice`, or None when the finding is not about a bar. code is a short stable id the UI can key
+    on (see `validate` for the list); message is a sentence that says what is wrong and what is accepted.
+    """
+
+    severity: str
+    code: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    bar: int | None = None
+    voice: str | None = None
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict with all seven fields."""
+        return asdict(self)
+
+
+class AbcError(ScoreError):
+    """A score that cannot be parsed, or a score tool asked to do something it cannot do.
+
+    A `ValueError` (through `ScoreError`), so callers that catch either keep working. `line`/`column` locate the
+    first problem (1-based, None when not about a place); `code` is the `Issue` code; `issues` holds every problem
+    found, so a caller can show them all.
+    """
+
+    def __init__(self, message: str, *, code: str = "invalid", line: int | None = None, column: int | None = None,
+                 issues: tuple[Issue, ...] = ()):
+        where = f"line {line}: " if line else ""
+        super().__init__(where + message)
+        self.message = message
+        self.code = code
+        self.line = line
+        self.column = column
+        self.issues = tuple(issues)
+
+    @classmethod
+    def from_issue(cls, issue: Issue, issues: tuple[Issue, ...] = ()) -> "AbcError":
+        """The error that reports `issue` first and carries `issues`."""
+        return cls(issue.message, code=issue.code, line=issue.line, column=issue.column, issues=issues or (issue,))

@@ -1,0 +1,117 @@
+"""Tokenizer for one music line. Positions are 0-based character offsets into the line (callers add 1).
+
+Accepted tokens (ABC 2.1 [A], subset; the native dialect [V] uses notes, z rests, Z/Z2..Z4 bar rests, quoted chord
+symbols, [K:] inline keys and plain `|`):
+  note      accidental? letter octave-marks length? tie?      e.g. ^F,3/2-   _b'  c16
+  rest      z or x with a length                               z8  x/2
+  bar-rest  Z or X with an optional bar count                  Z  Z3
+  chord     "symbol"                                           "F#m/C#"
+  inline    [K:key] (other inline fields are reported as unsupported)
+  bar       | || |] [| |: :| :: :|: ...
+  tuplet    (p  (p:q  (p:q:r  (p::r
+  broken    > >> >>> < << <<<
+  comment   % to the end of the line
+Everything else becomes an "error" token with a reason; the lexer never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_LENGTH = r"(?P<num>\d*)(?P<slash>/*)(?P<den>\d*)"
+_NOTE = re.compile(r"(?P<acc>\^\^|\^|__|_|=)?(?P<letter>[A-Ga-g])(?P<oct>[,']*)" + _LENGTH + r"(?P<tie>-?)")
+_REST = re.compile(r"(?P<letter>[zx])" + _LENGTH)
+_BAR_REST = re.compile(r"(?P<letter>[ZX])(?P<count>\d*)")
+_BAR = re.compile(r":*\[?\|[\]|]?:*|::+")
+_TUPLET = re.compile(r"\((?P<p>\d+)(?::(?P<q>\d*))?(?::(?P<r>\d*))?")
+_BROKEN = re.compile(r">{1,3}|<{1,3}")
+_INLINE = re.compile(r"\[(?P<field>[A-Za-z]):(?P<value>[^\]\n]*)\]")
+
+_REASONS = {
+    "(": "slurs are not part of the dialect",
+    ")": "slurs are not part of the dialect",
+    "{": "grace notes are not part of the dialect",
+    "!": "decorations are not part of the dialect",
+    "+": "decorations are not part of the dialect",
+    ".": "staccato dots and other decorations are not part of the dialect",
+    "~": "decorations are not part of the dialect",
+    "\\": "line continuations are not part of the dialect; write each group's music on one line",
+    "-": "a tie must follow a note directly (e.g. c4-)",
+}
+
+
+@dataclass(frozen=True)
+class Token:
+    """kind (see module doc), start/end offsets (end exclusive), the matched text, named groups of the match, and
+    for "error" tokens the reason."""
+
+    kind: str
+    start: int
+    end: int
+    text: str
+    groups: dict
+    reason: str = ""
+
+
+def parse_length(num: str, slash: str, den: str) -> tuple[int, int] | None:
+    """(numerator, denominator) of an ABC length suffix; "" = 1, "/" = 1/2, "//" = 1/4, "3/" = 3/2, "/4" = 1/4.
+    None for a zero length."""
+    numerator = int(num) if num else 1
+    if not slash:
+        denominator = 1
+    elif den:
+        denominator = int(den) * 2 ** (len(slash) - 1)
+    else:
+        denominator = 2 ** len(slash)
+    if numerator == 0 or denominator == 0:
+        return None
+    return numerator, denominator
+
+
+def tokenize(line: str) -> list[Token]:
+    """Tokens of one music line, whitespace dropped. Unknown characters yield one "error" token each run."""
+    tokens: list[Token] = []
+    pos = 0
+    size = len(line)
+    while pos < size:
+        char = line[pos]
+        if char in " \t\r":
+            pos += 1
+            continue
+        token = _match_at(line, pos)
+        tokens.append(token)
+        pos = token.end
+    return tokens
+
+
+def _match_at(line: str, pos: int) -> Token:
+    char = line[pos]
+    if char == "%":
+        return Token("comment", pos, len(line), line[pos:], {})
+    if char == '"':
+        close = line.find('"', pos + 1)
+        if close < 0:
+            return Token("error", pos, len(line), line[pos:], {}, "a chord symbol's closing quote is missing")
+        return Token("chord", pos, close + 1, line[pos:close + 1], {"text": line[pos + 1:close]})
+    for kind, pattern in (("bar", _BAR), ("inline", _INLINE), ("note", _NOTE), ("rest", _REST),
+                          ("bar-rest", _BAR_REST), ("tuplet", _TUPLET), ("broken", _BROKEN)):
+        match = pattern.match(line, pos)
+        if match:
+            return Token(kind, pos, match.end(), match.group(0), match.groupdict())
+    if char == "[":
+        return Token("error", pos, pos + 1, char, {},
+                     "notes sounding together ([CEG]) are not part of the dialect; each voice is one melody line")
+    end = pos + 1
+    while end < len(line) and not line[end].isspace() and line[end] not in '|"' and _is_unknown(line, end):
+        end += 1
+    reason = _REASONS.get(char, "this is not a note, rest, chord symbol or bar line of the dialect")
+    return Token("error", pos, end, line[pos:end], {}, reason)
+
+
+def _is_unknown(line: str, pos: int) -> bool:
+    """True when nothing known starts at `pos` (used to swallow a run of garbage as one error token)."""
+    for pattern in (_BAR, _NOTE, _REST, _BAR_REST, _INLINE):
+        if pattern.match(line, pos):
+            return False
+    return line[pos] not in "%[("

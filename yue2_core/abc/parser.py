@@ -1,0 +1,289 @@
+"""Body parser: groups of `V: Vocal` / `V: Ins` music lines, `%` section comments, per-voice M:/K: lines.
+
+`scan(text)` never raises and returns an `AbcScore` with every issue it found; `parse(text)` raises `AbcError` when
+the text cannot be read as the dialect (the codes in `SYNTAX_CODES`). Structural rules that need the whole score
+(group pairing, bar lengths, ranges) are checked by `validate`.
+
+Layout rules [V][R]: after the header, each group is optional `% label` lines, `V: Vocal`, one music line, `V: Ins`,
+one music line; each music line ends with `|`. A score the planner cut at its token budget ends inside a group or
+inside a bar [U entry 7]: the unfinished tail is reported once as "truncated" (a warning), never as a syntax error.
+"""
+
+from __future__ import annotations
+
+from .bars import BarBuilder, VoiceState
+from .dialect import VOICES
+from .errors import AbcError, Issue
+from .header import VOICE_VALUE, is_field_line, parse_header, parse_key, parse_meter
+from .lexer import tokenize
+from .model import AbcScore, FieldChange, Group, LyricsLine, MusicLine, Section
+
+# Codes that make a text unreadable: `parse` raises on the first of these (validate reports them all).
+SYNTAX_CODES = frozenset({"empty", "missing-header", "duplicate-header", "header-order", "header-value",
+                          "unknown-header", "unknown-voice", "token", "structure", "unterminated-bar", "empty-bar"})
+
+
+def split_lines(text: str) -> list[str]:
+    """Source lines split at "\\n" only (a "\\r" before it stays on the line, so columns and bytes are kept)."""
+    return text.split("\n")
+
+
+def scan(text: str) -> AbcScore:
+    """Read `text` as far as possible; never raises. Issues are in `score.issues`, sorted by position."""
+    if not isinstance(text, str):
+        raise AbcError(f"The score must be text (str), not {type(text).__name__}.", code="type")
+    lines = split_lines(text)
+    clean = [line[:-1] if line.endswith("\r") else line for line in lines]
+    header, body_start, issues = parse_header(clean) if text.strip() else (None, 0, [])
+    if header is None:
+        from .model import Header
+        score = AbcScore(text, lines, Header())
+        score.issues.append(Issue("error", "empty", "The score is empty; paste a score that starts with the header "
+                                  "X:1, T:, M:, L:, Q:, the two V: definitions and K:.", 1, 1))
+        return score
+    score = AbcScore(text, lines, header, issues=issues)
+    _Body(score, clean, body_start).run()
+    score.issues.sort(key=lambda i: (i.line or 0, i.column or 0))
+    return score
+
+
+def parse(text: str) -> AbcScore:
+    """Parse a score of the native two-voice dialect.
+
+    Returns an `AbcScore` whose elements carry their source line and column; lengths are exact `Fraction`s in units
+    of L:. Raises `AbcError` (a `ValueError`) for text that cannot be read as the dialect: empty text, a missing,
+    duplicated, misplaced or malformed header line, an unknown field or voice, a token that is not a note, rest,
+    chord symbol, tuplet, broken-rhythm mark or bar line, music outside a voice, an empty or unterminated bar (an
+    unterminated final bar is truncation, a warning). The error's `issues` hold everything that was found.
+    Musical problems (bar lengths, group pairing, ranges, ties) do not raise; `validate` reports them.
+    """
+    return readable(scan(text))
+
+
+def readable(score: AbcScore) -> AbcScore:
+    """`score` itself if it has no error in `SYNTAX_CODES`, else raise `AbcError` for the first such error."""
+    fatal = [i for i in score.issues if i.severity == "error" and i.code in SYNTAX_CODES]
+    if fatal:
+        raise AbcError.from_issue(fatal[0], tuple(score.issues))
+    return score
+
+
+def _has_events(tokens) -> bool:
+    """True when a bar's tokens include a note or rest (a bar of only chord symbols/keys has no time)."""
+    return any(t.kind in ("note", "rest", "bar-rest") for t in tokens)
+
+
+class _Body:
+    """One pass over the body lines, building groups, bars and sections."""
+
+    def __init__(self, score: AbcScore, lines: list[str], start: int):
+        self.score = score
+        self.lines = lines
+        self.start = start
+        header = score.header
+        self.states = {v: VoiceState(v, header.meter, header.key, header.unit) for v in VOICES}
+        self.builders = {v: BarBuilder(self.states[v], score.issues) for v in VOICES}
+        self.voice: str | None = None  # current voice; "?" after an unknown selector
+        self.awaiting_music = False
+        self.group: Group | None = None
+        self.pending_sections: list[tuple[str, int]] = []
+        self.warned: set[str] = set()
+        self.last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+
+    def issue(self, severity, code, message, line, column=1, bar=None, voice=None):
+        self.score.issues.append(Issue(severity, code, message, line, column, bar, voice))
+
+    def warn_once(self, key, message, line, column=1):
+        if key not in self.warned:
+            self.warned.add(key)
+            self.issue("warning", "dialect", message, line, column)
+
+    def run(self) -> None:
+        for index in range(self.start, len(self.lines)):
+            self.line(index, self.lines[index])
+        self.finish()
+
+    # -- line dispatch -------------------------------------------------------------------------------------------
+    def line(self, index: int, text: str) -> None:
+        number = index + 1
+        if not text.strip():
+            if index < self.last:
+                self.warn_once("blank", "Blank lines are not part of the dialect (in ABC a blank line ends the "
+                               "tune); remove them.", number)
+            return
+        if text.startswith("%"):
+            self.comment(text, number)
+        elif is_field_line(text):
+            self.field(text, number, index)
+        elif self.voice is None:
+            if "outside" not in self.warned:
+                self.warned.add("outside")
+                self.issue("error", "structure", "Music before any voice selector; every music line follows a "
+                           "V: Vocal or V: Ins line.", number)
+        elif self.voice != "?":
+            self.music(text, number, index)
+
+    def comment(self, text: str, number: int) -> None:
+        if text.startswith("%%"):
+            self.warn_once("directive", "%% directives are not part of the dialect and are ignored.", number)
+            return
+        label = text[1:].strip()
+        if not label:
+            return
+        if self.awaiting_music:
+            self.warn_once("comment-in-group", "A comment between a V: line and its music line; section comments "
+                           "go before V: Vocal at the start of a group.", number)
+        self.pending_sections.append((label, number))
+
+    def field(self, text: str, number: int, index: int) -> None:
+        name, value = text[0], text[2:]
+        if name == "V":
+            self.selector(text, value, number, index)
+        elif name in ("M", "K"):
+            self.change(name, value, number)
+        elif name in ("w", "W"):
+            self.warn_once("lyrics", "w:/W: lyrics lines are not part of the dialect; the model takes lyrics "
+                           "from the lyrics prompt, not from the score.", number)
+            voice = self.voice if self.voice in VOICES else None
+            self.score.lyrics.append(LyricsLine(name, value.strip(), number, voice))
+        else:
+            self.issue("error", "unknown-header", f"Field {name}: is not allowed in the body; after the header "
+                       f"only V: selectors and M:/K: changes (right after a V: line) may appear.", number)
+
+    def selector(self, text: str, value: str, number: int, index: int) -> None:
+        name, rest = VOICE_VALUE.match(value).groups()
+        if name not in VOICES:
+            if index == self.last and any(f"V: {v}".startswith(text.strip()) for v in VOICES):
+                self.truncated(number, "The score ends inside a voice selector line.")
+            else:
+                self.issue("error", "unknown-voice", f"Voice {name!r} is not part of the dialect; the only voices "
+                           f"are Vocal and Ins (V: Vocal, V: Ins).", number)
+            self.voice = "?"
+            return
+        if text.rstrip() != f"V: {name}":
+            self.warn_once(f"selector-{name}", f"Write the selector as 'V: {name}' (with one space, nothing "
+                           f"after), as the planner does.", number)
+        groups = self.score.groups
+        if name == "Vocal" or self.group is None or name in self.group.selectors:
+            self.group = Group(len(groups) + 1, number)
+            groups.append(self.group)
+            first_bar = len(self.states[name].bars) + 1
+            for label, line in self.pending_sections:
+                self.score.sections.append(Section(label, line, first_bar))
+            self.pending_sections = []
+        self.group.selectors[name] = number
+        self.group.lines.setdefault(name, [])
+        self.voice = name
+        self.awaiting_music = True
+
+    def change(self, name: str, value: str, number: int) -> None:
+        parser = parse_meter if name == "M" else parse_key
+        parsed, reason = parser(value)
+        if parsed is None:
+            self.issue("error", "header-value", reason + ".", number)
+            return
+        voices = [self.voice] if self.voice in VOICES else list(VOICES)
+        if self.voice not in VOICES:
+            self.warn_once("field-outside", f"An {name}: line outside a group applies to both voices; the dialect "
+                           f"writes it after each V: selector.", number)
+        for voice in voices:
+            state = self.states[voice]
+            if name == "M":
+                state.meter = parsed
+            else:
+                state.key = parsed
+            self.score.changes.append(FieldChange(name, str(value).strip(), number, voice, len(state.bars) + 1,
+                                                  (3, 3 + len(value))))
+
+    # -- music ---------------------------------------------------------------------------------------------------
+    def music(self, text: str, number: int, index: int) -> None:
+        voice = self.voice
+        group = self.group
+        if not self.awaiting_music:
+            self.warn_once(f"lines-{group.number}-{voice}", f"Group {group.number} has more than one music line for "
+                           f"{voice}; the dialect writes one line per voice per group.", number)
+        self.awaiting_music = False
+        music_line = MusicLine(voice, number)
+        group.lines[voice].append(music_line)
+        builder = self.builders[voice]
+        tokens = tokenize(text)
+        final = index == self.last
+        current: list = []
+        bar_start = 0
+        readable = True
+        seen_bar_line = False
+        for position, token in enumerate(tokens):
+            if token.kind == "comment":
+                break
+            if token.kind == "bar":
+                if token.text != "|":
+                    self.warn_once("barline", f"Bar line {token.text!r} is not part of the dialect (only '|'); "
+                                   f"repeats are not played and the planner never writes them.", number,
+                                   token.start + 1)
+                if current and not _has_events(current):
+                    self.issue("error", "empty-bar", "This bar holds no note or rest (only a chord symbol or key "
+                               "change); chord symbols sit on a note or rest of the bar they sound in.", number,
+                               bar_start + 1, len(self.states[voice].bars) + 1, voice)
+                elif current:
+                    span = (bar_start + 1, token.start + 1)
+                    music_line.bars += builder.build(current, number, span, token.text, True, readable)
+                elif seen_bar_line:
+                    self.issue("error", "empty-bar", "Empty bar between two bar lines; every bar holds notes or "
+                               "rests (Z for a whole-bar rest).", number, token.start + 1, voice=voice)
+                current, readable, bar_start, seen_bar_line = [], True, token.end, True
+                continue
+            if token.kind == "error":
+                tail = "|" not in text[token.start:]
+                if final and tail:
+                    self.truncated(number, "The last bar is cut off (it has no closing bar line and ends in an "
+                                   "unfinished symbol).", token.start + 1)
+                    break
+                readable = False
+                self.issue("error", "token", f"{token.text[:20]!r}: {token.reason}.", number, token.start + 1,
+                           len(self.states[voice].bars) + 1, voice)
+                continue
+            if not readable:
+                continue
+            current.append(token)
+        if current:
+            if final:
+                span = (bar_start + 1, len(text.rstrip()) + 1)
+                if _has_events(current):  # a cut tail of only a chord symbol has no time: kept as text only
+                    music_line.bars += builder.build(current, number, span, "", False, readable)
+                self.truncated(number, "The last bar has no closing bar line.", span[0])
+            else:
+                self.issue("error", "unterminated-bar", "This music line does not end with a bar line; every music "
+                           "line ends with |.", number, len(text.rstrip()) + 1, voice=voice)
+
+    def truncated(self, number: int, detail: str, column: int = 1) -> None:
+        if not self.score.truncated:
+            self.score.truncated = True
+            self.issue("warning", "truncated", f"{detail} This is what the planner writes when it runs out of ABC "
+                       f"tokens: the score is unfinished. Regenerate with a larger ABC budget or finish the last "
+                       f"group (every group needs a complete V: Vocal and V: Ins line).", number, column)
+
+    # -- end of text ---------------------------------------------------------------------------------------------
+    def finish(self) -> None:
+        score = self.score
+        for voice, state in self.states.items():
+            score.voices[voice] = state.bars
+        group = self.group
+        if self.awaiting_music and self.voice in VOICES:
+            self.truncated(group.selectors[self.voice], f"The score ends after V: {self.voice} without its music "
+                           f"line.")
+        elif group is not None and "Vocal" in group.selectors and "Ins" not in group.selectors \
+                and any(g.lines.get("Ins") for g in score.groups):
+            self.truncated(group.line, "The last group has a V: Vocal line but no V: Ins line.")
+        if not score.truncated:
+            for voice, state in self.states.items():
+                if state.tie_from is not None:
+                    note = state.tie_from
+                    self.issue("warning", "tie", f"The tie on line {note.line}, column {note.column} is not "
+                               f"continued; the score ends while it is open.", note.line, note.column, voice=voice)
+        if self.pending_sections and not score.truncated:
+            label, line = self.pending_sections[0]
+            self.issue("warning", "dialect", f"Section comment '% {label}' is not followed by any music; a section "
+                       f"comment opens the group after it.", line)
+        if not any(score.voices.values()):
+            self.issue("error", "empty", "The score has a header but no music; add groups of V: Vocal and V: Ins "
+                       "music lines.", score.header.end_line or 1)

@@ -1,0 +1,76 @@
+"""`analyze(payload)`: the pure function behind the editor's HTTP route. It never raises on user input."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from .engrave import render
+from .errors import AbcError
+from .parser import readable, scan
+from .structure import describe
+from .timeline import play
+from .validate import check
+
+MAX_ABC_BYTES = 100_000  # 100 kB of UTF-8; a generated 6-minute score is about 10 kB
+LOG = logging.getLogger(__name__)
+
+
+def analyze(payload: dict) -> dict:
+    """Check and describe one score for the editor.
+
+    payload: {"abc": str (≤ 100 kB UTF-8), "instrumental": bool = False, "max_seconds": positive number | None,
+    "engrave": bool = False}. Returns {"ok": no errors, "issues": [Issue dicts], "structure": dict | None,
+    "timeline": dict | None, "svg": str | None, "svg_error": str | None}; structure and timeline are None when the
+    text does not parse, svg is None unless engraving was asked for and worked (svg_error says why not).
+    Bad input gives {"error": "<what is wrong and what is accepted>"}; an unexpected internal failure gives
+    {"error": "internal error: ..."} and is logged. Nothing is raised.
+    """
+    try:
+        problem = _check_payload(payload)
+        if problem:
+            return {"error": problem}
+        return _analyze(payload["abc"], bool(payload.get("instrumental", False)), payload.get("max_seconds"),
+                        bool(payload.get("engrave", False)))
+    except Exception as error:  # the route must answer; a bug here is reported, not raised
+        LOG.exception("ABC analysis failed")
+        return {"error": f"internal error while analysing the score: {type(error).__name__}: {error}"}
+
+
+def _check_payload(payload) -> str | None:
+    if not isinstance(payload, dict):
+        return f"The request body must be a JSON object with an 'abc' string, not {type(payload).__name__}."
+    abc = payload.get("abc")
+    if not isinstance(abc, str):
+        return f"'abc' must be a string with the score text, not {type(abc).__name__}."
+    size = len(abc.encode("utf-8", "surrogatepass"))
+    if size > MAX_ABC_BYTES:
+        return f"The score is {size:,} bytes; the editor accepts at most {MAX_ABC_BYTES:,} bytes (100 kB)."
+    for name in ("instrumental", "engrave"):
+        if name in payload and not isinstance(payload[name], bool):
+            return f"'{name}' must be true or false, not {type(payload[name]).__name__}."
+    seconds = payload.get("max_seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not math.isfinite(seconds) or seconds <= 0):
+        return f"'max_seconds' must be a positive number of seconds or null, not {seconds!r}."
+    return None
+
+
+def _analyze(abc: str, instrumental: bool, max_seconds, want_svg: bool) -> dict:
+    score = scan(abc)  # read once; every part of the answer comes from this one parse
+    issues = check(score, instrumental=instrumental, max_seconds=max_seconds)
+    result = {"ok": not any(i.severity == "error" for i in issues), "issues": [i.to_dict() for i in issues],
+              "structure": None, "timeline": None, "svg": None, "svg_error": None}
+    try:
+        readable(score)
+    except AbcError as error:
+        result["svg_error"] = f"The score does not parse ({error}); nothing to engrave." if want_svg else None
+        return result
+    result["structure"] = describe(score)
+    result["timeline"] = play(score)
+    if want_svg:
+        try:
+            result["svg"] = render(score)["svg"]
+        except AbcError as error:
+            result["svg_error"] = str(error)
+    return result

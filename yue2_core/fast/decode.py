@@ -1,0 +1,348 @@
+"""AR phases with the whole decode step — model, CFG combine, sampling, stop test — as one replayable unit.
+
+On CUDA the step is captured once per attention-length bucket as a CUDA graph and replayed `block` times between
+host reads, so there is no per-token host synchronisation (the vendor loop calls `.item()` every token). Everything
+the step needs lives in static device buffers:
+
+    logits [R, W]      phase-sliced logits of each row (R = songs, ×2 with CFG: rows [0, G) cond, [G, 2G) uncond)
+    tokens [R], pos [R]  next input token and its position per row; step [1] the shared token index
+    ring [G, P], ring_w [G, P]  last P generated columns per song (repetition-penalty window) and their weights
+    out [G, max_tokens], done [G]  sampled ids and the per-song stop flag (end token or budget)
+    noise [max_tokens, G, K]  Exp(1) draws for the sampler, pre-drawn from one generator per song seed
+
+The same `_step` runs eagerly on any device (CPU tests, or when capture fails: one warning, never a crash).
+Sampling follows the reference rules (`fast.sampler`); tokens equal the portable path at temperature 0, and follow
+the same distribution otherwise (the draw is an exponential race on the device, not CPU `torch.multinomial`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from ..constants import CONTEXT
+from ..errors import BudgetError, RequestError
+from ..layers import apply_rope, rope_cos_sin
+from ..protocol import Sampling
+from ..quant import ConvRotLinear
+from ..sampling import PhaseResult, cfg_combine
+from .sampler import SLICES, TIE_PAD, candidates, choose, static_mask
+
+BUCKET = 1024  # attention-length granularity of the captured graphs (positions)
+
+
+def head_rows(lm_head, start: int, stop: int):
+    """The LM head restricted to output rows [start, stop): a function hidden [R, H] → logits [R, stop−start]."""
+    if isinstance(lm_head, ConvRotLinear):
+        from .int8_kernels import convrot_linear
+        q, s = lm_head.weight[start:stop], lm_head.weight_scale[start:stop]
+        return lambda h: convrot_linear(h, q, s, None, lm_head.group)
+    w = lm_head.weight[start:stop]
+    return lambda h: F.linear(h, w)
+
+
+def _scores(q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """q [R, nkv, g, D] · keysᵀ [R, nkv, L, D] → fp32 scores [R, nkv, g, L], accumulated in fp32 and not rounded to
+    bf16 on CUDA (bmm with out_dtype); elsewhere the product is upcast after the matmul."""
+    r, h, g, d = q.shape
+    if q.is_cuda and q.dtype != torch.float32:
+        try:
+            return torch.bmm(q.reshape(r * h, g, d), keys.reshape(r * h, -1, d).transpose(1, 2),
+                             out_dtype=torch.float32).reshape(r, h, g, -1)
+        except (TypeError, RuntimeError):
+            pass
+    return (q @ keys.transpose(-1, -2)).float()
+
+
+def _rms(x, w, eps: float):
+    """RMSNorm with the reference rounding order (same maths as layers.RMSNorm, as a free function)."""
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps).to(x.dtype) * w
+
+
+def _pre_attn(x, ln_w, qkv_w, qn_w, kn_w, cos, sin, eps: float, heads: int, kv_heads: int, hd: int):
+    """input_layernorm → fused qkv → QK-norm → RoPE for decode rows x [R, 1, H] (bf16 weights)."""
+    r = x.shape[0]
+    q, k, v = F.linear(_rms(x, ln_w, eps), qkv_w).split((heads * hd, kv_heads * hd, kv_heads * hd), dim=-1)
+    q = _rms(q.view(r, 1, heads, hd), qn_w, eps)
+    k = _rms(k.view(r, 1, kv_heads, hd), kn_w, eps)
+    rc, rs = cos.unsqueeze(2), sin.unsqueeze(2)
+    return apply_rope(q, rc, rs), apply_rope(k, rc, rs), v.view(r, 1, kv_heads, hd)
+
+
+def _post_attn(x, h, o_w, ln2_w, gu_w, down_w, eps: float, ffn: int):
+    """o_proj + residual, post_attention_layernorm → SwiGLU MLP + residual (bf16 weights)."""
+    x = x + F.linear(h, o_w)
+    gate, up = F.linear(_rms(x, ln2_w, eps), gu_w).split(ffn, dim=-1)
+    return x + F.linear(F.silu(gate) * up, down_w)
+
+
+_COMPILED: dict = {}
+
+
+def compiled_layer_fns():
+    """(pre, post) compiled once per process with torch.compile (weights are arguments, so one graph serves all
+    28 layers). Returns None when torch.compile is unavailable or fails."""
+    if "fns" not in _COMPILED:
+        try:
+            _COMPILED["fns"] = (torch.compile(_pre_attn, dynamic=False), torch.compile(_post_attn, dynamic=False))
+        except Exception as exc:  # no compiler toolchain, unsupported platform
+            warnings.warn(f"torch.compile unavailable ({type(exc).__name__}); decode layers run uncompiled")
+            _COMPILED["fns"] = None
+    return _COMPILED["fns"]
+
+
+def _plain_bf16(ar) -> bool:
+    lin = torch.nn.Linear
+    return all(isinstance(l.self_attn.qkv_proj, lin) and isinstance(l.self_attn.o_proj, lin) and
+               isinstance(l.mlp.gate_up_proj, lin) and isinstance(l.mlp.down_proj, lin) for l in ar.model.layers)
+
+
+class _RowCache:
+    """A KVCache-compatible view of one row of the static buffers, used to prefill that row eagerly."""
+
+    def __init__(self, k_layers, v_layers, row: int, capacity: int):
+        self.k = [k[row:row + 1] for k in k_layers]
+        self.v = [v[row:row + 1] for v in v_layers]
+        self.layers, self.capacity, self.length = len(k_layers), capacity, 0
+
+    def update(self, layer, k, v):
+        start, end = self.length, self.length + k.shape[2]
+        self.k[layer][:, :, start:end] = k
+        self.v[layer][:, :, start:end] = v
+        if layer == self.layers - 1:
+            self.length = end
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+
+class PhaseDecoder:
+    """One AR phase for G songs sampled in one batch (`seeds[g]` per song). `prefixes[g]` / `negatives[g]`: token
+    lists; CFG when cfg_scale ≠ 1. `forced` teacher-forces the first tokens of every song. Raises BudgetError when
+    a prefix + max_tokens exceeds the context."""
+
+    def __init__(self, ar, prefixes: list[list[int]], sampling: Sampling, seeds: list[int], phase: str, *,
+                 negatives: list[list[int]] | None = None, cfg_scale: float = 1.0, legacy_off: bool = False,
+                 forced: list[int] | None = None, use_graph: bool | None = None, block: int = 16,
+                 compile: bool | None = None):
+        if phase not in SLICES:
+            raise RequestError(f"phase must be 'abc' or 'semantic', got {phase!r}")
+        self.ar, self.s, self.phase, self.legacy_off = ar, sampling.validate(phase), phase, legacy_off
+        self.cfg = float(cfg_scale)
+        self.G = len(prefixes)
+        if len(seeds) != self.G:
+            raise RequestError(f"{self.G} prefixes but {len(seeds)} seeds")
+        rows = list(prefixes)
+        if self.cfg != 1.0:
+            if negatives is None or len(negatives) != self.G:
+                raise RequestError("CFG (cfg_scale ≠ 1) needs one negative prefix per song")
+            rows += list(negatives)
+        for ids in rows:
+            if len(ids) + sampling.max_tokens > CONTEXT:
+                raise BudgetError(f"prompt ({len(ids)} tokens) + {phase} budget ({sampling.max_tokens}) exceeds the "
+                                  f"{CONTEXT}-token context; at most {CONTEXT - len(ids)} {phase} tokens fit")
+        self.rows, self.R = rows, len(rows)
+        self.device, self.dtype = ar.device, ar.dtype
+        self.block = block
+        self.use_graph = (self.device.type == "cuda") if use_graph is None else use_graph
+        self.forced = list(forced or [])
+        if len(self.forced) > sampling.max_tokens:
+            raise RequestError(f"{len(self.forced)} forced tokens exceed the budget of {sampling.max_tokens}")
+        self.seeds = [int(x) for x in seeds]
+        self.slice = SLICES[phase]
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.graph_error: str | None = None
+        want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
+        self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
+
+    # -- buffers ---------------------------------------------------------------------------------------------------
+    def _allocate(self):
+        d, dev, s = self.ar.dims, self.device, self.s
+        self.capacity = max(len(r) for r in self.rows) + s.max_tokens
+        shape = (self.R, d.kv_heads, self.capacity, d.head_dim)
+        self.k = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.layers)]
+        self.v = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.layers)]
+        self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop)
+        self.mask = static_mask(self.phase, torch.float32, dev)
+        self.logits = torch.zeros(self.R, self.slice.width, dtype=self.dtype, device=dev)
+        self.tokens = torch.zeros(self.R, dtype=torch.long, device=dev)
+        self.pos = torch.tensor([len(r) for r in self.rows], dtype=torch.long, device=dev)
+        self.step = torch.zeros(1, dtype=torch.long, device=dev)
+        self.ring = torch.zeros(self.G, s.penalty_window, dtype=torch.long, device=dev)
+        self.ring_w = torch.zeros(self.G, s.penalty_window, dtype=torch.float32, device=dev)
+        self.out = torch.full((self.G, s.max_tokens), -1, dtype=torch.long, device=dev)
+        self.done = torch.zeros(self.G, dtype=torch.bool, device=dev)
+        forced = torch.full((s.max_tokens,), -1, dtype=torch.long)
+        forced[:len(self.forced)] = torch.tensor(self.forced, dtype=torch.long)
+        self.forced_t = forced.to(dev)
+        self.k_cand = 1 if s.temperature == 0 else min(s.top_k + TIE_PAD, self.slice.width)
+        self.noise = None
+        if s.temperature != 0:
+            draws = []
+            for seed in self.seeds:
+                gen = torch.Generator(device=dev if dev.type in ("cpu", "cuda") else "cpu").manual_seed(seed)
+                e = torch.empty(s.max_tokens, self.k_cand, dtype=torch.float32, device=gen.device)
+                draws.append(e.exponential_(1.0, generator=gen).to(dev))
+            self.noise = torch.stack(draws, dim=1)  # [max_tokens, G, K]
+        self.rows_idx = torch.arange(self.R, device=dev)
+
+    def _prefill(self):
+        for r, ids in enumerate(self.rows):
+            cache = _RowCache(self.k, self.v, r, self.capacity)
+            h = self.ar.hidden(torch.tensor([ids], device=self.device), cache)[:, -1]
+            self.logits[r] = self.head(self.ar.model.norm(h))[0]
+
+    # -- the step --------------------------------------------------------------------------------------------------
+    def _forward(self, attn_len: int):
+        """Model forward of `tokens` at `pos` for every row, attending to cache positions [0, attn_len)."""
+        ar, d = self.ar, self.ar.dims
+        x = ar.model.embed_tokens(self.tokens[:, None])
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        cos, sin = rope_cos_sin(self.pos[:, None], d.head_dim, d.rope_theta)
+        visible = (torch.arange(attn_len, device=self.device)[None, :] <= self.pos[:, None])[:, None, None, :]
+        groups, scale = d.heads // d.kv_heads, 1.0 / math.sqrt(d.head_dim)
+        for i, layer in enumerate(ar.model.layers):
+            if self.fns is not None:
+                att_mod = layer.self_attn
+                q, k, v = self.fns[0](x, layer.input_layernorm.weight, att_mod.qkv_proj.weight, att_mod.q_norm.weight,
+                                      att_mod.k_norm.weight, cos, sin, d.eps, d.heads, d.kv_heads, d.head_dim)
+            else:
+                q, k, v = layer.self_attn.project(layer.input_layernorm(x), cos, sin)
+            self.k[i][self.rows_idx, :, self.pos] = k[:, 0]
+            self.v[i][self.rows_idx, :, self.pos] = v[:, 0]
+            keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
+            qg = q[:, 0].reshape(self.R, d.kv_heads, groups, d.head_dim)
+            att = _scores(qg, keys) * scale
+            att = att.masked_fill(~visible, float("-inf")).softmax(-1).to(self.dtype)
+            h = (att @ values).reshape(self.R, 1, d.heads * d.head_dim)
+            if self.fns is not None:
+                x = self.fns[1](x, h, layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
+                                layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight, d.eps, d.ffn)
+            else:
+                x = x + layer.self_attn.o_proj(h)
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+        self.logits.copy_(self.head(ar.model.norm(x[:, 0])))
+
+    def _step(self, attn_len: int):
+        G, s, sl = self.G, self.s, self.slice
+        logits = self.logits[:G] if self.cfg == 1.0 else cfg_combine(self.logits[:G], self.logits[G:], self.cfg)
+        vals, cols = candidates(logits, s, self.phase, self.step, self.ring, self.ring_w, self.mask, self.legacy_off)
+        noise = None if self.noise is None else self.noise.index_select(0, self.step)[0]
+        col = choose(vals, cols, noise)
+        forced = self.forced_t.index_select(0, self.step).expand(G)
+        col = torch.where(forced >= 0, forced - sl.start, col)
+        tok = col + sl.start
+        self.out.scatter_(1, self.step.expand(G, 1), tok[:, None])
+        slot = (self.step % s.penalty_window).expand(G, 1)
+        self.ring.scatter_(1, slot, col[:, None])
+        self.ring_w.scatter_(1, slot, torch.ones(G, 1, device=self.device))
+        self.done.copy_(self.done | (col == sl.end_col) | (self.step + 1 >= s.max_tokens))
+        self.tokens.copy_(tok.repeat(self.R // G))
+        self._forward(attn_len)
+        self.pos.add_(1)
+        self.step.add_(1)
+
+    # -- graphs ----------------------------------------------------------------------------------------------------
+    def _state(self):
+        return [self.logits, self.tokens, self.pos, self.step, self.ring, self.ring_w, self.out, self.done]
+
+    def _graph(self, attn_len: int):
+        if attn_len in self.graphs:
+            return self.graphs[attn_len]
+        saved = [t.clone() for t in self._state()]
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self._step(attn_len)  # warm-up: kernels chosen, workspaces allocated, Triton autotuned
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        for t, v in zip(self._state(), saved):
+            t.copy_(v)
+        graph = torch.cuda.CUDAGraph()
+        pool = next(iter(self.graphs.values())).pool() if self.graphs else None
+        with torch.cuda.graph(graph, pool=pool):
+            self._step(attn_len)
+        self.graphs[attn_len] = graph
+        return graph
+
+    def _run_block(self, n: int, attn_len: int):
+        if self.use_graph and self.graph_error is None:
+            try:
+                graph = self._graph(attn_len)
+                for _ in range(n):
+                    graph.replay()
+                return
+            except Exception as exc:  # capture failure or OOM: eager from here on, one warning
+                self.graph_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                warnings.warn(f"CUDA graph decode unavailable ({self.graph_error}); running the step eagerly")
+                self.graphs.clear()
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+        for _ in range(n):
+            self._step(attn_len)
+
+    @torch.inference_mode()
+    def run(self, on_token=None) -> list[PhaseResult]:
+        """Decode until every song has ended or used its budget. `on_token(phase, step, max_tokens, token)` is
+        called for song 0's tokens after each block (and may raise to cancel). Returns one PhaseResult per song."""
+        t0 = time.perf_counter()
+        self._allocate()
+        self._prefill()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        prefill_s = time.perf_counter() - t0
+        s, steps, reported = self.s, 0, 0
+        max_prefix = max(len(r) for r in self.rows)
+        first_s = None
+        while steps < s.max_tokens:
+            n = min(self.block, s.max_tokens - steps)
+            attn_len = min(self.capacity, math.ceil((max_prefix + steps + n) / BUCKET) * BUCKET)
+            self._run_block(n, attn_len)
+            steps += n
+            done = self.done.cpu()
+            if first_s is None:
+                first_s = time.perf_counter() - t0
+            if on_token is not None:
+                row = self.out[0, reported:steps].cpu().tolist()
+                for i, tok in enumerate(row):
+                    on_token(self.phase, reported + i, s.max_tokens, tok)
+                    if tok == self.slice.start + self.slice.end_col:
+                        break
+                reported = steps
+            if bool(done.all()):
+                break
+        out = self.out[:, :steps].cpu().tolist()
+        seconds = time.perf_counter() - t0
+        end = self.slice.start + self.slice.end_col
+        results = []
+        for g in range(self.G):
+            seq = out[g]
+            ended = end in seq
+            content = seq[:seq.index(end)] if ended else seq[:s.max_tokens]
+            count = len(content) + int(ended)
+            results.append(PhaseResult(content, ended, {
+                "seconds": seconds, "prefill_seconds": prefill_s, "ttft_seconds": first_s, "output_tokens": count,
+                "content_tokens": len(content), "tokens_per_second": count / seconds if seconds > 0 else 0.0,
+                "prefix_tokens": len(self.rows[g]), "cfg_branches": 2 if self.cfg != 1.0 else 1,
+                "batch": self.G, "decoded_steps": steps,
+                "execution": "cuda_graph" if self.graphs and self.graph_error is None else "eager_device_sampler",
+                "compiled_layers": self.fns is not None,
+                **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
+        self.release()
+        return results
+
+    def release(self):
+        """Free the static buffers and graphs (called at the end of `run`)."""
+        self.graphs.clear()
+        for name in ("k", "v", "logits", "noise", "out"):
+            setattr(self, name, None)
+
+
+def generate(ar, prefix, sampling, seed, phase, *, negative=None, cfg_scale=1.0, legacy_off=False, on_token=None,
+             forced=None, use_graph=None) -> PhaseResult:
+    """Drop-in replacement of `yue2_core.sampling.generate` for one song."""
+    dec = PhaseDecoder(ar, [prefix], sampling, [seed], phase, negatives=None if negative is None else [negative],
+                       cfg_scale=cfg_scale, legacy_off=legacy_off, forced=forced, use_graph=use_graph)
+    return dec.run(on_token)[0]
