@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .chords import is_native_quality, split_chord
-from .dialect import ACCIDENTALS, NATIVE_LENGTHS, TUPLET_DEFAULT_Q
+from .dialect import ACCIDENTALS, MAX_BARS_PER_LINE, NATIVE_LENGTHS, TUPLET_DEFAULT_Q
 from .errors import Issue
 from .header import parse_key
 from .lexer import Token, parse_length
 from .model import Bar, ChordSymbol, InlineKey, Note
 from .pitch import natural_midi, signature, written_octave
+
+MAX_MEASURE_REST = 64  # a larger Zn is refused instead of expanded (Z999999 would be a million bars)
 
 
 @dataclass
@@ -82,6 +84,11 @@ class BarBuilder:
         state = self.state
         first = tokens[0]
         count = int(first.groups["count"]) if first.groups.get("count") else 1
+        if count > MAX_MEASURE_REST:
+            self.issues.append(Issue("error", "token", f"Z{count} is more bars than a music line holds; the dialect "
+                                     f"writes Z2…Z{MAX_BARS_PER_LINE}.", line, first.start + 1,
+                                     len(state.bars) + 1, state.name))
+            count = 1
         if len(tokens) != 1 or first.kind != "bar-rest" or count == 0:
             where = next(t for t in tokens if t.kind == "bar-rest")
             self.issues.append(Issue("error", "token", "Z fills whole bars on its own (Z, or Z2…Z4 for several); "
@@ -111,7 +118,6 @@ class BarBuilder:
         broken_next: Fraction | None = None
         warned: set[str] = set()
         for token in tokens:
-            column = token.start + 1
             if token.kind == "chord":
                 anchors.append((self._chord(token, bar), len(pending)))
             elif token.kind == "inline":
@@ -171,8 +177,8 @@ class BarBuilder:
         length = parse_length(groups["num"], groups["slash"], groups["den"])
         column = token.start + 1
         if length is None:
-            self._issue("error", "token", f"{token.text!r} has length 0; lengths are positive multiples of L:.",
-                        bar.line, column, bar)
+            self._issue("error", "token", f"{token.text[:20]!r} has length 0 or an unusable length; lengths are "
+                        f"positive multiples of L: such as 2, 3/2 or /2.", bar.line, column, bar)
             return None
         written = Fraction(*length)
         if (written.denominator != 1 or written.numerator not in NATIVE_LENGTHS) and "length" not in warned:
@@ -258,9 +264,10 @@ class BarBuilder:
         if key is None:
             self._issue("error", "header-value", reason + ".", bar.line, column, bar)
             return None
-        value_start = column + 3
-        return InlineKey(key, bar.line, column, (column, token.end + 1),
-                         (value_start, value_start + len(token.groups["value"])), Fraction(0))
+        value = token.groups["value"]
+        value_start = column + 3 + len(value) - len(value.lstrip())  # "[K:" then optional spaces
+        return InlineKey(key, bar.line, column, (column, token.end + 1), (value_start, value_start + len(key)),
+                         Fraction(0))
 
     def _tuplet(self, token: Token, bar: Bar, active, warned):
         column = token.start + 1

@@ -54,9 +54,10 @@ MIDDLE_C = 60  # `C` = MIDI 60, `c` = 72 [V]
 SANE_MIDI = (21, 108)  # piano range A0..C8; notes outside are errors (vendor only bounds 0..127 [V])
 
 # Keys: 15 major and 15 minor names, value = sharps (>0) or flats (<0) in the signature [V].
-MAJOR_KEYS = dict(zip(("Cb", "Gb", "Db", "Ab", "Eb", "Bb", "F", "C", "G", "D", "A", "E", "B", "F#", "C#"), range(-7, 8)))
-MINOR_KEYS = dict(zip(("Abm", "Ebm", "Bbm", "Fm", "Cm", "Gm", "Dm", "Am", "Em", "Bm", "F#m", "C#m", "G#m", "D#m", "A#m"),
+MAJOR_KEYS = dict(zip(("Cb", "Gb", "Db", "Ab", "Eb", "Bb", "F", "C", "G", "D", "A", "E", "B", "F#", "C#"),
                       range(-7, 8)))
+MINOR_KEYS = dict(zip(("Abm", "Ebm", "Bbm", "Fm", "Cm", "Gm", "Dm", "Am", "Em", "Bm", "F#m", "C#m", "G#m", "D#m",
+                       "A#m"), range(-7, 8)))
 KEYS = {**MAJOR_KEYS, **MINOR_KEYS}
 SHARP_ORDER = "FCGDAEB"
 FLAT_ORDER = "BEADGCF"

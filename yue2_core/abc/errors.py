@@ -49,6 +49,6 @@ class AbcError(ScoreError):
         self.issues = tuple(issues)
 
     @classmethod
-    def from_issue(cls, issue: Issue, issues: tuple[Issue, ...] = ()) -> "AbcError":
+    def from_issue(cls, issue: Issue, issues: tuple[Issue, ...] = ()) -> AbcError:
         """The error that reports `issue` first and carries `issues`."""
         return cls(issue.message, code=issue.code, line=issue.line, column=issue.column, issues=issues or (issue,))

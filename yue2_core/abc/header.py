@@ -8,16 +8,26 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from .dialect import (HEADER_ORDER, KEYS, MAJOR_KEYS, MAX_DENOMINATOR, MINOR_KEYS, NATIVE_TEMPO_BEAT, NATIVE_TITLE,
-                      NATIVE_X, VOICE_DEFINITIONS, VOICES)
+from .dialect import (
+    HEADER_ORDER,
+    KEYS,
+    MAJOR_KEYS,
+    MAX_DENOMINATOR,
+    MINOR_KEYS,
+    NATIVE_TEMPO_BEAT,
+    NATIVE_TITLE,
+    NATIVE_X,
+    VOICE_DEFINITIONS,
+    VOICES,
+)
 from .errors import Issue
 from .model import Header, HeaderField
 
 FIELD_LINE = re.compile(r"([A-Za-z]):(.*)")
 VOICE_VALUE = re.compile(r"\s*(\S*)(.*)")
-_METER = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
-_UNIT = re.compile(r"\s*1\s*/\s*(\d+)\s*")
-_TEMPO = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*=\s*(\d+(?:\.\d+)?)\s*")
+_METER = re.compile(r"\s*(\d{1,6})\s*/\s*(\d{1,6})\s*")
+_UNIT = re.compile(r"\s*1\s*/\s*(\d{1,6})\s*")
+_TEMPO = re.compile(r"\s*(\d{1,6})\s*/\s*(\d{1,6})\s*=\s*(\d{1,6}(?:\.\d{1,6})?)\s*")
 NATIVE_HEADER = "X:1, T:, M:4/4, L:1/32, Q:1/4=<BPM>, the V: Vocal and V: Ins definitions, then K:<key>"
 
 
@@ -35,7 +45,8 @@ def parse_meter(value: str) -> tuple[tuple[int, int] | None, str]:
     """((n, d), "") for `n/d` with d a power of two; C and C| give 4/4 and 2/2 with a note; (None, reason) else."""
     text = value.strip()
     if text in ("C", "C|"):
-        return ((4, 4) if text == "C" else (2, 2)), f"write the meter as a fraction (M:{'4/4' if text == 'C' else '2/2'})"
+        fraction = "4/4" if text == "C" else "2/2"
+        return ((4, 4) if text == "C" else (2, 2)), f"write the meter as a fraction (M:{fraction})"
     match = _METER.fullmatch(value)
     if match and int(match[1]) > 0 and power_of_two(int(match[2])):
         return (int(match[1]), int(match[2])), ""
@@ -48,7 +59,8 @@ def parse_unit(value: str) -> tuple[Fraction | None, str]:
     match = _UNIT.fullmatch(value)
     if match and power_of_two(int(match[1])):
         return Fraction(1, int(match[1])), ""
-    return None, f"L:{value.strip()} is not a unit length the dialect accepts; write L:1/n with n a power of two, usually L:1/32"
+    return None, (f"L:{value.strip()} is not a unit length the dialect accepts; write L:1/n with n a power of two, "
+                  f"usually L:1/32")
 
 
 def parse_tempo(value: str) -> tuple[tuple[Fraction, Fraction] | None, str]:
@@ -56,7 +68,8 @@ def parse_tempo(value: str) -> tuple[tuple[Fraction, Fraction] | None, str]:
     match = _TEMPO.fullmatch(value)
     if match and int(match[1]) > 0 and int(match[2]) > 0 and 0 < Fraction(match[3]) <= 1000:
         return (Fraction(int(match[1]), int(match[2])), Fraction(match[3])), ""
-    return None, f"Q:{value.strip()} is not a tempo the dialect accepts; write Q:1/4=<BPM> with BPM a whole number from 1 to 1000"
+    return None, (f"Q:{value.strip()} is not a tempo the dialect accepts; write Q:1/4=<BPM> with BPM a whole number "
+                  f"from 1 to 1000")
 
 
 def parse_key(value: str) -> tuple[str | None, str]:

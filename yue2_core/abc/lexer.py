@@ -20,11 +20,13 @@ import re
 from dataclasses import dataclass
 
 _LENGTH = r"(?P<num>\d*)(?P<slash>/*)(?P<den>\d*)"
+MAX_DIGITS = 6  # longer numbers are refused (a length, count or tuplet that large is a typo, and int() of huge digit
+                # strings is slow or refused by Python)
 _NOTE = re.compile(r"(?P<acc>\^\^|\^|__|_|=)?(?P<letter>[A-Ga-g])(?P<oct>[,']*)" + _LENGTH + r"(?P<tie>-?)")
 _REST = re.compile(r"(?P<letter>[zx])" + _LENGTH)
-_BAR_REST = re.compile(r"(?P<letter>[ZX])(?P<count>\d*)")
+_BAR_REST = re.compile(r"(?P<letter>[ZX])(?P<count>\d{0,6})(?!\d)")
 _BAR = re.compile(r":*\[?\|[\]|]?:*|::+")
-_TUPLET = re.compile(r"\((?P<p>\d+)(?::(?P<q>\d*))?(?::(?P<r>\d*))?")
+_TUPLET = re.compile(r"\((?P<p>\d{1,3})(?::(?P<q>\d{0,3}))?(?::(?P<r>\d{0,3}))?(?!\d)")
 _BROKEN = re.compile(r">{1,3}|<{1,3}")
 _INLINE = re.compile(r"\[(?P<field>[A-Za-z]):(?P<value>[^\]\n]*)\]")
 
@@ -56,7 +58,9 @@ class Token:
 
 def parse_length(num: str, slash: str, den: str) -> tuple[int, int] | None:
     """(numerator, denominator) of an ABC length suffix; "" = 1, "/" = 1/2, "//" = 1/4, "3/" = 3/2, "/4" = 1/4.
-    None for a zero length."""
+    None for a zero length or one with more than `MAX_DIGITS` digits or slashes."""
+    if len(num) > MAX_DIGITS or len(den) > MAX_DIGITS or len(slash) > MAX_DIGITS:
+        return None
     numerator = int(num) if num else 1
     if not slash:
         denominator = 1

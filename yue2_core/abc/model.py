@@ -37,7 +37,8 @@ class Header:
 class Note:
     """A note or rest as written. kind: "note", "rest" (z/x) or "measure-rest" (Z/X, fills the bar).
 
-    written = letter + octave marks as written (e.g. "c'", "B,"), accidental = the written accidental text or "".
+    letter = the upper-case letter; written = letter + octave marks as written (e.g. "c'", "B,"); accidental = the
+    written accidental text or ""; octave = scientific octave of the written note (`C` is C4, MIDI 60).
     length = sounding length in units after tuplet and broken-rhythm scaling; written_length = the length as written.
     onset = units from the start of the bar. pitch = sounding MIDI pitch (None for rests). tied = a `-` follows;
     tie_continues = this note continues the previous tied note (same sounding pitch, not a new attack).
@@ -167,7 +168,6 @@ class FieldChange:
     line: int
     voice: str
     from_bar: int
-    value_span: tuple[int, int]
 
 
 @dataclass

@@ -182,6 +182,8 @@ class _Body:
         if parsed is None:
             self.issue("error", "header-value", reason + ".", number)
             return
+        if reason:
+            self.issue("warning", "dialect", reason[0].upper() + reason[1:] + "; the planner always does.", number)
         voices = [self.voice] if self.voice in VOICES else list(VOICES)
         if self.voice not in VOICES:
             self.warn_once("field-outside", f"An {name}: line outside a group applies to both voices; the dialect "
@@ -192,8 +194,7 @@ class _Body:
                 state.meter = parsed
             else:
                 state.key = parsed
-            self.score.changes.append(FieldChange(name, str(value).strip(), number, voice, len(state.bars) + 1,
-                                                  (3, 3 + len(value))))
+            self.score.changes.append(FieldChange(name, value.strip(), number, voice, len(state.bars) + 1))
 
     # -- music ---------------------------------------------------------------------------------------------------
     def music(self, text: str, number: int, index: int) -> None:
@@ -212,7 +213,7 @@ class _Body:
         bar_start = 0
         readable = True
         seen_bar_line = False
-        for position, token in enumerate(tokens):
+        for token in tokens:
             if token.kind == "comment":
                 break
             if token.kind == "bar":
@@ -220,11 +221,11 @@ class _Body:
                     self.warn_once("barline", f"Bar line {token.text!r} is not part of the dialect (only '|'); "
                                    f"repeats are not played and the planner never writes them.", number,
                                    token.start + 1)
-                if current and not _has_events(current):
+                if readable and current and not _has_events(current):
                     self.issue("error", "empty-bar", "This bar holds no note or rest (only a chord symbol or key "
                                "change); chord symbols sit on a note or rest of the bar they sound in.", number,
                                bar_start + 1, len(self.states[voice].bars) + 1, voice)
-                elif current:
+                elif current or not readable:  # an unreadable bar still counts, so group sizes stay right
                     span = (bar_start + 1, token.start + 1)
                     music_line.bars += builder.build(current, number, span, token.text, True, readable)
                 elif seen_bar_line:
@@ -245,7 +246,7 @@ class _Body:
             if not readable:
                 continue
             current.append(token)
-        if current:
+        if current or not readable:
             if final:
                 span = (bar_start + 1, len(text.rstrip()) + 1)
                 if _has_events(current):  # a cut tail of only a chord symbol has no time: kept as text only

@@ -6,8 +6,17 @@ is the number of sharps (>0) or flats (<0) of one of the 30 named keys in `diale
 
 from __future__ import annotations
 
-from .dialect import (ACCIDENTAL_TEXT, FLAT_ORDER, KEYS, LETTERS, MAJOR_KEYS, MIDDLE_C, MINOR_KEYS, NATURAL_PC,
-                      SHARP_ORDER)
+from .dialect import (
+    ACCIDENTAL_TEXT,
+    FLAT_ORDER,
+    KEYS,
+    LETTERS,
+    MAJOR_KEYS,
+    MIDDLE_C,
+    MINOR_KEYS,
+    NATURAL_PC,
+    SHARP_ORDER,
+)
 
 
 def signature(key: str) -> dict[str, int]:

@@ -14,8 +14,16 @@ from .dialect import VOICES
 from .edits import Edit, apply_edits
 from .errors import AbcError
 from .parser import parse
-from .pitch import (accidental_text, letter_steps, signature, simplest_spelling, spell, transpose_key,
-                    write_note_name, shift_letter)
+from .pitch import (
+    accidental_text,
+    letter_steps,
+    shift_letter,
+    signature,
+    simplest_spelling,
+    spell,
+    transpose_key,
+    write_note_name,
+)
 
 
 def transpose(text: str, semitones: int) -> str:

@@ -1,0 +1,83 @@
+"""Shared test set-up: markers, and the one real ComfyUI server per test session.
+
+Markers (declared in pyproject.toml):
+  gpu   needs CUDA; skipped (visibly) where torch.cuda.is_available() is false
+  host  applied automatically to every test that uses `comfy_host`/`comfy_server` (directly or through a fixture)
+  e2e   applied automatically to everything under tests/e2e
+
+Fixtures (session-scoped, shared by tests/host, tests/e2e and any other folder that needs the host):
+  comfy_host    (ComfyUI dir, python) of the installed host, for in-process use without a server
+  comfy_server  a started ComfyUI 0.3.75 (`.url`, `.log_path`, `.models_dir`, `.output_dir`, `.input_dir`,
+                `.user_dir`, `.pack_load_error`, `.import_problems()`); see tests/host/comfy_client.py:ComfyServer
+  comfy         a ComfyClient bound to it
+
+When the host is not installed the host tests SKIP with the reason (pytest -ra lists it); under scripts/test.sh
+(YUE2_REQUIRE_HOST=1) a missing host is an error instead.
+"""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+sys.path.insert(0, str(TESTS / "host"))  # comfy_client: importable from any test folder
+
+from comfy_client import ComfyClient, ComfyError, ComfyServer, find_host  # noqa: E402
+
+
+def _unavailable(reason: str, required_by: str):
+    """Skip, or fail when the environment says this layer must run (scripts/test.sh installed it)."""
+    if os.environ.get(required_by) == "1":
+        pytest.fail(f"{reason} ({required_by}=1, so this is an error, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = []
+    for item in items:
+        if "comfy_host" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.host)
+        if TESTS / "e2e" in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("gpu"):
+            gpu_items.append(item)
+    if gpu_items:
+        try:
+            import torch
+            cuda = torch.cuda.is_available()
+        except ImportError:
+            cuda = False
+        if not cuda:
+            skip = pytest.mark.skip(reason="needs CUDA (marked gpu); torch.cuda.is_available() is false here")
+            for item in gpu_items:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def comfy_host() -> tuple:
+    """(ComfyUI dir, python that runs it) of the installed host; skips (or fails under scripts/test.sh) without one."""
+    host = find_host(REPO)
+    if isinstance(host, str):
+        _unavailable(host, "YUE2_REQUIRE_HOST")
+    return host
+
+
+@pytest.fixture(scope="session")
+def comfy_server(comfy_host, tmp_path_factory):
+    comfy_dir, python = comfy_host
+    server = ComfyServer(comfy_dir, python, tmp_path_factory.mktemp("comfyui"))
+    try:
+        server.start()
+    except ComfyError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def comfy(comfy_server) -> ComfyClient:
+    return ComfyClient(comfy_server.url)

@@ -1,0 +1,131 @@
+// Browser harness for the real ComfyUI frontend: Debian chromium driven by playwright-core (comfyui_host.md §6.3).
+//
+//   import { withComfy, loadWorkflow, queueAndWait } from "./lib.mjs";
+//   await withComfy("my-test", async ({ page }) => { ... });   // screenshot + exit code handled for you
+//
+// Environment: COMFY_URL (required: the server to open), YUE2_E2E_DIR (where `npm install playwright-core` ran;
+// default <repo>/.comfyhost/e2e), YUE2_ARTIFACTS (screenshots; default <repo>/.comfyhost/artifacts),
+// YUE2_CHROMIUM (default /usr/bin/chromium).
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
+const E2E_DIR = process.env.YUE2_E2E_DIR || path.join(REPO, ".comfyhost", "e2e");
+export const ARTIFACTS = process.env.YUE2_ARTIFACTS || path.join(REPO, ".comfyhost", "artifacts");
+export const CHROMIUM = process.env.YUE2_CHROMIUM || "/usr/bin/chromium";
+export const BASE = (process.env.COMFY_URL || "").replace(/\/$/, "");
+
+// playwright-core is installed outside the repo (scripts/test.sh puts it in .comfyhost/e2e), so resolve it from there.
+const { chromium } = createRequire(path.join(E2E_DIR, "package.json"))("playwright-core");
+
+export function log(...args) {
+    console.log("[e2e]", ...args);
+}
+
+export async function api(pathname, init = {}) {
+    const res = await fetch(BASE + pathname, init);
+    if (!res.ok) throw new Error(`${init.method || "GET"} ${pathname} -> HTTP ${res.status}`);
+    const type = res.headers.get("content-type") || "";
+    return type.includes("json") ? res.json() : res.text();
+}
+
+// Launch chromium with a fresh profile and open ComfyUI; returns { context, page, pageErrors, console, close }.
+export async function openComfy({ url = BASE, timeout = 60000 } = {}) {
+    if (!url) throw new Error("COMFY_URL is not set");
+    // No first-run Templates dialog over the canvas (it intercepts clicks). The test server pre-seeds this too.
+    await api("/api/settings/Comfy.TutorialCompleted", { method: "POST", body: "true" });
+    const profile = fs.mkdtempSync(path.join(os.tmpdir(), "pw-profile-"));
+    const context = await chromium.launchPersistentContext(profile, {
+        executablePath: CHROMIUM,
+        headless: true,
+        viewport: { width: 1400, height: 900 },
+        args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync"],
+    });
+    const page = context.pages()[0] || (await context.newPage());
+    const pageErrors = [];
+    const consoleLines = [];
+    page.on("pageerror", (e) => pageErrors.push(String(e)));
+    page.on("console", (m) => consoleLines.push(`${m.type()}: ${m.text()}`));
+    await page.goto(url);
+    await waitForApp(page, timeout);
+    const close = async () => {
+        await context.close();
+        fs.rmSync(profile, { recursive: true, force: true });
+    };
+    return { context, page, pageErrors, console: consoleLines, close };
+}
+
+export async function waitForApp(page, timeout = 60000) {
+    await page.waitForFunction(() => window.app?.graph && document.querySelector("canvas"), null, { timeout });
+    // An open dialog (first-run templates, "what's new") would swallow clicks; close it if there is one.
+    if (await page.locator('[role="dialog"]').count()) await page.keyboard.press("Escape");
+}
+
+export async function loadWorkflow(page, workflow) {
+    await page.evaluate((wf) => window.app.loadGraphData(wf), workflow);
+}
+
+// Node types the workflow uses (subgraph interiors included) that this frontend does not know.
+export async function missingNodeTypes(page, workflow) {
+    return page.evaluate((wf) => {
+        const subgraphs = new Set((wf.definitions?.subgraphs || []).map((s) => s.id));
+        const nodes = [...(wf.nodes || []), ...(wf.definitions?.subgraphs || []).flatMap((s) => s.nodes || [])];
+        const known = window.LiteGraph.registered_node_types;
+        return [...new Set(nodes.map((n) => n.type).filter((t) => !subgraphs.has(t) && !(t in known)))];
+    }, workflow);
+}
+
+// The API prompt the frontend itself would send for the current graph.
+export async function graphToPrompt(page) {
+    return page.evaluate(async () => (await window.app.graphToPrompt()).output);
+}
+
+// Queue the current graph the way the Run button does and wait for its /history entry.
+export async function queueAndWait(page, { timeout = 120000 } = {}) {
+    const before = new Set(Object.keys(await api("/history")));
+    await page.evaluate(() => window.app.queuePrompt(0, 1));
+    const handle = await page.waitForFunction(async (seen) => {
+        const history = await (await fetch("/history")).json();
+        const fresh = Object.entries(history).filter(([id]) => !seen.includes(id));
+        const done = fresh.find(([, e]) => e.status?.completed || e.status?.status_str === "error");
+        return done ? { prompt_id: done[0], ...done[1] } : null;
+    }, [...before], { timeout, polling: 250 });
+    return handle.jsonValue();
+}
+
+export async function screenshot(page, name) {
+    fs.mkdirSync(ARTIFACTS, { recursive: true });
+    const file = path.join(ARTIFACTS, `${name}.png`);
+    await page.screenshot({ path: file });
+    log("screenshot", file);
+    return file;
+}
+
+export function assert(condition, message) {
+    if (!condition) throw new Error(`assertion failed: ${message}`);
+}
+
+// Run one browser test: open ComfyUI, run body({page, ...}), always screenshot, print PASS/FAIL, set the exit code.
+export async function withComfy(name, body) {
+    let session;
+    try {
+        session = await openComfy();
+        await body(session);
+        await screenshot(session.page, name);
+        log(`PASS ${name}`);
+    } catch (e) {
+        process.exitCode = 1;
+        console.error(`[e2e] FAIL ${name}: ${e.stack || e}`);
+        if (session) {
+            await screenshot(session.page, `${name}-FAILED`).catch(() => {});
+            console.error(`[e2e] page errors: ${JSON.stringify(session.pageErrors)}`);
+            console.error(`[e2e] last console lines:\n${session.console.slice(-20).join("\n")}`);
+        }
+    } finally {
+        if (session) await session.close();
+    }
+}
