@@ -88,9 +88,9 @@ SEM = Sampling()
 ABC = Sampling(0.7, 0.9, 30, 1.005, 100, 32, 4096)
 
 
-def ours_rate(ar, prefixes, s, phase, cfg=1.0, negatives=None, compile=None):
+def ours_rate(ar, prefixes, s, phase, cfg=1.0, negatives=None, compile=None, fused=None):
     dec = fd.PhaseDecoder(ar, prefixes, s, list(range(1, len(prefixes) + 1)), phase, negatives=negatives,
-                          cfg_scale=cfg, compile=compile)
+                          cfg_scale=cfg, compile=compile, fused=fused)
     res = dec.run()
     t = res[0].timing
     decode_s = t["seconds"] - t["prefill_seconds"]
@@ -188,12 +188,15 @@ def ar_bf16(eng, n, compile_ok):
     sync()
     record("prefill 2000 tokens (s)", time.perf_counter() - t, None, "s")
     base1 = baseline_rate(eng.ar, sem_p, s, "semantic")
-    ours1, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
-    record("AR decode bf16 batch 1 (graph)", ours1, base1, "tok/s")
+    ours_plain, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False, fused=False)
+    record("AR decode bf16 batch 1 (graph, torch ops)", ours_plain, base1, "tok/s")
+    ours1, t1 = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
+    record("AR decode bf16 batch 1 (graph + fused kernels)", ours1, base1, "tok/s",
+           f"fused={t1.get('fused_kernels')}")
     best = ours1
     if compile_ok:
         ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)
-        record("AR decode bf16 batch 1 (graph+compile)", ours1c, base1, "tok/s")
+        record("AR decode bf16 batch 1 (graph + torch.compile)", ours1c, base1, "tok/s")
         best = max(best, ours1c)
     use_compile = compile_ok and best > ours1
     RESULTS["machine"]["compile_used"] = use_compile
@@ -217,7 +220,8 @@ def ar_int8(eng, n, base_rates):
     sem_p, neg = prompt_ids(2000, "semantic"), prompt_ids(40, "semantic", 2)
     s = fixed_len(SEM, n)
     ours1, t = ours_rate(eng.ar, [sem_p], s, "semantic")
-    record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s", "baseline = bf16 vendor loop")
+    record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s",
+           f"baseline = bf16 vendor loop; {t.get('execution')}")
     oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
     record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
@@ -356,7 +360,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=512, help="decode tokens per AR measurement")
     ap.add_argument("--frames", type=int, default=5371, help="song length for NAR/VAE (3.6 min = 5371)")
     ap.add_argument("--abc-tokens", type=int, default=1500)
-    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="also measure torch.compile'd decode layers")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: bf16,int8,nar,vae,song")
     ap.add_argument("--dry-run-cpu", action="store_true", help="tiny profile on the CPU (checks the script only)")
     args = ap.parse_args()
@@ -376,7 +380,7 @@ def main():
     if "bf16" not in skip or "nar" not in skip or "vae" not in skip:
         eng = load(paths["bf16"])
         if "bf16" not in skip:
-            rates = ar_bf16(eng, args.tokens, not args.no_compile) or {}
+            rates = ar_bf16(eng, args.tokens, args.compile) or {}
         if "nar" not in skip:
             nar_s = nar_bench(eng, args.frames, "bf16")
         if "vae" not in skip:

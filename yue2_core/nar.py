@@ -12,6 +12,7 @@ Module tree = checkpoint keys under `model.diffusion_model.`: `model.layers.{i}.
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable
 
 import torch
@@ -90,10 +91,17 @@ class ChunkRenderer:
     tokens from `ARModel.layer_kv` (copied into per-layer [AR ‖ NAR] buffers, so the caller may drop it);
     `frames` = n. The AR part is invariant during the solve."""
 
-    def __init__(self, nar: NARModel, ar_kv: list[tuple[torch.Tensor, torch.Tensor]], frames: int):
+    def __init__(self, nar: NARModel, ar_kv: list[tuple[torch.Tensor, torch.Tensor]], frames: int,
+                 fused: bool | None = None):
         if len(ar_kv) != nar.dims.layers:
             raise RequestError(f"AR K/V has {len(ar_kv)} layers, the NAR expert {nar.dims.layers}")
         self.nar, self.frames = nar, frames
+        if fused is None:
+            fused = nar.device.type == "cuda" and os.environ.get("YUE2_FUSED", "1") != "0"
+        if fused:
+            from .fast import fused as fused_mod
+            fused = fused_mod.available()
+        self.fused = bool(fused)
         self.ar_len = ar_kv[0][0].shape[2]
         self.length = frames + 2
         if self.ar_len + self.length > CONTEXT:
@@ -101,6 +109,7 @@ class ChunkRenderer:
         dev = nar.device
         positions = torch.arange(self.ar_len, self.ar_len + self.length, device=dev)[None]
         self.cos, self.sin = rope_cos_sin(positions, nar.dims.head_dim, nar.dims.rope_theta)
+        self.positions = positions[0]
         local = torch.arange(self.length, device=dev).clamp(max=nar.dims.pe_rows - 1)
         self.pos_emb = nar.latent_pos_embed.pe[local][None]
         # one [AR ‖ NAR] key/value buffer per layer: the AR part is written once, the NAR tail on every evaluation
@@ -115,6 +124,8 @@ class ChunkRenderer:
 
     def velocity(self, state: torch.Tensor, raw_t: float) -> torch.Tensor:
         """state [n, 64] in the model dtype → velocity [n, 64] at raw timestep `raw_t` (t̃ = sigmoid(raw_t))."""
+        if self.fused:
+            return self._velocity_fused(state, raw_t)
         nar = self.nar
         x_nar = torch.nn.functional.pad(state, (0, 0, 1, 1))
         x = nar.vae2llm(x_nar[None])
@@ -129,6 +140,30 @@ class ChunkRenderer:
             x = x + layer.self_attn.o_proj(h.transpose(1, 2).reshape(b, t, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return nar.llm2vae(nar.model.norm(x))[0, 1:-1]
+
+
+    def _velocity_fused(self, state: torch.Tensor, raw_t: float) -> torch.Tensor:
+        """`velocity` with the fused Triton kernels of `fast.fused` (same rounding points: add+RMSNorm,
+        QK-norm+RoPE writing k/v into the key buffers, SiLU·up), for CUDA."""
+        from .fast import fused
+        nar, d = self.nar, self.nar.dims
+        x = nar.vae2llm(torch.nn.functional.pad(state, (0, 0, 1, 1))[None])
+        x = x + nar.time_embedder(nar.shifted_t(raw_t).expand(self.length), nar.dtype)[None]
+        x = x + self.pos_emb
+        cos, sin = self.cos[0], self.sin[0]
+        delta = None
+        for layer, keys, values in zip(nar.model.layers, self.keys, self.values):
+            att = layer.self_attn
+            x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps)
+            qkv = att.qkv_proj(y).reshape(self.length, -1)
+            q = fused.qk_norm_rope_store(qkv, att.q_norm.weight, att.k_norm.weight, cos, sin, self.positions,
+                                         keys, values, d.heads, d.kv_heads, d.head_dim, d.eps, shared_row=True)
+            h = sdpa(q.transpose(0, 1)[None], keys, values, causal=False)
+            x, y = fused.add_rmsnorm(x, att.o_proj(h.transpose(1, 2).reshape(1, self.length, -1)),
+                                     layer.post_attention_layernorm.weight, d.eps)
+            delta = layer.mlp.down_proj(fused.silu_mul(layer.mlp.gate_up_proj(y).reshape(self.length, -1))[None])
+        _, y = fused.add_rmsnorm(x, delta, nar.model.norm.weight, d.eps)
+        return nar.llm2vae(y)[0, 1:-1]
 
 
 def raw_timesteps(steps: int = 32) -> list[tuple[float, float]]:

@@ -135,9 +135,62 @@ def test_triton_w8a16_kernel_in_interpreter():
         "    q, s = quantize(torch.randn(n, k) * 0.02)\n"
         "    x = torch.randn(m, k)\n"
         "    ref = x @ dequantize(q, s).T\n"
-        "    got = run(rotate(x).half().contiguous(), q.contiguous()) * s.view(-1)\n"
+        "    got = run(rotate(x).half().contiguous(), q.contiguous(), s.view(-1).contiguous(), torch.float32)\n"
         "    assert (got - ref).abs().max() < 2e-3, (n, k, m, (got - ref).abs().max())\n"
         "print('ok')\n")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_fused_decode_kernels_in_interpreter(tiny_paths):
+    """The fused Triton decode kernels (add+RMSNorm, QK-norm+RoPE+KV store, SiLU·up) run in Triton's CPU
+    interpreter in fp16: logits and KV cache must equal the unfused torch step bit for bit (same rounding points)."""
+    pytest.importorskip("triton")
+    code = (
+        "import torch\n"
+        "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
+        "from yue2_core.fast import decode as fd\n"
+        "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
+        f"info = inspect_checkpoint({tiny_paths['bf16']!r})\n"
+        "ar = load_ar(info, 'cpu', torch.float16)\n"
+        "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
+        "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n"
+        "decs = []\n"
+        "for _ in range(2):\n"
+        "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"
+        "    d._allocate(); d._prefill(); decs.append(d)\n"
+        "a, b = decs\n"
+        "for step in range(3):\n"
+        "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
+        "    a._forward(a.capacity); b._forward_fused(b.capacity)\n"
+        "    for d in decs: d.pos.add_(1)\n"
+        "    assert torch.equal(a.logits, b.logits), step\n"
+        "    assert all(torch.equal(x, y) for x, y in zip(a.k + a.v, b.k + b.v)), step\n"
+        "print('ok')\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_fused_nar_velocity_in_interpreter(tiny_paths):
+    """The NAR velocity with fused kernels (Triton CPU interpreter, fp16) equals the torch velocity to 1–2 fp16
+    ulps (the attention call sees a transposed q; everything else rounds at the same points)."""
+    pytest.importorskip("triton")
+    code = (
+        "import torch\n"
+        "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar\n"
+        "from yue2_core import nar as N\n"
+        f"info = inspect_checkpoint({tiny_paths['bf16']!r})\n"
+        "ar, nar = load_ar(info, 'cpu', torch.float16), load_nar(info, 'cpu', torch.float16)\n"
+        "toks = [151643] + list(range(100, 140)) + [151853 + i for i in range(20)] + [151852]\n"
+        "a = N.ChunkRenderer(nar, ar.layer_kv(toks), 20, fused=False)\n"
+        "b = N.ChunkRenderer(nar, ar.layer_kv(toks), 20, fused=True)\n"
+        "st = torch.randn(20, 64, generator=torch.Generator().manual_seed(0)).half()\n"
+        "for rt in (20.0, 0.3):\n"
+        "    d = (a.velocity(st, rt).float() - b.velocity(st, rt).float()).abs().max().item()\n"
+        "    assert d <= 2e-3, (rt, d)\n"
+        "print('ok')\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]

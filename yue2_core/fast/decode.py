@@ -126,7 +126,7 @@ class PhaseDecoder:
     def __init__(self, ar, prefixes: list[list[int]], sampling: Sampling, seeds: list[int], phase: str, *,
                  negatives: list[list[int]] | None = None, cfg_scale: float = 1.0, legacy_off: bool = False,
                  forced: list[int] | None = None, use_graph: bool | None = None, block: int = 16,
-                 compile: bool | None = None):
+                 compile: bool | None = None, fused: bool | None = None):
         if phase not in SLICES:
             raise RequestError(f"phase must be 'abc' or 'semantic', got {phase!r}")
         self.ar, self.s, self.phase, self.legacy_off = ar, sampling.validate(phase), phase, legacy_off
@@ -154,6 +154,10 @@ class PhaseDecoder:
         self.slice = SLICES[phase]
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.graph_error: str | None = None
+        from . import fused as fused_mod
+        if fused is None:
+            fused = self.device.type == "cuda" and os.environ.get("YUE2_FUSED", "1") != "0"
+        self.fused = bool(fused) and fused_mod.available()
         want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
 
@@ -226,6 +230,35 @@ class PhaseDecoder:
                 x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.logits.copy_(self.head(ar.model.norm(x[:, 0])))
 
+    def _forward_fused(self, attn_len: int):
+        """Same maths as `_forward` with fused Triton kernels: per layer add+RMSNorm, QK-norm+RoPE+KV store and
+        SiLU·up each run as one kernel; the attention mask is built once per step."""
+        from . import fused
+        ar, d = self.ar, self.ar.dims
+        x = ar.model.embed_tokens(self.tokens[:, None])
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        cos, sin = rope_cos_sin(self.pos, d.head_dim, d.rope_theta)
+        visible = torch.arange(attn_len, device=self.device)[None, :] <= self.pos[:, None]
+        bias = torch.zeros(self.R, 1, 1, attn_len, device=self.device).masked_fill_(~visible[:, None, None],
+                                                                                    float("-inf"))
+        groups, scale = d.heads // d.kv_heads, 1.0 / math.sqrt(d.head_dim)
+        delta = None
+        for i, layer in enumerate(ar.model.layers):
+            att_mod = layer.self_attn
+            x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps)
+            qkv = att_mod.qkv_proj(y)
+            q = fused.qk_norm_rope_store(qkv.reshape(self.R, -1), att_mod.q_norm.weight, att_mod.k_norm.weight,
+                                         cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
+                                         d.head_dim, d.eps)
+            keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
+            att = torch.add(bias, _scores(q.view(self.R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
+            h = (att.softmax(-1).to(self.dtype) @ values).reshape(self.R, 1, d.heads * d.head_dim)
+            x, y = fused.add_rmsnorm(x, att_mod.o_proj(h), layer.post_attention_layernorm.weight, d.eps)
+            delta = layer.mlp.down_proj(fused.silu_mul(layer.mlp.gate_up_proj(y).reshape(self.R, -1))[:, None])
+        _, y = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps)
+        self.logits.copy_(self.head(y[:, 0]))
+
     def _step(self, attn_len: int):
         G, s, sl = self.G, self.s, self.slice
         logits = self.logits[:G] if self.cfg == 1.0 else cfg_combine(self.logits[:G], self.logits[G:], self.cfg)
@@ -241,7 +274,10 @@ class PhaseDecoder:
         self.ring_w.scatter_(1, slot, torch.ones(G, 1, device=self.device))
         self.done.copy_(self.done | (col == sl.end_col) | (self.step + 1 >= s.max_tokens))
         self.tokens.copy_(tok.repeat(self.R // G))
-        self._forward(attn_len)
+        if self.fused and self.fns is None:
+            self._forward_fused(attn_len)
+        else:
+            self._forward(attn_len)
         self.pos.add_(1)
         self.step.add_(1)
 
@@ -328,7 +364,7 @@ class PhaseDecoder:
                 "prefix_tokens": len(self.rows[g]), "cfg_branches": 2 if self.cfg != 1.0 else 1,
                 "batch": self.G, "decoded_steps": steps,
                 "execution": "cuda_graph" if self.graphs and self.graph_error is None else "eager_device_sampler",
-                "compiled_layers": self.fns is not None,
+                "compiled_layers": self.fns is not None, "fused_kernels": self.fused and self.fns is None,
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
         self.release()
         return results
