@@ -102,10 +102,11 @@ class ARModel(nn.Module):
         return self.logits(self.hidden(ids, cache)[:, -1])
 
     @torch.inference_mode()
-    def layer_kv(self, ids: list[int] | torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def layer_kv(self, ids: list[int] | torch.Tensor, extra: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Causal pass over one sequence of A tokens (RoPE positions 0 … A−1); returns per layer (K, V), each
-        [1, nkv, A, D] (K after QK-norm and RoPE, V raw). The final norm and LM head are skipped (runtime.md §5.3)."""
+        [1, nkv, A + extra, D] with positions [0, A) filled (K after QK-norm and RoPE, V raw) and `extra` free slots
+        (the NAR writes its own K/V there). The final norm and LM head are skipped (runtime.md §5.3)."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).reshape(1, -1)
-        cache = self.new_cache(1, ids.shape[1])
+        cache = self.new_cache(1, ids.shape[1] + extra)
         self.hidden(ids, cache)
         return list(zip(cache.k, cache.v))

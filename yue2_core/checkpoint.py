@@ -366,11 +366,7 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> NARMod
     with torch.device("meta"):
         model = NARModel(info.dims, info.quant_nar, dtype)
     keys = [k for k in info.entries if k.startswith(NAR)]
-    model = _materialize(model, info.path, NAR, keys, device, dtype, "NAR expert")
-    for module in model.modules():
-        if hasattr(module, "keep_dequantized"):
-            module.keep_dequantized = True  # the NAR runs ~5k-row GEMMs: bf16 beats W8A8/W8A16 there
-    return model
+    return _materialize(model, info.path, NAR, keys, device, dtype, "NAR expert")
 
 
 def load_vae(info: CheckpointInfo, device="cpu") -> VAEDecoder:

@@ -92,7 +92,7 @@ class ChunkRenderer:
     `frames` = n. The AR part is invariant during the solve."""
 
     def __init__(self, nar: NARModel, ar_kv: list[tuple[torch.Tensor, torch.Tensor]], frames: int,
-                 fused: bool | None = None):
+                 fused: bool | None = None, ar_len: int | None = None):
         if len(ar_kv) != nar.dims.layers:
             raise RequestError(f"AR K/V has {len(ar_kv)} layers, the NAR expert {nar.dims.layers}")
         self.nar, self.frames = nar, frames
@@ -102,7 +102,7 @@ class ChunkRenderer:
             from .fast import fused as fused_mod
             fused = fused_mod.available()
         self.fused = bool(fused)
-        self.ar_len = ar_kv[0][0].shape[2]
+        self.ar_len = ar_kv[0][0].shape[2] if ar_len is None else ar_len
         self.length = frames + 2
         if self.ar_len + self.length > CONTEXT:
             raise RequestError(f"chunk of {frames} frames after {self.ar_len} AR tokens exceeds the {CONTEXT} context")
@@ -113,12 +113,16 @@ class ChunkRenderer:
         local = torch.arange(self.length, device=dev).clamp(max=nar.dims.pe_rows - 1)
         self.pos_emb = nar.latent_pos_embed.pe[local][None]
         # one [AR ‖ NAR] key/value buffer per layer: the AR part is written once, the NAR tail on every evaluation
+        total = self.ar_len + self.length
+        if all(k.shape[2] == total for k, _ in ar_kv):  # made by layer_kv(..., extra=n + 2): used in place
+            self.keys, self.values = [k for k, _ in ar_kv], [v for _, v in ar_kv]
+            return
         self.keys, self.values = [], []
         for k, v in ar_kv:
             kb = k.new_empty(k.shape[0], k.shape[1], self.ar_len + self.length, k.shape[3])
             vb = torch.empty_like(kb)
-            kb[:, :, :self.ar_len] = k
-            vb[:, :, :self.ar_len] = v
+            kb[:, :, :self.ar_len] = k[:, :, :self.ar_len]
+            vb[:, :, :self.ar_len] = v[:, :, :self.ar_len]
             self.keys.append(kb)
             self.values.append(vb)
 
@@ -164,6 +168,26 @@ class ChunkRenderer:
             delta = layer.mlp.down_proj(fused.silu_mul(layer.mlp.gate_up_proj(y).reshape(self.length, -1))[None])
         _, y = fused.add_rmsnorm(x, delta, nar.model.norm.weight, d.eps)
         return nar.llm2vae(y)[0, 1:-1]
+
+
+def float_linears(nar: NARModel) -> int:
+    """Replace the NAR's int8 ConvRot linears by bf16 nn.Linear layers holding the dequantized weights (done once,
+    in place, on GPUs: the NAR's ~5k-row GEMMs run faster in bf16 than through int8 kernels, performance.md §6.2;
+    memory: 2 bytes per weight instead of 1). Returns how many layers were converted."""
+    from .quant import ConvRotLinear
+    count = 0
+    for parent in list(nar.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, ConvRotLinear):
+                lin = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                device=child.weight.device, dtype=nar.dtype)
+                lin.weight.data.copy_(child.dequantized(nar.dtype))
+                if child.bias is not None:
+                    lin.bias.data.copy_(child.bias)
+                lin.requires_grad_(False)
+                setattr(parent, name, lin)
+                count += 1
+    return count
 
 
 def raw_timesteps(steps: int = 32) -> list[tuple[float, float]]:
@@ -235,11 +259,14 @@ def render(ar, nar: NARModel, prefix: list[int], codes: list[int], seed: int, st
     if any(not 0 <= int(c) < CODEC_SIZE for c in codes):
         raise RequestError(f"semantic codes must be in [0, {CODEC_SIZE})")
     ranges = chunk_ranges(len(codes), len(prefix))
+    if nar.device.type == "cuda":
+        float_linears(nar)
     noise = song_noise(len(codes), seed) if noise is None else noise
     total = steps * len(ranges)
     out = []
     for j, (a, b) in enumerate(ranges):
-        renderer = ChunkRenderer(nar, ar.layer_kv(chunk_tokens(prefix, codes, a, b)), b - a)
+        tokens = chunk_tokens(prefix, codes, a, b)
+        renderer = ChunkRenderer(nar, ar.layer_kv(tokens, extra=b - a + 2), b - a, ar_len=len(tokens))
         step_cb = None if on_step is None else (lambda k, n, j=j: on_step(j * steps + k, total))
         out.append(solve(renderer, noise[a:b], steps, step_cb))
         del renderer

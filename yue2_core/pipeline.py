@@ -237,6 +237,12 @@ class Budgets:
         return semantic_budget(self.max_seconds, self.semantic).validate("semantic")
 
 
+def _release_cached_memory(module):
+    """Return the CUDA caching allocator's free blocks between stages (each stage's working set differs)."""
+    if module is not None and module.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 class YuE2Engine:
     """Loaded YuE2 model (AR expert, NAR expert, VAE decoder, tokenizer) with the four stages and `generate`.
 
@@ -270,9 +276,11 @@ class YuE2Engine:
         t = time.perf_counter()
         tokens = semantic(self.ar, self.tokenizer, request, score, sem, progress)
         timing["semantic_seconds"] = time.perf_counter() - t
+        _release_cached_memory(self.ar)
         t = time.perf_counter()
         latents = render(self.ar, self.nar, tokens, steps, progress=progress)
         timing["render_seconds"] = time.perf_counter() - t
+        _release_cached_memory(self.nar)
         t = time.perf_counter()
         audio = decode(self.vae, latents, progress=progress)
         timing["decode_seconds"] = time.perf_counter() - t

@@ -119,17 +119,15 @@ class ConvRotLinear(nn.Module):
         self.register_buffer("weight_scale", torch.ones(out_features, 1, dtype=torch.float32))
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False) if bias else None
         self._cpu_cache = None
-        self.keep_dequantized = False  # set for the NAR on GPUs: large inputs reuse one dequantized copy
 
     def dequantized(self, dtype=torch.float32) -> torch.Tensor:
         """The float weight W = (q·s)·H [out, in] (for self-checks and for paths that prefer a float GEMM)."""
         return dequantize(self.weight, self.weight_scale, self.group, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu" or (self.keep_dequantized and x.numel() // x.shape[-1] > 16):
-            # Keep one dequantized copy (made on first use, dropped when the module moves): on the CPU a plain
-            # float GEMM is several times faster than converting the codes on every call, and on GPUs the NAR's
-            # thousands of rows run faster as a bf16 GEMM (performance.md §6.2) at the cost of 2 bytes/weight.
+        if x.device.type == "cpu":
+            # CPU: keep one dequantized copy (made on first use, dropped when the module moves) — a plain float
+            # GEMM is several times faster there than converting the codes on every call.
             key = (self.weight.data_ptr(), x.dtype)
             if self._cpu_cache is None or self._cpu_cache[0] != key:
                 self._cpu_cache = (key, self.dequantized(x.dtype))

@@ -43,7 +43,13 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels), requires_grad=False)
         self.beta = nn.Parameter(torch.zeros(channels), requires_grad=False)
 
+    fused = None  # class-wide switch: None = fused Triton kernel on CUDA when available
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and x.dtype == torch.float32 and SnakeBeta.fused is not False:
+            from .fast import fused
+            if fused.available():
+                return fused.snake(x, self.alpha, self.beta)
         alpha = torch.exp(self.alpha[None, :, None])
         beta = torch.exp(self.beta[None, :, None])
         return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)

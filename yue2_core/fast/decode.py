@@ -153,6 +153,7 @@ class PhaseDecoder:
         self.seeds = [int(x) for x in seeds]
         self.slice = SLICES[phase]
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.capture_s = 0.0
         self.graph_error: str | None = None
         from . import fused as fused_mod
         if fused is None:
@@ -288,6 +289,7 @@ class PhaseDecoder:
     def _graph(self, attn_len: int):
         if attn_len in self.graphs:
             return self.graphs[attn_len]
+        t0 = time.perf_counter()
         saved = [t.clone() for t in self._state()]
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -301,6 +303,8 @@ class PhaseDecoder:
         with torch.cuda.graph(graph, pool=pool):
             self._step(attn_len)
         self.graphs[attn_len] = graph
+        torch.cuda.synchronize(self.device)
+        self.capture_s += time.perf_counter() - t0
         return graph
 
     def _run_block(self, n: int, attn_len: int):
@@ -358,8 +362,11 @@ class PhaseDecoder:
             ended = end in seq
             content = seq[:seq.index(end)] if ended else seq[:s.max_tokens]
             count = len(content) + int(ended)
+            steady = seconds - prefill_s - self.capture_s
             results.append(PhaseResult(content, ended, {
                 "seconds": seconds, "prefill_seconds": prefill_s, "ttft_seconds": first_s, "output_tokens": count,
+                "graph_capture_seconds": self.capture_s,
+                "decode_tokens_per_second": steps / steady if steady > 0 else 0.0,
                 "content_tokens": len(content), "tokens_per_second": count / seconds if seconds > 0 else 0.0,
                 "prefix_tokens": len(self.rows[g]), "cfg_branches": 2 if self.cfg != 1.0 else 1,
                 "batch": self.G, "decoded_steps": steps,
