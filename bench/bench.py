@@ -276,7 +276,9 @@ class CatRenderer:
 
 @section("NAR")
 def nar_bench(eng, frames, label, baseline=True):
-    from yue2_core.nar import ChunkRenderer, chunk_tokens, solve, song_noise
+    from yue2_core.nar import ChunkRenderer, chunk_tokens, float_linears, solve, song_noise
+    if DEVICE == "cuda":
+        float_linears(eng.nar)  # what nar.render does on GPUs (int8 NAR → bf16 GEMMs)
     prefix = prompt_ids(2000, "semantic")
     codes = torch.randint(0, 32768, (frames,)).tolist()
     noise = song_noise(frames, 1)
@@ -411,7 +413,7 @@ def main():
         eng8 = load(paths["int8"], parts=("ar", "nar"))
         int8r = ar_int8(eng8, args.tokens, rates) or {}
         if "nar" not in skip:
-            nar_bench(eng8, args.frames, "int8 (dequantized GEMMs)", baseline=False)
+            nar_bench(eng8, args.frames, "int8 file (bf16 GEMMs after dequantizing once)", baseline=False)
         del eng8
         torch.cuda.empty_cache()
     if "song" not in skip:

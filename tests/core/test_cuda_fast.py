@@ -118,8 +118,16 @@ def test_sampler_on_cuda_matches_fixtures():
         expect = set(v[name + ".scores.ids"].tolist())
         if dense.dtype == torch.float32:
             assert finite == expect, name
-        else:  # bf16 softmax/cumsum round differently on CUDA: at most the top-p boundary entry may differ
-            assert len(finite ^ expect) <= 1, (name, sorted(finite ^ expect))
+        else:
+            # bf16 softmax/cumsum round differently on CUDA than on the CPU that made the fixture: only entries at
+            # the top-p cut (within one bf16 ulp of the smallest kept score) may swap in or out
+            diff = finite ^ expect
+            ref_vals = dict(zip(v[name + ".scores.ids"].tolist(), v[name + ".scores.values"].float().tolist()))
+            cut = min(ref_vals.values())
+            assert len(diff) <= 2, (name, sorted(diff))
+            for i in diff:
+                val = ref_vals.get(i, float(dense[i]) if torch.isfinite(dense[i]) else None)
+                assert val is not None and abs(val - cut) <= 0.07, (name, i, val, cut)
         common = sorted(finite & expect)
         ids = v[name + ".scores.ids"].tolist()
         ref = v[name + ".scores.values"].float()[[ids.index(i) for i in common]]
