@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -30,20 +29,19 @@ import torch
 from .constants import FRAMES_PER_SECOND, SAMPLE_RATE
 from .errors import ArtifactError
 from .pipeline import Score, SemanticTokens, Song
+from .protocol import valid_song_id
 
 FILES = ("score.abc", "abc_tokens.npy", "prefix.npy", "semantic.npy", "latent.npy", "audio.flac", "request.json",
          "config.json")
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,179}")
-_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
 
 
 def safe_name(name: str) -> str:
     """Validate a song id / folder name: 1–180 chars of A–Z a–z 0–9 _ . -, starting with a letter or digit, not a
     reserved device name, no path separators. Raises ArtifactError otherwise."""
-    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name in (".", "..") or \
-            name.split(".")[0].upper() in _RESERVED:
+    if not valid_song_id(name):
         raise ArtifactError(f"song name {name!r} is not allowed: use 1–180 characters from A–Z a–z 0–9 _ . -, "
-                            "starting with a letter or digit (no '/', '..', or reserved names like CON)")
+                            "starting with a letter or digit, not ending with '.' (no '/', '..', or reserved names "
+                            "like CON)")
     return name
 
 
@@ -145,60 +143,128 @@ class SavedSong:
 
 def _load_npy(path: Path) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+        return np.load(path, allow_pickle=False)  # never unpickle: object arrays are refused
+    except (OSError, ValueError, EOFError) as exc:
         raise ArtifactError(f"{path.name} is not a readable .npy array ({exc})") from None
+
+
+def _load_ids(path: Path, low: int, high: int) -> list[int]:
+    """A 1-D integer array with every value in [low, high) → list of int."""
+    arr = _load_npy(path)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ArtifactError(f"{path.name} must be a 1-D integer array, got {arr.dtype} {list(arr.shape)}")
+    if arr.size and (int(arr.min()) < low or int(arr.max()) >= high):
+        raise ArtifactError(f"{path.name} holds values outside [{low}, {high}): damaged or not written by this pack")
+    return [int(x) for x in arr.tolist()]
+
+
+def _load_json(path: Path, what: str) -> dict:
+    try:
+        obj = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError covers JSON and UTF-8 decoding errors
+        raise ArtifactError(f"{path} is damaged or not {what} ({type(exc).__name__})") from None
+    if not isinstance(obj, dict):
+        raise ArtifactError(f"{path} is not {what} (a JSON object was expected)")
+    return obj
+
+
+def _section(result: dict, key: str) -> dict:
+    value = result.get(key, {})
+    if not isinstance(value, dict):
+        raise ArtifactError(f"result.json: '{key}' must be an object")
+    return value
+
+
+def _int_field(value, what: str, high: int = 2 ** 63 - 1) -> int:
+    if type(value) is not int or not 0 <= value <= high:
+        raise ArtifactError(f"{what} must be an integer in [0, {high}], got {value!r}")
+    return value
+
+
+REQUIRED_FILES = ("abc_tokens.npy", "prefix.npy", "semantic.npy", "request.json", "config.json")
 
 
 def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
     """Read a song directory, verifying every file against the sha256 in result.json.
 
     An edited score.abc is accepted when a `tokenizer` is given (the score is re-tokenized and `score_edited` is
-    set); any other mismatch, a missing file or a malformed array raises ArtifactError naming the file."""
+    set); any other mismatch, a missing file, a file not listed in result.json, an unsafe name, a malformed array
+    or JSON file raises ArtifactError naming the file (an empty edited score raises ScoreError). Arrays are read
+    with allow_pickle=False; only files listed in the manifest are read."""
+    from .constants import CODEC_SIZE, COT_MODES, EOD, LATENT_DIM, VOCAB_SIZE
+    from .protocol import SEED_MAX
     root = Path(song_dir)
     if not (root / "result.json").is_file():
         raise ArtifactError(f"{root} is not a song directory (no result.json)")
-    try:
-        result = json.loads((root / "result.json").read_text("utf-8"))
-        manifest = result["artifacts"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ArtifactError(f"{root}/result.json is damaged or not a song result") from None
+    result = _load_json(root / "result.json", "a song result")
+    manifest = result.get("artifacts")
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{root}/result.json is damaged or not a song result (no artifacts manifest)")
+    for name in REQUIRED_FILES:
+        if name not in manifest:
+            raise ArtifactError(f"{root}/result.json does not list {name}: the song directory is incomplete")
     edited = False
     for name, meta in manifest.items():
-        if "/" in name or "\\" in name or name.startswith("."):
+        if not valid_song_id(name):
             raise ArtifactError(f"result.json lists an unsafe file name {name!r}")
+        if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
+            raise ArtifactError(f"result.json: the entry for {name} has no sha256")
         path = root / name
-        if not path.is_file():
-            raise ArtifactError(f"{root}: {name} is missing")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest != meta.get("sha256"):
+        if path.is_symlink() or not path.is_file():
+            raise ArtifactError(f"{root}: {name} is missing" + (" (a symbolic link is not accepted)"
+                                                                 if path.is_symlink() else ""))
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise ArtifactError(f"{root}: cannot read {name} ({exc.strerror or exc})") from None
+        if digest != meta["sha256"]:
             if name == "score.abc" and tokenizer is not None:
                 edited = True
                 continue
             raise ArtifactError(f"{root}: {name} does not match its sha256 in result.json (modified or damaged). "
                                 "To use an edited score, edit score.abc and load with the model's tokenizer.")
-    request = json.loads((root / "request.json").read_text("utf-8"))
-    config = json.loads((root / "config.json").read_text("utf-8"))
-    sc = result.get("score", {})
-    abc = (root / "score.abc").read_text("utf-8") if (root / "score.abc").is_file() else None
-    abc_ids = [int(x) for x in _load_npy(root / "abc_tokens.npy").tolist()]
-    score = Score(abc=abc, abc_ids=abc_ids, cot=sc.get("cot", request.get("cot", "full")),
-                  seed=int(sc.get("seed", request.get("seed", 0))), source=sc.get("source", "model"),
-                  truncated=bool(sc.get("truncated", False)), timing=sc.get("timing", {}))
+    request = _load_json(root / "request.json", "a song request")
+    config = _load_json(root / "config.json", "a song config")
+    missing = [k for k in ("style", "lyrics", "cot", "seed") if k not in request]
+    if missing:
+        raise ArtifactError(f"{root}/request.json lacks {', '.join(missing)}")
+    sc, sem = _section(result, "score"), _section(result, "semantic")
+    cot = sc.get("cot", request.get("cot", "full"))
+    if cot not in COT_MODES:
+        raise ArtifactError(f"{root}: cot {cot!r} is not one of {', '.join(COT_MODES)}")
+    abc = None
+    if "score.abc" in manifest:
+        try:
+            abc = (root / "score.abc").read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ArtifactError(f"{root}: score.abc is not UTF-8 text ({exc})") from None
+    abc_ids = _load_ids(root / "abc_tokens.npy", 0, EOD)
+    seed = _int_field(sc.get("seed", request.get("seed", 0)), "the score seed", SEED_MAX)
+    source = sc.get("source", "model")
+    score = Score(abc=abc, abc_ids=abc_ids, cot=cot, seed=seed, source=source if isinstance(source, str) else "model",
+                  truncated=bool(sc.get("truncated", False)),
+                  timing=sc.get("timing") if isinstance(sc.get("timing"), dict) else {})
     if edited:
         score = Score.from_text(abc or "", tokenizer, score.cot if score.cot != "off" else "full", score.seed)
-    sem = result.get("semantic", {})
-    codes = [int(x) for x in _load_npy(root / "semantic.npy").tolist()]
-    prefix = [int(x) for x in _load_npy(root / "prefix.npy").tolist()]
+    codes = _load_ids(root / "semantic.npy", 0, CODEC_SIZE)
+    prefix = _load_ids(root / "prefix.npy", 0, VOCAB_SIZE)
+    cfg = sem.get("cfg_scale", 1.0)
+    if isinstance(cfg, bool) or not isinstance(cfg, (int, float)) or not np.isfinite(cfg):
+        raise ArtifactError(f"{root}: result.json semantic.cfg_scale must be a finite number, got {cfg!r}")
     tokens = SemanticTokens(codes=codes, prefix=prefix, score=score, request=request,
-                            seed=int(sem.get("seed", request.get("seed", 0))),
-                            cfg_scale=float(sem.get("cfg_scale", 1.0)), sampling=sem.get("sampling", {}),
-                            ended=bool(sem.get("ended", True)), timing=sem.get("timing", {}))
+                            seed=_int_field(sem.get("seed", request.get("seed", 0)), "the semantic seed", SEED_MAX),
+                            cfg_scale=float(cfg), sampling=sem.get("sampling") if isinstance(sem.get("sampling"),
+                                                                                              dict) else {},
+                            ended=bool(sem.get("ended", True)),
+                            timing=sem.get("timing") if isinstance(sem.get("timing"), dict) else {})
     latents = None
-    if (root / "latent.npy").is_file():
+    if "latent.npy" in manifest:
         arr = _load_npy(root / "latent.npy")
-        if arr.ndim != 2 or arr.shape[0] != len(codes):
-            raise ArtifactError(f"{root}: latent.npy has shape {arr.shape}, expected [{len(codes)}, 64]")
+        if arr.ndim != 2 or arr.shape != (len(codes), LATENT_DIM) or not np.issubdtype(arr.dtype, np.floating):
+            raise ArtifactError(f"{root}: latent.npy has {arr.dtype} {list(arr.shape)}, expected float "
+                                f"[{len(codes)}, {LATENT_DIM}]")
+        if not np.isfinite(arr).all():
+            raise ArtifactError(f"{root}: latent.npy holds NaN or infinite values")
         latents = torch.from_numpy(arr.astype(np.float32))
     return SavedSong(root, score, tokens, latents, result, config, edited)
 

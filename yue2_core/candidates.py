@@ -23,8 +23,6 @@ with CFG). `candidates` checks N against the device's free memory before it allo
 """
 from __future__ import annotations
 
-import math
-import os
 import time
 from dataclasses import dataclass, replace
 
@@ -126,9 +124,9 @@ def take_seeds(seed: int, n: int, seeds=None) -> list[int]:
 @dataclass
 class Take:
     """One candidate: the Song plus what a picker shows. `ended`: the model emitted its end token (False = cut by the
-    budget); `token_count`/`seconds`: the music's length (25 tokens per second); `score_seconds`: the score's estimated duration
-    (`yue2_core.abc.structure`, None without a parseable score); `score_to_audio` = score_seconds / seconds (≈ 1 when
-    the song covers the score at its tempo, > 1 when the audio stops before the score's end)."""
+    budget); `token_count`/`seconds`: the music's length (25 tokens per second); `score_seconds`: the score's
+    estimated duration (`yue2_core.abc.structure`, None without a parseable score); `score_to_audio` = score_seconds /
+    seconds (≈ 1 when the song covers the score at its tempo, > 1 when the audio stops before the score's end)."""
 
     index: int
     seed: int

@@ -8,6 +8,7 @@ built on the meta device, so the weights are never held twice. Only safetensors 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -116,7 +117,7 @@ def read_header(path: str) -> tuple[dict, dict, int]:
         raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: absurdly nested JSON
         raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a safetensors file (header is not a JSON object)")
@@ -125,11 +126,13 @@ def read_header(path: str) -> tuple[dict, dict, int]:
         meta = {}
     entries, data_end = {}, 0
     for name, e in header.items():
-        try:
-            dtype, shape, (start, end) = e["dtype"], tuple(int(s) for s in e["shape"]), e["data_offsets"]
-            start, end = int(start), int(end)
-        except (TypeError, KeyError, ValueError):
-            raise CheckpointError(f"{path}: malformed header entry for tensor {name!r}") from None
+        # safetensors entries: {"dtype": str, "shape": [int, ...], "data_offsets": [int, int]} — exact JSON integers
+        # (no floats such as 1e999/Infinity, no booleans, no strings)
+        if not (isinstance(e, dict) and isinstance(e.get("dtype"), str) and isinstance(e.get("shape"), list)
+                and isinstance(e.get("data_offsets"), list) and len(e["data_offsets"]) == 2
+                and all(type(v) is int for v in (*e["shape"], *e["data_offsets"]))):
+            raise CheckpointError(f"{path}: malformed header entry for tensor {name!r}")
+        dtype, shape, (start, end) = e["dtype"], tuple(e["shape"]), e["data_offsets"]
         if dtype not in _BYTES or any(s < 0 for s in shape) or not 0 <= start <= end:
             raise CheckpointError(f"{path}: malformed header entry for tensor {name!r} ({dtype}, {shape})")
         count = 1
@@ -143,6 +146,19 @@ def read_header(path: str) -> tuple[dict, dict, int]:
         raise CheckpointError(f"{path}: the file is truncated — its header describes {8 + n + data_end:,} bytes, "
                               f"the file has {size:,}. Download it again.")
     return entries, meta, 8 + n
+
+
+@contextlib.contextmanager
+def open_tensors(path: str, device: str = "cpu"):
+    """`safetensors.safe_open` whose own refusals (its stricter layout rules, I/O errors while reading) become
+    CheckpointError instead of escaping as SafetensorError."""
+    from safetensors import SafetensorError, safe_open
+    try:
+        with safe_open(path, framework="pt", device=device) as f:
+            yield f
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{path}: not a valid safetensors file — the safetensors reader refuses it "
+                              f"({exc}). Download it again.") from None
 
 
 def _shape(entries: dict, key: str, rank: int | None = None) -> tuple:
@@ -264,13 +280,24 @@ def inspect_checkpoint(path: str) -> CheckpointInfo:
         raise CheckpointError(f"VAE latent channels {vae.latent_dim} differ from the NAR latent width "
                               f"{dims.latent_dim}")
     quant_ar, quant_nar = _quant_map(entries, AR), _quant_map(entries, NAR)
+    for key, e in entries.items():  # int8 codes / row scales need their module's marker (else: float layers, noise)
+        if key.startswith((AR, NAR)) and (e.dtype == "I8" or key.endswith(".weight_scale")):
+            module = key.rsplit(".", 1)[0]
+            if module + ".comfy_quant" not in entries:
+                raise CheckpointError(f"{key} is {'int8 codes' if e.dtype == 'I8' else 'a quantization scale'} but "
+                                      f"{module}.comfy_quant (its quantization marker) is missing: a damaged or "
+                                      "partially converted int8 file. Download it again.")
     markers = [k for k in entries if k.endswith(".comfy_quant")]
     stray = [k for k in markers if not (k.startswith(AR) or k.startswith(NAR))]
     if stray:
         raise CheckpointError(f"quantization markers outside the LM trees are not supported: {stray[:3]}")
+    for k in markers:
+        e = entries[k]
+        if e.dtype != "U8" or len(e.shape) != 1 or not 0 < e.shape[0] <= 4096:
+            raise CheckpointError(f"{k}: a comfy_quant marker is a rank-1 U8 tensor of JSON bytes (72 in the "
+                                  f"Comfy-Org file); found {e.dtype} {list(e.shape)}")
     if markers:
-        from safetensors import safe_open
-        with safe_open(path, framework="pt", device="cpu") as f:
+        with open_tensors(path) as f:
             groups = {k: parse_marker(f.get_tensor(k), k) for k in markers}
         for k, g in groups.items():
             module = k[:-len(".comfy_quant")]
@@ -312,21 +339,19 @@ def _count(shape) -> int:
 
 
 def load_tokenizer(info: CheckpointInfo) -> YuE2Tokenizer:
-    from safetensors import safe_open
-    with safe_open(info.path, framework="pt", device="cpu") as f:
+    with open_tensors(info.path) as f:
         return YuE2Tokenizer.from_tensor(f.get_tensor(TOKENIZER_KEY))
 
 
 def _materialize(module: torch.nn.Module, path: str, prefix: str, keys: list[str], device, float_dtype, what: str):
     """Stream `keys` (prefix + module name) from the file into `module` (built on meta), casting float tensors to
     `float_dtype` and leaving int8 codes / fp32 scales as stored."""
-    from safetensors import safe_open
     state = {}
     names = dict(module.named_parameters())
     names.update(dict(module.named_buffers()))
     dev = torch.device(device)
     load_dev = str(dev) if dev.type in ("cpu", "cuda") else "cpu"
-    with safe_open(path, framework="pt", device=load_dev) as f:
+    with open_tensors(path, load_dev) as f:
         for key in keys:
             name = key[len(prefix):]
             if name not in names:
@@ -347,7 +372,11 @@ def _materialize(module: torch.nn.Module, path: str, prefix: str, keys: list[str
     missing = [n for n in names if n not in state]
     if missing:
         raise CheckpointError(f"{what}: tensors missing from the file: {[prefix + m for m in missing[:5]]}")
-    module.load_state_dict(state, strict=True, assign=True)
+    try:
+        module.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:  # e.g. int8 codes where the layer expects float weights
+        detail = str(exc).strip().splitlines()[-1].strip()[:300]
+        raise CheckpointError(f"{what}: the file's tensors do not fit the model ({detail})") from None
     return module.eval().requires_grad_(False)
 
 

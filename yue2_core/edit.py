@@ -12,12 +12,15 @@ parent's noise rows bit for bit), decoded, and spliced into the parent:
 with k = the cut's token (frame) index, e = 1920·k samples (for a continuation, the parent's last sample), x = the
 crossfade length in samples, ending exactly at the cut. Everything before e − x is the parent's samples bit for bit
 (for a saved song: the samples of its audio.flac, which re-save losslessly as PCM_24). Equal-power fade by default:
-w_out = cos(π/2·τ), w_in = sin(π/2·τ), τ = (i + ½)/x.
+w_out = cos(π/2·τ), w_in = sin(π/2·τ), τ = (i + ½)/x. The two sides of the fade render the same codes from the same
+noise, so they are strongly correlated and an equal-power fade can rise up to +3 dB mid-fade (clipped to [−1, 1]);
+`crossfade_shape="linear"` (equal gain) avoids that. The spliced latents are not the latents of the spliced audio:
+decoding latent.npy reproduces the audio except within the VAE's receptive field around the cut (and the fade).
 
 Cut points (`resolve_cut`): a time in seconds (k = round(t·25)), a bar of the score ({"bar": n}, "bar 9", "b9"), or a
 token index ({"token": k}). A bar maps to seconds through the score's header tempo (Q:) and meter: its start is the
 summed actual lengths of the Vocal voice's earlier bars × seconds per L: unit (`yue2_core.abc.timing`). This assumes
-the audio follows the score's tempo from t = 0 (no pickup silence, no drift) — the model usually does, never exactly;
+the audio follows the score's tempo from t = 0 (no pickup silence, no drift), which the model does not guarantee;
 the lineage records the cut actually used (cut_token, cut_seconds) so the UI can show where it fell. The parent's own
 score is used for the mapping (that is the timeline the kept audio follows), not an edited one.
 
@@ -45,6 +48,16 @@ from .protocol import SEED_MAX, Sampling, SongRequest, negative_prefix, seconds_
 
 CROSSFADE_SHAPES = ("equal_power", "linear")
 MAX_CROSSFADE_S = 5.0
+
+
+def _finite(value) -> bool:
+    """An int or float (not bool) with a finite value (a huge int counts as not finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 class CheckpointMismatch(RequestError):
@@ -127,6 +140,8 @@ def as_parent(song, tokenizer=None, name: str | None = None) -> Parent:
     from .pipeline import Song
     if isinstance(song, (str, Path)):
         song = load_song(song, tokenizer)
+    if isinstance(getattr(song, "song", None), Song):  # a candidates.Take
+        song = song.song
     if isinstance(song, SavedSong):
         request = request_from_dict(song.tokens.request)
         audio = read_audio(song.path / "audio.flac") if (song.path / "audio.flac").is_file() else None
@@ -234,10 +249,12 @@ def _parse_cut(cut) -> tuple[str, float]:
     if isinstance(cut, bool):
         raise RequestError(f"a cut must be seconds, a bar or a token index, got {cut!r}")
     if isinstance(cut, (int, float)):
+        if not _finite(cut):
+            raise RequestError(f"the cut must be a finite number of seconds, got {cut!r}")
         return "seconds", float(cut)
     if isinstance(cut, dict) and len(cut) == 1:
         (kind, value), = cut.items()
-        if kind in ("seconds", "bar", "token") and not isinstance(value, bool) and isinstance(value, (int, float)):
+        if kind in ("seconds", "bar", "token") and _finite(value):
             if kind != "seconds" and value != int(value):
                 raise RequestError(f"a {kind} cut must be a whole number, got {value!r}")
             return kind, value
@@ -348,8 +365,7 @@ def splice_audio(original: torch.Tensor, new: torch.Tensor, cut_sample: int, fad
 
 
 def _crossfade_samples(crossfade_s) -> int:
-    if isinstance(crossfade_s, bool) or not isinstance(crossfade_s, (int, float)) or not math.isfinite(crossfade_s) \
-            or not 0 <= crossfade_s <= MAX_CROSSFADE_S:
+    if not _finite(crossfade_s) or not 0 <= crossfade_s <= MAX_CROSSFADE_S:
         raise RequestError(f"crossfade must be a number of seconds in [0, {MAX_CROSSFADE_S}], got {crossfade_s!r}")
     return round(crossfade_s * SAMPLE_RATE)
 
@@ -475,7 +491,7 @@ def _edit(parts, parent: Parent, score, changed: bool, request: SongRequest, sam
                     "crossfade_s": min(fade, cut_sample) / SAMPLE_RATE if frames > keep else 0.0,
                     "crossfade_shape": crossfade_shape, "score_changed": changed, "parent_frames": len(codes),
                     "frames": frames, "kept_frames": keep, "ended": tokens.ended, "protocol": PROTOCOL_VERSION})
-    settings = dict(parent.settings)
+    settings = {k: v for k, v in parent.settings.items() if k != "take"}
     settings.update({
         "protocol": PROTOCOL_VERSION, "cot": request.cot, "cfg_scale": request.guidance,
         "semantic_sampling": sampling.to_dict(), "ode_steps": steps, "ode_method": "midpoint",
@@ -504,8 +520,9 @@ def _prepare(engine_or_parts, song, new_score, seed, parent_name, operation, cro
         raise CheckpointMismatch("the song's prompt does not re-tokenize to the prefix it was made with (another "
                                  "tokenizer, or an edited request.json); load the checkpoint it was made with")
     if seed is None and not changed and operation == "regenerate":
-        notes.append("same score and seed as the original: on the CUDA fast path the resampled part can repeat the "
-                     "original (its random draws are indexed by token position); pass a new seed for another take")
+        notes.append("same score and seed as the original: after the cut the original's random stream is reused (on "
+                     "the CUDA fast path, whose draws are indexed by token position, the new part can repeat the "
+                     "original); pass a new seed for a different take")
     return parts, parent, score, changed, request, prefix, longest, notes
 
 
@@ -549,8 +566,9 @@ def regenerate(engine_or_parts, song, cut, *, new_score=None, seed: int | None =
         raise BudgetError(
             f"the {'new ' if changed else ''}prompt is {longest} tokens, so at most {fit} music tokens = "
             f"{fit / FRAMES_PER_SECOND:.2f} s fit the {CONTEXT}-token context; the song keeps {k} tokens "
-            f"({point.seconds:.2f} s) before the cut, leaving room for {max(fit - k, 0) / FRAMES_PER_SECOND:.2f} s after "
-            f"it, but the budget is {sampling.max_tokens} tokens ({sampling.max_tokens / FRAMES_PER_SECOND:.2f} s). "
+            f"({point.seconds:.2f} s) before the cut, leaving room for "
+            f"{max(fit - k, 0) / FRAMES_PER_SECOND:.2f} s after it, but the budget is {sampling.max_tokens} tokens "
+            f"({sampling.max_tokens / FRAMES_PER_SECOND:.2f} s). "
             + ("Shorten the score or lyrics, or " if fit > k else "Shorten the score or lyrics; ")
             + (f"set max seconds ≤ {fit / FRAMES_PER_SECOND:.2f}." if fit > k else "nothing fits after this cut."))
     if sampling.max_tokens <= k:
@@ -585,8 +603,7 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
     ended on its own would otherwise usually end again at once). The context bounds the continuation: at most
     (24,576 − prompt − len(codes)) / 25 s (`max_continuation_seconds`); asking for more raises BudgetError saying
     that maximum. Returns (Song, lineage)."""
-    if isinstance(extra_seconds, bool) or not isinstance(extra_seconds, (int, float)) or \
-            not math.isfinite(extra_seconds) or extra_seconds <= 0:
+    if not _finite(extra_seconds) or extra_seconds <= 0:
         raise RequestError(f"extra seconds must be a positive number, got {extra_seconds!r}")
     parts, parent, score, changed, request, prefix, longest, notes = _prepare(engine_or_parts, song, new_score,
                                                                              seed, parent_name, "continue",
@@ -604,8 +621,7 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
     if min_extra_seconds is None:
         min_extra = min(extra, 8 * FRAMES_PER_SECOND)
     else:
-        if isinstance(min_extra_seconds, bool) or not isinstance(min_extra_seconds, (int, float)) or \
-                not math.isfinite(min_extra_seconds) or not 0 <= min_extra_seconds <= extra_seconds:
+        if not _finite(min_extra_seconds) or not 0 <= min_extra_seconds <= extra_seconds:
             raise RequestError(f"min extra seconds must be in [0, {extra_seconds}], got {min_extra_seconds!r}")
         min_extra = round(min_extra_seconds * FRAMES_PER_SECOND)
     base = Sampling(**parent.tokens.sampling) if parent.tokens.sampling else Sampling()

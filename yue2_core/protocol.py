@@ -21,10 +21,41 @@ from .errors import BudgetError, RequestError, ScoreError
 
 SEED_MAX = 2 ** 63 - 1
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,179}")
+#: Windows device names: a file or folder called CON, nul.txt, … cannot be created there (or talks to a device).
+RESERVED_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)),
+                            *(f"LPT{i}" for i in range(1, 10))})
+
+
+def valid_song_id(name) -> bool:
+    """A song id usable as a folder name everywhere: 1–180 characters from A–Z a–z 0–9 _ . -, starting with a letter
+    or digit, not ending with '.' (Windows drops it), not a reserved device name (CON, NUL.txt, COM1, …)."""
+    return (isinstance(name, str) and _ID_RE.fullmatch(name) is not None and not name.endswith(".")
+            and name.split(".")[0].upper() not in RESERVED_NAMES)
 
 
 def _is_int(value) -> bool:
     return type(value) is int  # exactly int: bool and numpy ints are rejected, as the reference does
+
+
+def _check_text(name: str, text: str) -> None:
+    """Text must be valid Unicode (encodable as UTF-8): a lone surrogate, e.g. from a JSON "\\ud800" escape, cannot
+    be tokenized."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(f"{name} contains an unpaired surrogate U+{ord(text[exc.start]):04X} at character "
+                           f"{exc.start}; it is not valid Unicode text — remove it") from None
+
+
+def _finite_number(value) -> bool:
+    """An int or float (not bool) with a finite value. An int too large for a float is not finite (math.isfinite
+    would raise OverflowError on it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -50,7 +81,7 @@ class Sampling:
                 raise RequestError(f"{where}: {name} must be an integer, got {getattr(self, name)!r}")
         for name in ("temperature", "top_p", "repetition_penalty"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not _finite_number(value):
                 raise RequestError(f"{where}: {name} must be a finite number, got {value!r}")
         if not 0 <= self.temperature <= 5:
             raise RequestError(f"{where}: temperature must be in [0, 5], got {self.temperature}")
@@ -106,14 +137,16 @@ class SongRequest:
         for name in ("style", "lyrics"):
             if not isinstance(getattr(self, name), str):
                 raise RequestError(f"{name} must be text, got {type(getattr(self, name)).__name__}")
+            _check_text(name, getattr(self, name))
         if not _is_int(self.seed) or not 0 <= self.seed <= SEED_MAX:
             raise RequestError(f"seed must be an integer in [0, 2^63−1], got {self.seed!r}")
-        if not isinstance(self.id, str) or not _ID_RE.fullmatch(self.id) or self.id in (".", ".."):
+        if not valid_song_id(self.id):
             raise RequestError(f"song id {self.id!r} is not allowed: use 1–180 characters from A–Z a–z 0–9 _ . -, "
-                               "starting with a letter or digit")
+                               "starting with a letter or digit, not ending with '.', not a reserved name like CON")
         if self.abc is not None:
             if not isinstance(self.abc, str):
                 raise RequestError(f"abc must be text, got {type(self.abc).__name__}")
+            _check_text("the ABC score", self.abc)
             if self.cot == "off":
                 raise RequestError("an ABC score was given with cot='off'; off mode has no score — "
                                    "use cot='full' or 'melody', or remove the score")
@@ -122,7 +155,7 @@ class SongRequest:
                                  "model write one")
         if self.cfg_scale is not None:
             c = self.cfg_scale
-            if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0 <= c <= 20:
+            if not _finite_number(c) or not 0 <= c <= 20:
                 raise RequestError(f"cfg_scale must be a finite number in [0, 20], got {c!r}")
         return self
 
@@ -212,11 +245,15 @@ def check_budget(prefix_len: int, max_tokens: int, what: str = "semantic", per_s
 
 def seconds_to_tokens(seconds: float) -> int:
     """Semantic token budget for a duration: round(seconds · 25), at least 1 (25 tokens per second of audio)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+    if not _finite_number(seconds):
         raise RequestError(f"max duration must be a finite number of seconds, got {seconds!r}")
     if seconds <= 0:
         raise RequestError(f"max duration must be > 0 seconds, got {seconds}")
-    return max(1, round(seconds * FRAMES_PER_SECOND))
+    tokens = seconds * FRAMES_PER_SECOND
+    if not math.isfinite(tokens):
+        raise RequestError(f"max duration {seconds} s is far beyond the {CONTEXT}-token context (at most "
+                           f"{CONTEXT / FRAMES_PER_SECOND:.2f} s of music fit)")
+    return max(1, round(tokens))
 
 
 def semantic_budget(max_seconds: float | None, base: Sampling = SEMANTIC_PRESET) -> Sampling:

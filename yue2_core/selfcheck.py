@@ -142,14 +142,10 @@ def _model_modules(model, prefix: str | None = None) -> list[_Module]:
     return out
 
 
-def _file_modules(info, dtype=torch.bfloat16) -> tuple[list[_Module], object]:
-    """Quantized modules of a CheckpointInfo, read lazily from the file (safe_open; only the rows asked for)."""
-    from safetensors import safe_open
+def _file_modules(info, handle, dtype=torch.float32) -> list[_Module]:
+    """Quantized modules of a CheckpointInfo, read lazily through an open safetensors `handle` (only the rows asked
+    for). The forward runs the CPU path of ConvRotLinear / ConvRotEmbedding in `dtype`."""
     from .quant import ConvRotEmbedding, ConvRotLinear
-    try:
-        handle = safe_open(info.path, framework="pt", device="cpu")
-    except Exception as exc:  # SafetensorError, OSError
-        raise CheckpointError(f"cannot read {info.path}: {exc}") from None
     out = []
     for prefix, quant in ((AR_PREFIX, info.quant_ar), (NAR_PREFIX, info.quant_nar)):
         for name, group in sorted(quant.items()):
@@ -182,7 +178,7 @@ def _file_modules(info, dtype=torch.bfloat16) -> tuple[list[_Module], object]:
                     return lin(x.to(dtype)).to(torch.float64)
 
             out.append(_Module(key, kind, out_f, in_f, group, _layer_of(name), scale, rows, forward))
-    return out, handle
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -309,10 +305,11 @@ def check_int8(model_or_info, rows: int = 8, layers=None, tol: float = DEFAULT_T
     "layers", "seconds"}; a model without int8 modules returns ok with 0 modules. Raises CheckpointError naming the
     module(s) that fail (`.failures` holds every (module, problem) found)."""
     t0 = time.perf_counter()
-    handle = None
     if hasattr(model_or_info, "entries") and hasattr(model_or_info, "quant_ar"):
-        modules, handle = _file_modules(model_or_info)
-    elif hasattr(model_or_info, "ar") and hasattr(model_or_info, "nar"):
+        from .checkpoint import open_tensors
+        with open_tensors(model_or_info.path) as handle:
+            return _check(_file_modules(model_or_info, handle), rows, layers, tol, seed, sample_rows, t0)
+    if hasattr(model_or_info, "ar") and hasattr(model_or_info, "nar"):
         modules = []
         for part in (model_or_info.ar, model_or_info.nar):
             if part is not None:
@@ -321,10 +318,7 @@ def check_int8(model_or_info, rows: int = 8, layers=None, tol: float = DEFAULT_T
         modules = _model_modules(model_or_info)
     else:
         raise TypeError(f"check_int8 needs a model or a CheckpointInfo, got {type(model_or_info).__name__}")
-    try:
-        return _check(modules, rows, layers, tol, seed, sample_rows, t0)
-    finally:
-        del handle
+    return _check(modules, rows, layers, tol, seed, sample_rows, t0)
 
 
 def _selected_layers(modules: list[_Module], layers) -> dict:

@@ -14,7 +14,7 @@ import unicodedata
 import torch
 
 from .constants import EOD
-from .errors import TokenizerError
+from .errors import RequestError, TokenizerError
 
 
 class YuE2Tokenizer:
@@ -56,6 +56,11 @@ class YuE2Tokenizer:
         """NFC-normalise `text` and return its BPE ids (all < 151,643 for the release vocabulary)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: `tokenizers` would raise a bare TypeError
+            raise RequestError(f"the text contains an unpaired surrogate U+{ord(text[exc.start]):04X} at character "
+                               f"{exc.start}; it is not valid Unicode and cannot be tokenized") from None
         return self._tok.encode(unicodedata.normalize("NFC", text), add_special_tokens=False).ids
 
     def decode(self, ids) -> str:

@@ -16,7 +16,8 @@ from comfy_client import ComfyClient, ui_to_api
 
 E2E = Path(__file__).resolve().parent
 REPO = E2E.parents[1]
-SCRIPTS = [E2E / "smoke.mjs", *sorted(E2E.glob("*.test.mjs"))]
+# editor*.test.mjs need a synthetic checkpoint: test_editor_browser.py runs them.
+SCRIPTS = [E2E / "smoke.mjs", *sorted(s for s in E2E.glob("*.test.mjs") if not s.name.startswith("editor"))]
 WORKFLOWS = REPO / "tests" / "host" / "workflows"
 SCRIPT_TIMEOUT_S = 180
 

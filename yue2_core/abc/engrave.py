@@ -8,6 +8,7 @@ passed through the allow-list sanitiser (`svg.py`). Install: `pip install verovi
 
 from __future__ import annotations
 
+import os
 import threading
 
 from .dialect import VOICES
@@ -46,6 +47,9 @@ def render(score, *, page_width: int = 2100, scale: int = 40) -> dict:
     xml = to_musicxml(score)
     with _LOCK:
         toolkit = verovio.toolkit()
+        # Verovio's default resource path is set per thread at import time: set it for this toolkit explicitly so
+        # engraving works from any thread (ComfyUI runs nodes and routes outside the importing thread)
+        toolkit.setResourcePath(os.path.join(os.path.dirname(verovio.__file__), "data"))
         toolkit.setOptions({"pageWidth": page_width, "scale": scale, "adjustPageHeight": True,
                             "header": "none", "footer": "none", "svgViewBox": True, "breaks": "auto"})
         if not toolkit.loadData(xml):

@@ -1,0 +1,29 @@
+"""The ComfyUI layer of ComfyUI-YuE2 (V3 schema): thin nodes that parse inputs, call yue2_core and wrap the results.
+
+    YuE2 Checkpoint Loader → YuE2 Composer (→ YuE2 ABC Editor → YuE2 Composer) → YuE2 Renderer → YuE2 VAE Decode
+                                                                                 → YuE2 Save Song / YuE2 Load Song
+
+One file per concern: types (sockets), model (ModelPatchers), memory (working-memory estimates), progress (progress
+bar, Cancel, error translation), scores (edited text → Score), loader, composer, editor, render, songs.
+The repo-root __init__.py registers NODE_LIST through comfy_entrypoint.
+"""
+import logging
+
+from .composer import YuE2Composer
+from .editor import YuE2ABCEditor
+from .loader import YuE2CheckpointLoader
+from .render import YuE2Renderer, YuE2VAEDecode
+from .songs import YuE2LoadSong, YuE2SaveSong
+
+NODE_LIST = [YuE2CheckpointLoader, YuE2Composer, YuE2ABCEditor, YuE2Renderer, YuE2VAEDecode, YuE2SaveSong,
+             YuE2LoadSong]
+
+# HTTP routes of the ABC editor widget (nodes/routes.py, written separately); the nodes work without them.
+try:
+    from . import routes  # noqa: F401
+except ModuleNotFoundError as exc:
+    if exc.name != f"{__name__}.routes":
+        logging.getLogger("ComfyUI-YuE2").warning("[ComfyUI-YuE2] editor routes not loaded: missing module %r",
+                                                  exc.name)
+except ImportError as exc:
+    logging.getLogger("ComfyUI-YuE2").warning("[ComfyUI-YuE2] editor routes not loaded: %s", exc)

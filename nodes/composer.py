@@ -1,0 +1,247 @@
+"""YuE2 Composer: style + lyrics (+ an optional score) → ABC lead sheet → semantic music tokens (the AR expert)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from comfy_api.latest import io, ui
+from comfy_execution.graph_utils import ExecutionBlocker
+
+from yue2_core.constants import CONTEXT, DEFAULT_CFG, DEFAULT_SEED, FRAMES_PER_SECOND
+from yue2_core.pipeline import Budgets, Score, music_budget, plan, semantic
+from yue2_core.protocol import ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, SongRequest, planning_prefix
+
+from . import memory, scores, types
+from .progress import StageProgress, check_cancel, user_errors
+
+MAX_SECONDS = 900
+
+
+def _sampling_inputs() -> list:
+    a, s = ABC_PRESET, SEMANTIC_PRESET
+    return [
+        io.Boolean.Input("sample_music", default=True, optional=True, label_on="score + music",
+                         label_off="score only",
+                         tooltip="Off: write the lead sheet only and stop (the tokens output is blocked) — for a "
+                                 "first Composer whose score you edit before a second Composer samples the music."),
+        io.Int.Input("max_abc_tokens", default=a.max_tokens, min=1, max=CONTEXT, optional=True,
+                     tooltip=f"Budget of the lead sheet in tokens (default {a.max_tokens}). A score that reaches "
+                             "it is cut off (the report says so). Ignored when a score is connected or cot is off."),
+        io.Float.Input("abc_temperature", default=a.temperature, min=0.0, max=5.0, step=0.05, optional=True,
+                       tooltip="Lead-sheet sampling temperature (0 = always the most likely token)."),
+        io.Float.Input("abc_top_p", default=a.top_p, min=0.01, max=1.0, step=0.01, optional=True,
+                       tooltip="Lead-sheet nucleus sampling: keep the smallest set of tokens whose probability "
+                               "sums to top_p."),
+        io.Int.Input("abc_top_k", default=a.top_k, min=1, max=32768, optional=True,
+                     tooltip="Lead-sheet sampling: keep the k most likely tokens."),
+        io.Float.Input("abc_repetition_penalty", default=a.repetition_penalty, min=0.01, max=10.0, step=0.005,
+                       optional=True, tooltip="Lead-sheet repetition penalty (1 = none), applied per repeat over "
+                                              "the last abc_penalty_window tokens."),
+        io.Int.Input("abc_penalty_window", default=a.penalty_window, min=1, max=100, optional=True,
+                     tooltip="How many of the last lead-sheet tokens the repetition penalty looks at (tokens)."),
+        io.Float.Input("music_temperature", default=s.temperature, min=0.0, max=5.0, step=0.05, optional=True,
+                       tooltip="Music (semantic token) sampling temperature (0 = most likely token)."),
+        io.Float.Input("music_top_p", default=s.top_p, min=0.01, max=1.0, step=0.01, optional=True,
+                       tooltip="Music sampling: nucleus probability mass kept."),
+        io.Int.Input("music_top_k", default=s.top_k, min=1, max=32768, optional=True,
+                     tooltip="Music sampling: keep the k most likely codec tokens."),
+        io.Float.Input("music_repetition_penalty", default=s.repetition_penalty, min=0.01, max=10.0, step=0.005,
+                       optional=True, tooltip="Music repetition penalty (1 = none) over the last "
+                                              "music_penalty_window tokens."),
+        io.Int.Input("music_penalty_window", default=s.penalty_window, min=1, max=100, optional=True,
+                     tooltip="How many of the last music tokens the repetition penalty looks at (tokens; "
+                             "25 tokens = 1 second)."),
+        io.Float.Input("cfg_scale", default=-1.0, min=-1.0, max=20.0, step=0.01, optional=True,
+                       tooltip=f"Classifier-free guidance of the music stage. −1 = auto: "
+                               f"{DEFAULT_CFG['off']} for cot off, {DEFAULT_CFG['full']} for full/melody (the "
+                               "release defaults). Any value ≠ 1 runs a second, unconditioned branch (twice the "
+                               "compute and KV memory)."),
+    ]
+
+
+class YuE2Composer(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="YuE2Composer",
+            display_name="YuE2 Composer",
+            category=types.CATEGORY,
+            description="The AR expert. Writes an ABC lead sheet from style and lyrics (cot full: melody + chords; "
+                        "melody: melody only; off: no lead sheet), then samples the song's semantic music tokens "
+                        "(25 per second). With a score connected (from the ABC Editor, Load Song or another "
+                        "Composer) or an ABC text connected (e.g. from SheetSage2), planning is skipped and that "
+                        "score is used. The node shows the token budget, whether each phase ended on its own "
+                        "end token or hit its budget, and tokens/s.",
+            inputs=[
+                types.Model.Input("model", tooltip="From YuE2 Checkpoint Loader."),
+                io.String.Input("style", multiline=True, default="",
+                                tooltip="Genre, instruments, voice, mood, tempo — everything musical. Not sung."),
+                io.String.Input("lyrics", multiline=True, default="",
+                                tooltip="Only the words to sing, with section tags like [Verse] and [Chorus]. "
+                                        "Empty lyrics are NOT an instrumental switch (the model may still sing)."),
+                io.Combo.Input("cot", options=["full", "melody", "off"], default="full",
+                               tooltip="full: the model first writes a lead sheet with melody and chords; melody: "
+                                       "melody only; off: no lead sheet (music directly from the text)."),
+                io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=SEED_MAX, control_after_generate=True,
+                             tooltip="Seed of both the lead sheet and the music tokens (the Renderer reuses it "
+                                     "by default). Same inputs + same seed = same song."),
+                io.Float.Input("max_seconds", default=120.0, min=1.0, max=float(MAX_SECONDS), step=1.0,
+                               tooltip="Upper bound of the song length in seconds (25 music tokens per second). "
+                                       "The song ends earlier when the model ends it. If lyrics + score leave less "
+                                       "room in the 24,576-token context, the node fails and says the maximum."),
+                types.Score.Input("score", optional=True,
+                                  tooltip="A lead sheet to use instead of writing one (from YuE2 ABC Editor, YuE2 "
+                                          "Load Song or another Composer). Its exact token ids are used unless its "
+                                          "text was edited. Needs cot full or melody."),
+                io.String.Input("abc_text", optional=True, force_input=True, multiline=True,
+                                tooltip="A lead sheet as plain ABC text (a text node, SheetSage2 Audio to ABC, …) "
+                                        "instead of writing one; tokenized verbatim. Needs cot full or melody."),
+                *_sampling_inputs(),
+            ],
+            outputs=[
+                types.Score.Output("score_out", display_name="score", tooltip="The lead sheet the music follows (cot off: an empty score)."),
+                types.Tokens.Output("tokens", display_name="tokens", tooltip="Semantic music tokens, 25 per second, for YuE2 Renderer "
+                                                      "and YuE2 Save Song."),
+                io.String.Output("abc", display_name="abc", tooltip="The lead sheet as ABC text (empty in cot off)."),
+                io.String.Output("report", display_name="report", tooltip="Token budget, end-of-phase status and speed (also shown on "
+                                                   "the node)."),
+            ],
+        )
+
+    @classmethod
+    def execute(cls, model, style, lyrics, cot, seed, max_seconds, score=None, abc_text=None, sample_music=True,
+                max_abc_tokens=ABC_PRESET.max_tokens, abc_temperature=ABC_PRESET.temperature,
+                abc_top_p=ABC_PRESET.top_p, abc_top_k=ABC_PRESET.top_k,
+                abc_repetition_penalty=ABC_PRESET.repetition_penalty, abc_penalty_window=ABC_PRESET.penalty_window,
+                music_temperature=SEMANTIC_PRESET.temperature, music_top_p=SEMANTIC_PRESET.top_p,
+                music_top_k=SEMANTIC_PRESET.top_k, music_repetition_penalty=SEMANTIC_PRESET.repetition_penalty,
+                music_penalty_window=SEMANTIC_PRESET.penalty_window, cfg_scale=-1.0) -> io.NodeOutput:
+        model.check_protocol()
+        if score is not None and abc_text is not None:
+            raise ValueError("both a score and an abc_text are connected; connect only one of them")
+        if cot == "off" and (score is not None or abc_text is not None):
+            raise ValueError("cot is off, which uses no lead sheet, but a score/abc_text is connected: choose cot "
+                             "full or melody to use it, or disconnect it")
+        if not sample_music and cot == "off":
+            raise ValueError("cot off writes no lead sheet, so 'score only' has nothing to do: turn sample_music on "
+                             "or choose cot full/melody")
+        if not max_seconds > 0:
+            raise ValueError(f"max_seconds must be > 0 seconds, got {max_seconds}")
+        tok = model.tokenizer
+        with user_errors():
+            request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed,
+                                  cfg_scale=None if cfg_scale < 0 else cfg_scale).validate()
+            budgets = Budgets(
+                max_seconds=max_seconds, max_abc_tokens=max_abc_tokens,
+                abc=replace(ABC_PRESET, temperature=abc_temperature, top_p=abc_top_p, top_k=abc_top_k,
+                            repetition_penalty=abc_repetition_penalty, penalty_window=abc_penalty_window),
+                semantic=replace(SEMANTIC_PRESET, temperature=music_temperature, top_p=music_top_p,
+                                 top_k=music_top_k, repetition_penalty=music_repetition_penalty,
+                                 penalty_window=music_penalty_window))
+            abc_sampling, music_sampling = budgets.abc_sampling(), budgets.semantic_sampling()
+            given, given_how = None, ""
+            if score is not None:
+                given_how = "edited text, tokenized here" if scores.needs_tokens(score) else "exact ids kept"
+                given = scores.tokenized(score, tok, cot)
+            elif abc_text is not None:
+                given, given_how = Score.from_text(abc_text, tok, cot, seed), "ABC text, tokenized here"
+        if sample_music:
+            _check_music_budget(request, given or Score(None, [], cot, seed, "none"), tok, max_seconds,
+                                music_sampling.max_tokens, planned=given is None and cot != "off")
+
+        progress = StageProgress("YuE2 Composer")
+        notes = list(request.input_warnings())
+        with user_errors():
+            if given is not None:
+                the_score = given
+            elif cot == "off":
+                the_score = plan(None, tok, request)
+            else:
+                prefix = len(planning_prefix(request, tok.encode))
+                need = memory.ar_phase(model.dims, model.dtype, prefix, abc_sampling.max_tokens)
+                progress.start("plan", abc_sampling.max_tokens, f"writing the lead sheet (≤ {abc_sampling.max_tokens} "
+                                                                f"ABC tokens after a {prefix}-token prompt)")
+                (ar,) = model.load(("ar",), need)
+                the_score = plan(ar, tok, request, abc_sampling, progress,
+                                 music_sampling.max_tokens if sample_music else 0)
+                del ar
+                mm.soft_empty_cache()
+            if not sample_music:
+                check_cancel()
+                budget = music_budget(request, the_score, tok)
+                report = _report(request, the_score, None, budget, abc_sampling, music_sampling, given_how, notes)
+                blocked = ExecutionBlocker("this YuE2 Composer has sample_music off ('score only'): it wrote the "
+                                           "lead sheet but no music tokens; connect its score to a second Composer")
+                return io.NodeOutput(the_score, blocked, the_score.abc or "", report, ui=ui.PreviewText(report))
+            budget = _check_music_budget(request, the_score, tok, max_seconds, music_sampling.max_tokens,
+                                         planned=False)
+            rows = 1 if request.guidance == 1.0 else 2
+            need = memory.ar_phase(model.dims, model.dtype, budget["prefix_tokens"], music_sampling.max_tokens, rows)
+            progress.start("semantic", music_sampling.max_tokens,
+                           f"sampling music tokens (≤ {music_sampling.max_tokens} = {max_seconds:g} s)")
+            (ar,) = model.load(("ar",), need)
+            tokens = semantic(ar, tok, request, the_score, music_sampling, progress)
+            del ar
+            mm.soft_empty_cache()
+        check_cancel()
+        if the_score.abc and given is not None and the_score.source == "user":
+            errors, warnings = scores.check(the_score.abc)
+            if errors or warnings:
+                notes.append(f"the ABC has {len(errors)} error(s) and {len(warnings)} warning(s) by the dialect "
+                             f"check (first: {scores.describe((errors or warnings)[:1])})")
+        report = _report(request, the_score, tokens, budget, abc_sampling, music_sampling, given_how, notes)
+        return io.NodeOutput(the_score, tokens, the_score.abc or "", report, ui=ui.PreviewText(report))
+
+
+def _check_music_budget(request, score, tok, max_seconds, music_tokens, planned: bool) -> dict:
+    """music_budget(...) or ValueError saying the most seconds that fit after this prompt (and this score)."""
+    budget = music_budget(request, score, tok)
+    if music_tokens > budget["music_tokens_max"]:
+        fit = budget["music_seconds_max"]
+        what = ("after this prompt, before any lead sheet is written (the lead sheet takes more)" if planned else
+                f"after this {budget['prefix_tokens']}-token prompt"
+                + (f" (of which {budget['score_tokens']} are the lead sheet)" if budget["score_tokens"] else ""))
+        raise ValueError(f"max_seconds = {max_seconds:g} s ({music_tokens} music tokens) does not fit the "
+                         f"{CONTEXT}-token context: at most {fit:.2f} s ({budget['music_tokens_max']} tokens) fit "
+                         f"{what}. Lower max_seconds to {int(fit)} or less, or shorten the lyrics/style/score.")
+    return budget
+
+
+def _rate(timing: dict) -> str:
+    seconds, rate = timing.get("seconds"), timing.get("tokens_per_second")
+    return f" in {seconds:.1f} s ({rate:.1f} tok/s)" if seconds and rate else ""
+
+
+def _report(request, score, tokens, budget, abc_sampling, music_sampling, given: str, notes: list) -> str:
+    """The text shown on the node; `given` says how a connected score was used ("" when the node planned it)."""
+    cfg = request.guidance
+    lines = [f"cot {request.cot} · seed {request.seed} · cfg {cfg:g}"
+             + (" (auto)" if request.cfg_scale is None else ""),
+             (f"prompt: {budget['prefix_tokens']} tokens before the music (lead sheet {budget['score_tokens']}); "
+              f"room for {budget['music_seconds_max']:.2f} s of music in the {CONTEXT}-token context")]
+    if request.cot == "off":
+        lines.append("lead sheet: none (cot off)")
+    elif given:
+        lines.append(f"lead sheet: given ({len(score.abc_ids)} ABC tokens, {given}; planning skipped)")
+    else:
+        end = (f"hit its budget of {abc_sampling.max_tokens} tokens (`max_abc_tokens`): the score is cut off"
+               if score.truncated else "ended on its end token `</abc>`")
+        lines.append(f"lead sheet: {len(score.abc_ids)} ABC tokens{_rate(score.timing)}; {end}")
+    if score.truncated and given:
+        lines.append("warning: this score was cut off by its planner's token budget")
+    if tokens is None:
+        lines.append("music: not sampled (`sample_music` off: score only)")
+        lines += [f"warning: {n}" for n in notes]
+        return _bullets(lines)
+    frames = len(tokens.codes)
+    end = (f"hit the `max_seconds` budget ({music_sampling.max_tokens} tokens)" if tokens.truncated
+           else "ended on its end token")
+    lines.append(f"music: {frames} tokens = {frames / FRAMES_PER_SECOND:.2f} s of "
+                 f"{music_sampling.max_tokens / FRAMES_PER_SECOND:.2f} s allowed{_rate(tokens.timing)}; {end}")
+    lines += [f"warning: {n}" for n in notes]
+    return _bullets(lines)
+
+
+def _bullets(lines: list[str]) -> str:
+    """One "- " line per fact: plain text that also reads as a list where it is rendered as Markdown (ComfyUI's
+    Preview as Text node)."""
+    return "\n".join(f"- {line}" for line in lines)

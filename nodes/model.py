@@ -1,0 +1,151 @@
+"""The object on a YUE2_MODEL socket: checkpoint info, tokenizer and one ComfyUI ModelPatcher per part.
+
+Each part (AR expert, NAR expert, VAE decoder) is built on first use with `yue2_core.checkpoint.load_*` on ComfyUI's
+offload device, wrapped in a `PartModule` and handed to a `comfy.model_patcher.ModelPatcher`. Before every stage the
+nodes call `YuE2Model.load(parts, memory_required)`, which asks ComfyUI's model management to place those parts on
+the compute device (offloading other models, ours included, when memory is short) and returns the engine modules
+for that one call; nothing else keeps a reference to them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import comfy.model_management as mm
+import comfy.model_patcher
+import torch
+from torch import nn
+
+from yue2_core.checkpoint import CheckpointInfo, load_ar, load_nar, load_vae
+from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
+from yue2_core.nar import float_linears
+
+log = logging.getLogger("ComfyUI-YuE2")
+
+# Where each part lives in the all-in-one file; PartModule registers the engine module under this path, so the
+# patcher's parameter names are the checkpoint keys (e.g. text_encoders.model.layers.0.self_attn.qkv_proj.weight) and
+# ComfyUI weight patches (LoRA) keyed like the file can address them.
+PREFIXES = {"ar": "text_encoders", "nar": "model.diffusion_model", "vae": "vae"}
+NAMES = {"ar": "AR expert", "nar": "NAR expert", "vae": "VAE decoder"}
+
+
+class PartModule(nn.Module):
+    """One engine module registered under its checkpoint prefix, with the plain `device` attribute ModelPatcher
+    reads and writes (the engine modules expose `device` as a read-only property)."""
+
+    def __init__(self, part: str, module: nn.Module, device: torch.device):
+        super().__init__()
+        *parents, leaf = PREFIXES[part].split(".")
+        holder = self
+        for name in parents:
+            holder.add_module(name, nn.Module())
+            holder = getattr(holder, name)
+        holder.add_module(leaf, module)
+        self.part_name = part
+        self.device = device
+
+    @property
+    def engine_module(self) -> nn.Module:
+        return self.get_submodule(PREFIXES[self.part_name])
+
+    def get_dtype(self) -> torch.dtype:
+        return next(p.dtype for p in self.parameters() if p.dtype.is_floating_point)
+
+
+class YuE2ARExpert(PartModule):
+    """The AR expert (text_encoders.*) as ComfyUI sees it."""
+
+
+class YuE2NARExpert(PartModule):
+    """The NAR expert (model.diffusion_model.*) as ComfyUI sees it."""
+
+
+class YuE2VAEDecoder(PartModule):
+    """The VAE decoder (vae.*) as ComfyUI sees it."""
+
+
+PART_CLASSES = {"ar": YuE2ARExpert, "nar": YuE2NARExpert, "vae": YuE2VAEDecoder}
+
+
+def compute_dtype(device: torch.device) -> torch.dtype:
+    """bf16 wherever ComfyUI says bf16 works, fp32 otherwise (e.g. pre-Ampere GPUs, --force-fp32). On the CPU the
+    reference runs bf16 too (ComfyUI would pick fp32 there); on the tiny model bf16 measured as fast as fp32."""
+    if mm.FORCE_FP32:
+        return torch.float32
+    if device.type == "cpu":
+        return torch.bfloat16
+    return torch.bfloat16 if mm.should_use_bf16(device) else torch.float32
+
+
+class YuE2Model:
+    """A YuE2 checkpoint for the nodes. `info` (CheckpointInfo), `tokenizer`, `dtype` (AR/NAR compute dtype; the VAE
+    is fp32), `device` (where the stages run)."""
+
+    def __init__(self, info: CheckpointInfo, tokenizer):
+        self.info = info
+        self.tokenizer = tokenizer
+        self.device = mm.get_torch_device()
+        self.offload_device = mm.unet_offload_device()
+        self.vae_device = mm.vae_device()
+        self.vae_offload_device = mm.vae_offload_device()
+        self.dtype = compute_dtype(self.device)
+        self._patchers: dict[str, comfy.model_patcher.ModelPatcher] = {}
+
+    @property
+    def dims(self):
+        return self.info.dims
+
+    def describe(self) -> str:
+        return (f"{self.info.summary()}\n\ncompute: AR/NAR {str(self.dtype).split('.')[-1]} on {self.device}, "
+                f"VAE float32 on {self.vae_device}; weights are read on first use and offloaded by ComfyUI")
+
+    def patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
+        """The part's ModelPatcher; the module is read from the checkpoint on first use."""
+        if part not in self._patchers:
+            if part == "vae":
+                load_dev, offload_dev = self.vae_device, self.vae_offload_device
+                module = load_vae(self.info, offload_dev)
+            else:
+                load_dev, offload_dev = self.device, self.offload_device
+                module = (load_ar if part == "ar" else load_nar)(self.info, offload_dev, self.dtype)
+                if part == "nar" and load_dev.type == "cuda":
+                    # The engine renders on CUDA with the NAR's int8 linears dequantized to bf16 (faster GEMMs) and
+                    # converts them in place on first use; do it here, before ComfyUI sizes the model, so its memory
+                    # accounting matches what it moves.
+                    float_linears(module)
+            holder = PART_CLASSES[part](part, module, offload_dev)
+            self._patchers[part] = comfy.model_patcher.ModelPatcher(
+                holder, load_device=load_dev, offload_device=offload_dev, size=mm.module_size(holder))
+            log.info("[YuE2] %s read from %s (%.1f MiB)", NAMES[part], self.info.path,
+                     mm.module_size(holder) / 2 ** 20)
+        return self._patchers[part]
+
+    def load(self, parts: tuple[str, ...], memory_required: int) -> list[nn.Module]:
+        """Place `parts` on their compute device with `memory_required` bytes of working memory free, and return
+        their engine modules (use them for this call only). Full loads: the engine modules are plain torch modules,
+        not ComfyUI's cast-on-the-fly ops, so a partial (lowvram) load would leave some weights off the device."""
+        patchers = [self.patcher(p) for p in parts]
+        mm.load_models_gpu(patchers, memory_required=int(memory_required), force_full_load=True)
+        return [p.model.engine_module for p in patchers]
+
+    def check_tokens(self, tokens) -> None:
+        """Tokens made by another model cannot be rendered with this one when their ids fall outside this model's
+        vocabulary (embed_tokens rows); raise ValueError naming both sizes."""
+        vocab = self.dims.vocab
+        highest = max([*tokens.prefix, CODEC_OFFSET + max(tokens.codes, default=0), MUSIC_END])
+        if highest >= vocab:
+            raise ValueError(
+                f"these tokens do not fit this model: they use token ids up to {highest} (semantic codes are ids "
+                f"{CODEC_OFFSET}…{CODEC_OFFSET + CODEC_SIZE - 1}), but this checkpoint's vocabulary has {vocab} rows "
+                f"(text_encoders.model.embed_tokens is [{vocab}, {self.dims.hidden}]). They were made with another "
+                f"model; render them with the checkpoint that composed them (this one is "
+                f"{os.path.basename(self.info.path)}: {self.info.format}, hidden {self.dims.hidden}, "
+                f"{self.dims.layers} layers).")
+
+    def check_protocol(self) -> None:
+        """A checkpoint whose vocabulary cannot hold the YuE2 protocol ids cannot compose at all."""
+        needed = CODEC_OFFSET + CODEC_SIZE
+        if self.dims.vocab < needed:
+            raise ValueError(f"this checkpoint's vocabulary has {self.dims.vocab} rows "
+                             f"(text_encoders.model.embed_tokens [{self.dims.vocab}, {self.dims.hidden}]); the YuE2 "
+                             f"protocol needs {needed} (ids up to {needed - 1}), so it cannot compose songs")

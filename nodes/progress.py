@@ -1,0 +1,70 @@
+"""Progress, Cancel and error translation between the engine and ComfyUI.
+
+`StageProgress` is the engine's progress callback (stage, done, total, info): it checks ComfyUI's Cancel flag on every
+call (every sampled token, ODE step and VAE tile) and feeds one ComfyUI ProgressBar per stage. The engine lets the
+InterruptProcessingException through, so a cancelled stage leaves nothing behind (song directories are only
+written by YuE2 Save Song, atomically).
+
+`user_errors()` turns the engine's typed errors (YuE2Error: messages written for users) into plain ValueErrors with
+the same text, so ComfyUI shows the message without a traceback from inside the engine.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from typing import ClassVar
+
+import comfy.model_management as mm
+import comfy.utils
+
+from yue2_core.errors import YuE2Error
+
+log = logging.getLogger("ComfyUI-YuE2")
+
+
+def check_cancel() -> None:
+    """Raise ComfyUI's InterruptProcessingException when the user pressed Cancel."""
+    mm.throw_exception_if_processing_interrupted()
+
+
+class StageProgress:
+    """Callback for yue2_core stages: `progress(stage, done, total, info)`. `rates[stage]` keeps the last tokens/s."""
+
+    UNITS: ClassVar[dict] = {"plan": "ABC tokens", "semantic": "music tokens", "render": "ODE steps", "decode": "VAE tiles"}
+
+    def __init__(self, node: str):
+        self.node = node
+        self.stage = None
+        self.bar = None
+        self.rates: dict[str, float] = {}
+        self._logged = 0.0
+
+    def start(self, stage: str, total: int, what: str) -> None:
+        """Announce a stage (one log line, a fresh bar) and check Cancel before it allocates anything."""
+        check_cancel()
+        log.info("[YuE2] %s: %s", self.node, what)
+        self.stage, self.bar = stage, comfy.utils.ProgressBar(max(1, int(total)))
+
+    def __call__(self, stage: str, done: int, total: int, info: dict) -> None:
+        check_cancel()
+        if stage != self.stage or self.bar is None:
+            self.stage, self.bar = stage, comfy.utils.ProgressBar(max(1, int(total)))
+        self.bar.update_absolute(done, total)
+        rate = info.get("tokens_per_second")
+        if rate:
+            self.rates[stage] = rate
+            now = time.monotonic()
+            if now - self._logged > 10:  # a console heartbeat for long phases
+                self._logged = now
+                log.info("[YuE2] %s: %s %d/%d %s, %.1f tok/s", self.node, stage, done, total,
+                         self.UNITS.get(stage, ""), rate)
+
+
+@contextmanager
+def user_errors():
+    """Re-raise yue2_core's YuE2Error as a plain ValueError carrying only the engine's message."""
+    try:
+        yield
+    except YuE2Error as exc:
+        raise ValueError(str(exc)) from None

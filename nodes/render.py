@@ -1,0 +1,130 @@
+"""YuE2 Renderer (semantic tokens → audio latents, the NAR expert) and YuE2 VAE Decode (latents → 48 kHz stereo)."""
+from __future__ import annotations
+
+import comfy.model_management as mm
+import torch
+from comfy_api.latest import io
+
+from yue2_core.constants import FRAMES_PER_SECOND, HOP, ODE_STEPS, SAMPLE_RATE, VAE_CORE_FRAMES, VAE_HALO_FRAMES
+from yue2_core.pipeline import decode, render
+from yue2_core.protocol import SEED_MAX
+
+from . import memory, types
+from .progress import StageProgress, check_cancel, user_errors
+
+MIN_CORE = 32  # smallest VAE tile core (frames) worth running; the halo adds 2 × 16
+
+
+class YuE2Renderer(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="YuE2Renderer",
+            display_name="YuE2 Renderer",
+            category=types.CATEGORY,
+            description="The NAR expert: renders semantic music tokens into audio latents by flow matching "
+                        "(explicit midpoint ODE, the reference solver). Output is ComfyUI's audio LATENT "
+                        "[1, 64, frames] at 25 frames per second, for YuE2 VAE Decode.",
+            inputs=[
+                types.Model.Input("model", tooltip="From YuE2 Checkpoint Loader (the one that composed the tokens)."),
+                types.Tokens.Input("tokens", tooltip="From YuE2 Composer or YuE2 Load Song."),
+                io.Int.Input("steps", default=ODE_STEPS, min=1, max=200,
+                             tooltip=f"Midpoint ODE steps (each = 2 model evaluations per chunk). {ODE_STEPS} is "
+                                     "the reference."),
+                io.Int.Input("seed", default=-1, min=-1, max=SEED_MAX,
+                             tooltip="Noise seed of the render. −1 = the seed the tokens were sampled with (the "
+                                     "reference). Another value gives another take of the same music tokens."),
+            ],
+            outputs=[io.Latent.Output("latent", display_name="latent", tooltip="Audio latent {samples [1, 64, frames], type 'audio'}, "
+                                                        "25 frames per second.")],
+        )
+
+    @classmethod
+    def execute(cls, model, tokens, steps, seed) -> io.NodeOutput:
+        model.check_tokens(tokens)
+        frames = len(tokens.codes)
+        if frames == 0:
+            raise ValueError("the tokens hold no music (the Composer produced 0 music tokens); raise max_seconds "
+                             "or compose again")
+        progress = StageProgress("YuE2 Renderer")
+        need = memory.render(model.dims, model.dtype, len(tokens.prefix), frames, model.device.type == "cuda")
+        progress.start("render", steps, f"rendering {frames} frames ({frames / FRAMES_PER_SECOND:.2f} s) in {steps} ODE steps")
+        with user_errors():
+            ar, nar = model.load(("ar", "nar"), need)
+            latents = render(ar, nar, tokens, steps, None if seed < 0 else seed, progress)
+            del ar, nar
+        mm.soft_empty_cache()
+        check_cancel()
+        samples = latents.T.unsqueeze(0).float().contiguous().cpu()  # [T, 64] → [1, 64, T]
+        used_seed = tokens.seed if seed < 0 else seed
+        return io.NodeOutput({"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
+                              "yue2_render": {"steps": steps, "seed": used_seed}})
+
+
+def _latent_samples(latent, channels: int) -> torch.Tensor:
+    """samples [B, channels, T] of a LATENT dict, or ValueError naming what arrived instead."""
+    samples = latent.get("samples") if isinstance(latent, dict) else None
+    if not isinstance(samples, torch.Tensor):
+        keys = f" with keys {sorted(latent)}" if isinstance(latent, dict) else ""
+        raise TypeError(f"YuE2 VAE Decode needs a LATENT dict with a 'samples' tensor; got "
+                        f"{type(latent).__name__}{keys}")
+    if samples.ndim != 3 or samples.shape[1] != channels or samples.shape[2] < 1:
+        kind = ("an image latent (B, C, H, W)" if samples.ndim == 4 else
+                "a video latent" if samples.ndim == 5 else f"a {samples.ndim}-D tensor")
+        raise ValueError(f"YuE2 VAE Decode needs an audio latent of shape [B, {channels}, frames] (25 frames per "
+                         f"second, from YuE2 Renderer or YuE2 Load Song); got samples of shape "
+                         f"{list(samples.shape)} — {kind if samples.ndim != 3 else f'{samples.shape[1]} channels'}"
+                         f"{' (type ' + repr(latent.get('type')) + ')' if latent.get('type') else ''}.")
+    if not torch.isfinite(samples).all():
+        raise ValueError("the latent contains NaN or infinite values; render it again")
+    return samples
+
+
+def tile_core(vae_cfg, frames: int, device: torch.device) -> int:
+    """Core frames per halo-crop tile: the reference 1024, fewer when the device's free memory cannot hold one
+    tile's activations (multiples of 32, at least 32). Halo crop makes the result independent of the core size."""
+    per_frame = memory.vae_bytes_per_frame(vae_cfg)
+    free = mm.get_free_memory(device) - memory.vae_fixed_bytes(vae_cfg)
+    fits = int(free * 0.9) // per_frame - 2 * VAE_HALO_FRAMES
+    core = min(VAE_CORE_FRAMES, frames, max(MIN_CORE, fits // MIN_CORE * MIN_CORE))
+    return max(1, core)
+
+
+class YuE2VAEDecode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="YuE2VAEDecode",
+            display_name="YuE2 VAE Decode",
+            category=types.CATEGORY,
+            description="Decodes YuE2 audio latents into 48 kHz stereo exactly like the reference: 1920 samples per "
+                        "frame minus 64, clamped to [−1, 1], in halo-cropped tiles sized to the free device memory "
+                        "(seam-free). Output is ComfyUI's AUDIO for Save/Preview Audio or YuE2 Save Song.",
+            inputs=[
+                types.Model.Input("model", tooltip="From YuE2 Checkpoint Loader."),
+                io.Latent.Input("latent", tooltip="Audio latent [B, 64, frames] (25 frames per second) from YuE2 "
+                                                  "Renderer or YuE2 Load Song."),
+            ],
+            outputs=[io.Audio.Output("audio", display_name="audio", tooltip="{waveform [B, 2, 1920·frames − 64 samples], sample_rate "
+                                                      "48000}, values in [−1, 1].")],
+        )
+
+    @classmethod
+    def execute(cls, model, latent) -> io.NodeOutput:
+        cfg = model.info.vae
+        samples = _latent_samples(latent, cfg.latent_dim)
+        batch, _, frames = samples.shape
+        progress = StageProgress("YuE2 VAE Decode")
+        need = memory.vae_tile(cfg, frames, VAE_CORE_FRAMES, VAE_HALO_FRAMES)
+        progress.start("decode", batch, f"decoding {batch} × {frames} frames to 48 kHz stereo")
+        waves = []
+        with user_errors():
+            (vae,) = model.load(("vae",), need)
+            core = tile_core(cfg, frames, vae.device)
+            for item in samples:
+                waves.append(decode(vae, item.unsqueeze(0), core=core, progress=progress))
+            del vae
+        mm.soft_empty_cache()
+        check_cancel()
+        waveform = torch.stack(waves).float().cpu()
+        return io.NodeOutput({"waveform": waveform, "sample_rate": SAMPLE_RATE})

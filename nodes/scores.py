@@ -1,0 +1,46 @@
+"""Scores between nodes: edited text → Score, and the ABC checks the editor and the composer report.
+
+The ABC Editor has no model (and so no tokenizer). When its text differs from the score it received it emits an
+*untokenized* user Score: source "user", the edited text, no ids. The composer turns it into a real one with its
+model's tokenizer (`tokenized`); an unchanged score is passed on as is, so its exact ids (what the planner sampled)
+reach the music stage untouched.
+"""
+from __future__ import annotations
+
+from yue2_core import abc
+from yue2_core.pipeline import Score
+
+MAX_LISTED = 8
+
+
+def edited_score(text: str, base: Score | None) -> Score:
+    """`text` as a user score whose ids are not known yet; cot and seed come from `base` when there is one."""
+    cot = base.cot if base is not None and base.cot != "off" else "full"
+    return Score(abc=text, abc_ids=[], cot=cot, seed=base.seed if base is not None else 0, source="user",
+                 timing={"edited": True})
+
+
+def needs_tokens(score: Score) -> bool:
+    return score.source == "user" and bool(score.abc) and not score.abc_ids
+
+
+def tokenized(score: Score, tokenizer, cot: str) -> Score:
+    """The score the music stage reads: an untokenized user score becomes Score.from_text(text) for `cot` (the
+    composer's mode); any other score is returned unchanged (exact ids)."""
+    if needs_tokens(score):
+        return Score.from_text(score.abc, tokenizer, cot, score.seed)
+    return score
+
+
+def check(text: str) -> tuple[list, list]:
+    """(errors, warnings) of yue2_core.abc.validate."""
+    issues = abc.validate(text)
+    return [i for i in issues if i.severity == "error"], [i for i in issues if i.severity != "error"]
+
+
+def describe(issues, limit: int = MAX_LISTED) -> str:
+    """One issue per line, "line N: message"; the count of the rest at the end."""
+    lines = [f"line {i.line}: {i.message}" if i.line else i.message for i in issues[:limit]]
+    if len(issues) > limit:
+        lines.append(f"(+{len(issues) - limit} more)")
+    return "\n".join(lines)

@@ -1,0 +1,274 @@
+"""YuE2 Save Song / YuE2 Load Song: song directories (yue2_core.artifacts layout) under ComfyUI's output folder.
+
+Songs live in <output>/yue2/<name>_<NNNNN>/: score.abc, abc_tokens.npy, prefix.npy, semantic.npy, latent.npy,
+audio.flac, request.json, config.json, result.json (sha256 of every file). Writing is atomic (a hidden temporary
+sibling renamed into place), so a failed or cancelled run never leaves a partial song, and an existing song is never
+overwritten: each save takes the next free number.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import folder_paths
+import torch
+from comfy_api.latest import io
+from comfy_execution.graph_utils import ExecutionBlocker
+
+from yue2_core.artifacts import expected_samples, load_song, safe_name, save_song, song_files, write_song_dir
+from yue2_core.constants import FRAMES_PER_SECOND, HOP, LATENT_DIM, PROTOCOL_VERSION, SAMPLE_RATE
+from yue2_core.errors import ArtifactError
+from yue2_core.pipeline import Song
+from yue2_core.protocol import SongRequest
+
+from . import types
+from .progress import user_errors
+
+SUBFOLDER = "yue2"
+NAME_MAX = 160  # leaves room for "_NNNNN" within the 180 characters safe_name accepts
+
+
+def songs_root() -> Path:
+    return Path(folder_paths.get_output_directory()).resolve() / SUBFOLDER
+
+
+def clean_name(name: str) -> str:
+    """A name prefix usable as a folder name: runs of characters outside A–Z a–z 0–9 _ . - become "_", no leading
+    dots/dashes/underscores, at most 160 characters; "song" when nothing is left."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name).strip())
+    cleaned = cleaned.lstrip("._-")[:NAME_MAX].rstrip(".") or "song"
+    try:
+        safe_name(f"{cleaned}_00001")
+    except ArtifactError:  # a reserved device name such as CON.x
+        cleaned = f"song_{cleaned}"[:NAME_MAX]
+    return cleaned
+
+
+def next_song_dir(root: Path, prefix: str) -> Path:
+    """<root>/<prefix>_<NNNNN> with the next number after every existing one of that prefix."""
+    pattern = re.compile(re.escape(prefix) + r"_(\d{5,})")
+    numbers = [int(m.group(1)) for d in (root.iterdir() if root.is_dir() else ()) if (m := pattern.fullmatch(d.name))]
+    n = max(numbers, default=0) + 1
+    while (root / f"{prefix}_{n:05d}").exists():
+        n += 1
+    return root / safe_name(f"{prefix}_{n:05d}")
+
+
+def list_songs() -> list[str]:
+    """Song directories under <output>/yue2 (those with a result.json), newest first."""
+    root = songs_root()
+    if not root.is_dir():
+        return []
+    found = [d for d in root.iterdir()
+             if d.is_dir() and _is_safe(d.name) and (d / "result.json").is_file()]
+    return [d.name for d in sorted(found, key=lambda d: (d.stat().st_mtime, d.name), reverse=True)]
+
+
+def _is_safe(name: str) -> bool:
+    try:
+        safe_name(name)
+        return True
+    except ArtifactError:
+        return False
+
+
+def song_path(name: str) -> Path:
+    """The directory of a listed song; never anything outside <output>/yue2."""
+    root = songs_root()
+    path = (root / safe_name(name)).resolve()
+    if path.parent != root:
+        raise ValueError(f"song {name!r} is not a folder directly inside {root}")
+    return path
+
+
+def _latents(latent, frames: int) -> torch.Tensor | None:
+    """[T, 64] float32 from a LATENT dict, checked against the tokens' frame count."""
+    if latent is None:
+        return None
+    samples = latent.get("samples") if isinstance(latent, dict) else None
+    if not isinstance(samples, torch.Tensor) or samples.ndim != 3 or samples.shape[1] != LATENT_DIM:
+        shape = list(samples.shape) if isinstance(samples, torch.Tensor) else type(samples).__name__
+        raise ValueError(f"latent must be a YuE2 audio latent [1, {LATENT_DIM}, frames]; got {shape}")
+    if samples.shape[0] != 1:
+        raise ValueError(f"YuE2 Save Song saves one song; the latent is a batch of {samples.shape[0]}")
+    if samples.shape[2] != frames:
+        raise ValueError(f"the latent has {samples.shape[2]} frames but the tokens have {frames}: connect the "
+                         "latent rendered from these tokens")
+    return samples[0].T.float().cpu().contiguous()
+
+
+def _waveform(audio, frames: int, warnings: list) -> torch.Tensor | None:
+    """[2, samples] float32 from an AUDIO dict (48 kHz stereo, one item)."""
+    if audio is None:
+        return None
+    wave, rate = audio.get("waveform"), audio.get("sample_rate")
+    if not isinstance(wave, torch.Tensor) or wave.ndim != 3:
+        raise ValueError(f"audio must be ComfyUI AUDIO with waveform [B, channels, samples]; got "
+                         f"{list(wave.shape) if isinstance(wave, torch.Tensor) else type(wave).__name__}")
+    if rate != SAMPLE_RATE or wave.shape[0] != 1 or wave.shape[1] != 2:
+        raise ValueError(f"YuE2 Save Song stores one 48 kHz stereo song; got {wave.shape[0]} item(s), "
+                         f"{wave.shape[1]} channel(s) at {rate} Hz")
+    if wave.shape[2] != expected_samples(frames):
+        warnings.append(f"audio has {wave.shape[2]} samples; {frames} frames decode to {expected_samples(frames)} "
+                        "(was it decoded by another VAE node?)")
+    return wave[0].float().cpu().clamp(-1.0, 1.0)
+
+
+def _settings(tokens, latent) -> dict:
+    render = latent.get("yue2_render", {}) if isinstance(latent, dict) else {}
+    return {"protocol": PROTOCOL_VERSION, "cot": tokens.score.cot, "cfg_scale": tokens.cfg_scale,
+            "semantic_sampling": tokens.sampling, "ode_steps": render.get("steps"), "render_seed": render.get("seed"),
+            "ode_method": "midpoint", "vae_dtype": "float32", "vae_decode": "halo_crop", "saved_by": "ComfyUI-YuE2"}
+
+
+def _save_partial(song: Song, out: Path, has_latent: bool, has_audio: bool) -> Path:
+    """save_song for a song without latents and/or audio (e.g. tokens saved right after composing)."""
+    files = song_files(song)
+    if not has_latent:
+        files.pop("latent.npy")
+    if not has_audio:
+        files.pop("audio.flac")
+    result = {"status": "complete" if has_audio else "tokens" if not has_latent else "latents",
+              "protocol": PROTOCOL_VERSION, "sample_rate": SAMPLE_RATE,
+              "audio_seconds": song.audio.shape[-1] / SAMPLE_RATE if has_audio else None,
+              "frames": len(song.tokens.codes), "truncated": song.truncated, "timing": song.timing,
+              "warnings": list(song.warnings),
+              "score": {"cot": song.score.cot, "source": song.score.source, "truncated": song.score.truncated,
+                        "seed": song.score.seed, "timing": song.score.timing},
+              "semantic": {"seed": song.tokens.seed, "cfg_scale": song.tokens.cfg_scale,
+                           "sampling": song.tokens.sampling, "ended": song.tokens.ended,
+                           "timing": song.tokens.timing},
+              "lineage": {}}
+    return write_song_dir(out, files, result)
+
+
+class YuE2SaveSong(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="YuE2SaveSong",
+            display_name="YuE2 Save Song",
+            category=types.CATEGORY,
+            description="Saves a song directory under ComfyUI's output folder, output/yue2/<name>_<NNNNN>: the score "
+                        "(score.abc + exact ids), the music tokens, the latents, audio.flac (48 kHz, 24-bit) and "
+                        "the settings, each with its sha256. Never overwrites; nothing partial is left on failure. "
+                        "Load it again with YuE2 Load Song to re-render or decode.",
+            is_output_node=True,
+            inputs=[
+                types.Tokens.Input("tokens", tooltip="The music tokens (they carry their score and request)."),
+                io.String.Input("name", default="song",
+                                tooltip="Folder name prefix; characters outside A–Z a–z 0–9 _ . - become '_'. A "
+                                        "number is appended: song_00001, song_00002, …"),
+                io.Latent.Input("latent", optional=True,
+                                tooltip="The latents rendered from these tokens ([1, 64, frames], 25 per second)."),
+                io.Audio.Input("audio", optional=True,
+                               tooltip="The decoded song (48 kHz stereo, 1920·frames − 64 samples)."),
+                types.AudioPlayer.Input("audioUI", optional=True,
+                                        tooltip="Player for the saved audio.flac (shown by the frontend)."),
+            ],
+            outputs=[io.String.Output("song_dir", display_name="song_dir", tooltip="The folder written, relative to ComfyUI's output "
+                                                          "folder (yue2/<name>_<NNNNN>).")],
+        )
+
+    @classmethod
+    def execute(cls, tokens, name, latent=None, audio=None, audioUI=None) -> io.NodeOutput:
+        frames = len(tokens.codes)
+        warnings: list[str] = []
+        latents = _latents(latent, frames)
+        wave = _waveform(audio, frames, warnings)
+        req = tokens.request
+        prefix = clean_name(name)
+        request = SongRequest(style=req.get("style", ""), lyrics=req.get("lyrics", ""), cot=req.get("cot", "full"),
+                              seed=int(req.get("seed", tokens.seed)), abc=req.get("abc"),
+                              cfg_scale=req.get("cfg_scale"), id=prefix)
+        song = Song(request=request, score=tokens.score, tokens=tokens,
+                    latents=latents if latents is not None else torch.zeros(0, LATENT_DIM),
+                    audio=wave if wave is not None else torch.zeros(2, 1),
+                    settings=_settings(tokens, latent), warnings=request.input_warnings() + warnings)
+        root = songs_root()
+        with user_errors():
+            for _ in range(3):  # another save may take the number between the scan and the rename
+                out = next_song_dir(root, prefix)
+                try:
+                    if latents is not None and wave is not None:
+                        path = save_song(song, out)
+                    else:
+                        path = _save_partial(song, out, latents is not None, wave is not None)
+                    break
+                except ArtifactError:
+                    if not out.exists():
+                        raise
+            else:
+                raise ArtifactError(f"could not find a free song folder for {prefix!r} in {root}")
+        rel = f"{SUBFOLDER}/{path.name}"
+        saved = sorted(f.name for f in path.iterdir())
+        text = (f"saved {rel} ({frames} frames = {frames / FRAMES_PER_SECOND:.2f} s"
+                + (f", {wave.shape[-1]} samples" if wave is not None else ", no audio")
+                + f")\n{path}\nfiles: {', '.join(saved)}" + "".join(f"\nwarning: {w}" for w in warnings))
+        ui_out = {"text": [text], "song_dir": [rel]}
+        if wave is not None:
+            ui_out["audio"] = [{"filename": "audio.flac", "subfolder": rel, "type": "output"}]
+        return io.NodeOutput(rel, ui=ui_out)
+
+
+class YuE2LoadSong(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="YuE2LoadSong",
+            display_name="YuE2 Load Song",
+            category=types.CATEGORY,
+            description="Loads a song saved by YuE2 Save Song (output/yue2/…), checking every file's sha256. An "
+                        "edited score.abc is accepted: it is re-tokenized with the model's tokenizer — connect "
+                        "`score` to a YuE2 Composer to sample new music for it. Press R to refresh the list.",
+            inputs=[
+                types.Model.Input("model", tooltip="From YuE2 Checkpoint Loader (its tokenizer reads an edited "
+                                                   "score.abc)."),
+                io.Combo.Input("song", options=list_songs(),
+                               tooltip="A song folder in ComfyUI's output/yue2, newest first."),
+            ],
+            outputs=[
+                types.Score.Output("score", display_name="score", tooltip="The saved lead sheet (re-tokenized if score.abc was edited)."),
+                types.Tokens.Output("tokens", display_name="tokens", tooltip="The saved music tokens (25 per second), to render again."),
+                io.Latent.Output("latent", display_name="latent", tooltip="The saved latents [1, 64, frames], to decode again."),
+            ],
+        )
+
+    @classmethod
+    def validate_inputs(cls, song, **kwargs) -> bool | str:
+        songs = list_songs()
+        if song in songs:
+            return True
+        return (f"no saved song {song!r} in {songs_root()} "
+                + (f"(saved songs: {', '.join(songs[:10])}{' …' if len(songs) > 10 else ''}); press R to refresh"
+                   if songs else "— it has no saved songs yet; save one with YuE2 Save Song first"))
+
+    @classmethod
+    def fingerprint_inputs(cls, song, **kwargs):
+        """Re-run when the folder's files change (e.g. score.abc edited on disk)."""
+        try:
+            path = song_path(song)
+            return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir()))
+        except (OSError, ValueError, ArtifactError):
+            return song
+
+    @classmethod
+    def execute(cls, model, song) -> io.NodeOutput:
+        with user_errors():
+            saved = load_song(song_path(song), model.tokenizer)
+        model.check_tokens(saved.tokens)
+        frames = len(saved.tokens.codes)
+        if saved.latents is not None:
+            latent = {"samples": saved.latents.T.unsqueeze(0).contiguous(), "type": "audio",
+                      "downscale_ratio_temporal": HOP}
+        else:
+            latent = ExecutionBlocker(f"song {song} was saved without latents (latent.npy): render its tokens with "
+                                      "YuE2 Renderer instead")
+        lines = [(f"{SUBFOLDER}/{song}: {frames} frames = {frames / FRAMES_PER_SECOND:.2f} s, "
+                  f"cot {saved.score.cot}, seed {saved.tokens.seed}, {len(saved.score.abc_ids)} ABC tokens")]
+        if saved.score_edited:
+            lines.append("score.abc was edited: `score` is the edited text, re-tokenized; the saved `tokens` were "
+                         "sampled from the original — connect `score` to a YuE2 Composer for music that follows "
+                         "the edit")
+        return io.NodeOutput(saved.score, saved.tokens, latent, ui={"text": ["\n".join(lines)]})
+

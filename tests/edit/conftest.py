@@ -1,0 +1,62 @@
+"""Fixtures for the edit/candidate tests: the tiny synthetic checkpoints (bf16, int8, and a `micro` file of another
+shape), an fp32 engine on CPU, and one short parent song made from a fixed 4-bar score at 240 BPM (one bar = 1 s).
+
+Set $YUE2_TEST_CACHE to reuse the checkpoint files across sessions (as tests/core does)."""
+import os
+
+import pytest
+
+# 4/4 at Q:1/4=240 → one bar = 1.0 s = 25 tokens; bars 1…4 start at 0, 1, 2, 3 s.
+SCORE = """X:1
+T:
+M:4/4
+L:1/32
+Q:1/4=240
+V: Vocal clef=treble name="Vocal Melody" snm="Vocal"
+V: Ins clef=treble name="Ins Melody" snm="Inst."
+K:C
+% verse
+V: Vocal
+"C"c8d8e8f8|"G"g16e16|"Am"a8g8e8c8|"F"f32|
+V: Ins
+C32|G,32|A,32|F,32|
+"""
+PARENT_SECONDS = 2.4  # 60 tokens; min_tokens shrinks to 60, so the parent is exactly 60 tokens long
+
+
+@pytest.fixture(scope="session")
+def ckpt_paths(tmp_path_factory):
+    from yue2_core.synthetic import write_synthetic_checkpoint
+    root = os.environ.get("YUE2_TEST_CACHE") or str(tmp_path_factory.mktemp("ckpt"))
+    os.makedirs(root, exist_ok=True)
+    paths = {}
+    for profile, fmt in (("tiny", "bf16"), ("tiny", "int8"), ("micro", "bf16")):
+        path = os.path.join(root, f"yue2_{profile}_{fmt}.safetensors")
+        if not os.path.exists(path):
+            write_synthetic_checkpoint(path, profile=profile, fmt=fmt, seed=0)
+        paths[profile if profile == "micro" else fmt] = path
+    return paths
+
+
+@pytest.fixture(scope="session")
+def engine(ckpt_paths):
+    import torch
+    from yue2_core.pipeline import YuE2Engine
+    return YuE2Engine.load(ckpt_paths["bf16"], device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def parent(engine):
+    """A 2.4 s song (60 tokens) with the 4-bar user score, seed 3, through the ordinary pipeline."""
+    from yue2_core.pipeline import Budgets
+    from yue2_core.protocol import SongRequest
+    req = SongRequest("indie pop", "[Verse]\nla la la", cot="full", seed=3, abc=SCORE, id="parent")
+    song = engine.generate(req, Budgets(max_seconds=PARENT_SECONDS))
+    assert len(song.tokens.codes) == 60
+    return song
+
+
+@pytest.fixture(scope="session")
+def saved_parent(parent, tmp_path_factory):
+    from yue2_core.artifacts import save_song
+    return save_song(parent, tmp_path_factory.mktemp("songs") / "parent")

@@ -1,0 +1,162 @@
+"""Bad input gives a clear message (from ComfyUI's validation, or the node's error in the history) and never a
+traceback from inside torch or the engine."""
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from nodes_testlib import MICRO, TINY, VALID_ABC, rejected, run, saved_dirs
+
+LOADER = {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}}
+
+
+def _traceback_of(comfy, prompt) -> tuple[str, str, str]:
+    """(node type, exception type, message) of a failing prompt; asserts the traceback stays in the pack's nodes."""
+    with pytest.raises(Exception) as err:
+        comfy.run(prompt, timeout=240)
+    entry = err.value.body
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    trace = "".join(error["traceback"])
+    assert "yue2_core" not in trace and "torch/" not in trace, trace
+    return error["node_type"], error["exception_type"], error["exception_message"]
+
+
+def composer(**inputs) -> dict:
+    base = {"model": ["1", 0], "style": "pop", "lyrics": "[verse]\nla la", "cot": "full", "seed": 1,
+            "max_seconds": 1.0, "max_abc_tokens": 8}
+    return {"class_type": "YuE2Composer", "inputs": {**base, **inputs}}
+
+
+def preview(source) -> dict:
+    return {"class_type": "PreviewAny", "inputs": {"source": source}}
+
+
+def test_missing_checkpoint_says_where_to_put_which_file(comfy, comfy_server, checkpoints):
+    body = rejected(comfy, {"1": {"class_type": "YuE2CheckpointLoader",
+                                  "inputs": {"ckpt_name": "yue2_3b_int8_convrot.safetensors"}},
+                            "2": preview(["1", 1])})
+    message = str(body["node_errors"]["1"])
+    assert "custom_validation_failed" in message
+    assert "Download yue2_3b_int8_convrot.safetensors" in message
+    assert ("https://huggingface.co/Comfy-Org/YuE2/resolve/main/checkpoints/yue2_3b_int8_convrot.safetensors"
+            in message)
+    assert str(comfy_server.models_dir) in message and TINY in message
+
+
+def test_a_non_yue2_checkpoint_gets_the_engine_message(comfy, comfy_server, checkpoints):
+    path = comfy_server.models_dir / "some_sd_model.safetensors"
+    save_file({"model.diffusion_model.input_blocks.0.0.weight": torch.zeros(4, 4),
+               "first_stage_model.decoder.conv_in.weight": torch.zeros(2, 2)}, str(path))
+    node, kind, message = _traceback_of(comfy, {"1": {"class_type": "YuE2CheckpointLoader",
+                                                      "inputs": {"ckpt_name": path.name}}, "2": preview(["1", 1])})
+    assert node == "YuE2CheckpointLoader" and kind == "ValueError"
+    assert "some_sd_model.safetensors is not a YuE2 all-in-one checkpoint" in message
+    assert "yue2_3b_int8_convrot.safetensors" in message
+
+
+@pytest.fixture(scope="module")
+def tokens_song(comfy, comfy_server, checkpoints) -> str:
+    """A song saved right after composing (tokens only: no latent, no audio) from a given ABC text."""
+    entry = run(comfy, {"1": LOADER, "2": {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}},
+                        "3": composer(abc_text=["2", 0]),
+                        "4": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["3", 1], "name": "tokens_only"}}})
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    assert sorted(p.name for p in song_dir.iterdir()) == ["abc_tokens.npy", "config.json", "prefix.npy",
+                                                          "request.json", "result.json", "score.abc", "semantic.npy"]
+    assert "no audio" in entry["outputs"]["4"]["text"][0]
+    return song_dir.name
+
+
+def test_tokens_from_one_model_into_another_name_the_mismatch(comfy, tokens_song):
+    prompt = {"1": LOADER, "2": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": MICRO}},
+              "3": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": tokens_song}},
+              "4": {"class_type": "YuE2Renderer", "inputs": {"model": ["2", 0], "tokens": ["3", 1], "steps": 8,
+                                                             "seed": -1}},
+              "5": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["3", 1], "name": "x", "latent": ["4", 0]}}}
+    node, kind, message = _traceback_of(comfy, prompt)
+    assert node == "YuE2Renderer"
+    assert "vocabulary has 1024 rows" in message and "embed_tokens is [1024, 256]" in message
+    assert "made with another model" in message
+
+
+def test_missing_parts_block_what_needs_them(comfy, tokens_song):
+    """A song saved without latents, and a 'score only' Composer, block the nodes that would need the missing output
+    (ComfyUI's ExecutionBlocker: the frontend shows the message; the history just shows those nodes did not run)."""
+    prompt = {"1": LOADER, "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": tokens_song}},
+              "3": {"class_type": "YuE2VAEDecode", "inputs": {"model": ["1", 0], "latent": ["2", 2]}},
+              "4": {"class_type": "PreviewAudio", "inputs": {"audio": ["3", 0]}},
+              "5": composer(sample_music=False),
+              "6": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["5", 1], "name": "blocked"}}}
+    entry = run(comfy, prompt)
+    assert "saved without latents" not in str(entry)  # the message goes to the frontend over the websocket
+    assert "4" not in entry["outputs"] and "6" not in entry["outputs"]
+    assert "music: not sampled" in entry["outputs"]["5"]["text"][0]
+
+
+def test_a_latent_of_the_wrong_shape_names_the_shape(comfy):
+    prompt = {"1": LOADER,
+              "2": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}},
+              "3": {"class_type": "YuE2VAEDecode", "inputs": {"model": ["1", 0], "latent": ["2", 0]}},
+              "4": {"class_type": "PreviewAudio", "inputs": {"audio": ["3", 0]}}}
+    node, kind, message = _traceback_of(comfy, prompt)
+    assert node == "YuE2VAEDecode" and kind == "ValueError"
+    assert "[1, 4, 64, 64]" in message and "[B, 64, frames]" in message and "image latent" in message
+
+
+def test_empty_style_and_lyrics_warn_but_run(comfy):
+    entry = run(comfy, {"1": LOADER, "2": composer(style="", lyrics="", sample_music=False),
+                        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 3]}}})
+    report = entry["outputs"]["2"]["text"][0]
+    assert "warning: style is empty" in report
+    assert "warning: lyrics are empty: this is NOT an instrumental switch" in report
+    assert "music: not sampled" in report
+
+
+@pytest.mark.parametrize("seconds", [0.0, -5.0, 901.0])
+def test_max_seconds_outside_the_widget_range_is_rejected(comfy, seconds):
+    body = rejected(comfy, {"1": LOADER, "2": composer(max_seconds=seconds), "3": preview(["2", 3])})
+    details = str(body["node_errors"]["2"])
+    assert ("value_smaller_than_min" if seconds < 1 else "value_bigger_than_max") in details
+    assert "max_seconds" in details
+
+
+def test_max_seconds_above_what_fits_says_the_maximum(comfy):
+    lyrics = "la la la\n" * 1000  # about 4,000 prompt tokens: less than 900 s of music fit after them
+    node, kind, message = _traceback_of(comfy, {"1": LOADER, "2": composer(cot="off", lyrics=lyrics,
+                                                                           max_seconds=900.0),
+                                                "3": preview(["2", 3])})
+    assert node == "YuE2Composer"
+    assert "max_seconds = 900 s (22500 music tokens) does not fit the 24576-token context" in message
+    fits = float(message.split("at most ")[1].split(" s")[0])
+    assert 700 < fits < 900 and f"Lower max_seconds to {int(fits)} or less" in message
+
+
+@pytest.mark.parametrize("abc, expected", [
+    ("", "the ABC score is empty: nothing is connected"),
+    (VALID_ABC.replace("M:4/4\n", ""), "line 3: The header has no M: line"),
+    (VALID_ABC.replace('"G"d16B16|', '"G"d16B16B8|'), "line 11: Bar 2 of Vocal lasts 40 unit(s)"),
+])
+def test_the_editor_refuses_an_invalid_score_with_its_line(comfy, abc, expected):
+    node, kind, message = _traceback_of(comfy, {"1": {"class_type": "YuE2ABCEditor", "inputs": {"abc": abc}},
+                                                "2": preview(["1", 1])})
+    assert node == "YuE2ABCEditor" and expected in message
+
+
+def test_conflicting_score_inputs_are_refused(comfy):
+    text = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}}
+    editor = {"class_type": "YuE2ABCEditor", "inputs": {"abc": "", "abc_text": ["2", 0]}}
+    _, _, message = _traceback_of(comfy, {"1": LOADER, "2": text, "3": editor,
+                                          "4": composer(score=["3", 0], abc_text=["2", 0]), "5": preview(["4", 3])})
+    assert "both a score and an abc_text are connected" in message
+    _, _, message = _traceback_of(comfy, {"1": LOADER, "2": text, "4": composer(cot="off", abc_text=["2", 0]),
+                                          "5": preview(["4", 3])})
+    assert "cot is off" in message
+
+
+def test_an_unknown_song_is_rejected_with_the_folder(comfy, comfy_server):
+    body = rejected(comfy, {"1": LOADER, "2": {"class_type": "YuE2LoadSong",
+                                               "inputs": {"model": ["1", 0], "song": "no_such_song_00001"}},
+                            "3": preview(["2", 1])})
+    message = str(body["node_errors"]["2"])
+    assert "no saved song 'no_such_song_00001'" in message and str(comfy_server.output_dir / "yue2") in message

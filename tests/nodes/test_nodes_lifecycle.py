@@ -1,0 +1,87 @@
+"""Cancel and memory over runs, against the real server process: Cancel while the Composer writes leaves the server
+usable, the next run succeeds and no partial song directory exists; five songs in a row keep the server's resident
+memory (VmRSS) flat."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from nodes_testlib import TINY, VALID_ABC, run, saved_dirs, wait_for_log
+
+RSS_TOLERANCE_MB = 64  # glibc arenas and torch's CPU allocator cache move a few tens of MB either way
+
+
+def _song_prompt(seed: int, name: str, max_abc_tokens: int = 8) -> dict:
+    """Loader → Composer (plans up to max_abc_tokens) → Renderer → VAE Decode → Save Song."""
+    return {
+        "1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+        "2": {"class_type": "YuE2Composer", "inputs": {"model": ["1", 0], "style": "synth pop", "lyrics": "[verse]\nla",
+                                                       "cot": "full", "seed": seed, "max_seconds": 1.0,
+                                                       "max_abc_tokens": max_abc_tokens}},
+        "3": {"class_type": "YuE2Renderer", "inputs": {"model": ["1", 0], "tokens": ["2", 1], "steps": 8, "seed": -1}},
+        "4": {"class_type": "YuE2VAEDecode", "inputs": {"model": ["1", 0], "latent": ["3", 0]}},
+        "5": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "name": name, "latent": ["3", 0],
+                                                       "audio": ["4", 0]}},
+    }
+
+
+def _entries(root: Path) -> set:
+    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+
+
+def test_cancel_while_composing(comfy, comfy_server, checkpoints):
+    songs = comfy_server.output_dir / "yue2"
+    before = _entries(songs)
+    since = len(comfy_server.log_text())
+    prompt_id = comfy.queue(_song_prompt(seed=777, name="cancelled", max_abc_tokens=4096))
+    wait_for_log(comfy_server, "[YuE2] YuE2 Composer: writing the lead sheet", since)
+    time.sleep(1.0)  # a few lead-sheet tokens in (the whole plan would take ~20 minutes on this CPU)
+    comfy.interrupt()
+    entry = comfy.wait(prompt_id, timeout=60, check=False)
+    kinds = [m[0] for m in entry["status"]["messages"]]
+    assert "execution_interrupted" in kinds and entry["status"]["status_str"] == "error", entry["status"]
+    interrupted = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_interrupted")
+    assert interrupted["node_type"] == "YuE2Composer"
+    assert _entries(songs) == before, "a cancelled run must leave no song directory (not even a hidden partial one)"
+    assert comfy.queue_state() == {"queue_running": [], "queue_pending": []}
+    # the server is usable and the next run succeeds
+    entry = run(comfy, _song_prompt(seed=778, name="after_cancel"))
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    assert song_dir.name.startswith("after_cancel_") and (song_dir / "audio.flac").is_file()
+    assert not [p for p in songs.iterdir() if p.name.startswith(".")]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS line")
+
+
+def test_five_songs_in_a_row_keep_memory_flat(comfy, comfy_server, checkpoints):
+    """Every run samples new tokens (new seed), renders, decodes and saves; the ABC text skips planning."""
+    pid = comfy_server.proc.pid
+
+    def prompt(seed):
+        p = _song_prompt(seed, f"rss_{seed}")
+        p["6"] = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}}
+        p["2"]["inputs"]["abc_text"] = ["6", 0]
+        return p
+
+    run(comfy, prompt(900))  # warm-up: every part loaded, allocator caches filled
+    rss = []
+    for seed in range(901, 906):
+        entry = run(comfy, prompt(seed))
+        assert len(saved_dirs(entry, comfy_server.output_dir)) == 1
+        rss.append(round(_rss_mb(pid), 1))
+    record = {"vmrss_mb_after_each_run": rss, "spread_mb": round(max(rss) - min(rss), 1),
+              "growth_mb": round(rss[-1] - rss[0], 1)}
+    print(f"\nserver VmRSS after runs 2-6 (MB): {rss}")
+    artifacts = os.environ.get("YUE2_ARTIFACTS")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        (Path(artifacts) / "nodes_rss.json").write_text(json.dumps(record, indent=1))
+    assert record["spread_mb"] < RSS_TOLERANCE_MB, record
+    assert record["growth_mb"] < RSS_TOLERANCE_MB / 2, record

@@ -1,0 +1,110 @@
+"""What ComfyUI's /object_info says about the pack's nodes: every node, its socket types, widgets with units and
+ranges, and a prompt that links the wrong types is rejected by ComfyUI's validation."""
+from __future__ import annotations
+
+import pytest
+
+from comfy_client import PACK_NAME
+from nodes_testlib import PACK_NODES, TINY, rejected
+
+DISPLAY = {"YuE2CheckpointLoader": "YuE2 Checkpoint Loader", "YuE2Composer": "YuE2 Composer",
+           "YuE2ABCEditor": "YuE2 ABC Editor", "YuE2Renderer": "YuE2 Renderer", "YuE2VAEDecode": "YuE2 VAE Decode",
+           "YuE2SaveSong": "YuE2 Save Song", "YuE2LoadSong": "YuE2 Load Song"}
+
+# (required inputs with types, optional inputs with types, outputs) — the socket contract between the nodes.
+SOCKETS = {
+    "YuE2CheckpointLoader": ({"ckpt_name": "COMBO"}, {}, [("YUE2_MODEL", "model"), ("STRING", "info")]),
+    "YuE2Composer": ({"model": "YUE2_MODEL", "style": "STRING", "lyrics": "STRING", "cot": "COMBO", "seed": "INT",
+                      "max_seconds": "FLOAT"},
+                     {"score": "YUE2_SCORE", "abc_text": "STRING", "sample_music": "BOOLEAN", "max_abc_tokens": "INT",
+                      "abc_temperature": "FLOAT", "abc_top_p": "FLOAT", "abc_top_k": "INT",
+                      "abc_repetition_penalty": "FLOAT", "abc_penalty_window": "INT", "music_temperature": "FLOAT",
+                      "music_top_p": "FLOAT", "music_top_k": "INT", "music_repetition_penalty": "FLOAT",
+                      "music_penalty_window": "INT", "cfg_scale": "FLOAT"},
+                     [("YUE2_SCORE", "score"), ("YUE2_TOKENS", "tokens"), ("STRING", "abc"), ("STRING", "report")]),
+    "YuE2ABCEditor": ({"abc": "STRING"}, {"score": "YUE2_SCORE", "abc_text": "STRING"},
+                      [("YUE2_SCORE", "score"), ("STRING", "abc")]),
+    "YuE2Renderer": ({"model": "YUE2_MODEL", "tokens": "YUE2_TOKENS", "steps": "INT", "seed": "INT"}, {},
+                     [("LATENT", "latent")]),
+    "YuE2VAEDecode": ({"model": "YUE2_MODEL", "latent": "LATENT"}, {}, [("AUDIO", "audio")]),
+    "YuE2SaveSong": ({"tokens": "YUE2_TOKENS", "name": "STRING"},
+                     {"latent": "LATENT", "audio": "AUDIO", "audioUI": "AUDIO_UI"}, [("STRING", "song_dir")]),
+    "YuE2LoadSong": ({"model": "YUE2_MODEL", "song": "COMBO"}, {},
+                     [("YUE2_SCORE", "score"), ("YUE2_TOKENS", "tokens"), ("LATENT", "latent")]),
+}
+
+
+def test_every_node_is_listed_by_the_pack(comfy_server, node_info):
+    assert comfy_server.pack_load_error is None, comfy_server.pack_load_error
+    ours = sorted(name for name, info in node_info.items() if info["python_module"].endswith(PACK_NAME))
+    assert ours == sorted(PACK_NODES)
+    for name in PACK_NODES:
+        assert node_info[name]["display_name"] == DISPLAY[name]
+        assert node_info[name]["category"] == "audio/YuE2"
+        assert node_info[name]["description"]
+
+
+@pytest.mark.parametrize("name", PACK_NODES)
+def test_sockets_widgets_and_tooltips(node_info, name):
+    info = node_info[name]
+    required, optional, outputs = SOCKETS[name]
+    assert {k: v[0] for k, v in info["input"]["required"].items()} == required
+    assert {k: v[0] for k, v in info["input"].get("optional", {}).items()} == optional
+    assert list(zip(info["output"], info["output_name"])) == outputs
+    for section in ("required", "optional"):
+        for input_name, (kind, opts) in info["input"].get(section, {}).items():
+            assert opts.get("tooltip"), f"{name}.{input_name} has no tooltip"
+    assert all(info["output_tooltips"]), f"{name} has outputs without tooltips"
+
+
+def test_widget_defaults_ranges_and_units(node_info):
+    composer = node_info["YuE2Composer"]["input"]
+    seed = composer["required"]["seed"][1]
+    assert seed["control_after_generate"] is True and seed["min"] == 0 and seed["max"] == 2 ** 63 - 1
+    seconds = composer["required"]["max_seconds"][1]
+    assert (seconds["default"], seconds["min"], seconds["max"], seconds["step"]) == (120.0, 1.0, 900.0, 1.0)
+    assert "seconds" in seconds["tooltip"] and "25" in seconds["tooltip"]
+    assert composer["required"]["cot"][1]["options"] == ["full", "melody", "off"]
+    assert composer["required"]["style"][1]["multiline"] and composer["required"]["lyrics"][1]["multiline"]
+    opt = {k: v[1] for k, v in composer["optional"].items()}
+    abc_preset = [opt[k]["default"] for k in ("abc_temperature", "abc_top_p", "abc_top_k", "abc_repetition_penalty",
+                                              "abc_penalty_window", "max_abc_tokens")]
+    music_preset = [opt[k]["default"] for k in ("music_temperature", "music_top_p", "music_top_k",
+                                                "music_repetition_penalty", "music_penalty_window")]
+    assert abc_preset == [0.7, 0.9, 30, 1.005, 100, 4096]
+    assert music_preset == [1.0, 0.95, 100, 1.2, 50]
+    assert opt["cfg_scale"]["default"] == -1.0 and "1.01" in opt["cfg_scale"]["tooltip"]
+    assert opt["abc_text"]["forceInput"] is True
+    editor = node_info["YuE2ABCEditor"]["input"]["required"]["abc"][1]
+    assert editor["multiline"] is True and editor["default"] == ""
+    renderer = node_info["YuE2Renderer"]["input"]["required"]
+    assert (renderer["steps"][1]["default"], renderer["steps"][1]["min"], renderer["steps"][1]["max"]) == (32, 1, 200)
+    assert renderer["seed"][1]["default"] == -1 and "−1" in renderer["seed"][1]["tooltip"]
+    assert "48 kHz" in node_info["YuE2SaveSong"]["input"]["optional"]["audio"][1]["tooltip"]
+    assert "25 frames per second" in node_info["YuE2VAEDecode"]["input"]["required"]["latent"][1]["tooltip"]
+    assert TINY in node_info["YuE2CheckpointLoader"]["input"]["required"]["ckpt_name"][1]["options"]
+    assert node_info["YuE2SaveSong"]["output_node"] is True
+
+
+def test_a_prompt_linking_wrong_types_is_rejected(comfy, node_info):
+    prompt = {
+        "1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+        "2": {"class_type": "YuE2Composer", "inputs": {"model": ["1", 0], "style": "", "lyrics": "", "cot": "full",
+                                                       "seed": 1, "max_seconds": 1.0}},
+        # the score output (YUE2_SCORE) into the Renderer's tokens input (YUE2_TOKENS)
+        "3": {"class_type": "YuE2Renderer", "inputs": {"model": ["1", 0], "tokens": ["2", 0], "steps": 8,
+                                                       "seed": -1}},
+        # the loader's info STRING into VAE Decode's latent input, and the model into Save Song's tokens
+        "4": {"class_type": "YuE2VAEDecode", "inputs": {"model": ["1", 0], "latent": ["1", 1]}},
+        "5": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["1", 0], "name": "x", "latent": ["3", 0],
+                                                       "audio": ["4", 0]}},
+    }
+    body = rejected(comfy, prompt)
+    details = str(body["node_errors"])
+    assert "return_type_mismatch" in details
+    assert "tokens, received_type(YUE2_MODEL) mismatch input_type(YUE2_TOKENS)" in details
+    assert "latent, received_type(STRING) mismatch input_type(LATENT)" in details
+    for bad in ({"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+                 "2": {"class_type": "YuE2ABCEditor", "inputs": {"abc": "", "score": ["1", 0]}},
+                 "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}}},):
+        assert "received_type(YUE2_MODEL) mismatch input_type(YUE2_SCORE)" in str(rejected(comfy, bad))

@@ -1,0 +1,236 @@
+"""The ABC editor's HTTP routes (nodes/routes.py) on the real ComfyUI server: happy paths, and every kind of bad request
+answered with a 4xx JSON {"error": ...} that names the problem and never carries a traceback or a server path.
+
+    POST /yue2/abc/analyze  POST /yue2/abc/tool  POST /yue2/abc/tokens   (also under /api/...)
+"""
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "abc" / "corpus"
+SONG = (CORPUS / "song.abc").read_text()
+CKPT_NAME = "yue2_editor_routes_tiny.safetensors"
+needs_verovio = pytest.mark.skipif(find_spec("verovio") is None,
+                                   reason="engraving needs the optional package verovio: pip install verovio")
+
+
+def post(server, route: str, body, *, raw: bool = False, prefix: str = "/api") -> tuple[int, dict]:
+    """(status, JSON answer) of POST <prefix>/yue2/abc/<route>; the answer must be JSON whatever the status."""
+    data = body if raw else json.dumps(body).encode()
+    request = urllib.request.Request(f"{server.url}{prefix}/yue2/abc/{route}", data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            status, text = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, text = error.code, error.read()
+    answer = json.loads(text)  # a non-JSON answer fails the test here
+    assert isinstance(answer, dict)
+    return status, answer
+
+
+def assert_refused(status: int, answer: dict, want_status: int, *words: str, server=None) -> None:
+    """A clear refusal: the status, an "error" sentence containing `words`, no traceback, no server path."""
+    assert status == want_status, answer
+    message = answer.get("error")
+    assert isinstance(message, str) and message, answer
+    for word in words:
+        assert word.lower() in message.lower(), message
+    assert "Traceback" not in json.dumps(answer) and 'File "' not in message
+    if server is not None:
+        assert str(server.workdir) not in json.dumps(answer), answer
+
+
+@pytest.fixture(scope="module")
+def checkpoint(comfy_server):
+    """A tiny synthetic YuE2 checkpoint in the server's checkpoints folder, removed again afterwards (other tests share
+    this server and may list its checkpoints)."""
+    from yue2_core.synthetic import write_synthetic_checkpoint
+
+    path = Path(comfy_server.models_dir) / CKPT_NAME
+    partial = path.with_name(path.name + ".partial")  # not a checkpoint extension: never listed half-written
+    write_synthetic_checkpoint(str(partial), "tiny", "bf16")
+    os.replace(partial, path)
+    yield CKPT_NAME
+    path.unlink(missing_ok=True)
+
+
+# --- /yue2/abc/analyze -----------------------------------------------------------------------------------------------
+@needs_verovio
+def test_analyze_engraves_with_a_time_map_whose_ids_are_in_the_svg(comfy_server):
+    status, answer = post(comfy_server, "analyze", {"abc": SONG, "engrave": True, "max_seconds": 30})
+    assert status == 200, answer
+    assert answer["ok"] is True and answer["svg_error"] is None
+    assert answer["structure"]["bars"] == {"Vocal": 15, "Ins": 15}
+    assert [i["code"] for i in answer["issues"]] == ["too-long"]  # 37.5 s of music against max_seconds 30
+    svg = answer["svg"]
+    assert svg.startswith("<svg") and "<script" not in svg
+    ids = [e["id"] for e in answer["time_map"]]
+    assert len(ids) > 80 and all(f'id="{i}"' in svg for i in ids if "-" in i)
+    assert answer["timeline"]["voices"]["Vocal"][0]["midi"] == 71
+
+
+def test_analyze_without_engraving_and_on_both_url_prefixes(comfy_server):
+    for prefix in ("", "/api"):
+        status, answer = post(comfy_server, "analyze", {"abc": SONG}, prefix=prefix)
+        assert status == 200 and answer["svg"] is None and answer["time_map"] is None, answer
+        assert answer["structure"]["duration_s"] == 37.5
+
+
+def test_analyze_reports_problems_as_issues_not_failures(comfy_server):
+    broken = SONG.replace('"C"e4e2c2e4f4|', '"C"e4g4e2c2e4f4|')
+    status, answer = post(comfy_server, "analyze", {"abc": broken})
+    assert status == 200 and answer["ok"] is False
+    assert [(i["code"], i["line"], i["bar"], i["voice"]) for i in answer["issues"]] == [("bar-length", 21, 7, "Vocal")]
+    for text in ("", "\x00\x01\x02\ufffd binary \x7f" * 50, '<script>alert(1)</script>'):
+        status, answer = post(comfy_server, "analyze", {"abc": text, "engrave": True})
+        assert status == 200 and answer["ok"] is False and answer["issues"], answer
+        assert answer["svg"] is None
+
+
+def test_analyze_keeps_markup_in_the_title_as_text(comfy_server):
+    status, answer = post(comfy_server, "analyze", {"abc": (CORPUS / "script_title.abc").read_text(), "engrave": True})
+    assert status == 200
+    assert answer["structure"]["title"] == '<script>alert("x")</script>'  # raw text: the widget shows it as text
+    assert "<script" not in (answer["svg"] or "") and "alert" not in (answer["svg"] or "")
+
+
+@pytest.mark.parametrize("body, status, words", [
+    (b"this is not json", 400, ["not valid JSON"]),
+    (b"", 400, ["empty"]),
+    (b"\xff\xfe\x00garbage", 400, ["UTF-8"]),
+    (b"[1, 2]", 400, ["JSON object", "array"]),
+    (b'"abc"', 400, ["JSON object", "string"]),
+    (b"{}", 400, ["'abc' must be a string", "null"]),
+    (b'{"abc": 12}', 400, ["'abc' must be a string", "number"]),
+    (b'{"abc": ["X:1"]}', 400, ["'abc' must be a string", "array"]),
+    (b'{"abc": "X:1", "engrave": "yes"}', 400, ["engrave", "true or false"]),
+    (b'{"abc": "X:1", "max_seconds": -5}', 400, ["max_seconds", "positive"]),
+    (b'{"abc": "X:1", "instrumental": 1}', 400, ["instrumental"]),
+], ids=["text", "empty", "binary", "array", "string", "no-abc", "abc-number", "abc-array", "engrave-type",
+        "max-seconds", "instrumental-type"])
+def test_analyze_refuses_bad_requests_with_json(comfy_server, body, status, words):
+    got, answer = post(comfy_server, "analyze", body, raw=True)
+    assert_refused(got, answer, status, *words, server=comfy_server)
+
+
+def test_analyze_refuses_oversized_scores_and_bodies(comfy_server):
+    status, answer = post(comfy_server, "analyze", {"abc": "z" * 200_000})
+    assert_refused(status, answer, 413, "200,000 bytes", "100,000")
+    status, answer = post(comfy_server, "analyze", {"abc": "é" * 60_000})  # 120 kB of UTF-8 in 60 k characters
+    assert_refused(status, answer, 413, "120,000 bytes")
+    status, answer = post(comfy_server, "analyze", b'{"abc": "' + b"z" * 1_200_000 + b'"}', raw=True)
+    assert_refused(status, answer, 413, "too large")
+    status, answer = post(comfy_server, "analyze", {"abc": "z" * 99_000})  # just under the limit: answered
+    assert status == 200 and answer["ok"] is False
+
+
+# --- /yue2/abc/tool --------------------------------------------------------------------------------------------------
+def test_tools_edit_the_text(comfy_server):
+    status, up = post(comfy_server, "tool", {"tool": "transpose", "abc": SONG, "arg": 2})
+    assert status == 200 and "\nK:A\n" in up["abc"] and '"A"z16|"E/G#"z16|' in up["abc"]
+    status, back = post(comfy_server, "tool", {"tool": "transpose", "abc": up["abc"], "arg": -2})
+    assert status == 200 and back["abc"] == SONG
+    status, faster = post(comfy_server, "tool", {"tool": "set_tempo", "abc": SONG, "arg": 120})
+    assert status == 200 and faster["abc"] == SONG.replace("Q:1/4=96", "Q:1/4=120")
+    status, bare = post(comfy_server, "tool", {"tool": "strip_chords", "abc": SONG})
+    assert status == 200 and '"' not in bare["abc"].split("K:G")[1]
+    status, quiet = post(comfy_server, "tool", {"tool": "silence_vocal", "abc": SONG, "arg": True})
+    assert status == 200
+    status, checked = post(comfy_server, "analyze", {"abc": quiet["abc"], "instrumental": True})
+    assert checked["ok"] and checked["structure"]["notes"]["Vocal"] == 0 and checked["structure"]["chord_count"] == 15
+    status, no_chords = post(comfy_server, "tool", {"tool": "silence_vocal", "abc": SONG, "arg": False})
+    assert status == 200 and no_chords["abc"].count('"') < quiet["abc"].count('"')
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"tool": "rm -rf /", "abc": SONG}, 400, ["unknown tool", "transpose, set_tempo, strip_chords, silence_vocal"]),
+    ({"abc": SONG}, 400, ["unknown tool"]),
+    ({"tool": ["transpose"], "abc": SONG}, 400, ["unknown tool"]),
+    ({"tool": "transpose", "abc": SONG, "arg": "up"}, 400, ["semitones", "-12 to 12"]),
+    ({"tool": "transpose", "abc": SONG, "arg": 1.5}, 400, ["semitones"]),
+    ({"tool": "transpose", "abc": SONG, "arg": True}, 400, ["semitones"]),
+    ({"tool": "transpose", "abc": SONG, "arg": 99}, 400, ["semitones"]),
+    ({"tool": "set_tempo", "abc": SONG, "arg": 0}, 400, ["beats per minute", "1 to 1000"]),
+    ({"tool": "set_tempo", "abc": SONG}, 400, ["beats per minute"]),
+    ({"tool": "silence_vocal", "abc": SONG, "arg": "no"}, 400, ["true", "false"]),
+    ({"tool": "strip_chords", "abc": "   "}, 400, ["empty"]),
+    ({"tool": "strip_chords", "abc": 5}, 400, ["'abc' must be a string"]),
+    ({"tool": "strip_chords", "abc": "z" * 150_000}, 413, ["100,000"]),
+], ids=["unknown", "missing", "tool-array", "arg-text", "arg-fraction", "arg-bool", "arg-range", "bpm-zero",
+        "bpm-missing", "keep-chords-type", "empty-abc", "abc-type", "oversized"])
+def test_tool_refuses_bad_requests(comfy_server, body, status, words):
+    got, answer = post(comfy_server, "tool", body)
+    assert_refused(got, answer, status, *words, server=comfy_server)
+
+
+def test_tool_on_text_that_does_not_parse_says_where(comfy_server):
+    status, answer = post(comfy_server, "tool", {"tool": "transpose", "abc": "hello world", "arg": 1})
+    assert_refused(status, answer, 422, "transpose", "header")
+    assert answer["line"] == 1 and answer["code"] == "missing-header"
+    status, answer = post(comfy_server, "tool", {"tool": "strip_chords", "abc": b"\x00\x01".decode() * 10})
+    assert_refused(status, answer, 422, "strip_chords")
+
+
+# --- /yue2/abc/tokens ------------------------------------------------------------------------------------------------
+def test_tokens_counts_with_the_checkpoints_own_tokenizer(comfy_server, checkpoint):
+    from yue2_core.checkpoint import inspect_checkpoint, load_tokenizer
+    from yue2_core.pipeline import Score, music_budget
+    from yue2_core.protocol import SongRequest
+
+    tokenizer = load_tokenizer(inspect_checkpoint(str(Path(comfy_server.models_dir) / checkpoint)))
+    status, answer = post(comfy_server, "tokens", {"abc": SONG, "ckpt_name": checkpoint})
+    assert status == 200, answer
+    assert answer["tokens"] == len(tokenizer.encode(SONG)) > 100
+    assert answer["ckpt_name"] == checkpoint and "prefix_tokens" not in answer
+    request = {"abc": SONG, "ckpt_name": checkpoint, "style": "pop, female vocal", "lyrics": "[verse]\nla la la"}
+    status, answer = post(comfy_server, "tokens", request)
+    expected = music_budget(SongRequest(style=request["style"], lyrics=request["lyrics"]),
+                            Score.from_text(SONG, tokenizer), tokenizer)
+    assert status == 200
+    assert answer["prefix_tokens"] == expected["prefix_tokens"]
+    assert answer["music_tokens_max"] == expected["music_tokens_max"] == answer["context"] - answer["prefix_tokens"]
+    assert answer["music_seconds_max"] == pytest.approx(answer["music_tokens_max"] / 25)
+    status, empty = post(comfy_server, "tokens", {"abc": "", "ckpt_name": checkpoint})
+    assert status == 200 and empty["tokens"] == 0
+    status, answer = post(comfy_server, "tokens", b'{"abc": "X:1\\ud800", "ckpt_name": "%s"}' % checkpoint.encode(),
+                          raw=True)  # an unpaired surrogate: valid JSON, not valid Unicode
+    assert_refused(status, answer, 422, "surrogate", server=comfy_server)
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"abc": SONG, "ckpt_name": "no_such_model.safetensors"}, 404, ["no checkpoint named"]),
+    ({"abc": SONG, "ckpt_name": "../../../../etc/passwd"}, 404, ["no checkpoint named"]),
+    ({"abc": SONG, "ckpt_name": "/etc/hostname"}, 404, ["no checkpoint named"]),
+    ({"abc": SONG}, 400, ["ckpt_name"]),
+    ({"abc": SONG, "ckpt_name": ""}, 400, ["ckpt_name"]),
+    ({"abc": SONG, "ckpt_name": 7}, 400, ["ckpt_name"]),
+    ({"abc": SONG, "ckpt_name": "x" * 600}, 400, ["ckpt_name"]),
+    ({"abc": None, "ckpt_name": "x"}, 400, ["'abc' must be a string"]),
+    ({"abc": SONG, "ckpt_name": "x", "style": 3, "lyrics": ""}, 400, ["style"]),
+    ({"abc": SONG, "ckpt_name": "x", "cot": "off"}, 400, ["cot"]),
+], ids=["missing", "traversal", "absolute", "no-name", "empty-name", "name-type", "name-long", "abc-null",
+        "style-type", "cot-off"])
+def test_tokens_refuses_bad_requests(comfy_server, body, status, words):
+    got, answer = post(comfy_server, "tokens", body)
+    assert_refused(got, answer, status, *words, server=comfy_server)
+
+
+def test_tokens_on_a_file_that_is_not_a_yue2_checkpoint(comfy_server):
+    name = "yue2_editor_routes_not_yue2.safetensors"
+    header = json.dumps({"weight": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    path = Path(comfy_server.models_dir) / name
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    try:
+        status, answer = post(comfy_server, "tokens", {"abc": SONG, "ckpt_name": name})
+    finally:
+        path.unlink()
+    assert_refused(status, answer, 422, "not a YuE2", server=comfy_server)

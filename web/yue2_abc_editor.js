@@ -1,0 +1,102 @@
+// The ABC editor widget of the "YuE2 ABC Editor" node (node type YuE2ABCEditor).
+//
+// ComfyUI draws the node's `abc` input (a multiline STRING) as a plain textarea. This extension swaps that widget for
+// a DOM widget of the same name whose value is the text of our editor (web/abc_editor/): the text is saved in the
+// workflow, restored on reload and sent to the server in the prompt exactly like the plain widget's, while the
+// editor adds the engraved score, issue markers, playback, a structure panel and the score tools.
+import { app } from "../../scripts/app.js";
+import { AbcEditor, SOURCE_PROPERTY } from "./abc_editor/editor.js";
+
+const NODE_TYPE = "YuE2ABCEditor";
+const WIDGET = "abc";
+const MIN_WIDGET_HEIGHT = 420;
+const MIN_NODE_SIZE = [940, 680];
+
+function addStylesheet() {
+    const href = new URL("./abc_editor/editor.css", import.meta.url).href;
+    if (document.querySelector(`link[data-yue2-abc-editor]`)) return;
+    const link = document.createElement("link");
+    link.rel = "stylesheet";
+    link.href = href;
+    link.dataset.yue2AbcEditor = "1";
+    document.head.append(link);
+}
+
+/** Replace the node's plain `abc` textarea by the editor; returns the editor (or null when there is no such widget). */
+function attachEditor(node) {
+    const index = node.widgets?.findIndex((w) => w.name === WIDGET) ?? -1;
+    if (index < 0) return null;
+    const plain = node.widgets[index];
+    const initial = typeof plain.value === "string" ? plain.value : "";
+
+    let widget = null;
+    const editor = new AbcEditor(node, {
+        // Our edits must reach ComfyUI like typing in its own textarea does: the widget callback, a redraw, and the
+        // workflow's change tracker (which persists the workflow, so an edit survives a page reload).
+        notify: (text) => {
+            widget?.callback?.(text);
+            node.setDirtyCanvas?.(true, false);
+            app.extensionManager?.workflow?.activeWorkflow?.changeTracker?.checkState?.();
+        },
+    });
+
+    // Take the plain widget out (and its textarea out of ComfyUI's DOM widget layer), then add ours in its place.
+    node.widgets.splice(index, 1);
+    plain.onRemove?.();
+    widget = node.addDOMWidget(WIDGET, "YUE2_ABC_EDITOR", editor.element, {
+        getValue: () => editor.value,
+        setValue: (value) => editor.setValue(value),
+        getMinHeight: () => MIN_WIDGET_HEIGHT,
+    });
+    node.widgets.splice(node.widgets.indexOf(widget), 1);
+    node.widgets.splice(index, 0, widget);
+    editor.setValue(initial);
+    node.yue2AbcEditor = editor; // for the browser tests and for debugging from the console
+
+    node.setSize?.([Math.max(node.size[0], MIN_NODE_SIZE[0]), Math.max(node.size[1], MIN_NODE_SIZE[1])]);
+    return editor;
+}
+
+app.registerExtension({
+    name: "ComfyUI-YuE2.AbcEditor",
+
+    init() {
+        addStylesheet();
+    },
+
+    async beforeRegisterNodeDef(nodeType, nodeData) {
+        if (nodeData?.name !== NODE_TYPE) return;
+
+        const onNodeCreated = nodeType.prototype.onNodeCreated;
+        nodeType.prototype.onNodeCreated = function () {
+            const result = onNodeCreated?.apply(this, arguments);
+            try {
+                attachEditor(this);
+            } catch (error) {
+                // The plain textarea stays usable if the editor cannot be built.
+                console.error("[ComfyUI-YuE2] the ABC editor could not be attached:", error);
+            }
+            return result;
+        };
+
+        const onConfigure = nodeType.prototype.onConfigure;
+        nodeType.prototype.onConfigure = function (info) {
+            const result = onConfigure?.apply(this, arguments);
+            this.yue2AbcEditor?.restoredSource(this.properties?.[SOURCE_PROPERTY]);
+            return result;
+        };
+
+        const onExecuted = nodeType.prototype.onExecuted;
+        nodeType.prototype.onExecuted = function (output) {
+            const result = onExecuted?.apply(this, arguments);
+            this.yue2AbcEditor?.executed(output);
+            return result;
+        };
+
+        const onRemoved = nodeType.prototype.onRemoved;
+        nodeType.prototype.onRemoved = function () {
+            this.yue2AbcEditor?.dispose();
+            return onRemoved?.apply(this, arguments);
+        };
+    },
+});
