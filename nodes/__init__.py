@@ -1,7 +1,7 @@
 """The ComfyUI layer of ComfyUI-YuE2 (V3 schema): thin nodes that parse inputs, call yue2_core and wrap the results.
 
-    YuE2 Checkpoint Loader → YuE2 Composer (→ YuE2 ABC Editor → YuE2 Composer) → YuE2 Renderer → YuE2 VAE Decode
-                                                                                 → YuE2 Save Song / YuE2 Load Song
+    YuE2 Checkpoint Loader → YuE2 Composer (→ YuE2 ABC Editor → YuE2 Composer) → YuE2 Renderer
+        → YuE2 VAE Decode → YuE2 Save Song;  YuE2 Load Song → Renderer / VAE Decode / Composer
 
 One file per concern: types (sockets), model (ModelPatchers), memory (working-memory estimates), progress (progress
 bar, Cancel, error translation), scores (edited text → Score), loader, composer, editor, render, songs.

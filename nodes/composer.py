@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import comfy.model_management as mm
 from comfy_api.latest import io, ui
 from comfy_execution.graph_utils import ExecutionBlocker
 
@@ -98,12 +99,14 @@ class YuE2Composer(io.ComfyNode):
                 *_sampling_inputs(),
             ],
             outputs=[
-                types.Score.Output("score_out", display_name="score", tooltip="The lead sheet the music follows (cot off: an empty score)."),
-                types.Tokens.Output("tokens", display_name="tokens", tooltip="Semantic music tokens, 25 per second, for YuE2 Renderer "
-                                                      "and YuE2 Save Song."),
+                types.Score.Output("score_out", display_name="score",
+                                   tooltip="The lead sheet the music follows (cot off: an empty score)."),
+                types.Tokens.Output("tokens", display_name="tokens",
+                                    tooltip="Semantic music tokens, 25 per second, for YuE2 Renderer and YuE2 Save "
+                                            "Song."),
                 io.String.Output("abc", display_name="abc", tooltip="The lead sheet as ABC text (empty in cot off)."),
-                io.String.Output("report", display_name="report", tooltip="Token budget, end-of-phase status and speed (also shown on "
-                                                   "the node)."),
+                io.String.Output("report", display_name="report",
+                                 tooltip="Token budget, end-of-phase status and speed (also shown on the node)."),
             ],
         )
 
@@ -158,8 +161,9 @@ class YuE2Composer(io.ComfyNode):
             else:
                 prefix = len(planning_prefix(request, tok.encode))
                 need = memory.ar_phase(model.dims, model.dtype, prefix, abc_sampling.max_tokens)
-                progress.start("plan", abc_sampling.max_tokens, f"writing the lead sheet (≤ {abc_sampling.max_tokens} "
-                                                                f"ABC tokens after a {prefix}-token prompt)")
+                progress.start("plan", abc_sampling.max_tokens,
+                               f"writing the lead sheet (≤ {abc_sampling.max_tokens} ABC tokens after a "
+                               f"{prefix}-token prompt)")
                 (ar,) = model.load(("ar",), need)
                 the_score = plan(ar, tok, request, abc_sampling, progress,
                                  music_sampling.max_tokens if sample_music else 0)

@@ -27,8 +27,8 @@ class YuE2ABCEditor(io.ComfyNode):
                                 tooltip="A lead sheet as plain ABC text (text node, SheetSage2 Audio to ABC, …)."),
             ],
             outputs=[
-                types.Score.Output("score_out", display_name="score", tooltip="The checked lead sheet, for the score input of a YuE2 "
-                                                    "Composer."),
+                types.Score.Output("score_out", display_name="score",
+                                   tooltip="The checked lead sheet, for the score input of a YuE2 Composer."),
                 io.String.Output("abc_out", display_name="abc", tooltip="The checked lead sheet as ABC text."),
             ],
         )

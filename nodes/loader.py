@@ -47,10 +47,12 @@ class YuE2CheckpointLoader(io.ComfyNode):
                                        f"from huggingface.co/{HF_REPO}."),
             ],
             outputs=[
-                types.Model.Output("model", display_name="model", tooltip="The YuE2 model for the Composer, Renderer, VAE Decode and "
-                                                    "Load Song nodes."),
-                io.String.Output("info", display_name="info", tooltip="What was detected: format (bf16/int8), dimensions, dtypes per "
-                                                 "part, compute device and dtype."),
+                types.Model.Output("model", display_name="model",
+                                   tooltip="The YuE2 model for the Composer, Renderer, VAE Decode and Load Song "
+                                           "nodes."),
+                io.String.Output("info", display_name="info",
+                                 tooltip="What was detected: format (bf16/int8), dimensions, dtypes per part, "
+                                         "compute device and dtype."),
             ],
         )
 

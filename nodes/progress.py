@@ -31,7 +31,8 @@ def check_cancel() -> None:
 class StageProgress:
     """Callback for yue2_core stages: `progress(stage, done, total, info)`. `rates[stage]` keeps the last tokens/s."""
 
-    UNITS: ClassVar[dict] = {"plan": "ABC tokens", "semantic": "music tokens", "render": "ODE steps", "decode": "VAE tiles"}
+    UNITS: ClassVar[dict] = {"plan": "ABC tokens", "semantic": "music tokens", "render": "ODE steps",
+                             "decode": "VAE tiles"}
 
     def __init__(self, node: str):
         self.node = node

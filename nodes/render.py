@@ -35,8 +35,9 @@ class YuE2Renderer(io.ComfyNode):
                              tooltip="Noise seed of the render. −1 = the seed the tokens were sampled with (the "
                                      "reference). Another value gives another take of the same music tokens."),
             ],
-            outputs=[io.Latent.Output("latent", display_name="latent", tooltip="Audio latent {samples [1, 64, frames], type 'audio'}, "
-                                                        "25 frames per second.")],
+            outputs=[io.Latent.Output("latent", display_name="latent",
+                                      tooltip="Audio latent {samples [1, 64, frames], type 'audio'}, 25 frames per "
+                                              "second.")],
         )
 
     @classmethod
@@ -48,7 +49,8 @@ class YuE2Renderer(io.ComfyNode):
                              "or compose again")
         progress = StageProgress("YuE2 Renderer")
         need = memory.render(model.dims, model.dtype, len(tokens.prefix), frames, model.device.type == "cuda")
-        progress.start("render", steps, f"rendering {frames} frames ({frames / FRAMES_PER_SECOND:.2f} s) in {steps} ODE steps")
+        progress.start("render", steps,
+                       f"rendering {frames} frames ({frames / FRAMES_PER_SECOND:.2f} s) in {steps} ODE steps")
         with user_errors():
             ar, nar = model.load(("ar", "nar"), need)
             latents = render(ar, nar, tokens, steps, None if seed < 0 else seed, progress)
@@ -105,8 +107,9 @@ class YuE2VAEDecode(io.ComfyNode):
                 io.Latent.Input("latent", tooltip="Audio latent [B, 64, frames] (25 frames per second) from YuE2 "
                                                   "Renderer or YuE2 Load Song."),
             ],
-            outputs=[io.Audio.Output("audio", display_name="audio", tooltip="{waveform [B, 2, 1920·frames − 64 samples], sample_rate "
-                                                      "48000}, values in [−1, 1].")],
+            outputs=[io.Audio.Output("audio", display_name="audio",
+                                     tooltip="{waveform [B, 2, 1920·frames − 64 samples], sample_rate 48000}, "
+                                             "values in [−1, 1].")],
         )
 
     @classmethod

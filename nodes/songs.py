@@ -166,8 +166,9 @@ class YuE2SaveSong(io.ComfyNode):
                 types.AudioPlayer.Input("audioUI", optional=True,
                                         tooltip="Player for the saved audio.flac (shown by the frontend)."),
             ],
-            outputs=[io.String.Output("song_dir", display_name="song_dir", tooltip="The folder written, relative to ComfyUI's output "
-                                                          "folder (yue2/<name>_<NNNNN>).")],
+            outputs=[io.String.Output("song_dir", display_name="song_dir",
+                                      tooltip="The folder written, relative to ComfyUI's output folder "
+                                              "(yue2/<name>_<NNNNN>).")],
         )
 
     @classmethod
@@ -228,9 +229,12 @@ class YuE2LoadSong(io.ComfyNode):
                                tooltip="A song folder in ComfyUI's output/yue2, newest first."),
             ],
             outputs=[
-                types.Score.Output("score", display_name="score", tooltip="The saved lead sheet (re-tokenized if score.abc was edited)."),
-                types.Tokens.Output("tokens", display_name="tokens", tooltip="The saved music tokens (25 per second), to render again."),
-                io.Latent.Output("latent", display_name="latent", tooltip="The saved latents [1, 64, frames], to decode again."),
+                types.Score.Output("score", display_name="score",
+                                   tooltip="The saved lead sheet (re-tokenized if score.abc was edited)."),
+                types.Tokens.Output("tokens", display_name="tokens",
+                                    tooltip="The saved music tokens (25 per second), to render again."),
+                io.Latent.Output("latent", display_name="latent",
+                                 tooltip="The saved latents [1, 64, frames], to decode again."),
             ],
         )
 

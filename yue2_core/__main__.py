@@ -53,13 +53,14 @@ def cmd_generate(args) -> int:
     from .pipeline import Budgets, YuE2Engine
     from .protocol import SongRequest
 
-    out = Path(args.output)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
+    out = _check_output(args.output)
     request = SongRequest(style=_read_text(args.style_file, args.style, "style"),
                           lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics"), cot=args.cot, seed=args.seed,
                           abc=_read_text(args.abc_file, None, "ABC") if args.abc_file else None,
                           cfg_scale=args.cfg_scale, id=out.name if out.name else "song").validate()
+    budgets = Budgets(args.max_seconds, args.max_abc_tokens)
+    budgets.abc_sampling(), budgets.semantic_sampling()  # bad --max-seconds / --max-abc-tokens: fail before loading
+    _check_steps(args.steps)
     for note in request.input_warnings():
         print(f"warning: {note}", file=sys.stderr)
     path, how = find_checkpoint(args.checkpoint, download=not args.offline)
@@ -71,8 +72,7 @@ def cmd_generate(args) -> int:
     if synthetic:
         print("NOTE: these are SYNTHETIC random weights — the audio is noise-like, not music.", file=sys.stderr)
     progress = ProgressLine()
-    song = engine.generate(request, Budgets(args.max_seconds, args.max_abc_tokens), steps=args.steps,
-                           progress=progress)
+    song = engine.generate(request, budgets, steps=args.steps, progress=progress)
     progress.close()
     folder = save_song(song, out)
     summary = {"output": str(folder), "audio_seconds": round(song.audio.shape[-1] / song.sample_rate, 3),
@@ -83,6 +83,20 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def _check_output(output: str) -> Path:
+    """The output directory must be new or empty (songs are never overwritten); checked before any work."""
+    out = Path(output)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
+    return out
+
+
+def _check_steps(steps) -> None:
+    from .errors import RequestError
+    if not 1 <= steps <= 1000:
+        raise RequestError(f"--steps must be between 1 and 1000 (the release uses 32), got {steps}")
+
+
 def cmd_render(args) -> int:
     import torch
     from .artifacts import load_song, save_song
@@ -90,6 +104,9 @@ def cmd_render(args) -> int:
     from .pipeline import Budgets, Song, YuE2Engine, decode, render, semantic
     from .protocol import SongRequest
 
+    _check_output(args.output)
+    _check_steps(args.steps)
+    Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     path, _ = find_checkpoint(args.checkpoint, download=not args.offline)
     engine = YuE2Engine.load(path, device=args.device, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype])
     saved = load_song(args.song, engine.tokenizer)

@@ -187,6 +187,10 @@ def _quant_map(entries: dict, prefix: str) -> dict:
                 if e is None or e.dtype not in dtypes:
                     raise CheckpointError(f"{prefix + module}: a comfy_quant marker needs {sib} "
                                           f"({'/'.join(dtypes)}); found {e.dtype if e else 'nothing'}")
+            w, s = entries[prefix + module + ".weight"].shape, entries[prefix + module + ".weight_scale"].shape
+            if len(w) != 2 or tuple(s) not in ((w[0], 1), (w[0],)):
+                raise CheckpointError(f"shape mismatch for {prefix + module}.weight_scale: expected [{w[0] if w else '?'}"
+                                      f", 1] (one scale per row of the int8 weight {list(w)}), got {list(s)}")
             out[module] = CONVROT_GROUP
     return out
 
@@ -281,7 +285,8 @@ def inspect_checkpoint(path: str) -> CheckpointInfo:
                               f"{dims.latent_dim}")
     quant_ar, quant_nar = _quant_map(entries, AR), _quant_map(entries, NAR)
     for key, e in entries.items():  # int8 codes / row scales need their module's marker (else: float layers, noise)
-        if key.startswith((AR, NAR)) and (e.dtype == "I8" or key.endswith(".weight_scale")):
+        if key.startswith((AR, NAR)) and ((e.dtype == "I8" and key.endswith(".weight")) or
+                                          key.endswith(".weight_scale")):
             module = key.rsplit(".", 1)[0]
             if module + ".comfy_quant" not in entries:
                 raise CheckpointError(f"{key} is {'int8 codes' if e.dtype == 'I8' else 'a quantization scale'} but "
@@ -363,7 +368,8 @@ def _materialize(module: torch.nn.Module, path: str, prefix: str, keys: list[str
             elif t.dtype.is_floating_point:
                 t = t.to(float_dtype)
             if tuple(t.shape) != tuple(target.shape):
-                if name.endswith("weight_scale") and t.numel() == target.numel():
+                if name.endswith("weight_scale") and t.numel() == target.numel() and t.ndim <= 2 and \
+                        (t.ndim < 2 or t.shape[1] == 1):  # [out] → [out, 1]; never reinterpret [a, b]
                     t = t.reshape(target.shape)
                 else:
                     raise CheckpointError(f"shape mismatch for {key}: expected {list(target.shape)}, "

@@ -44,7 +44,8 @@ import torch
 from .constants import (CODEC_OFFSET, CODEC_SIZE, CONTEXT, FRAMES_PER_SECOND, HOP, LATENT_DIM, ODE_STEPS,
                         PROTOCOL_VERSION, SAMPLE_RATE, VAE_LENGTH_TRIM)
 from .errors import BudgetError, RequestError
-from .protocol import SEED_MAX, Sampling, SongRequest, negative_prefix, seconds_to_tokens, semantic_prefix
+from .protocol import (SEED_MAX, SEMANTIC_PRESET, Sampling, SongRequest, negative_prefix, seconds_to_tokens,
+                       semantic_prefix)
 
 CROSSFADE_SHAPES = ("equal_power", "linear")
 MAX_CROSSFADE_S = 5.0
@@ -551,10 +552,7 @@ def regenerate(engine_or_parts, song, cut, *, new_score=None, seed: int | None =
                                                                              crossfade_s, crossfade_shape)
     frames = len(parent.codes)
     point = resolve_cut(cut, frames, parent.score.abc)
-    sampling = Sampling(**parent.tokens.sampling) if parent.tokens.sampling else None
-    if sampling is None:
-        from .protocol import SEMANTIC_PRESET
-        sampling = SEMANTIC_PRESET
+    sampling = SEMANTIC_PRESET.merged(parent.tokens.sampling)
     if budgets is not None and budgets.max_seconds is not None:
         cap = seconds_to_tokens(budgets.max_seconds)
         sampling = replace(sampling, max_tokens=cap, min_tokens=min(sampling.min_tokens, cap))
@@ -624,7 +622,7 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
         if not _finite(min_extra_seconds) or not 0 <= min_extra_seconds <= extra_seconds:
             raise RequestError(f"min extra seconds must be in [0, {extra_seconds}], got {min_extra_seconds!r}")
         min_extra = round(min_extra_seconds * FRAMES_PER_SECOND)
-    base = Sampling(**parent.tokens.sampling) if parent.tokens.sampling else Sampling()
+    base = SEMANTIC_PRESET.merged(parent.tokens.sampling)
     sampling = replace(base, max_tokens=frames + extra,
                        min_tokens=min(max(base.min_tokens, frames + min_extra), frames + extra)).validate("semantic")
     if parent.tokens.ended:

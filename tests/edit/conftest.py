@@ -2,6 +2,7 @@
 shape), an fp32 engine on CPU, and one short parent song made from a fixed 4-bar score at 240 BPM (one bar = 1 s).
 
 Set $YUE2_TEST_CACHE to reuse the checkpoint files across sessions (as tests/core does)."""
+import contextlib
 import os
 
 import pytest
@@ -30,11 +31,12 @@ def ckpt_paths(tmp_path_factory):
     root = os.environ.get("YUE2_TEST_CACHE") or str(tmp_path_factory.mktemp("ckpt"))
     os.makedirs(root, exist_ok=True)
     paths = {}
-    for profile, fmt in (("tiny", "bf16"), ("tiny", "int8"), ("micro", "bf16")):
-        path = os.path.join(root, f"yue2_{profile}_{fmt}.safetensors")
-        if not os.path.exists(path):
-            write_synthetic_checkpoint(path, profile=profile, fmt=fmt, seed=0)
-        paths[profile if profile == "micro" else fmt] = path
+    with single_thread():
+        for profile, fmt in (("tiny", "bf16"), ("tiny", "int8"), ("micro", "bf16")):
+            path = os.path.join(root, f"yue2_{profile}_{fmt}.safetensors")
+            if not os.path.exists(path):
+                write_synthetic_checkpoint(path, profile=profile, fmt=fmt, seed=0)
+            paths[profile if profile == "micro" else fmt] = path
     return paths
 
 
@@ -51,7 +53,8 @@ def parent(engine):
     from yue2_core.pipeline import Budgets
     from yue2_core.protocol import SongRequest
     req = SongRequest("indie pop", "[Verse]\nla la la", cot="full", seed=3, abc=SCORE, id="parent")
-    song = engine.generate(req, Budgets(max_seconds=PARENT_SECONDS))
+    with single_thread():
+        song = engine.generate(req, Budgets(max_seconds=PARENT_SECONDS))
     assert len(song.tokens.codes) == 60
     return song
 
@@ -60,3 +63,22 @@ def parent(engine):
 def saved_parent(parent, tmp_path_factory):
     from yue2_core.artifacts import save_song
     return save_song(parent, tmp_path_factory.mktemp("songs") / "parent")
+
+
+@contextlib.contextmanager
+def single_thread():
+    """One intra-op thread inside the block (restored afterwards): the tiny model's ops are too small to gain from
+    threads, and on a busy 2-core machine spinning OpenMP workers made these tests up to 5× slower."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    with single_thread():
+        yield

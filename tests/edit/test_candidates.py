@@ -9,6 +9,7 @@ from conftest import SCORE
 from yue2_core.artifacts import save_song
 from yue2_core.candidates import (RELEASE_KV, candidates, check_memory, kv_bytes_per_song, max_candidates,
                                   take_seeds)
+from yue2_core.edit import regenerate
 from yue2_core.errors import RequestError
 from yue2_core.fast import decode as fd
 from yue2_core.pipeline import Budgets
@@ -40,6 +41,11 @@ def test_planned_candidates_equal_single_runs(engine, tmp_path):
     assert rep["tokens"] == len(t.tokens.codes) == 25 and rep["seconds"] == 1.0 and rep["ended"] is False
     assert rep["score_seconds"] is None and "does not parse" in rep["score_note"]  # random tiny-model ABC
     assert t.audio is t.song.audio and t.request.seed == 41  # Song-like
+    # a take can be edited like any song (its own seed is its render seed)
+    stages = []
+    child, lineage = regenerate(engine, t, {"token": 20}, seed=1, progress=lambda st, d, tot, info: stages.append(st))
+    assert child.tokens.codes[:20] == t.tokens.codes[:20] and lineage["render_seed"] == 41
+    assert {"semantic", "render", "decode"} <= set(stages) and "take" not in child.settings
     out = save_song(t.song, tmp_path / "take1")
     assert json.loads((out / "config.json").read_text())["take"] == {"index": 1, "seed": 41, "n": 3,
                                                                      "seeds": [40, 41, 42], "shared_score": False}

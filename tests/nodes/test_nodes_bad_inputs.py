@@ -74,7 +74,7 @@ def test_tokens_from_one_model_into_another_name_the_mismatch(comfy, tokens_song
               "4": {"class_type": "YuE2Renderer", "inputs": {"model": ["2", 0], "tokens": ["3", 1], "steps": 8,
                                                              "seed": -1}},
               "5": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["3", 1], "name": "x", "latent": ["4", 0]}}}
-    node, kind, message = _traceback_of(comfy, prompt)
+    node, _, message = _traceback_of(comfy, prompt)
     assert node == "YuE2Renderer"
     assert "vocabulary has 1024 rows" in message and "embed_tokens is [1024, 256]" in message
     assert "made with another model" in message
@@ -123,7 +123,7 @@ def test_max_seconds_outside_the_widget_range_is_rejected(comfy, seconds):
 
 def test_max_seconds_above_what_fits_says_the_maximum(comfy):
     lyrics = "la la la\n" * 1000  # about 4,000 prompt tokens: less than 900 s of music fit after them
-    node, kind, message = _traceback_of(comfy, {"1": LOADER, "2": composer(cot="off", lyrics=lyrics,
+    node, _, message = _traceback_of(comfy, {"1": LOADER, "2": composer(cot="off", lyrics=lyrics,
                                                                            max_seconds=900.0),
                                                 "3": preview(["2", 3])})
     assert node == "YuE2Composer"
@@ -138,7 +138,7 @@ def test_max_seconds_above_what_fits_says_the_maximum(comfy):
     (VALID_ABC.replace('"G"d16B16|', '"G"d16B16B8|'), "line 11: Bar 2 of Vocal lasts 40 unit(s)"),
 ])
 def test_the_editor_refuses_an_invalid_score_with_its_line(comfy, abc, expected):
-    node, kind, message = _traceback_of(comfy, {"1": {"class_type": "YuE2ABCEditor", "inputs": {"abc": abc}},
+    node, _, message = _traceback_of(comfy, {"1": {"class_type": "YuE2ABCEditor", "inputs": {"abc": abc}},
                                                 "2": preview(["1", 1])})
     assert node == "YuE2ABCEditor" and expected in message
 

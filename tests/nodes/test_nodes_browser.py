@@ -24,10 +24,10 @@ TIMEOUT_S = 300
 def browser_run(comfy_server, checkpoints, tmp_path_factory) -> dict:
     e2e_dir = Path(os.environ.get("YUE2_E2E_DIR") or REPO / ".comfyhost" / "e2e")
     chromium = os.environ.get("YUE2_CHROMIUM") or "/usr/bin/chromium"
-    missing = [what for what, ok in (("node", shutil.which("node")), (f"chromium ({chromium})", os.access(chromium, os.X_OK)),
-                                     (f"playwright-core in {e2e_dir}",
-                                      (e2e_dir / "node_modules" / "playwright-core" / "package.json").is_file()))
-               if not ok]
+    playwright = e2e_dir / "node_modules" / "playwright-core" / "package.json"
+    checks = (("node", shutil.which("node")), (f"chromium ({chromium})", os.access(chromium, os.X_OK)),
+              (f"playwright-core in {e2e_dir}", playwright.is_file()))
+    missing = [what for what, ok in checks if not ok]
     if missing:
         reason = f"browser tools missing: {', '.join(missing)}; run `bash scripts/test.sh` to install them"
         if os.environ.get("YUE2_REQUIRE_BROWSER") == "1":
@@ -37,18 +37,20 @@ def browser_run(comfy_server, checkpoints, tmp_path_factory) -> dict:
     env = dict(os.environ, COMFY_URL=comfy_server.url, YUE2_E2E_DIR=str(e2e_dir), YUE2_CHROMIUM=chromium,
                YUE2_ARTIFACTS=os.environ.get("YUE2_ARTIFACTS") or str(REPO / ".comfyhost" / "artifacts"))
     proc = subprocess.run(["node", str(HERE / "nodes_workflows.mjs"), str(out), TINY], cwd=HERE, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+                          check=False, capture_output=True, text=True, timeout=TIMEOUT_S)
     if proc.returncode != 0 or not out.is_file():
         pytest.fail(f"nodes_workflows.mjs exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}", pytrace=False)
     return json.loads(out.read_text())
 
 
 def _declared(prompt: dict, object_info: dict) -> dict:
-    """Only the inputs each node declares (the frontend also sends values of widgets its own JS adds)."""
+    """Only the data inputs each node declares: the frontend also sends values of widgets its own JS adds, and of the
+    audio player (AUDIO_UI, always "") that ComfyUI's audio extension puts on the Save Song node."""
     out = {}
     for node_id, node in prompt.items():
         spec = object_info[node["class_type"]]["input"]
-        names = {n for section in ("required", "optional") for n in spec.get(section, {})}
+        names = {n for section in ("required", "optional") for n, (kind, *_) in spec.get(section, {}).items()
+                 if kind != "AUDIO_UI"}
         out[node_id] = {"class_type": node["class_type"],
                         "inputs": {k: v for k, v in node["inputs"].items() if k in names}}
     return out

@@ -3,7 +3,7 @@ score with the same seed gives the same tokens, both from ComfyUI's node cache a
 unchanged score passes the editor with its exact ids."""
 from __future__ import annotations
 
-from nodes_testlib import (TINY, VALID_ABC, api, by_class, codes, run, saved_dirs, set_inputs, test_sized)
+from nodes_testlib import TINY, VALID_ABC, api, by_class, codes, run, saved_dirs, set_inputs, test_sized
 
 EDITED_ABC = VALID_ABC.replace('"C"z8E8G8c8|', '"C"z8F8A8c8|')  # two melody notes moved
 

@@ -1,0 +1,250 @@
+"""Catalogue rows: song directories (docs/bad_inputs.md §4) — damaged artifacts, unsafe names, an occupied target,
+a full or read-only disk, failures at every step of a save. Every refusal is an ArtifactError; a failed save leaves
+nothing behind and never touches an existing song."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robust_helpers import listing, make_song, snapshot
+from yue2_core import artifacts
+from yue2_core.artifacts import load_song, save_song
+from yue2_core.errors import ArtifactError, ScoreError
+
+
+class _Boom:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _rehash(root: Path, name: str) -> None:
+    result = json.loads((root / "result.json").read_text("utf-8"))
+    result["artifacts"][name]["sha256"] = hashlib.sha256((root / name).read_bytes()).hexdigest()
+    (root / "result.json").write_text(json.dumps(result), "utf-8")
+
+
+@pytest.fixture
+def saved(tmp_path):
+    return save_song(make_song(), tmp_path / "song")
+
+
+def test_artifact_hash_mismatch_refused(saved, tokenizer, tmp_path):
+    good = load_song(saved)
+    assert good.tokens.codes and good.latents.shape == (8, 64)
+    for name in ("semantic.npy", "audio.flac", "prefix.npy", "request.json", "latent.npy"):
+        root = Path(shutil.copytree(saved, tmp_path / f"bad_{name}"))
+        with open(root / name, "ab") as f:
+            f.write(b"\x00")
+        with pytest.raises(ArtifactError, match=rf"{name} does not match its sha256 in result.json"):
+            load_song(root, tokenizer)
+    root = Path(shutil.copytree(saved, tmp_path / "edited"))
+    (root / "score.abc").write_text("X:1\nT:\nM:3/4\nL:1/16\nQ:1/4=90\nK:G\n", "utf-8")
+    with pytest.raises(ArtifactError, match="score.abc does not match its sha256"):
+        load_song(root)  # without a tokenizer an edited score cannot be used
+    edited = load_song(root, tokenizer)  # with one, the edit is taken and flagged
+    assert edited.score_edited and edited.score.source == "user" and "M:3/4" in edited.score.abc
+    (root / "score.abc").write_text("   ", "utf-8")
+    with pytest.raises(ScoreError, match="the ABC score is empty"):
+        load_song(root, tokenizer)
+
+
+def test_artifact_missing_unlisted_symlinked_or_pickled_refused(saved, tmp_path):
+    cases = {}
+    root = Path(shutil.copytree(saved, tmp_path / "missing"))
+    (root / "semantic.npy").unlink()
+    cases[root] = "semantic.npy is missing"
+    root = Path(shutil.copytree(saved, tmp_path / "unlisted"))
+    result = json.loads((root / "result.json").read_text())
+    result["artifacts"].pop("prefix.npy")
+    (root / "result.json").write_text(json.dumps(result))
+    cases[root] = "does not list prefix.npy"
+    root = Path(shutil.copytree(saved, tmp_path / "traversal"))
+    result = json.loads((root / "result.json").read_text())
+    result["artifacts"]["../../etc/passwd"] = {"sha256": "0" * 64}
+    (root / "result.json").write_text(json.dumps(result))
+    cases[root] = "unsafe file name '../../etc/passwd'"
+    root = Path(shutil.copytree(saved, tmp_path / "symlink"))
+    outside = tmp_path / "outside.npy"
+    shutil.copyfile(root / "semantic.npy", outside)
+    (root / "semantic.npy").unlink()
+    (root / "semantic.npy").symlink_to(outside)
+    cases[root] = "a symbolic link is not accepted"
+    marker = tmp_path / "UNPICKLED"
+    root = Path(shutil.copytree(saved, tmp_path / "pickle"))
+    buf = io.BytesIO()
+    np.save(buf, np.array([_Boom(str(marker))], dtype=object), allow_pickle=True)
+    (root / "semantic.npy").write_bytes(buf.getvalue())
+    _rehash(root, "semantic.npy")  # the hash matches: the loader itself must refuse the pickle
+    cases[root] = "semantic.npy is not a readable .npy array"
+    root = Path(shutil.copytree(saved, tmp_path / "range"))
+    buf = io.BytesIO()
+    np.save(buf, np.array([1, 40000], dtype=np.int32))
+    (root / "semantic.npy").write_bytes(buf.getvalue())
+    _rehash(root, "semantic.npy")
+    cases[root] = "semantic.npy holds values outside [0, 32768)"
+    for root, phrase in cases.items():
+        with pytest.raises(ArtifactError) as info:
+            load_song(root)
+        assert phrase in str(info.value), (root.name, str(info.value))
+    assert not marker.exists()
+    with pytest.raises(ArtifactError, match="is not a song directory"):
+        load_song(tmp_path / "nothing_here")
+
+
+def test_output_dir_exists_and_not_empty_refused(saved, tmp_path):
+    before = snapshot(saved)
+    with pytest.raises(ArtifactError, match="exists and is not empty; choose a new name"):
+        save_song(make_song(seed=9), saved)
+    assert snapshot(saved) == before  # the earlier song is intact
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("keep me")
+    with pytest.raises(ArtifactError, match="exists and is not empty"):
+        save_song(make_song(), a_file)
+    assert a_file.read_text() == "keep me"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert load_song(save_song(make_song(), empty)).tokens.codes  # an empty folder may be used
+    assert sorted(listing(tmp_path)) == ["empty", "file.txt", "song"]  # no temporary folders left
+
+
+def _try_mount(path: Path, options: str) -> bool:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    return proc.returncode == 0
+
+
+def _umount(path: Path) -> None:
+    subprocess.run(["umount", str(path)], capture_output=True)
+
+
+def _check_failed_save(parent: Path, old: Path, before_old: dict, before_list: list, call, phrase: str):
+    with pytest.raises(ArtifactError) as info:
+        call()
+    assert phrase in str(info.value), str(info.value)
+    assert "nothing was written" in str(info.value) or "cannot write into" in str(info.value)
+    assert listing(parent) == before_list  # no partial song, no temporary folder
+    assert snapshot(old) == before_old  # the earlier song is untouched
+
+
+def test_disk_full_clear_error_earlier_files_intact(tmp_path, monkeypatch):
+    # simulated: the third file write hits ENOSPC (works everywhere)
+    old = save_song(make_song(frames=2), tmp_path / "old")
+    before_old, before_list = snapshot(old), listing(tmp_path)
+    real = Path.write_bytes
+    calls = []
+
+    def full(self, data):
+        calls.append(self.name)
+        if len(calls) == 3:
+            real(self, data[: len(data) // 2])  # a partial file first, as a real full disk leaves
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data)
+    monkeypatch.setattr(Path, "write_bytes", full)
+    _check_failed_save(tmp_path, old, before_old, before_list, lambda: save_song(make_song(), tmp_path / "new"),
+                       "No space left on device")
+    monkeypatch.undo()
+    # real: a 256 KiB tmpfs, where the mount is allowed (root in CI containers)
+    disk = tmp_path / "tmpfs"
+    disk.mkdir()
+    if not _try_mount(disk, "size=256k"):
+        return
+    try:
+        old = save_song(make_song(frames=2), disk / "old")
+        before_old, before_list = snapshot(old), listing(disk)
+        _check_failed_save(disk, old, before_old, before_list,
+                           lambda: save_song(make_song(frames=200), disk / "big"), "No space left on device")
+    finally:
+        _umount(disk)
+
+
+def test_read_only_output_clear_error(tmp_path, monkeypatch):
+    # simulated: the file system refuses to create anything (EROFS), works as any user
+    old = save_song(make_song(frames=2), tmp_path / "old")
+    before_old, before_list = snapshot(old), listing(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    _check_failed_save(tmp_path, old, before_old, before_list, lambda: save_song(make_song(), tmp_path / "new"),
+                       "Read-only file system")
+    monkeypatch.undo()
+    # real: a read-only tmpfs (root) or a chmod 555 folder (other users; root ignores permissions)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0:
+        old = save_song(make_song(frames=2), ro / "old")
+        before_old, before_list = snapshot(old), listing(ro)
+        ro.chmod(0o555)
+        try:
+            _check_failed_save(ro, old, before_old, before_list, lambda: save_song(make_song(), ro / "new"),
+                               "Permission denied")
+        finally:
+            ro.chmod(0o755)
+        return
+    if not _try_mount(ro, "size=1m"):
+        return
+    try:
+        old = save_song(make_song(frames=2), ro / "old")
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True, capture_output=True)
+        before_old, before_list = snapshot(old), listing(ro)
+        _check_failed_save(ro, old, before_old, before_list, lambda: save_song(make_song(), ro / "new"),
+                           "Read-only file system")
+    finally:
+        _umount(ro)
+
+
+@pytest.mark.parametrize("step", ["mkdtemp", "write", "fsync", "rename", "cancel"])
+def test_unwritable_output_nothing_partial(tmp_path, monkeypatch, step):
+    old = save_song(make_song(frames=2), tmp_path / "old")
+    before_old, before_list = snapshot(old), listing(tmp_path)
+    error = OSError(errno.EACCES, os.strerror(errno.EACCES))
+    real_write, real_fsync, real_rename = Path.write_bytes, os.fsync, os.rename
+
+    def fail(*args, **kwargs):
+        raise error
+    if step == "mkdtemp":
+        monkeypatch.setattr(tempfile, "mkdtemp", fail)
+    elif step == "write":
+        monkeypatch.setattr(Path, "write_bytes", lambda self, data: fail() if self.name == "latent.npy" else
+                            real_write(self, data))
+    elif step == "fsync":
+        monkeypatch.setattr(os, "fsync", fail)
+    elif step == "rename":
+        monkeypatch.setattr(os, "rename", fail)
+    else:  # the user cancels in the middle of the save: re-raised, nothing kept
+        def interrupt(self, data):
+            if self.name == "audio.flac":
+                raise KeyboardInterrupt
+            return real_write(self, data)
+        monkeypatch.setattr(Path, "write_bytes", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            save_song(make_song(), tmp_path / "new")
+        monkeypatch.undo()
+        assert listing(tmp_path) == before_list and snapshot(old) == before_old
+        return
+    _check_failed_save(tmp_path, old, before_old, before_list, lambda: save_song(make_song(), tmp_path / "new"),
+                       "Permission denied")
+    monkeypatch.undo()
+    assert (real_write, real_fsync, real_rename) == (Path.write_bytes, os.fsync, os.rename)
+    assert load_song(save_song(make_song(), tmp_path / "new")).tokens.codes  # and the next save works
+
+
+def test_song_name_helper_rejects_traversal(tmp_path):
+    for bad in ("../escape", "/abs", "CON", "x/..", ".."):
+        with pytest.raises(ArtifactError, match="is not allowed"):
+            artifacts.safe_name(bad)
+    assert not (tmp_path.parent / "escape").exists()

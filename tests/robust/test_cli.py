@@ -1,0 +1,126 @@
+"""Catalogue rows: the command line (docs/bad_inputs.md §5). `python -m yue2_core …` runs as a subprocess; every bad
+input ends with exit status 2 and one `error: …` line on stderr, never a Python traceback, and — where it matters —
+before any checkpoint is read (the checkpoint given is deliberately missing)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from robust_helpers import assert_cli_error, copy, make_song, run_cli, snapshot
+from yue2_core.artifacts import save_song
+
+NO_CKPT = "/nonexistent/yue2.safetensors"  # reaching the checkpoint would print "checkpoint not found"
+
+
+def gen(tmp_path, *extra, output=None):
+    return run_cli("generate", "--style", "pop", "--lyrics", "la la", "--offline", "--checkpoint", NO_CKPT,
+                   "--output", output or tmp_path / "out", *extra)
+
+
+def test_cli_output_exists_not_empty(tmp_path):
+    out = tmp_path / "song"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    proc = gen(tmp_path, output=out)
+    assert_cli_error(proc, f"output directory {out} exists and is not empty")
+    assert (out / "keep.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    old = save_song(make_song(), tmp_path / "old")
+    before = snapshot(old)
+    proc = run_cli("render", old, "--offline", "--checkpoint", NO_CKPT, "--output", old)
+    assert_cli_error(proc, "exists and is not empty")
+    assert snapshot(old) == before
+
+
+def main_inprocess(capsys, *args) -> tuple[int, str]:
+    """`yue2_core.__main__.main(args)` in this process: (exit status, stderr). Used for the variants of a row whose
+    representative input already runs as a subprocess (saves a torch import per case)."""
+    from yue2_core.__main__ import main
+    try:
+        rc = main([str(a) for a in args])
+    except SystemExit as exit_:  # argparse
+        rc = exit_.code
+    return rc, capsys.readouterr().err
+
+
+BAD_NUMBERS = [
+    (("--seed", str(2 ** 63)), "seed must be an integer in [0, 2^63−1]"),
+    (("--max-seconds", "-3"), "max duration must be > 0 seconds"),
+    (("--max-seconds", "nan"), "max duration must be a finite number"),
+    (("--max-seconds", "1e400"), "max duration must be a finite number"),
+    (("--max-abc-tokens", "0"), "max ABC tokens must be a positive integer"),
+    (("--cfg-scale", "25"), "cfg_scale must be a finite number in [0, 20]"),
+    (("--steps", "0"), "--steps must be between 1 and 1000"),
+]
+
+
+def test_cli_bad_numbers_refused_before_loading(tmp_path, capsys):
+    assert_cli_error(gen(tmp_path, "--seed", "-1"), "seed must be an integer in [0, 2^63−1]")
+    assert_cli_error(gen(tmp_path, "--max-seconds", "0"), "max duration must be > 0 seconds")
+    for args, phrase in BAD_NUMBERS:
+        rc, err = main_inprocess(capsys, "generate", "--style", "pop", "--lyrics", "x", "--offline", "--checkpoint",
+                                 NO_CKPT, "--output", tmp_path / "out", *args)
+        assert rc == 2 and phrase in err and "checkpoint not found" not in err, (args, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_bad_request_text_refused(tmp_path, capsys):
+    empty = tmp_path / "empty.abc"
+    empty.write_text("  \n")
+    song = tmp_path / "song.abc"
+    song.write_text((Path(__file__).resolve().parents[1] / "abc" / "corpus" / "song.abc").read_text())
+    assert_cli_error(gen(tmp_path, "--abc-file", empty), "the ABC score is empty or whitespace")
+    assert_cli_error(gen(tmp_path, output=tmp_path / "CON"), "song id 'CON' is not allowed")
+    proc = gen(tmp_path, "--cot", "maybe")  # argparse: usage + error, exit 2, no traceback
+    assert proc.returncode == 2 and "invalid choice: 'maybe'" in proc.stderr and "Traceback" not in proc.stderr
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"caf\xe9\n")
+    base = ("generate", "--style", "pop", "--offline", "--checkpoint", NO_CKPT)
+    for args, phrase in [(("--lyrics", "x", "--abc-file", song, "--cot", "off"), "off mode has no score"),
+                         (("--lyrics-file", tmp_path / "missing.txt"), "cannot read the lyrics file"),
+                         (("--lyrics-file", bad), "cannot read the lyrics file"),
+                         (("--lyrics", "x"), f"checkpoint not found: {NO_CKPT}")]:  # a good request gets this far
+        rc, err = main_inprocess(capsys, *base, *args, "--output", tmp_path / "out")
+        assert rc == 2 and phrase in err, (args, err)
+
+
+def test_cli_inspect_bad_checkpoints(micro_paths, tmp_path):
+    text = tmp_path / "notes.safetensors"
+    text.write_text("hello" * 100)
+    assert_cli_error(run_cli("inspect", text), "not a safetensors file")
+    blob = Path(micro_paths["int8"]).read_bytes()
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(blob[: len(blob) // 3])
+    assert_cli_error(run_cli("inspect", cut), "the file is truncated")
+    from safetensors.torch import save_file
+    import torch
+    other = tmp_path / "sdxl.safetensors"
+    save_file({"conditioner.embedders.0.weight": torch.zeros(2)}, str(other))
+    assert_cli_error(run_cli("inspect", other), "is not a YuE2 all-in-one checkpoint")
+    from robust_helpers import patch_tensor
+    from yue2_core.checkpoint import TOKENIZER_KEY
+    tok = copy(micro_paths["int8"], tmp_path / "tok.safetensors")
+    patch_tensor(tok, TOKENIZER_KEY, lambda t: torch.full_like(t, 0xFF))
+    assert_cli_error(run_cli("inspect", tok), "the embedded tokenizer blob is not UTF-8")
+    assert_cli_error(run_cli("inspect", tmp_path / "missing.safetensors"), "checkpoint not found")
+
+
+def test_cli_double_extension_inspects(micro_paths, tmp_path):
+    path = copy(micro_paths["int8"], tmp_path / "yue2_3b_int8_convrot.safetensors.safetensors")
+    proc = run_cli("inspect", path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["format"] == "int8" and report["synthetic"] is True and report["quantized_modules"] == 21
+
+
+def test_cli_render_damaged_song_refused(micro_paths, tmp_path):
+    song = save_song(make_song(), tmp_path / "song")
+    damaged = Path(shutil.copytree(song, tmp_path / "damaged"))
+    with open(damaged / "semantic.npy", "ab") as f:
+        f.write(b"x")
+    proc = run_cli("render", damaged, "--offline", "--checkpoint", micro_paths["bf16"], "--output",
+                   tmp_path / "again")
+    assert_cli_error(proc, "semantic.npy does not match its sha256 in result.json")
+    assert not (tmp_path / "again").exists()
