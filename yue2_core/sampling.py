@@ -135,26 +135,30 @@ def generate(model, prefix: list[int], sampling: Sampling, seed: int, phase: str
         if len(ids) + sampling.max_tokens > CONTEXT:
             raise BudgetError(f"prompt ({len(ids)} tokens) + {phase} budget ({sampling.max_tokens}) exceeds the "
                               f"{CONTEXT}-token context; at most {CONTEXT - len(ids)} {phase} tokens fit")
-    forced = list(forced or [])
+    forced = [int(t) for t in (forced or [])]
     if len(forced) > sampling.max_tokens:
         raise RequestError(f"{len(forced)} forced tokens exceed the budget of {sampling.max_tokens}")
+    end = end_token(phase)
+    if end in forced:
+        raise RequestError("forced tokens cannot contain the end token")
     device = model.device
     generator = make_generator(seed, device)
-    end = end_token(phase)
     t0 = time.perf_counter()
     caches = [model.new_cache(1, len(ids) + sampling.max_tokens) for ids in branches]
-    rows = [model.prefill(torch.tensor([ids], device=device), c)[0] for ids, c in zip(branches, caches)]
+    # the prompt and the teacher-forced tokens are prefilled in one pass: they are fed, never sampled
+    rows = [model.prefill(torch.tensor([list(ids) + forced], device=device), c)[0]
+            for ids, c in zip(branches, caches)]
     prefill_s = time.perf_counter() - t0
-    history: list[int] = []
+    history: list[int] = list(forced)
+    if on_token is not None:
+        for step, token in enumerate(forced):
+            on_token(phase, step, sampling.max_tokens, token)
     ended = False
     first_token_s = None
-    for step in range(sampling.max_tokens):
+    for step in range(len(forced), sampling.max_tokens):
         logits = rows[0] if len(rows) == 1 else cfg_combine(rows[0], rows[1], cfg_scale)
-        if step < len(forced):
-            token = int(forced[step])
-        else:
-            scores = process_logits(logits, sampling, history, step, phase, legacy_off)
-            token = draw(scores, sampling.temperature, generator)
+        scores = process_logits(logits, sampling, history, step, phase, legacy_off)
+        token = draw(scores, sampling.temperature, generator)
         if first_token_s is None:
             first_token_s = time.perf_counter() - t0
         if on_token is not None:
@@ -171,5 +175,5 @@ def generate(model, prefix: list[int], sampling: Sampling, seed: int, phase: str
     timing = {"seconds": seconds, "prefill_seconds": prefill_s, "ttft_seconds": first_token_s,
               "output_tokens": count, "content_tokens": len(history),
               "tokens_per_second": count / seconds if seconds > 0 else 0.0, "prefix_tokens": len(prefix),
-              "cfg_branches": len(branches), "execution": "eager"}
+              "cfg_branches": len(branches), "forced_tokens": len(forced), "execution": "eager"}
     return PhaseResult(history, ended, timing)

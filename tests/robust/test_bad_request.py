@@ -176,7 +176,7 @@ def test_cot_invalid_refused():
 CJK = "[Verse]\n你好，世界！\n「こんにちは」。（サビ）\nＡＢＣ！？　〜、…\n"
 
 
-def test_cjk_fullwidth_punctuation_preserved_byte_for_byte(tokenizer):
+def test_cjk_fullwidth_punctuation_preserved_byte_for_byte(tokenizer, tmp_path):
     assert unicodedata.normalize("NFC", CJK) == CJK  # already NFC: nothing may change
     request = SongRequest(style="J-pop、女性ボーカル", lyrics=CJK).validate()
     prefix = planning_prefix(request, tokenizer.encode)
@@ -192,6 +192,12 @@ def test_cjk_fullwidth_punctuation_preserved_byte_for_byte(tokenizer):
     assert composed == "Café" and composed.encode("utf-8") == b"Caf\xc3\xa9"
     neg = negative_prefix(request, [5, 6], tokenizer.encode)
     assert tokenizer.decode(neg[1:neg.index(ABC_START)]) == INSTRUCTIONS["full"]
+    # and the saved song keeps the text byte for byte (request.json is UTF-8, not \u escapes)
+    from robust_helpers import make_song
+    from yue2_core.artifacts import load_song, save_song
+    saved = save_song(make_song(lyrics=CJK), tmp_path / "cjk")
+    assert CJK.encode("utf-8") in (saved / "request.json").read_bytes().replace(b"\\n", b"\n")
+    assert load_song(saved).tokens.request["lyrics"] == CJK
 
 
 def test_unpaired_surrogate_in_text_refused(tokenizer):

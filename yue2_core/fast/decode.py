@@ -150,6 +150,8 @@ class PhaseDecoder:
         self.forced = list(forced or [])
         if len(self.forced) > sampling.max_tokens:
             raise RequestError(f"{len(self.forced)} forced tokens exceed the budget of {sampling.max_tokens}")
+        if SLICES[phase].start + SLICES[phase].end_col in self.forced:
+            raise RequestError("forced tokens cannot contain the end token")
         self.seeds = [int(x) for x in seeds]
         self.slice = SLICES[phase]
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -194,10 +196,23 @@ class PhaseDecoder:
         self.rows_idx = torch.arange(self.R, device=dev)
 
     def _prefill(self):
+        """Prefill every row with its prompt plus the teacher-forced tokens in one pass (they are fed, never
+        sampled), then set the state as if those tokens had been decoded: out, penalty ring, pos and step."""
+        fed = [int(t) for t in self.forced]
         for r, ids in enumerate(self.rows):
             cache = _RowCache(self.k, self.v, r, self.capacity)
-            h = self.ar.hidden(torch.tensor([ids], device=self.device), cache)[:, -1]
+            h = self.ar.hidden(torch.tensor([list(ids) + fed], device=self.device), cache)[:, -1]
             self.logits[r] = self.head(self.ar.model.norm(h))[0]
+        n = len(fed)
+        if n:
+            s, sl = self.s, self.slice
+            ids = torch.tensor(fed, dtype=torch.long, device=self.device)
+            self.out[:, :n] = ids
+            last = torch.arange(max(0, n - s.penalty_window), n, device=self.device)
+            self.ring[:, last % s.penalty_window] = (ids[last] - sl.start).expand(self.G, -1)
+            self.ring_w[:, last % s.penalty_window] = 1.0
+            self.pos.add_(n)
+            self.step.fill_(n)
 
     # -- the step --------------------------------------------------------------------------------------------------
     def _forward(self, attn_len: int):
@@ -333,7 +348,7 @@ class PhaseDecoder:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         prefill_s = time.perf_counter() - t0
-        s, steps, reported = self.s, 0, 0
+        s, steps, reported = self.s, len(self.forced), 0  # the forced tokens are already in the cache
         max_prefix = max(len(r) for r in self.rows)
         first_s = None
         while steps < s.max_tokens:
@@ -369,7 +384,7 @@ class PhaseDecoder:
                 "decode_tokens_per_second": steps / steady if steady > 0 else 0.0,
                 "content_tokens": len(content), "tokens_per_second": count / seconds if seconds > 0 else 0.0,
                 "prefix_tokens": len(self.rows[g]), "cfg_branches": 2 if self.cfg != 1.0 else 1,
-                "batch": self.G, "decoded_steps": steps,
+                "batch": self.G, "decoded_steps": steps, "forced_tokens": len(self.forced),
                 "execution": "cuda_graph" if self.graphs and self.graph_error is None else "eager_device_sampler",
                 "compiled_layers": self.fns is not None, "fused_kernels": self.fused and self.fns is None,
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))

@@ -1,0 +1,105 @@
+"""Install safety (issue 6; user_reports.md §3.3 entries 36–37: installers that replaced the user's CUDA torch).
+
+A throwaway virtual environment gets a torch of its own (the CPU wheel 2.13.0, from the local wheel folder), then the
+pack is installed into it twice — the way pip users do (`pip install <repo>`, non-editable, with its declared
+dependencies) and the way ComfyUI-Manager does (`pip install -r requirements.txt`). torch's version and location
+must not change and pip must not fetch or remove any torch build (a CUDA torch download is a failure). Slow (about
+40 s: one real torch install), but part of the suite."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TORCH = "2.13.0"
+TORCH_PROBE = "import json, torch; print(json.dumps([torch.__version__, torch.__file__]))"
+TORCH_NAMES = re.compile(r"^\s*(torch|torchvision|torchaudio)\s*([=<>!~;\[].*)?$", re.I)
+pytestmark = pytest.mark.slow
+
+
+def _pip(python: Path, *args, timeout=600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONWARNINGS="ignore")
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=str(python.parent))
+
+
+def _torch(python: Path) -> list:
+    import json
+    proc = subprocess.run([str(python), "-W", "ignore", "-c", TORCH_PROBE], capture_output=True, text=True,
+                          timeout=120, cwd=str(python.parent))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _unavailable(proc: subprocess.CompletedProcess) -> str | None:
+    """A failure to *get* packages (no network, missing from the index) that is not about torch: skip, not fail."""
+    text = proc.stdout + proc.stderr
+    missing = re.findall(r"No matching distribution found for ([A-Za-z0-9_.\-]+)", text)
+    if missing and not any(m.lower().startswith("torch") for m in missing):
+        return f"package index unavailable for {missing}"
+    if re.search(r"(NewConnectionError|Temporary failure in name resolution|Network is unreachable)", text):
+        return "no network for the package index"
+    return None
+
+
+def _no_torch_activity(proc: subprocess.CompletedProcess) -> None:
+    log = proc.stdout + proc.stderr
+    for pattern in (r"Uninstalling torch", r"Collecting torch\b", r"Downloading torch-", r"Processing \S*torch-",
+                    r"Collecting nvidia-", r"Downloading nvidia-", r"Attempting uninstall: torch"):
+        assert not re.search(pattern, log), f"pip touched torch ({pattern}):\n{log[-4000:]}"
+
+
+def test_requirements_do_not_pin_torch():
+    for path in (REPO / "requirements.txt",):
+        lines = [ln.split("#")[0].strip() for ln in path.read_text().splitlines()]
+        pinned = [ln for ln in lines if ln and TORCH_NAMES.match(ln)]
+        assert not pinned, f"{path.name} must not list torch/torchvision/torchaudio (ComfyUI owns torch): {pinned}"
+    import tomllib
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    torch_deps = [d for d in deps if TORCH_NAMES.match(d)]
+    assert all(d.replace(" ", "").lower().startswith("torch>=") and "<" not in d and "==" not in d
+               for d in torch_deps), f"torch may only have a lower bound in pyproject.toml: {torch_deps}"
+    assert not any(re.match(r"^\s*(torchvision|torchaudio)", d, re.I) for d in deps)
+
+
+def test_install_keeps_torch(tmp_path):
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    if not python.exists():  # Windows layout
+        python = env_dir / "Scripts" / "python.exe"
+    proc = _pip(python, "install", f"torch=={TORCH}")
+    if proc.returncode != 0:
+        reason = _unavailable(proc)
+        if reason or "from versions: none" in proc.stderr:
+            pytest.skip(f"cannot install the torch {TORCH} test wheel here ({reason or 'not in the wheel folders'})")
+        pytest.fail(f"installing torch {TORCH} failed:\n{proc.stderr[-3000:]}")
+    before = _torch(python)
+    assert before[0].startswith(TORCH), before
+
+    proc = _pip(python, "install", str(REPO))  # non-editable, with the declared dependencies
+    if proc.returncode != 0:
+        reason = _unavailable(proc)
+        if reason:
+            pytest.skip(reason)
+        pytest.fail(f"pip install <repo> failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    _no_torch_activity(proc)
+    assert _torch(python) == before, "installing the pack changed torch"
+    check = subprocess.run([str(python), "-W", "ignore", "-c",
+                            "import yue2_core, yue2_core.checkpoint, yue2_core.selfcheck; print(yue2_core.__file__)"],
+                           capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert check.returncode == 0 and str(env_dir) in check.stdout, check.stderr[-2000:]
+
+    proc = _pip(python, "install", "-r", str(REPO / "requirements.txt"))  # ComfyUI-Manager's way
+    if proc.returncode != 0 and not _unavailable(proc):
+        pytest.fail(f"pip install -r requirements.txt failed:\n{proc.stderr[-3000:]}")
+    _no_torch_activity(proc)
+    assert _torch(python) == before, "installing requirements.txt changed torch"
+    assert sys.prefix != str(env_dir)  # the test's own environment was never touched
