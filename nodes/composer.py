@@ -112,63 +112,25 @@ class YuE2Composer(io.ComfyNode):
 
     @classmethod
     def execute(cls, model, style, lyrics, cot, seed, max_seconds, score=None, abc_text=None, sample_music=True,
-                max_abc_tokens=ABC_PRESET.max_tokens, abc_temperature=ABC_PRESET.temperature,
-                abc_top_p=ABC_PRESET.top_p, abc_top_k=ABC_PRESET.top_k,
-                abc_repetition_penalty=ABC_PRESET.repetition_penalty, abc_penalty_window=ABC_PRESET.penalty_window,
-                music_temperature=SEMANTIC_PRESET.temperature, music_top_p=SEMANTIC_PRESET.top_p,
-                music_top_k=SEMANTIC_PRESET.top_k, music_repetition_penalty=SEMANTIC_PRESET.repetition_penalty,
-                music_penalty_window=SEMANTIC_PRESET.penalty_window, cfg_scale=-1.0) -> io.NodeOutput:
+                **sampling) -> io.NodeOutput:
+        _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds)
         model.check_protocol()
-        if score is not None and abc_text is not None:
-            raise ValueError("both a score and an abc_text are connected; connect only one of them")
-        if cot == "off" and (score is not None or abc_text is not None):
-            raise ValueError("cot is off, which uses no lead sheet, but a score/abc_text is connected: choose cot "
-                             "full or melody to use it, or disconnect it")
-        if not sample_music and cot == "off":
-            raise ValueError("cot off writes no lead sheet, so 'score only' has nothing to do: turn sample_music on "
-                             "or choose cot full/melody")
-        if not max_seconds > 0:
-            raise ValueError(f"max_seconds must be > 0 seconds, got {max_seconds}")
         tok = model.tokenizer
         with user_errors():
+            cfg_scale = sampling.get("cfg_scale", -1.0)
             request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed,
                                   cfg_scale=None if cfg_scale < 0 else cfg_scale).validate()
-            budgets = Budgets(
-                max_seconds=max_seconds, max_abc_tokens=max_abc_tokens,
-                abc=replace(ABC_PRESET, temperature=abc_temperature, top_p=abc_top_p, top_k=abc_top_k,
-                            repetition_penalty=abc_repetition_penalty, penalty_window=abc_penalty_window),
-                semantic=replace(SEMANTIC_PRESET, temperature=music_temperature, top_p=music_top_p,
-                                 top_k=music_top_k, repetition_penalty=music_repetition_penalty,
-                                 penalty_window=music_penalty_window))
-            abc_sampling, music_sampling = budgets.abc_sampling(), budgets.semantic_sampling()
-            given, given_how = None, ""
-            if score is not None:
-                given_how = "edited text, tokenized here" if scores.needs_tokens(score) else "exact ids kept"
-                given = scores.tokenized(score, tok, cot)
-            elif abc_text is not None:
-                given, given_how = Score.from_text(abc_text, tok, cot, seed), "ABC text, tokenized here"
+            abc_sampling, music_sampling = _budgets(max_seconds, sampling)
+            given, given_how = _given_score(score, abc_text, tok, cot, seed)
         if sample_music:
             _check_music_budget(request, given or Score(None, [], cot, seed, "none"), tok, max_seconds,
                                 music_sampling.max_tokens, planned=given is None and cot != "off")
-
         progress = StageProgress("YuE2 Composer")
         notes = list(request.input_warnings())
+        on_cuda = model.device.type == "cuda"
         with user_errors():
-            if given is not None:
-                the_score = given
-            elif cot == "off":
-                the_score = plan(None, tok, request)
-            else:
-                prefix = len(planning_prefix(request, tok.encode))
-                need = memory.ar_phase(model.dims, model.dtype, prefix, abc_sampling.max_tokens)
-                progress.start("plan", abc_sampling.max_tokens,
-                               f"writing the lead sheet (≤ {abc_sampling.max_tokens} ABC tokens after a "
-                               f"{prefix}-token prompt)")
-                (ar,) = model.load(("ar",), need)
-                the_score = plan(ar, tok, request, abc_sampling, progress,
-                                 music_sampling.max_tokens if sample_music else 0)
-                del ar
-                mm.soft_empty_cache()
+            the_score = given or _plan(model, request, abc_sampling, music_sampling.max_tokens if sample_music else 0,
+                                       progress)
             if not sample_music:
                 check_cancel()
                 budget = music_budget(request, the_score, tok)
@@ -179,7 +141,8 @@ class YuE2Composer(io.ComfyNode):
             budget = _check_music_budget(request, the_score, tok, max_seconds, music_sampling.max_tokens,
                                          planned=False)
             rows = 1 if request.guidance == 1.0 else 2
-            need = memory.ar_phase(model.dims, model.dtype, budget["prefix_tokens"], music_sampling.max_tokens, rows)
+            need = memory.ar_phase(model.dims, model.dtype, budget["prefix_tokens"], music_sampling.max_tokens, rows,
+                                   on_cuda=on_cuda)
             progress.start("semantic", music_sampling.max_tokens,
                            f"sampling music tokens (≤ {music_sampling.max_tokens} = {max_seconds:g} s)")
             (ar,) = model.load(("ar",), need)
@@ -194,6 +157,57 @@ class YuE2Composer(io.ComfyNode):
                              f"check (first: {scores.describe((errors or warnings)[:1])})")
         report = _report(request, the_score, tokens, budget, abc_sampling, music_sampling, given_how, notes)
         return io.NodeOutput(the_score, tokens, the_score.abc or "", report, ui=ui.PreviewText(report))
+
+
+def _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds) -> None:
+    if score is not None and abc_text is not None:
+        raise ValueError("both a score and an abc_text are connected; connect only one of them")
+    if cot == "off" and (score is not None or abc_text is not None):
+        raise ValueError("cot is off, which uses no lead sheet, but a score/abc_text is connected: choose cot "
+                         "full or melody to use it, or disconnect it")
+    if not sample_music and cot == "off":
+        raise ValueError("cot off writes no lead sheet, so 'score only' has nothing to do: turn sample_music on "
+                         "or choose cot full/melody")
+    if not max_seconds > 0:
+        raise ValueError(f"max_seconds must be > 0 seconds, got {max_seconds}")
+
+
+def _budgets(max_seconds: float, sampling: dict):
+    """(ABC sampling, music sampling) from the node's advanced inputs; a missing input keeps the preset value."""
+    def pick(prefix: str, preset):
+        return replace(preset, **{f: sampling[f"{prefix}_{f}"] for f in
+                                  ("temperature", "top_p", "top_k", "repetition_penalty", "penalty_window")
+                                  if f"{prefix}_{f}" in sampling})
+    budgets = Budgets(max_seconds=max_seconds, max_abc_tokens=sampling.get("max_abc_tokens", ABC_PRESET.max_tokens),
+                      abc=pick("abc", ABC_PRESET), semantic=pick("music", SEMANTIC_PRESET))
+    return budgets.abc_sampling(), budgets.semantic_sampling()
+
+
+def _given_score(score, abc_text, tok, cot: str, seed: int):
+    """(the connected lead sheet as the music stage will read it, how it was taken) or (None, "")."""
+    if score is not None:
+        how = "edited text, tokenized here" if scores.needs_tokens(score) else "exact ids kept"
+        return scores.tokenized(score, tok, cot), how
+    if abc_text is not None:
+        return Score.from_text(abc_text, tok, cot, seed), "ABC text, tokenized here"
+    return None, ""
+
+
+def _plan(model, request, abc_sampling, music_tokens: int, progress) -> Score:
+    """The planning stage (cot off: the empty "none" score, no model work)."""
+    tok = model.tokenizer
+    if request.cot == "off":
+        return plan(None, tok, request)
+    prefix = len(planning_prefix(request, tok.encode))
+    need = memory.ar_phase(model.dims, model.dtype, prefix, abc_sampling.max_tokens,
+                           on_cuda=model.device.type == "cuda")
+    progress.start("plan", abc_sampling.max_tokens,
+                   f"writing the lead sheet (≤ {abc_sampling.max_tokens} ABC tokens after a {prefix}-token prompt)")
+    (ar,) = model.load(("ar",), need)
+    the_score = plan(ar, tok, request, abc_sampling, progress, music_tokens)
+    del ar
+    mm.soft_empty_cache()
+    return the_score
 
 
 def _check_music_budget(request, score, tok, max_seconds, music_tokens, planned: bool) -> dict:

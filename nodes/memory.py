@@ -8,6 +8,9 @@ from yue2_core.nar import chunk_ranges
 
 MiB = 2 ** 20
 SAMPLER_CANDIDATES = 128  # top-k candidates (+ tie padding) the sampler keeps per row and step, fp32
+# What a CUDA stage needs on top of its tensors: cuBLAS/cuBLASLt workspaces, CUDA-graph pools, Triton scratch.
+# Measured on an H200 through these nodes: 220–400 MiB for the tiny and the full-size model alike.
+CUDA_OVERHEAD = 384 * MiB
 
 
 def dtype_bytes(dtype) -> int:
@@ -27,14 +30,14 @@ def _layer_activations(dims, dtype, positions: int) -> int:
     return positions * per_token * dtype_bytes(dtype)
 
 
-def ar_phase(dims, dtype, prefix_tokens: int, max_tokens: int, rows: int = 1) -> int:
+def ar_phase(dims, dtype, prefix_tokens: int, max_tokens: int, rows: int = 1, on_cuda: bool = False) -> int:
     """One AR phase (planning or music): the static KV cache for prefix + budget positions per row (rows = 2 with
-    CFG), the prefill activations of the longest prefix, the logits and sampler buffers."""
+    CFG), the prefill activations of the longest prefix, the logits and sampler buffers (+ CUDA_OVERHEAD)."""
     kv = kv_bytes_per_position(dims, dtype) * (prefix_tokens + max_tokens) * rows
     prefill = _layer_activations(dims, dtype, prefix_tokens)
     logits = rows * dims.vocab * 4 * 4  # fp32 logits + penalty / mask / sort temporaries
     sampler = max_tokens * rows * SAMPLER_CANDIDATES * 4 + max_tokens * rows * 8
-    return kv + prefill + logits + sampler
+    return kv + prefill + logits + sampler + (CUDA_OVERHEAD if on_cuda else 0)
 
 
 def render(dims, dtype, prefix_tokens: int, frames: int, on_cuda: bool) -> int:
@@ -48,7 +51,7 @@ def render(dims, dtype, prefix_tokens: int, frames: int, on_cuda: bool) -> int:
     nar = _layer_activations(dims, dtype, chunk + 2) + kv_bytes_per_position(dims, dtype) // dims.layers * (chunk + 2)
     scores = 0 if on_cuda else dims.heads * (chunk + 2) * (ar_positions + chunk + 2) * 4
     ode = chunk * LATENT_DIM * 4 * 6  # state, noise, two velocities, midpoint, output (fp32)
-    return ar_kv + max(prefill, nar + scores) + ode
+    return ar_kv + max(prefill, nar + scores) + ode + (CUDA_OVERHEAD if on_cuda else 0)
 
 
 def vae_bytes_per_frame(cfg) -> int:

@@ -393,6 +393,9 @@ def load_ar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> ARModel
     keys = [k for k in info.entries if k.startswith(AR + "model.")]
     model = _materialize(model, info.path, AR, keys, device, dtype, "AR expert")
     _set_embed_dtype(model, dtype)
+    if info.quant_ar:
+        from .selfcheck import check_int8
+        check_int8(model)  # refuse damaged int8 weights instead of generating noise (raises CheckpointError)
     return model
 
 
@@ -401,7 +404,11 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> NARMod
     with torch.device("meta"):
         model = NARModel(info.dims, info.quant_nar, dtype)
     keys = [k for k in info.entries if k.startswith(NAR)]
-    return _materialize(model, info.path, NAR, keys, device, dtype, "NAR expert")
+    model = _materialize(model, info.path, NAR, keys, device, dtype, "NAR expert")
+    if info.quant_nar:
+        from .selfcheck import check_int8
+        check_int8(model)
+    return model
 
 
 def load_vae(info: CheckpointInfo, device="cpu") -> VAEDecoder:

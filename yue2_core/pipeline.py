@@ -111,6 +111,10 @@ class Song:
 
 def _phase(ar, prefix, sampling, seed, phase, **kw):
     """Run one AR phase on the best available decoder for the model's device (CUDA graphs on GPUs)."""
+    from .constants import CODEC_OFFSET, CODEC_SIZE
+    if ar.dims.vocab < CODEC_OFFSET + CODEC_SIZE:
+        raise RequestError(f"this checkpoint's vocabulary has {ar.dims.vocab} rows; YuE2's protocol and codec ids "
+                           f"need at least {CODEC_OFFSET + CODEC_SIZE} (a test-only or foreign file?)")
     from .fast import select_generate
     return select_generate(ar)(ar, prefix, sampling, seed, phase, **kw)
 

@@ -85,6 +85,9 @@ class Sampling:
                 raise RequestError(f"{where}: {name} must be a finite number, got {value!r}")
         if not 0 <= self.temperature <= 5:
             raise RequestError(f"{where}: temperature must be in [0, 5], got {self.temperature}")
+        if 0 < self.temperature < 1e-3:
+            raise RequestError(f"{where}: temperature {self.temperature} is too small to sample with (the scores "
+                               "overflow); use 0 for greedy decoding or a value ≥ 0.001")
         if not 0 < self.top_p <= 1:
             raise RequestError(f"{where}: top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 1:

@@ -45,7 +45,7 @@ def window_penalty(scores: torch.Tensor, recent: list[int], penalty: float) -> t
     ids = torch.as_tensor(recent, dtype=torch.long, device=scores.device)
     freq = torch.zeros_like(scores)
     freq.scatter_add_(-1, ids, torch.ones_like(ids, dtype=scores.dtype))
-    alpha = penalty ** freq
+    alpha = (penalty ** freq).clamp(1e-30, 1e30)  # finite even for extreme penalties × counts
     return torch.where(scores < 0, scores * alpha, scores / alpha)
 
 

@@ -58,13 +58,15 @@ _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 class _Module:
-    """One quantized module, from a loaded model or from the file: key, shape, group and accessors."""
+    """One quantized module, from a loaded model or from the file.
 
-    def __init__(self, key, kind, out_f, in_f, group, layer, scale, rows, forward):
+    `scale()` → the stored scale tensor (any shape); `rows(a, b)` → int8 codes of rows [a, b) on the CPU;
+    `subset(idx)` → (module, ids): for a linear, a ConvRotLinear holding only rows `idx` (ids None); for an
+    embedding, a ConvRotEmbedding and the ids that look up rows `idx`. `dtype`/`device`: where inputs go."""
+
+    def __init__(self, key, kind, out_f, in_f, group, layer, scale, rows, subset, dtype, device):
         self.key, self.kind, self.out_f, self.in_f, self.group, self.layer = key, kind, out_f, in_f, group, layer
-        self.scale = scale  # () -> the stored scale tensor (any shape)
-        self.rows = rows  # (start, stop) -> int8 codes [stop-start, in] on the CPU
-        self.forward = forward  # (row_index LongTensor, x float32 [m, in] or None) -> output float64 [m | k, k | in]
+        self.scale, self.rows, self.subset, self.dtype, self.device = scale, rows, subset, dtype, device
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -110,7 +112,8 @@ def _linear_rows(m, idx: torch.Tensor):
 
 def _model_modules(model, prefix: str | None = None) -> list[_Module]:
     """Quantized modules of a loaded model tree. Linear inputs are made in the model's compute dtype (`model.dtype`,
-    bf16 when the model has none): the dtype the module sees when rendering."""
+    bf16 when the model has none): the dtype the module sees when rendering. Run this before anything replaces the
+    int8 modules (e.g. `nar.float_linears` on GPUs) — it checks the ConvRot modules it finds."""
     from .quant import ConvRotEmbedding, ConvRotLinear
     prefix = _prefix_of(model) if prefix is None else prefix
     dtype = getattr(model, "dtype", None)
@@ -130,21 +133,19 @@ def _model_modules(model, prefix: str | None = None) -> list[_Module]:
         def rows(a, b, m=m):
             return m.weight[a:b].detach().to("cpu")
 
-        def forward(idx, x, m=m, kind=kind):
-            with torch.inference_mode():
-                if kind == "embedding":
-                    return m(idx.to(m.weight.device)).detach().to("cpu", torch.float64)
-                sub = _linear_rows(m, idx)
-                return sub(x.to(device=m.weight.device, dtype=dtype)).detach().to("cpu", torch.float64)
+        def subset(idx, m=m, kind=kind):
+            if kind == "embedding":
+                return m, idx.to(m.weight.device)
+            return _linear_rows(m, idx), None
 
         out.append(_Module(prefix + name, kind, m.weight.shape[0], m.weight.shape[1], int(m.group), _layer_of(name),
-                           lambda m=m: m.weight_scale.detach(), rows, forward))
+                           lambda m=m: m.weight_scale.detach(), rows, subset, dtype, m.weight.device))
     return out
 
 
 def _file_modules(info, handle, dtype=torch.float32) -> list[_Module]:
     """Quantized modules of a CheckpointInfo, read lazily through an open safetensors `handle` (only the rows asked
-    for). The forward runs the CPU path of ConvRotLinear / ConvRotEmbedding in `dtype`."""
+    for); the CPU path of ConvRotLinear / ConvRotEmbedding runs in `dtype`."""
     from .quant import ConvRotEmbedding, ConvRotLinear
     out = []
     for prefix, quant in ((AR_PREFIX, info.quant_ar), (NAR_PREFIX, info.quant_nar)):
@@ -162,22 +163,20 @@ def _file_modules(info, handle, dtype=torch.float32) -> list[_Module]:
             def rows(a, b, key=key):
                 return handle.get_slice(key + ".weight")[a:b]
 
-            def forward(idx, x, key=key, kind=kind, in_f=in_f, group=group):
+            def subset(idx, key=key, kind=kind, in_f=in_f, group=group):
                 q = torch.cat([handle.get_slice(key + ".weight")[int(i):int(i) + 1] for i in idx])
                 s = handle.get_tensor(key + ".weight_scale")
-                s = s.reshape(-1, 1)[idx] if s.numel() > 1 else s.reshape(())
-                with torch.inference_mode():
-                    if kind == "embedding":
-                        emb = ConvRotEmbedding(len(idx), in_f, group=group, dtype=dtype)
-                        emb.weight.copy_(q)
-                        emb.weight_scale.copy_(s.reshape(-1, 1).expand(len(idx), 1))
-                        return emb(torch.arange(len(idx))).to(torch.float64)
-                    lin = ConvRotLinear(in_f, len(idx), bias=False, group=group, dtype=dtype)
-                    lin.weight.copy_(q)
-                    lin.weight_scale.copy_(s.reshape(-1, 1).expand(len(idx), 1))
-                    return lin(x.to(dtype)).to(torch.float64)
+                s = s.reshape(-1, 1)[idx] if s.numel() > 1 else s.reshape(1, 1).expand(len(idx), 1)
+                if kind == "embedding":
+                    module = ConvRotEmbedding(len(idx), in_f, group=group, dtype=dtype)
+                else:
+                    module = ConvRotLinear(in_f, len(idx), bias=False, group=group, dtype=dtype)
+                module.weight.copy_(q)
+                module.weight_scale.copy_(s)
+                return module, (torch.arange(len(idx)) if kind == "embedding" else None)
 
-            out.append(_Module(key, kind, out_f, in_f, group, _layer_of(name), scale, rows, forward))
+            out.append(_Module(key, kind, out_f, in_f, group, _layer_of(name), scale, rows, subset, dtype,
+                               torch.device("cpu")))
     return out
 
 
@@ -271,23 +270,31 @@ def _code_problem(m: _Module, sample_rows: int):
 
 
 def _numeric(m: _Module, rows: int, gen: torch.Generator):
-    """Relative error of the module's forward on `rows` rows against the float64 reference, and the output."""
-    if m.kind == "embedding":
-        idx = _spread(m.out_f, rows)
-        got = m.forward(idx, None)
-        ref = _reference_rows(torch.cat([m.rows(int(i), int(i) + 1) for i in idx]), _scale_rows(m, idx), m.group)
-    else:
-        idx = _spread(m.out_f, rows)
-        x = torch.randn(4, m.in_f, generator=gen)
-        got = m.forward(idx, x)
-        q = torch.cat([m.rows(int(i), int(i) + 1) for i in idx])
-        ref = x.to(torch.float64) @ _reference_rows(q, _scale_rows(m, idx), m.group).T
-    if got.shape != ref.shape:
-        return float("inf"), f"forward returned shape {list(got.shape)}, expected {list(ref.shape)}"
-    if not torch.isfinite(got).all():
-        return float("inf"), "the int8 forward produced NaN/inf"
-    rel = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
-    return rel, None
+    """(relative error, problem, which path) of the module's int8 paths on `rows` rows against the float64 reference: the
+    forward (a linear on random inputs, an embedding lookup) and, for a linear, `dequantized()` (what float paths
+    such as the NAR's bf16 linears on GPUs are built from)."""
+    idx = _spread(m.out_f, rows)
+    q = torch.cat([m.rows(int(i), int(i) + 1) for i in idx])
+    w = _reference_rows(q, _scale_rows(m, idx), m.group)
+    with torch.inference_mode():
+        module, ids = m.subset(idx)
+        if m.kind == "embedding":
+            outputs = [("forward", module(ids), w)]
+        else:
+            x = torch.randn(4, m.in_f, generator=gen).to(m.dtype)
+            outputs = [("forward", module(x.to(m.device)), x.to(torch.float64) @ w.T),
+                       ("dequantized weight", module.dequantized(torch.float32), w)]
+    worst, worst_what = 0.0, "forward"
+    for what, got, ref in outputs:
+        got = got.detach().to("cpu", torch.float64)
+        if got.shape != ref.shape:
+            return float("inf"), f"its int8 {what} has shape {list(got.shape)}, expected {list(ref.shape)}", what
+        if not torch.isfinite(got).all():
+            return float("inf"), f"its int8 {what} holds NaN/inf", what
+        rel = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+        if rel > worst:
+            worst, worst_what = rel, what
+    return worst, None, worst_what
 
 
 def _scale_rows(m: _Module, idx: torch.Tensor) -> torch.Tensor:
@@ -379,10 +386,10 @@ def _check(modules, rows, layers, tol, seed, sample_rows, t0) -> dict:
             continue
         if m.layer is not None and m.layer not in chosen.get(_expert(m.key), ()):
             continue
-        rel, problem = _numeric(m, rows, gen)
+        rel, problem, what = _numeric(m, rows, gen)
         numeric += 1
         if problem is None and rel > tol:
-            problem = (f"its int8 forward differs from the dequantized reference by {rel:.1%} (tolerance "
+            problem = (f"its int8 {what} differs from the dequantized reference by {rel:.1%} (tolerance "
                        f"{tol:.0%}): the ConvRot kernel/rotation on this device is wrong")
         if problem:
             failures.append((m.key, problem))

@@ -1,14 +1,17 @@
 """Install safety (issue 6; user_reports.md §3.3 entries 36–37: installers that replaced the user's CUDA torch).
 
-A throwaway virtual environment gets a torch of its own (the CPU wheel 2.13.0, from the local wheel folder), then the
+A throwaway virtual environment gets a torch of its own (the CPU wheel 2.13.0 already on disk, /opt/wheels or pip's
+find-links; skipped with the reason when there is none — the test never downloads a torch), then the
 pack is installed into it twice — the way pip users do (`pip install <repo>`, non-editable, with its declared
-dependencies) and the way ComfyUI-Manager does (`pip install -r requirements.txt`). torch's version and location
+dependencies; from a copy of the checkout, so pip's build/ folder stays out of it) and the way ComfyUI-Manager does
+(`pip install -r requirements.txt`). torch's version and location
 must not change and pip must not fetch or remove any torch build (a CUDA torch download is a failure). Slow (about
 40 s: one real torch install), but part of the suite."""
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -25,9 +28,33 @@ pytestmark = pytest.mark.slow
 
 def _pip(python: Path, *args, timeout=600) -> subprocess.CompletedProcess:
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONWARNINGS="ignore")
-    env.pop("PYTHONPATH", None)
+    for name in ("PYTHONPATH", "PIP_CONSTRAINT", "PIP_REQUIREMENT", "PIP_TARGET", "PIP_PREFIX", "PIP_USER"):
+        env.pop(name, None)
     return subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=str(python.parent))
+
+
+SKIP_DIRS = {".git", ".venv", ".comfyhost", "build", "dist", "node_modules", "out", "models", "__pycache__",
+             ".hypothesis", ".pytest_cache", ".parity", ".ruff_cache"}
+
+
+def _source_copy(dst: Path) -> Path:
+    """The checkout without environments, caches, models and build output (what `pip install <repo>` packs)."""
+    def ignore(folder, names):
+        return {n for n in names if n in SKIP_DIRS or n.endswith(".egg-info")}
+    shutil.copytree(REPO, dst, ignore=ignore)
+    return dst
+
+
+def _local_torch_wheel() -> Path | None:
+    """A torch wheel already on disk (pip's find-links folders, /opt/wheels), CPU builds first: the test never
+    downloads a torch itself."""
+    folders = [f.removeprefix("file://") for f in os.environ.get("PIP_FIND_LINKS", "").split() if f]
+    wheels = []
+    for folder in [*folders, "/opt/wheels"]:
+        wheels += sorted(Path(folder).glob(f"torch-{TORCH}*.whl")) if Path(folder).is_dir() else []
+    wheels.sort(key=lambda w: "+cpu" not in w.name)
+    return wheels[0] if wheels else None
 
 
 def _torch(python: Path) -> list:
@@ -75,16 +102,20 @@ def test_install_keeps_torch(tmp_path):
     python = env_dir / "bin" / "python"
     if not python.exists():  # Windows layout
         python = env_dir / "Scripts" / "python.exe"
-    proc = _pip(python, "install", f"torch=={TORCH}")
+    wheel = _local_torch_wheel()
+    if wheel is None:
+        pytest.skip(f"no torch {TORCH} wheel on disk (PIP_FIND_LINKS, /opt/wheels); the test does not download one")
+    proc = _pip(python, "install", str(wheel))
     if proc.returncode != 0:
         reason = _unavailable(proc)
-        if reason or "from versions: none" in proc.stderr:
-            pytest.skip(f"cannot install the torch {TORCH} test wheel here ({reason or 'not in the wheel folders'})")
-        pytest.fail(f"installing torch {TORCH} failed:\n{proc.stderr[-3000:]}")
+        if reason:
+            pytest.skip(f"cannot install the torch test wheel's dependencies here ({reason})")
+        pytest.fail(f"installing {wheel.name} failed:\n{proc.stderr[-3000:]}")
     before = _torch(python)
     assert before[0].startswith(TORCH), before
 
-    proc = _pip(python, "install", str(REPO))  # non-editable, with the declared dependencies
+    source = _source_copy(tmp_path / "src")  # pip builds in the source tree: keep build/ out of the checkout
+    proc = _pip(python, "install", str(source))  # non-editable, with the declared dependencies
     if proc.returncode != 0:
         reason = _unavailable(proc)
         if reason:

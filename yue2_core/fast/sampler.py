@@ -66,7 +66,7 @@ def candidates(logits: torch.Tensor, s: Sampling, phase: str, step: torch.Tensor
     if s.repetition_penalty != 1.0:
         freq = torch.zeros_like(scores)
         freq.scatter_add_(1, ring, ring_weight.to(scores.dtype))
-        alpha = s.repetition_penalty ** freq
+        alpha = (s.repetition_penalty ** freq).clamp(1e-30, 1e30)  # finite for extreme penalties
         scores = torch.where(scores < 0, scores * alpha, scores / alpha)
     if s.temperature == 0:
         values, cols = scores.max(dim=1, keepdim=True)

@@ -1,0 +1,6 @@
+class InputContainer:  # import stub
+    pass
+
+
+class OutputContainer:  # import stub
+    pass

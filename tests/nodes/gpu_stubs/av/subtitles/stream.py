@@ -1,0 +1,2 @@
+class SubtitleStream:  # import stub
+    pass
