@@ -276,9 +276,7 @@ class CatRenderer:
 
 @section("NAR")
 def nar_bench(eng, frames, label, baseline=True):
-    from yue2_core.nar import ChunkRenderer, chunk_tokens, float_linears, solve, song_noise
-    if DEVICE == "cuda":
-        float_linears(eng.nar)  # what nar.render does on GPUs (int8 NAR → bf16 GEMMs)
+    from yue2_core.nar import ChunkRenderer, chunk_tokens, solve, song_noise
     prefix = prompt_ids(2000, "semantic")
     codes = torch.randint(0, 32768, (frames,)).tolist()
     noise = song_noise(frames, 1)

@@ -15,7 +15,7 @@ import torch
 from comfy_api.latest import io
 from comfy_execution.graph_utils import ExecutionBlocker
 
-from yue2_core.artifacts import expected_samples, load_song, safe_name, save_song, song_files, write_song_dir
+from yue2_core.artifacts import expected_samples, load_song, safe_name, save_song
 from yue2_core.constants import FRAMES_PER_SECOND, HOP, LATENT_DIM, PROTOCOL_VERSION, SAMPLE_RATE
 from yue2_core.errors import ArtifactError
 from yue2_core.pipeline import Song
@@ -121,27 +121,6 @@ def _settings(tokens, latent) -> dict:
             "ode_method": "midpoint", "vae_dtype": "float32", "vae_decode": "halo_crop", "saved_by": "ComfyUI-YuE2"}
 
 
-def _save_partial(song: Song, out: Path, has_latent: bool, has_audio: bool) -> Path:
-    """save_song for a song without latents and/or audio (e.g. tokens saved right after composing)."""
-    files = song_files(song)
-    if not has_latent:
-        files.pop("latent.npy")
-    if not has_audio:
-        files.pop("audio.flac")
-    result = {"status": "complete" if has_audio else "tokens" if not has_latent else "latents",
-              "protocol": PROTOCOL_VERSION, "sample_rate": SAMPLE_RATE,
-              "audio_seconds": song.audio.shape[-1] / SAMPLE_RATE if has_audio else None,
-              "frames": len(song.tokens.codes), "truncated": song.truncated, "timing": song.timing,
-              "warnings": list(song.warnings),
-              "score": {"cot": song.score.cot, "source": song.score.source, "truncated": song.score.truncated,
-                        "seed": song.score.seed, "timing": song.score.timing},
-              "semantic": {"seed": song.tokens.seed, "cfg_scale": song.tokens.cfg_scale,
-                           "sampling": song.tokens.sampling, "ended": song.tokens.ended,
-                           "timing": song.tokens.timing},
-              "lineage": {}}
-    return write_song_dir(out, files, result)
-
-
 class YuE2SaveSong(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -183,18 +162,14 @@ class YuE2SaveSong(io.ComfyNode):
                               seed=int(req.get("seed", tokens.seed)), abc=req.get("abc"),
                               cfg_scale=req.get("cfg_scale"), id=prefix)
         song = Song(request=request, score=tokens.score, tokens=tokens,
-                    latents=latents if latents is not None else torch.zeros(0, LATENT_DIM),
-                    audio=wave if wave is not None else torch.zeros(2, 1),
+                    latents=latents, audio=wave,
                     settings=_settings(tokens, latent), warnings=request.input_warnings() + warnings)
         root = songs_root()
         with user_errors():
             for _ in range(3):  # another save may take the number between the scan and the rename
                 out = next_song_dir(root, prefix)
                 try:
-                    if latents is not None and wave is not None:
-                        path = save_song(song, out)
-                    else:
-                        path = _save_partial(song, out, latents is not None, wave is not None)
+                    path = save_song(song, out)
                     break
                 except ArtifactError:
                     if not out.exists():

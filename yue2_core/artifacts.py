@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -64,15 +64,18 @@ def flac_bytes(audio: torch.Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:
 
 
 def song_files(song: Song, extra: dict | None = None) -> dict[str, bytes]:
-    """Serialise a Song into {file name: bytes} (no disk access)."""
+    """Serialise a Song into {file name: bytes} (no disk access). A Song without latents or audio (None) is saved
+    without latent.npy / audio.flac (e.g. tokens kept right after composing)."""
     files = {}
     if song.score.abc is not None:
         files["score.abc"] = song.score.abc.encode("utf-8")
     files["abc_tokens.npy"] = _npy_bytes(np.asarray(song.score.abc_ids, dtype=np.int32))
     files["prefix.npy"] = _npy_bytes(np.asarray(song.tokens.prefix, dtype=np.int32))
     files["semantic.npy"] = _npy_bytes(np.asarray(song.tokens.codes, dtype=np.int32))
-    files["latent.npy"] = _npy_bytes(song.latents.detach().float().cpu().numpy().astype(np.float32))
-    files["audio.flac"] = flac_bytes(song.audio, song.sample_rate)
+    if song.latents is not None:
+        files["latent.npy"] = _npy_bytes(song.latents.detach().float().cpu().numpy().astype(np.float32))
+    if song.audio is not None:
+        files["audio.flac"] = flac_bytes(song.audio, song.sample_rate)
     files["request.json"] = _json_bytes(song.tokens.request)
     files["config.json"] = _json_bytes(song.settings)
     return files
@@ -111,12 +114,14 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
     return out
 
 
-def save_song(song: Song, out_dir: str | os.PathLike, lineage: dict | None = None) -> Path:
-    """Save a Song as a song directory (layout in the module docstring). Raises ArtifactError when `out_dir` is
-    not empty or cannot be written; nothing partial is ever left."""
-    result = {
-        "status": "complete", "protocol": song.settings.get("protocol"), "sample_rate": song.sample_rate,
-        "audio_seconds": song.audio.shape[-1] / song.sample_rate, "frames": len(song.tokens.codes),
+def song_result(song: Song, lineage: dict | None = None) -> dict:
+    """The result.json content of a Song (without the artifact manifest, which `write_song_dir` adds). `status` is
+    "complete" with audio, else "latents" or "tokens"."""
+    status = "complete" if song.audio is not None else "latents" if song.latents is not None else "tokens"
+    return {
+        "status": status, "protocol": song.settings.get("protocol"), "sample_rate": song.sample_rate,
+        "audio_seconds": song.audio.shape[-1] / song.sample_rate if song.audio is not None else None,
+        "frames": len(song.tokens.codes),
         "truncated": song.truncated, "timing": song.timing, "warnings": list(song.warnings),
         "score": {"cot": song.score.cot, "source": song.score.source, "truncated": song.score.truncated,
                   "seed": song.score.seed, "timing": song.score.timing},
@@ -124,13 +129,19 @@ def save_song(song: Song, out_dir: str | os.PathLike, lineage: dict | None = Non
                      "ended": song.tokens.ended, "timing": song.tokens.timing},
         "lineage": lineage or {},
     }
-    return write_song_dir(out_dir, song_files(song), result)
+
+
+def save_song(song: Song, out_dir: str | os.PathLike, lineage: dict | None = None) -> Path:
+    """Save a Song as a song directory (layout in the module docstring; latents/audio may be None). Raises
+    ArtifactError when `out_dir` is not empty or cannot be written; nothing partial is ever left."""
+    return write_song_dir(out_dir, song_files(song), song_result(song, lineage))
 
 
 @dataclass
 class SavedSong:
     """A song directory read back. `score_edited` = score.abc differs from what was saved: `score` is then the
-    edited text tokenized afresh (re-render it through the semantic stage); `tokens` are the saved codes."""
+    edited text tokenized afresh (re-render it through the semantic stage); `tokens` are the saved codes with the
+    score they were sampled after (`tokens.score`, text decoded from the saved ids)."""
 
     path: Path
     score: Score
@@ -244,14 +255,16 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
     score = Score(abc=abc, abc_ids=abc_ids, cot=cot, seed=seed, source=source if isinstance(source, str) else "model",
                   truncated=bool(sc.get("truncated", False)),
                   timing=sc.get("timing") if isinstance(sc.get("timing"), dict) else {})
-    if edited:
+    original = score
+    if edited:  # the codes were sampled after the saved ids: keep that score on the tokens (text from the ids)
+        original = replace(score, abc=tokenizer.decode(abc_ids))
         score = Score.from_text(abc or "", tokenizer, score.cot if score.cot != "off" else "full", score.seed)
     codes = _load_ids(root / "semantic.npy", 0, CODEC_SIZE)
     prefix = _load_ids(root / "prefix.npy", 0, VOCAB_SIZE)
     cfg = sem.get("cfg_scale", 1.0)
     if isinstance(cfg, bool) or not isinstance(cfg, (int, float)) or not np.isfinite(cfg):
         raise ArtifactError(f"{root}: result.json semantic.cfg_scale must be a finite number, got {cfg!r}")
-    tokens = SemanticTokens(codes=codes, prefix=prefix, score=score, request=request,
+    tokens = SemanticTokens(codes=codes, prefix=prefix, score=original, request=request,
                             seed=_int_field(sem.get("seed", request.get("seed", 0)), "the semantic seed", SEED_MAX),
                             cfg_scale=float(cfg), sampling=sem.get("sampling") if isinstance(sem.get("sampling"),
                                                                                               dict) else {},

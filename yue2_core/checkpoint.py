@@ -399,8 +399,12 @@ def load_ar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> ARModel
     return model
 
 
-def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> NARModel:
-    """The NAR expert (flow-matching renderer) with float weights in `dtype`."""
+def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16, float_linears: bool | None = None) -> NARModel:
+    """The NAR expert (flow-matching renderer) with float weights in `dtype`.
+
+    `float_linears` (default: True when `device` is CUDA) turns the int8 file's NAR linears into bf16 layers after
+    the self-check: the NAR's ~5k-row GEMMs are faster in bf16 (performance.md §6.2) at 2 bytes per weight
+    (≈ 2.8 GB instead of 1.5 GB). False keeps the int8 codes (less memory, each GEMM dequantizes on the fly)."""
     with torch.device("meta"):
         model = NARModel(info.dims, info.quant_nar, dtype)
     keys = [k for k in info.entries if k.startswith(NAR)]
@@ -408,6 +412,9 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> NARMod
     if info.quant_nar:
         from .selfcheck import check_int8
         check_int8(model)
+        if float_linears if float_linears is not None else torch.device(device).type == "cuda":
+            from .nar import float_linears as to_float
+            to_float(model)
     return model
 
 

@@ -259,8 +259,6 @@ def render(ar, nar: NARModel, prefix: list[int], codes: list[int], seed: int, st
     if any(not 0 <= int(c) < CODEC_SIZE for c in codes):
         raise RequestError(f"semantic codes must be in [0, {CODEC_SIZE})")
     ranges = chunk_ranges(len(codes), len(prefix))
-    if nar.device.type == "cuda":
-        float_linears(nar)
     noise = song_noise(len(codes), seed) if noise is None else noise
     total = steps * len(ranges)
     out = []

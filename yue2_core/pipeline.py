@@ -209,9 +209,9 @@ def vae_core_frames(device: torch.device) -> int:
 def decode(vae, latents: torch.Tensor, core: int | None = None, progress: Progress | None = None) -> torch.Tensor:
     """Stage 4: latents [T, 64] (or [1, 64, T]) → audio [2, 1920·T − 64] fp32 in [−1, 1], halo-crop tiled."""
     lat = latents.T[None] if latents.ndim == 2 else latents
-    if lat.ndim != 3 or lat.shape[1] != vae.cfg.latent_dim:
-        raise RequestError(f"latents must be [T, {vae.cfg.latent_dim}] or [1, {vae.cfg.latent_dim}, T]; got "
-                           f"{list(latents.shape)}")
+    if lat.ndim != 3 or lat.shape[0] != 1 or lat.shape[1] != vae.cfg.latent_dim:
+        raise RequestError(f"latents must be one song, [T, {vae.cfg.latent_dim}] or [1, {vae.cfg.latent_dim}, T]; "
+                           f"got {list(latents.shape)} (decode a batch song by song)")
     core = core or vae_core_frames(vae.device)
     on_tile = None if progress is None else (lambda d, t: progress("decode", d, t, {}))
     audio = vae.decode_tiled(lat, core=core, halo=VAE_HALO_FRAMES, on_tile=on_tile)

@@ -81,6 +81,16 @@ def _post_attn(x, h, o_w, ln2_w, gu_w, down_w, eps: float, ffn: int):
 
 
 _COMPILED: dict = {}
+_STREAMS: dict = {}
+
+
+def _capture_stream(device) -> "torch.cuda.Stream":
+    """One side stream per device for graph warm-up/capture (PyTorch keeps a cuBLAS workspace per stream for the
+    life of the process, so a new stream per capture would leak ~64 MiB per song)."""
+    key = str(device)
+    if key not in _STREAMS:
+        _STREAMS[key] = torch.cuda.Stream(device)
+    return _STREAMS[key]
 
 
 def compiled_layer_fns():
@@ -306,7 +316,7 @@ class PhaseDecoder:
             return self.graphs[attn_len]
         t0 = time.perf_counter()
         saved = [t.clone() for t in self._state()]
-        stream = torch.cuda.Stream(self.device)
+        stream = _capture_stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             self._step(attn_len)  # warm-up: kernels chosen, workspaces allocated, Triton autotuned
