@@ -5,7 +5,7 @@
 // workflow, restored on reload and sent to the server in the prompt exactly like the plain widget's, while the
 // editor adds the engraved score, issue markers, playback, a structure panel and the score tools.
 import { app } from "../../scripts/app.js";
-import { AbcEditor, SOURCE_PROPERTY } from "./abc_editor/editor.js";
+import { AbcEditor } from "./abc_editor/editor.js";
 
 const NODE_TYPE = "YuE2ABCEditor";
 const WIDGET = "abc";
@@ -30,14 +30,17 @@ function attachEditor(node) {
     const initial = typeof plain.value === "string" ? plain.value : "";
 
     let widget = null;
+    // The workflow's change tracker persists the workflow, so edits and node properties survive a page reload.
+    const persist = () => app.extensionManager?.workflow?.activeWorkflow?.changeTracker?.checkState?.();
     const editor = new AbcEditor(node, {
         // Our edits must reach ComfyUI like typing in its own textarea does: the widget callback, a redraw, and the
-        // workflow's change tracker (which persists the workflow, so an edit survives a page reload).
+        // change tracker.
         notify: (text) => {
             widget?.callback?.(text);
             node.setDirtyCanvas?.(true, false);
-            app.extensionManager?.workflow?.activeWorkflow?.changeTracker?.checkState?.();
+            persist();
         },
+        persist,
     });
 
     // Take the plain widget out (and its textarea out of ComfyUI's DOM widget layer), then add ours in its place.
@@ -82,7 +85,7 @@ app.registerExtension({
         const onConfigure = nodeType.prototype.onConfigure;
         nodeType.prototype.onConfigure = function (info) {
             const result = onConfigure?.apply(this, arguments);
-            this.yue2AbcEditor?.restoredSource(this.properties?.[SOURCE_PROPERTY]);
+            this.yue2AbcEditor?.restoredSource(this.properties);
             return result;
         };
 

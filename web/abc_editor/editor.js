@@ -12,7 +12,9 @@ export const MAX_ABC_BYTES = 100_000; // nodes/routes.py refuses larger scores; 
 const ANALYZE_DELAY_MS = 400; // debounce while typing
 const TOKENS_DELAY_MS = 900;
 const CONTEXT_POLL_MS = 1500; // re-read max_seconds / checkpoint / lyrics from the graph
-export const SOURCE_PROPERTY = "yue2_composer_abc"; // node property keeping the composer's score (for Revert)
+export const SOURCE_PROPERTY = "yue2_composer_abc"; // node property: the last score received from the composer
+export const CHANGED_PROPERTY = "yue2_composer_abc_changed"; // node property: true while the notice below is shown
+const CHANGED_NOTICE = "The composer's score changed — Revert to use it";
 // The node's execution result (its ui dict, nodes/editor.py) carries "source_abc": [the score it received from the
 // composer, or "" when none was connected]. Older results without it still tell us when the text passed through
 // unchanged ("unchanged": [true]); then "abc": [text] is that score.
@@ -21,11 +23,12 @@ export const SOURCE_UI_KEY = "source_abc";
 export class AbcEditor {
     /**
      * node: the LiteGraph node. notify(): called after the text changed (the widget tells ComfyUI: dirty canvas,
-     * change tracker, widget callback).
+     * change tracker, widget callback). persist(): called after only the node's properties changed (change tracker).
      */
-    constructor(node, { notify }) {
+    constructor(node, { notify, persist = () => {} }) {
         this.node = node;
         this.notify = notify;
+        this.persist = persist;
         this.analysis = null; // last /analyze answer
         this.context = {};
         this.sourceText = null; // the composer's score (from the node's execution) or the first text we were given
@@ -44,8 +47,9 @@ export class AbcEditor {
             onStateChange: (playing) => this.playbackState(playing),
         });
 
-        this.element = el("div", { className: "yue2-abc", dataset: { audioState: "none", playing: "false", errors: "0",
-                                                                      warnings: "0", analyzed: "0" } }, [
+        const state = { audioState: "none", playing: "false", errors: "0", warnings: "0", analyzed: "0",
+                        sourceChanged: "false" };
+        this.element = el("div", { className: "yue2-abc", dataset: state }, [
             this.buildToolbar(),
             el("div", { className: "yue2-abc-main" }, [this.text.element, this.score.element]),
             el("div", { className: "yue2-abc-bottom" }, [this.issues.element, this.panel.element]),
@@ -66,25 +70,47 @@ export class AbcEditor {
         if (this.sourceText == null && this.text.value.trim()) this.sourceText = this.text.value;
     }
 
-    /** The node ran: its ui result may carry the score it received from the composer. */
+    /**
+     * The node ran: its ui result may carry the score it received from the composer. An empty box, or one still
+     * holding the previous score received (not edited since), takes the new score as an undoable change; an edited
+     * text is kept and a notice points to Revert, whose target is now the new score.
+     */
     executed(output) {
         const first = (key) => (Array.isArray(output?.[key]) ? output[key][0] : output?.[key]);
         const text = first(SOURCE_UI_KEY) ?? (first("unchanged") === true ? first("abc") : undefined);
         if (typeof text !== "string" || !text.trim()) return;
-        this.sourceText = text;
         this.node.properties ??= {};
+        const previous = this.node.properties[SOURCE_PROPERTY];
+        const current = this.text.value;
+        const edited = current.trim() !== "" && current !== previous && current !== text;
+        this.sourceText = text;
         this.node.properties[SOURCE_PROPERTY] = text;
-        if (!this.text.value.trim()) {
-            this.text.replace(text, "composer"); // an empty editor takes the composer's score (undoable)
-            this.setStatus("Filled with the composer's score.");
-        }
+        if (!edited) {
+            this.showSourceChanged(false);
+            if (this.text.replace(text, "composer")) {
+                this.setStatus(current.trim() ? "Updated to the composer's new score (Ctrl+Z undoes)."
+                                              : "Filled with the composer's score.");
+            }
+        } else if (text !== previous) this.showSourceChanged(true);
+        this.persist();
         this.updateButtons();
     }
 
-    /** Node properties restored from a saved workflow. */
-    restoredSource(text) {
+    /** Node properties restored from a saved workflow (the composer's last score, whether the notice was shown). */
+    restoredSource(properties) {
+        const text = properties?.[SOURCE_PROPERTY];
         if (typeof text === "string" && text.trim()) this.sourceText = text;
+        this.showSourceChanged(properties?.[CHANGED_PROPERTY] === true && this.text.value !== this.sourceText);
         this.updateButtons();
+    }
+
+    /** Show or hide "the composer's score changed" (kept in the node's properties, so it survives a reload). */
+    showSourceChanged(changed) {
+        this.notice.hidden = !changed;
+        this.element.dataset.sourceChanged = String(changed);
+        this.node.properties ??= {};
+        if (changed) this.node.properties[CHANGED_PROPERTY] = true;
+        else delete this.node.properties[CHANGED_PROPERTY];
     }
 
     dispose() {
@@ -122,12 +148,14 @@ export class AbcEditor {
             redo: button("↷", "Redo (Ctrl+Shift+Z / Ctrl+Y)", () => this.text.redo()),
         };
         for (const [name, b] of Object.entries(this.buttons)) b.dataset.tool = name;
+        this.notice = el("span", { className: "yue2-abc-notice", textContent: CHANGED_NOTICE, hidden: true,
+                                   title: "A new score came from the composer; your edited text was kept." });
         this.status = el("span", { className: "yue2-abc-status", role: "status" });
         const sep = () => el("span", { className: "yue2-abc-sep" });
         const b = this.buttons;
         return el("div", { className: "yue2-abc-toolbar" }, [
             this.playButton, this.timeReadout, sep(), b.down, b.up, this.tempoInput, b.tempo, b.strip, b.silence,
-            sep(), b.revert, b.undo, b.redo, this.status,
+            sep(), b.revert, b.undo, b.redo, this.notice, this.status,
         ]);
     }
 
@@ -148,6 +176,7 @@ export class AbcEditor {
 
     // --- text changes --------------------------------------------------------------------------------------------
     changed(text, source) {
+        if (!this.notice.hidden && text === this.sourceText) this.showSourceChanged(false); // reverted / undone to it
         if (source !== "external") this.notify(text);
         this.updateButtons();
         this.scheduleAnalysis(source === "typing" ? ANALYZE_DELAY_MS : 0);
