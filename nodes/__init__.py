@@ -2,21 +2,26 @@
 
     YuE2 Checkpoint Loader → YuE2 Composer (→ YuE2 ABC Editor → YuE2 Composer) → YuE2 Renderer
         → YuE2 VAE Decode → YuE2 Save Song;  YuE2 Load Song → Renderer / VAE Decode / Composer
+    Composer (candidates N) → Renderer → VAE Decode → YuE2 Pick Take → Save Song
+    YuE2 Load Song → YuE2 Regenerate / YuE2 Continue (each saves the new song)
 
 One file per concern: types (sockets), model (ModelPatchers), memory (working-memory estimates), progress (progress
-bar, Cancel, error translation), scores (edited text → Score), loader, composer, editor, render, songs.
+bar, Cancel, error translation), scores (edited text → Score), loader, composer, editor, render, songs, takes
+(candidate batches, Pick Take), edit_nodes (Regenerate, Continue).
 The repo-root __init__.py registers NODE_LIST through comfy_entrypoint.
 """
 import logging
 
 from .composer import YuE2Composer
+from .edit_nodes import YuE2Continue, YuE2Regenerate
 from .editor import YuE2ABCEditor
 from .loader import YuE2CheckpointLoader
 from .render import YuE2Renderer, YuE2VAEDecode
 from .songs import YuE2LoadSong, YuE2SaveSong
+from .takes import YuE2PickTake
 
 NODE_LIST = [YuE2CheckpointLoader, YuE2Composer, YuE2ABCEditor, YuE2Renderer, YuE2VAEDecode, YuE2SaveSong,
-             YuE2LoadSong]
+             YuE2LoadSong, YuE2PickTake, YuE2Regenerate, YuE2Continue]
 
 # HTTP routes of the ABC editor widget (nodes/routes.py, written separately); the nodes work without them.
 try:

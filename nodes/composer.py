@@ -11,7 +11,7 @@ from yue2_core.constants import CONTEXT, DEFAULT_CFG, DEFAULT_SEED, FRAMES_PER_S
 from yue2_core.pipeline import Budgets, Score, music_budget, plan, semantic
 from yue2_core.protocol import ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, SongRequest, planning_prefix
 
-from . import memory, scores, types
+from . import memory, scores, takes, types
 from .progress import StageProgress, check_cancel, user_errors
 
 MAX_SECONDS = 900
@@ -56,6 +56,15 @@ def _sampling_inputs() -> list:
                                f"{DEFAULT_CFG['off']} for cot off, {DEFAULT_CFG['full']} for full/melody (the "
                                "release defaults). Any value ≠ 1 runs a second, unconditioned branch (twice the "
                                "compute and KV memory)."),
+        # last, so that workflows saved before it existed keep their widget values in place
+        io.Int.Input("candidates", default=1, min=1, max=types.MAX_CANDIDATES, optional=True,
+                     tooltip="N songs sampled in one AR batch (decoding is memory-bound, so N cost little more "
+                             "than one on a large GPU). Take i uses seed + i for its lead sheet, its music and (with "
+                             "the Renderer's seed −1) its render, so each take is reproducible from its seed (the "
+                             "report lists them). Memory ≈ N × the K/V cache of one song (≈ 0.11 MB per token per "
+                             "CFG branch on the release model): when N does not fit, the node stops and says the "
+                             "most that fit. The tokens output is then a batch of N takes: Renderer → VAE Decode → "
+                             "YuE2 Pick Take chooses one. 1 = one song (as before)."),
     ]
 
 
@@ -112,8 +121,11 @@ class YuE2Composer(io.ComfyNode):
 
     @classmethod
     def execute(cls, model, style, lyrics, cot, seed, max_seconds, score=None, abc_text=None, sample_music=True,
-                **sampling) -> io.NodeOutput:
+                candidates=1, **sampling) -> io.NodeOutput:
         _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds)
+        if candidates != 1:
+            return _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc_text, sample_music,
+                                       candidates, sampling)
         model.check_protocol()
         tok = model.tokenizer
         with user_errors():
@@ -157,6 +169,65 @@ class YuE2Composer(io.ComfyNode):
                              f"check (first: {scores.describe((errors or warnings)[:1])})")
         report = _report(request, the_score, tokens, budget, abc_sampling, music_sampling, given_how, notes)
         return io.NodeOutput(the_score, tokens, the_score.abc or "", report, ui=ui.PreviewText(report))
+
+
+def _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc_text, sample_music, n: int,
+                        sampling: dict) -> io.NodeOutput:
+    """candidates = N > 1: N takes in one AR batch per phase (nodes/takes.py); tokens = a TakeBatch."""
+    if type(n) is not int or not 1 <= n <= types.MAX_CANDIDATES:
+        raise ValueError(f"candidates must be an integer in [1, {types.MAX_CANDIDATES}], got {n!r}")
+    if not sample_music:
+        raise ValueError(f"candidates = {n} needs sample_music on: 'score only' writes one lead sheet; set "
+                         "candidates to 1 for a score-only Composer")
+    model.check_protocol()
+    tok = model.tokenizer
+    with user_errors():
+        cfg_scale = sampling.get("cfg_scale", -1.0)
+        request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed,
+                              cfg_scale=None if cfg_scale < 0 else cfg_scale).validate()
+        abc_sampling, music_sampling = _budgets(max_seconds, sampling)
+        given, given_how = _given_score(score, abc_text, tok, cot, seed)
+    progress = StageProgress("YuE2 Composer")
+    notes = list(request.input_warnings())
+    with user_errors():
+        batch = takes.compose_takes(model, request, given, n, abc_sampling, music_sampling, max_seconds, progress)
+    check_cancel()
+    first = batch.takes[0]
+    budget = music_budget(replace(request, seed=first.seed), first.score, tok)
+    report = _takes_report(request, batch, budget, abc_sampling, music_sampling, given_how, notes)
+    return io.NodeOutput(first.score, batch, first.score.abc or "", report, ui=ui.PreviewText(report))
+
+
+def _takes_report(request, batch, budget, abc_sampling, music_sampling, given: str, notes: list) -> str:
+    n = len(batch)
+    cfg = request.guidance
+    seconds = batch.info.get("semantic_seconds", 0.0)
+    total = sum(len(t.codes) for t in batch.takes)
+    lines = [f"cot {request.cot} · seeds {batch.seeds[0]} … {batch.seeds[-1]} (seed + take) · cfg {cfg:g}"
+             + (" (auto)" if request.cfg_scale is None else ""),
+             f"candidates: {n} takes sampled in one batch"
+             + (f" in {seconds:.1f} s ({total / seconds:.1f} music tok/s over the batch)" if seconds > 0 else ""),
+             (f"prompt (take 0): {budget['prefix_tokens']} tokens before the music (lead sheet "
+              f"{budget['score_tokens']}); room for {budget['music_seconds_max']:.2f} s of music in the "
+              f"{CONTEXT}-token context")]
+    if request.cot == "off":
+        lines.append("lead sheets: none (cot off)")
+    elif given:
+        lines.append(f"lead sheet: given and shared by every take ({len(batch.takes[0].score.abc_ids)} ABC tokens, "
+                     f"{given}; planning skipped)")
+    else:
+        lines.append(f"lead sheets: one per take (budget {abc_sampling.max_tokens} ABC tokens); the score and abc "
+                     "outputs are take 0's — YuE2 Pick Take gives the picked take's")
+    for i, t in enumerate(batch.takes):
+        frames = len(t.codes)
+        end = "ended on its end token" if t.ended else f"hit the `max_seconds` budget ({music_sampling.max_tokens})"
+        sheet = ""
+        if request.cot != "off" and not given:
+            sheet = (f"; lead sheet {len(t.score.abc_ids)} ABC tokens"
+                     + (" (cut off by `max_abc_tokens`)" if t.score.truncated else ""))
+        lines.append(f"take {i}: seed {t.seed} · {frames} tokens = {frames / FRAMES_PER_SECOND:.2f} s; {end}{sheet}")
+    lines += [f"warning: {note}" for note in notes]
+    return _bullets(lines)
 
 
 def _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds) -> None:

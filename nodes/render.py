@@ -11,6 +11,7 @@ from yue2_core.protocol import SEED_MAX
 
 from . import memory, types
 from .progress import StageProgress, check_cancel, user_errors
+from .batch import TakeBatch, decode_batch, latent_frames, padded_audio, padded_latent
 
 MIN_CORE = 32  # smallest VAE tile core (frames) worth running; the halo adds 2 × 16
 
@@ -24,24 +25,30 @@ class YuE2Renderer(io.ComfyNode):
             category=types.CATEGORY,
             description="The NAR expert: renders semantic music tokens into audio latents by flow matching "
                         "(explicit midpoint ODE, the reference solver). Output is ComfyUI's audio LATENT "
-                        "[1, 64, frames] at 25 frames per second, for YuE2 VAE Decode.",
+                        "[1, 64, frames] at 25 frames per second, for YuE2 VAE Decode. A batch of candidate takes "
+                        "(Composer candidates > 1) is rendered take by take into [N, 64, longest], zero-padded, "
+                        "with each take's length recorded for VAE Decode and YuE2 Pick Take.",
             inputs=[
                 types.Model.Input("model", tooltip="From YuE2 Checkpoint Loader (the one that composed the tokens)."),
-                types.Tokens.Input("tokens", tooltip="From YuE2 Composer or YuE2 Load Song."),
+                types.Tokens.Input("tokens", tooltip="From YuE2 Composer (one song or a batch of takes) or YuE2 "
+                                                     "Load Song."),
                 io.Int.Input("steps", default=ODE_STEPS, min=1, max=200,
                              tooltip=f"Midpoint ODE steps (each = 2 model evaluations per chunk). {ODE_STEPS} is "
                                      "the reference."),
                 io.Int.Input("seed", default=-1, min=-1, max=SEED_MAX,
                              tooltip="Noise seed of the render. −1 = the seed the tokens were sampled with (the "
-                                     "reference). Another value gives another take of the same music tokens."),
+                                     "reference; for a batch, each take's own seed). Another value gives another "
+                                     "take of the same music tokens (for a batch: take i uses seed + i)."),
             ],
             outputs=[io.Latent.Output("latent", display_name="latent",
                                       tooltip="Audio latent {samples [1, 64, frames], type 'audio'}, 25 frames per "
-                                              "second.")],
+                                              "second; [N, 64, longest] zero-padded for a batch of takes.")],
         )
 
     @classmethod
     def execute(cls, model, tokens, steps, seed) -> io.NodeOutput:
+        if isinstance(tokens, TakeBatch):
+            return _render_batch(model, tokens, steps, seed)
         model.check_tokens(tokens)
         frames = len(tokens.codes)
         if frames == 0:
@@ -60,7 +67,30 @@ class YuE2Renderer(io.ComfyNode):
         samples = latents.T.unsqueeze(0).float().contiguous().cpu()  # [T, 64] → [1, 64, T]
         used_seed = tokens.seed if seed < 0 else seed
         return io.NodeOutput({"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
-                              "yue2_render": {"steps": steps, "seed": used_seed}})
+                              "yue2_render": {"steps": steps, "seed": used_seed, "checkpoint": model.info.to_dict()}})
+
+
+def _render_batch(model, batch: TakeBatch, steps: int, seed: int) -> io.NodeOutput:
+    """Each take rendered on its own (take i: its own seed at −1, else seed + i), padded into one LATENT batch."""
+    for t in batch.takes:
+        model.check_tokens(t)
+    n = len(batch)
+    seeds = [int(t.seed) if seed < 0 else (seed + i) % (SEED_MAX + 1) for i, t in enumerate(batch.takes)]
+    progress = StageProgress("YuE2 Renderer")
+    on_cuda = model.device.type == "cuda"
+    need = max(memory.render(model.dims, model.dtype, len(t.prefix), len(t.codes), on_cuda) for t in batch.takes)
+    latents = []
+    with user_errors():
+        ar, nar = model.load(("ar", "nar"), need)
+        for i, (t, s) in enumerate(zip(batch.takes, seeds)):
+            frames = len(t.codes)
+            progress.start("render", steps, f"rendering take {i + 1}/{n}: {frames} frames "
+                                            f"({frames / FRAMES_PER_SECOND:.2f} s) in {steps} ODE steps, seed {s}")
+            latents.append(render(ar, nar, t, steps, s, progress))
+        del ar, nar
+    mm.soft_empty_cache()
+    check_cancel()
+    return io.NodeOutput(padded_latent(latents, steps, seeds, {"checkpoint": model.info.to_dict()}))
 
 
 def _latent_samples(latent, channels: int) -> torch.Tensor:
@@ -101,7 +131,9 @@ class YuE2VAEDecode(io.ComfyNode):
             category=types.CATEGORY,
             description="Decodes YuE2 audio latents into 48 kHz stereo exactly like the reference: 1920 samples per "
                         "frame minus 64, clamped to [−1, 1], in halo-cropped tiles sized to the free device memory "
-                        "(seam-free). Output is ComfyUI's AUDIO for Save/Preview Audio or YuE2 Save Song.",
+                        "(seam-free). Output is ComfyUI's AUDIO for Save/Preview Audio or YuE2 Save Song. A batch "
+                        "of takes is decoded take by take over each one's own frames (never the padding) and "
+                        "zero-padded to the longest; YuE2 Pick Take cuts a take back to its length.",
             inputs=[
                 types.Model.Input("model", tooltip="From YuE2 Checkpoint Loader."),
                 io.Latent.Input("latent", tooltip="Audio latent [B, 64, frames] (25 frames per second) from YuE2 "
@@ -117,17 +149,18 @@ class YuE2VAEDecode(io.ComfyNode):
         cfg = model.info.vae
         samples = _latent_samples(latent, cfg.latent_dim)
         batch, _, frames = samples.shape
+        lengths = latent_frames(latent, batch, frames)  # a batch of takes: each decoded over its own frames
         progress = StageProgress("YuE2 VAE Decode")
         need = memory.vae_tile(cfg, frames, VAE_CORE_FRAMES, VAE_HALO_FRAMES)
         progress.start("decode", batch, f"decoding {batch} × {frames} frames to 48 kHz stereo")
-        waves = []
         with user_errors():
             (vae,) = model.load(("vae",), need)
             core = tile_core(cfg, frames, vae.device)
-            for item in samples:
-                waves.append(decode(vae, item.unsqueeze(0), core=core, progress=progress))
+            waves = decode_batch(lambda one: decode(vae, one, core=core, progress=progress), samples, lengths)
             del vae
         mm.soft_empty_cache()
         check_cancel()
+        if "yue2_frames" in latent:
+            return io.NodeOutput(padded_audio(waves))
         waveform = torch.stack(waves).float().cpu()
         return io.NodeOutput({"waveform": waveform, "sample_rate": SAMPLE_RATE})

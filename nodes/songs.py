@@ -116,9 +116,13 @@ def _waveform(audio, frames: int, warnings: list) -> torch.Tensor | None:
 
 def _settings(tokens, latent) -> dict:
     render = latent.get("yue2_render", {}) if isinstance(latent, dict) else {}
-    return {"protocol": PROTOCOL_VERSION, "cot": tokens.score.cot, "cfg_scale": tokens.cfg_scale,
-            "semantic_sampling": tokens.sampling, "ode_steps": render.get("steps"), "render_seed": render.get("seed"),
-            "ode_method": "midpoint", "vae_dtype": "float32", "vae_decode": "halo_crop", "saved_by": "ComfyUI-YuE2"}
+    settings = {"protocol": PROTOCOL_VERSION, "cot": tokens.score.cot, "cfg_scale": tokens.cfg_scale,
+                "semantic_sampling": tokens.sampling, "ode_steps": render.get("steps"),
+                "render_seed": render.get("seed"), "ode_method": "midpoint", "vae_dtype": "float32",
+                "vae_decode": "halo_crop", "saved_by": "ComfyUI-YuE2"}
+    if isinstance(render.get("checkpoint"), dict):  # the Renderer's model: YuE2 Regenerate/Continue check it
+        settings["checkpoint"] = render["checkpoint"]
+    return settings
 
 
 class YuE2SaveSong(io.ComfyNode):
@@ -210,6 +214,9 @@ class YuE2LoadSong(io.ComfyNode):
                                     tooltip="The saved music tokens (25 per second), to render again."),
                 io.Latent.Output("latent", display_name="latent",
                                  tooltip="The saved latents [1, 64, frames], to decode again."),
+                types.Song.Output("song_out", display_name="song",
+                                  tooltip="The whole saved song (codes, latents, audio.flac, settings) for YuE2 "
+                                          "Regenerate and YuE2 Continue."),
             ],
         )
 
@@ -249,5 +256,5 @@ class YuE2LoadSong(io.ComfyNode):
             lines.append("score.abc was edited: `score` is the edited text, re-tokenized; the saved `tokens` were "
                          "sampled from the original — connect `score` to a YuE2 Composer for music that follows "
                          "the edit")
-        return io.NodeOutput(saved.score, saved.tokens, latent, ui={"text": ["\n".join(lines)]})
+        return io.NodeOutput(saved.score, saved.tokens, latent, saved, ui={"text": ["\n".join(lines)]})
 

@@ -61,6 +61,22 @@ NOTES = {
     "load": "Load a saved song and re-render\n\nPick a folder from output/yue2 (press R to refresh the list). "
             "The Renderer reuses the song's seed at −1; set another seed for another take of the same music tokens. "
             "To follow an edited score.abc, connect Load Song's score to a YuE2 Composer.",
+    "regen": "Regenerate from a bar\n\nKeep a saved song up to a cut and sample a new rest from there:\n1. Pick the "
+             "song in Load Song (output/yue2; press R to refresh).\n2. Set the cut: \"bar 9\" (a bar of the song's "
+             "score, mapped to seconds at the score's tempo) or \"42.5s\".\n3. Optional: edit the lead sheet in the "
+             "ABC Editor (empty box = the song's own score) — the new part follows the edit.\n4. Run. Everything "
+             "before the cut is kept: the same codes, the same samples up to a 50 ms crossfade. Regenerate saves the "
+             "new song (output/yue2/<song>_regen_NNNNN) with its parent and cut, and plays it. The seed changes "
+             "after every run, so Run again for another take.",
+    "continue": "Continue a song\n\nExtend a saved song by up to extra_seconds: every original code and sample is "
+                "kept (up to a 50 ms crossfade at its end) and the model plays on. The 24,576-token context limits "
+                "how much fits; the node says the maximum (and refuses more). The new song is saved as "
+                "output/yue2/<song>_cont_NNNNN with a record of its parent.",
+    "takes": "Four candidates, pick one\n\nThe Composer samples 4 songs in one batch (candidates = 4; take i uses "
+             "seed + i, so take i is exactly the song of that seed). The Renderer and VAE Decode handle the batch; "
+             "the takes report lists each take's seed, whether it ended on its own end token, its length and its "
+             "score-to-audio ratio. Set Pick Take's index (0 … 3) to the take you like and run again: only Pick Take "
+             "and Save Song run, the rest comes from ComfyUI's cache.",
     "int8": "Low VRAM (int8)\n\nThe int8 ConvRot checkpoint (3.7 GB) halves the weights. The AR, NAR and VAE are "
             "three ComfyUI models loaded one at a time: each stage offloads the others when memory is short. A "
             "shorter max_seconds also shrinks the AR's KV cache (≈ 0.11 MB per token per branch). For very small "
@@ -227,6 +243,66 @@ def load_and_rerender(info: dict) -> dict:
     return g.build("load_and_rerender")
 
 
+def regenerate_from_bar(info: dict) -> dict:
+    g = Graph(info)
+    g.note(f"{NOTES['regen']}\n\n{WHERE}", (0, 180), (400, 560))
+    loader = _loader(g, INT8)
+    load = g.node("YuE2LoadSong", (450, 0), (380, 130), song="song_00001")
+    editor = g.node("YuE2ABCEditor", (880, 0), (560, 640), abc="", title="ABC Editor — optional edit of the score")
+    regen = g.node("YuE2Regenerate", (1490, 0), (400, 420), cut="bar 9", seed=1, seed_control="randomize",
+                   crossfade_s=0.05)
+    report = g.node("PreviewAny", (1490, 470), (400, 220), title="Regenerate report")
+    g.link(loader, "model", load, "model")
+    g.link(loader, "model", regen, "model")
+    g.link(load, "score", editor, "score")
+    g.link(load, "song", regen, "song")
+    g.link(editor, "score", regen, "score")
+    g.link(regen, "report", report, "source")
+    return g.build("regenerate_from_bar")
+
+
+def continue_song(info: dict) -> dict:
+    g = Graph(info)
+    g.note(f"{NOTES['continue']}\n\n{WHERE}", (0, 180), (400, 380))
+    loader = _loader(g, INT8)
+    load = g.node("YuE2LoadSong", (450, 0), (380, 130), song="song_00001")
+    cont = g.node("YuE2Continue", (880, 0), (400, 420), extra_seconds=30.0, seed=1, seed_control="randomize",
+                  crossfade_s=0.05)
+    report = g.node("PreviewAny", (880, 470), (400, 220), title="Continue report")
+    g.link(loader, "model", load, "model")
+    g.link(loader, "model", cont, "model")
+    g.link(load, "song", cont, "song")
+    g.link(cont, "report", report, "source")
+    return g.build("continue")
+
+
+def four_candidates(info: dict) -> dict:
+    g = Graph(info)
+    g.note(f"{NOTES['takes']}\n\n{WHERE}", (0, 180), (400, 460))
+    loader = _loader(g, INT8)
+    composer = g.node("YuE2Composer", (450, 0), (440, 860), style=STYLE, lyrics=LYRICS, cot="full", seed=831001,
+                      seed_control="randomize", max_seconds=60.0, candidates=4)
+    composer_report = g.node("PreviewAny", (450, 910), (440, 260), title="Composer report")
+    render = g.node("YuE2Renderer", (950, 0), (330, 130))
+    decode = g.node("YuE2VAEDecode", (950, 200), (330, 80))
+    pick = g.node("YuE2PickTake", (1330, 0), (330, 170), index=0)
+    takes = g.node("PreviewAny", (1330, 230), (520, 260), title="Takes report")
+    save = g.node("YuE2SaveSong", (1900, 0), (400, 300), name="yue2_take")
+    for node in (composer, render, decode):
+        g.link(loader, "model", node, "model")
+    g.link(composer, "report", composer_report, "source")
+    g.link(composer, "tokens", render, "tokens")
+    g.link(render, "latent", decode, "latent")
+    g.link(composer, "tokens", pick, "tokens")
+    g.link(render, "latent", pick, "latent")
+    g.link(decode, "audio", pick, "audio")
+    g.link(pick, "report", takes, "source")
+    g.link(pick, "tokens", save, "tokens")
+    g.link(pick, "latent", save, "latent")
+    g.link(pick, "audio", save, "audio")
+    return g.build("four_candidates")
+
+
 def build_all(object_info: dict) -> dict[str, dict]:
     """{file stem: workflow} for every shipped workflow."""
     return {
@@ -236,6 +312,9 @@ def build_all(object_info: dict) -> dict[str, dict]:
         "yue2_edit_and_rerender": edit_and_rerender(object_info),
         "yue2_load_and_rerender": load_and_rerender(object_info),
         "yue2_int8_low_vram": text_to_song(object_info, "full", INT8, 60.0, note="int8", show_info=True),
+        "yue2_regenerate_from_bar": regenerate_from_bar(object_info),
+        "yue2_continue": continue_song(object_info),
+        "yue2_four_candidates": four_candidates(object_info),
     }
 
 

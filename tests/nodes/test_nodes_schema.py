@@ -9,7 +9,10 @@ from nodes_testlib import PACK_NODES, TINY, rejected
 
 DISPLAY = {"YuE2CheckpointLoader": "YuE2 Checkpoint Loader", "YuE2Composer": "YuE2 Composer",
            "YuE2ABCEditor": "YuE2 ABC Editor", "YuE2Renderer": "YuE2 Renderer", "YuE2VAEDecode": "YuE2 VAE Decode",
-           "YuE2SaveSong": "YuE2 Save Song", "YuE2LoadSong": "YuE2 Load Song"}
+           "YuE2SaveSong": "YuE2 Save Song", "YuE2LoadSong": "YuE2 Load Song", "YuE2PickTake": "YuE2 Pick Take",
+           "YuE2Regenerate": "YuE2 Regenerate", "YuE2Continue": "YuE2 Continue"}
+EDIT_OUTPUTS = [("AUDIO", "audio"), ("YUE2_TOKENS", "tokens"), ("LATENT", "latent"), ("YUE2_SCORE", "score"),
+                ("STRING", "song_dir"), ("STRING", "report")]
 
 # (required inputs with types, optional inputs with types, outputs) — the socket contract between the nodes.
 SOCKETS = {
@@ -20,7 +23,7 @@ SOCKETS = {
                       "abc_temperature": "FLOAT", "abc_top_p": "FLOAT", "abc_top_k": "INT",
                       "abc_repetition_penalty": "FLOAT", "abc_penalty_window": "INT", "music_temperature": "FLOAT",
                       "music_top_p": "FLOAT", "music_top_k": "INT", "music_repetition_penalty": "FLOAT",
-                      "music_penalty_window": "INT", "cfg_scale": "FLOAT"},
+                      "music_penalty_window": "INT", "cfg_scale": "FLOAT", "candidates": "INT"},
                      [("YUE2_SCORE", "score"), ("YUE2_TOKENS", "tokens"), ("STRING", "abc"), ("STRING", "report")]),
     "YuE2ABCEditor": ({"abc": "STRING"}, {"score": "YUE2_SCORE", "abc_text": "STRING"},
                       [("YUE2_SCORE", "score"), ("STRING", "abc")]),
@@ -30,7 +33,16 @@ SOCKETS = {
     "YuE2SaveSong": ({"tokens": "YUE2_TOKENS", "name": "STRING"},
                      {"latent": "LATENT", "audio": "AUDIO", "audioUI": "AUDIO_UI"}, [("STRING", "song_dir")]),
     "YuE2LoadSong": ({"model": "YUE2_MODEL", "song": "COMBO"}, {},
-                     [("YUE2_SCORE", "score"), ("YUE2_TOKENS", "tokens"), ("LATENT", "latent")]),
+                     [("YUE2_SCORE", "score"), ("YUE2_TOKENS", "tokens"), ("LATENT", "latent"), ("YUE2_SONG", "song")]),
+    "YuE2PickTake": ({"tokens": "YUE2_TOKENS", "index": "INT"}, {"latent": "LATENT", "audio": "AUDIO"},
+                     [("YUE2_TOKENS", "tokens"), ("LATENT", "latent"), ("AUDIO", "audio"), ("YUE2_SCORE", "score"),
+                      ("STRING", "report")]),
+    "YuE2Regenerate": ({"model": "YUE2_MODEL", "song": "YUE2_SONG", "cut": "STRING", "seed": "INT",
+                        "crossfade_s": "FLOAT", "name": "STRING"},
+                       {"score": "YUE2_SCORE", "audioUI": "AUDIO_UI", "max_seconds": "FLOAT"}, EDIT_OUTPUTS),
+    "YuE2Continue": ({"model": "YUE2_MODEL", "song": "YUE2_SONG", "extra_seconds": "FLOAT", "seed": "INT",
+                      "crossfade_s": "FLOAT", "name": "STRING"},
+                     {"score": "YUE2_SCORE", "audioUI": "AUDIO_UI", "min_extra_seconds": "FLOAT"}, EDIT_OUTPUTS),
 }
 
 

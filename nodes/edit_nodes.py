@@ -1,0 +1,304 @@
+"""YuE2 Regenerate (keep a saved song up to a cut, sample a new rest) and YuE2 Continue (extend it past its end).
+
+Both are thin wrappers of `yue2_core.edit.regenerate` / `continue_song` on a song from YuE2 Load Song (its `song`
+output: codes, latents, audio.flac, settings). The codes before the cut are teacher-forced (kept bit for bit), the
+new part is sampled with the song's own sampling settings, rendered with the song's own noise, decoded and spliced
+into the original audio with a short crossfade that ends at the cut, so every sample before the crossfade is the
+original's. The child song is saved like YuE2 Save Song does (output/yue2/<name>_NNNNN, atomically, never
+overwriting) with its lineage (parent, cut, seeds, crossfade) in result.json.
+
+Before any weights are loaded the node runs the engine once without the model (`_dry_run`): the cut, the checkpoint
+record, the new score and the context budget are all checked by the engine itself, so a bad input fails at once
+with the engine's own message. The edit itself needs the AR expert, the NAR expert and the VAE together (one engine
+call samples, renders and decodes): they are loaded as one ComfyUI request with the largest stage's working memory.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import comfy.model_management as mm
+from comfy_api.latest import io
+
+from yue2_core.artifacts import save_song
+from yue2_core.constants import CONTEXT, FRAMES_PER_SECOND, HOP, VAE_CORE_FRAMES, VAE_HALO_FRAMES
+from yue2_core.edit import MAX_CROSSFADE_S, continue_song, max_continuation_seconds, regenerate
+from yue2_core.errors import ArtifactError
+from yue2_core.pipeline import Budgets
+from yue2_core.protocol import SEED_MAX, SEMANTIC_PRESET, seconds_to_tokens
+
+from . import memory, scores, types
+from .progress import StageProgress, check_cancel, user_errors
+from .songs import SUBFOLDER, clean_name, next_song_dir, songs_root
+
+MAX_EXTRA_SECONDS = CONTEXT / FRAMES_PER_SECOND  # 983.04: the context itself; the node says what really fits
+
+CUT_TOOLTIP = ("Where the new part starts: seconds (\"12.5s\" or \"12.5\"), a bar of the song's score (\"bar 9\" "
+               "or \"b9\") or a token index (\"token 312\"; 25 tokens per second). A bar is mapped to seconds with "
+               "the score's header tempo (Q:) and meter: its start = the summed lengths of the Vocal voice's "
+               "earlier bars. That assumes the audio follows the score's tempo from 0 s (no pickup silence, no "
+               "drift), which the model does not guarantee — the report and the saved lineage say where the cut "
+               "fell (token, seconds, bar). The cut must lie inside the music: after its first token and before "
+               "its last.")
+
+
+class _ReachedModel(AttributeError):
+    """The dry run got as far as the model: every input check passed."""
+
+
+class _Unloaded:
+    """Stands in for a model part during the dry run; touching it ends the run (an AttributeError subclass, so the
+    engine's `getattr(part, "dims", None)` sees no dims, as for a part without them)."""
+
+    def __getattr__(self, name):
+        raise _ReachedModel(name)
+
+
+def _dry_run(fn, model, *args, **kwargs) -> None:
+    """Run an edit with no model loaded: the engine validates the cut, the checkpoint record, the score and the
+    budget before it first touches a model part, so its own errors (YuE2Error) come out here, before any load."""
+    parts = {"ar": _Unloaded(), "nar": _Unloaded(), "vae": _Unloaded(), "tokenizer": model.tokenizer,
+             "info": model.info}
+    try:
+        fn(parts, *args, **kwargs)
+    except _ReachedModel:
+        return
+
+
+def _new_score(score, song):
+    """The connected score as the engine reads it (an edited one is tokenized by the engine from its text)."""
+    if score is None:
+        return None
+    if scores.needs_tokens(score):
+        return score.abc
+    return score
+
+
+def _child_prefix(name: str, song, suffix: str) -> str:
+    if name.strip():
+        return clean_name(name)
+    base = re.sub(r"_\d{5,}$", "", song.path.name)
+    return clean_name(base if base.endswith(suffix) else f"{base}{suffix}")
+
+
+def _memory(model, song, max_tokens: int) -> int:
+    """The largest stage of the edit: the AR phase for prompt + budget, the render and the VAE tile."""
+    on_cuda = model.device.type == "cuda"
+    prefix = len(song.tokens.prefix)
+    rows = 2 if song.tokens.cfg_scale != 1.0 else 1
+    frames = max(max_tokens, len(song.tokens.codes))
+    return max(memory.ar_phase(model.dims, model.dtype, prefix, max_tokens, rows, on_cuda=on_cuda),
+               memory.render(model.dims, model.dtype, prefix, frames, on_cuda),
+               memory.vae_tile(model.info.vae, frames, VAE_CORE_FRAMES, VAE_HALO_FRAMES))
+
+
+def _parts(model, need: int) -> dict:
+    ar, nar, vae = model.load(("ar", "nar", "vae"), need)
+    return {"ar": ar, "nar": nar, "vae": vae, "tokenizer": model.tokenizer, "info": model.info}
+
+
+def _save(child, lineage: dict, prefix: str):
+    root = songs_root()
+    with user_errors():
+        for _ in range(3):  # another save may take the number between the scan and the rename
+            out = next_song_dir(root, prefix)
+            try:
+                return save_song(child, out, lineage=lineage)
+            except ArtifactError:
+                if not out.exists():
+                    raise
+        raise ArtifactError(f"could not find a free song folder for {prefix!r} in {root}")
+
+
+def _outputs(child, lineage: dict, path, report_lines: list[str]) -> io.NodeOutput:
+    rel = f"{SUBFOLDER}/{path.name}"
+    report_lines.append(f"saved {rel}")
+    report_lines += [f"warning: {w}" for w in child.warnings]
+    report = "\n".join(f"- {line}" for line in report_lines)
+    audio = {"waveform": child.audio.unsqueeze(0).float().contiguous(), "sample_rate": child.sample_rate}
+    latent = {"samples": child.latents.T.unsqueeze(0).float().contiguous(), "type": "audio",
+              "downscale_ratio_temporal": HOP,
+              "yue2_render": {"steps": child.settings.get("ode_steps"), "seed": lineage["render_seed"],
+                              **({"checkpoint": child.settings["checkpoint"]} if "checkpoint" in child.settings
+                                 else {})}}
+    ui = {"text": [report], "song_dir": [rel],
+          "audio": [{"filename": "audio.flac", "subfolder": rel, "type": "output"}]}
+    return io.NodeOutput(audio, child.tokens, latent, child.score, rel, report, ui=ui)
+
+
+def _common_inputs() -> list:
+    return [
+        types.Model.Input("model", tooltip="From YuE2 Checkpoint Loader: the model the song was made with (its bf16 "
+                                           "or int8 file); a song from another model is refused."),
+        types.Song.Input("song", tooltip="From YuE2 Load Song (its song output): the saved song to edit."),
+    ]
+
+
+def _tail_inputs(default_name: str) -> list:
+    return [
+        io.Int.Input("seed", default=-1, min=-1, max=SEED_MAX, control_after_generate=True,
+                     tooltip="Seed of the new part's music tokens. −1 = keep the song's seed (with an unchanged "
+                             "score the new part may then repeat the original). The render noise is always the "
+                             "song's own, so the kept part renders exactly as before."),
+        io.Float.Input("crossfade_s", default=0.05, min=0.0, max=MAX_CROSSFADE_S, step=0.01,
+                       tooltip="Length of the equal-power crossfade from the original into the new audio, in "
+                               "seconds; it ends at the cut, so everything before it is the original's samples. "
+                               "0 = a hard splice."),
+        io.String.Input("name", default="",
+                        tooltip=f"Folder name prefix of the new song in output/yue2 (a number is appended). Empty = "
+                                f"the parent's name + '{default_name}'."),
+        types.Score.Input("score", optional=True,
+                          tooltip="An edited lead sheet (e.g. Load Song's score through YuE2 ABC Editor): the new "
+                                  "part follows it; the kept part stays as it was. Not for songs made with cot "
+                                  "off. Unconnected or unchanged = the song's own score."),
+        types.AudioPlayer.Input("audioUI", optional=True, tooltip="Player for the saved audio.flac."),
+    ]
+
+
+def _outputs_schema() -> list:
+    return [
+        io.Audio.Output("audio", display_name="audio",
+                        tooltip="The new song, 48 kHz stereo: the original's samples up to the crossfade, then the "
+                                "new part."),
+        types.Tokens.Output("tokens", display_name="tokens",
+                            tooltip="Its music tokens (the original's before the cut, bit for bit)."),
+        io.Latent.Output("latent", display_name="latent",
+                         tooltip="Its latents [1, 64, frames]: the original's before the cut, the new render after "
+                                 "(decoding them differs from `audio` only near the cut)."),
+        types.Score.Output("score_out", display_name="score", tooltip="The lead sheet the new part followed."),
+        io.String.Output("song_dir", display_name="song_dir",
+                         tooltip="The folder written, relative to ComfyUI's output folder (yue2/<name>_NNNNN)."),
+        io.String.Output("report", display_name="report",
+                         tooltip="Where the cut fell, what was kept and made, the seeds, the saved folder."),
+    ]
+
+
+def _ending(tokens, max_tokens: int) -> str:
+    return "ended on its end token" if tokens.ended else f"hit its budget ({max_tokens} tokens)"
+
+
+class YuE2Regenerate(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="YuE2Regenerate",
+            display_name="YuE2 Regenerate",
+            category=types.CATEGORY,
+            description="Keeps a saved song up to a cut (a bar of its score or a time) and samples a new rest from "
+                        "there — optionally under an edited score — then renders it and splices it in with a short "
+                        "crossfade: the codes before the cut stay bit-identical and the audio before the crossfade "
+                        "is the original's samples. Saves the new song (output/yue2) with a record of its parent "
+                        "and cut.",
+            is_output_node=True,
+            inputs=[
+                *_common_inputs(),
+                io.String.Input("cut", default="bar 9", tooltip=CUT_TOOLTIP),
+                *_tail_inputs("_regen"),
+                io.Float.Input("max_seconds", default=0.0, min=0.0, max=MAX_EXTRA_SECONDS, step=1.0, optional=True,
+                               tooltip="Upper bound of the whole new song's length in seconds (25 tokens per "
+                                       "second). 0 = the song's own budget (its max_seconds)."),
+            ],
+            outputs=_outputs_schema(),
+        )
+
+    @classmethod
+    def execute(cls, model, song, cut, seed, crossfade_s, name, score=None, audioUI=None,
+                max_seconds=0.0) -> io.NodeOutput:
+        if not isinstance(cut, str) or not cut.strip():
+            raise ValueError("cut is empty: give seconds (\"12.5s\"), a bar (\"bar 9\") or a token (\"token 312\")")
+        parent_name = f"{SUBFOLDER}/{song.path.name}"
+        args = dict(new_score=_new_score(score, song), seed=None if seed < 0 else seed, crossfade_s=crossfade_s,
+                    budgets=Budgets(max_seconds=max_seconds) if max_seconds > 0 else None, parent_name=parent_name)
+        with user_errors():
+            _dry_run(regenerate, model, song, cut.strip(), **args)
+        sampling = SEMANTIC_PRESET.merged(song.tokens.sampling)
+        max_tokens = seconds_to_tokens(max_seconds) if max_seconds > 0 else sampling.max_tokens
+        progress = StageProgress("YuE2 Regenerate")
+        progress.start("semantic", max_tokens, f"regenerating {parent_name} from {cut.strip()}")
+        t0 = time.perf_counter()
+        with user_errors():
+            parts = _parts(model, _memory(model, song, max_tokens))
+            child, lineage = regenerate(parts, song, cut.strip(), progress=progress, **args)
+            del parts
+        mm.soft_empty_cache()
+        check_cancel()
+        path = _save(child, lineage, _child_prefix(name, song, "_regen"))
+        k, frames = lineage["cut_token"], lineage["frames"]
+        bar = f", bar {lineage['cut_bar']}" if lineage.get("cut_bar") is not None else ""
+        lines = [f"regenerated {parent_name} from {lineage['cut_requested']!s} = {lineage['cut_seconds']:.2f} s "
+                 f"(token {k}{bar})",
+                 f"kept {k} tokens ({k / FRAMES_PER_SECOND:.2f} s) of the original's {lineage['parent_frames']}; "
+                 f"new part {frames - k} tokens ({(frames - k) / FRAMES_PER_SECOND:.2f} s), song {frames} tokens = "
+                 f"{frames / FRAMES_PER_SECOND:.2f} s; the new part {_ending(child.tokens, max_tokens)}",
+                 f"seed {lineage['seed']} (original {lineage['parent_seed']}), render seed {lineage['render_seed']}, "
+                 f"crossfade {lineage['crossfade_s']:.3f} s {lineage['crossfade_shape'].replace('_', ' ')}, score "
+                 f"{'edited' if lineage['score_changed'] else 'unchanged'}",
+                 f"took {time.perf_counter() - t0:.1f} s"]
+        return _outputs(child, lineage, path, lines)
+
+
+class YuE2Continue(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="YuE2Continue",
+            display_name="YuE2 Continue",
+            category=types.CATEGORY,
+            description="Extends a saved song: every original code is kept, the model samples on for up to "
+                        "extra_seconds, and the new audio is crossfaded in over the original's last moments (all "
+                        "earlier samples are the original's). The 24,576-token context bounds the continuation: "
+                        "the node states the most that fits and refuses more. Saves the new song (output/yue2) with "
+                        "a record of its parent.",
+            is_output_node=True,
+            inputs=[
+                *_common_inputs(),
+                io.Float.Input("extra_seconds", default=30.0, min=0.04, max=MAX_EXTRA_SECONDS, step=0.1,
+                               tooltip="How much music to add at most, in seconds (25 tokens per second). At most "
+                                       "(24,576 − prompt − the song's tokens) / 25 s fit; the node says that "
+                                       "maximum and refuses more."),
+                *_tail_inputs("_cont"),
+                io.Float.Input("min_extra_seconds", default=-1.0, min=-1.0, max=MAX_EXTRA_SECONDS, step=0.1,
+                               optional=True,
+                               tooltip="The end token is blocked for this many seconds of new music (a song that "
+                                       "ended on its own would otherwise often end again at once). −1 = "
+                                       "min(extra_seconds, 8 s)."),
+            ],
+            outputs=_outputs_schema(),
+        )
+
+    @classmethod
+    def execute(cls, model, song, extra_seconds, seed, crossfade_s, name, score=None, audioUI=None,
+                min_extra_seconds=-1.0) -> io.NodeOutput:
+        parent_name = f"{SUBFOLDER}/{song.path.name}"
+        new_score = _new_score(score, song)
+        args = dict(new_score=new_score, seed=None if seed < 0 else seed, crossfade_s=crossfade_s,
+                    min_extra_seconds=None if min_extra_seconds < 0 else min_extra_seconds, parent_name=parent_name)
+        with user_errors():
+            most = max_continuation_seconds({"tokenizer": model.tokenizer}, song, new_score)
+            _dry_run(continue_song, model, song, extra_seconds, **args)
+        frames0 = len(song.tokens.codes)
+        max_tokens = frames0 + seconds_to_tokens(extra_seconds)
+        progress = StageProgress("YuE2 Continue")
+        progress.start("semantic", max_tokens, f"continuing {parent_name} by up to {extra_seconds:g} s "
+                                               f"(at most {most:.2f} s fit)")
+        t0 = time.perf_counter()
+        with user_errors():
+            parts = _parts(model, _memory(model, song, max_tokens))
+            child, lineage = continue_song(parts, song, extra_seconds, progress=progress, **args)
+            del parts
+        mm.soft_empty_cache()
+        check_cancel()
+        path = _save(child, lineage, _child_prefix(name, song, "_cont"))
+        frames = lineage["frames"]
+        lines = [f"continued {parent_name} ({frames0} tokens = {frames0 / FRAMES_PER_SECOND:.2f} s) by "
+                 f"{lineage['added_seconds']:.2f} s of the {extra_seconds:g} s asked; the continuation "
+                 f"{_ending(child.tokens, max_tokens)}",
+                 f"maximum continuation that fits the {CONTEXT}-token context: {most:.2f} s "
+                 f"(prompt {len(child.tokens.prefix)} + song {frames0} tokens)",
+                 f"song {frames} tokens = {frames / FRAMES_PER_SECOND:.2f} s; prompt + music = "
+                 f"{len(child.tokens.prefix) + frames} of {CONTEXT} tokens",
+                 f"seed {lineage['seed']} (original {lineage['parent_seed']}), render seed {lineage['render_seed']}, "
+                 f"crossfade {lineage['crossfade_s']:.3f} s into the original's end, score "
+                 f"{'edited' if lineage['score_changed'] else 'unchanged'}",
+                 f"took {time.perf_counter() - t0:.1f} s"]
+        return _outputs(child, lineage, path, lines)
