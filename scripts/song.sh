@@ -8,17 +8,19 @@
 # Any option of `python -m yue2_core generate` can be given (see --help). Without --checkpoint (or $YUE2_CHECKPOINT,
 # or a YuE2 file in ComfyUI's models/checkpoints) it writes and uses a tiny SYNTHETIC checkpoint with random weights:
 # the pipeline runs end to end, but the audio is noise, not music — the real weights (Comfy-Org/YuE2 on Hugging Face)
-# cannot be downloaded on every machine. The song directory is written under out/ and its path printed.
+# cannot be downloaded on every machine. The song directory is written under the repository's out/ folder unless
+# --output says otherwise, and its path printed. Relative paths in the options are relative to where you run this.
+# First run: creates .venv in the repository and installs torch (a CUDA build where pip picks one: ~5 GB) and the
+# engine's dependencies.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-cd "$REPO"
 PY="$REPO/.venv/bin/python"
 if [ ! -x "$PY" ]; then
-    echo "[song.sh] creating .venv and installing the engine (first run)"
-    "${PYTHON:-python3}" -m venv .venv
+    echo "[song.sh] creating $REPO/.venv and installing the engine (first run; torch is large)"
+    "${PYTHON:-python3}" -m venv "$REPO/.venv"
 fi
 if ! "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" 2>/dev/null; then
-    "$PY" -m pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+    "$PY" -m pip install -q --disable-pip-version-check -e "$REPO" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
     "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" || { echo "[song.sh] install failed" >&2; exit 1; }
 fi
 
@@ -26,16 +28,17 @@ args=("$@")
 has() { local a; for a in "${args[@]}"; do [ "$a" = "$1" ] && return 0; done; return 1; }
 if ! has --checkpoint && [ -z "${YUE2_CHECKPOINT:-}" ] && \
    ! "$PY" -c "from yue2_core.locate import comfy_checkpoint_dirs, yue2_files; import sys; sys.exit(0 if any(yue2_files(d) for d in comfy_checkpoint_dirs()) else 1)"; then
-    ckpt="models/yue2_tiny_bf16.safetensors"
+    ckpt="$REPO/models/yue2_tiny_bf16.safetensors"
     if [ ! -f "$ckpt" ]; then
+        mkdir -p "$REPO/models"
         echo "[song.sh] no YuE2 checkpoint given: writing a tiny SYNTHETIC one (random weights) to $ckpt"
         "$PY" -m yue2_core make-synthetic --profile tiny --format bf16 --output "$ckpt" > /dev/null
     fi
     args+=(--checkpoint "$ckpt" --offline)
     has --max-abc-tokens || args+=(--max-abc-tokens 128)  # random weights never close the score by themselves
 fi
-has --style || has --style-file || args+=(--style-file examples/text2music_style.txt)
-has --lyrics || has --lyrics-file || args+=(--lyrics-file examples/text2music_lyrics.txt)
+has --style || has --style-file || args+=(--style-file "$REPO/examples/text2music_style.txt")
+has --lyrics || has --lyrics-file || args+=(--lyrics-file "$REPO/examples/text2music_lyrics.txt")
 has --max-seconds || args+=(--max-seconds 20)
-has --output || args+=(--output "out/song-$(date +%Y%m%d-%H%M%S)")
+has --output || args+=(--output "$REPO/out/song-$(date +%Y%m%d-%H%M%S)")
 exec "$PY" -m yue2_core generate "${args[@]}"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,35 @@ def _read_text(path: str | None, inline: str | None, what: str) -> str:
     return inline or ""
 
 
+def _load_engine(args, checkpoint=None, how=None):
+    """Find/load the checkpoint and say which file it is and whether its weights are synthetic (stderr)."""
+    import torch
+    from .locate import find_checkpoint
+    from .pipeline import YuE2Engine
+    if checkpoint is None:
+        checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
+    print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
+    engine = YuE2Engine.load(checkpoint, device=args.device,
+                             dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype])
+    print(engine.info.summary(), file=sys.stderr)
+    synthetic = "yue2_synthetic" in engine.info.metadata
+    if synthetic:
+        print("NOTE: these are SYNTHETIC random weights — the audio is noise-like, not music.", file=sys.stderr)
+    return engine, synthetic
+
+
+def _warn_score(text: str, what: str) -> None:
+    """Print the ABC validator's findings for a user-supplied score (the model accepts any text, so these are
+    warnings; the dialect is described in yue2_core/abc/README.md)."""
+    from .abc import validate
+    issues = validate(text)
+    for issue in issues[:20]:
+        where = f"line {issue.line}: " if getattr(issue, "line", None) else ""
+        print(f"warning: {what} {where}{issue.message} [{issue.severity}]", file=sys.stderr)
+    if len(issues) > 20:
+        print(f"warning: {what}: {len(issues) - 20} more findings not shown", file=sys.stderr)
+
+
 def cmd_generate(args) -> int:
     import torch
     from .artifacts import save_song
@@ -63,23 +93,20 @@ def cmd_generate(args) -> int:
     _check_steps(args.steps)
     for note in request.input_warnings():
         print(f"warning: {note}", file=sys.stderr)
-    path, how = find_checkpoint(args.checkpoint, download=not args.offline)
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
-    print(f"checkpoint: {path} ({how})", file=sys.stderr)
-    engine = YuE2Engine.load(path, device=args.device, dtype=dtype)
-    print(engine.info.summary(), file=sys.stderr)
-    synthetic = "yue2_synthetic" in engine.info.metadata
-    if synthetic:
-        print("NOTE: these are SYNTHETIC random weights — the audio is noise-like, not music.", file=sys.stderr)
+    if request.abc is not None:
+        _warn_score(request.abc, "--abc-file")
+    engine, synthetic = _load_engine(args)
     progress = ProgressLine()
     song = engine.generate(request, budgets, steps=args.steps, progress=progress)
     progress.close()
     folder = save_song(song, out)
-    summary = {"output": str(folder), "audio_seconds": round(song.audio.shape[-1] / song.sample_rate, 3),
+    summary = {"output": str(folder), "seed": request.seed,
+               "audio_seconds": round(song.audio.shape[-1] / song.sample_rate, 3),
                "semantic_tokens": len(song.tokens.codes), "abc_tokens": len(song.score.abc_ids),
-               "truncated": song.truncated, "synthetic_weights": synthetic,
+               "truncated": song.truncated, "truncated_means": "the phase hit its token budget before its end token",
+               "synthetic_weights": synthetic,
                "timing_s": {k: round(v, 3) for k, v in song.timing.items()}}
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2, ensure_ascii=False))
     return 0
 
 
@@ -97,19 +124,34 @@ def _check_steps(steps) -> None:
         raise RequestError(f"--steps must be between 1 and 1000 (the release uses 32), got {steps}")
 
 
+def _song_checkpoint(song_dir: str) -> str | None:
+    """The checkpoint path recorded in a song directory's config.json, when that file still exists."""
+    try:
+        path = json.loads((Path(song_dir) / "config.json").read_text("utf-8")).get("checkpoint", {}).get("path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return path if isinstance(path, str) and Path(path).is_file() else None
+
+
 def cmd_render(args) -> int:
-    import torch
+    import time
     from .artifacts import load_song, save_song
-    from .locate import find_checkpoint
-    from .pipeline import Budgets, Song, YuE2Engine, decode, render, semantic
+    from .errors import RequestError
+    from .pipeline import Budgets, Song, decode, render, semantic
     from .protocol import SongRequest
 
     _check_output(args.output)
     _check_steps(args.steps)
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
-    path, _ = find_checkpoint(args.checkpoint, download=not args.offline)
-    engine = YuE2Engine.load(path, device=args.device, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype])
+    recorded = None if args.checkpoint or os.environ.get("YUE2_CHECKPOINT") else _song_checkpoint(args.song)
+    engine, synthetic = _load_engine(args, recorded, "recorded in the song's config.json" if recorded else None)
     saved = load_song(args.song, engine.tokenizer)
+    resample = saved.score_edited or args.seed is not None
+    if args.max_seconds is not None and not resample:
+        raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
+                           "score.abc); without them the saved tokens are re-rendered exactly as they are")
+    if saved.score_edited:
+        _warn_score(saved.score.abc or "", "edited score.abc")
     req = saved.tokens.request
     request = SongRequest(style=req["style"], lyrics=req["lyrics"], cot=req["cot"],
                           seed=args.seed if args.seed is not None else int(req["seed"]),
@@ -117,19 +159,28 @@ def cmd_render(args) -> int:
                           id=Path(args.output).name).validate()
     progress = ProgressLine()
     tokens = saved.tokens
-    if saved.score_edited or args.seed is not None:
+    timing = {}
+    t = time.perf_counter()
+    if resample:
         print("score.abc was edited: sampling new music tokens for it" if saved.score_edited else
               "new seed: sampling new music tokens", file=sys.stderr)
         tokens = semantic(engine.ar, engine.tokenizer, request, saved.score,
                           Budgets(args.max_seconds).semantic_sampling(), progress)
+        timing["semantic_seconds"] = time.perf_counter() - t
+        t = time.perf_counter()
     latents = render(engine.ar, engine.nar, tokens, args.steps, progress=progress)
+    timing["render_seconds"] = time.perf_counter() - t
+    t = time.perf_counter()
     audio = decode(engine.vae, latents, progress=progress)
+    timing["decode_seconds"] = time.perf_counter() - t
     progress.close()
-    song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio,
-                settings={**saved.config, "rendered_from": str(saved.path)})
+    song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio, timing=timing,
+                settings={**saved.config, "rendered_from": str(saved.path), "checkpoint": engine.info.to_dict()})
     folder = save_song(song, args.output, lineage={"parent": str(saved.path), "score_edited": saved.score_edited})
-    print(json.dumps({"output": str(folder), "semantic_tokens": len(tokens.codes),
-                      "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3)}, indent=2))
+    print(json.dumps({"output": str(folder), "seed": request.seed, "semantic_tokens": len(tokens.codes),
+                      "resampled": resample, "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3),
+                      "synthetic_weights": synthetic, "timing_s": {k: round(v, 3) for k, v in timing.items()}},
+                     indent=2, ensure_ascii=False))
     return 0
 
 
@@ -141,7 +192,7 @@ def cmd_inspect(args) -> int:
     report["dtype_histogram"] = dtype_histogram(info)
     report["tokenizer_vocab"] = tok.vocab_size
     report["summary"] = info.summary()
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2, ensure_ascii=False))
     return 0
 
 

@@ -102,6 +102,9 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a song folder gets the usual permissions
         if out.exists():
             out.rmdir()
         os.rename(tmp, out)

@@ -44,21 +44,11 @@ import torch
 from .constants import (CODEC_OFFSET, CODEC_SIZE, CONTEXT, FRAMES_PER_SECOND, HOP, LATENT_DIM, ODE_STEPS,
                         PROTOCOL_VERSION, SAMPLE_RATE, VAE_LENGTH_TRIM)
 from .errors import BudgetError, RequestError
-from .protocol import (SEED_MAX, SEMANTIC_PRESET, Sampling, SongRequest, negative_prefix, seconds_to_tokens,
+from .protocol import (SEED_MAX, _finite_number, SEMANTIC_PRESET, Sampling, SongRequest, negative_prefix, seconds_to_tokens,
                        semantic_prefix)
 
 CROSSFADE_SHAPES = ("equal_power", "linear")
 MAX_CROSSFADE_S = 5.0
-
-
-def _finite(value) -> bool:
-    """An int or float (not bool) with a finite value (a huge int counts as not finite)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 class CheckpointMismatch(RequestError):
@@ -250,12 +240,12 @@ def _parse_cut(cut) -> tuple[str, float]:
     if isinstance(cut, bool):
         raise RequestError(f"a cut must be seconds, a bar or a token index, got {cut!r}")
     if isinstance(cut, (int, float)):
-        if not _finite(cut):
+        if not _finite_number(cut):
             raise RequestError(f"the cut must be a finite number of seconds, got {cut!r}")
         return "seconds", float(cut)
     if isinstance(cut, dict) and len(cut) == 1:
         (kind, value), = cut.items()
-        if kind in ("seconds", "bar", "token") and _finite(value):
+        if kind in ("seconds", "bar", "token") and _finite_number(value):
             if kind != "seconds" and value != int(value):
                 raise RequestError(f"a {kind} cut must be a whole number, got {value!r}")
             return kind, value
@@ -366,7 +356,7 @@ def splice_audio(original: torch.Tensor, new: torch.Tensor, cut_sample: int, fad
 
 
 def _crossfade_samples(crossfade_s) -> int:
-    if not _finite(crossfade_s) or not 0 <= crossfade_s <= MAX_CROSSFADE_S:
+    if not _finite_number(crossfade_s) or not 0 <= crossfade_s <= MAX_CROSSFADE_S:
         raise RequestError(f"crossfade must be a number of seconds in [0, {MAX_CROSSFADE_S}], got {crossfade_s!r}")
     return round(crossfade_s * SAMPLE_RATE)
 
@@ -601,7 +591,7 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
     ended on its own would otherwise usually end again at once). The context bounds the continuation: at most
     (24,576 − prompt − len(codes)) / 25 s (`max_continuation_seconds`); asking for more raises BudgetError saying
     that maximum. Returns (Song, lineage)."""
-    if not _finite(extra_seconds) or extra_seconds <= 0:
+    if not _finite_number(extra_seconds) or extra_seconds <= 0:
         raise RequestError(f"extra seconds must be a positive number, got {extra_seconds!r}")
     parts, parent, score, changed, request, prefix, longest, notes = _prepare(engine_or_parts, song, new_score,
                                                                              seed, parent_name, "continue",
@@ -619,7 +609,7 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
     if min_extra_seconds is None:
         min_extra = min(extra, 8 * FRAMES_PER_SECOND)
     else:
-        if not _finite(min_extra_seconds) or not 0 <= min_extra_seconds <= extra_seconds:
+        if not _finite_number(min_extra_seconds) or not 0 <= min_extra_seconds <= extra_seconds:
             raise RequestError(f"min extra seconds must be in [0, {extra_seconds}], got {min_extra_seconds!r}")
         min_extra = round(min_extra_seconds * FRAMES_PER_SECOND)
     base = SEMANTIC_PRESET.merged(parent.tokens.sampling)

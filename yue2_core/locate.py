@@ -62,10 +62,11 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
             return hf_hub_download(HF_REPO, HF_FILE), f"Hugging Face {HF_REPO}/{HF_FILE}"
         except Exception as exc:  # network errors, missing package, auth
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        head = f"no YuE2 checkpoint found and the download failed ({reason})"
     else:
-        reason = "downloading is disabled"
+        head = "no YuE2 checkpoint found (downloading is off: --offline)"
     raise CheckpointError(
-        f"no YuE2 checkpoint found and the download failed ({reason}). Put "
+        f"{head}. Put "
         f"yue2_3b_int8_convrot.safetensors (https://huggingface.co/{HF_REPO}/blob/main/{HF_FILE}) in "
         "ComfyUI/models/checkpoints, or pass --checkpoint PATH. For a test run without the real weights, make a "
         "synthetic one: python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors")
