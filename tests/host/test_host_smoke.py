@@ -103,7 +103,8 @@ def test_parity_dir_env_points_at_shared_fixtures():
     # scripts/test.sh exports YUE2_PARITY_DIR when ../shared/parity exists; tests/core reads it.
     parity = os.environ.get("YUE2_PARITY_DIR")
     if not parity:
-        pytest.skip("YUE2_PARITY_DIR not set (run through scripts/test.sh)")
+        pytest.skip("YUE2_PARITY_DIR not set: point it at the parity fixture folder (scripts/test.sh uses "
+                    "../shared/parity beside the repository when it exists)")
     assert (Path(parity) / "cases.json").is_file()
 
 
