@@ -129,9 +129,8 @@ class YuE2Composer(io.ComfyNode):
         model.check_protocol()
         tok = model.tokenizer
         with user_errors():
-            cfg_scale = sampling.get("cfg_scale", -1.0)
-            request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed,
-                                  cfg_scale=None if cfg_scale < 0 else cfg_scale).validate()
+            cfg_scale = _cfg(sampling.get("cfg_scale", -1.0))
+            request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed, cfg_scale=cfg_scale).validate()
             abc_sampling, music_sampling = _budgets(max_seconds, sampling)
             given, given_how = _given_score(score, abc_text, tok, cot, seed)
         if sample_music:
@@ -182,9 +181,8 @@ def _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc
     model.check_protocol()
     tok = model.tokenizer
     with user_errors():
-        cfg_scale = sampling.get("cfg_scale", -1.0)
-        request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed,
-                              cfg_scale=None if cfg_scale < 0 else cfg_scale).validate()
+        cfg_scale = _cfg(sampling.get("cfg_scale", -1.0))
+        request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed, cfg_scale=cfg_scale).validate()
         abc_sampling, music_sampling = _budgets(max_seconds, sampling)
         given, given_how = _given_score(score, abc_text, tok, cot, seed)
     progress = StageProgress("YuE2 Composer")
@@ -243,6 +241,17 @@ def _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds) -> None:
         raise ValueError(f"max_seconds must be > 0 seconds, got {max_seconds}")
 
 
+def _cfg(value) -> float | None:
+    """cfg_scale widget → the request's value: exactly −1 means auto (the mode default); any other negative value is
+    refused rather than silently turned into auto."""
+    if value == -1:
+        return None
+    if isinstance(value, (int, float)) and value < 0:
+        raise ValueError(f"cfg_scale must be −1 (auto: 1.01 in cot off, 1.0 otherwise) or a value in [0, 20]; got "
+                         f"{value:g}")
+    return value
+
+
 def _budgets(max_seconds: float, sampling: dict):
     """(ABC sampling, music sampling) from the node's advanced inputs; a missing input keeps the preset value."""
     def pick(prefix: str, preset):
@@ -291,7 +300,9 @@ def _check_music_budget(request, score, tok, max_seconds, music_tokens, planned:
                 + (f" (of which {budget['score_tokens']} are the lead sheet)" if budget["score_tokens"] else ""))
         raise ValueError(f"max_seconds = {max_seconds:g} s ({music_tokens} music tokens) does not fit the "
                          f"{CONTEXT}-token context: at most {fit:.2f} s ({budget['music_tokens_max']} tokens) fit "
-                         f"{what}. Lower max_seconds to {int(fit)} or less, or shorten the lyrics/style/score.")
+                         f"{what}. " + (f"Lower max_seconds to {int(fit)} or less, or shorten the lyrics/style/score."
+                                         if fit >= 1 else "Not even 1 s of music fits: shorten the lyrics, style or "
+                                         "score."))
     return budget
 
 

@@ -42,6 +42,12 @@ CUT_TOOLTIP = ("Where the new part starts: seconds (\"12.5s\" or \"12.5\"), a ba
                "its last.")
 
 
+def _check_max_seconds(value) -> None:
+    """max_seconds: 0 = the song's own budget, else a finite number of seconds (NaN passes ComfyUI's range check)."""
+    if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")) or value < 0:
+        raise ValueError(f"max_seconds must be 0 (the song's own budget) or a finite number of seconds; got {value!r}")
+
+
 class _ReachedModel(AttributeError):
     """The dry run got as far as the model: every input check passed."""
 
@@ -206,6 +212,7 @@ class YuE2Regenerate(io.ComfyNode):
                 max_seconds=0.0) -> io.NodeOutput:
         if not isinstance(cut, str) or not cut.strip():
             raise ValueError("cut is empty: give seconds (\"12.5s\"), a bar (\"bar 9\") or a token (\"token 312\")")
+        _check_max_seconds(max_seconds)
         parent_name = f"{SUBFOLDER}/{song.path.name}"
         args = dict(new_score=_new_score(score, song), seed=None if seed < 0 else seed, crossfade_s=crossfade_s,
                     budgets=Budgets(max_seconds=max_seconds) if max_seconds > 0 else None, parent_name=parent_name)

@@ -84,9 +84,9 @@ async def read_json_object(request: web.Request, limit: int = MAX_BODY_BYTES) ->
         payload = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise RequestRefused("The request body is not UTF-8 text; send a JSON object.") from None
-    except ValueError:
-        raise RequestRefused("The request body is not valid JSON; send a JSON object such as "
-                             "{\"abc\": \"X:1 ...\"} with Content-Type: application/json.") from None
+    except (ValueError, RecursionError):
+        raise RequestRefused("The request body is not valid JSON (or is nested too deeply); send a JSON object such "
+                             "as {\"abc\": \"X:1 ...\"} with Content-Type: application/json.") from None
     if not isinstance(payload, dict):
         raise RequestRefused(f"The request body must be a JSON object, not a JSON {_json_type(payload)}.")
     return payload

@@ -38,13 +38,44 @@ class ProgressLine:
             self.stream.write("\n")
 
 
+MAX_TEXT_FILE = 1 << 20  # style, lyrics and score files: 1 MiB is ~40× what the context can hold
+
+
 def _read_text(path: str | None, inline: str | None, what: str) -> str:
+    """The text of a --*-file option (a regular file of at most 1 MiB, UTF-8), else the inline value."""
     if path:
+        p = Path(path)
         try:
-            return Path(path).read_text("utf-8")
+            if not p.is_file():
+                raise YuE2Error(f"cannot read the {what} file {path}: it is not a regular file (or does not exist)")
+            if p.stat().st_size > MAX_TEXT_FILE:
+                raise YuE2Error(f"the {what} file {path} is {p.stat().st_size:,} bytes; at most {MAX_TEXT_FILE:,} "
+                                "are accepted (the 24,576-token context holds far less)")
+            return p.read_text("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise YuE2Error(f"cannot read the {what} file {path}: {exc}") from None
     return inline or ""
+
+
+def _check_device(device: str) -> None:
+    """--device must name a device torch has here: auto, cpu, cuda, cuda:N (N < device count), mps."""
+    import torch
+    if device == "auto":
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise YuE2Error(f"--device {device!r} is not a device name; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise YuE2Error(f"--device {device}: no CUDA GPU is available here; use --device cpu (or auto)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise YuE2Error(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise YuE2Error(f"--device {device}: MPS is not available here; use --device cpu (or auto)")
+    elif dev.type != "cpu":
+        raise YuE2Error(f"--device {device}: only cpu, cuda and mps are supported")
 
 
 def _load_engine(args, checkpoint=None, how=None):
@@ -84,6 +115,7 @@ def cmd_generate(args) -> int:
     from .protocol import SongRequest
 
     out = _check_output(args.output)
+    _check_device(args.device)
     request = SongRequest(style=_read_text(args.style_file, args.style, "style"),
                           lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics"), cot=args.cot, seed=args.seed,
                           abc=_read_text(args.abc_file, None, "ABC") if args.abc_file else None,
@@ -111,10 +143,16 @@ def cmd_generate(args) -> int:
 
 
 def _check_output(output: str) -> Path:
-    """The output directory must be new or empty (songs are never overwritten); checked before any work."""
+    """The output directory must be new or empty (songs are never overwritten) and its parent writable; checked
+    before any work."""
     out = Path(output)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise YuE2Error(f"cannot create {out}: {parent} is not a writable folder")
     return out
 
 
@@ -141,6 +179,7 @@ def cmd_render(args) -> int:
     from .protocol import SongRequest
 
     _check_output(args.output)
+    _check_device(args.device)
     _check_steps(args.steps)
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     recorded = None if args.checkpoint or os.environ.get("YUE2_CHECKPOINT") else _song_checkpoint(args.song)
@@ -198,7 +237,12 @@ def cmd_inspect(args) -> int:
 
 def cmd_make_synthetic(args) -> int:
     from .synthetic import write_synthetic_checkpoint
-    report = write_synthetic_checkpoint(args.output, profile=args.profile, fmt=args.format, seed=args.seed)
+    if Path(args.output).is_dir():
+        raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")
+    try:
+        report = write_synthetic_checkpoint(args.output, profile=args.profile, fmt=args.format, seed=args.seed)
+    except OSError as exc:
+        raise YuE2Error(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(json.dumps(report, indent=2, default=str))
     return 0
 

@@ -172,8 +172,15 @@ def _load_ids(path: Path, low: int, high: int) -> list[int]:
     return [int(x) for x in arr.tolist()]
 
 
+MAX_JSON_BYTES = 16 * 2 ** 20  # request/config/result files are a few kB; anything this large is not ours
+
+
 def _load_json(path: Path, what: str) -> dict:
     try:
+        if path.is_symlink():
+            raise ArtifactError(f"{path} is a symbolic link; a song directory holds plain files only")
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise ArtifactError(f"{path} is {path.stat().st_size:,} bytes: too large to be {what}")
         obj = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError, RecursionError) as exc:  # ValueError covers JSON and UTF-8 decoding errors
         raise ArtifactError(f"{path} is damaged or not {what} ({type(exc).__name__})") from None
@@ -193,6 +200,21 @@ def _int_field(value, what: str, high: int = 2 ** 63 - 1) -> int:
     if type(value) is not int or not 0 <= value <= high:
         raise ArtifactError(f"{what} must be an integer in [0, {high}], got {value!r}")
     return value
+
+
+def _check_request(request: dict, root: Path) -> None:
+    """request.json must describe a valid request (style/lyrics text, cot, seed, cfg) — a tampered one is refused
+    here instead of failing later in another node."""
+    from .errors import RequestError
+    from .protocol import SongRequest
+    try:
+        SongRequest(style=request.get("style", ""), lyrics=request.get("lyrics", ""), cot=request.get("cot", "full"),
+                    seed=request.get("seed", 0), abc=None, cfg_scale=request.get("cfg_scale")).validate()
+    except RequestError as exc:
+        raise ArtifactError(f"{root}/request.json is not a valid request: {exc}") from None
+    abc = request.get("abc")
+    if abc is not None and not isinstance(abc, str):
+        raise ArtifactError(f"{root}/request.json: 'abc' must be text or null")
 
 
 REQUIRED_FILES = ("abc_tokens.npy", "prefix.npy", "semantic.npy", "request.json", "config.json")
@@ -238,6 +260,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
             raise ArtifactError(f"{root}: {name} does not match its sha256 in result.json (modified or damaged). "
                                 "To use an edited score, edit score.abc and load with the model's tokenizer.")
     request = _load_json(root / "request.json", "a song request")
+    _check_request(request, root)
     config = _load_json(root / "config.json", "a song config")
     missing = [k for k in ("style", "lyrics", "cot", "seed") if k not in request]
     if missing:

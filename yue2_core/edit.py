@@ -177,6 +177,9 @@ def check_checkpoint(recorded: dict | None, info=None, dims=None) -> list[str]:
     are the same model). Raises CheckpointMismatch naming each difference; returns warnings (e.g. nothing recorded)."""
     if not recorded:
         return ["the song does not record its checkpoint; assuming it was made with the loaded model"]
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("dims", {}), dict):
+        raise CheckpointMismatch("the song's config.json has a malformed 'checkpoint' entry (expected the object the "
+                                 "pack writes); it cannot be checked against the loaded model")
     current = info.to_dict() if info is not None else {"dims": dict(dims.__dict__) if dims is not None else {}}
     diffs = []
     old_dims, new_dims = recorded.get("dims") or {}, current.get("dims") or {}
@@ -229,7 +232,8 @@ def bar_starts(abc: str | None) -> list[tuple[int, float]]:
 
 
 _BAR_RE = re.compile(r"\s*(?:bar|b|m)\s*[:#=]?\s*(\d+)\s*", re.I)
-_SEC_RE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(?:s|sec|seconds)?\s*", re.I)
+_SEC_FULL = re.compile(r"\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)\s*(?:s|sec|seconds)?\s*", re.I)
+MAX_CUT_TEXT = 64  # a cut is a short text; longer ones are refused before any matching
 _TOK_RE = re.compile(r"\s*(?:token|tok|t)\s*[:#=]?\s*(-?\d+)\s*", re.I)
 
 
@@ -250,7 +254,10 @@ def _parse_cut(cut) -> tuple[str, float]:
                 raise RequestError(f"a {kind} cut must be a whole number, got {value!r}")
             return kind, value
     if isinstance(cut, str):
-        for kind, rx in (("bar", _BAR_RE), ("token", _TOK_RE), ("seconds", _SEC_RE)):
+        if len(cut) > MAX_CUT_TEXT:
+            raise RequestError(f"the cut is {len(cut)} characters long; give seconds (\"12.5s\"), a bar (\"bar 9\") "
+                               f"or a token index (\"token 312\") in at most {MAX_CUT_TEXT} characters")
+        for kind, rx in (("bar", _BAR_RE), ("token", _TOK_RE), ("seconds", _SEC_FULL)):
             m = rx.fullmatch(cut)
             if m:
                 return kind, float(m.group(1)) if kind == "seconds" else int(m.group(1))

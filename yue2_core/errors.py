@@ -31,5 +31,10 @@ class ArtifactError(YuE2Error):
     """A song directory cannot be written or read (exists, unwritable, hash mismatch, unsafe name)."""
 
 
+class NumericalError(YuE2Error, FloatingPointError):
+    """The model produced non-finite numbers (NaN/inf logits, latents or audio): the weights are damaged or do not
+    belong to this model. Raised instead of sampling or saving garbage."""
+
+
 class Cancelled(YuE2Error):
     """Generation was cancelled by the caller; nothing partial was kept."""

@@ -209,7 +209,7 @@ def solve(renderer: ChunkRenderer, noise: torch.Tensor, steps: int = 32,
           on_step: Callable[[int, int], None] | None = None, states: list | None = None) -> torch.Tensor:
     """Explicit midpoint ODE from t = 1 to 0: mid = x − v1·dt/2, x ← x − v2·dt, all in the model dtype.
     noise [n, 64] fp32 → latents [n, 64] fp32 on CPU. `states` (optional list) receives each step's start state and
-    the final one. Raises FloatingPointError on a non-finite result."""
+    the final one. Raises NumericalError (a FloatingPointError) on a non-finite result."""
     nar = renderer.nar
     state = noise.to(device=nar.device, dtype=nar.dtype)
     dt = 1.0 / steps
@@ -225,7 +225,9 @@ def solve(renderer: ChunkRenderer, noise: torch.Tensor, steps: int = 32,
     if states is not None:
         states.append(result)
     if not torch.isfinite(result).all():
-        raise FloatingPointError("flow matching produced non-finite latents")
+        from .errors import NumericalError
+        raise NumericalError("flow matching produced non-finite latents (NaN/inf): the NAR weights look damaged — "
+                             "download the checkpoint again")
     return result
 
 

@@ -20,6 +20,7 @@ from .constants import (ABC_END, ABC_START, CODEC_OFFSET, CODEC_SIZE, CONTEXT, C
 from .errors import BudgetError, RequestError, ScoreError
 
 SEED_MAX = 2 ** 63 - 1
+MAX_TEXT_CHARS = 200_000  # style / lyrics / score: ~8× the whole context even at one character per token
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,179}")
 #: Windows device names: a file or folder called CON, nul.txt, … cannot be created there (or talks to a device).
 RESERVED_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)),
@@ -140,6 +141,9 @@ class SongRequest:
         for name in ("style", "lyrics"):
             if not isinstance(getattr(self, name), str):
                 raise RequestError(f"{name} must be text, got {type(getattr(self, name)).__name__}")
+            if len(getattr(self, name)) > MAX_TEXT_CHARS:
+                raise BudgetError(f"{name} is {len(getattr(self, name)):,} characters: far beyond what the "
+                                  f"{CONTEXT}-token context holds (at most {MAX_TEXT_CHARS:,} characters are accepted)")
             _check_text(name, getattr(self, name))
         if not _is_int(self.seed) or not 0 <= self.seed <= SEED_MAX:
             raise RequestError(f"seed must be an integer in [0, 2^63−1], got {self.seed!r}")
@@ -153,6 +157,9 @@ class SongRequest:
             if self.cot == "off":
                 raise RequestError("an ABC score was given with cot='off'; off mode has no score — "
                                    "use cot='full' or 'melody', or remove the score")
+            if len(self.abc) > MAX_TEXT_CHARS:
+                raise BudgetError(f"the ABC score is {len(self.abc):,} characters: far beyond what the {CONTEXT}-token "
+                                  f"context holds (at most {MAX_TEXT_CHARS:,} characters are accepted)")
             if not self.abc.strip():
                 raise ScoreError("the ABC score is empty or whitespace; give a score or leave it unset to let the "
                                  "model write one")

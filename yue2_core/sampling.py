@@ -77,6 +77,10 @@ def process_logits(logits: torch.Tensor, sampling: Sampling, history: list[int],
 def draw(scores: torch.Tensor, temperature: float, generator: torch.Generator) -> int:
     """Pick the next id from processed scores: argmax at temperature 0, else one multinomial draw from
     softmax(scores) with the phase's generator (on CPU when the scores live on a device without a generator)."""
+    if torch.isnan(scores).any() or not torch.isfinite(scores).any():
+        from .errors import NumericalError
+        raise NumericalError("the model produced NaN logits (or no allowed token has a finite score): the AR weights "
+                             "look damaged — download the checkpoint again")
     if temperature == 0:
         return int(scores.argmax(-1))
     probs = scores.softmax(-1)

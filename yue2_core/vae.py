@@ -180,7 +180,9 @@ class VAEDecoder(nn.Module):
 def to_waveform(audio: torch.Tensor) -> torch.Tensor:
     """Post-processing of the reference pipeline: reject non-finite audio, hard-clip to [−1, 1]."""
     if not torch.isfinite(audio).all():
-        raise FloatingPointError("the VAE produced non-finite audio")
+        from .errors import NumericalError
+        raise NumericalError("the VAE produced non-finite audio (NaN/inf): the VAE weights look damaged — "
+                             "download the checkpoint again")
     return audio.float().clamp(-1.0, 1.0)
 
 

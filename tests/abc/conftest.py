@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,18 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-CORPUS = Path(__file__).with_name("corpus")
-CASES = json.loads((CORPUS / "cases.json").read_text(encoding="utf-8"))
-GENERATED = json.loads((CORPUS / "generated.json").read_text(encoding="utf-8"))
-
-
-def read(name: str) -> str:
-    """Text of a corpus file."""
-    return (CORPUS / name).read_text(encoding="utf-8")
-
-
-VALID = sorted([f"{name}.abc" for name in GENERATED] + [n for n, case in CASES.items() if not case["errors"]])
-INVALID = sorted(n for n, case in CASES.items() if case["errors"])
+sys.path.insert(0, str(Path(__file__).parent))
+from abc_corpus import read  # noqa: E402
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import make_corpus
 import pytest
-from conftest import CASES, GENERATED, VALID, read
+from abc_corpus import CASES, GENERATED, VALID, read
 
 from yue2_core.abc import parse, structure, timeline, validate
 

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from importlib.util import find_spec
 
 import pytest
-from conftest import read
+from abc_corpus import read
 
 from yue2_core.abc import AbcError, engrave, parse, structure
 from yue2_core.abc.musicxml import pieces, to_musicxml

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import read
+from abc_corpus import read
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

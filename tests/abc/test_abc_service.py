@@ -7,7 +7,7 @@ import os
 from importlib.util import find_spec
 
 import pytest
-from conftest import read
+from abc_corpus import read
 
 from yue2_core.abc import analyze
 

@@ -6,7 +6,7 @@ import re
 from fractions import Fraction
 
 import pytest
-from conftest import INVALID, VALID, read
+from abc_corpus import INVALID, VALID, read
 
 from yue2_core.abc import (
     AbcError,

@@ -8,20 +8,7 @@ import os
 import pytest
 
 # 4/4 at Q:1/4=240 → one bar = 1.0 s = 25 tokens; bars 1…4 start at 0, 1, 2, 3 s.
-SCORE = """X:1
-T:
-M:4/4
-L:1/32
-Q:1/4=240
-V: Vocal clef=treble name="Vocal Melody" snm="Vocal"
-V: Ins clef=treble name="Ins Melody" snm="Inst."
-K:C
-% verse
-V: Vocal
-"C"c8d8e8f8|"G"g16e16|"Am"a8g8e8c8|"F"f32|
-V: Ins
-C32|G,32|A,32|F,32|
-"""
+from edit_data import SCORE  # noqa: E402,F401
 PARENT_SECONDS = 2.4  # 60 tokens; min_tokens shrinks to 60, so the parent is exactly 60 tokens long
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import SCORE
+from edit_data import SCORE
 from yue2_core.artifacts import save_song
 from yue2_core.candidates import (RELEASE_KV, candidates, check_memory, kv_bytes_per_song, max_candidates,
                                   take_seeds)

@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from conftest import SCORE
+from edit_data import SCORE
 from yue2_core import edit
 from yue2_core.artifacts import load_song, save_song
 from yue2_core.checkpoint import inspect_checkpoint

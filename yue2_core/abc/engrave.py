@@ -41,8 +41,30 @@ def engrave(text: str, *, page_width: int = 2100, scale: int = 40) -> dict:
     return render(parse(text), page_width=page_width, scale=scale)
 
 
+MAX_NOTES_PER_BAR = 128  # a 4/4 bar at L:1/32 holds at most 32 notes; Verovio's time grows super-linearly per bar
+MAX_NOTES = 6000  # ≈ 10 minutes of a busy two-voice score; engraving holds the Python lock, so it is bounded
+
+
+def check_size(score) -> None:
+    """Refuse to engrave scores whose size would stall the caller (Verovio runs native code without releasing the
+    Python lock: 8,000 notes in one bar take ~50 s). Raises AbcError(code="too-large-to-engrave")."""
+    total = 0
+    for voice, bars in score.voices.items():
+        for bar in bars:
+            n = len(bar.notes)
+            total += n
+            if n > MAX_NOTES_PER_BAR:
+                raise AbcError(f"bar {bar.number} of voice {voice} has {n} notes; the engraver draws at most "
+                               f"{MAX_NOTES_PER_BAR} per bar (the text is still checked)", code="too-large-to-engrave",
+                               line=bar.line)
+    if total > MAX_NOTES:
+        raise AbcError(f"the score has {total} notes; the engraver draws at most {MAX_NOTES} (the text is still "
+                       "checked)", code="too-large-to-engrave")
+
+
 def render(score, *, page_width: int = 2100, scale: int = 40) -> dict:
-    """`engrave` for an already parsed score."""
+    """`engrave` for an already parsed score (raises AbcError for scores too large to engrave, see `check_size`)."""
+    check_size(score)
     verovio = _toolkit()
     xml = to_musicxml(score)
     with _LOCK:

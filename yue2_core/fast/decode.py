@@ -366,7 +366,11 @@ class PhaseDecoder:
             attn_len = min(self.capacity, math.ceil((max_prefix + steps + n) / BUCKET) * BUCKET)
             self._run_block(n, attn_len)
             steps += n
-            done = self.done.cpu()
+            flags = torch.stack([self.done.all(), torch.isnan(self.logits).any()]).cpu()  # the block's one sync
+            if bool(flags[1]):
+                from ..errors import NumericalError
+                raise NumericalError("the model produced NaN logits: the AR weights look damaged — download the "
+                                     "checkpoint again")
             if first_s is None:
                 first_s = time.perf_counter() - t0
             if on_token is not None:
@@ -376,7 +380,7 @@ class PhaseDecoder:
                     if tok == self.slice.start + self.slice.end_col:
                         break
                 reported = steps
-            if bool(done.all()):
+            if bool(flags[0]):
                 break
         out = self.out[:, :steps].cpu().tolist()
         seconds = time.perf_counter() - t0
