@@ -1,0 +1,81 @@
+"""Inputs found by the adversarial review (each was a hang, a raw exception or a silent change before the fix)."""
+import json
+import time
+
+import pytest
+import torch
+
+from robust_helpers import assert_cli_error, copy, make_song, patch_tensor, run_cli
+from yue2_core.errors import ArtifactError, BudgetError, NumericalError, RequestError
+
+
+def test_engraving_refuses_huge_bars_fast():
+    from yue2_core.abc import service
+    head = "X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=120\nV: Vocal clef=treble name=\"Vocal Melody\" snm=\"Vocal\"\n" \
+           "V: Ins clef=treble name=\"Ins Melody\" snm=\"Inst.\"\nK:C\n"
+    text = head + "V: Vocal\n" + "C" * 9000 + "|\nV: Ins\nC32|\n"
+    t0 = time.perf_counter()
+    out = service.analyze({"abc": text, "engrave": True})
+    assert time.perf_counter() - t0 < 10
+    assert out["svg"] is None and "at most 128 per bar" in out["svg_error"]
+
+
+def test_long_cut_text_refused_fast():
+    from yue2_core.edit import resolve_cut
+    t0 = time.perf_counter()
+    with pytest.raises(RequestError, match="at most 64 characters"):
+        resolve_cut("9" * 30000 + "x", 100)
+    with pytest.raises(RequestError, match="at most 64 characters"):
+        resolve_cut("token " + "9" * 5000, 100)
+    assert time.perf_counter() - t0 < 1
+
+
+def test_nan_ar_weight_raises_numerical_error(tiny_paths, tmp_path):
+    from yue2_core.pipeline import Budgets, YuE2Engine
+    from yue2_core.protocol import SongRequest
+    path = copy(tiny_paths["bf16"], tmp_path / "nan.safetensors")
+    patch_tensor(path, "text_encoders.model.layers.0.input_layernorm.weight", lambda t: t * float("nan"))
+    engine = YuE2Engine.load(path, device="cpu")
+    with pytest.raises(NumericalError, match="NaN logits"):
+        engine.generate(SongRequest("pop", "la", cot="off"), Budgets(max_seconds=1))
+
+
+def test_text_over_the_cap_refused():
+    from yue2_core.protocol import SongRequest
+    with pytest.raises(BudgetError, match="at most 200,000 characters"):
+        SongRequest("x" * 200_001, "la").validate()
+    with pytest.raises(BudgetError, match="at most 200,000 characters"):
+        SongRequest("s", "l", abc="X" * 200_001).validate()
+
+
+def test_tampered_request_json_refused(tmp_path):
+    from yue2_core.artifacts import load_song, save_song
+    root = save_song(make_song(), tmp_path / "song")
+    req = json.loads((root / "request.json").read_text())
+    req["style"] = ["x"]
+    data = json.dumps(req).encode()
+    (root / "request.json").write_bytes(data)
+    res = json.loads((root / "result.json").read_text())
+    import hashlib
+    res["artifacts"]["request.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (root / "result.json").write_text(json.dumps(res))
+    with pytest.raises(ArtifactError, match="request.json is not a valid request: style must be text"):
+        load_song(root)
+
+
+def test_malformed_checkpoint_entry_refused():
+    from yue2_core.edit import CheckpointMismatch, check_checkpoint
+    with pytest.raises(CheckpointMismatch, match="malformed 'checkpoint' entry"):
+        check_checkpoint("/etc/passwd")
+
+
+def test_cli_special_files_and_devices(tmp_path):
+    assert_cli_error(run_cli("generate", "--lyrics-file", "/dev/zero", "--output", tmp_path / "a", "--offline"),
+                     "not a regular file")
+    assert_cli_error(run_cli("generate", "--device", "bogus", "--output", tmp_path / "b", "--offline"),
+                     "is not a device name")
+    if not torch.cuda.is_available():
+        assert_cli_error(run_cli("generate", "--device", "cuda", "--output", tmp_path / "c", "--offline"),
+                         "no CUDA GPU is available")
+    assert_cli_error(run_cli("generate", "--output", "/dev/null/x", "--offline"), "is not a writable folder")
+    assert_cli_error(run_cli("make-synthetic", "--output", tmp_path), "is a folder")
