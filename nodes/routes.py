@@ -7,7 +7,8 @@
 ComfyUI also serves each under /api/... (PromptServer.add_routes). Every answer is JSON; every refusal is a 4xx with
 {"error": "<what is wrong and what is accepted>"}; an unexpected failure is a 500 with a one-line message (the
 traceback goes to the server log, never to the client). The work itself (parsing, engraving, tokenizing) runs in a
-worker thread so the server's event loop stays free.
+worker thread; Verovio's engraving does not release the Python lock, so scores are bounded before engraving
+(yue2_core.abc.engrave.check_size: 128 notes per bar, 6,000 in all) to keep the server responsive.
 
 Registration happens when this module is imported (nodes/__init__.py imports it). Outside a running ComfyUI server
 (no `server` module, or no PromptServer.instance) nothing is registered and nothing is raised.
