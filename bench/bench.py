@@ -200,9 +200,17 @@ def ar_bf16(eng, n, compile_ok):
     base1 = baseline_rate(eng.ar, sem_p, s, "semantic")
     ours_plain, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False, fused=False)
     record("AR decode bf16 batch 1 (graph, torch ops)", ours_plain, base1, "tok/s")
+    os.environ["YUE2_DECODE_ATTN"] = "torch"
+    try:
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_ta, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
+    finally:
+        os.environ.pop("YUE2_DECODE_ATTN")
+    record("AR decode bf16 batch 1 (graph + fused kernels, torch attention)", ours_ta, base1, "tok/s")
     ours1, t1 = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
-    record("AR decode bf16 batch 1 (graph + fused kernels)", ours1, base1, "tok/s",
-           f"fused={t1.get('fused_kernels')}; capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
+    record("AR decode bf16 batch 1 (graph + fused kernels + split attention)", ours1, base1, "tok/s",
+           f"fused={t1.get('fused_kernels')}, attention={t1.get('decode_attention')}; "
+           f"capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
     best = ours1
     if compile_ok:
         ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)

@@ -111,8 +111,8 @@ class YuE2Model:
                 if part == "nar" and load_dev.type == "cuda":
                     # The engine renders on CUDA with the NAR's int8 linears dequantized to bf16 (faster GEMMs) and
                     # converts them in place on first use; do it here, before ComfyUI sizes the model, so its memory
-                    # accounting matches what it moves.
-                    float_linears(module)
+                    # accounting matches what it moves. The arithmetic runs on the GPU (seconds on a CPU).
+                    float_linears(module, work_device=load_dev)
             holder = PART_CLASSES[part](part, module, offload_dev)
             self._patchers[part] = comfy.model_patcher.ModelPatcher(
                 holder, load_device=load_dev, offload_device=offload_dev, size=mm.module_size(holder))

@@ -122,6 +122,14 @@ def test_sampler_on_cuda_matches_fixtures():
             # bf16 pow/softmax/cumsum round differently on CUDA than on the CPU that made the fixture, so the top-p
             # cut can move by an entry or two: allow at most 2 differing ids, all among the 4 lowest-scored
             # candidates of the union (observed on an H200: cfg.legacy_off.step250 swaps two boundary entries)
+            # The fast sampler must equal the reference processor run on the same device exactly:
+            from yue2_core.sampling import process_logits
+            hist = v[inp["history"]].tolist()
+            on_cuda = process_logits(v[inp["logits"]], s, hist, inp["step"], phase, inp["legacy_off"])
+            same = set(torch.isfinite(on_cuda).nonzero().flatten().tolist())
+            print(f"{name}: fast sampler vs reference processor on CUDA: {len(finite ^ same)} ids differ; "
+                  f"vs CPU fixture: {len(finite ^ expect)}")
+            assert finite == same, (name, sorted(finite ^ same))
             diff = finite ^ expect
             ref_vals = dict(zip(v[name + ".scores.ids"].tolist(), v[name + ".scores.values"].float().tolist()))
             vals = {i: ref_vals[i] if i in ref_vals else float(dense[i]) for i in finite | expect}
@@ -178,3 +186,43 @@ def test_nar_fused_matches_unfused(engines):
     a = N.ChunkRenderer(eng.nar, eng.ar.layer_kv(toks), 50, fused=False).velocity(st, 0.3)
     b = N.ChunkRenderer(eng.nar, eng.ar.layer_kv(toks), 50, fused=True).velocity(st, 0.3)
     assert (a.float() - b.float()).abs().max() <= 0.02  # the nar.velocity bf16 parity tolerance
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("rows,attn_len", [(1, 1024), (2, 3072), (8, 24576)])
+def test_decode_attention_kernel_matches_sdpa(rows, attn_len):
+    """Split-length decode attention at the real head shape (16 q / 8 kv heads of 128, bf16) against fp32
+    softmax attention, rows at different positions; the error must stay at bf16 rounding level."""
+    import math
+    from yue2_core.fast import fused
+    torch.manual_seed(0)
+    k = torch.randn(rows, 8, attn_len, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    q = torch.randn(rows, 16, 128, device="cuda", dtype=torch.bfloat16)
+    pos = torch.linspace(0, attn_len - 1, rows, device="cuda").long()
+    got = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128)).float()
+    s = q.float().view(rows, 8, 2, 128) @ k.float().transpose(-1, -2) / math.sqrt(128)
+    s = s.masked_fill(~(torch.arange(attn_len, device="cuda")[None] <= pos[:, None])[:, None, None], float("-inf"))
+    ref = (s.softmax(-1) @ v.float()).reshape(rows, -1)
+    err = (got - ref).abs().max().item()
+    print(f"decode attention rows={rows} len={attn_len}: max |Δ| {err:.2e} (ref max {ref.abs().max().item():.2f})")
+    assert err < 2e-2
+
+
+def test_float_linears_on_the_gpu_for_a_cpu_module(tiny_paths):
+    """The nodes dequantize the NAR (still on the CPU) with the GPU doing the arithmetic: the weights must equal
+    the CPU's dequantization to bf16 rounding and stay on the CPU."""
+    from yue2_core.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.nar import float_linears
+    info = inspect_checkpoint(tiny_paths["int8"])
+    a, b = load_nar(info, "cpu", torch.bfloat16), load_nar(info, "cpu", torch.bfloat16)
+    float_linears(a)
+    float_linears(b, work_device="cuda")
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    assert pa.keys() == pb.keys()
+    worst = 0.0
+    for name, w in pa.items():
+        assert pb[name].device.type == "cpu", name
+        worst = max(worst, ((pb[name].float() - w.float()).abs().max() / w.float().abs().max().clamp_min(1e-12)).item())
+    print(f"float_linears on CUDA vs CPU: max relative difference {worst:.2e}")
+    assert worst <= 1e-2

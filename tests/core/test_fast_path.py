@@ -161,12 +161,60 @@ def test_fused_decode_kernels_in_interpreter(tiny_paths):
         "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"
         "    d._allocate(); d._prefill(); decs.append(d)\n"
         "a, b = decs\n"
+        "b.attn_kernel = False  # the split attention kernel sums in another order (tested below)\n"
         "for step in range(3):\n"
         "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
         "    a._forward(a.capacity); b._forward_fused(b.capacity)\n"
         "    for d in decs: d.pos.add_(1)\n"
         "    assert torch.equal(a.logits, b.logits), step\n"
         "    assert all(torch.equal(x, y) for x, y in zip(a.k + a.v, b.k + b.v)), step\n"
+        "print('ok')\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_decode_attention_kernel_in_interpreter(tiny_paths):
+    """The split-length decode attention (Triton CPU interpreter) against fp32 softmax attention: rows at
+    different positions (0, mid, last), one split and several, fp32 (exact up to summation order) and fp16; then
+    inside the fused decode step, whose logits must stay within fp16 rounding of the unfused step."""
+    pytest.importorskip("triton")
+    code = (
+        "import math, torch\n"
+        "from yue2_core.fast import fused\n"
+        "torch.manual_seed(0)\n"
+        "for dt, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3)):\n"
+        "    for sms in (1, 64):\n"
+        "        R, nkv, g, D, cap, L = 3, 2, 2, 16, 100, 96\n"
+        "        q = torch.randn(R, nkv * g, D).to(dt)\n"
+        "        k, v = torch.randn(R, nkv, cap, D).to(dt), torch.randn(R, nkv, cap, D).to(dt)\n"
+        "        pos = torch.tensor([0, 37, 95])\n"
+        "        got = fused.decode_attention(q, k, v, pos, L, 1 / math.sqrt(D), sms=sms).float()\n"
+        "        s = q.float().view(R, nkv, g, D) @ k[:, :, :L].float().transpose(-1, -2) / math.sqrt(D)\n"
+        "        s = s.masked_fill(~(torch.arange(L)[None] <= pos[:, None])[:, None, None], float('-inf'))\n"
+        "        ref = (s.softmax(-1) @ v[:, :, :L].float()).reshape(R, -1)\n"
+        "        err = (got - ref).abs().max().item()\n"
+        "        assert err < tol, (dt, sms, err)\n"
+        "        assert torch.equal(got[0], v[0, :, 0].float().repeat_interleave(g, 0).reshape(-1)) or dt != torch.float32\n"
+        "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
+        "from yue2_core.fast import decode as fd\n"
+        "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
+        f"info = inspect_checkpoint({tiny_paths['bf16']!r})\n"
+        "ar = load_ar(info, 'cpu', torch.float16)\n"
+        "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
+        "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n"
+        "decs = []\n"
+        "for _ in range(2):\n"
+        "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"
+        "    d._allocate(); d._prefill(); decs.append(d)\n"
+        "a, b = decs\n"
+        "b.attn_kernel = True  # on CPU the decoder defaults to the torch ops; the kernels run in the interpreter\n"
+        "for step in range(3):\n"
+        "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
+        "    a._forward(a.capacity); b._forward_fused(b.capacity)\n"
+        "    for d in decs: d.pos.add_(1)\n"
+        "    rel = ((a.logits.float() - b.logits.float()).norm() / a.logits.float().norm()).item()\n"
+        "    assert rel < 1e-2, (step, rel)\n"
         "print('ok')\n")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
@@ -194,3 +242,27 @@ def test_fused_nar_velocity_in_interpreter(tiny_paths):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_float_linears_replaces_every_int8_linear(tiny_paths):
+    """float_linears (the NAR on GPUs) swaps each ConvRotLinear for an nn.Linear holding its dequantized weight:
+    none is left, the weights equal `dequantized()`, and the velocity equals the int8 module's (whose CPU forward
+    multiplies by the same dequantized weight). A `work_device` equal to the module's device takes the same path."""
+    import torch
+    from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar
+    from yue2_core.nar import ChunkRenderer, float_linears
+    from yue2_core.quant import ConvRotLinear
+    info = inspect_checkpoint(tiny_paths["int8"])
+    ar = load_ar(info, "cpu", torch.float32)
+    a, b = load_nar(info, "cpu", torch.float32), load_nar(info, "cpu", torch.float32)
+    expect = {n: m.dequantized(torch.float32) for n, m in a.named_modules() if isinstance(m, ConvRotLinear)}
+    assert expect, "the int8 NAR must hold ConvRot linears"
+    toks = [151643] + list(range(100, 120)) + [151853 + i for i in range(8)] + [151852]
+    state = torch.randn(8, 64, generator=torch.Generator().manual_seed(0))
+    before = ChunkRenderer(a, ar.layer_kv(toks), 8, fused=False).velocity(state, 0.5)
+    assert float_linears(a) == len(expect) == float_linears(b, work_device="cpu")
+    mods = dict(a.named_modules())
+    assert not any(isinstance(m, ConvRotLinear) for m in mods.values())
+    assert all(torch.equal(mods[n].weight, w) for n, w in expect.items())
+    after = ChunkRenderer(a, ar.layer_kv(toks), 8, fused=False).velocity(state, 0.5)
+    assert torch.allclose(before, after, atol=1e-5), (before - after).abs().max()

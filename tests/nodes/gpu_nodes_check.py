@@ -15,6 +15,8 @@ every phase so a timeout still reports):
   - peak CUDA memory of each stage against the working-memory estimate passed to load_models_gpu;
   - with --reserve-gb (ComfyUI's --reserve-vram), that a stage offloads the other YuE2 parts when memory is short;
   - CUDA memory after each of several runs (flat), and after a Cancel during composing (back to the baseline);
+  - a Cancel inside each stage (planning, music tokens, NAR, VAE) via the progress callback, then a full song:
+    the Cancel raises ComfyUI's InterruptProcessingException, the next song runs, memory returns to the baseline;
   - --full: the same on a full-size synthetic int8 checkpoint (the release's dimensions): tokens/s and peaks.
 """
 from __future__ import annotations
@@ -123,6 +125,62 @@ def song(pack, ckpt: str, seed: int, seconds: float, abc_tokens: int, record: di
     record["samples"] = int(audio["waveform"].shape[-1])
     record["placement"] = placement(model)
     return model, tokens
+
+
+def cancel_each_stage(pack, ckpt: str) -> dict:
+    """Cancel inside each stage — planning, music tokens, NAR rendering, VAE decode — by pressing Cancel from the
+    nodes' progress callback once that stage has reported its first step; after each, one full song must run.
+    Records CUDA allocated MiB after the song before any Cancel (the baseline), after each Cancel and after the
+    song that follows it."""
+    import comfy.model_management as mm
+    import torch
+
+    def sync():
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    prog = sys.modules["yue2_nodes.progress"]
+    n = {c.__name__: c for c in pack.NODE_LIST}
+    model = n["YuE2CheckpointLoader"].execute(ckpt).args[0]
+    lyrics = "[verse]\nla la la"
+    _, tokens, _, _ = n["YuE2Composer"].execute(model, "pop", lyrics, "full", 5, 8.0, max_abc_tokens=64).args
+    latent = n["YuE2Renderer"].execute(model, tokens, 32, -1).args[0]
+    n["YuE2VAEDecode"].execute(model, latent)
+    song(pack, ckpt, 6, 4.0, 32, {})
+    sync()
+    rec = {"baseline_allocated_mb": cuda_mb()}
+    original = prog.StageProgress.__call__
+    for target in ("plan", "semantic", "render", "decode"):
+        def pressed(self, stage_name, done, total, info, _target=target):
+            if stage_name == _target and done >= 1:
+                mm.interrupt_current_processing(True)
+            return original(self, stage_name, done, total, info)
+        prog.StageProgress.__call__ = pressed
+        raised = None
+        try:
+            if target in ("plan", "semantic"):
+                n["YuE2Composer"].execute(model, "pop", lyrics, "full", 7, 8.0, max_abc_tokens=64)
+            elif target == "render":
+                n["YuE2Renderer"].execute(model, tokens, 32, 11)
+            else:
+                n["YuE2VAEDecode"].execute(model, latent)
+        except mm.InterruptProcessingException:
+            raised = "InterruptProcessingException"
+        finally:
+            prog.StageProgress.__call__ = original
+            mm.interrupt_current_processing(False)
+        sync()
+        after_cancel = cuda_mb()
+        ok = True
+        try:
+            song(pack, ckpt, 6, 4.0, 32, {})
+        except Exception as exc:  # noqa: BLE001 - recorded
+            ok = f"{type(exc).__name__}: {exc}"
+        sync()
+        rec[target] = {"raised": raised, "allocated_after_cancel_mb": after_cancel,
+                       "next_song_ok": ok, "allocated_after_next_song_mb": cuda_mb()}
+    rec["flat"] = all(rec[t]["allocated_after_next_song_mb"] <= rec["baseline_allocated_mb"] + 1.0
+                      for t in ("plan", "semantic", "render", "decode"))
+    return rec
 
 
 def live_cuda_tensors(exclude: set, top: int = 8) -> list:
@@ -294,6 +352,8 @@ def main() -> int:
         mm.interrupt_current_processing(False)
         rec["allocated_after_mb"] = cuda_mb()
         rec["reserved_after_mb"] = cuda_mb("memory_reserved")
+        save(out)
+        results["phases"]["cancel_each_stage"] = cancel_each_stage(pack, "tiny_bf16.safetensors")
         save(out)
         if a.full and time.perf_counter() - t_start < a.budget_s * 0.3:
             path = work / "ckpt" / "full_int8.safetensors"

@@ -85,3 +85,87 @@ def test_five_songs_in_a_row_keep_memory_flat(comfy, comfy_server, checkpoints):
         (Path(artifacts) / "nodes_rss.json").write_text(json.dumps(record, indent=1))
     assert record["spread_mb"] < RSS_TOLERANCE_MB, record
     assert record["growth_mb"] < RSS_TOLERANCE_MB / 2, record
+
+
+def test_cancel_while_rendering(comfy, comfy_server, checkpoints):
+    """Cancel in the NAR stage (the Composer's tokens come from ComfyUI's cache): execution_interrupted on the
+    Renderer, no song folder, and the next run succeeds."""
+    songs = comfy_server.output_dir / "yue2"
+
+    def prompt(render_seed, name):
+        p = _song_prompt(seed=4242, name=name)
+        p["6"] = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}}
+        p["2"]["inputs"].update({"abc_text": ["6", 0], "max_seconds": 8.0})
+        p["3"]["inputs"].update({"steps": 200, "seed": render_seed})  # 400 velocity evaluations: seconds on a CPU
+        return p
+
+    run(comfy, prompt(1, "render_warm"))  # composes once; the next prompts reuse the cached tokens
+    before = _entries(songs)
+    since = len(comfy_server.log_text())
+    prompt_id = comfy.queue(prompt(2, "render_cancelled"))
+    wait_for_log(comfy_server, "[YuE2] YuE2 Renderer: rendering", since)
+    time.sleep(0.3)
+    comfy.interrupt()
+    entry = comfy.wait(prompt_id, timeout=120, check=False)
+    messages = dict(entry["status"]["messages"])
+    assert "execution_interrupted" in messages, entry["status"]
+    assert messages["execution_interrupted"]["node_type"] == "YuE2Renderer"
+    assert _entries(songs) == before
+    entry = run(comfy, prompt(3, "after_render_cancel"))
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    assert (song_dir / "audio.flac").is_file()
+
+
+def _long_prompt(render_seed: int, name: str) -> dict:
+    """A given lead sheet (no planning) and 60 s of music: ~1,500 music tokens, about half a minute of sampling
+    and a few seconds of VAE decoding on a 2-core CPU, so a Cancel lands inside the stage it aims at."""
+    p = _song_prompt(seed=5, name=name)
+    p["6"] = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}}
+    p["2"]["inputs"].update({"abc_text": ["6", 0], "max_seconds": 60.0})
+    p["3"]["inputs"].update({"steps": 1, "seed": render_seed})
+    return p
+
+
+def _interrupted_at(entry: dict) -> str:
+    messages = dict(entry["status"]["messages"])
+    assert "execution_interrupted" in messages, entry["status"]
+    return messages["execution_interrupted"]["node_type"]
+
+
+def test_cancel_while_sampling_music_then_decoding(comfy, comfy_server, checkpoints):
+    """Cancel inside the music-token stage, then (after one full run) inside the VAE decode: each time the run stops
+    at that node, no song folder appears, the next run succeeds, and the server's resident memory after the run
+    that follows a Cancel is within RSS_TOLERANCE_MB of the same run before any Cancel."""
+    songs = comfy_server.output_dir / "yue2"
+    pid = comfy_server.proc.pid
+    before = _entries(songs)
+    since = len(comfy_server.log_text())
+    prompt_id = comfy.queue(_long_prompt(1, "music_cancelled"))
+    wait_for_log(comfy_server, "[YuE2] YuE2 Composer: sampling music tokens", since)
+    time.sleep(1.0)
+    comfy.interrupt()
+    entry = comfy.wait(prompt_id, timeout=120, check=False)
+    assert _interrupted_at(entry) == "YuE2Composer"
+    assert _entries(songs) == before
+
+    entry = run(comfy, _long_prompt(2, "long_song"), timeout=600)  # composes once; later prompts reuse the tokens
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    import numpy as np
+    frames = len(np.load(song_dir / "semantic.npy"))
+    assert frames >= 1000, f"only {frames} music frames: too short a VAE decode to aim a Cancel at"
+    rss_full = _rss_mb(pid)
+    before = _entries(songs)
+    since = len(comfy_server.log_text())
+    prompt_id = comfy.queue(_long_prompt(3, "decode_cancelled"))  # new render seed: Renderer and VAE Decode rerun
+    wait_for_log(comfy_server, "[YuE2] YuE2 VAE Decode: decoding", since)
+    time.sleep(0.2)
+    comfy.interrupt()
+    entry = comfy.wait(prompt_id, timeout=120, check=False)
+    assert _interrupted_at(entry) == "YuE2VAEDecode", f"the decode of {frames} frames ended before the Cancel"
+    assert _entries(songs) == before
+    entry = run(comfy, _long_prompt(4, "after_decode_cancel"), timeout=300)
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    assert (song_dir / "audio.flac").is_file()
+    rss_after = _rss_mb(pid)
+    print(f"\nserver VmRSS after a full long run {rss_full:.0f} MB, after cancels + the same run {rss_after:.0f} MB")
+    assert rss_after - rss_full < RSS_TOLERANCE_MB, (rss_full, rss_after)

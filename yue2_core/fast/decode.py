@@ -171,6 +171,8 @@ class PhaseDecoder:
         if fused is None:
             fused = self.device.type == "cuda" and os.environ.get("YUE2_FUSED", "1") != "0"
         self.fused = bool(fused) and fused_mod.available()
+        # split-length Triton decode attention inside the fused step (YUE2_DECODE_ATTN=torch: bmm + softmax)
+        self.attn_kernel = self.fused and os.environ.get("YUE2_DECODE_ATTN", "triton") != "torch"
         want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
 
@@ -258,16 +260,19 @@ class PhaseDecoder:
 
     def _forward_fused(self, attn_len: int):
         """Same maths as `_forward` with fused Triton kernels: per layer add+RMSNorm, QK-norm+RoPE+KV store and
-        SiLU·up each run as one kernel; the attention mask is built once per step."""
+        SiLU·up each run as one kernel, and the attention as a split-length decode kernel (`fused.decode_attention`;
+        with `attn_kernel` off: bmm + mask + softmax, the mask built once per step)."""
         from . import fused
         ar, d = self.ar, self.ar.dims
         x = ar.model.embed_tokens(self.tokens[:, None])
         if x.dtype != self.dtype:
             x = x.to(self.dtype)
         cos, sin = rope_cos_sin(self.pos, d.head_dim, d.rope_theta)
-        visible = torch.arange(attn_len, device=self.device)[None, :] <= self.pos[:, None]
-        bias = torch.zeros(self.R, 1, 1, attn_len, device=self.device).masked_fill_(~visible[:, None, None],
-                                                                                    float("-inf"))
+        bias = None
+        if not self.attn_kernel:
+            visible = torch.arange(attn_len, device=self.device)[None, :] <= self.pos[:, None]
+            bias = torch.zeros(self.R, 1, 1, attn_len, device=self.device).masked_fill_(~visible[:, None, None],
+                                                                                        float("-inf"))
         groups, scale = d.heads // d.kv_heads, 1.0 / math.sqrt(d.head_dim)
         delta = None
         for i, layer in enumerate(ar.model.layers):
@@ -277,9 +282,12 @@ class PhaseDecoder:
             q = fused.qk_norm_rope_store(qkv.reshape(self.R, -1), att_mod.q_norm.weight, att_mod.k_norm.weight,
                                          cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
                                          d.head_dim, d.eps)
-            keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
-            att = torch.add(bias, _scores(q.view(self.R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
-            h = (att.softmax(-1).to(self.dtype) @ values).reshape(self.R, 1, d.heads * d.head_dim)
+            if self.attn_kernel:
+                h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale)[:, None]
+            else:
+                keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
+                att = torch.add(bias, _scores(q.view(self.R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
+                h = (att.softmax(-1).to(self.dtype) @ values).reshape(self.R, 1, d.heads * d.head_dim)
             x, y = fused.add_rmsnorm(x, att_mod.o_proj(h), layer.post_attention_layernorm.weight, d.eps)
             delta = layer.mlp.down_proj(fused.silu_mul(layer.mlp.gate_up_proj(y).reshape(self.R, -1))[:, None])
         _, y = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps)
@@ -401,6 +409,7 @@ class PhaseDecoder:
                 "batch": self.G, "decoded_steps": steps, "forced_tokens": len(self.forced),
                 "execution": "cuda_graph" if self.graphs and self.graph_error is None else "eager_device_sampler",
                 "compiled_layers": self.fns is not None, "fused_kernels": self.fused and self.fns is None,
+                "decode_attention": "triton_split" if self.fused and self.fns is None and self.attn_kernel else "torch",
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
         self.release()
         return results

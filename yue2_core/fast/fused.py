@@ -4,6 +4,7 @@ PyTorch elementwise op computes in fp32 and rounds to the tensor dtype; the kern
     add_rmsnorm(x, delta, w)   x ← x + delta (rounded), y = (x · bf16(rsqrt(mean x² + eps))) · w   — 1 kernel
     qk_norm_rope_store(...)    QK-norm → split-half RoPE for q and k heads, k/v written to the KV cache — 1 kernel
     silu_mul(gate‖up)          silu(gate) · up                                                      — 1 kernel
+    decode_attention(...)      GQA decode attention, split over the cache length (flash-decoding)   — 2 kernels
 
 They replace ~50 small kernels per layer. `available()` is False without Triton (the torch ops are used then).
 """
@@ -95,6 +96,78 @@ def _kernels():
     return triton, add_rmsnorm_kernel, qk_rope_kernel, silu_mul_kernel
 
 
+@functools.lru_cache(maxsize=1)
+def _attention_kernels():
+    if _kernels() is None:
+        return None
+    triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
+
+    @triton.jit
+    def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK,
+                          NKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                          BL: tl.constexpr, IEEE: tl.constexpr):
+        # one program = (row r, kv head, split sp): the G query heads of that kv head against cache positions
+        # [sp·CHUNK, (sp+1)·CHUNK) ∩ [0, pos[r]]; writes the running max m, sum l and unnormalised output o.
+        r = tl.program_id(0)
+        kvh = tl.program_id(1)
+        sp = tl.program_id(2)
+        splits = tl.num_programs(2)
+        pos = tl.load(pos_ptr + r)
+        gi = tl.arange(0, GP)
+        d = tl.arange(0, D)
+        q = tl.load(q_ptr + ((r * NKV + kvh) * G + gi[:, None]) * D + d[None, :], mask=gi[:, None] < G, other=0.0)
+        m_i = tl.full([GP], float("-inf"), tl.float32)
+        l_i = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
+        base = r * cache_row + kvh * cache_head
+        start = sp * CHUNK
+        hi = tl.minimum(CHUNK, pos + 1 - start)  # ≤ 0 when the split lies past this row's position
+        for j in range(0, hi, BL):
+            t = start + j + tl.arange(0, BL)
+            ok = t <= pos
+            k = tl.load(k_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            s = tl.where(ok[None, :], s * scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        slot = ((r * NKV + kvh) * splits + sp) * G + gi
+        tl.store(m_ptr + slot, m_i, mask=gi < G)
+        tl.store(l_ptr + slot, l_i, mask=gi < G)
+        tl.store(o_ptr + slot[:, None] * D + d[None, :], acc, mask=gi[:, None] < G)
+
+    @triton.jit
+    def attn_merge_kernel(m_ptr, l_ptr, o_ptr, out_ptr, splits, NKV: tl.constexpr, G: tl.constexpr,
+                          D: tl.constexpr, SP: tl.constexpr):
+        # one program = (row r, query head h): merges the splits' partial softmax sums
+        r = tl.program_id(0)
+        h = tl.program_id(1)
+        kvh = h // G
+        g = h % G
+        si = tl.arange(0, SP)
+        d = tl.arange(0, D)
+        slot = ((r * NKV + kvh) * splits + si) * G + g
+        m = tl.load(m_ptr + slot, mask=si < splits, other=float("-inf"))
+        l = tl.load(l_ptr + slot, mask=si < splits, other=0.0)
+        top = tl.max(m, 0)
+        w = tl.where(m == float("-inf"), 0.0, tl.exp(m - top))
+        o = tl.load(o_ptr + slot[:, None] * D + d[None, :], mask=si[:, None] < splits, other=0.0)
+        out = tl.sum(o * w[:, None], 0) / tl.sum(l * w, 0)
+        tl.store(out_ptr + (r * NKV * G + h) * D + d, out.to(out_ptr.dtype.element_ty))
+
+    return triton, attn_split_kernel, attn_merge_kernel
+
+
 def available() -> bool:
     return _kernels() is not None
 
@@ -134,6 +207,39 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(r, f2 // 2, dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
     kern[(r, triton.cdiv(f2 // 2, block))](gate_up, out, f2 // 2, BLOCK=block)
+    return out
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
+                     attn_len: int, scale: float, sms: int | None = None) -> torch.Tensor:
+    """GQA decode attention for one new token per row, split over the cache length (flash-decoding).
+
+    q [R, nh, D] (query head h uses kv head h // (nh/nkv)); k_cache/v_cache [R, nkv, capacity, D]; pos [R] int64:
+    row r attends to cache positions [0, pos[r]] (its own new k/v already stored there). `attn_len` (≥ max pos + 1)
+    fixes the grid, so one captured graph serves every step of a length bucket; splits past a row's position do no
+    memory traffic. Scores and the softmax are fp32 (the reference: fp32 scores, fp32 softmax); unlike the
+    reference, the probabilities are not normalised before the product with V (each split rounds its unnormalised
+    p to the cache dtype), so results differ from the torch path by bf16 rounding only. Returns [R, nh·D] in q's
+    dtype. `sms` (default: the device's multiprocessor count) sets the split count: ~2 programs per SM."""
+    triton, split_kern, merge_kern = _attention_kernels()
+    r, nh, d = q.shape
+    nkv = k_cache.shape[1]
+    g = nh // nkv
+    if sms is None:
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+    bl = 32
+    target = max(1, min(128, (2 * sms) // max(1, r * nkv)))
+    chunk = max(bl, triton.cdiv(triton.cdiv(attn_len, target), bl) * bl)
+    splits = triton.cdiv(attn_len, chunk)
+    m = torch.empty(r, nkv, splits, g, dtype=torch.float32, device=q.device)
+    l = torch.empty_like(m)
+    o = torch.empty(r, nkv, splits, g, d, dtype=torch.float32, device=q.device)
+    q = q.contiguous()
+    split_kern[(r, nkv, splits)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
+                                 chunk, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BL=bl,
+                                 IEEE=q.dtype == torch.float32)
+    out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
+    merge_kern[(r, nh)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits))
     return out
 
 

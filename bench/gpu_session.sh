@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU measurements and checks behind the README's table and the issue notes, as run through the project's
+# GPU machine (one NVIDIA H200). Parts (several may be given; bench + tests fit one 10-minute call, nodes another):
+#
+#   bash bench/gpu_session.sh bench    # bench/bench.py (full-size synthetic bf16 + int8, ours vs vendor-style) and
+#                                      # bench/profile_decode.py (where a decode step's time goes)
+#   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu)
+#   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
+#
+# Logs and JSON go to $OUT (default /tmp/yue2_gpu). `tests` reads the parity fixtures' cases.json and
+# vectors.safetensors from $YUE2_PARITY_DIR (default .gpuparity); `nodes` needs the ComfyUI host (.comfyhost/comfyui,
+# made by scripts/test.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/yue2_gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+"$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())"
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|nodes ..." >&2; exit 2; }
+for part in "$@"; do
+  case "$part" in
+    bench)
+      "$PY" bench/bench.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+      "$PY" bench/profile_decode.py 2>&1 | tee "$OUT/profile_decode.log"
+      "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors 2>&1 \
+        | tee "$OUT/profile_decode_int8.log" ;;
+    tests)
+      YUE2_PARITY_DIR=${YUE2_PARITY_DIR:-.gpuparity} "$PY" -m pytest tests/core/test_cuda_fast.py -s -q \
+        -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" ;;
+    nodes)
+      PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
+        --full --budget-s 420 2>&1 | tail -c 3000 ;;
+    *) echo "unknown part $part (bench|tests|nodes)" >&2; exit 2 ;;
+  esac
+done
