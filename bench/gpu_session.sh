@@ -6,6 +6,8 @@
 #                                      # bench/profile_decode.py (where a decode step's time goes)
 #   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu)
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
+#   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
+#                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
 #
 # Logs and JSON go to $OUT (default /tmp/yue2_gpu). `tests` reads the parity fixtures' cases.json and
 # vectors.safetensors from $YUE2_PARITY_DIR (default .gpuparity); `nodes` needs the ComfyUI host (.comfyhost/comfyui,
@@ -17,7 +19,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|nodes ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|nodes|takes ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -31,6 +33,9 @@ for part in "$@"; do
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;
-    *) echo "unknown part $part (bench|tests|nodes)" >&2; exit 2 ;;
+    takes)
+      PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_takes_check.py \
+        --comfy .comfyhost/comfyui --out "$OUT" 2>&1 | tail -c 3000 ;;
+    *) echo "unknown part $part (bench|tests|nodes|takes)" >&2; exit 2 ;;
   esac
 done

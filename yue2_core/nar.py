@@ -192,8 +192,10 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None) 
                     try:
                         weight = dequantize(child.weight.to(work), child.weight_scale.to(work), child.group,
                                             nar.dtype).to(child.weight.device)
-                    except torch.cuda.OutOfMemoryError:
+                    except (torch.cuda.OutOfMemoryError, RuntimeError):  # out of memory, cuBLAS workspace
                         weight = None
+                        if torch.cuda.is_available():
+                            torch.cuda.empty_cache()
                 if weight is None:
                     weight = child.dequantized(nar.dtype)
                 lin.weight = nn.Parameter(weight.contiguous(), requires_grad=False)

@@ -119,9 +119,6 @@ def test_sampler_on_cuda_matches_fixtures():
         if dense.dtype == torch.float32:
             assert finite == expect, name
         else:
-            # bf16 pow/softmax/cumsum round differently on CUDA than on the CPU that made the fixture, so the top-p
-            # cut can move by an entry or two: allow at most 2 differing ids, all among the 4 lowest-scored
-            # candidates of the union (observed on an H200: cfg.legacy_off.step250 swaps two boundary entries)
             # The fast sampler must equal the reference processor run on the same device exactly:
             from yue2_core.sampling import process_logits
             hist = v[inp["history"]].tolist()
@@ -130,6 +127,9 @@ def test_sampler_on_cuda_matches_fixtures():
             print(f"{name}: fast sampler vs reference processor on CUDA: {len(finite ^ same)} ids differ; "
                   f"vs CPU fixture: {len(finite ^ expect)}")
             assert finite == same, (name, sorted(finite ^ same))
+            # bf16 pow/softmax/cumsum round differently on CUDA than on the CPU that made the fixture, so the top-p
+            # cut can move by an entry or two: allow at most 2 differing ids, all among the 4 lowest-scored
+            # candidates of the union (observed on an H200: cfg.legacy_off.step250 swaps two boundary entries)
             diff = finite ^ expect
             ref_vals = dict(zip(v[name + ".scores.ids"].tolist(), v[name + ".scores.values"].float().tolist()))
             vals = {i: ref_vals[i] if i in ref_vals else float(dense[i]) for i in finite | expect}
@@ -199,14 +199,16 @@ def test_decode_attention_kernel_matches_sdpa(rows, attn_len):
     k = torch.randn(rows, 8, attn_len, 128, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     q = torch.randn(rows, 16, 128, device="cuda", dtype=torch.bfloat16)
-    pos = torch.linspace(0, attn_len - 1, rows, device="cuda").long()
+    pos = torch.linspace(attn_len - 1, 0, rows, device="cuda").long()  # rows=1: the whole bucket, every split
+    if rows > 1:
+        pos[-1] = attn_len // 3 + 17  # a row that ends inside a split
     got = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128)).float()
     s = q.float().view(rows, 8, 2, 128) @ k.float().transpose(-1, -2) / math.sqrt(128)
     s = s.masked_fill(~(torch.arange(attn_len, device="cuda")[None] <= pos[:, None])[:, None, None], float("-inf"))
     ref = (s.softmax(-1) @ v.float()).reshape(rows, -1)
     err = (got - ref).abs().max().item()
     print(f"decode attention rows={rows} len={attn_len}: max |Δ| {err:.2e} (ref max {ref.abs().max().item():.2f})")
-    assert err < 2e-2
+    assert err <= 1e-2 * ref.abs().max().item()  # measured on an H200: ≤ 5.3e-4 against outputs up to 0.17
 
 
 def test_float_linears_on_the_gpu_for_a_cpu_module(tiny_paths):

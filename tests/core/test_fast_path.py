@@ -266,3 +266,32 @@ def test_float_linears_replaces_every_int8_linear(tiny_paths):
     assert all(torch.equal(mods[n].weight, w) for n, w in expect.items())
     after = ChunkRenderer(a, ar.layer_kv(toks), 8, fused=False).velocity(state, 0.5)
     assert torch.allclose(before, after, atol=1e-5), (before - after).abs().max()
+
+
+def test_float_linears_falls_back_when_the_work_device_fails(tiny_paths, monkeypatch):
+    """When dequantizing on the work device fails (out of memory, a cuBLAS workspace error), float_linears falls back
+    to the module's own device with the same result. (The work-device path itself is tested on the GPU:
+    tests/core/test_cuda_fast.py::test_float_linears_on_the_gpu_for_a_cpu_module.)"""
+    import torch
+    import yue2_core.quant as quant
+    from yue2_core.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.nar import float_linears
+    info = inspect_checkpoint(tiny_paths["int8"])
+    ref = load_nar(info, "cpu", torch.float32)
+    n = float_linears(ref)
+    real = quant.dequantize
+    for error in (torch.cuda.OutOfMemoryError("out of memory"), RuntimeError("CUBLAS_STATUS_ALLOC_FAILED")):
+        tried = []
+
+        def failing(q, s, group, dtype, _error=error):
+            if q.device.type == "meta":  # the work device
+                tried.append(1)
+                raise _error
+            return real(q, s, group, dtype)
+
+        monkeypatch.setattr(quant, "dequantize", failing)
+        other = load_nar(info, "cpu", torch.float32)
+        assert float_linears(other, work_device="meta") == n == len(tried)
+        a, b = dict(ref.named_parameters()), dict(other.named_parameters())
+        assert a.keys() == b.keys()
+        assert all(b[k].device.type == "cpu" and torch.equal(a[k], b[k]) for k in a)

@@ -103,16 +103,16 @@ def _attention_kernels():
     triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
 
     @triton.jit
-    def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK,
+    def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK, L,
                           NKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                           BL: tl.constexpr, IEEE: tl.constexpr):
         # one program = (row r, kv head, split sp): the G query heads of that kv head against cache positions
-        # [sp·CHUNK, (sp+1)·CHUNK) ∩ [0, pos[r]]; writes the running max m, sum l and unnormalised output o.
+        # [sp·CHUNK, (sp+1)·CHUNK) ∩ [0, min(pos[r], L − 1)]; writes the running max m, sum l and unnormalised o.
         r = tl.program_id(0)
         kvh = tl.program_id(1)
         sp = tl.program_id(2)
         splits = tl.num_programs(2)
-        pos = tl.load(pos_ptr + r)
+        pos = tl.minimum(tl.load(pos_ptr + r), L - 1)  # never read past the attention length (≤ capacity)
         gi = tl.arange(0, GP)
         d = tl.arange(0, D)
         q = tl.load(q_ptr + ((r * NKV + kvh) * G + gi[:, None]) * D + d[None, :], mask=gi[:, None] < G, other=0.0)
@@ -215,16 +215,23 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     """GQA decode attention for one new token per row, split over the cache length (flash-decoding).
 
     q [R, nh, D] (query head h uses kv head h // (nh/nkv)); k_cache/v_cache [R, nkv, capacity, D]; pos [R] int64:
-    row r attends to cache positions [0, pos[r]] (its own new k/v already stored there). `attn_len` (≥ max pos + 1)
+    row r attends to cache positions [0, min(pos[r], attn_len − 1)] (its own new k/v already stored there). `attn_len` (≥ max pos + 1)
     fixes the grid, so one captured graph serves every step of a length bucket; splits past a row's position do no
     memory traffic. Scores and the softmax are fp32 (the reference: fp32 scores, fp32 softmax); unlike the
     reference, the probabilities are not normalised before the product with V (each split rounds its unnormalised
     p to the cache dtype), so results differ from the torch path by bf16 rounding only. Returns [R, nh·D] in q's
-    dtype. `sms` (default: the device's multiprocessor count) sets the split count: ~2 programs per SM."""
+    dtype. `sms` (default: the device's multiprocessor count) sets the split count: ~2 programs per SM.
+    Raises ValueError for head counts, head sizes or cache layouts the kernels do not handle."""
     triton, split_kern, merge_kern = _attention_kernels()
     r, nh, d = q.shape
     nkv = k_cache.shape[1]
     g = nh // nkv
+    if (nh % nkv or d < 16 or d & (d - 1) or k_cache.shape != v_cache.shape or k_cache.stride() != v_cache.stride()
+            or k_cache.stride(3) != 1 or k_cache.stride(2) != d or not 0 < attn_len <= k_cache.shape[2]):
+        raise ValueError(f"decode_attention needs q [R, nh, D] with nh a multiple of the KV heads, D a power of two "
+                         f"≥ 16, k/v caches of one contiguous [R, nkv, capacity, D] layout and 0 < attn_len ≤ "
+                         f"capacity; got q {tuple(q.shape)}, k {tuple(k_cache.shape)} strides {k_cache.stride()}, "
+                         f"v strides {v_cache.stride()}, attn_len {attn_len}")
     if sms is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     bl = 32
@@ -236,7 +243,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     o = torch.empty(r, nkv, splits, g, d, dtype=torch.float32, device=q.device)
     q = q.contiguous()
     split_kern[(r, nkv, splits)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
-                                 chunk, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BL=bl,
+                                 chunk, attn_len, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BL=bl,
                                  IEEE=q.dtype == torch.float32)
     out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
     merge_kern[(r, nh)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits))
