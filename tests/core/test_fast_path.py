@@ -143,24 +143,30 @@ def test_triton_w8a16_kernel_in_interpreter():
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
 
 
+def _decoder_pair(path: str) -> str:
+    """Code (for a Triton-interpreter subprocess) that builds two identical greedy fp16 decoders `a`, `b` over two
+    prompt rows of the tiny checkpoint at `path`, allocated and prefilled; `decs` = [a, b]."""
+    return ("import torch\n"
+            "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
+            "from yue2_core.fast import decode as fd\n"
+            "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
+            f"info = inspect_checkpoint({path!r})\n"
+            "ar = load_ar(info, 'cpu', torch.float16)\n"
+            "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
+            "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n"
+            "decs = []\n"
+            "for _ in range(2):\n"
+            "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"
+            "    d._allocate(); d._prefill(); decs.append(d)\n"
+            "a, b = decs\n")
+
+
 def test_fused_decode_kernels_in_interpreter(tiny_paths):
     """The fused Triton decode kernels (add+RMSNorm, QK-norm+RoPE+KV store, SiLU·up) run in Triton's CPU
     interpreter in fp16: logits and KV cache must equal the unfused torch step bit for bit (same rounding points)."""
     pytest.importorskip("triton")
     code = (
-        "import torch\n"
-        "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
-        "from yue2_core.fast import decode as fd\n"
-        "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
-        f"info = inspect_checkpoint({tiny_paths['bf16']!r})\n"
-        "ar = load_ar(info, 'cpu', torch.float16)\n"
-        "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
-        "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n"
-        "decs = []\n"
-        "for _ in range(2):\n"
-        "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"
-        "    d._allocate(); d._prefill(); decs.append(d)\n"
-        "a, b = decs\n"
+        _decoder_pair(tiny_paths['bf16']) +
         "b.attn_kernel = False  # the split attention kernel sums in another order (tested below)\n"
         "for step in range(3):\n"
         "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
@@ -196,18 +202,7 @@ def test_decode_attention_kernel_in_interpreter(tiny_paths):
         "        err = (got - ref).abs().max().item()\n"
         "        assert err < tol, (dt, sms, err)\n"
         "        assert torch.equal(got[0], v[0, :, 0].float().repeat_interleave(g, 0).reshape(-1)) or dt != torch.float32\n"
-        "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
-        "from yue2_core.fast import decode as fd\n"
-        "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
-        f"info = inspect_checkpoint({tiny_paths['bf16']!r})\n"
-        "ar = load_ar(info, 'cpu', torch.float16)\n"
-        "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
-        "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n"
-        "decs = []\n"
-        "for _ in range(2):\n"
-        "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"
-        "    d._allocate(); d._prefill(); decs.append(d)\n"
-        "a, b = decs\n"
+        + _decoder_pair(tiny_paths['bf16']) +
         "b.attn_kernel = True  # on CPU the decoder defaults to the torch ops; the kernels run in the interpreter\n"
         "for step in range(3):\n"
         "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"

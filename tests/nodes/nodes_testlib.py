@@ -23,6 +23,22 @@ MICRO = "yue2_test_micro_bf16.safetensors"
 FAST = {"max_seconds": 1.0, "max_abc_tokens": 8}
 RENDER_STEPS = 8
 
+# Four bars at 240 bpm (4 s): cuts by bar land on whole seconds (regenerate / continue / takes tests).
+SCORE_240 = """X:1
+T:
+M:4/4
+L:1/32
+Q:1/4=240
+V: Vocal clef=treble name="Vocal Melody" snm="Vocal"
+V: Ins clef=treble name="Ins Melody" snm="Inst."
+K:C
+% verse
+V: Vocal
+"C"c8d8e8f8|"G"g16e16|"Am"a8g8e8c8|"F"f32|
+V: Ins
+C32|G,32|A,32|F,32|
+"""
+
 # A valid lead sheet in YuE2's two-voice dialect (the synthetic model writes random text, never a valid score).
 VALID_ABC = """X:1
 T:

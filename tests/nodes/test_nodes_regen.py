@@ -18,25 +18,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from nodes_testlib import MICRO, TINY, api, by_class, codes, run, run_error, saved_dirs, set_inputs, test_sized
+from nodes_testlib import (MICRO, SCORE_240, TINY, api, by_class, codes, run, run_error, saved_dirs, set_inputs,
+                          test_sized)
 
 CONTEXT = 24576
 FADE = 2400  # 0.05 s at 48 kHz
 HOP = 1920
-SCORE = """X:1
-T:
-M:4/4
-L:1/32
-Q:1/4=240
-V: Vocal clef=treble name="Vocal Melody" snm="Vocal"
-V: Ins clef=treble name="Ins Melody" snm="Inst."
-K:C
-% verse
-V: Vocal
-"C"c8d8e8f8|"G"g16e16|"Am"a8g8e8c8|"F"f32|
-V: Ins
-C32|G,32|A,32|F,32|
-"""
+SCORE = SCORE_240
 EDITED = SCORE.replace('"G"g16e16|', '"Em"b16g16|')  # bar 2 rewritten: regenerate from bar 2 follows it
 LOADER = {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}}
 

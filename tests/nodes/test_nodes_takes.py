@@ -24,7 +24,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from nodes_testlib import REPO, TINY, api, by_class, codes, run, run_error, saved_dirs, set_inputs, test_sized
+from nodes_testlib import (REPO, SCORE_240, TINY, api, by_class, codes, run, run_error, saved_dirs, set_inputs,
+                          test_sized)
 
 SEED = 100
 N = 4
@@ -182,20 +183,6 @@ def test_takes_of_different_lengths_round_trip_through_the_padded_batch(checkpoi
         tb.codes  # noqa: B018 — any single-song field refuses
 
 
-SCORE_240 = """X:1
-T:
-M:4/4
-L:1/32
-Q:1/4=240
-V: Vocal clef=treble name="Vocal Melody" snm="Vocal"
-V: Ins clef=treble name="Ins Melody" snm="Inst."
-K:C
-% verse
-V: Vocal
-"C"c8d8e8f8|"G"g16e16|"Am"a8g8e8c8|"F"f32|
-V: Ins
-C32|G,32|A,32|F,32|
-"""
 
 
 def test_too_many_candidates_is_refused_with_the_maximum(checkpoints):
