@@ -14,7 +14,9 @@ class YuE2ABCEditor(io.ComfyNode):
             display_name="YuE2 ABC Editor",
             category=types.CATEGORY,
             description="Shows the lead sheet and lets you edit it. With the abc box empty, the connected score (or "
-                        "ABC text) is used; text in the box replaces it. The text is checked against YuE2's "
+                        "ABC text) is used; text in the box replaces it, unless the box still holds, unedited, the "
+                        "previous score received from upstream (then the new score is used and shown). The text is "
+                        "checked against YuE2's "
                         "two-voice ABC dialect: any error stops the run with its line and reason. An unchanged "
                         "score passes on with its exact token ids; an edited one is re-tokenized by the Composer.",
             inputs=[
@@ -31,6 +33,7 @@ class YuE2ABCEditor(io.ComfyNode):
                                    tooltip="The checked lead sheet, for the score input of a YuE2 Composer."),
                 io.String.Output("abc_out", display_name="abc", tooltip="The checked lead sheet as ABC text."),
             ],
+            hidden=[io.Hidden.unique_id, io.Hidden.extra_pnginfo],
         )
 
     @classmethod
@@ -38,7 +41,8 @@ class YuE2ABCEditor(io.ComfyNode):
         if score is not None and abc_text is not None:
             raise ValueError("both a score and an abc_text are connected; connect only one of them")
         incoming = score.abc if score is not None else abc_text
-        text = abc if abc.strip() else incoming
+        stale = _holds_previous_score(abc, incoming, cls.hidden.extra_pnginfo, cls.hidden.unique_id)
+        text = abc if abc.strip() and not stale else incoming
         if text is None or not text.strip():
             what = ("the connected score is empty (cot off has no lead sheet)" if score is not None
                     else "the connected abc_text is empty" if abc_text is not None
@@ -51,7 +55,10 @@ class YuE2ABCEditor(io.ComfyNode):
         unchanged = score is not None and text == score.abc
         out = score if unchanged else scores.edited_score(text, score)
         source = ("input score, unchanged (exact ids kept)" if unchanged else
-                  "edited in this node" if abc.strip() else "connected ABC text")
+                  "edited in this node" if abc.strip() and not stale else "connected ABC text")
+        if stale:
+            source += ("; the box held the previous score, not edited since, so the new connected one is used "
+                       "(the box shows it after this run)")
         summary = f"{source}; {len(text.splitlines())} lines, {len(warnings)} warning(s)"
         if warnings:
             summary += "\n" + scores.describe(warnings)
@@ -59,3 +66,23 @@ class YuE2ABCEditor(io.ComfyNode):
         # for Revert), "abc" = the text used, "unchanged" = the input score passed on as is, "issues" = warnings.
         return io.NodeOutput(out, text, ui={"text": [summary], "abc": [text], "source_abc": [incoming or ""],
                                             "unchanged": [unchanged], "issues": [i.to_dict() for i in warnings]})
+
+
+def _holds_previous_score(abc: str, incoming: str | None, extra_pnginfo, unique_id) -> bool:
+    """True when the box holds, unedited, the score the widget last received from upstream and a different score
+    now arrives: the widget would replace the box after this run (web/abc_editor/editor.js `executed`), so the run
+    itself already uses the new score instead of passing on a stale copy. The widget's record of that last score is
+    the node property `yue2_composer_abc`, read from the workflow ComfyUI's frontend sends with each prompt
+    (`extra_pnginfo`); API prompts without it, or nodes inside subgraphs, keep the plain rule (the box wins)."""
+    if not abc.strip() or not incoming or not incoming.strip() or incoming == abc:
+        return False
+    workflow = extra_pnginfo.get("workflow") if isinstance(extra_pnginfo, dict) else None
+    nodes = workflow.get("nodes") if isinstance(workflow, dict) else None
+    if not isinstance(nodes, list) or unique_id is None:
+        return False
+    for node in nodes:
+        if isinstance(node, dict) and str(node.get("id")) == str(unique_id):
+            props = node.get("properties")
+            previous = props.get("yue2_composer_abc") if isinstance(props, dict) else None
+            return isinstance(previous, str) and previous == abc
+    return False

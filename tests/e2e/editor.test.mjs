@@ -144,6 +144,11 @@ await withComfy("editor", async ({ page, pageErrors }) => {
     const { entry, reportPreviewId } = await queueForEditor(page, { editorId, composerId });
     assert(entry.status.status_str === "success", `prompt ran: ${JSON.stringify(entry.status).slice(0, 1500)}`);
     assert(entry.prompt[2][String(editorId)].inputs.abc === edited, "history holds the edited abc input");
+    // the frontend sends the workflow with the widget's record of the composer's last score: nodes/editor.py reads it
+    // to use a new upstream score when the box still holds the previous one unedited
+    const sentNode = entry.prompt[3]?.extra_pnginfo?.workflow?.nodes?.find((n) => String(n.id) === String(editorId));
+    assert(sentNode?.properties?.yue2_composer_abc === song,
+           `the prompt's workflow carries properties.yue2_composer_abc: ${JSON.stringify(sentNode?.properties)?.slice(0, 200)}`);
     assert(entry.outputs[String(editorId)]?.abc?.[0] === edited, "the editor node reports the edited text as its abc");
     assert(JSON.stringify(entry.prompt[2][String(composerId)].inputs.score) === JSON.stringify([String(editorId), 0]),
            "the composer's score input is the editor's score output");

@@ -77,3 +77,32 @@ def test_an_unchanged_score_keeps_its_exact_ids(comfy, comfy_server, node_info):
     assert entry["outputs"]["3"]["unchanged"] == [False]
     (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
     assert codes(song_dir) != codes(original)
+
+
+def _editor_prompt(box: str, connected: str) -> dict:
+    """A text node → ABC Editor (box = `box`) → Preview Any of the editor's abc output."""
+    return {"1": {"class_type": "PrimitiveString", "inputs": {"value": connected}},
+            "2": {"class_type": "YuE2ABCEditor", "inputs": {"abc": box, "abc_text": ["1", 0]}},
+            "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}}}
+
+
+def _workflow(previous: str) -> dict:
+    """extra_data as ComfyUI's frontend sends it: the workflow, whose editor node (id 2) records the last score the
+    widget received from upstream."""
+    return {"extra_pnginfo": {"workflow": {"nodes": [{"id": 2, "type": "YuE2ABCEditor",
+                                                      "properties": {"yue2_composer_abc": previous}}]}}}
+
+
+def test_a_new_upstream_score_replaces_an_unedited_box_in_the_same_run(comfy, comfy_server, node_info):
+    """The box still holds the previous upstream score, unedited (the widget's record says so): the run that brings a
+    new score already uses it. With an edited box, or with no record (plain API prompts), the box wins."""
+    def used(box, connected, extra):
+        entry = comfy.wait(comfy.queue(_editor_prompt(box, connected), extra_data=extra), timeout=60)
+        return entry["outputs"]["3"]["text"][0], entry["outputs"]["2"]["text"][0]
+
+    text, summary = used(VALID_ABC, EDITED_ABC, _workflow(previous=VALID_ABC))
+    assert text == EDITED_ABC and "the new connected one is used" in summary
+    text, summary = used(VALID_ABC + "% my edit\n", EDITED_ABC, _workflow(previous=VALID_ABC))
+    assert text == VALID_ABC + "% my edit\n" and "edited in this node" in summary
+    text, _ = used(VALID_ABC, EDITED_ABC.replace("K:C", "K:G"), None)
+    assert text == VALID_ABC
