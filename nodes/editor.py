@@ -41,7 +41,9 @@ class YuE2ABCEditor(io.ComfyNode):
         if score is not None and abc_text is not None:
             raise ValueError("both a score and an abc_text are connected; connect only one of them")
         incoming = score.abc if score is not None else abc_text
-        stale = _holds_previous_score(abc, incoming, cls.hidden.extra_pnginfo, cls.hidden.unique_id)
+        hidden = getattr(cls, "hidden", None)  # set by ComfyUI's executor; absent when execute is called directly
+        stale = _holds_previous_score(abc, incoming, getattr(hidden, "extra_pnginfo", None),
+                                      getattr(hidden, "unique_id", None))
         text = abc if abc.strip() and not stale else incoming
         if text is None or not text.strip():
             what = ("the connected score is empty (cot off has no lead sheet)" if score is not None

@@ -106,3 +106,8 @@ def test_a_new_upstream_score_replaces_an_unedited_box_in_the_same_run(comfy, co
     assert text == VALID_ABC + "% my edit\n" and "edited in this node" in summary
     text, _ = used(VALID_ABC, EDITED_ABC.replace("K:C", "K:G"), None)
     assert text == VALID_ABC
+    # odd workflow records never break the run: the box wins
+    for key, workflow in enumerate(({"nodes": "x"}, {"nodes": [None, {"id": 2, "properties": "x"}]},
+                                    {"nodes": [{"id": 2, "properties": {"yue2_composer_abc": 5}}]})):
+        text, _ = used(VALID_ABC, EDITED_ABC.replace("K:C", f"K:{'DEA'[key]}"), {"extra_pnginfo": {"workflow": workflow}})
+        assert text == VALID_ABC, workflow
