@@ -1,0 +1,47 @@
+"""Cancel inside a later NAR chunk (engine level, CPU): the callback that raises at the first ODE step of chunk 2 stops
+the render with that exception, and a render afterwards gives exactly the latents of an uninterrupted one — nothing
+of the cancelled run (AR K/V of chunk 1, partial latents) leaks into the next. Real songs reach a second chunk only
+past ~8 minutes, so the chunking is narrowed here to 40 frames; the server tests cancel inside one chunk."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import yue2_core.nar as nar_mod
+from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar
+from yue2_core.errors import Cancelled
+
+STEPS = 4
+FRAMES = 100  # chunks [0, 40), [40, 80), [80, 100)
+
+
+@pytest.fixture
+def narrow_chunks(monkeypatch):
+    real = nar_mod.chunk_ranges
+
+    def forty(frames, prefix_len, context=None):
+        return real(frames, prefix_len, context=prefix_len + 3 + 2 * 40)
+
+    monkeypatch.setattr(nar_mod, "chunk_ranges", forty)
+    assert nar_mod.chunk_ranges(FRAMES, 10) == [(0, 40), (40, 80), (80, 100)]
+
+
+def test_cancel_in_a_later_nar_chunk_then_render_again(tiny_paths, narrow_chunks):
+    info = inspect_checkpoint(tiny_paths["bf16"])
+    ar, nar = load_ar(info, "cpu", torch.float32), load_nar(info, "cpu", torch.float32)
+    prefix = [151643] + list(range(200, 230)) + [151851]
+    codes = [(37 * i) % 32768 for i in range(FRAMES)]
+    full = nar_mod.render(ar, nar, prefix, codes, seed=7, steps=STEPS)
+    seen = []
+
+    def cancel_in_chunk_2(done, total):
+        seen.append((done, total))
+        if done == STEPS + 1:  # the first midpoint step of the second chunk has run
+            raise Cancelled("cancelled by the test")
+
+    with pytest.raises(Cancelled):
+        nar_mod.render(ar, nar, prefix, codes, seed=7, steps=STEPS, on_step=cancel_in_chunk_2)
+    assert seen == [(k, 3 * STEPS) for k in range(1, STEPS + 2)], seen
+    again = nar_mod.render(ar, nar, prefix, codes, seed=7, steps=STEPS)
+    assert again.shape == (FRAMES, 64)
+    assert torch.equal(again, full)
