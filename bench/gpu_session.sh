@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/yue2_gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# bench.json records $YUE2_COMMIT: the device tool sends the working tree without .git, so pass it in the command
+# (YUE2_COMMIT=<hash> bash bench/gpu_session.sh bench) when git cannot tell
+export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())"
 [ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|nodes|takes ..." >&2; exit 2; }
