@@ -198,6 +198,22 @@ def render(ar, nar, tokens: SemanticTokens, steps: int = ODE_STEPS, seed: int | 
     return select_render(nar)(ar, nar, list(tokens.prefix), codes, seed, steps, on_step)
 
 
+def compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The AR/NAR compute dtype for `device`: bf16 is kept where the GPU has native bf16 arithmetic (NVIDIA compute
+    capability ≥ 8.0: Ampere and newer; AMD Instinct/RDNA3 report ≥ 9); older GPUs (T4, V100, GTX 10/16, RTX 20) get
+    float32 with one warning — the reference's bf16 rounding is then not reproduced, but the model runs at full
+    precision instead of failing in the bf16 Triton kernels. CPUs and other dtypes pass unchanged."""
+    if dtype != torch.bfloat16 or device.type != "cuda":
+        return dtype
+    major, minor = torch.cuda.get_device_capability(device)
+    if major >= 8:
+        return dtype
+    import warnings
+    warnings.warn(f"this GPU (compute capability {major}.{minor}) has no native bfloat16: YuE2 runs in float32 "
+                  "(twice the weight memory; results differ from the bf16 reference by rounding)")
+    return torch.float32
+
+
 def vae_core_frames(device: torch.device) -> int:
     """Tile size for the VAE: 1024 frames, 512 on GPUs with ≤ 12 GiB free (runtime.md §6.3)."""
     if device.type == "cuda":
@@ -257,9 +273,13 @@ class YuE2Engine:
 
     @classmethod
     def load(cls, path, device="auto", dtype=torch.bfloat16, parts=("ar", "nar", "vae")) -> "YuE2Engine":
+        """Read the parts of the checkpoint at `path` onto `device` ("auto": CUDA when available) in `dtype` (the AR
+        and NAR; the VAE is always float32). bf16 on a GPU without native bf16 becomes float32 (`compute_dtype`).
+        Raises CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint."""
         from .checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = compute_dtype(torch.device(device), dtype)
         info = inspect_checkpoint(path)
         tok = load_tokenizer(info)
         ar = load_ar(info, device, dtype) if "ar" in parts else None

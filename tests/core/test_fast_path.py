@@ -290,3 +290,68 @@ def test_float_linears_falls_back_when_the_work_device_fails(tiny_paths, monkeyp
         a, b = dict(ref.named_parameters()), dict(other.named_parameters())
         assert a.keys() == b.keys()
         assert all(b[k].device.type == "cpu" and torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bf16_on_a_gpu_without_native_bf16_falls_back_to_fp32(monkeypatch):
+    """Pre-Ampere GPUs (capability < 8.0) run in float32 with one warning; Ampere and newer, CPUs and fp32 requests
+    keep what was asked. (get_device_capability is patched: no GPU is needed to check the rule.)"""
+    import warnings
+    from yue2_core.pipeline import compute_dtype
+    cuda = torch.device("cuda")
+    for capability, expect in (((7, 5), torch.float32), ((6, 1), torch.float32), ((8, 0), torch.bfloat16),
+                               ((9, 0), torch.bfloat16)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert compute_dtype(cuda, torch.bfloat16) == expect, capability
+        assert len(seen) == (1 if expect == torch.float32 else 0)
+        if seen:
+            assert "no native bfloat16" in str(seen[0].message) and f"{capability[0]}.{capability[1]}" in str(seen[0].message)
+        assert compute_dtype(cuda, torch.float32) == torch.float32
+    assert compute_dtype(torch.device("cpu"), torch.bfloat16) == torch.bfloat16
+
+
+def test_graph_capture_failure_falls_back_to_eager_with_one_warning(tiny_paths):
+    """A capture that raises (here: CUDA graphs asked for on a CPU) costs one warning and nothing else: the phase
+    runs eagerly, reports why, and gives the same tokens as the eager decoder."""
+    import warnings
+    from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer
+    from yue2_core.protocol import Sampling, SongRequest, semantic_prefix
+    info = inspect_checkpoint(tiny_paths["bf16"])
+    ar = load_ar(info, "cpu", torch.float32)
+    sp = semantic_prefix(SongRequest("pop", "la", cot="off"), [], load_tokenizer(info).encode)
+    s = Sampling(min_tokens=40, max_tokens=40)
+    eager = fd.PhaseDecoder(ar, [sp], s, [3], "semantic", use_graph=False, block=8).run()[0]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        forced = fd.PhaseDecoder(ar, [sp], s, [3], "semantic", use_graph=True, block=8).run()[0]
+    graph_warnings = [w for w in seen if "CUDA graph decode unavailable" in str(w.message)]
+    assert len(graph_warnings) == 1, [str(w.message) for w in seen]
+    assert forced.timing["execution"] == "eager_device_sampler" and forced.timing["graph_fallback_reason"]
+    assert forced.tokens == eager.tokens
+
+
+def test_missing_triton_gives_one_warning_and_the_portable_paths():
+    """Without Triton (import fails) the fast modules load, warn once in all, and report no fused or int8 kernels;
+    the int8 linear and the decoder's fused switch fall back."""
+    code = (
+        "import sys, warnings\n"
+        "sys.modules['triton'] = None  # `import triton` now raises ImportError\n"
+        "warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from yue2_core.fast import fused, int8_kernels\n"
+        "    assert not fused.available() and not int8_kernels.triton_available()\n"
+        "    assert not fused.available() and not int8_kernels.triton_available()\n"
+        "msgs = [str(w.message) for w in seen if 'Triton unavailable' in str(w.message)]\n"
+        "assert len(msgs) == 1, msgs\n"
+        "import torch\n"
+        "from yue2_core.quant import quantize, dequantize\n"
+        "q, s = quantize(torch.randn(8, 256))\n"
+        "x = torch.randn(2, 256)\n"
+        "y = int8_kernels.convrot_linear(x, q, s, None, 256)\n"
+        "assert torch.allclose(y, x @ dequantize(q, s).T, atol=1e-4)\n"
+        "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]

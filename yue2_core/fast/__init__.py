@@ -4,7 +4,9 @@ phase for the model's device — the CUDA-graph decoder (`fast.decode`) on NVIDI
 portable paths (the reference implementation the fast ones are tested against)."""
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 
 from ..nar import render as portable_render
 from ..sampling import generate as portable_generate
@@ -23,3 +25,18 @@ def select_generate(ar):
 
 def select_render(nar):
     return portable_render
+
+
+@functools.lru_cache(maxsize=1)
+def triton_modules():
+    """(triton, triton.language), or None — with one warning per process — when Triton cannot be imported (not
+    installed, or a broken install): the decode step then uses unfused torch ops, int8 layers the portable path, the
+    NAR and VAE their torch ops. Every Triton kernel in `fast` is built through this."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception as exc:  # ImportError, or a broken Triton install raising anything else
+        warnings.warn(f"Triton unavailable ({type(exc).__name__}: {exc}); the GPU paths run without fused kernels "
+                      "(unfused torch ops, portable int8 layers): correct, but slower")
+        return None
+    return triton, tl

@@ -11,19 +11,16 @@ They replace ~50 small kernels per layer. `available()` is False without Triton 
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
-    try:
-        import triton
-        import triton.language as tl
-    except Exception as exc:
-        warnings.warn(f"Triton unavailable ({type(exc).__name__}); the decode step uses unfused torch ops")
+    from . import triton_modules
+    if triton_modules() is None:
         return None
+    triton, tl = triton_modules()
 
     @triton.jit
     def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, eps, HAS_D: tl.constexpr, BLOCK: tl.constexpr):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -23,12 +22,10 @@ MAX_ROWS = 16  # rows handled by the skinny kernel (one tensor-core tile); more 
 
 @functools.lru_cache(maxsize=1)
 def _kernel():
-    try:
-        import triton
-        import triton.language as tl
-    except Exception as exc:  # ImportError, or a broken Triton install
-        warnings.warn(f"Triton unavailable ({type(exc).__name__}); int8 layers use the portable path")
+    from . import triton_modules
+    if triton_modules() is None:
         return None
+    triton, tl = triton_modules()
 
     configs = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
                for bn, bk, w, st in [(16, 256, 4, 4), (32, 256, 4, 3), (32, 128, 4, 4), (64, 128, 4, 3),
