@@ -100,7 +100,8 @@ class ChunkRenderer:
             fused = nar.device.type == "cuda" and os.environ.get("YUE2_FUSED", "1") != "0"
         if fused:
             from .fast import fused as fused_mod
-            fused = fused_mod.available()
+            d = nar.dims
+            fused = fused_mod.available() and fused_mod.supports(d.heads, d.kv_heads, d.head_dim)
         self.fused = bool(fused)
         self.ar_len = ar_kv[0][0].shape[2] if ar_len is None else ar_len
         self.length = frames + 2

@@ -355,3 +355,11 @@ def test_missing_triton_gives_one_warning_and_the_portable_paths():
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_fused_kernels_declare_the_shapes_they_handle():
+    """Attention shapes the Triton kernels cannot take (head_dim not a power of two ≥ 16, query heads not a multiple
+    of the KV heads) are declared unsupported, so the decoder and the NAR run the torch step instead of failing."""
+    from yue2_core.fast import fused
+    assert fused.supports(16, 8, 128) and fused.supports(2, 1, 128) and fused.supports(4, 4, 64)
+    assert not fused.supports(16, 8, 96) and not fused.supports(16, 8, 8) and not fused.supports(12, 8, 128)

@@ -170,7 +170,8 @@ class PhaseDecoder:
         from . import fused as fused_mod
         if fused is None:
             fused = self.device.type == "cuda" and os.environ.get("YUE2_FUSED", "1") != "0"
-        self.fused = bool(fused) and fused_mod.available()
+        d = ar.dims
+        self.fused = bool(fused) and fused_mod.available() and fused_mod.supports(d.heads, d.kv_heads, d.head_dim)
         # split-length Triton decode attention inside the fused step (YUE2_DECODE_ATTN=torch: bmm + softmax)
         self.attn_kernel = self.fused and os.environ.get("YUE2_DECODE_ATTN", "triton") != "torch"
         want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile

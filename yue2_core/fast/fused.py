@@ -169,6 +169,13 @@ def available() -> bool:
     return _kernels() is not None
 
 
+def supports(heads: int, kv_heads: int, head_dim: int) -> bool:
+    """Whether the decode kernels handle these attention shapes: head_dim a power of two ≥ 16 (Triton block sizes)
+    and query heads a multiple of the KV heads (every YuE2 release: 16 / 8 heads of 128). Other shapes, e.g. a
+    checkpoint with unusual dimensions, run the unfused torch step."""
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0 and kv_heads > 0 and heads % kv_heads == 0
+
+
 def add_rmsnorm(x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float):
     """x [..., N] (+ delta) → (new x, RMSNorm(new x)·w), both in x's dtype; x is not modified in place."""
     triton, kern, _, _ = _kernels()
