@@ -23,23 +23,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "host"))  # nodes_testlib imports comfy_client from there
 
 import gpu_nodes_check as g  # noqa: E402
+from nodes_testlib import SCORE_240  # noqa: E402
 
-SCORE = """X:1
-T:
-M:4/4
-L:1/32
-Q:1/4=240
-V: Vocal clef=treble name="Vocal Melody" snm="Vocal"
-V: Ins clef=treble name="Ins Melody" snm="Inst."
-K:C
-% verse
-V: Vocal
-"C"c8d8e8f8|"G"g16e16|"Am"a8g8e8c8|"F"f32|
-V: Ins
-C32|G,32|A,32|F,32|
-"""
+SCORE = SCORE_240  # four bars at 240 bpm: cuts by bar land on whole seconds
 
 
 def save(out: Path) -> None:
