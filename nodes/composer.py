@@ -126,13 +126,9 @@ class YuE2Composer(io.ComfyNode):
         if candidates != 1:
             return _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc_text, sample_music,
                                        candidates, sampling)
-        model.check_protocol()
         tok = model.tokenizer
-        with user_errors():
-            cfg_scale = _cfg(sampling.get("cfg_scale", -1.0))
-            request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed, cfg_scale=cfg_scale).validate()
-            abc_sampling, music_sampling = _budgets(max_seconds, sampling)
-            given, given_how = _given_score(score, abc_text, tok, cot, seed)
+        request, abc_sampling, music_sampling, given, given_how = _prepare(model, style, lyrics, cot, seed,
+                                                                           max_seconds, score, abc_text, sampling)
         if sample_music:
             _check_music_budget(request, given or Score(None, [], cot, seed, "none"), tok, max_seconds,
                                 music_sampling.max_tokens, planned=given is None and cot != "off")
@@ -170,6 +166,18 @@ class YuE2Composer(io.ComfyNode):
         return io.NodeOutput(the_score, tokens, the_score.abc or "", report, ui=ui.PreviewText(report))
 
 
+def _prepare(model, style, lyrics, cot, seed, max_seconds, score, abc_text, sampling):
+    """The checked request, both phases' sampling settings and the given score (or None) with how it was given —
+    shared by the single-song and the candidates paths. Engine errors become ValueErrors with their message."""
+    model.check_protocol()
+    with user_errors():
+        cfg_scale = _cfg(sampling.get("cfg_scale", -1.0))
+        request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed, cfg_scale=cfg_scale).validate()
+        abc_sampling, music_sampling = _budgets(max_seconds, sampling)
+        given, given_how = _given_score(score, abc_text, model.tokenizer, cot, seed)
+    return request, abc_sampling, music_sampling, given, given_how
+
+
 def _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc_text, sample_music, n: int,
                         sampling: dict) -> io.NodeOutput:
     """candidates = N > 1: N takes in one AR batch per phase (nodes/takes.py); tokens = a TakeBatch."""
@@ -178,13 +186,9 @@ def _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc
     if not sample_music:
         raise ValueError(f"candidates = {n} needs sample_music on: 'score only' writes one lead sheet; set "
                          "candidates to 1 for a score-only Composer")
-    model.check_protocol()
+    request, abc_sampling, music_sampling, given, given_how = _prepare(model, style, lyrics, cot, seed, max_seconds,
+                                                                       score, abc_text, sampling)
     tok = model.tokenizer
-    with user_errors():
-        cfg_scale = _cfg(sampling.get("cfg_scale", -1.0))
-        request = SongRequest(style=style, lyrics=lyrics, cot=cot, seed=seed, cfg_scale=cfg_scale).validate()
-        abc_sampling, music_sampling = _budgets(max_seconds, sampling)
-        given, given_how = _given_score(score, abc_text, tok, cot, seed)
     progress = StageProgress("YuE2 Composer")
     notes = list(request.input_warnings())
     with user_errors():
