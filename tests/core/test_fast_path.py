@@ -123,6 +123,15 @@ def test_int8_paths_agree():
         assert torch.allclose(convrot_linear(x, q, s, None, 256, force=path), ref, atol=1e-5), path
 
 
+def _run_ok(code: str, interpret: bool) -> None:
+    """Run `code` in a fresh Python (with Triton's CPU interpreter when `interpret`); it must exit 0 and print ok."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
 def test_triton_w8a16_kernel_in_interpreter():
     pytest.importorskip("triton")
     code = (
@@ -138,9 +147,7 @@ def test_triton_w8a16_kernel_in_interpreter():
         "    got = run(rotate(x).half().contiguous(), q.contiguous(), s.view(-1).contiguous(), torch.float32)\n"
         "    assert (got - ref).abs().max() < 2e-3, (n, k, m, (got - ref).abs().max())\n"
         "print('ok')\n")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+    _run_ok(code, interpret=True)
 
 
 def _decoder_pair(path: str) -> str:
@@ -175,9 +182,7 @@ def test_fused_decode_kernels_in_interpreter(tiny_paths):
         "    assert torch.equal(a.logits, b.logits), step\n"
         "    assert all(torch.equal(x, y) for x, y in zip(a.k + a.v, b.k + b.v)), step\n"
         "print('ok')\n")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+    _run_ok(code, interpret=True)
 
 
 def test_decode_attention_kernel_in_interpreter(tiny_paths):
@@ -211,9 +216,7 @@ def test_decode_attention_kernel_in_interpreter(tiny_paths):
         "    rel = ((a.logits.float() - b.logits.float()).norm() / a.logits.float().norm()).item()\n"
         "    assert rel < 1e-2, (step, rel)\n"
         "print('ok')\n")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+    _run_ok(code, interpret=True)
 
 
 def test_fused_nar_velocity_in_interpreter(tiny_paths):
@@ -234,9 +237,7 @@ def test_fused_nar_velocity_in_interpreter(tiny_paths):
         "    d = (a.velocity(st, rt).float() - b.velocity(st, rt).float()).abs().max().item()\n"
         "    assert d <= 2e-3, (rt, d)\n"
         "print('ok')\n")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+    _run_ok(code, interpret=True)
 
 
 def test_float_linears_replaces_every_int8_linear(tiny_paths):
@@ -352,9 +353,7 @@ def test_missing_triton_gives_one_warning_and_the_portable_paths():
         "y = int8_kernels.convrot_linear(x, q, s, None, 256)\n"
         "assert torch.allclose(y, x @ dequantize(q, s).T, atol=1e-4)\n"
         "print('ok')\n")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+    _run_ok(code, interpret=False)
 
 
 def test_fused_kernels_declare_the_shapes_they_handle():
