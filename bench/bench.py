@@ -12,6 +12,7 @@ no per-token sync, int8 W8A16 Triton GEMV) and the engine's NAR/VAE.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -94,6 +95,21 @@ def ours_rate(ar, prefixes, s, phase, cfg=1.0, negatives=None, compile=None, fus
     res = dec.run()
     t = res[0].timing
     return t["decode_tokens_per_second"], t
+
+
+@contextlib.contextmanager
+def env(**values):
+    """Set environment switches of the fast path (YUE2_GEMV, YUE2_ROT_FUSED, …) for a block."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def warm(ar, prefixes_list, s, phase, **kw):
@@ -207,10 +223,14 @@ def ar_bf16(eng, n, compile_ok):
     finally:
         os.environ.pop("YUE2_DECODE_ATTN")
     record("AR decode bf16 batch 1 (graph + fused kernels, torch attention)", ours_ta, base1, "tok/s")
+    with env(YUE2_GEMV="0"):
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_lib, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
+    record("AR decode bf16 batch 1 (graph + fused kernels + split attention, cuBLAS GEMV)", ours_lib, base1, "tok/s")
     ours1, t1 = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
-    record("AR decode bf16 batch 1 (graph + fused kernels + split attention)", ours1, base1, "tok/s",
-           f"fused={t1.get('fused_kernels')}, attention={t1.get('decode_attention')}; "
-           f"capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
+    record("AR decode bf16 batch 1 (graph + fused kernels + split attention + split-K GEMV)", ours1, base1, "tok/s",
+           f"fused={t1.get('fused_kernels')}, attention={t1.get('decode_attention')}, "
+           f"products={t1.get('layer_products')}; capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
     best = ours1
     if compile_ok:
         ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)
@@ -240,9 +260,20 @@ def ar_int8(eng, n, base_rates):
     warm(eng.ar, [[sem_p], [sem_p] * 8], s, "semantic")
     warm(eng.ar, [[sem_p]], s, "semantic", cfg=1.5, negatives=[neg])
     warm(eng.ar, [[prompt_ids(500, "abc", 1)]], fixed_len(ABC, 48), "abc")
+    with env(YUE2_GEMV="0"):
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_old, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
+    record("AR decode int8 batch 1 (W8A16 per output block, rotation by cuBLAS)", ours_old, base_rates.get("base1"),
+           "tok/s")
+    with env(YUE2_ROT_FUSED="1"):
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_in, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
+    record("AR decode int8 batch 1 (split-K GEMV, rotation inside the producing kernels)", ours_in,
+           base_rates.get("base1"), "tok/s")
     ours1, t = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s",
-           f"baseline = bf16 vendor loop; {t.get('execution')}")
+           f"baseline = bf16 vendor loop; {t.get('execution')}; products={t.get('layer_products')}, rotation by "
+           f"cuBLAS")
     oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
     record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")

@@ -30,8 +30,9 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, attn: str):
+def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, attn: str, gemv: str = "1"):
     os.environ["YUE2_DECODE_ATTN"] = attn
+    os.environ["YUE2_GEMV"] = gemv
     s = Sampling(min_tokens=256, max_tokens=256)
     ids = [151643] + [1000 + i % 5000 for i in range(prompt - 2)] + [151851]
     dec = fd.PhaseDecoder(ar, [ids] * rows, s, list(range(1, rows + 1)), "semantic", fused=fused)
@@ -80,9 +81,10 @@ def main():
     from yue2_core.pipeline import YuE2Engine
     eng = YuE2Engine.load(args.checkpoint, device="cuda", parts=("ar",))
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · {os.path.basename(args.checkpoint)}")
-    for label, fused, attn in (("fused + split decode attention", True, "triton"),
-                               ("fused + torch attention", True, "torch"), ("torch ops", False, "torch")):
-        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, attn)
+    for label, fused, attn, gemv in (("fused + split attention + split-K GEMV", True, "triton", "1"),
+                                     ("fused + split attention, library GEMV", True, "triton", "0"),
+                                     ("torch ops", False, "torch", "0")):
+        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, attn, gemv)
 
 
 if __name__ == "__main__":

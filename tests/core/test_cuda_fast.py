@@ -228,3 +228,56 @@ def test_float_linears_on_the_gpu_for_a_cpu_module(tiny_paths):
         worst = max(worst, ((pb[name].float() - w.float()).abs().max() / w.float().abs().max().clamp_min(1e-12)).item())
     print(f"float_linears on CUDA vs CPU: max relative difference {worst:.2e}")
     assert worst <= 1e-2
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("n,k", [(4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (32769, 2048)])
+def test_gemv_matches_fp32_products(n, k):
+    """The split-K decode products (YuE2-3B's four layer shapes and the codec head) at 1, 2, 8 and 16 rows: bf16
+    weights and int8 ConvRot codes against fp32 products of the same operands; partial sums against their sum."""
+    from yue2_core.fast import gemv as G
+    from yue2_core.quant import rotate
+    torch.manual_seed(0)
+    w = torch.randn(n, k, device="cuda") * 0.02
+    q, s = quantize(w)
+    for m in (1, 2, 8, 16):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        rb = x.float() @ w.bfloat16().float().T
+        xr = rotate(x, 256)
+        rq = (xr.float() @ q.float().T) * s.view(1, -1)
+        yb, yq = G.gemv(x, w.bfloat16()), G.gemv(xr, q, s.view(-1))
+        eb, eq = ((yb.float() - rb).norm() / rb.norm()).item(), ((yq.float() - rq).norm() / rq.norm()).item()
+        assert eb < 5e-3 and eq < 5e-3, (n, k, m, eb, eq)
+        p = G.gemv(x, w.bfloat16(), partial=True)
+        if isinstance(p, G.Partials):
+            assert torch.equal(G.reduce(p), yb)
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("which", ["bf16", "int8"])
+def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeypatch):
+    """The graphed decode step with the split-K products (and, for int8, with the rotation inside the producing
+    kernels) against the same step with cuBLAS / the W8A16 kernel: logits within bf16 rounding, 16 forced steps."""
+    eng = engines[0] if which == "bf16" else engines[1]
+    sp = semantic_prefix(SongRequest("pop", "la la", cot="full"), [], eng.tokenizer.encode)
+    forced = [151853 + (7 * i) % 500 for i in range(16)]
+    s = Sampling(temperature=0.0, min_tokens=17, max_tokens=17)
+    logits = {}
+    for name, gemv, rot in (("library", "0", "0"), ("gemv", "1", "0"), ("gemv_rot", "1", "1")):
+        monkeypatch.setenv("YUE2_GEMV", gemv)
+        monkeypatch.setenv("YUE2_ROT_FUSED", rot)
+        dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
+        assert dec.gemv == (gemv == "1"), name
+        dec._allocate()
+        dec._prefill()
+        graph = dec._graph(min(1024, dec.capacity))
+        rows = []
+        for t in forced[1:]:
+            dec.forced_t[dec.step] = t
+            graph.replay()
+            rows.append(dec.logits[0].float().clone())
+        logits[name] = torch.stack(rows)
+    for name in ("gemv", "gemv_rot"):
+        rel = ((logits[name] - logits["library"]).norm() / logits["library"].norm()).item()
+        print(f"{which} decode step, {name} vs library products: logits rel. error {rel:.2e}")
+        assert rel < 1e-2, (name, rel)

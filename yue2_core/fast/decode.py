@@ -29,19 +29,30 @@ from ..errors import BudgetError, RequestError
 from ..layers import apply_rope, rope_cos_sin
 from ..protocol import Sampling
 from ..quant import ConvRotLinear
+from ..quant import rotate as _rotate
 from ..sampling import PhaseResult, cfg_combine
 from .sampler import SLICES, TIE_PAD, candidates, choose, static_mask
 
 BUCKET = 1024  # attention-length granularity of the captured graphs (positions)
 
 
-def head_rows(lm_head, start: int, stop: int):
-    """The LM head restricted to output rows [start, stop): a function hidden [R, H] → logits [R, stop−start]."""
+def head_rows(lm_head, start: int, stop: int, rotated: bool = False, gemv: bool = False):
+    """The LM head restricted to output rows [start, stop): a function hidden [R, H] → logits [R, stop−start].
+    `rotated` (int8 ConvRot heads only): the hidden states come already rotated (·H), as `fused.add_rmsnorm` with
+    rot=True writes them; the product is then one `fast.gemv` call. `gemv` (bf16 heads): `fast.gemv` for inputs
+    it supports (≤ 16 rows on CUDA; 1.4× cuBLAS at one row and 3.6× at eight on the H200, docs/gemv_sweep_h200.log),
+    cuBLAS otherwise (e.g. the prefill)."""
     if isinstance(lm_head, ConvRotLinear):
         from .int8_kernels import convrot_linear
         q, s = lm_head.weight[start:stop], lm_head.weight_scale[start:stop]
+        if rotated:
+            from .gemv import gemv
+            return lambda h: gemv(h, q, s.view(-1))
         return lambda h: convrot_linear(h, q, s, None, lm_head.group)
     w = lm_head.weight[start:stop]
+    if gemv and w.dtype == torch.bfloat16:
+        from . import gemv as G
+        return lambda h: G.gemv(h, w) if G.supported(h, w) else F.linear(h, w)
     return lambda h: F.linear(h, w)
 
 
@@ -111,6 +122,26 @@ def _plain_bf16(ar) -> bool:
                isinstance(l.mlp.gate_up_proj, lin) and isinstance(l.mlp.down_proj, lin) for l in ar.model.layers)
 
 
+def _gemv_layers(ar) -> str | None:
+    """"bf16" / "int8" when every layer linear of the AR can run through `fast.gemv` (no bias; bf16 weights, or
+    int8 ConvRot codes in 256-groups with fp32 row scales), else None."""
+    from .gemv import available
+    if not available():
+        return None
+    kinds = set()
+    for layer in ar.model.layers:
+        for mod in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
+            if getattr(mod, "bias", None) is not None or mod.weight.shape[1] % 256:
+                return None
+            if isinstance(mod, ConvRotLinear) and mod.group == 256 and mod.weight_scale.dtype == torch.float32:
+                kinds.add("int8")
+            elif isinstance(mod, torch.nn.Linear) and mod.weight.dtype in (torch.bfloat16, torch.float16):
+                kinds.add("bf16")
+            else:
+                return None
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 class _RowCache:
     """A KVCache-compatible view of one row of the static buffers, used to prefill that row eagerly."""
 
@@ -174,6 +205,14 @@ class PhaseDecoder:
         self.fused = bool(fused) and fused_mod.available() and fused_mod.supports(d.heads, d.kv_heads, d.head_dim)
         # split-length Triton decode attention inside the fused step (YUE2_DECODE_ATTN=torch: bmm + softmax)
         self.attn_kernel = self.fused and os.environ.get("YUE2_DECODE_ATTN", "triton") != "torch"
+        # split-K Triton products (`fast.gemv`) for the layer linears, summed inside the consumer kernels
+        # (YUE2_GEMV=0: cuBLAS for bf16, the W8A16 kernel of int8_kernels for int8)
+        self.gemv = (self.fused and os.environ.get("YUE2_GEMV", "1") != "0" and self.R <= 16
+                     and _gemv_layers(ar) is not None)
+        self.int8_layers = self.gemv and _gemv_layers(ar) == "int8"
+        # int8: YUE2_ROT_FUSED=1 has the kernels producing the activations rotate them (·H); off by default: on the
+        # H200 the Triton butterfly made those kernels slower than the separate cuBLAS rotation (docs/bench_h200.log)
+        self.rot_fused = self.int8_layers and os.environ.get("YUE2_ROT_FUSED", "0") == "1"
         want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
 
@@ -184,7 +223,8 @@ class PhaseDecoder:
         shape = (self.R, d.kv_heads, self.capacity, d.head_dim)
         self.k = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.layers)]
         self.v = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.layers)]
-        self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop)
+        self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop, gemv=self.gemv)
+        self.head_rot = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop, rotated=True)
         self.mask = static_mask(self.phase, torch.float32, dev)
         self.logits = torch.zeros(self.R, self.slice.width, dtype=self.dtype, device=dev)
         self.tokens = torch.zeros(self.R, dtype=torch.long, device=dev)
@@ -259,10 +299,22 @@ class PhaseDecoder:
                 x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.logits.copy_(self.head(ar.model.norm(x[:, 0])))
 
+    def _lin(self, mod, x2: torch.Tensor, rotated: bool):
+        """One layer linear through `fast.gemv`: x2 [R, K] → `gemv.Partials` or [R, N]. int8: x2 is rotated here
+        unless `rotated` (the producing kernel did it)."""
+        from . import gemv
+        if isinstance(mod, ConvRotLinear):
+            if not rotated:
+                x2 = gemv.rotate(x2) if self.rot_fused else _rotate(x2)
+            return gemv.gemv(x2, mod.weight, mod.weight_scale.view(-1), partial=True)
+        return gemv.gemv(x2, mod.weight, partial=True)
+
     def _forward_fused(self, attn_len: int):
         """Same maths as `_forward` with fused Triton kernels: per layer add+RMSNorm, QK-norm+RoPE+KV store and
         SiLU·up each run as one kernel, and the attention as a split-length decode kernel (`fused.decode_attention`;
-        with `attn_kernel` off: bmm + mask + softmax, the mask built once per step)."""
+        with `attn_kernel` off: bmm + mask + softmax, the mask built once per step). With `gemv`, the four layer
+        linears are split-K Triton products whose partial sums the next kernel adds up; for int8 layers with
+        `rot_fused`, the norms and SiLU·up write their outputs already rotated for the ConvRot products."""
         from . import fused
         ar, d = self.ar, self.ar.dims
         x = ar.model.embed_tokens(self.tokens[:, None])
@@ -275,24 +327,32 @@ class PhaseDecoder:
             bias = torch.zeros(self.R, 1, 1, attn_len, device=self.device).masked_fill_(~visible[:, None, None],
                                                                                         float("-inf"))
         groups, scale = d.heads // d.kv_heads, 1.0 / math.sqrt(d.head_dim)
+        rot, R = self.rot_fused, self.R
+        lin = self._lin if self.gemv else (lambda mod, x2, rotated: mod(x2))
         delta = None
         for i, layer in enumerate(ar.model.layers):
             att_mod = layer.self_attn
-            x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps)
-            qkv = att_mod.qkv_proj(y)
-            q = fused.qk_norm_rope_store(qkv.reshape(self.R, -1), att_mod.q_norm.weight, att_mod.k_norm.weight,
+            x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps, rot=rot)
+            qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot)
+            q = fused.qk_norm_rope_store(qkv, att_mod.q_norm.weight, att_mod.k_norm.weight,
                                          cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
                                          d.head_dim, d.eps)
             if self.attn_kernel:
-                h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale)[:, None]
+                h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale)
             else:
                 keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
-                att = torch.add(bias, _scores(q.view(self.R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
-                h = (att.softmax(-1).to(self.dtype) @ values).reshape(self.R, 1, d.heads * d.head_dim)
-            x, y = fused.add_rmsnorm(x, att_mod.o_proj(h), layer.post_attention_layernorm.weight, d.eps)
-            delta = layer.mlp.down_proj(fused.silu_mul(layer.mlp.gate_up_proj(y).reshape(self.R, -1))[:, None])
-        _, y = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps)
-        self.logits.copy_(self.head(y[:, 0]))
+                att = torch.add(bias, _scores(q.view(R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
+                h = (att.softmax(-1).to(self.dtype) @ values).reshape(R, d.heads * d.head_dim)
+            o = lin(att_mod.o_proj, h, False)
+            x, y = fused.add_rmsnorm(x, o if self.gemv else o[:, None], layer.post_attention_layernorm.weight,
+                                     d.eps, rot=rot)
+            act = fused.silu_mul(lin(layer.mlp.gate_up_proj, y.view(R, -1), rot), rot=rot)
+            delta = lin(layer.mlp.down_proj, act, rot)
+            if not self.gemv:
+                delta = delta[:, None]
+        head_rot = rot and isinstance(ar.model.lm_head, ConvRotLinear) and ar.model.lm_head.group == 256
+        _, y = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps, rot=head_rot)
+        self.logits.copy_(self.head_rot(y[:, 0]) if head_rot else self.head(y[:, 0]))
 
     def _step(self, attn_len: int):
         G, s, sl = self.G, self.s, self.slice
@@ -411,6 +471,8 @@ class PhaseDecoder:
                 "execution": "cuda_graph" if self.graphs and self.graph_error is None else "eager_device_sampler",
                 "compiled_layers": self.fns is not None, "fused_kernels": self.fused and self.fns is None,
                 "decode_attention": "triton_split" if self.fused and self.fns is None and self.attn_kernel else "torch",
+                "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
+                                   if self.gemv and self.fns is None else "library"),
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
         self.release()
         return results

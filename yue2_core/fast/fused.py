@@ -22,75 +22,8 @@ def _kernels():
         return None
     triton, tl = triton_modules()
 
-    @triton.jit
-    def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, eps, HAS_D: tl.constexpr, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        offs = tl.arange(0, BLOCK)
-        m = offs < N
-        x = tl.load(x_ptr + row * N + offs, mask=m, other=0.0)
-        dt = x.dtype
-        if HAS_D:
-            d = tl.load(d_ptr + row * N + offs, mask=m, other=0.0)
-            x = (x.to(tl.float32) + d.to(tl.float32)).to(dt)
-            tl.store(xo_ptr + row * N + offs, x, mask=m)
-        xf = x.to(tl.float32)
-        r = (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
-        y = (xf * r).to(dt).to(tl.float32)
-        w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * N + offs, (y * w).to(dt), mask=m)
-
-    @triton.jit
-    def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
-                       row_stride, cache_row, cache_head, cap, NH: tl.constexpr, NKV: tl.constexpr,
-                       D: tl.constexpr, eps):
-        r = tl.program_id(0)
-        h = tl.program_id(1)
-        half = tl.arange(0, D // 2)
-        base = qkv_ptr + r * row_stride + h * D
-        x1 = tl.load(base + half)
-        x2 = tl.load(base + D // 2 + half)
-        dt = x1.dtype
-        pos = tl.load(pos_ptr + r)
-        if h < NH + NKV:
-            f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
-            rr = (1.0 / tl.sqrt((tl.sum(f1 * f1, axis=0) + tl.sum(f2 * f2, axis=0)) / D + eps)).to(dt)
-            rr = rr.to(tl.float32)
-            if h < NH:
-                w1 = tl.load(qn_ptr + half).to(tl.float32)
-                w2 = tl.load(qn_ptr + D // 2 + half).to(tl.float32)
-            else:
-                w1 = tl.load(kn_ptr + half).to(tl.float32)
-                w2 = tl.load(kn_ptr + D // 2 + half).to(tl.float32)
-            n1 = ((f1 * rr).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
-            n2 = ((f2 * rr).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
-            c = tl.load(cos_ptr + r * (D // 2) + half).to(dt).to(tl.float32)
-            s = tl.load(sin_ptr + r * (D // 2) + half).to(dt).to(tl.float32)
-            o1 = ((n1 * c).to(dt).to(tl.float32) - (n2 * s).to(dt).to(tl.float32)).to(dt)
-            o2 = ((n2 * c).to(dt).to(tl.float32) + (n1 * s).to(dt).to(tl.float32)).to(dt)
-            if h < NH:
-                tl.store(q_ptr + (r * NH + h) * D + half, o1)
-                tl.store(q_ptr + (r * NH + h) * D + D // 2 + half, o2)
-            else:
-                dst = k_ptr + r * cache_row + (h - NH) * cache_head + pos * D
-                tl.store(dst + half, o1)
-                tl.store(dst + D // 2 + half, o2)
-        else:
-            dst = v_ptr + r * cache_row + (h - NH - NKV) * cache_head + pos * D
-            tl.store(dst + half, x1)
-            tl.store(dst + D // 2 + half, x2)
-
-    @triton.jit
-    def silu_mul_kernel(gu_ptr, out_ptr, F, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        m = col < F
-        g = tl.load(gu_ptr + row * 2 * F + col, mask=m, other=0.0)
-        u = tl.load(gu_ptr + row * 2 * F + F + col, mask=m, other=0.0)
-        gf = g.to(tl.float32)
-        s = (gf / (1.0 + tl.exp(-gf))).to(g.dtype).to(tl.float32)
-        tl.store(out_ptr + row * F + col, (s * u.to(tl.float32)).to(g.dtype), mask=m)
-
-    return triton, add_rmsnorm_kernel, qk_rope_kernel, silu_mul_kernel
+    from . import _decode_triton as k
+    return triton, k.add_rmsnorm_kernel, k.qk_rope_kernel, k.silu_mul_kernel
 
 
 @functools.lru_cache(maxsize=1)
@@ -176,41 +109,56 @@ def supports(heads: int, kv_heads: int, head_dim: int) -> bool:
     return head_dim >= 16 and head_dim & (head_dim - 1) == 0 and kv_heads > 0 and heads % kv_heads == 0
 
 
-def add_rmsnorm(x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float):
-    """x [..., N] (+ delta) → (new x, RMSNorm(new x)·w), both in x's dtype; x is not modified in place."""
+def _rows_of(t) -> tuple[torch.Tensor, int, int]:
+    """(tensor, S, PS) of a product's output: a plain tensor (S = 1) or `gemv.Partials` (S splits, stride PS)."""
+    from .gemv import Partials
+    if isinstance(t, Partials):
+        return t.t, t.split, t.t[0].numel()
+    return t, 1, 0
+
+
+def add_rmsnorm(x: torch.Tensor, delta, w: torch.Tensor, eps: float, rot: bool = False):
+    """x [..., N] (+ delta) → (new x, RMSNorm(new x)·w), both in x's dtype; x is not modified in place. `delta`:
+    a tensor shaped like x, or `gemv.Partials` [S, rows, N] (summed, then rounded to x's dtype as a product's
+    output is). `rot`: the normed output is returned rotated (·H per 256-group, N % 256 == 0) for an int8
+    ConvRot product."""
     triton, kern, _, _ = _kernels()
     n = x.shape[-1]
     rows = x.numel() // n
+    d, splits, ps = _rows_of(delta) if delta is not None else (x, 1, 0)
     xo = torch.empty_like(x) if delta is not None else x
     y = torch.empty_like(x)
-    kern[(rows,)](x, delta if delta is not None else x, w, xo, y, n, eps, HAS_D=delta is not None,
-                  BLOCK=triton.next_power_of_2(n))
+    kern[(rows, n // 256 if rot else 1)](x, d, w, xo, y, n, ps, eps, HAS_D=delta is not None, S=splits,
+                                         BLOCK=triton.next_power_of_2(n), ROT=rot,
+                                         num_warps=8 if splits > 1 else 4)  # more loads in flight for partials
     return xo, y
 
 
-def qk_norm_rope_store(qkv: torch.Tensor, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tensor,
+def qk_norm_rope_store(qkv, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tensor,
                        sin: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        heads: int, kv_heads: int, head_dim: int, eps: float, shared_row: bool = False) -> torch.Tensor:
-    """qkv [R, (nh + 2·nkv)·D] → q [R, nh, D] (normed, rotated); k (normed, rotated) and v written to
-    k_cache/v_cache [R, nkv, capacity, D] at slot pos[r] of batch row r — or, with `shared_row`, of batch row 0
-    for every r (the NAR: R token slots of one sequence). cos/sin [R, D/2] fp32."""
+    """qkv [R, (nh + 2·nkv)·D] (or `gemv.Partials` of it) → q [R, nh, D] (normed, rotated); k (normed, rotated)
+    and v written to k_cache/v_cache [R, nkv, capacity, D] at slot pos[r] of batch row r — or, with `shared_row`,
+    of batch row 0 for every r (the NAR: R token slots of one sequence). cos/sin [R, D/2] fp32."""
     _, _, kern, _ = _kernels()
-    r = qkv.shape[0]
-    q = torch.empty(r, heads, head_dim, dtype=qkv.dtype, device=qkv.device)
-    kern[(r, heads + 2 * kv_heads)](qkv, qn, kn, cos, sin, pos, q, k_cache, v_cache, qkv.stride(0),
+    t, splits, ps = _rows_of(qkv)
+    r = t.shape[-2]
+    q = torch.empty(r, heads, head_dim, dtype=k_cache.dtype, device=t.device)
+    kern[(r, heads + 2 * kv_heads)](t, qn, kn, cos, sin, pos, q, k_cache, v_cache, t.stride(-2),
                                     0 if shared_row else k_cache.stride(0), k_cache.stride(1), k_cache.shape[2],
-                                    NH=heads, NKV=kv_heads,
-                                    D=head_dim, eps=eps)
+                                    ps, NH=heads, NKV=kv_heads, D=head_dim, eps=eps, S=splits)
     return q
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate‖up [R, 2F] → silu(gate)·up [R, F]."""
+def silu_mul(gate_up, rot: bool = False) -> torch.Tensor:
+    """gate‖up [R, 2F] (or `gemv.Partials` of it) → silu(gate)·up [R, F] (rotated ·H per 256-group with `rot`)."""
     triton, _, _, kern = _kernels()
-    r, f2 = gate_up.shape
-    out = torch.empty(r, f2 // 2, dtype=gate_up.dtype, device=gate_up.device)
-    block = 1024
-    kern[(r, triton.cdiv(f2 // 2, block))](gate_up, out, f2 // 2, BLOCK=block)
+    t, splits, ps = _rows_of(gate_up)
+    r, f2 = t.shape[-2], t.shape[-1]
+    dtype = gate_up.dtype
+    out = torch.empty(r, f2 // 2, dtype=dtype, device=t.device)
+    block = 256 if rot else 1024
+    kern[(r, triton.cdiv(f2 // 2, block))](t, out, f2 // 2, ps, S=splits, BLOCK=block, ROT=rot)
     return out
 
 

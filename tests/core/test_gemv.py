@@ -1,0 +1,106 @@
+"""The split-K decode products (`fast.gemv`) and the consumer kernels that sum their partials, in Triton's CPU
+interpreter (fp16: numpy has no bf16), against torch; then inside the decode step for bf16- and int8-shaped tiny
+checkpoints. GPU numbers: tests/core/test_cuda_fast.py and bench/gemv_sweep.py."""
+from __future__ import annotations
+
+import pytest
+
+from tests.core.test_fast_path import _run_ok
+
+
+def test_gemv_and_partial_consumers_in_interpreter():
+    pytest.importorskip("triton")
+    code = (
+        "import torch\n"
+        "from yue2_core.fast import gemv as G, fused\n"
+        "from yue2_core.quant import quantize, rotate\n"
+        "torch.manual_seed(0)\n"
+        "for n, k, m in ((96, 512, 1), (64, 1024, 3), (40, 256, 16)):\n"
+        "    x = torch.randn(m, k).half()\n"
+        "    w = torch.randn(n, k) * 0.05\n"
+        "    q, s = quantize(w)\n"
+        "    rb = x.float() @ w.half().float().T\n"
+        "    rq = (rotate(x.float()).half().float() @ q.float().T) * s.view(1, -1)\n"
+        "    for cfg in (G.Config(bn=32, bk=256, split=1), G.Config(bn=16, bk=256, split=2),\n"
+        "                G.Config(bn=64, bk=512, split=2), G.Config(bn=16, bk=256, split=4)):\n"
+        "        yb = G.gemv(x, w.half(), cfg=cfg)\n"
+        "        yq = G.gemv(G.rotate(x), q, s.view(-1), cfg=cfg)\n"
+        "        assert yb.shape == (m, n) and yb.dtype == torch.float16\n"
+        "        assert (yb.float() - rb).abs().max() / rb.abs().max() < 2e-3, (n, k, m, cfg)\n"
+        "        assert (yq.float() - rq).abs().max() / rq.abs().max() < 2e-3, (n, k, m, cfg)\n"
+        "        p = G.gemv(x, w.half(), cfg=cfg, partial=True)\n"
+        "        split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1\n"
+        "        assert isinstance(p, G.Partials) == (split > 1), (cfg, type(p))\n"
+        "        if split > 1:\n"
+        "            assert p.t.shape == (split, m, n) and torch.equal(G.reduce(p), yb)\n"
+        "try:\n"
+        "    G.gemv(torch.randn(1, 256).half(), q[:, :256].contiguous(), s.view(-1), cfg=G.Config(bk=128))\n"
+        "    raise SystemExit('int8 with bk=128 accepted')\n"
+        "except ValueError as e:\n"
+        "    assert '256' in str(e)\n"
+        "try:\n"
+        "    G.gemv(torch.randn(17, 256).half(), w[:, :256].half())\n"
+        "    raise SystemExit('17 rows accepted')\n"
+        "except ValueError as e:\n"
+        "    assert '16' in str(e)\n"
+        # consumers: partial sums give the same result as the reduced tensor; rot = rotate(plain)
+        "R, H, F = 3, 512, 512\n"
+        "x = torch.randn(R, 1, H).half(); wn = (1 + 0.1 * torch.randn(H)).half()\n"
+        "p = G.Partials(torch.randn(4, R, H) * 0.3, torch.float16)\n"
+        "x1, y1 = fused.add_rmsnorm(x, p, wn, 1e-6)\n"
+        "x2, y2 = fused.add_rmsnorm(x, G.reduce(p).view(R, 1, H), wn, 1e-6)\n"
+        "assert torch.equal(x1, x2) and torch.equal(y1, y2)\n"
+        "x3, y3 = fused.add_rmsnorm(x, p, wn, 1e-6, rot=True)\n"
+        "assert torch.equal(x3, x1)\n"
+        "assert (y3.float() - rotate(y1.float())).abs().max() < 4e-3, (y3.float() - rotate(y1.float())).abs().max()\n"
+        "_, y4 = fused.add_rmsnorm(x, None, wn, 1e-6, rot=True)\n"
+        "_, y5 = fused.add_rmsnorm(x, None, wn, 1e-6)\n"
+        "assert (y4.float() - rotate(y5.float())).abs().max() < 4e-3\n"
+        "gu = G.Partials(torch.randn(2, R, 2 * F), torch.float16)\n"
+        "a1, a2 = fused.silu_mul(gu), fused.silu_mul(G.reduce(gu))\n"
+        "assert torch.equal(a1, a2)\n"
+        "a3 = fused.silu_mul(gu, rot=True)\n"
+        "assert (a3.float() - rotate(a1.float())).abs().max() < 4e-3\n"
+        "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
+def _decoders(path: str, int8: bool) -> str:
+    return ("import torch\n"
+            "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
+            "from yue2_core.fast import decode as fd\n"
+            "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
+            f"info = inspect_checkpoint({path!r})\n"
+            "ar = load_ar(info, 'cpu', torch.float16)\n"
+            "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
+            "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n"
+            "kind = fd._gemv_layers(ar)\n"
+            f"assert kind == {'int8' if int8 else 'bf16'!r}, kind\n"
+            "decs = []\n"
+            "for rot in (None, False, True):\n"
+            "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"
+            "    d._allocate(); d._prefill(); decs.append(d)\n"
+            "    if rot is not None:\n"
+            "        d.fused, d.attn_kernel, d.gemv = True, True, True\n"
+            f"        d.int8_layers = {int8}\n"
+            f"        d.rot_fused = rot and {int8}\n"
+            "ref, plain, rot = decs\n"
+            "for step in range(3):\n"
+            "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
+            "    ref._forward(ref.capacity); plain._forward_fused(plain.capacity); rot._forward_fused(rot.capacity)\n"
+            "    for d in decs: d.pos.add_(1)\n"
+            "    for d in (plain, rot):\n"
+            "        rel = ((ref.logits.float() - d.logits.float()).norm() / ref.logits.float().norm()).item()\n"
+            "        assert rel < 1e-2, (step, rel)\n"
+            "        kv = max(((a.float() - b.float()).norm() / a.float().norm()).item()\n"
+            "                 for a, b in zip(ref.k + ref.v, d.k + d.v))\n"
+            "        assert kv < 1e-2, (step, kv)\n"
+            "print('ok')\n")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "int8"])
+def test_decode_step_with_gemv_in_interpreter(tiny_paths, fmt):
+    """The decode step with the split-K products (and, for int8, rotations written by the producing kernels)
+    against the portable step: logits and KV cache within fp16 rounding (summation order differs)."""
+    pytest.importorskip("triton")
+    _run_ok(_decoders(tiny_paths[fmt], fmt == "int8"), interpret=True)

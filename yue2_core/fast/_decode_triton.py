@@ -1,0 +1,169 @@
+"""Triton kernels of `fast.gemv` (imported only when Triton imports: see `fast.triton_modules`)."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _r4(x, A: tl.constexpr, B: tl.constexpr):
+    # x viewed as [A, 4, B]: multiply the middle axis by R4/2 (one base-4 digit of the 256-wide Hadamard)
+    i = tl.arange(0, 4)
+    r = tl.where((i[:, None] + i[None, :]) == 3, -0.5, 0.5)
+    y = tl.sum(tl.reshape(x, (A, 1, 4, B)) * tl.reshape(r, (1, 4, 4, 1)), axis=2)
+    return tl.reshape(y, (A * 4 * B,))
+
+@triton.jit
+def fwht256(x, E: tl.constexpr):
+    # x: fp32, E elements (a multiple of 256) → every contiguous 256-group multiplied by H = R4^{⊗4}/16
+    x = _r4(x, E // 4, 1)
+    x = _r4(x, E // 16, 4)
+    x = _r4(x, E // 64, 16)
+    x = _r4(x, E // 256, 64)
+    return x
+
+@triton.jit(do_not_specialize=["M"])
+def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr):
+    # program (n block, k split): out[split, m, n] (PARTIAL) or out[m, n] = Σ_{k in split} x[m, k] · w[n, k]
+    # (· s[n] for int8 codes; x is already in the rotated basis)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_kb = tl.arange(0, BK)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    k_lo = pid_k * KS
+    for k0 in range(k_lo, k_lo + KS, BK):
+        offs_k = k0 + offs_kb
+        k_ok = offs_k < K
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                    other=0.0)
+        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0)
+        acc += tl.dot(x, tl.trans(w.to(x.dtype)))
+    if INT8:
+        acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    mask = m_ok[:, None] & n_ok[None, :]
+    if PARTIAL:
+        tl.store(out_ptr + (pid_k * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
+    else:
+        tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+@triton.jit
+def reduce_kernel(p_ptr, y_ptr, MN, S: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < MN
+    acc = tl.load(p_ptr + offs, mask=ok, other=0.0)
+    for s in tl.static_range(1, S):
+        acc += tl.load(p_ptr + s * MN + offs, mask=ok, other=0.0)
+    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
+@triton.jit
+def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr):
+    # y = x·H per 256-group, one program per (row, BK block); fp32 maths, rounded to y's dtype
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BK + tl.arange(0, BK)
+    x = tl.load(x_ptr + row * K + offs, mask=offs < K, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * K + offs, fwht256(x, BK).to(y_ptr.dtype.element_ty), mask=offs < K)
+
+
+
+# -- consumers of the products: they take y either as a plain tensor (S = 1) or as S ≥ 2 fp32 partial sums --------
+
+@triton.jit
+def _load_sum(ptr, offs, mask, PS, S: tl.constexpr):
+    # Σ_{s < S} ptr[s·PS + offs] in fp32 (S = 1: one plain load, any dtype)
+    acc = tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    for s in tl.static_range(1, S):
+        acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0)
+    return acc
+
+
+@triton.jit
+def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl.constexpr, S: tl.constexpr,
+                       BLOCK: tl.constexpr, ROT: tl.constexpr):
+    # program (row, g): x ← x + bf16(delta); y = (x · bf16(rsqrt(mean x² + eps))) · w, rounded as the reference.
+    # ROT: program g writes only the 256-slice g of xo and y, y rotated (·H) for an int8 ConvRot product.
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    dt = y_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * N + offs, mask=m, other=0.0)
+    if HAS_D:
+        x = (x.to(tl.float32) + _load_sum(d_ptr, row * N + offs, m, PS, S).to(dt).to(tl.float32)).to(dt)
+    xf = x.to(tl.float32)
+    r = (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
+    if ROT:
+        so = tl.program_id(1) * 256 + tl.arange(0, 256)
+        xs = tl.load(x_ptr + row * N + so)
+        if HAS_D:
+            xs = (xs.to(tl.float32) + _load_sum(d_ptr, row * N + so, so < N, PS, S).to(dt).to(tl.float32)).to(dt)
+            tl.store(xo_ptr + row * N + so, xs)
+        ys = (xs.to(tl.float32) * r).to(dt).to(tl.float32)
+        ys = (ys * tl.load(w_ptr + so).to(tl.float32)).to(dt).to(tl.float32)
+        tl.store(y_ptr + row * N + so, fwht256(ys, 256).to(dt))
+    else:
+        if HAS_D:
+            tl.store(xo_ptr + row * N + offs, x, mask=m)
+        y = (xf * r).to(dt).to(tl.float32)
+        w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row * N + offs, (y * w).to(dt), mask=m)
+
+
+@triton.jit
+def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
+                   row_stride, cache_row, cache_head, cap, PS, NH: tl.constexpr, NKV: tl.constexpr,
+                   D: tl.constexpr, eps, S: tl.constexpr):
+    # program (row r, head h of q‖k‖v): QK-norm + split-half RoPE; k and v stored into the cache at pos[r]
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    half = tl.arange(0, D // 2)
+    dt = q_ptr.dtype.element_ty
+    off = r * row_stride + h * D
+    x1 = _load_sum(qkv_ptr, off + half, half < D, PS, S).to(dt)
+    x2 = _load_sum(qkv_ptr, off + D // 2 + half, half < D, PS, S).to(dt)
+    pos = tl.load(pos_ptr + r)
+    if h < NH + NKV:
+        f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
+        rr = (1.0 / tl.sqrt((tl.sum(f1 * f1, axis=0) + tl.sum(f2 * f2, axis=0)) / D + eps)).to(dt)
+        rr = rr.to(tl.float32)
+        if h < NH:
+            w1 = tl.load(qn_ptr + half).to(tl.float32)
+            w2 = tl.load(qn_ptr + D // 2 + half).to(tl.float32)
+        else:
+            w1 = tl.load(kn_ptr + half).to(tl.float32)
+            w2 = tl.load(kn_ptr + D // 2 + half).to(tl.float32)
+        n1 = ((f1 * rr).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
+        n2 = ((f2 * rr).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
+        c = tl.load(cos_ptr + r * (D // 2) + half).to(dt).to(tl.float32)
+        s = tl.load(sin_ptr + r * (D // 2) + half).to(dt).to(tl.float32)
+        o1 = ((n1 * c).to(dt).to(tl.float32) - (n2 * s).to(dt).to(tl.float32)).to(dt)
+        o2 = ((n2 * c).to(dt).to(tl.float32) + (n1 * s).to(dt).to(tl.float32)).to(dt)
+        if h < NH:
+            tl.store(q_ptr + (r * NH + h) * D + half, o1)
+            tl.store(q_ptr + (r * NH + h) * D + D // 2 + half, o2)
+        else:
+            dst = k_ptr + r * cache_row + (h - NH) * cache_head + pos * D
+            tl.store(dst + half, o1)
+            tl.store(dst + D // 2 + half, o2)
+    else:
+        dst = v_ptr + r * cache_row + (h - NH - NKV) * cache_head + pos * D
+        tl.store(dst + half, x1)
+        tl.store(dst + D // 2 + half, x2)
+
+
+@triton.jit
+def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr):
+    # program (row, block): silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK = 256): the block rotated (·H)
+    row = tl.program_id(0)
+    col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = col < F
+    dt = out_ptr.dtype.element_ty
+    g = _load_sum(gu_ptr, row * 2 * F + col, m, PS, S).to(dt)
+    u = _load_sum(gu_ptr, row * 2 * F + F + col, m, PS, S).to(dt)
+    gf = g.to(tl.float32)
+    s = (gf / (1.0 + tl.exp(-gf))).to(dt).to(tl.float32)
+    out = (s * u.to(tl.float32)).to(dt)
+    if ROT:
+        out = fwht256(out.to(tl.float32), BLOCK).to(dt)
+    tl.store(out_ptr + row * F + col, out, mask=m)

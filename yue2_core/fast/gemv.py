@@ -1,0 +1,156 @@
+"""Skinny matrix–vector products for the decode step (CUDA, Triton): y [M, N] = x [M, K] · Wᵀ for M ≤ 16 rows and
+weights W [N, K] in bf16, or int8 ConvRot codes q [N, K] with row scales s [N] (y = s · ((x·H) · qᵀ), H the
+256-wide regular Hadamard of `quant.hadamard`; x comes already rotated: `rotate`, or a producer kernel with rot=True).
+
+Why not cuBLAS / the dot-per-row-block kernel of `int8_kernels`: at batch 1 a decode step is one pass over 1.4 G
+weights, so each product must keep enough bytes in flight to run near the memory bandwidth. For the narrow layers
+(o_proj and down_proj: N = 2048) one program per output block gives too few programs; here the K axis is split as
+well (`split` programs per output block), and each program writes an fp32 partial sum.
+
+    partials P [split, M, N] fp32,   y = bf16(Σ_split P)   (summed in a fixed order: deterministic)
+
+The consumer kernels (`fused.add_rmsnorm`, `fused.qk_norm_rope_store`, `fused.silu_mul`) read P directly and do
+the sum, so a split costs no extra launch; `reduce` is the stand-alone sum for other callers. With split = 1 the
+kernel writes y in the output dtype directly.
+
+The configuration (block sizes, split, warps, stages) per weight shape comes from `bench/gemv_sweep.py` run on an
+H200 (its table: docs/gemv_sweep_h200.log); `choose(n, k, m)` holds the result.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Config:
+    """Block of outputs per program (bn), K tile (bk), K splits (split), warps, pipeline stages."""
+    bn: int = 32
+    bk: int = 256
+    split: int = 1
+    warps: int = 4
+    stages: int = 3
+
+
+class Partials:
+    """fp32 partial sums P [split, M, N] of one product (sum over the first axis, round to `dtype`, gives y)."""
+    __slots__ = ("t", "dtype")
+
+    def __init__(self, t: torch.Tensor, dtype: torch.dtype):
+        self.t, self.dtype = t, dtype
+
+    @property
+    def split(self) -> int:
+        return self.t.shape[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels():
+    from . import triton_modules
+    if triton_modules() is None:
+        return None
+    triton, tl = triton_modules()
+    from . import _decode_triton as k
+    return triton, tl, k.gemv_kernel, k.reduce_kernel, k.rotate_kernel, k.fwht256
+
+
+def available() -> bool:
+    return _kernels() is not None
+
+
+MAX_ROWS = 16  # one tensor-core tile of rows; more rows use cuBLAS (bf16) or dequantize + GEMM (int8)
+
+# per weight shape (N, K, int8): the fastest configuration at M = 1 in bench/gemv_sweep.py on an H200
+# (docs/gemv_sweep_h200.log, 2026-11-29; the same ones won at M = 2 and 8 within 2 %). YuE2-3B AR shapes.
+_TABLE: dict[tuple[int, int, bool], Config] = {
+    (4096, 2048, False): Config(bn=64, bk=256, split=2, stages=4),    # qkv_proj
+    (2048, 2048, False): Config(bn=64, bk=256, split=8, stages=3),    # o_proj
+    (12288, 2048, False): Config(bn=32, bk=256, split=1, stages=3),   # gate_up_proj
+    (2048, 6144, False): Config(bn=64, bk=256, split=4, stages=4),    # down_proj
+    (32769, 2048, False): Config(bn=64, bk=256, split=1, stages=3),   # LM head, codec slice
+    (4096, 2048, True): Config(bn=32, bk=256, split=4, stages=3),
+    (2048, 2048, True): Config(bn=32, bk=256, split=8, stages=3),
+    (12288, 2048, True): Config(bn=64, bk=256, split=2, stages=3),
+    (2048, 6144, True): Config(bn=64, bk=256, split=8, stages=3),
+    (32769, 2048, True): Config(bn=64, bk=256, split=1, stages=3),
+}
+
+
+def choose(n: int, k: int, m: int, int8: bool) -> Config:
+    """The launch configuration for an [m ≤ 16, k] × [n, k]ᵀ product: the swept table when it has the shape,
+    otherwise a rule: 64-row blocks, K split until there are about two programs per multiprocessor of an H200
+    (132). `m` is unused: the sweep found the same winners for 1, 2 and 8 rows."""
+    cfg = _TABLE.get((n, k, int8))
+    if cfg is not None:
+        return cfg
+    bn, bk = 64, 256
+    blocks = -(-n // bn)
+    split = 1
+    while blocks * split < 264 and k % (bk * split * 2) == 0:
+        split *= 2
+    return Config(bn=bn, bk=bk, split=split)
+
+
+def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether `gemv` handles x [M, K] and w [N, K]: CUDA, Triton present, x bf16/fp16 with ≤ 16 rows, K a
+    multiple of 256 (ConvRot groups; every YuE2 linear), w bf16/fp16 or int8."""
+    on_device = x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"  # CPU interpreter: the tests
+    return (on_device and available() and x.dtype in (torch.bfloat16, torch.float16) and x.dim() == 2 and x.shape[0] <= MAX_ROWS
+            and x.shape[1] % 256 == 0 and w.dtype in (torch.bfloat16, torch.float16, torch.int8) and w.shape[1] == x.shape[1])
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *, partial: bool = False,
+         cfg: Config | None = None) -> torch.Tensor | Partials:
+    """x [M ≤ 16, K] bf16 · w [N, K]ᵀ → y [M, N] bf16. w bf16, or int8 ConvRot codes with `scale` [N] fp32 —
+    then x must already be rotated (`rotate`, or a producing kernel with rot=True). With `partial`, returns
+    `Partials` (P [split, M, N] fp32) when the configuration splits K, else y. K % 256 == 0 (see `supported`).
+    Raises ValueError for unsupported inputs."""
+    if not supported(x, w):
+        raise ValueError(f"gemv needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
+                         f"{tuple(x.shape)} {x.dtype} on {x.device}, w {tuple(w.shape)} {w.dtype}")
+    triton, _, kern, _, _, _ = _kernels()
+    m, k = x.shape
+    n = w.shape[0]
+    int8 = w.dtype == torch.int8
+    if int8 and scale is None:
+        raise ValueError("int8 weights need their row scales")
+    cfg = cfg or choose(n, k, m, int8)
+    if int8 and cfg.bk % 256:
+        raise ValueError(f"int8 ConvRot products need K tiles of whole 256-wide rotation groups; got bk={cfg.bk}")
+    split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1
+    ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
+    x = x.contiguous()
+    as_partial = split > 1
+    if as_partial:
+        out = torch.empty(split, m, n, dtype=torch.float32, device=x.device)
+    else:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    kern[(triton.cdiv(n, cfg.bn), split)](x, w, scale if int8 else x, out, m, n, k, ks, x.stride(0),
+                                          BM=16, BN=cfg.bn, BK=cfg.bk, INT8=int8, PARTIAL=as_partial,
+                                          num_warps=cfg.warps, num_stages=cfg.stages)
+    if not as_partial:
+        return out
+    p = Partials(out, x.dtype)
+    return p if partial else reduce(p)
+
+
+def reduce(p: Partials) -> torch.Tensor:
+    """Σ over the split axis of P [split, M, N] → [M, N] in p.dtype."""
+    triton, _, _, kern, _, _ = _kernels()
+    s, m, n = p.t.shape
+    y = torch.empty(m, n, dtype=p.dtype, device=p.t.device)
+    block = 1024
+    kern[(triton.cdiv(m * n, block),)](p.t, y, m * n, S=s, BLOCK=block)
+    return y
+
+
+def rotate(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] (K % 256 == 0) → x·H per 256-group, in x's dtype (fp32 maths), one kernel."""
+    triton, _, _, _, kern, _ = _kernels()
+    m, k = x.shape
+    y = torch.empty_like(x)
+    kern[(m, triton.cdiv(k, 256))](x.contiguous(), y, k, BK=256)
+    return y
