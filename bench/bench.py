@@ -223,14 +223,20 @@ def ar_bf16(eng, n, compile_ok):
     finally:
         os.environ.pop("YUE2_DECODE_ATTN")
     record("AR decode bf16 batch 1 (graph + fused kernels, torch attention)", ours_ta, base1, "tok/s")
-    with env(YUE2_GEMV="0"):
+    with env(YUE2_GEMV="0", YUE2_PDL="0"):
         warm(eng.ar, [[sem_p]], s, "semantic")
         ours_lib, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
     record("AR decode bf16 batch 1 (graph + fused kernels + split attention, cuBLAS GEMV)", ours_lib, base1, "tok/s")
+    with env(YUE2_PDL="0"):
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_nopdl, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
+    record("AR decode bf16 batch 1 (graph + fused kernels + split attention + split-K GEMV)", ours_nopdl, base1,
+           "tok/s")
     ours1, t1 = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
-    record("AR decode bf16 batch 1 (graph + fused kernels + split attention + split-K GEMV)", ours1, base1, "tok/s",
+    record("AR decode bf16 batch 1 (… + split-K GEMV + programmatic dependent launch)", ours1, base1, "tok/s",
            f"fused={t1.get('fused_kernels')}, attention={t1.get('decode_attention')}, "
-           f"products={t1.get('layer_products')}; capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
+           f"products={t1.get('layer_products')}, pdl={t1.get('pdl')}; "
+           f"capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
     best = ours1
     if compile_ok:
         ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)
@@ -260,7 +266,7 @@ def ar_int8(eng, n, base_rates):
     warm(eng.ar, [[sem_p], [sem_p] * 8], s, "semantic")
     warm(eng.ar, [[sem_p]], s, "semantic", cfg=1.5, negatives=[neg])
     warm(eng.ar, [[prompt_ids(500, "abc", 1)]], fixed_len(ABC, 48), "abc")
-    with env(YUE2_GEMV="0"):
+    with env(YUE2_GEMV="0", YUE2_PDL="0"):
         warm(eng.ar, [[sem_p]], s, "semantic")
         ours_old, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1 (W8A16 per output block, rotation by cuBLAS)", ours_old, base_rates.get("base1"),
@@ -270,6 +276,11 @@ def ar_int8(eng, n, base_rates):
         ours_in, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1 (split-K GEMV, rotation inside the producing kernels)", ours_in,
            base_rates.get("base1"), "tok/s")
+    with env(YUE2_PDL="0"):
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_nopdl, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
+    record("AR decode int8 batch 1 (split-K GEMV, rotation by cuBLAS, no PDL)", ours_nopdl, base_rates.get("base1"),
+           "tok/s")
     ours1, t = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s",
            f"baseline = bf16 vendor loop; {t.get('execution')}; products={t.get('layer_products')}, rotation by "

@@ -30,9 +30,11 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, attn: str, gemv: str = "1"):
+def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, attn: str, gemv: str = "1",
+            pdl: str = "1"):
     os.environ["YUE2_DECODE_ATTN"] = attn
     os.environ["YUE2_GEMV"] = gemv
+    os.environ["YUE2_PDL"] = pdl
     s = Sampling(min_tokens=256, max_tokens=256)
     ids = [151643] + [1000 + i % 5000 for i in range(prompt - 2)] + [151851]
     dec = fd.PhaseDecoder(ar, [ids] * rows, s, list(range(1, rows + 1)), "semantic", fused=fused)
@@ -81,10 +83,12 @@ def main():
     from yue2_core.pipeline import YuE2Engine
     eng = YuE2Engine.load(args.checkpoint, device="cuda", parts=("ar",))
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · {os.path.basename(args.checkpoint)}")
-    for label, fused, attn, gemv in (("fused + split attention + split-K GEMV", True, "triton", "1"),
-                                     ("fused + split attention, library GEMV", True, "triton", "0"),
-                                     ("torch ops", False, "torch", "0")):
-        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, attn, gemv)
+    for label, fused, attn, gemv, pdl in (
+            ("fused + split attention + split-K GEMV + PDL", True, "triton", "1", "1"),
+            ("fused + split attention + split-K GEMV", True, "triton", "1", "0"),
+            ("fused + split attention, library GEMV", True, "triton", "0", "0"),
+            ("torch ops", False, "torch", "0", "0")):
+        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, attn, gemv, pdl)
 
 
 if __name__ == "__main__":

@@ -263,9 +263,12 @@ def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeyp
     forced = [151853 + (7 * i) % 500 for i in range(16)]
     s = Sampling(temperature=0.0, min_tokens=17, max_tokens=17)
     logits = {}
-    for name, gemv, rot in (("library", "0", "0"), ("gemv", "1", "0"), ("gemv_rot", "1", "1")):
+    from yue2_core.fast import pdl_enabled
+    for name, gemv, rot, pdl in (("library", "0", "0", "0"), ("gemv", "1", "0", "1"), ("gemv_rot", "1", "1", "1"),
+                                 ("gemv_no_pdl", "1", "0", "0")):
         monkeypatch.setenv("YUE2_GEMV", gemv)
         monkeypatch.setenv("YUE2_ROT_FUSED", rot)
+        monkeypatch.setenv("YUE2_PDL", pdl)
         dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
         assert dec.gemv == (gemv == "1"), name
         dec._allocate()
@@ -281,3 +284,6 @@ def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeyp
         rel = ((logits[name] - logits["library"]).norm() / logits["library"].norm()).item()
         print(f"{which} decode step, {name} vs library products: logits rel. error {rel:.2e}")
         assert rel < 1e-2, (name, rel)
+    # programmatic dependent launch changes when kernels start, never what they compute
+    print(f"{which}: programmatic dependent launch {'on' if pdl_enabled(torch.device('cuda')) else 'unavailable'}")
+    assert torch.equal(logits["gemv"], logits["gemv_no_pdl"])

@@ -104,3 +104,15 @@ def test_decode_step_with_gemv_in_interpreter(tiny_paths, fmt):
     against the portable step: logits and KV cache within fp16 rounding (summation order differs)."""
     pytest.importorskip("triton")
     _run_ok(_decoders(tiny_paths[fmt], fmt == "int8"), interpret=True)
+
+
+def test_pdl_only_on_cuda_and_switchable(monkeypatch):
+    """Programmatic dependent launch is never requested for CPU tensors, and YUE2_PDL=0 turns it off."""
+    import torch
+
+    from yue2_core.fast import pdl_enabled
+    from yue2_core.fast.fused import _pdl
+    assert pdl_enabled(torch.device("cpu")) is False
+    assert _pdl(torch.zeros(1)) == {}
+    monkeypatch.setenv("YUE2_PDL", "0")
+    assert pdl_enabled(torch.device("cuda")) is False

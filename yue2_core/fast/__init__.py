@@ -40,3 +40,29 @@ def triton_modules():
                       "(unfused torch ops, portable int8 layers): correct, but slower")
         return None
     return triton, tl
+
+
+_PDL: dict = {}
+
+
+def pdl_enabled(device) -> bool:
+    """Whether the decode kernels launch with programmatic dependent launch (PDL) on `device`: a CUDA device of
+    compute capability ≥ 9.0 (Hopper; the attribute is a no-op hint elsewhere, so it is not used), a Triton with
+    grid dependency control and the `launch_pdl` launch option, and YUE2_PDL not "0". With PDL each kernel's launch
+    and block scheduling overlap the previous kernel's tail; every such kernel first waits for the previous one
+    (`_decode_triton.pdl_prologue`), so results are unchanged."""
+    if getattr(device, "type", None) != "cuda" or os.environ.get("YUE2_PDL", "1") == "0":
+        return False
+    key = str(device)
+    if key not in _PDL:
+        ok = False
+        try:
+            import torch
+            if triton_modules() is not None and torch.cuda.get_device_capability(device) >= (9, 0):
+                from triton.backends.nvidia.compiler import CUDAOptions
+                from . import _decode_triton
+                ok = "launch_pdl" in CUDAOptions.__dataclass_fields__ and _decode_triton.gdc_wait is not None
+        except Exception:  # no CUDA backend in this Triton, or a driver query failing: plain launches
+            ok = False
+        _PDL[key] = ok
+    return _PDL[key]

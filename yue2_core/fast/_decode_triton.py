@@ -2,6 +2,20 @@
 import triton
 import triton.language as tl
 
+try:  # grid dependency control (programmatic dependent launch, Hopper+); see `fast.pdl_enabled`
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # older Triton: kernels are always launched with PDL=False
+    gdc_launch_dependents = gdc_wait = None
+
+
+@triton.jit
+def pdl_prologue(PDL: tl.constexpr):
+    # With programmatic dependent launch, this grid may start while the previous kernel still runs: wait for it
+    # (its writes become visible) before touching memory, then let the next kernel launch early in turn.
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
 
 @triton.jit
 def _r4(x, A: tl.constexpr, B: tl.constexpr):
@@ -22,9 +36,11 @@ def fwht256(x, E: tl.constexpr):
 
 @triton.jit(do_not_specialize=["M"])
 def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
-                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr):
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr,
+                PDL: tl.constexpr = False):
     # program (n block, k split): out[split, m, n] (PARTIAL) or out[m, n] = Σ_{k in split} x[m, k] · w[n, k]
     # (· s[n] for int8 codes; x is already in the rotated basis)
+    pdl_prologue(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BM)
@@ -81,9 +97,10 @@ def _load_sum(ptr, offs, mask, PS, S: tl.constexpr):
 
 @triton.jit
 def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl.constexpr, S: tl.constexpr,
-                       BLOCK: tl.constexpr, ROT: tl.constexpr):
+                       BLOCK: tl.constexpr, ROT: tl.constexpr, PDL: tl.constexpr = False):
     # program (row, g): x ← x + bf16(delta); y = (x · bf16(rsqrt(mean x² + eps))) · w, rounded as the reference.
     # ROT: program g writes only the 256-slice g of xo and y, y rotated (·H) for an int8 ConvRot product.
+    pdl_prologue(PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     m = offs < N
@@ -113,8 +130,9 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
 @triton.jit
 def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
                    row_stride, cache_row, cache_head, cap, PS, NH: tl.constexpr, NKV: tl.constexpr,
-                   D: tl.constexpr, eps, S: tl.constexpr):
+                   D: tl.constexpr, eps, S: tl.constexpr, PDL: tl.constexpr = False):
     # program (row r, head h of q‖k‖v): QK-norm + split-half RoPE; k and v stored into the cache at pos[r]
+    pdl_prologue(PDL)
     r = tl.program_id(0)
     h = tl.program_id(1)
     half = tl.arange(0, D // 2)
@@ -153,8 +171,10 @@ def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_
 
 
 @triton.jit
-def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr):
+def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr,
+                    PDL: tl.constexpr = False):
     # program (row, block): silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK = 256): the block rotated (·H)
+    pdl_prologue(PDL)
     row = tl.program_id(0)
     col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = col < F

@@ -31,6 +31,7 @@ from ..protocol import Sampling
 from ..quant import ConvRotLinear
 from ..quant import rotate as _rotate
 from ..sampling import PhaseResult, cfg_combine
+from . import pdl_enabled
 from .sampler import SLICES, TIE_PAD, candidates, choose, static_mask
 
 BUCKET = 1024  # attention-length granularity of the captured graphs (positions)
@@ -471,6 +472,7 @@ class PhaseDecoder:
                 "execution": "cuda_graph" if self.graphs and self.graph_error is None else "eager_device_sampler",
                 "compiled_layers": self.fns is not None, "fused_kernels": self.fused and self.fns is None,
                 "decode_attention": "triton_split" if self.fused and self.fns is None and self.attn_kernel else "torch",
+                "pdl": self.fused and self.fns is None and pdl_enabled(self.device),
                 "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
                                    if self.gemv and self.fns is None else "library"),
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))

@@ -14,6 +14,8 @@ import functools
 
 import torch
 
+pdl_prologue = None  # set by _attention_kernels (needs Triton)
+
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
@@ -31,13 +33,16 @@ def _attention_kernels():
     if _kernels() is None:
         return None
     triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
+    global pdl_prologue  # the kernels below resolve it among this module's globals
+    from ._decode_triton import pdl_prologue
 
     @triton.jit
     def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK, L,
                           NKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                          BL: tl.constexpr, IEEE: tl.constexpr):
+                          BL: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
         # one program = (row r, kv head, split sp): the G query heads of that kv head against cache positions
         # [sp·CHUNK, (sp+1)·CHUNK) ∩ [0, min(pos[r], L − 1)]; writes the running max m, sum l and unnormalised o.
+        pdl_prologue(PDL)
         r = tl.program_id(0)
         kvh = tl.program_id(1)
         sp = tl.program_id(2)
@@ -78,8 +83,9 @@ def _attention_kernels():
 
     @triton.jit
     def attn_merge_kernel(m_ptr, l_ptr, o_ptr, out_ptr, splits, NKV: tl.constexpr, G: tl.constexpr,
-                          D: tl.constexpr, SP: tl.constexpr):
+                          D: tl.constexpr, SP: tl.constexpr, PDL: tl.constexpr = False):
         # one program = (row r, query head h): merges the splits' partial softmax sums
+        pdl_prologue(PDL)
         r = tl.program_id(0)
         h = tl.program_id(1)
         kvh = h // G
@@ -109,6 +115,12 @@ def supports(heads: int, kv_heads: int, head_dim: int) -> bool:
     return head_dim >= 16 and head_dim & (head_dim - 1) == 0 and kv_heads > 0 and heads % kv_heads == 0
 
 
+def _pdl(t: torch.Tensor) -> dict:
+    """Launch arguments for programmatic dependent launch on t's device (`fast.pdl_enabled`), else none."""
+    from . import pdl_enabled
+    return {"PDL": True, "launch_pdl": True} if t.is_cuda and pdl_enabled(t.device) else {}
+
+
 def _rows_of(t) -> tuple[torch.Tensor, int, int]:
     """(tensor, S, PS) of a product's output: a plain tensor (S = 1) or `gemv.Partials` (S splits, stride PS)."""
     from .gemv import Partials
@@ -130,7 +142,8 @@ def add_rmsnorm(x: torch.Tensor, delta, w: torch.Tensor, eps: float, rot: bool =
     y = torch.empty_like(x)
     kern[(rows, n // 256 if rot else 1)](x, d, w, xo, y, n, ps, eps, HAS_D=delta is not None, S=splits,
                                          BLOCK=triton.next_power_of_2(n), ROT=rot,
-                                         num_warps=8 if splits > 1 else 4)  # more loads in flight for partials
+                                         num_warps=8 if splits > 1 else 4,  # more loads in flight for partials
+                                         **_pdl(x))
     return xo, y
 
 
@@ -146,7 +159,7 @@ def qk_norm_rope_store(qkv, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tenso
     q = torch.empty(r, heads, head_dim, dtype=k_cache.dtype, device=t.device)
     kern[(r, heads + 2 * kv_heads)](t, qn, kn, cos, sin, pos, q, k_cache, v_cache, t.stride(-2),
                                     0 if shared_row else k_cache.stride(0), k_cache.stride(1), k_cache.shape[2],
-                                    ps, NH=heads, NKV=kv_heads, D=head_dim, eps=eps, S=splits)
+                                    ps, NH=heads, NKV=kv_heads, D=head_dim, eps=eps, S=splits, **_pdl(t))
     return q
 
 
@@ -158,7 +171,7 @@ def silu_mul(gate_up, rot: bool = False) -> torch.Tensor:
     dtype = gate_up.dtype
     out = torch.empty(r, f2 // 2, dtype=dtype, device=t.device)
     block = 256 if rot else 1024
-    kern[(r, triton.cdiv(f2 // 2, block))](t, out, f2 // 2, ps, S=splits, BLOCK=block, ROT=rot)
+    kern[(r, triton.cdiv(f2 // 2, block))](t, out, f2 // 2, ps, S=splits, BLOCK=block, ROT=rot, **_pdl(t))
     return out
 
 
@@ -196,9 +209,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     q = q.contiguous()
     split_kern[(r, nkv, splits)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
                                  chunk, attn_len, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BL=bl,
-                                 IEEE=q.dtype == torch.float32)
+                                 IEEE=q.dtype == torch.float32, **_pdl(q))
     out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
-    merge_kern[(r, nh)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits))
+    merge_kern[(r, nh)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits), **_pdl(q))
     return out
 
 

@@ -129,12 +129,17 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
     else:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     kern[(triton.cdiv(n, cfg.bn), split)](x, w, scale if int8 else x, out, m, n, k, ks, x.stride(0),
-                                          BM=16, BN=cfg.bn, BK=cfg.bk, INT8=int8, PARTIAL=as_partial,
+                                          BM=16, BN=cfg.bn, BK=cfg.bk, INT8=int8, PARTIAL=as_partial, **_pdl(x),
                                           num_warps=cfg.warps, num_stages=cfg.stages)
     if not as_partial:
         return out
     p = Partials(out, x.dtype)
     return p if partial else reduce(p)
+
+
+def _pdl(t: torch.Tensor) -> dict:
+    from .fused import _pdl as pdl
+    return pdl(t)
 
 
 def reduce(p: Partials) -> torch.Tensor:
