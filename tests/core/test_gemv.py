@@ -116,3 +116,22 @@ def test_pdl_only_on_cuda_and_switchable(monkeypatch):
     assert _pdl(torch.zeros(1)) == {}
     monkeypatch.setenv("YUE2_PDL", "0")
     assert pdl_enabled(torch.device("cuda")) is False
+
+
+def test_decoder_uses_gemv_only_for_half_precision_steps(tiny_paths):
+    """The split-K products take bf16/fp16 activations: a decoder computing in fp32 (GPUs without bf16, or the
+    fp32 test model) keeps the library products, for bf16 and int8 files alike."""
+    pytest.importorskip("triton")
+    import torch
+
+    from yue2_core.checkpoint import inspect_checkpoint, load_ar
+    from yue2_core.fast import decode as fd
+    from yue2_core.protocol import Sampling
+    s = Sampling(temperature=0.0, min_tokens=2, max_tokens=2)
+    for fmt in ("bf16", "int8"):
+        info = inspect_checkpoint(tiny_paths[fmt])
+        for dtype, want in ((torch.float32, False), (torch.float16, True)):
+            ar = load_ar(info, "cpu", dtype)
+            dec = fd.PhaseDecoder(ar, [[151643, 151852]], s, [1], "semantic", use_graph=False, fused=True)
+            assert dec.gemv is want, (fmt, dtype, dec.gemv)
+            assert dec.int8_layers is (want and fmt == "int8")
