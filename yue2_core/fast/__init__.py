@@ -46,8 +46,8 @@ _PDL: dict = {}
 
 
 def pdl_enabled(device) -> bool:
-    """Whether the decode kernels launch with programmatic dependent launch (PDL) on `device`: a CUDA device of
-    compute capability ≥ 9.0 (Hopper; the attribute is a no-op hint elsewhere, so it is not used), a Triton with
+    """Whether the decode kernels launch with programmatic dependent launch (PDL) on `device`: an NVIDIA device of
+    compute capability ≥ 9.0 (Hopper; not on ROCm builds of torch), a Triton with
     grid dependency control and the `launch_pdl` launch option, and YUE2_PDL not "0". With PDL each kernel's launch
     and block scheduling overlap the previous kernel's tail; every such kernel first waits for the previous one
     (`_decode_triton.pdl_prologue`), so results are unchanged."""
@@ -58,7 +58,9 @@ def pdl_enabled(device) -> bool:
         ok = False
         try:
             import torch
-            if triton_modules() is not None and torch.cuda.get_device_capability(device) >= (9, 0):
+            # NVIDIA only: ROCm devices also report capabilities ≥ 9, and griddepcontrol is NVIDIA PTX
+            if (torch.version.hip is None and triton_modules() is not None
+                    and torch.cuda.get_device_capability(device) >= (9, 0)):
                 from triton.backends.nvidia.compiler import CUDAOptions
                 from . import _decode_triton
                 ok = "launch_pdl" in CUDAOptions.__dataclass_fields__ and _decode_triton.gdc_wait is not None

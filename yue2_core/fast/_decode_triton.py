@@ -12,6 +12,10 @@ except ImportError:  # older Triton: kernels are always launched with PDL=False
 def pdl_prologue(PDL: tl.constexpr):
     # With programmatic dependent launch, this grid may start while the previous kernel still runs: wait for it
     # (its writes become visible) before touching memory, then let the next kernel launch early in turn.
+    # The wait must stay the first thing every PDL kernel does: no load or store may move above it. That is what
+    # makes reading data of kernels further back safe (each earlier kernel finished before its successor's wait
+    # returned) and what makes buffer reuse by the CUDA-graph allocator safe (no early write over a buffer the
+    # previous kernel still reads).
     if PDL:
         gdc_wait()
         gdc_launch_dependents()

@@ -137,6 +137,8 @@ def add_rmsnorm(x: torch.Tensor, delta, w: torch.Tensor, eps: float, rot: bool =
     triton, kern, _, _ = _kernels()
     n = x.shape[-1]
     rows = x.numel() // n
+    if rot and n % 256:
+        raise ValueError(f"add_rmsnorm(rot=True) rotates 256-wide groups; the last axis is {n}")
     d, splits, ps = _rows_of(delta) if delta is not None else (x, 1, 0)
     xo = torch.empty_like(x) if delta is not None else x
     y = torch.empty_like(x)
@@ -168,6 +170,8 @@ def silu_mul(gate_up, rot: bool = False) -> torch.Tensor:
     triton, _, _, kern = _kernels()
     t, splits, ps = _rows_of(gate_up)
     r, f2 = t.shape[-2], t.shape[-1]
+    if rot and (f2 // 2) % 256:
+        raise ValueError(f"silu_mul(rot=True) rotates 256-wide groups; the output width is {f2 // 2}")
     dtype = gate_up.dtype
     out = torch.empty(r, f2 // 2, dtype=dtype, device=t.device)
     block = 256 if rot else 1024

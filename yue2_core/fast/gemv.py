@@ -96,10 +96,13 @@ def choose(n: int, k: int, m: int, int8: bool) -> Config:
 
 def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
     """Whether `gemv` handles x [M, K] and w [N, K]: CUDA, Triton present, x bf16/fp16 with ≤ 16 rows, K a
-    multiple of 256 (ConvRot groups; every YuE2 linear), w bf16/fp16 or int8."""
+    multiple of 256 (ConvRot groups; every YuE2 linear), w bf16/fp16 or int8, row-major with rows of K, on x's
+    device."""
     on_device = x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"  # CPU interpreter: the tests
-    return (on_device and available() and x.dtype in (torch.bfloat16, torch.float16) and x.dim() == 2 and x.shape[0] <= MAX_ROWS
-            and x.shape[1] % 256 == 0 and w.dtype in (torch.bfloat16, torch.float16, torch.int8) and w.shape[1] == x.shape[1])
+    return (on_device and available() and x.device == w.device and x.dim() == 2 and w.dim() == 2
+            and w.stride() == (w.shape[1], 1) and x.dtype in (torch.bfloat16, torch.float16)
+            and x.shape[0] <= MAX_ROWS and x.shape[1] % 256 == 0 and w.shape[1] == x.shape[1]
+            and w.dtype in (torch.bfloat16, torch.float16, torch.int8))
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *, partial: bool = False,
@@ -115,11 +118,11 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
     m, k = x.shape
     n = w.shape[0]
     int8 = w.dtype == torch.int8
-    if int8 and scale is None:
-        raise ValueError("int8 weights need their row scales")
+    if int8 and (scale is None or scale.numel() != n or not scale.is_contiguous() or scale.device != x.device
+                 or scale.dtype != torch.float32):
+        raise ValueError(f"int8 weights need their fp32 row scales, one per output row, contiguous on {x.device}; "
+                         f"got {None if scale is None else (tuple(scale.shape), scale.dtype, str(scale.device))}")
     cfg = cfg or choose(n, k, m, int8)
-    if int8 and cfg.bk % 256:
-        raise ValueError(f"int8 ConvRot products need K tiles of whole 256-wide rotation groups; got bk={cfg.bk}")
     split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1
     ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
     x = x.contiguous()
@@ -153,9 +156,12 @@ def reduce(p: Partials) -> torch.Tensor:
 
 
 def rotate(x: torch.Tensor) -> torch.Tensor:
-    """x [M, K] (K % 256 == 0) → x·H per 256-group, in x's dtype (fp32 maths), one kernel."""
+    """x [M, K] (K % 256 == 0) → x·H per 256-group, in x's dtype (fp32 maths), one kernel. Raises ValueError
+    when K is not a multiple of 256."""
     triton, _, _, _, kern, _ = _kernels()
     m, k = x.shape
+    if k % 256:
+        raise ValueError(f"rotate works on 256-wide groups; the last axis is {k}")
     y = torch.empty_like(x)
     kern[(m, triton.cdiv(k, 256))](x.contiguous(), y, k, BK=256)
     return y
