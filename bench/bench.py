@@ -423,6 +423,14 @@ def whole_song(path, abc_n, sem_n):
     return wall
 
 
+def _triton_version() -> str | None:
+    try:
+        import triton
+        return triton.__version__
+    except Exception:  # not installed or broken: the fast path then runs without Triton kernels
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default="/tmp/yue2bench")
@@ -442,8 +450,8 @@ def main():
     props = torch.cuda.get_device_properties(0) if DEVICE == "cuda" else None
     RESULTS["machine"].update({"gpu": props.name if props else "cpu",
                                "memory_gib": round(props.total_memory / 2 ** 30, 1) if props else None,
-                               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-                               "commit": os.environ.get("YUE2_COMMIT", "")})
+                               "torch": torch.__version__, "triton": _triton_version(),
+                               "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("YUE2_COMMIT", "")})
     log(json.dumps(RESULTS["machine"]))
     paths = make_checkpoints(args.workdir)
     rates, int8r, nar_s, vae_s = {}, {}, None, None

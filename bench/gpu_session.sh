@@ -21,7 +21,7 @@ export PYTHONUNBUFFERED=1
 # (YUE2_COMMIT=<hash> bash bench/gpu_session.sh bench) when git cannot tell
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
-"$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())"
+"$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
 [ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|nodes|takes ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in

@@ -1,4 +1,6 @@
-"""Triton kernels of `fast.gemv` (imported only when Triton imports: see `fast.triton_modules`)."""
+"""Triton kernels of the decode step: the split-K GEMV, reduction and rotation of `fast.gemv`, and the
+add+RMSNorm, QK-norm+RoPE+KV store and SiLU·up kernels of `fast.fused` that consume its partial sums; all start with
+the programmatic-dependent-launch prologue. Imported only when Triton imports (see `fast.triton_modules`)."""
 import triton
 import triton.language as tl
 
