@@ -150,9 +150,9 @@ def test_triton_w8a16_kernel_in_interpreter():
     _run_ok(code, interpret=True)
 
 
-def _decoder_pair(path: str) -> str:
-    """Code (for a Triton-interpreter subprocess) that builds two identical greedy fp16 decoders `a`, `b` over two
-    prompt rows of the tiny checkpoint at `path`, allocated and prefilled; `decs` = [a, b]."""
+def tiny_fp16_ar(path: str) -> str:
+    """Code (for a subprocess) loading the tiny checkpoint at `path` as an fp16 CPU AR `ar`, with a semantic prompt
+    `sp`, greedy 4-token sampling `s` and the decode module as `fd`."""
     return ("import torch\n"
             "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
             "from yue2_core.fast import decode as fd\n"
@@ -160,7 +160,13 @@ def _decoder_pair(path: str) -> str:
             f"info = inspect_checkpoint({path!r})\n"
             "ar = load_ar(info, 'cpu', torch.float16)\n"
             "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
-            "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n"
+            "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n")
+
+
+def _decoder_pair(path: str) -> str:
+    """Code (for a Triton-interpreter subprocess) that builds two identical greedy fp16 decoders `a`, `b` over two
+    prompt rows of the tiny checkpoint at `path`, allocated and prefilled; `decs` = [a, b]."""
+    return (tiny_fp16_ar(path) +
             "decs = []\n"
             "for _ in range(2):\n"
             "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"

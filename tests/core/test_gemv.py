@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.test_fast_path import _run_ok
+from tests.core.test_fast_path import _run_ok, tiny_fp16_ar
 
 
 def test_gemv_and_partial_consumers_in_interpreter():
@@ -82,14 +82,7 @@ def test_gemv_and_partial_consumers_in_interpreter():
 
 
 def _decoders(path: str, int8: bool) -> str:
-    return ("import torch\n"
-            "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
-            "from yue2_core.fast import decode as fd\n"
-            "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
-            f"info = inspect_checkpoint({path!r})\n"
-            "ar = load_ar(info, 'cpu', torch.float16)\n"
-            "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
-            "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n"
+    return (tiny_fp16_ar(path) +
             "kind = fd._gemv_layers(ar)\n"
             "from yue2_core.fast import gemv as G\n"
             "# every product split in two (the tiny model's shapes alone would split only down_proj)\n"

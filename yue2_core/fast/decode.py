@@ -208,9 +208,10 @@ class PhaseDecoder:
         self.attn_kernel = self.fused and os.environ.get("YUE2_DECODE_ATTN", "triton") != "torch"
         # split-K Triton products (`fast.gemv`) for the layer linears, summed inside the consumer kernels
         # (YUE2_GEMV=0: cuBLAS for bf16, the W8A16 kernel of int8_kernels for int8)
-        self.gemv = (self.fused and os.environ.get("YUE2_GEMV", "1") != "0" and self.R <= 16
-                     and self.dtype in (torch.bfloat16, torch.float16) and _gemv_layers(ar) is not None)
-        self.int8_layers = self.gemv and _gemv_layers(ar) == "int8"
+        kind = _gemv_layers(ar) if self.fused else None
+        self.gemv = (kind is not None and os.environ.get("YUE2_GEMV", "1") != "0" and self.R <= 16
+                     and self.dtype in (torch.bfloat16, torch.float16))
+        self.int8_layers = self.gemv and kind == "int8"
         # int8: YUE2_ROT_FUSED=1 has the kernels producing the activations rotate them (·H); off by default: on the
         # H200 the Triton butterfly made those kernels slower than the separate cuBLAS rotation (docs/bench_h200.log)
         self.rot_fused = self.int8_layers and os.environ.get("YUE2_ROT_FUSED", "0") == "1"

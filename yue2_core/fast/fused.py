@@ -22,10 +22,8 @@ def _kernels():
     from . import triton_modules
     if triton_modules() is None:
         return None
-    triton, tl = triton_modules()
-
     from . import _decode_triton as k
-    return triton, k.add_rmsnorm_kernel, k.qk_rope_kernel, k.silu_mul_kernel
+    return triton_modules()[0], k.add_rmsnorm_kernel, k.qk_rope_kernel, k.silu_mul_kernel
 
 
 @functools.lru_cache(maxsize=1)
