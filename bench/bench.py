@@ -99,7 +99,7 @@ def ours_rate(ar, prefixes, s, phase, cfg=1.0, negatives=None, compile=None, fus
 
 @contextlib.contextmanager
 def env(**values):
-    """Set environment switches of the fast path (YUE2_GEMV, YUE2_ROT_FUSED, …) for a block."""
+    """Set environment switches of the fast path (YUE2_GEMV, YUE2_INT8_ROT, …) for a block."""
     old = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -271,20 +271,20 @@ def ar_int8(eng, n, base_rates):
         ours_old, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1 (W8A16 per output block, rotation by cuBLAS)", ours_old, base_rates.get("base1"),
            "tok/s")
-    with env(YUE2_ROT_FUSED="1"):
-        warm(eng.ar, [[sem_p]], s, "semantic")
-        ours_in, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
-    record("AR decode int8 batch 1 (split-K GEMV, rotation inside the producing kernels)", ours_in,
-           base_rates.get("base1"), "tok/s")
-    with env(YUE2_PDL="0"):
+    with env(YUE2_PDL="0", YUE2_INT8_ROT="cublas"):
         warm(eng.ar, [[sem_p]], s, "semantic")
         ours_nopdl, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1 (split-K GEMV, rotation by cuBLAS, no PDL)", ours_nopdl, base_rates.get("base1"),
            "tok/s")
+    with env(YUE2_INT8_ROT="cublas"):
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_cub, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
+    record("AR decode int8 batch 1 (split-K GEMV, rotation by cuBLAS, PDL)", ours_cub, base_rates.get("base1"),
+           "tok/s")
     ours1, t = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s",
            f"baseline = bf16 vendor loop; {t.get('execution')}; products={t.get('layer_products')}, rotation by "
-           f"cuBLAS")
+           f"{t.get('int8_rotation')}, pdl={t.get('pdl')}")
     oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
     record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
@@ -363,23 +363,34 @@ def nar_bench(eng, frames, label, baseline=True):
 
 @section("VAE")
 def vae_bench(eng, frames):
-    from yue2_core.pipeline import decode
+    from yue2_core.pipeline import decode, vae_core_frames
     from yue2_core.vae import SnakeBeta
     lat = torch.randn(frames, 64) * 0.5
+    default_core = vae_core_frames(eng.vae.device)
     times = {}
-    for fused in (False, None):
+    for fused, core in ((False, 1024), (None, 1024), (None, default_core)):
         SnakeBeta.fused = fused
         decode(eng.vae, lat[:64])
+        decode(eng.vae, lat, core=core)  # warm-up at the measured tile shapes
         sync()
+        if DEVICE == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
         t = time.perf_counter()
-        out = decode(eng.vae, lat, core=1024)
+        out = decode(eng.vae, lat, core=core)
         sync()
-        times[fused] = (time.perf_counter() - t, out)
+        peak = (torch.cuda.max_memory_allocated() - before) / 2 ** 30 if DEVICE == "cuda" else 0.0
+        times[(fused, core)] = (time.perf_counter() - t, out, peak)
     SnakeBeta.fused = None
-    diff = (times[None][1] - times[False][1]).abs().max().item()
-    record(f"VAE fp32 tiled {frames} frames (s)", times[None][0], times[False][0], "s",
-           f"ours: fused Triton snake; max |Δaudio| vs unfused {diff:.1e}")
-    return times[None][0]
+    base = times[(False, 1024)]
+    for core in sorted({1024, default_core}):
+        ours = times[(None, core)]
+        diff = (ours[1] - base[1]).abs().max().item()
+        record(f"VAE fp32 tiled {frames} frames, {core}-frame tiles (s)", ours[0], base[0], "s",
+               f"ours: fused Triton snake{' (default tile on this GPU)' if core == default_core else ''}; "
+               f"baseline: unfused, 1024-frame tiles; max |Δaudio| vs baseline {diff:.1e}; VAE activations peak "
+               f"{ours[2]:.2f} GiB (baseline {base[2]:.2f})")
+    return times[(None, default_core)][0]
 
 
 @section("whole song int8")

@@ -4,7 +4,8 @@ kernel count, and the kernels ranked by GPU time — for each decode configurati
     python bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_bf16.safetensors [--rows 1] [--top 15]
 
 The checkpoint is any YuE2 all-in-one file (bench/bench.py writes full-size synthetic ones to /tmp/yue2bench).
-Configurations: fused kernels with the split decode attention, fused kernels with torch attention, torch ops.
+Configurations: the default fused step, int8 inputs rotated by cuBLAS (the previous default),
+the default without programmatic dependent launch, library GEMVs; with --all also the unfused torch-ops step.
 Kernel times come from torch.profiler on eager steps (same kernels as the graph); the gap between the replay time
 and the kernel sum is launch/idle time that only fewer or longer kernels remove.
 """
@@ -30,11 +31,13 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, attn: str, gemv: str = "1",
-            pdl: str = "1"):
-    os.environ["YUE2_DECODE_ATTN"] = attn
-    os.environ["YUE2_GEMV"] = gemv
-    os.environ["YUE2_PDL"] = pdl
+SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT")
+
+
+def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: dict):
+    for key in SWITCHES:
+        os.environ.pop(key, None)
+    os.environ.update(env)
     s = Sampling(min_tokens=256, max_tokens=256)
     ids = [151643] + [1000 + i % 5000 for i in range(prompt - 2)] + [151851]
     dec = fd.PhaseDecoder(ar, [ids] * rows, s, list(range(1, rows + 1)), "semantic", fused=fused)
@@ -77,19 +80,24 @@ def main():
     ap.add_argument("--rows", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=2000, help="prompt tokens (sets the attention length)")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--all", action="store_true", help="also profile the unfused torch-ops step")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("profile_decode.py needs a CUDA GPU")
     from yue2_core.pipeline import YuE2Engine
     eng = YuE2Engine.load(args.checkpoint, device="cuda", parts=("ar",))
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · {os.path.basename(args.checkpoint)}")
-    for label, fused, attn, gemv, pdl in (
-            ("fused + split attention + split-K GEMV + PDL", True, "triton", "1", "1"),
-            ("fused + split attention + split-K GEMV", True, "triton", "1", "0"),
-            ("fused + split attention, library GEMV", True, "triton", "0", "0"),
-            ("torch ops", False, "torch", "0", "0")):
-        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, attn, gemv, pdl)
-
+    variants = [
+        ("default: fused + split attention + split-K GEMV + PDL (int8: inputs rotated by the producers)", True, {}),
+        ("int8 inputs rotated by cuBLAS (previous default)", True, {"YUE2_INT8_ROT": "cublas"}),
+        ("default without PDL", True, {"YUE2_PDL": "0"}),
+        ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
+    if args.all:
+        variants.append(("torch ops", False, {"YUE2_DECODE_ATTN": "torch", "YUE2_GEMV": "0", "YUE2_PDL": "0"}))
+    for label, fused, env in variants:
+        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, env)
+    for key in SWITCHES:
+        os.environ.pop(key, None)
 
 if __name__ == "__main__":
     main()

@@ -234,7 +234,8 @@ def test_float_linears_on_the_gpu_for_a_cpu_module(tiny_paths):
 @pytest.mark.parametrize("n,k", [(4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (32769, 2048)])
 def test_gemv_matches_fp32_products(n, k):
     """The split-K decode products (YuE2-3B's four layer shapes and the codec head) at 1, 2, 8 and 16 rows: bf16
-    weights and int8 ConvRot codes against fp32 products of the same operands; partial sums against their sum."""
+    weights and int8 ConvRot codes against fp32 products of the same operands; partial sums against their sum; the
+    Triton rotation against fp32 maths."""
     from yue2_core.fast import gemv as G
     from yue2_core.quant import rotate
     torch.manual_seed(0)
@@ -251,13 +252,18 @@ def test_gemv_matches_fp32_products(n, k):
         p = G.gemv(x, w.bfloat16(), partial=True)
         if isinstance(p, G.Partials):
             assert torch.equal(G.reduce(p), yb)
+        # the Triton rotation (two 16-wide tensor-core products per 256-group) against fp32 maths
+        xt = G.rotate(x).float()
+        er = ((xt - rotate(x.float(), 256)).norm() / xt.norm()).item()
+        assert er < 4e-3, (n, k, m, er)
 
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
 @pytest.mark.parametrize("which", ["bf16", "int8"])
 def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeypatch):
-    """The graphed decode step with the split-K products (and, for int8, with the rotation inside the producing
-    kernels) against the same step with cuBLAS / the W8A16 kernel: logits within bf16 rounding, 16 forced steps."""
+    """The graphed decode step with the split-K products (int8: inputs rotated by the producing kernels — the
+    default — or by cuBLAS) against the same step with cuBLAS / the W8A16 kernel: logits within bf16 rounding,
+    16 forced steps; with and without programmatic dependent launch bit-identical."""
     eng = engines[0] if which == "bf16" else engines[1]
     if eng.ar.dtype != torch.bfloat16:
         pytest.skip(f"this GPU computes in {eng.ar.dtype} (no native bf16): the split-K products are not used")
@@ -266,10 +272,10 @@ def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeyp
     s = Sampling(temperature=0.0, min_tokens=17, max_tokens=17)
     logits = {}
     from yue2_core.fast import pdl_enabled
-    for name, gemv, rot, pdl in (("library", "0", "0", "0"), ("gemv", "1", "0", "1"), ("gemv_rot", "1", "1", "1"),
-                                 ("gemv_no_pdl", "1", "0", "0")):
+    for name, gemv, rot, pdl in (("library", "0", "producers", "0"), ("gemv", "1", "producers", "1"),
+                                 ("gemv_cublas_rotation", "1", "cublas", "1"), ("gemv_no_pdl", "1", "producers", "0")):
         monkeypatch.setenv("YUE2_GEMV", gemv)
-        monkeypatch.setenv("YUE2_ROT_FUSED", rot)
+        monkeypatch.setenv("YUE2_INT8_ROT", rot)
         monkeypatch.setenv("YUE2_PDL", pdl)
         dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
         assert dec.gemv == (gemv == "1"), name
@@ -284,7 +290,7 @@ def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeyp
             graph.replay()
             rows.append(dec.logits[0].float().clone())
         logits[name] = torch.stack(rows)
-    for name in ("gemv", "gemv_rot"):
+    for name in ("gemv", "gemv_cublas_rotation"):
         rel = ((logits[name] - logits["library"]).norm() / logits["library"].norm()).item()
         print(f"{which} decode step, {name} vs library products: logits rel. error {rel:.2e}")
         assert rel < 1e-2, (name, rel)

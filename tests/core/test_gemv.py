@@ -33,6 +33,8 @@ def test_gemv_and_partial_consumers_in_interpreter():
         "        assert isinstance(p, G.Partials) == (split > 1), (cfg, type(p))\n"
         "        if split > 1:\n"
         "            assert p.t.shape == (split, m, n) and torch.equal(G.reduce(p), yb)\n"
+        "xr = torch.randn(5, 768).half()\n"
+        "assert (G.rotate(xr).float() - rotate(xr.float())).abs().max() < 4e-3  # fp16 output rounding only\n"
         "for bad in (lambda: G.rotate(torch.randn(1, 320).half()),\n"
         "            lambda: fused.add_rmsnorm(torch.randn(2, 1, 320).half(), None, torch.ones(320).half(), 1e-6, rot=True),\n"
         "            lambda: fused.silu_mul(torch.randn(2, 640).half(), rot=True),\n"
@@ -77,6 +79,22 @@ def test_gemv_and_partial_consumers_in_interpreter():
         "assert torch.equal(a1, a2)\n"
         "a3 = fused.silu_mul(gu, rot=True)\n"
         "assert (a3.float() - rotate(a1.float())).abs().max() < 4e-3\n"
+        # the attention merge writing the o_proj input rotated = rotating the plain output
+        "import math\n"
+        "for dt in (torch.float32, torch.float16):\n"
+        "    q = torch.randn(2, 4, 128).to(dt)\n"
+        "    kc, vc = torch.randn(2, 2, 40, 128).to(dt), torch.randn(2, 2, 40, 128).to(dt)\n"
+        "    pos = torch.tensor([5, 39])\n"
+        "    plain = fused.decode_attention(q, kc, vc, pos, 40, 1 / math.sqrt(128), sms=4)\n"
+        "    rotd = fused.decode_attention(q, kc, vc, pos, 40, 1 / math.sqrt(128), sms=4, rot=True)\n"
+        "    err = (rotd.float() - rotate(plain.float())).abs().max().item()\n"
+        "    assert err < (1e-5 if dt == torch.float32 else 4e-3), (dt, err)\n"
+        "try:\n"
+        "    fused.decode_attention(torch.randn(1, 4, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16),\n"
+        "                           torch.tensor([3]), 8, 0.25, rot=True)\n"
+        "    raise SystemExit('rot accepted for 64-wide outputs')\n"
+        "except ValueError as e:\n"
+        "    assert '256' in str(e), e\n"
         "print('ok')\n")
     _run_ok(code, interpret=True)
 
@@ -92,32 +110,34 @@ def _decoders(path: str, int8: bool) -> str:
             "G.gemv = lambda *a, **kw: seen.append(1) or _gemv(*a, **kw)\n"
             f"assert kind == {'int8' if int8 else 'bf16'!r}, kind\n"
             "decs = []\n"
-            "for rot in (None, False, True):\n"
+            f"modes = {['producers', 'cublas'] if int8 else [None]!r}  # where the int8 inputs are rotated\n"
+            "for mode in [None] + modes:\n"
             "    d = fd.PhaseDecoder(ar, [sp, sp[:-3] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False)\n"
             "    d._allocate(); d._prefill(); decs.append(d)\n"
-            "    if rot is not None:\n"
+            "    if d is not decs[0]:\n"
             "        d.fused, d.attn_kernel, d.gemv = True, True, True\n"
             f"        d.int8_layers = {int8}\n"
-            f"        d.rot_fused = rot and {int8}\n"
-            "ref, plain, rot = decs\n"
+            "        d.int8_rot, d.rot_fused = mode, mode == 'producers'\n"
+            "ref = decs[0]\n"
             "for step in range(3):\n"
             "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
-            "    ref._forward(ref.capacity); plain._forward_fused(plain.capacity); rot._forward_fused(rot.capacity)\n"
+            "    ref._forward(ref.capacity)\n"
+            "    for d in decs[1:]: d._forward_fused(d.capacity)\n"
             "    for d in decs: d.pos.add_(1)\n"
-            "    for d in (plain, rot):\n"
+            "    for mode, d in zip(modes, decs[1:]):\n"
             "        rel = ((ref.logits.float() - d.logits.float()).norm() / ref.logits.float().norm()).item()\n"
-            "        assert rel < 1e-2, (step, rel)\n"
+            "        assert rel < 1e-2, (mode, step, rel)\n"
             "        kv = max(((a.float() - b.float()).norm() / a.float().norm()).item()\n"
             "                 for a, b in zip(ref.k + ref.v, d.k + d.v))\n"
-            "        assert kv < 1e-2, (step, kv)\n"
+            "        assert kv < 1e-2, (mode, step, kv)\n"
             "assert seen, 'the split-K products were not used'\n"
             "print('ok')\n")
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "int8"])
 def test_decode_step_with_gemv_in_interpreter(tiny_paths, fmt):
-    """The decode step with the split-K products (and, for int8, rotations written by the producing kernels)
-    against the portable step: logits and KV cache within fp16 rounding (summation order differs)."""
+    """The decode step with the split-K products (for int8 with the inputs rotated by the producing kernels and
+    by cuBLAS) against the portable step: logits and KV cache within fp16 rounding (summation order differs)."""
     pytest.importorskip("triton")
     _run_ok(_decoders(tiny_paths[fmt], fmt == "int8"), interpret=True)
 

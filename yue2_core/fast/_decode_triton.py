@@ -24,21 +24,19 @@ def pdl_prologue(PDL: tl.constexpr):
 
 
 @triton.jit
-def _r4(x, A: tl.constexpr, B: tl.constexpr):
-    # x viewed as [A, 4, B]: multiply the middle axis by R4/2 (one base-4 digit of the 256-wide Hadamard)
-    i = tl.arange(0, 4)
-    r = tl.where((i[:, None] + i[None, :]) == 3, -0.5, 0.5)
-    y = tl.sum(tl.reshape(x, (A, 1, 4, B)) * tl.reshape(r, (1, 4, 4, 1)), axis=2)
-    return tl.reshape(y, (A * 4 * B,))
+def rot_rows(x, BM: tl.constexpr):
+    # x fp32 [BM, 256] → every row times H = H16 ⊗ H16 (H16 = R4 ⊗ R4 / 4, symmetric): with a row viewed as
+    # X [16, 16] (index 16a + b), x·H is H16·X·H16 — two 16-wide tensor-core products and two transposes, each
+    # in 3-pass tf32 (≈ fp32 accuracy for any fp32 input; H16's ±1/4 are exact)
+    i = tl.arange(0, 16)
+    a = i[:, None]
+    b = i[None, :]
+    h = tl.where((a // 4 + b // 4) == 3, -0.25, 0.25) * tl.where((a % 4 + b % 4) == 3, -1.0, 1.0)
+    y = tl.dot(tl.reshape(x, (BM * 16, 16)), h, input_precision="tf32x3")          # rows (m, a): X·H16
+    y = tl.reshape(tl.permute(tl.reshape(y, (BM, 16, 16)), (0, 2, 1)), (BM * 16, 16))  # rows (m, b')
+    z = tl.dot(y, h, input_precision="tf32x3")                                      # (H16·X·H16)ᵀ
+    return tl.reshape(tl.permute(tl.reshape(z, (BM, 16, 16)), (0, 2, 1)), (BM, 256))
 
-@triton.jit
-def fwht256(x, E: tl.constexpr):
-    # x: fp32, E elements (a multiple of 256) → every contiguous 256-group multiplied by H = R4^{⊗4}/16
-    x = _r4(x, E // 4, 1)
-    x = _r4(x, E // 16, 4)
-    x = _r4(x, E // 64, 16)
-    x = _r4(x, E // 256, 64)
-    return x
 
 @triton.jit(do_not_specialize=["M"])
 def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
@@ -81,12 +79,14 @@ def reduce_kernel(p_ptr, y_ptr, MN, S: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 @triton.jit
-def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr):
+def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr, PDL: tl.constexpr = False):
     # y = x·H per 256-group, one program per (row, BK block); fp32 maths, rounded to y's dtype
+    pdl_prologue(PDL)
     row = tl.program_id(0)
     offs = tl.program_id(1) * BK + tl.arange(0, BK)
     x = tl.load(x_ptr + row * K + offs, mask=offs < K, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * K + offs, fwht256(x, BK).to(y_ptr.dtype.element_ty), mask=offs < K)
+    y = tl.reshape(rot_rows(tl.reshape(x, (BK // 256, 256)), BK // 256), (BK,))
+    tl.store(y_ptr + row * K + offs, y.to(y_ptr.dtype.element_ty), mask=offs < K)
 
 
 
@@ -124,7 +124,7 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
             tl.store(xo_ptr + row * N + so, xs)
         ys = (xs.to(tl.float32) * r).to(dt).to(tl.float32)
         ys = (ys * tl.load(w_ptr + so).to(tl.float32)).to(dt).to(tl.float32)
-        tl.store(y_ptr + row * N + so, fwht256(ys, 256).to(dt))
+        tl.store(y_ptr + row * N + so, tl.reshape(rot_rows(tl.reshape(ys, (1, 256)), 1), (256,)).to(dt))
     else:
         if HAS_D:
             tl.store(xo_ptr + row * N + offs, x, mask=m)
@@ -191,5 +191,5 @@ def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr
     s = (gf / (1.0 + tl.exp(-gf))).to(dt).to(tl.float32)
     out = (s * u.to(tl.float32)).to(dt)
     if ROT:
-        out = fwht256(out.to(tl.float32), BLOCK).to(dt)
+        out = tl.reshape(rot_rows(tl.reshape(out.to(tl.float32), (BLOCK // 256, 256)), BLOCK // 256), (BLOCK,)).to(dt)
     tl.store(out_ptr + row * F + col, out, mask=m)

@@ -39,20 +39,22 @@ BUCKET = 1024  # attention-length granularity of the captured graphs (positions)
 
 def head_rows(lm_head, start: int, stop: int, rotated: bool = False, gemv: bool = False):
     """The LM head restricted to output rows [start, stop): a function hidden [R, H] → logits [R, stop−start].
-    `rotated` (int8 ConvRot heads only): the hidden states come already rotated (·H), as `fused.add_rmsnorm` with
-    rot=True writes them; the product is then one `fast.gemv` call. `gemv` (bf16 heads): `fast.gemv` for inputs
-    it supports (≤ 16 rows on CUDA; 1.4× cuBLAS at one row and 3.6× at eight on the H200, docs/gemv_sweep_h200.log),
-    cuBLAS otherwise (e.g. the prefill)."""
+    `gemv`: `fast.gemv` for inputs it supports (≤ 16 rows on CUDA; bf16 at one row 1.4× cuBLAS and at eight 3.6×
+    on the H200, docs/gemv_sweep_h200.log; int8 ConvRot heads after the Triton rotation `gemv.rotate`), cuBLAS /
+    the W8A16 kernel of `int8_kernels` otherwise (e.g. the prefill of long prompts). `rotated` (int8 ConvRot heads
+    only): the hidden states come already rotated (·H), as `fused.add_rmsnorm` with rot=True writes them."""
+    from . import gemv as G
     if isinstance(lm_head, ConvRotLinear):
         from .int8_kernels import convrot_linear
         q, s = lm_head.weight[start:stop], lm_head.weight_scale[start:stop]
         if rotated:
-            from .gemv import gemv
-            return lambda h: gemv(h, q, s.view(-1))
+            return lambda h: G.gemv(h, q, s.view(-1))
+        if gemv and lm_head.group == 256 and s.dtype == torch.float32:
+            return lambda h: (G.gemv(G.rotate(h), q, s.view(-1)) if G.supported(h, q)
+                              else convrot_linear(h, q, s, None, lm_head.group))
         return lambda h: convrot_linear(h, q, s, None, lm_head.group)
     w = lm_head.weight[start:stop]
     if gemv and w.dtype == torch.bfloat16:
-        from . import gemv as G
         return lambda h: G.gemv(h, w) if G.supported(h, w) else F.linear(h, w)
     return lambda h: F.linear(h, w)
 
@@ -212,9 +214,14 @@ class PhaseDecoder:
         self.gemv = (kind is not None and os.environ.get("YUE2_GEMV", "1") != "0" and self.R <= 16
                      and self.dtype in (torch.bfloat16, torch.float16))
         self.int8_layers = self.gemv and kind == "int8"
-        # int8: YUE2_ROT_FUSED=1 has the kernels producing the activations rotate them (·H); off by default: on the
-        # H200 the Triton butterfly made those kernels slower than the separate cuBLAS rotation (docs/bench_h200.log)
-        self.rot_fused = self.int8_layers and os.environ.get("YUE2_ROT_FUSED", "0") == "1"
+        # int8 ConvRot products need their input rotated (·H per 256-group). YUE2_INT8_ROT picks where:
+        # "producers" (default): the kernels writing the activations (add+RMSNorm, SiLU·up, the attention merge)
+        # write them rotated; "cublas": one bf16 matmul per product.
+        # (Rotating inside the GEMV was measured too: 2× slower products, docs/decode_parts_h200.log.)
+        self.int8_rot = os.environ.get("YUE2_INT8_ROT", "producers") if self.int8_layers else None
+        if self.int8_rot not in (None, "producers", "cublas"):
+            raise RequestError(f"YUE2_INT8_ROT must be producers or cublas, got {self.int8_rot!r}")
+        self.rot_fused = self.int8_rot == "producers"
         want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
 
@@ -225,7 +232,8 @@ class PhaseDecoder:
         shape = (self.R, d.kv_heads, self.capacity, d.head_dim)
         self.k = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.layers)]
         self.v = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.layers)]
-        self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop, gemv=self.gemv)
+        self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop,
+                              gemv=self.gemv and self.int8_rot != "cublas")
         self.head_rot = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop, rotated=True)
         self.mask = static_mask(self.phase, torch.float32, dev)
         self.logits = torch.zeros(self.R, self.slice.width, dtype=self.dtype, device=dev)
@@ -301,9 +309,9 @@ class PhaseDecoder:
                 x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.logits.copy_(self.head(ar.model.norm(x[:, 0])))
 
-    def _lin(self, mod, x2: torch.Tensor, rotated: bool):
+    def _lin(self, mod, x2, rotated: bool):
         """One layer linear through `fast.gemv`: x2 [R, K] → `gemv.Partials` or [R, N]. int8: x2 is rotated here
-        unless `rotated` (the producing kernel did it)."""
+        (Triton kernel with `rot_fused`, else cuBLAS) unless `rotated` (the producing kernel did it)."""
         from . import gemv
         if isinstance(mod, ConvRotLinear):
             if not rotated:
@@ -316,7 +324,8 @@ class PhaseDecoder:
         SiLU·up each run as one kernel, and the attention as a split-length decode kernel (`fused.decode_attention`;
         with `attn_kernel` off: bmm + mask + softmax, the mask built once per step). With `gemv`, the four layer
         linears are split-K Triton products whose partial sums the next kernel adds up; for int8 layers with
-        `rot_fused`, the norms and SiLU·up write their outputs already rotated for the ConvRot products."""
+        `rot_fused` (YUE2_INT8_ROT=producers, the default), the norms and SiLU·up write their outputs already
+        rotated for the ConvRot products."""
         from . import fused
         ar, d = self.ar, self.ar.dims
         x = ar.model.embed_tokens(self.tokens[:, None])
@@ -339,13 +348,13 @@ class PhaseDecoder:
             q = fused.qk_norm_rope_store(qkv, att_mod.q_norm.weight, att_mod.k_norm.weight,
                                          cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
                                          d.head_dim, d.eps)
-            if self.attn_kernel:
-                h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale)
+            if self.attn_kernel:  # int8 (rot): the merge writes the o_proj input rotated
+                h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale, rot=rot)
             else:
                 keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
                 att = torch.add(bias, _scores(q.view(R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
                 h = (att.softmax(-1).to(self.dtype) @ values).reshape(R, d.heads * d.head_dim)
-            o = lin(att_mod.o_proj, h, False)
+            o = lin(att_mod.o_proj, h, rot and self.attn_kernel)
             x, y = fused.add_rmsnorm(x, o if self.gemv else o[:, None], layer.post_attention_layernorm.weight,
                                      d.eps, rot=rot)
             act = fused.silu_mul(lin(layer.mlp.gate_up_proj, y.view(R, -1), rot), rot=rot)
@@ -476,6 +485,7 @@ class PhaseDecoder:
                 "pdl": self.fused and self.fns is None and pdl_enabled(self.device),
                 "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
                                    if self.gemv and self.fns is None else "library"),
+                "int8_rotation": self.int8_rot if self.fns is None else None,
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
         self.release()
         return results

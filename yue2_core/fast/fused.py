@@ -11,10 +11,11 @@ They replace ~50 small kernels per layer. `available()` is False without Triton 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
-pdl_prologue = None  # set by _attention_kernels (needs Triton)
+pdl_prologue = rot_rows = None  # set by _attention_kernels (needs Triton)
 
 
 @functools.lru_cache(maxsize=1)
@@ -31,8 +32,8 @@ def _attention_kernels():
     if _kernels() is None:
         return None
     triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
-    global pdl_prologue  # the kernels below resolve it among this module's globals
-    from ._decode_triton import pdl_prologue
+    global pdl_prologue, rot_rows  # the kernels below resolve them among this module's globals
+    from ._decode_triton import pdl_prologue, rot_rows
 
     @triton.jit
     def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK, L,
@@ -81,23 +82,30 @@ def _attention_kernels():
 
     @triton.jit
     def attn_merge_kernel(m_ptr, l_ptr, o_ptr, out_ptr, splits, NKV: tl.constexpr, G: tl.constexpr,
-                          D: tl.constexpr, SP: tl.constexpr, PDL: tl.constexpr = False):
-        # one program = (row r, query head h): merges the splits' partial softmax sums
+                          D: tl.constexpr, SP: tl.constexpr, HG: tl.constexpr = 1, ROT: tl.constexpr = False,
+                          PDL: tl.constexpr = False):
+        # one program = (row r, query heads [hb·HG, (hb+1)·HG)): merges the splits' partial softmax sums; ROT
+        # (HG·D = 256): the heads' outputs, one 256-group of the o_proj input, are written rotated (·H)
         pdl_prologue(PDL)
         r = tl.program_id(0)
-        h = tl.program_id(1)
+        h = tl.program_id(1) * HG + tl.arange(0, HG)
         kvh = h // G
         g = h % G
         si = tl.arange(0, SP)
         d = tl.arange(0, D)
-        slot = ((r * NKV + kvh) * splits + si) * G + g
-        m = tl.load(m_ptr + slot, mask=si < splits, other=float("-inf"))
-        l = tl.load(l_ptr + slot, mask=si < splits, other=0.0)
+        slot = ((r * NKV + kvh[None, :]) * splits + si[:, None]) * G + g[None, :]  # [SP, HG]
+        ok = (si < splits)[:, None]
+        m = tl.load(m_ptr + slot, mask=ok, other=float("-inf"))
+        l = tl.load(l_ptr + slot, mask=ok, other=0.0)
         top = tl.max(m, 0)
-        w = tl.where(m == float("-inf"), 0.0, tl.exp(m - top))
-        o = tl.load(o_ptr + slot[:, None] * D + d[None, :], mask=si[:, None] < splits, other=0.0)
-        out = tl.sum(o * w[:, None], 0) / tl.sum(l * w, 0)
-        tl.store(out_ptr + (r * NKV * G + h) * D + d, out.to(out_ptr.dtype.element_ty))
+        w = tl.where(m == float("-inf"), 0.0, tl.exp(m - top[None, :]))
+        o = tl.load(o_ptr + slot[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0)
+        out = tl.sum(o * w[:, :, None], 0) / tl.sum(l * w, 0)[:, None]  # [HG, D]
+        dst = out_ptr + (r * NKV * G + h[:, None]) * D + d[None, :]
+        if ROT:
+            out = out.to(out_ptr.dtype.element_ty).to(tl.float32)  # the attention output, rounded, then rotated
+            out = tl.reshape(rot_rows(tl.reshape(out, (1, HG * D)), 1), (HG, D))
+        tl.store(dst, out.to(out_ptr.dtype.element_ty))
 
     return triton, attn_split_kernel, attn_merge_kernel
 
@@ -177,8 +185,24 @@ def silu_mul(gate_up, rot: bool = False) -> torch.Tensor:
     return out
 
 
+@dataclass(frozen=True)
+class AttnConfig:
+    """Launch configuration of `decode_attention`: cache positions per inner iteration (bl), warps, pipeline
+    stages, and the target number of split programs per multiprocessor (per_sm)."""
+    bl: int = 32
+    warps: int = 4
+    stages: int = 3
+    per_sm: int = 2
+
+
+# the best configuration overall in bench/decode_parts.py on an H200 (docs/decode_parts_h200.log): 2–12 % faster
+# than bl 32 / 4 warps at 1–8 rows and 2,256–7,424 positions
+ATTN_CONFIG = AttnConfig(bl=64, warps=2, stages=3, per_sm=2)
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
-                     attn_len: int, scale: float, sms: int | None = None) -> torch.Tensor:
+                     attn_len: int, scale: float, sms: int | None = None,
+                     cfg: AttnConfig | None = None, rot: bool = False) -> torch.Tensor:
     """GQA decode attention for one new token per row, split over the cache length (flash-decoding).
 
     q [R, nh, D] (query head h uses kv head h // (nh/nkv)); k_cache/v_cache [R, nkv, capacity, D]; pos [R] int64:
@@ -187,7 +211,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     memory traffic. Scores and the softmax are fp32 (the reference: fp32 scores, fp32 softmax); unlike the
     reference, the probabilities are not normalised before the product with V (each split rounds its unnormalised
     p to the cache dtype), so results differ from the torch path by bf16 rounding only. Returns [R, nh·D] in q's
-    dtype. `sms` (default: the device's multiprocessor count) sets the split count: ~2 programs per SM.
+    dtype. `sms` (default: the device's multiprocessor count) and `cfg.per_sm` set the split count; `cfg`
+    (default `ATTN_CONFIG`, from bench/decode_parts.py on an H200) the block size, warps and stages. `rot`: the
+    output is returned rotated (·H per 256-group, for an int8 ConvRot o_proj; nh·D % 256 == 0 and D ≤ 256).
     Raises ValueError for head counts, head sizes or cache layouts the kernels do not handle."""
     triton, split_kern, merge_kern = _attention_kernels()
     r, nh, d = q.shape
@@ -201,8 +227,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                          f"v strides {v_cache.stride()}, attn_len {attn_len}")
     if sms is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
-    bl = 32
-    target = max(1, min(128, (2 * sms) // max(1, r * nkv)))
+    cfg = cfg or ATTN_CONFIG
+    bl = cfg.bl
+    target = max(1, min(128, (cfg.per_sm * sms) // max(1, r * nkv)))
     chunk = max(bl, triton.cdiv(triton.cdiv(attn_len, target), bl) * bl)
     splits = triton.cdiv(attn_len, chunk)
     m = torch.empty(r, nkv, splits, g, dtype=torch.float32, device=q.device)
@@ -211,9 +238,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     q = q.contiguous()
     split_kern[(r, nkv, splits)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
                                  chunk, attn_len, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BL=bl,
-                                 IEEE=q.dtype == torch.float32, **_pdl(q))
+                                 IEEE=q.dtype == torch.float32, **_pdl(q), num_warps=cfg.warps,
+                                 num_stages=cfg.stages)
+    if rot and (d > 256 or (nh * d) % 256):
+        raise ValueError(f"decode_attention(rot=True) rotates 256-wide groups of the output; heads × head size is "
+                         f"{nh} × {d}")
+    hg = 256 // d if rot else 1
     out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
-    merge_kern[(r, nh)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits), **_pdl(q))
+    merge_kern[(r, nh // hg)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits), HG=hg,
+                              ROT=rot, **_pdl(q))
     return out
 
 

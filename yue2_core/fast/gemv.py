@@ -54,7 +54,7 @@ def _kernels():
         return None
     triton, tl = triton_modules()
     from . import _decode_triton as k
-    return triton, tl, k.gemv_kernel, k.reduce_kernel, k.rotate_kernel, k.fwht256
+    return triton, tl, k.gemv_kernel, k.reduce_kernel, k.rotate_kernel
 
 
 def available() -> bool:
@@ -114,7 +114,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
     if not supported(x, w):
         raise ValueError(f"gemv needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
                          f"{tuple(x.shape)} {x.dtype} on {x.device}, w {tuple(w.shape)} {w.dtype}")
-    triton, _, kern, _, _, _ = _kernels()
+    triton, _, kern, _, _ = _kernels()
     m, k = x.shape
     n = w.shape[0]
     int8 = w.dtype == torch.int8
@@ -147,7 +147,7 @@ def _pdl(t: torch.Tensor) -> dict:
 
 def reduce(p: Partials) -> torch.Tensor:
     """Σ over the split axis of P [split, M, N] → [M, N] in p.dtype."""
-    triton, _, _, kern, _, _ = _kernels()
+    triton, _, _, kern, _ = _kernels()
     s, m, n = p.t.shape
     y = torch.empty(m, n, dtype=p.dtype, device=p.t.device)
     block = 1024
@@ -156,12 +156,13 @@ def reduce(p: Partials) -> torch.Tensor:
 
 
 def rotate(x: torch.Tensor) -> torch.Tensor:
-    """x [M, K] (K % 256 == 0) → x·H per 256-group, in x's dtype (fp32 maths), one kernel. Raises ValueError
-    when K is not a multiple of 256."""
-    triton, _, _, _, kern, _ = _kernels()
+    """x [M, K] (K % 256 == 0) → x·H per 256-group, in x's dtype, one kernel (H = H16 ⊗ H16 applied as two
+    16-wide tensor-core products, `_decode_triton.rot_rows`; ≈ fp32 accuracy). Raises ValueError when K is not a
+    multiple of 256."""
+    triton, _, _, _, kern = _kernels()
     m, k = x.shape
     if k % 256:
         raise ValueError(f"rotate works on 256-wide groups; the last axis is {k}")
     y = torch.empty_like(x)
-    kern[(m, triton.cdiv(k, 256))](x.contiguous(), y, k, BK=256)
+    kern[(m, triton.cdiv(k, 256))](x.contiguous(), y, k, BK=256, **_pdl(x))
     return y
