@@ -5,8 +5,7 @@ import comfy.model_management as mm
 import torch
 from comfy_api.latest import io
 
-from yue2_core.constants import (FRAMES_PER_SECOND, HOP, ODE_STEPS, SAMPLE_RATE, VAE_CORE_FRAMES, VAE_CORE_FRAMES_MAX,
-                                 VAE_HALO_FRAMES)
+from yue2_core.constants import FRAMES_PER_SECOND, HOP, ODE_STEPS, SAMPLE_RATE, VAE_CORE_FRAMES, VAE_HALO_FRAMES
 from yue2_core.pipeline import decode, render
 from yue2_core.protocol import SEED_MAX
 
@@ -114,13 +113,12 @@ def _latent_samples(latent, channels: int) -> torch.Tensor:
 
 
 def tile_core(vae_cfg, frames: int, device: torch.device) -> int:
-    """Core frames per halo-crop tile: as many as the device's free memory holds, up to `VAE_CORE_FRAMES_MAX`
-    (2048; larger tiles decode faster) — fewer than the reference 1024 on small GPUs (multiples of 32, at least
-    32). Halo crop makes the result independent of the core size."""
+    """Core frames per halo-crop tile: the reference 1024, fewer when the device's free memory cannot hold one
+    tile's activations (multiples of 32, at least 32). Halo crop makes the result independent of the core size."""
     per_frame = memory.vae_bytes_per_frame(vae_cfg)
     free = mm.get_free_memory(device) - memory.vae_fixed_bytes(vae_cfg)
     fits = int(free * 0.9) // per_frame - 2 * VAE_HALO_FRAMES
-    core = min(VAE_CORE_FRAMES_MAX, frames, max(MIN_CORE, fits // MIN_CORE * MIN_CORE))
+    core = min(VAE_CORE_FRAMES, frames, max(MIN_CORE, fits // MIN_CORE * MIN_CORE))
     return max(1, core)
 
 

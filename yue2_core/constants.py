@@ -25,9 +25,6 @@ LATENT_DIM = 64  # VAE latent channels
 AUDIO_CHANNELS = 2
 VAE_LENGTH_TRIM = 64  # reference decoder yields HOP·T − 64 samples (stride-5 transposed conv gives 5L − 1)
 VAE_CORE_FRAMES = 1024  # tiled decode core (runtime.md §6.3); 512 on small-memory devices
-# larger tiles where the memory allows (halo crop makes the audio independent of the tile size): on an H200 a
-# 3.6-min song decodes in 0.47 s with 2048-frame tiles vs 0.57 s with 1024, bit-identical (bench/bench.py)
-VAE_CORE_FRAMES_MAX = 2048
 VAE_HALO_FRAMES = 16  # tiled decode halo; the receptive field needs 12
 
 # --- NAR (runtime.md §5) ----------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import torch
 
 from . import nar as nar_mod
 from .constants import (CONTEXT, FRAMES_PER_SECOND, ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_CORE_FRAMES,
-                        VAE_CORE_FRAMES_MAX, VAE_HALO_FRAMES)
+                        VAE_HALO_FRAMES)
 from .errors import BudgetError, RequestError, ScoreError
 from .protocol import (ABC_PRESET, SEMANTIC_PRESET, Sampling, SongRequest, check_budget, negative_prefix,
                        planning_prefix, semantic_prefix, validate_abc_ids, validate_codes)
@@ -215,11 +215,10 @@ def compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
 
 
 def vae_core_frames(device: torch.device) -> int:
-    """Tile size for the VAE: 1024 frames (runtime.md §6.3), 512 on GPUs with ≤ 12 GiB free, 2048
-    (`VAE_CORE_FRAMES_MAX`, faster) on GPUs with > 32 GiB free. The audio does not depend on it (halo crop)."""
+    """Tile size for the VAE: 1024 frames, 512 on GPUs with ≤ 12 GiB free (runtime.md §6.3)."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return VAE_CORE_FRAMES_MAX if free > 32 * 2 ** 30 else VAE_CORE_FRAMES if free > 12 * 2 ** 30 else 512
+        return VAE_CORE_FRAMES if free > 12 * 2 ** 30 else 512
     return VAE_CORE_FRAMES
 
 
