@@ -368,7 +368,7 @@ def vae_bench(eng, frames):
     lat = torch.randn(frames, 64) * 0.5
     default_core = vae_core_frames(eng.vae.device)
     times = {}
-    for fused, core in ((False, 1024), (None, 1024), (None, default_core)):
+    for fused, core in dict.fromkeys(((False, 1024), (None, 1024), (None, default_core))):
         SnakeBeta.fused = fused
         decode(eng.vae, lat[:64])
         decode(eng.vae, lat, core=core)  # warm-up at the measured tile shapes

@@ -171,3 +171,25 @@ def test_decoder_uses_gemv_only_for_half_precision_steps(tiny_paths):
             dec = fd.PhaseDecoder(ar, [[151643, 151852]], s, [1], "semantic", use_graph=False, fused=True)
             assert dec.gemv is want, (fmt, dtype, dec.gemv)
             assert dec.int8_layers is (want and fmt == "int8")
+
+
+def test_int8_rotation_switch(monkeypatch):
+    """YUE2_INT8_ROT: unset → the producing kernels rotate (NVIDIA builds), 'cublas' accepted, anything else a
+    RequestError naming the accepted values; the retired YUE2_ROT_FUSED only warns."""
+    import torch
+
+    from yue2_core.errors import RequestError
+    from yue2_core.fast import decode as fd
+    monkeypatch.delenv("YUE2_INT8_ROT", raising=False)
+    monkeypatch.delenv("YUE2_ROT_FUSED", raising=False)
+    assert fd._int8_rotation() == ("producers" if torch.version.hip is None else "cublas")
+    monkeypatch.setenv("YUE2_INT8_ROT", "cublas")
+    assert fd._int8_rotation() == "cublas"
+    monkeypatch.setenv("YUE2_INT8_ROT", "gemv")
+    with pytest.raises(RequestError, match="producers' or 'cublas'"):
+        fd._int8_rotation()
+    monkeypatch.setenv("YUE2_INT8_ROT", "producers")
+    monkeypatch.setenv("YUE2_ROT_FUSED", "1")
+    monkeypatch.setattr(fd, "_WARNED", {})
+    with pytest.warns(UserWarning, match="YUE2_ROT_FUSED is no longer read"):
+        fd._int8_rotation()

@@ -40,7 +40,8 @@ BUCKET = 1024  # attention-length granularity of the captured graphs (positions)
 def head_rows(lm_head, start: int, stop: int, rotated: bool = False, gemv: bool = False):
     """The LM head restricted to output rows [start, stop): a function hidden [R, H] → logits [R, stop−start].
     `gemv`: `fast.gemv` for inputs it supports (≤ 16 rows on CUDA; bf16 at one row 1.4× cuBLAS and at eight 3.6×
-    on the H200, docs/gemv_sweep_h200.log; int8 ConvRot heads after the Triton rotation `gemv.rotate`), cuBLAS /
+    on the H200, docs/gemv_sweep_h200.log; int8 ConvRot heads after the Triton rotation `gemv.rotate`, NVIDIA
+    only), cuBLAS /
     the W8A16 kernel of `int8_kernels` otherwise (e.g. the prefill of long prompts). `rotated` (int8 ConvRot heads
     only): the hidden states come already rotated (·H), as `fused.add_rmsnorm` with rot=True writes them."""
     from . import gemv as G
@@ -49,7 +50,7 @@ def head_rows(lm_head, start: int, stop: int, rotated: bool = False, gemv: bool 
         q, s = lm_head.weight[start:stop], lm_head.weight_scale[start:stop]
         if rotated:
             return lambda h: G.gemv(h, q, s.view(-1))
-        if gemv and lm_head.group == 256 and s.dtype == torch.float32:
+        if gemv and lm_head.group == 256 and s.dtype == torch.float32 and torch.version.hip is None:
             return lambda h: (G.gemv(G.rotate(h), q, s.view(-1)) if G.supported(h, q)
                               else convrot_linear(h, q, s, None, lm_head.group))
         return lambda h: convrot_linear(h, q, s, None, lm_head.group)
@@ -145,6 +146,27 @@ def _gemv_layers(ar) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
+def _int8_rotation() -> str:
+    """Where the decode step rotates int8 ConvRot inputs: YUE2_INT8_ROT ("producers" | "cublas"), default
+    "producers" on NVIDIA and "cublas" on ROCm. Raises RequestError for other values."""
+    value = os.environ.get("YUE2_INT8_ROT", "")
+    if value not in ("", "producers", "cublas"):
+        raise RequestError(f"the environment variable YUE2_INT8_ROT must be 'producers' or 'cublas' (or unset), "
+                           f"got {value!r}")
+    if os.environ.get("YUE2_ROT_FUSED") is not None and not _WARNED.get("rot_fused"):
+        _WARNED["rot_fused"] = True
+        warnings.warn("YUE2_ROT_FUSED is no longer read; use YUE2_INT8_ROT=producers|cublas")
+    if torch.version.hip is not None:
+        if value == "producers" and not _WARNED.get("rocm"):
+            _WARNED["rocm"] = True
+            warnings.warn("YUE2_INT8_ROT=producers needs NVIDIA (3-pass tf32 tensor-core products); using cublas")
+        return "cublas"
+    return value or "producers"
+
+
+_WARNED: dict = {}
+
+
 class _RowCache:
     """A KVCache-compatible view of one row of the static buffers, used to prefill that row eagerly."""
 
@@ -215,12 +237,12 @@ class PhaseDecoder:
                      and self.dtype in (torch.bfloat16, torch.float16))
         self.int8_layers = self.gemv and kind == "int8"
         # int8 ConvRot products need their input rotated (·H per 256-group). YUE2_INT8_ROT picks where:
-        # "producers" (default): the kernels writing the activations (add+RMSNorm, SiLU·up, the attention merge)
-        # write them rotated; "cublas": one bf16 matmul per product.
-        # (Rotating inside the GEMV was measured too: 2× slower products, docs/decode_parts_h200.log.)
-        self.int8_rot = os.environ.get("YUE2_INT8_ROT", "producers") if self.int8_layers else None
-        if self.int8_rot not in (None, "producers", "cublas"):
-            raise RequestError(f"YUE2_INT8_ROT must be producers or cublas, got {self.int8_rot!r}")
+        # "producers" (default on NVIDIA): the kernels writing the activations (add+RMSNorm, SiLU·up, the attention
+        # merge) write them rotated with tensor-core products in 3-pass tf32 (`_decode_triton.rot_rows`; Triton's
+        # AMD backend has no tf32x3, so ROCm builds default to "cublas"); "cublas": one bf16 matmul per product.
+        # (Rotating inside the GEMV was measured too: most products 1.3–2.1× slower, docs/decode_parts_h200.log.)
+        rotation = _int8_rotation()  # validated whatever the layers
+        self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
         want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None

@@ -225,6 +225,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                          f"≥ 16, k/v caches of one contiguous [R, nkv, capacity, D] layout and 0 < attn_len ≤ "
                          f"capacity; got q {tuple(q.shape)}, k {tuple(k_cache.shape)} strides {k_cache.stride()}, "
                          f"v strides {v_cache.stride()}, attn_len {attn_len}")
+    if rot and (d > 256 or (nh * d) % 256):
+        raise ValueError(f"decode_attention(rot=True) rotates 256-wide groups of the output; heads × head size is "
+                         f"{nh} × {d}")
     if sms is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     cfg = cfg or ATTN_CONFIG
@@ -240,9 +243,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                  chunk, attn_len, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BL=bl,
                                  IEEE=q.dtype == torch.float32, **_pdl(q), num_warps=cfg.warps,
                                  num_stages=cfg.stages)
-    if rot and (d > 256 or (nh * d) % 256):
-        raise ValueError(f"decode_attention(rot=True) rotates 256-wide groups of the output; heads × head size is "
-                         f"{nh} × {d}")
     hg = 256 // d if rot else 1
     out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
     merge_kern[(r, nh // hg)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits), HG=hg,
