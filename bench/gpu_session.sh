@@ -5,6 +5,8 @@
 #   bash bench/gpu_session.sh bench    # bench/bench.py (full-size synthetic bf16 + int8, ours vs vendor-style) and
 #                                      # bench/profile_decode.py (where a decode step's time goes)
 #   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu)
+#   bash bench/gpu_session.sh parts    # bench/decode_parts.py (decode-attention configurations, int8 rotation
+#                                      # placements; ~1 min) and bench/gemv_sweep.py --quick
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
@@ -22,7 +24,7 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|nodes|takes ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|nodes|takes ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -33,12 +35,15 @@ for part in "$@"; do
     tests)
       YUE2_PARITY_DIR=${YUE2_PARITY_DIR:-.gpuparity} "$PY" -m pytest tests/core/test_cuda_fast.py -s -q \
         -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" ;;
+    parts)
+      "$PY" bench/decode_parts.py --json "$OUT/decode_parts.json" 2>&1 | tee "$OUT/decode_parts.log"
+      "$PY" bench/gemv_sweep.py --quick --json "$OUT/gemv_sweep.json" 2>&1 | tee "$OUT/gemv_sweep.log" ;;
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;
     takes)
       PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_takes_check.py \
         --comfy .comfyhost/comfyui --out "$OUT" 2>&1 | tail -c 3000 ;;
-    *) echo "unknown part $part (bench|tests|nodes|takes)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|tests|parts|nodes|takes)" >&2; exit 2 ;;
   esac
 done
