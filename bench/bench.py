@@ -249,6 +249,11 @@ def ar_bf16(eng, n, compile_ok):
     record("AR decode bf16 CFG pair (song tok/s)", oursc, basec, "tok/s")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic", compile=use_compile)
     record("AR decode bf16 8 candidates (total)", ours8 * 8, base1, "tok/s", "baseline = 1 song at a time")
+    with env(YUE2_SHARED_PREFIX="1"):  # experimental: the common prompt read once per step for all candidates
+        warm(eng.ar, [[sem_p] * 8], s, "semantic")
+        ours8s, t8s = ours_rate(eng.ar, [sem_p] * 8, s, "semantic", compile=use_compile)
+    record("AR decode bf16 8 candidates, shared-prefix attention (total)", ours8s * 8, base1, "tok/s",
+           f"YUE2_SHARED_PREFIX=1; {t8s.get('shared_prefix_positions')} shared positions")
     ours4, _ = ours_rate(eng.ar, [sem_p] * 4, s, "semantic", compile=use_compile)
     record("AR decode bf16 4 candidates (total)", ours4 * 4, base1, "tok/s")
     sa = fixed_len(ABC, min(n, 512))
@@ -289,6 +294,11 @@ def ar_int8(eng, n, base_rates):
     record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
     record("AR decode int8 8 candidates (total)", ours8 * 8, base_rates.get("base1"), "tok/s")
+    with env(YUE2_SHARED_PREFIX="1"):
+        warm(eng.ar, [[sem_p] * 8], s, "semantic")
+        ours8s, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
+    record("AR decode int8 8 candidates, shared-prefix attention (total)", ours8s * 8, base_rates.get("base1"),
+           "tok/s", "YUE2_SHARED_PREFIX=1")
     sa = fixed_len(ABC, min(n, 512))
     oursa, _ = ours_rate(eng.ar, [prompt_ids(500, "abc", 1)], sa, "abc")
     record("AR decode int8 ABC phase", oursa, base_rates.get("base_abc"), "tok/s")

@@ -3,7 +3,8 @@ data streams from HBM as in a real step) captured in one CUDA graph:
 
 1. decode attention (`fused.decode_attention`): launch configurations (positions per iteration, warps, stages,
    split programs per SM) at several attention lengths and row counts, vs the current `ATTN_CONFIG`; µs per layer
-   and the KV bandwidth (TB/s). Each block size is first checked against an fp32 torch reference.
+   and the KV bandwidth (TB/s). Each block size is first checked against an fp32 torch reference. For several
+   rows also the shared-prefix variant (a common prompt prefix read once for all rows, YUE2_SHARED_PREFIX).
 2. the rotation of int8 ConvRot inputs: cuBLAS vs the Triton kernel, and the producers (add+RMSNorm, SiLU·up)
    with and without writing rotated outputs.
 
@@ -84,6 +85,16 @@ def attention(budget_end: float, rows_json: list):
               f"{best_us:.2f} µs ({gb / best_us * 1e6 / 1e3:.2f} TB/s) | top: {top3}")
         rows_json.append({"rows": r, "length": length, "current_us": cur, "results": [
             {"us": us, **c.__dict__} for us, c in res]})
+        if r > 1:  # candidates of one request: the prompt prefix (here 3/4 of the cache) read once for all rows
+            shared = length * 3 // 4
+            for x in ks + vs:
+                x[:, :, :shared] = x[:1, :, :shared]
+            per_row = timed(lambda i: fused.decode_attention(qs, ks[i], vs[i], pos, length, scale), LAYERS)
+            once = timed(lambda i: fused.decode_attention(qs, ks[i], vs[i], pos, length, scale, shared=shared),
+                         LAYERS)
+            print(f"attention R={r} L={length}, {shared} positions shared: per row {per_row:.2f} µs → prefix read "
+                  f"once {once:.2f} µs ({per_row / once:.2f}×)")
+            rows_json[-1].update({"shared_positions": shared, "per_row_us": per_row, "shared_us": once})
         ks = vs = None
         torch.cuda.empty_cache()
 

@@ -70,7 +70,8 @@ class ARModel(nn.Module):
     def hidden(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Run all layers over ids [B, T] at cache positions [cache.length, cache.length+T); returns the last
         hidden states [B, T, H] before the final norm. T > 1 with an empty cache is a causal prefill; T == 1 attends
-        to every cached position (no mask), as the reference's eager path."""
+        to every cached position (no mask), as the reference's eager path; T > 1 after cached positions (a prompt
+        continuing a cached prefix, as the GPU decoder's shared prefixes do) attends causally with an explicit mask."""
         b, t = ids.shape
         start = cache.length
         positions = torch.arange(start, start + t, device=ids.device)[None]
@@ -79,12 +80,13 @@ class ARModel(nn.Module):
         if x.dtype != self.dtype:
             x = x.to(self.dtype)
         causal = t > 1 and start == 0
-        if t > 1 and start > 0:
-            raise ValueError("multi-token input after a non-empty cache (chunked prefill) is not supported")
+        mask = None
+        if t > 1 and start > 0:  # query i (position start + i) sees keys 0 … start + i
+            mask = torch.arange(start + t, device=ids.device)[None, :] <= positions[0, :, None]
         for i, layer in enumerate(self.model.layers):
             q, k, v = layer.self_attn.project(layer.input_layernorm(x), cos, sin)
             k_all, v_all = cache.update(i, k.transpose(1, 2), v.transpose(1, 2))
-            h = sdpa(q.transpose(1, 2), k_all, v_all, causal=causal)
+            h = sdpa(q.transpose(1, 2), k_all, v_all, causal=causal, mask=mask)
             x = x + layer.self_attn.o_proj(h.transpose(1, 2).reshape(b, t, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return x

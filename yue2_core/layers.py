@@ -134,6 +134,9 @@ class Block(nn.Module):
         self.mlp = MLP(dims, quant, prefix + "mlp.", dtype)
 
 
-def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool) -> torch.Tensor:
-    """Attention over [B, heads, T, D] tensors with native GQA (query head h reads kv head h // group), scale 1/√D."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+         mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention over [B, heads, T, D] tensors with native GQA (query head h reads kv head h // group), scale 1/√D.
+    `mask`: optional boolean [T, S] (True = attend), e.g. causal queries after cached keys."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                          enable_gqa=q.shape[1] != k.shape[1])

@@ -211,6 +211,27 @@ def test_decode_attention_kernel_matches_sdpa(rows, attn_len):
     assert err <= 1e-2 * ref.abs().max().item()  # measured on an H200: ≤ 5.3e-4 against outputs up to 0.17
 
 
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("rows,prefix,attn_len", [(2, 1000, 1024), (8, 2000, 3072), (16, 4000, 5120)])
+def test_decode_attention_shared_prefix_matches_per_row(rows, prefix, attn_len):
+    """The shared-prefix decode attention (YUE2_SHARED_PREFIX, experimental) at the real head shape: the common
+    prefix read once for all rows equals the per-row kernel to bf16 rounding."""
+    import math
+    from yue2_core.fast import fused
+    torch.manual_seed(0)
+    k = torch.randn(rows, 8, attn_len, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    k[:, :, :prefix] = k[:1, :, :prefix]
+    v[:, :, :prefix] = v[:1, :, :prefix]
+    q = torch.randn(rows, 16, 128, device="cuda", dtype=torch.bfloat16)
+    pos = torch.linspace(attn_len - 1, prefix, rows, device="cuda").long()
+    a = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128)).float()
+    b = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128), shared=prefix).float()
+    err = (a - b).abs().max().item()
+    print(f"shared-prefix attention rows={rows} prefix={prefix} len={attn_len}: max |Δ| vs per-row {err:.2e}")
+    assert err <= 1e-2 * a.abs().max().item()
+
+
 def test_float_linears_on_the_gpu_for_a_cpu_module(tiny_paths):
     """The nodes dequantize the NAR (still on the CPU) with the GPU doing the arithmetic: the weights must equal
     the CPU's dequantization to bf16 rounding and stay on the CPU."""

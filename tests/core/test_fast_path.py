@@ -368,3 +368,69 @@ def test_fused_kernels_declare_the_shapes_they_handle():
     from yue2_core.fast import fused
     assert fused.supports(16, 8, 128) and fused.supports(2, 1, 128) and fused.supports(4, 4, 64)
     assert not fused.supports(16, 8, 96) and not fused.supports(16, 8, 8) and not fused.supports(12, 8, 128)
+
+
+def test_shared_prefix_attention_and_decoder_in_interpreter(tiny_paths):
+    """YUE2_SHARED_PREFIX=1: the decode attention reading a common prefix once for all rows equals the per-row
+    kernel (fp32 up to summation order, fp16 rounding); a decoder whose rows share their prompt prefix (prefilled
+    once, read once per step) gives the unshared decoder's logits within fp16 rounding, for rows with different
+    and with identical prompts; prefixes shorter than SHARED_MIN, single rows and the default leave it off."""
+    pytest.importorskip("triton")
+    code = (
+        "import math, os, torch\n"
+        "from yue2_core.fast import fused\n"
+        "torch.manual_seed(0)\n"
+        "for dt, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3)):\n"
+        "    for R, P in ((2, 40), (9, 33)):\n"
+        "        nkv, g, D, cap, L = 2, 2, 32, 160, 128\n"
+        "        q = torch.randn(R, nkv * g, D).to(dt)\n"
+        "        k, v = torch.randn(R, nkv, cap, D).to(dt), torch.randn(R, nkv, cap, D).to(dt)\n"
+        "        k[:, :, :P] = k[0:1, :, :P]; v[:, :, :P] = v[0:1, :, :P]\n"
+        "        pos = torch.tensor([P + 5 * i for i in range(R)]).clamp(max=L - 1)\n"
+        "        a = fused.decode_attention(q, k, v, pos, L, 1 / math.sqrt(D), sms=8).float()\n"
+        "        b = fused.decode_attention(q, k, v, pos, L, 1 / math.sqrt(D), sms=8, shared=P).float()\n"
+        "        assert (a - b).abs().max().item() < tol, (dt, R, P)\n"
+        "try:\n"
+        "    fused.decode_attention(q, k, v, pos, L, 0.1, shared=L)\n"
+        "    raise SystemExit('a shared prefix as long as the attention accepted')\n"
+        "except ValueError as e:\n"
+        "    assert 'shared prefix' in str(e)\n"
+        + tiny_fp16_ar(tiny_paths['bf16']) +
+        "assert fd.PhaseDecoder(ar, [sp, sp], s, [1, 2], 'semantic', use_graph=False).shared == 0  # default off\n"
+        "os.environ['YUE2_SHARED_PREFIX'] = '1'\n"
+        "assert fd.PhaseDecoder(ar, [sp], s, [1], 'semantic', use_graph=False).shared == 0\n"
+        "assert fd.PhaseDecoder(ar, [sp, sp[:5] + sp[-1:]], s, [1, 2], 'semantic', use_graph=False).shared == 0\n"
+        "for rows in ([sp, sp[:-3] + sp[-1:], sp], [sp, sp]):\n"
+        "    decs = []\n"
+        "    for flag in ('0', '1'):\n"
+        "        os.environ['YUE2_SHARED_PREFIX'] = flag\n"
+        "        d = fd.PhaseDecoder(ar, rows, s, list(range(len(rows))), 'semantic', use_graph=False)\n"
+        "        d.fused, d.attn_kernel = True, True\n"
+        "        d._allocate(); d._prefill(); decs.append(d)\n"
+        "    a, b = decs\n"
+        "    assert a.shared == 0 and b.shared == (len(sp) if rows == [sp, sp] else len(sp) - 3), b.shared\n"
+        "    assert ((a.logits.float() - b.logits.float()).norm() / a.logits.float().norm()).item() < 1e-2\n"
+        "    for step in range(3):\n"
+        "        for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
+        "        for d in decs: d._forward_fused(d.capacity)\n"
+        "        for d in decs: d.pos.add_(1)\n"
+        "        rel = ((a.logits.float() - b.logits.float()).norm() / a.logits.float().norm()).item()\n"
+        "        assert rel < 1e-2, (step, rel)\n"
+        "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
+def test_prompt_continuing_a_cached_prefix_equals_one_prefill(fp32):
+    """ar.hidden over T > 1 tokens after cached positions (what a shared-prefix decoder does for each row's own
+    prompt tail) gives the hidden states and K/V of one causal prefill of the whole prompt (fp32)."""
+    import torch
+    eng, _ = fp32
+    ids = torch.tensor([[151643] + [1000 + 7 * i for i in range(40)]])
+    full_cache, part_cache = eng.ar.new_cache(1, 64), eng.ar.new_cache(1, 64)
+    full = eng.ar.hidden(ids, full_cache)
+    eng.ar.hidden(ids[:, :25], part_cache)
+    tail = eng.ar.hidden(ids[:, 25:], part_cache)
+    assert part_cache.length == full_cache.length == 41
+    assert torch.allclose(tail, full[:, 25:], atol=1e-4, rtol=1e-4), (tail - full[:, 25:]).abs().max()
+    for i in range(eng.ar.dims.layers):
+        assert torch.allclose(part_cache.k[i][:, :, :41], full_cache.k[i][:, :, :41], atol=1e-4, rtol=1e-4)

@@ -146,6 +146,19 @@ def _gemv_layers(ar) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
+SHARED_MIN = 16  # shortest common prefix worth sharing (positions)
+
+
+def _common_prefix(seqs: list[list[int]]) -> int:
+    """Length of the longest prefix common to every token list."""
+    n = min(len(x) for x in seqs)
+    for i in range(n):
+        t = seqs[0][i]
+        if any(x[i] != t for x in seqs):
+            return i
+    return n
+
+
 def _int8_rotation() -> str:
     """Where the decode step rotates int8 ConvRot inputs: YUE2_INT8_ROT ("producers" | "cublas"), default
     "producers" on NVIDIA and "cublas" on ROCm. Raises RequestError for other values."""
@@ -244,6 +257,13 @@ class PhaseDecoder:
         rotation = _int8_rotation()  # validated whatever the layers
         self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
+        # YUE2_SHARED_PREFIX=1 (experimental, off by default until measured on a GPU): the prompt prefix common
+        # to every row (e.g. candidate songs of one request) is prefilled once and, in the fused step, read once per
+        # step for all rows (`fused.decode_attention(shared=…)`). Results differ by fp32 summation order only.
+        self.shared = 0
+        if os.environ.get("YUE2_SHARED_PREFIX", "0") == "1" and self.R > 1:
+            common = _common_prefix([list(r) + self.forced for r in rows])
+            self.shared = common if common >= SHARED_MIN else 0
         want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
 
@@ -286,7 +306,17 @@ class PhaseDecoder:
         fed = [int(t) for t in self.forced]
         for r, ids in enumerate(self.rows):
             cache = _RowCache(self.k, self.v, r, self.capacity)
-            h = self.ar.hidden(torch.tensor([list(ids) + fed], device=self.device), cache)[:, -1]
+            seq = list(ids) + fed
+            if r and self.shared:  # the common prefix: row 0's K/V, computed once
+                for k, v in zip(self.k, self.v):
+                    k[r, :, :self.shared] = k[0, :, :self.shared]
+                    v[r, :, :self.shared] = v[0, :, :self.shared]
+                cache.length = self.shared
+                if len(seq) == self.shared:  # the same prompt as row 0: same logits
+                    self.logits[r] = self.logits[0]
+                    continue
+                seq = seq[self.shared:]
+            h = self.ar.hidden(torch.tensor([seq], device=self.device), cache)[:, -1]
             self.logits[r] = self.head(self.ar.model.norm(h))[0]
         n = len(fed)
         if n:
@@ -371,7 +401,8 @@ class PhaseDecoder:
                                          cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
                                          d.head_dim, d.eps)
             if self.attn_kernel:  # int8 (rot): the merge writes the o_proj input rotated
-                h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale, rot=rot)
+                h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale, rot=rot,
+                                           shared=self.shared)
             else:
                 keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
                 att = torch.add(bias, _scores(q.view(R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
@@ -508,6 +539,7 @@ class PhaseDecoder:
                 "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
+                "shared_prefix_positions": self.shared,
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
         self.release()
         return results

@@ -37,15 +37,15 @@ def _attention_kernels():
 
     @triton.jit
     def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK, L,
-                          NKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                          START, SP0, splits, NKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                           BL: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
         # one program = (row r, kv head, split sp): the G query heads of that kv head against cache positions
-        # [sp·CHUNK, (sp+1)·CHUNK) ∩ [0, min(pos[r], L − 1)]; writes the running max m, sum l and unnormalised o.
+        # START + [sp·CHUNK, (sp+1)·CHUNK) ∩ [0, min(pos[r], L − 1)]; writes the running max m, sum l and
+        # unnormalised o into split slot SP0 + sp of `splits` (START = SP0 = 0 unless a shared prefix is split apart)
         pdl_prologue(PDL)
         r = tl.program_id(0)
         kvh = tl.program_id(1)
         sp = tl.program_id(2)
-        splits = tl.num_programs(2)
         pos = tl.minimum(tl.load(pos_ptr + r), L - 1)  # never read past the attention length (≤ capacity)
         gi = tl.arange(0, GP)
         d = tl.arange(0, D)
@@ -54,7 +54,7 @@ def _attention_kernels():
         l_i = tl.zeros([GP], tl.float32)
         acc = tl.zeros([GP, D], tl.float32)
         base = r * cache_row + kvh * cache_head
-        start = sp * CHUNK
+        start = START + sp * CHUNK
         hi = tl.minimum(CHUNK, pos + 1 - start)  # ≤ 0 when the split lies past this row's position
         for j in range(0, hi, BL):
             t = start + j + tl.arange(0, BL)
@@ -75,10 +75,57 @@ def _attention_kernels():
             else:
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
-        slot = ((r * NKV + kvh) * splits + sp) * G + gi
+        slot = ((r * NKV + kvh) * splits + SP0 + sp) * G + gi
         tl.store(m_ptr + slot, m_i, mask=gi < G)
         tl.store(l_ptr + slot, l_i, mask=gi < G)
         tl.store(o_ptr + slot[:, None] * D + d[None, :], acc, mask=gi[:, None] < G)
+
+    @triton.jit
+    def attn_shared_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, o_ptr, cache_head, scale, CHUNK, P, R, splits,
+                           NKV: tl.constexpr, G: tl.constexpr, QP: tl.constexpr, D: tl.constexpr,
+                           BL: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
+        # one program = (kv head, split sp) of a prefix [0, P) that every row's cache holds identically: the G query
+        # heads of *all* R rows (QP ≥ R·G tile rows) against row 0's cache positions [sp·CHUNK, (sp+1)·CHUNK) ∩
+        # [0, P) — the prefix K/V are read once for the whole batch. Writes split slot sp of every row.
+        pdl_prologue(PDL)
+        kvh = tl.program_id(0)
+        sp = tl.program_id(1)
+        i = tl.arange(0, QP)
+        r = i // G
+        g = i % G
+        ok_q = r < R
+        d = tl.arange(0, D)
+        q = tl.load(q_ptr + ((r[:, None] * NKV + kvh) * G + g[:, None]) * D + d[None, :], mask=ok_q[:, None],
+                    other=0.0)
+        m_i = tl.full([QP], float("-inf"), tl.float32)
+        l_i = tl.zeros([QP], tl.float32)
+        acc = tl.zeros([QP, D], tl.float32)
+        base = kvh * cache_head
+        start = sp * CHUNK
+        hi = tl.minimum(CHUNK, P - start)
+        for j in range(0, hi, BL):
+            t = start + j + tl.arange(0, BL)
+            ok = t < P
+            k = tl.load(k_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            s = tl.where(ok[None, :], s * scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        slot = ((r * NKV + kvh) * splits + sp) * G + g
+        tl.store(m_ptr + slot, m_i, mask=ok_q)
+        tl.store(l_ptr + slot, l_i, mask=ok_q)
+        tl.store(o_ptr + slot[:, None] * D + d[None, :], acc, mask=ok_q[:, None])
 
     @triton.jit
     def attn_merge_kernel(m_ptr, l_ptr, o_ptr, out_ptr, splits, NKV: tl.constexpr, G: tl.constexpr,
@@ -107,7 +154,7 @@ def _attention_kernels():
             out = tl.reshape(rot_rows(tl.reshape(out, (1, HG * D)), 1), (HG, D))
         tl.store(dst, out.to(out_ptr.dtype.element_ty))
 
-    return triton, attn_split_kernel, attn_merge_kernel
+    return triton, attn_split_kernel, attn_merge_kernel, attn_shared_kernel
 
 
 def available() -> bool:
@@ -202,7 +249,7 @@ ATTN_CONFIG = AttnConfig(bl=64, warps=2, stages=3, per_sm=2)
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
                      attn_len: int, scale: float, sms: int | None = None,
-                     cfg: AttnConfig | None = None, rot: bool = False) -> torch.Tensor:
+                     cfg: AttnConfig | None = None, rot: bool = False, shared: int = 0) -> torch.Tensor:
     """GQA decode attention for one new token per row, split over the cache length (flash-decoding).
 
     q [R, nh, D] (query head h uses kv head h // (nh/nkv)); k_cache/v_cache [R, nkv, capacity, D]; pos [R] int64:
@@ -214,8 +261,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     dtype. `sms` (default: the device's multiprocessor count) and `cfg.per_sm` set the split count; `cfg`
     (default `ATTN_CONFIG`, from bench/decode_parts.py on an H200) the block size, warps and stages. `rot`: the
     output is returned rotated (·H per 256-group, for an int8 ConvRot o_proj; nh·D % 256 == 0 and D ≤ 256).
+    `shared` = P > 0: cache positions [0, P) hold the same K/V in every row (a common prompt prefix, e.g. candidate
+    songs of one request) and are read once, from row 0, for all rows' queries (one extra kernel; P ≤ every pos[r]);
+    the result equals the unshared one up to fp32 summation order.
     Raises ValueError for head counts, head sizes or cache layouts the kernels do not handle."""
-    triton, split_kern, merge_kern = _attention_kernels()
+    triton, split_kern, merge_kern, shared_kern = _attention_kernels()
     r, nh, d = q.shape
     nkv = k_cache.shape[1]
     g = nh // nkv
@@ -230,19 +280,34 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                          f"{nh} × {d}")
     if sms is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+    if not 0 <= shared < attn_len:
+        raise ValueError(f"decode_attention: the shared prefix must be shorter than the attention length "
+                         f"{attn_len}; got {shared}")
     cfg = cfg or ATTN_CONFIG
     bl = cfg.bl
-    target = max(1, min(128, (cfg.per_sm * sms) // max(1, r * nkv)))
-    chunk = max(bl, triton.cdiv(triton.cdiv(attn_len, target), bl) * bl)
-    splits = triton.cdiv(attn_len, chunk)
+    ieee = q.dtype == torch.float32
+    q = q.contiguous()
+
+    def plan(length: int, programs_per_split: int) -> tuple[int, int]:  # (chunk, splits) for ~per_sm programs/SM
+        target = max(1, min(128, (cfg.per_sm * sms) // max(1, programs_per_split)))
+        chunk = max(bl, triton.cdiv(triton.cdiv(length, target), bl) * bl)
+        return chunk, triton.cdiv(length, chunk)
+
+    p = shared if r > 1 else 0
+    chunk_p, sp_p = plan(p, nkv) if p else (0, 0)
+    chunk, sp_s = plan(attn_len - p, r * nkv)
+    splits = sp_p + sp_s
     m = torch.empty(r, nkv, splits, g, dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)
     o = torch.empty(r, nkv, splits, g, d, dtype=torch.float32, device=q.device)
-    q = q.contiguous()
-    split_kern[(r, nkv, splits)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
-                                 chunk, attn_len, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BL=bl,
-                                 IEEE=q.dtype == torch.float32, **_pdl(q), num_warps=cfg.warps,
-                                 num_stages=cfg.stages)
+    if p:
+        qp = max(16, triton.next_power_of_2(r * g))
+        shared_kern[(nkv, sp_p)](q, k_cache, v_cache, m, l, o, k_cache.stride(1), scale, chunk_p, p, r, splits,
+                                 NKV=nkv, G=g, QP=qp, D=d, BL=bl, IEEE=ieee, **_pdl(q),
+                                 num_warps=max(cfg.warps, qp // 8), num_stages=cfg.stages)
+    split_kern[(r, nkv, sp_s)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
+                               chunk, attn_len, p, sp_p, splits, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)),
+                               D=d, BL=bl, IEEE=ieee, **_pdl(q), num_warps=cfg.warps, num_stages=cfg.stages)
     hg = 256 // d if rot else 1
     out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
     merge_kern[(r, nh // hg)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits), HG=hg,
