@@ -21,6 +21,15 @@ def _song(comfy, comfy_server, prompt):
     return entry, song_dir
 
 
+def _free_caches(comfy) -> None:
+    """POST /free, then one trivial prompt: ComfyUI's worker applies the free flags (clearing its node cache) only
+    when it next wakes — after a GC timer or after the *next* prompt — so without this the reset could land after
+    the following song and wipe its cache (a race seen once in CI)."""
+    comfy.free()
+    run(comfy, {"1": {"class_type": "PrimitiveString", "inputs": {"value": "free"}},
+                "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}}, timeout=60)
+
+
 def test_changing_the_score_changes_the_tokens_and_the_same_score_gives_the_same(comfy, comfy_server, node_info):
     assert EDITED_ABC != VALID_ABC
     _, song_a = _song(comfy, comfy_server, _edit_prompt(node_info, VALID_ABC, "edit_a"))
@@ -28,7 +37,7 @@ def test_changing_the_score_changes_the_tokens_and_the_same_score_gives_the_same
     entry_cached = run(comfy, _edit_prompt(node_info, VALID_ABC, "edit_a"))
     assert saved_dirs(entry_cached, comfy_server.output_dir) == [song_a]
     # 2. caches dropped (POST /free): everything is recomputed from the same score and seed → the same tokens
-    comfy.free()
+    _free_caches(comfy)
     _, song_b = _song(comfy, comfy_server, _edit_prompt(node_info, VALID_ABC, "edit_b"))
     assert song_b != song_a
     assert codes(song_b) == codes(song_a)

@@ -257,15 +257,17 @@ class PhaseDecoder:
         rotation = _int8_rotation()  # validated whatever the layers
         self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
-        # YUE2_SHARED_PREFIX=1 (experimental, off by default until measured on a GPU): the prompt prefix common
-        # to every row (e.g. candidate songs of one request) is prefilled once and, in the fused step, read once per
-        # step for all rows (`fused.decode_attention(shared=…)`). Results differ by fp32 summation order only.
-        self.shared = 0
-        if os.environ.get("YUE2_SHARED_PREFIX", "0") == "1" and self.R > 1:
-            common = _common_prefix([list(r) + self.forced for r in rows])
-            self.shared = common if common >= SHARED_MIN else 0
         want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
+        # YUE2_SHARED_PREFIX=1 (experimental, off by default until measured on a GPU), fused step with the Triton
+        # attention only: the prompt prefix common to every row (e.g. candidate songs of one request) is prefilled
+        # once and read once per step for all rows (`fused.decode_attention(shared=…)`). Results differ from the
+        # unshared decoder within bf16/fp16 rounding (summation order, the tails' prefill shapes).
+        self.shared = 0
+        if (os.environ.get("YUE2_SHARED_PREFIX", "0") == "1" and self.R > 1 and self.attn_kernel
+                and self.fns is None):
+            common = _common_prefix([list(r) + self.forced for r in rows])
+            self.shared = common if common >= SHARED_MIN else 0
 
     # -- buffers ---------------------------------------------------------------------------------------------------
     def _allocate(self):
@@ -304,6 +306,7 @@ class PhaseDecoder:
         """Prefill every row with its prompt plus the teacher-forced tokens in one pass (they are fed, never
         sampled), then set the state as if those tokens had been decoded: out, penalty ring, pos and step."""
         fed = [int(t) for t in self.forced]
+        first = len(self.rows[0]) + len(fed)
         for r, ids in enumerate(self.rows):
             cache = _RowCache(self.k, self.v, r, self.capacity)
             seq = list(ids) + fed
@@ -311,11 +314,13 @@ class PhaseDecoder:
                 for k, v in zip(self.k, self.v):
                     k[r, :, :self.shared] = k[0, :, :self.shared]
                     v[r, :, :self.shared] = v[0, :, :self.shared]
-                cache.length = self.shared
-                if len(seq) == self.shared:  # the same prompt as row 0: same logits
+                if len(seq) == self.shared == first:  # the same prompt as row 0: same logits
                     self.logits[r] = self.logits[0]
                     continue
-                seq = seq[self.shared:]
+                # this row's tail; a row that is only the prefix recomputes its last position for its logits
+                keep = self.shared - (len(seq) == self.shared)
+                cache.length = keep
+                seq = seq[keep:]
             h = self.ar.hidden(torch.tensor([seq], device=self.device), cache)[:, -1]
             self.logits[r] = self.head(self.ar.model.norm(h))[0]
         n = len(fed)

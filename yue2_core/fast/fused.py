@@ -262,8 +262,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     (default `ATTN_CONFIG`, from bench/decode_parts.py on an H200) the block size, warps and stages. `rot`: the
     output is returned rotated (·H per 256-group, for an int8 ConvRot o_proj; nh·D % 256 == 0 and D ≤ 256).
     `shared` = P > 0: cache positions [0, P) hold the same K/V in every row (a common prompt prefix, e.g. candidate
-    songs of one request) and are read once, from row 0, for all rows' queries (one extra kernel; P ≤ every pos[r]);
-    the result equals the unshared one up to fp32 summation order.
+    songs of one request) and are read once, from row 0, for all rows' queries (one extra kernel; the caller must
+    ensure P ≤ every pos[r], not checked: it would need a host sync); the result equals the unshared one within
+    the cache dtype's rounding (another split of the softmax sums).
     Raises ValueError for head counts, head sizes or cache layouts the kernels do not handle."""
     triton, split_kern, merge_kern, shared_kern = _attention_kernels()
     r, nh, d = q.shape
@@ -304,7 +305,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         qp = max(16, triton.next_power_of_2(r * g))
         shared_kern[(nkv, sp_p)](q, k_cache, v_cache, m, l, o, k_cache.stride(1), scale, chunk_p, p, r, splits,
                                  NKV=nkv, G=g, QP=qp, D=d, BL=bl, IEEE=ieee, **_pdl(q),
-                                 num_warps=max(cfg.warps, qp // 8), num_stages=cfg.stages)
+                                 num_warps=min(32, max(cfg.warps, qp // 8)), num_stages=cfg.stages)
     split_kern[(r, nkv, sp_s)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
                                chunk, attn_len, p, sp_p, splits, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)),
                                D=d, BL=bl, IEEE=ieee, **_pdl(q), num_warps=cfg.warps, num_stages=cfg.stages)
