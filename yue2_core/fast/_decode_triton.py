@@ -1,6 +1,8 @@
 """Triton kernels of the decode step: the split-K GEMV, reduction and rotation of `fast.gemv`, and the
 add+RMSNorm, QK-norm+RoPE+KV store and SiLU·up kernels of `fast.fused` that consume its partial sums; all start with
-the programmatic-dependent-launch prologue. Imported only when Triton imports (see `fast.triton_modules`)."""
+the programmatic-dependent-launch prologue. Shared jit helpers: `rot_rows` (the ConvRot Hadamard on 256-wide rows)
+and `attend_chunk` (the online-softmax loop of the decode-attention kernels in `fast.fused`). Imported only when
+Triton imports (see `fast.triton_modules`)."""
 import triton
 import triton.language as tl
 
@@ -38,6 +40,39 @@ def rot_rows(x, BM: tl.constexpr):
     return tl.reshape(tl.permute(tl.reshape(z, (BM, 16, 16)), (0, 2, 1)), (BM, 256))
 
 
+@triton.jit
+def attend_chunk(q, k_ptr, v_ptr, base, start, CHUNK, last, scale, QN: tl.constexpr, D: tl.constexpr,
+                 BL: tl.constexpr, IEEE: tl.constexpr):
+    # online softmax of the query tile q [QN, D] against cache positions [start, start + CHUNK) ∩ [0, last] of the
+    # [positions, D] block at k_ptr/v_ptr + base (nothing read when start > last); returns the running max m [QN],
+    # sum l [QN] and the unnormalised output [QN, D] (fp32), as the decode-attention kernels store them
+    d = tl.arange(0, D)
+    m_i = tl.full([QN], float("-inf"), tl.float32)
+    l_i = tl.zeros([QN], tl.float32)
+    acc = tl.zeros([QN, D], tl.float32)
+    hi = tl.minimum(CHUNK, last + 1 - start)
+    for j in range(0, hi, BL):
+        t = start + j + tl.arange(0, BL)
+        ok = t <= last
+        k = tl.load(k_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(ok[None, :], s * scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return m_i, l_i, acc
+
+
 @triton.jit(do_not_specialize=["M"])
 def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr,
@@ -69,6 +104,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
     else:
         tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
 
+
 @triton.jit
 def reduce_kernel(p_ptr, y_ptr, MN, S: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -77,6 +113,7 @@ def reduce_kernel(p_ptr, y_ptr, MN, S: tl.constexpr, BLOCK: tl.constexpr):
     for s in tl.static_range(1, S):
         acc += tl.load(p_ptr + s * MN + offs, mask=ok, other=0.0)
     tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
 
 @triton.jit
 def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr, PDL: tl.constexpr = False):
@@ -87,7 +124,6 @@ def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr, PDL: tl.constexpr = False):
     x = tl.load(x_ptr + row * K + offs, mask=offs < K, other=0.0).to(tl.float32)
     y = tl.reshape(rot_rows(tl.reshape(x, (BK // 256, 256)), BK // 256), (BK,))
     tl.store(y_ptr + row * K + offs, y.to(y_ptr.dtype.element_ty), mask=offs < K)
-
 
 
 # -- consumers of the products: they take y either as a plain tensor (S = 1) or as S ≥ 2 fp32 partial sums --------

@@ -41,9 +41,9 @@ def head_rows(lm_head, start: int, stop: int, rotated: bool = False, gemv: bool 
     """The LM head restricted to output rows [start, stop): a function hidden [R, H] → logits [R, stop−start].
     `gemv`: `fast.gemv` for inputs it supports (≤ 16 rows on CUDA; bf16 at one row 1.4× cuBLAS and at eight 3.6×
     on the H200, docs/gemv_sweep_h200.log; int8 ConvRot heads after the Triton rotation `gemv.rotate`, NVIDIA
-    only), cuBLAS /
-    the W8A16 kernel of `int8_kernels` otherwise (e.g. the prefill of long prompts). `rotated` (int8 ConvRot heads
-    only): the hidden states come already rotated (·H), as `fused.add_rmsnorm` with rot=True writes them."""
+    only), cuBLAS / the W8A16 kernel of `int8_kernels` otherwise (e.g. the prefill of long prompts). `rotated`
+    (int8 ConvRot heads only): the hidden states come already rotated (·H), as `fused.add_rmsnorm` with rot=True
+    writes them."""
     from . import gemv as G
     if isinstance(lm_head, ConvRotLinear):
         from .int8_kernels import convrot_linear
@@ -159,6 +159,9 @@ def _common_prefix(seqs: list[list[int]]) -> int:
     return n
 
 
+_WARNED: dict = {}  # one warning per process for each retired / unsupported switch
+
+
 def _int8_rotation() -> str:
     """Where the decode step rotates int8 ConvRot inputs: YUE2_INT8_ROT ("producers" | "cublas"), default
     "producers" on NVIDIA and "cublas" on ROCm. Raises RequestError for other values."""
@@ -175,9 +178,6 @@ def _int8_rotation() -> str:
             warnings.warn("YUE2_INT8_ROT=producers needs NVIDIA (3-pass tf32 tensor-core products); using cublas")
         return "cublas"
     return value or "producers"
-
-
-_WARNED: dict = {}
 
 
 class _RowCache:

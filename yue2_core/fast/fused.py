@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-pdl_prologue = rot_rows = None  # set by _attention_kernels (needs Triton)
+attend_chunk = pdl_prologue = rot_rows = None  # set by _attention_kernels (needs Triton)
 
 
 @functools.lru_cache(maxsize=1)
@@ -32,8 +32,8 @@ def _attention_kernels():
     if _kernels() is None:
         return None
     triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
-    global pdl_prologue, rot_rows  # the kernels below resolve them among this module's globals
-    from ._decode_triton import pdl_prologue, rot_rows
+    global attend_chunk, pdl_prologue, rot_rows  # the kernels below resolve them among this module's globals
+    from ._decode_triton import attend_chunk, pdl_prologue, rot_rows
 
     @triton.jit
     def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK, L,
@@ -50,31 +50,8 @@ def _attention_kernels():
         gi = tl.arange(0, GP)
         d = tl.arange(0, D)
         q = tl.load(q_ptr + ((r * NKV + kvh) * G + gi[:, None]) * D + d[None, :], mask=gi[:, None] < G, other=0.0)
-        m_i = tl.full([GP], float("-inf"), tl.float32)
-        l_i = tl.zeros([GP], tl.float32)
-        acc = tl.zeros([GP, D], tl.float32)
-        base = r * cache_row + kvh * cache_head
-        start = START + sp * CHUNK
-        hi = tl.minimum(CHUNK, pos + 1 - start)  # ≤ 0 when the split lies past this row's position
-        for j in range(0, hi, BL):
-            t = start + j + tl.arange(0, BL)
-            ok = t <= pos
-            k = tl.load(k_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
-            if IEEE:
-                s = tl.dot(q, tl.trans(k), input_precision="ieee")
-            else:
-                s = tl.dot(q, tl.trans(k))
-            s = tl.where(ok[None, :], s * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
-            if IEEE:
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-            else:
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
+        base = r * cache_row + kvh * cache_head  # split past this row's position: nothing read
+        m_i, l_i, acc = attend_chunk(q, k_ptr, v_ptr, base, START + sp * CHUNK, CHUNK, pos, scale, GP, D, BL, IEEE)
         slot = ((r * NKV + kvh) * splits + SP0 + sp) * G + gi
         tl.store(m_ptr + slot, m_i, mask=gi < G)
         tl.store(l_ptr + slot, l_i, mask=gi < G)
@@ -97,31 +74,8 @@ def _attention_kernels():
         d = tl.arange(0, D)
         q = tl.load(q_ptr + ((r[:, None] * NKV + kvh) * G + g[:, None]) * D + d[None, :], mask=ok_q[:, None],
                     other=0.0)
-        m_i = tl.full([QP], float("-inf"), tl.float32)
-        l_i = tl.zeros([QP], tl.float32)
-        acc = tl.zeros([QP, D], tl.float32)
-        base = kvh * cache_head
-        start = sp * CHUNK
-        hi = tl.minimum(CHUNK, P - start)
-        for j in range(0, hi, BL):
-            t = start + j + tl.arange(0, BL)
-            ok = t < P
-            k = tl.load(k_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
-            if IEEE:
-                s = tl.dot(q, tl.trans(k), input_precision="ieee")
-            else:
-                s = tl.dot(q, tl.trans(k))
-            s = tl.where(ok[None, :], s * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_ptr + base + t[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
-            if IEEE:
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-            else:
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
+        m_i, l_i, acc = attend_chunk(q, k_ptr, v_ptr, kvh * cache_head, sp * CHUNK, CHUNK, P - 1, scale, QP, D,
+                                     BL, IEEE)
         slot = ((r * NKV + kvh) * splits + sp) * G + g
         tl.store(m_ptr + slot, m_i, mask=ok_q)
         tl.store(l_ptr + slot, l_i, mask=ok_q)
