@@ -18,7 +18,7 @@ from typing import ClassVar
 import comfy.model_management as mm
 import comfy.utils
 
-from yue2_core.errors import YuE2Error
+from yue2_core.errors import YuE2Error, release_frames
 
 log = logging.getLogger("ComfyUI-YuE2")
 
@@ -64,8 +64,13 @@ class StageProgress:
 
 @contextmanager
 def user_errors():
-    """Re-raise yue2_core's YuE2Error as a plain ValueError carrying only the engine's message."""
+    """Re-raise yue2_core's YuE2Error as a plain ValueError carrying only the engine's message; any exception
+    (Cancel's InterruptProcessingException, out-of-memory) leaves with the engine's frames released."""
     try:
         yield
     except YuE2Error as exc:
+        release_frames(exc)
         raise ValueError(str(exc)) from None
+    except BaseException as exc:
+        release_frames(exc)
+        raise

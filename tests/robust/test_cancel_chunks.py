@@ -45,3 +45,40 @@ def test_cancel_in_a_later_nar_chunk_then_render_again(tiny_paths, narrow_chunks
     again = nar_mod.render(ar, nar, prefix, codes, seed=7, steps=STEPS)
     assert again.shape == (FRAMES, 64)
     assert torch.equal(again, full)
+
+
+def _tensor_bytes_pinned(exc: BaseException) -> int:
+    """Bytes of the tensors held as local variables by the frames of `exc`'s traceback."""
+    total, tb = 0, exc.__traceback__
+    while tb is not None:
+        total += sum(v.numel() * v.element_size() for v in tb.tb_frame.f_locals.values() if isinstance(v, torch.Tensor))
+        tb = tb.tb_next
+    return total
+
+
+def test_a_cancelled_render_releases_its_tensors(tiny_paths):
+    """A host that keeps the exception of a cancelled call (ComfyUI keeps it until the next prompt) must not keep the
+    engine's tensors with it: release_frames (used by the nodes' user_errors) drops the finished frames' locals and
+    the traceback still formats with the engine's file names."""
+    import traceback
+
+    from yue2_core.errors import release_frames
+
+    info = inspect_checkpoint(tiny_paths["bf16"])
+    ar, nar = load_ar(info, "cpu", torch.float32), load_nar(info, "cpu", torch.float32)
+    prefix = [151643] + list(range(200, 230)) + [151851]
+
+    def cancel(done, total):
+        if done == 2:
+            raise Cancelled("cancelled by the test")
+
+    try:
+        nar_mod.render(ar, nar, prefix, [5] * 60, seed=7, steps=STEPS, on_step=cancel)
+    except Cancelled as caught:
+        exc = caught
+    pinned = _tensor_bytes_pinned(exc)
+    assert pinned > 60 * 64 * 4, f"the traceback pins only {pinned} bytes: the test no longer sees the render's state"
+    release_frames(exc)
+    assert _tensor_bytes_pinned(exc) == 0
+    text = "".join(traceback.format_exception(exc))
+    assert "nar.py" in text and "cancelled by the test" in text
