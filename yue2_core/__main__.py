@@ -108,10 +108,8 @@ def _warn_score(text: str, what: str) -> None:
 
 
 def cmd_generate(args) -> int:
-    import torch
     from .artifacts import save_song
-    from .locate import find_checkpoint
-    from .pipeline import Budgets, YuE2Engine
+    from .pipeline import Budgets
     from .protocol import SongRequest
 
     out = _check_output(args.output)

@@ -13,13 +13,11 @@ from typing import Callable
 
 import torch
 
-from . import nar as nar_mod
 from .constants import (CONTEXT, FRAMES_PER_SECOND, ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_CORE_FRAMES,
                         VAE_HALO_FRAMES)
 from .errors import BudgetError, RequestError, ScoreError
 from .protocol import (ABC_PRESET, SEMANTIC_PRESET, Sampling, SongRequest, check_budget, negative_prefix,
                        planning_prefix, semantic_prefix, validate_abc_ids, validate_codes)
-from .sampling import generate as portable_generate
 from .vae import to_waveform
 
 Progress = Callable[[str, int, int, dict], None]  # (stage, done, total, info); may raise to cancel

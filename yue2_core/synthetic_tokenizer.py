@@ -26,7 +26,6 @@ not Qwen's: ids of real prompts differ from the release. Only the structure is f
 from __future__ import annotations
 
 import functools
-import json
 from collections import Counter
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers

@@ -9,7 +9,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 from yue2_core.fast import decode as fd  # noqa: E402
 from yue2_core.fast.int8_kernels import convrot_linear, triton_available  # noqa: E402
-from yue2_core.protocol import Sampling, SongRequest, negative_prefix, planning_prefix, semantic_prefix  # noqa: E402
+from yue2_core.protocol import Sampling, SongRequest, semantic_prefix  # noqa: E402
 from yue2_core.quant import dequantize, quantize  # noqa: E402
 from yue2_core.sampling import generate as portable_generate  # noqa: E402
 

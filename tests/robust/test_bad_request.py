@@ -11,7 +11,7 @@ import torch
 
 from robust_helpers import LYRICS, STYLE
 from yue2_core.constants import ABC_END, ABC_START, CONTEXT, EOD, INSTRUCTIONS, MUSIC_START
-from yue2_core.errors import BudgetError, RequestError, ScoreError
+from yue2_core.errors import BudgetError, RequestError
 from yue2_core.pipeline import Budgets, Score, plan, semantic
 from yue2_core.protocol import (ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, Sampling, SongRequest, check_budget,
                                 negative_prefix, planning_prefix, semantic_prefix)

@@ -7,7 +7,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 
 from robust_helpers import assert_cli_error, copy, make_song, run_cli, snapshot
 from yue2_core.artifacts import save_song
