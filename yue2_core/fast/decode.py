@@ -197,6 +197,29 @@ class _RowCache:
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
 
+def sample_tail(logits, G: int, cfg: float, s: Sampling, phase: str, step, ring, ring_w, mask, noise, forced_t,
+                out, done, tokens, legacy_off: bool = False) -> None:
+    """The sampling tail of a decode step in PyTorch ops (graph-capturable, no host sync), updating the state in
+    place: CFG combine of logits [R, width] (cond rows then uncond rows), `sampler.candidates` + `sampler.choose`
+    with the step's Exp(1) draws noise[step] [G, K], teacher forcing (forced_t [max_tokens], −1 = free), then
+    out[g, step] ← token, the penalty ring slot step % window ← column, done[g] |= end or budget reached,
+    tokens [R] ← the token of each row's song. step [1] long. `fused_sampler.FusedSampler` does the same in one
+    kernel."""
+    sl = SLICES[phase]
+    logits = logits[:G] if cfg == 1.0 else cfg_combine(logits[:G], logits[G:], cfg)
+    vals, cols = candidates(logits, s, phase, step, ring, ring_w, mask, legacy_off)
+    col = choose(vals, cols, None if noise is None else noise.index_select(0, step)[0])
+    forced = forced_t.index_select(0, step).expand(G)
+    col = torch.where(forced >= 0, forced - sl.start, col)
+    tok = col + sl.start
+    out.scatter_(1, step.expand(G, 1), tok[:, None])
+    slot = (step % s.penalty_window).expand(G, 1)
+    ring.scatter_(1, slot, col[:, None])
+    ring_w.scatter_(1, slot, torch.ones(G, 1, device=ring_w.device))
+    done.copy_(done | (col == sl.end_col) | (step + 1 >= s.max_tokens))
+    tokens.copy_(tok.repeat(tokens.shape[0] // G))
+
+
 class PhaseDecoder:
     """One AR phase for G songs sampled in one batch (`seeds[g]` per song). `prefixes[g]` / `negatives[g]`: token
     lists; CFG when cfg_scale ≠ 1. `forced` teacher-forces the first tokens of every song. Raises BudgetError when
@@ -268,6 +291,13 @@ class PhaseDecoder:
                 and self.fns is None):
             common = _common_prefix([list(r) + self.forced for r in rows])
             self.shared = common if common >= SHARED_MIN else 0
+        # YUE2_FUSED_SAMPLER=1 (experimental, off by default until measured on a GPU), fused step only, not in
+        # legacy `off` mode: the sampling tail (~45 small PyTorch kernels) as one Triton kernel (`fused_sampler`)
+        flag = os.environ.get("YUE2_FUSED_SAMPLER", "0")
+        if flag not in ("0", "1"):
+            raise RequestError(f"YUE2_FUSED_SAMPLER must be 0 or 1, got {flag!r}")
+        self.fused_sampler = flag == "1" and self.fused and not legacy_off
+        self.sampler = None
 
     # -- buffers ---------------------------------------------------------------------------------------------------
     def _allocate(self):
@@ -301,6 +331,10 @@ class PhaseDecoder:
                 draws.append(e.exponential_(1.0, generator=gen).to(dev))
             self.noise = torch.stack(draws, dim=1)  # [max_tokens, G, K]
         self.rows_idx = torch.arange(self.R, device=dev)
+        if self.fused_sampler:
+            from . import fused
+            from .fused_sampler import FusedSampler
+            self.sampler = FusedSampler(s, self.phase, self.G, self.k_cand, dev, pdl=fused._pdl(self.logits))
 
     def _prefill(self):
         """Prefill every row with its prompt plus the teacher-forced tokens in one pass (they are fed, never
@@ -424,20 +458,12 @@ class PhaseDecoder:
         self.logits.copy_(self.head_rot(y[:, 0]) if head_rot else self.head(y[:, 0]))
 
     def _step(self, attn_len: int):
-        G, s, sl = self.G, self.s, self.slice
-        logits = self.logits[:G] if self.cfg == 1.0 else cfg_combine(self.logits[:G], self.logits[G:], self.cfg)
-        vals, cols = candidates(logits, s, self.phase, self.step, self.ring, self.ring_w, self.mask, self.legacy_off)
-        noise = None if self.noise is None else self.noise.index_select(0, self.step)[0]
-        col = choose(vals, cols, noise)
-        forced = self.forced_t.index_select(0, self.step).expand(G)
-        col = torch.where(forced >= 0, forced - sl.start, col)
-        tok = col + sl.start
-        self.out.scatter_(1, self.step.expand(G, 1), tok[:, None])
-        slot = (self.step % s.penalty_window).expand(G, 1)
-        self.ring.scatter_(1, slot, col[:, None])
-        self.ring_w.scatter_(1, slot, torch.ones(G, 1, device=self.device))
-        self.done.copy_(self.done | (col == sl.end_col) | (self.step + 1 >= s.max_tokens))
-        self.tokens.copy_(tok.repeat(self.R // G))
+        state = (self.step, self.ring, self.ring_w, self.mask, self.noise, self.forced_t, self.out, self.done,
+                 self.tokens)
+        if self.sampler is not None:
+            self.sampler(self.logits, *state, cfg=self.cfg)
+        else:
+            sample_tail(self.logits, self.G, self.cfg, self.s, self.phase, *state, legacy_off=self.legacy_off)
         if self.fused and self.fns is None:
             self._forward_fused(attn_len)
         else:
@@ -545,6 +571,7 @@ class PhaseDecoder:
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
                 "shared_prefix_positions": self.shared,
+                "fused_sampler": self.sampler is not None,
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
         self.release()
         return results
