@@ -499,7 +499,7 @@ def main():
                                "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("YUE2_COMMIT", "")})
     log(json.dumps(RESULTS["machine"]))
     paths = make_checkpoints(args.workdir)
-    rates, int8r, nar_s, vae_s = {}, {}, None, None
+    rates, nar_s, vae_s = {}, None, None
     if "bf16" not in skip or "nar" not in skip or "vae" not in skip:
         eng = load(paths["bf16"])
         if "bf16" not in skip:
