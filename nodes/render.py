@@ -156,7 +156,7 @@ class YuE2VAEDecode(io.ComfyNode):
         with user_errors():
             (vae,) = model.load(("vae",), need)
             core = tile_core(cfg, frames, vae.device)
-            waves = decode_batch(lambda one: decode(vae, one, core=core, progress=progress), samples, lengths)
+            waves = decode_batch(lambda one, vae=vae: decode(vae, one, core=core, progress=progress), samples, lengths)
             del vae
         mm.soft_empty_cache()
         check_cancel()
