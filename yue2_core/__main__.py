@@ -66,6 +66,8 @@ def _check_device(device: str) -> None:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
         raise YuE2Error(f"--device {device!r} is not a device name; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cpu" and dev.index not in (None, 0):
+        raise YuE2Error(f"--device {device}: the CPU has no numbered devices; use --device cpu")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise YuE2Error(f"--device {device}: no CUDA GPU is available here; use --device cpu (or auto)")
@@ -144,13 +146,18 @@ def _check_output(output: str) -> Path:
     """The output directory must be new or empty (songs are never overwritten) and its parent writable; checked
     before any work."""
     out = Path(output)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
-    parent = out.absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise YuE2Error(f"cannot create {out}: {parent} is not a writable folder")
+    try:
+        if out.is_symlink():
+            raise YuE2Error(f"--output {out} is a symbolic link; give the path of a new folder")
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
+        parent = out.absolute().parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise YuE2Error(f"cannot create {out}: {parent} is not a writable folder")
+    except OSError as exc:  # a name too long for the file system, a path through a file, …
+        raise YuE2Error(f"cannot use --output {output}: {exc.strerror or exc}") from None
     return out
 
 
@@ -237,6 +244,9 @@ def cmd_make_synthetic(args) -> int:
     from .synthetic import write_synthetic_checkpoint
     if Path(args.output).is_dir():
         raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")
+    if (Path(args.output).exists() or Path(args.output).is_symlink()) and not args.force:
+        raise YuE2Error(f"--output {args.output} exists; a synthetic checkpoint (random weights) never replaces a "
+                        "file unless --force is given")
     try:
         report = write_synthetic_checkpoint(args.output, profile=args.profile, fmt=args.format, seed=args.seed)
     except OSError as exc:
@@ -246,8 +256,11 @@ def cmd_make_synthetic(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m yue2_core", description="YuE2-3B songs from a style and lyrics.")
+    p = argparse.ArgumentParser(prog="python -m yue2_core", description="YuE2-3B songs from a style and lyrics.",
+                                allow_abbrev=False)
     sub = p.add_subparsers(dest="command", required=True)
+    add_parser = sub.add_parser
+    sub.add_parser = lambda *a, **kw: add_parser(*a, allow_abbrev=False, **kw)  # --check is not --checkpoint
 
     def common(sp):
         sp.add_argument("--checkpoint", help="YuE2 all-in-one .safetensors (default: $YUE2_CHECKPOINT, ComfyUI "
@@ -259,10 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--output", required=True, help="new song directory (must not exist or be empty)")
 
     g = sub.add_parser("generate", help="style + lyrics → song directory (score, tokens, latents, audio.flac)")
-    g.add_argument("--style", help="style line, e.g. 'upbeat indie pop, warm female vocals'")
-    g.add_argument("--style-file")
-    g.add_argument("--lyrics", help="lyrics text (use --lyrics-file for multi-line lyrics)")
-    g.add_argument("--lyrics-file")
+    style = g.add_mutually_exclusive_group()  # both given: argparse refuses, rather than one silently winning
+    style.add_argument("--style", help="style line, e.g. 'upbeat indie pop, warm female vocals'")
+    style.add_argument("--style-file", help="UTF-8 text file holding the style line")
+    lyrics = g.add_mutually_exclusive_group()
+    lyrics.add_argument("--lyrics", help="lyrics text (use --lyrics-file for multi-line lyrics)")
+    lyrics.add_argument("--lyrics-file", help="UTF-8 text file holding the lyrics")
     g.add_argument("--cot", default="full", choices=["full", "melody", "off"],
                    help="full: melody + chords lead sheet; melody: melody-only; off: no lead sheet")
     g.add_argument("--seed", type=int, default=831001)
@@ -289,12 +304,24 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--profile", default="tiny", choices=["tiny", "full"])
     m.add_argument("--format", default="bf16", choices=["bf16", "int8"])
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--force", action="store_true", help="replace an existing file at --output")
     m.set_defaults(func=cmd_make_synthetic)
     return p
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (kill, timeout, a service stop) cleans up like Ctrl-C: no partial song folder
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if hasattr(sys.stdout, "reconfigure"):  # a console that cannot show a path's characters gets escapes, not a crash
+        sys.stdout.reconfigure(errors="backslashreplace")
+    import signal
+    try:
+        signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (main() called from a library): keep the host's handler
+        pass
     try:
         return args.func(args)
     except YuE2Error as exc:

@@ -79,3 +79,47 @@ def test_cli_special_files_and_devices(tmp_path):
                          "no CUDA GPU is available")
     assert_cli_error(run_cli("generate", "--output", "/dev/null/x", "--offline"), "is not a writable folder")
     assert_cli_error(run_cli("make-synthetic", "--output", tmp_path), "is a folder")
+
+
+def test_cli_review_round_3(tmp_path, tiny_paths):
+    """Second adversarial review: options that one of two sources silently won, abbreviations, a numbered CPU, an
+    output name the file system refuses, a symbolic link as output, make-synthetic over an existing file."""
+    ck = tiny_paths["bf16"]
+    assert_cli_error(run_cli("generate", "--style", "pop", "--style-file", ck, "--output", tmp_path / "a"),
+                     "not allowed with argument --style")
+    assert_cli_error(run_cli("generate", "--lyrics", "la", "--lyrics-file", ck, "--output", tmp_path / "a"),
+                     "not allowed with argument --lyrics")
+    assert_cli_error(run_cli("generate", "--check", ck, "--output", tmp_path / "a"), "unrecognized arguments")
+    assert_cli_error(run_cli("generate", "--device", "cpu:1", "--output", tmp_path / "a"), "no numbered devices")
+    assert_cli_error(run_cli("generate", "--output", tmp_path / ("a" * 300)), "File name too long")
+    (tmp_path / "link").symlink_to(tmp_path / "missing")
+    assert_cli_error(run_cli("generate", "--output", tmp_path / "link"), "symbolic link")
+    keep = tmp_path / "notes.txt"
+    keep.write_text("mine")
+    assert_cli_error(run_cli("make-synthetic", "--output", keep), "unless --force")
+    assert keep.read_text() == "mine"
+    assert run_cli("make-synthetic", "--output", keep, "--force").returncode == 0
+    assert keep.stat().st_size > 1000
+
+
+def test_cli_sigterm_cleans_up_like_ctrl_c(tmp_path, tiny_paths):
+    """SIGTERM (kill, timeout, a service stop) during a song: exit 130 with 'cancelled', no song folder and no
+    hidden partial folder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from robust_helpers import REPO
+    out = tmp_path / "songs" / "s"
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "yue2_core", "generate", "--checkpoint", tiny_paths["bf16"],
+                             "--style", "pop", "--lyrics", "la la", "--cot", "off", "--max-seconds", "60",
+                             "--device", "cpu", "--output", str(out)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(6)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "cancelled" in err and "Traceback" not in err
+    assert not out.exists() and not list(tmp_path.glob("songs/.*"))

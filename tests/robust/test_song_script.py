@@ -1,0 +1,22 @@
+"""scripts/song.sh passes the user's options through in both spellings (`--opt value` and `--opt=value`): the given
+checkpoint, style, lyrics and output are the ones used (its defaults only fill what the user left out)."""
+import json
+import os
+import subprocess
+
+from robust_helpers import REPO
+
+
+def test_song_script_honours_equals_options(tmp_path, tiny_paths):
+    out = tmp_path / "song"
+    env = {k: v for k, v in os.environ.items() if k not in ("YUE2_CHECKPOINT",)}
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "song.sh"), f"--checkpoint={tiny_paths['int8']}",
+                           "--style=smooth jazz", "--lyrics", "hello world", "--max-seconds=0.2", f"--output={out}",
+                           "--cot=off", "--steps=1", "--device=cpu", "--offline"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    request = json.loads((out / "request.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    assert request["style"] == "smooth jazz" and request["lyrics"] == "hello world", request
+    assert config["checkpoint"]["path"] == str(tiny_paths["int8"]), config["checkpoint"]
+    assert len(json.loads(proc.stdout)["output"]) and json.loads(proc.stdout)["semantic_tokens"] <= 5
