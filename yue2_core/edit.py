@@ -157,6 +157,13 @@ def as_parent(song, tokenizer=None, name: str | None = None) -> Parent:
     return parent
 
 
+def _timeline_abc(p: Parent) -> str | None:
+    """The ABC whose bars the parent's audio follows: the score its codes were sampled after (`tokens.score`), not a
+    score.abc edited since (bar N of the edit may lie elsewhere in time)."""
+    sampled_after = getattr(p.tokens, "score", None)
+    return sampled_after.abc if sampled_after is not None and sampled_after.abc else p.score.abc
+
+
 def _check_parent(p: Parent):
     n = len(p.tokens.codes)
     if n < 1:
@@ -548,7 +555,7 @@ def regenerate(engine_or_parts, song, cut, *, new_score=None, seed: int | None =
                                                                              seed, parent_name, "regenerate",
                                                                              crossfade_s, crossfade_shape)
     frames = len(parent.codes)
-    point = resolve_cut(cut, frames, parent.score.abc)
+    point = resolve_cut(cut, frames, _timeline_abc(parent))
     sampling = SEMANTIC_PRESET.merged(parent.tokens.sampling)
     if budgets is not None and budgets.max_seconds is not None:
         cap = seconds_to_tokens(budgets.max_seconds)
@@ -631,7 +638,7 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
                     "cut_bar": None, "cut_sample": cut_sample, "extra_seconds_requested": float(extra_seconds),
                     "max_continuation_seconds": max(room, 0) / FRAMES_PER_SECOND})
     try:
-        lineage["cut_bar"] = _bar_at(bar_starts(parent.score.abc), frames / FRAMES_PER_SECOND)
+        lineage["cut_bar"] = _bar_at(bar_starts(_timeline_abc(parent)), frames / FRAMES_PER_SECOND)
     except RequestError:
         pass
     song_out, lineage = _edit(parts, parent, score, changed, request, sampling, frames, cut_sample, lineage,

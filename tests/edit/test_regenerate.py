@@ -230,3 +230,18 @@ def test_cot_off_song_has_no_bars_and_no_score_to_edit(engine, parent):
         edit.regenerate(engine, song, 1.0, new_score=SCORE)
     longest = max(len(tokens.prefix), len(negative_prefix(req, [], engine.tokenizer.encode)))  # CFG 1.01: both
     assert edit.max_continuation_seconds(engine, song) == (CONTEXT - longest - 60) / 25
+
+
+def test_bar_cut_follows_the_score_the_codes_were_sampled_after(engine, saved_parent, tmp_path):
+    """A saved song whose score.abc was edited since (here: the tempo quartered): "bar 2" still cuts where bar 2 of
+    the *sampled* score lies in the audio (1.0 s, token 25), not where the edited score would put it (4.0 s)."""
+    import shutil
+    song = tmp_path / "edited"
+    shutil.copytree(saved_parent, song)
+    abc = (song / "score.abc").read_text()
+    assert "Q:1/4=240" in abc
+    (song / "score.abc").write_text(abc.replace("Q:1/4=240", "Q:1/4=60"))
+    parent = edit.as_parent(song, engine.tokenizer)
+    assert "Q:1/4=60" in parent.score.abc  # the edit is what the new take is sampled after
+    _, lineage = edit.regenerate(engine, song, "bar 2", seed=5, crossfade_s=0.02)
+    assert lineage["cut_token"] == 25 and lineage["cut_seconds"] == 1.0, lineage
