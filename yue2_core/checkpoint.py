@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .ar import ARModel
-from .constants import CONVROT_GROUP
+from .constants import CONTEXT, CONVROT_GROUP, LATENT_DIM
 from .errors import CheckpointError
 from .layers import ModelDims
 from .nar import NARModel
@@ -235,6 +235,13 @@ def _dims(entries: dict) -> ModelDims:
     pe_rows, pe_dim = _shape(entries, NAR + "latent_pos_embed.pe", 2)
     if hidden_l != hidden or pe_dim != hidden:
         raise CheckpointError(f"NAR width {hidden_l}/{pe_dim} differs from the AR width {hidden}")
+    if latent != LATENT_DIM:  # the song format and the renderer's noise have 64 channels (runtime.md §4)
+        raise CheckpointError(f"{NAR}vae2llm.weight reads {latent} latent channels; YuE2 latents have {LATENT_DIM}")
+    if freq < 2 or freq % 2:  # sin ‖ cos halves of the timestep embedding
+        raise CheckpointError(f"{NAR}time_embedder.mlp.0.weight reads {freq} frequencies; an even number ≥ 2 "
+                              "(256 in the release) is expected")
+    if pe_rows < 1:
+        raise CheckpointError(f"{NAR}latent_pos_embed.pe has no rows ({CONTEXT:,} in the release)")
     return ModelDims(hidden=hidden, layers=layers, heads=heads, kv_heads=kv2 // 2, head_dim=head_dim, ffn=ffn,
                      vocab=vocab, latent_dim=latent, time_freq=freq, pe_rows=pe_rows)
 

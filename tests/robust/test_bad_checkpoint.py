@@ -172,3 +172,31 @@ def test_unknown_quantization_marker_refused(micro_paths, tmp_path):
     edit_header(micro_paths["int8"], missing, lambda h: h.pop(key))
     with pytest.raises(CheckpointError, match="its quantization marker\\) is missing"):
         inspect_checkpoint(missing)
+
+
+@pytest.mark.parametrize("change,phrase", [
+    ("pe0", "latent_pos_embed.pe has no rows"),
+    ("freq_odd", "an even number ≥ 2"),
+    ("latent32", "YuE2 latents have 64"),
+])
+def test_nar_shapes_the_renderer_cannot_use_refused_at_inspect(micro_paths, tmp_path, change, phrase):
+    """Review finding: these files passed `inspect` and crashed inside torch after the whole AR phase."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+    with safe_open(micro_paths["bf16"], "pt") as f:
+        meta = f.metadata()
+    t = load_file(micro_paths["bf16"])
+    n = "model.diffusion_model."
+    if change == "pe0":
+        t[n + "latent_pos_embed.pe"] = t[n + "latent_pos_embed.pe"][:0].clone()
+    elif change == "freq_odd":
+        w = t[n + "time_embedder.mlp.0.weight"]
+        t[n + "time_embedder.mlp.0.weight"] = w[:, :w.shape[1] - 1].clone()
+    else:
+        t[n + "vae2llm.weight"] = t[n + "vae2llm.weight"][:, :32].clone()
+        for key in ("llm2vae.weight", "llm2vae.bias"):
+            t[n + key] = t[n + key][:32].clone()
+    path = tmp_path / f"{change}.safetensors"
+    save_file(t, str(path), metadata=meta)
+    with pytest.raises(CheckpointError, match=phrase):
+        inspect_checkpoint(str(path))
