@@ -162,9 +162,10 @@ def _check_output(output: str) -> Path:
 
 
 def _check_steps(steps) -> None:
+    from .constants import MAX_ODE_STEPS
     from .errors import RequestError
-    if not 1 <= steps <= 1000:
-        raise RequestError(f"--steps must be between 1 and 1000 (the release uses 32), got {steps}")
+    if not 1 <= steps <= MAX_ODE_STEPS:
+        raise RequestError(f"--steps must be between 1 and {MAX_ODE_STEPS} (the release uses 32), got {steps}")
 
 
 def _song_checkpoint(song_dir: str) -> str | None:

@@ -155,10 +155,29 @@ class SavedSong:
     score_edited: bool = False
 
 
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _load_npy(path: Path) -> np.ndarray:
+    """A .npy array (never unpickled), after checking that its header's shape × dtype fits the file's size (a damaged
+    header cannot make the reader allocate terabytes)."""
     try:
-        return np.load(path, allow_pickle=False)  # never unpickle: object arrays are refused
-    except (OSError, ValueError, EOFError) as exc:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(fh))
+            need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            have = path.stat().st_size - fh.tell()
+        if dtype.hasobject or need != have:
+            raise ValueError(f"its header describes {dtype} {list(shape)} ({need:,} bytes) but {have:,} bytes follow"
+                             if not dtype.hasobject else "object arrays are not accepted")
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, MemoryError) as exc:
         raise ArtifactError(f"{path.name} is not a readable .npy array ({exc})") from None
 
 
@@ -172,6 +191,7 @@ def _load_ids(path: Path, low: int, high: int) -> list[int]:
     return [int(x) for x in arr.tolist()]
 
 
+MAX_SONG_FILE_BYTES = 2 ** 31  # an hour of 48 kHz stereo PCM_24 FLAC is < 1.1 GB; nothing larger is a song file
 MAX_JSON_BYTES = 16 * 2 ** 20  # request/config/result files are a few kB; anything this large is not ours
 
 
@@ -250,7 +270,14 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
             raise ArtifactError(f"{root}: {name} is missing" + (" (a symbolic link is not accepted)"
                                                                  if path.is_symlink() else ""))
         try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            size = path.stat().st_size
+            cap = MAX_JSON_BYTES if name == "score.abc" or name.endswith(".json") else MAX_SONG_FILE_BYTES
+            if size > cap:
+                raise ArtifactError(f"{root}: {name} is {size:,} bytes, more than such a file can be ({cap:,})")
+            if name != "score.abc" and type(meta.get("bytes")) is int and meta["bytes"] != size:
+                raise ArtifactError(f"{root}: {name} is {size:,} bytes but result.json lists {meta['bytes']:,} "
+                                    "(modified or damaged)")
+            digest = _sha256_file(path)  # streamed: never the whole file in memory
         except OSError as exc:
             raise ArtifactError(f"{root}: cannot read {name} ({exc.strerror or exc})") from None
         if digest != meta["sha256"]:

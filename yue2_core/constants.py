@@ -29,6 +29,7 @@ VAE_HALO_FRAMES = 16  # tiled decode halo; the receptive field needs 12
 
 # --- NAR (runtime.md §5) ----------------------------------------------------------------------------------------------
 ODE_STEPS = 32  # explicit midpoint steps → 64 velocity evaluations per chunk
+MAX_ODE_STEPS = 1000  # most midpoint steps the CLI's --steps and a song's config.json may ask for
 TIME_FREQ_DIM = 256  # timestep embedding width (cos ‖ sin of 128 frequencies)
 RAW_T_CLAMP = 20.0  # raw timestep = clamp(logit(t), −20, 20)
 DEFAULT_SEED = 831001  # SongRequest default seed (runtime.md §2.3)

@@ -41,9 +41,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from .constants import (CODEC_OFFSET, CODEC_SIZE, CONTEXT, FRAMES_PER_SECOND, HOP, LATENT_DIM, ODE_STEPS,
-                        PROTOCOL_VERSION, SAMPLE_RATE, VAE_LENGTH_TRIM)
-from .errors import BudgetError, RequestError
+from .constants import (CODEC_OFFSET, CODEC_SIZE, CONTEXT, FRAMES_PER_SECOND, HOP, LATENT_DIM, MAX_ODE_STEPS,
+                        ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_LENGTH_TRIM)
+from .errors import ArtifactError, BudgetError, RequestError
 from .protocol import (SEED_MAX, _finite_number, SEMANTIC_PRESET, Sampling, SongRequest, negative_prefix, seconds_to_tokens,
                        semantic_prefix)
 
@@ -96,12 +96,21 @@ class Parent:
 
     @property
     def render_seed(self) -> int:
-        return int(self.settings.get("render_seed", self.tokens.seed))
+        """config.json render_seed (else the tokens' seed): an integer in [0, SEED_MAX]; ArtifactError otherwise."""
+        seed = self.settings.get("render_seed", self.tokens.seed)
+        if type(seed) is not int or not 0 <= seed <= SEED_MAX:
+            raise ArtifactError(f"{self.name}: config.json render_seed must be an integer in [0, {SEED_MAX}], "
+                                f"got {seed!r}")
+        return seed
 
     @property
     def steps(self) -> int:
+        """config.json ode_steps (else the release's 32): an integer in [1, MAX_ODE_STEPS]; ArtifactError otherwise."""
         steps = self.settings.get("ode_steps", ODE_STEPS)
-        return steps if type(steps) is int and steps >= 1 else ODE_STEPS
+        if type(steps) is not int or not 1 <= steps <= MAX_ODE_STEPS:
+            raise ArtifactError(f"{self.name}: config.json ode_steps must be an integer in [1, {MAX_ODE_STEPS}], "
+                                f"got {steps!r}")
+        return steps
 
 
 def request_from_dict(d: dict) -> SongRequest:
@@ -165,6 +174,7 @@ def _timeline_abc(p: Parent) -> str | None:
 
 
 def _check_parent(p: Parent):
+    p.render_seed, p.steps  # noqa: B018 — config.json values checked before any work (ArtifactError)
     n = len(p.tokens.codes)
     if n < 1:
         raise RequestError("the song has no semantic codes to keep")

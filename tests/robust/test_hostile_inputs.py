@@ -123,3 +123,49 @@ def test_cli_sigterm_cleans_up_like_ctrl_c(tmp_path, tiny_paths):
     assert proc.returncode == 130, err[-2000:]
     assert "cancelled" in err and "Traceback" not in err
     assert not out.exists() and not list(tmp_path.glob("songs/.*"))
+
+
+def _rewrite(root, name, data: bytes):
+    """Replace a song file and record its new hash and size in result.json (a consistent tampering)."""
+    import hashlib
+    (root / name).write_bytes(data)
+    res = json.loads((root / "result.json").read_text())
+    res["artifacts"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (root / "result.json").write_text(json.dumps(res))
+
+
+@pytest.mark.parametrize("key,value", [("render_seed", "abc"), ("render_seed", None), ("render_seed", 2 ** 70),
+                                       ("render_seed", 1e30), ("ode_steps", 10 ** 8), ("ode_steps", "32")])
+def test_tampered_config_values_refused_before_work(tmp_path, key, value):
+    """Review finding: these gave int()/overflow tracebacks or hung (ode_steps 10^8 built a 10^8-element list)."""
+    from yue2_core.artifacts import save_song
+    from yue2_core.edit import as_parent
+    root = save_song(make_song(), tmp_path / "song")
+    config = json.loads((root / "config.json").read_text())
+    config[key] = value
+    _rewrite(root, "config.json", json.dumps(config).encode())
+    t0 = time.perf_counter()
+    with pytest.raises(ArtifactError, match=f"config.json {key} must be an integer"):
+        as_parent(root)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_song_files_with_lying_sizes_refused(tmp_path):
+    """A .npy whose header claims 10^12 entries (hash-consistent) and a file larger than result.json says: clear
+    ArtifactErrors, no allocation of the claimed size and no whole-file read."""
+    import io
+
+    import numpy as np
+
+    from yue2_core.artifacts import load_song, save_song
+    root = save_song(make_song(), tmp_path / "song")
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<i4", "fortran_order": False, "shape": (10 ** 12,)})
+    _rewrite(root, "semantic.npy", buf.getvalue() + b"\0" * 64)
+    with pytest.raises(ArtifactError, match=r"semantic.npy is not a readable .npy array \(its header describes"):
+        load_song(root)
+    root = save_song(make_song(), tmp_path / "song2")
+    with open(root / "audio.flac", "ab") as fh:
+        fh.write(b"\0" * 1000)
+    with pytest.raises(ArtifactError, match=r"audio.flac is .* bytes but result.json lists"):
+        load_song(root)
