@@ -189,8 +189,14 @@ def cmd_render(args) -> int:
     _check_steps(args.steps)
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     recorded = None if args.checkpoint or os.environ.get("YUE2_CHECKPOINT") else _song_checkpoint(args.song)
+    if not (args.checkpoint or os.environ.get("YUE2_CHECKPOINT") or recorded):
+        print(f"warning: the checkpoint recorded in {args.song}/config.json is missing or gone; looking for a "
+              "YuE2 checkpoint elsewhere (it must be the same model)", file=sys.stderr)
     engine, synthetic = _load_engine(args, recorded, "recorded in the song's config.json" if recorded else None)
     saved = load_song(args.song, engine.tokenizer)
+    from .edit import check_checkpoint
+    for warning in check_checkpoint(saved.config.get("checkpoint"), engine.info):  # another model: refused
+        print(f"warning: {warning}", file=sys.stderr)
     resample = saved.score_edited or args.seed is not None
     if args.max_seconds is not None and not resample:
         raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "

@@ -12,7 +12,6 @@ Module tree = checkpoint keys under `model.diffusion_model.`: `model.layers.{i}.
 from __future__ import annotations
 
 import math
-import os
 from typing import Callable
 
 import torch
@@ -21,6 +20,7 @@ from torch import nn
 from .constants import CODEC_OFFSET, CODEC_SIZE, CONTEXT, LATENT_DIM, MUSIC_END, RAW_T_CLAMP
 from .errors import RequestError
 from .layers import Block, ModelDims, RMSNorm, make_linear, rope_cos_sin, sdpa
+from .switches import flag
 
 
 class TimestepEmbedder(nn.Module):
@@ -97,7 +97,7 @@ class ChunkRenderer:
             raise RequestError(f"AR K/V has {len(ar_kv)} layers, the NAR expert {nar.dims.layers}")
         self.nar, self.frames = nar, frames
         if fused is None:
-            fused = nar.device.type == "cuda" and os.environ.get("YUE2_FUSED", "1") != "0"
+            fused = flag("YUE2_FUSED", True) and nar.device.type == "cuda"
         if fused:
             from .fast import fused as fused_mod
             d = nar.dims

@@ -48,6 +48,12 @@ def test_artifact_hash_mismatch_refused(saved, tokenizer, tmp_path):
         root = Path(shutil.copytree(saved, tmp_path / f"bad_{name}"))
         with open(root / name, "ab") as f:
             f.write(b"\x00")
+        with pytest.raises(ArtifactError, match=rf"{name} is [\d,]+ bytes but result.json lists [\d,]+ \(modified"):
+            load_song(root, tokenizer)  # a changed size is caught before hashing
+        root = Path(shutil.copytree(saved, tmp_path / f"flip_{name}"))
+        data = bytearray((root / name).read_bytes())
+        data[-1] ^= 1
+        (root / name).write_bytes(bytes(data))
         with pytest.raises(ArtifactError, match=rf"{name} does not match its sha256 in result.json"):
             load_song(root, tokenizer)
     root = Path(shutil.copytree(saved, tmp_path / "edited"))

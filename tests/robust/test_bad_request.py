@@ -9,7 +9,7 @@ import unicodedata
 import pytest
 import torch
 
-from robust_helpers import LYRICS, STYLE
+from robust_helpers import LYRICS, STYLE, assert_cli_error
 from yue2_core.constants import ABC_END, ABC_START, CONTEXT, EOD, INSTRUCTIONS, MUSIC_START
 from yue2_core.errors import BudgetError, RequestError
 from yue2_core.pipeline import Budgets, Score, plan, semantic
@@ -223,3 +223,30 @@ def test_song_id_traversal_absolute_reserved_refused():
     for good in ("song", "my_song-2.v1", "a" * 180, "CONcert", "nul_x"):
         assert SongRequest(style=STYLE, lyrics=LYRICS, id=good).validate().id == good == safe_name(good)
     assert math.isclose(SongRequest(STYLE, LYRICS).validate().guidance, 1.0)
+
+
+def test_environment_switches_refuse_unknown_values(monkeypatch):
+    """Review finding: YUE2_FAST=false used to mean *on* (anything but "0"). Every switch takes 0/1 or its listed
+    values; others raise RequestError naming the variable, on any device."""
+    from yue2_core.fast import fast_enabled
+    from yue2_core.switches import choice, flag
+    monkeypatch.setenv("YUE2_FAST", "false")
+    with pytest.raises(RequestError, match="YUE2_FAST must be 0 or 1"):
+        fast_enabled("cpu")
+    monkeypatch.setenv("YUE2_FAST", "0")
+    assert fast_enabled("cuda") is False
+    monkeypatch.setenv("YUE2_X", " 1 ")
+    assert flag("YUE2_X", False) is True
+    monkeypatch.setenv("YUE2_X", "")
+    assert flag("YUE2_X", True) is True
+    monkeypatch.setenv("YUE2_DECODE_ATTN", "flash")
+    with pytest.raises(RequestError, match="YUE2_DECODE_ATTN must be 'triton' or 'torch'"):
+        choice("YUE2_DECODE_ATTN", ("triton", "torch"), "triton")
+
+
+def test_cli_reports_a_bad_switch(tmp_path, tiny_paths, monkeypatch):
+    from robust_helpers import run_cli
+    monkeypatch.setenv("YUE2_FAST", "off")
+    assert_cli_error(run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la",
+                             "--cot", "off", "--max-seconds", "0.2", "--device", "cpu", "--output", tmp_path / "s"),
+                     "YUE2_FAST must be 0 or 1")

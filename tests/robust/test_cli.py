@@ -123,3 +123,14 @@ def test_cli_render_damaged_song_refused(micro_paths, tmp_path):
                    tmp_path / "again")
     assert_cli_error(proc, "semantic.npy does not match its sha256 in result.json")
     assert not (tmp_path / "again").exists()
+
+
+def test_cli_render_refuses_a_song_of_another_model(tmp_path, tiny_paths, micro_paths):
+    """Review finding: `render` with a checkpoint of other dimensions used to write a song from the wrong model."""
+    song = tmp_path / "song"
+    made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
+                   "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", song)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert_cli_error(run_cli("render", song, "--checkpoint", micro_paths["bf16"], "--steps", "1", "--device", "cpu",
+                             "--output", tmp_path / "again"), "made with a different model")
+    assert not (tmp_path / "again").exists()

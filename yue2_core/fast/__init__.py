@@ -5,15 +5,15 @@ portable paths (the reference implementation the fast ones are tested against)."
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 
 from ..nar import render as portable_render
 from ..sampling import generate as portable_generate
+from ..switches import flag
 
 
 def fast_enabled(device) -> bool:
-    return getattr(device, "type", str(device)) == "cuda" and os.environ.get("YUE2_FAST", "1") != "0"
+    return flag("YUE2_FAST", True) and getattr(device, "type", str(device)) == "cuda"  # validated on any device
 
 
 def select_generate(ar):
@@ -51,7 +51,7 @@ def pdl_enabled(device) -> bool:
     grid dependency control and the `launch_pdl` launch option, and YUE2_PDL not "0". With PDL each kernel's launch
     and block scheduling overlap the previous kernel's tail; every such kernel first waits for the previous one
     (`_decode_triton.pdl_prologue`), so results are unchanged."""
-    if getattr(device, "type", None) != "cuda" or os.environ.get("YUE2_PDL", "1") == "0":
+    if getattr(device, "type", None) != "cuda" or not flag("YUE2_PDL", True):
         return False
     key = str(device)
     if key not in _PDL:

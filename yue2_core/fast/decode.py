@@ -31,6 +31,7 @@ from ..protocol import Sampling
 from ..quant import ConvRotLinear
 from ..quant import rotate as _rotate
 from ..sampling import PhaseResult, cfg_combine
+from ..switches import choice, flag
 from . import pdl_enabled
 from .sampler import SLICES, TIE_PAD, candidates, choose, static_mask
 
@@ -165,10 +166,7 @@ _WARNED: dict = {}  # one warning per process for each retired / unsupported swi
 def _int8_rotation() -> str:
     """Where the decode step rotates int8 ConvRot inputs: YUE2_INT8_ROT ("producers" | "cublas"), default
     "producers" on NVIDIA and "cublas" on ROCm. Raises RequestError for other values."""
-    value = os.environ.get("YUE2_INT8_ROT", "")
-    if value not in ("", "producers", "cublas"):
-        raise RequestError(f"the environment variable YUE2_INT8_ROT must be 'producers' or 'cublas' (or unset), "
-                           f"got {value!r}")
+    value = choice("YUE2_INT8_ROT", ("producers", "cublas"), "")
     if os.environ.get("YUE2_ROT_FUSED") is not None and not _WARNED.get("rot_fused"):
         _WARNED["rot_fused"] = True
         warnings.warn("YUE2_ROT_FUSED is no longer read; use YUE2_INT8_ROT=producers|cublas")
@@ -261,15 +259,15 @@ class PhaseDecoder:
         self.graph_error: str | None = None
         from . import fused as fused_mod
         if fused is None:
-            fused = self.device.type == "cuda" and os.environ.get("YUE2_FUSED", "1") != "0"
+            fused = self.device.type == "cuda" and flag("YUE2_FUSED", True)
         d = ar.dims
         self.fused = bool(fused) and fused_mod.available() and fused_mod.supports(d.heads, d.kv_heads, d.head_dim)
         # split-length Triton decode attention inside the fused step (YUE2_DECODE_ATTN=torch: bmm + softmax)
-        self.attn_kernel = self.fused and os.environ.get("YUE2_DECODE_ATTN", "triton") != "torch"
+        self.attn_kernel = self.fused and choice("YUE2_DECODE_ATTN", ("triton", "torch"), "triton") == "triton"
         # split-K Triton products (`fast.gemv`) for the layer linears, summed inside the consumer kernels
         # (YUE2_GEMV=0: cuBLAS for bf16, the W8A16 kernel of int8_kernels for int8)
         kind = _gemv_layers(ar) if self.fused else None
-        self.gemv = (kind is not None and os.environ.get("YUE2_GEMV", "1") != "0" and self.R <= 16
+        self.gemv = (kind is not None and flag("YUE2_GEMV", True) and self.R <= 16
                      and self.dtype in (torch.bfloat16, torch.float16))
         self.int8_layers = self.gemv and kind == "int8"
         # int8 ConvRot products need their input rotated (·H per 256-group). YUE2_INT8_ROT picks where:
@@ -280,23 +278,20 @@ class PhaseDecoder:
         rotation = _int8_rotation()  # validated whatever the layers
         self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
-        want = os.environ.get("YUE2_COMPILE", "0") == "1" if compile is None else compile
+        want = flag("YUE2_COMPILE", False) if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
         # YUE2_SHARED_PREFIX=1 (experimental, off by default until measured on a GPU), fused step with the Triton
         # attention only: the prompt prefix common to every row (e.g. candidate songs of one request) is prefilled
         # once and read once per step for all rows (`fused.decode_attention(shared=…)`). Results differ from the
         # unshared decoder within bf16/fp16 rounding (summation order, the tails' prefill shapes).
         self.shared = 0
-        if (os.environ.get("YUE2_SHARED_PREFIX", "0") == "1" and self.R > 1 and self.attn_kernel
+        if (flag("YUE2_SHARED_PREFIX", False) and self.R > 1 and self.attn_kernel
                 and self.fns is None):
             common = _common_prefix([list(r) + self.forced for r in rows])
             self.shared = common if common >= SHARED_MIN else 0
         # YUE2_FUSED_SAMPLER=1 (experimental, off by default until measured on a GPU), fused step only, not in
         # legacy `off` mode: the sampling tail (~45 small PyTorch kernels) as one Triton kernel (`fused_sampler`)
-        flag = os.environ.get("YUE2_FUSED_SAMPLER", "0")
-        if flag not in ("0", "1"):
-            raise RequestError(f"YUE2_FUSED_SAMPLER must be 0 or 1, got {flag!r}")
-        self.fused_sampler = flag == "1" and self.fused and not legacy_off
+        self.fused_sampler = flag("YUE2_FUSED_SAMPLER", False) and self.fused and not legacy_off
         self.sampler = None
 
     # -- buffers ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""Environment switches of the engine, read and validated in one place. Each takes "0" or "1" (a choice switch: one
+of its listed values); unset means the default; any other value raises RequestError naming the variable and what it
+accepts — "false" or "off" are not silently read as on.
+
+    YUE2_FAST=0           portable PyTorch paths instead of the CUDA fast paths (fast/__init__.py)
+    YUE2_FUSED=0          unfused torch ops instead of the fused Triton decode/NAR kernels
+    YUE2_GEMV=0           library products (cuBLAS / W8A16) instead of the split-K Triton GEMV
+    YUE2_PDL=0            no programmatic dependent launch
+    YUE2_COMPILE=1        torch.compile'd layer halves in the decode step (plain bf16 only)
+    YUE2_SHARED_PREFIX=1  experimental: shared-prompt decode attention for candidate batches
+    YUE2_FUSED_SAMPLER=1  experimental: the sampling tail as one Triton kernel
+    YUE2_DECODE_ATTN      triton (default) | torch: decode attention of the fused step
+    YUE2_INT8_ROT         producers | cublas: where int8 ConvRot inputs are rotated (fast/decode.py)
+"""
+from __future__ import annotations
+
+import os
+
+from .errors import RequestError
+
+
+def flag(name: str, default: bool) -> bool:
+    """The boolean switch `name`: "1" on, "0" off, unset (or empty) the default. RequestError otherwise."""
+    value = os.environ.get(name, "").strip()
+    if value == "":
+        return default
+    if value not in ("0", "1"):
+        raise RequestError(f"the environment variable {name} must be 0 or 1 (or unset), got {value!r}")
+    return value == "1"
+
+
+def choice(name: str, allowed: tuple[str, ...], default: str) -> str:
+    """The switch `name`: one of `allowed`, unset (or empty) the default. RequestError otherwise."""
+    value = os.environ.get(name, "").strip()
+    if value == "":
+        return default
+    if value not in allowed:
+        raise RequestError(f"the environment variable {name} must be {' or '.join(repr(a) for a in allowed)} "
+                           f"(or unset), got {value!r}")
+    return value
