@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from yue2_core.abc.service import MAX_ABC_BYTES
+
 from . import scores, types
 
 
@@ -51,6 +53,9 @@ class YuE2ABCEditor(io.ComfyNode):
                     else "nothing is connected")
             raise ValueError(f"the ABC score is empty: {what}. Type a lead sheet in the abc box or connect a "
                              "YuE2 Composer's score.")
+        if text is not incoming and len(text.encode("utf-8", "surrogatepass")) > MAX_ABC_BYTES:
+            raise ValueError(f"the typed ABC score is {len(text.encode('utf-8', 'surrogatepass')):,} bytes; at most "
+                             f"{MAX_ABC_BYTES:,} are accepted (a song's lead sheet is a few kB)")
         errors, warnings = scores.check(text)
         if errors:
             raise ValueError(f"the ABC score has {len(errors)} error(s):\n{scores.describe(errors)}")

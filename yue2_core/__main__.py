@@ -51,7 +51,7 @@ def _read_text(path: str | None, inline: str | None, what: str) -> str:
             if p.stat().st_size > MAX_TEXT_FILE:
                 raise YuE2Error(f"the {what} file {path} is {p.stat().st_size:,} bytes; at most {MAX_TEXT_FILE:,} "
                                 "are accepted (the 24,576-token context holds far less)")
-            return p.read_text("utf-8")
+            return p.read_text("utf-8-sig")  # a byte-order mark (Windows editors) is dropped
         except (OSError, UnicodeDecodeError) as exc:
             raise YuE2Error(f"cannot read the {what} file {path}: {exc}") from None
     return inline or ""
@@ -119,7 +119,7 @@ def cmd_generate(args) -> int:
     request = SongRequest(style=_read_text(args.style_file, args.style, "style"),
                           lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics"), cot=args.cot, seed=args.seed,
                           abc=_read_text(args.abc_file, None, "ABC") if args.abc_file else None,
-                          cfg_scale=args.cfg_scale, id=out.name if out.name else "song").validate()
+                          cfg_scale=args.cfg_scale, id=_song_id(out)).validate()
     budgets = Budgets(args.max_seconds, args.max_abc_tokens)
     budgets.abc_sampling(), budgets.semantic_sampling()  # bad --max-seconds / --max-abc-tokens: fail before loading
     _check_steps(args.steps)
@@ -159,6 +159,13 @@ def _check_output(output: str) -> Path:
     except OSError as exc:  # a name too long for the file system, a path through a file, …
         raise YuE2Error(f"cannot use --output {output}: {exc.strerror or exc}") from None
     return out
+
+
+def _song_id(out: Path) -> str:
+    """The song id recorded in the song: the output folder's name when it is a valid id, else "song" (any folder
+    name the file system takes is fine for --output)."""
+    from .artifacts import valid_song_id
+    return out.name if out.name and valid_song_id(out.name) else "song"
 
 
 def _check_steps(steps) -> None:
@@ -207,7 +214,7 @@ def cmd_render(args) -> int:
     request = SongRequest(style=req["style"], lyrics=req["lyrics"], cot=req["cot"],
                           seed=args.seed if args.seed is not None else int(req["seed"]),
                           abc=saved.score.abc if saved.score_edited else None, cfg_scale=req.get("cfg_scale"),
-                          id=Path(args.output).name).validate()
+                          id=_song_id(Path(args.output))).validate()
     progress = ProgressLine()
     tokens = saved.tokens
     timing = {}

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -81,6 +82,21 @@ def song_files(song: Song, extra: dict | None = None) -> dict[str, bytes]:
     return files
 
 
+STALE_PARTIAL_SECONDS = 3600  # a save takes seconds; a hidden .partial folder this old was left by a killed process
+
+
+def _sweep_stale_partials(parent: Path) -> None:
+    """Remove hidden `.NAME.XXXX.partial` folders older than STALE_PARTIAL_SECONDS in `parent`: what a process killed
+    mid-save (SIGKILL, a power cut) leaves; nothing else ever names a folder so."""
+    now = time.time()
+    for p in parent.glob(".*.partial"):
+        try:
+            if p.is_dir() and not p.is_symlink() and now - p.stat().st_mtime > STALE_PARTIAL_SECONDS:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            pass
+
+
 def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict) -> Path:
     """Write `files` + result.json (with sha256 of each file) into `out_dir` atomically. Refuses a non-empty
     `out_dir`; on any error (disk full, read-only) nothing is left behind. Returns the directory path."""
@@ -90,6 +106,7 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
                             "overwritten)")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        _sweep_stale_partials(out.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     except OSError as exc:
         raise ArtifactError(f"cannot write into {out.parent}: {exc.strerror or exc}") from None

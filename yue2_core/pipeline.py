@@ -226,6 +226,8 @@ def decode(vae, latents: torch.Tensor, core: int | None = None, progress: Progre
     if lat.ndim != 3 or lat.shape[0] != 1 or lat.shape[1] != vae.cfg.latent_dim:
         raise RequestError(f"latents must be one song, [T, {vae.cfg.latent_dim}] or [1, {vae.cfg.latent_dim}, T]; "
                            f"got {list(latents.shape)} (decode a batch song by song)")
+    if lat.shape[2] < 1:
+        raise RequestError("latents hold no frames: nothing to decode (a song has at least one frame, 1/25 s)")
     core = core or vae_core_frames(vae.device)
     on_tile = None if progress is None else (lambda d, t: progress("decode", d, t, {}))
     audio = vae.decode_tiled(lat, core=core, halo=VAE_HALO_FRAMES, on_tile=on_tile)

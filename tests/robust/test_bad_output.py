@@ -32,7 +32,8 @@ class _Boom:
 
 def _rehash(root: Path, name: str) -> None:
     result = json.loads((root / "result.json").read_text("utf-8"))
-    result["artifacts"][name]["sha256"] = hashlib.sha256((root / name).read_bytes()).hexdigest()
+    data = (root / name).read_bytes()
+    result["artifacts"][name].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
     (root / "result.json").write_text(json.dumps(result), "utf-8")
 
 
@@ -254,3 +255,21 @@ def test_song_name_helper_rejects_traversal(tmp_path):
         with pytest.raises(ArtifactError, match="is not allowed"):
             artifacts.safe_name(bad)
     assert not (tmp_path.parent / "escape").exists()
+
+
+def test_stale_partial_folders_are_swept(tmp_path):
+    """A process killed mid-save (SIGKILL) leaves a hidden .NAME.XXXX.partial folder: the next save into the same
+    folder removes those older than an hour and leaves a fresh one (another save in progress) alone."""
+    import os
+    import time
+
+    from robust_helpers import make_song
+    old = tmp_path / ".dead.abc123.partial"
+    fresh = tmp_path / ".busy.def456.partial"
+    for d in (old, fresh):
+        d.mkdir()
+        (d / "audio.flac").write_bytes(b"x")
+    past = time.time() - 7200
+    os.utime(old, (past, past))
+    save_song(make_song(), tmp_path / "new")
+    assert not old.exists() and fresh.exists() and (tmp_path / "new" / "result.json").is_file()

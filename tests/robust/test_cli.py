@@ -134,3 +134,27 @@ def test_cli_render_refuses_a_song_of_another_model(tmp_path, tiny_paths, micro_
     assert_cli_error(run_cli("render", song, "--checkpoint", micro_paths["bf16"], "--steps", "1", "--device", "cpu",
                              "--output", tmp_path / "again"), "made with a different model")
     assert not (tmp_path / "again").exists()
+
+
+def test_cli_takes_a_bom_file_and_any_folder_name(tmp_path, tiny_paths):
+    """Review findings: a UTF-8 byte-order mark in a text file is dropped (Windows editors write one), and an output
+    folder whose name is not a valid song id (spaces, accents) is fine: the song id falls back to "song"."""
+    style = tmp_path / "style.txt"
+    style.write_bytes("\ufeffsmooth jazz".encode("utf-8"))
+    out = tmp_path / "my söng"
+    proc = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style-file", style, "--lyrics", "la",
+                   "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    request = json.loads((out / "request.json").read_text())
+    assert request["style"] == "smooth jazz" and request["id"] == "song"
+
+
+def test_decode_of_no_frames_is_a_request_error(tiny_paths):
+    import pytest
+    import torch
+
+    from yue2_core.errors import RequestError
+    from yue2_core.pipeline import YuE2Engine, decode
+    eng = YuE2Engine.load(tiny_paths["bf16"], device="cpu", parts=("vae",))
+    with pytest.raises(RequestError, match="no frames"):
+        decode(eng.vae, torch.zeros(0, 64))

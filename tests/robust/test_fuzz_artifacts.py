@@ -75,7 +75,10 @@ def _rehash(root, result: dict) -> None:
     for name in list(manifest):
         path = root / name if isinstance(name, str) and "\x00" not in name and "/" not in name else None
         if path is not None and path.is_file() and isinstance(manifest[name], dict):
-            manifest[name]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            data = path.read_bytes()
+            manifest[name]["sha256"] = hashlib.sha256(data).hexdigest()
+            if "bytes" in manifest[name]:
+                manifest[name]["bytes"] = len(data)  # consistent: the fuzzed content reaches the parsers
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

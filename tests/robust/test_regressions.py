@@ -126,7 +126,7 @@ def song(tmp_path):
 def _set(root: Path, name: str, data: bytes) -> None:
     (root / name).write_bytes(data)
     result = json.loads((root / "result.json").read_text())
-    result["artifacts"][name]["sha256"] = hashlib.sha256(data).hexdigest()
+    result["artifacts"][name].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
     (root / "result.json").write_text(json.dumps(result))
 
 
