@@ -145,10 +145,14 @@ def cmd_generate(args) -> int:
 def _check_output(output: str) -> Path:
     """The output directory must be new or empty (songs are never overwritten) and its parent writable; checked
     before any work."""
+    from .protocol import RESERVED_NAMES
     out = Path(output)
     try:
         if out.is_symlink():
             raise YuE2Error(f"--output {out} is a symbolic link; give the path of a new folder")
+        if out.name.split(".")[0].upper() in RESERVED_NAMES:
+            raise YuE2Error(f"--output {out}: {out.name} is a reserved device name on Windows; songs keep names "
+                            "that copy everywhere")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
         parent = out.absolute().parent
