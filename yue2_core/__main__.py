@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from .constants import FRAMES_PER_SECOND
 from .errors import YuE2Error
 
 
@@ -188,6 +189,15 @@ def _song_checkpoint(song_dir: str) -> str | None:
     return path if isinstance(path, str) and Path(path).is_file() else None
 
 
+def _render_seconds(given: float | None, parent_sampling: dict) -> float | None:
+    """--max-seconds of a re-render that samples new tokens: the given value, else the parent song's own music budget
+    (its max_tokens / 25, as result.json records it), else the release budget."""
+    if given is not None:
+        return given
+    cap = parent_sampling.get("max_tokens") if isinstance(parent_sampling, dict) else None
+    return cap / FRAMES_PER_SECOND if type(cap) is int and cap >= 1 else None
+
+
 def cmd_render(args) -> int:
     import time
     from .artifacts import load_song, save_song
@@ -227,7 +237,8 @@ def cmd_render(args) -> int:
         print("score.abc was edited: sampling new music tokens for it" if saved.score_edited else
               "new seed: sampling new music tokens", file=sys.stderr)
         tokens = semantic(engine.ar, engine.tokenizer, request, saved.score,
-                          Budgets(args.max_seconds).semantic_sampling(), progress)
+                          Budgets(_render_seconds(args.max_seconds, saved.tokens.sampling)).semantic_sampling(),
+                          progress)
         timing["semantic_seconds"] = time.perf_counter() - t
         t = time.perf_counter()
     latents = render(engine.ar, engine.nar, tokens, args.steps, progress=progress)
@@ -309,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("render", help="re-render a saved song directory (exact ids, or an edited score.abc)")
     r.add_argument("song", help="song directory written by generate")
     r.add_argument("--seed", type=int, default=None, help="new seed (samples new music tokens)")
-    r.add_argument("--max-seconds", type=float, default=None)
+    r.add_argument("--max-seconds", type=float, default=None,
+                   help="cap the new music when tokens are resampled (default: the song's own budget)")
     common(r)
     r.set_defaults(func=cmd_render)
 

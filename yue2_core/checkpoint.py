@@ -92,7 +92,8 @@ class CheckpointInfo:
                 f"tokenizer {self.tokenizer_bytes} bytes")
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "format": self.format, "dims": self.dims.__dict__, "part_dtypes": self.part_dtypes,
+        return {"path": os.path.abspath(self.path),  # absolute: a song re-renders from any folder
+                "format": self.format, "dims": self.dims.__dict__, "part_dtypes": self.part_dtypes,
                 "tensors": self.tensors, "elements": self.elements, "data_bytes": self.data_bytes,
                 "quantized_modules": self.quantized_modules, "tokenizer_bytes": self.tokenizer_bytes,
                 "synthetic": "yue2_synthetic" in self.metadata,

@@ -45,7 +45,7 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
     available."""
     if explicit:
         if not os.path.isfile(explicit):
-            raise CheckpointError(f"checkpoint not found: {explicit}")
+            raise CheckpointError(f"checkpoint not found: {explicit}. {WHERE_TO_GET}")
         return explicit, "given path"
     env = os.environ.get("YUE2_CHECKPOINT")
     if env:
@@ -65,8 +65,11 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
         head = f"no YuE2 checkpoint found and the download failed ({reason})"
     else:
         head = "no YuE2 checkpoint found (downloading is off: --offline)"
-    raise CheckpointError(
-        f"{head}. Put "
-        f"yue2_3b_int8_convrot.safetensors (https://huggingface.co/{HF_REPO}/blob/main/{HF_FILE}) in "
-        "ComfyUI/models/checkpoints, or pass --checkpoint PATH. For a test run without the real weights, make a "
-        "synthetic one: python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors")
+    raise CheckpointError(f"{head}. {WHERE_TO_GET}")
+
+
+WHERE_TO_GET = (f"The release file is yue2_3b_int8_convrot.safetensors (https://huggingface.co/{HF_REPO}/blob/main/"
+                f"{HF_FILE}): put it in ComfyUI/models/checkpoints, or pass --checkpoint PATH. For a test run without "
+                "the real weights: bash scripts/song.sh writes and uses a synthetic one (random weights), or "
+                "python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors, then --checkpoint "
+                "models/yue2_tiny_bf16.safetensors --max-abc-tokens 128")

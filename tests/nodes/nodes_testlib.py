@@ -86,8 +86,18 @@ def test_sized(prompt: dict, ckpt: str = TINY, **composer) -> dict:
 test_sized.__test__ = False  # a helper, not a test
 
 
-def run(comfy, prompt: dict, timeout: float = 240.0) -> dict:
-    return comfy.run(prompt, timeout=timeout)
+def run(comfy, prompt: dict, timeout: float = 480.0) -> dict:
+    """Queue `prompt` and wait for its history entry. A prompt still running at the timeout is cancelled and the
+    queue drained before the error is raised, so it cannot finish inside (and fail) the next test."""
+    try:
+        return comfy.run(prompt, timeout=timeout)
+    except ComfyError as exc:
+        if "did not finish within" in str(exc):
+            comfy.interrupt()
+            deadline = time.monotonic() + 120
+            while comfy.queue_state() != {"queue_running": [], "queue_pending": []} and time.monotonic() < deadline:
+                time.sleep(0.5)
+        raise
 
 
 def run_error(comfy, prompt: dict, timeout: float = 240.0) -> tuple[str, str, str]:

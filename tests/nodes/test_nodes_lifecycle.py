@@ -92,17 +92,17 @@ def test_cancel_while_rendering(comfy, comfy_server, checkpoints):
     Renderer, no song folder, and the next run succeeds."""
     songs = comfy_server.output_dir / "yue2"
 
-    def prompt(render_seed, name):
+    def prompt(render_seed, name, steps=8):
         p = _song_prompt(seed=4242, name=name)
         p["6"] = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}}
         p["2"]["inputs"].update({"abc_text": ["6", 0], "max_seconds": 8.0})
-        p["3"]["inputs"].update({"steps": 200, "seed": render_seed})  # 400 velocity evaluations: seconds on a CPU
+        p["3"]["inputs"].update({"steps": steps, "seed": render_seed})
         return p
 
     run(comfy, prompt(1, "render_warm"))  # composes once; the next prompts reuse the cached tokens
     before = _entries(songs)
     since = len(comfy_server.log_text())
-    prompt_id = comfy.queue(prompt(2, "render_cancelled"))
+    prompt_id = comfy.queue(prompt(2, "render_cancelled", steps=200))  # 400 velocity evaluations: long on a CPU
     wait_for_log(comfy_server, "[YuE2] YuE2 Renderer: rendering", since)
     time.sleep(0.3)
     comfy.interrupt()

@@ -159,3 +159,22 @@ def test_decode_of_no_frames_is_a_request_error(tiny_paths):
     eng = YuE2Engine.load(tiny_paths["bf16"], device="cpu", parts=("vae",))
     with pytest.raises(RequestError, match="no frames"):
         decode(eng.vae, torch.zeros(0, 64))
+
+
+def test_cli_render_keeps_the_songs_budget_and_finds_a_relative_checkpoint(tmp_path, tiny_paths):
+    """New-user review: a song made with `--checkpoint models/x.safetensors` (relative) re-renders from any folder
+    (config.json records the absolute path), and `render --seed` samples at most the song's own music budget."""
+    work = tmp_path / "work"
+    (work / "models").mkdir(parents=True)
+    shutil.copyfile(tiny_paths["bf16"], work / "models" / "x.safetensors")
+    made = run_cli("generate", "--checkpoint", "models/x.safetensors", "--style", "pop", "--lyrics", "la", "--cot",
+                   "off", "--max-seconds", "0.4", "--steps", "1", "--device", "cpu", "--offline", "--output", "song",
+                   cwd=work)
+    assert made.returncode == 0, made.stderr[-2000:]
+    recorded = json.loads((work / "song" / "config.json").read_text())["checkpoint"]["path"]
+    assert recorded == str(work / "models" / "x.safetensors")
+    again = run_cli("render", work / "song", "--seed", "9", "--steps", "1", "--device", "cpu", "--offline",
+                    "--output", tmp_path / "again", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "recorded in the song's config.json" in again.stderr or "x.safetensors" in again.stderr
+    assert json.loads(again.stdout)["semantic_tokens"] <= 10
