@@ -90,4 +90,19 @@ for n, (phase, dtype, G, cfg, s, forced) in enumerate(CASES):
             st["step"].add_(1)
     print(phase, dtype, f"G={G} cfg={cfg} T={s.temperature} k={s.top_k} p={s.top_p}: {STEPS} steps equal,",
           f"tokens {a['out'][0, :6].tolist()}")
+# review findings: (1) more than K entries tied at the k-th value must not crowd out a better one (column 5000);
+# (2) a row without finite scores still yields a column inside the slice (the NaN check then reports it)
+s = Sampling(temperature=1.0, top_k=2, top_p=0.1, max_tokens=4, min_tokens=0).validate("semantic")
+a, k_cand = state(s, "semantic", 1, 1, [], 7)
+logits = torch.zeros(1, SLICES["semantic"].width, dtype=torch.float16)
+logits[0, 1:401], logits[0, 5000] = 1.0, 5.0
+FusedSampler(s, "semantic", 1, k_cand, dev)(logits.to(dev), *(a[k] for k in ORDER), cfg=1.0)
+assert a["out"][0, 0].item() == SLICES["semantic"].start + 5000, a["out"][0, 0]
+for t in (0.0, 1.0):
+    s = Sampling(temperature=t, max_tokens=4, min_tokens=0).validate("semantic")
+    a, k_cand = state(s, "semantic", 1, 1, [], 8)
+    nan = torch.full((1, SLICES["semantic"].width), float("nan"), dtype=torch.float16, device=dev)
+    FusedSampler(s, "semantic", 1, k_cand, dev)(nan, *(a[k] for k in ORDER), cfg=1.0)
+    col = a["out"][0, 0].item() - SLICES["semantic"].start
+    assert 0 <= col < SLICES["semantic"].width, (t, col)
 print("ok")

@@ -32,9 +32,10 @@ def _key(v):
 @triton.jit
 def sample_kernel(logits_ptr, lrow, mask_ptr, scratch_ptr, cand_ptr, step_ptr, ring_ptr, ringw_ptr, alpha_ptr,
                   noise_ptr, forced_ptr, out_ptr, done_ptr, tok_ptr,
-                  W, G, R, cfg, min_tokens, max_tokens, end_col, start, P, temperature, top_k, top_p, K,
+                  W, G, R, cfg, min_tokens, max_tokens, end_col, start, P, temperature, inv_temperature, top_k,
+                  top_p, K,
                   CFG: tl.constexpr, PENALTY: tl.constexpr, GREEDY: tl.constexpr, SCALE: tl.constexpr,
-                  TOPP: tl.constexpr, BLOCK: tl.constexpr, PP: tl.constexpr, KP: tl.constexpr,
+                  TOPP: tl.constexpr, RECIP: tl.constexpr, BLOCK: tl.constexpr, PP: tl.constexpr, KP: tl.constexpr,
                   PDL: tl.constexpr = False):
     pdl_prologue(PDL)
     g = tl.program_id(0)
@@ -72,7 +73,7 @@ def sample_kernel(logits_ptr, lrow, mask_ptr, scratch_ptr, cand_ptr, step_ptr, r
         tl.debug_barrier()
     if GREEDY:
         best = tl.full([BLOCK], float("-inf"), tl.float32)
-        bidx = tl.full([BLOCK], 2147483647, tl.int32)
+        bidx = tl.zeros([BLOCK], tl.int32)  # a row without any finite score still yields a column of the slice
         for c0 in range(0, W, BLOCK):
             c = c0 + cols
             s = tl.load(row + c, mask=c < W, other=float("-inf"))
@@ -80,14 +81,18 @@ def sample_kernel(logits_ptr, lrow, mask_ptr, scratch_ptr, cand_ptr, step_ptr, r
             bidx = tl.where(better, c, bidx)
             best = tl.where(better, s, best)
         top = tl.max(best, axis=0)
-        col = tl.min(tl.where(best == top, bidx, 2147483647), axis=0)
+        col = tl.minimum(tl.min(tl.where(best == top, bidx, 2147483647), axis=0), W - 1)
     else:
         # 3. temperature
         if SCALE:
             for c0 in range(0, W, BLOCK):
                 c = c0 + cols
                 s = tl.load(row + c, mask=c < W, other=0.0)
-                tl.store(row + c, tl.math.div_rn(s, temperature), mask=c < W)
+                if RECIP:  # what PyTorch's CUDA division by a Python scalar computes: x · fl(1/T)
+                    s = s * inv_temperature
+                else:
+                    s = tl.math.div_rn(s, temperature)
+                tl.store(row + c, s, mask=c < W)
             tl.debug_barrier()
         # 4. the top_k-th largest key, one 8-bit digit per pass (most significant first); keys as unsigned
         #    digits: u = key + 2^31, bins 0..255, entries outside the current prefix go to bin 256
@@ -111,18 +116,24 @@ def sample_kernel(logits_ptr, lrow, mask_ptr, scratch_ptr, cand_ptr, step_ptr, r
             remaining = remaining - above
             prefix = prefix * 256 + d.to(tl.int64)
         thr = (prefix - 2147483648).to(tl.int32)  # the k-th largest key
-        # 5. compaction of the entries ≥ the threshold (the first K kept), packed (key, ~column) for one sort
+        # 5. compaction, packed (key, ~column) for one sort: every entry above the threshold (fewer than k), then
+        #    entries equal to it while slots remain (ties beyond K are dropped, as topk(K) drops them)
+        above = k - remaining
         low32 = tl.full([BLOCK], 4294967295, tl.int64)  # packed low half: 2^32 − 1 − column
-        n = 0
+        n_gt = 0
+        n_eq = 0
         for c0 in range(0, W, BLOCK):
             c = c0 + cols
             key = _key(tl.load(row + c, mask=c < W, other=0.0))
-            keep = (c < W) & (key >= thr)
-            at = n + tl.cumsum(keep.to(tl.int32), axis=0) - 1
+            gt = (c < W) & (key > thr)
+            eq = (c < W) & (key == thr)
+            at_eq = above + n_eq + tl.cumsum(eq.to(tl.int32), axis=0) - 1
+            at = tl.where(gt, n_gt + tl.cumsum(gt.to(tl.int32), axis=0) - 1, at_eq)
             packed = (key.to(tl.int64) << 32) | (low32 - c.to(tl.int64))
-            tl.store(cand_ptr + g * KP + at, packed, mask=keep & (at < K))
-            n += tl.sum(keep.to(tl.int32), axis=0)
-        n = tl.minimum(n, K)
+            tl.store(cand_ptr + g * KP + at, packed, mask=gt | (eq & (at_eq < K)))
+            n_gt += tl.sum(gt.to(tl.int32), axis=0)
+            n_eq += tl.sum(eq.to(tl.int32), axis=0)
+        n = tl.minimum(above + n_eq, K)
         tl.debug_barrier()
         r = tl.arange(0, KP)
         packed = tl.load(cand_ptr + g * KP + r, mask=r < n, other=-9223372036854775807)  # below every real one
@@ -142,7 +153,7 @@ def sample_kernel(logits_ptr, lrow, mask_ptr, scratch_ptr, cand_ptr, step_ptr, r
         noise = tl.load(noise_ptr + (step * G + g) * K + r, mask=r < K, other=1.0)
         race = tl.where(valid, tl.math.div_rn(prob, noise), -1.0)
         best = tl.max(race, axis=0)
-        pick = tl.min(tl.where(race == best, r, KP), axis=0)
+        pick = tl.minimum(tl.min(tl.where(race == best, r, KP), axis=0), tl.maximum(n, 1) - 1)  # NaN rows too
         col = tl.sum(tl.where(r == pick, ccol, 0), axis=0)
     # 7. teacher forcing and the state of the next step
     f = tl.load(forced_ptr + step)

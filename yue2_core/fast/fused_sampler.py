@@ -2,8 +2,10 @@
 
 Same rules and the same state updates as the PyTorch tail of `PhaseDecoder._step` (`sampler.candidates` +
 `sampler.choose`, then forcing, out/ring/done/tokens): processed scores equal bit for bit (the penalty factors come
-from a table computed with the same torch `pow`; divisions round to nearest), the top-k threshold is found exactly by
-radix select, candidates are ranked by (value ↓, column ↑). The softmax of top-p and of the race uses Triton's
+from a table computed with the same torch `pow`; the temperature applied as PyTorch does on that device: x·fl(1/T)
+on CUDA, a division on the CPU), the top-k threshold is found exactly by
+radix select, every entry above it is kept and ties fill the remaining K slots, candidates are ranked by
+(value ↓, column ↑); above MAX_CANDIDATES (top_k + 256 > 4096) the PyTorch tail runs. The softmax of top-p and of the race uses Triton's
 `exp`, so a draw can differ from the PyTorch tail only when a probability lands within float rounding of a top-p
 edge or two race entries tie. Legacy `off` mode (bf16 processing) is not covered: the PyTorch tail runs there.
 
@@ -17,6 +19,7 @@ from . import triton_modules
 from .sampler import SLICES
 
 BLOCK = 4096  # columns per loop iteration (the semantic slice, 32,769 columns, takes 9)
+MAX_CANDIDATES = 4096  # above this top_k + 256 the PyTorch tail runs (one program sorts the candidates in registers)
 
 
 def available() -> bool:
@@ -46,10 +49,12 @@ class FusedSampler:
         from ._sample_triton import sample_kernel
         s, sl, G = self.s, self.slice, self.G
         greedy = s.temperature == 0
+        # PyTorch on CUDA divides by a Python scalar as x · fl(1/T) (fp32); on the CPU it divides
+        inv = (torch.tensor(1.0, dtype=torch.float32) / torch.tensor(float(s.temperature or 1.0))).item()
         sample_kernel[(G,)](
             logits, logits.stride(0), mask, self.scratch, self.cand, step, ring, ring_w, self.alpha,
             noise if noise is not None else self.scratch, forced, out, done, tokens,
             sl.width, G, tokens.shape[0], float(cfg), s.min_tokens, s.max_tokens, sl.end_col, sl.start,
-            s.penalty_window, float(s.temperature or 1.0), min(s.top_k, sl.width), float(s.top_p), self.K,
+            s.penalty_window, float(s.temperature or 1.0), float(inv), min(s.top_k, sl.width), float(s.top_p), self.K,
             CFG=cfg != 1.0, PENALTY=s.repetition_penalty != 1.0, GREEDY=greedy, SCALE=not greedy and s.temperature != 1,
-            TOPP=s.top_p < 1, BLOCK=BLOCK, PP=self.PP, KP=self.KP, num_warps=8, **self.pdl)
+            TOPP=s.top_p < 1, RECIP=logits.is_cuda, BLOCK=BLOCK, PP=self.PP, KP=self.KP, num_warps=8, **self.pdl)
