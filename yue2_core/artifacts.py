@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -90,6 +91,8 @@ def _sweep_stale_partials(parent: Path) -> None:
     mid-save (SIGKILL, a power cut) leaves; nothing else ever names a folder so."""
     now = time.time()
     for p in parent.glob(".*.partial"):
+        if not re.fullmatch(r"\..+\.[A-Za-z0-9_]{8}\.partial", p.name):  # only what write_song_dir's mkdtemp names
+            continue
         try:
             if p.is_dir() and not p.is_symlink() and now - p.stat().st_mtime > STALE_PARTIAL_SECONDS:
                 shutil.rmtree(p, ignore_errors=True)

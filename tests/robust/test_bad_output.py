@@ -264,8 +264,8 @@ def test_stale_partial_folders_are_swept(tmp_path):
     import time
 
     from robust_helpers import make_song
-    old = tmp_path / ".dead.abc123.partial"
-    fresh = tmp_path / ".busy.def456.partial"
+    old = tmp_path / ".dead.abc12345.partial"
+    fresh = tmp_path / ".busy.def45678.partial"
     for d in (old, fresh):
         d.mkdir()
         (d / "audio.flac").write_bytes(b"x")

@@ -326,7 +326,8 @@ class PhaseDecoder:
                 draws.append(e.exponential_(1.0, generator=gen).to(dev))
             self.noise = torch.stack(draws, dim=1)  # [max_tokens, G, K]
         self.rows_idx = torch.arange(self.R, device=dev)
-        if self.fused_sampler and self.k_cand <= 4096:  # fused_sampler.MAX_CANDIDATES
+        from .fused_sampler import MAX_CANDIDATES
+        if self.fused_sampler and self.k_cand <= MAX_CANDIDATES:
             from . import fused
             from .fused_sampler import FusedSampler
             self.sampler = FusedSampler(s, self.phase, self.G, self.k_cand, dev, pdl=fused._pdl(self.logits))
