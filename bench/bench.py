@@ -237,11 +237,6 @@ def ar_bf16(eng, n, compile_ok):
            f"fused={t1.get('fused_kernels')}, attention={t1.get('decode_attention')}, "
            f"products={t1.get('layer_products')}, pdl={t1.get('pdl')}; "
            f"capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
-    with env(YUE2_FUSED_SAMPLER="1"):  # experimental: the sampling tail as one Triton kernel
-        warm(eng.ar, [[sem_p]], s, "semantic")
-        ours1fs, t1fs = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
-    record("AR decode bf16 batch 1, fused sampling tail", ours1fs, base1, "tok/s",
-           f"YUE2_FUSED_SAMPLER=1; fused_sampler={t1fs.get('fused_sampler')}")
     best = ours1
     if compile_ok:
         ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)
@@ -252,28 +247,23 @@ def ar_bf16(eng, n, compile_ok):
     basec = baseline_rate(eng.ar, sem_p, s, "semantic", cfg=1.5, negative=neg)
     oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg], compile=use_compile)
     record("AR decode bf16 CFG pair (song tok/s)", oursc, basec, "tok/s")
-    ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic", compile=use_compile)
-    record("AR decode bf16 8 candidates (total)", ours8 * 8, base1, "tok/s", "baseline = 1 song at a time")
-    with env(YUE2_SHARED_PREFIX="1"):  # experimental: the common prompt read once per step for all candidates
-        warm(eng.ar, [[sem_p] * 8], s, "semantic")
-        ours8s, t8s = ours_rate(eng.ar, [sem_p] * 8, s, "semantic", compile=use_compile)
-    record("AR decode bf16 8 candidates, shared-prefix attention (total)", ours8s * 8, base1, "tok/s",
-           f"YUE2_SHARED_PREFIX=1; {t8s.get('shared_prefix_positions')} shared positions")
-    with env(YUE2_FUSED_SAMPLER="1"):
-        warm(eng.ar, [[sem_p] * 8], s, "semantic")
-        ours8f, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic", compile=use_compile)
-    record("AR decode bf16 8 candidates, fused sampling tail (total)", ours8f * 8, base1, "tok/s",
-           "YUE2_FUSED_SAMPLER=1")
+    ours8, t8 = ours_rate(eng.ar, [sem_p] * 8, s, "semantic", compile=use_compile)
+    record("AR decode bf16 8 candidates (total)", ours8 * 8, base1, "tok/s",
+           f"baseline = 1 song at a time; shared-prefix attention over {t8.get('shared_prefix_positions')} positions")
+    with env(YUE2_SHARED_PREFIX="0"):  # each row reads the common prompt from its own cache
+        warm(eng.ar, [[sem_p] * 8, [sem_p] * 4], s, "semantic")
+        ours8u, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic", compile=use_compile)
+        ours4u, _ = ours_rate(eng.ar, [sem_p] * 4, s, "semantic", compile=use_compile)
+    record("AR decode bf16 8 candidates, per-row attention (total)", ours8u * 8, base1, "tok/s",
+           "YUE2_SHARED_PREFIX=0")
     ours4, _ = ours_rate(eng.ar, [sem_p] * 4, s, "semantic", compile=use_compile)
-    record("AR decode bf16 4 candidates (total)", ours4 * 4, base1, "tok/s")
+    record("AR decode bf16 4 candidates (total)", ours4 * 4, base1, "tok/s", "shared-prefix attention")
+    record("AR decode bf16 4 candidates, per-row attention (total)", ours4u * 4, base1, "tok/s",
+           "YUE2_SHARED_PREFIX=0")
     sa = fixed_len(ABC, min(n, 512))
     basea = baseline_rate(eng.ar, abc_p, sa, "abc")
     oursa, _ = ours_rate(eng.ar, [abc_p], sa, "abc", compile=use_compile)
     record("AR decode bf16 ABC phase", oursa, basea, "tok/s")
-    with env(YUE2_FUSED_SAMPLER="1"):
-        warm(eng.ar, [[abc_p]], fixed_len(ABC, 48), "abc")
-        oursaf, _ = ours_rate(eng.ar, [abc_p], sa, "abc", compile=use_compile)
-    record("AR decode bf16 ABC phase, fused sampling tail", oursaf, basea, "tok/s", "YUE2_FUSED_SAMPLER=1")
     return {"b1": best, "base1": base1, "cfg": oursc, "basec": basec, "b4": ours4, "b8": ours8, "abc": oursa,
             "base_abc": basea, "compile": use_compile}
 
@@ -304,25 +294,16 @@ def ar_int8(eng, n, base_rates):
     record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s",
            f"baseline = bf16 vendor loop; {t.get('execution')}; products={t.get('layer_products')}, rotation by "
            f"{t.get('int8_rotation')}, pdl={t.get('pdl')}")
-    with env(YUE2_FUSED_SAMPLER="1"):
-        warm(eng.ar, [[sem_p]], s, "semantic")
-        ours1f, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
-    record("AR decode int8 batch 1, fused sampling tail", ours1f, base_rates.get("base1"), "tok/s",
-           "YUE2_FUSED_SAMPLER=1")
     oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
     record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
-    with env(YUE2_FUSED_SAMPLER="1"):
-        warm(eng.ar, [[sem_p]], s, "semantic", cfg=1.5, negatives=[neg])
-        ourscf, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
-    record("AR decode int8 CFG pair, fused sampling tail", ourscf, base_rates.get("basec"), "tok/s",
-           "YUE2_FUSED_SAMPLER=1")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
-    record("AR decode int8 8 candidates (total)", ours8 * 8, base_rates.get("base1"), "tok/s")
-    with env(YUE2_SHARED_PREFIX="1"):
+    record("AR decode int8 8 candidates (total)", ours8 * 8, base_rates.get("base1"), "tok/s",
+           "shared-prefix attention")
+    with env(YUE2_SHARED_PREFIX="0"):
         warm(eng.ar, [[sem_p] * 8], s, "semantic")
-        ours8s, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
-    record("AR decode int8 8 candidates, shared-prefix attention (total)", ours8s * 8, base_rates.get("base1"),
-           "tok/s", "YUE2_SHARED_PREFIX=1")
+        ours8u, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
+    record("AR decode int8 8 candidates, per-row attention (total)", ours8u * 8, base_rates.get("base1"),
+           "tok/s", "YUE2_SHARED_PREFIX=0")
     sa = fixed_len(ABC, min(n, 512))
     oursa, _ = ours_rate(eng.ar, [prompt_ids(500, "abc", 1)], sa, "abc")
     record("AR decode int8 ABC phase", oursa, base_rates.get("base_abc"), "tok/s")

@@ -31,7 +31,7 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_FUSED_SAMPLER")
+SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT")
 
 
 def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: dict):
@@ -90,7 +90,6 @@ def main():
     variants = [
         ("default: fused + split attention + split-K GEMV + PDL (int8: inputs rotated by the producers)", True, {}),
         ("int8 inputs rotated by cuBLAS (previous default)", True, {"YUE2_INT8_ROT": "cublas"}),
-        ("default + fused sampling tail (experimental)", True, {"YUE2_FUSED_SAMPLER": "1"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
     if args.all:

@@ -60,8 +60,10 @@ def _sampling_inputs() -> list:
         io.Int.Input("candidates", default=1, min=1, max=types.MAX_CANDIDATES, optional=True,
                      tooltip="N songs sampled in one AR batch (decoding is memory-bound, so N cost little more "
                              "than one on a large GPU). Take i uses seed + i for its lead sheet, its music and (with "
-                             "the Renderer's seed −1) its render, so each take is reproducible from its seed (the "
-                             "report lists them). Memory ≈ N × the K/V cache of one song (≈ 0.11 MB per token per "
+                             "the Renderer's seed −1) its render (the report lists them); a take run alone with "
+                             "its seed matches it on CPU, on a GPU up to rounding (which can change a draw among "
+                             "near-equal tokens) — Pick Take keeps the take itself. Memory ≈ N × the K/V cache of "
+                             "one song (≈ 0.11 MB per token per "
                              "CFG branch on the release model): when N does not fit, the node stops and says the "
                              "most that fit. The tokens output is then a batch of N takes: Renderer → VAE Decode → "
                              "YuE2 Pick Take chooses one. 1 = one song (as before)."),

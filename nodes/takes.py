@@ -3,7 +3,8 @@
 The Composer with `candidates` = N > 1 samples N songs in ONE autoregressive batch (`yue2_core.fast.decode.
 PhaseDecoder`, the decoder behind `yue2_core.candidates`): take i uses seed + i for its lead sheet (when the Composer
 writes one), its music tokens and — through the Renderer's seed −1 — its render noise, so take i is the engine's
-`candidates(engine, request with seed + i, 1)`. The AR batch is planned with ComfyUI's model management (the AR
+`candidates(engine, request with seed + i, 1)` — exactly on CPU, up to floating-point rounding on a GPU (see
+`yue2_core.candidates`). The AR batch is planned with ComfyUI's model management (the AR
 expert is loaded with a working-memory estimate for N rows) and checked with the engine's `check_memory` ("at most
 K candidates fit in X GiB free") before anything is allocated.
 

@@ -1,12 +1,16 @@
 """N candidate songs from one request, sampled in ONE autoregressive batch (`fast.decode.PhaseDecoder`).
 
 Decoding is memory-bound, so G songs per step cost little more than one on a large GPU. Take i uses seed
-`seeds[i]` (default: request.seed + i) for everything — its lead sheet, its semantic tokens and its render noise — so
-take i is exactly the single run `candidates(engine, replace(request, seed=seeds[i]), 1, budgets)`: the batch
-decoder draws each song's random numbers from that song's own generator, indexed by token position. On CPU the
-decoder runs eagerly (`use_graph=False`), with the same maths as a batch of one (the token streams are identical, see
-tests/edit). Note: `YuE2Engine.generate` on CPU samples with the portable loop (torch.multinomial), a different — but
-equally distributed — draw, so a CPU candidate does not equal `engine.generate` with its seed; on CUDA both run
+`seeds[i]` (default: request.seed + i) for everything — its lead sheet, its semantic tokens and its render noise: the
+batch decoder draws each song's random numbers from that song's own generator, indexed by token position. On CPU the
+decoder runs eagerly (`use_graph=False`), with the same maths as a batch of one, so take i is exactly the single run
+`candidates(engine, replace(request, seed=seeds[i]), 1, budgets)` (the token streams are identical, see tests/edit).
+On CUDA the same holds up to floating-point summation order: the decode attention splits the cache length by batch
+size, and from 4 takes up the common prompt is prefilled once and read once per step (`fast.decode`,
+SHARED_MIN_ROWS); a rounding difference can change which of two near-equal candidates a draw picks, after which the
+streams differ. A picked take keeps its own tokens (Pick Take, Save Song), so nothing needs re-running.
+Note: `YuE2Engine.generate` on CPU samples with the portable loop (torch.multinomial), a different — but equally
+distributed — draw, so a CPU candidate does not equal `engine.generate` with its seed; on CUDA both run
 through `PhaseDecoder`.
 
 Planning: when the request has no score (cot full/melody without `abc`), the N lead sheets are sampled in one batch
@@ -180,7 +184,8 @@ def candidates(engine, request: SongRequest, n: int, budgets=None, seeds=None, p
                steps: int = ODE_STEPS, shared_score: bool = False, free_bytes: int | None = None) -> list[Take]:
     """N songs for one request in one AR batch; returns N `Take`s (Song-like, with a report each).
 
-    seeds: per-take seeds (default request.seed + i); take i equals the single run with seeds[i]. budgets: `Budgets`
+    seeds: per-take seeds (default request.seed + i); take i equals the single run with seeds[i] on CPU, and up to
+    floating-point summation order on CUDA (module docstring). budgets: `Budgets`
     (max seconds, max ABC tokens). free_bytes: memory the batch may use (default: measured on the model's device);
     RequestError "at most K candidates fit in X GiB free" when N is too large. BudgetError when a prompt + budget
     exceeds the context."""

@@ -214,8 +214,8 @@ def test_decode_attention_kernel_matches_sdpa(rows, attn_len):
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
 @pytest.mark.parametrize("rows,prefix,attn_len", [(2, 1000, 1024), (8, 2000, 3072), (16, 4000, 5120)])
 def test_decode_attention_shared_prefix_matches_per_row(rows, prefix, attn_len):
-    """The shared-prefix decode attention (YUE2_SHARED_PREFIX, experimental) at the real head shape: the common
-    prefix read once for all rows equals the per-row kernel to bf16 rounding."""
+    """The shared-prefix decode attention (YUE2_SHARED_PREFIX, default for ≥ 4 songs) at the real head shape: the
+    common prefix read once for all rows equals the per-row kernel to bf16 rounding."""
     import math
     from yue2_core.fast import fused
     torch.manual_seed(0)
@@ -324,40 +324,3 @@ def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeyp
     if torch.version.hip is None and torch.cuda.get_device_capability() >= (9, 0):
         assert pdl_on, "Hopper or newer: the PDL comparison must run with PDL on"
     assert torch.equal(logits["gemv"], logits["gemv_no_pdl"])
-
-
-@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
-def test_fused_sampler_equals_torch_tail_on_gpu():
-    """YUE2_FUSED_SAMPLER (experimental): every case of fused_sampler_check.py on the GPU, bf16 included (the CPU
-    interpreter rounds bf16 differently and runs those cases in fp16)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-    here = Path(__file__).resolve().parent
-    out = subprocess.run([sys.executable, str(here / "fused_sampler_check.py"), "cuda"], capture_output=True,
-                         text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(here.parents[1])))
-    print(out.stdout)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), (out.stdout[-2000:], out.stderr[-3000:])
-
-
-@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
-def test_graph_decoder_with_fused_sampler_matches(engines, monkeypatch):
-    """The CUDA-graph decoder with the fused sampling tail writes the greedy tokens of the default tail (sharpened
-    head: clear maxima), for one song and a CFG pair."""
-    eng, _ = engines
-    saved = eng.ar.model.lm_head.weight.data.clone()
-    sharpen(eng.ar)
-    try:
-        sp = semantic_prefix(SongRequest("pop", "la la", cot="off"), [], eng.tokenizer.encode)
-        s = Sampling(temperature=0.0, repetition_penalty=1.2, min_tokens=48, max_tokens=48)
-        for kw in ({}, {"cfg_scale": 1.5, "negatives": [sp[:8] + sp[-1:]]}):
-            runs = []
-            for flag in ("0", "1"):
-                monkeypatch.setenv("YUE2_FUSED_SAMPLER", flag)
-                dec = fd.PhaseDecoder(eng.ar, [sp], s, [3], "semantic", use_graph=True, **kw)
-                (res,) = dec.run()
-                assert res.timing["fused_sampler"] == (flag == "1")
-                runs.append(res.tokens)
-            assert runs[0] == runs[1], kw
-    finally:
-        eng.ar.model.lm_head.weight.data.copy_(saved)

@@ -371,10 +371,12 @@ def test_fused_kernels_declare_the_shapes_they_handle():
 
 
 def test_shared_prefix_attention_and_decoder_in_interpreter(tiny_paths):
-    """YUE2_SHARED_PREFIX=1: the decode attention reading a common prefix once for all rows equals the per-row
-    kernel (fp32 up to summation order, fp16 rounding); a decoder whose rows share their prompt prefix (prefilled
-    once, read once per step) gives the unshared decoder's logits within fp16 rounding, for rows with different
-    and with identical prompts; prefixes shorter than SHARED_MIN, single rows and the default leave it off."""
+    """Shared prefix (YUE2_SHARED_PREFIX, default on for ≥ 4 songs): the decode attention reading a common prefix
+    once for all rows equals the per-row kernel (fp32 up to summation order, fp16 rounding); a decoder whose rows
+    share their prompt prefix (prefilled once, read once per step) gives the unshared decoder's logits within fp16
+    rounding, for rows with different and with identical prompts; prefixes shorter than SHARED_MIN or than
+    SHARED_MIN_FRACTION of the shortest row, fewer songs than SHARED_MIN_ROWS (CFG rows not counted) and
+    YUE2_SHARED_PREFIX=0 leave it off."""
     pytest.importorskip("triton")
     code = (
         "import math, os, torch\n"
@@ -397,11 +399,20 @@ def test_shared_prefix_attention_and_decoder_in_interpreter(tiny_paths):
         "    assert 'shared prefix' in str(e)\n"
         + tiny_fp16_ar(tiny_paths['bf16']) +
         "kw = dict(use_graph=False, fused=True)  # the fused step (Triton attention) is where sharing applies\n"
-        "assert fd.PhaseDecoder(ar, [sp, sp], s, [1, 2], 'semantic', **kw).shared == 0  # default off\n"
-        "os.environ['YUE2_SHARED_PREFIX'] = '1'\n"
-        "assert fd.PhaseDecoder(ar, [sp, sp], s, [1, 2], 'semantic', **kw).shared == len(sp)\n"
+        "assert fd.SHARED_MIN_ROWS == 4\n"
+        "assert fd.PhaseDecoder(ar, [sp] * 4, s, [1, 2, 3, 4], 'semantic', **kw).shared == len(sp)  # default on\n"
+        "assert fd.PhaseDecoder(ar, [sp] * 3, s, [1, 2, 3], 'semantic', **kw).shared == 0  # too few rows\n"
         "assert fd.PhaseDecoder(ar, [sp], s, [1], 'semantic', **kw).shared == 0\n"
-        "assert fd.PhaseDecoder(ar, [sp, sp[:5] + sp[-1:]], s, [1, 2], 'semantic', **kw).shared == 0\n"
+        "assert fd.PhaseDecoder(ar, [sp] * 3 + [sp[:5] + sp[-1:]], s, [1, 2, 3, 4], 'semantic', **kw).shared == 0\n"
+        "tails = [sp[:16] + [151853 + i] * 60 for i in range(4)]  # 16 common positions of 76: under a quarter\n"
+        "assert fd.PhaseDecoder(ar, tails, s, [1, 2, 3, 4], 'semantic', **kw).shared == 0\n"
+        "neg = [sp[:3] + sp[-1:]] * 2  # 2 songs with CFG = 4 rows: too few songs\n"
+        "assert fd.PhaseDecoder(ar, [sp] * 2, s, [1, 2], 'semantic', cfg_scale=1.5, negatives=neg, **kw).shared == 0\n"
+        "negs = [sp[:20] + sp[-1:]] * 4  # 4 songs with CFG: all 8 rows share the first 20 positions\n"
+        "d = fd.PhaseDecoder(ar, [sp] * 4, s, [1, 2, 3, 4], 'semantic', cfg_scale=1.5, negatives=negs, **kw)\n"
+        "assert d.R == 8 and d.shared == fd._common_prefix(d.rows) >= 20, (d.shared, len(sp))\n"
+        "os.environ['YUE2_SHARED_PREFIX'] = '0'\n"
+        "assert fd.PhaseDecoder(ar, [sp] * 4, s, [1, 2, 3, 4], 'semantic', **kw).shared == 0\n"
         "for rows in ([sp, sp[:-3] + sp[-1:], sp], [sp, sp], [sp + [151853], sp]):\n"
         "    decs = []\n"
         "    for flag in ('0', '1'):\n"

@@ -193,3 +193,17 @@ def test_int8_rotation_switch(monkeypatch):
     monkeypatch.setattr(fd, "_WARNED", {})
     with pytest.warns(UserWarning, match="YUE2_ROT_FUSED is no longer read"):
         fd._int8_rotation()
+
+
+def test_retired_fused_sampler_switch_warns_once(monkeypatch):
+    """YUE2_FUSED_SAMPLER (the removed fused sampling kernel) is not silently ignored: one warning per process."""
+    import warnings
+
+    from yue2_core.fast import decode as fd
+    monkeypatch.setattr(fd, "_WARNED", {})
+    monkeypatch.setenv("YUE2_FUSED_SAMPLER", "1")
+    with pytest.warns(UserWarning, match="YUE2_FUSED_SAMPLER is no longer read"):
+        fd._warn_retired_switches()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fd._warn_retired_switches()  # the second time: silent

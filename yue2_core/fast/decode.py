@@ -148,6 +148,14 @@ def _gemv_layers(ar) -> str | None:
 
 
 SHARED_MIN = 16  # shortest common prefix worth sharing (positions)
+# fewest songs for which the shared-prefix attention pays, on an H200: the kernel alone (bench/decode_parts.py, 4,352
+# positions of which 3,264 shared; docs/experiments/decode_parts_h200_2026-11-30.log) ran 0.89× the per-row one at 2
+# rows and 1.70× at 8; whole decode steps with 2,000 shared positions (docs/bench_h200.log): 8 songs 4,469 vs 3,990
+# tok/s, 4 songs 2,364 vs 2,275
+SHARED_MIN_ROWS = 4
+# smallest shared part of the shortest row worth the extra kernel (≈ 2–3 µs a layer): an estimate from the numbers
+# above, not a measurement (at 8 rows the saving is ≈ the shared fraction × 0.35 ms a step, the cost ≈ 0.07 ms)
+SHARED_MIN_FRACTION = 0.25
 
 
 def _common_prefix(seqs: list[list[int]]) -> int:
@@ -161,6 +169,15 @@ def _common_prefix(seqs: list[list[int]]) -> int:
 
 
 _WARNED: dict = {}  # one warning per process for each retired / unsupported switch
+
+
+def _warn_retired_switches() -> None:
+    """One warning per process for a retired switch that is still set (it would otherwise be silently ignored)."""
+    for name, why in (("YUE2_FUSED_SAMPLER", "the fused sampling kernel was slower than the PyTorch tail and was "
+                                             "removed"),):
+        if os.environ.get(name) is not None and not _WARNED.get(name):
+            _WARNED[name] = True
+            warnings.warn(f"{name} is no longer read: {why}")
 
 
 def _int8_rotation() -> str:
@@ -201,8 +218,8 @@ def sample_tail(logits, G: int, cfg: float, s: Sampling, phase: str, step, ring,
     place: CFG combine of logits [R, width] (cond rows then uncond rows), `sampler.candidates` + `sampler.choose`
     with the step's Exp(1) draws noise[step] [G, K], teacher forcing (forced_t [max_tokens], −1 = free), then
     out[g, step] ← token, the penalty ring slot step % window ← column, done[g] |= end or budget reached,
-    tokens [R] ← the token of each row's song. step [1] long. `fused_sampler.FusedSampler` does the same in one
-    kernel."""
+    tokens [R] ← the token of each row's song. step [1] long. (One Triton kernel doing the same was measured slower
+    on an H200: 605 vs 628 tok/s at batch 1, 422 vs 607 in the ABC phase; docs/experiments/decode_tried_h200.log.)"""
     sl = SLICES[phase]
     logits = logits[:G] if cfg == 1.0 else cfg_combine(logits[:G], logits[G:], cfg)
     vals, cols = candidates(logits, s, phase, step, ring, ring_w, mask, legacy_off)
@@ -275,24 +292,25 @@ class PhaseDecoder:
         # merge) write them rotated with tensor-core products in 3-pass tf32 (`_decode_triton.rot_rows`; Triton's
         # AMD backend has no tf32x3, so ROCm builds default to "cublas"); "cublas": one bf16 matmul per product.
         # (Rotating inside the GEMV was measured too: most products 1.3–2.1× slower, docs/decode_parts_h200.log.)
+        _warn_retired_switches()
         rotation = _int8_rotation()  # validated whatever the layers
         self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
         want = flag("YUE2_COMPILE", False) if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
-        # YUE2_SHARED_PREFIX=1 (experimental, off by default until measured on a GPU), fused step with the Triton
-        # attention only: the prompt prefix common to every row (e.g. candidate songs of one request) is prefilled
-        # once and read once per step for all rows (`fused.decode_attention(shared=…)`). Results differ from the
-        # unshared decoder within bf16/fp16 rounding (summation order, the tails' prefill shapes).
+        # Shared prefix (YUE2_SHARED_PREFIX, on by default; fused step with the Triton attention, ≥ SHARED_MIN_ROWS
+        # songs): the prompt prefix common to every row (e.g. candidate songs of one request) is prefilled once and
+        # read once per step for all rows (`fused.decode_attention(shared=…)`), when it is at least SHARED_MIN
+        # positions and SHARED_MIN_FRACTION of the shortest row. With CFG the rows include the negative prompts, whose
+        # common part with the positive ones is short, so CFG batches rarely share. Results differ from the unshared
+        # decoder within bf16/fp16 rounding (summation order, the tails' prefill shapes).
         self.shared = 0
-        if (flag("YUE2_SHARED_PREFIX", False) and self.R > 1 and self.attn_kernel
+        if (flag("YUE2_SHARED_PREFIX", True) and self.G >= SHARED_MIN_ROWS and self.attn_kernel
                 and self.fns is None):
-            common = _common_prefix([list(r) + self.forced for r in rows])
-            self.shared = common if common >= SHARED_MIN else 0
-        # YUE2_FUSED_SAMPLER=1 (experimental, off by default until measured on a GPU), fused step only, not in
-        # legacy `off` mode: the sampling tail (~45 small PyTorch kernels) as one Triton kernel (`fused_sampler`)
-        self.fused_sampler = flag("YUE2_FUSED_SAMPLER", False) and self.fused and not legacy_off
-        self.sampler = None
+            full = [list(r) + self.forced for r in rows]
+            common = _common_prefix(full)
+            if common >= SHARED_MIN and common >= SHARED_MIN_FRACTION * min(len(r) for r in full):
+                self.shared = common
 
     # -- buffers ---------------------------------------------------------------------------------------------------
     def _allocate(self):
@@ -326,11 +344,6 @@ class PhaseDecoder:
                 draws.append(e.exponential_(1.0, generator=gen).to(dev))
             self.noise = torch.stack(draws, dim=1)  # [max_tokens, G, K]
         self.rows_idx = torch.arange(self.R, device=dev)
-        from .fused_sampler import MAX_CANDIDATES
-        if self.fused_sampler and self.k_cand <= MAX_CANDIDATES:
-            from . import fused
-            from .fused_sampler import FusedSampler
-            self.sampler = FusedSampler(s, self.phase, self.G, self.k_cand, dev, pdl=fused._pdl(self.logits))
 
     def _prefill(self):
         """Prefill every row with its prompt plus the teacher-forced tokens in one pass (they are fed, never
@@ -456,10 +469,7 @@ class PhaseDecoder:
     def _step(self, attn_len: int):
         state = (self.step, self.ring, self.ring_w, self.mask, self.noise, self.forced_t, self.out, self.done,
                  self.tokens)
-        if self.sampler is not None:
-            self.sampler(self.logits, *state, cfg=self.cfg)
-        else:
-            sample_tail(self.logits, self.G, self.cfg, self.s, self.phase, *state, legacy_off=self.legacy_off)
+        sample_tail(self.logits, self.G, self.cfg, self.s, self.phase, *state, legacy_off=self.legacy_off)
         if self.fused and self.fns is None:
             self._forward_fused(attn_len)
         else:
@@ -567,7 +577,6 @@ class PhaseDecoder:
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
                 "shared_prefix_positions": self.shared,
-                "fused_sampler": self.sampler is not None,
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
         self.release()
         return results

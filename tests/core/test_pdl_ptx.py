@@ -1,0 +1,106 @@
+"""The decode kernels' programmatic-dependent-launch prologue (`fast._decode_triton.pdl_prologue`), checked in the PTX
+Triton emits for an H200 (sm_90), compiled on the CPU (no GPU needed): no global load — plain or asynchronous — may
+come before `griddepcontrol.wait` (it would read what the previous kernel has not written yet; Triton also merges an
+early load of an address with a later one across the wait, so even a load meant only to prepare an L2 prefetch feeds
+stale data to the maths — seen while trying one), and the next grid is released (`launch_dependents`) after it."""
+import pytest
+
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+from yue2_core.fast._decode_triton import gdc_launch_dependents, gdc_wait  # noqa: E402
+
+
+@triton.jit
+def _early_load(x_ptr, y_ptr):  # what the check must catch: a load above the wait
+    v = tl.load(x_ptr)
+    gdc_wait()
+    gdc_launch_dependents()
+    tl.store(y_ptr, v + tl.load(x_ptr + 1))
+
+
+def _ptx(fn, types: dict, consts: dict, **opts) -> str:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.name not in consts}, **consts}
+    sig = {name: ("constexpr" if name in consts else types[name]) for name in fn.arg_names}
+    src = ASTSource(fn, signature=sig, constexprs=consts)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"launch_pdl": True, **opts}).asm["ptx"]
+
+
+def _order(ptx: str) -> dict:
+    lines = ptx.splitlines()
+
+    def first(pred):
+        return next((i for i, line in enumerate(lines) if pred(line.strip())), None)
+
+    return {"wait": first(lambda s: s.startswith("griddepcontrol.wait")),
+            "launch": first(lambda s: s.startswith("griddepcontrol.launch_dependents")),
+            "load": first(lambda s: ("ld.global" in s or "cp.async" in s) and not s.startswith("//")),
+            "store": first(lambda s: any(op in s for op in ("st.global", "atom.global", "red.global"))
+                           and not s.startswith("//"))}
+
+
+def _kernels():
+    from yue2_core.fast import _decode_triton as k
+    from yue2_core.fast import fused
+    _, split_k, merge_k, shared_k = fused._attention_kernels()
+    gemv_types = dict(x_ptr="*bf16", w_ptr="*bf16", s_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32", K="i32",
+                      KS="i32", stride_xm="i32")
+    attn = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", pos_ptr="*i64", m_ptr="*fp32", l_ptr="*fp32",
+                o_ptr="*fp32", cache_row="i32", cache_head="i32", scale="fp32", CHUNK="i32", L="i32", START="i32",
+                SP0="i32", splits="i32", P="i32", R="i32")
+    gemv_c = dict(BM=16, BN=64, BK=256, INT8=False, PARTIAL=True)
+    e = dict(PDL=True)
+    return [
+        ("gemv bf16 partial sums", k.gemv_kernel, gemv_types, {**gemv_c, **e}, {}),
+        ("gemv int8 partial sums", k.gemv_kernel, {**gemv_types, "w_ptr": "*i8"}, {**gemv_c, **e, "INT8": True}, {}),
+        ("gemv int8", k.gemv_kernel, {**gemv_types, "w_ptr": "*i8", "out_ptr": "*bf16"},
+         {**gemv_c, **e, "INT8": True, "PARTIAL": False}, {}),
+        ("attention split", split_k, attn, dict(NKV=8, G=2, GP=16, D=128, BL=64, IEEE=False, **e),
+         dict(num_warps=2, num_stages=3)),
+        ("attention shared prefix", shared_k, attn, dict(NKV=8, G=2, QP=64, D=128, BL=64, IEEE=False, **e),
+         dict(num_warps=8, num_stages=3)),
+        ("attention merge (rotated)", merge_k, dict(m_ptr="*fp32", l_ptr="*fp32", o_ptr="*fp32", out_ptr="*bf16",
+                                                    splits="i32"),
+         dict(NKV=8, G=2, D=128, SP=32, HG=2, ROT=True, **e), {}),
+        ("attention merge", merge_k, dict(m_ptr="*fp32", l_ptr="*fp32", o_ptr="*fp32", out_ptr="*bf16", splits="i32"),
+         dict(NKV=8, G=2, D=128, SP=32, **e), {}),
+        ("add+RMSNorm (rotated)", k.add_rmsnorm_kernel,
+         dict(x_ptr="*bf16", d_ptr="*fp32", w_ptr="*bf16", xo_ptr="*bf16", y_ptr="*bf16", N="i32", PS="i32",
+              eps="fp32"), dict(HAS_D=True, S=4, BLOCK=2048, ROT=True, **e), {}),
+        ("add+RMSNorm", k.add_rmsnorm_kernel,
+         dict(x_ptr="*bf16", d_ptr="*fp32", w_ptr="*bf16", xo_ptr="*bf16", y_ptr="*bf16", N="i32", PS="i32",
+              eps="fp32"), dict(HAS_D=True, S=2, BLOCK=2048, ROT=False, **e), {}),
+        ("RMSNorm (no residual)", k.add_rmsnorm_kernel,
+         dict(x_ptr="*bf16", d_ptr="*bf16", w_ptr="*bf16", xo_ptr="*bf16", y_ptr="*bf16", N="i32", PS="i32",
+              eps="fp32"), dict(HAS_D=False, S=1, BLOCK=2048, ROT=False, **e), {}),
+        ("QK-norm + RoPE + KV store", k.qk_rope_kernel,
+         dict(qkv_ptr="*fp32", qn_ptr="*bf16", kn_ptr="*bf16", cos_ptr="*fp32", sin_ptr="*fp32", pos_ptr="*i64",
+              q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", row_stride="i32", cache_row="i32", cache_head="i32",
+              cap="i32", PS="i32", eps="fp32"), dict(NH=16, NKV=8, D=128, S=2, **e), {}),
+        ("SiLU·up (rotated)", k.silu_mul_kernel, dict(gu_ptr="*fp32", out_ptr="*bf16", F="i32", PS="i32"),
+         dict(S=2, BLOCK=256, ROT=True, **e), {}),
+        ("SiLU·up", k.silu_mul_kernel, dict(gu_ptr="*fp32", out_ptr="*bf16", F="i32", PS="i32"),
+         dict(S=2, BLOCK=1024, ROT=False, **e), {}),
+        ("rotate", k.rotate_kernel, dict(x_ptr="*bf16", y_ptr="*bf16", K="i32"), dict(BK=256, **e), {}),
+    ]
+
+
+def test_no_global_load_before_the_pdl_wait():
+    from yue2_core.fast import triton_modules
+    if triton_modules() is None:
+        pytest.fail("Triton imports in the test environment but fast.triton_modules() found none")
+    pytest.importorskip("triton.backends.nvidia.compiler", reason="this Triton has no CUDA backend to compile for")
+    for name, fn, types, consts, opts in _kernels():
+        o = _order(_ptx(fn, types, consts, **opts))
+        assert o["wait"] is not None and o["launch"] is not None, (name, o)
+        assert o["load"] is not None and o["load"] > o["wait"], (name, "a global load before the PDL wait", o)
+        assert o["store"] is not None and o["store"] > o["wait"], (name, "a global store before the PDL wait", o)
+        assert o["launch"] > o["wait"], (name, "the next grid released before the wait", o)
+
+
+def test_an_early_load_is_caught():
+    """The check above can fail: a kernel reading a value before its PDL wait is reported."""
+    pytest.importorskip("triton.backends.nvidia.compiler", reason="this Triton has no CUDA backend to compile for")
+    o = _order(_ptx(_early_load, dict(x_ptr="*fp32", y_ptr="*fp32"), {}))
+    assert o["load"] is not None and o["load"] < o["wait"], o
