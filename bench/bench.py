@@ -237,6 +237,11 @@ def ar_bf16(eng, n, compile_ok):
            f"fused={t1.get('fused_kernels')}, attention={t1.get('decode_attention')}, "
            f"products={t1.get('layer_products')}, pdl={t1.get('pdl')}; "
            f"capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
+    with env(YUE2_ATTN_MERGE="kernel"):  # the decode attention's splits merged by a separate kernel
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_mk, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
+    record("AR decode bf16 batch 1, attention merged by a separate kernel", ours_mk, base1, "tok/s",
+           "YUE2_ATTN_MERGE=kernel")
     best = ours1
     if compile_ok:
         ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)
@@ -294,6 +299,11 @@ def ar_int8(eng, n, base_rates):
     record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s",
            f"baseline = bf16 vendor loop; {t.get('execution')}; products={t.get('layer_products')}, rotation by "
            f"{t.get('int8_rotation')}, pdl={t.get('pdl')}")
+    with env(YUE2_ATTN_MERGE="kernel"):
+        warm(eng.ar, [[sem_p]], s, "semantic")
+        ours_mk, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
+    record("AR decode int8 batch 1, attention merged by a separate kernel", ours_mk, base_rates.get("base1"),
+           "tok/s", "YUE2_ATTN_MERGE=kernel")
     oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
     record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")

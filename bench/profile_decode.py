@@ -31,7 +31,7 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT")
+SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE")
 
 
 def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: dict):
@@ -89,7 +89,8 @@ def main():
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · {os.path.basename(args.checkpoint)}")
     variants = [
         ("default: fused + split attention + split-K GEMV + PDL (int8: inputs rotated by the producers)", True, {}),
-        ("int8 inputs rotated by cuBLAS (previous default)", True, {"YUE2_INT8_ROT": "cublas"}),
+        ("attention splits merged by a separate kernel (previous default)", True, {"YUE2_ATTN_MERGE": "kernel"}),
+        ("int8 inputs rotated by cuBLAS", True, {"YUE2_INT8_ROT": "cublas"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
     if args.all:

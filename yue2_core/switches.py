@@ -10,6 +10,7 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_SHARED_PREFIX=0  no shared-prompt decode attention for candidate batches (default on for ≥ 4 rows)
     YUE2_DECODE_ATTN      triton (default) | torch: decode attention of the fused step
     YUE2_INT8_ROT         producers | cublas: where int8 ConvRot inputs are rotated (fast/decode.py)
+    YUE2_ATTN_MERGE       split (default) | kernel: who merges the decode attention's splits (fast/fused.py)
 """
 from __future__ import annotations
 

@@ -225,6 +225,66 @@ def test_decode_attention_kernel_in_interpreter(tiny_paths):
     _run_ok(code, interpret=True)
 
 
+def test_decode_attention_merged_by_its_last_split_in_interpreter(tiny_paths):
+    """counters given (the decoder's default, YUE2_ATTN_MERGE=split): the last split program of each (row, kv
+    head) merges the splits instead of the merge kernel — same result within the dtype's rounding, with and without
+    the int8 rotation and a shared prefix, counters back at zero after every launch; in the fused decode step the
+    logits stay within fp16 rounding of the merge-kernel step; bad counters are refused."""
+    pytest.importorskip("triton")
+    code = (
+        "import math, torch\n"
+        "from yue2_core.fast import fused\n"
+        "torch.manual_seed(0)\n"
+        "for dt, tol in ((torch.float32, 1e-6), (torch.float16, 1e-3)):\n"
+        "    for R, P, rot, sms in ((1, 0, False, 64), (2, 0, True, 64), (4, 24, True, 8), (3, 0, False, 1)):\n"
+        "        nkv, g, D, cap, L = 2, 2, 128, 220, 200  # up to 4 splits of 64 positions\n"
+        "        q = torch.randn(R, nkv * g, D).to(dt)\n"
+        "        k, v = torch.randn(R, nkv, cap, D).to(dt), torch.randn(R, nkv, cap, D).to(dt)\n"
+        "        k[:, :, :P] = k[0:1, :, :P]; v[:, :, :P] = v[0:1, :, :P]\n"
+        "        pos = torch.tensor([min(L - 1, 130 + 31 * i) for i in range(R)])\n"
+        "        cnt = torch.zeros(R * nkv + 3, dtype=torch.int32)\n"
+        "        kw = dict(sms=sms, rot=rot, shared=P)\n"
+        "        a = fused.decode_attention(q, k, v, pos, L, 1 / math.sqrt(D), **kw).float()\n"
+        "        b = fused.decode_attention(q, k, v, pos, L, 1 / math.sqrt(D), counters=cnt, **kw).float()\n"
+        "        err = (a - b).abs().max().item()\n"
+        "        assert err <= tol, (dt, R, P, rot, sms, err)\n"
+        "        assert not cnt.any(), cnt\n"
+        "        cnt[:R * nkv] = 7  # a count that never reaches the last program: nothing merged, left unreset\n"
+        "        fused.decode_attention(q, k, v, pos, L, 1 / math.sqrt(D), counters=cnt, **kw)\n"
+        "        assert cnt[:R * nkv].gt(7).all() and not cnt[R * nkv:].any(), cnt\n"
+        "        cnt.zero_()\n"
+        "try:\n"
+        "    fused.decode_attention(q, k, v, pos, L, 0.1, counters=torch.zeros(R * nkv, dtype=torch.int64))\n"
+        "    raise SystemExit('int64 counters accepted')\n"
+        "except ValueError as e:\n"
+        "    assert 'counters' in str(e)\n"
+        + _decoder_pair(tiny_paths['bf16']) +
+        "for d in decs: d.attn_kernel = True  # on CPU the decoder defaults to the torch ops\n"
+        "assert a.attn_counters is None  # allocated when attn_kernel was off\n"
+        "b.attn_counters = torch.zeros(b.R * ar.dims.kv_heads, dtype=torch.int32)\n"
+        "for step in range(3):\n"
+        "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
+        "    for d in decs: d._forward_fused(d.capacity)\n"
+        "    for d in decs: d.pos.add_(1)\n"
+        "    rel = ((a.logits.float() - b.logits.float()).norm() / a.logits.float().norm()).item()\n"
+        "    assert rel < 2e-3 and not b.attn_counters.any(), (step, rel)\n"
+        "import os\n"
+        "from yue2_core.errors import RequestError\n"
+        "d = fd.PhaseDecoder(ar, [sp], s, [1], 'semantic', use_graph=False)\n"
+        "d.attn_kernel = True\n"
+        "d._allocate(); assert d.attn_counters is not None and d.attn_counters.dtype == torch.int32  # default\n"
+        "os.environ['YUE2_ATTN_MERGE'] = 'kernel'\n"
+        "d._allocate(); assert d.attn_counters is None\n"
+        "os.environ['YUE2_ATTN_MERGE'] = 'last'\n"
+        "try:\n"
+        "    d._allocate()\n"
+        "    raise SystemExit('YUE2_ATTN_MERGE=last accepted')\n"
+        "except RequestError as e:\n"
+        "    assert 'YUE2_ATTN_MERGE' in str(e)\n"
+        "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
 def test_fused_nar_velocity_in_interpreter(tiny_paths):
     """The NAR velocity with fused kernels (Triton CPU interpreter, fp16) equals the torch velocity to 1–2 fp16
     ulps (the attention call sees a transposed q; everything else rounds at the same points)."""

@@ -21,7 +21,8 @@ def _early_load(x_ptr, y_ptr):  # what the check must catch: a load above the wa
 def _ptx(fn, types: dict, consts: dict, **opts) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.name not in consts}, **consts}
+    consts = {**{p.name: p.default for p in fn.params if (p.is_constexpr or p.name not in types)
+                 and p.name not in consts}, **consts}  # defaults: constexprs, and pointers left as None
     sig = {name: ("constexpr" if name in consts else types[name]) for name in fn.arg_names}
     src = ASTSource(fn, signature=sig, constexprs=consts)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"launch_pdl": True, **opts}).asm["ptx"]
@@ -57,6 +58,10 @@ def _kernels():
         ("gemv int8", k.gemv_kernel, {**gemv_types, "w_ptr": "*i8", "out_ptr": "*bf16"},
          {**gemv_c, **e, "INT8": True, "PARTIAL": False}, {}),
         ("attention split", split_k, attn, dict(NKV=8, G=2, GP=16, D=128, BL=64, IEEE=False, **e),
+         dict(num_warps=2, num_stages=3)),
+        ("attention split, merged by its last program (rotated)", split_k,
+         {**attn, "cnt_ptr": "*i32", "out_ptr": "*bf16"},
+         dict(NKV=8, G=2, GP=16, D=128, BL=64, IEEE=False, MERGE=True, SP=32, ROT=True, FENCE=True, **e),
          dict(num_warps=2, num_stages=3)),
         ("attention shared prefix", shared_k, attn, dict(NKV=8, G=2, QP=64, D=128, BL=64, IEEE=False, **e),
          dict(num_warps=8, num_stages=3)),

@@ -344,6 +344,11 @@ class PhaseDecoder:
                 draws.append(e.exponential_(1.0, generator=gen).to(dev))
             self.noise = torch.stack(draws, dim=1)  # [max_tokens, G, K]
         self.rows_idx = torch.arange(self.R, device=dev)
+        # YUE2_ATTN_MERGE=kernel: the decode attention's splits are merged by a separate kernel; default "split":
+        # by the last split program of each (row, kv head), counted in these (zero between launches)
+        merge = choice("YUE2_ATTN_MERGE", ("split", "kernel"), "split")
+        self.attn_counters = (torch.zeros(self.R * d.kv_heads, dtype=torch.int32, device=dev)
+                              if merge == "split" and self.attn_kernel else None)
 
     def _prefill(self):
         """Prefill every row with its prompt plus the teacher-forced tokens in one pass (they are fed, never
@@ -450,7 +455,7 @@ class PhaseDecoder:
                                          d.head_dim, d.eps)
             if self.attn_kernel:  # int8 (rot): the merge writes the o_proj input rotated
                 h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale, rot=rot,
-                                           shared=self.shared)
+                                           shared=self.shared, counters=self.attn_counters)
             else:
                 keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
                 att = torch.add(bias, _scores(q.view(R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
@@ -572,6 +577,7 @@ class PhaseDecoder:
                 "execution": "cuda_graph" if self.graphs and self.graph_error is None else "eager_device_sampler",
                 "compiled_layers": self.fns is not None, "fused_kernels": self.fused and self.fns is None,
                 "decode_attention": "triton_split" if self.fused and self.fns is None and self.attn_kernel else "torch",
+                "attention_merge": "split" if getattr(self, "attn_counters", None) is not None else "kernel",
                 "pdl": self.fused and self.fns is None and pdl_enabled(self.device),
                 "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
                                    if self.gemv and self.fns is None else "library"),

@@ -4,7 +4,7 @@ PyTorch elementwise op computes in fp32 and rounds to the tensor dtype; the kern
     add_rmsnorm(x, delta, w)   x ← x + delta (rounded), y = (x · bf16(rsqrt(mean x² + eps))) · w   — 1 kernel
     qk_norm_rope_store(...)    QK-norm → split-half RoPE for q and k heads, k/v written to the KV cache — 1 kernel
     silu_mul(gate‖up)          silu(gate) · up                                                      — 1 kernel
-    decode_attention(...)      GQA decode attention, split over the cache length (flash-decoding)   — 2 kernels
+    decode_attention(...)      GQA decode attention, split over the cache length (flash-decoding)   — 1–2 kernels
 
 They replace ~50 small kernels per layer. `available()` is False without Triton (the torch ops are used then).
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-attend_chunk = pdl_prologue = rot_rows = None  # set by _attention_kernels (needs Triton)
+attend_chunk = pdl_prologue = rot_rows = merge_store = None  # set by _attention_kernels (needs Triton)
 
 
 @functools.lru_cache(maxsize=1)
@@ -32,16 +32,52 @@ def _attention_kernels():
     if _kernels() is None:
         return None
     triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
-    global attend_chunk, pdl_prologue, rot_rows  # the kernels below resolve them among this module's globals
-    from ._decode_triton import attend_chunk, pdl_prologue, rot_rows
+    global attend_chunk, pdl_prologue, rot_rows, merge_store  # the kernels below resolve them among this module's
+    from ._decode_triton import attend_chunk, pdl_prologue, rot_rows  # globals
+
+    @triton.jit
+    def merge_store(m_ptr, l_ptr, o_ptr, out_ptr, r, h, splits, NKV: tl.constexpr, G: tl.constexpr,
+                    D: tl.constexpr, SP: tl.constexpr, HG: tl.constexpr, ROT: tl.constexpr, CG: tl.constexpr):
+        # row r, query heads h [HG]: merges the splits' partial softmax sums and stores the heads' outputs; ROT
+        # (HG·D = 256): they are one 256-group of the o_proj input and are written rotated (·H). CG: the partial
+        # sums are read from L2 (".cg"), past this multiprocessor's L1 (other programs of the same grid wrote them)
+        kvh = h // G
+        g = h % G
+        si = tl.arange(0, SP)
+        d = tl.arange(0, D)
+        slot = ((r * NKV + kvh[None, :]) * splits + si[:, None]) * G + g[None, :]  # [SP, HG]
+        ok = (si < splits)[:, None]
+        if CG:
+            m = tl.load(m_ptr + slot, mask=ok, other=float("-inf"), cache_modifier=".cg")
+            l = tl.load(l_ptr + slot, mask=ok, other=0.0, cache_modifier=".cg")
+            o = tl.load(o_ptr + slot[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0,
+                        cache_modifier=".cg")
+        else:
+            m = tl.load(m_ptr + slot, mask=ok, other=float("-inf"))
+            l = tl.load(l_ptr + slot, mask=ok, other=0.0)
+            o = tl.load(o_ptr + slot[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0)
+        top = tl.max(m, 0)
+        w = tl.where(m == float("-inf"), 0.0, tl.exp(m - top[None, :]))
+        out = tl.sum(o * w[:, :, None], 0) / tl.sum(l * w, 0)[:, None]  # [HG, D]
+        dst = out_ptr + (r * NKV * G + h[:, None]) * D + d[None, :]
+        if ROT:
+            out = out.to(out_ptr.dtype.element_ty).to(tl.float32)  # the attention output, rounded, then rotated
+            out = tl.reshape(rot_rows(tl.reshape(out, (1, HG * D)), 1), (HG, D))
+        tl.store(dst, out.to(out_ptr.dtype.element_ty))
 
     @triton.jit
     def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK, L,
                           START, SP0, splits, NKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                          BL: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
+                          BL: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False,
+                          cnt_ptr=None, out_ptr=None, MERGE: tl.constexpr = False, SP: tl.constexpr = 1,
+                          ROT: tl.constexpr = False, FENCE: tl.constexpr = False):
         # one program = (row r, kv head, split sp): the G query heads of that kv head against cache positions
         # START + [sp·CHUNK, (sp+1)·CHUNK) ∩ [0, min(pos[r], L − 1)]; writes the running max m, sum l and
-        # unnormalised o into split slot SP0 + sp of `splits` (START = SP0 = 0 unless a shared prefix is split apart)
+        # unnormalised o into split slot SP0 + sp of `splits` (START = SP0 = 0 unless a shared prefix is split apart).
+        # MERGE: the last program of each (row, kv head) to finish — counted in cnt_ptr[r·NKV + kvh] (int32, zero
+        # before the launch, zero again after it) — merges all `splits` slots of its G heads into out_ptr
+        # (`merge_store`; ROT needs G·D = 256), so no merge kernel runs. FENCE (CUDA): every thread fences its stores
+        # at GPU scope before the count too (the CUDA "threadfence reduction" pattern; not in the CPU interpreter)
         pdl_prologue(PDL)
         r = tl.program_id(0)
         kvh = tl.program_id(1)
@@ -56,6 +92,19 @@ def _attention_kernels():
         tl.store(m_ptr + slot, m_i, mask=gi < G)
         tl.store(l_ptr + slot, l_i, mask=gi < G)
         tl.store(o_ptr + slot[:, None] * D + d[None, :], acc, mask=gi[:, None] < G)
+        if MERGE:
+            # every thread's stores above happen before the count (barrier), which releases them at GPU scope;
+            # the program that counts last acquires everyone's and merges
+            if FENCE:
+                tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                                          is_pure=False, pack=1)
+            tl.debug_barrier()
+            done = tl.atomic_add(cnt_ptr + r * NKV + kvh, 1, sem="acq_rel", scope="gpu")
+            if done == tl.num_programs(2) - 1:
+                tl.debug_barrier()
+                merge_store(m_ptr, l_ptr, o_ptr, out_ptr, r, kvh * G + tl.arange(0, G), splits, NKV, G, D, SP, G,
+                            ROT, True)
+                tl.store(cnt_ptr + r * NKV + kvh, 0)
 
     @triton.jit
     def attn_shared_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, o_ptr, cache_head, scale, CHUNK, P, R, splits,
@@ -85,28 +134,10 @@ def _attention_kernels():
     def attn_merge_kernel(m_ptr, l_ptr, o_ptr, out_ptr, splits, NKV: tl.constexpr, G: tl.constexpr,
                           D: tl.constexpr, SP: tl.constexpr, HG: tl.constexpr = 1, ROT: tl.constexpr = False,
                           PDL: tl.constexpr = False):
-        # one program = (row r, query heads [hb·HG, (hb+1)·HG)): merges the splits' partial softmax sums; ROT
-        # (HG·D = 256): the heads' outputs, one 256-group of the o_proj input, are written rotated (·H)
+        # one program = (row r, query heads [hb·HG, (hb+1)·HG)): `merge_store` of those heads
         pdl_prologue(PDL)
-        r = tl.program_id(0)
-        h = tl.program_id(1) * HG + tl.arange(0, HG)
-        kvh = h // G
-        g = h % G
-        si = tl.arange(0, SP)
-        d = tl.arange(0, D)
-        slot = ((r * NKV + kvh[None, :]) * splits + si[:, None]) * G + g[None, :]  # [SP, HG]
-        ok = (si < splits)[:, None]
-        m = tl.load(m_ptr + slot, mask=ok, other=float("-inf"))
-        l = tl.load(l_ptr + slot, mask=ok, other=0.0)
-        top = tl.max(m, 0)
-        w = tl.where(m == float("-inf"), 0.0, tl.exp(m - top[None, :]))
-        o = tl.load(o_ptr + slot[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0)
-        out = tl.sum(o * w[:, :, None], 0) / tl.sum(l * w, 0)[:, None]  # [HG, D]
-        dst = out_ptr + (r * NKV * G + h[:, None]) * D + d[None, :]
-        if ROT:
-            out = out.to(out_ptr.dtype.element_ty).to(tl.float32)  # the attention output, rounded, then rotated
-            out = tl.reshape(rot_rows(tl.reshape(out, (1, HG * D)), 1), (HG, D))
-        tl.store(dst, out.to(out_ptr.dtype.element_ty))
+        merge_store(m_ptr, l_ptr, o_ptr, out_ptr, tl.program_id(0), tl.program_id(1) * HG + tl.arange(0, HG), splits,
+                    NKV, G, D, SP, HG, ROT, False)
 
     return triton, attn_split_kernel, attn_merge_kernel, attn_shared_kernel
 
@@ -203,7 +234,8 @@ ATTN_CONFIG = AttnConfig(bl=64, warps=2, stages=3, per_sm=2)
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
                      attn_len: int, scale: float, sms: int | None = None,
-                     cfg: AttnConfig | None = None, rot: bool = False, shared: int = 0) -> torch.Tensor:
+                     cfg: AttnConfig | None = None, rot: bool = False, shared: int = 0,
+                     counters: torch.Tensor | None = None) -> torch.Tensor:
     """GQA decode attention for one new token per row, split over the cache length (flash-decoding).
 
     q [R, nh, D] (query head h uses kv head h // (nh/nkv)); k_cache/v_cache [R, nkv, capacity, D]; pos [R] int64:
@@ -219,6 +251,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     songs of one request) and are read once, from row 0, for all rows' queries (one extra kernel; the caller must
     ensure P ≤ every pos[r], not checked: it would need a host sync); the result equals the unshared one within
     the cache dtype's rounding (another split of the softmax sums).
+    `counters`: int32 [≥ R·nkv], all zero (and left zero): the last split program of each (row, kv head) merges the
+    splits itself (an atomic count per pair) instead of a separate merge kernel — one launch fewer, the same
+    arithmetic; used when the query heads per kv head are a power of two (and, with `rot`, G·D = 256).
     Raises ValueError for head counts, head sizes or cache layouts the kernels do not handle."""
     triton, split_kern, merge_kern, shared_kern = _attention_kernels()
     r, nh, d = q.shape
@@ -260,11 +295,19 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         shared_kern[(nkv, sp_p)](q, k_cache, v_cache, m, l, o, k_cache.stride(1), scale, chunk_p, p, r, splits,
                                  NKV=nkv, G=g, QP=qp, D=d, BL=bl, IEEE=ieee, **_pdl(q),
                                  num_warps=min(32, max(cfg.warps, qp // 8)), num_stages=cfg.stages)
+    out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
+    merge = (counters is not None and g & (g - 1) == 0 and (not rot or g * d == 256))
+    if merge and (counters.dtype != torch.int32 or counters.numel() < r * nkv or counters.device != q.device):
+        raise ValueError(f"decode_attention: counters must be int32 with ≥ {r * nkv} zeros on {q.device}; got "
+                         f"{counters.dtype} [{counters.numel()}] on {counters.device}")
+    extra = (dict(cnt_ptr=counters, out_ptr=out, MERGE=True, SP=triton.next_power_of_2(splits), ROT=rot,
+                  FENCE=q.is_cuda) if merge else {})
     split_kern[(r, nkv, sp_s)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
                                chunk, attn_len, p, sp_p, splits, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)),
-                               D=d, BL=bl, IEEE=ieee, **_pdl(q), num_warps=cfg.warps, num_stages=cfg.stages)
+                               D=d, BL=bl, IEEE=ieee, **_pdl(q), **extra, num_warps=cfg.warps, num_stages=cfg.stages)
+    if merge:
+        return out
     hg = 256 // d if rot else 1
-    out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
     merge_kern[(r, nh // hg)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits), HG=hg,
                               ROT=rot, **_pdl(q))
     return out
