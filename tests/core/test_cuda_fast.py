@@ -238,6 +238,9 @@ def test_decode_attention_shared_prefix_matches_per_row(rows, prefix, attn_len):
     pos = torch.linspace(attn_len - 1, prefix, rows, device="cuda").long()
     a = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128)).float()
     b = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128), shared=prefix).float()
+    cnt = torch.zeros(rows * 8, dtype=torch.int32, device="cuda")  # merged by the last split where ≤ 32 splits
+    c = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128), shared=prefix, counters=cnt).float()
+    assert (c - b).abs().max().item() <= 2 ** -7 * b.abs().max().item() and not cnt.any()
     err = (a - b).abs().max().item()
     print(f"shared-prefix attention rows={rows} prefix={prefix} len={attn_len}: max |Δ| vs per-row {err:.2e}")
     assert err <= 1e-2 * a.abs().max().item()

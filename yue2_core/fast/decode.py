@@ -345,10 +345,10 @@ class PhaseDecoder:
             self.noise = torch.stack(draws, dim=1)  # [max_tokens, G, K]
         self.rows_idx = torch.arange(self.R, device=dev)
         # YUE2_ATTN_MERGE=kernel: the decode attention's splits are merged by a separate kernel; default "split":
-        # by the last split program of each (row, kv head), counted in these (zero between launches)
+        # by the last split program of each (row, kv head), counted in these (zero between launches); not on ROCm
         merge = choice("YUE2_ATTN_MERGE", ("split", "kernel"), "split")
         self.attn_counters = (torch.zeros(self.R * d.kv_heads, dtype=torch.int32, device=dev)
-                              if merge == "split" and self.attn_kernel else None)
+                              if merge == "split" and self.attn_kernel and torch.version.hip is None else None)
 
     def _prefill(self):
         """Prefill every row with its prompt plus the teacher-forced tokens in one pass (they are fed, never

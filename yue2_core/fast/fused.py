@@ -4,13 +4,14 @@ PyTorch elementwise op computes in fp32 and rounds to the tensor dtype; the kern
     add_rmsnorm(x, delta, w)   x ← x + delta (rounded), y = (x · bf16(rsqrt(mean x² + eps))) · w   — 1 kernel
     qk_norm_rope_store(...)    QK-norm → split-half RoPE for q and k heads, k/v written to the KV cache — 1 kernel
     silu_mul(gate‖up)          silu(gate) · up                                                      — 1 kernel
-    decode_attention(...)      GQA decode attention, split over the cache length (flash-decoding)   — 1–2 kernels
+    decode_attention(...)      GQA decode attention, split over the cache length (flash-decoding)   — 1–3 kernels
 
 They replace ~50 small kernels per layer. `available()` is False without Triton (the torch ops are used then).
 """
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -217,6 +218,12 @@ def silu_mul(gate_up, rot: bool = False) -> torch.Tensor:
     return out
 
 
+# most splits the split kernel merges itself: its merging program loads all splits' partial sums at once, and
+# ptxas (sm_90, 2 warps) gives the kernel 228 registers at 32 splits (the kernel without the merge: 227), 255 with
+# spills at 64 — which slowed every program of the kernel (8 candidates with a shared prefix: 36 splits, −3 %)
+MERGE_MAX_SPLITS = 32
+
+
 @dataclass(frozen=True)
 class AttnConfig:
     """Launch configuration of `decode_attention`: cache positions per inner iteration (bl), warps, pipeline
@@ -253,7 +260,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     the cache dtype's rounding (another split of the softmax sums).
     `counters`: int32 [≥ R·nkv], all zero (and left zero): the last split program of each (row, kv head) merges the
     splits itself (an atomic count per pair) instead of a separate merge kernel — one launch fewer, the same
-    arithmetic; used when the query heads per kv head are a power of two (and, with `rot`, G·D = 256).
+    arithmetic; used when the query heads per kv head are a power of two (and, with `rot`, G·D = 256) and there
+    are at most MERGE_MAX_SPLITS splits, not on ROCm builds of torch (the merge kernel runs otherwise). One
+    counters array serves one launch at a time (a decoder's layers run one after another); two launches sharing
+    it concurrently (other streams) would leave `out` unmerged.
     Raises ValueError for head counts, head sizes or cache layouts the kernels do not handle."""
     triton, split_kern, merge_kern, shared_kern = _attention_kernels()
     r, nh, d = q.shape
@@ -296,12 +306,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                  NKV=nkv, G=g, QP=qp, D=d, BL=bl, IEEE=ieee, **_pdl(q),
                                  num_warps=min(32, max(cfg.warps, qp // 8)), num_stages=cfg.stages)
     out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
-    merge = (counters is not None and g & (g - 1) == 0 and (not rot or g * d == 256))
+    nvidia = q.is_cuda and torch.version.hip is None  # the fence is NVIDIA PTX; ROCm keeps the merge kernel
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    merge = (counters is not None and g & (g - 1) == 0 and (not rot or g * d == 256)
+             and (nvidia or not q.is_cuda) and triton.next_power_of_2(splits) <= MERGE_MAX_SPLITS)
     if merge and (counters.dtype != torch.int32 or counters.numel() < r * nkv or counters.device != q.device):
         raise ValueError(f"decode_attention: counters must be int32 with ≥ {r * nkv} zeros on {q.device}; got "
                          f"{counters.dtype} [{counters.numel()}] on {counters.device}")
     extra = (dict(cnt_ptr=counters, out_ptr=out, MERGE=True, SP=triton.next_power_of_2(splits), ROT=rot,
-                  FENCE=q.is_cuda) if merge else {})
+                  FENCE=nvidia and not interpreted) if merge else {})
     split_kern[(r, nkv, sp_s)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
                                chunk, attn_len, p, sp_p, splits, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)),
                                D=d, BL=bl, IEEE=ieee, **_pdl(q), **extra, num_warps=cfg.warps, num_stages=cfg.stages)
