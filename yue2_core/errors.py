@@ -49,7 +49,11 @@ def release_frames(exc: BaseException) -> None:
     on a GPU in VRAM. Cleared frames still format (file, line, function name), so error reports are unchanged. Frames
     still executing (the caller's own) are skipped."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
+    todo = [exc]
+    while todo:  # both links: `raise X from Y` inside an `except Z` chains Y as the cause and Z as the context
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
         seen.add(id(exc))
         traceback.clear_frames(exc.__traceback__)
-        exc = exc.__cause__ or exc.__context__
+        todo += [exc.__cause__, exc.__context__]

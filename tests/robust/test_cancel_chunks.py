@@ -82,3 +82,41 @@ def test_a_cancelled_render_releases_its_tensors(tiny_paths):
     assert _tensor_bytes_pinned(exc) == 0
     text = "".join(traceback.format_exception(exc))
     assert "nar.py" in text and "cancelled by the test" in text
+
+
+def test_release_frames_follows_cause_and_context():
+    """`raise X from Y` inside `except Z` (Y caught earlier): X's cause is Y and its context Z — the frames of both
+    are cleared (following only the cause, as before, left Z's frames and their tensors pinned)."""
+    import gc
+    import weakref
+
+    from yue2_core.errors import release_frames
+
+    class Big:
+        pass
+
+    refs = []
+
+    def fail(kind):
+        big = Big()
+        refs.append(weakref.ref(big))
+        raise ValueError(kind)
+
+    try:
+        fail("cause")
+    except ValueError as exc:
+        saved = exc
+    try:
+        try:
+            fail("context")
+        except ValueError:
+            raise RuntimeError("outer") from saved
+    except RuntimeError as exc:
+        caught = exc
+    assert caught.__cause__ is not None and caught.__context__ is not None
+    assert caught.__cause__ is not caught.__context__
+    gc.collect()
+    assert all(r() is not None for r in refs)  # pinned by the tracebacks' frames
+    release_frames(caught)
+    gc.collect()
+    assert all(r() is None for r in refs), [r() for r in refs]
