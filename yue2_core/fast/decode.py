@@ -577,7 +577,8 @@ class PhaseDecoder:
                 "execution": "cuda_graph" if self.graphs and self.graph_error is None else "eager_device_sampler",
                 "compiled_layers": self.fns is not None, "fused_kernels": self.fused and self.fns is None,
                 "decode_attention": "triton_split" if self.fused and self.fns is None and self.attn_kernel else "torch",
-                "attention_merge": "split" if getattr(self, "attn_counters", None) is not None else "kernel",
+                "attention_merge": ("last split program (≤ 32 splits), else kernel"
+                                    if getattr(self, "attn_counters", None) is not None else "kernel"),
                 "pdl": self.fused and self.fns is None and pdl_enabled(self.device),
                 "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
                                    if self.gemv and self.fns is None else "library"),
