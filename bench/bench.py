@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
@@ -35,6 +36,9 @@ RESULTS: dict = {"machine": {}, "metrics": {}, "errors": {}}
 
 def log(*a):
     print(*a, flush=True)
+
+
+ARGS = argparse.Namespace(gemv_table="")  # set by main()
 
 
 def record(name, ours=None, base=None, unit="", note=""):
@@ -242,6 +246,7 @@ def ar_bf16(eng, n, compile_ok):
         ours_mk, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
     record("AR decode bf16 batch 1, attention merged by a separate kernel", ours_mk, base1, "tok/s",
            "YUE2_ATTN_MERGE=kernel")
+    variants(eng.ar, "bf16", sem_p, neg, s, base1)
     best = ours1
     if compile_ok:
         ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)
@@ -271,6 +276,26 @@ def ar_bf16(eng, n, compile_ok):
     record("AR decode bf16 ABC phase", oursa, basea, "tok/s")
     return {"b1": best, "base1": base1, "cfg": oursc, "basec": basec, "b4": ours4, "b8": ours8, "abc": oursa,
             "base_abc": basea, "compile": use_compile}
+
+
+def variants(ar, fmt: str, sem_p, neg, s, base1):
+    """Batch 1 and the CFG pair with the options not (yet) on by default: each product and its consumer kernel in
+    one launch (YUE2_GEMV_EPILOGUE=1), the GEMV configurations of --gemv-table (YUE2_GEMV_TABLE, e.g. the CUDA-core
+    ones bench/gemv_sweep.py --json found), and both."""
+    opts = [("products with their consumer in one launch", {"YUE2_GEMV_EPILOGUE": "1"})]
+    if ARGS.gemv_table:
+        opts += [(f"GEMV table {Path(ARGS.gemv_table).name}", {"YUE2_GEMV_TABLE": ARGS.gemv_table}),
+                 (f"GEMV table {Path(ARGS.gemv_table).name} + consumer in one launch",
+                  {"YUE2_GEMV_TABLE": ARGS.gemv_table, "YUE2_GEMV_EPILOGUE": "1"})]
+    for label, switches in opts:
+        with env(**switches):
+            warm(ar, [[sem_p]], s, "semantic")
+            warm(ar, [[sem_p]], s, "semantic", cfg=1.5, negatives=[neg])
+            rate, t = ours_rate(ar, [sem_p], s, "semantic")
+            rate_cfg, _ = ours_rate(ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
+        note = " ".join(f"{k}={v}" for k, v in switches.items()) + f"; {t.get('layer_products')}"
+        record(f"AR decode {fmt} batch 1, {label}", rate, base1, "tok/s", note)
+        record(f"AR decode {fmt} CFG pair, {label}", rate_cfg, None, "tok/s", note)
 
 
 @section("AR int8")
@@ -304,6 +329,7 @@ def ar_int8(eng, n, base_rates):
         ours_mk, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1, attention merged by a separate kernel", ours_mk, base_rates.get("base1"),
            "tok/s", "YUE2_ATTN_MERGE=kernel")
+    variants(eng.ar, "int8", sem_p, neg, s, base_rates.get("base1"))
     oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
     record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
@@ -477,8 +503,11 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also measure torch.compile'd decode layers")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: bf16,int8,nar,vae,song")
     ap.add_argument("--dry-run-cpu", action="store_true", help="tiny profile on the CPU (checks the script only)")
+    ap.add_argument("--gemv-table", default="",
+                    help="also measure batch 1 / CFG with these GEMV configurations (bench/gemv_sweep.py --json)")
     args = ap.parse_args()
-    global DEVICE, PROFILE
+    global DEVICE, PROFILE, ARGS
+    ARGS = args
     if args.dry_run_cpu:
         DEVICE, PROFILE = "cpu", "tiny"
         torch.cuda.empty_cache = lambda: None

@@ -4,9 +4,10 @@
 Each measurement captures 28 calls — one per layer, each with its own weights, so they stream from HBM as in a real
 step — in one CUDA graph and replays it; µs per call and the achieved weight bandwidth (TB/s) are printed. Split-K
 configurations are timed without their reduction (the decode step sums the partials in the consumer kernel) and
-the stand-alone reduction is timed apart.
+the stand-alone reduction is timed apart. At 1–2 rows the CUDA-core configurations (dot=False) are swept too
+(columns bf16_cc / int8_cc) beside the tensor-core ones.
 
-    python bench/gemv_sweep.py [--json out.json] [--quick]
+    python bench/gemv_sweep.py [--json out.json] [--quick] [--shapes qkv,o] [--rows 1,2]
 """
 from __future__ import annotations
 
@@ -64,11 +65,25 @@ def configs(quick: bool):
     return out[::3] if quick else out
 
 
+def small_configs(quick: bool):
+    """CUDA-core (dot=False) configurations for 1–2 rows: ≤ 64 fp32 accumulators per thread."""
+    out = []
+    for bn, bk, w in itertools.product((8, 16, 32, 64), (128, 256, 512), (2, 4, 8)):
+        if bn * bk // (32 * w) > 64 or bn * bk // (32 * w) < 8:
+            continue
+        out.append(G.Config(bn=bn, bk=bk, warps=w, stages=3, dot=False))
+    return out[::2] if quick else out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--budget-s", type=float, default=360)
+    ap.add_argument("--shapes", default="", help="comma-separated subset of " + ",".join(SHAPES))
+    ap.add_argument("--rows", default="1,2,8", help="batch rows to time, comma-separated")
+    ap.add_argument("--cc-only", action="store_true",
+                    help="sweep only the CUDA-core configurations; the tensor-core side times the current table")
     a = ap.parse_args()
     t_start = time.perf_counter()
     dev = torch.device("cuda")
@@ -77,9 +92,10 @@ def main():
     for n, k in ((4096, 2048), (2048, 6144)):
         w = torch.randn(n, k, device=dev) * 0.02
         q, s = quantize(w)
-        for m in (1, 3):
+        for m in (1, 2, 3):
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            for cfg in (G.Config(split=1), G.Config(split=4, bn=64, bk=512)):
+            for cfg in (G.Config(split=1), G.Config(split=4, bn=64, bk=512), G.Config(split=4, bn=16, dot=False),
+                        G.Config(split=1, bn=32, bk=128, dot=False)):
                 yb = G.gemv(x, w.bfloat16(), cfg=cfg).float()
                 rb = x.float() @ w.bfloat16().float().T
                 yq = G.gemv(G.rotate(x), q, s.view(-1), cfg=cfg).float()
@@ -91,12 +107,14 @@ def main():
     rows = []
     top: dict = {}
     cfgs = configs(a.quick)
-    for name, (n, k) in SHAPES.items():
+    small = small_configs(a.quick)
+    shapes = {k: v for k, v in SHAPES.items() if not a.shapes or k in a.shapes.split(",")}
+    for name, (n, k) in shapes.items():
         sets = 4 if name.startswith("head") else 28
         wb = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(sets)]
         wq = [torch.randint(-127, 128, (n, k), device=dev, dtype=torch.int8) for _ in range(sets)]
         sc = [torch.rand(n, device=dev) * 1e-3 for _ in range(sets)]
-        for m in (1, 2, 8):
+        for m in [int(v) for v in a.rows.split(",")]:
             if time.perf_counter() - t_start > a.budget_s:
                 print("budget reached; stopping")
                 break
@@ -109,14 +127,20 @@ def main():
             rec["rotate_triton_us"] = timed(lambda i: G.rotate(x), sets)
             results = {}
             xr = G.rotate(x)
-            for variant, ws in {"bf16": wb, "int8": wq}.items():
+            variants = {"bf16": wb, "int8": wq}
+            if m <= G.SMALL_ROWS:
+                variants.update({"bf16_cc": wb, "int8_cc": wq})
+            for variant, ws in variants.items():
                 best = []
-                cand = cfgs if m == 1 else top.get((name, variant), cfgs)
+                base_cfgs = small if variant.endswith("_cc") else cfgs
+                cand = base_cfgs if m == 1 else top.get((name, variant), base_cfgs)
+                if a.cc_only and not variant.endswith("_cc"):  # the tensor-core side: the current table's entry
+                    cand = [G.choose(n, k, m, variant == "int8")]
                 for c in cand:
-                    for split in (1, 2, 4, 8, 16):
-                        if k % (split * c.bk) or (name.startswith("head") and (split > 1 or c.bn < 32 or c.warps > 4)):
+                    for split in ((c.split,) if a.cc_only and c.dot else (1, 2, 4, 8, 16)):
+                        if k % (split * c.bk) or (name.startswith("head") and (split > 1 or (c.dot and (c.bn < 32 or c.warps > 4)))):
                             continue
-                        cfg = G.Config(bn=c.bn, bk=c.bk, split=split, warps=c.warps, stages=c.stages)
+                        cfg = G.Config(bn=c.bn, bk=c.bk, split=split, warps=c.warps, stages=c.stages, dot=c.dot)
                         scale = sc if ws is wq else [None] * sets
                         try:
                             xx = xr if ws is wq else x
@@ -127,7 +151,7 @@ def main():
                         best.append((us, cfg))
                 best.sort(key=lambda t: t[0])
                 if m == 1:
-                    top[(name, variant)] = [G.Config(bn=c.bn, bk=c.bk, warps=c.warps, stages=c.stages)
+                    top[(name, variant)] = [G.Config(bn=c.bn, bk=c.bk, warps=c.warps, stages=c.stages, dot=c.dot)
                                             for _, c in best[:6]]
                 results[variant] = best[0] if best else None
             if results.get("bf16"):
@@ -137,22 +161,33 @@ def main():
                     rec["reduce_us"] = timed(lambda i: G.reduce(p), 4)
             for variant, best in results.items():
                 if best:
-                    gb = gb_bf16 if variant == "bf16" else gb_int8  # int8 times exclude the rotation of x
+                    gb = gb_int8 if variant.startswith("int8") else gb_bf16  # int8 times exclude the rotation
                     rec[variant] = {"us": best[0], "tbps": gb / best[0] * 1e6 / 1e3, "cfg": best[1].__dict__}
             rows.append(rec)
             line = (f"{name:10s} m={m:2d} cuBLAS bf16 {base_b:7.2f} µs ({gb_bf16 / base_b * 1e3:4.2f} TB/s) | "
                     f"old w8a16+rot {base_q:7.2f} µs ({gb_int8 / base_q * 1e3:4.2f}) | rotate cuBLAS "
                     f"{rec['rotate_cublas_us']:5.2f} Triton {rec['rotate_triton_us']:5.2f} µs")
-            for variant in ("bf16", "int8"):
+            for variant in ("bf16", "bf16_cc", "int8", "int8_cc"):
                 if variant in rec:
                     r = rec[variant]
                     c = r["cfg"]
                     line += (f" | {variant} {r['us']:6.2f} µs ({r['tbps']:4.2f}) "
                              f"bn{c['bn']} bk{c['bk']} s{c['split']} w{c['warps']} st{c['stages']}")
+            line += "" if m > G.SMALL_ROWS else "  (_cc: CUDA cores, dot=False)"
             print(line, flush=True)
     print(f"total {time.perf_counter() - t_start:.0f} s")
-    if a.json:
-        Path(a.json).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    if a.json:  # "configs": the winners in the format of YUE2_GEMV_TABLE (yue2_core/fast/gemv.py)
+        winners = []
+        for rec in rows:
+            for dtype in ("bf16", "int8"):
+                cands = [rec[v] for v in (dtype, dtype + "_cc") if v in rec]
+                if cands:
+                    best = min(cands, key=lambda r: r["us"])
+                    winners.append({"n": rec["n"], "k": rec["k"], "int8": dtype == "int8",
+                                    "m": rec["m"] if rec["m"] <= G.SMALL_ROWS else 0, "cfg": best["cfg"],
+                                    "us": best["us"]})
+        Path(a.json).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows,
+                                            "configs": winners}, indent=1))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@
 #   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu)
 #   bash bench/gpu_session.sh parts    # bench/decode_parts.py (decode-attention configurations, int8 rotation
 #                                      # placements; ~1 min) and bench/gemv_sweep.py --quick
+#   bash bench/gpu_session.sh next     # what is built but not yet measured (~7 min): the CUDA-core GEMV sweep
+#                                      # (bench/gemv_sweep.py --cc-only, 1–2 rows), then bench/bench.py's AR sections
+#                                      # with its table (YUE2_GEMV_TABLE) and with the GEMV epilogues
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
@@ -24,7 +27,7 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|nodes|takes ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|nodes|takes ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -38,12 +41,18 @@ for part in "$@"; do
     parts)
       "$PY" bench/decode_parts.py --json "$OUT/decode_parts.json" 2>&1 | tee "$OUT/decode_parts.log"
       "$PY" bench/gemv_sweep.py --quick --json "$OUT/gemv_sweep.json" 2>&1 | tee "$OUT/gemv_sweep.log" ;;
+    next)
+      "$PY" bench/gemv_sweep.py --cc-only --rows 1,2 --budget-s 240 --json "$OUT/gemv_sweep_cc.json" 2>&1 \
+        | grep -v "^  skip" | tee "$OUT/gemv_sweep_cc.log"
+      table=(); [ -f "$OUT/gemv_sweep_cc.json" ] && table=(--gemv-table "$OUT/gemv_sweep_cc.json")
+      "$PY" bench/bench.py --skip nar,vae,song "${table[@]}" --json "$OUT/bench_next.json" 2>&1 \
+        | tee "$OUT/bench_next.log" ;;
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;
     takes)
       PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_takes_check.py \
         --comfy .comfyhost/comfyui --out "$OUT" 2>&1 | tail -c 3000 ;;
-    *) echo "unknown part $part (bench|tests|parts|nodes|takes)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|tests|parts|next|nodes|takes)" >&2; exit 2 ;;
   esac
 done

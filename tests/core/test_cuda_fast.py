@@ -338,3 +338,108 @@ def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeyp
     if torch.version.hip is None and torch.cuda.get_device_capability() >= (9, 0):
         assert pdl_on, "Hopper or newer: the PDL comparison must run with PDL on"
     assert torch.equal(logits["gemv"], logits["gemv_no_pdl"])
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("n,k", [(4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (32769, 2048)])
+def test_gemv_cuda_core_configs_match_fp32_products(n, k):
+    """The CUDA-core GEMV configurations (dot=False: 1–2 rows, fp32 products, int8 codes converted through the
+    float bit pattern) against fp32 products of the same operands, split and unsplit."""
+    from yue2_core.fast import gemv as G
+    from yue2_core.quant import rotate
+    torch.manual_seed(0)
+    w = torch.randn(n, k, device="cuda") * 0.02
+    q, s = quantize(w)
+    for m in (1, 2):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        rb = x.float() @ w.bfloat16().float().T
+        xr = rotate(x, 256)
+        rq = (xr.float() @ q.float().T) * s.view(1, -1)
+        for cfg in (G.Config(bn=16, bk=256, split=1, dot=False), G.Config(bn=32, bk=128, split=4, warps=4, dot=False),
+                    G.Config(bn=8, bk=512, split=2, warps=2, dot=False)):
+            yb, yq = G.gemv(x, w.bfloat16(), cfg=cfg), G.gemv(xr, q, s.view(-1), cfg=cfg)
+            eb = ((yb.float() - rb).norm() / rb.norm()).item()
+            eq = ((yq.float() - rq).norm() / rq.norm()).item()
+            assert eb < 5e-3 and eq < 5e-3, (n, k, m, cfg, eb, eq)
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
+def test_epilogues_equal_separate_kernels_at_full_size(int8):
+    """`fast.epilogue` at YuE2-3B's shapes (the consumer run by the last program of each group, after a GPU-scope
+    fence and an acq_rel count) against the product followed by the separate kernel, 1, 2 and 8 rows, 20 launches
+    each: a missed count or a stale read of another program's block would show as a difference or a counter left
+    non-zero."""
+    from yue2_core.fast import epilogue as E, fused, gemv as G
+    torch.manual_seed(0)
+    NH, NKV, D, H, F, EPS = 16, 8, 128, 2048, 6144, 1e-6
+    dev = "cuda"
+    cnt = E.counters(NH, NKV, F, dev)
+
+    def weight(n, kk):
+        w = torch.randn(n, kk, device=dev) * 0.02
+        if not int8:
+            return w.bfloat16(), None
+        qw, sw = quantize(w)
+        return qw, sw.view(-1).contiguous()
+
+    wqkv, wo, wgu, wd = weight((NH + 2 * NKV) * D, H), weight(H, NH * D), weight(2 * F, H), weight(H, F)
+    qn, kn, nw = [(1 + 0.1 * torch.randn(n, device=dev)).bfloat16() for n in (D, D, H)]
+    worst = 0.0
+    for m in (1, 2, 8):
+        assert E.fits(H, NH, NKV, D, F, m, int8, dev)
+        pos = torch.arange(m, device=dev) * 5 + 3
+        cos, sin = torch.randn(m, D // 2, device=dev), torch.randn(m, D // 2, device=dev)
+        for _ in range(20):
+            y = torch.randn(m, H, device=dev, dtype=torch.bfloat16)
+            caches = [torch.zeros(m, NKV, 64, D, device=dev, dtype=torch.bfloat16) for _ in range(4)]
+            q1 = fused.qk_norm_rope_store(G.gemv(y, *wqkv, partial=True), qn, kn, cos, sin, pos, caches[0],
+                                          caches[1], NH, NKV, D, EPS)
+            q2 = E.qkv_rope_store(y, *wqkv, cnt, qn, kn, cos, sin, pos, caches[2], caches[3], NH, NKV, D, EPS)
+            assert torch.equal(q1, q2) and torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+            a1 = fused.silu_mul(G.gemv(y, *wgu, partial=True), rot=int8)
+            a2 = E.gate_up_silu(y, *wgu, cnt, rot=int8)
+            assert torch.equal(a1, a2), (m, int8)
+            x = torch.randn(m, 1, H, device=dev, dtype=torch.bfloat16)
+            for h, w in ((torch.randn(m, NH * D, device=dev, dtype=torch.bfloat16), wo), (a1, wd)):
+                x1, n1 = fused.add_rmsnorm(x, G.gemv(h, *w, partial=True), nw, EPS, rot=int8)
+                x2, n2 = E.add_rmsnorm(h, *w, cnt, x, nw, EPS, rot=int8)
+                assert torch.equal(x1, x2), (m, int8)
+                err = ((n1.float() - n2.float()).norm() / n1.float().norm()).item()
+                worst = max(worst, err)
+                assert err < (4e-3 if int8 else 1e-6), (m, int8, err)
+            assert not cnt.any(), cnt
+    print(f"epilogues ({'int8' if int8 else 'bf16'}): equal to the separate kernels; norms' worst rel. diff {worst:.1e}")
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("which", ["bf16", "int8"])
+def test_decode_step_with_epilogues_close_to_separate_kernels(engines, which, monkeypatch):
+    """The graphed decode step with YUE2_GEMV_EPILOGUE=1 against the default step: logits within bf16 rounding
+    over 64 forced steps (bf16: equal expected), the epilogue counters zero after them."""
+    eng = engines[0] if which == "bf16" else engines[1]
+    if eng.ar.dtype != torch.bfloat16:
+        pytest.skip(f"this GPU computes in {eng.ar.dtype} (no native bf16): the split-K products are not used")
+    sp = semantic_prefix(SongRequest("pop", "la la", cot="full"), [], eng.tokenizer.encode)
+    forced = [151853 + (7 * i) % 500 for i in range(64)]
+    s = Sampling(temperature=0.0, min_tokens=65, max_tokens=65)
+    logits = {}
+    for on in ("0", "1"):
+        monkeypatch.setenv("YUE2_GEMV_EPILOGUE", on)
+        dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
+        dec._allocate()
+        assert bool(dec.epilogue) == (on == "1"), (on, dec.epilogue)
+        dec._prefill()
+        graph = dec._graph(min(1024, dec.capacity))
+        rows = []
+        for t in forced[1:]:
+            dec.forced_t[dec.step] = t
+            graph.replay()
+            rows.append(dec.logits[0].float().clone())
+        logits[on] = torch.stack(rows)
+        if on == "1":
+            assert not dec.epi_counters.any()
+    rel = ((logits["1"] - logits["0"]).norm() / logits["0"].norm()).item()
+    print(f"{which} decode step with epilogues vs separate kernels: logits rel. error {rel:.2e}, "
+          f"equal: {torch.equal(logits['1'], logits['0'])}")
+    assert rel < 1e-2

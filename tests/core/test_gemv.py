@@ -15,14 +15,16 @@ def test_gemv_and_partial_consumers_in_interpreter():
         "from yue2_core.fast import gemv as G, fused\n"
         "from yue2_core.quant import quantize, rotate\n"
         "torch.manual_seed(0)\n"
-        "for n, k, m in ((96, 512, 1), (64, 1024, 3), (40, 256, 16)):\n"
+        "for n, k, m in ((96, 512, 1), (64, 1024, 3), (40, 256, 16), (48, 512, 2)):\n"
         "    x = torch.randn(m, k).half()\n"
         "    w = torch.randn(n, k) * 0.05\n"
         "    q, s = quantize(w)\n"
         "    rb = x.float() @ w.half().float().T\n"
         "    rq = (rotate(x.float()).half().float() @ q.float().T) * s.view(1, -1)\n"
         "    for cfg in (G.Config(bn=32, bk=256, split=1), G.Config(bn=16, bk=256, split=2),\n"
-        "                G.Config(bn=64, bk=512, split=2), G.Config(bn=16, bk=256, split=4)):\n"
+        "                G.Config(bn=64, bk=512, split=2), G.Config(bn=16, bk=256, split=4),\n"
+        # CUDA-core configurations (1–2 rows; more rows fall back to a tensor-core one)
+        "                G.Config(bn=32, bk=256, split=1, dot=False), G.Config(bn=16, bk=128, split=4, dot=False)):\n"
         "        yb = G.gemv(x, w.half(), cfg=cfg)\n"
         "        yq = G.gemv(G.rotate(x), q, s.view(-1), cfg=cfg)\n"
         "        assert yb.shape == (m, n) and yb.dtype == torch.float16\n"
@@ -33,6 +35,13 @@ def test_gemv_and_partial_consumers_in_interpreter():
         "        assert isinstance(p, G.Partials) == (split > 1), (cfg, type(p))\n"
         "        if split > 1:\n"
         "            assert p.t.shape == (split, m, n) and torch.equal(G.reduce(p), yb)\n"
+        # every int8 code converts exactly on the CUDA-core path (the float bit-pattern trick of _weights_f32)
+        "qa = torch.arange(-128, 128, dtype=torch.int8).repeat(16, 1).contiguous()\n"
+        "for j in (0, 1, 127, 128, 200, 255):\n"
+        "    xa = torch.zeros(1, 256).half(); xa[0, j] = 1\n"
+        "    for cfg in (G.Config(bn=16, bk=256, dot=False), G.Config(bn=16, bk=128, split=2, dot=False)):\n"
+        "        ya = G.gemv(xa, qa, torch.ones(16), cfg=cfg)\n"
+        "        assert torch.equal(ya.float(), torch.full((1, 16), float(j - 128))), (j, cfg, ya)\n"
         "xr = torch.randn(5, 768).half()\n"
         "assert (G.rotate(xr).float() - rotate(xr.float())).abs().max() < 4e-3  # fp16 output rounding only\n"
         "for bad in (lambda: G.rotate(torch.randn(1, 320).half()),\n"
@@ -103,8 +112,9 @@ def _decoders(path: str, int8: bool) -> str:
     return (tiny_fp16_ar(path) +
             "kind = fd._gemv_layers(ar)\n"
             "from yue2_core.fast import gemv as G\n"
-            "# every product split in two (the tiny model's shapes alone would split only down_proj)\n"
-            "G.choose = lambda n, k, m, int8: G.Config(bn=32, bk=128, split=2)\n"
+            "# every layer product split in two (the tiny model's shapes alone would split only down_proj); the codec\n"
+            "# head (32,769 rows) in wide blocks: fewer interpreted programs\n"
+            "G.choose = lambda n, k, m, int8: G.Config(bn=32, bk=128, split=2) if n < 4096 else G.Config(bn=256)\n"
             "seen = []\n"
             "_gemv = G.gemv\n"
             "G.gemv = lambda *a, **kw: seen.append(1) or _gemv(*a, **kw)\n"
@@ -207,3 +217,35 @@ def test_retired_fused_sampler_switch_warns_once(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fd._warn_retired_switches()  # the second time: silent
+
+
+def test_gemv_table_file_overrides_the_built_in_configurations(monkeypatch, tmp_path):
+    """YUE2_GEMV_TABLE (the "configs" list of bench/gemv_sweep.py --json) replaces entries per shape and row count;
+    a file that is missing or holds other entries is a RequestError naming the variable."""
+    from yue2_core.errors import RequestError
+    from yue2_core.fast import gemv as G
+    built_in = G.choose(4096, 2048, 1, False)
+    f = tmp_path / "sweep.json"
+    f.write_text('{"configs": [{"n": 4096, "k": 2048, "int8": false, "m": 1, "us": 3.0,'
+                 ' "cfg": {"bn": 16, "bk": 128, "split": 8, "warps": 2, "stages": 3, "dot": false}},'
+                 ' {"n": 2048, "k": 6144, "int8": true, "m": 0,'
+                 ' "cfg": {"bn": 32, "bk": 512, "split": 2, "warps": 8, "stages": 4, "dot": true}}]}')
+    monkeypatch.setenv("YUE2_GEMV_TABLE", str(f))
+    G._tables_from.cache_clear()
+    try:
+        assert G.choose(4096, 2048, 1, False) == G.Config(bn=16, bk=128, split=8, warps=2, stages=3, dot=False)
+        assert G.choose(4096, 2048, 2, False) == built_in  # only M = 1 was given
+        assert G.choose(2048, 6144, 8, True) == G.Config(bn=32, bk=512, split=2, warps=8, stages=4)
+        for text in ('{"configs": [{"n": 1}]}', "[1, 2]", "not json"):
+            f.write_text(text)
+            G._tables_from.cache_clear()
+            with pytest.raises(RequestError, match="YUE2_GEMV_TABLE"):
+                G.choose(4096, 2048, 1, False)
+        monkeypatch.setenv("YUE2_GEMV_TABLE", str(tmp_path / "missing.json"))
+        G._tables_from.cache_clear()
+        with pytest.raises(RequestError, match="missing.json"):
+            G.choose(4096, 2048, 1, False)
+    finally:
+        monkeypatch.delenv("YUE2_GEMV_TABLE")
+        G._tables_from.cache_clear()
+    assert G.choose(4096, 2048, 1, False) == built_in

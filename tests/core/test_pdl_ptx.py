@@ -88,7 +88,33 @@ def _kernels():
         ("SiLU·up", k.silu_mul_kernel, dict(gu_ptr="*fp32", out_ptr="*bf16", F="i32", PS="i32"),
          dict(S=2, BLOCK=1024, ROT=False, **e), {}),
         ("rotate", k.rotate_kernel, dict(x_ptr="*bf16", y_ptr="*bf16", K="i32"), dict(BK=256, **e), {}),
-    ]
+        ("gemv bf16, CUDA cores, 1 row", k.gemv_kernel, gemv_types, {**gemv_c, **e, "BM": 1, "BN": 16, "DOT": False},
+         {}),
+        ("gemv int8, CUDA cores, 2 rows", k.gemv_kernel, {**gemv_types, "w_ptr": "*i8"},
+         {**gemv_c, **e, "BM": 2, "BN": 16, "BK": 128, "INT8": True, "DOT": False}, {}),
+    ] + _epilogue_kernels(k, gemv_types, e)
+
+
+def _epilogue_kernels(k, gemv_types, e):
+    """`fast.epilogue`'s kernels: a product whose last program per group runs the consumer (tensor-core and
+    CUDA-core products, bf16 and int8)."""
+    out = []
+    for int8, dot in ((False, True), (True, False)):
+        g = {**gemv_types, "cnt_ptr": "*i32", **({"w_ptr": "*i8"} if int8 else {})}
+        c = dict(BM=16 if dot else 1, BN=32, BK=256, INT8=int8, SPLIT=2, DOT=dot, FENCE=True, **e)
+        tag = f"{'int8' if int8 else 'bf16'}, {'tensor' if dot else 'CUDA'} cores"
+        out += [
+            (f"gemv + QK-norm/RoPE/KV store ({tag})", k.gemv_qk_rope_kernel,
+             {**g, "qn_ptr": "*bf16", "kn_ptr": "*bf16", "cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i64",
+              "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "cache_row": "i32", "cache_head": "i32",
+              "eps": "fp32"}, dict(NH=16, NKV=8, D=128, **c), {}),
+            (f"gemv + SiLU·up ({tag}, rotated)", k.gemv_silu_kernel, {**g, "act_ptr": "*bf16"},
+             dict(GW=256, ROT=True, **c), {}),
+            (f"gemv + add+RMSNorm ({tag}, rotated)", k.gemv_add_rmsnorm_kernel,
+             {**g, "res_ptr": "*bf16", "nw_ptr": "*bf16", "xo_ptr": "*bf16", "y_ptr": "*bf16", "eps": "fp32"},
+             dict(NB=2048, ROT=True, **c), {}),
+        ]
+    return out
 
 
 def test_no_global_load_before_the_pdl_wait():
@@ -102,6 +128,23 @@ def test_no_global_load_before_the_pdl_wait():
         assert o["load"] is not None and o["load"] > o["wait"], (name, "a global load before the PDL wait", o)
         assert o["store"] is not None and o["store"] > o["wait"], (name, "a global store before the PDL wait", o)
         assert o["launch"] > o["wait"], (name, "the next grid released before the wait", o)
+
+
+def test_epilogue_counts_after_a_gpu_fence():
+    """In each GEMV-with-epilogue kernel the group count (atom.global, acq_rel, GPU scope) comes after a
+    fence.acq_rel.gpu that follows the product's stores, so the counting-last program sees every block."""
+    pytest.importorskip("triton.backends.nvidia.compiler", reason="this Triton has no CUDA backend to compile for")
+    from yue2_core.fast import _decode_triton as k
+    gemv_types = dict(x_ptr="*bf16", w_ptr="*bf16", s_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32", K="i32",
+                      KS="i32", stride_xm="i32")
+    for name, fn, types, consts, opts in _epilogue_kernels(k, gemv_types, dict(PDL=True)):
+        lines = [line.strip() for line in _ptx(fn, types, consts, **opts).splitlines()]
+        ops = [s.split(" ", 1)[1] if s.startswith("@") else s for s in lines]  # without the predicate
+        store = next(i for i, s in enumerate(ops) if s.startswith("st.global"))
+        fence = next((i for i, s in enumerate(ops) if s.startswith("fence.acq_rel.gpu")), None)
+        atom = next(i for i, s in enumerate(ops) if s.startswith("atom.global"))
+        assert fence is not None and store < fence < atom, (name, store, fence, atom)
+        assert ".gpu." in ops[atom] and ".acq_rel." in ops[atom], (name, ops[atom])
 
 
 def test_an_early_load_is_caught():

@@ -73,29 +73,58 @@ def attend_chunk(q, k_ptr, v_ptr, base, start, CHUNK, last, scale, QN: tl.conste
     return m_i, l_i, acc
 
 
-@triton.jit(do_not_specialize=["M"])
-def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
-                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr,
-                PDL: tl.constexpr = False):
-    # program (n block, k split): out[split, m, n] (PARTIAL) or out[m, n] = Σ_{k in split} x[m, k] · w[n, k]
-    # (· s[n] for int8 codes; x is already in the rotated basis)
-    pdl_prologue(PDL)
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
+@triton.jit
+def _weights_f32(w, INT8: tl.constexpr):
+    # a weight tile in fp32. int8 codes without the int→float conversion instruction (a quarter-rate unit on the
+    # CUDA cores): the sign-extended code plus 0x4B000080 is the bit pattern of the float 2²³ + 128 + code (the
+    # code sits in the low mantissa bits), so subtracting 2²³ + 128 gives the code exactly
+    if INT8:
+        return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+    else:
+        return w.to(tl.float32)
+
+
+@triton.jit
+def gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, pid_k, M, N, K, KS, stride_xm, BM: tl.constexpr,
+              BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr, DOT: tl.constexpr):
+    # output block pid_n of K split pid_k: out[split, m, n] (PARTIAL) or out[m, n] = Σ_{k in split} x[m, k] · w[n, k]
+    # (· s[n] for int8 codes; x is already in the rotated basis). DOT: tensor-core tiles (BM = 16 rows, padded);
+    # otherwise (BM = 1 or 2 rows) fp32 products on the CUDA cores, summed over K once after the loop — no shared
+    # memory round trip of the converted int8 tile and no padded rows
     offs_m = tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_kb = tl.arange(0, BK)
     m_ok = offs_m < M
     n_ok = offs_n < N
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
     k_lo = pid_k * KS
-    for k0 in range(k_lo, k_lo + KS, BK):
-        offs_k = k0 + offs_kb
-        k_ok = offs_k < K
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                    other=0.0)
-        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0)
-        acc += tl.dot(x, tl.trans(w.to(x.dtype)))
+    if DOT:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(k_lo, k_lo + KS, BK):
+            offs_k = k0 + offs_kb
+            k_ok = offs_k < K
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                        other=0.0)
+            w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0)
+            acc += tl.dot(x, tl.trans(w.to(x.dtype)))
+    elif BM == 1:
+        acc2 = tl.zeros((BN, BK), dtype=tl.float32)
+        for k0 in range(k_lo, k_lo + KS, BK):
+            offs_k = k0 + offs_kb
+            k_ok = offs_k < K
+            x = tl.load(x_ptr + offs_k, mask=k_ok & (M > 0), other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0)
+            acc2 += _weights_f32(w, INT8) * x[None, :]
+        acc = tl.reshape(tl.sum(acc2, 1), (1, BN))
+    else:
+        acc3 = tl.zeros((BM, BN, BK), dtype=tl.float32)
+        for k0 in range(k_lo, k_lo + KS, BK):
+            offs_k = k0 + offs_kb
+            k_ok = offs_k < K
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                        other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0)
+            acc3 += x[:, None, :] * _weights_f32(w, INT8)[None, :, :]
+        acc = tl.sum(acc3, 2)
     if INT8:
         acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
     mask = m_ok[:, None] & n_ok[None, :]
@@ -103,6 +132,16 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
         tl.store(out_ptr + (pid_k * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
     else:
         tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["M"])
+def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr,
+                PDL: tl.constexpr = False, DOT: tl.constexpr = True):
+    # program (n block, k split): `gemv_tile`
+    pdl_prologue(PDL)
+    gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, tl.program_id(0), tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK,
+              INT8, PARTIAL, DOT)
 
 
 @triton.jit
@@ -129,11 +168,17 @@ def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr, PDL: tl.constexpr = False):
 # -- consumers of the products: they take y either as a plain tensor (S = 1) or as S ≥ 2 fp32 partial sums --------
 
 @triton.jit
-def _load_sum(ptr, offs, mask, PS, S: tl.constexpr):
-    # Σ_{s < S} ptr[s·PS + offs] in fp32 (S = 1: one plain load, any dtype)
-    acc = tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    for s in tl.static_range(1, S):
-        acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0)
+def _load_sum(ptr, offs, mask, PS, S: tl.constexpr, CG: tl.constexpr = False):
+    # Σ_{s < S} ptr[s·PS + offs] in fp32 (S = 1: one plain load, any dtype). CG: read from L2 (".cg"), past this
+    # multiprocessor's L1 — for sums other programs of the same grid wrote (the GEMV epilogues)
+    if CG:
+        acc = tl.load(ptr + offs, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+        for s in tl.static_range(1, S):
+            acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0, cache_modifier=".cg")
+    else:
+        acc = tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        for s in tl.static_range(1, S):
+            acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0)
     return acc
 
 
@@ -173,15 +218,22 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
 def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
                    row_stride, cache_row, cache_head, cap, PS, NH: tl.constexpr, NKV: tl.constexpr,
                    D: tl.constexpr, eps, S: tl.constexpr, PDL: tl.constexpr = False):
-    # program (row r, head h of q‖k‖v): QK-norm + split-half RoPE; k and v stored into the cache at pos[r]
+    # program (row r, head h of q‖k‖v): `qk_rope_head`
     pdl_prologue(PDL)
-    r = tl.program_id(0)
-    h = tl.program_id(1)
+    qk_rope_head(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, tl.program_id(0),
+                 tl.program_id(1), row_stride, cache_row, cache_head, PS, NH, NKV, D, eps, S, False)
+
+
+@triton.jit
+def qk_rope_head(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, r, h,
+                 row_stride, cache_row, cache_head, PS, NH: tl.constexpr, NKV: tl.constexpr,
+                 D: tl.constexpr, eps, S: tl.constexpr, CG: tl.constexpr):
+    # row r, head h of q‖k‖v: QK-norm + split-half RoPE; k and v stored into the cache at pos[r]
     half = tl.arange(0, D // 2)
     dt = q_ptr.dtype.element_ty
     off = r * row_stride + h * D
-    x1 = _load_sum(qkv_ptr, off + half, half < D, PS, S).to(dt)
-    x2 = _load_sum(qkv_ptr, off + D // 2 + half, half < D, PS, S).to(dt)
+    x1 = _load_sum(qkv_ptr, off + half, half < D, PS, S, CG).to(dt)
+    x2 = _load_sum(qkv_ptr, off + D // 2 + half, half < D, PS, S, CG).to(dt)
     pos = tl.load(pos_ptr + r)
     if h < NH + NKV:
         f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
@@ -215,17 +267,117 @@ def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_
 @triton.jit
 def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr,
                     PDL: tl.constexpr = False):
-    # program (row, block): silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK = 256): the block rotated (·H)
+    # program (row, block): `silu_mul_block`
     pdl_prologue(PDL)
-    row = tl.program_id(0)
-    col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    silu_mul_block(gu_ptr, out_ptr, tl.program_id(0), tl.program_id(1), F, PS, S, BLOCK, ROT, False)
+
+
+@triton.jit
+def silu_mul_block(gu_ptr, out_ptr, row, blk, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr,
+                   CG: tl.constexpr):
+    # row, block blk: silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK % 256 == 0): the block rotated (·H)
+    col = blk * BLOCK + tl.arange(0, BLOCK)
     m = col < F
     dt = out_ptr.dtype.element_ty
-    g = _load_sum(gu_ptr, row * 2 * F + col, m, PS, S).to(dt)
-    u = _load_sum(gu_ptr, row * 2 * F + F + col, m, PS, S).to(dt)
+    g = _load_sum(gu_ptr, row * 2 * F + col, m, PS, S, CG).to(dt)
+    u = _load_sum(gu_ptr, row * 2 * F + F + col, m, PS, S, CG).to(dt)
     gf = g.to(tl.float32)
     s = (gf / (1.0 + tl.exp(-gf))).to(dt).to(tl.float32)
     out = (s * u.to(tl.float32)).to(dt)
     if ROT:
         out = tl.reshape(rot_rows(tl.reshape(out.to(tl.float32), (BLOCK // 256, 256)), BLOCK // 256), (BLOCK,)).to(dt)
     tl.store(out_ptr + row * F + col, out, mask=m)
+
+
+@triton.jit
+def add_rmsnorm_row(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, row, N, PS, eps, S: tl.constexpr, BLOCK: tl.constexpr,
+                    ROT: tl.constexpr, CG: tl.constexpr):
+    # `add_rmsnorm_kernel` for one whole row with a delta (BLOCK = N): xo ← x + bf16(delta), y = RMSNorm(xo)·w;
+    # ROT (N % 256 == 0): y rotated per 256-group, all groups at once
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    dt = y_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * N + offs, mask=m, other=0.0)
+    x = (x.to(tl.float32) + _load_sum(d_ptr, row * N + offs, m, PS, S, CG).to(dt).to(tl.float32)).to(dt)
+    tl.store(xo_ptr + row * N + offs, x, mask=m)
+    xf = x.to(tl.float32)
+    r = (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
+    y = (xf * r).to(dt).to(tl.float32)
+    y = (y * tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)).to(dt)
+    if ROT:
+        y = tl.reshape(rot_rows(tl.reshape(y.to(tl.float32), (BLOCK // 256, 256)), BLOCK // 256), (BLOCK,)).to(dt)
+    tl.store(y_ptr + row * N + offs, y, mask=m)
+
+
+# -- GEMV + consumer in one launch: the last program of each output group runs the consumer on the group ---------
+# Every program stores its block (partial sums or the product) as `gemv_kernel` does, then counts itself in the
+# group's counter (int32, zero before the launch, zero again after it): a GPU-scope fence (FENCE) and a barrier
+# order all of the program's stores before the acq_rel atomic; the program that counts last acquires every other
+# program's stores, reads the group's sums from L2 (".cg") and runs the consumer — no separate kernel launch.
+
+@triton.jit
+def _arrive(cnt_ptr, FENCE: tl.constexpr):
+    # this program's arrival at the counter; returns the count before it
+    if FENCE:
+        tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
+                                  pack=1)
+    tl.debug_barrier()
+    return tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit(do_not_specialize=["M"])
+def gemv_qk_rope_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_ptr,
+                        qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, cache_row, cache_head, eps,
+                        NH: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
+                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
+                        SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr, PDL: tl.constexpr = False):
+    # qkv product; group = one head of q‖k‖v (D columns, BN | D): its last program runs `qk_rope_head` for every row
+    pdl_prologue(PDL)
+    pid_n = tl.program_id(0)
+    gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK, INT8,
+              SPLIT > 1, DOT)
+    h = pid_n * BN // D
+    if _arrive(cnt_ptr + h, FENCE) == (D // BN) * SPLIT - 1:
+        tl.debug_barrier()
+        for r in range(M):
+            qk_rope_head(out_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, r, h, N,
+                         cache_row, cache_head, M * N, NH, NKV, D, eps, SPLIT, True)
+        tl.store(cnt_ptr + h, 0)
+
+
+@triton.jit(do_not_specialize=["M"])
+def gemv_silu_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_ptr, act_ptr,
+                     GW: tl.constexpr, ROT: tl.constexpr,
+                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
+                     SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr, PDL: tl.constexpr = False):
+    # gate‖up product (N = 2F); group = GW columns of gate and the same GW of up (BN | GW, GW | F): its last
+    # program runs `silu_mul_block` (rotated with ROT) for every row into act [M, F]
+    pdl_prologue(PDL)
+    pid_n = tl.program_id(0)
+    gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK, INT8,
+              SPLIT > 1, DOT)
+    f = N // 2
+    g = (pid_n * BN % f) // GW
+    if _arrive(cnt_ptr + g, FENCE) == 2 * (GW // BN) * SPLIT - 1:
+        tl.debug_barrier()
+        for r in range(M):
+            silu_mul_block(out_ptr, act_ptr, r, g, f, M * N, SPLIT, GW, ROT, True)
+        tl.store(cnt_ptr + g, 0)
+
+
+@triton.jit(do_not_specialize=["M"])
+def gemv_add_rmsnorm_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_ptr,
+                            res_ptr, nw_ptr, xo_ptr, y_ptr, eps, NB: tl.constexpr, ROT: tl.constexpr,
+                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
+                            SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr,
+                            PDL: tl.constexpr = False):
+    # o_proj / down_proj product (N = NB, a power of two); one group = the whole launch: its last program adds the
+    # product to the residual res and runs the RMSNorm (`add_rmsnorm_row`) for every row
+    pdl_prologue(PDL)
+    gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, tl.program_id(0), tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK,
+              INT8, SPLIT > 1, DOT)
+    if _arrive(cnt_ptr, FENCE) == tl.num_programs(0) * SPLIT - 1:
+        tl.debug_barrier()
+        for r in range(M):
+            add_rmsnorm_row(res_ptr, out_ptr, nw_ptr, xo_ptr, y_ptr, r, N, M * N, eps, SPLIT, NB, ROT, True)
+        tl.store(cnt_ptr, 0)

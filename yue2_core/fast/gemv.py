@@ -27,12 +27,15 @@ import torch
 
 @dataclass(frozen=True)
 class Config:
-    """Block of outputs per program (bn), K tile (bk), K splits (split), warps, pipeline stages."""
+    """Block of outputs per program (bn), K tile (bk), K splits (split), warps, pipeline stages; `dot`: tensor-core
+    tiles of 16 rows (any M ≤ 16), else CUDA-core products for M ≤ `SMALL_ROWS` (larger M falls back to a dot
+    configuration)."""
     bn: int = 32
     bk: int = 256
     split: int = 1
     warps: int = 4
     stages: int = 3
+    dot: bool = True
 
 
 class Partials:
@@ -62,6 +65,7 @@ def available() -> bool:
 
 
 MAX_ROWS = 16  # one tensor-core tile of rows; more rows use cuBLAS (bf16) or dequantize + GEMM (int8)
+SMALL_ROWS = 2  # most rows of a CUDA-core (dot=False) configuration: batch 1 and a CFG pair
 
 # per weight shape (N, K, int8): the fastest configuration at M = 1 in bench/gemv_sweep.py on an H200
 # (docs/gemv_sweep_h200.log, 2026-11-29; the same ones won at M = 2 and 8 within 2 %). YuE2-3B AR shapes.
@@ -79,11 +83,45 @@ _TABLE: dict[tuple[int, int, bool], Config] = {
 }
 
 
+# per (N, K, int8, M) for M = 1 and 2: where a CUDA-core configuration beat the tensor-core one in the sweep
+_SMALL_TABLE: dict[tuple[int, int, bool, int], Config] = {}
+
+
+def _tables() -> tuple[dict, dict]:
+    """`_tables_from` the current YUE2_GEMV_TABLE (read at every call: a process may change it)."""
+    return _tables_from(os.environ.get("YUE2_GEMV_TABLE", "").strip())
+
+
+@functools.lru_cache(maxsize=4)
+def _tables_from(path: str) -> tuple[dict, dict]:
+    """(_TABLE, _SMALL_TABLE), with the entries of the JSON file named by YUE2_GEMV_TABLE on top (the "configs"
+    list that `bench/gemv_sweep.py --json` writes: {"n", "k", "int8", "m" (1, 2, or 0 for any row count),
+    "cfg": {bn, bk, split, warps, stages, dot}}) — tuning for another GPU without editing the code.
+    Raises RequestError for a file that cannot be read or holds other entries."""
+    table, small = dict(_TABLE), dict(_SMALL_TABLE)
+    if path:
+        import json
+        from ..errors import RequestError
+        try:
+            for e in json.loads(open(path, encoding="utf-8").read())["configs"]:
+                cfg = Config(**e["cfg"])
+                key = (int(e["n"]), int(e["k"]), bool(e["int8"]))
+                if int(e["m"]) == 0:
+                    table[key] = cfg
+                else:
+                    small[key + (int(e["m"]),)] = cfg
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RequestError(f"YUE2_GEMV_TABLE={path!r}: expected a JSON file with a \"configs\" list as "
+                               f"bench/gemv_sweep.py --json writes it ({type(exc).__name__}: {exc})") from None
+    return table, small
+
+
 def choose(n: int, k: int, m: int, int8: bool) -> Config:
-    """The launch configuration for an [m ≤ 16, k] × [n, k]ᵀ product: the swept table when it has the shape,
-    otherwise a rule: 64-row blocks, K split until there are about two programs per multiprocessor of an H200
-    (132). `m` is unused: the sweep found the same winners for 1, 2 and 8 rows."""
-    cfg = _TABLE.get((n, k, int8))
+    """The launch configuration for an [m ≤ 16, k] × [n, k]ᵀ product: the swept tables when they have the shape
+    (`_SMALL_TABLE` for 1 and 2 rows, then `_TABLE`; YUE2_GEMV_TABLE adds entries), otherwise a rule: 64-row
+    blocks, K split until there are about two programs per multiprocessor of an H200 (132)."""
+    table, small = _tables()
+    cfg = small.get((n, k, int8, m)) or table.get((n, k, int8))
     if cfg is not None:
         return cfg
     bn, bk = 64, 256
@@ -92,6 +130,14 @@ def choose(n: int, k: int, m: int, int8: bool) -> Config:
     while blocks * split < 264 and k % (bk * split * 2) == 0:
         split *= 2
     return Config(bn=bn, bk=bk, split=split)
+
+
+def usable(cfg: Config, n: int, k: int, m: int, int8: bool) -> Config:
+    """cfg, or for a CUDA-core configuration given more than SMALL_ROWS rows the tensor-core one of the table (or
+    64-row blocks with cfg's split)."""
+    if cfg.dot or m <= SMALL_ROWS:
+        return cfg
+    return _tables()[0].get((n, k, int8)) or Config(bn=64, bk=256, split=cfg.split)
 
 
 def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -122,7 +168,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
                  or scale.dtype != torch.float32):
         raise ValueError(f"int8 weights need their fp32 row scales, one per output row, contiguous on {x.device}; "
                          f"got {None if scale is None else (tuple(scale.shape), scale.dtype, str(scale.device))}")
-    cfg = cfg or choose(n, k, m, int8)
+    cfg = usable(cfg or choose(n, k, m, int8), n, k, m, int8)
     split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1
     ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
     x = x.contiguous()
@@ -132,7 +178,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
     else:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     kern[(triton.cdiv(n, cfg.bn), split)](x, w, scale if int8 else x, out, m, n, k, ks, x.stride(0),
-                                          BM=16, BN=cfg.bn, BK=cfg.bk, INT8=int8, PARTIAL=as_partial, **_pdl(x),
+                                          BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk,
+                                          INT8=int8, PARTIAL=as_partial, DOT=cfg.dot, **_pdl(x),
                                           num_warps=cfg.warps, num_stages=cfg.stages)
     if not as_partial:
         return out
