@@ -188,6 +188,16 @@ def main():
                                     "us": best["us"]})
         Path(a.json).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows,
                                             "configs": winners}, indent=1))
+    # entries for gemv._SMALL_TABLE: shapes where a CUDA-core configuration beat the tensor-core one by ≥ 2 %
+    names = {v: k for k, v in SHAPES.items()}
+    for rec in rows:
+        for dtype in ("bf16", "int8"):
+            cc, tc = rec.get(dtype + "_cc"), rec.get(dtype)
+            if cc and tc and cc["us"] < 0.98 * tc["us"]:
+                c = cc["cfg"]
+                print(f"    ({rec['n']}, {rec['k']}, {dtype == 'int8'}, {rec['m']}): Config(bn={c['bn']}, bk={c['bk']}, "
+                      f"split={c['split']}, warps={c['warps']}, stages={c['stages']}, dot=False),  "
+                      f"# {names.get((rec['n'], rec['k']), '?')}: {cc['us']:.2f} vs {tc['us']:.2f} µs")
 
 
 if __name__ == "__main__":

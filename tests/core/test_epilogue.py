@@ -39,16 +39,23 @@ PAIRS = textwrap.dedent("""
                 caches = [torch.zeros(m, NKV, 16, D).half() for _ in range(4)]
                 q1 = fused.qk_norm_rope_store(G.gemv(y, *wqkv, partial=True), qn, kn, cos, sin, pos, caches[0],
                                               caches[1], NH, NKV, D, EPS)
-                q2 = E.qkv_rope_store(y, *wqkv, cnt, qn, kn, cos, sin, pos, caches[2], caches[3], NH, NKV, D, EPS)
+                runs = torch.zeros(64, dtype=torch.int32)  # each group's consumer must run exactly once
+                q2 = E.qkv_rope_store(y, *wqkv, cnt, qn, kn, cos, sin, pos, caches[2], caches[3], NH, NKV, D, EPS,
+                                      runs=runs)
+                assert runs[:NH + 2 * NKV].eq(1).all() and not runs[NH + 2 * NKV:].any(), runs
                 assert torch.equal(q1, q2) and torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
                 assert caches[2].abs().sum() > 0 and caches[3].abs().sum() > 0  # k and v were stored
                 a1 = fused.silu_mul(G.gemv(y, *wgu, partial=True), rot=int8)
-                a2 = E.gate_up_silu(y, *wgu, cnt, rot=int8)
+                runs.zero_()
+                a2 = E.gate_up_silu(y, *wgu, cnt, rot=int8, runs=runs)
+                assert runs[:F // 256].eq(1).all() and not runs[F // 256:].any(), runs
                 assert torch.equal(a1, a2), (cfg, int8, m, (a1.float() - a2.float()).abs().max())
                 x = torch.randn(m, 1, H).half()
                 for h, w in ((torch.randn(m, NH * D).half(), wo), (a1, wd)):
                     x1, n1 = fused.add_rmsnorm(x, G.gemv(h, *w, partial=True), nw, EPS, rot=int8)
-                    x2, n2 = E.add_rmsnorm(h, *w, cnt, x, nw, EPS, rot=int8)
+                    runs.zero_()
+                    x2, n2 = E.add_rmsnorm(h, *w, cnt, x, nw, EPS, rot=int8, runs=runs)
+                    assert runs[0] == 1 and not runs[1:].any(), runs
                     assert torch.equal(x1, x2), (cfg, int8, m)
                     # the full-row rotation (16-row tensor-core tiles) vs one row per program: fp16 rounding
                     tol = 2e-3 * n1.float().abs().max() if int8 else 0
@@ -61,6 +68,21 @@ PAIRS = textwrap.dedent("""
     assert not E.fits(384, NH, NKV, D, F, 1, False, 'cpu') and not E.fits(H, NH, NKV, D, 320, 1, False, 'cpu')
     G.choose = lambda n, k, m, int8: G.Config(bn=256)
     assert not E.fits(H, NH, NKV, D, F, 1, False, 'cpu')
+    # inputs the kernels do not take: a clear ValueError, not a wrong result
+    G.choose = lambda n, k, m, int8: G.Config(bn=32, bk=128, split=2)
+    y = torch.randn(1, H).half()
+    wq, sq = quantize(torch.randn(2 * F, H) * 0.05)
+    for bad in (lambda: E.gate_up_silu(y, wq, None, cnt, rot=True),                       # int8 without scales
+                lambda: E.gate_up_silu(y, wq, sq.view(-1), cnt.long(), rot=True),          # int64 counters
+                lambda: E.gate_up_silu(y, wq[:, :256].contiguous(), sq.view(-1), cnt[:1], rot=True),  # 1 counter
+                lambda: E.gate_up_silu(y, torch.randn(640, H).half(), None, cnt, rot=False),  # F = 320
+                lambda: E.add_rmsnorm(y, torch.randn(384, H).half(), None, cnt, torch.randn(1, 1, 384).half(),
+                                      torch.ones(384).half(), EPS, rot=False)):             # N not a power of 2
+        try:
+            bad()
+            raise SystemExit('accepted')
+        except ValueError as e:
+            assert 'epilogue' in str(e) or 'gate_up_silu' in str(e), e
     print('ok')
 """)
 

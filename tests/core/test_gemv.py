@@ -236,11 +236,23 @@ def test_gemv_table_file_overrides_the_built_in_configurations(monkeypatch, tmp_
         assert G.choose(4096, 2048, 1, False) == G.Config(bn=16, bk=128, split=8, warps=2, stages=3, dot=False)
         assert G.choose(4096, 2048, 2, False) == built_in  # only M = 1 was given
         assert G.choose(2048, 6144, 8, True) == G.Config(bn=32, bk=512, split=2, warps=8, stages=4)
-        for text in ('{"configs": [{"n": 1}]}', "[1, 2]", "not json"):
+        # a CUDA-core entry never serves more than 2 rows: the tensor-core table entry (or 64-row blocks) does
+        assert G.usable(G.choose(4096, 2048, 1, False), 4096, 2048, 3, False).dot
+        entry = ('{"configs": [{"n": 4096, "k": 2048, "int8": %s, "m": %s, "cfg": {"bn": %s, "bk": 256, "split": %s,'
+                 ' "warps": 4, "stages": 3, "dot": %s}}]}')
+        bad_values = [entry % ("false", 0, 32, 0, "true"),      # split 0
+                      entry % ("false", 1, 24, 1, "false"),     # bn not a power of two
+                      entry % ("false", 1, 8, 1, "true"),       # tensor cores with 8-row blocks
+                      entry % ('"false"', 1, 32, 1, "true"),    # int8 as a string
+                      entry % ("false", 3, 32, 1, "false"),     # m outside 0–2
+                      entry % ("false", 0, 32, 1, "false")]     # CUDA cores for any row count
+        for text in ['{"configs": [{"n": 1}]}', "[1, 2]", "not json"] + bad_values:
             f.write_text(text)
             G._tables_from.cache_clear()
             with pytest.raises(RequestError, match="YUE2_GEMV_TABLE"):
                 G.choose(4096, 2048, 1, False)
+            with pytest.raises(RequestError, match="entry 0" if text in bad_values else "YUE2_GEMV_TABLE"):
+                G._tables()
         monkeypatch.setenv("YUE2_GEMV_TABLE", str(tmp_path / "missing.json"))
         G._tables_from.cache_clear()
         with pytest.raises(RequestError, match="missing.json"):

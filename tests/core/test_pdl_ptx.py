@@ -18,14 +18,18 @@ def _early_load(x_ptr, y_ptr):  # what the check must catch: a load above the wa
     tl.store(y_ptr, v + tl.load(x_ptr + 1))
 
 
-def _ptx(fn, types: dict, consts: dict, **opts) -> str:
+def _compiled(fn, types: dict, consts: dict, **opts):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     consts = {**{p.name: p.default for p in fn.params if (p.is_constexpr or p.name not in types)
                  and p.name not in consts}, **consts}  # defaults: constexprs, and pointers left as None
     sig = {name: ("constexpr" if name in consts else types[name]) for name in fn.arg_names}
     src = ASTSource(fn, signature=sig, constexprs=consts)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"launch_pdl": True, **opts}).asm["ptx"]
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"launch_pdl": True, **opts})
+
+
+def _ptx(fn, types: dict, consts: dict, **opts) -> str:
+    return _compiled(fn, types, consts, **opts).asm["ptx"]
 
 
 def _order(ptx: str) -> dict:
@@ -138,13 +142,25 @@ def test_epilogue_counts_after_a_gpu_fence():
     gemv_types = dict(x_ptr="*bf16", w_ptr="*bf16", s_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32", K="i32",
                       KS="i32", stride_xm="i32")
     for name, fn, types, consts, opts in _epilogue_kernels(k, gemv_types, dict(PDL=True)):
-        lines = [line.strip() for line in _ptx(fn, types, consts, **opts).splitlines()]
+        kernel = _compiled(fn, types, consts, **opts)
+        lines = [line.strip() for line in kernel.asm["ptx"].splitlines()]
         ops = [s.split(" ", 1)[1] if s.startswith("@") else s for s in lines]  # without the predicate
         store = next(i for i, s in enumerate(ops) if s.startswith("st.global"))
         fence = next((i for i, s in enumerate(ops) if s.startswith("fence.acq_rel.gpu")), None)
         atom = next(i for i, s in enumerate(ops) if s.startswith("atom.global"))
         assert fence is not None and store < fence < atom, (name, store, fence, atom)
+        assert not any(s.startswith("st.global") for s in ops[fence:atom]), (name, "a store after the fence")
+        assert any(s.startswith("bar.sync") for s in ops[fence:atom]), (name, "no barrier between fence and count")
         assert ".gpu." in ops[atom] and ".acq_rel." in ops[atom], (name, ops[atom])
+        # the consumer reads the other programs' sums past L1
+        loads = [s for s in ops[atom:] if s.startswith("ld.global")]
+        assert loads and any(".cg" in s for s in loads), (name, loads[:4])
+        # … and not through asynchronous copies, which Triton's pipelining makes of loads in a loop and which
+        # cache in L1 (cp.async.ca) whatever the cache modifier
+        assert not any(s.startswith("cp.async") for s in ops[atom:]), (name, "cp.async in the consumer")
+        # shared memory like the plain GEMV's (whole-row rotation once took ~146 KB: one program per multiprocessor
+        # on an H200, no launch at all on GPUs with 99 KB per block)
+        assert kernel.metadata.shared <= 64 * 1024, (name, kernel.metadata.shared)
 
 
 def test_an_early_load_is_caught():

@@ -116,6 +116,7 @@ def gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, pid_k, M, N, K, KS, stride_xm
             acc2 += _weights_f32(w, INT8) * x[None, :]
         acc = tl.reshape(tl.sum(acc2, 1), (1, BN))
     else:
+        tl.static_assert(BM <= 2, "CUDA-core GEMV configurations take 1 or 2 rows (gemv.usable)")
         acc3 = tl.zeros((BM, BN, BK), dtype=tl.float32)
         for k0 in range(k_lo, k_lo + KS, BK):
             offs_k = k0 + offs_kb
@@ -293,7 +294,8 @@ def silu_mul_block(gu_ptr, out_ptr, row, blk, F, PS, S: tl.constexpr, BLOCK: tl.
 def add_rmsnorm_row(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, row, N, PS, eps, S: tl.constexpr, BLOCK: tl.constexpr,
                     ROT: tl.constexpr, CG: tl.constexpr):
     # `add_rmsnorm_kernel` for one whole row with a delta (BLOCK = N): xo ← x + bf16(delta), y = RMSNorm(xo)·w;
-    # ROT (N % 256 == 0): y rotated per 256-group, all groups at once
+    # ROT (N % 256 == 0): y rotated per 256-group — one group at a time, each recomputed from x and the sums as
+    # the separate kernel does (rotating the whole row at once took ~146 KB of shared memory at N = 2048)
     offs = tl.arange(0, BLOCK)
     m = offs < N
     dt = y_ptr.dtype.element_ty
@@ -302,11 +304,18 @@ def add_rmsnorm_row(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, row, N, PS, eps, S: tl.c
     tl.store(xo_ptr + row * N + offs, x, mask=m)
     xf = x.to(tl.float32)
     r = (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
-    y = (xf * r).to(dt).to(tl.float32)
-    y = (y * tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)).to(dt)
     if ROT:
-        y = tl.reshape(rot_rows(tl.reshape(y.to(tl.float32), (BLOCK // 256, 256)), BLOCK // 256), (BLOCK,)).to(dt)
-    tl.store(y_ptr + row * N + offs, y, mask=m)
+        for g in tl.static_range(BLOCK // 256):
+            so = g * 256 + tl.arange(0, 256)
+            xs = tl.load(x_ptr + row * N + so).to(tl.float32)
+            xs = (xs + _load_sum(d_ptr, row * N + so, so < N, PS, S, CG).to(dt).to(tl.float32)).to(dt)
+            ys = (xs.to(tl.float32) * r).to(dt).to(tl.float32)
+            ys = (ys * tl.load(w_ptr + so).to(tl.float32)).to(dt).to(tl.float32)
+            tl.store(y_ptr + row * N + so, tl.reshape(rot_rows(tl.reshape(ys, (1, 256)), 1), (256,)).to(dt))
+    else:
+        y = (xf * r).to(dt).to(tl.float32)
+        y = (y * tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)).to(dt)
+        tl.store(y_ptr + row * N + offs, y, mask=m)
 
 
 # -- GEMV + consumer in one launch: the last program of each output group runs the consumer on the group ---------
@@ -330,8 +339,10 @@ def gemv_qk_rope_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cn
                         qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, cache_row, cache_head, eps,
                         NH: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
-                        SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr, PDL: tl.constexpr = False):
+                        SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr, PDL: tl.constexpr = False,
+                        runs_ptr=None, RUNS: tl.constexpr = False):
     # qkv product; group = one head of q‖k‖v (D columns, BN | D): its last program runs `qk_rope_head` for every row
+    # (RUNS, tests: each consumer run is also counted in runs_ptr[group])
     pdl_prologue(PDL)
     pid_n = tl.program_id(0)
     gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK, INT8,
@@ -339,17 +350,20 @@ def gemv_qk_rope_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cn
     h = pid_n * BN // D
     if _arrive(cnt_ptr + h, FENCE) == (D // BN) * SPLIT - 1:
         tl.debug_barrier()
-        for r in range(M):
+        for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
             qk_rope_head(out_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, r, h, N,
                          cache_row, cache_head, M * N, NH, NKV, D, eps, SPLIT, True)
         tl.store(cnt_ptr + h, 0)
+        if RUNS:
+            tl.atomic_add(runs_ptr + h, 1)
 
 
 @triton.jit(do_not_specialize=["M"])
 def gemv_silu_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_ptr, act_ptr,
                      GW: tl.constexpr, ROT: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
-                     SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr, PDL: tl.constexpr = False):
+                     SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr, PDL: tl.constexpr = False,
+                     runs_ptr=None, RUNS: tl.constexpr = False):
     # gate‖up product (N = 2F); group = GW columns of gate and the same GW of up (BN | GW, GW | F): its last
     # program runs `silu_mul_block` (rotated with ROT) for every row into act [M, F]
     pdl_prologue(PDL)
@@ -360,9 +374,11 @@ def gemv_silu_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_p
     g = (pid_n * BN % f) // GW
     if _arrive(cnt_ptr + g, FENCE) == 2 * (GW // BN) * SPLIT - 1:
         tl.debug_barrier()
-        for r in range(M):
+        for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
             silu_mul_block(out_ptr, act_ptr, r, g, f, M * N, SPLIT, GW, ROT, True)
         tl.store(cnt_ptr + g, 0)
+        if RUNS:
+            tl.atomic_add(runs_ptr + g, 1)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -370,7 +386,7 @@ def gemv_add_rmsnorm_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm
                             res_ptr, nw_ptr, xo_ptr, y_ptr, eps, NB: tl.constexpr, ROT: tl.constexpr,
                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
                             SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr,
-                            PDL: tl.constexpr = False):
+                            PDL: tl.constexpr = False, runs_ptr=None, RUNS: tl.constexpr = False):
     # o_proj / down_proj product (N = NB, a power of two); one group = the whole launch: its last program adds the
     # product to the residual res and runs the RMSNorm (`add_rmsnorm_row`) for every row
     pdl_prologue(PDL)
@@ -378,6 +394,8 @@ def gemv_add_rmsnorm_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm
               INT8, SPLIT > 1, DOT)
     if _arrive(cnt_ptr, FENCE) == tl.num_programs(0) * SPLIT - 1:
         tl.debug_barrier()
-        for r in range(M):
+        for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
             add_rmsnorm_row(res_ptr, out_ptr, nw_ptr, xo_ptr, y_ptr, r, N, M * N, eps, SPLIT, NB, ROT, True)
         tl.store(cnt_ptr, 0)
+        if RUNS:
+            tl.atomic_add(runs_ptr, 1)

@@ -292,6 +292,9 @@ class PhaseDecoder:
         self.gemv = (kind is not None and flag("YUE2_GEMV", True) and self.R <= 16
                      and self.dtype in (torch.bfloat16, torch.float16))
         self.int8_layers = self.gemv and kind == "int8"
+        if self.gemv:
+            from .gemv import _tables
+            _tables()  # a bad YUE2_GEMV_TABLE file is reported here, before any work
         # int8 ConvRot products need their input rotated (·H per 256-group). YUE2_INT8_ROT picks where:
         # "producers" (default on NVIDIA): the kernels writing the activations (add+RMSNorm, SiLU·up, the attention
         # merge) write them rotated with tensor-core products in 3-pass tf32 (`_decode_triton.rot_rows`; Triton's

@@ -7,8 +7,10 @@ whose last program per output group runs the consumer of `fast.fused` on that gr
 
 Each program counts itself in its group's int32 counter (zero before, zero again after the launch) after a
 GPU-scope fence; the program that counts last reads the group's sums from L2 and runs the consumer, so the step has
-three launches fewer per layer, with the same arithmetic as the separate kernels (results equal in the CPU
-interpreter; on a GPU the full-row rotation of the norm uses a 16-row tensor-core product instead of 1-row ones).
+four launches fewer per layer (the next layer's input norm rides on down_proj; 112 of ~340 a step), with the same
+arithmetic as the separate kernels (equal in the CPU interpreter; on a GPU the fp32 sums of the row norm may be
+reduced in another order by another warp count: one bf16 step of the norm's scale now and then). The add+RMSNorm
+of the whole row runs in one program, serially: cheap at 1–2 rows, unmeasured for candidate batches.
 Unmeasured on a GPU so far: off by default, YUE2_GEMV_EPILOGUE=1 turns it on in the decoder (fast/decode.py).
 Needs NVIDIA (the fence is PTX) or the CPU interpreter.
 """
@@ -32,21 +34,32 @@ def _fence(x: torch.Tensor) -> bool:
     return x.is_cuda and torch.version.hip is None and os.environ.get("TRITON_INTERPRET") != "1"
 
 
-def _launch(x: torch.Tensor, w: torch.Tensor, scale):
-    """(kernels module, cfg, split, ks, out, common launch args) of the product x [M, K] · w [N, K]ᵀ."""
+def _launch(x: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, groups: int, runs, width: int):
+    """(kernels module, triton, cfg, split, out, common launch args, meta) of the product x [M, K] · w [N, K]ᵀ
+    with `groups` counters in cnt, whose output groups are `width` columns wide. Raises ValueError for inputs the
+    kernels do not take (`gemv.supported`, int8 scales, counters, a block not dividing a group)."""
     from . import _decode_triton as k
     triton = G._kernels()[0]
     m, kk = x.shape
     n = w.shape[0]
     int8 = w.dtype == torch.int8
     cfg = G.usable(G.choose(n, kk, m, int8), n, kk, m, int8)
+    if (not G.supported(x, w) or x.stride(1) != 1 or width % cfg.bn or n % width
+            or (int8 and (scale is None or scale.numel() != n or scale.dtype != torch.float32
+                          or scale.device != x.device))
+            or cnt.dtype != torch.int32 or cnt.numel() < groups or cnt.device != x.device
+            or (runs is not None and (runs.dtype != torch.int32 or runs.numel() < groups))):
+        raise ValueError(f"epilogue product: needs gemv-able x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} "
+                         f"{w.dtype} (int8: fp32 scales, one per row), output blocks of {cfg.bn} dividing groups of "
+                         f"{width} columns dividing {n}, and ≥ {groups} int32 counters on {x.device}")
     split = cfg.split if kk % (cfg.split * cfg.bk) == 0 else 1
     ks = triton.cdiv(triton.cdiv(kk, split), cfg.bk) * cfg.bk
     out = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
            else torch.empty(m, n, dtype=x.dtype, device=x.device))
     args = (x, w, scale.view(-1) if int8 else x, out, m, n, kk, ks, x.stride(0))
     meta = dict(BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk, INT8=int8, SPLIT=split,
-                DOT=cfg.dot, FENCE=_fence(x), num_warps=cfg.warps, num_stages=cfg.stages, **G._pdl(x))
+                DOT=cfg.dot, FENCE=_fence(x), num_warps=cfg.warps, num_stages=cfg.stages, **G._pdl(x),
+                **({"runs_ptr": runs, "RUNS": True} if runs is not None else {}))
     return k, triton, cfg, split, out, args, meta
 
 
@@ -67,10 +80,11 @@ def fits(hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int, rows: 
 
 
 def qkv_rope_store(y: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, qn, kn, cos, sin, pos, k_cache,
-                   v_cache, heads: int, kv_heads: int, head_dim: int, eps: float) -> torch.Tensor:
+                   v_cache, heads: int, kv_heads: int, head_dim: int, eps: float, runs=None) -> torch.Tensor:
     """y [R, H] (rotated for int8) · qkv_proj → q [R, nh, D]; k and v stored at pos[r] — `gemv.gemv` then
-    `fused.qk_norm_rope_store`, in one launch. Caller checks `fits`."""
-    k, _, cfg, split, out, args, meta = _launch(y, w, scale)
+    `fused.qk_norm_rope_store`, in one launch. `runs` (tests): int32 [nh + 2·nkv] zeros, counts each head's
+    consumer runs (1 each). Caller checks `fits`; ValueError for inputs the kernel does not take."""
+    k, _, cfg, split, out, args, meta = _launch(y, w, scale, cnt, heads + 2 * kv_heads, runs, head_dim)
     r = y.shape[0]
     q = torch.empty(r, heads, head_dim, dtype=k_cache.dtype, device=y.device)
     k.gemv_qk_rope_kernel[(w.shape[0] // cfg.bn, split)](
@@ -79,23 +93,30 @@ def qkv_rope_store(y: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, q
     return q
 
 
-def gate_up_silu(y: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, rot: bool) -> torch.Tensor:
+def gate_up_silu(y: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, rot: bool, runs=None) -> torch.Tensor:
     """y [R, H] · gate_up_proj [2F, H]ᵀ → silu(gate)·up [R, F] (rotated per 256-group with `rot`) — `gemv.gemv`
-    then `fused.silu_mul`, in one launch. Caller checks `fits`."""
-    k, _, cfg, split, out, args, meta = _launch(y, w, scale)
+    then `fused.silu_mul`, in one launch. `runs` (tests): int32 [F / 256] zeros, counts each group's consumer
+    runs. Caller checks `fits`; ValueError for inputs the kernel does not take."""
     f = w.shape[0] // 2
+    if f % 256 or f == 0:
+        raise ValueError(f"gate_up_silu: the gate and up halves must be multiples of 256 columns; got {f}")
+    k, _, cfg, split, out, args, meta = _launch(y, w, scale, cnt, f // 256, runs, 256)
     act = torch.empty(y.shape[0], f, dtype=y.dtype, device=y.device)
     k.gemv_silu_kernel[(w.shape[0] // cfg.bn, split)](*args, cnt, act, GW=256, ROT=rot, **meta)
     return act
 
 
 def add_rmsnorm(h: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, x: torch.Tensor, nw: torch.Tensor,
-                eps: float, rot: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                eps: float, rot: bool, runs=None) -> tuple[torch.Tensor, torch.Tensor]:
     """h [R, K] · w [N, K]ᵀ added to the residual x [R, 1, N] → (new x, RMSNorm(new x)·nw) [R, 1, N] (the norm
     rotated per 256-group with `rot`) — `gemv.gemv` then `fused.add_rmsnorm`, in one launch. N a power of two
-    ≥ 256; caller checks `fits`."""
-    k, triton, cfg, split, out, args, meta = _launch(h, w, scale)
+    ≥ 256. `runs` (tests): int32 [1] zero, counts the consumer runs. Caller checks `fits`; ValueError for inputs
+    the kernel does not take."""
     n = w.shape[0]
+    k, triton, cfg, split, out, args, meta = _launch(h, w, scale, cnt, 1, runs, n)
+    if n < 256 or n & (n - 1) or not x.is_contiguous() or x.numel() != h.shape[0] * n:
+        raise ValueError(f"add_rmsnorm epilogue: N must be a power of two ≥ 256 and x a contiguous [R, 1, N]; got "
+                         f"N = {n}, x {tuple(x.shape)}")
     xo, y = torch.empty_like(x), torch.empty_like(x)
     k.gemv_add_rmsnorm_kernel[(triton.cdiv(n, cfg.bn), split)](*args, cnt, x, nw, xo, y, eps, NB=n, ROT=rot,
                                                                  **meta)

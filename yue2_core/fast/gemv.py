@@ -101,19 +101,41 @@ def _tables_from(path: str) -> tuple[dict, dict]:
     table, small = dict(_TABLE), dict(_SMALL_TABLE)
     if path:
         import json
+        from pathlib import Path
         from ..errors import RequestError
         try:
-            for e in json.loads(open(path, encoding="utf-8").read())["configs"]:
+            for i, e in enumerate(json.loads(Path(path).read_text(encoding="utf-8"))["configs"]):
                 cfg = Config(**e["cfg"])
-                key = (int(e["n"]), int(e["k"]), bool(e["int8"]))
-                if int(e["m"]) == 0:
+                key = (int(e["n"]), int(e["k"]), e["int8"])
+                problem = _config_problem(cfg, e["int8"], e["m"])
+                if problem:
+                    raise ValueError(f"entry {i}: {problem}")
+                if e["m"] == 0:
                     table[key] = cfg
                 else:
-                    small[key + (int(e["m"]),)] = cfg
+                    small[key + (e["m"],)] = cfg
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise RequestError(f"YUE2_GEMV_TABLE={path!r}: expected a JSON file with a \"configs\" list as "
                                f"bench/gemv_sweep.py --json writes it ({type(exc).__name__}: {exc})") from None
     return table, small
+
+
+def _config_problem(cfg: Config, int8, m) -> str | None:
+    """What is wrong with a table entry, or None: powers of two for bn, bk, split, warps (bn ≥ 16 with dot),
+    stages ≥ 1, booleans for int8 and dot, m 0 (any rows) or 1–2 (CUDA-core entries only for 1–2 rows)."""
+    def pow2(v, lo):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo and v & (v - 1) == 0
+    if not isinstance(int8, bool) or not isinstance(cfg.dot, bool):
+        return "int8 and dot must be true or false"
+    if m not in (0, 1, 2) or isinstance(m, bool):
+        return f"m must be 0 (any row count), 1 or 2; got {m!r}"
+    if not (pow2(cfg.bn, 16 if cfg.dot else 1) and pow2(cfg.bk, 16) and pow2(cfg.split, 1)
+            and pow2(cfg.warps, 1) and cfg.warps <= 16 and isinstance(cfg.stages, int) and cfg.stages >= 1):
+        return (f"bn, bk, split and warps must be powers of two (bn ≥ 16 for tensor cores, bk ≥ 16, warps ≤ 16) "
+                f"and stages ≥ 1; got {cfg}")
+    if not cfg.dot and m == 0:
+        return "a CUDA-core (dot false) configuration serves 1–2 rows: give m 1 or 2"
+    return None
 
 
 def choose(n: int, k: int, m: int, int8: bool) -> Config:
@@ -137,7 +159,8 @@ def usable(cfg: Config, n: int, k: int, m: int, int8: bool) -> Config:
     64-row blocks with cfg's split)."""
     if cfg.dot or m <= SMALL_ROWS:
         return cfg
-    return _tables()[0].get((n, k, int8)) or Config(bn=64, bk=256, split=cfg.split)
+    fallback = _tables()[0].get((n, k, int8))
+    return fallback if fallback is not None and fallback.dot else Config(bn=64, bk=256, split=cfg.split)
 
 
 def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
