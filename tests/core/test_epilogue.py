@@ -136,3 +136,23 @@ def test_decoder_with_epilogues_in_interpreter(tiny_paths, int8, monkeypatch):
     """))
     monkeypatch.delenv("YUE2_GEMV_EPILOGUE", raising=False)
     _run_ok(code, interpret=True)
+
+
+def test_epilogue_switch_is_validated_on_any_device(tiny_paths, monkeypatch):
+    """YUE2_GEMV_EPILOGUE takes 0 or 1: another value is a RequestError naming it even where the epilogues would
+    not be used (a CPU decoder), and 1 on a CPU leaves the decoder on its portable products."""
+    import torch
+
+    from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer
+    from yue2_core.errors import RequestError
+    from yue2_core.fast import decode as fd
+    from yue2_core.protocol import Sampling, SongRequest, semantic_prefix
+    info = inspect_checkpoint(str(tiny_paths["bf16"]))
+    ar = load_ar(info, "cpu", torch.float32)
+    sp = semantic_prefix(SongRequest("pop", "la", cot="off"), [], load_tokenizer(info).encode)
+    s = Sampling(temperature=0.0, min_tokens=2, max_tokens=2)
+    monkeypatch.setenv("YUE2_GEMV_EPILOGUE", "yes")
+    with pytest.raises(RequestError, match="YUE2_GEMV_EPILOGUE must be 0 or 1"):
+        fd.PhaseDecoder(ar, [sp], s, [1], "semantic", use_graph=False)
+    monkeypatch.setenv("YUE2_GEMV_EPILOGUE", "1")
+    assert not fd.PhaseDecoder(ar, [sp], s, [1], "semantic", use_graph=False).epilogue

@@ -135,13 +135,17 @@ def test_no_global_load_before_the_pdl_wait():
 
 
 def test_epilogue_counts_after_a_gpu_fence():
-    """In each GEMV-with-epilogue kernel the group count (atom.global, acq_rel, GPU scope) comes after a
-    fence.acq_rel.gpu that follows the product's stores, so the counting-last program sees every block."""
+    """In each kernel whose last program per group consumes the others' results (the GEMV epilogues, the attention
+    merged in its split kernel) the group count (atom.global, acq_rel, GPU scope) comes after a fence.acq_rel.gpu
+    and a barrier that follow the program's stores, and the consumer reads with .cg loads (not L1), so the
+    counting-last program sees every block."""
     pytest.importorskip("triton.backends.nvidia.compiler", reason="this Triton has no CUDA backend to compile for")
     from yue2_core.fast import _decode_triton as k
     gemv_types = dict(x_ptr="*bf16", w_ptr="*bf16", s_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32", K="i32",
                       KS="i32", stride_xm="i32")
-    for name, fn, types, consts, opts in _epilogue_kernels(k, gemv_types, dict(PDL=True)):
+    counted = _epilogue_kernels(k, gemv_types, dict(PDL=True)) + [e for e in _kernels() if "last program" in e[0]]
+    assert len(counted) == 7, [e[0] for e in counted]  # 6 epilogue kernels + the attention merged in its split kernel
+    for name, fn, types, consts, opts in counted:
         kernel = _compiled(fn, types, consts, **opts)
         lines = [line.strip() for line in kernel.asm["ptx"].splitlines()]
         ops = [s.split(" ", 1)[1] if s.startswith("@") else s for s in lines]  # without the predicate

@@ -307,8 +307,8 @@ class PhaseDecoder:
         # YUE2_GEMV_EPILOGUE=1 (off until measured on a GPU): each layer's qkv, o, gate_up and down products run
         # their consumer kernel in their own launch (`fast.epilogue`); needs the Triton attention and, for int8,
         # inputs rotated by the producers; `_allocate` checks the shapes
-        self.epilogue = (self.gemv and self.attn_kernel and (not self.int8_layers or self.rot_fused)
-                         and flag("YUE2_GEMV_EPILOGUE", False))
+        wanted = flag("YUE2_GEMV_EPILOGUE", False)  # validated whatever the path
+        self.epilogue = wanted and self.gemv and self.attn_kernel and (not self.int8_layers or self.rot_fused)
         want = flag("YUE2_COMPILE", False) if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
         # Shared prefix (YUE2_SHARED_PREFIX, on by default; fused step with the Triton attention, ≥ SHARED_MIN_ROWS
