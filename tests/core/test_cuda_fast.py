@@ -380,8 +380,9 @@ def test_epilogues_equal_separate_kernels_at_full_size(int8, cores, monkeypatch)
     fence and an acq_rel count) against the product followed by the separate kernel, 1, 2 and 8 rows, 20 launches
     each, with the table's (tensor-core) configurations or CUDA-core ones for 1–2 rows: a missed count or a stale
     read of another program's block would show as a large difference, a consumer run count other than 1 per group
-    or a counter left non-zero. (The row norm's fp32 sum may be reduced in another order than the separate kernel's
-    — other warp count — so its outputs are compared within a bf16 step.)"""
+    or a counter left non-zero. Elementwise results (v cache, SiLU·up, residual) must be equal; the norms' fp32 sums
+    may be reduced in another order than the separate kernels' (other warp counts), so q, the k cache and the row
+    norm are compared per row within two bf16 steps of the scale.)"""
     from yue2_core.fast import epilogue as E, fused, gemv as G
     if cores == "cuda":
         table = G.choose
@@ -408,8 +409,9 @@ def test_epilogues_equal_separate_kernels_at_full_size(int8, cores, monkeypatch)
         cos, sin = torch.randn(m, D // 2, device=dev), torch.randn(m, D // 2, device=dev)
         runs = torch.zeros(64, dtype=torch.int32, device=dev)
 
-        def close(a, b):
-            return ((a.float() - b.float()).norm() / a.float().norm().clamp_min(1e-30)).item()
+        def close(a, b):  # worst relative difference of a row (last axis)
+            a, b = a.float().flatten(0, -2), b.float().flatten(0, -2)
+            return ((a - b).norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-30)).max().item()
 
         for _ in range(20):
             y = torch.randn(m, H, device=dev, dtype=torch.bfloat16)
@@ -420,21 +422,24 @@ def test_epilogues_equal_separate_kernels_at_full_size(int8, cores, monkeypatch)
             q2 = E.qkv_rope_store(y, *wqkv, cnt, qn, kn, cos, sin, pos, caches[2], caches[3], NH, NKV, D, EPS,
                                   runs=runs)
             assert runs[:NH + 2 * NKV].eq(1).all(), runs
-            errs = [close(q1, q2), close(caches[0], caches[2]), close(caches[1], caches[3])]
+            assert torch.equal(caches[1], caches[3]), (m, int8, cores)  # v: the product itself, rounded
+            errs = [close(q1, q2), close(caches[0], caches[2])]
             a1 = fused.silu_mul(G.gemv(y, *wgu, partial=True), rot=int8)
             runs.zero_()
             a2 = E.gate_up_silu(y, *wgu, cnt, rot=int8, runs=runs)
             assert runs[:F // 256].eq(1).all(), runs
-            errs.append(close(a1, a2))
+            assert torch.equal(a1, a2), (m, int8, cores)  # elementwise, same rounding points
             x = torch.randn(m, 1, H, device=dev, dtype=torch.bfloat16)
             for h, w in ((torch.randn(m, NH * D, device=dev, dtype=torch.bfloat16), wo), (a1, wd)):
                 x1, n1 = fused.add_rmsnorm(x, G.gemv(h, *w, partial=True), nw, EPS, rot=int8)
                 runs.zero_()
                 x2, n2 = E.add_rmsnorm(h, *w, cnt, x, nw, EPS, rot=int8, runs=runs)
                 assert runs[0] == 1, runs
-                errs += [close(x1, x2), close(n1, n2)]
+                assert torch.equal(x1, x2), (m, int8, cores)  # the residual add is elementwise
+                errs.append(close(n1, n2))
             worst = max(worst, *errs)
-            assert max(errs) < 4e-3, (m, int8, cores, errs)  # a stale or missing block gives O(1)
+            # norms' scales may sit one bf16 step apart (2⁻⁸–2⁻⁷ relative); a stale or missing block gives O(1)
+            assert max(errs) < 1.6e-2, (m, int8, cores, errs)
             assert not cnt.any(), cnt
     print(f"epilogues ({'int8' if int8 else 'bf16'}, {cores} cores): worst rel. diff to the separate kernels "
           f"{worst:.1e} (0 = equal)")

@@ -245,7 +245,10 @@ def test_gemv_table_file_overrides_the_built_in_configurations(monkeypatch, tmp_
                       entry % ("false", 1, 8, 1, "true"),       # tensor cores with 8-row blocks
                       entry % ('"false"', 1, 32, 1, "true"),    # int8 as a string
                       entry % ("false", 3, 32, 1, "false"),     # m outside 0–2
-                      entry % ("false", 0, 32, 1, "false")]     # CUDA cores for any row count
+                      entry % ("false", 0, 32, 1, "false"),     # CUDA cores for any row count
+                      (entry % ("false", 2, 64, 1, "false")).replace('"warps": 4', '"warps": 1'),  # 1,024 sums/thread
+                      (entry % ("false", 1, 32, 1, "true")).replace('"n": 4096', '"n": "4096"'),   # n as a string
+                      (entry % ("false", 1, 32, 1, "true")).replace('"stages": 3', '"stages": 3, "tile": 1')]  # key
         for text in ['{"configs": [{"n": 1}]}', "[1, 2]", "not json"] + bad_values:
             f.write_text(text)
             G._tables_from.cache_clear()

@@ -46,9 +46,10 @@ def _launch(x: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, groups: 
     cfg = G.usable(G.choose(n, kk, m, int8), n, kk, m, int8)
     if (not G.supported(x, w) or x.stride(1) != 1 or width % cfg.bn or n % width
             or (int8 and (scale is None or scale.numel() != n or scale.dtype != torch.float32
-                          or scale.device != x.device))
+                          or scale.device != x.device or not scale.is_contiguous()))
             or cnt.dtype != torch.int32 or cnt.numel() < groups or cnt.device != x.device
-            or (runs is not None and (runs.dtype != torch.int32 or runs.numel() < groups))):
+            or (runs is not None and (runs.dtype != torch.int32 or runs.numel() < groups
+                                      or runs.device != x.device))):
         raise ValueError(f"epilogue product: needs gemv-able x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} "
                          f"{w.dtype} (int8: fp32 scales, one per row), output blocks of {cfg.bn} dividing groups of "
                          f"{width} columns dividing {n}, and ≥ {groups} int32 counters on {x.device}")
@@ -84,6 +85,10 @@ def qkv_rope_store(y: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, q
     """y [R, H] (rotated for int8) · qkv_proj → q [R, nh, D]; k and v stored at pos[r] — `gemv.gemv` then
     `fused.qk_norm_rope_store`, in one launch. `runs` (tests): int32 [nh + 2·nkv] zeros, counts each head's
     consumer runs (1 each). Caller checks `fits`; ValueError for inputs the kernel does not take."""
+    if heads % kv_heads or w.shape[0] != (heads + 2 * kv_heads) * head_dim or qn.numel() != head_dim:
+        raise ValueError(f"qkv_rope_store epilogue: w must have (heads + 2·kv_heads)·head_dim = "
+                         f"{(heads + 2 * kv_heads) * head_dim} rows (heads a multiple of kv_heads) and the norms "
+                         f"{head_dim} weights; got w {tuple(w.shape)}, {heads}/{kv_heads} heads")
     k, _, cfg, split, out, args, meta = _launch(y, w, scale, cnt, heads + 2 * kv_heads, runs, head_dim)
     r = y.shape[0]
     q = torch.empty(r, heads, head_dim, dtype=k_cache.dtype, device=y.device)
@@ -114,9 +119,9 @@ def add_rmsnorm(h: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, x: t
     the kernel does not take."""
     n = w.shape[0]
     k, triton, cfg, split, out, args, meta = _launch(h, w, scale, cnt, 1, runs, n)
-    if n < 256 or n & (n - 1) or not x.is_contiguous() or x.numel() != h.shape[0] * n:
-        raise ValueError(f"add_rmsnorm epilogue: N must be a power of two ≥ 256 and x a contiguous [R, 1, N]; got "
-                         f"N = {n}, x {tuple(x.shape)}")
+    if n < 256 or n & (n - 1) or not x.is_contiguous() or x.numel() != h.shape[0] * n or nw.numel() != n:
+        raise ValueError(f"add_rmsnorm epilogue: N must be a power of two ≥ 256, x a contiguous [R, 1, N] and the "
+                         f"norm N weights; got N = {n}, x {tuple(x.shape)}, {nw.numel()} weights")
     xo, y = torch.empty_like(x), torch.empty_like(x)
     k.gemv_add_rmsnorm_kernel[(triton.cdiv(n, cfg.bn), split)](*args, cnt, x, nw, xo, y, eps, NB=n, ROT=rot,
                                                                  **meta)

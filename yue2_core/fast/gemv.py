@@ -104,12 +104,20 @@ def _tables_from(path: str) -> tuple[dict, dict]:
         from pathlib import Path
         from ..errors import RequestError
         try:
-            for i, e in enumerate(json.loads(Path(path).read_text(encoding="utf-8"))["configs"]):
-                cfg = Config(**e["cfg"])
-                key = (int(e["n"]), int(e["k"]), e["int8"])
-                problem = _config_problem(cfg, e["int8"], e["m"])
+            entries = json.loads(Path(path).read_text(encoding="utf-8"))["configs"]
+            if not isinstance(entries, list):
+                raise TypeError("\"configs\" is not a list")
+            for i, e in enumerate(entries):
+                try:
+                    cfg = Config(**e["cfg"])
+                    problem = _config_problem(cfg, e["int8"], e["m"])
+                    if not all(isinstance(e[d], int) and not isinstance(e[d], bool) and e[d] > 0 for d in "nk"):
+                        problem = f"n and k must be positive integers; got {e['n']!r}, {e['k']!r}"
+                except (KeyError, TypeError) as exc:
+                    problem = f"{type(exc).__name__}: {exc}"
                 if problem:
                     raise ValueError(f"entry {i}: {problem}")
+                key = (e["n"], e["k"], e["int8"])
                 if e["m"] == 0:
                     table[key] = cfg
                 else:
@@ -130,11 +138,15 @@ def _config_problem(cfg: Config, int8, m) -> str | None:
     if m not in (0, 1, 2) or isinstance(m, bool):
         return f"m must be 0 (any row count), 1 or 2; got {m!r}"
     if not (pow2(cfg.bn, 16 if cfg.dot else 1) and pow2(cfg.bk, 16) and pow2(cfg.split, 1)
-            and pow2(cfg.warps, 1) and cfg.warps <= 16 and isinstance(cfg.stages, int) and cfg.stages >= 1):
+            and pow2(cfg.warps, 1) and cfg.warps <= 16 and isinstance(cfg.stages, int)
+            and not isinstance(cfg.stages, bool) and cfg.stages >= 1):
         return (f"bn, bk, split and warps must be powers of two (bn ≥ 16 for tensor cores, bk ≥ 16, warps ≤ 16) "
-                f"and stages ≥ 1; got {cfg}")
+                f"and stages an integer ≥ 1; got {cfg}")
     if not cfg.dot and m == 0:
         return "a CUDA-core (dot false) configuration serves 1–2 rows: give m 1 or 2"
+    if not cfg.dot and m * cfg.bn * cfg.bk > 128 * 32 * cfg.warps:
+        return (f"a CUDA-core configuration keeps m·bn·bk fp32 sums in registers: at most 128 per thread "
+                f"(32·warps threads); got {m}·{cfg.bn}·{cfg.bk} over {32 * cfg.warps} threads")
     return None
 
 
