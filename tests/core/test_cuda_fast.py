@@ -477,3 +477,35 @@ def test_decode_step_with_epilogues_close_to_separate_kernels(engines, which, mo
     print(f"{which} decode step with epilogues vs separate kernels: logits rel. error {rel:.2e}, "
           f"equal: {torch.equal(logits['1'], logits['0'])}")
     assert rel < 1e-2
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("limit", [101_376, 65_536], ids=["99KB", "64KB"])
+def test_decode_step_fitted_to_smaller_shared_memory(engines, limit, monkeypatch):
+    """The configurations fitted to an RTX 30/40/50 (99 KB per block) or a T4 (64 KB): fewer pipeline stages,
+    narrower blocks. Here on a bigger GPU, the graphed step with them gives the default step's logits within bf16
+    rounding — the kernels that GPU would run compute the same thing (their sizes: tests/core/test_shared_memory.py)."""
+    from yue2_core.fast import gemv as G
+    eng = engines[0]
+    if eng.ar.dtype != torch.bfloat16:
+        pytest.skip(f"this GPU computes in {eng.ar.dtype}")
+    sp = semantic_prefix(SongRequest("pop", "la la", cot="full"), [], eng.tokenizer.encode)
+    forced = [151853 + (7 * i) % 500 for i in range(16)]
+    s = Sampling(temperature=0.0, min_tokens=17, max_tokens=17)
+    logits = []
+    for fitted in (False, True):
+        if fitted:
+            monkeypatch.setattr(G, "shared_limit", lambda device: limit)
+        dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
+        dec._allocate()
+        dec._prefill()
+        graph = dec._graph(min(1024, dec.capacity))
+        rows = []
+        for t in forced[1:]:
+            dec.forced_t[dec.step] = t
+            graph.replay()
+            rows.append(dec.logits[0].float().clone())
+        logits.append(torch.stack(rows))
+    rel = ((logits[1] - logits[0]).norm() / logits[0].norm()).item()
+    print(f"decode step fitted to {limit} B of shared memory vs default: logits rel. error {rel:.2e}")
+    assert rel < 1e-2

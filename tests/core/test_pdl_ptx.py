@@ -18,14 +18,19 @@ def _early_load(x_ptr, y_ptr):  # what the check must catch: a load above the wa
     tl.store(y_ptr, v + tl.load(x_ptr + 1))
 
 
-def _compiled(fn, types: dict, consts: dict, **opts):
+def _compiled(fn, types: dict, consts: dict, cap: int = 90, aligned: tuple = (), **opts):
+    """fn compiled for sm_`cap` with these argument types and constants. `aligned`: arguments specialised as the
+    runtime does for 16-byte-aligned pointers and integers divisible by 16 (vector loads, cp.async pipelines)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     consts = {**{p.name: p.default for p in fn.params if (p.is_constexpr or p.name not in types)
                  and p.name not in consts}, **consts}  # defaults: constexprs, and pointers left as None
     sig = {name: ("constexpr" if name in consts else types[name]) for name in fn.arg_names}
-    src = ASTSource(fn, signature=sig, constexprs=consts)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"launch_pdl": True, **opts})
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned if sig.get(a, "constexpr")
+             != "constexpr"}
+    src = ASTSource(fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", cap, 32),
+                          options={**({"launch_pdl": True} if cap >= 90 else {}), **opts})
 
 
 def _ptx(fn, types: dict, consts: dict, **opts) -> str:

@@ -43,7 +43,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, groups: 
     m, kk = x.shape
     n = w.shape[0]
     int8 = w.dtype == torch.int8
-    cfg = G.usable(G.choose(n, kk, m, int8), n, kk, m, int8)
+    cfg = G.usable(G.choose(n, kk, m, int8), n, kk, m, int8, x.device)
     if (not G.supported(x, w) or x.stride(1) != 1 or width % cfg.bn or n % width
             or (int8 and (scale is None or scale.numel() != n or scale.dtype != torch.float32
                           or scale.device != x.device or not scale.is_contiguous()))
@@ -75,7 +75,7 @@ def fits(hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int, rows: 
         return False
 
     def bn(n, k):
-        return G.usable(G.choose(n, k, rows, int8), n, k, rows, int8).bn
+        return G.usable(G.choose(n, k, rows, int8), n, k, rows, int8, device).bn
 
     return head_dim % bn((heads + 2 * kv_heads) * head_dim, hidden) == 0 and 256 % bn(2 * ffn, hidden) == 0
 

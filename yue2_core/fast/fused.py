@@ -234,6 +234,27 @@ class AttnConfig:
     per_sm: int = 2
 
 
+def attention_shared_bytes(cfg: AttnConfig, head_dim: int, q_rows: int, elt: int) -> int:
+    """Shared memory of a decode-attention kernel, an upper bound (compiled for sm_90: equal for 16 and 64 query
+    rows, 4 KB over at 32; tests/core/test_shared_memory.py): stages − 1 copies of a K and a V tile [bl, head_dim],
+    the query tile [q_rows, head_dim] and the softmax reductions' scratch (8·q_rows² bytes, ≥ 2 KB); `elt` bytes
+    per element."""
+    return (max(1, cfg.stages - 1) * 2 * cfg.bl * head_dim * elt + q_rows * head_dim * elt
+            + max(2048, 8 * q_rows * q_rows))
+
+
+def fit_attention(cfg: AttnConfig, head_dim: int, q_rows: int, elt: int, limit: int) -> AttnConfig:
+    """cfg with fewer stages (down to 2), then shorter cache blocks (down to 16), until the kernel fits `limit`
+    bytes of shared memory per block less 1 KB (ATTN_CONFIG takes 70 KB at head_dim 128: more than a T4's 64 KB)."""
+    from dataclasses import replace
+    budget = limit - 1024
+    while attention_shared_bytes(cfg, head_dim, q_rows, elt) > budget and cfg.stages > 2:
+        cfg = replace(cfg, stages=cfg.stages - 1)
+    while attention_shared_bytes(cfg, head_dim, q_rows, elt) > budget and cfg.bl > 16:
+        cfg = replace(cfg, bl=cfg.bl // 2)
+    return cfg
+
+
 # the best configuration overall in bench/decode_parts.py on an H200 (docs/decode_parts_h200.log): 2–12 % faster
 # than bl 32 / 4 warps at 1–8 rows and 2,256–7,424 positions
 ATTN_CONFIG = AttnConfig(bl=64, warps=2, stages=3, per_sm=2)
@@ -283,9 +304,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if not 0 <= shared < attn_len:
         raise ValueError(f"decode_attention: the shared prefix must be shorter than the attention length "
                          f"{attn_len}; got {shared}")
-    cfg = cfg or ATTN_CONFIG
-    bl = cfg.bl
     ieee = q.dtype == torch.float32
+    p = shared if r > 1 else 0
+    qp = max(16, triton.next_power_of_2(r * g))
+    cfg = cfg or ATTN_CONFIG
+    from .gemv import shared_limit
+    limit = shared_limit(q.device)
+    if limit:
+        cfg = fit_attention(cfg, d, qp if p else max(16, triton.next_power_of_2(g)), q.element_size(), limit)
+    bl = cfg.bl
     q = q.contiguous()
 
     def plan(length: int, programs_per_split: int) -> tuple[int, int]:  # (chunk, splits) for ~per_sm programs/SM
@@ -293,7 +320,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         chunk = max(bl, triton.cdiv(triton.cdiv(length, target), bl) * bl)
         return chunk, triton.cdiv(length, chunk)
 
-    p = shared if r > 1 else 0
     chunk_p, sp_p = plan(p, nkv) if p else (0, 0)
     chunk, sp_s = plan(attn_len - p, r * nkv)
     splits = sp_p + sp_s
@@ -301,7 +327,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     l = torch.empty_like(m)
     o = torch.empty(r, nkv, splits, g, d, dtype=torch.float32, device=q.device)
     if p:
-        qp = max(16, triton.next_power_of_2(r * g))
         shared_kern[(nkv, sp_p)](q, k_cache, v_cache, m, l, o, k_cache.stride(1), scale, chunk_p, p, r, splits,
                                  NKV=nkv, G=g, QP=qp, D=d, BL=bl, IEEE=ieee, **_pdl(q),
                                  num_warps=min(32, max(cfg.warps, qp // 8)), num_stages=cfg.stages)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -166,13 +166,49 @@ def choose(n: int, k: int, m: int, int8: bool) -> Config:
     return Config(bn=bn, bk=bk, split=split)
 
 
-def usable(cfg: Config, n: int, k: int, m: int, int8: bool) -> Config:
+def usable(cfg: Config, n: int, k: int, m: int, int8: bool, device=None) -> Config:
     """cfg, or for a CUDA-core configuration given more than SMALL_ROWS rows the tensor-core one of the table (or
-    64-row blocks with cfg's split)."""
-    if cfg.dot or m <= SMALL_ROWS:
-        return cfg
-    fallback = _tables()[0].get((n, k, int8))
-    return fallback if fallback is not None and fallback.dot else Config(bn=64, bk=256, split=cfg.split)
+    64-row blocks with cfg's split); on a CUDA `device`, fitted to its shared memory per block (`fit_shared`)."""
+    if not cfg.dot and m > SMALL_ROWS:
+        fallback = _tables()[0].get((n, k, int8))
+        cfg = fallback if fallback is not None and fallback.dot else Config(bn=64, bk=256, split=cfg.split)
+    limit = shared_limit(device)
+    return fit_shared(cfg, int8, limit) if limit else cfg
+
+
+def shared_bytes(cfg: Config, int8: bool) -> int:
+    """Shared memory a configuration's kernel takes, an upper bound (equal for the tensor-core configurations of
+    the table, compiled for sm_86–sm_90: tests/core/test_pdl_ptx.py): Triton's pipeline keeps stages − 1 copies
+    of the weight tile [bn, bk] and the 16-row activation tile [16, bk]; CUDA-core configurations ≤ 2 KB."""
+    if not cfg.dot:
+        return 2048
+    return max(1, cfg.stages - 1) * cfg.bk * (cfg.bn * (1 if int8 else 2) + 16 * 2)
+
+
+def fit_shared(cfg: Config, int8: bool, limit: int) -> Config:
+    """cfg with fewer pipeline stages (down to 2), then narrower output blocks (down to 16), until its kernel fits
+    `limit` bytes of shared memory per block less 1 KB of headroom. The table's H200 configurations take up to
+    120 KB (bf16 qkv and down_proj, 4 stages): more than GPUs with 99 KB per block (RTX 30/40/50, sm_86/89/120)
+    or 64 KB (T4, sm_75) can give, where Triton would refuse the launch."""
+    budget = limit - 1024
+    while shared_bytes(cfg, int8) > budget and cfg.stages > 2:
+        cfg = replace(cfg, stages=cfg.stages - 1)
+    while shared_bytes(cfg, int8) > budget and cfg.bn > 16:
+        cfg = replace(cfg, bn=cfg.bn // 2)
+    return cfg
+
+
+def shared_limit(device) -> int | None:
+    """Opt-in shared memory per block of a CUDA device in bytes (None for other devices and the interpreter)."""
+    if device is None or torch.device(device).type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    return _shared_limit(torch.device(device).index or 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_limit(index: int) -> int:
+    props = torch.cuda.get_device_properties(index)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or props.shared_memory_per_block)
 
 
 def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -203,7 +239,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
                  or scale.dtype != torch.float32):
         raise ValueError(f"int8 weights need their fp32 row scales, one per output row, contiguous on {x.device}; "
                          f"got {None if scale is None else (tuple(scale.shape), scale.dtype, str(scale.device))}")
-    cfg = usable(cfg or choose(n, k, m, int8), n, k, m, int8)
+    cfg = usable(cfg or choose(n, k, m, int8), n, k, m, int8, x.device)
     split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1
     ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
     x = x.contiguous()
