@@ -126,20 +126,28 @@ def _epilogue_kernels(k, gemv_types, e):
     return out
 
 
-def test_no_global_load_before_the_pdl_wait():
+def _pointers(types: dict) -> tuple:
+    return tuple(name for name, t in types.items() if t.startswith("*"))
+
+
+@pytest.mark.parametrize("aligned", [False, True], ids=["generic", "aligned"])
+def test_no_global_load_before_the_pdl_wait(aligned):
+    """Generic: no alignment known (scalar loads); aligned: 16-byte-aligned pointers as the runtime specialises them
+    for torch's allocations (vector loads, cp.async pipelines) — what really runs."""
     from yue2_core.fast import triton_modules
     if triton_modules() is None:
         pytest.fail("Triton imports in the test environment but fast.triton_modules() found none")
     pytest.importorskip("triton.backends.nvidia.compiler", reason="this Triton has no CUDA backend to compile for")
     for name, fn, types, consts, opts in _kernels():
-        o = _order(_ptx(fn, types, consts, **opts))
+        o = _order(_compiled(fn, types, consts, aligned=_pointers(types) if aligned else (), **opts).asm["ptx"])
         assert o["wait"] is not None and o["launch"] is not None, (name, o)
         assert o["load"] is not None and o["load"] > o["wait"], (name, "a global load before the PDL wait", o)
         assert o["store"] is not None and o["store"] > o["wait"], (name, "a global store before the PDL wait", o)
         assert o["launch"] > o["wait"], (name, "the next grid released before the wait", o)
 
 
-def test_epilogue_counts_after_a_gpu_fence():
+@pytest.mark.parametrize("aligned", [False, True], ids=["generic", "aligned"])
+def test_epilogue_counts_after_a_gpu_fence(aligned):
     """In each kernel whose last program per group consumes the others' results (the GEMV epilogues, the attention
     merged in its split kernel) the group count (atom.global, acq_rel, GPU scope) comes after a fence.acq_rel.gpu
     and a barrier that follow the program's stores, and the consumer reads with .cg loads (not L1), so the
@@ -151,7 +159,7 @@ def test_epilogue_counts_after_a_gpu_fence():
     counted = _epilogue_kernels(k, gemv_types, dict(PDL=True)) + [e for e in _kernels() if "last program" in e[0]]
     assert len(counted) == 7, [e[0] for e in counted]  # 6 epilogue kernels + the attention merged in its split kernel
     for name, fn, types, consts, opts in counted:
-        kernel = _compiled(fn, types, consts, **opts)
+        kernel = _compiled(fn, types, consts, aligned=_pointers(types) if aligned else (), **opts)
         lines = [line.strip() for line in kernel.asm["ptx"].splitlines()]
         ops = [s.split(" ", 1)[1] if s.startswith("@") else s for s in lines]  # without the predicate
         store = next(i for i, s in enumerate(ops) if s.startswith("st.global"))
