@@ -7,9 +7,10 @@
 #   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu)
 #   bash bench/gpu_session.sh parts    # bench/decode_parts.py (decode-attention configurations, int8 rotation
 #                                      # placements; ~1 min) and bench/gemv_sweep.py --quick
-#   bash bench/gpu_session.sh next     # what is built but not yet measured (~7 min): the CUDA-core GEMV sweep
+#   bash bench/gpu_session.sh next     # what is built but not yet measured (~8 min): the CUDA-core GEMV sweep
 #                                      # (bench/gemv_sweep.py --cc-only, 1–2 rows), then bench/bench.py's AR sections
-#                                      # with its table (YUE2_GEMV_TABLE) and with the GEMV epilogues
+#                                      # with its table (YUE2_GEMV_TABLE) and with the GEMV epilogues, and the int8
+#                                      # decode-step profile with both
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
@@ -46,7 +47,9 @@ for part in "$@"; do
         | grep -v "^  skip" | tee "$OUT/gemv_sweep_cc.log"
       table=(); [ -f "$OUT/gemv_sweep_cc.json" ] && table=(--gemv-table "$OUT/gemv_sweep_cc.json")
       "$PY" bench/bench.py --skip nar,vae,song "${table[@]}" --json "$OUT/bench_next.json" 2>&1 \
-        | tee "$OUT/bench_next.log" ;;
+        | tee "$OUT/bench_next.log"
+      "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors "${table[@]}" 2>&1 \
+        | tee "$OUT/profile_decode_int8_next.log" ;;
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;

@@ -4,8 +4,9 @@ kernel count, and the kernels ranked by GPU time — for each decode configurati
     python bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_bf16.safetensors [--rows 1] [--top 15]
 
 The checkpoint is any YuE2 all-in-one file (bench/bench.py writes full-size synthetic ones to /tmp/yue2bench).
-Configurations: the default fused step, int8 inputs rotated by cuBLAS (the previous default),
-the default without programmatic dependent launch, library GEMVs; with --all also the unfused torch-ops step.
+Configurations: the default fused step, the attention merged by a separate kernel, the GEMV epilogues
+(YUE2_GEMV_EPILOGUE=1), int8 inputs rotated by cuBLAS, the default without programmatic dependent launch, library
+GEMVs; with --gemv-table a GEMV configuration file too, with --all also the unfused torch-ops step.
 Kernel times come from torch.profiler on eager steps (same kernels as the graph); the gap between the replay time
 and the kernel sum is launch/idle time that only fewer or longer kernels remove.
 """
@@ -31,7 +32,8 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE")
+SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE", "YUE2_GEMV_EPILOGUE",
+            "YUE2_GEMV_TABLE")
 
 
 def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: dict):
@@ -81,6 +83,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=2000, help="prompt tokens (sets the attention length)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--all", action="store_true", help="also profile the unfused torch-ops step")
+    ap.add_argument("--gemv-table", default="", help="also profile with these GEMV configurations (YUE2_GEMV_TABLE)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("profile_decode.py needs a CUDA GPU")
@@ -90,9 +93,12 @@ def main():
     variants = [
         ("default: fused + split attention + split-K GEMV + PDL (int8: inputs rotated by the producers)", True, {}),
         ("attention splits merged by a separate kernel (previous default)", True, {"YUE2_ATTN_MERGE": "kernel"}),
+        ("products with their consumer in one launch (YUE2_GEMV_EPILOGUE=1)", True, {"YUE2_GEMV_EPILOGUE": "1"}),
         ("int8 inputs rotated by cuBLAS", True, {"YUE2_INT8_ROT": "cublas"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
+    if args.gemv_table:
+        variants.append((f"GEMV table {os.path.basename(args.gemv_table)}", True, {"YUE2_GEMV_TABLE": args.gemv_table}))
     if args.all:
         variants.append(("torch ops", False, {"YUE2_DECODE_ATTN": "torch", "YUE2_GEMV": "0", "YUE2_PDL": "0"}))
     for label, fused, env in variants:
