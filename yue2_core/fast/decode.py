@@ -279,6 +279,7 @@ class PhaseDecoder:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.capture_s = 0.0
         self.graph_error: str | None = None
+        self.kernel_error: str | None = None  # set when the fused step failed and the unfused one took over
         from . import fused as fused_mod
         if fused is None:
             fused = self.device.type == "cuda" and flag("YUE2_FUSED", True)
@@ -547,18 +548,46 @@ class PhaseDecoder:
 
     def _run_block(self, n: int, attn_len: int):
         if self.use_graph and self.graph_error is None:
+            saved = None if attn_len in self.graphs else [t.clone() for t in self._state()]
             try:
                 graph = self._graph(attn_len)
                 for _ in range(n):
                     graph.replay()
                 return
             except Exception as exc:  # capture failure or OOM: eager from here on, one warning
+                if saved is not None:  # the warm-up step may have sampled before failing: undo it
+                    for t, v in zip(self._state(), saved):
+                        t.copy_(v)
                 self.graph_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                 warnings.warn(f"CUDA graph decode unavailable ({self.graph_error}); running the step eagerly")
                 self.graphs.clear()
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()
         for _ in range(n):
+            self._eager_step(attn_len)
+
+    def _eager_step(self, attn_len: int):
+        """One step outside a graph. When a kernel of the fused step fails — e.g. a GPU this code never ran on refuses
+        a Triton launch configuration — the step is undone, the decoder switches to the unfused torch step (and
+        library products) with one warning, and the step runs again; graphs are tried again from the next block.
+        Out-of-memory errors are raised as they are (the unfused step needs more memory, not less)."""
+        if not self.fused or self.fns is not None:
+            return self._step(attn_len)
+        saved = [t.clone() for t in self._state()]
+        try:
+            self._step(attn_len)
+        except (torch.cuda.OutOfMemoryError, MemoryError):
+            raise
+        except Exception as exc:
+            for t, v in zip(self._state(), saved):
+                t.copy_(v)
+            self.kernel_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            warnings.warn(f"fused decode kernels unavailable ({self.kernel_error}); running the unfused torch step")
+            self.fused = self.gemv = self.attn_kernel = self.epilogue = self.rot_fused = False
+            self.int8_layers, self.int8_rot, self.attn_counters = False, None, None
+            self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop)
+            self.graphs.clear()
+            self.graph_error = None
             self._step(attn_len)
 
     @torch.inference_mode()
@@ -623,7 +652,8 @@ class PhaseDecoder:
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
                 "shared_prefix_positions": self.shared,
-                **({"graph_fallback_reason": self.graph_error} if self.graph_error else {})}))
+                **({"graph_fallback_reason": self.graph_error} if self.graph_error else {}),
+                **({"fused_fallback_reason": self.kernel_error} if self.kernel_error else {})}))
         self.release()
         return results
 
