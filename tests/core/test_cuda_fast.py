@@ -509,3 +509,27 @@ def test_decode_step_fitted_to_smaller_shared_memory(engines, limit, monkeypatch
     rel = ((logits[1] - logits[0]).norm() / logits[0].norm()).item()
     print(f"decode step fitted to {limit} B of shared memory vs default: logits rel. error {rel:.2e}")
     assert rel < 1e-2
+
+
+def test_fused_kernel_failure_on_cuda_falls_back_and_graphs_again(engines, monkeypatch):
+    """A fused kernel that fails (injected: a refused launch) during graph capture and again eagerly: the decoder
+    warns, undoes the step, finishes unfused — with CUDA graphs again from the next block — and writes the tokens
+    of a decoder that was unfused from the start."""
+    from yue2_core.fast import fused
+    eng = engines[0]
+    sp = semantic_prefix(SongRequest("pop", "la la", cot="full"), [], eng.tokenizer.encode)
+    s = Sampling(temperature=0.0, min_tokens=48, max_tokens=48)
+    ref = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, fused=False).run()
+
+    def refused(*a, **kw):
+        raise RuntimeError("out of resource: shared memory, Required: 122880, Hardware limit: 101376")
+
+    monkeypatch.setattr(fused, "qk_norm_rope_store", refused)
+    dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True)
+    assert dec.fused
+    with pytest.warns(UserWarning, match="fused decode kernels unavailable"):
+        res = dec.run()
+    t = res[0].timing
+    assert t["fused_fallback_reason"].startswith("RuntimeError: out of resource") and not t["fused_kernels"]
+    assert t["execution"] == "cuda_graph", t
+    assert res[0].tokens == ref[0].tokens
