@@ -48,6 +48,18 @@ def test_graph_logits_close_to_portable(engines):
     assert rel < 1e-2
 
 
+def _forced_logits(dec, forced) -> torch.Tensor:
+    """Song 0's logits [len(forced) − 1, width] of an allocated, prefilled decoder whose graph replays feed the
+    tokens forced[1:] one per step."""
+    graph = dec._graph(min(1024, dec.capacity))
+    rows = []
+    for t in forced[1:]:
+        dec.forced_t[dec.step] = t
+        graph.replay()
+        rows.append(dec.logits[0].float().clone())
+    return torch.stack(rows)
+
+
 def _agree(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
@@ -322,13 +334,7 @@ def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeyp
             pdl_on = pdl_enabled(dec.device)
         dec._allocate()
         dec._prefill()
-        graph = dec._graph(min(1024, dec.capacity))
-        rows = []
-        for t in forced[1:]:
-            dec.forced_t[dec.step] = t
-            graph.replay()
-            rows.append(dec.logits[0].float().clone())
-        logits[name] = torch.stack(rows)
+        logits[name] = _forced_logits(dec, forced)
     for name in ("gemv", "gemv_cublas_rotation"):
         rel = ((logits[name] - logits["library"]).norm() / logits["library"].norm()).item()
         print(f"{which} decode step, {name} vs library products: logits rel. error {rel:.2e}")
@@ -464,13 +470,7 @@ def test_decode_step_with_epilogues_close_to_separate_kernels(engines, which, mo
         dec._allocate()
         assert bool(dec.epilogue) == (on == "1"), (on, dec.epilogue)
         dec._prefill()
-        graph = dec._graph(min(1024, dec.capacity))
-        rows = []
-        for t in forced[1:]:
-            dec.forced_t[dec.step] = t
-            graph.replay()
-            rows.append(dec.logits[0].float().clone())
-        logits[on] = torch.stack(rows)
+        logits[on] = _forced_logits(dec, forced)
         if on == "1":
             assert not dec.epi_counters.any()
     rel = ((logits["1"] - logits["0"]).norm() / logits["0"].norm()).item()
@@ -499,13 +499,7 @@ def test_decode_step_fitted_to_smaller_shared_memory(engines, limit, monkeypatch
         dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
         dec._allocate()
         dec._prefill()
-        graph = dec._graph(min(1024, dec.capacity))
-        rows = []
-        for t in forced[1:]:
-            dec.forced_t[dec.step] = t
-            graph.replay()
-            rows.append(dec.logits[0].float().clone())
-        logits.append(torch.stack(rows))
+        logits.append(_forced_logits(dec, forced))
     rel = ((logits[1] - logits[0]).norm() / logits[0].norm()).item()
     print(f"decode step fitted to {limit} B of shared memory vs default: logits rel. error {rel:.2e}")
     assert rel < 1e-2

@@ -172,14 +172,9 @@ def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr, PDL: tl.constexpr = False):
 def _load_sum(ptr, offs, mask, PS, S: tl.constexpr, CG: tl.constexpr = False):
     # Σ_{s < S} ptr[s·PS + offs] in fp32 (S = 1: one plain load, any dtype). CG: read from L2 (".cg"), past this
     # multiprocessor's L1 — for sums other programs of the same grid wrote (the GEMV epilogues)
-    if CG:
-        acc = tl.load(ptr + offs, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
-        for s in tl.static_range(1, S):
-            acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0, cache_modifier=".cg")
-    else:
-        acc = tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        for s in tl.static_range(1, S):
-            acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0)
+    acc = tl.load(ptr + offs, mask=mask, other=0.0, cache_modifier=".cg" if CG else "").to(tl.float32)
+    for s in tl.static_range(1, S):
+        acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0, cache_modifier=".cg" if CG else "")
     return acc
 
 
@@ -325,13 +320,25 @@ def add_rmsnorm_row(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, row, N, PS, eps, S: tl.c
 # program's stores, reads the group's sums from L2 (".cg") and runs the consumer — no separate kernel launch.
 
 @triton.jit
-def _arrive(cnt_ptr, FENCE: tl.constexpr):
-    # this program's arrival at the counter; returns the count before it
+def arrive(cnt_ptr, FENCE: tl.constexpr):
+    # this program's arrival at the counter after its stores; returns the count before it. Every thread's stores
+    # happen before the count (barrier), which releases them at GPU scope; the program that counts last acquires
+    # everyone's. FENCE (CUDA): every thread also fences its stores at GPU scope first (the CUDA "threadfence
+    # reduction" pattern; not in the CPU interpreter). Also used by `fused.attn_split_kernel`'s merge
     if FENCE:
         tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
                                   pack=1)
     tl.debug_barrier()
     return tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit
+def depart(cnt_ptr, group, runs_ptr=None, RUNS: tl.constexpr = False):
+    # the counting-last program, its consumer done: counter `group` back to zero for the next launch; RUNS (tests):
+    # the consumer run counted in runs_ptr[group]
+    tl.store(cnt_ptr + group, 0)
+    if RUNS:
+        tl.atomic_add(runs_ptr + group, 1)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -348,14 +355,12 @@ def gemv_qk_rope_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cn
     gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK, INT8,
               SPLIT > 1, DOT)
     h = pid_n * BN // D
-    if _arrive(cnt_ptr + h, FENCE) == (D // BN) * SPLIT - 1:
+    if arrive(cnt_ptr + h, FENCE) == (D // BN) * SPLIT - 1:
         tl.debug_barrier()
         for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
             qk_rope_head(out_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, r, h, N,
                          cache_row, cache_head, M * N, NH, NKV, D, eps, SPLIT, True)
-        tl.store(cnt_ptr + h, 0)
-        if RUNS:
-            tl.atomic_add(runs_ptr + h, 1)
+        depart(cnt_ptr, h, runs_ptr, RUNS)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -372,13 +377,11 @@ def gemv_silu_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_p
               SPLIT > 1, DOT)
     f = N // 2
     g = (pid_n * BN % f) // GW
-    if _arrive(cnt_ptr + g, FENCE) == 2 * (GW // BN) * SPLIT - 1:
+    if arrive(cnt_ptr + g, FENCE) == 2 * (GW // BN) * SPLIT - 1:
         tl.debug_barrier()
         for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
             silu_mul_block(out_ptr, act_ptr, r, g, f, M * N, SPLIT, GW, ROT, True)
-        tl.store(cnt_ptr + g, 0)
-        if RUNS:
-            tl.atomic_add(runs_ptr + g, 1)
+        depart(cnt_ptr, g, runs_ptr, RUNS)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -392,10 +395,8 @@ def gemv_add_rmsnorm_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm
     pdl_prologue(PDL)
     gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, tl.program_id(0), tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK,
               INT8, SPLIT > 1, DOT)
-    if _arrive(cnt_ptr, FENCE) == tl.num_programs(0) * SPLIT - 1:
+    if arrive(cnt_ptr, FENCE) == tl.num_programs(0) * SPLIT - 1:
         tl.debug_barrier()
         for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
             add_rmsnorm_row(res_ptr, out_ptr, nw_ptr, xo_ptr, y_ptr, r, N, M * N, eps, SPLIT, NB, ROT, True)
-        tl.store(cnt_ptr, 0)
-        if RUNS:
-            tl.atomic_add(runs_ptr, 1)
+        depart(cnt_ptr, 0, runs_ptr, RUNS)

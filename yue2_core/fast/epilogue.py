@@ -36,31 +36,18 @@ def _fence(x: torch.Tensor) -> bool:
 
 def _launch(x: torch.Tensor, w: torch.Tensor, scale, cnt: torch.Tensor, groups: int, runs, width: int):
     """(kernels module, triton, cfg, split, out, common launch args, meta) of the product x [M, K] · w [N, K]ᵀ
-    with `groups` counters in cnt, whose output groups are `width` columns wide. Raises ValueError for inputs the
-    kernels do not take (`gemv.supported`, int8 scales, counters, a block not dividing a group)."""
+    (`gemv.plan`) with `groups` counters in cnt, whose output groups are `width` columns wide. Raises ValueError
+    for inputs the kernels do not take (`gemv.plan`'s, counters, a block not dividing a group)."""
     from . import _decode_triton as k
     triton = G._kernels()[0]
-    m, kk = x.shape
+    cfg, split, out, args, meta = G.plan(x, w, scale, who="epilogue product")
     n = w.shape[0]
-    int8 = w.dtype == torch.int8
-    cfg = G.usable(G.choose(n, kk, m, int8), n, kk, m, int8, x.device)
-    if (not G.supported(x, w) or x.stride(1) != 1 or width % cfg.bn or n % width
-            or (int8 and (scale is None or scale.numel() != n or scale.dtype != torch.float32
-                          or scale.device != x.device or not scale.is_contiguous()))
-            or cnt.dtype != torch.int32 or cnt.numel() < groups or cnt.device != x.device
+    if (width % cfg.bn or n % width or cnt.dtype != torch.int32 or cnt.numel() < groups or cnt.device != x.device
             or (runs is not None and (runs.dtype != torch.int32 or runs.numel() < groups
                                       or runs.device != x.device))):
-        raise ValueError(f"epilogue product: needs gemv-able x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} "
-                         f"{w.dtype} (int8: fp32 scales, one per row), output blocks of {cfg.bn} dividing groups of "
-                         f"{width} columns dividing {n}, and ≥ {groups} int32 counters on {x.device}")
-    split = cfg.split if kk % (cfg.split * cfg.bk) == 0 else 1
-    ks = triton.cdiv(triton.cdiv(kk, split), cfg.bk) * cfg.bk
-    out = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
-           else torch.empty(m, n, dtype=x.dtype, device=x.device))
-    args = (x, w, scale.view(-1) if int8 else x, out, m, n, kk, ks, x.stride(0))
-    meta = dict(BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk, INT8=int8, SPLIT=split,
-                DOT=cfg.dot, FENCE=_fence(x), num_warps=cfg.warps, num_stages=cfg.stages, **G._pdl(x),
-                **({"runs_ptr": runs, "RUNS": True} if runs is not None else {}))
+        raise ValueError(f"epilogue product: needs output blocks of {cfg.bn} dividing groups of {width} columns "
+                         f"dividing {n}, and ≥ {groups} int32 counters on {x.device}")
+    meta.update(SPLIT=split, FENCE=_fence(x), **({"runs_ptr": runs, "RUNS": True} if runs is not None else {}))
     return k, triton, cfg, split, out, args, meta
 
 

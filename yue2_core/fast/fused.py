@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-attend_chunk = pdl_prologue = rot_rows = merge_store = None  # set by _attention_kernels (needs Triton)
+arrive = attend_chunk = depart = pdl_prologue = rot_rows = merge_store = None  # set by _attention_kernels
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,8 +33,8 @@ def _attention_kernels():
     if _kernels() is None:
         return None
     triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
-    global attend_chunk, pdl_prologue, rot_rows, merge_store  # the kernels below resolve them among this module's
-    from ._decode_triton import attend_chunk, pdl_prologue, rot_rows  # globals
+    global arrive, attend_chunk, depart, pdl_prologue, rot_rows, merge_store  # the kernels below resolve them
+    from ._decode_triton import arrive, attend_chunk, depart, pdl_prologue, rot_rows  # among this module's globals
 
     @triton.jit
     def merge_store(m_ptr, l_ptr, o_ptr, out_ptr, r, h, splits, NKV: tl.constexpr, G: tl.constexpr,
@@ -48,15 +48,10 @@ def _attention_kernels():
         d = tl.arange(0, D)
         slot = ((r * NKV + kvh[None, :]) * splits + si[:, None]) * G + g[None, :]  # [SP, HG]
         ok = (si < splits)[:, None]
-        if CG:
-            m = tl.load(m_ptr + slot, mask=ok, other=float("-inf"), cache_modifier=".cg")
-            l = tl.load(l_ptr + slot, mask=ok, other=0.0, cache_modifier=".cg")
-            o = tl.load(o_ptr + slot[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0,
-                        cache_modifier=".cg")
-        else:
-            m = tl.load(m_ptr + slot, mask=ok, other=float("-inf"))
-            l = tl.load(l_ptr + slot, mask=ok, other=0.0)
-            o = tl.load(o_ptr + slot[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0)
+        m = tl.load(m_ptr + slot, mask=ok, other=float("-inf"), cache_modifier=".cg" if CG else "")
+        l = tl.load(l_ptr + slot, mask=ok, other=0.0, cache_modifier=".cg" if CG else "")
+        o = tl.load(o_ptr + slot[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0,
+                    cache_modifier=".cg" if CG else "")
         top = tl.max(m, 0)
         w = tl.where(m == float("-inf"), 0.0, tl.exp(m - top[None, :]))
         out = tl.sum(o * w[:, :, None], 0) / tl.sum(l * w, 0)[:, None]  # [HG, D]
@@ -93,19 +88,12 @@ def _attention_kernels():
         tl.store(m_ptr + slot, m_i, mask=gi < G)
         tl.store(l_ptr + slot, l_i, mask=gi < G)
         tl.store(o_ptr + slot[:, None] * D + d[None, :], acc, mask=gi[:, None] < G)
-        if MERGE:
-            # every thread's stores above happen before the count (barrier), which releases them at GPU scope;
-            # the program that counts last acquires everyone's and merges
-            if FENCE:
-                tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32,
-                                          is_pure=False, pack=1)
-            tl.debug_barrier()
-            done = tl.atomic_add(cnt_ptr + r * NKV + kvh, 1, sem="acq_rel", scope="gpu")
-            if done == tl.num_programs(2) - 1:
+        if MERGE:  # the program that counts last (`arrive`) merges
+            if arrive(cnt_ptr + r * NKV + kvh, FENCE) == tl.num_programs(2) - 1:
                 tl.debug_barrier()
                 merge_store(m_ptr, l_ptr, o_ptr, out_ptr, r, kvh * G + tl.arange(0, G), splits, NKV, G, D, SP, G,
                             ROT, True)
-                tl.store(cnt_ptr + r * NKV + kvh, 0)
+                depart(cnt_ptr, r * NKV + kvh)
 
     @triton.jit
     def attn_shared_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, o_ptr, cache_head, scale, CHUNK, P, R, splits,

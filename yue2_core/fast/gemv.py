@@ -222,37 +222,45 @@ def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
             and w.dtype in (torch.bfloat16, torch.float16, torch.int8))
 
 
+def plan(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, cfg: Config | None = None,
+         who: str = "gemv") -> tuple:
+    """Launch plan of x [M, K] · w [N, K]ᵀ shared by `gemv` and the epilogue kernels of `fast.epilogue`:
+    (cfg, split, out, args, meta) — the configuration (`choose`, `usable`), the K splits it takes, the output
+    (P [split, M, N] fp32 when split > 1, else [M, N] in x's dtype), the kernel's leading arguments and its launch
+    constants and options. Raises ValueError (naming `who`) for inputs the kernels do not take."""
+    if not supported(x, w) or x.stride(1) != 1:
+        raise ValueError(f"{who} needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
+                         f"{tuple(x.shape)} {x.dtype} on {x.device}, w {tuple(w.shape)} {w.dtype}")
+    triton = _kernels()[0]
+    m, k = x.shape
+    n = w.shape[0]
+    int8 = w.dtype == torch.int8
+    if int8 and (scale is None or scale.numel() != n or not scale.is_contiguous() or scale.device != x.device
+                 or scale.dtype != torch.float32):
+        raise ValueError(f"{who}: int8 weights need their fp32 row scales, one per output row, contiguous on "
+                         f"{x.device}; got "
+                         f"{None if scale is None else (tuple(scale.shape), scale.dtype, str(scale.device))}")
+    cfg = usable(cfg or choose(n, k, m, int8), n, k, m, int8, x.device)
+    split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1
+    ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
+    out = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
+           else torch.empty(m, n, dtype=x.dtype, device=x.device))
+    args = (x, w, scale.view(-1) if int8 else x, out, m, n, k, ks, x.stride(0))
+    meta = dict(BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk, INT8=int8, DOT=cfg.dot,
+                num_warps=cfg.warps, num_stages=cfg.stages, **_pdl(x))
+    return cfg, split, out, args, meta
+
+
 def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *, partial: bool = False,
          cfg: Config | None = None) -> torch.Tensor | Partials:
     """x [M ≤ 16, K] bf16 · w [N, K]ᵀ → y [M, N] bf16. w bf16, or int8 ConvRot codes with `scale` [N] fp32 —
     then x must already be rotated (`rotate`, or a producing kernel with rot=True). With `partial`, returns
     `Partials` (P [split, M, N] fp32) when the configuration splits K, else y. K % 256 == 0 (see `supported`).
     Raises ValueError for unsupported inputs."""
-    if not supported(x, w):
-        raise ValueError(f"gemv needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
-                         f"{tuple(x.shape)} {x.dtype} on {x.device}, w {tuple(w.shape)} {w.dtype}")
+    cfg, split, out, args, meta = plan(x.contiguous(), w, scale, cfg)
     triton, _, kern, _, _ = _kernels()
-    m, k = x.shape
-    n = w.shape[0]
-    int8 = w.dtype == torch.int8
-    if int8 and (scale is None or scale.numel() != n or not scale.is_contiguous() or scale.device != x.device
-                 or scale.dtype != torch.float32):
-        raise ValueError(f"int8 weights need their fp32 row scales, one per output row, contiguous on {x.device}; "
-                         f"got {None if scale is None else (tuple(scale.shape), scale.dtype, str(scale.device))}")
-    cfg = usable(cfg or choose(n, k, m, int8), n, k, m, int8, x.device)
-    split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1
-    ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
-    x = x.contiguous()
-    as_partial = split > 1
-    if as_partial:
-        out = torch.empty(split, m, n, dtype=torch.float32, device=x.device)
-    else:
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    kern[(triton.cdiv(n, cfg.bn), split)](x, w, scale if int8 else x, out, m, n, k, ks, x.stride(0),
-                                          BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk,
-                                          INT8=int8, PARTIAL=as_partial, DOT=cfg.dot, **_pdl(x),
-                                          num_warps=cfg.warps, num_stages=cfg.stages)
-    if not as_partial:
+    kern[(triton.cdiv(w.shape[0], cfg.bn), split)](*args, PARTIAL=split > 1, **meta)
+    if split == 1:
         return out
     p = Partials(out, x.dtype)
     return p if partial else reduce(p)
