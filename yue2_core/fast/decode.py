@@ -525,18 +525,25 @@ class PhaseDecoder:
     def _state(self):
         return [self.logits, self.tokens, self.pos, self.step, self.ring, self.ring_w, self.out, self.done]
 
+    def _snapshot(self) -> list:
+        """Copies of the decoding state, for `_restore` after a step that must not count (a warm-up, a failure)."""
+        return [t.clone() for t in self._state()]
+
+    def _restore(self, saved: list):
+        for t, v in zip(self._state(), saved):
+            t.copy_(v)
+
     def _graph(self, attn_len: int):
         if attn_len in self.graphs:
             return self.graphs[attn_len]
         t0 = time.perf_counter()
-        saved = [t.clone() for t in self._state()]
+        saved = self._snapshot()
         stream = _capture_stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             self._step(attn_len)  # warm-up: kernels chosen, workspaces allocated, Triton autotuned
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        for t, v in zip(self._state(), saved):
-            t.copy_(v)
+        self._restore(saved)
         graph = torch.cuda.CUDAGraph()
         pool = next(iter(self.graphs.values())).pool() if self.graphs else None
         with torch.cuda.graph(graph, pool=pool):
@@ -548,7 +555,7 @@ class PhaseDecoder:
 
     def _run_block(self, n: int, attn_len: int):
         if self.use_graph and self.graph_error is None:
-            saved = None if attn_len in self.graphs else [t.clone() for t in self._state()]
+            saved = None if attn_len in self.graphs else self._snapshot()
             try:
                 graph = self._graph(attn_len)
                 for _ in range(n):
@@ -556,8 +563,7 @@ class PhaseDecoder:
                 return
             except Exception as exc:  # capture failure or OOM: eager from here on, one warning
                 if saved is not None:  # the warm-up step may have sampled before failing: undo it
-                    for t, v in zip(self._state(), saved):
-                        t.copy_(v)
+                    self._restore(saved)
                 self.graph_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                 warnings.warn(f"CUDA graph decode unavailable ({self.graph_error}); running the step eagerly")
                 self.graphs.clear()
@@ -573,14 +579,13 @@ class PhaseDecoder:
         Out-of-memory errors are raised as they are (the unfused step needs more memory, not less)."""
         if not self.fused or self.fns is not None:
             return self._step(attn_len)
-        saved = [t.clone() for t in self._state()]
+        saved = self._snapshot()
         try:
             self._step(attn_len)
         except (torch.cuda.OutOfMemoryError, MemoryError):
             raise
         except Exception as exc:
-            for t, v in zip(self._state(), saved):
-                t.copy_(v)
+            self._restore(saved)
             self.kernel_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             warnings.warn(f"fused decode kernels unavailable ({self.kernel_error}); running the unfused torch step")
             self.fused = self.gemv = self.attn_kernel = self.epilogue = self.rot_fused = False
