@@ -279,14 +279,11 @@ def ar_bf16(eng, n, compile_ok):
 
 
 def variants(ar, fmt: str, sem_p, neg, s, base1):
-    """Batch 1 and the CFG pair with the options not (yet) on by default: each product and its consumer kernel in
-    one launch (YUE2_GEMV_EPILOGUE=1), the GEMV configurations of --gemv-table (YUE2_GEMV_TABLE, e.g. the CUDA-core
-    ones bench/gemv_sweep.py --json found), and both."""
-    opts = [("products with their consumer in one launch", {"YUE2_GEMV_EPILOGUE": "1"})]
+    """Batch 1 and the CFG pair with the GEMV configurations of --gemv-table (YUE2_GEMV_TABLE, e.g. the CUDA-core
+    ones bench/gemv_sweep.py --json found); nothing without it."""
+    opts = []
     if ARGS.gemv_table:
-        opts += [(f"GEMV table {Path(ARGS.gemv_table).name}", {"YUE2_GEMV_TABLE": ARGS.gemv_table}),
-                 (f"GEMV table {Path(ARGS.gemv_table).name} + consumer in one launch",
-                  {"YUE2_GEMV_TABLE": ARGS.gemv_table, "YUE2_GEMV_EPILOGUE": "1"})]
+        opts.append((f"GEMV table {Path(ARGS.gemv_table).name}", {"YUE2_GEMV_TABLE": ARGS.gemv_table}))
     for label, switches in opts:
         with env(**switches):
             warm(ar, [[sem_p]], s, "semantic")
@@ -474,9 +471,15 @@ def whole_song(path, abc_n, sem_n):
     sync()
     wall = time.perf_counter() - t
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if DEVICE == "cuda" else None
+    phases = []
+    for name, t in (("ABC", song.score.timing or {}), ("music", song.tokens.timing or {})):
+        if t:
+            phases.append(f"{name}: prefill {t.get('prefill_seconds', 0):.2f} s, graph capture "
+                          f"{t.get('graph_capture_seconds', 0):.2f} s, steady {t.get('decode_tokens_per_second', 0):.0f}"
+                          f" tok/s, phase {t.get('seconds', 0):.2f} s")
     record("whole song int8 cot full (s)", wall, None, "s",
            f"ABC {abc_n} + music {sem_n} tokens; load {load_s:.1f} s not incl.; stages "
-           + ", ".join(f"{k} {v:.2f}" for k, v in song.timing.items()))
+           + ", ".join(f"{k} {v:.2f}" for k, v in song.timing.items()) + "; " + "; ".join(phases))
     record("peak VRAM whole song int8 (GiB, allocator)", peak, None, "GiB")
     if handle is not None:
         record("peak VRAM whole song int8 (GiB, NVML)", nvml_peak[0] / 2 ** 30, None, "GiB", "sampled per progress")

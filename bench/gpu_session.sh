@@ -7,10 +7,10 @@
 #   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu)
 #   bash bench/gpu_session.sh parts    # bench/decode_parts.py (decode-attention configurations, int8 rotation
 #                                      # placements; ~1 min) and bench/gemv_sweep.py --quick
-#   bash bench/gpu_session.sh next     # what is built but not yet measured (~8 min): the CUDA-core GEMV sweep
+#   bash bench/gpu_session.sh next     # GEMV tuning for this GPU (~4 min): the CUDA-core GEMV sweep
 #                                      # (bench/gemv_sweep.py --cc-only, 1–2 rows), then bench/bench.py's AR sections
-#                                      # with its table (YUE2_GEMV_TABLE) and with the GEMV epilogues, and the int8
-#                                      # decode-step profile with both
+#                                      # with its table (YUE2_GEMV_TABLE) against the built-in one, and the int8
+#                                      # decode-step profile with it (on an H200 the table lost in the graph)
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)

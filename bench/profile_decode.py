@@ -4,8 +4,7 @@ kernel count, and the kernels ranked by GPU time — for each decode configurati
     python bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_bf16.safetensors [--rows 1] [--top 15]
 
 The checkpoint is any YuE2 all-in-one file (bench/bench.py writes full-size synthetic ones to /tmp/yue2bench).
-Configurations: the default fused step, the attention merged by a separate kernel, the GEMV epilogues
-(YUE2_GEMV_EPILOGUE=1), int8 inputs rotated by cuBLAS, the default without programmatic dependent launch, library
+Configurations: the default fused step, the attention merged by a separate kernel, int8 inputs rotated by cuBLAS, the default without programmatic dependent launch, library
 GEMVs; with --gemv-table a GEMV configuration file too, with --all also the unfused torch-ops step.
 Kernel times come from torch.profiler on eager steps (same kernels as the graph); the gap between the replay time
 and the kernel sum is launch/idle time that only fewer or longer kernels remove.
@@ -32,7 +31,7 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE", "YUE2_GEMV_EPILOGUE",
+SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE",
             "YUE2_GEMV_TABLE")
 
 
@@ -93,7 +92,6 @@ def main():
     variants = [
         ("default: fused + split attention + split-K GEMV + PDL (int8: inputs rotated by the producers)", True, {}),
         ("attention splits merged by a separate kernel (previous default)", True, {"YUE2_ATTN_MERGE": "kernel"}),
-        ("products with their consumer in one launch (YUE2_GEMV_EPILOGUE=1)", True, {"YUE2_GEMV_EPILOGUE": "1"}),
         ("int8 inputs rotated by cuBLAS", True, {"YUE2_INT8_ROT": "cublas"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]

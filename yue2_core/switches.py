@@ -7,7 +7,6 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_GEMV=0           library products (cuBLAS / W8A16) instead of the split-K Triton GEMV
     YUE2_PDL=0            no programmatic dependent launch
     YUE2_COMPILE=1        torch.compile'd layer halves in the decode step (plain bf16 only)
-    YUE2_GEMV_EPILOGUE=1  each layer product runs its consumer kernel in the same launch (fast/epilogue.py; unmeasured)
     YUE2_SHARED_PREFIX=0  no shared-prompt decode attention for candidate batches (default on for ≥ 4 rows)
     YUE2_DECODE_ATTN      triton (default) | torch: decode attention of the fused step
     YUE2_INT8_ROT         producers | cublas: where int8 ConvRot inputs are rotated (fast/decode.py)

@@ -169,12 +169,11 @@ def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr, PDL: tl.constexpr = False):
 # -- consumers of the products: they take y either as a plain tensor (S = 1) or as S ≥ 2 fp32 partial sums --------
 
 @triton.jit
-def _load_sum(ptr, offs, mask, PS, S: tl.constexpr, CG: tl.constexpr = False):
-    # Σ_{s < S} ptr[s·PS + offs] in fp32 (S = 1: one plain load, any dtype). CG: read from L2 (".cg"), past this
-    # multiprocessor's L1 — for sums other programs of the same grid wrote (the GEMV epilogues)
-    acc = tl.load(ptr + offs, mask=mask, other=0.0, cache_modifier=".cg" if CG else "").to(tl.float32)
+def _load_sum(ptr, offs, mask, PS, S: tl.constexpr):
+    # Σ_{s < S} ptr[s·PS + offs] in fp32 (S = 1: one plain load, any dtype)
+    acc = tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
     for s in tl.static_range(1, S):
-        acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0, cache_modifier=".cg" if CG else "")
+        acc += tl.load(ptr + s * PS + offs, mask=mask, other=0.0)
     return acc
 
 
@@ -217,19 +216,19 @@ def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_
     # program (row r, head h of q‖k‖v): `qk_rope_head`
     pdl_prologue(PDL)
     qk_rope_head(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, tl.program_id(0),
-                 tl.program_id(1), row_stride, cache_row, cache_head, PS, NH, NKV, D, eps, S, False)
+                 tl.program_id(1), row_stride, cache_row, cache_head, PS, NH, NKV, D, eps, S)
 
 
 @triton.jit
 def qk_rope_head(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, r, h,
                  row_stride, cache_row, cache_head, PS, NH: tl.constexpr, NKV: tl.constexpr,
-                 D: tl.constexpr, eps, S: tl.constexpr, CG: tl.constexpr):
+                 D: tl.constexpr, eps, S: tl.constexpr):
     # row r, head h of q‖k‖v: QK-norm + split-half RoPE; k and v stored into the cache at pos[r]
     half = tl.arange(0, D // 2)
     dt = q_ptr.dtype.element_ty
     off = r * row_stride + h * D
-    x1 = _load_sum(qkv_ptr, off + half, half < D, PS, S, CG).to(dt)
-    x2 = _load_sum(qkv_ptr, off + D // 2 + half, half < D, PS, S, CG).to(dt)
+    x1 = _load_sum(qkv_ptr, off + half, half < D, PS, S).to(dt)
+    x2 = _load_sum(qkv_ptr, off + D // 2 + half, half < D, PS, S).to(dt)
     pos = tl.load(pos_ptr + r)
     if h < NH + NKV:
         f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
@@ -265,18 +264,17 @@ def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr
                     PDL: tl.constexpr = False):
     # program (row, block): `silu_mul_block`
     pdl_prologue(PDL)
-    silu_mul_block(gu_ptr, out_ptr, tl.program_id(0), tl.program_id(1), F, PS, S, BLOCK, ROT, False)
+    silu_mul_block(gu_ptr, out_ptr, tl.program_id(0), tl.program_id(1), F, PS, S, BLOCK, ROT)
 
 
 @triton.jit
-def silu_mul_block(gu_ptr, out_ptr, row, blk, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr,
-                   CG: tl.constexpr):
+def silu_mul_block(gu_ptr, out_ptr, row, blk, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr):
     # row, block blk: silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK % 256 == 0): the block rotated (·H)
     col = blk * BLOCK + tl.arange(0, BLOCK)
     m = col < F
     dt = out_ptr.dtype.element_ty
-    g = _load_sum(gu_ptr, row * 2 * F + col, m, PS, S, CG).to(dt)
-    u = _load_sum(gu_ptr, row * 2 * F + F + col, m, PS, S, CG).to(dt)
+    g = _load_sum(gu_ptr, row * 2 * F + col, m, PS, S).to(dt)
+    u = _load_sum(gu_ptr, row * 2 * F + F + col, m, PS, S).to(dt)
     gf = g.to(tl.float32)
     s = (gf / (1.0 + tl.exp(-gf))).to(dt).to(tl.float32)
     out = (s * u.to(tl.float32)).to(dt)
@@ -285,46 +283,18 @@ def silu_mul_block(gu_ptr, out_ptr, row, blk, F, PS, S: tl.constexpr, BLOCK: tl.
     tl.store(out_ptr + row * F + col, out, mask=m)
 
 
-@triton.jit
-def add_rmsnorm_row(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, row, N, PS, eps, S: tl.constexpr, BLOCK: tl.constexpr,
-                    ROT: tl.constexpr, CG: tl.constexpr):
-    # `add_rmsnorm_kernel` for one whole row with a delta (BLOCK = N): xo ← x + bf16(delta), y = RMSNorm(xo)·w;
-    # ROT (N % 256 == 0): y rotated per 256-group — one group at a time, each recomputed from x and the sums as
-    # the separate kernel does (rotating the whole row at once took ~146 KB of shared memory at N = 2048)
-    offs = tl.arange(0, BLOCK)
-    m = offs < N
-    dt = y_ptr.dtype.element_ty
-    x = tl.load(x_ptr + row * N + offs, mask=m, other=0.0)
-    x = (x.to(tl.float32) + _load_sum(d_ptr, row * N + offs, m, PS, S, CG).to(dt).to(tl.float32)).to(dt)
-    tl.store(xo_ptr + row * N + offs, x, mask=m)
-    xf = x.to(tl.float32)
-    r = (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
-    if ROT:
-        for g in tl.static_range(BLOCK // 256):
-            so = g * 256 + tl.arange(0, 256)
-            xs = tl.load(x_ptr + row * N + so).to(tl.float32)
-            xs = (xs + _load_sum(d_ptr, row * N + so, so < N, PS, S, CG).to(dt).to(tl.float32)).to(dt)
-            ys = (xs.to(tl.float32) * r).to(dt).to(tl.float32)
-            ys = (ys * tl.load(w_ptr + so).to(tl.float32)).to(dt).to(tl.float32)
-            tl.store(y_ptr + row * N + so, tl.reshape(rot_rows(tl.reshape(ys, (1, 256)), 1), (256,)).to(dt))
-    else:
-        y = (xf * r).to(dt).to(tl.float32)
-        y = (y * tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)).to(dt)
-        tl.store(y_ptr + row * N + offs, y, mask=m)
-
-
-# -- GEMV + consumer in one launch: the last program of each output group runs the consumer on the group ---------
-# Every program stores its block (partial sums or the product) as `gemv_kernel` does, then counts itself in the
-# group's counter (int32, zero before the launch, zero again after it): a GPU-scope fence (FENCE) and a barrier
-# order all of the program's stores before the acq_rel atomic; the program that counts last acquires every other
-# program's stores, reads the group's sums from L2 (".cg") and runs the consumer — no separate kernel launch.
+# -- counting the programs of one grid: the last program of a group consumes the others' results ----------------
+# Every program stores its results, then counts itself in the group's counter (int32, zero before the launch, zero
+# again after it): a GPU-scope fence (FENCE) and a barrier order all of the program's stores before the acq_rel
+# atomic; the program that counts last acquires every other program's stores and reads them from L2 (".cg").
+# Used by `fused.attn_split_kernel` (the last split program of a (row, kv head) merges the splits).
 
 @triton.jit
 def arrive(cnt_ptr, FENCE: tl.constexpr):
     # this program's arrival at the counter after its stores; returns the count before it. Every thread's stores
     # happen before the count (barrier), which releases them at GPU scope; the program that counts last acquires
     # everyone's. FENCE (CUDA): every thread also fences its stores at GPU scope first (the CUDA "threadfence
-    # reduction" pattern; not in the CPU interpreter). Also used by `fused.attn_split_kernel`'s merge
+    # reduction" pattern; not in the CPU interpreter)
     if FENCE:
         tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
                                   pack=1)
@@ -339,64 +309,3 @@ def depart(cnt_ptr, group, runs_ptr=None, RUNS: tl.constexpr = False):
     tl.store(cnt_ptr + group, 0)
     if RUNS:
         tl.atomic_add(runs_ptr + group, 1)
-
-
-@triton.jit(do_not_specialize=["M"])
-def gemv_qk_rope_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_ptr,
-                        qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, cache_row, cache_head, eps,
-                        NH: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
-                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
-                        SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr, PDL: tl.constexpr = False,
-                        runs_ptr=None, RUNS: tl.constexpr = False):
-    # qkv product; group = one head of q‖k‖v (D columns, BN | D): its last program runs `qk_rope_head` for every row
-    # (RUNS, tests: each consumer run is also counted in runs_ptr[group])
-    pdl_prologue(PDL)
-    pid_n = tl.program_id(0)
-    gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK, INT8,
-              SPLIT > 1, DOT)
-    h = pid_n * BN // D
-    if arrive(cnt_ptr + h, FENCE) == (D // BN) * SPLIT - 1:
-        tl.debug_barrier()
-        for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
-            qk_rope_head(out_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, r, h, N,
-                         cache_row, cache_head, M * N, NH, NKV, D, eps, SPLIT, True)
-        depart(cnt_ptr, h, runs_ptr, RUNS)
-
-
-@triton.jit(do_not_specialize=["M"])
-def gemv_silu_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_ptr, act_ptr,
-                     GW: tl.constexpr, ROT: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
-                     SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr, PDL: tl.constexpr = False,
-                     runs_ptr=None, RUNS: tl.constexpr = False):
-    # gate‖up product (N = 2F); group = GW columns of gate and the same GW of up (BN | GW, GW | F): its last
-    # program runs `silu_mul_block` (rotated with ROT) for every row into act [M, F]
-    pdl_prologue(PDL)
-    pid_n = tl.program_id(0)
-    gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK, INT8,
-              SPLIT > 1, DOT)
-    f = N // 2
-    g = (pid_n * BN % f) // GW
-    if arrive(cnt_ptr + g, FENCE) == 2 * (GW // BN) * SPLIT - 1:
-        tl.debug_barrier()
-        for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
-            silu_mul_block(out_ptr, act_ptr, r, g, f, M * N, SPLIT, GW, ROT, True)
-        depart(cnt_ptr, g, runs_ptr, RUNS)
-
-
-@triton.jit(do_not_specialize=["M"])
-def gemv_add_rmsnorm_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm, cnt_ptr,
-                            res_ptr, nw_ptr, xo_ptr, y_ptr, eps, NB: tl.constexpr, ROT: tl.constexpr,
-                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr,
-                            SPLIT: tl.constexpr, DOT: tl.constexpr, FENCE: tl.constexpr,
-                            PDL: tl.constexpr = False, runs_ptr=None, RUNS: tl.constexpr = False):
-    # o_proj / down_proj product (N = NB, a power of two); one group = the whole launch: its last program adds the
-    # product to the residual res and runs the RMSNorm (`add_rmsnorm_row`) for every row
-    pdl_prologue(PDL)
-    gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, tl.program_id(0), tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK,
-              INT8, SPLIT > 1, DOT)
-    if arrive(cnt_ptr, FENCE) == tl.num_programs(0) * SPLIT - 1:
-        tl.debug_barrier()
-        for r in tl.range(0, M, num_stages=1):  # not pipelined: cp.async would read through L1, not .cg
-            add_rmsnorm_row(res_ptr, out_ptr, nw_ptr, xo_ptr, y_ptr, r, N, M * N, eps, SPLIT, NB, ROT, True)
-        depart(cnt_ptr, 0, runs_ptr, RUNS)

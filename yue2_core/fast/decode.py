@@ -127,11 +127,6 @@ def _plain_bf16(ar) -> bool:
                isinstance(l.mlp.gate_up_proj, lin) and isinstance(l.mlp.down_proj, lin) for l in ar.model.layers)
 
 
-def _weight(mod) -> tuple:
-    """(weight, row scales or None) of a layer linear: int8 ConvRot codes and their scales, or a plain weight."""
-    return (mod.weight, mod.weight_scale) if isinstance(mod, ConvRotLinear) else (mod.weight, None)
-
-
 def _gemv_layers(ar) -> str | None:
     """"bf16" / "int8" when every layer linear of the AR can run through `fast.gemv` (no bias; bf16 weights, or
     int8 ConvRot codes in 256-groups with fp32 row scales), else None."""
@@ -179,7 +174,9 @@ _WARNED: dict = {}  # one warning per process for each retired / unsupported swi
 def _warn_retired_switches() -> None:
     """One warning per process for a retired switch that is still set (it would otherwise be silently ignored)."""
     for name, why in (("YUE2_FUSED_SAMPLER", "the fused sampling kernel was slower than the PyTorch tail and was "
-                                             "removed"),):
+                                             "removed"),
+                      ("YUE2_GEMV_EPILOGUE", "the GEMV epilogues (a product and its consumer in one launch) were "
+                                             "slower on an H200 (int8 484 vs 669 tok/s) and were removed")):
         if os.environ.get(name) is not None and not _WARNED.get(name):
             _WARNED[name] = True
             warnings.warn(f"{name} is no longer read: {why}")
@@ -305,11 +302,6 @@ class PhaseDecoder:
         rotation = _int8_rotation()  # validated whatever the layers
         self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
-        # YUE2_GEMV_EPILOGUE=1 (off until measured on a GPU): each layer's qkv, o, gate_up and down products run
-        # their consumer kernel in their own launch (`fast.epilogue`); needs the Triton attention and, for int8,
-        # inputs rotated by the producers; `_allocate` checks the shapes
-        wanted = flag("YUE2_GEMV_EPILOGUE", False)  # validated whatever the path
-        self.epilogue = wanted and self.gemv and self.attn_kernel and (not self.int8_layers or self.rot_fused)
         want = flag("YUE2_COMPILE", False) if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
         # Shared prefix (YUE2_SHARED_PREFIX, on by default; fused step with the Triton attention, ≥ SHARED_MIN_ROWS
@@ -363,11 +355,6 @@ class PhaseDecoder:
         merge = choice("YUE2_ATTN_MERGE", ("split", "kernel"), "split")
         self.attn_counters = (torch.zeros(self.R * d.kv_heads, dtype=torch.int32, device=dev)
                               if merge == "split" and self.attn_kernel and torch.version.hip is None else None)
-        if self.epilogue:
-            from . import epilogue
-            self.epilogue = epilogue.fits(d.hidden, d.heads, d.kv_heads, d.head_dim, d.ffn, self.R,
-                                          self.int8_layers, dev)
-            self.epi_counters = (epilogue.counters(d.heads, d.kv_heads, d.ffn, dev) if self.epilogue else None)
 
     def _prefill(self):
         """Prefill every row with its prompt plus the teacher-forced tokens in one pass (they are fed, never
@@ -465,24 +452,14 @@ class PhaseDecoder:
         rot, R = self.rot_fused, self.R
         lin = self._lin if self.gemv else (lambda mod, x2, rotated: mod(x2))
         head_rot = rot and isinstance(ar.model.lm_head, ConvRotLinear) and ar.model.lm_head.group == 256
-        epi, layers = self.epilogue, ar.model.layers
-        if epi:
-            from . import epilogue as E
-            cnt = self.epi_counters
         delta = None
-        for i, layer in enumerate(layers):
+        for i, layer in enumerate(ar.model.layers):
             att_mod = layer.self_attn
-            if not epi or i == 0:  # with the epilogues, the previous down_proj launch wrote x and y
-                x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps, rot=rot)
-            if epi:
-                q = E.qkv_rope_store(y.view(R, -1), *_weight(att_mod.qkv_proj), cnt, att_mod.q_norm.weight,
-                                     att_mod.k_norm.weight, cos, sin, self.pos, self.k[i], self.v[i], d.heads,
-                                     d.kv_heads, d.head_dim, d.eps)
-            else:
-                qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot)
-                q = fused.qk_norm_rope_store(qkv, att_mod.q_norm.weight, att_mod.k_norm.weight,
-                                             cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
-                                             d.head_dim, d.eps)
+            x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps, rot=rot)
+            qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot)
+            q = fused.qk_norm_rope_store(qkv, att_mod.q_norm.weight, att_mod.k_norm.weight,
+                                         cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
+                                         d.head_dim, d.eps)
             if self.attn_kernel:  # int8 (rot): the merge writes the o_proj input rotated
                 h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale, rot=rot,
                                            shared=self.shared, counters=self.attn_counters)
@@ -490,15 +467,6 @@ class PhaseDecoder:
                 keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
                 att = torch.add(bias, _scores(q.view(R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
                 h = (att.softmax(-1).to(self.dtype) @ values).reshape(R, d.heads * d.head_dim)
-            if epi:
-                last = i == len(layers) - 1
-                x, y = E.add_rmsnorm(h, *_weight(att_mod.o_proj), cnt, x, layer.post_attention_layernorm.weight,
-                                     d.eps, rot)
-                act = E.gate_up_silu(y.view(R, -1), *_weight(layer.mlp.gate_up_proj), cnt, rot)
-                x, y = E.add_rmsnorm(act, *_weight(layer.mlp.down_proj), cnt, x,
-                                     (ar.model.norm if last else layers[i + 1].input_layernorm).weight, d.eps,
-                                     head_rot if last else rot)
-                continue
             o = lin(att_mod.o_proj, h, rot and self.attn_kernel)
             x, y = fused.add_rmsnorm(x, o if self.gemv else o[:, None], layer.post_attention_layernorm.weight,
                                      d.eps, rot=rot)
@@ -506,8 +474,7 @@ class PhaseDecoder:
             delta = lin(layer.mlp.down_proj, act, rot)
             if not self.gemv:
                 delta = delta[:, None]
-        if not epi:
-            _, y = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps, rot=head_rot)
+        _, y = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps, rot=head_rot)
         self.logits.copy_(self.head_rot(y[:, 0]) if head_rot else self.head(y[:, 0]))
 
     def _step(self, attn_len: int):
@@ -588,7 +555,7 @@ class PhaseDecoder:
             self._restore(saved)
             self.kernel_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             warnings.warn(f"fused decode kernels unavailable ({self.kernel_error}); running the unfused torch step")
-            self.fused = self.gemv = self.attn_kernel = self.epilogue = self.rot_fused = False
+            self.fused = self.gemv = self.attn_kernel = self.rot_fused = False
             self.int8_layers, self.int8_rot, self.attn_counters = False, None, None
             self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop)
             self.graphs.clear()
@@ -653,7 +620,6 @@ class PhaseDecoder:
                                     if getattr(self, "attn_counters", None) is not None else "kernel"),
                 "pdl": self.fused and self.fns is None and pdl_enabled(self.device),
                 "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
-                                   + (" with consumer epilogues" if self.epilogue else "")
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
                 "shared_prefix_positions": self.shared,

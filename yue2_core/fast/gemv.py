@@ -224,7 +224,7 @@ def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 def plan(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, cfg: Config | None = None,
          who: str = "gemv") -> tuple:
-    """Launch plan of x [M, K] · w [N, K]ᵀ shared by `gemv` and the epilogue kernels of `fast.epilogue`:
+    """Launch plan of x [M, K] · w [N, K]ᵀ for `gemv` (and benchmarks launching the kernel themselves):
     (cfg, split, out, args, meta) — the configuration (`choose`, `usable`), the K splits it takes, the output
     (P [split, M, N] fp32 when split > 1, else [M, N] in x's dtype), the kernel's leading arguments and its launch
     constants and options. Raises ValueError (naming `who`) for inputs the kernels do not take."""
