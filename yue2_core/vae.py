@@ -157,9 +157,7 @@ class VAEDecoder(nn.Module):
                      on_tile=None) -> torch.Tensor:
         """Halo-crop tiled decode (runtime.md §6.3): for each core tile [s, s+core) decode frames
         [s−halo, s+core+halo) and keep its samples. Equals `decode` up to fp32 rounding. latents [B, 64, T] →
-        audio [B, 2, 1920·T − 64] on the CPU. `on_tile(done, total)` may raise to cancel.
-        On CUDA each tile's samples go to the CPU through one of two pinned staging buffers, asynchronously: the
-        copy of tile i overlaps the decoding of tile i+1 (the result is the same as a plain `.cpu()` per tile)."""
+        audio [B, 2, 1920·T − 64] on the CPU. `on_tile(done, total)` may raise to cancel."""
         if core < 1 or halo < 0:
             raise ValueError(f"core must be ≥ 1 and halo ≥ 0 frames, got core={core}, halo={halo}")
         b, _, t = latents.shape
@@ -168,49 +166,16 @@ class VAEDecoder(nn.Module):
         latents = latents.to(device=self.device, dtype=torch.float32)  # one upload (a few MB), not one per tile
         out = torch.empty(b, self.cfg.out_channels, total, dtype=torch.float32)
         starts = list(range(0, t, core))
-        stage = self._staging(b, min(core * hop, total), min(2, len(starts)))
-        done = [torch.cuda.Event() for _ in stage]
-        pending = None  # (buffer, first sample, count, tile number) of the copy still in flight
         for i, start in enumerate(starts):
             end = min(t, start + core)
             left, right = max(0, start - halo), min(t, end + halo)
             piece = self.decode(latents[:, :, left:right])
             keep_from = (start - left) * hop
             count = min(end * hop, total) - start * hop
-            kept = piece[:, :, keep_from:keep_from + count]
-            if stage:
-                j = i % len(stage)
-                stage[j][:, :, :count].copy_(kept, non_blocking=True)
-                done[j].record()
-                if pending is not None:  # the previous tile: its copy was queued before this tile's kernels
-                    self._drain(out, stage, done, pending, on_tile, len(starts))
-                pending = (j, start * hop, count, i + 1)
-            else:
-                out[:, :, start * hop:start * hop + count] = kept
-                if on_tile is not None:
-                    on_tile(i + 1, len(starts))
-        if pending is not None:
-            self._drain(out, stage, done, pending, on_tile, len(starts))
+            out[:, :, start * hop:start * hop + count] = piece[:, :, keep_from:keep_from + count].cpu()
+            if on_tile is not None:
+                on_tile(i + 1, len(starts))
         return out
-
-    def _staging(self, b: int, width: int, n: int) -> list:
-        """n pinned CPU buffers [b, channels, width] fp32 on CUDA; none elsewhere or where pinning fails (the
-        tiles are then copied synchronously)."""
-        if self.device.type != "cuda":
-            return []
-        try:
-            return [torch.empty(b, self.cfg.out_channels, width, dtype=torch.float32, pin_memory=True)
-                    for _ in range(n)]
-        except RuntimeError:
-            return []
-
-    @staticmethod
-    def _drain(out, stage, done, pending, on_tile, tiles: int):
-        j, first, count, number = pending
-        done[j].synchronize()
-        out[:, :, first:first + count] = stage[j][:, :, :count]
-        if on_tile is not None:
-            on_tile(number, tiles)
 
 
 def to_waveform(audio: torch.Tensor) -> torch.Tensor:

@@ -190,25 +190,6 @@ def test_vae_fused_snake_matches(engines):
     assert (a - b).abs().max() < 1e-5
 
 
-def test_vae_tiles_staged_through_pinned_buffers_equal_plain_copies(engines, monkeypatch):
-    """decode_tiled on CUDA copies each tile through pinned buffers asynchronously (the copy of tile i overlapping
-    the decoding of tile i+1): the audio equals the synchronous per-tile copy bit for bit, the last (short) tile
-    included, and each tile is reported once, in order, after its samples are on the CPU."""
-    from yue2_core.vae import VAEDecoder
-    eng, _ = engines
-    lat = torch.randn(1, 64, 45, generator=torch.Generator().manual_seed(3))
-    seen = []
-
-    def on_tile(done, total):
-        seen.append((done, total))
-    staged = eng.vae.decode_tiled(lat, core=8, halo=2, on_tile=on_tile)
-    assert seen == [(i, 6) for i in range(1, 7)], seen
-    assert eng.vae._staging(1, 8 * 1920, 2), "no pinned buffers on CUDA: the staged path did not run"
-    monkeypatch.setattr(VAEDecoder, "_staging", lambda self, b, width, n: [])
-    plain = eng.vae.decode_tiled(lat, core=8, halo=2)
-    assert staged.device.type == "cpu" and torch.equal(staged, plain)
-
-
 def test_nar_fused_matches_unfused(engines):
     from yue2_core import nar as N
     eng, _ = engines
@@ -251,6 +232,37 @@ def test_decode_attention_kernel_matches_sdpa(rows, attn_len):
             worst = max(worst, (got - base).abs().max().item())
         print(f"  merged by the last split, rot={rot}: max |Δ| vs merge kernel {worst:.2e}")
         assert worst <= 2 ** -7 * base.abs().max().item() and not cnt.any(), (rot, worst, cnt.sum().item())
+
+
+def _variants(kernel) -> int:
+    """Compiled variants of a Triton kernel in this process (its per-device kernel caches)."""
+    return sum(len(c[0]) for c in kernel.device_caches.values())
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+def test_new_lengths_compile_no_new_kernel_variants():
+    """Attention lengths, split counts and cache capacities change with every prompt: the decode kernels do not
+    specialise on them, so a song with a new length (1 or a multiple of 16 or not) reuses the compiled kernels
+    instead of stalling ~1 s on a compile (the whole-song benchmark once spent 1.4 s capturing the ABC graphs)."""
+    import math
+    from yue2_core.fast import fused
+    _, split_k, _, _ = fused._attention_kernels()
+    rope = fused._kernels()[2]
+    seen = {}
+    for cap, attn_len in ((4200, 1540), (4200, 2512), (4208, 3000), (4211, 4096)):  # splits 25, 20, 24, 32
+        k = torch.randn(1, 8, cap, 128, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        pos = torch.tensor([attn_len - 1], device="cuda")
+        qkv = torch.randn(1, 32 * 128, device="cuda", dtype=torch.bfloat16)
+        cos, sin = torch.ones(1, 64, device="cuda"), torch.zeros(1, 64, device="cuda")
+        w = torch.ones(128, device="cuda", dtype=torch.bfloat16)
+        q = fused.qk_norm_rope_store(qkv, w, w, cos, sin, pos, k, v, 16, 8, 128, 1e-6)
+        cnt = torch.zeros(8, dtype=torch.int32, device="cuda")
+        fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128), counters=cnt, sms=132)
+        torch.cuda.synchronize()
+        seen[(cap, attn_len)] = (_variants(split_k), _variants(rope))
+    counts = list(seen.values())
+    assert all(c == counts[0] for c in counts), seen
 
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")

@@ -209,7 +209,7 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
         tl.store(y_ptr + row * N + offs, (y * w).to(dt), mask=m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["cap"])  # the cache capacity (unused here) changes with every prompt
 def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
                    row_stride, cache_row, cache_head, cap, PS, NH: tl.constexpr, NKV: tl.constexpr,
                    D: tl.constexpr, eps, S: tl.constexpr, PDL: tl.constexpr = False):

@@ -61,7 +61,9 @@ def _attention_kernels():
             out = tl.reshape(rot_rows(tl.reshape(out, (1, HG * D)), 1), (HG, D))
         tl.store(dst, out.to(out_ptr.dtype.element_ty))
 
-    @triton.jit
+    # lengths, chunks and split counts change with the prompt and the bucket: not specialised (Triton would compile
+    # one more variant for each value that is 1 or a multiple of 16 — a ~1 s stall in the first song with a new one)
+    @triton.jit(do_not_specialize=["CHUNK", "L", "START", "SP0", "splits"])
     def attn_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, o_ptr, cache_row, cache_head, scale, CHUNK, L,
                           START, SP0, splits, NKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                           BL: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False,
@@ -95,7 +97,7 @@ def _attention_kernels():
                             ROT, True)
                 depart(cnt_ptr, r * NKV + kvh)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["CHUNK", "P", "R", "splits"])
     def attn_shared_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, o_ptr, cache_head, scale, CHUNK, P, R, splits,
                            NKV: tl.constexpr, G: tl.constexpr, QP: tl.constexpr, D: tl.constexpr,
                            BL: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
@@ -119,7 +121,7 @@ def _attention_kernels():
         tl.store(l_ptr + slot, l_i, mask=ok_q)
         tl.store(o_ptr + slot[:, None] * D + d[None, :], acc, mask=ok_q[:, None])
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["splits"])
     def attn_merge_kernel(m_ptr, l_ptr, o_ptr, out_ptr, splits, NKV: tl.constexpr, G: tl.constexpr,
                           D: tl.constexpr, SP: tl.constexpr, HG: tl.constexpr = 1, ROT: tl.constexpr = False,
                           PDL: tl.constexpr = False):
