@@ -205,14 +205,16 @@ def test_int8_rotation_switch(monkeypatch):
         fd._int8_rotation()
 
 
-def test_retired_fused_sampler_switch_warns_once(monkeypatch):
-    """YUE2_FUSED_SAMPLER (the removed fused sampling kernel) is not silently ignored: one warning per process."""
+@pytest.mark.parametrize("name", ["YUE2_FUSED_SAMPLER", "YUE2_GEMV_EPILOGUE"])
+def test_retired_switch_warns_once(monkeypatch, name):
+    """A switch of a removed path (the fused sampling kernel, the GEMV epilogues) is not silently ignored: one
+    warning per process, saying why it went."""
     import warnings
 
     from yue2_core.fast import decode as fd
     monkeypatch.setattr(fd, "_WARNED", {})
-    monkeypatch.setenv("YUE2_FUSED_SAMPLER", "1")
-    with pytest.warns(UserWarning, match="YUE2_FUSED_SAMPLER is no longer read"):
+    monkeypatch.setenv(name, "1")
+    with pytest.warns(UserWarning, match=f"{name} is no longer read: .*(slower)"):
         fd._warn_retired_switches()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
