@@ -471,15 +471,13 @@ def whole_song(path, abc_n, sem_n):
     sync()
     wall = time.perf_counter() - t
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if DEVICE == "cuda" else None
-    phases = []
-    for name, t in (("ABC", song.score.timing or {}), ("music", song.tokens.timing or {})):
-        if t:
-            phases.append(f"{name}: prefill {t.get('prefill_seconds', 0):.2f} s, graph capture "
-                          f"{t.get('graph_capture_seconds', 0):.2f} s, steady {t.get('decode_tokens_per_second', 0):.0f}"
-                          f" tok/s, phase {t.get('seconds', 0):.2f} s")
+    phases = [f"{name}: prefill {ph.get('prefill_seconds', 0):.2f} s, graph capture "
+              f"{ph.get('graph_capture_seconds', 0):.2f} s, steady {ph.get('decode_tokens_per_second', 0):.0f} tok/s, "
+              f"phase {ph.get('seconds', 0):.2f} s"
+              for name, ph in (("ABC", song.score.timing), ("music", song.tokens.timing)) if ph]
     record("whole song int8 cot full (s)", wall, None, "s",
            f"ABC {abc_n} + music {sem_n} tokens; load {load_s:.1f} s not incl.; stages "
-           + ", ".join(f"{k} {v:.2f}" for k, v in song.timing.items()) + "; " + "; ".join(phases))
+           + ", ".join(f"{k} {v:.2f}" for k, v in song.timing.items()) + "".join(f"; {p}" for p in phases))
     record("peak VRAM whole song int8 (GiB, allocator)", peak, None, "GiB")
     if handle is not None:
         record("peak VRAM whole song int8 (GiB, NVML)", nvml_peak[0] / 2 ** 30, None, "GiB", "sampled per progress")

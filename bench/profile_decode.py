@@ -4,8 +4,9 @@ kernel count, and the kernels ranked by GPU time — for each decode configurati
     python bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_bf16.safetensors [--rows 1] [--top 15]
 
 The checkpoint is any YuE2 all-in-one file (bench/bench.py writes full-size synthetic ones to /tmp/yue2bench).
-Configurations: the default fused step, the attention merged by a separate kernel, int8 inputs rotated by cuBLAS, the default without programmatic dependent launch, library
-GEMVs; with --gemv-table a GEMV configuration file too, with --all also the unfused torch-ops step.
+Configurations: the default fused step, the attention merged by a separate kernel, int8 inputs rotated by cuBLAS,
+the default without programmatic dependent launch, library GEMVs; with --gemv-table a GEMV configuration file too,
+with --all also the unfused torch-ops step.
 Kernel times come from torch.profiler on eager steps (same kernels as the graph); the gap between the replay time
 and the kernel sum is launch/idle time that only fewer or longer kernels remove.
 """

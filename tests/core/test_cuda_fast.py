@@ -241,28 +241,34 @@ def _variants(kernel) -> int:
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
 def test_new_lengths_compile_no_new_kernel_variants():
-    """Attention lengths, split counts and cache capacities change with every prompt: the decode kernels do not
-    specialise on them, so a song with a new length (1 or a multiple of 16 or not) reuses the compiled kernels
-    instead of stalling ~1 s on a compile (the whole-song benchmark once spent 1.4 s capturing the ABC graphs)."""
+    """Attention lengths, split counts, shared-prefix lengths and cache capacities change with every prompt: the
+    decode kernels do not specialise on them, so a song with a new length (1 or a multiple of 16 or not) reuses the
+    compiled kernels instead of stalling ~1 s on a compile (the whole-song benchmark once spent 1.4 s capturing the
+    ABC graphs). One row merged by its last split program; four rows with a shared prefix merged by the kernel."""
     import math
     from yue2_core.fast import fused
-    _, split_k, _, _ = fused._attention_kernels()
+    _, split_k, merge_k, shared_k = fused._attention_kernels()
     rope = fused._kernels()[2]
+    kernels = (split_k, merge_k, shared_k, rope)
     seen = {}
-    for cap, attn_len in ((4200, 1540), (4200, 2512), (4208, 3000), (4211, 4096)):  # splits 25, 20, 24, 32
-        k = torch.randn(1, 8, cap, 128, device="cuda", dtype=torch.bfloat16)
+    # (rows, capacity, attention length, shared prefix): split counts 25, 20, 24, 32 at one row on 132 SMs
+    cases = [(1, 4200, 1540, 0), (1, 4200, 2512, 0), (1, 4208, 3000, 0), (1, 4211, 4096, 0),
+             (4, 4200, 3000, 1000), (4, 4208, 3100, 1024), (4, 4211, 3072, 1337)]
+    for rows, cap, attn_len, shared in cases:
+        k = torch.randn(rows, 8, cap, 128, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        pos = torch.tensor([attn_len - 1], device="cuda")
-        qkv = torch.randn(1, 32 * 128, device="cuda", dtype=torch.bfloat16)
-        cos, sin = torch.ones(1, 64, device="cuda"), torch.zeros(1, 64, device="cuda")
+        pos = torch.full((rows,), attn_len - 1, device="cuda")
+        qkv = torch.randn(rows, 32 * 128, device="cuda", dtype=torch.bfloat16)
+        cos, sin = torch.ones(rows, 64, device="cuda"), torch.zeros(rows, 64, device="cuda")
         w = torch.ones(128, device="cuda", dtype=torch.bfloat16)
         q = fused.qk_norm_rope_store(qkv, w, w, cos, sin, pos, k, v, 16, 8, 128, 1e-6)
-        cnt = torch.zeros(8, dtype=torch.int32, device="cuda")
-        fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128), counters=cnt, sms=132)
+        cnt = torch.zeros(rows * 8, dtype=torch.int32, device="cuda") if rows == 1 else None
+        fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128), counters=cnt, sms=132, shared=shared)
         torch.cuda.synchronize()
-        seen[(cap, attn_len)] = (_variants(split_k), _variants(rope))
+        seen[(rows, cap, attn_len, shared)] = tuple(_variants(kern) for kern in kernels)
     counts = list(seen.values())
-    assert all(c == counts[0] for c in counts), seen
+    assert all(c >= 1 for c in counts[-1]), ("a kernel never ran (or the cache layout changed)", seen)
+    assert counts[1:4] == [counts[0]] * 3 and counts[5:] == [counts[4]] * 2, seen
 
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")

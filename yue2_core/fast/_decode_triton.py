@@ -209,9 +209,9 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
         tl.store(y_ptr + row * N + offs, (y * w).to(dt), mask=m)
 
 
-@triton.jit(do_not_specialize=["cap"])  # the cache capacity (unused here) changes with every prompt
+@triton.jit
 def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
-                   row_stride, cache_row, cache_head, cap, PS, NH: tl.constexpr, NKV: tl.constexpr,
+                   row_stride, cache_row, cache_head, PS, NH: tl.constexpr, NKV: tl.constexpr,
                    D: tl.constexpr, eps, S: tl.constexpr, PDL: tl.constexpr = False):
     # program (row r, head h of q‖k‖v): `qk_rope_head`
     pdl_prologue(PDL)
@@ -303,9 +303,6 @@ def arrive(cnt_ptr, FENCE: tl.constexpr):
 
 
 @triton.jit
-def depart(cnt_ptr, group, runs_ptr=None, RUNS: tl.constexpr = False):
-    # the counting-last program, its consumer done: counter `group` back to zero for the next launch; RUNS (tests):
-    # the consumer run counted in runs_ptr[group]
+def depart(cnt_ptr, group):
+    # the counting-last program, its consumer done: counter `group` back to zero for the next launch
     tl.store(cnt_ptr + group, 0)
-    if RUNS:
-        tl.atomic_add(runs_ptr + group, 1)

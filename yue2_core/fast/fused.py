@@ -189,8 +189,7 @@ def qk_norm_rope_store(qkv, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tenso
     r = t.shape[-2]
     q = torch.empty(r, heads, head_dim, dtype=k_cache.dtype, device=t.device)
     kern[(r, heads + 2 * kv_heads)](t, qn, kn, cos, sin, pos, q, k_cache, v_cache, t.stride(-2),
-                                    0 if shared_row else k_cache.stride(0), k_cache.stride(1), k_cache.shape[2],
-                                    ps, NH=heads, NKV=kv_heads, D=head_dim, eps=eps, S=splits, **_pdl(t))
+                                    0 if shared_row else k_cache.stride(0), k_cache.stride(1), ps, NH=heads, NKV=kv_heads, D=head_dim, eps=eps, S=splits, **_pdl(t))
     return q
 
 

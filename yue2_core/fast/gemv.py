@@ -222,14 +222,13 @@ def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
             and w.dtype in (torch.bfloat16, torch.float16, torch.int8))
 
 
-def plan(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, cfg: Config | None = None,
-         who: str = "gemv") -> tuple:
-    """Launch plan of x [M, K] · w [N, K]ᵀ for `gemv` (and benchmarks launching the kernel themselves):
+def plan(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, cfg: Config | None = None) -> tuple:
+    """Launch plan of x [M, K] · w [N, K]ᵀ for `gemv`:
     (cfg, split, out, args, meta) — the configuration (`choose`, `usable`), the K splits it takes, the output
     (P [split, M, N] fp32 when split > 1, else [M, N] in x's dtype), the kernel's leading arguments and its launch
-    constants and options. Raises ValueError (naming `who`) for inputs the kernels do not take."""
+    constants and options. Raises ValueError for inputs the kernel does not take."""
     if not supported(x, w) or x.stride(1) != 1:
-        raise ValueError(f"{who} needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
+        raise ValueError(f"gemv needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
                          f"{tuple(x.shape)} {x.dtype} on {x.device}, w {tuple(w.shape)} {w.dtype}")
     triton = _kernels()[0]
     m, k = x.shape
@@ -237,7 +236,7 @@ def plan(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, cfg: Conf
     int8 = w.dtype == torch.int8
     if int8 and (scale is None or scale.numel() != n or not scale.is_contiguous() or scale.device != x.device
                  or scale.dtype != torch.float32):
-        raise ValueError(f"{who}: int8 weights need their fp32 row scales, one per output row, contiguous on "
+        raise ValueError(f"gemv: int8 weights need their fp32 row scales, one per output row, contiguous on "
                          f"{x.device}; got "
                          f"{None if scale is None else (tuple(scale.shape), scale.dtype, str(scale.device))}")
     cfg = usable(cfg or choose(n, k, m, int8), n, k, m, int8, x.device)
