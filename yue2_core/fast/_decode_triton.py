@@ -84,13 +84,17 @@ def _weights_f32(w, INT8: tl.constexpr):
         return w.to(tl.float32)
 
 
-@triton.jit
-def gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, pid_k, M, N, K, KS, stride_xm, BM: tl.constexpr,
-              BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr, DOT: tl.constexpr):
-    # output block pid_n of K split pid_k: out[split, m, n] (PARTIAL) or out[m, n] = Σ_{k in split} x[m, k] · w[n, k]
+@triton.jit(do_not_specialize=["M"])
+def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr,
+                PDL: tl.constexpr = False, DOT: tl.constexpr = True):
+    # program (n block pid_n, K split pid_k): out[split, m, n] (PARTIAL) or out[m, n] = Σ_{k in split} x[m, k] · w[n, k]
     # (· s[n] for int8 codes; x is already in the rotated basis). DOT: tensor-core tiles (BM = 16 rows, padded);
     # otherwise (BM = 1 or 2 rows) fp32 products on the CUDA cores, summed over K once after the loop — no shared
     # memory round trip of the converted int8 tile and no padded rows
+    pdl_prologue(PDL)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_kb = tl.arange(0, BK)
@@ -133,16 +137,6 @@ def gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, pid_n, pid_k, M, N, K, KS, stride_xm
         tl.store(out_ptr + (pid_k * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
     else:
         tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit(do_not_specialize=["M"])
-def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
-                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr,
-                PDL: tl.constexpr = False, DOT: tl.constexpr = True):
-    # program (n block, k split): `gemv_tile`
-    pdl_prologue(PDL)
-    gemv_tile(x_ptr, w_ptr, s_ptr, out_ptr, tl.program_id(0), tl.program_id(1), M, N, K, KS, stride_xm, BM, BN, BK,
-              INT8, PARTIAL, DOT)
 
 
 @triton.jit
@@ -213,17 +207,10 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
 def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
                    row_stride, cache_row, cache_head, PS, NH: tl.constexpr, NKV: tl.constexpr,
                    D: tl.constexpr, eps, S: tl.constexpr, PDL: tl.constexpr = False):
-    # program (row r, head h of q‖k‖v): `qk_rope_head`
+    # program (row r, head h of q‖k‖v): QK-norm + split-half RoPE; k and v stored into the cache at pos[r]
     pdl_prologue(PDL)
-    qk_rope_head(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, tl.program_id(0),
-                 tl.program_id(1), row_stride, cache_row, cache_head, PS, NH, NKV, D, eps, S)
-
-
-@triton.jit
-def qk_rope_head(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, r, h,
-                 row_stride, cache_row, cache_head, PS, NH: tl.constexpr, NKV: tl.constexpr,
-                 D: tl.constexpr, eps, S: tl.constexpr):
-    # row r, head h of q‖k‖v: QK-norm + split-half RoPE; k and v stored into the cache at pos[r]
+    r = tl.program_id(0)
+    h = tl.program_id(1)
     half = tl.arange(0, D // 2)
     dt = q_ptr.dtype.element_ty
     off = r * row_stride + h * D
@@ -262,15 +249,10 @@ def qk_rope_head(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_pt
 @triton.jit
 def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr,
                     PDL: tl.constexpr = False):
-    # program (row, block): `silu_mul_block`
+    # program (row, block): silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK % 256 == 0): the block rotated (·H)
     pdl_prologue(PDL)
-    silu_mul_block(gu_ptr, out_ptr, tl.program_id(0), tl.program_id(1), F, PS, S, BLOCK, ROT)
-
-
-@triton.jit
-def silu_mul_block(gu_ptr, out_ptr, row, blk, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr):
-    # row, block blk: silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK % 256 == 0): the block rotated (·H)
-    col = blk * BLOCK + tl.arange(0, BLOCK)
+    row = tl.program_id(0)
+    col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = col < F
     dt = out_ptr.dtype.element_ty
     g = _load_sum(gu_ptr, row * 2 * F + col, m, PS, S).to(dt)

@@ -222,15 +222,17 @@ def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
             and w.dtype in (torch.bfloat16, torch.float16, torch.int8))
 
 
-def plan(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, cfg: Config | None = None) -> tuple:
-    """Launch plan of x [M, K] · w [N, K]ᵀ for `gemv`:
-    (cfg, split, out, args, meta) — the configuration (`choose`, `usable`), the K splits it takes, the output
-    (P [split, M, N] fp32 when split > 1, else [M, N] in x's dtype), the kernel's leading arguments and its launch
-    constants and options. Raises ValueError for inputs the kernel does not take."""
-    if not supported(x, w) or x.stride(1) != 1:
+def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *, partial: bool = False,
+         cfg: Config | None = None) -> torch.Tensor | Partials:
+    """x [M ≤ 16, K] bf16 · w [N, K]ᵀ → y [M, N] bf16. w bf16, or int8 ConvRot codes with `scale` [N] fp32 —
+    then x must already be rotated (`rotate`, or a producing kernel with rot=True). With `partial`, returns
+    `Partials` (P [split, M, N] fp32) when the configuration (`choose`, made `usable`) splits K, else y.
+    K % 256 == 0 (see `supported`). Raises ValueError for unsupported inputs."""
+    x = x.contiguous()
+    if not supported(x, w):
         raise ValueError(f"gemv needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
                          f"{tuple(x.shape)} {x.dtype} on {x.device}, w {tuple(w.shape)} {w.dtype}")
-    triton = _kernels()[0]
+    triton, _, kern, _, _ = _kernels()
     m, k = x.shape
     n = w.shape[0]
     int8 = w.dtype == torch.int8
@@ -244,21 +246,10 @@ def plan(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, cfg: Conf
     ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
     out = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
            else torch.empty(m, n, dtype=x.dtype, device=x.device))
-    args = (x, w, scale.view(-1) if int8 else x, out, m, n, k, ks, x.stride(0))
-    meta = dict(BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk, INT8=int8, DOT=cfg.dot,
-                num_warps=cfg.warps, num_stages=cfg.stages, **_pdl(x))
-    return cfg, split, out, args, meta
-
-
-def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *, partial: bool = False,
-         cfg: Config | None = None) -> torch.Tensor | Partials:
-    """x [M ≤ 16, K] bf16 · w [N, K]ᵀ → y [M, N] bf16. w bf16, or int8 ConvRot codes with `scale` [N] fp32 —
-    then x must already be rotated (`rotate`, or a producing kernel with rot=True). With `partial`, returns
-    `Partials` (P [split, M, N] fp32) when the configuration splits K, else y. K % 256 == 0 (see `supported`).
-    Raises ValueError for unsupported inputs."""
-    cfg, split, out, args, meta = plan(x.contiguous(), w, scale, cfg)
-    triton, _, kern, _, _ = _kernels()
-    kern[(triton.cdiv(w.shape[0], cfg.bn), split)](*args, PARTIAL=split > 1, **meta)
+    kern[(triton.cdiv(n, cfg.bn), split)](x, w, scale.view(-1) if int8 else x, out, m, n, k, ks, x.stride(0),
+                                          BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk,
+                                          INT8=int8, PARTIAL=split > 1, DOT=cfg.dot, num_warps=cfg.warps,
+                                          num_stages=cfg.stages, **_pdl(x))
     if split == 1:
         return out
     p = Partials(out, x.dtype)
