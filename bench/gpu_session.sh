@@ -11,6 +11,8 @@
 #                                      # (bench/gemv_sweep.py --cc-only, 1–2 rows), then bench/bench.py's AR sections
 #                                      # with its table (YUE2_GEMV_TABLE) against the built-in one, and the int8
 #                                      # decode-step profile with it (on an H200 the table lost in the graph)
+#   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
+#                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
@@ -28,7 +30,7 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|nodes|takes ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|nar|nodes|takes ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -50,12 +52,14 @@ for part in "$@"; do
         | tee "$OUT/bench_next.log"
       "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors "${table[@]}" 2>&1 \
         | tee "$OUT/profile_decode_int8_next.log" ;;
+    nar)
+      "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;
     takes)
       PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_takes_check.py \
         --comfy .comfyhost/comfyui --out "$OUT" 2>&1 | tail -c 3000 ;;
-    *) echo "unknown part $part (bench|tests|parts|next|nodes|takes)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|tests|parts|next|nar|nodes|takes)" >&2; exit 2 ;;
   esac
 done

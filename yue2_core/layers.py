@@ -134,6 +134,46 @@ class Block(nn.Module):
         self.mlp = MLP(dims, quant, prefix + "mlp.", dtype)
 
 
+UNMASKED_BACKENDS = ("gqa", "cudnn", "flash", "efficient", "math")
+_BACKEND_FAILED: dict = {}
+
+
+def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "gqa") -> torch.Tensor:
+    """Attention without a mask (the NAR's: every query sees every key), scale 1/√D.
+
+    q [B, H, T, D], k/v [B, KV, S, D] with H = KV·G (query head h reads kv head h // G) → [B, H, T, D] in q's dtype.
+    `backend` "gqa": `F.scaled_dot_product_attention(..., enable_gqa=True)`, PyTorch choosing the kernel (flash on
+    sm80+). "cudnn" / "flash" / "efficient" / "math": the G query heads of each kv head are stacked along the query
+    axis (q viewed as [B, KV, G·T, D]) and plain multi-head attention runs with that SDPA backend — exact, since
+    without a mask every query row is independent, and no K/V copy is made (backends without GQA support apply).
+    A backend that refuses the inputs (e.g. cuDNN attention on a GPU or cuDNN build without it) is reported once
+    per backend with a warning and the "gqa" call is used instead. Raises ValueError for H not a multiple of KV."""
+    b, h, t, d = q.shape
+    kv = k.shape[1]
+    if h % kv:
+        raise ValueError(f"{h} query heads cannot share {kv} key/value heads")
+    if backend == "gqa" or _BACKEND_FAILED.get((backend, str(q.device))):
+        return sdpa(q, k, v, causal=False)
+    if backend not in UNMASKED_BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; one of {', '.join(UNMASKED_BACKENDS)}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    kind = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
+    folded = q.reshape(b, kv, (h // kv) * t, d)
+    try:
+        with sdpa_kernel([kind]):
+            out = F.scaled_dot_product_attention(folded, k, v)
+    except torch.OutOfMemoryError:
+        raise
+    except RuntimeError as exc:  # "No available kernel", or the backend rejecting these shapes
+        import warnings
+        _BACKEND_FAILED[(backend, str(q.device))] = True
+        warnings.warn(f"SDPA backend {backend!r} unavailable for the NAR attention on {q.device} "
+                      f"({str(exc).splitlines()[0][:200]}); using PyTorch's default choice")
+        return sdpa(q, k, v, causal=False)
+    return out.reshape(b, h, t, d)
+
+
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
          mask: torch.Tensor | None = None) -> torch.Tensor:
     """Attention over [B, heads, T, D] tensors with native GQA (query head h reads kv head h // group), scale 1/√D.

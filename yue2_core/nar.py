@@ -19,8 +19,8 @@ from torch import nn
 
 from .constants import CODEC_OFFSET, CODEC_SIZE, CONTEXT, LATENT_DIM, MUSIC_END, RAW_T_CLAMP
 from .errors import RequestError
-from .layers import Block, ModelDims, RMSNorm, make_linear, rope_cos_sin, sdpa
-from .switches import flag
+from .layers import UNMASKED_BACKENDS, Block, ModelDims, RMSNorm, make_linear, rope_cos_sin, unmasked_attention
+from .switches import choice, flag
 
 
 class TimestepEmbedder(nn.Module):
@@ -86,6 +86,17 @@ class NARModel(nn.Module):
         return shift * s / (1 + (shift - 1) * s)
 
 
+def attention_backend(device) -> str:
+    """The SDPA backend of the NAR attention (`layers.unmasked_attention`) on `device`: YUE2_NAR_ATTN = auto (default)
+    | gqa | cudnn | flash | efficient | math. auto: "cudnn" on CUDA (query heads folded onto their kv head; measured
+    on an H200 in bench/nar_attention.py), "gqa" (PyTorch's own choice) elsewhere. Raises RequestError for another
+    value."""
+    name = choice("YUE2_NAR_ATTN", ("auto",) + UNMASKED_BACKENDS, "auto")
+    if name != "auto":
+        return name
+    return "cudnn" if getattr(device, "type", str(device)) == "cuda" else "gqa"
+
+
 class ChunkRenderer:
     """One chunk's conditioning and velocity field. `ar_kv` = per-layer (K, V) [1, nkv, A, D] of the chunk's AR
     tokens from `ARModel.layer_kv` (copied into per-layer [AR ‖ NAR] buffers, so the caller may drop it);
@@ -103,6 +114,7 @@ class ChunkRenderer:
             d = nar.dims
             fused = fused_mod.available() and fused_mod.supports(d.heads, d.kv_heads, d.head_dim)
         self.fused = bool(fused)
+        self.attention = attention_backend(nar.device)
         self.ar_len = ar_kv[0][0].shape[2] if ar_len is None else ar_len
         self.length = frames + 2
         if self.ar_len + self.length > CONTEXT:
@@ -141,7 +153,7 @@ class ChunkRenderer:
             q, k, v = layer.self_attn.project(layer.input_layernorm(x), self.cos, self.sin)
             keys[:, :, self.ar_len:] = k.transpose(1, 2)
             values[:, :, self.ar_len:] = v.transpose(1, 2)
-            h = sdpa(q.transpose(1, 2), keys, values, causal=False)
+            h = unmasked_attention(q.transpose(1, 2), keys, values, self.attention)
             x = x + layer.self_attn.o_proj(h.transpose(1, 2).reshape(b, t, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return nar.llm2vae(nar.model.norm(x))[0, 1:-1]
@@ -163,7 +175,7 @@ class ChunkRenderer:
             qkv = att.qkv_proj(y).reshape(self.length, -1)
             q = fused.qk_norm_rope_store(qkv, att.q_norm.weight, att.k_norm.weight, cos, sin, self.positions,
                                          keys, values, d.heads, d.kv_heads, d.head_dim, d.eps, shared_row=True)
-            h = sdpa(q.transpose(0, 1)[None], keys, values, causal=False)
+            h = unmasked_attention(q.transpose(0, 1)[None], keys, values, self.attention)
             x, y = fused.add_rmsnorm(x, att.o_proj(h.transpose(1, 2).reshape(1, self.length, -1)),
                                      layer.post_attention_layernorm.weight, d.eps)
             delta = layer.mlp.down_proj(fused.silu_mul(layer.mlp.gate_up_proj(y).reshape(self.length, -1))[None])

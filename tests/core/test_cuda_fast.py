@@ -200,6 +200,51 @@ def test_nar_fused_matches_unfused(engines):
     assert (a.float() - b.float()).abs().max() <= 0.02  # the nar.velocity bf16 parity tolerance
 
 
+@pytest.mark.parametrize("backend", ["cudnn", "flash", "efficient", "gqa"])
+@pytest.mark.parametrize("t,s", [(52, 400), (1203, 3000)])
+def test_nar_attention_backends_match_fp32(backend, t, s):
+    """Each SDPA backend of the NAR attention (query heads folded onto their kv head; "gqa" = PyTorch's GQA call)
+    against fp32 attention, bf16 inputs shaped as the NAR's (q a transposed view of [T, 16, 128]); prints whether
+    the backend ran or fell back."""
+    import math
+    import warnings
+    from yue2_core import layers
+    gen = torch.Generator(device="cuda").manual_seed(t)
+    q = torch.randn(t, 16, 128, device="cuda", generator=gen).bfloat16().transpose(0, 1)[None]
+    k = torch.randn(1, 8, s, 128, device="cuda", generator=gen).bfloat16()
+    v = torch.randn(1, 8, s, 128, device="cuda", generator=gen).bfloat16()
+    ref = torch.softmax(q.float() @ k.float().repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(128), -1) \
+        @ v.float().repeat_interleave(2, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = layers.unmasked_attention(q, k, v, backend)
+    fell_back = any("unavailable" in str(w.message) for w in caught)
+    err = (out.float() - ref).abs().max().item() / ref.abs().max().item()
+    print(f"NAR attention {backend} T={t} S={s}: rel. err {err:.2e}{' (fell back to gqa)' if fell_back else ''}")
+    assert out.shape == q.shape and err < 2e-2
+    if backend == "cudnn":
+        assert not fell_back, "cuDNN attention (the NAR default on CUDA) is unavailable on this GPU"
+
+
+def test_nar_velocity_cudnn_close_to_gqa(engines, monkeypatch):
+    """The NAR velocity with the CUDA default (cuDNN, folded heads) vs PyTorch's GQA call, fused and unfused paths:
+    within the nar.velocity bf16 parity tolerance."""
+    from yue2_core import nar as N
+    eng, _ = engines
+    toks = [151643] + list(range(100, 400)) + [151853 + i for i in range(50)] + [151852]
+    st = torch.randn(50, 64, device="cuda", generator=torch.Generator(device="cuda").manual_seed(3)).bfloat16()
+    for fused in (False, True):
+        out = {}
+        for backend in ("gqa", "cudnn"):
+            monkeypatch.setenv("YUE2_NAR_ATTN", backend)
+            r = N.ChunkRenderer(eng.nar, eng.ar.layer_kv(toks), 50, fused=fused)
+            assert r.attention == backend
+            out[backend] = r.velocity(st, 0.3).float()
+        d = (out["gqa"] - out["cudnn"]).abs().max().item()
+        print(f"NAR velocity cudnn vs gqa (fused={fused}): max |Δ| {d:.2e}")
+        assert d <= 0.02
+
+
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
 @pytest.mark.parametrize("rows,attn_len", [(1, 1024), (2, 3072), (8, 24576)])
 def test_decode_attention_kernel_matches_sdpa(rows, attn_len):

@@ -1,0 +1,126 @@
+"""The NAR's unmasked attention (`layers.unmasked_attention`): query heads folded onto their kv head must give the
+same result as GQA attention with every backend, an unavailable backend falls back with one warning, and the
+YUE2_NAR_ATTN switch is validated. (The CUDA backends themselves: tests/core/test_cuda_fast.py.)"""
+import math
+import warnings
+
+import pytest
+import torch
+
+from yue2_core import layers
+from yue2_core.errors import RequestError
+from yue2_core.layers import UNMASKED_BACKENDS, unmasked_attention
+
+
+def _reference(q, k, v):
+    """softmax(q·kᵀ/√D)·v in fp64 with the kv heads repeated for their query heads (h reads kv head h // G)."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    w = torch.softmax(q.double() @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1)
+    return w @ v
+
+
+def _inputs(h=4, kv=2, t=7, s=11, d=16, seed=0, transposed=False):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, t, h, d, generator=gen).transpose(1, 2) if transposed else torch.randn(1, h, t, d, generator=gen)
+    return q, torch.randn(1, kv, s, d, generator=gen), torch.randn(1, kv, s, d, generator=gen)
+
+
+@pytest.mark.parametrize("backend", UNMASKED_BACKENDS)
+@pytest.mark.parametrize("shape", [dict(h=4, kv=2), dict(h=16, kv=8, t=9, s=23, d=32), dict(h=6, kv=2, t=5),
+                                   dict(h=4, kv=4), dict(h=4, kv=2, transposed=True)])
+def test_folded_heads_equal_gqa_attention(backend, shape):
+    """Every backend (CPU; unavailable ones fall back to the GQA call) gives softmax(qkᵀ/√D)v with query head h on
+    kv head h // G — the fold stacks head h = kv·G + g at query rows g·T + t of kv head kv — including a query
+    tensor that is a transposed view, as the NAR passes it."""
+    q, k, v = _inputs(**shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a backend the CPU lacks warns once and falls back
+        out = unmasked_attention(q, k, v, backend)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    err = (out.double() - _reference(q, k, v)).abs().max().item()
+    assert err < 1e-5, (backend, err)
+
+
+def test_fold_is_not_a_no_op():
+    """The check above could not tell a wrong head order: a fold pairing query heads with the wrong kv head differs."""
+    q, k, v = _inputs(h=4, kv=2)
+    wrong = _reference(q[:, [0, 2, 1, 3]], k, v)[:, [0, 2, 1, 3]]
+    assert (wrong - _reference(q, k, v)).abs().max() > 1e-2
+    assert (unmasked_attention(q, k, v, "math").double() - wrong).abs().max() > 1e-2
+
+
+def test_unavailable_backend_warns_once_and_falls_back(monkeypatch):
+    """A backend refusing the inputs ("No available kernel") is reported once per (backend, device), then the GQA
+    call serves every later call silently; the result is the reference's."""
+    monkeypatch.setattr(layers, "_BACKEND_FAILED", {})
+    real = torch.nn.functional.scaled_dot_product_attention
+    calls = []
+
+    def refusing(q, k, v, *a, **kw):
+        if not kw.get("enable_gqa") and q.shape[1] == k.shape[1] and q.shape[2] != 7:  # the folded call
+            calls.append(1)
+            raise RuntimeError("No available kernel. Aborting execution.")
+        return real(q, k, v, *a, **kw)
+
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention", refusing)
+    q, k, v = _inputs(h=4, kv=2, t=7)
+    with pytest.warns(UserWarning, match="'cudnn' unavailable"):
+        out = unmasked_attention(q, k, v, "cudnn")
+    assert (out.double() - _reference(q, k, v)).abs().max() < 1e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = unmasked_attention(q, k, v, "cudnn")
+    assert torch.equal(out, again) and calls == [1]
+
+
+def test_out_of_memory_is_not_swallowed(monkeypatch):
+    monkeypatch.setattr(layers, "_BACKEND_FAILED", {})
+
+    def oom(*a, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        unmasked_attention(*_inputs(), "flash")
+    assert layers._BACKEND_FAILED == {}
+
+
+def test_bad_arguments():
+    q, k, v = _inputs(h=4, kv=2)
+    with pytest.raises(ValueError, match="unknown attention backend 'fast'"):
+        unmasked_attention(q, k, v, "fast")
+    with pytest.raises(ValueError, match="3 query heads cannot share 2"):
+        unmasked_attention(q[:, :3], k, v, "math")
+
+
+def test_switch(monkeypatch):
+    """YUE2_NAR_ATTN: auto → cudnn on CUDA, PyTorch's GQA call elsewhere; a named backend is used as given; any
+    other value is refused with the accepted ones listed."""
+    from yue2_core.nar import attention_backend
+    monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
+    assert attention_backend(torch.device("cpu")) == "gqa"
+    assert attention_backend(torch.device("cuda", 0)) == "cudnn"
+    monkeypatch.setenv("YUE2_NAR_ATTN", "flash")
+    assert attention_backend(torch.device("cpu")) == "flash"
+    monkeypatch.setenv("YUE2_NAR_ATTN", "cuDNN")
+    with pytest.raises(RequestError, match="YUE2_NAR_ATTN must be 'auto' or 'gqa' or 'cudnn'"):
+        attention_backend(torch.device("cpu"))
+
+
+def test_nar_velocity_same_with_each_backend(tiny_paths, monkeypatch):
+    """The NAR velocity of a tiny checkpoint with the folded math backend equals the default one (the fused CUDA path
+    passes the same backend: tests/core/test_cuda_fast.py)."""
+    from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar
+    from yue2_core.nar import ChunkRenderer
+    info = inspect_checkpoint(tiny_paths["bf16"])
+    ar, nar = load_ar(info, "cpu", torch.float32), load_nar(info, "cpu", torch.float32)
+    toks = [151643] + list(range(100, 130)) + [151853 + i for i in range(12)] + [151852]
+    state = torch.randn(12, 64, generator=torch.Generator().manual_seed(1))
+    out = {}
+    for backend in ("gqa", "math"):
+        monkeypatch.setenv("YUE2_NAR_ATTN", backend)
+        r = ChunkRenderer(nar, ar.layer_kv(toks), 12, fused=False)
+        assert r.attention == backend
+        out[backend] = r.velocity(state, 0.7)
+    assert (out["gqa"] - out["math"]).abs().max() < 1e-4
