@@ -88,13 +88,12 @@ class NARModel(nn.Module):
 
 def attention_backend(device) -> str:
     """The SDPA backend of the NAR attention (`layers.unmasked_attention`) on `device`: YUE2_NAR_ATTN = auto (default)
-    | gqa | cudnn | flash | efficient | math. auto: "cudnn" on CUDA (query heads folded onto their kv head; measured
-    on an H200 in bench/nar_attention.py), "gqa" (PyTorch's own choice) elsewhere. Raises RequestError for another
-    value."""
+    | gqa | cudnn | flash | efficient | math. auto = "gqa", PyTorch's own choice — on an H200 (torch 2.11, cuDNN
+    9.19) that is already cuDNN's Hopper kernel, 1.02 ms at the song's shapes against 1.07 ms with the heads folded
+    for cuDNN, 1.82 flash, 3.50 efficient (bench/nar_attention.py, docs/experiments/nar_attention_h200_2026-11-30.log).
+    The others stay selectable for GPUs where PyTorch chooses worse. Raises RequestError for another value."""
     name = choice("YUE2_NAR_ATTN", ("auto",) + UNMASKED_BACKENDS, "auto")
-    if name != "auto":
-        return name
-    return "cudnn" if getattr(device, "type", str(device)) == "cuda" else "gqa"
+    return "gqa" if name == "auto" else name
 
 
 class ChunkRenderer:

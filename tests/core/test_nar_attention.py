@@ -95,12 +95,12 @@ def test_bad_arguments():
 
 
 def test_switch(monkeypatch):
-    """YUE2_NAR_ATTN: auto → cudnn on CUDA, PyTorch's GQA call elsewhere; a named backend is used as given; any
+    """YUE2_NAR_ATTN: auto → PyTorch's GQA call (cuDNN's kernel on an H200); a named backend is used as given; any
     other value is refused with the accepted ones listed."""
     from yue2_core.nar import attention_backend
     monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
     assert attention_backend(torch.device("cpu")) == "gqa"
-    assert attention_backend(torch.device("cuda", 0)) == "cudnn"
+    assert attention_backend(torch.device("cuda", 0)) == "gqa"
     monkeypatch.setenv("YUE2_NAR_ATTN", "flash")
     assert attention_backend(torch.device("cpu")) == "flash"
     monkeypatch.setenv("YUE2_NAR_ATTN", "cuDNN")
