@@ -266,3 +266,40 @@ def test_gemv_table_file_overrides_the_built_in_configurations(monkeypatch, tmp_
         monkeypatch.delenv("YUE2_GEMV_TABLE")
         G._tables_from.cache_clear()
     assert G.choose(4096, 2048, 1, False) == built_in
+
+
+def test_qk_rope_row_blocks_equal_single_rows():
+    """qk_norm_rope_store with more rows than `fused.ROPE_ROW_BLOCK` runs blocks of rows per program (the NAR's
+    frames + 2 slots, one sequence: shared_row; and batch rows with their own cache rows): q, k and v stored equal
+    one call per row (the decode step's one-row programs), including the ragged last block (37 = 2·16 + 5 rows) and
+    fp32 partial sums as input."""
+    code = (
+        "import torch\n"
+        "from yue2_core.fast import fused, gemv as G\n"
+        "assert fused.ROPE_ROW_BLOCK == 16\n"
+        "torch.manual_seed(0)\n"
+        "nh, nkv, D = 4, 2, 128\n"
+        "qn, kn = (1 + 0.1 * torch.randn(D)).half(), (1 + 0.1 * torch.randn(D)).half()\n"
+        "for R, shared in ((37, True), (20, False)):\n"
+        "    plain = torch.randn(R, (nh + 2 * nkv) * D).half()\n"
+        "    parts = G.Partials(torch.randn(2, R, (nh + 2 * nkv) * D) * 0.5, torch.float16)\n"
+        "    cos, sin = torch.randn(R, D // 2).cos(), torch.randn(R, D // 2).sin()\n"
+        "    cap = R + 9 if shared else 12\n"
+        "    pos = torch.randperm(cap)[:R] if shared else torch.randint(0, cap, (R,))\n"
+        "    for qkv in (plain, parts):\n"
+        "        rows = 1 if shared else R\n"
+        "        kb, vb = torch.zeros(rows, nkv, cap, D).half(), torch.zeros(rows, nkv, cap, D).half()\n"
+        "        q = fused.qk_norm_rope_store(qkv, qn, kn, cos, sin, pos, kb, vb, nh, nkv, D, 1e-6, shared_row=shared)\n"
+        "        k1, v1 = torch.zeros_like(kb), torch.zeros_like(vb)\n"
+        "        q1 = []\n"
+        "        for r in range(R):\n"
+        "            one = (G.Partials(qkv.t[:, r:r + 1].contiguous(), torch.float16) if isinstance(qkv, G.Partials)\n"
+        "                   else qkv[r:r + 1])\n"
+        "            kr, vr = (k1, v1) if shared else (k1[r:r + 1], v1[r:r + 1])\n"
+        "            q1.append(fused.qk_norm_rope_store(one, qn, kn, cos[r:r + 1], sin[r:r + 1], pos[r:r + 1], kr, vr,\n"
+        "                                               nh, nkv, D, 1e-6, shared_row=True))\n"
+        "        assert torch.equal(q, torch.cat(q1)), (R, (q - torch.cat(q1)).abs().max())\n"
+        "        assert torch.equal(kb, k1) and torch.equal(vb, v1), R\n"
+        "        assert kb.abs().sum() > 0 and vb.abs().sum() > 0\n"
+        "print('ok')\n")
+    _run_ok(code, interpret=True)

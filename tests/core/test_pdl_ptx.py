@@ -91,7 +91,11 @@ def _kernels():
         ("QK-norm + RoPE + KV store", k.qk_rope_kernel,
          dict(qkv_ptr="*fp32", qn_ptr="*bf16", kn_ptr="*bf16", cos_ptr="*fp32", sin_ptr="*fp32", pos_ptr="*i64",
               q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", row_stride="i32", cache_row="i32", cache_head="i32",
-              PS="i32", eps="fp32"), dict(NH=16, NKV=8, D=128, S=2, **e), {}),
+              PS="i32", R="i32", eps="fp32"), dict(NH=16, NKV=8, D=128, S=2, **e), {}),
+        ("QK-norm + RoPE + KV store, a block of rows (the NAR)", k.qk_rope_kernel,
+         dict(qkv_ptr="*bf16", qn_ptr="*bf16", kn_ptr="*bf16", cos_ptr="*fp32", sin_ptr="*fp32", pos_ptr="*i64",
+              q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", row_stride="i32", cache_row="i32", cache_head="i32",
+              PS="i32", R="i32", eps="fp32"), dict(NH=16, NKV=8, D=128, S=1, BR=16, **e), {}),
         ("SiLU·up (rotated)", k.silu_mul_kernel, dict(gu_ptr="*fp32", out_ptr="*bf16", F="i32", PS="i32"),
          dict(S=2, BLOCK=256, ROT=True, **e), {}),
         ("SiLU·up", k.silu_mul_kernel, dict(gu_ptr="*fp32", out_ptr="*bf16", F="i32", PS="i32"),
@@ -165,11 +169,11 @@ def test_unspecialised_arguments_exist():
     """Every name in a decode kernel's do_not_specialize is one of its parameters (Triton ignores a misspelt name
     silently, and the kernel would then compile a variant per prompt length again)."""
     from yue2_core.fast import _decode_triton as k, fused
-    kernels = [k.gemv_kernel, *fused._attention_kernels()[1:]]
+    kernels = [k.gemv_kernel, k.qk_rope_kernel, *fused._attention_kernels()[1:]]
     marked = 0
     for fn in kernels:
         names = set(fn.arg_names)
         for entry in fn.do_not_specialize:
             assert isinstance(entry, int) or entry in names, (fn.__name__, entry, sorted(names))
             marked += 1
-    assert marked >= 11, marked  # M; CHUNK, L, START, SP0, splits; splits; CHUNK, P, R, splits
+    assert marked >= 12, marked  # M; R; CHUNK, L, START, SP0, splits; splits; CHUNK, P, R, splits

@@ -203,47 +203,51 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
         tl.store(y_ptr + row * N + offs, (y * w).to(dt), mask=m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["R"])  # R: the NAR's frames + 2, new with every song length
 def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
-                   row_stride, cache_row, cache_head, PS, NH: tl.constexpr, NKV: tl.constexpr,
-                   D: tl.constexpr, eps, S: tl.constexpr, PDL: tl.constexpr = False):
-    # program (row r, head h of q‖k‖v): QK-norm + split-half RoPE; k and v stored into the cache at pos[r]
+                   row_stride, cache_row, cache_head, PS, R, NH: tl.constexpr, NKV: tl.constexpr,
+                   D: tl.constexpr, eps, S: tl.constexpr, BR: tl.constexpr = 1, PDL: tl.constexpr = False):
+    # program (rows [BR·i, BR·i + BR) ∩ [0, R), head h of q‖k‖v): QK-norm + split-half RoPE; k and v stored into the
+    # cache at pos[r]. BR = 1 in the decode step (one short program per head); a block of rows for the NAR's
+    # thousands of rows (one row per program there spent ~8× the memory time on launching programs)
     pdl_prologue(PDL)
-    r = tl.program_id(0)
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
     h = tl.program_id(1)
     half = tl.arange(0, D // 2)
+    r_ok = rows < R
+    m = r_ok[:, None] & (half < D)[None, :]
     dt = q_ptr.dtype.element_ty
-    off = r * row_stride + h * D
-    x1 = _load_sum(qkv_ptr, off + half, half < D, PS, S).to(dt)
-    x2 = _load_sum(qkv_ptr, off + D // 2 + half, half < D, PS, S).to(dt)
-    pos = tl.load(pos_ptr + r)
+    off = rows[:, None] * row_stride + h * D + half[None, :]  # [BR, D/2]
+    x1 = _load_sum(qkv_ptr, off, m, PS, S).to(dt)
+    x2 = _load_sum(qkv_ptr, off + D // 2, m, PS, S).to(dt)
+    pos = tl.load(pos_ptr + rows, mask=r_ok, other=0)[:, None]
     if h < NH + NKV:
         f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
-        rr = (1.0 / tl.sqrt((tl.sum(f1 * f1, axis=0) + tl.sum(f2 * f2, axis=0)) / D + eps)).to(dt)
-        rr = rr.to(tl.float32)
+        rr = (1.0 / tl.sqrt((tl.sum(f1 * f1, axis=1) + tl.sum(f2 * f2, axis=1)) / D + eps)).to(dt)
+        rr = rr.to(tl.float32)[:, None]
         if h < NH:
-            w1 = tl.load(qn_ptr + half).to(tl.float32)
-            w2 = tl.load(qn_ptr + D // 2 + half).to(tl.float32)
+            w1 = tl.load(qn_ptr + half).to(tl.float32)[None, :]
+            w2 = tl.load(qn_ptr + D // 2 + half).to(tl.float32)[None, :]
         else:
-            w1 = tl.load(kn_ptr + half).to(tl.float32)
-            w2 = tl.load(kn_ptr + D // 2 + half).to(tl.float32)
+            w1 = tl.load(kn_ptr + half).to(tl.float32)[None, :]
+            w2 = tl.load(kn_ptr + D // 2 + half).to(tl.float32)[None, :]
         n1 = ((f1 * rr).to(dt).to(tl.float32) * w1).to(dt).to(tl.float32)
         n2 = ((f2 * rr).to(dt).to(tl.float32) * w2).to(dt).to(tl.float32)
-        c = tl.load(cos_ptr + r * (D // 2) + half).to(dt).to(tl.float32)
-        s = tl.load(sin_ptr + r * (D // 2) + half).to(dt).to(tl.float32)
+        cs = rows[:, None] * (D // 2) + half[None, :]
+        c = tl.load(cos_ptr + cs, mask=m, other=0.0).to(dt).to(tl.float32)
+        s = tl.load(sin_ptr + cs, mask=m, other=0.0).to(dt).to(tl.float32)
         o1 = ((n1 * c).to(dt).to(tl.float32) - (n2 * s).to(dt).to(tl.float32)).to(dt)
         o2 = ((n2 * c).to(dt).to(tl.float32) + (n1 * s).to(dt).to(tl.float32)).to(dt)
         if h < NH:
-            tl.store(q_ptr + (r * NH + h) * D + half, o1)
-            tl.store(q_ptr + (r * NH + h) * D + D // 2 + half, o2)
+            dst = q_ptr + (rows[:, None] * NH + h) * D + half[None, :]
         else:
-            dst = k_ptr + r * cache_row + (h - NH) * cache_head + pos * D
-            tl.store(dst + half, o1)
-            tl.store(dst + D // 2 + half, o2)
+            dst = k_ptr + rows[:, None] * cache_row + (h - NH) * cache_head + pos * D + half[None, :]
+        tl.store(dst, o1, mask=m)
+        tl.store(dst + D // 2, o2, mask=m)
     else:
-        dst = v_ptr + r * cache_row + (h - NH - NKV) * cache_head + pos * D
-        tl.store(dst + half, x1)
-        tl.store(dst + D // 2 + half, x2)
+        dst = v_ptr + rows[:, None] * cache_row + (h - NH - NKV) * cache_head + pos * D + half[None, :]
+        tl.store(dst, x1, mask=m)
+        tl.store(dst + D // 2, x2, mask=m)
 
 
 @triton.jit

@@ -188,9 +188,14 @@ def qk_norm_rope_store(qkv, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tenso
     t, splits, ps = _rows_of(qkv)
     r = t.shape[-2]
     q = torch.empty(r, heads, head_dim, dtype=k_cache.dtype, device=t.device)
-    kern[(r, heads + 2 * kv_heads)](t, qn, kn, cos, sin, pos, q, k_cache, v_cache, t.stride(-2),
-                                    0 if shared_row else k_cache.stride(0), k_cache.stride(1), ps, NH=heads, NKV=kv_heads, D=head_dim, eps=eps, S=splits, **_pdl(t))
+    br = 1 if r <= ROPE_ROW_BLOCK else ROPE_ROW_BLOCK  # the decode step's ≤ 16 rows: one program per (row, head)
+    kern[(-(-r // br), heads + 2 * kv_heads)](t, qn, kn, cos, sin, pos, q, k_cache, v_cache, t.stride(-2),
+                                              0 if shared_row else k_cache.stride(0), k_cache.stride(1), ps, r,
+                                              NH=heads, NKV=kv_heads, D=head_dim, eps=eps, S=splits, BR=br, **_pdl(t))
     return q
+
+
+ROPE_ROW_BLOCK = 16  # rows per program of qk_norm_rope_store beyond this many rows (the NAR's frames + 2)
 
 
 def silu_mul(gate_up, rot: bool = False) -> torch.Tensor:
