@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from yue2_core import layers  # noqa: E402
 from yue2_core.layers import UNMASKED_BACKENDS, unmasked_attention  # noqa: E402
 
 BACKENDS = [b for b in UNMASKED_BACKENDS if b != "math"]  # math: an fp32 score matrix of 4.4 GB, minutes
@@ -79,8 +80,9 @@ def attention_alone(t: int, s: int, reps: int) -> dict:
             log(f"  {b:10s} failed: {type(exc).__name__}: {str(exc)[:200]}")
             out[b] = {"error": str(exc)[:300]}
             continue
+        fell = (b, str(q.device), q.dtype, 128) in layers._BACKEND_FAILED
         out[b] = {"ms": sec * 1e3, "tflops": flops / sec / 1e12, "max_abs_err": err,
-                  "kernel": kern[0][0] if kern else ""}
+                  "kernel": ("FELL BACK to gqa: " if fell else "") + (kern[0][0] if kern else "")}
         log(f"  {b:10s} {sec * 1e3:7.3f} ms  {flops / sec / 1e12:6.0f} TFLOP/s  max|Δ| {err:.2e}  "
             f"{out[b]['kernel'][:90]}")
     return out
@@ -117,8 +119,10 @@ def nar_solve(workdir: str, frames: int, prefix_len: int, backends: list[str]) -
         first = vel if first is None else first
         d = (vel - first).abs().max().item()
         rel = d / first.abs().max().item()
-        out[b] = {"solve_s": sec, "velocity_max_abs_diff_vs_first": d, "relative": rel}
-        log(f"  {b:10s} solve {sec:6.3f} s   velocity max|Δ| vs {backends[0]} {d:.3e} (rel. to max |v| {rel:.1e})")
+        fell = any(key[0] == b for key in layers._BACKEND_FAILED)
+        out[b] = {"solve_s": sec, "velocity_max_abs_diff_vs_first": d, "relative": rel, "fell_back": fell}
+        log(f"  {b:10s} solve {sec:6.3f} s   velocity max|Δ| vs {backends[0]} {d:.3e} (rel. to max |v| {rel:.1e})"
+            + ("  FELL BACK to gqa" if fell else ""))
         if b in ("gqa", "cudnn"):
             groups: dict = defaultdict(float)
             for name, ms in kernels_of(lambda: r.velocity(state, 0.3), 60):

@@ -86,8 +86,8 @@ class NARModel(nn.Module):
         return shift * s / (1 + (shift - 1) * s)
 
 
-def attention_backend(device) -> str:
-    """The SDPA backend of the NAR attention (`layers.unmasked_attention`) on `device`: YUE2_NAR_ATTN = auto (default)
+def attention_backend() -> str:
+    """The SDPA backend of the NAR attention (`layers.unmasked_attention`): YUE2_NAR_ATTN = auto (default)
     | gqa | cudnn | flash | efficient | math. auto = "gqa", PyTorch's own choice — on an H200 (torch 2.11, cuDNN
     9.19) that is already cuDNN's Hopper kernel, 1.02 ms at the song's shapes against 1.07 ms with the heads folded
     for cuDNN, 1.82 flash, 3.50 efficient (bench/nar_attention.py, docs/experiments/nar_attention_h200_2026-11-30.log).
@@ -113,7 +113,7 @@ class ChunkRenderer:
             d = nar.dims
             fused = fused_mod.available() and fused_mod.supports(d.heads, d.kv_heads, d.head_dim)
         self.fused = bool(fused)
-        self.attention = attention_backend(nar.device)
+        self.attention = attention_backend()
         self.ar_len = ar_kv[0][0].shape[2] if ar_len is None else ar_len
         self.length = frames + 2
         if self.ar_len + self.length > CONTEXT:

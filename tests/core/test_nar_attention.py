@@ -51,8 +51,9 @@ def test_fold_is_not_a_no_op():
 
 
 def test_unavailable_backend_warns_once_and_falls_back(monkeypatch):
-    """A backend refusing the inputs ("No available kernel") is reported once per (backend, device), then the GQA
-    call serves every later call silently; the result is the reference's."""
+    """A backend refusing the inputs ("No available kernel") is reported once per (backend, device, dtype, head
+    size), then the GQA call serves every later such call silently; the result is the reference's. Another dtype
+    tries the backend again."""
     monkeypatch.setattr(layers, "_BACKEND_FAILED", {})
     real = torch.nn.functional.scaled_dot_product_attention
     calls = []
@@ -72,6 +73,10 @@ def test_unavailable_backend_warns_once_and_falls_back(monkeypatch):
         warnings.simplefilter("error")
         again = unmasked_attention(q, k, v, "cudnn")
     assert torch.equal(out, again) and calls == [1]
+    assert list(layers._BACKEND_FAILED) == [("cudnn", "cpu", torch.float32, 16)]
+    with pytest.warns(UserWarning, match="'cudnn' unavailable"):
+        unmasked_attention(q.double(), k.double(), v.double(), "cudnn")
+    assert calls == [1, 1]
 
 
 def test_out_of_memory_is_not_swallowed(monkeypatch):
@@ -99,13 +104,12 @@ def test_switch(monkeypatch):
     other value is refused with the accepted ones listed."""
     from yue2_core.nar import attention_backend
     monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
-    assert attention_backend(torch.device("cpu")) == "gqa"
-    assert attention_backend(torch.device("cuda", 0)) == "gqa"
+    assert attention_backend() == "gqa"
     monkeypatch.setenv("YUE2_NAR_ATTN", "flash")
-    assert attention_backend(torch.device("cpu")) == "flash"
+    assert attention_backend() == "flash"
     monkeypatch.setenv("YUE2_NAR_ATTN", "cuDNN")
     with pytest.raises(RequestError, match="YUE2_NAR_ATTN must be 'auto' or 'gqa' or 'cudnn'"):
-        attention_backend(torch.device("cpu"))
+        attention_backend()
 
 
 def test_nar_velocity_same_with_each_backend(tiny_paths, monkeypatch):
