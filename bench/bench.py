@@ -239,7 +239,7 @@ def ar_bf16(eng, n, compile_ok):
     ours1, t1 = ours_rate(eng.ar, [sem_p], s, "semantic", compile=False)
     record("AR decode bf16 batch 1 (… + split-K GEMV + programmatic dependent launch)", ours1, base1, "tok/s",
            f"fused={t1.get('fused_kernels')}, attention={t1.get('decode_attention')}, "
-           f"products={t1.get('layer_products')}, pdl={t1.get('pdl')}; "
+           f"products={t1.get('layer_products')}, pdl={t1.get('pdl')}, sampling_tail={t1.get('sampling_tail')}; "
            f"capture {t1.get('graph_capture_seconds', 0):.2f} s per phase excl.")
     with env(YUE2_ATTN_MERGE="kernel"):  # the decode attention's splits merged by a separate kernel
         warm(eng.ar, [[sem_p]], s, "semantic")
@@ -247,6 +247,7 @@ def ar_bf16(eng, n, compile_ok):
     record("AR decode bf16 batch 1, attention merged by a separate kernel", ours_mk, base1, "tok/s",
            "YUE2_ATTN_MERGE=kernel")
     variants(eng.ar, "bf16", sem_p, neg, s, base1)
+    torch_tail(eng.ar, "bf16", sem_p, neg, s, base1)
     best = ours1
     if compile_ok:
         ours1c, _ = ours_rate(eng.ar, [sem_p], s, "semantic", compile=True)
@@ -276,6 +277,25 @@ def ar_bf16(eng, n, compile_ok):
     record("AR decode bf16 ABC phase", oursa, basea, "tok/s")
     return {"b1": best, "base1": base1, "cfg": oursc, "basec": basec, "b4": ours4, "b8": ours8, "abc": oursa,
             "base_abc": basea, "compile": use_compile}
+
+
+def torch_tail(ar, fmt: str, sem_p, neg, s, base1):
+    """The same configurations with the PyTorch sampling tail (`decode.sample_tail`, YUE2_SAMPLER=torch) instead of
+    the default kernels (`fast.sample_kernels`): batch 1, the CFG pair, 8 candidates and the ABC phase."""
+    abc_p, sa = prompt_ids(500, "abc", 1), fixed_len(ABC, min(s.max_tokens, 512))
+    with env(YUE2_SAMPLER="torch"):
+        warm(ar, [[sem_p], [sem_p] * 8], s, "semantic")
+        warm(ar, [[sem_p]], s, "semantic", cfg=1.5, negatives=[neg])
+        warm(ar, [[abc_p]], fixed_len(ABC, 48), "abc")
+        rate, t = ours_rate(ar, [sem_p], s, "semantic")
+        rate_cfg, _ = ours_rate(ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
+        rate8, _ = ours_rate(ar, [sem_p] * 8, s, "semantic")
+        rate_abc, _ = ours_rate(ar, [abc_p], sa, "abc")
+    note = f"YUE2_SAMPLER=torch; sampling_tail={t.get('sampling_tail')}"
+    record(f"AR decode {fmt} batch 1, PyTorch sampling tail", rate, base1, "tok/s", note)
+    record(f"AR decode {fmt} CFG pair, PyTorch sampling tail", rate_cfg, None, "tok/s", note)
+    record(f"AR decode {fmt} 8 candidates, PyTorch sampling tail (total)", rate8 * 8, base1, "tok/s", note)
+    record(f"AR decode {fmt} ABC phase, PyTorch sampling tail", rate_abc, None, "tok/s", note)
 
 
 def variants(ar, fmt: str, sem_p, neg, s, base1):
@@ -327,6 +347,7 @@ def ar_int8(eng, n, base_rates):
     record("AR decode int8 batch 1, attention merged by a separate kernel", ours_mk, base_rates.get("base1"),
            "tok/s", "YUE2_ATTN_MERGE=kernel")
     variants(eng.ar, "int8", sem_p, neg, s, base_rates.get("base1"))
+    torch_tail(eng.ar, "int8", sem_p, neg, s, base_rates.get("base1"))
     oursc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
     record("AR decode int8 CFG pair", oursc, base_rates.get("basec"), "tok/s")
     ours8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")

@@ -33,7 +33,7 @@ def _dev_time(evt) -> float:
 
 
 SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE",
-            "YUE2_GEMV_TABLE")
+            "YUE2_GEMV_TABLE", "YUE2_SAMPLER")
 
 
 def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: dict):
@@ -91,8 +91,10 @@ def main():
     eng = YuE2Engine.load(args.checkpoint, device="cuda", parts=("ar",))
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · {os.path.basename(args.checkpoint)}")
     variants = [
-        ("default: fused + split attention + split-K GEMV + PDL (int8: inputs rotated by the producers)", True, {}),
-        ("attention splits merged by a separate kernel (previous default)", True, {"YUE2_ATTN_MERGE": "kernel"}),
+        ("default: fused + split attention + split-K GEMV + PDL (int8: inputs rotated by the producers) + sampling "
+         "tail in kernels", True, {}),
+        ("default with the PyTorch sampling tail (previous default)", True, {"YUE2_SAMPLER": "torch"}),
+        ("attention splits merged by a separate kernel", True, {"YUE2_ATTN_MERGE": "kernel"}),
         ("int8 inputs rotated by cuBLAS", True, {"YUE2_INT8_ROT": "cublas"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]

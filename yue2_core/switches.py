@@ -11,6 +11,7 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_DECODE_ATTN      triton (default) | torch: decode attention of the fused step
     YUE2_INT8_ROT         producers | cublas: where int8 ConvRot inputs are rotated (fast/decode.py)
     YUE2_ATTN_MERGE       split (default) | kernel: who merges the decode attention's splits (fast/fused.py)
+    YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
     YUE2_NAR_ATTN         auto (= gqa) | gqa | cudnn | flash | efficient | math: SDPA backend of the NAR (nar.py)
     YUE2_GEMV_TABLE       a JSON file of GEMV launch configurations (bench/gemv_sweep.py --json) over the built-in ones
 """

@@ -52,6 +52,7 @@ def _order(ptx: str) -> dict:
 
 def _kernels():
     from yue2_core.fast import _decode_triton as k
+    from yue2_core.fast import _sample_triton as sk
     from yue2_core.fast import fused
     _, split_k, merge_k, shared_k = fused._attention_kernels()
     gemv_types = dict(x_ptr="*bf16", w_ptr="*bf16", s_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32", K="i32",
@@ -105,6 +106,16 @@ def _kernels():
          {}),
         ("gemv int8, CUDA cores, 2 rows", k.gemv_kernel, {**gemv_types, "w_ptr": "*i8"},
          {**gemv_c, **e, "BM": 2, "BN": 16, "BK": 128, "INT8": True, "DOT": False}, {}),
+        ("sampling scores (CFG, penalty, temperature)", sk.scores_kernel,
+         dict(logits_ptr="*bf16", lrow="i32", mask_ptr="*fp32", scores_ptr="*fp32", step_ptr="*i64",
+              ring_ptr="*i64", ringw_ptr="*fp32", alpha_ptr="*fp32", W="i32", G="i32", P="i32", cfg="fp32",
+              min_tokens="i32", end_col="i32", temperature="fp32", inv_temperature="fp32"),
+         dict(CFG=True, PENALTY=True, SCALE=True, RECIP=True, BLOCK=1024, **e), {}),
+        ("sampling finish (top-p, race, state)", sk.finish_kernel,
+         dict(val_ptr="*fp32", col_ptr="*i64", noise_ptr="*fp32", step_ptr="*i64", forced_ptr="*i64",
+              out_ptr="*i64", ring_ptr="*i64", ringw_ptr="*fp32", done_ptr="*i1", tok_ptr="*i64", K="i32", k="i32",
+              G="i32", R="i32", P="i32", top_p="fp32", max_tokens="i32", end_col="i32", start="i32"),
+         dict(TOPP=True, KP=512, LIBDEVICE=True, **e), {}),
     ]
 
 

@@ -173,8 +173,8 @@ _WARNED: dict = {}  # one warning per process for each retired / unsupported swi
 
 def _warn_retired_switches() -> None:
     """One warning per process for a retired switch that is still set (it would otherwise be silently ignored)."""
-    for name, why in (("YUE2_FUSED_SAMPLER", "the fused sampling kernel was slower than the PyTorch tail and was "
-                                             "removed"),
+    for name, why in (("YUE2_FUSED_SAMPLER", "the one-kernel sampling tail was slower than the PyTorch tail and "
+                                             "was removed; YUE2_SAMPLER=kernels|torch chooses the tail now"),
                       ("YUE2_GEMV_EPILOGUE", "the GEMV epilogues (a product and its consumer in one launch) were "
                                              "slower on an H200 (int8 484 vs 669 tok/s) and were removed")):
         if os.environ.get(name) is not None and not _WARNED.get(name):
@@ -299,6 +299,10 @@ class PhaseDecoder:
         # AMD backend has no tf32x3, so ROCm builds default to "cublas"); "cublas": one bf16 matmul per product.
         # (Rotating inside the GEMV was measured too: most products 1.3–2.1× slower, docs/decode_parts_h200.log.)
         _warn_retired_switches()
+        # the sampling tail: scores kernel + torch.topk + finish kernel (`sample_kernels`, default with the fused
+        # step), or the PyTorch ops of `sample_tail` (YUE2_SAMPLER=torch, and whatever `sample_kernels` does not cover)
+        self.tail_choice = choice("YUE2_SAMPLER", ("kernels", "torch"), "kernels")
+        self.tail = None
         rotation = _int8_rotation()  # validated whatever the layers
         self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
@@ -349,6 +353,11 @@ class PhaseDecoder:
                 e = torch.empty(s.max_tokens, self.k_cand, dtype=torch.float32, device=gen.device)
                 draws.append(e.exponential_(1.0, generator=gen).to(dev))
             self.noise = torch.stack(draws, dim=1)  # [max_tokens, G, K]
+        from . import sample_kernels
+        if (self.tail_choice == "kernels" and self.fused and self.fns is None
+                and sample_kernels.usable(s, self.k_cand, self.legacy_off)):
+            from .fused import _pdl
+            self.tail = sample_kernels.KernelTail(s, self.phase, self.G, self.k_cand, dev, _pdl(self.logits))
         self.rows_idx = torch.arange(self.R, device=dev)
         # YUE2_ATTN_MERGE=kernel: the decode attention's splits are merged by a separate kernel; default "split":
         # by the last split program of each (row, kv head), counted in these (zero between launches); not on ROCm
@@ -480,7 +489,10 @@ class PhaseDecoder:
     def _step(self, attn_len: int):
         state = (self.step, self.ring, self.ring_w, self.mask, self.noise, self.forced_t, self.out, self.done,
                  self.tokens)
-        sample_tail(self.logits, self.G, self.cfg, self.s, self.phase, *state, legacy_off=self.legacy_off)
+        if self.tail is not None:
+            self.tail(self.logits, *state, cfg=self.cfg)
+        else:
+            sample_tail(self.logits, self.G, self.cfg, self.s, self.phase, *state, legacy_off=self.legacy_off)
         if self.fused and self.fns is None:
             self._forward_fused(attn_len)
         else:
@@ -556,7 +568,7 @@ class PhaseDecoder:
             self.kernel_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             warnings.warn(f"fused decode kernels unavailable ({self.kernel_error}); running the unfused torch step")
             self.fused = self.gemv = self.attn_kernel = self.rot_fused = False
-            self.int8_layers, self.int8_rot, self.attn_counters = False, None, None
+            self.int8_layers, self.int8_rot, self.attn_counters, self.tail = False, None, None, None
             self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop)
             self.graphs.clear()
             self.graph_error = None
@@ -623,6 +635,7 @@ class PhaseDecoder:
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
                 "shared_prefix_positions": self.shared,
+                "sampling_tail": "kernels" if self.tail is not None else "torch",
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {}),
                 **({"fused_fallback_reason": self.kernel_error} if self.kernel_error else {})}))
         self.release()
