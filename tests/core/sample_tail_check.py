@@ -20,6 +20,8 @@ def cases(cfg_dtype: torch.dtype) -> list:
         ("semantic", Sampling(min_tokens=3, max_tokens=8), 1.0, torch.float32, 2, {}),
         ("semantic", Sampling(0.85, 0.9, 1700, 1.3, 5, 2, 8), 1.5, cfg_dtype, 1, {4: 17}),
         ("semantic", Sampling(1.3, 1.0, 7, 1.0, 50, 0, 8), 1.0, torch.float16, 3, {0: 5, 1: 0}),
+        # T = 1.1: fp32(1/T) in double differs from 1/fp32(T) (what PyTorch's CUDA division multiplies by)
+        ("semantic", Sampling(1.1, 0.95, 100, 1.2, 50, 0, 6), 1.0, torch.float32, 1, {}),
         ("semantic", Sampling(0.7, 0.5, 1, 1.2, 3, 0, 5), 3.0, torch.float32, 2, {}),
         ("abc", Sampling(0.7, 0.9, 30, 1.005, 100, 2, 6), 1.0, torch.bfloat16, 1, {2: 44}),
     ]

@@ -202,7 +202,7 @@ def test_nar_fused_matches_unfused(engines):
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
 def test_kernel_tail_equals_torch_tail_on_gpu():
-    """The sampling tail in kernels (the default) vs the PyTorch tail on CUDA, bf16 CFG included, 700 steps of
+    """The sampling tail in kernels (the default) vs the PyTorch tail on CUDA, bf16 CFG included, 820 steps of
     `sample_tail_check.cases`: the processed scores handed to torch.topk equal bit for bit at every step; the
     sampled state may differ only where a softmax lands within float rounding of the top-p edge or a race tie
     (different summation order) — counted and printed, at most 1 % of the steps."""
@@ -211,7 +211,7 @@ def test_kernel_tail_equals_torch_tail_on_gpu():
     steps = sorted({(c, st) for c, st, _ in r["state_mismatches"]})
     print(f"sampling tail, kernels vs PyTorch on CUDA: {r['steps']} steps; processed scores differ in "
           f"{r['score_mismatches']}; sampled state differs in {len(steps)} steps {steps[:10]}")
-    assert r["steps"] == 700 and r["score_mismatches"] == 0
+    assert r["steps"] == 820 and r["score_mismatches"] == 0
     assert len(steps) <= r["steps"] // 100
 
 

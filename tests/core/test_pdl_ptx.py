@@ -110,7 +110,7 @@ def _kernels():
          dict(logits_ptr="*bf16", lrow="i32", mask_ptr="*fp32", scores_ptr="*fp32", step_ptr="*i64",
               ring_ptr="*i64", ringw_ptr="*fp32", alpha_ptr="*fp32", W="i32", G="i32", P="i32", cfg="fp32",
               min_tokens="i32", end_col="i32", temperature="fp32", inv_temperature="fp32"),
-         dict(CFG=True, PENALTY=True, SCALE=True, RECIP=True, BLOCK=1024, **e), {}),
+         dict(CFG=True, PENALTY=True, SCALE=True, RECIP=True, BLOCK=1024, LIBDEVICE=True, **e), {}),
         ("sampling finish (top-p, race, state)", sk.finish_kernel,
          dict(val_ptr="*fp32", col_ptr="*i64", noise_ptr="*fp32", step_ptr="*i64", forced_ptr="*i64",
               out_ptr="*i64", ring_ptr="*i64", ringw_ptr="*fp32", done_ptr="*i1", tok_ptr="*i64", K="i32", k="i32",

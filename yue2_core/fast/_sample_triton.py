@@ -19,7 +19,7 @@ from ._decode_triton import pdl_prologue
 def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ringw_ptr, alpha_ptr,
                   W, G, P, cfg, min_tokens, end_col, temperature, inv_temperature,
                   CFG: tl.constexpr, PENALTY: tl.constexpr, SCALE: tl.constexpr, RECIP: tl.constexpr,
-                  BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+                  BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr, PDL: tl.constexpr = False):
     pdl_prologue(PDL)
     g = tl.program_id(0)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -28,10 +28,16 @@ def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ri
     step = tl.load(step_ptr)
     x = tl.load(logits_ptr + g * lrow + c, mask=ok, other=0.0)
     if CFG:  # uncond + (cond − uncond)·cfg in the logits' dtype, rounded after each op as the PyTorch expression
+        # (LIBDEVICE, CUDA: the product and the sum as separately rounded libdevice ops — the compiler would fuse
+        # `u + d·cfg` into one FMA for fp32 logits, rounding once where PyTorch rounds twice)
         u = tl.load(logits_ptr + (G + g) * lrow + c, mask=ok, other=0.0)
         d = (x.to(tl.float32) - u.to(tl.float32)).to(ldt)
-        m = (d.to(tl.float32) * cfg).to(ldt)
-        x = (u.to(tl.float32) + m.to(tl.float32)).to(ldt)
+        if LIBDEVICE:
+            m = libdevice.mul_rn(d.to(tl.float32), cfg).to(ldt)
+            x = libdevice.add_rn(u.to(tl.float32), m.to(tl.float32)).to(ldt)
+        else:
+            m = (d.to(tl.float32) * cfg).to(ldt)
+            x = (u.to(tl.float32) + m.to(tl.float32)).to(ldt)
     s = x.to(tl.float32) + tl.load(mask_ptr + c, mask=ok, other=0.0)
     end_block = tl.where(step < min_tokens, float("-inf"), 0.0)
     s = tl.where(c == end_col, s + end_block, s)  # x + 0.0 as the reference adds it (−0.0 becomes +0.0)
@@ -43,7 +49,7 @@ def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ri
         alpha = tl.load(alpha_ptr + count.to(tl.int32), mask=ok & hit, other=1.0)
         s = tl.where(hit, tl.where(s < 0, s * alpha, tl.math.div_rn(s, alpha)), s)
     if SCALE:
-        if RECIP:  # PyTorch's CUDA division by a Python scalar: x · fl(1/T)
+        if RECIP:  # PyTorch's CUDA division by a Python scalar: x · fp32(1/T), the reciprocal taken in double
             s = s * inv_temperature
         else:
             s = tl.math.div_rn(s, temperature)

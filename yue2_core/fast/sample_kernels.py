@@ -4,7 +4,8 @@ latency, not work, made up ≈ 0.15 ms of a 1.43 ms int8 step on an H200).
 
 Same rules and state updates as `decode.sample_tail`: the processed scores equal `sampler.candidates`' bit for bit
 (CFG, mask, end block, the penalty factors from a table made with the same torch `pow`, the temperature as PyTorch
-applies a Python-scalar division on that device: x·fl(1/T) on CUDA, a division elsewhere), and the same `torch.topk`
+applies a Python-scalar division on that device: x · fp32(1/T) on CUDA with the reciprocal taken in double, a
+division elsewhere), and the same `torch.topk`
 gives the candidates, so ties come out in the same order. The softmaxes of top-p and of the race use the same expf
 but Triton's summation order, so a draw can differ from the PyTorch tail only when a probability lands within float
 rounding of the top-p edge or two race entries are within rounding of each other.
@@ -44,9 +45,9 @@ class KernelTail:
         self.scores = torch.empty(G, self.slice.width, dtype=torch.float32, device=device)
         counts = torch.arange(sampling.penalty_window + 1, dtype=torch.float32, device=device)
         self.alpha = (sampling.repetition_penalty ** counts).clamp(1e-30, 1e30)  # as sampler.candidates computes it
-        t = float(sampling.temperature)
-        # x / T on CUDA is x · fl(1/T) in fp32; the reciprocal made the same way
-        self.inv_t = (torch.tensor(1.0, dtype=torch.float32) / torch.tensor(t, dtype=torch.float32)).item()
+        # PyTorch on CUDA divides by a Python scalar T as x · fp32(1/T), the reciprocal taken in double precision
+        # (measured on an H200: T = 0.85 and 1.1 give another fp32 reciprocal than 1/fp32(T))
+        self.inv_t = float(torch.tensor(1.0 / float(sampling.temperature), dtype=torch.float32))
         self.pdl = pdl or {}
 
     def __call__(self, logits, step, ring, ring_w, mask, noise, forced, out, done, tokens, cfg: float) -> None:
@@ -57,7 +58,7 @@ class KernelTail:
             logits, logits.stride(0), mask, self.scores, step, ring, ring_w, self.alpha,
             W, G, s.penalty_window, float(cfg), s.min_tokens, sl.end_col, float(s.temperature), self.inv_t,
             CFG=cfg != 1.0, PENALTY=s.repetition_penalty != 1.0, SCALE=s.temperature != 1,
-            RECIP=logits.is_cuda, BLOCK=BLOCK, num_warps=4, **self.pdl)
+            RECIP=logits.is_cuda, BLOCK=BLOCK, LIBDEVICE=logits.is_cuda, num_warps=4, **self.pdl)
         vals, cols = self.scores.topk(self.K, dim=1)
         finish_kernel[(G,)](
             vals, cols, noise, step, forced, out, ring, ring_w, done, tokens,
