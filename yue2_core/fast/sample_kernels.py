@@ -11,7 +11,9 @@ but Triton's summation order, so a draw can differ from the PyTorch tail only wh
 rounding of the top-p edge or two race entries are within rounding of each other.
 
 Not used (the PyTorch tail runs): temperature 0, the legacy `off` mode (bf16 processing), top_k + TIE_PAD above
-MAX_CANDIDATES, no Triton, or YUE2_SAMPLER=torch.
+MAX_CANDIDATES, no Triton, ROCm, or YUE2_SAMPLER=torch. Measured on an H200 (bench/bench.py, same run): batch 1
+683 vs 650 tok/s bf16, 710 vs 675 int8; CFG pair 664 vs 633 bf16; 8 candidates 4,698 vs 4,488 bf16; 298 instead of
+347 kernels a step (docs/bench_h200.log, docs/profile_decode_h200.log).
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ MAX_CANDIDATES = 4096  # finish_kernel holds the candidates of a row in one prog
 
 
 def usable(sampling, k_cand: int, legacy_off: bool) -> bool:
-    """Whether `KernelTail` covers these settings (see the module docstring)."""
-    return (triton_modules() is not None and sampling.temperature != 0 and not legacy_off
-            and k_cand <= MAX_CANDIDATES)
+    """Whether `KernelTail` covers these settings (see the module docstring). Not on ROCm builds of torch: the
+    kernels' rounding was matched to NVIDIA's libdevice and PyTorch's CUDA division, and checked on an H200 only."""
+    return (triton_modules() is not None and torch.version.hip is None and sampling.temperature != 0
+            and not legacy_off and k_cand <= MAX_CANDIDATES)
 
 
 class KernelTail:
