@@ -55,3 +55,61 @@ def test_decoder_chooses_the_tail(tiny_paths, monkeypatch):
             "    assert 'YUE2_SAMPLER' in str(e) and 'kernels' in str(e), e\n"
             "print('ok')\n")
     _run_ok(code, interpret=True)
+
+
+def test_temperature_rule_on_the_cpu():
+    """On the CPU PyTorch divides the scores by T (correctly rounded): the rule says so, with T in fp32, and is
+    remembered per (T, device); T = 0.85 is one where the reciprocal rules would differ (1 ulp in most scores)."""
+    import torch
+
+    from yue2_core.fast import sample_kernels as sk
+    t32 = float(torch.tensor(0.85, dtype=torch.float32))
+    assert sk.temperature_rule(0.85, "cpu") == ("div", t32)
+    assert sk._RULES[(0.85, "cpu")] == ("div", t32)
+    x = torch.randn(4096) * 10
+    inv = float(torch.tensor(1 / 0.85, dtype=torch.float32))
+    assert not torch.equal(x / 0.85, x * inv)  # so the probe can tell the rules apart at this T
+
+
+def test_tail_kernel_failure_keeps_the_fused_step(tiny_paths):
+    """When only the sampling-tail kernels fail (injected), the step is undone and rerun with the PyTorch tail — one
+    warning, the layer kernels stay on — and the songs equal a YUE2_SAMPLER=torch run; when `temperature_rule` finds
+    no rule the PyTorch tail is used from the start; forced ids outside the phase's slice are refused."""
+    code = (tiny_fp16_ar(tiny_paths["bf16"]) +
+            "import os, warnings\n"
+            "from yue2_core.fast import sample_kernels as sk\n"
+            "from yue2_core.errors import RequestError\n"
+            "s = Sampling(temperature=0.9, top_p=0.9, top_k=50, min_tokens=2, max_tokens=10)\n"
+            "rows = [sp, sp[:-2] + sp[-1:]]\n"
+            "os.environ['YUE2_SAMPLER'] = 'torch'\n"
+            "ref = [r.tokens for r in fd.PhaseDecoder(ar, rows, s, [3, 4], 'semantic', use_graph=False,\n"
+            "                                         fused=True).run()]\n"
+            "os.environ['YUE2_SAMPLER'] = 'kernels'\n"
+            "def broken(self, *a, **kw):\n"
+            "    raise RuntimeError('out of resource: shared memory (injected)')\n"
+            "real = sk.KernelTail.__call__\n"
+            "sk.KernelTail.__call__ = broken\n"
+            "d = fd.PhaseDecoder(ar, rows, s, [3, 4], 'semantic', use_graph=False, fused=True)\n"
+            "with warnings.catch_warnings(record=True) as seen:\n"
+            "    warnings.simplefilter('always')\n"
+            "    res = d.run()\n"
+            "sk.KernelTail.__call__ = real\n"
+            "msgs = [str(w.message) for w in seen]\n"
+            "assert sum('sampling-tail kernels unavailable' in m for m in msgs) == 1, msgs\n"
+            "assert not any('fused decode kernels unavailable' in m for m in msgs), msgs\n"
+            "t = res[0].timing\n"
+            "assert d.fused and t['fused_kernels'] and t['sampling_tail'] == 'torch', t\n"
+            "assert t['sampling_tail_fallback_reason'].startswith('RuntimeError: out of resource'), t\n"
+            "assert [r.tokens for r in res] == ref, ([r.tokens for r in res], ref)\n"
+            "sk.temperature_rule = lambda t, device: None\n"
+            "d = fd.PhaseDecoder(ar, rows, s, [3, 4], 'semantic', use_graph=False, fused=True)\n"
+            "d._allocate()\n"
+            "assert d.tail is None\n"
+            "for bad in ([5], [sp[0]], [184700]):\n"
+            "    try:\n"
+            "        fd.PhaseDecoder(ar, rows, s, [3, 4], 'semantic', use_graph=False, forced=bad)\n"
+            "        raise SystemExit(f'forced {bad} accepted')\n"
+            "    except RequestError as e:\n"
+            "        assert 'outside the semantic phase' in str(e), e\n"
+            "print('ok')\n")
+    _run_ok(code, interpret=True)

@@ -49,7 +49,7 @@ def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ri
         alpha = tl.load(alpha_ptr + count.to(tl.int32), mask=ok & hit, other=1.0)
         s = tl.where(hit, tl.where(s < 0, s * alpha, tl.math.div_rn(s, alpha)), s)
     if SCALE:
-        if RECIP:  # PyTorch's CUDA division by a Python scalar: x · fp32(1/T), the reciprocal taken in double
+        if RECIP:  # x · inv, inv = the reciprocal PyTorch multiplies by on this device (`temperature_rule`)
             s = s * inv_temperature
         else:
             s = tl.math.div_rn(s, temperature)

@@ -271,6 +271,10 @@ class PhaseDecoder:
             raise RequestError(f"{len(self.forced)} forced tokens exceed the budget of {sampling.max_tokens}")
         if SLICES[phase].start + SLICES[phase].end_col in self.forced:
             raise RequestError("forced tokens cannot contain the end token")
+        sl = SLICES[phase]
+        bad = next((t for t in self.forced if not sl.start <= int(t) < sl.stop), None)
+        if bad is not None:
+            raise RequestError(f"forced token {bad} is outside the {phase} phase's ids [{sl.start}, {sl.stop})")
         self.seeds = [int(x) for x in seeds]
         self.slice = SLICES[phase]
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -303,6 +307,7 @@ class PhaseDecoder:
         # step), or the PyTorch ops of `sample_tail` (YUE2_SAMPLER=torch, and whatever `sample_kernels` does not cover)
         self.tail_choice = choice("YUE2_SAMPLER", ("kernels", "torch"), "kernels")
         self.tail = None
+        self.tail_error: str | None = None  # set when the sampling-tail kernels failed and the PyTorch tail took over
         rotation = _int8_rotation()  # validated whatever the layers
         self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
@@ -358,6 +363,8 @@ class PhaseDecoder:
                 and sample_kernels.usable(s, self.k_cand, self.legacy_off)):
             from .fused import _pdl
             self.tail = sample_kernels.KernelTail(s, self.phase, self.G, self.k_cand, dev, _pdl(self.logits))
+            if self.tail.rule is None:  # this PyTorch divides by T in a way the kernel does not reproduce
+                self.tail = None
         self.rows_idx = torch.arange(self.R, device=dev)
         # YUE2_ATTN_MERGE=kernel: the decode attention's splits are merged by a separate kernel; default "split":
         # by the last split program of each (row, kv head), counted in these (zero between launches); not on ROCm
@@ -553,26 +560,43 @@ class PhaseDecoder:
 
     def _eager_step(self, attn_len: int):
         """One step outside a graph. When a kernel of the fused step fails — e.g. a GPU this code never ran on refuses
-        a Triton launch configuration — the step is undone, the decoder switches to the unfused torch step (and
-        library products) with one warning, and the step runs again; graphs are tried again from the next block.
-        Out-of-memory errors are raised as they are (the unfused step needs more memory, not less)."""
+        a Triton launch configuration — the step is undone and run again with the PyTorch sampling tail instead of
+        the sampling-tail kernels (one warning); if it fails again, the decoder switches to the unfused torch step
+        (and library products) with one warning, and the step runs again; graphs are tried again from the next
+        block. Out-of-memory errors are raised as they are (the unfused step needs more memory, not less)."""
         if not self.fused or self.fns is not None:
             return self._step(attn_len)
         saved = self._snapshot()
         try:
             self._step(attn_len)
+            return
         except (torch.cuda.OutOfMemoryError, MemoryError):
             raise
         except Exception as exc:
             self._restore(saved)
-            self.kernel_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            warnings.warn(f"fused decode kernels unavailable ({self.kernel_error}); running the unfused torch step")
-            self.fused = self.gemv = self.attn_kernel = self.rot_fused = False
-            self.int8_layers, self.int8_rot, self.attn_counters, self.tail = False, None, None, None
-            self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop)
+            error = exc
+        if self.tail is not None:  # first without the sampling-tail kernels only: the layer kernels may be fine
+            self.tail = None
+            self.tail_error = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+            warnings.warn(f"sampling-tail kernels unavailable ({self.tail_error}); using the PyTorch sampling tail")
             self.graphs.clear()
             self.graph_error = None
-            self._step(attn_len)
+            try:
+                self._step(attn_len)
+                return
+            except (torch.cuda.OutOfMemoryError, MemoryError):
+                raise
+            except Exception as exc:
+                self._restore(saved)
+                error = exc
+        self.kernel_error = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+        warnings.warn(f"fused decode kernels unavailable ({self.kernel_error}); running the unfused torch step")
+        self.fused = self.gemv = self.attn_kernel = self.rot_fused = False
+        self.int8_layers, self.int8_rot, self.attn_counters = False, None, None
+        self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop)
+        self.graphs.clear()
+        self.graph_error = None
+        self._step(attn_len)
 
     @torch.inference_mode()
     def run(self, on_token=None) -> list[PhaseResult]:
@@ -637,14 +661,15 @@ class PhaseDecoder:
                 "shared_prefix_positions": self.shared,
                 "sampling_tail": "kernels" if self.tail is not None else "torch",
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {}),
-                **({"fused_fallback_reason": self.kernel_error} if self.kernel_error else {})}))
+                **({"fused_fallback_reason": self.kernel_error} if self.kernel_error else {}),
+                **({"sampling_tail_fallback_reason": self.tail_error} if self.tail_error else {})}))
         self.release()
         return results
 
     def release(self):
         """Free the static buffers and graphs (called at the end of `run`)."""
         self.graphs.clear()
-        for name in ("k", "v", "logits", "noise", "out"):
+        for name in ("k", "v", "logits", "noise", "out", "tail"):
             setattr(self, name, None)
 
 

@@ -3,15 +3,17 @@
 latency, not work, made up ≈ 0.15 ms of a 1.43 ms int8 step on an H200).
 
 Same rules and state updates as `decode.sample_tail`: the processed scores equal `sampler.candidates`' bit for bit
-(CFG, mask, end block, the penalty factors from a table made with the same torch `pow`, the temperature as PyTorch
-applies a Python-scalar division on that device: x · fp32(1/T) on CUDA with the reciprocal taken in double, a
-division elsewhere), and the same `torch.topk`
+(CFG, mask, end block, the penalty factors from a table made with the same torch `pow`, the temperature as this
+PyTorch applies a Python-scalar division on that device — `temperature_rule` finds out: on an H200 with torch 2.11
+x · fp32(1/T) with the reciprocal taken in double, a division on the CPU), and the same `torch.topk`
 gives the candidates, so ties come out in the same order. The softmaxes of top-p and of the race use the same expf
 but Triton's summation order, so a draw can differ from the PyTorch tail only when a probability lands within float
 rounding of the top-p edge or two race entries are within rounding of each other.
 
-Not used (the PyTorch tail runs): temperature 0, the legacy `off` mode (bf16 processing), top_k + TIE_PAD above
-MAX_CANDIDATES, no Triton, ROCm, or YUE2_SAMPLER=torch. Measured on an H200 (bench/bench.py, same run): batch 1
+Not used (the PyTorch tail runs): decoders without the fused step (YUE2_FUSED=0, YUE2_COMPILE=1, head shapes the
+fused kernels do not support, CPU), temperature 0, the legacy `off` mode (bf16 processing), top_k + TIE_PAD above
+MAX_CANDIDATES, no Triton (or no `_sample_triton`), ROCm, a temperature division `temperature_rule` cannot
+reproduce, or YUE2_SAMPLER=torch; and after these kernels failed once in a decoder (`PhaseDecoder._eager_step`). Measured on an H200 (bench/bench.py, same run): batch 1
 683 vs 650 tok/s bf16, 710 vs 675 int8; CFG pair 664 vs 633 bf16; 8 candidates 4,698 vs 4,488 bf16; 298 instead of
 347 kernels a step (docs/bench_h200.log, docs/profile_decode_h200.log).
 """
@@ -29,8 +31,40 @@ MAX_CANDIDATES = 4096  # finish_kernel holds the candidates of a row in one prog
 def usable(sampling, k_cand: int, legacy_off: bool) -> bool:
     """Whether `KernelTail` covers these settings (see the module docstring). Not on ROCm builds of torch: the
     kernels' rounding was matched to NVIDIA's libdevice and PyTorch's CUDA division, and checked on an H200 only."""
-    return (triton_modules() is not None and torch.version.hip is None and sampling.temperature != 0
-            and not legacy_off and k_cand <= MAX_CANDIDATES)
+    if not (triton_modules() is not None and torch.version.hip is None and sampling.temperature != 0
+            and not legacy_off and k_cand <= MAX_CANDIDATES):
+        return False
+    try:
+        from . import _sample_triton  # noqa: F401  (libdevice, div_rn: a Triton without them cannot build it)
+    except Exception:  # an import error or a broken Triton: the PyTorch tail
+        return False
+    return True
+
+
+_RULES: dict = {}
+
+
+def temperature_rule(t: float, device) -> tuple[str, float] | None:
+    """How PyTorch divides fp32 scores by the Python scalar `t` on `device` (`sampler.candidates` does `scores / t`),
+    found by trying it once per (t, device) on 4,096 values: ("recip", inv) when the result equals x · inv for
+    inv = fp32(1/t) with the reciprocal taken in double (torch 2.11 on CUDA, measured on an H200) or 1/fp32(t) (what
+    PyTorch's CUDA source has long done); ("div", fp32(t)) when it equals the correctly rounded division (the CPU);
+    None when it is neither (the kernels then cannot reproduce it and the PyTorch tail runs)."""
+    key = (float(t), str(device))
+    if key not in _RULES:
+        x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).mul_(10).to(device)
+        ref = x / float(t)
+        t32 = torch.tensor(float(t), dtype=torch.float32)
+        rule = None
+        if torch.equal(ref, x / t32.to(device)):
+            rule = ("div", float(t32))
+        else:
+            for inv in (float(torch.tensor(1.0 / float(t), dtype=torch.float32)), float(1.0 / t32)):
+                if torch.equal(ref, x * inv):
+                    rule = ("recip", inv)
+                    break
+        _RULES[key] = rule
+    return _RULES[key]
 
 
 class KernelTail:
@@ -48,9 +82,8 @@ class KernelTail:
         self.scores = torch.empty(G, self.slice.width, dtype=torch.float32, device=device)
         counts = torch.arange(sampling.penalty_window + 1, dtype=torch.float32, device=device)
         self.alpha = (sampling.repetition_penalty ** counts).clamp(1e-30, 1e30)  # as sampler.candidates computes it
-        # PyTorch on CUDA divides by a Python scalar T as x · fp32(1/T), the reciprocal taken in double precision
-        # (measured on an H200: T = 0.85 and 1.1 give another fp32 reciprocal than 1/fp32(T))
-        self.inv_t = float(torch.tensor(1.0 / float(sampling.temperature), dtype=torch.float32))
+        # how this PyTorch divides the scores by T on this device (None: not reproducible, see `temperature_rule`)
+        self.rule = temperature_rule(sampling.temperature, device) if sampling.temperature != 1 else ("div", 1.0)
         self.pdl = pdl or {}
 
     def __call__(self, logits, step, ring, ring_w, mask, noise, forced, out, done, tokens, cfg: float) -> None:
@@ -59,9 +92,9 @@ class KernelTail:
         s, sl, G, W = self.s, self.slice, self.G, self.slice.width
         scores_kernel[(G, triton.cdiv(W, BLOCK))](
             logits, logits.stride(0), mask, self.scores, step, ring, ring_w, self.alpha,
-            W, G, s.penalty_window, float(cfg), s.min_tokens, sl.end_col, float(s.temperature), self.inv_t,
+            W, G, s.penalty_window, float(cfg), s.min_tokens, sl.end_col, self.rule[1], self.rule[1],
             CFG=cfg != 1.0, PENALTY=s.repetition_penalty != 1.0, SCALE=s.temperature != 1,
-            RECIP=logits.is_cuda, BLOCK=BLOCK, LIBDEVICE=logits.is_cuda, num_warps=4, **self.pdl)
+            RECIP=self.rule[0] == "recip", BLOCK=BLOCK, LIBDEVICE=logits.is_cuda, num_warps=4, **self.pdl)
         vals, cols = self.scores.topk(self.K, dim=1)
         finish_kernel[(G,)](
             vals, cols, noise, step, forced, out, ring, ring_w, done, tokens,
