@@ -13,9 +13,11 @@ rounding of the top-p edge or two race entries are within rounding of each other
 Not used (the PyTorch tail runs): decoders without the fused step (YUE2_FUSED=0, YUE2_COMPILE=1, head shapes the
 fused kernels do not support, CPU), temperature 0, the legacy `off` mode (bf16 processing), top_k + TIE_PAD above
 MAX_CANDIDATES, no Triton (or no `_sample_triton`), ROCm, a temperature division `temperature_rule` cannot
-reproduce, or YUE2_SAMPLER=torch; and after these kernels failed once in a decoder (`PhaseDecoder._eager_step`). Measured on an H200 (bench/bench.py, same run): batch 1
-683 vs 650 tok/s bf16, 710 vs 675 int8; CFG pair 664 vs 633 bf16; 8 candidates 4,698 vs 4,488 bf16; 298 instead of
-347 kernels a step (docs/bench_h200.log, docs/profile_decode_h200.log).
+reproduce, or YUE2_SAMPLER=torch; and after these kernels failed once in a decoder (`PhaseDecoder._eager_step`).
+
+Measured on an H200 (bench/bench.py at d4a80b5, same run, against YUE2_SAMPLER=torch): batch 1 683 vs 652 tok/s
+bf16, 710 vs 674 int8; CFG pair 668 vs 634 bf16; 8 candidates 4,710 vs 4,502 bf16; 298 instead of 347 kernels a
+step (docs/bench_h200.log, docs/profile_decode_h200.log).
 """
 from __future__ import annotations
 
