@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the tests need, then runs them:
 #
-#   bash scripts/test.sh                      # set up (first run ~3 min; later runs skip it in < 1 s), run tests/
+#   bash scripts/test.sh                      # set up (first run ≈ 3–5 min; later runs skip it in < 1 s), run tests/
 #   bash scripts/test.sh -- tests/host -x     # everything after "--" (or any unknown argument) goes to pytest
 #   bash scripts/test.sh --setup-only         # install only
 #   bash scripts/test.sh --no-browser         # skip Chromium/playwright-core (the browser tests then skip visibly)
