@@ -20,7 +20,10 @@ if [ ! -x "$PY" ]; then
     "${PYTHON:-python3}" -m venv "$REPO/.venv"
 fi
 if ! "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" 2>/dev/null; then
-    "$PY" -m pip install -q --disable-pip-version-check -e "$REPO" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+    # the torch pins of scripts/test.sh (scripts/lib/constraints.txt), so that running the tests later in the same
+    # .venv does not download a second torch
+    "$PY" -m pip install -q --disable-pip-version-check -c "$REPO/scripts/lib/constraints.txt" -e "$REPO" 2>&1 \
+        | grep -v "is ignored: it is neither a file nor a directory" || true
     "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" || { echo "[song.sh] install failed" >&2; exit 1; }
 fi
 
