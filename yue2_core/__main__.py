@@ -133,7 +133,7 @@ def cmd_generate(args) -> int:
     song = engine.generate(request, budgets, steps=args.steps, progress=progress)
     progress.close()
     folder = save_song(song, out)
-    summary = {"output": str(folder), "seed": request.seed,
+    summary = {"output": str(Path(folder).resolve()), "seed": request.seed,
                "audio_seconds": round(song.audio.shape[-1] / song.sample_rate, 3),
                "semantic_tokens": len(song.tokens.codes), "abc_tokens": len(song.score.abc_ids),
                "truncated": song.truncated, "truncated_means": "the phase hit its token budget before its end token",
@@ -250,7 +250,8 @@ def cmd_render(args) -> int:
     song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio, timing=timing,
                 settings={**saved.config, "rendered_from": str(saved.path), "checkpoint": engine.info.to_dict()})
     folder = save_song(song, args.output, lineage={"parent": str(saved.path), "score_edited": saved.score_edited})
-    print(json.dumps({"output": str(folder), "seed": request.seed, "semantic_tokens": len(tokens.codes),
+    print(json.dumps({"output": str(Path(folder).resolve()), "seed": request.seed,
+                      "semantic_tokens": len(tokens.codes),
                       "resampled": resample, "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3),
                       "synthetic_weights": synthetic, "timing_s": {k: round(v, 3) for k, v in timing.items()}},
                      indent=2, ensure_ascii=False))

@@ -20,3 +20,17 @@ def test_song_script_honours_equals_options(tmp_path, tiny_paths):
     assert request["style"] == "smooth jazz" and request["lyrics"] == "hello world", request
     assert config["checkpoint"]["path"] == str(tiny_paths["int8"]), config["checkpoint"]
     assert len(json.loads(proc.stdout)["output"]) and json.loads(proc.stdout)["semantic_tokens"] <= 5
+
+
+def test_printed_output_is_absolute_for_a_relative_output(tmp_path, tiny_paths):
+    """A relative --output is relative to where the command runs, and the summary names the song folder by its
+    absolute path (a relative one could not be found from another folder)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("YUE2_CHECKPOINT",)}
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "song.sh"), "--checkpoint", str(tiny_paths["int8"]),
+                           "--max-seconds", "0.2", "--output", "songs/first", "--cot", "off", "--steps", "1",
+                           "--device", "cpu", "--offline"],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = json.loads(proc.stdout)["output"]
+    assert os.path.isabs(printed) and printed == str((tmp_path / "songs" / "first").resolve()), printed
+    assert (tmp_path / "songs" / "first" / "result.json").is_file()
