@@ -41,6 +41,12 @@ class Cancelled(YuE2Error):
     """Generation was cancelled by the caller; nothing partial was kept."""
 
 
+def brief(exc: BaseException) -> str:
+    """"Type: first line of the message", at most 200 characters — how a fallback names the failure it recovered
+    from (in a warning and in the result's timing)."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+
+
 def release_frames(exc: BaseException) -> None:
     """Drop the local variables of the finished frames in `exc`'s traceback and in those of its chained exceptions.
 

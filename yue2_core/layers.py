@@ -143,9 +143,10 @@ def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backen
 
     q [B, H, T, D], k/v [B, KV, S, D] with H = KV·G (query head h reads kv head h // G) → [B, H, T, D] in q's dtype.
     `backend` "gqa": `F.scaled_dot_product_attention(..., enable_gqa=True)`, PyTorch choosing the kernel (cuDNN's on
-    an H200 with torch 2.11). "cudnn" / "flash" / "efficient" / "math": the G query heads of each kv head are stacked along the query
-    axis (q viewed as [B, KV, G·T, D]) and plain multi-head attention runs with that SDPA backend — exact, since
-    without a mask every query row is independent, and no K/V copy is made (backends without GQA support apply).
+    an H200 with torch 2.11). "cudnn" / "flash" / "efficient" / "math": the G query heads of each kv head are stacked
+    along the query axis (q viewed as [B, KV, G·T, D]) and plain multi-head attention runs with that SDPA backend —
+    exact, since without a mask every query row is independent, and no K/V copy is made (backends without GQA
+    support apply).
     A backend that fails on the inputs with a RuntimeError (e.g. "No available kernel": cuDNN attention on a GPU or
     cuDNN build without it) is reported once with a warning and the "gqa" call is used instead — for every later
     call with the same backend, device, dtype and head size (`_BACKEND_FAILED`). Out-of-memory errors propagate.
@@ -170,9 +171,11 @@ def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backen
         raise
     except RuntimeError as exc:  # "No available kernel", or the backend rejecting these shapes
         import warnings
-        _BACKEND_FAILED[key] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+
+        from .errors import brief
+        _BACKEND_FAILED[key] = brief(exc)
         warnings.warn(f"SDPA backend {backend!r} unavailable for the NAR attention on {q.device} "
-                      f"({str(exc).splitlines()[0][:200]}); using PyTorch's default choice")
+                      f"({_BACKEND_FAILED[key]}); using PyTorch's default choice")
         return sdpa(q, k, v, causal=False)
     return out.reshape(b, h, t, d)
 

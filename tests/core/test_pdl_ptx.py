@@ -109,7 +109,7 @@ def _kernels():
         ("sampling scores (CFG, penalty, temperature)", sk.scores_kernel,
          dict(logits_ptr="*bf16", lrow="i32", mask_ptr="*fp32", scores_ptr="*fp32", step_ptr="*i64",
               ring_ptr="*i64", ringw_ptr="*fp32", alpha_ptr="*fp32", W="i32", G="i32", P="i32", cfg="fp32",
-              min_tokens="i32", end_col="i32", temperature="fp32", inv_temperature="fp32"),
+              min_tokens="i32", end_col="i32", temp="fp32"),
          dict(CFG=True, PENALTY=True, SCALE=True, RECIP=True, BLOCK=1024, LIBDEVICE=True, **e), {}),
         ("sampling finish (top-p, race, state)", sk.finish_kernel,
          dict(val_ptr="*fp32", col_ptr="*i64", noise_ptr="*fp32", step_ptr="*i64", forced_ptr="*i64",

@@ -17,7 +17,7 @@ from ._decode_triton import pdl_prologue
 
 @triton.jit
 def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ringw_ptr, alpha_ptr,
-                  W, G, P, cfg, min_tokens, end_col, temperature, inv_temperature,
+                  W, G, P, cfg, min_tokens, end_col, temp,
                   CFG: tl.constexpr, PENALTY: tl.constexpr, SCALE: tl.constexpr, RECIP: tl.constexpr,
                   BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr, PDL: tl.constexpr = False):
     pdl_prologue(PDL)
@@ -48,11 +48,11 @@ def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ri
         hit = count > 0
         alpha = tl.load(alpha_ptr + count.to(tl.int32), mask=ok & hit, other=1.0)
         s = tl.where(hit, tl.where(s < 0, s * alpha, tl.math.div_rn(s, alpha)), s)
-    if SCALE:
-        if RECIP:  # x · inv, inv = the reciprocal PyTorch multiplies by on this device (`temperature_rule`)
-            s = s * inv_temperature
+    if SCALE:  # `temp`: the reciprocal PyTorch multiplies by on this device (RECIP), else fp32(T) it divides by
+        if RECIP:
+            s = s * temp
         else:
-            s = tl.math.div_rn(s, temperature)
+            s = tl.math.div_rn(s, temp)
     tl.store(scores_ptr + g * W + c, s, mask=ok)
 
 

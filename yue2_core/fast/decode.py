@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..constants import CONTEXT
-from ..errors import BudgetError, RequestError
+from ..errors import BudgetError, RequestError, brief
 from ..layers import apply_rope, rope_cos_sin
 from ..protocol import Sampling
 from ..quant import ConvRotLinear
@@ -269,14 +269,13 @@ class PhaseDecoder:
         self.forced = list(forced or [])
         if len(self.forced) > sampling.max_tokens:
             raise RequestError(f"{len(self.forced)} forced tokens exceed the budget of {sampling.max_tokens}")
-        if SLICES[phase].start + SLICES[phase].end_col in self.forced:
+        self.slice = sl = SLICES[phase]
+        if sl.start + sl.end_col in self.forced:
             raise RequestError("forced tokens cannot contain the end token")
-        sl = SLICES[phase]
         bad = next((t for t in self.forced if not sl.start <= int(t) < sl.stop), None)
         if bad is not None:
             raise RequestError(f"forced token {bad} is outside the {phase} phase's ids [{sl.start}, {sl.stop})")
         self.seeds = [int(x) for x in seeds]
-        self.slice = SLICES[phase]
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.capture_s = 0.0
         self.graph_error: str | None = None
@@ -550,7 +549,7 @@ class PhaseDecoder:
             except Exception as exc:  # capture failure or OOM: eager from here on, one warning
                 if saved is not None:  # the warm-up step may have sampled before failing: undo it
                     self._restore(saved)
-                self.graph_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                self.graph_error = brief(exc)
                 warnings.warn(f"CUDA graph decode unavailable ({self.graph_error}); running the step eagerly")
                 self.graphs.clear()
                 if self.device.type == "cuda":
@@ -567,29 +566,18 @@ class PhaseDecoder:
         if not self.fused or self.fns is not None:
             return self._step(attn_len)
         saved = self._snapshot()
-        try:
-            self._step(attn_len)
+        error = self._attempt(attn_len, saved)
+        if error is None:
             return
-        except (torch.cuda.OutOfMemoryError, MemoryError):
-            raise
-        except Exception as exc:
-            self._restore(saved)
-            error = exc
         if self.tail is not None:  # first without the sampling-tail kernels only: the layer kernels may be fine
-            self.tail = None
-            self.tail_error = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+            self.tail, self.tail_error = None, brief(error)
             warnings.warn(f"sampling-tail kernels unavailable ({self.tail_error}); using the PyTorch sampling tail")
             self.graphs.clear()
             self.graph_error = None
-            try:
-                self._step(attn_len)
+            error = self._attempt(attn_len, saved)
+            if error is None:
                 return
-            except (torch.cuda.OutOfMemoryError, MemoryError):
-                raise
-            except Exception as exc:
-                self._restore(saved)
-                error = exc
-        self.kernel_error = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+        self.kernel_error = brief(error)
         warnings.warn(f"fused decode kernels unavailable ({self.kernel_error}); running the unfused torch step")
         self.fused = self.gemv = self.attn_kernel = self.rot_fused = False
         self.int8_layers, self.int8_rot, self.attn_counters = False, None, None
@@ -597,6 +585,18 @@ class PhaseDecoder:
         self.graphs.clear()
         self.graph_error = None
         self._step(attn_len)
+
+    def _attempt(self, attn_len: int, saved: list) -> Exception | None:
+        """One step; on a failure other than out of memory the state is restored from `saved` and the error
+        returned (out-of-memory errors are raised)."""
+        try:
+            self._step(attn_len)
+            return None
+        except (torch.cuda.OutOfMemoryError, MemoryError):
+            raise
+        except Exception as exc:
+            self._restore(saved)
+            return exc
 
     @torch.inference_mode()
     def run(self, on_token=None) -> list[PhaseResult]:

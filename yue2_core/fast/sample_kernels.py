@@ -87,14 +87,15 @@ class KernelTail:
         # how this PyTorch divides the scores by T on this device (None: not reproducible, see `temperature_rule`)
         self.rule = temperature_rule(sampling.temperature, device) if sampling.temperature != 1 else ("div", 1.0)
         self.pdl = pdl or {}
+        from ._sample_triton import finish_kernel, scores_kernel
+        self.kernels = (triton_modules()[0], scores_kernel, finish_kernel)
 
     def __call__(self, logits, step, ring, ring_w, mask, noise, forced, out, done, tokens, cfg: float) -> None:
-        from ._sample_triton import finish_kernel, scores_kernel
-        triton, _ = triton_modules()
+        triton, scores_kernel, finish_kernel = self.kernels
         s, sl, G, W = self.s, self.slice, self.G, self.slice.width
         scores_kernel[(G, triton.cdiv(W, BLOCK))](
             logits, logits.stride(0), mask, self.scores, step, ring, ring_w, self.alpha,
-            W, G, s.penalty_window, float(cfg), s.min_tokens, sl.end_col, self.rule[1], self.rule[1],
+            W, G, s.penalty_window, float(cfg), s.min_tokens, sl.end_col, self.rule[1],
             CFG=cfg != 1.0, PENALTY=s.repetition_penalty != 1.0, SCALE=s.temperature != 1,
             RECIP=self.rule[0] == "recip", BLOCK=BLOCK, LIBDEVICE=logits.is_cuda, num_warps=4, **self.pdl)
         vals, cols = self.scores.topk(self.K, dim=1)
