@@ -176,7 +176,7 @@ def baseline_rate(ar, prefix, s, phase, cfg=1.0, negative=None):
 
 @section("checkpoints")
 def make_checkpoints(workdir):
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     os.makedirs(workdir, exist_ok=True)
     paths = {}
     for fmt in ("bf16", "int8"):

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemv_sweep import timed  # noqa: E402
 from yue2_core.fast import fused  # noqa: E402
 from yue2_core.fast import gemv as G  # noqa: E402
-from yue2_core.quant import rotate  # noqa: E402
+from yue2_core.weights.quant import rotate  # noqa: E402
 
 NKV, NH, D, LAYERS = 8, 16, 128, 28
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from yue2_core.fast import gemv as G  # noqa: E402
 from yue2_core.fast import int8_kernels  # noqa: E402
-from yue2_core.quant import quantize, rotate  # noqa: E402
+from yue2_core.weights.quant import quantize, rotate  # noqa: E402
 
 SHAPES = {"qkv": (4096, 2048), "o": (2048, 2048), "gate_up": (12288, 2048), "down": (2048, 6144),
           "head_codec": (32769, 2048)}

@@ -91,7 +91,7 @@ def attention_alone(t: int, s: int, reps: int) -> dict:
 def nar_solve(workdir: str, frames: int, prefix_len: int, backends: list[str]) -> dict:
     from yue2_core.nar import ChunkRenderer, chunk_tokens, solve, song_noise
     from yue2_core.pipeline import YuE2Engine
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     path = os.path.join(workdir, "yue2_full_bf16.safetensors")  # the same file bench/bench.py writes
     if not os.path.exists(path):
         os.makedirs(workdir, exist_ok=True)

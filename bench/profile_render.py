@@ -45,7 +45,7 @@ def main():
     args = ap.parse_args()
     from yue2_core.nar import ChunkRenderer, chunk_tokens, song_noise
     from yue2_core.pipeline import YuE2Engine, decode
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     path = os.path.join(args.workdir, "yue2_full_bf16.safetensors")
     if not os.path.exists(path):
         os.makedirs(args.workdir, exist_ok=True)

@@ -6,8 +6,8 @@ import os
 import folder_paths
 from comfy_api.latest import io, ui
 
-from yue2_core.checkpoint import inspect_checkpoint, load_tokenizer
-from yue2_core.locate import HF_FILE, HF_REPO
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_tokenizer
+from yue2_core.weights.locate import HF_FILE, HF_REPO
 
 from . import types
 from .model import YuE2Model

@@ -1,6 +1,6 @@
 """The object on a YUE2_MODEL socket: checkpoint info, tokenizer and one ComfyUI ModelPatcher per part.
 
-Each part (AR expert, NAR expert, VAE decoder) is built on first use with `yue2_core.checkpoint.load_*` on ComfyUI's
+Each part (AR expert, NAR expert, VAE decoder) is built on first use with `yue2_core.weights.checkpoint.load_*` on ComfyUI's
 offload device, wrapped in a `PartModule` and handed to a `comfy.model_patcher.ModelPatcher`. Before every stage the
 nodes call `YuE2Model.load(parts, memory_required)`, which asks ComfyUI's model management to place those parts on
 the compute device (offloading other models, ours included, when memory is short) and returns the engine modules
@@ -16,7 +16,7 @@ import comfy.model_patcher
 import torch
 from torch import nn
 
-from yue2_core.checkpoint import CheckpointInfo, load_ar, load_nar, load_vae
+from yue2_core.weights.checkpoint import CheckpointInfo, load_ar, load_nar, load_vae
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
 from yue2_core.nar import float_linears
 

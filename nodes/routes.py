@@ -265,7 +265,7 @@ def _checkpoint_path(name: str) -> str:
 def _tokenizer_for(name: str):
     """The embedded tokenizer of checkpoint `name`, cached per (path, mtime, size); reads the header and the one
     tokenizer tensor, never the weights."""
-    from yue2_core.checkpoint import inspect_checkpoint, load_tokenizer
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_tokenizer
     from yue2_core.errors import YuE2Error
 
     path = _checkpoint_path(name)

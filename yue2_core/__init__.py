@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "YuE2Engine": "pipeline", "Budgets": "pipeline", "Score": "pipeline", "SemanticTokens": "pipeline",
     "Song": "pipeline", "SongRequest": "protocol", "Sampling": "protocol", "ABC_PRESET": "protocol",
-    "SEMANTIC_PRESET": "protocol", "inspect_checkpoint": "checkpoint", "save_song": "artifacts",
+    "SEMANTIC_PRESET": "protocol", "inspect_checkpoint": "weights.checkpoint", "save_song": "artifacts",
     "load_song": "artifacts", "YuE2Error": "errors", "regenerate": "edit", "continue_song": "edit",
     "candidates": "candidates",
 }

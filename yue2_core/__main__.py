@@ -84,7 +84,7 @@ def _check_device(device: str) -> None:
 def _load_engine(args, checkpoint=None, how=None):
     """Find/load the checkpoint and say which file it is and whether its weights are synthetic (stderr)."""
     import torch
-    from .locate import find_checkpoint
+    from .weights.locate import find_checkpoint
     from .pipeline import YuE2Engine
     if checkpoint is None:
         checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
@@ -259,7 +259,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from .checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
+    from .weights.checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
     info = inspect_checkpoint(args.checkpoint)
     tok = load_tokenizer(info)
     report = info.to_dict()
@@ -271,7 +271,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_make_synthetic(args) -> int:
-    from .synthetic import write_synthetic_checkpoint
+    from .weights.synthetic import write_synthetic_checkpoint
     if Path(args.output).is_dir():
         raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")
     if (Path(args.output).exists() or Path(args.output).is_symlink()) and not args.force:

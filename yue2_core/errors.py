@@ -63,3 +63,8 @@ def release_frames(exc: BaseException) -> None:
         seen.add(id(exc))
         traceback.clear_frames(exc.__traceback__)
         todo += [exc.__cause__, exc.__context__]
+
+
+class AdapterError(YuE2Error, ValueError):
+    """A LoRA/LoKr adapter or an alternate weight file (VAE, vendor folder) cannot be applied: not a YuE2 adapter,
+    a layout we do not apply, shapes that do not fit, non-finite values, keys that match nothing."""

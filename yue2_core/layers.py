@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .quant import ConvRotLinear, ConvRotEmbedding
+from .weights.quant import ConvRotLinear, ConvRotEmbedding
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None) 
     dequantization there one layer at a time — about 20× faster than the CPU's fp32 Hadamard products for the
     full-size NAR — and falls back to the module's device when it runs out of memory. Returns how many layers were
     converted."""
-    from .quant import ConvRotLinear, dequantize
+    from .weights.quant import ConvRotLinear, dequantize
     work = None if work_device is None else torch.device(work_device)
     count = 0
     for parent in list(nar.modules()):

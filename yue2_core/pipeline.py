@@ -276,7 +276,7 @@ class YuE2Engine:
         """Read the parts of the checkpoint at `path` onto `device` ("auto": CUDA when available) in `dtype` (the AR
         and NAR; the VAE is always float32). bf16 on a GPU without native bf16 becomes float32 (`compute_dtype`).
         Raises CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint."""
-        from .checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
+        from .weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = compute_dtype(torch.device(device), dtype)

@@ -8,7 +8,7 @@ import pytest
 def tiny_paths(tmp_path_factory):
     """Paths of the `tiny` synthetic checkpoints (bf16 and int8, seed 0), written once per session. A cache directory
     can be given with $YUE2_TEST_CACHE to reuse them across sessions."""
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     root = os.environ.get("YUE2_TEST_CACHE") or str(tmp_path_factory.mktemp("ckpt"))
     os.makedirs(root, exist_ok=True)
     paths = {}

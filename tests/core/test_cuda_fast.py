@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 from yue2_core.fast import decode as fd  # noqa: E402
 from yue2_core.fast.int8_kernels import convrot_linear, triton_available  # noqa: E402
 from yue2_core.protocol import Sampling, SongRequest, semantic_prefix  # noqa: E402
-from yue2_core.quant import dequantize, quantize  # noqa: E402
+from yue2_core.weights.quant import dequantize, quantize  # noqa: E402
 from yue2_core.sampling import generate as portable_generate  # noqa: E402
 
 
@@ -381,7 +381,7 @@ def test_decode_attention_shared_prefix_matches_per_row(rows, prefix, attn_len):
 def test_float_linears_on_the_gpu_for_a_cpu_module(tiny_paths):
     """The nodes dequantize the NAR (still on the CPU) with the GPU doing the arithmetic: the weights must equal
     the CPU's dequantization to bf16 rounding and stay on the CPU."""
-    from yue2_core.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
     from yue2_core.nar import float_linears
     info = inspect_checkpoint(tiny_paths["int8"])
     a, b = load_nar(info, "cpu", torch.bfloat16), load_nar(info, "cpu", torch.bfloat16)
@@ -404,7 +404,7 @@ def test_gemv_matches_fp32_products(n, k):
     weights and int8 ConvRot codes against fp32 products of the same operands; partial sums against their sum; the
     Triton rotation against fp32 maths."""
     from yue2_core.fast import gemv as G
-    from yue2_core.quant import rotate
+    from yue2_core.weights.quant import rotate
     torch.manual_seed(0)
     w = torch.randn(n, k, device="cuda") * 0.02
     q, s = quantize(w)
@@ -472,7 +472,7 @@ def test_gemv_cuda_core_configs_match_fp32_products(n, k):
     """The CUDA-core GEMV configurations (dot=False: 1–2 rows, fp32 products, int8 codes converted through the
     float bit pattern) against fp32 products of the same operands, split and unsplit."""
     from yue2_core.fast import gemv as G
-    from yue2_core.quant import rotate
+    from yue2_core.weights.quant import rotate
     torch.manual_seed(0)
     w = torch.randn(n, k, device="cuda") * 0.02
     q, s = quantize(w)

@@ -13,7 +13,7 @@ from yue2_core.fast import decode as fd
 from yue2_core.fast.int8_kernels import convrot_linear
 from yue2_core.fast.sampler import SLICES, candidates, choose, dense_scores, static_mask
 from yue2_core.protocol import Sampling, SongRequest, negative_prefix, planning_prefix, semantic_prefix
-from yue2_core.quant import dequantize, quantize
+from yue2_core.weights.quant import dequantize, quantize
 from yue2_core.sampling import generate as portable_generate
 
 PARITY = os.environ.get("YUE2_PARITY_DIR")
@@ -137,7 +137,7 @@ def test_triton_w8a16_kernel_in_interpreter():
     code = (
         "import torch\n"
         "from yue2_core.fast import int8_kernels as K\n"
-        "from yue2_core.quant import quantize, dequantize, rotate\n"
+        "from yue2_core.weights.quant import quantize, dequantize, rotate\n"
         "torch.manual_seed(0)\n"
         "run = K._kernel()\n"
         "for n, k, m in ((96, 512, 1), (40, 256, 3), (64, 768, 16)):\n"
@@ -154,7 +154,7 @@ def tiny_fp16_ar(path: str) -> str:
     """Code (for a subprocess) loading the tiny checkpoint at `path` as an fp16 CPU AR `ar`, with a semantic prompt
     `sp`, greedy 4-token sampling `s` and the decode module as `fd`."""
     return ("import torch\n"
-            "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
+            "from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
             "from yue2_core.fast import decode as fd\n"
             "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
             f"info = inspect_checkpoint({path!r})\n"
@@ -296,7 +296,7 @@ def test_fused_nar_velocity_in_interpreter(tiny_paths):
     pytest.importorskip("triton")
     code = (
         "import torch\n"
-        "from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar\n"
+        "from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar\n"
         "from yue2_core import nar as N\n"
         f"info = inspect_checkpoint({tiny_paths['bf16']!r})\n"
         "ar, nar = load_ar(info, 'cpu', torch.float16), load_nar(info, 'cpu', torch.float16)\n"
@@ -316,9 +316,9 @@ def test_float_linears_replaces_every_int8_linear(tiny_paths):
     none is left, the weights equal `dequantized()`, and the velocity equals the int8 module's (whose CPU forward
     multiplies by the same dequantized weight). A `work_device` equal to the module's device takes the same path."""
     import torch
-    from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar
     from yue2_core.nar import ChunkRenderer, float_linears
-    from yue2_core.quant import ConvRotLinear
+    from yue2_core.weights.quant import ConvRotLinear
     info = inspect_checkpoint(tiny_paths["int8"])
     ar = load_ar(info, "cpu", torch.float32)
     a, b = load_nar(info, "cpu", torch.float32), load_nar(info, "cpu", torch.float32)
@@ -340,8 +340,8 @@ def test_float_linears_falls_back_when_the_work_device_fails(tiny_paths, monkeyp
     to the module's own device with the same result. (The work-device path itself is tested on the GPU:
     tests/core/test_cuda_fast.py::test_float_linears_on_the_gpu_for_a_cpu_module.)"""
     import torch
-    import yue2_core.quant as quant
-    from yue2_core.checkpoint import inspect_checkpoint, load_nar
+    import yue2_core.weights.quant as quant
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
     from yue2_core.nar import float_linears
     info = inspect_checkpoint(tiny_paths["int8"])
     ref = load_nar(info, "cpu", torch.float32)
@@ -387,7 +387,7 @@ def test_graph_capture_failure_falls_back_to_eager_with_one_warning(tiny_paths):
     """A capture that raises (here: CUDA graphs asked for on a CPU) costs one warning and nothing else: the phase
     runs eagerly, reports why, and gives the same tokens as the eager decoder."""
     import warnings
-    from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_tokenizer
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_tokenizer
     from yue2_core.protocol import Sampling, SongRequest, semantic_prefix
     info = inspect_checkpoint(tiny_paths["bf16"])
     ar = load_ar(info, "cpu", torch.float32)
@@ -418,7 +418,7 @@ def test_missing_triton_gives_one_warning_and_the_portable_paths():
         "msgs = [str(w.message) for w in seen if 'Triton unavailable' in str(w.message)]\n"
         "assert len(msgs) == 1, msgs\n"
         "import torch\n"
-        "from yue2_core.quant import quantize, dequantize\n"
+        "from yue2_core.weights.quant import quantize, dequantize\n"
         "q, s = quantize(torch.randn(8, 256))\n"
         "x = torch.randn(2, 256)\n"
         "y = int8_kernels.convrot_linear(x, q, s, None, 256)\n"

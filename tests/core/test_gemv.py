@@ -13,7 +13,7 @@ def test_gemv_and_partial_consumers_in_interpreter():
     code = (
         "import torch\n"
         "from yue2_core.fast import gemv as G, fused\n"
-        "from yue2_core.quant import quantize, rotate\n"
+        "from yue2_core.weights.quant import quantize, rotate\n"
         "torch.manual_seed(0)\n"
         "for n, k, m in ((96, 512, 1), (64, 1024, 3), (40, 256, 16), (48, 512, 2)):\n"
         "    x = torch.randn(m, k).half()\n"
@@ -170,7 +170,7 @@ def test_decoder_uses_gemv_only_for_half_precision_steps(tiny_paths):
     pytest.importorskip("triton")
     import torch
 
-    from yue2_core.checkpoint import inspect_checkpoint, load_ar
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar
     from yue2_core.fast import decode as fd
     from yue2_core.protocol import Sampling
     s = Sampling(temperature=0.0, min_tokens=2, max_tokens=2)

@@ -115,7 +115,7 @@ def test_switch(monkeypatch):
 def test_nar_velocity_same_with_each_backend(tiny_paths, monkeypatch):
     """The NAR velocity of a tiny checkpoint with the folded math backend equals the default one (the fused CUDA path
     passes the same backend: tests/core/test_cuda_fast.py)."""
-    from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar
     from yue2_core.nar import ChunkRenderer
     info = inspect_checkpoint(tiny_paths["bf16"])
     ar, nar = load_ar(info, "cpu", torch.float32), load_nar(info, "cpu", torch.float32)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar, load_vae
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_vae
 from yue2_core import nar as nar_mod
 from yue2_core.protocol import Sampling
-from yue2_core.quant import dequantize
+from yue2_core.weights.quant import dequantize
 from yue2_core.sampling import cfg_combine, draw, process_logits
 
 PARITY = os.environ.get("YUE2_PARITY_DIR")

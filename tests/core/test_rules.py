@@ -9,7 +9,7 @@ from yue2_core.constants import ABC_END, CODEC_OFFSET, EOD, MUSIC_END, VOCAB_SIZ
 from yue2_core.layers import RMSNorm, apply_rope, rope_cos_sin
 from yue2_core.nar import chunk_ranges, raw_timesteps, song_noise
 from yue2_core.protocol import Sampling
-from yue2_core.quant import ConvRotEmbedding, ConvRotLinear, dequantize, hadamard, quantize, rotate
+from yue2_core.weights.quant import ConvRotEmbedding, ConvRotLinear, dequantize, hadamard, quantize, rotate
 from yue2_core.sampling import allowed_mask, process_logits, window_penalty
 from yue2_core.vae import VAEConfig, output_length
 

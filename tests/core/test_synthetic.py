@@ -1,4 +1,4 @@
-"""Synthetic Comfy-Org checkpoints (yue2_core/synthetic.py) against checkpoint_format.md §1, §2.4, §3.3, §4–§6.
+"""Synthetic Comfy-Org checkpoints (yue2_core/weights/synthetic.py) against checkpoint_format.md §1, §2.4, §3.3, §4–§6.
 
 The tiny bf16 and int8 files (~215 MB / ~120 MB) are written once per module. Set YUE2_PARITY_DIR to the directory
 of tiny_comfy_{bf16,int8}.safetensors (../shared/parity) for the key/dtype comparison with the parity fixture.
@@ -19,9 +19,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from tokenizers import Tokenizer, pre_tokenizers
 
-from yue2_core import synthetic, synthetic_tokenizer
+from yue2_core.weights import synthetic, synthetic_tokenizer
 from yue2_core.constants import ABC_END, ABC_START, CONVROT_MARKER, EOD
-from yue2_core.quant import dequantize, quantize
+from yue2_core.weights.quant import dequantize, quantize
 
 AR, NAR, VAE = "text_encoders.", "model.diffusion_model.", "vae."
 TOKENIZER_KEY = "text_encoders.yue2_tokenizer_json"

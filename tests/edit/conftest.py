@@ -14,7 +14,7 @@ PARENT_SECONDS = 2.4  # 60 tokens; min_tokens shrinks to 60, so the parent is ex
 
 @pytest.fixture(scope="session")
 def ckpt_paths(tmp_path_factory):
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     root = os.environ.get("YUE2_TEST_CACHE") or str(tmp_path_factory.mktemp("ckpt"))
     os.makedirs(root, exist_ok=True)
     paths = {}

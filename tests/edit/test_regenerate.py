@@ -11,7 +11,7 @@ import torch
 from edit_data import SCORE
 from yue2_core import edit
 from yue2_core.artifacts import load_song, save_song
-from yue2_core.checkpoint import inspect_checkpoint
+from yue2_core.weights.checkpoint import inspect_checkpoint
 from yue2_core.constants import CONTEXT, HOP, SAMPLE_RATE
 from yue2_core.errors import BudgetError, RequestError
 from yue2_core.nar import song_noise

@@ -124,7 +124,7 @@ def test_install_keeps_torch(tmp_path):
     _no_torch_activity(proc)
     assert _torch(python) == before, "installing the pack changed torch"
     check = subprocess.run([str(python), "-W", "ignore", "-c",
-                            "import yue2_core, yue2_core.checkpoint, yue2_core.selfcheck; print(yue2_core.__file__)"],
+                            "import yue2_core, yue2_core.weights.checkpoint, yue2_core.weights.selfcheck; print(yue2_core.__file__)"],
                            capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert check.returncode == 0 and str(env_dir) in check.stdout, check.stderr[-2000:]
 

@@ -1,7 +1,7 @@
 """Fixtures for the node tests: the synthetic checkpoints in the session server's models folder and /object_info.
 
 Every test here talks to the real ComfyUI server of the session (tests/conftest.py: `comfy_server`, `comfy`); the
-checkpoints are written once per session with yue2_core.synthetic (random weights). Helpers: nodes_testlib.py.
+checkpoints are written once per session with yue2_core.weights.synthetic (random weights). Helpers: nodes_testlib.py.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from nodes_testlib import MICRO, TINY, TINY_INT8
 @pytest.fixture(scope="session")
 def checkpoints(comfy_server) -> dict:
     """{name: path} of the synthetic checkpoints, written into the server's models/checkpoints once."""
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     made = {}
     for name, profile, fmt in ((TINY, "tiny", "bf16"), (TINY_INT8, "tiny", "int8"), (MICRO, "micro", "bf16")):
         path = comfy_server.models_dir / name

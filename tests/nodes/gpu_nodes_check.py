@@ -239,7 +239,7 @@ def diagnose(pack, work: Path, out: Path, hog_free_gb: float, one_stream: bool =
 
     import comfy.model_management as mm
     import torch
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     n = {c.__name__: c for c in pack.NODE_LIST}
     path = work / "ckpt" / "tiny_bf16.safetensors"
     if not path.exists():
@@ -313,7 +313,7 @@ def main() -> int:
         pack = setup_comfy(Path(a.comfy).resolve(), work, a.reserve_gb, a.cpu)
         import comfy.model_management as mm
         import torch
-        from yue2_core.synthetic import write_synthetic_checkpoint
+        from yue2_core.weights.synthetic import write_synthetic_checkpoint
         from yue2_nodes import memory
         results["env"] = {"torch": torch.__version__, "device": str(mm.get_torch_device()),
                           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,

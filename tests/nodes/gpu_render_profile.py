@@ -39,7 +39,7 @@ def main() -> int:
     pack = g.setup_comfy(Path(a.comfy).resolve(), work, None)
     import torch
     from yue2_core.pipeline import YuE2Engine, render
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     name = "full_int8.safetensors"
     path = work / "ckpt" / name
     if not path.exists():

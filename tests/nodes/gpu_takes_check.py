@@ -61,7 +61,7 @@ def main() -> int:
         import numpy as np
         import soundfile as sf
         import torch
-        from yue2_core.synthetic import write_synthetic_checkpoint
+        from yue2_core.weights.synthetic import write_synthetic_checkpoint
         n = {c.__name__: c for c in pack.NODE_LIST}
         res["env"] = {"torch": torch.__version__, "device": str(mm.get_torch_device()),
                       "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}

@@ -190,7 +190,7 @@ def test_too_many_candidates_is_refused_with_the_maximum(checkpoints):
     through the node: even 16 takes filling the whole context with CFG need < 1 GiB with the tiny model (shown
     below), so the engine function is checked here with the tiny model's real dimensions and a small budget."""
     from yue2_core.candidates import check_memory, kv_bytes_per_song
-    from yue2_core.checkpoint import inspect_checkpoint
+    from yue2_core.weights.checkpoint import inspect_checkpoint
     from yue2_core.constants import CONTEXT
     from yue2_core.errors import RequestError
     from yue2_core.protocol import SEMANTIC_PRESET

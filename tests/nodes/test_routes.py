@@ -53,7 +53,7 @@ def assert_refused(status: int, answer: dict, want_status: int, *words: str, ser
 def checkpoint(comfy_server):
     """A tiny synthetic YuE2 checkpoint in the server's checkpoints folder, removed again afterwards (other tests share
     this server and may list its checkpoints)."""
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
 
     path = Path(comfy_server.models_dir) / CKPT_NAME
     partial = path.with_name(path.name + ".partial")  # not a checkpoint extension: never listed half-written
@@ -182,7 +182,7 @@ def test_tool_on_text_that_does_not_parse_says_where(comfy_server):
 
 # --- /yue2/abc/tokens ------------------------------------------------------------------------------------------------
 def test_tokens_counts_with_the_checkpoints_own_tokenizer(comfy_server, checkpoint):
-    from yue2_core.checkpoint import inspect_checkpoint, load_tokenizer
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_tokenizer
     from yue2_core.pipeline import Score, music_budget
     from yue2_core.protocol import SongRequest
 

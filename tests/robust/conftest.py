@@ -27,7 +27,7 @@ def ckpt_dir(tmp_path_factory) -> Path:
 
 
 def _synthetic(root: Path, profile, fmt: str) -> str:
-    from yue2_core.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     name = profile if isinstance(profile, str) else profile.name
     path = root / f"yue2_{name}_{fmt}.safetensors"
     if not path.exists():
@@ -53,8 +53,8 @@ def nano_path(ckpt_dir) -> str:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from yue2_core.synthetic_tokenizer import tokenizer_json
-    from yue2_core.tokenizer import YuE2Tokenizer
+    from yue2_core.weights.synthetic_tokenizer import tokenizer_json
+    from yue2_core.weights.tokenizer import YuE2Tokenizer
     return YuE2Tokenizer(tokenizer_json().decode("utf-8"))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from yue2_core.synthetic import Profile
+from yue2_core.weights.synthetic import Profile
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def rewrite(src, dst, edit) -> str:
 
 def patch_tensor(path, key: str, fn) -> None:
     """Overwrite tensor `key` of the file in place with fn(tensor) (same dtype and element count)."""
-    from yue2_core.checkpoint import read_header
+    from yue2_core.weights.checkpoint import read_header
     entries, _, start = read_header(str(path))
     e = entries[key]
     with open(path, "r+b") as f:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robust_helpers import copy, edit_header, patch_tensor, read_raw, rewrite
-from yue2_core.checkpoint import TOKENIZER_KEY, inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
+from yue2_core.weights.checkpoint import TOKENIZER_KEY, inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
 from yue2_core.errors import CheckpointError, TokenizerError
 from yue2_core.pipeline import YuE2Engine
 
@@ -67,7 +67,7 @@ def test_double_extension_checkpoint_loads(micro_paths, tmp_path):
         load_tokenizer(info), load_ar(info), load_nar(info), load_vae(info)
     odd = copy(micro_paths["int8"], tmp_path / "my model (copy).bin")  # detection never looks at the name
     assert inspect_checkpoint(odd).format == "int8"
-    from yue2_core.locate import yue2_files
+    from yue2_core.weights.locate import yue2_files
     assert [p.name for p in yue2_files(tmp_path)] == ["yue2_3b_int8.safetensors.safetensors",
                                                       "yue2_3b_bf16.safetensors.safetensors"]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import yue2_core.nar as nar_mod
-from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar
 from yue2_core.errors import Cancelled
 
 STEPS = 4

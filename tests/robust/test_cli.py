@@ -99,7 +99,7 @@ def test_cli_inspect_bad_checkpoints(micro_paths, tmp_path):
     save_file({"conditioner.embedders.0.weight": torch.zeros(2)}, str(other))
     assert_cli_error(run_cli("inspect", other), "is not a YuE2 all-in-one checkpoint")
     from robust_helpers import patch_tensor
-    from yue2_core.checkpoint import TOKENIZER_KEY
+    from yue2_core.weights.checkpoint import TOKENIZER_KEY
     tok = copy(micro_paths["int8"], tmp_path / "tok.safetensors")
     patch_tensor(tok, TOKENIZER_KEY, lambda t: torch.full_like(t, 0xFF))
     assert_cli_error(run_cli("inspect", tok), "the embedded tokenizer blob is not UTF-8")

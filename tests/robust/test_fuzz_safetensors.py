@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from robust_helpers import header_bytes
-from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae, read_header
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae, read_header
 from yue2_core.errors import CheckpointError, TokenizerError
-from yue2_core.selfcheck import check_int8, check_tokenizer
+from yue2_core.weights.selfcheck import check_int8, check_tokenizer
 
 ALLOWED = (CheckpointError, TokenizerError)
 SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I8": 1, "U8": 1, "I16": 2, "I32": 4, "I64": 8, "BOOL": 1}

@@ -16,7 +16,7 @@ import torch
 
 from robust_helpers import edit_header, make_song, read_raw, write_raw
 from yue2_core.artifacts import load_song, save_song
-from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, read_header
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, read_header
 from yue2_core.errors import ArtifactError, CheckpointError, RequestError
 from yue2_core.protocol import Sampling, SongRequest, seconds_to_tokens
 

@@ -1,4 +1,4 @@
-"""The load-time self-check (yue2_core/selfcheck.py; catalogue row "int8 self-check failure"): deliberately damaged
+"""The load-time self-check (yue2_core/weights/selfcheck.py; catalogue row "int8 self-check failure"): deliberately damaged
 int8 tiny files are refused with a CheckpointError naming the module, clean files (ours and the parity fixture,
 written by an independent producer) pass, and the tokenizer probe round-trips."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from robust_helpers import copy, rewrite, patch_tensor
-from yue2_core.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer
 from yue2_core.errors import CheckpointError, TokenizerError
 from yue2_core.pipeline import YuE2Engine
-from yue2_core.quant import ConvRotEmbedding, ConvRotLinear
-from yue2_core.selfcheck import PROBE_TEXT, check_int8, check_tokenizer, selfcheck
+from yue2_core.weights.quant import ConvRotEmbedding, ConvRotLinear
+from yue2_core.weights.selfcheck import PROBE_TEXT, check_int8, check_tokenizer, selfcheck
 
 LAYER1_AR = [f"text_encoders.model.layers.1.{m}" for m in ("self_attn.qkv_proj", "self_attn.o_proj",
                                                            "mlp.gate_up_proj", "mlp.down_proj")]
@@ -170,8 +170,8 @@ def test_tokenizer_selfcheck(tiny_paths, micro_paths, tokenizer):
     for path in (tiny_paths["int8"], micro_paths["bf16"]):
         report = check_tokenizer(inspect_checkpoint(path))
         assert report["ok"] and report["probe_tokens"] > 10
-    from yue2_core.synthetic_tokenizer import tokenizer_json
-    from yue2_core.tokenizer import YuE2Tokenizer
+    from yue2_core.weights.synthetic_tokenizer import tokenizer_json
+    from yue2_core.weights.tokenizer import YuE2Tokenizer
     doc = json.loads(tokenizer_json(768))
     doc["decoder"] = None  # byte-level symbols would come back instead of text
     with pytest.raises(TokenizerError, match="does not round-trip text"):
@@ -182,7 +182,7 @@ def test_tokenizer_selfcheck(tiny_paths, micro_paths, tokenizer):
 
 
 def _cut_tokenizer(src):
-    from yue2_core.checkpoint import TOKENIZER_KEY
+    from yue2_core.weights.checkpoint import TOKENIZER_KEY
     dst = str(Path(src).with_name("cut_tokenizer.safetensors"))
     copy(src, dst)
     patch_tensor(dst, TOKENIZER_KEY, lambda t: torch.cat([t[:100], torch.full((len(t) - 100,), 32,

@@ -28,8 +28,8 @@ from ..constants import CONTEXT
 from ..errors import BudgetError, RequestError, brief
 from ..layers import apply_rope, rope_cos_sin
 from ..protocol import Sampling
-from ..quant import ConvRotLinear
-from ..quant import rotate as _rotate
+from ..weights.quant import ConvRotLinear
+from ..weights.quant import rotate as _rotate
 from ..sampling import PhaseResult, cfg_combine
 from ..switches import choice, flag
 from . import pdl_enabled

@@ -15,7 +15,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..quant import dequantize, rotate
+from ..weights.quant import dequantize, rotate
 
 MAX_ROWS = 16  # rows handled by the skinny kernel (one tensor-core tile); more rows use dequantize + GEMM
 

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .constants import CONVROT_GROUP
-from .errors import CheckpointError
+from ..constants import CONVROT_GROUP
+from ..errors import CheckpointError
 
 R4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))  # regular 4×4 Hadamard (checkpoint_format.md §2.1)
 
@@ -133,7 +133,7 @@ class ConvRotLinear(nn.Module):
                 self._cpu_cache = (key, self.dequantized(x.dtype))
             y = F.linear(x, self._cpu_cache[1])
             return y if self.bias is None else y + self.bias.to(y.dtype)
-        from .fast.int8_kernels import convrot_linear
+        from ..fast.int8_kernels import convrot_linear
         return convrot_linear(x, self.weight, self.weight_scale, self.bias, self.group)
 
     def _apply(self, fn, *args, **kwargs):

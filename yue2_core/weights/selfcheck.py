@@ -41,8 +41,8 @@ import unicodedata
 
 import torch
 
-from .constants import EOD
-from .errors import CheckpointError, TokenizerError
+from ..constants import EOD
+from ..errors import CheckpointError, TokenizerError
 
 AR_PREFIX = "text_encoders."
 NAR_PREFIX = "model.diffusion_model."
@@ -74,8 +74,8 @@ class _Module:
 # ------------------------------------------------------------------------------------------------------------------
 
 def _prefix_of(model) -> str:
-    from .ar import ARModel
-    from .nar import NARModel
+    from ..ar import ARModel
+    from ..nar import NARModel
     if isinstance(model, ARModel):
         return AR_PREFIX
     if isinstance(model, NARModel):

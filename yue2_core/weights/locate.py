@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 HF_REPO = "Comfy-Org/YuE2"
 HF_FILE = "checkpoints/yue2_3b_int8_convrot.safetensors"  # 3.69 GB; the bf16 file is checkpoints/yue2_3b_bf16…

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .ar import ARModel
-from .constants import CONTEXT, CONVROT_GROUP, LATENT_DIM
-from .errors import CheckpointError
-from .layers import ModelDims
-from .nar import NARModel
+from ..ar import ARModel
+from ..constants import CONTEXT, CONVROT_GROUP, LATENT_DIM
+from ..errors import CheckpointError
+from ..layers import ModelDims
+from ..nar import NARModel
 from .quant import parse_marker
 from .tokenizer import YuE2Tokenizer
-from .vae import VAEConfig, VAEDecoder
+from ..vae import VAEConfig, VAEDecoder
 
 AR = "text_encoders."
 NAR = "model.diffusion_model."
@@ -421,7 +421,7 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16, float_lin
         from .selfcheck import check_int8
         check_int8(model)
         if float_linears if float_linears is not None else torch.device(device).type == "cuda":
-            from .nar import float_linears as to_float
+            from ..nar import float_linears as to_float
             to_float(model)
     return model
 

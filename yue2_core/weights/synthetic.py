@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-from .constants import (AUDIO_CHANNELS, CONTEXT, CONVROT_GROUP, CONVROT_MARKER, EOD, LATENT_DIM, TIME_FREQ_DIM,
+from ..constants import (AUDIO_CHANNELS, CONTEXT, CONVROT_GROUP, CONVROT_MARKER, EOD, LATENT_DIM, TIME_FREQ_DIM,
                         VOCAB_SIZE)
 from .quant import quantize
 from .synthetic_tokenizer import tokenizer_json

@@ -30,7 +30,7 @@ from collections import Counter
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from .constants import EOD
+from ..constants import EOD
 
 #: Pre-tokenizer regex of the upstream Qwen tokenizer, verbatim (checkpoint_format.md §5).
 QWEN_SPLIT_REGEX = (

@@ -13,8 +13,8 @@ import unicodedata
 
 import torch
 
-from .constants import EOD
-from .errors import RequestError, TokenizerError
+from ..constants import EOD
+from ..errors import RequestError, TokenizerError
 
 
 class YuE2Tokenizer:
