@@ -46,6 +46,9 @@ def head_rows(lm_head, start: int, stop: int, rotated: bool = False, gemv: bool 
     (int8 ConvRot heads only): the hidden states come already rotated (·H), as `fused.add_rmsnorm` with rot=True
     writes them."""
     from . import gemv as G
+    side = getattr(lm_head, "lora_side", None)
+    if side is not None:  # an adapter on the LM head (int8): the portable module path, restricted to the rows
+        return lambda h: side.apply(h, lambda: lm_head._base(h))[..., start:stop]
     if isinstance(lm_head, ConvRotLinear):
         from .int8_kernels import convrot_linear
         q, s = lm_head.weight[start:stop], lm_head.weight_scale[start:stop]
@@ -442,7 +445,15 @@ class PhaseDecoder:
         if isinstance(mod, ConvRotLinear):
             if not rotated:
                 x2 = gemv.rotate(x2) if self.rot_fused else _rotate(x2)
-            return gemv.gemv(x2, mod.weight, mod.weight_scale.view(-1), partial=True)
+            y = gemv.gemv(x2, mod.weight, mod.weight_scale.view(-1), partial=True)
+            side = mod.lora_side
+            if side is not None:  # adapters: x̃·Ãᵀ·Bᵀ in fp32 (weights.lora.apply), added to the first partial sum
+                d = side.delta_rotated(x2, mod.group)
+                if isinstance(y, gemv.Partials):
+                    y.t[0].add_(d)
+                else:
+                    y = (y.float() + d).to(y.dtype)
+            return y
         return gemv.gemv(x2, mod.weight, partial=True)
 
     def _forward_fused(self, attn_len: int):
@@ -466,7 +477,8 @@ class PhaseDecoder:
         groups, scale = d.heads // d.kv_heads, 1.0 / math.sqrt(d.head_dim)
         rot, R = self.rot_fused, self.R
         lin = self._lin if self.gemv else (lambda mod, x2, rotated: mod(x2))
-        head_rot = rot and isinstance(ar.model.lm_head, ConvRotLinear) and ar.model.lm_head.group == 256
+        head_rot = (rot and isinstance(ar.model.lm_head, ConvRotLinear) and ar.model.lm_head.group == 256
+                    and ar.model.lm_head.lora_side is None)
         delta = None
         for i, layer in enumerate(ar.model.layers):
             att_mod = layer.self_attn

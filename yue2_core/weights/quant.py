@@ -109,7 +109,8 @@ class ConvRotLinear(nn.Module):
     Buffers keep the checkpoint names: `weight` int8 [out, in], `weight_scale` float32 [out, 1], optional `bias`.
     x [..., in] in any float dtype → y [..., out] in x's dtype. On CUDA a Triton W8A16 kernel (decode) or
     dequantize + GEMM (large inputs) runs (`fast.int8_kernels`); on the CPU a dequantized copy in the activation
-    dtype is kept after the first call (CPU memory for speed; the codes stay the module's state)."""
+    dtype is kept after the first call (CPU memory for speed; the codes stay the module's state). `lora_side`
+    (None, or a `weights.lora.apply.SideDelta`) adds adapters' deltas without touching the codes."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, group: int = CONVROT_GROUP,
                  dtype=torch.bfloat16):
@@ -119,12 +120,19 @@ class ConvRotLinear(nn.Module):
         self.register_buffer("weight_scale", torch.ones(out_features, 1, dtype=torch.float32))
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False) if bias else None
         self._cpu_cache = None
+        self.lora_side = None  # adapters' runtime delta (weights.lora.apply.SideDelta), set per model by its loader
 
     def dequantized(self, dtype=torch.float32) -> torch.Tensor:
         """The float weight W = (q·s)·H [out, in] (for self-checks and for paths that prefer a float GEMM)."""
         return dequantize(self.weight, self.weight_scale, self.group, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        side = self.lora_side
+        if side is not None:  # LoRA/LoKr on the unrotated input, fp32 (weights.lora.apply, reference §3 option R)
+            return side.apply(x, lambda: self._base(x))
+        return self._base(x)
+
+    def _base(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type == "cpu":
             # CPU: keep one dequantized copy (made on first use, dropped when the module moves) — a plain float
             # GEMM is several times faster there than converting the codes on every call.

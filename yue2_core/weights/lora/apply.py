@@ -1,0 +1,312 @@
+"""Adding adapters to the engine modules, exactly and at no decode-time cost where the weights allow it.
+
+A "stack" is a list of (Adapter, strength_ar, strength_nar); every patch of an adapter adds `strength · delta` to its
+module (weights_and_lora.md §1.2: `delta` already holds the layout's scale). How a module takes its patches depends
+on what it stores:
+
+- **Float linears** (nn.Linear, bf16/fp16/fp32: the bf16 file, and the int8 file's NAR on CUDA after
+  `nar.float_linears`): the weight is merged once, `W' = round(fp32(W) + Σ strength·delta)` to W's dtype
+  (round-to-nearest, the same arithmetic as ComfyUI 0.3.75's `patch_weight_to_device`: fp32 copy, patches added in
+  order, cast back). Decoding then runs the unchanged kernels on W' — no cost per token. `merge_into(weight, items)`
+  does the arithmetic; the CLI applies it in place (`apply_stack`), the nodes hand it to ComfyUI's ModelPatcher as a
+  weight patch so ComfyUI keeps the backup, the unpatching and the memory accounting.
+- **int8 ConvRot linears** (`quant.ConvRotLinear`: the int8 file's AR everywhere, its NAR on the CPU): the codes are
+  never touched (merge-and-requantize would add a requantization error and move row scales, §3 option M). The
+  module gets a `SideDelta` (its `lora_side` attribute), the runtime low-rank path of §3 option R:
+  y = base(x) + x·Aᵀ·Bᵀ in fp32 on the unrotated input, every low-rank patch of every adapter concatenated into one
+  A [Σr, in] / B [out, Σr] pair (strength and scale folded into B's rows), so any number of LoRAs costs two small
+  products. Inside the fused CUDA decode step, where only the rotated activations x̃ = x·H exist, the same delta is
+  x̃·Ãᵀ·Bᵀ with Ã = A·blkdiag(H) per 256-group (H is symmetric and orthogonal, so Ã·x̃ = A·x).
+  LoKr / `.diff` patches on int8 layers become one dense fp32 ΔW side product; bias diffs an fp32 bias delta;
+  replacements (Mothersuperior's `vae2llm` / `llm2vae`) swap the layer's function for F.linear(x, W, b).
+
+Strength 0 on an expert drops every patch of that adapter on that expert (replacements included: the whole adapter
+is off, §1.1 F), so outputs are bit-identical to the base.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...errors import AdapterError
+from .model import Adapter, BiasDiff, Diff, Kron, LowRank, Patch, Replace
+
+STRENGTH_RANGE = 5.0  # the node's ±5 (issue "bring your own weights": strength_ar / strength_nar range)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One adapter in a stack: the parsed adapter and the user's strength per expert."""
+    adapter: Adapter
+    strength_ar: float = 1.0
+    strength_nar: float = 1.0
+
+    def strength(self, expert: str) -> float:
+        return self.strength_ar if expert == "ar" else self.strength_nar
+
+
+def check_strength(value, what: str) -> float:
+    """A finite float in [−5, 5]; AdapterError otherwise (names `what`)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise AdapterError(f"{what} must be a number between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}; got "
+                           f"{value!r}") from None
+    if not (abs(v) <= STRENGTH_RANGE):  # also NaN
+        raise AdapterError(f"{what} must be between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}; got {value!r}")
+    return v
+
+
+def module_items(stack: list[Applied], expert: str) -> dict[str, list[tuple[float, Patch]]]:
+    """module name → [(strength, patch)] of `expert`, in stack order; patches at strength 0 are left out."""
+    out: dict[str, list[tuple[float, Patch]]] = {}
+    for applied in stack:
+        s = applied.strength(expert)
+        if s == 0.0:
+            continue
+        for p in applied.adapter.patches:
+            if p.expert == expert:
+                out.setdefault(p.module, []).append((s, p))
+    return out
+
+
+def _module(root: nn.Module, name: str, expert: str) -> nn.Module:
+    try:
+        mod = root.get_submodule(name)
+    except AttributeError:
+        mod = None
+    if mod is None or not hasattr(mod, "weight") or getattr(mod, "weight", None) is None or mod.weight.ndim != 2:
+        raise AdapterError(f"the adapter patches {expert.upper()} module {name!r}, which this model has no linear "
+                           "layer for")
+    return mod
+
+
+def _rows(p: Patch, out_features: int) -> tuple[int, int]:
+    start, count = p.rows if p.rows is not None else (0, out_features)
+    if start < 0 or count <= 0 or start + count > out_features:
+        raise AdapterError(f"{p.expert.upper()} {p.module}: rows {start}…{start + count - 1} do not fit its "
+                           f"{out_features} output rows (from {', '.join(p.keys) or 'the adapter'})")
+    return start, count
+
+
+def check_fit(items: list[tuple[float, Patch]], name: str, out_features: int, in_features: int) -> None:
+    """Every patch's delta fits the module [out_features, in_features]; AdapterError naming the key otherwise."""
+    for _, p in items:
+        start, count = _rows(p, out_features)
+        d = p.delta
+        if isinstance(d, BiasDiff):
+            shape, want = tuple(d.delta.shape), (count,)
+        elif isinstance(d, Replace):
+            shape, want = tuple(d.weight.shape), (out_features, in_features)
+            if d.bias is not None and tuple(d.bias.shape) != (out_features,):
+                raise AdapterError(f"{p.expert.upper()} {name}: replacement bias {list(d.bias.shape)} does not fit "
+                                   f"[{out_features}] ({', '.join(p.keys)})")
+        elif isinstance(d, LowRank):
+            shape, want = (d.up.shape[0], d.down.shape[1]), (count, in_features)
+            if d.up.shape[1] != d.down.shape[0]:
+                raise AdapterError(f"{p.expert.upper()} {name}: up {list(d.up.shape)} and down "
+                                   f"{list(d.down.shape)} ranks disagree ({', '.join(p.keys)})")
+        elif isinstance(d, Kron):
+            shape, want = (d.w1.shape[0] * d.w2.shape[0], d.w1.shape[1] * d.w2.shape[1]), (count, in_features)
+        else:
+            shape, want = tuple(d.delta.shape), (count, in_features)
+        if tuple(shape) != tuple(want):
+            raise AdapterError(f"{p.expert.upper()} {name}: the adapter's delta is {list(shape)}, the module needs "
+                               f"{list(want)} ({', '.join(p.keys) or 'no key'})")
+
+
+def merge_into(weight: torch.Tensor, items: list[tuple[float, Patch]], bias: bool = False) -> torch.Tensor:
+    """Add the patches to `weight` in place (an fp32 tensor [out, in], or [out] with `bias`) and return it.
+    Low-rank products are formed in fp32 (`torch.mm`), scaled by strength·scale and added row slice by row slice, in
+    stack order. With `bias`, only BiasDiff / Replace biases apply; otherwise only weight deltas."""
+    for strength, p in items:
+        d = p.delta
+        start, count = _rows(p, weight.shape[0])
+        rows = weight[start:start + count]
+        if bias:
+            if isinstance(d, BiasDiff):
+                rows.add_(d.delta.to(device=weight.device, dtype=torch.float32), alpha=strength * d.scale)
+            elif isinstance(d, Replace) and d.bias is not None:
+                weight.copy_(d.bias.to(device=weight.device, dtype=torch.float32))
+            continue
+        if isinstance(d, LowRank):
+            up = d.up.to(device=weight.device, dtype=torch.float32)
+            down = d.down.to(device=weight.device, dtype=torch.float32)
+            rows.add_(torch.mm(up, down), alpha=strength * d.scale)
+        elif isinstance(d, Kron):
+            rows.add_(torch.kron(d.w1.to(weight.device, torch.float32), d.w2.to(weight.device, torch.float32)),
+                      alpha=strength * d.scale)
+        elif isinstance(d, Diff):
+            rows.add_(d.delta.to(device=weight.device, dtype=torch.float32), alpha=strength * d.scale)
+        elif isinstance(d, Replace):
+            weight.copy_(d.weight.to(device=weight.device, dtype=torch.float32))
+    return weight
+
+
+class SideDelta:
+    """The runtime delta of one int8 ConvRot linear (module docstring). Tensors fp32 on one device:
+    `down` [Σr, in] and `up` [out, Σr] (strength·scale in `up`'s rows; zero outside each patch's row slice), `dense`
+    [out, in] or None, `bias` [out] or None, `replace` (weight [out, in], bias [out] | None) or None."""
+
+    def __init__(self, down, up, dense, bias, replace):
+        self.down, self.up, self.dense, self.bias, self.replace = down, up, dense, bias, replace
+        self._rotated: dict = {}
+
+    @classmethod
+    def build(cls, items: list[tuple[float, Patch]], out_features: int, in_features: int,
+              device=None) -> "SideDelta":
+        downs, ups, dense, bias, replace = [], [], None, None, None
+        for strength, p in items:
+            d = p.delta
+            start, count = _rows(p, out_features)
+            if isinstance(d, LowRank):
+                up = torch.zeros(out_features, d.rank, dtype=torch.float32, device=device)
+                up[start:start + count] = d.up.to(device=device, dtype=torch.float32) * (strength * d.scale)
+                downs.append(d.down.to(device=device, dtype=torch.float32))
+                ups.append(up)
+            elif isinstance(d, (Kron, Diff)):
+                if dense is None:
+                    dense = torch.zeros(out_features, in_features, dtype=torch.float32, device=device)
+                merge_into(dense, [(strength, p)])
+            elif isinstance(d, BiasDiff):
+                if bias is None:
+                    bias = torch.zeros(out_features, dtype=torch.float32, device=device)
+                merge_into(bias, [(strength, p)], bias=True)
+            elif isinstance(d, Replace):
+                replace = (d.weight.to(device=device, dtype=torch.float32),
+                           None if d.bias is None else d.bias.to(device=device, dtype=torch.float32))
+        down = torch.cat(downs) if downs else None
+        up = torch.cat(ups, dim=1) if ups else None
+        return cls(down, up, dense, bias, replace)
+
+    def to(self, device) -> "SideDelta":
+        mv = (lambda t: None if t is None else t.to(device))
+        rep = None if self.replace is None else (mv(self.replace[0]), mv(self.replace[1]))
+        return SideDelta(mv(self.down), mv(self.up), mv(self.dense), mv(self.bias), rep)
+
+    @property
+    def device(self):
+        for t in (self.down, self.dense, self.bias, self.replace[0] if self.replace else None):
+            if t is not None:
+                return t.device
+        return torch.device("cpu")
+
+    def nbytes(self) -> int:
+        ts = [self.down, self.up, self.dense, self.bias, *(self.replace or ())]
+        return sum(t.numel() * t.element_size() for t in ts if t is not None)
+
+    def delta(self, x: torch.Tensor) -> torch.Tensor | None:
+        """fp32 [..., out] added to the base output for the UNROTATED input x [..., in] (None: nothing to add)."""
+        xf, out = x.float(), None
+        if self.down is not None:
+            out = (xf @ self.down.t()) @ self.up.t()
+        if self.dense is not None:
+            d = xf @ self.dense.t()
+            out = d if out is None else out + d
+        if self.bias is not None:
+            out = self.bias if out is None else out + self.bias
+        return out
+
+    def rotated_down(self, group: int) -> torch.Tensor | None:
+        """Ã = A·blkdiag(H) [Σr, in] fp32 (`quant.rotate` of A's rows), cached: x̃·Ãᵀ = x·Aᵀ for x̃ = x·H."""
+        if self.down is None:
+            return None
+        if group not in self._rotated:
+            from ..quant import rotate
+            self._rotated[group] = rotate(self.down, group).contiguous()
+        return self._rotated[group]
+
+    def delta_rotated(self, xr: torch.Tensor, group: int) -> torch.Tensor | None:
+        """The same delta from the ROTATED input x̃ [R, in] (bf16), fp32 [R, out]; used inside the fused decode
+        step, which has only x̃. Dense deltas are rotated the same way (ΔW·H) on first use."""
+        out = None
+        xf = xr.float()
+        if self.down is not None:
+            out = (xf @ self.rotated_down(group).t()) @ self.up.t()
+        if self.dense is not None:
+            key = ("dense", group)
+            if key not in self._rotated:
+                from ..quant import rotate
+                self._rotated[key] = rotate(self.dense, group).contiguous()
+            d = xf @ self._rotated[key].t()
+            out = d if out is None else out + d
+        if self.bias is not None:
+            out = self.bias if out is None else out + self.bias
+        return out
+
+    def apply(self, x: torch.Tensor, base_out) -> torch.Tensor:
+        """The linear's output with the delta: `base_out()` is called unless the layer is replaced."""
+        if self.replace is not None:
+            w, b = self.replace
+            return F.linear(x.float(), w, b).to(x.dtype)
+        y = base_out()
+        d = self.delta(x)
+        return y if d is None else (y.float() + d).to(y.dtype)
+
+
+def _is_int8(mod: nn.Module) -> bool:
+    from ..quant import ConvRotLinear
+    return isinstance(mod, ConvRotLinear)
+
+
+def plan_expert(root: nn.Module, stack: list[Applied], expert: str) -> tuple[dict, dict]:
+    """Split `expert`'s patches by how each module takes them: (float {module: items}, int8 {module: items}).
+    Checks every target exists and every delta fits (AdapterError)."""
+    floats, ints = {}, {}
+    for name, items in module_items(stack, expert).items():
+        mod = _module(root, name, expert)
+        out_f, in_f = mod.weight.shape
+        check_fit(items, name, out_f, in_f)
+        if any(isinstance(p.delta, (BiasDiff,)) or (isinstance(p.delta, Replace) and p.delta.bias is not None)
+               for _, p in items) and getattr(mod, "bias", None) is None and not _is_int8(mod):
+            raise AdapterError(f"{expert.upper()} {name} has no bias, but the adapter changes one "
+                               f"({', '.join(k for _, p in items for k in p.keys)})")
+        (ints if _is_int8(mod) else floats)[name] = items
+    return floats, ints
+
+
+def side_deltas(root: nn.Module, ints: dict, device=None) -> dict:
+    """module name → SideDelta for the int8 modules of `plan_expert`."""
+    out = {}
+    for name, items in ints.items():
+        mod = root.get_submodule(name)
+        out[name] = SideDelta.build(items, mod.weight.shape[0], mod.weight.shape[1], device)
+    return out
+
+
+def set_side(root: nn.Module, sides: dict) -> int:
+    """Give every int8 ConvRot linear under `root` its SideDelta from `sides` (moved to the module's device), or
+    None when it has none. Returns the number of modules with a delta."""
+    from ..quant import ConvRotLinear
+    n = 0
+    for name, mod in root.named_modules():
+        if isinstance(mod, ConvRotLinear):
+            side = sides.get(name)
+            if side is not None and side.device != mod.weight.device:
+                side = side.to(mod.weight.device)
+            mod.lora_side = side
+            n += side is not None
+    return n
+
+
+@torch.no_grad()
+def apply_stack(root: nn.Module, stack: list[Applied], expert: str) -> dict:
+    """Apply a stack to one engine module (ARModel / NARModel) in place — the command line's path, where the base
+    model is not needed afterwards. Float linears are merged (`merge_into`), int8 ones get side deltas.
+    Returns counts {"merged": n, "side": n}."""
+    floats, ints = plan_expert(root, stack, expert)
+    for name, items in floats.items():
+        mod = root.get_submodule(name)
+        w = merge_into(mod.weight.detach().to(torch.float32).clone(), items)
+        mod.weight.data = w.to(mod.weight.dtype)
+        if getattr(mod, "bias", None) is not None and any(
+                isinstance(p.delta, BiasDiff) or (isinstance(p.delta, Replace) and p.delta.bias is not None)
+                for _, p in items):
+            b = merge_into(mod.bias.detach().to(torch.float32).clone(), items, bias=True)
+            mod.bias.data = b.to(mod.bias.dtype)
+    sides = side_deltas(root, ints)
+    set_side(root, sides)
+    return {"merged": len(floats), "side": len(sides)}
