@@ -1,0 +1,281 @@
+"""Read every published YuE2 LoRA layout into the one form of `model.py` (weights_and_lora.md §1).
+
+    adapter = read_adapter(path, dims)     # a .safetensors / torch .pt file, or a PEFT folder
+    print(describe_adapter(adapter))
+
+The layout is detected from tensor names and metadata, never from the file name (§1.1, in this order):
+refusals first (DoRA, LoHa, Tucker/`lora_mid`, LoKr `t1`/`t2`, artist bundles, routed particle sliders, HOT-Step
+`hot_step.param_method` ≠ 0, PEFT `use_dora` / `fan_in_fan_out`), then
+- `lokr` / `hot-step-lokr` (E): any `lokr_*` key (HOT when `format=yue2-{ar,nar,aitk}-lokr-v1`);
+- `mothersuperior-pt` (F): a torch file holding `{"lora": [...], "rank", "io"}`;
+- `fl` (C): `format=fl-yue2-lora-v1`, `branch=ar|nar`; the `acoustic_adapter` companion is read too;
+- `comfy-native` (B): `format=comfyui-native-lora` (or `yue2-lora-v1` with Comfy-prefixed keys);
+- `mothersuperior-comfyui` (B): `format=pt` + `yue2_lora_branch=ar|nar` — that branch decides the expert of every
+  key, so a `text_encoders.` key of a branch=nar file goes to the NAR;
+- `mothersuperior-raw` (F): `format=pt` with bare `layers.N.…` keys (`nar_*` → NAR; `vae2llm`/`llm2vae` full
+  `.weight`/`.bias` → `Replace`);
+- `hot-step-fused` (D): `format=yue2-aitk-fused-lora-v1` (one shared A per fused site: one LowRank on the whole
+  fused module, never split into blocks);
+- `hot-step-split` (D): `format=yue2-{ar,nar}-lora-v1`, `yue2_adapter_layout=native_split_v1` or `yue2.blk.N.*` keys;
+- `starnodes` (G): `format=yue2-lora-v1` (branch defaults to the NAR);
+- `peft` (H): an adapter_config.json beside the weights or `base_model.model.` keys;
+- `ai-toolkit` (A): `text_encoders.`/`diffusion_model.` keys with lora_A/lora_B, `.diff`, no metadata;
+  `comfy-native` again for such keys with lora_down/lora_up;
+- `unlabelled`: anything else whose keys name YuE2 modules (vendor or Comfy names without metadata).
+
+Fused modules stay fused: a fused key (`qkv_proj`, `gate_up_proj`) is one patch on the whole module, block-diagonal
+or shared-A alike (both are exact, §1.3); a split key (`q_proj` … `up_proj`, HOT `attn_q` …) is a patch on its row
+slice of the fused module (model.py docstring).
+
+Scale rule (§1.2) — one precedence for every layout, per module, first that applies:
+1. the module's `.alpha` tensor / rank (rank = A's rows; LoKr: the factorised factor's inner size);
+2. metadata `alpha` / rank (metadata `rank` when present, which must equal the tensor rank; LoKr: / its dim,
+   checked against metadata `lokr_dim`); else an explicit metadata scale: `lora_scale` (Mothersuperior raw) or
+   `scale` (a `format=pt` file);
+3. adapter_config.json: `lora_alpha` / r, or / √r with `use_rslora`; `rank_pattern` / `alpha_pattern` per module;
+4. 1.
+LoKr with neither factor factorised is always 1 (its alpha, inf in F16 for ai-toolkit full rank, is ignored).
+`.diff`, `.diff_b` and replacements carry no scale. The scale is folded into each delta (`LowRank.scale`, …).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from ...errors import AdapterError
+from ...layers import ModelDims
+from .layouts_build import FileContext, build_patches
+from .layouts_io import Source, open_source
+from .layouts_keys import REFUSED_ROLES, split_role
+from .model import EXPERTS, Adapter, BiasDiff, Diff, Kron, LowRank, Replace
+
+# the release geometry (§1.0): describing or checking an adapter without a checkpoint at hand
+RELEASE_DIMS = ModelDims(hidden=2048, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=6144, vocab=184704)
+
+SUPPORTED = (
+    "ai-toolkit (text_encoders./diffusion_model. lora_A/lora_B, .diff/.diff_b, LoKr)",
+    "Comfy-native fused (lora_down/lora_up + .alpha, format=comfyui-native-lora)",
+    "Mothersuperior ComfyUI fused (format=pt, yue2_lora_branch=ar|nar)",
+    "FL per-branch files (format=fl-yue2-lora-v1, acoustic_adapter companion)",
+    "HOT-Step native split, fused shared-A and LoKr (yue2.blk.N.*, yue2-aitk-fused-lora-v1, yue2-*-lokr-v1)",
+    "LoKr (lokr_w1/lokr_w2, plain or factorised _a/_b)",
+    "Mothersuperior raw AR/NAR (layers.N.*.lora_A/lora_B, lora_scale) and its .pt dict",
+    "Starnodes (format=yue2-lora-v1)",
+    "PEFT (base_model.model. keys, adapter_config.json)",
+)
+SUPPORTED_TEXT = "Supported YuE2 adapter layouts: " + "; ".join(SUPPORTED) + "."
+
+
+def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
+    """Read the adapter at `path` (a .safetensors file, a torch .pt file loaded weights-only, or a PEFT folder /
+    a file with adapter_config.json beside it) for a model of geometry `dims` (the checkpoint's, or RELEASE_DIMS).
+
+    Returns an `Adapter` whose patches target engine module names with split q/k/v and gate/up on row slices of
+    the fused modules and the scale (module docstring) folded in; keys that name no module are listed in
+    `Adapter.unmatched`. Raises AdapterError for a refused layout (the message names it and lists the supported
+    ones), a file that is not an adapter or not a YuE2 one, shapes that do not fit `dims`, NaN/inf, ranks of A and
+    B that disagree, a missing half of a pair, a layer index ≥ dims.layers, keys that match nothing, a malformed
+    adapter_config.json, a missing FL companion."""
+    src = open_source(path)
+    if not src.tensors:
+        raise AdapterError(f"{path}: the file holds no tensors, so it is not an adapter. {SUPPORTED_TEXT}")
+    _refusals(src)
+    layout = detect_layout(src)
+    ctx = _context(src, layout)
+    patches, unmatched, rule, scales = build_patches(path, src.tensors, ctx, dims)
+    if not patches:
+        raise AdapterError(f"{path}: not a YuE2 adapter — none of its {len(src.tensors)} keys names a YuE2 module "
+                           f"({_look(list(src.tensors))}). {SUPPORTED_TEXT}")
+    adapter = Adapter(path=os.fspath(path), layout=layout, patches=patches, scale_rule=rule, scales=scales,
+                      unmatched=unmatched, files=list(src.files), metadata=dict(src.metadata))
+    companion = src.metadata.get("acoustic_adapter") if layout == "fl" else None
+    if companion:
+        _join_companion(adapter, src.path, companion, dims, _stack)
+    return adapter
+
+
+def detect_layout(src: Source) -> str:
+    """The layout id of an opened file, from its keys, metadata and container (module docstring)."""
+    meta, keys = src.metadata, list(src.tensors)
+    fmt = meta.get("format", "").strip().lower()
+    prefixed = any(k.startswith(("text_encoders.", "diffusion_model.", "model.diffusion_model.", "transformer."))
+                   for k in keys)
+    if src.container == "pt-mothersuperior":
+        return "mothersuperior-pt"
+    if any((split_role(k) or ("", ""))[1].startswith("lokr_") for k in keys):
+        return "hot-step-lokr" if fmt.startswith("yue2-") and "lokr" in fmt else "lokr"
+    if fmt == "fl-yue2-lora-v1":
+        return "fl"
+    if fmt == "comfyui-native-lora":
+        return "comfy-native"
+    if fmt == "pt" and meta.get("yue2_lora_branch", "").strip().lower() in EXPERTS:
+        return "mothersuperior-comfyui"
+    if fmt == "pt" and any(k.startswith("layers.") for k in keys):
+        return "mothersuperior-raw"
+    if fmt == "yue2-aitk-fused-lora-v1":
+        return "hot-step-fused"
+    if fmt in ("yue2-ar-lora-v1", "yue2-nar-lora-v1") or meta.get("yue2_adapter_layout") == "native_split_v1" \
+            or any(k.startswith("yue2.blk.") for k in keys):
+        return "hot-step-split"
+    if fmt in ("yue2-lora-v1", "yue2-studio-lora-v1"):
+        return "comfy-native" if prefixed else "starnodes"
+    if src.sidecar is not None or any(k.startswith(("base_model.model.", "model.base_model.model.")) for k in keys):
+        return "peft"
+    if prefixed:
+        return "comfy-native" if any(".lora_down" in k for k in keys) else "ai-toolkit"
+    return "unlabelled"
+
+
+def _refusals(src: Source) -> None:
+    """AdapterError for every layout we recognise and do not apply (§1.1 I and "Others seen"; §2 DoRA/LoHa)."""
+    meta, path = src.metadata, src.path
+
+    def refuse(what: str, detail: str):
+        raise AdapterError(f"{path}: {what} is not supported ({detail}). {SUPPORTED_TEXT}")
+
+    for key in src.tensors:
+        sr = split_role(key)
+        leaf = key.rsplit(".", 2)
+        for marker, what in REFUSED_ROLES.items():
+            if (sr and sr[1] == marker) or any(part.startswith(marker) for part in leaf):
+                refuse(what, f"key {key}")
+    fmt = meta.get("format", "").strip().lower()
+    if fmt == "yue2-artist-ar-v1" or ("companion_sha256" in meta and "manifest" in meta):
+        refuse("an artist bundle (format=yue2-artist-ar-v1: an AR LoRA pinned to a full NAR decoder state)",
+               f"metadata format={meta.get('format')!r}")
+    if any("conceptmod" in (k + " " + v).lower() for k, v in meta.items()) or \
+            any(k.startswith("adapters.model-layers-") for k in src.tensors):
+        refuse("a routed particle slider (conceptmod: router and net MLPs, not a plain LoRA)",
+               "conceptmod metadata or adapters.model-layers-* keys")
+    method = meta.get("hot_step.param_method")
+    if method is not None and method.strip() not in ("0", "0.0"):
+        refuse("a HOT-Step adapter with hot_step.param_method ≠ 0 (DoRA / HiRA / PiSSA)",
+               f"hot_step.param_method={method!r}")
+    cfg = src.sidecar
+    if cfg is not None and cfg["use_dora"]:
+        refuse("DoRA (adapter_config.json use_dora: true)", "the magnitude vector needs the base weight")
+    if cfg is not None and cfg["fan_in_fan_out"]:
+        refuse("a PEFT LoRA with fan_in_fan_out: true (made for Conv1D weights stored [in, out]; YuE2's are "
+               "Linear [out, in])", "adapter_config.json")
+
+
+def _number(src: Source, name: str, kind=float):
+    raw = src.metadata.get(name)
+    if raw is None:
+        return None
+    try:
+        v = kind(raw.strip()) if kind is float else int(raw.strip())
+    except ValueError:
+        v = None
+    if v is None or (kind is float and not math.isfinite(v)) or (kind is int and v < 1):
+        what = "a finite number" if kind is float else "a positive integer"
+        raise AdapterError(f"{src.path}: metadata {name}={raw!r} must be {what}")
+    return v
+
+
+def _context(src: Source, layout: str) -> FileContext:
+    meta = src.metadata
+    fmt = meta.get("format", "").strip().lower()
+    branch = (meta.get("branch") or meta.get("yue2_lora_branch") or "").strip().lower()
+    default = branch if branch in EXPERTS else None
+    forced = None
+    if layout == "mothersuperior-comfyui":
+        forced = branch
+    elif layout == "fl" and branch not in EXPERTS:
+        raise AdapterError(f"{src.path}: an FL file (format=fl-yue2-lora-v1) must say branch=ar or branch=nar in "
+                           f"its metadata; found branch={meta.get('branch')!r}")
+    elif layout.startswith("hot-step") and fmt.startswith(("yue2-ar-", "yue2-nar-")):
+        default = fmt.split("-")[1]
+    elif layout == "starnodes":
+        default = default or "nar"
+    elif layout == "mothersuperior-pt":
+        default = "nar"
+    meta_scale = None
+    if _number(src, "lora_scale") is not None:
+        meta_scale = ("lora_scale", _number(src, "lora_scale"))
+    elif fmt == "pt" and _number(src, "scale") is not None:
+        meta_scale = ("scale", _number(src, "scale"))
+    rank_field = None if src.container == "pt-mothersuperior" else _number(src, "rank", int)
+    return FileContext(layout=layout, path=src.path, forced=forced, default=default,
+                       replace_ok=layout in ("mothersuperior-raw", "mothersuperior-pt"),
+                       meta_alpha=_number(src, "alpha"), meta_rank=rank_field, meta_scale=meta_scale,
+                       lokr_dim=_number(src, "lokr_dim", int), sidecar=src.sidecar)
+
+
+def _join_companion(adapter: Adapter, path: str, rel: str, dims: ModelDims, stack: tuple) -> None:
+    """FL (§1.1 C): the AR file's metadata `acoustic_adapter` names its NAR file relative to the AR file's folder;
+    its patches join the same Adapter."""
+    target = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), rel))
+    if not os.path.isfile(target):
+        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={rel!r}) is missing: "
+                           f"{target} does not exist. Put the FL NAR file there, or remove the metadata field.")
+    here = os.path.abspath(path)
+    if target in stack or target == here:
+        raise AdapterError(f"{path}: acoustic_adapter {rel!r} leads back to a file already read ({target})")
+    other = read_adapter(target, dims, (*stack, here))
+    adapter.patches += other.patches
+    adapter.files += [f for f in other.files if f not in adapter.files]
+    adapter.unmatched += [f"{os.path.basename(target)}: {k}" for k in other.unmatched]
+    if other.scale_rule not in adapter.scale_rule:
+        adapter.scale_rule += f"; companion: {other.scale_rule}"
+    adapter.scales = sorted(set(adapter.scales) | set(other.scales))
+
+
+def _look(keys: list) -> str:
+    """What a non-YuE2 file looks like, for the error message."""
+    sample = ", ".join(sorted(keys)[:3])
+    if any(k.startswith(("lora_unet_", "lora_te_", "lora_te1_", "lora_te2_")) for k in keys):
+        return f"kohya-style names of an image-model LoRA such as SDXL: {sample}"
+    if any(k.endswith(("qkv_proj.weight", "embed_tokens.weight", "lm_head.weight")) for k in keys):
+        return f"full model weights, not an adapter — load it as a checkpoint: {sample}"
+    if any("transformer_blocks" in k or "double_blocks" in k for k in keys):
+        return f"a diffusion-transformer image-model LoRA (Flux-like): {sample}"
+    return f"keys such as {sample}"
+
+
+_KINDS = ("attention qkv", "attention o", "mlp gate_up", "mlp down", "io", "norm")
+
+
+def _kind(module: str) -> str:
+    for leaf, kind in (("qkv_proj", "attention qkv"), ("o_proj", "attention o"), ("gate_up_proj", "mlp gate_up"),
+                       ("down_proj", "mlp down"), ("norm", "norm")):
+        if module.endswith(leaf) or (kind == "norm" and "norm" in module.rsplit(".", 1)[-1]):
+            return kind
+    return "io"
+
+
+def describe_adapter(adapter: Adapter) -> str:
+    """A multi-line report: layout, files, scale rule and values, per expert the ranks and the modules patched by
+    kind (attention qkv / o, mlp gate_up / down, io, norm) and by delta type, the replacements, and every unmatched
+    key in full."""
+    lines = [f"YuE2 adapter, layout {adapter.layout}", "file(s):"]
+    lines += [f"  {f}" for f in adapter.files or [adapter.path]]
+    values = ", ".join(f"{v:g}" for v in adapter.scales) or "-"
+    lines.append(f"scale rule: {adapter.scale_rule}; value(s): {values}")
+    ranks = adapter.ranks()
+    for expert in EXPERTS:
+        own = [p for p in adapter.patches if p.expert == expert]
+        if not own:
+            lines.append(f"{expert.upper()}: not patched")
+            continue
+        kinds = {}
+        for p in own:
+            kinds.setdefault(_kind(p.module), set()).add(p.module)
+        types = {}
+        for p in own:
+            name = {LowRank: "LoRA", Kron: "LoKr", Diff: "diff", BiasDiff: "bias diff", Replace: "replace"}[
+                type(p.delta)]
+            types[name] = types.get(name, 0) + 1
+        rank_text = ", ".join(map(str, ranks.get(expert, []))) or "-"
+        lines.append(f"{expert.upper()}: {len(own)} patches on {len({p.module for p in own})} modules; "
+                     f"rank(s) {rank_text}; " + ", ".join(f"{n} {t}" for t, n in sorted(types.items())))
+        for kind in _KINDS:
+            if kind in kinds:
+                mods = sorted(kinds[kind])
+                shown = ", ".join(mods) if kind == "io" or len(mods) <= 4 else f"{mods[0]} … {mods[-1]}"
+                lines.append(f"  {kind}: {len(mods)} modules ({shown})")
+    rep = adapter.replacements()
+    lines.append("replacements (full strength unless strength 0): " + (", ".join(rep) if rep else "none"))
+    lines.append(f"unmatched keys: {len(adapter.unmatched)}" + (" (not applied):" if adapter.unmatched else ""))
+    lines += [f"  {k}" for k in adapter.unmatched]
+    return "\n".join(lines)

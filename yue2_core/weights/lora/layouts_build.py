@@ -1,0 +1,288 @@
+"""Turning the tensors of one opened adapter file into `Patch`es (weights_and_lora.md §1.1–§1.3): grouping keys by
+module, resolving the expert, checking shapes against `dims`, ranks, finiteness and layer indices, and folding the
+scale (the precedence rule of layouts.py's docstring, §1.2) into each delta."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ...errors import AdapterError
+from ...layers import ModelDims
+from .layouts_keys import Target, has_bias, module_shape, parse_target, part_rows, split_role
+from .model import BiasDiff, Diff, Kron, LowRank, Patch, Replace
+
+_LOKR_ROLES = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b")
+
+
+@dataclass
+class FileContext:
+    """What the file as a whole says: `layout` id, `path`, `forced` expert (Mothersuperior ComfyUI fused: its
+    `yue2_lora_branch` decides even for `text_encoders.` keys), `default` expert for names that say nothing,
+    `replace_ok` whether full `.weight`/`.bias` tensors of io modules are replacements (Mothersuperior raw / .pt),
+    and the scale sources: metadata alpha / rank / explicit scale, HOT `lokr_dim`, the PEFT sidecar."""
+    layout: str
+    path: str
+    forced: str | None = None
+    default: str | None = None
+    replace_ok: bool = False
+    meta_alpha: float | None = None
+    meta_rank: int | None = None
+    meta_scale: tuple[str, float] | None = None  # (metadata field, value): lora_scale / scale
+    lokr_dim: int | None = None
+    sidecar: dict | None = None
+
+
+def expert_of(t: Target, ctx: FileContext) -> str:
+    """Which expert a target belongs to, first rule that answers: a module only one expert has (lm_head → AR;
+    vae2llm, llm2vae, time_embedder → NAR); a vendor `nar_*` name → NAR; the file's forced branch (Mothersuperior
+    ComfyUI fused `yue2_lora_branch`, §1.1: `text_encoders.` keys of a branch=nar file are the NAR's); the key's
+    `text_encoders.`/`diffusion_model.` prefix; the file's branch (metadata `branch`/`yue2_lora_branch`, HOT
+    `format=yue2-{ar,nar}-…`, Starnodes → NAR); else AR (in the vendor's names plain `self_attn`/`mlp` are the AR's)."""
+    if t.only_expert:
+        return t.only_expert
+    if t.vendor_nar:
+        return "nar"
+    return ctx.forced or t.prefix_expert or ctx.default or "ar"
+
+
+class _Scale:
+    """Per-module scale resolution and the record of which rule gave which value."""
+
+    def __init__(self, ctx: FileContext, alphas: dict):
+        self.ctx, self.alphas, self.used = ctx, alphas, {}
+
+    def _alpha_tensor(self, base: str) -> float | None:
+        if base not in self.alphas:
+            return None
+        key, t = self.alphas[base]
+        if t.numel() != 1:
+            raise AdapterError(f"{self.ctx.path}: {key} must be one number (alpha); found shape {list(t.shape)}")
+        a = float(t.double().item())
+        if not math.isfinite(a):
+            raise AdapterError(f"{self.ctx.path}: {key} is {a} (not finite); an alpha must be a finite number")
+        return a
+
+    def _note(self, rule: str, value: float) -> float:
+        self.used.setdefault(rule, set()).add(value)
+        return value
+
+    def lowrank(self, base: str, rank: int, key: str, peft_name: str) -> float:
+        """alpha tensor / rank → metadata alpha / rank → metadata lora_scale (scale) → sidecar → 1."""
+        ctx = self.ctx
+        a = self._alpha_tensor(base)
+        if a is not None:
+            return self._note("module .alpha / rank", a / rank)
+        if ctx.meta_alpha is not None:
+            r = ctx.meta_rank or rank
+            if r != rank:
+                raise AdapterError(f"{ctx.path}: {key} has rank {rank}, the metadata says rank {ctx.meta_rank}; "
+                                   f"the scale alpha/rank needs them to agree")
+            return self._note("metadata alpha / rank", ctx.meta_alpha / r)
+        if ctx.meta_scale is not None:
+            return self._note(f"metadata {ctx.meta_scale[0]}", ctx.meta_scale[1])
+        if ctx.sidecar is not None:
+            return self._sidecar(peft_name, rank, key)
+        return self._note("1 (no alpha)", 1.0)
+
+    def _sidecar(self, name: str, rank: int, key: str) -> float:
+        cfg = self.ctx.sidecar
+        r = _pattern(cfg["rank_pattern"], name, cfg["r"])
+        alpha = float(_pattern(cfg["alpha_pattern"], name, cfg["lora_alpha"]))
+        if r != rank:
+            raise AdapterError(f"{self.ctx.path}: {key} has rank {rank}, adapter_config.json says r = {r} for it; "
+                               f"they must agree")
+        if cfg["use_rslora"]:
+            return self._note("adapter_config.json lora_alpha / √r (rslora)", alpha / math.sqrt(r))
+        return self._note("adapter_config.json lora_alpha / r", alpha / r)
+
+    def lokr(self, base: str, dim: int | None) -> float:
+        """LoKr (§1.1 E, §2): alpha/dim only when a factor is factorised (dim = its inner size), else 1 and any
+        alpha is ignored (ai-toolkit full rank stores alpha 9 999 999 999, inf in F16)."""
+        if dim is None:
+            return self._note("1 (LoKr without a factorised factor: alpha ignored)", 1.0)
+        ctx = self.ctx
+        if ctx.lokr_dim is not None and ctx.lokr_dim != dim:
+            raise AdapterError(f"{ctx.path}: {base} has LoKr dim {dim}, the metadata says lokr_dim "
+                               f"{ctx.lokr_dim}; they must agree")
+        a = self._alpha_tensor(base)
+        if a is not None:
+            return self._note("module .alpha / LoKr dim", a / dim)
+        if ctx.meta_alpha is not None:
+            return self._note("metadata alpha / LoKr dim", ctx.meta_alpha / dim)
+        return self._note("1 (no alpha)", 1.0)
+
+    def rule(self) -> tuple[str, list[float]]:
+        if not self.used:
+            return "none (no low-rank patch: diffs and replacements are applied as stored)", []
+        words = "; ".join(sorted(self.used))
+        return words, sorted({v for vals in self.used.values() for v in vals})
+
+
+def _pattern(patterns: dict, name: str, default):
+    """PEFT rank_pattern / alpha_pattern: the first pattern matching the module name exactly or as a dotted
+    suffix (a regex in PEFT's own `(.*\\.)?pattern$` sense)."""
+    for p, v in patterns.items():
+        try:
+            if re.fullmatch(rf"(?:.*\.)?(?:{p})", name):
+                return v
+        except re.error:
+            if name == p or name.endswith("." + p):
+                return v
+    return default
+
+
+def _float(path: str, key: str, t: torch.Tensor) -> torch.Tensor:
+    if not t.is_floating_point():
+        raise AdapterError(f"{path}: {key} has dtype {t.dtype}; adapter factors must be float tensors")
+    if not bool(torch.isfinite(t).all()):
+        raise AdapterError(f"{path}: {key} holds NaN or inf values — the adapter is damaged; download it again")
+    return t
+
+
+def _shape(path: str, key: str, t: torch.Tensor, expected: tuple, what: str) -> None:
+    if tuple(t.shape) != tuple(expected):
+        raise AdapterError(f"{path}: shape mismatch for {key} ({what}): expected {list(expected)}, found "
+                           f"{list(t.shape)} — made for another model size, or not a YuE2 adapter")
+
+
+def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
+    """Patches of one file. Returns (patches, unmatched keys, scale rule words, scale values). Raises AdapterError
+    for a missing A or B, an alpha alone, ranks of A and B that disagree, a shape that does not fit `dims`, a
+    non-finite tensor, a layer index ≥ dims.layers, or two keys giving the same thing."""
+    groups: dict = {}
+    unmatched = []
+    for key in tensors:
+        sr = split_role(key)
+        if sr is None:
+            unmatched.append(key)
+            continue
+        base, role = sr
+        role, _, peft_name = role.partition(":")
+        roles = groups.setdefault(base, {})
+        if role in roles:
+            raise AdapterError(f"{path}: keys {roles[role][0]} and {key} give the same tensor of module {base}; "
+                               f"an adapter holds one of each (one PEFT adapter name per file)")
+        roles[role] = (key, peft_name)
+    alphas = {b: (r["alpha"][0], tensors[r["alpha"][0]]) for b, r in groups.items() if "alpha" in r}
+    scale = _Scale(ctx, alphas)
+    targets = {base: parse_target(base) for base in groups}
+    for base, t in targets.items():  # layer indices first: a file for a deeper model says so before any shape
+        if t is not None and t.layer is not None and t.layer >= dims.layers:
+            raise AdapterError(f"{path}: {next(iter(groups[base].values()))[0]} names layer {t.layer}; the model "
+                               f"has {dims.layers} layers (0…{dims.layers - 1})")
+    patches, seen = [], {}
+    for base, roles in groups.items():
+        t = targets[base]
+        if t is None:
+            unmatched += [k for k, _ in roles.values()]
+            continue
+        expert = expert_of(t, ctx)
+        made = _module_patches(path, tensors, base, roles, t, expert, dims, ctx, scale)
+        used = {k for p in made for k in p.keys}
+        if not made and "alpha" in roles:
+            raise AdapterError(f"{path}: {roles['alpha'][0]} is an alpha with no lora_A/lora_B (lora_down/lora_up) or "
+                               f"lokr factors beside it")
+        used |= {roles["alpha"][0]} if made and "alpha" in roles else set()
+        unmatched += [k for k, _ in roles.values() if k not in used]
+        for p in made:
+            ident = (p.expert, p.module, p.rows, type(p.delta).__name__)
+            if ident in seen:
+                raise AdapterError(f"{path}: {seen[ident][0]} and {p.keys[0]} both patch {p.expert}:{p.module}"
+                                   f"{' rows ' + str(p.rows) if p.rows else ''} — two spellings of one module")
+            seen[ident] = p.keys
+        patches += made
+    words, values = scale.rule()
+    return patches, sorted(unmatched), words, values
+
+
+def _module_patches(path, tensors, base, roles, t, expert, dims, ctx, scale) -> list:
+    rows = part_rows(t.part, dims)
+    full = module_shape(t.module, dims)
+    out_rows = rows[1] if rows else full[0]
+    where = f"{expert}:{t.module}" + (f" rows {rows[0]}:{rows[0] + rows[1]} ({t.part})" if rows else "")
+    made = []
+    if "down" in roles or "up" in roles:
+        if "down" not in roles or "up" not in roles:
+            have, miss = ("down", "up (lora_B / lora_up)") if "down" in roles else ("up", "down (lora_A / lora_down)")
+            raise AdapterError(f"{path}: {roles[have][0]} has no {miss} partner for module {base}; a LoRA pair "
+                               f"needs both")
+        (dk, name), (uk, _) = roles["down"], roles["up"]
+        down, up = _float(path, dk, tensors[dk]), _float(path, uk, tensors[uk])
+        if len(full) != 2 or down.dim() != 2 or up.dim() != 2:
+            raise AdapterError(f"{path}: {dk} / {uk}: a LoRA pair needs 2-D A [r, in] and B [out, r] on a Linear "
+                               f"module; found {list(down.shape)} / {list(up.shape)} for {where}")
+        if down.shape[0] != up.shape[1]:
+            raise AdapterError(f"{path}: ranks disagree: {dk} has rank {down.shape[0]} (shape {list(down.shape)}), "
+                               f"{uk} has rank {up.shape[1]} (shape {list(up.shape)})")
+        r = int(down.shape[0])
+        _shape(path, dk, down, (r, full[1]), f"A of {where}")
+        _shape(path, uk, up, (out_rows, r), f"B of {where}")
+        s = scale.lowrank(base, r, dk, _peft_module_name(base))
+        made.append(Patch(expert, t.module, LowRank(down, up, s), rows, (dk, uk)))
+    lokr = {role: roles[role][0] for role in _LOKR_ROLES if role in roles}
+    if lokr:
+        made.append(_kron_patch(path, tensors, base, lokr, t, expert, rows, full, out_rows, where, scale))
+    if "diff" in roles:
+        k = roles["diff"][0]
+        d = _float(path, k, tensors[k])
+        _shape(path, k, d, (out_rows, *full[1:]), f"full difference of {where}")
+        made.append(Patch(expert, t.module, Diff(d), rows, (k,)))
+    if "diff_b" in roles:
+        k = roles["diff_b"][0]
+        if not has_bias(t.module):
+            raise AdapterError(f"{path}: {k} is a bias difference, but {where} has no bias (only vae2llm, llm2vae "
+                               f"and time_embedder.mlp.0/2 do)")
+        d = _float(path, k, tensors[k])
+        _shape(path, k, d, (out_rows,), f"bias difference of {where}")
+        made.append(Patch(expert, t.module, BiasDiff(d), rows, (k,)))
+    if ctx.replace_ok and t.kind == "io" and "weight" in roles:
+        wk = roles["weight"][0]
+        w = _float(path, wk, tensors[wk])
+        _shape(path, wk, w, full, f"replacement weight of {where}")
+        b, keys = None, (wk,)
+        if "bias" in roles:
+            bk = roles["bias"][0]
+            b = _float(path, bk, tensors[bk])
+            _shape(path, bk, b, (full[0],), f"replacement bias of {where}")
+            keys = (wk, bk)
+        made.append(Patch(expert, t.module, Replace(w, b), None, keys))
+    return made
+
+
+def _kron_patch(path, tensors, base, lokr, t, expert, rows, full, out_rows, where, scale) -> Patch:
+    """LoKr (§1.1 E): w1 = w1 or w1_a·w1_b, w2 = w2 or w2_a·w2_b; ΔW = scale · kron(w1, w2) of shape [rows, in]."""
+    factors, dim = {}, None
+    for n in ("1", "2"):
+        whole, a, b = f"lokr_w{n}", f"lokr_w{n}_a", f"lokr_w{n}_b"
+        if whole in lokr and (a in lokr or b in lokr):
+            raise AdapterError(f"{path}: {lokr[whole]} and {lokr.get(a) or lokr.get(b)} both give LoKr factor w{n} "
+                               f"of {base}")
+        if whole in lokr:
+            factors[n] = _float(path, lokr[whole], tensors[lokr[whole]])
+        elif a in lokr and b in lokr:
+            ta, tb = _float(path, lokr[a], tensors[lokr[a]]), _float(path, lokr[b], tensors[lokr[b]])
+            if ta.dim() != 2 or tb.dim() != 2 or ta.shape[1] != tb.shape[0]:
+                raise AdapterError(f"{path}: ranks disagree: {lokr[a]} {list(ta.shape)} and {lokr[b]} "
+                                   f"{list(tb.shape)} do not multiply (a [m, r] and b [r, n])")
+            factors[n] = (ta.float() @ tb.float())
+            dim = int(tb.shape[0])  # ComfyUI: the w2 factor's dim wins when both are factorised (§2 LoKr)
+        else:
+            present = lokr.get(a) or lokr.get(b) or next(iter(lokr.values()))
+            raise AdapterError(f"{path}: {present}: LoKr factor w{n} of {base} is missing (needs lokr_w{n} or "
+                               f"both lokr_w{n}_a and lokr_w{n}_b)")
+    w1, w2 = factors["1"], factors["2"]
+    if w1.dim() != 2 or w2.dim() != 2 or (w1.shape[0] * w2.shape[0], w1.shape[1] * w2.shape[1]) != \
+            (out_rows, full[1]):
+        raise AdapterError(f"{path}: shape mismatch for LoKr {base} ({where}): kron(w1 {list(w1.shape)}, w2 "
+                           f"{list(w2.shape)}) must be {[out_rows, full[1]]}")
+    return Patch(expert, t.module, Kron(w1, w2, scale.lokr(base, dim)), rows, tuple(sorted(lokr.values())))
+
+
+def _peft_module_name(base: str) -> str:
+    for prefix in ("base_model.model.", "model.base_model.model."):
+        if base.startswith(prefix):
+            return base[len(prefix):]
+    return base

@@ -1,0 +1,177 @@
+"""Opening an adapter: a `.safetensors` file, a torch `.pt` file (weights-only load, never arbitrary pickle), or a
+PEFT directory; and the `adapter_config.json` sidecar (weights_and_lora.md §1.1 H). The container is recognised by its
+first bytes, never by the file name. Everything wrong with the container is an `AdapterError` naming the file."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import zipfile
+from dataclasses import dataclass, field
+
+import torch
+
+from ...errors import AdapterError, CheckpointError
+from ..checkpoint import open_tensors, read_header
+
+SIDECAR = "adapter_config.json"
+# file names a PEFT directory keeps its weights under (§1.1 H), in the order they are looked for
+DIR_WEIGHTS = ("adapter_model.safetensors", "lora.safetensors", "adapter_model.bin")
+# Mothersuperior `.pt`: per layer A, B of q, k, v, o, gate, up, down in this order (§1.1 F; order matters)
+MS_PT_ORDER = ("nar_self_attn.q_proj", "nar_self_attn.k_proj", "nar_self_attn.v_proj", "nar_self_attn.o_proj",
+               "nar_mlp.gate_proj", "nar_mlp.up_proj", "nar_mlp.down_proj")
+
+
+@dataclass
+class Source:
+    """One opened adapter file: `tensors` (key → tensor, copied out of the file), `metadata` (safetensors
+    `__metadata__`, str → str), `sidecar` (the parsed adapter_config.json beside it or None), `container`
+    "safetensors" | "pt" | "pt-mothersuperior" (the `{"lora": [...], "rank", "io"}` dict, already flattened into
+    Mothersuperior raw NAR keys), `files` every file read."""
+    path: str
+    tensors: dict
+    metadata: dict
+    container: str
+    sidecar: dict | None = None
+    files: list = field(default_factory=list)
+
+
+def open_source(path: str) -> Source:
+    """Open `path` (file or PEFT directory). Raises AdapterError for a missing path, a directory without weights,
+    a file that is neither safetensors nor a torch zip/pickle, a truncated file, a `.pt` that needs unrestricted
+    pickle, a `.pt` holding something other than tensors, or a malformed adapter_config.json."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        weights = _dir_weights(path)
+        sidecar_path = os.path.join(path, SIDECAR)
+    elif os.path.isfile(path):
+        weights, sidecar_path = path, os.path.join(os.path.dirname(os.path.abspath(path)), SIDECAR)
+    else:
+        raise AdapterError(f"adapter not found: {path}")
+    with open(weights, "rb") as f:
+        magic = f.read(4)
+    if magic[:2] == b"PK" or magic[:1] == b"\x80":
+        src = _open_pt(weights)
+    else:
+        src = _open_safetensors(weights)
+    if os.path.isfile(sidecar_path):
+        src.sidecar = read_sidecar(sidecar_path)
+        src.files.append(sidecar_path)
+    return src
+
+
+def _dir_weights(path: str) -> str:
+    for name in DIR_WEIGHTS:
+        if os.path.isfile(os.path.join(path, name)):
+            return os.path.join(path, name)
+    found = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    if len(found) == 1:
+        return os.path.join(path, found[0])
+    raise AdapterError(f"adapter folder {path}: expected one of {', '.join(DIR_WEIGHTS)} (a PEFT folder) or a single "
+                       f".safetensors file; found {', '.join(found) if found else 'no weight file'}")
+
+
+def _open_safetensors(path: str) -> Source:
+    try:
+        entries, metadata, _ = read_header(path)
+        with open_tensors(path) as f:
+            tensors = {k: f.get_tensor(k) for k in entries}
+    except CheckpointError as exc:
+        raise AdapterError(f"adapter {exc} (an adapter is a .safetensors file, a torch .pt file or a PEFT "
+                           f"folder)") from None
+    return Source(path, tensors, {str(k): str(v) for k, v in metadata.items()}, "safetensors", files=[path])
+
+
+def _open_pt(path: str) -> Source:
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        raise AdapterError(f"adapter {path}: this .pt file holds Python objects beyond tensors, which a weights-only "
+                           f"load refuses (we never unpickle arbitrary code): {str(exc).splitlines()[0][:200]}. "
+                           f"Convert it to .safetensors.") from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise AdapterError(f"adapter {path}: not a readable torch file (truncated or damaged?): "
+                           f"{str(exc).splitlines()[0][:200]}") from None
+    if isinstance(obj, dict) and "lora" in obj:
+        return Source(path, _ms_pt_tensors(path, obj), {"format": "pt", "rank": str(obj.get("rank", ""))},
+                      "pt-mothersuperior", files=[path])
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]
+    if not (isinstance(obj, dict) and obj and all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                 for k, v in obj.items())):
+        raise AdapterError(f"adapter {path}: a .pt adapter must hold a {{name: tensor}} dict or Mothersuperior's "
+                           f"{{'lora': [...], 'rank', 'io'}} dict; found {type(obj).__name__}")
+    return Source(path, dict(obj), {}, "pt", files=[path])
+
+
+def _ms_pt_tensors(path: str, obj: dict) -> dict:
+    """Mothersuperior `nar_lora_joint_v4.pt` (§1.1 F) → the same keys as its safetensors form:
+    `layers.N.nar_self_attn.q_proj.lora_A` … and `vae2llm.weight` / `.bias`, `llm2vae.weight` / `.bias`.
+    `lora` is [A, B] per projection, layer-major, projections in MS_PT_ORDER (flat, or as [A, B] pairs)."""
+    flat = []
+    for item in obj["lora"] if isinstance(obj["lora"], (list, tuple)) else ():
+        flat += list(item) if isinstance(item, (list, tuple)) else [item]
+    per_layer = 2 * len(MS_PT_ORDER)
+    if not flat or len(flat) % per_layer or not all(isinstance(t, torch.Tensor) for t in flat):
+        raise AdapterError(f"adapter {path}: Mothersuperior .pt 'lora' must be a list of tensors, A and B of "
+                           f"{', '.join(MS_PT_ORDER)} per layer ({per_layer} a layer); found "
+                           f"{len(flat)} entries")
+    tensors = {}
+    for i in range(0, len(flat), 2):
+        layer, proj = divmod(i // 2, len(MS_PT_ORDER))
+        tensors[f"layers.{layer}.{MS_PT_ORDER[proj]}.lora_A"] = flat[i]
+        tensors[f"layers.{layer}.{MS_PT_ORDER[proj]}.lora_B"] = flat[i + 1]
+    io = obj.get("io") or {}
+    if not isinstance(io, dict):
+        raise AdapterError(f"adapter {path}: Mothersuperior .pt 'io' must be a dict {{module: {{weight, bias}}}}")
+    for module, parts in io.items():
+        if not isinstance(parts, dict) or not all(isinstance(t, torch.Tensor) for t in parts.values()):
+            raise AdapterError(f"adapter {path}: Mothersuperior .pt io[{module!r}] must be {{'weight': tensor, "
+                               f"'bias': tensor}}")
+        for name, t in parts.items():
+            tensors[f"{module}.{name}"] = t
+    rank = obj.get("rank")
+    if type(rank) is not int or rank < 1:
+        raise AdapterError(f"adapter {path}: Mothersuperior .pt 'rank' must be a positive integer; found {rank!r}")
+    return tensors
+
+
+def read_sidecar(path: str) -> dict:
+    """Parse and check adapter_config.json (§1.1 H). Returns the dict with `r` (int ≥ 1), `lora_alpha` (finite
+    float > 0; PEFT's default 8 when absent), `use_rslora`, `use_dora`, `fan_in_fan_out` (bools),
+    `rank_pattern` {pattern: int ≥ 1}, `alpha_pattern` {pattern: float}. Raises AdapterError for a file that is not
+    JSON, not an object, a `peft_type` other than LORA, or any field of the wrong type or range."""
+    where = f"{path}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise AdapterError(f"{where}: not a readable JSON file ({str(exc).splitlines()[0][:120]}); a PEFT "
+                           f"adapter_config.json is a JSON object with at least \"r\" and \"lora_alpha\"") from None
+    if not isinstance(cfg, dict):
+        raise AdapterError(f"{where}: expected a JSON object, found {type(cfg).__name__}")
+    peft_type = cfg.get("peft_type", "LORA")
+    if peft_type != "LORA":
+        raise AdapterError(f"{where}: peft_type {peft_type!r} is not a LoRA; only peft_type \"LORA\" is read")
+    r = cfg.get("r")
+    if type(r) is not int or r < 1:
+        raise AdapterError(f"{where}: \"r\" must be a positive integer; found {r!r}")
+    alpha = cfg.get("lora_alpha", 8)
+    if not _positive_number(alpha):
+        raise AdapterError(f"{where}: \"lora_alpha\" must be a positive finite number; found {alpha!r}")
+    for flag in ("use_rslora", "use_dora", "fan_in_fan_out"):
+        if type(cfg.get(flag, False)) is not bool:
+            raise AdapterError(f"{where}: \"{flag}\" must be true or false; found {cfg.get(flag)!r}")
+    for name, check, what in (("rank_pattern", lambda v: type(v) is int and v >= 1, "a positive integer"),
+                              ("alpha_pattern", _positive_number, "a positive finite number")):
+        pattern = cfg.get(name) or {}
+        if not isinstance(pattern, dict) or not all(isinstance(k, str) and check(v) for k, v in pattern.items()):
+            raise AdapterError(f"{where}: \"{name}\" must map module names to {what}; found {pattern!r}")
+    return {**cfg, "r": r, "lora_alpha": float(alpha), "use_rslora": cfg.get("use_rslora", False),
+            "use_dora": cfg.get("use_dora", False), "fan_in_fan_out": cfg.get("fan_in_fan_out", False),
+            "rank_pattern": cfg.get("rank_pattern") or {}, "alpha_pattern": cfg.get("alpha_pattern") or {}}
+
+
+def _positive_number(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and v > 0

@@ -1,0 +1,174 @@
+"""The key grammar shared by every LoRA layout (weights_and_lora.md §1.0, §1.1, §4): a file key is split into a
+*base* (the module it names, in whatever spelling the trainer used) and a *role* (`down`, `up`, `alpha`, `diff`,
+`lokr_w1`, …), and the base is resolved to a `Target`: the engine module (`model.layers.3.self_attn.qkv_proj`,
+`vae2llm`, …), the row slice of a fused module for split q/k/v and gate/up names, and what the spelling says about the
+expert. Which expert a key finally goes to is decided in `layouts_build.expert_of` (it also needs the file's metadata).
+
+Spellings understood (prefixes may combine, e.g. `base_model.model.model.layers.0.nar_self_attn.q_proj`):
+- prefixes `base_model.model.` (PEFT), `text_encoders.` / `transformer.ar.` (AR), `diffusion_model.` /
+  `model.diffusion_model.` / `transformer.nar.` (NAR);
+- Comfy names `model.layers.N.self_attn.{qkv_proj,o_proj}`, `model.layers.N.mlp.{gate_up_proj,down_proj}`;
+- vendor names `model.layers.N.(nar_)?self_attn.{q,k,v,o}_proj`, `(nar_)?mlp.{gate,up,down}_proj`, also without the
+  leading `model.` (Mothersuperior raw: `layers.N.…`), and the norms `input_layernorm`, `post_attention_layernorm`,
+  `nar_input_layernorm`, `nar_pre_mlp_layernorm` (→ the NAR's `post_attention_layernorm`, §4), `(nar_)?self_attn.
+  {q_norm,k_norm}`;
+- HOT-Step `yue2.blk.N.(nar_)?{attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down}` (§1.1 D);
+- whole modules `lm_head` / `model.lm_head` (AR), `vae2llm`, `llm2vae`, `time_embedder.mlp.{0,2}` (NAR, optionally
+  after `model.`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ...layers import ModelDims
+
+# role suffixes (§2 "LoRA key spellings"): B/A as `.lora_up/.lora_down.weight`, `.lora_B/.lora_A(.<adapter>)?.weight`,
+# and bare `.lora_A` / `.lora_B` (Mothersuperior raw, §1.1 F)
+_PAIR = re.compile(r"^(?P<base>.+)\.(?P<kind>lora_A|lora_B|lora_down|lora_up)"
+                   r"(?:(?:\.(?P<name>(?!weight$)[A-Za-z0-9_\-]+))?\.weight)?$")
+_LOKR = re.compile(r"^(?P<base>.+)\.(?P<role>lokr_w1_a|lokr_w1_b|lokr_w2_a|lokr_w2_b|lokr_w1|lokr_w2|lokr_t1|lokr_t2)"
+                   r"(?:\.weight)?$")
+_SIMPLE = {".alpha": "alpha", ".diff_b": "diff_b", ".diff": "diff", ".weight": "weight", ".bias": "bias"}
+
+# roles no layout here implements; each is refused with its own message (layouts.py)
+REFUSED_ROLES = {
+    "dora_scale": "DoRA (`.dora_scale`)",
+    "hada_": "LoHa (`.hada_w1_a` … `.hada_w2_b`)",
+    "lora_mid": "Tucker / LoCon mid factor (`.lora_mid`)",
+    "lokr_t1": "LoKr with a Tucker core (`.lokr_t1` / `.lokr_t2`)",
+    "lokr_t2": "LoKr with a Tucker core (`.lokr_t1` / `.lokr_t2`)",
+}
+
+
+def split_role(key: str) -> tuple[str, str] | None:
+    """(base, role) of a file key, or None when the suffix is not one an adapter uses.
+
+    role: "down" / "up" (a LoRA A / B; a PEFT adapter name other than `default` is kept as "down:<name>"),
+    "alpha", "diff", "diff_b", "weight", "bias" (full tensors of a replacement), or a LoKr factor
+    ("lokr_w1", "lokr_w1_a", …, "lokr_t2")."""
+    m = _PAIR.match(key)
+    if m:
+        role = "down" if m.group("kind") in ("lora_A", "lora_down") else "up"
+        name = m.group("name")
+        if name and name != "default":
+            role += f":{name}"
+        return m.group("base"), role
+    m = _LOKR.match(key)
+    if m:
+        return m.group("base"), m.group("role")
+    for suffix, role in _SIMPLE.items():
+        if key.endswith(suffix) and len(key) > len(suffix):
+            return key[: -len(suffix)], role
+    return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a key's base names. `module` the engine module name (model.py docstring); `part` "q"/"k"/"v"/"gate"/"up"
+    for a split name of a fused module, else None; `layer` the layer index or None; `kind` the report's group
+    ("attention qkv", "attention o", "mlp gate_up", "mlp down", "io", "norm"); `vendor_nar` True for a vendor
+    `nar_*` name (always the NAR), `prefix_expert` "ar"/"nar" from a `text_encoders.`/`diffusion_model.` prefix,
+    `only_expert` the expert a module exists in alone (lm_head → "ar", vae2llm/llm2vae/time_embedder → "nar")."""
+    module: str
+    part: str | None
+    layer: int | None
+    kind: str
+    vendor_nar: bool = False
+    prefix_expert: str | None = None
+    only_expert: str | None = None
+
+
+_PREFIXES = (("base_model.model.", None), ("model.base_model.model.", None), ("text_encoders.", "ar"),
+             ("transformer.ar.", "ar"), ("model.diffusion_model.", "nar"), ("diffusion_model.", "nar"),
+             ("transformer.nar.", "nar"))
+_LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.(.+)$")
+_HOT = re.compile(r"^yue2\.blk\.(\d+)\.(nar_)?(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)$")
+_HOT_SITES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+              "ffn_down": "mlp.down_proj"}
+# layer-relative name → (engine module inside the layer, part, report kind)
+_IN_LAYER = {
+    "self_attn.qkv_proj": ("self_attn.qkv_proj", None, "attention qkv"),
+    "self_attn.q_proj": ("self_attn.qkv_proj", "q", "attention qkv"),
+    "self_attn.k_proj": ("self_attn.qkv_proj", "k", "attention qkv"),
+    "self_attn.v_proj": ("self_attn.qkv_proj", "v", "attention qkv"),
+    "self_attn.o_proj": ("self_attn.o_proj", None, "attention o"),
+    "mlp.gate_up_proj": ("mlp.gate_up_proj", None, "mlp gate_up"),
+    "mlp.gate_proj": ("mlp.gate_up_proj", "gate", "mlp gate_up"),
+    "mlp.up_proj": ("mlp.gate_up_proj", "up", "mlp gate_up"),
+    "mlp.down_proj": ("mlp.down_proj", None, "mlp down"),
+    "self_attn.q_norm": ("self_attn.q_norm", None, "norm"),
+    "self_attn.k_norm": ("self_attn.k_norm", None, "norm"),
+    "input_layernorm": ("input_layernorm", None, "norm"),
+    "post_attention_layernorm": ("post_attention_layernorm", None, "norm"),
+}
+# vendor NAR names (§4): nar_self_attn / nar_mlp / nar_input_layernorm / nar_pre_mlp_layernorm
+_VENDOR_NAR = {"nar_self_attn.": "self_attn.", "nar_mlp.": "mlp.", "nar_input_layernorm": "input_layernorm",
+               "nar_pre_mlp_layernorm": "post_attention_layernorm"}
+_WHOLE = {"lm_head": ("model.lm_head", "ar"), "model.lm_head": ("model.lm_head", "ar"),
+          "vae2llm": ("vae2llm", "nar"), "llm2vae": ("llm2vae", "nar"),
+          "time_embedder.mlp.0": ("time_embedder.mlp.0", "nar"), "time_embedder.mlp.2": ("time_embedder.mlp.2", "nar")}
+
+
+def parse_target(base: str) -> Target | None:
+    """The `Target` a key base names, or None when it names no YuE2 module (see the module docstring)."""
+    prefix_expert = None
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix, expert in _PREFIXES:
+            if base.startswith(prefix):
+                base, stripped = base[len(prefix):], True
+                prefix_expert = expert or prefix_expert
+    m = _HOT.match(base)
+    if m:
+        base = f"model.layers.{m.group(1)}.{'nar_' if m.group(2) else ''}{_HOT_SITES[m.group(3)]}"
+    m = _LAYER.match(base)
+    if m:
+        layer, rest = int(m.group(1)), m.group(2)
+        vendor_nar = False
+        for vendor, engine in _VENDOR_NAR.items():
+            if rest.startswith(vendor):
+                rest, vendor_nar = engine + rest[len(vendor):], True
+                break
+        hit = _IN_LAYER.get(rest)
+        if hit is None:
+            return None
+        module, part, kind = hit
+        return Target(f"model.layers.{layer}.{module}", part, layer, kind, vendor_nar, prefix_expert)
+    name = base if base in _WHOLE else base[len("model."):] if base.startswith("model.") else base
+    if name in _WHOLE:
+        module, only = _WHOLE[name]
+        return Target(module, None, None, "io", False, prefix_expert, only)
+    return None
+
+
+def module_shape(module: str, dims: ModelDims) -> tuple[int, ...]:
+    """[out, in] of an engine Linear (1-D [n] for a norm) in geometry `dims` (§1.0; nar.py, ar.py)."""
+    q, kv = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
+    leaf = module.split(".", 3)[-1] if module.startswith("model.layers.") else module
+    return {
+        "self_attn.qkv_proj": (q + 2 * kv, dims.hidden), "self_attn.o_proj": (dims.hidden, q),
+        "mlp.gate_up_proj": (2 * dims.ffn, dims.hidden), "mlp.down_proj": (dims.hidden, dims.ffn),
+        "self_attn.q_norm": (dims.head_dim,), "self_attn.k_norm": (dims.head_dim,),
+        "input_layernorm": (dims.hidden,), "post_attention_layernorm": (dims.hidden,),
+        "model.lm_head": (dims.vocab, dims.hidden), "vae2llm": (dims.hidden, dims.latent_dim),
+        "llm2vae": (dims.latent_dim, dims.hidden), "time_embedder.mlp.0": (dims.hidden, dims.time_freq),
+        "time_embedder.mlp.2": (dims.hidden, dims.hidden),
+    }[leaf]
+
+
+def has_bias(module: str) -> bool:
+    """Whether the engine module has a bias (only the NAR's io Linears do: §1.0)."""
+    return module in ("vae2llm", "llm2vae", "time_embedder.mlp.0", "time_embedder.mlp.2")
+
+
+def part_rows(part: str | None, dims: ModelDims) -> tuple[int, int] | None:
+    """(first row, row count) of a split name inside its fused module (§1.0 row split; §1.3):
+    q (0, heads·head_dim), k (heads·head_dim, kv), v (heads·head_dim + kv, kv) with kv = kv_heads·head_dim,
+    gate (0, ffn), up (ffn, ffn); None for a whole module."""
+    if part is None:
+        return None
+    q, kv = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
+    return {"q": (0, q), "k": (q, kv), "v": (q + kv, kv), "gate": (0, dims.ffn), "up": (dims.ffn, dims.ffn)}[part]
