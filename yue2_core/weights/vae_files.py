@@ -1,0 +1,363 @@
+"""Alternate VAE decoders (weights_and_lora.md §5): a YuE2 VAE read from its own file instead of the checkpoint's.
+
+    open_vae(path) -> VAEFile      reads headers (and config.json) only; CheckpointError when the file is unusable
+    VAEFile.load(device)           the `vae.VAEDecoder` (fp32, eval, no grad) — the same module `checkpoint.load_vae`
+                                   builds from an all-in-one file
+
+Accepted, detected by tensor names and config.json (never the file name):
+- "vendor-folder": a m-a-p/YuE2-Vae style folder — config.json (`model_type` "yue2_vae", `release_variant`),
+  `model.safetensors` (or `model.safetensors.index.json` + shards) with unprefixed F32 `encoder.*`/`decoder.*`
+  tensors, and `weights_manifest.json` ({"files": {name: {"sha256", "bytes"}}}, checked when present);
+- "vendor-file": one safetensors file with unprefixed `decoder.*` (+ optional `encoder.*`) tensors;
+- "comfy-prefixed": a file with `vae.decoder.*` tensors — a VAE-only file or a whole Comfy all-in-one checkpoint,
+  whose VAE is taken.
+Decoder-only files are accepted (decoding needs only `decoder.*`, as the vendor's `decoder_only=True`). The three
+releases (standard, legacy, the 0.666 merge) share the architecture and differ in decoder weights only; which one a
+file holds is known only from its config (`release_variant`), else "unknown".
+
+The song format is fixed (runtime.md §6): 64 latent channels at 25 frames/s, 1920 samples per frame, 48 kHz stereo.
+A file whose geometry or config says otherwise is refused, naming what it holds.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
+from ..errors import CheckpointError
+from ..vae import VAEConfig, VAEDecoder
+from .checkpoint import _vae_config, open_tensors, read_header
+from .lora.record import file_sha256
+
+LAYOUTS = ("vendor-folder", "vendor-file", "comfy-prefixed")
+VARIANTS = ("standard", "legacy", "merge", "unknown")
+MODEL_TYPE = "yue2_vae"  # config.json model_type of every vendor VAE release (§5)
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")  # vendor files are F32; Comfy's int8 all-in-one stores its VAE as F16
+#: the tensors that say "this is the YuE2 Oobleck decoder": the first conv, the last (6th) stride block's transposed
+#: conv (ComfyUI's own probe, §5) and the output conv (checkpoint_format.md §3.3)
+PROBES = ("decoder.layers.0.weight_v", "decoder.layers.6.layers.1.weight_v", "decoder.layers.8.weight_v")
+WEIGHTS = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+CONFIG = "config.json"
+MANIFEST = "weights_manifest.json"
+_CHECKED: set = set()  # (file key, manifest sha256) pairs whose hash matched in this process
+
+
+@dataclass
+class VAEFile:
+    """A YuE2 VAE decoder found in a file or folder (what `open_vae` read; no weights held).
+
+    path: the file or folder given; layout: one of LAYOUTS; variant: "standard" | "legacy" | "merge" | "unknown" (or
+    the config's own `release_variant` string when it is another one); config: decoder geometry from the tensor shapes;
+    dtypes: {safetensors dtype: tensor count} of the VAE tensors; key: hashable identity of the weights —
+    ((absolute path, size, mtime_ns), …) per weights file; weights: the weights files; encoder: whether `encoder.*`
+    tensors are present; sources: {decoder parameter name ("decoder.…"): (file, stored key)}; manifest: {file name:
+    sha256} of a vendor folder's weights_manifest.json; metadata: a single file's safetensors `__metadata__`."""
+
+    path: str
+    layout: str
+    variant: str
+    config: VAEConfig
+    dtypes: dict
+    key: tuple
+    weights: tuple
+    encoder: bool
+    sources: dict = field(repr=False)
+    manifest: dict = field(default_factory=dict, repr=False)
+    metadata: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def weights_file(self) -> str:
+        """The file whose hash identifies the VAE: model.safetensors, the shard index of a sharded folder, or the
+        single file."""
+        if self.layout == "vendor-folder" and len(self.weights) > 1:
+            return os.path.join(self.path, INDEX)
+        return self.weights[0]
+
+    def load(self, device="cpu") -> VAEDecoder:
+        """The decoder in fp32 on `device` (F16/BF16 tensors are upcast), in eval mode with requires_grad False.
+        A vendor folder's files are checked against weights_manifest.json first. Raises CheckpointError when a file
+        changed since `open_vae`, fails its manifest hash, or cannot be read."""
+        self._check_unchanged()
+        self._check_manifest()
+        with torch.device("meta"):
+            module = VAEDecoder(self.config)
+        dev = torch.device(device)
+        read_dev = str(dev) if dev.type in ("cpu", "cuda") else "cpu"
+        state, handles = {}, {}
+        with contextlib.ExitStack() as stack:
+            for name, _ in module.named_parameters():
+                file, stored = self.sources[name]
+                if file not in handles:
+                    handles[file] = stack.enter_context(open_tensors(file, read_dev))
+                state[name] = handles[file].get_tensor(stored).to(dtype=torch.float32).to(dev)
+        try:
+            module.load_state_dict(state, strict=True, assign=True)
+        except RuntimeError as exc:
+            detail = str(exc).strip().splitlines()[-1].strip()[:300]
+            raise CheckpointError(f"VAE {self.path}: the tensors do not fit the decoder ({detail})") from None
+        return module.eval().requires_grad_(False)
+
+    def record(self) -> dict:
+        """What a song records of this VAE (config.json "weights"."vae"): file name, absolute path, sha256 and size of
+        the weights file (hash cached per path, size and mtime), layout and variant; a sharded folder adds its
+        shards' names and hashes."""
+        main = self.weights_file
+        out = {"file": os.path.basename(os.path.abspath(self.path)), "path": os.path.abspath(self.path),
+               "sha256": file_sha256(main), "bytes": os.path.getsize(main), "layout": self.layout,
+               "variant": self.variant}
+        if self.layout == "vendor-folder" and len(self.weights) > 1:
+            out["shards"] = [{"file": os.path.basename(f), "sha256": file_sha256(f)} for f in self.weights]
+        return out
+
+    def describe(self) -> str:
+        """One line: variant, layout, file, channels and blocks, dtypes."""
+        cfg = self.config
+        strides = "·".join(str(s) for _, _, s in cfg.blocks)
+        widths = "→".join(str(c) for c in (cfg.first_channels, *(co for _, co, _ in cfg.blocks)))
+        dts = ", ".join(f"{n} {d}" for d, n in sorted(self.dtypes.items()))
+        part = "decoder + encoder" if self.encoder else "decoder only"
+        return (f"{self.variant} VAE ({self.layout}, {part}) {os.path.abspath(self.path)}: latent {cfg.latent_dim} "
+                f"→ channels {widths}, {len(cfg.blocks)} blocks (strides {strides} = {cfg.hop} samples/frame) → "
+                f"{cfg.out_channels} audio channels; tensors {dts}")
+
+    def _check_unchanged(self):
+        if _file_key(self.weights) != self.key:
+            raise CheckpointError(f"VAE {self.path} changed on disk since it was opened; load it again (press R in "
+                                  "ComfyUI or re-run)")
+
+    def _check_manifest(self):
+        for file in self.weights:
+            want = self.manifest.get(os.path.basename(file))
+            if want is None:
+                continue
+            key = (_file_key((file,)), want)
+            if key in _CHECKED:
+                continue
+            got = file_sha256(file)
+            if got != want:
+                raise CheckpointError(f"VAE {self.path}: {os.path.basename(file)} has sha256 {got}, "
+                                      f"{MANIFEST} says {want} — the file is damaged or was replaced; download it "
+                                      "again")
+            _CHECKED.add(key)
+
+
+def _file_key(files) -> tuple:
+    out = []
+    for f in files:
+        st = os.stat(f)
+        out.append((os.path.abspath(f), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise CheckpointError(f"{path}: {what} is not valid JSON") from None
+
+
+def _check_config(config, path: str) -> None:
+    """A vendor config.json: model_type yue2_vae, and the fixed song format where it states one (§5 defaults)."""
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: config.json must be a JSON object, got {type(config).__name__}")
+    model_type = config.get("model_type")
+    if model_type != MODEL_TYPE:
+        raise CheckpointError(f"{path}: config.json says model_type {model_type!r}; a YuE2 VAE folder has "
+                              f"model_type {MODEL_TYPE!r} (m-a-p/YuE2-Vae, YuE2-Vae-legacy, the 0.666 merge)")
+    fixed = {"sample_rate": (SAMPLE_RATE, "Hz"), "downsampling_ratio": (HOP, "samples per latent frame"),
+             "latent_dim": (LATENT_DIM, "latent channels"), "audio_channels": (AUDIO_CHANNELS, "audio channels")}
+    for name, (want, unit) in fixed.items():
+        if name in config and config[name] != want:
+            raise CheckpointError(f"{path}: config.json {name} is {config[name]!r}; YuE2 songs are fixed at "
+                                  f"{want} {unit} (48 kHz stereo, 25 latent frames/s of 64 channels)")
+
+
+def _variant(config: dict) -> str:
+    """config `release_variant` ("standard" | "legacy"), "merge" when the config says it is a merge, else as
+    written; "unknown" without one."""
+    rv = config.get("release_variant")
+    merge_keys = ("merge", "merge_ratio", "merged_from", "blend")
+    if (isinstance(rv, str) and any(w in rv.lower() for w in ("merge", "blend"))) or any(
+            k in config for k in merge_keys):
+        return "merge"
+    if isinstance(rv, str) and rv.strip():
+        return rv.strip().lower()
+    return "unknown"
+
+
+def _folder(path: str):
+    """A vendor folder → (config, {tensor: (file, entry)}, weights files, manifest {name: sha256})."""
+    cfg_path = os.path.join(path, CONFIG)
+    if not os.path.isfile(cfg_path):
+        raise CheckpointError(f"{path} is a folder without config.json; a YuE2 VAE folder holds config.json "
+                              f"(model_type {MODEL_TYPE!r}) and {WEIGHTS} (or {INDEX} + shards)")
+    config = _read_json(cfg_path, "config.json")
+    _check_config(config, path)
+    weights = os.path.join(path, WEIGHTS)
+    index = os.path.join(path, INDEX)
+    tensors = {}
+    if os.path.isfile(weights):
+        files = [weights]
+        entries, meta, _ = read_header(weights)
+        tensors = {k: (weights, e) for k, e in entries.items()}
+    elif os.path.isfile(index):
+        data = _read_json(index, "the shard index")
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointError(f"{index}: no weight_map {{tensor: shard file}} object")
+        files = []
+        for shard in dict.fromkeys(weight_map.values()):
+            shard_path = os.path.join(path, shard)
+            if os.path.basename(shard) != shard or not os.path.isfile(shard_path):
+                raise CheckpointError(f"{index} names shard {shard!r}, which is not a file in {path}")
+            files.append(shard_path)
+            entries, _, _ = read_header(shard_path)
+            for k, e in entries.items():
+                if weight_map.get(k) == shard:
+                    tensors[k] = (shard_path, e)
+        missing = [k for k in weight_map if k not in tensors]
+        if missing:
+            raise CheckpointError(f"{index} lists {len(missing)} tensors its shards do not hold, e.g. {missing[:3]}")
+    else:
+        raise CheckpointError(f"{path}: config.json says {MODEL_TYPE} but there is no {WEIGHTS} (or {INDEX}) "
+                              "beside it")
+    manifest = {}
+    man_path = os.path.join(path, MANIFEST)
+    if os.path.isfile(man_path):
+        man = _read_json(man_path, MANIFEST)
+        listed = man.get("files") if isinstance(man, dict) else None
+        if not isinstance(listed, dict):
+            raise CheckpointError(f"{man_path}: expected {{\"files\": {{name: {{\"sha256\", \"bytes\"}}}}}}")
+        for f in files:
+            entry = listed.get(os.path.basename(f))
+            if not isinstance(entry, dict):
+                continue
+            size = entry.get("bytes")
+            if isinstance(size, int) and size != os.path.getsize(f):
+                raise CheckpointError(f"{f} has {os.path.getsize(f):,} bytes, {MANIFEST} says {size:,} — the "
+                                      "download is incomplete or the file was replaced; download it again")
+            if isinstance(entry.get("sha256"), str):
+                manifest[os.path.basename(f)] = entry["sha256"].lower()
+    return config, tensors, files, manifest
+
+
+def _decoder_keys(tensors: dict, path: str) -> tuple[str, dict]:
+    """(layout, {unprefixed VAE key: (file, stored key, entry)}) of a single file's tensors."""
+    plain = {k: k for k in tensors if k.startswith(("decoder.", "encoder."))}
+    prefixed = {k[len("vae."):]: k for k in tensors if k.startswith(("vae.decoder.", "vae.encoder."))}
+    if plain and prefixed:
+        raise CheckpointError(f"{path} holds both unprefixed decoder.*/encoder.* and Comfy vae.* tensors; a VAE "
+                              "file holds one of the two")
+    if not plain and not prefixed:
+        sample = ", ".join(sorted(tensors)[:5]) or "no tensors at all"
+        raise CheckpointError(f"{path} holds no VAE tensors (found {sample}); a YuE2 VAE has decoder.* tensors "
+                              "(vendor m-a-p/YuE2-Vae layout) or vae.decoder.* (Comfy checkpoint layout)")
+    layout = "vendor-file" if plain else "comfy-prefixed"
+    names = plain or prefixed
+    return layout, {k: (tensors[stored][0], stored, tensors[stored][1]) for k, stored in names.items()}
+
+
+def _geometry(found: dict, path: str, prefix: str) -> VAEConfig:
+    """Decoder config from the shapes of `found` ({unprefixed key: (file, stored, entry)}), checked against the
+    YuE2 decoder's full key set and the fixed song format. `prefix` is how the file spells the keys ("" or "vae.")."""
+    dec = {k: v for k, v in found.items() if k.startswith("decoder.")}
+    if not dec:
+        raise CheckpointError(f"{path} has only encoder.* tensors; YuE2 needs the decoder (decoder.* — "
+                              "m-a-p/YuE2-Vae's model.safetensors or a Comfy file's vae.decoder.*)")
+    missing = [prefix + p for p in PROBES if p not in dec]
+    if missing:
+        sample = ", ".join(prefix + k for k in sorted(dec)[:4])
+        raise CheckpointError(f"{path} is not a YuE2 VAE decoder: it lacks {', '.join(missing)} (the YuE2 Oobleck "
+                              f"decoder's first conv, 6th stride block and output conv); it holds e.g. {sample} — "
+                              "a VAE of another model?")
+    bad = [(k, e.dtype) for k, (_, _, e) in dec.items() if e.dtype not in FLOAT_DTYPES]
+    if bad:
+        k, d = bad[0]
+        raise CheckpointError(f"{path}: {prefix}{k} is stored as {d} ({len(bad)} decoder tensors are not float); "
+                              f"a VAE decoder is float: {', '.join(FLOAT_DTYPES)} (vendor files are F32)")
+    comfy_entries = {"vae." + k: e for k, (_, _, e) in dec.items()}
+    try:
+        cfg = _vae_config(comfy_entries)
+    except CheckpointError as exc:
+        text = str(exc) if prefix else str(exc).replace("vae.decoder.", "decoder.")
+        raise CheckpointError(f"{path}: {text}") from None
+    if cfg.latent_dim != LATENT_DIM:
+        raise CheckpointError(f"{path}: {prefix}decoder.layers.0.weight_v reads {cfg.latent_dim} latent channels; "
+                              f"YuE2 latents have {LATENT_DIM} (the NAR renders [T, {LATENT_DIM}])")
+    if cfg.hop != HOP:
+        strides = "·".join(str(s) for _, _, s in cfg.blocks)
+        raise CheckpointError(f"{path}: the decoder's strides {strides} make {cfg.hop} samples per latent frame; "
+                              f"YuE2 songs have {HOP} (2·2·4·4·5·6 reversed, 25 frames/s at 48 kHz)")
+    if cfg.out_channels != AUDIO_CHANNELS:
+        raise CheckpointError(f"{path}: {prefix}decoder.layers.8.weight_v makes {cfg.out_channels} audio channels; "
+                              f"YuE2 songs are stereo ({AUDIO_CHANNELS})")
+    with torch.device("meta"):
+        module = VAEDecoder(cfg)
+    want = {n: tuple(p.shape) for n, p in module.named_parameters()}
+    absent = [prefix + n for n in want if n not in dec]
+    extra = [prefix + n for n in dec if n not in want]
+    if absent or extra:
+        parts = []
+        if absent:
+            parts.append(f"{len(absent)} decoder tensors missing, e.g. {absent[:3]}")
+        if extra:
+            parts.append(f"{len(extra)} tensors the YuE2 decoder does not have, e.g. {extra[:3]}")
+        raise CheckpointError(f"{path}: not the YuE2 decoder's tensor set ({'; '.join(parts)})")
+    for n, shape in want.items():
+        got = tuple(dec[n][2].shape)
+        if got != shape:
+            raise CheckpointError(f"{path}: shape mismatch for {prefix}{n}: the decoder geometry read from the "
+                                  f"first blocks needs {list(shape)}, the file has {list(got)}")
+    return cfg
+
+
+def open_vae(path: str) -> VAEFile:
+    """Open a YuE2 VAE: a vendor folder (config.json + model.safetensors or a shard index), a single safetensors with
+    unprefixed `decoder.*` (+ optional `encoder.*`) tensors, or a file with `vae.`-prefixed tensors (a VAE-only file
+    or a whole Comfy all-in-one checkpoint). Reads headers and JSON only.
+
+    Raises CheckpointError (message names the file, what was found and what is accepted) when: the path does not
+    exist; a file is not safetensors or is truncated; a folder has no config.json / a model_type other than
+    "yue2_vae" / a sample_rate ≠ 48000, downsampling_ratio ≠ 1920, latent_dim ≠ 64 or audio_channels ≠ 2; only
+    encoder tensors are present; the YuE2 decoder's tensors are missing (a VAE of another model) or incomplete; the
+    decoder reads other than 64 latent channels, 1920 samples per frame or 2 audio channels; a decoder tensor is not
+    float; a manifest's byte count differs from the file."""
+    if not isinstance(path, str) or not path:
+        raise CheckpointError(f"VAE path must be a file or folder name, got {path!r}")
+    if not os.path.exists(path):
+        raise CheckpointError(f"VAE not found: {path} does not exist (a YuE2 VAE is a folder with config.json + "
+                              "model.safetensors, or a .safetensors file)")
+    config, metadata, manifest = {}, {}, {}
+    if os.path.isdir(path):
+        config, tensors, files, manifest = _folder(path)
+        layout = "vendor-folder"
+        found = {k: (f, k, e) for k, (f, e) in tensors.items() if k.startswith(("decoder.", "encoder."))}
+        if not found:
+            sample = ", ".join(sorted(tensors)[:5]) or "no tensors at all"
+            raise CheckpointError(f"{path}: its weights hold no decoder.* tensors (found {sample}); a YuE2 VAE "
+                                  "folder's model.safetensors holds encoder.* and decoder.*")
+        prefix = ""
+    else:
+        entries, metadata, _ = read_header(path)
+        files = [path]
+        layout, found = _decoder_keys({k: (path, e) for k, e in entries.items()}, path)
+        prefix = "" if layout == "vendor-file" else "vae."
+        if isinstance(metadata.get("release_variant"), str):
+            config = {"release_variant": metadata["release_variant"]}
+    cfg = _geometry(found, path, prefix)
+    dtypes = dict(Counter(e.dtype for _, _, e in found.values()))
+    sources = {k: (f, stored) for k, (f, stored, _) in found.items() if k.startswith("decoder.")}
+    return VAEFile(path=path, layout=layout, variant=_variant(config), config=cfg, dtypes=dtypes,
+                   key=_file_key(files), weights=tuple(files),
+                   encoder=any(k.startswith("encoder.") for k in found),
+                   sources=sources,
+                   manifest=manifest, metadata=dict(metadata))
