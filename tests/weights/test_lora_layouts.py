@@ -585,3 +585,21 @@ def test_describe_full_report_with_replacements(tmp_path, gen):
     assert "NAR: 16 patches on 10 modules; rank(s) 2; 14 LoRA, 2 replace" in text, text
     assert "attention qkv: 2 modules" in text and "io: 2 modules (llm2vae, vae2llm)" in text
     assert "unmatched keys: 0" in text
+
+
+def test_unlabelled_vendor_names_and_flat_pt(tmp_path, gen):
+    t = {"model.layers.1.self_attn.v_proj.lora_A.weight": rnd(gen, 2, H),
+         "model.layers.1.self_attn.v_proj.lora_B.weight": rnd(gen, KV, 2),
+         "model.layers.1.nar_mlp.gate_proj.lora_A.weight": rnd(gen, 2, H),
+         "model.layers.1.nar_mlp.gate_proj.lora_B.weight": rnd(gen, F, 2)}
+    a = read_adapter(write(tmp_path / "u.safetensors", t), TINY)
+    assert a.layout == "unlabelled"
+    assert {(p.expert, p.module, p.rows) for p in a.patches} == {  # plain vendor names: AR; nar_*: NAR
+        ("ar", "model.layers.1.self_attn.qkv_proj", (Q + KV, KV)), ("nar", "model.layers.1.mlp.gate_up_proj", (0, F))}
+    torch.save(t, tmp_path / "u.pt")  # a flat {name: tensor} .pt reads the same
+    b = read_adapter(str(tmp_path / "u.pt"), TINY)
+    assert b.layout == "unlabelled" and all(torch.equal(x, dense(b)[k]) for k, x in dense(a).items())
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    raises(str(tmp_path / "list.pt"), "{name: tensor}")
+    ints = {**t, "model.layers.1.self_attn.v_proj.lora_A.weight": torch.ones(2, H, dtype=torch.int32)}
+    raises(write(tmp_path / "i.safetensors", ints), "v_proj.lora_A.weight has dtype torch.int32")
