@@ -16,12 +16,14 @@ from .composer import YuE2Composer
 from .edit_nodes import YuE2Continue, YuE2Regenerate
 from .editor import YuE2ABCEditor
 from .loader import YuE2CheckpointLoader
+from .lora import YuE2LoRA
 from .render import YuE2Renderer, YuE2VAEDecode
 from .songs import YuE2LoadSong, YuE2SaveSong
 from .takes import YuE2PickTake
+from .vae_loader import YuE2VAELoader
 
-NODE_LIST = [YuE2CheckpointLoader, YuE2Composer, YuE2ABCEditor, YuE2Renderer, YuE2VAEDecode, YuE2SaveSong,
-             YuE2LoadSong, YuE2PickTake, YuE2Regenerate, YuE2Continue]
+NODE_LIST = [YuE2CheckpointLoader, YuE2LoRA, YuE2Composer, YuE2ABCEditor, YuE2Renderer, YuE2VAEDecode, YuE2SaveSong,
+             YuE2LoadSong, YuE2PickTake, YuE2Regenerate, YuE2Continue, YuE2VAELoader]
 
 # HTTP routes of the ABC editor widget (nodes/routes.py, written separately); the nodes work without them.
 try:

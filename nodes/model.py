@@ -16,7 +16,11 @@ import comfy.model_patcher
 import torch
 from torch import nn
 
+from comfy.weight_adapter.base import WeightAdapterBase
 from yue2_core.weights.checkpoint import CheckpointInfo, load_ar, load_nar, load_vae
+from yue2_core.weights.lora.apply import merge_into, plan_expert, set_side, side_deltas
+from yue2_core.weights.lora.model import BiasDiff, Replace
+from yue2_core.weights.lora.record import lora_record
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
 from yue2_core.nar import float_linears
 
@@ -77,30 +81,80 @@ def compute_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if mm.should_use_bf16(device) else torch.float32
 
 
+class YuE2Delta(WeightAdapterBase):
+    """A ComfyUI weight patch that adds adapters' deltas to one float weight (or bias) with the engine's own
+    arithmetic (`yue2_core.weights.lora.apply.merge_into`: fp32, in stack order); ModelPatcher then rounds to the
+    weight's dtype, keeps the backup and unpatches as for any LoRA."""
+    name = "yue2_adapter"
+
+    def __init__(self, items, bias: bool = False):
+        self.items, self.bias, self.loaded_keys, self.weights = items, bias, set(), []
+
+    def calculate_weight(self, weight, key, strength, strength_model, offset, function,
+                         intermediate_dtype=torch.float32, original_weight=None):
+        return merge_into(weight, self.items, bias=self.bias)
+
+
 class YuE2Model:
     """A YuE2 checkpoint for the nodes. `info` (CheckpointInfo), `tokenizer`, `dtype` (AR/NAR compute dtype; the VAE
-    is fp32), `device` (where the stages run)."""
+    is fp32), `device` (where the stages run), `adapters` (LoRA stack: `Applied` entries, oldest first), `vae_file`
+    (a `weights.vae_files.VAEFile` replacing the checkpoint's VAE, or None).
 
-    def __init__(self, info: CheckpointInfo, tokenizer):
+    The model a Checkpoint Loader makes is the *root*: it owns one ModelPatcher per part, read from the file on first
+    use. `derive()` makes a new model for the LoRA and VAE nodes that shares the root's weights: its AR/NAR patchers
+    are ComfyUI clones carrying weight patches for float layers, and its int8 ConvRot layers get their side deltas
+    set when it is loaded (`load`), so the root stays usable unpatched in the same graph."""
+
+    def __init__(self, info: CheckpointInfo, tokenizer, *, root: "YuE2Model | None" = None,
+                 adapters: tuple = (), vae_file=None):
         self.info = info
         self.tokenizer = tokenizer
-        self.device = mm.get_torch_device()
-        self.offload_device = mm.unet_offload_device()
-        self.vae_device = mm.vae_device()
-        self.vae_offload_device = mm.vae_offload_device()
-        self.dtype = compute_dtype(self.device)
+        self.root = root or self
+        self.adapters = tuple(adapters)
+        self.vae_file = vae_file
+        if root is None:
+            self.device = mm.get_torch_device()
+            self.offload_device = mm.unet_offload_device()
+            self.vae_device = mm.vae_device()
+            self.vae_offload_device = mm.vae_offload_device()
+            self.dtype = compute_dtype(self.device)
+            self._vae_patchers: dict = {}  # VAE file key → ModelPatcher (root only; shared by derived models)
+        else:
+            for name in ("device", "offload_device", "vae_device", "vae_offload_device", "dtype"):
+                setattr(self, name, getattr(root, name))
         self._patchers: dict[str, comfy.model_patcher.ModelPatcher] = {}
+        self._sides: dict = {}  # part → {module: SideDelta} (int8 layers), made with the patchers
+        self._side_cache: dict = {}  # (part, device) → the same on that device
+
+    def derive(self, *, adapter=None, vae_file=None) -> "YuE2Model":
+        """A new model sharing this one's weights, with `adapter` (an `Applied`) added on top of this model's stack
+        and/or `vae_file` replacing the VAE."""
+        return YuE2Model(self.info, self.tokenizer, root=self.root,
+                         adapters=self.adapters + ((adapter,) if adapter is not None else ()),
+                         vae_file=vae_file if vae_file is not None else self.vae_file)
 
     @property
     def dims(self):
         return self.info.dims
 
-    def describe(self) -> str:
-        return (f"{self.info.summary()}\n\ncompute: AR/NAR {str(self.dtype).split('.')[-1]} on {self.device}, "
-                f"VAE float32 on {self.vae_device}; weights are read on first use and offloaded by ComfyUI")
+    def weights_record(self) -> dict:
+        """What a song records of this model's own weights (config.json "weights"): every adapter (file, sha256,
+        strengths, layout) and the VAE file, if any."""
+        return {"loras": [lora_record(a) for a in self.adapters],
+                "vae": None if self.vae_file is None else self.vae_file.record()}
 
-    def patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
-        """The part's ModelPatcher; the module is read from the checkpoint on first use."""
+    def describe(self) -> str:
+        text = (f"{self.info.summary()}\n\ncompute: AR/NAR {str(self.dtype).split('.')[-1]} on {self.device}, "
+                f"VAE float32 on {self.vae_device}; weights are read on first use and offloaded by ComfyUI")
+        for a in self.adapters:
+            text += (f"\nLoRA {os.path.basename(a.adapter.path)} ({a.adapter.layout}): AR ×{a.strength_ar:g}, "
+                     f"NAR ×{a.strength_nar:g}")
+        if self.vae_file is not None:
+            text += f"\nVAE decoder from {self.vae_file.describe()}"
+        return text
+
+    def _root_patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
+        """The root's patcher of `part`, read from the checkpoint on first use."""
         if part not in self._patchers:
             if part == "vae":
                 load_dev, offload_dev = self.vae_device, self.vae_offload_device
@@ -113,20 +167,76 @@ class YuE2Model:
                     # converts them in place on first use; do it here, before ComfyUI sizes the model, so its memory
                     # accounting matches what it moves. The arithmetic runs on the GPU (seconds on a CPU).
                     float_linears(module, work_device=load_dev)
-            holder = PART_CLASSES[part](part, module, offload_dev)
-            self._patchers[part] = comfy.model_patcher.ModelPatcher(
-                holder, load_device=load_dev, offload_device=offload_dev, size=mm.module_size(holder))
-            log.info("[YuE2] %s read from %s (%.1f MiB)", NAMES[part], self.info.path,
-                     mm.module_size(holder) / 2 ** 20)
+            self._patchers[part] = self._wrap(part, module, load_dev, offload_dev, self.info.path)
         return self._patchers[part]
+
+    def _wrap(self, part, module, load_dev, offload_dev, source) -> comfy.model_patcher.ModelPatcher:
+        holder = PART_CLASSES[part](part, module, offload_dev)
+        patcher = comfy.model_patcher.ModelPatcher(holder, load_device=load_dev, offload_device=offload_dev,
+                                                   size=mm.module_size(holder))
+        log.info("[YuE2] %s read from %s (%.1f MiB)", NAMES[part], source, mm.module_size(holder) / 2 ** 20)
+        return patcher
+
+    def patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
+        """The part's ModelPatcher: the root's (read on first use), a VAE file's, or a clone with this model's
+        adapters as weight patches."""
+        root = self.root
+        if part == "vae":
+            if self.vae_file is None:
+                return root._root_patcher("vae")
+            key = self.vae_file.key
+            if key not in root._vae_patchers:
+                module = self.vae_file.load(self.vae_offload_device)
+                root._vae_patchers[key] = self._wrap("vae", module, self.vae_device, self.vae_offload_device,
+                                                     self.vae_file.path)
+            return root._vae_patchers[key]
+        base = root._root_patcher(part)
+        if not self.adapters:
+            return base
+        if part not in self._patchers:
+            expert = "ar" if part == "ar" else "nar"
+            engine = base.model.engine_module
+            floats, ints = plan_expert(engine, list(self.adapters), expert)
+            clone = base.clone()
+            prefix = PREFIXES[part]
+            patches = {}
+            for name, items in floats.items():
+                patches[f"{prefix}.{name}.weight"] = YuE2Delta(items)
+                if any(isinstance(p.delta, BiasDiff) or (isinstance(p.delta, Replace) and p.delta.bias is not None)
+                       for _, p in items):
+                    patches[f"{prefix}.{name}.bias"] = YuE2Delta(items, bias=True)
+            if patches:
+                clone.add_patches(patches, 1.0, 1.0)
+            self._sides[part] = side_deltas(engine, ints)
+            self._patchers[part] = clone
+        return self._patchers[part]
+
+    def side_bytes(self, parts) -> int:
+        """Bytes the int8 layers' side deltas of `parts` take on the device (added to the working memory)."""
+        for p in parts:
+            if p != "vae":
+                self.patcher(p)
+        return sum(s.nbytes() for p in parts for s in self._sides.get(p, {}).values())
 
     def load(self, parts: tuple[str, ...], memory_required: int) -> list[nn.Module]:
         """Place `parts` on their compute device with `memory_required` bytes of working memory free, and return
         their engine modules (use them for this call only). Full loads: the engine modules are plain torch modules,
-        not ComfyUI's cast-on-the-fly ops, so a partial (lowvram) load would leave some weights off the device."""
+        not ComfyUI's cast-on-the-fly ops, so a partial (lowvram) load would leave some weights off the device.
+        The int8 layers get this model's adapter side deltas (none for a model without adapters)."""
         patchers = [self.patcher(p) for p in parts]
-        mm.load_models_gpu(patchers, memory_required=int(memory_required), force_full_load=True)
-        return [p.model.engine_module for p in patchers]
+        mm.load_models_gpu(patchers, memory_required=int(memory_required) + self.side_bytes(parts),
+                           force_full_load=True)
+        modules = [p.model.engine_module for p in patchers]
+        for part, module in zip(parts, modules):
+            if part == "vae":
+                continue
+            dev = next(module.buffers(), next(module.parameters())).device
+            key = (part, str(dev))
+            if key not in self._side_cache:
+                self._side_cache = {k: v for k, v in self._side_cache.items() if k[0] != part}
+                self._side_cache[key] = {n: s.to(dev) for n, s in self._sides.get(part, {}).items()}
+            set_side(module, self._side_cache[key])
+        return modules
 
     def check_tokens(self, tokens) -> None:
         """Tokens made by another model cannot be rendered with this one when their ids fall outside this model's

@@ -67,7 +67,8 @@ class YuE2Renderer(io.ComfyNode):
         samples = latents.T.unsqueeze(0).float().contiguous().cpu()  # [T, 64] → [1, 64, T]
         used_seed = tokens.seed if seed < 0 else seed
         return io.NodeOutput({"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
-                              "yue2_render": {"steps": steps, "seed": used_seed, "checkpoint": model.info.to_dict()}})
+                              "yue2_render": {"steps": steps, "seed": used_seed, "checkpoint": model.info.to_dict(),
+                                              "weights": model.weights_record()}})
 
 
 def _render_batch(model, batch: TakeBatch, steps: int, seed: int) -> io.NodeOutput:
@@ -90,7 +91,8 @@ def _render_batch(model, batch: TakeBatch, steps: int, seed: int) -> io.NodeOutp
         del ar, nar
     mm.soft_empty_cache()
     check_cancel()
-    return io.NodeOutput(padded_latent(latents, steps, seeds, {"checkpoint": model.info.to_dict()}))
+    return io.NodeOutput(padded_latent(latents, steps, seeds, {"checkpoint": model.info.to_dict(),
+                                                                  "weights": model.weights_record()}))
 
 
 def _latent_samples(latent, channels: int) -> torch.Tensor:

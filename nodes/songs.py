@@ -122,6 +122,8 @@ def _settings(tokens, latent) -> dict:
                 "vae_decode": "halo_crop", "saved_by": "ComfyUI-YuE2"}
     if isinstance(render.get("checkpoint"), dict):  # the Renderer's model: YuE2 Regenerate/Continue check it
         settings["checkpoint"] = render["checkpoint"]
+    if render and render.get("weights"):
+        settings["weights"] = render["weights"]
     return settings
 
 
@@ -217,6 +219,11 @@ class YuE2LoadSong(io.ComfyNode):
                 types.Song.Output("song_out", display_name="song",
                                   tooltip="The whole saved song (codes, latents, audio.flac, settings) for YuE2 "
                                           "Regenerate and YuE2 Continue."),
+                types.Model.Output("song_model", display_name="model",
+                                   tooltip="The input model's checkpoint with the LoRAs (same files by sha256, same "
+                                           "strengths) and VAE the song was made with, found in ComfyUI's loras "
+                                           "and vae folders; the input model itself for a song that recorded "
+                                           "none. Render or decode with it to reproduce the song."),
             ],
         )
 
@@ -234,9 +241,10 @@ class YuE2LoadSong(io.ComfyNode):
         """Re-run when the folder's files change (e.g. score.abc edited on disk)."""
         try:
             path = song_path(song)
-            return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir()))
+            files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir()))
         except (OSError, ValueError, ArtifactError):
             return song
+        return files + _recorded_weights_state(path)
 
     @classmethod
     def execute(cls, model, song) -> io.NodeOutput:
@@ -256,5 +264,56 @@ class YuE2LoadSong(io.ComfyNode):
             lines.append("score.abc was edited: `score` is the edited text, re-tokenized; the saved `tokens` were "
                          "sampled from the original — connect `score` to a YuE2 Composer for music that follows "
                          "the edit")
-        return io.NodeOutput(saved.score, saved.tokens, latent, saved, ui={"text": ["\n".join(lines)]})
+        with user_errors():
+            song_model = model_with_song_weights(model, saved.config.get("weights"))
+        if song_model is not model:
+            lines.append(f"model output: the checkpoint with the song's {len(song_model.adapters)} LoRA(s)"
+                         + (" and its VAE file" if song_model.vae_file is not None else ""))
+        return io.NodeOutput(saved.score, saved.tokens, latent, saved, song_model,
+                             ui={"text": ["\n".join(lines)]})
+
+
+def _recorded_weights_state(path: Path) -> tuple:
+    """(file, exists, size, mtime) of the adapters and VAE a song's config.json records at their recorded paths, so
+    Load Song re-runs (and says what is missing) when one of them moves or changes."""
+    import json
+    import os
+    try:
+        weights = json.loads((path / "config.json").read_text("utf-8")).get("weights") or {}
+        recs = list(weights.get("loras") or []) + ([weights["vae"]] if weights.get("vae") else [])
+    except (OSError, ValueError, AttributeError, TypeError):
+        return ()
+    state = []
+    for rec in recs:
+        p = rec.get("path") if isinstance(rec, dict) else None
+        if isinstance(p, str):
+            try:
+                st = os.stat(p)
+                state.append((p, True, st.st_size, st.st_mtime_ns))
+            except OSError:
+                state.append((p, False, 0, 0))
+    return tuple(state)
+
+
+def model_with_song_weights(model, weights):
+    """`model`'s checkpoint with the adapters and VAE a song's config.json "weights" entry records, each found by
+    file name and sha256 (its recorded path first, then ComfyUI's loras / vae folders); `model` itself when the song
+    recorded none. Raises AdapterError naming a missing file."""
+    from yue2_core.weights.lora.apply import Applied, check_strength
+    from yue2_core.weights.lora.record import find_recorded
+
+    from .lora import cached_adapter
+    if not isinstance(weights, dict) or not (weights.get("loras") or weights.get("vae")):
+        return model
+    out = model.root
+    for rec in weights.get("loras") or []:
+        path = find_recorded(rec, folder_paths.get_folder_paths("loras"))
+        out = out.derive(adapter=Applied(cached_adapter(path, model.dims),
+                                         check_strength(rec.get("strength_ar", 1.0), "recorded strength_ar"),
+                                         check_strength(rec.get("strength_nar", 1.0), "recorded strength_nar")))
+    if weights.get("vae"):
+        from yue2_core.weights.vae_files import open_vae
+        out = out.derive(vae_file=open_vae(find_recorded(weights["vae"], folder_paths.get_folder_paths("vae"),
+                                                         what="VAE")))
+    return out
 

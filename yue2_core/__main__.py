@@ -81,17 +81,26 @@ def _check_device(device: str) -> None:
         raise YuE2Error(f"--device {device}: only cpu, cuda and mps are supported")
 
 
-def _load_engine(args, checkpoint=None, how=None):
-    """Find/load the checkpoint and say which file it is and whether its weights are synthetic (stderr)."""
+def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None):
+    """Find/load the checkpoint (with `loras` / `vae`, default: --lora / --vae) and say which file it is, what
+    adapters were applied and whether its weights are synthetic (stderr)."""
     import torch
     from .weights.locate import find_checkpoint
     from .pipeline import YuE2Engine
     if checkpoint is None:
         checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
     print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
+    loras = args.lora if loras is None else loras
+    vae = args.vae if vae is None else vae
     engine = YuE2Engine.load(checkpoint, device=args.device,
-                             dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype])
+                             dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype], loras=loras, vae=vae)
     print(engine.info.summary(), file=sys.stderr)
+    for rec in engine.weights["loras"]:
+        print(f"LoRA: {rec['path']} ({rec['layout']}) AR ×{rec['strength_ar']:g}, NAR ×{rec['strength_nar']:g}",
+              file=sys.stderr)
+    if engine.weights["vae"]:
+        print(f"VAE: {engine.weights['vae'].get('path')} ({engine.weights['vae'].get('variant', '?')})",
+              file=sys.stderr)
     synthetic = "yue2_synthetic" in engine.info.metadata
     if synthetic:
         print("NOTE: these are SYNTHETIC random weights — the audio is noise-like, not music.", file=sys.stderr)
@@ -198,6 +207,29 @@ def _render_seconds(given: float | None, parent_sampling: dict) -> float | None:
     return cap / FRAMES_PER_SECOND if type(cap) is int and cap >= 1 else None
 
 
+def _song_weights(args) -> tuple[list, str | None]:
+    """The adapters and VAE a re-render uses: --lora / --vae when given, else those the song's config.json records
+    (found by name and sha256: their recorded path, then the ComfyUI loras / vae folders). AdapterError names a
+    recorded file that is missing."""
+    from .weights.locate import comfy_checkpoint_dirs
+    from .weights.lora.record import find_recorded
+    try:
+        weights = json.loads((Path(args.song) / "config.json").read_text("utf-8")).get("weights") or {}
+    except (OSError, ValueError, AttributeError):
+        weights = {}
+    if not isinstance(weights, dict):
+        weights = {}
+    models = [d.parent for d in comfy_checkpoint_dirs()]
+    loras = args.lora
+    if not loras and weights.get("loras"):
+        loras = [(find_recorded(rec, [m / "loras" for m in models]), float(rec.get("strength_ar", 1.0)),
+                  float(rec.get("strength_nar", 1.0))) for rec in weights["loras"]]
+    vae = args.vae
+    if vae is None and weights.get("vae"):
+        vae = find_recorded(weights["vae"], [m / "vae" for m in models], what="VAE")
+    return loras, vae
+
+
 def cmd_render(args) -> int:
     import time
     from .artifacts import load_song, save_song
@@ -213,7 +245,9 @@ def cmd_render(args) -> int:
     if not (args.checkpoint or os.environ.get("YUE2_CHECKPOINT") or recorded):
         print(f"warning: the checkpoint recorded in {args.song}/config.json is missing or gone; looking for a "
               "YuE2 checkpoint elsewhere (it must be the same model)", file=sys.stderr)
-    engine, synthetic = _load_engine(args, recorded, "recorded in the song's config.json" if recorded else None)
+    loras, vae = _song_weights(args)
+    engine, synthetic = _load_engine(args, recorded, "recorded in the song's config.json" if recorded else None,
+                                     loras=loras, vae=vae)
     saved = load_song(args.song, engine.tokenizer)
     from .edit import check_checkpoint
     for warning in check_checkpoint(saved.config.get("checkpoint"), engine.info):  # another model: refused
@@ -248,7 +282,8 @@ def cmd_render(args) -> int:
     timing["decode_seconds"] = time.perf_counter() - t
     progress.close()
     song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio, timing=timing,
-                settings={**saved.config, "rendered_from": str(saved.path), "checkpoint": engine.info.to_dict()})
+                settings={**saved.config, "rendered_from": str(saved.path), "checkpoint": engine.info.to_dict(),
+                          "weights": engine.weights})
     folder = save_song(song, args.output, lineage={"parent": str(saved.path), "score_edited": saved.score_edited})
     print(json.dumps({"output": str(Path(folder).resolve()), "seed": request.seed,
                       "semantic_tokens": len(tokens.codes),
@@ -259,8 +294,19 @@ def cmd_render(args) -> int:
 
 
 def cmd_inspect(args) -> int:
+    from .errors import CheckpointError
     from .weights.checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
-    info = inspect_checkpoint(args.checkpoint)
+    if not os.path.exists(args.checkpoint):
+        from .weights.locate import WHERE_TO_GET
+        raise CheckpointError(f"{args.checkpoint} not found. {WHERE_TO_GET}")
+    try:
+        info = inspect_checkpoint(args.checkpoint)
+    except CheckpointError as exc:
+        other = _inspect_other(args.checkpoint)  # a LoRA or a VAE file?
+        if other is None:
+            raise exc from None
+        print(json.dumps(other, indent=2, ensure_ascii=False, default=str))
+        return 0
     tok = load_tokenizer(info)
     report = info.to_dict()
     report["dtype_histogram"] = dtype_histogram(info)
@@ -268,6 +314,28 @@ def cmd_inspect(args) -> int:
     report["summary"] = info.summary()
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return 0
+
+
+def _inspect_other(path: str) -> dict | None:
+    """`inspect` of a file that is not a checkpoint: a LoRA/LoKr adapter (layout, ranks, modules, scale rule, on the
+    release geometry) or a VAE decoder (layout, variant); None when it is neither."""
+    from .errors import YuE2Error as _Err
+    try:
+        from .weights.vae_files import open_vae
+        vae = open_vae(path)
+        return {"kind": "VAE decoder", "summary": vae.describe(), **vae.record()}
+    except (_Err, ImportError):
+        pass
+    try:
+        from .weights.lora.layouts import RELEASE_DIMS, describe_adapter, read_adapter
+        adapter = read_adapter(path, RELEASE_DIMS)
+    except _Err as exc:
+        print(f"not a LoRA adapter either: {exc}", file=sys.stderr)
+        return None
+    return {"kind": "LoRA adapter", "layout": adapter.layout, "ranks": adapter.ranks(),
+            "scale_rule": adapter.scale_rule, "scales": adapter.scales,
+            "modules": {e: len(adapter.modules(e)) for e in ("ar", "nar")}, "replacements": adapter.replacements(),
+            "unmatched": adapter.unmatched, "report": describe_adapter(adapter)}
 
 
 def cmd_make_synthetic(args) -> int:
@@ -285,6 +353,30 @@ def cmd_make_synthetic(args) -> int:
     return 0
 
 
+def parse_lora(value: str) -> tuple[str, float, float]:
+    """--lora PATH[:AR[:NAR]] → (path, strength_ar, strength_nar). Strengths are read from the right, so a path with
+    colons (C:\\x.safetensors) works; one number sets both. Raises argparse.ArgumentTypeError for a strength outside
+    ±5 or a missing file."""
+    from .errors import AdapterError
+    from .weights.lora.apply import check_strength
+    parts, nums = value.split(":"), []
+    while len(parts) > 1 and len(nums) < 2:
+        try:
+            nums.insert(0, float(parts[-1]))
+        except ValueError:
+            break
+        parts.pop()
+    path = ":".join(parts)
+    try:
+        ar = check_strength(nums[0], "--lora AR strength") if nums else 1.0
+        nar = check_strength(nums[1], "--lora NAR strength") if len(nums) > 1 else ar
+    except AdapterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not os.path.exists(path):
+        raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found (form: PATH[:AR[:NAR]])")
+    return path, ar, nar
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m yue2_core", description="YuE2-3B songs from a style and lyrics.",
                                 allow_abbrev=False)
@@ -300,6 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--steps", type=int, default=32, help="midpoint ODE steps of the renderer (default 32)")
         sp.add_argument("--offline", action="store_true", help="never download")
         sp.add_argument("--output", required=True, help="new song directory (must not exist or be empty)")
+        sp.add_argument("--lora", action="append", default=[], metavar="PATH[:AR[:NAR]]", type=parse_lora,
+                        help="apply a LoRA/LoKr adapter (any published YuE2 layout; repeat to stack); one number sets "
+                             "both strengths, two set AR then NAR (default 1). render: replaces the song's own")
+        sp.add_argument("--vae", metavar="PATH", help="a VAE decoder file or vendor VAE folder to use instead of the "
+                                                      "checkpoint's (render: replaces the song's own)")
 
     g = sub.add_parser("generate", help="style + lyrics → song directory (score, tokens, latents, audio.flac)")
     style = g.add_mutually_exclusive_group()  # both given: argparse refuses, rather than one silently winning
@@ -326,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(r)
     r.set_defaults(func=cmd_render)
 
-    i = sub.add_parser("inspect", help="identify a checkpoint and print its format, dtypes and dimensions")
+    i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter or a VAE file and describe it")
     i.add_argument("checkpoint")
     i.set_defaults(func=cmd_inspect)
 

@@ -268,24 +268,47 @@ class YuE2Engine:
 
     `YuE2Engine.load(path, device="auto", dtype=torch.bfloat16)`; device "auto" = CUDA when available, else CPU."""
 
-    def __init__(self, info, tokenizer, ar=None, nar=None, vae=None):
+    def __init__(self, info, tokenizer, ar=None, nar=None, vae=None, weights=None):
         self.info, self.tokenizer, self.ar, self.nar, self.vae = info, tokenizer, ar, nar, vae
+        self.weights = weights or {"loras": [], "vae": None}  # what config.json records of the user's own weights
 
     @classmethod
-    def load(cls, path, device="auto", dtype=torch.bfloat16, parts=("ar", "nar", "vae")) -> "YuE2Engine":
+    def load(cls, path, device="auto", dtype=torch.bfloat16, parts=("ar", "nar", "vae"), loras=(),
+             vae=None) -> "YuE2Engine":
         """Read the parts of the checkpoint at `path` onto `device` ("auto": CUDA when available) in `dtype` (the AR
         and NAR; the VAE is always float32). bf16 on a GPU without native bf16 becomes float32 (`compute_dtype`).
-        Raises CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint."""
+        `loras`: (adapter path, strength_ar, strength_nar) tuples, applied in order (`weights.lora.apply`: float
+        layers merged, int8 layers with an exact side delta); `vae`: a VAE file or folder replacing the checkpoint's
+        decoder (`weights.vae_files`). Raises CheckpointError / TokenizerError for files that are not a valid YuE2
+        checkpoint, AdapterError for adapters that do not apply."""
         from .weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
+        from .weights.lora.apply import Applied, apply_stack, check_strength
+        from .weights.lora.record import lora_record
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = compute_dtype(torch.device(device), dtype)
         info = inspect_checkpoint(path)
+        stack = []
+        if loras:  # bad adapters fail here, before the weights load
+            from .weights.lora.layouts import read_adapter
+            stack = [Applied(read_adapter(p, info.dims), check_strength(a, "AR strength"),
+                             check_strength(n, "NAR strength")) for p, a, n in loras]
+        vae_file = None
+        if vae is not None and "vae" in parts:
+            from .weights.vae_files import open_vae
+            vae_file = open_vae(vae)
         tok = load_tokenizer(info)
         ar = load_ar(info, device, dtype) if "ar" in parts else None
         nar = load_nar(info, device, dtype) if "nar" in parts else None
-        vae = load_vae(info, device) if "vae" in parts else None
-        return cls(info, tok, ar, nar, vae)
+        if stack:
+            if ar is not None:
+                apply_stack(ar, stack, "ar")
+            if nar is not None:
+                apply_stack(nar, stack, "nar")
+        vae_mod = (vae_file.load(device) if vae_file is not None else load_vae(info, device)) if "vae" in parts \
+            else None
+        weights = {"loras": [lora_record(a) for a in stack], "vae": None if vae_file is None else vae_file.record()}
+        return cls(info, tok, ar, nar, vae_mod, weights)
 
     def generate(self, request: SongRequest, budgets: Budgets | None = None, steps: int = ODE_STEPS,
                  progress: Progress | None = None) -> Song:
@@ -313,7 +336,7 @@ class YuE2Engine:
                     "abc_sampling": budgets.abc_sampling().to_dict(), "semantic_sampling": sem.to_dict(),
                     "ode_steps": steps, "ode_method": "midpoint", "model_dtype": str(self.ar.dtype).split(".")[-1],
                     "vae_dtype": "float32", "vae_decode": "halo_crop", "device": str(self.ar.device),
-                    "checkpoint": self.info.to_dict()}
+                    "checkpoint": self.info.to_dict(), "weights": self.weights}
         return Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,
                     settings=settings, warnings=request.input_warnings())
 

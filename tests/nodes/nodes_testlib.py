@@ -13,7 +13,7 @@ from comfy_client import ComfyError, ui_to_api
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "example_workflows"
-PACK_NODES = ["YuE2CheckpointLoader", "YuE2Composer", "YuE2ABCEditor", "YuE2Renderer", "YuE2VAEDecode",
+PACK_NODES = ["YuE2CheckpointLoader", "YuE2LoRA", "YuE2VAELoader", "YuE2Composer", "YuE2ABCEditor", "YuE2Renderer", "YuE2VAEDecode",
               "YuE2SaveSong", "YuE2LoadSong", "YuE2PickTake", "YuE2Regenerate", "YuE2Continue"]
 TINY = "yue2_test_tiny_bf16.safetensors"
 TINY_INT8 = "yue2_test_tiny_int8.safetensors"

@@ -7,7 +7,8 @@ import pytest
 from comfy_client import PACK_NAME
 from nodes_testlib import PACK_NODES, TINY, rejected
 
-DISPLAY = {"YuE2CheckpointLoader": "YuE2 Checkpoint Loader", "YuE2Composer": "YuE2 Composer",
+DISPLAY = {"YuE2CheckpointLoader": "YuE2 Checkpoint Loader", "YuE2LoRA": "YuE2 LoRA",
+           "YuE2VAELoader": "YuE2 VAE Loader", "YuE2Composer": "YuE2 Composer",
            "YuE2ABCEditor": "YuE2 ABC Editor", "YuE2Renderer": "YuE2 Renderer", "YuE2VAEDecode": "YuE2 VAE Decode",
            "YuE2SaveSong": "YuE2 Save Song", "YuE2LoadSong": "YuE2 Load Song", "YuE2PickTake": "YuE2 Pick Take",
            "YuE2Regenerate": "YuE2 Regenerate", "YuE2Continue": "YuE2 Continue"}
@@ -17,6 +18,9 @@ EDIT_OUTPUTS = [("AUDIO", "audio"), ("YUE2_TOKENS", "tokens"), ("LATENT", "laten
 # (required inputs with types, optional inputs with types, outputs) — the socket contract between the nodes.
 SOCKETS = {
     "YuE2CheckpointLoader": ({"ckpt_name": "COMBO"}, {}, [("YUE2_MODEL", "model"), ("STRING", "info")]),
+    "YuE2LoRA": ({"model": "YUE2_MODEL", "lora_name": "COMBO", "strength_ar": "FLOAT", "strength_nar": "FLOAT"}, {},
+                 [("YUE2_MODEL", "model"), ("STRING", "report")]),
+    "YuE2VAELoader": ({"model": "YUE2_MODEL", "vae_name": "COMBO"}, {}, [("YUE2_MODEL", "model"), ("STRING", "info")]),
     "YuE2Composer": ({"model": "YUE2_MODEL", "style": "STRING", "lyrics": "STRING", "cot": "COMBO", "seed": "INT",
                       "max_seconds": "FLOAT"},
                      {"score": "YUE2_SCORE", "abc_text": "STRING", "sample_music": "BOOLEAN", "max_abc_tokens": "INT",
@@ -33,7 +37,8 @@ SOCKETS = {
     "YuE2SaveSong": ({"tokens": "YUE2_TOKENS", "name": "STRING"},
                      {"latent": "LATENT", "audio": "AUDIO", "audioUI": "AUDIO_UI"}, [("STRING", "song_dir")]),
     "YuE2LoadSong": ({"model": "YUE2_MODEL", "song": "COMBO"}, {},
-                     [("YUE2_SCORE", "score"), ("YUE2_TOKENS", "tokens"), ("LATENT", "latent"), ("YUE2_SONG", "song")]),
+                     [("YUE2_SCORE", "score"), ("YUE2_TOKENS", "tokens"), ("LATENT", "latent"), ("YUE2_SONG", "song"),
+                      ("YUE2_MODEL", "model")]),
     "YuE2PickTake": ({"tokens": "YUE2_TOKENS", "index": "INT"}, {"latent": "LATENT", "audio": "AUDIO"},
                      [("YUE2_TOKENS", "tokens"), ("LATENT", "latent"), ("AUDIO", "audio"), ("YUE2_SCORE", "score"),
                       ("STRING", "report")]),
@@ -96,6 +101,9 @@ def test_widget_defaults_ranges_and_units(node_info):
     assert "25 frames per second" in node_info["YuE2VAEDecode"]["input"]["required"]["latent"][1]["tooltip"]
     assert TINY in node_info["YuE2CheckpointLoader"]["input"]["required"]["ckpt_name"][1]["options"]
     assert node_info["YuE2SaveSong"]["output_node"] is True
+    lora = node_info["YuE2LoRA"]["input"]["required"]
+    for key in ("strength_ar", "strength_nar"):
+        assert (lora[key][1]["default"], lora[key][1]["min"], lora[key][1]["max"]) == (1.0, -5.0, 5.0)
 
 
 def test_a_prompt_linking_wrong_types_is_rejected(comfy, node_info):

@@ -1,0 +1,143 @@
+"""YuE2 LoRA against the real ComfyUI server: strength 0 gives the base tokens, strength 1 changes them, the unpatched
+model in the same graph still gives the base tokens, a strength change re-runs without reading the checkpoint or the
+adapter again, int8 layers take the delta beside their codes, a song records its adapter and Load Song re-applies it,
+and a LoRA of another model is refused by name."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from nodes_testlib import TINY, TINY_INT8, codes, run, run_error, saved_dirs
+
+LORA = "yue2_test_aitk_lora.safetensors"
+SDXL = "yue2_test_sdxl_lora.safetensors"
+
+
+@pytest.fixture(scope="module")
+def loras(comfy_server, checkpoints):
+    """An ai-toolkit-layout LoRA for the tiny geometry (both experts, rank 4, deltas of the weights' own size, so
+    the random model's tokens move) and an SDXL-style file, in the server's models/loras."""
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    d = inspect_checkpoint(str(checkpoints[TINY])).dims
+    folder = comfy_server.models_dir.parent / "loras"
+    folder.mkdir(exist_ok=True)
+    g = torch.Generator().manual_seed(3)
+    q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    shapes = {"self_attn.qkv_proj": (q + 2 * kv, d.hidden), "self_attn.o_proj": (d.hidden, q),
+              "mlp.gate_up_proj": (2 * d.ffn, d.hidden), "mlp.down_proj": (d.hidden, d.ffn)}
+    t = {}
+    for prefix in ("text_encoders.model.layers", "diffusion_model.model.layers"):
+        for i in range(d.layers):
+            for leaf, (out, inp) in shapes.items():
+                t[f"{prefix}.{i}.{leaf}.lora_A.weight"] = (torch.randn(4, inp, generator=g) * 0.1).half()
+                t[f"{prefix}.{i}.{leaf}.lora_B.weight"] = (torch.randn(out, 4, generator=g) * 0.1).half()
+    save_file(t, str(folder / LORA))
+    save_file({"lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight": torch.zeros(4, 320),
+               "lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight": torch.zeros(320, 4),
+               "lora_te_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": torch.zeros(4, 768)},
+              str(folder / SDXL))
+    return folder
+
+
+def _compose(ckpt, seed, lora=None, name="lora", render=False):
+    """Loader (→ LoRA) → Composer → Save Song (tokens only, or rendered + decoded)."""
+    p = {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": ckpt}}}
+    model = ["1", 0]
+    if lora is not None:
+        p["9"] = {"class_type": "YuE2LoRA", "inputs": {"model": model, "lora_name": lora[0], "strength_ar": lora[1],
+                                                     "strength_nar": lora[2]}}
+        model = ["9", 0]
+    p["2"] = {"class_type": "YuE2Composer", "inputs": {"model": model, "style": "synth pop", "lyrics": "[verse]\nla",
+                                                     "cot": "full", "seed": seed, "max_seconds": 1.0,
+                                                     "max_abc_tokens": 8}}
+    p["5"] = {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "name": name}}
+    if render:
+        p["3"] = {"class_type": "YuE2Renderer", "inputs": {"model": model, "tokens": ["2", 1], "steps": 4,
+                                                         "seed": -1}}
+        p["4"] = {"class_type": "YuE2VAEDecode", "inputs": {"model": model, "latent": ["3", 0]}}
+        p["5"]["inputs"].update(latent=["3", 0], audio=["4", 0])
+    return p
+
+
+def _song(comfy, comfy_server, prompt):
+    entry = run(comfy, prompt)
+    (song,) = saved_dirs(entry, comfy_server.output_dir)
+    return song, entry
+
+
+@pytest.mark.parametrize("ckpt", [TINY, TINY_INT8])
+def test_strength_zero_is_base_and_one_changes_tokens(comfy, comfy_server, checkpoints, loras, ckpt):
+    base, _ = _song(comfy, comfy_server, _compose(ckpt, 11, name="base"))
+    zero, _ = _song(comfy, comfy_server, _compose(ckpt, 11, (LORA, 0.0, 0.0), name="zero"))
+    one, entry = _song(comfy, comfy_server, _compose(ckpt, 11, (LORA, 1.0, 1.0), name="one"))
+    assert codes(zero) == codes(base)
+    assert codes(one) != codes(base), "a strength-1 LoRA must change the music tokens"
+    report = "\n".join(entry["outputs"]["9"]["text"]) if "text" in entry["outputs"].get("9", {}) else \
+        json.dumps(entry["outputs"].get("9"))
+    assert "ai-toolkit" in report.lower() or "aitk" in report.lower(), report
+    weights = json.loads((one / "config.json").read_text()).get("weights") if (one / "config.json").exists() else None
+    assert weights is None or weights["loras"][0]["file"] == LORA
+
+
+def test_unpatched_model_in_the_same_graph_gives_base_tokens(comfy, comfy_server, checkpoints, loras):
+    base, _ = _song(comfy, comfy_server, _compose(TINY, 21, name="alone"))
+    p = _compose(TINY, 21, (LORA, 1.0, 1.0), name="patched")
+    # the same graph also composes with the loader's model directly, after the patched branch
+    p["12"] = {"class_type": "YuE2Composer", "inputs": {"model": ["1", 0], "style": "synth pop",
+                                                      "lyrics": "[verse]\nla", "cot": "full", "seed": 21,
+                                                      "max_seconds": 1.0, "max_abc_tokens": 8}}
+    p["15"] = {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["12", 1], "name": "unpatched"}}
+    entry = run(comfy, p)
+    dirs = {d.name.rsplit("_", 1)[0]: d for d in saved_dirs(entry, comfy_server.output_dir)}
+    assert codes(dirs["unpatched"]) == codes(base)
+    assert codes(dirs["patched"]) != codes(base)
+
+
+def test_strength_change_reads_neither_checkpoint_nor_lora_again(comfy, comfy_server, checkpoints, loras):
+    _song(comfy, comfy_server, _compose(TINY, 31, (LORA, 1.0, 1.0), name="s1"))
+    since = len(comfy_server.log_text())
+    second, _ = _song(comfy, comfy_server, _compose(TINY, 31, (LORA, 0.5, 0.5), name="s05"))
+    log = comfy_server.log_text()[since:]
+    assert "AR expert read from" not in log, log[-2000:]
+    assert "LoRA read from" not in log, log[-2000:]
+    first_run = _song(comfy, comfy_server, _compose(TINY, 31, (LORA, 1.0, 1.0), name="s1b"))[0]
+    assert codes(second) != codes(first_run)
+
+
+def test_song_records_its_lora_and_load_song_reapplies_it(comfy, comfy_server, checkpoints, loras):
+    song, _ = _song(comfy, comfy_server, _compose(TINY, 41, (LORA, 0.8, 0.6), name="rec", render=True))
+    weights = json.loads((song / "config.json").read_text())["weights"]
+    (rec,) = weights["loras"]
+    assert rec["file"] == LORA and rec["strength_ar"] == 0.8 and rec["strength_nar"] == 0.6 and len(rec["sha256"]) == 64
+    # Load Song's model output re-renders the saved tokens with the recorded adapter: the same latents
+    rel = song.relative_to(comfy_server.output_dir / "yue2").as_posix()
+    p = {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+         "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": rel}},
+         "3": {"class_type": "YuE2Renderer", "inputs": {"model": ["2", 4], "tokens": ["2", 1], "steps": 4,
+                                                      "seed": -1}},
+         "4": {"class_type": "YuE2Renderer", "inputs": {"model": ["1", 0], "tokens": ["2", 1], "steps": 4,
+                                                      "seed": -1}},
+         "5": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "name": "again", "latent": ["3", 0]}},
+         "6": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "name": "plain", "latent": ["4", 0]}}}
+    entry = run(comfy, p)
+    dirs = {d.name.rsplit("_", 1)[0]: d for d in saved_dirs(entry, comfy_server.output_dir)}
+    saved = np.load(song / "latent.npy")
+    assert np.array_equal(np.load(dirs["again"] / "latent.npy"), saved)
+    assert not np.array_equal(np.load(dirs["plain"] / "latent.npy"), saved)
+    # the adapter gone: Load Song says which file is missing
+    (loras / LORA).rename(loras / (LORA + ".moved"))
+    try:
+        node, _, message = run_error(comfy, {k: v for k, v in p.items() if k in ("1", "2", "3", "5")})
+        assert node == "YuE2LoadSong" and LORA in message and "missing" in message, message
+    finally:
+        (loras / (LORA + ".moved")).rename(loras / LORA)
+
+
+def test_lora_of_another_model_is_refused_by_name(comfy, comfy_server, checkpoints, loras):
+    node, _, message = run_error(comfy, _compose(TINY, 51, (SDXL, 1.0, 1.0), name="sdxl"))
+    assert node == "YuE2LoRA"
+    assert "not a YuE2" in message, message
