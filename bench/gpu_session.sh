@@ -13,6 +13,8 @@
 #                                      # decode-step profile with it (on an H200 the table lost in the graph)
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
+#   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
+#                                      # bench/lora.py (decode and NAR with a rank-64 LoRA on both experts vs without)
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
@@ -30,7 +32,7 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|nar|nodes|takes ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|lora|nar|nodes|takes ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -52,6 +54,9 @@ for part in "$@"; do
         | tee "$OUT/bench_next.log"
       "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors "${table[@]}" 2>&1 \
         | tee "$OUT/profile_decode_int8_next.log" ;;
+    lora)
+      "$PY" -m pytest tests/weights/test_lora_gpu.py -s -q -p no:cacheprovider 2>&1 | tee "$OUT/lora_gpu_tests.log"
+      "$PY" bench/lora.py --json "$OUT/lora.json" 2>&1 | tee "$OUT/lora_bench.log" ;;
     nar)
       "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
     nodes)
