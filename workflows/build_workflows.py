@@ -77,6 +77,13 @@ NOTES = {
              "the takes report lists each take's seed, whether it ended on its own end token, its length and its "
              "score-to-audio ratio. Set Pick Take's index (0 … 3) to the take you like and run again: only Pick Take "
              "and Save Song run, the rest comes from ComfyUI's cache.",
+    "vae": "Custom VAE decoder\n\nYuE2 VAE Loader swaps the checkpoint's VAE decoder for another YuE2 VAE: "
+           "m-a-p/YuE2-Vae (standard), m-a-p/YuE2-Vae-legacy or Mothersuperior/YuE2-Vae-merge-0.666. Put the "
+           "release's folder (config.json + model.safetensors, about 530 MB) in ComfyUI/models/vae, press R and pick "
+           "it as \"name/\"; a .safetensors with decoder.* (or vae.decoder.*) tensors works as well, decoder-only "
+           "included. Only the decoding changes: the same music tokens and latents give a different timbre. The "
+           "info output says which release the folder's config.json names. The Checkpoint Loader's own model still "
+           "decodes with the checkpoint's VAE if you wire it to another VAE Decode.",
     "int8": "Low VRAM (int8)\n\nThe int8 ConvRot checkpoint (3.7 GB) halves the weights. The AR, NAR and VAE are "
             "three ComfyUI models loaded one at a time: each stage offloads the others when memory is short. A "
             "shorter max_seconds also shrinks the AR's KV cache (≈ 0.11 MB per token per branch). For very small "
@@ -303,6 +310,23 @@ def four_candidates(info: dict) -> dict:
     return g.build("four_candidates")
 
 
+def custom_vae_decoder(info: dict) -> dict:
+    g = Graph(info)
+    g.note(f"{NOTES['vae']}\n\n{WHERE}", (0, 330), (400, 480))
+    loader = _loader(g, INT8)
+    vae = g.node("YuE2VAELoader", (0, 160), (380, 110), vae_name="YuE2-Vae-legacy/")
+    vae_info = g.node("PreviewAny", (0, 860), (400, 200), title="VAE info")
+    composer = g.node("YuE2Composer", (450, 0), (440, 820), style=STYLE, lyrics=LYRICS, cot="full", seed=831001,
+                      seed_control="randomize", max_seconds=120.0)
+    report = g.node("PreviewAny", (450, 870), (440, 220), title="Composer report")
+    g.link(loader, "model", vae, "model")
+    g.link(vae, "info", vae_info, "source")
+    g.link(vae, "model", composer, "model")
+    g.link(composer, "report", report, "source")
+    _render_chain(g, vae, composer, 950, "yue2_custom_vae")
+    return g.build("custom_vae_decoder")
+
+
 def build_all(object_info: dict) -> dict[str, dict]:
     """{file stem: workflow} for every shipped workflow."""
     return {
@@ -315,6 +339,7 @@ def build_all(object_info: dict) -> dict[str, dict]:
         "yue2_regenerate_from_bar": regenerate_from_bar(object_info),
         "yue2_continue": continue_song(object_info),
         "yue2_four_candidates": four_candidates(object_info),
+        "yue2_custom_vae_decoder": custom_vae_decoder(object_info),
     }
 
 
