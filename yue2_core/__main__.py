@@ -302,9 +302,10 @@ def cmd_inspect(args) -> int:
     try:
         info = inspect_checkpoint(args.checkpoint)
     except CheckpointError as exc:
-        other = _inspect_other(args.checkpoint)  # a LoRA or a VAE file?
+        other, reasons = _inspect_other(args.checkpoint)  # a LoRA or a VAE file?
         if other is None:
-            raise exc from None
+            raise CheckpointError(f"{exc} — and it is not a VAE decoder ({reasons['vae']}) nor a LoRA adapter "
+                                  f"({reasons['lora']})") from None
         print(json.dumps(other, indent=2, ensure_ascii=False, default=str))
         return 0
     tok = load_tokenizer(info)
@@ -316,26 +317,28 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _inspect_other(path: str) -> dict | None:
-    """`inspect` of a file that is not a checkpoint: a LoRA/LoKr adapter (layout, ranks, modules, scale rule, on the
-    release geometry) or a VAE decoder (layout, variant); None when it is neither."""
+def _inspect_other(path: str) -> tuple[dict | None, dict]:
+    """`inspect` of a file that is not a checkpoint: a VAE decoder (layout, variant) or a LoRA/LoKr adapter (layout,
+    ranks, modules, scale rule, checked against the release geometry). Returns (description or None, {"vae": why
+    not, "lora": why not})."""
     from .errors import YuE2Error as _Err
+    reasons = {}
     try:
         from .weights.vae_files import open_vae
         vae = open_vae(path)
-        return {"kind": "VAE decoder", "summary": vae.describe(), **vae.record()}
-    except (_Err, ImportError):
-        pass
+        return {"kind": "VAE decoder", "summary": vae.describe(), **vae.record()}, reasons
+    except _Err as exc:
+        reasons["vae"] = str(exc)
     try:
         from .weights.lora.layouts import RELEASE_DIMS, describe_adapter, read_adapter
         adapter = read_adapter(path, RELEASE_DIMS)
     except _Err as exc:
-        print(f"not a LoRA adapter either: {exc}", file=sys.stderr)
-        return None
+        reasons["lora"] = str(exc)
+        return None, reasons
     return {"kind": "LoRA adapter", "layout": adapter.layout, "ranks": adapter.ranks(),
             "scale_rule": adapter.scale_rule, "scales": adapter.scales,
             "modules": {e: len(adapter.modules(e)) for e in ("ar", "nar")}, "replacements": adapter.replacements(),
-            "unmatched": adapter.unmatched, "report": describe_adapter(adapter)}
+            "unmatched": adapter.unmatched, "report": describe_adapter(adapter)}, reasons
 
 
 def cmd_make_synthetic(args) -> int:
