@@ -1,13 +1,16 @@
-"""YuE2 Checkpoint Loader: a YuE2 all-in-one safetensors file from ComfyUI's `checkpoints` folders → YUE2_MODEL."""
+"""YuE2 Checkpoint Loader: a YuE2 all-in-one safetensors file, or a vendor model folder (m-a-p/YuE2-3B layout), from
+ComfyUI's `checkpoints` folders or the Hugging Face cache → YUE2_MODEL."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import folder_paths
 from comfy_api.latest import io, ui
 
 from yue2_core.weights.checkpoint import inspect_checkpoint, load_tokenizer
-from yue2_core.weights.locate import HF_FILE, HF_REPO
+from yue2_core.weights.locate import HF_FILE, HF_REPO, hf_vendor_snapshot, vendor_folders
+from yue2_core.weights.vendor import MODEL_REPO, MODEL_TYPE, VAE_MODEL_TYPE, folder_model_type
 
 from . import types
 from .model import YuE2Model
@@ -15,6 +18,39 @@ from .progress import user_errors
 
 DEFAULT_FILE = os.path.basename(HF_FILE)  # yue2_3b_int8_convrot.safetensors
 DOWNLOAD_URL = f"https://huggingface.co/{HF_REPO}/resolve/main/{HF_FILE}"
+HF_ENTRY = f"[HF cache] {MODEL_REPO}"  # the vendor runtime's download, used where it lies (never downloaded here)
+
+
+def checkpoint_options() -> list[str]:
+    """The dropdown: checkpoint files, vendor model folders directly in a checkpoints folder as "<name>/", and
+    `HF_ENTRY` when the Hugging Face cache holds m-a-p/YuE2-3B. Files inside vendor model and VAE folders are not
+    listed on their own (they are not all-in-one checkpoints)."""
+    folders, hidden = {}, set()
+    for base in folder_paths.get_folder_paths("checkpoints"):
+        for d in vendor_folders(Path(base)):
+            folders.setdefault(d.name + "/", d)
+        try:
+            hidden |= {d.name + "/" for d in Path(base).iterdir()
+                       if d.is_dir() and folder_model_type(d) in (MODEL_TYPE, VAE_MODEL_TYPE)}
+        except OSError:
+            pass
+    files = [n for n in folder_paths.get_filename_list("checkpoints")
+             if not any(n.replace(os.sep, "/").startswith(f) for f in hidden)]
+    return files + sorted(folders) + ([HF_ENTRY] if hf_vendor_snapshot() is not None else [])
+
+
+def resolve_checkpoint(name: str) -> str | None:
+    """Path of dropdown entry `name` (a file, a vendor folder, the HF snapshot); None when it is not there."""
+    if name == HF_ENTRY:
+        snap = hf_vendor_snapshot()
+        return str(snap) if snap is not None else None
+    if name.endswith("/"):
+        for base in folder_paths.get_folder_paths("checkpoints"):
+            found = [d for d in vendor_folders(Path(base)) if d.name + "/" == name]
+            if found:
+                return str(found[0])
+        return None
+    return folder_paths.get_full_path("checkpoints", name)
 
 
 def missing_checkpoint_message(ckpt_name: str, available: list[str]) -> str:
@@ -24,27 +60,31 @@ def missing_checkpoint_message(ckpt_name: str, available: list[str]) -> str:
             else "That folder has no checkpoint files at all.")
     return (f"YuE2 checkpoint '{ckpt_name}' is not in ComfyUI's checkpoints folder. Download {DEFAULT_FILE} "
             f"(3.7 GB, int8) from {DOWNLOAD_URL} — or yue2_3b_bf16.safetensors (7.8 GB) from the same "
-            f"{HF_REPO} repository — put it in {where} and refresh (press R). {have} "
+            f"{HF_REPO} repository — put it in {where} and refresh (press R); the vendor's {MODEL_REPO} folder (with "
+            f"m-a-p/YuE2-Vae beside it) works too. {have} "
             f"Checkpoint folders searched: {', '.join(folders) or where}.")
 
 
 class YuE2CheckpointLoader(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
-        names = folder_paths.get_filename_list("checkpoints")
+        names = checkpoint_options()
         default = DEFAULT_FILE if DEFAULT_FILE in names else next((n for n in names if "yue2" in n.lower()), None)
         return io.Schema(
             node_id="YuE2CheckpointLoader",
             display_name="YuE2 Checkpoint Loader",
             category=types.CATEGORY,
             description="Loads a YuE2-3B all-in-one checkpoint (AR expert, NAR expert, VAE and the embedded "
-                        "tokenizer). The format (bf16 or int8 ConvRot) is detected from the tensor names, never the "
-                        "file name. Weights are read on first use and placed/offloaded by ComfyUI.",
+                        "tokenizer), or the vendor's m-a-p/YuE2-3B folder with its m-a-p/YuE2-Vae folder. The format "
+                        "(bf16 or int8 ConvRot) is detected from the tensor names, never the file name. Weights are "
+                        "read on first use and placed/offloaded by ComfyUI.",
             inputs=[
                 io.Combo.Input("ckpt_name", options=names, default=default,
                                tooltip=f"A YuE2 all-in-one .safetensors in ComfyUI's models/checkpoints folder: "
                                        f"{DEFAULT_FILE} (3.7 GB, low VRAM) or yue2_3b_bf16.safetensors (7.8 GB), "
-                                       f"from huggingface.co/{HF_REPO}."),
+                                       f"from huggingface.co/{HF_REPO}; or a vendor folder (\"YuE2-3B/\": "
+                                       f"{MODEL_REPO} with m-a-p/YuE2-Vae beside it), or \"{HF_ENTRY}\" when the "
+                                       "vendor runtime already downloaded it."),
             ],
             outputs=[
                 types.Model.Output("model", display_name="model",
@@ -58,16 +98,16 @@ class YuE2CheckpointLoader(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, ckpt_name) -> bool | str:
-        available = folder_paths.get_filename_list("checkpoints")
+        available = checkpoint_options()
         if ckpt_name in available:
             return True
         return missing_checkpoint_message(ckpt_name, available)
 
     @classmethod
     def execute(cls, ckpt_name) -> io.NodeOutput:
-        path = folder_paths.get_full_path("checkpoints", ckpt_name)
+        path = resolve_checkpoint(ckpt_name)
         if path is None:
-            raise ValueError(missing_checkpoint_message(ckpt_name, folder_paths.get_filename_list("checkpoints")))
+            raise ValueError(missing_checkpoint_message(ckpt_name, checkpoint_options()))
         with user_errors():
             info = inspect_checkpoint(path)
             tokenizer = load_tokenizer(info)

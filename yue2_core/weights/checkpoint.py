@@ -1,9 +1,12 @@
-"""Reading the Comfy-Org YuE2 all-in-one safetensors files (checkpoint_format.md §1).
+"""Reading YuE2 checkpoints: the Comfy-Org all-in-one safetensors files (checkpoint_format.md §1), and — through
+`vendor.py` — the vendor's split folder (m-a-p/YuE2-3B + m-a-p/YuE2-Vae, weights_and_lora.md §4–§5).
 
-`inspect_checkpoint(path)` reads only the header: it identifies the format by tensor names and dtypes (never by file
+`inspect_checkpoint(path)` reads only headers: it identifies the format by tensor names and dtypes (never by file
 name or metadata), derives every dimension from tensor shapes and checks that all YuE2 tensor groups are present
-with consistent shapes. `load_parts(...)` then streams the tensors of each requested part (AR expert under
-`text_encoders.`, NAR expert under `model.diffusion_model.`, VAE decoder under `vae.decoder.`) straight into modules
+with consistent shapes. Whatever the layout, the result names every tensor by its Comfy key (`entries`); a
+`TensorSource` says where each one's data lie (one file under the same name, or rows of vendor tensors to
+concatenate). `load_ar/load_nar/load_vae` then stream the tensors of each part (AR expert under `text_encoders.`, NAR
+expert under `model.diffusion_model.`, VAE decoder under `vae.decoder.`) from that source straight into modules
 built on the meta device, so the weights are never held twice. Only safetensors are ever read (no pickle).
 """
 from __future__ import annotations
@@ -61,10 +64,63 @@ class TensorEntry:
     end: int
 
 
+class FileSource:
+    """Tensor source of a Comfy-Org all-in-one file: Comfy key `k` is the file's tensor `k`."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @contextlib.contextmanager
+    def open(self, device: str = "cpu"):
+        """Yields `get(comfy_key) -> torch.Tensor` (on `device`, stored dtype). CheckpointError on read failures."""
+        with open_tensors(self.path, device) as f:
+            yield f.get_tensor
+
+
+class SplitSource:
+    """Tensor source of a split checkpoint (the vendor folder): Comfy key `k` is the row-concatenation (dim 0) of
+    `parts[k]` = ((file, key), …) — one pair for a renamed tensor, several for a fused one (q‖k‖v, gate‖up).
+    `before_read(file)` runs once per file before its first tensor is read (the vendor's manifest hash check)."""
+
+    def __init__(self, parts: dict, before_read=None):
+        self.parts, self.before_read = parts, before_read
+
+    def files(self, keys=None) -> list[str]:
+        """The files holding `keys` (default: every key), in first-use order."""
+        out = {}
+        for key in (self.parts if keys is None else keys):
+            for file, _ in self.parts.get(key, ()):
+                out[file] = None
+        return list(out)
+
+    @contextlib.contextmanager
+    def open(self, device: str = "cpu"):
+        """Yields `get(comfy_key) -> torch.Tensor`; each file is opened (and checked) on first use, closed on exit.
+        KeyError for a key the source does not hold (as safetensors' own handle)."""
+        with contextlib.ExitStack() as stack:
+            handles = {}
+
+            def read(file: str, key: str) -> torch.Tensor:
+                if file not in handles:
+                    if self.before_read is not None:
+                        self.before_read(file)
+                    handles[file] = stack.enter_context(open_tensors(file, device))
+                return handles[file].get_tensor(key)
+
+            def get(comfy_key: str) -> torch.Tensor:
+                pieces = [read(file, key) for file, key in self.parts[comfy_key]]
+                return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+
+            yield get
+
+
 @dataclass
 class CheckpointInfo:
     """What `inspect_checkpoint` found. `format` is "bf16" (plain float weights) or "int8" (ConvRot markers);
-    `quant` maps module names of each part (relative to its prefix) to the ConvRot group size."""
+    `quant` maps module names of each part (relative to its prefix) to the ConvRot group size. `layout` is "comfy"
+    (one all-in-one file at `path`) or "vendor" (a m-a-p/YuE2-3B folder at `path`, its VAE folder in
+    `files["vae"]`). `entries` always uses Comfy key names (a vendor folder's fused tensors are virtual entries);
+    `source` reads them (`FileSource` / `SplitSource`)."""
 
     path: str
     format: str
@@ -80,24 +136,37 @@ class CheckpointInfo:
     quant_ar: dict = field(default_factory=dict)
     quant_nar: dict = field(default_factory=dict)
     entries: dict = field(default_factory=dict, repr=False)
+    layout: str = "comfy"
+    files: dict = field(default_factory=dict)  # vendor: {"model", "vae", "tokenizer"} paths
+    source: object = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.source is None:
+            self.source = FileSource(self.path)
 
     def summary(self) -> str:
         d = self.dims
         params = f"{self.elements / 1e9:.2f} B" if self.elements > 1e8 else f"{self.elements / 1e6:.1f} M"
         synth = " — SYNTHETIC random weights" if "yue2_synthetic" in self.metadata else ""
-        return (f"YuE2 {self.format} all-in-one ({params} elements, {self.tensors} tensors, "
+        kind = "all-in-one" if self.layout == "comfy" else "vendor split folder (m-a-p/YuE2-3B layout)"
+        tok = (f"tokenizer {self.tokenizer_bytes} bytes" if self.layout == "comfy" else
+               f"tokenizer qwen.tiktoken ({self.tokenizer_bytes} bytes); VAE {self.files.get('vae')}")
+        return (f"YuE2 {self.format} {kind} ({params} elements, {self.tensors} tensors, "
                 f"{self.quantized_modules} int8 modules){synth}: hidden {d.hidden}, {d.layers} layers, "
                 f"{d.heads}/{d.kv_heads} heads × {d.head_dim}, FFN {d.ffn}, vocab {d.vocab}; "
-                f"AR {self.part_dtypes['ar']}, NAR {self.part_dtypes['nar']}, VAE {self.part_dtypes['vae']}; "
-                f"tokenizer {self.tokenizer_bytes} bytes")
+                f"AR {self.part_dtypes['ar']}, NAR {self.part_dtypes['nar']}, VAE {self.part_dtypes['vae']}; {tok}")
 
     def to_dict(self) -> dict:
-        return {"path": os.path.abspath(self.path),  # absolute: a song re-renders from any folder
-                "format": self.format, "dims": self.dims.__dict__, "part_dtypes": self.part_dtypes,
-                "tensors": self.tensors, "elements": self.elements, "data_bytes": self.data_bytes,
-                "quantized_modules": self.quantized_modules, "tokenizer_bytes": self.tokenizer_bytes,
-                "synthetic": "yue2_synthetic" in self.metadata,
-                "vae_blocks": [list(b) for b in self.vae.blocks]}
+        """JSON-serialisable description (songs record it in config.json)."""
+        out = {"path": os.path.abspath(self.path),  # absolute: a song re-renders from any folder
+               "format": self.format, "layout": self.layout, "dims": self.dims.__dict__,
+               "part_dtypes": self.part_dtypes, "tensors": self.tensors, "elements": self.elements,
+               "data_bytes": self.data_bytes, "quantized_modules": self.quantized_modules,
+               "tokenizer_bytes": self.tokenizer_bytes, "synthetic": "yue2_synthetic" in self.metadata,
+               "vae_blocks": [list(b) for b in self.vae.blocks]}
+        if self.layout != "comfy":
+            out["files"] = {k: os.path.abspath(v) for k, v in self.files.items()}
+        return out
 
 
 def read_header(path: str) -> tuple[dict, dict, int]:
@@ -268,29 +337,42 @@ def _check_shapes(entries: dict, d: ModelDims):
         _expect(entries, key, shape)
 
 
-def inspect_checkpoint(path: str) -> CheckpointInfo:
-    """Identify and check a YuE2 all-in-one checkpoint from its header (no tensor data is read except the
-    quantization markers). Raises CheckpointError naming what is missing or inconsistent."""
+def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo:
+    """Identify and check a YuE2 checkpoint from its headers (no tensor data is read except the quantization
+    markers): a Comfy-Org all-in-one `.safetensors` file, or a vendor model FOLDER (m-a-p/YuE2-3B layout, see
+    `vendor.inspect_vendor`; `vae_path` names its VAE folder when it is not found by itself). Raises CheckpointError
+    naming what is missing or inconsistent."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise CheckpointError(f"checkpoint not found: {path} is a folder without config.json, neither a "
+                                  "checkpoint file nor a vendor model folder (m-a-p/YuE2-3B: config.json with "
+                                  "model_type 'yue2', weights, qwen.tiktoken, weights_manifest.json)")
+        from .vendor import inspect_vendor
+        return inspect_vendor(path, vae_path=vae_path)
+    if vae_path is not None:
+        raise CheckpointError(f"vae_path is for a vendor model folder; {path} is an all-in-one file, which holds its "
+                              "own VAE")
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     entries, meta, _ = read_header(path)
     missing = [group for group, keys in GROUPS.items() if any(k not in entries for k in keys)]
     if missing:
         if len(missing) == len(GROUPS):
+            if "lm_head.weight" in entries or "model.layers.0.self_attn.q_proj.weight" in entries:
+                raise CheckpointError(f"{os.path.basename(path)} is not a YuE2 all-in-one checkpoint: it has none "
+                                      "of the YuE2 tensor groups, but vendor-named tensors (m-a-p/YuE2-3B layout: "
+                                      "lm_head.weight, model.layers.N.self_attn.q_proj …): pass its FOLDER (with "
+                                      "config.json, qwen.tiktoken and weights_manifest.json), not the weights file")
             sample = ", ".join(sorted(entries)[:3])
             raise CheckpointError(f"{os.path.basename(path)} is not a YuE2 all-in-one checkpoint: it has none of "
                                   f"the YuE2 tensor groups ({'; '.join(GROUPS)}). First keys: {sample or '(none)'}. "
                                   "Use Comfy-Org/YuE2 checkpoints/yue2_3b_int8_convrot.safetensors or "
-                                  "yue2_3b_bf16.safetensors.")
+                                  "yue2_3b_bf16.safetensors, or the folder of m-a-p/YuE2-3B.")
         raise CheckpointError(f"{os.path.basename(path)} is missing YuE2 tensor groups: {'; '.join(missing)} "
-                              "(a split or partial file?). This pack needs the Comfy-Org all-in-one file.")
-    dims = _dims(entries)
-    _check_shapes(entries, dims)
-    vae = _vae_config(entries)
-    if vae.latent_dim != dims.latent_dim:
-        raise CheckpointError(f"VAE latent channels {vae.latent_dim} differ from the NAR latent width "
-                              f"{dims.latent_dim}")
+                              "(a split or partial file?). This pack needs the Comfy-Org all-in-one file, or the "
+                              "m-a-p/YuE2-3B folder.")
+    dims, vae = check_entries(entries)
     quant_ar, quant_nar = _quant_map(entries, AR), _quant_map(entries, NAR)
     for key, e in entries.items():  # int8 codes / row scales need their module's marker (else: float layers, noise)
         if key.startswith((AR, NAR)) and ((e.dtype == "I8" and key.endswith(".weight")) or
@@ -316,12 +398,40 @@ def inspect_checkpoint(path: str) -> CheckpointInfo:
             module = k[:-len(".comfy_quant")]
             target = quant_ar if module.startswith(AR) else quant_nar
             target[module[len(AR) if module.startswith(AR) else len(NAR):]] = g
-    fmt = "int8" if markers else "bf16"
-    ar_float = {entries[k].dtype for k in entries if k.startswith(AR + "model.") and not k.endswith(
-        (".weight_scale", ".comfy_quant")) and entries[k].dtype not in ("I8",)}
-    nar_float = {entries[k].dtype for k in entries if k.startswith(NAR) and not k.endswith(
-        (".weight_scale", ".comfy_quant")) and entries[k].dtype not in ("I8",)}
-    vae_dt = {entries[k].dtype for k in entries if k.startswith(VAE)}
+    info = build_info(path, entries, meta, dims, vae, quant_ar=quant_ar, quant_nar=quant_nar,
+                      quantized_modules=len(markers), tokenizer_bytes=entries[TOKENIZER_KEY].shape[0])
+    tok = entries[TOKENIZER_KEY]
+    if tok.dtype != "U8" or len(tok.shape) != 1:
+        raise CheckpointError(f"{TOKENIZER_KEY} must be a rank-1 U8 tensor, got {tok.dtype} {list(tok.shape)}")
+    return info
+
+
+def check_entries(entries: dict) -> tuple[ModelDims, VAEConfig]:
+    """Dimensions and VAE geometry from the shapes of Comfy-named `entries` ({key: TensorEntry}), every layer's
+    shapes checked against them. CheckpointError for a missing tensor or an inconsistent shape."""
+    dims = _dims(entries)
+    _check_shapes(entries, dims)
+    vae = _vae_config(entries)
+    if vae.latent_dim != dims.latent_dim:
+        raise CheckpointError(f"VAE latent channels {vae.latent_dim} differ from the NAR latent width "
+                              f"{dims.latent_dim}")
+    return dims, vae
+
+
+def build_info(path: str, entries: dict, meta: dict, dims: ModelDims, vae: VAEConfig, *, quant_ar=None,
+               quant_nar=None, quantized_modules: int = 0, tokenizer_bytes: int = 0, layout: str = "comfy",
+               files=None, source=None) -> CheckpointInfo:
+    """The CheckpointInfo of checked `entries` (Comfy names): dtype checks per part (BF16/F16/F32 floats, int8 only
+    with markers), element and byte counts. CheckpointError for an unsupported dtype."""
+    quant_ar, quant_nar = quant_ar or {}, quant_nar or {}
+
+    def floats(select):
+        return {e.dtype for k, e in entries.items() if select(k) and not k.endswith((".weight_scale", ".comfy_quant"))
+                and e.dtype != "I8"}
+
+    ar_float = floats(lambda k: k.startswith(AR + "model."))
+    nar_float = floats(lambda k: k.startswith(NAR))
+    vae_dt = {e.dtype for k, e in entries.items() if k.startswith(VAE)}
     for label, dts in (("AR", ar_float), ("NAR", nar_float), ("VAE", vae_dt)):
         bad = dts - {"BF16", "F16", "F32"}
         if bad:
@@ -331,17 +441,15 @@ def inspect_checkpoint(path: str) -> CheckpointInfo:
         base = "/".join(sorted(dts))
         return f"int8 ConvRot + {base}" if quant else base
 
-    tok = entries[TOKENIZER_KEY]
-    if tok.dtype != "U8" or len(tok.shape) != 1:
-        raise CheckpointError(f"{TOKENIZER_KEY} must be a rank-1 U8 tensor, got {tok.dtype} {list(tok.shape)}")
     elements = sum(_count(e.shape) for e in entries.values())
     return CheckpointInfo(
-        path=path, format=fmt, dims=dims, vae=vae,
+        path=path, format="int8" if quantized_modules else "bf16", dims=dims, vae=vae,
         part_dtypes={"ar": describe(ar_float, quant_ar), "nar": describe(nar_float, quant_nar),
                      "vae": "/".join(sorted(vae_dt))},
         tensors=len(entries), elements=elements, data_bytes=sum(e.end - e.start for e in entries.values()),
-        quantized_modules=len(markers), tokenizer_bytes=tok.shape[0], metadata=dict(meta),
-        quant_ar=quant_ar, quant_nar=quant_nar, entries=entries)
+        quantized_modules=quantized_modules, tokenizer_bytes=tokenizer_bytes, metadata=dict(meta),
+        quant_ar=quant_ar, quant_nar=quant_nar, entries=entries, layout=layout, files=dict(files or {}),
+        source=source)
 
 
 def _count(shape) -> int:
@@ -351,25 +459,31 @@ def _count(shape) -> int:
     return n
 
 
-def load_tokenizer(info: CheckpointInfo) -> YuE2Tokenizer:
+def load_tokenizer(info: CheckpointInfo):
+    """The text tokenizer: the embedded JSON of an all-in-one file (`YuE2Tokenizer`), or a vendor folder's
+    `qwen.tiktoken` (`TiktokenTokenizer`, same interface and ids). TokenizerError / CheckpointError when unusable."""
+    if info.layout == "vendor":
+        from .vendor import load_vendor_tokenizer
+        return load_vendor_tokenizer(info)
     with open_tensors(info.path) as f:
         return YuE2Tokenizer.from_tensor(f.get_tensor(TOKENIZER_KEY))
 
 
-def _materialize(module: torch.nn.Module, path: str, prefix: str, keys: list[str], device, float_dtype, what: str):
-    """Stream `keys` (prefix + module name) from the file into `module` (built on meta), casting float tensors to
-    `float_dtype` and leaving int8 codes / fp32 scales as stored."""
+def _materialize(module: torch.nn.Module, info: CheckpointInfo, prefix: str, keys: list[str], device, float_dtype,
+                 what: str):
+    """Stream `keys` (prefix + module name; Comfy names) from `info.source` into `module` (built on meta), casting
+    float tensors to `float_dtype` and leaving int8 codes / fp32 scales as stored."""
     state = {}
     names = dict(module.named_parameters())
     names.update(dict(module.named_buffers()))
     dev = torch.device(device)
     load_dev = str(dev) if dev.type in ("cpu", "cuda") else "cpu"
-    with open_tensors(path, load_dev) as f:
+    with info.source.open(load_dev) as get:
         for key in keys:
             name = key[len(prefix):]
             if name not in names:
                 continue
-            t = f.get_tensor(key)
+            t = get(key)
             target = names[name]
             if t.dtype.is_floating_point and target.dtype.is_floating_point and name.endswith("weight_scale"):
                 t = t.to(torch.float32)
@@ -399,7 +513,7 @@ def load_ar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16) -> ARModel
     with torch.device("meta"):
         model = ARModel(info.dims, info.quant_ar, dtype)
     keys = [k for k in info.entries if k.startswith(AR + "model.")]
-    model = _materialize(model, info.path, AR, keys, device, dtype, "AR expert")
+    model = _materialize(model, info, AR, keys, device, dtype, "AR expert")
     _set_embed_dtype(model, dtype)
     if info.quant_ar:
         from .selfcheck import check_int8
@@ -416,7 +530,7 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16, float_lin
     with torch.device("meta"):
         model = NARModel(info.dims, info.quant_nar, dtype)
     keys = [k for k in info.entries if k.startswith(NAR)]
-    model = _materialize(model, info.path, NAR, keys, device, dtype, "NAR expert")
+    model = _materialize(model, info, NAR, keys, device, dtype, "NAR expert")
     if info.quant_nar:
         from .selfcheck import check_int8
         check_int8(model)
@@ -431,7 +545,7 @@ def load_vae(info: CheckpointInfo, device="cpu") -> VAEDecoder:
     with torch.device("meta"):
         model = VAEDecoder(info.vae)
     keys = [k for k in info.entries if k.startswith(VAE + "decoder.")]
-    return _materialize(model, info.path, VAE, keys, device, torch.float32, "VAE decoder")
+    return _materialize(model, info, VAE, keys, device, torch.float32, "VAE decoder")
 
 
 def _set_embed_dtype(model: ARModel, dtype):

@@ -1,6 +1,7 @@
-"""Finding a checkpoint: an explicit path, else `$YUE2_CHECKPOINT`, else a YuE2 file in a ComfyUI
-`models/checkpoints` folder, else the Hugging Face file Comfy-Org/YuE2 checkpoints/yue2_3b_int8_convrot.safetensors
-(downloaded with huggingface-hub into its cache)."""
+"""Finding a checkpoint: an explicit path (an all-in-one file or a vendor model folder), else `$YUE2_CHECKPOINT`,
+else a YuE2 file or vendor folder in a ComfyUI `models/checkpoints` folder, else the vendor's m-a-p/YuE2-3B snapshot
+already in the Hugging Face cache (never downloaded here), else the Hugging Face file Comfy-Org/YuE2
+checkpoints/yue2_3b_int8_convrot.safetensors (downloaded with huggingface-hub into its cache)."""
 from __future__ import annotations
 
 import os
@@ -40,22 +41,42 @@ def yue2_files(folder: Path) -> list[Path]:
     return [f for _, f in sorted(found)]
 
 
+def vendor_folders(folder: Path) -> list[Path]:
+    """Vendor model folders (config.json with model_type "yue2", m-a-p/YuE2-3B layout) directly inside `folder`, by
+    name. Only the config is read here; `inspect_checkpoint` checks the rest."""
+    from .vendor import is_vendor_folder
+    try:
+        return [d for d in sorted(Path(folder).iterdir()) if is_vendor_folder(d)]
+    except OSError:
+        return []
+
+
+def hf_vendor_snapshot() -> Path | None:
+    """The m-a-p/YuE2-3B snapshot the vendor runtime downloaded into the Hugging Face cache, if any (no download)."""
+    from .vendor import MODEL_REPO, hf_snapshot, is_vendor_folder
+    snap = hf_snapshot(MODEL_REPO)
+    return snap if snap is not None and is_vendor_folder(snap) else None
+
+
 def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple[str, str]:
-    """Return (path, how it was found). Raises CheckpointError with the download instructions when nothing is
-    available."""
+    """Return (path, how it was found): a file or a vendor folder. Raises CheckpointError with the download
+    instructions when nothing is available."""
     if explicit:
-        if not os.path.isfile(explicit):
+        if not (os.path.isfile(explicit) or os.path.isdir(explicit)):
             raise CheckpointError(f"checkpoint not found: {explicit}. {WHERE_TO_GET}")
         return explicit, "given path"
     env = os.environ.get("YUE2_CHECKPOINT")
     if env:
-        if not os.path.isfile(env):
-            raise CheckpointError(f"$YUE2_CHECKPOINT points to a missing file: {env}")
+        if not (os.path.isfile(env) or os.path.isdir(env)):
+            raise CheckpointError(f"$YUE2_CHECKPOINT points to a missing file or folder: {env}")
         return env, "$YUE2_CHECKPOINT"
     for folder in comfy_checkpoint_dirs():
-        files = yue2_files(folder)
-        if files:
-            return str(files[0]), f"ComfyUI folder {folder}"
+        found = yue2_files(folder) + vendor_folders(folder)
+        if found:
+            return str(found[0]), f"ComfyUI folder {folder}"
+    snap = hf_vendor_snapshot()
+    if snap is not None:
+        return str(snap), "Hugging Face cache of m-a-p/YuE2-3B (vendor folder)"
     if download:
         try:
             from huggingface_hub import hf_hub_download
@@ -69,7 +90,8 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
 
 
 WHERE_TO_GET = (f"The release file is yue2_3b_int8_convrot.safetensors (https://huggingface.co/{HF_REPO}/blob/main/"
-                f"{HF_FILE}): put it in ComfyUI/models/checkpoints, or pass --checkpoint PATH. For a test run without "
+                f"{HF_FILE}): put it in ComfyUI/models/checkpoints, or pass --checkpoint PATH (a file, or the folder "
+                "of the vendor's m-a-p/YuE2-3B with m-a-p/YuE2-Vae beside it). For a test run without "
                 "the real weights: bash scripts/song.sh writes and uses a synthetic one (random weights), or "
                 "python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors, then --checkpoint "
                 "models/yue2_tiny_bf16.safetensors --max-abc-tokens 128")

@@ -1,0 +1,456 @@
+"""The vendor's split checkpoint (m-a-p/YuE2-3B + m-a-p/YuE2-Vae folders) as a model source (yue2_core/weights/
+vendor.py, synthetic_vendor.py; weights_and_lora.md §4–§5).
+
+One tiny bf16 synthetic all-in-one file is converted once per module into a vendor folder (+ VAE folder) and back
+(`comfy_from_vendor`, whose tokenizer JSON is built from qwen.tiktoken). Songs, tokenizer ids, the round trip, the
+manifest hashes, the Hugging Face cache lookup, the CLI and each bad folder are checked against it. Hashes are
+remembered in a per-test XDG_CACHE_HOME.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+import torch
+
+from yue2_core.errors import CheckpointError, RequestError, TokenizerError
+from yue2_core.weights import vendor
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
+from yue2_core.weights.synthetic_vendor import comfy_from_vendor, write_vendor_folder
+from yue2_core.weights.tokenizer import TiktokenTokenizer, YuE2Tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = [
+    "Hello world, this is a test.",
+    "[verse]\nWe walk along the river while the evening lights come on\n\n[chorus]\nHold on, hold on!",
+    "我们一起唱歌，在夜里等待天亮\n你的声音像风，轻轻吹过我的心",
+    "君の声が聞こえる、夜空の下で — 사랑해요, 노래해요",
+    "mixed 日本語 and English 123 4567 — ünïcödé e\u0301 café 😀🎵",
+    'X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=120\nK:C\nV: Vocal clef=treble name="Vocal Melody"\n'
+    '|"C" G8 A8 B8 c8|"Am" e16 d8 c8|]\n',
+    "Don't you're I'll we've   spaces\tand\ttabs\r\n\n  <|endoftext|> <abc> </abc>",
+]
+
+
+@pytest.fixture(autouse=True)
+def _hash_cache(tmp_path, monkeypatch):
+    """Each test remembers verified hashes in its own cache dir; no real HF cache is visible."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no_hf_cache"))
+    monkeypatch.delenv("YUE2_VERIFY_HASHES", raising=False)
+    vendor._VERIFIED.clear()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """{"comfy": tiny bf16 file, "model": vendor folder, "vae": VAE folder (sibling), "comfy2": comfy_from_vendor}"""
+    root = tmp_path_factory.mktemp("vendor")
+    cache = Path(os.environ.get("YUE2_TEST_CACHE") or root)
+    cache.mkdir(parents=True, exist_ok=True)
+    comfy = cache / "yue2_tiny_bf16.safetensors"
+    if not comfy.exists():
+        from yue2_core.weights.synthetic import write_synthetic_checkpoint
+        write_synthetic_checkpoint(str(comfy), profile="tiny", fmt="bf16", seed=0)
+    os.environ["XDG_CACHE_HOME"] = str(root / "xdg")
+    try:
+        write_vendor_folder(str(comfy), str(root / "ckpts" / "YuE2-3B"), str(root / "ckpts" / "YuE2-Vae"))
+        comfy_from_vendor(str(root / "ckpts" / "YuE2-3B"), str(root / "comfy2.safetensors"))
+    finally:
+        del os.environ["XDG_CACHE_HOME"]
+    return {"comfy": comfy, "model": root / "ckpts" / "YuE2-3B", "vae": root / "ckpts" / "YuE2-Vae",
+            "comfy2": root / "comfy2.safetensors"}
+
+
+def _copy_folder(made, tmp_path, with_vae=True) -> Path:
+    """A private copy of the vendor folder (and its VAE as a sibling) to damage."""
+    dst = tmp_path / "ckpts" / "YuE2-3B"
+    shutil.copytree(made["model"], dst)
+    if with_vae:
+        shutil.copytree(made["vae"], tmp_path / "ckpts" / "YuE2-Vae")
+    return dst
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# layout and loading
+
+def test_vendor_folder_layout(made):
+    folder = made["model"]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "yue2" and config["num_hidden_layers"] == 2 and config["hidden_size"] == 256
+    assert config["num_attention_heads"] == 2 and config["num_key_value_heads"] == 1 and config["head_dim"] == 128
+    assert config["vocab_size"] == 184704 and config["latent_type"] == "vae" and "yue2_synthetic" in config
+    from yue2_core.weights.checkpoint import read_header
+    entries, meta, _ = read_header(str(folder / "model.safetensors"))
+    assert meta == {"format": "pt"}
+    assert len(entries) == 1 + 2 * 22 + 2 + 9  # 628 at 28 layers (§4 counts)
+    assert entries["model.layers.1.self_attn.q_proj.weight"].shape == (256, 256)
+    assert entries["model.layers.1.nar_self_attn.k_proj.weight"].shape == (128, 256)
+    assert entries["model.layers.0.nar_mlp.up_proj.weight"].shape == (512, 256)
+    assert "model.layers.0.nar_pre_mlp_layernorm.weight" in entries and "lm_head.weight" in entries
+    assert not any("qkv_proj" in k or "gate_up" in k or k.startswith(("text_encoders.", "vae.")) for k in entries)
+    vae_entries, _, _ = read_header(str(made["vae"] / "model.safetensors"))
+    assert len(vae_entries) == 435 and {e.dtype for e in vae_entries.values()} == {"F32"}
+    assert json.loads((made["vae"] / "config.json").read_text())["model_type"] == "yue2_vae"
+    manifest = json.loads((folder / "weights_manifest.json").read_text())["files"]
+    assert manifest["model.safetensors"]["sha256"] == _sha(folder / "model.safetensors")
+    assert manifest["qwen.tiktoken"]["bytes"] == (folder / "qwen.tiktoken").stat().st_size
+
+
+def test_inspect_maps_onto_comfy_names(made):
+    comfy, ven = inspect_checkpoint(made["comfy"]), inspect_checkpoint(made["model"])
+    assert ven.layout == "vendor" and comfy.layout == "comfy" and ven.format == "bf16"
+    assert ven.dims == comfy.dims and ven.vae == comfy.vae
+    assert set(ven.entries) == set(comfy.entries) - {"text_encoders.yue2_tokenizer_json"}
+    for key, e in comfy.entries.items():
+        if key in ven.entries:
+            assert (ven.entries[key].dtype, ven.entries[key].shape) == (e.dtype, e.shape), key
+    assert ven.files["vae"] == str(made["vae"])  # found as the sibling with model_type yue2_vae
+    d = json.loads(json.dumps(ven.to_dict()))
+    assert d["layout"] == "vendor" and d["synthetic"] is True and d["files"]["tokenizer"].endswith("qwen.tiktoken")
+    assert "vendor split folder" in ven.summary()
+
+
+def test_weights_bit_equal_to_the_comfy_file(made):
+    comfy, ven = inspect_checkpoint(made["comfy"]), inspect_checkpoint(made["model"])
+    for load in (load_ar, load_nar):
+        a, b = load(comfy).state_dict(), load(ven).state_dict()
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), k
+    a, b = load_vae(comfy).state_dict(), load_vae(ven).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_song_equals_the_comfy_files(made):
+    """Same seed on the CPU: the vendor folder and its Comfy form give identical ABC ids, semantic codes, latents
+    and audio."""
+    from yue2_core.pipeline import Budgets, YuE2Engine
+    from yue2_core.protocol import SongRequest
+    request = SongRequest("female vocal, warm piano ballad", "[verse]\nla la la\n我们一起唱歌", cot="melody",
+                          seed=7)
+    budgets = Budgets(max_seconds=0.2, max_abc_tokens=6)
+    songs = [YuE2Engine.load(str(made[k]), device="cpu").generate(request, budgets, steps=2)
+             for k in ("model", "comfy2")]
+    a, b = songs
+    assert a.score.abc_ids == b.score.abc_ids and a.score.abc == b.score.abc
+    assert a.tokens.prefix == b.tokens.prefix and a.tokens.codes == b.tokens.codes
+    assert len(a.tokens.codes) > 0 and a.audio.numel() > 0
+    assert torch.equal(a.latents, b.latents) and torch.equal(a.audio, b.audio)
+    assert a.settings["checkpoint"]["layout"] == "vendor" and b.settings["checkpoint"]["layout"] == "comfy"
+
+
+def test_sharded_folder_loads_the_same_weights(made, tmp_path):
+    write_vendor_folder(str(made["comfy"]), str(tmp_path / "sharded"), max_shard_bytes=20_000_000)
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 2
+    a = load_nar(inspect_checkpoint(made["model"])).state_dict()
+    b = load_nar(inspect_checkpoint(tmp_path / "sharded")).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# tokenizer
+
+def test_tokenizer_ids_equal_the_json_tokenizer(made):
+    ven = load_tokenizer(inspect_checkpoint(made["model"]))
+    json_tok = load_tokenizer(inspect_checkpoint(made["comfy2"]))
+    assert isinstance(ven, TiktokenTokenizer) and isinstance(json_tok, YuE2Tokenizer)
+    assert ven.vocab_size == json_tok.vocab_size == 151643
+    import random
+    rng = random.Random(0)
+    texts = list(CORPUS) + ["".join(rng.choice("etaoin shrdlu|:/\"'.,-!?\n[]") for _ in range(rng.randint(1, 40)))
+                            for _ in range(300)]
+    for text in texts:
+        ids = ven.encode(text)
+        assert ids == json_tok.encode(text), repr(text)
+        assert all(0 <= i < 151643 for i in ids)
+        assert ven.decode(ids) == json_tok.decode(ids) == unicodedata.normalize("NFC", text)
+    special = ven.encode("<|endoftext|>")  # typed specials are plain text, never the EOD id
+    assert 151643 not in special and len(special) > 1
+    junk = [rng.randrange(0, 151643) for _ in range(200)] + [151643, 151847, 184000, -1]
+    assert ven.decode(junk) == json_tok.decode(junk)
+    with pytest.raises(RequestError, match="unpaired surrogate"):
+        ven.encode("a\ud800b")
+
+
+def test_tiktoken_rank_count_enforced(made, tmp_path):
+    folder = _copy_folder(made, tmp_path)
+    lines = (folder / "qwen.tiktoken").read_text().splitlines(keepends=True)
+    (folder / "qwen.tiktoken").write_text("".join(lines[:1000]))
+    manifest = json.loads((folder / "weights_manifest.json").read_text())
+    manifest["files"]["qwen.tiktoken"] = {"sha256": _sha(folder / "qwen.tiktoken"),
+                                          "bytes": (folder / "qwen.tiktoken").stat().st_size}
+    (folder / "weights_manifest.json").write_text(json.dumps(manifest))
+    assert load_tokenizer(inspect_checkpoint(folder)).vocab_size == 1000  # synthetic: a smaller table is accepted
+    config = json.loads((folder / "config.json").read_text())
+    del config["yue2_synthetic"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(TokenizerError, match="has 1,000 ranks; the YuE2 tokenizer has exactly 151,643"):
+        load_tokenizer(inspect_checkpoint(folder))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# round trip
+
+def test_round_trip_is_bit_exact(made, tmp_path):
+    """vendor → Comfy names → vendor: every file byte-identical."""
+    write_vendor_folder(str(made["comfy2"]), str(tmp_path / "again"), str(tmp_path / "again-vae"))
+    for name in ("model.safetensors", "qwen.tiktoken", "config.json", "weights_manifest.json",
+                 "generation_config.json", "yue2_generation_config.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (made["model"] / name).read_bytes(), name
+    for name in ("model.safetensors", "config.json", "weights_manifest.json"):
+        assert (tmp_path / "again-vae" / name).read_bytes() == (made["vae"] / name).read_bytes(), name
+    ours = {k: v for k, v in inspect_checkpoint(made["comfy2"]).metadata.items()}
+    assert ours["yue2_synthetic"] and ours["yue2_format"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# manifest and hashes
+
+def test_hash_checked_once_then_cached(made, tmp_path, monkeypatch):
+    calls = []
+    real = vendor.sha256_file
+    monkeypatch.setattr(vendor, "sha256_file", lambda p, *a: calls.append(os.path.basename(p)) or real(p, *a))
+    info = inspect_checkpoint(made["model"])
+    load_nar(info)
+    assert calls == ["model.safetensors"]
+    load_tokenizer(info)
+    assert calls == ["model.safetensors", "qwen.tiktoken"]
+    vendor._VERIFIED.clear()  # a new process: the cache file remembers
+    load_ar(inspect_checkpoint(made["model"]))
+    load_vae(inspect_checkpoint(made["model"]))
+    assert calls == ["model.safetensors", "qwen.tiktoken", "model.safetensors"]  # only the VAE file was new
+    cached = json.loads(vendor.hash_cache_path().read_text())
+    assert str((made["model"] / "model.safetensors").resolve()) in cached
+
+
+def test_manifest_hash_mismatch(made, tmp_path, monkeypatch):
+    folder = _copy_folder(made, tmp_path)
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes
+    weights.write_bytes(bytes(data))
+    info = inspect_checkpoint(folder)  # sizes agree: the header check passes
+    with pytest.raises(CheckpointError, match=r"model.safetensors: sha256 [0-9a-f]{64} does not match "
+                                              r"weights_manifest.json \(expected [0-9a-f]{64}\)"):
+        load_ar(info)
+    monkeypatch.setenv("YUE2_VERIFY_HASHES", "0")
+    load_ar(info)  # skipped on request
+    monkeypatch.setenv("YUE2_VERIFY_HASHES", "no")
+    with pytest.raises(RequestError, match="YUE2_VERIFY_HASHES must be 0 or 1"):
+        load_ar(info)
+
+
+def test_manifest_size_mismatch_and_unlisted(made, tmp_path):
+    folder = _copy_folder(made, tmp_path)
+    with open(folder / "qwen.tiktoken", "a") as f:
+        f.write("\n")
+    size = (folder / "qwen.tiktoken").stat().st_size
+    with pytest.raises(CheckpointError, match=f"qwen.tiktoken has {size:,} bytes; weights_manifest.json says "
+                                              f"{size - 1:,}"):
+        inspect_checkpoint(folder)
+    manifest = json.loads((folder / "weights_manifest.json").read_text())
+    del manifest["files"]["qwen.tiktoken"]
+    (folder / "weights_manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="qwen.tiktoken is not listed in .*weights_manifest.json"):
+        inspect_checkpoint(folder)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bad folders, each with its own message
+
+def test_folder_without_weights(made, tmp_path):
+    folder = _copy_folder(made, tmp_path)
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="has no weights: neither model.safetensors nor "
+                                              "model.safetensors.index.json"):
+        inspect_checkpoint(folder)
+
+
+def test_folder_without_tiktoken(made, tmp_path):
+    folder = _copy_folder(made, tmp_path)
+    (folder / "qwen.tiktoken").unlink()
+    with pytest.raises(CheckpointError, match="has no qwen.tiktoken"):
+        inspect_checkpoint(folder)
+
+
+def test_index_naming_a_missing_shard(made, tmp_path):
+    folder = tmp_path / "sharded"
+    write_vendor_folder(str(made["comfy"]), str(folder), max_shard_bytes=20_000_000)
+    shard = sorted(folder.glob("model-*-of-*.safetensors"))[1]
+    shard.unlink()
+    with pytest.raises(CheckpointError, match=f"index.json names the shard {shard.name}, which is not in"):
+        inspect_checkpoint(folder)
+
+
+def test_config_of_another_model(made, tmp_path):
+    folder = _copy_folder(made, tmp_path)
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 256}))
+    with pytest.raises(CheckpointError, match="config of another model \\(model_type 'qwen2'\\); a m-a-p/YuE2-3B "
+                                              "folder has model_type 'yue2'"):
+        inspect_checkpoint(folder)
+    (folder / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="checkpoint not found: .* is a folder without config.json"):
+        inspect_checkpoint(folder)
+
+
+def test_config_disagreeing_with_the_weights(made, tmp_path):
+    folder = _copy_folder(made, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["num_hidden_layers"] = 28
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="says num_hidden_layers = 28, the weights have 2"):
+        inspect_checkpoint(folder)
+
+
+def test_no_vae_folder(made, tmp_path):
+    folder = _copy_folder(made, tmp_path, with_vae=False)
+    with pytest.raises(CheckpointError, match="no VAE folder for the vendor model .*m-a-p/YuE2-Vae in the Hugging "
+                                              "Face cache"):
+        inspect_checkpoint(folder)
+    info = inspect_checkpoint(folder, vae_path=str(made["vae"]))  # explicit
+    assert info.files["vae"] == str(made["vae"])
+    shutil.copytree(made["vae"], folder / "vae")  # a vae/ subfolder
+    assert inspect_checkpoint(folder).files["vae"] == str(folder / "vae")
+
+
+def test_weights_file_given_instead_of_folder(made):
+    with pytest.raises(CheckpointError, match="none of the YuE2 tensor groups, but vendor-named tensors .* pass "
+                                              "its FOLDER"):
+        inspect_checkpoint(made["model"] / "model.safetensors")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hugging Face cache, locate, CLI
+
+def _fake_hf_cache(made, root: Path) -> Path:
+    """models--m-a-p--YuE2-3B/snapshots/<rev>/… and refs/main, as huggingface-hub lays out its cache."""
+    for repo, src in (("m-a-p/YuE2-3B", made["model"]), ("m-a-p/YuE2-Vae", made["vae"])):
+        base = root / ("models--" + repo.replace("/", "--"))
+        rev = hashlib.sha1(repo.encode()).hexdigest()
+        blobs, snap = base / "blobs", base / "snapshots" / rev
+        blobs.mkdir(parents=True)
+        snap.mkdir(parents=True)
+        (base / "refs").mkdir()
+        (base / "refs" / "main").write_text(rev)
+        for f in src.iterdir():
+            blob = blobs / _sha(f)
+            os.link(f, blob) if not blob.exists() else None
+            (snap / f.name).symlink_to(os.path.relpath(blob, snap))
+    return root
+
+
+def test_hf_cache_snapshot_found_without_download(made, tmp_path, monkeypatch):
+    from yue2_core.weights import locate
+    cache = _fake_hf_cache(made, tmp_path / "hf")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("YUE2_CHECKPOINT", raising=False)
+    monkeypatch.setattr(locate, "comfy_checkpoint_dirs", lambda: [])
+
+    def no_download(*a, **k):
+        raise AssertionError("downloaded")
+    import huggingface_hub
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_download)
+    snap = vendor.hf_snapshot("m-a-p/YuE2-3B")
+    assert snap is not None and snap.parent.name == "snapshots"
+    path, how = locate.find_checkpoint(None, download=True)
+    assert Path(path) == snap and "Hugging Face cache" in how
+    info = inspect_checkpoint(path)  # its VAE comes from the cached m-a-p/YuE2-Vae snapshot
+    assert "models--m-a-p--YuE2-Vae" in info.files["vae"]
+    assert load_vae(info) is not None
+
+
+def test_locate_accepts_folders(made, tmp_path, monkeypatch):
+    from yue2_core.weights import locate
+    monkeypatch.delenv("YUE2_CHECKPOINT", raising=False)
+    assert locate.find_checkpoint(str(made["model"])) == (str(made["model"]), "given path")
+    ckpts = tmp_path / "models" / "checkpoints"
+    shutil.copytree(made["model"], ckpts / "YuE2-3B")
+    shutil.copytree(made["vae"], ckpts / "YuE2-Vae")
+    monkeypatch.setattr(locate, "comfy_checkpoint_dirs", lambda: [ckpts])
+    path, how = locate.find_checkpoint(None, download=False)
+    assert path == str(ckpts / "YuE2-3B") and "ComfyUI folder" in how
+    assert locate.vendor_folders(ckpts) == [ckpts / "YuE2-3B"]
+
+
+def test_cli_inspect_describes_a_vendor_folder(made, tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "yue2_core", "inspect", str(made["model"])], capture_output=True,
+                         text=True, env=env, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["layout"] == "vendor" and report["format"] == "bf16" and report["tokenizer_vocab"] == 151643
+    assert report["dims"]["layers"] == 2 and "vendor split folder" in report["summary"]
+    bad = tmp_path / "bad"
+    shutil.copytree(made["model"], bad)
+    (bad / "qwen.tiktoken").unlink()
+    out = subprocess.run([sys.executable, "-m", "yue2_core", "inspect", str(bad)], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=120)
+    assert out.returncode != 0 and "has no qwen.tiktoken" in out.stderr and "Traceback" not in out.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ComfyUI Checkpoint Loader (in the installed host's python, no server)
+
+LOADER_HARNESS = r'''
+import importlib.util, json, os, sys
+comfy_dir, repo, ckpts = sys.argv[1:4]
+sys.path.insert(0, comfy_dir)
+os.chdir(comfy_dir)
+import utils.extra_config  # before any comfy.* import
+from comfy.cli_args import args
+args.cpu = True
+import folder_paths
+folder_paths.folder_names_and_paths["checkpoints"] = ([ckpts], folder_paths.supported_pt_extensions)
+sys.path.append(repo)
+spec = importlib.util.spec_from_file_location("yue2_nodes", os.path.join(repo, "nodes", "__init__.py"),
+                                              submodule_search_locations=[os.path.join(repo, "nodes")])
+module = importlib.util.module_from_spec(spec)
+sys.modules["yue2_nodes"] = module
+spec.loader.exec_module(module)
+from yue2_nodes.loader import HF_ENTRY, YuE2CheckpointLoader, checkpoint_options
+out = {"options": checkpoint_options(), "raw": sorted(folder_paths.get_filename_list("checkpoints")),
+       "valid": YuE2CheckpointLoader.validate_inputs("YuE2-3B/"),
+       "invalid": YuE2CheckpointLoader.validate_inputs("YuE2-Vae/model.safetensors")}
+schema = YuE2CheckpointLoader.define_schema()
+out["schema_options"] = schema.inputs[0].options
+for name in ("YuE2-3B/", HF_ENTRY):
+    model, text = YuE2CheckpointLoader.execute(name).args[:2]
+    out[name] = {"layout": model.info.layout, "path": model.info.path, "vae": model.info.files["vae"],
+                 "vocab": model.tokenizer.vocab_size, "text": text}
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_comfyui_loader_lists_and_loads_vendor_folders(made, tmp_path, comfy_host):
+    comfy_dir, python = comfy_host
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    shutil.copytree(made["model"], ckpts / "YuE2-3B")
+    shutil.copytree(made["vae"], ckpts / "YuE2-Vae")
+    os.link(made["comfy"], ckpts / "tiny.safetensors")
+    cache = _fake_hf_cache(made, tmp_path / "hf")
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    run = subprocess.run([python, "-c", LOADER_HARNESS, str(comfy_dir), str(REPO), str(ckpts)], capture_output=True,
+                         text=True, env=env, timeout=300)
+    lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    hf = "[HF cache] m-a-p/YuE2-3B"
+    assert out["options"] == ["tiny.safetensors", "YuE2-3B/", hf] == out["schema_options"]
+    assert "YuE2-3B/model.safetensors" in out["raw"]  # ComfyUI itself lists the inner files; the loader hides them
+    assert out["valid"] is True and "is not in ComfyUI's checkpoints folder" in out["invalid"]
+    assert out["YuE2-3B/"]["layout"] == "vendor" and out["YuE2-3B/"]["path"] == str(ckpts / "YuE2-3B")
+    assert out["YuE2-3B/"]["vae"] == str(ckpts / "YuE2-Vae") and out["YuE2-3B/"]["vocab"] == 151643
+    assert "models--m-a-p--YuE2-3B" in out[hf]["path"] and "models--m-a-p--YuE2-Vae" in out[hf]["vae"]
