@@ -52,8 +52,9 @@ def module_shape(dims: ModelDims, module: str) -> tuple[int, int]:
              "mlp.down_proj": (h, f)}
     if m:
         return table[m.group(1)]
-    return {"vae2llm": (h, dims.latent_dim), "llm2vae": (dims.latent_dim, h), "time_embedder.mlp.0": (h, dims.time_freq),
-            "time_embedder.mlp.2": (h, h), "model.lm_head": (dims.vocab, h)}[module]
+    return {"vae2llm": (h, dims.latent_dim), "llm2vae": (dims.latent_dim, h),
+            "time_embedder.mlp.0": (h, dims.time_freq), "time_embedder.mlp.2": (h, h),
+            "model.lm_head": (dims.vocab, h)}[module]
 
 
 def split_target(dims: ModelDims, layer: int, proj: str) -> tuple[str, tuple[int, int] | None]:
@@ -369,6 +370,9 @@ def test_layout_matches_fp64_expectation(layout, tmp_path, read_adapter):
     assert isinstance(adapter, Adapter)
     check_adapter(adapter, exp, TINY)
     assert {round(float(s), 9) for s in adapter.scales} == exp.scales, (adapter.scale_rule, adapter.scales)
+    companions = {"fl": "fl-nar.safetensors", "peft": "adapter_config.json", "peft-rslora": "adapter_config.json"}
+    if layout in companions:  # every file read is reported (the FL NAR companion, the PEFT sidecar)
+        assert any(Path(f).name == companions[layout] for f in adapter.files), adapter.files
 
 
 @pytest.mark.parametrize("layout", ["hot-lokr", "ms-fused-nar"])

@@ -259,7 +259,8 @@ def _peft_config(rank: int, rslora: bool = False, dora: bool = False) -> dict:
 def _write_peft(out: Path, t: _Tensors, dims, layers, rank, spelling: str, config: dict) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for prefix in ("", "nar_"):
-        _split_lora(t, dims, layers, rank, lambda n, b, p, pre=prefix: f"base_model.model.model.layers.{n}.{pre}{b}.{p}",
+        _split_lora(t, dims, layers, rank,
+                    lambda n, b, p, pre=prefix: f"base_model.model.model.layers.{n}.{pre}{b}.{p}",
                     f".lora_A{spelling}.weight", f".lora_B{spelling}.weight")
     _save(t.data, out / "adapter_model.safetensors")
     (out / "adapter_config.json").write_text(json.dumps(config, indent=2))
@@ -375,7 +376,8 @@ def write_adapter(layout: str, out: str | Path, dims: ModelDims, *, rank: int = 
         lora = []
         for n in all_layers:
             for block, proj in _SPLIT:
-                lora += [t.data[f"layers.{n}.nar_{block}.{proj}.lora_A"], t.data[f"layers.{n}.nar_{block}.{proj}.lora_B"]]
+                stem = f"layers.{n}.nar_{block}.{proj}"
+                lora += [t.data[f"{stem}.lora_A"], t.data[f"{stem}.lora_B"]]
         io = {m: {"weight": t.data[f"{m}.weight"], "bias": t.data[f"{m}.bias"]} for m in ("vae2llm", "llm2vae")}
         torch.save({"lora": lora, "rank": rank, "io": io}, str(out))
         return out
@@ -386,7 +388,7 @@ def write_adapter(layout: str, out: str | Path, dims: ModelDims, *, rank: int = 
             out_f, in_f = io_shape(dims, mod)
             t.pair(f"{mod}.lora_down.weight", f"{mod}.lora_up.weight", out_f, in_f, rank)
         return _save(t.data, out, {"format": "yue2-lora-v1", "alpha": "8", "rank": str(rank),
-                                   "target_preset": "nar_attn_mlp_proj", "branch": "nar"})
+                                   "target_preset": "nar_attn_mlp_proj"})  # no branch: NAR by default
     if layout == "peft":
         return _write_peft(out, t, dims, layers, rank, "", _peft_config(rank))
     assert layout == "peft-rslora"
@@ -405,8 +407,8 @@ def write_all(out_dir: str | Path, dims: ModelDims, *, profile: str = "tiny", se
     paths = {}
     for layout in LAYOUTS:
         name = _FILE_NAMES.get(layout, f"{layout}.safetensors")
-        paths[layout] = write_adapter(layout, out_dir / name, dims, layers=None if layout == "ms-raw-nar-pt" else layers,
-                                      seed=seed)
+        chosen = None if layout == "ms-raw-nar-pt" else layers
+        paths[layout] = write_adapter(layout, out_dir / name, dims, layers=chosen, seed=seed)
     return paths
 
 
