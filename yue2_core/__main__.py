@@ -195,7 +195,7 @@ def _song_checkpoint(song_dir: str) -> str | None:
         path = json.loads((Path(song_dir) / "config.json").read_text("utf-8")).get("checkpoint", {}).get("path")
     except (OSError, ValueError, AttributeError):
         return None
-    return path if isinstance(path, str) and Path(path).is_file() else None
+    return path if isinstance(path, str) and Path(path).exists() else None  # a file, or a vendor folder
 
 
 def _render_seconds(given: float | None, parent_sampling: dict) -> float | None:
@@ -298,7 +298,7 @@ def cmd_inspect(args) -> int:
     from .weights.checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
     if not os.path.exists(args.checkpoint):
         from .weights.locate import WHERE_TO_GET
-        raise CheckpointError(f"{args.checkpoint} not found. {WHERE_TO_GET}")
+        raise CheckpointError(f"checkpoint not found: {args.checkpoint}. {WHERE_TO_GET}")
     try:
         info = inspect_checkpoint(args.checkpoint)
     except CheckpointError as exc:
