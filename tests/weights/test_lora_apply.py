@@ -185,3 +185,14 @@ def test_merge_into_matches_comfy_arithmetic():
     comfy += (0.8 * 0.5) * torch.mm(lr.up.float(), lr.down.float())
     assert torch.equal(ours, comfy.to(torch.bfloat16)) or \
         (ours.float() - comfy.to(torch.bfloat16).float()).abs().max() <= 2 ** -14
+
+
+def test_add_rotated_in_place_equals_delta_rotated():
+    from yue2_core.weights.quant import rotate
+    lr = _lowrank(512, 256, 4, 50)
+    side = SideDelta.build([(0.9, Patch("ar", "q", lr)), (1.0, Patch("ar", "q", Diff(torch.randn(512, 256) * 1e-3))),
+                            (1.0, Patch("ar", "q", BiasDiff(torch.randn(512) * 1e-3)))], 512, 256)
+    xr = rotate(torch.randn(2, 256, generator=_gen(51))).to(torch.bfloat16)
+    base = torch.randn(2, 512, generator=_gen(52))
+    got = side.add_rotated_(xr, base.clone(), 256)
+    assert torch.allclose(got, base + side.delta_rotated(xr, 256), atol=1e-6)

@@ -448,11 +448,10 @@ class PhaseDecoder:
             y = gemv.gemv(x2, mod.weight, mod.weight_scale.view(-1), partial=True)
             side = mod.lora_side
             if side is not None:  # adapters: x̃·Ãᵀ·Bᵀ in fp32 (weights.lora.apply), added to the first partial sum
-                d = side.delta_rotated(x2, mod.group)
                 if isinstance(y, gemv.Partials):
-                    y.t[0].add_(d)
+                    side.add_rotated_(x2, y.t[0], mod.group)
                 else:
-                    y = (y.float() + d).to(y.dtype)
+                    y = side.add_rotated_(x2, y.float(), mod.group).to(y.dtype)
             return y
         return gemv.gemv(x2, mod.weight, partial=True)
 

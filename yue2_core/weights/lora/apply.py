@@ -237,6 +237,18 @@ class SideDelta:
             out = self.bias if out is None else out + self.bias
         return out
 
+    def add_rotated_(self, xr: torch.Tensor, out: torch.Tensor, group: int) -> torch.Tensor:
+        """out [R, N] fp32 += the delta of the ROTATED input x̃ [R, in] — the fused decode step's form (the
+        low-rank part is two launches: x̃·Ãᵀ, then one addmm into `out`)."""
+        xf = xr.float()
+        if self.down is not None:
+            out.addmm_(xf @ self.rotated_down(group).t(), self.up.t())
+        if self.dense is not None or self.bias is not None:
+            rest = SideDelta(None, None, self.dense, self.bias, None)
+            rest._rotated = self._rotated
+            out.add_(rest.delta_rotated(xr, group))
+        return out
+
     def apply(self, x: torch.Tensor, base_out) -> torch.Tensor:
         """The linear's output with the delta: `base_out()` is called unless the layer is replaced."""
         if self.replace is not None:
