@@ -148,7 +148,7 @@ class YuE2VAEDecode(io.ComfyNode):
 
     @classmethod
     def execute(cls, model, latent) -> io.NodeOutput:
-        cfg = model.info.vae
+        cfg = model.vae_file.config if model.vae_file is not None else model.info.vae
         samples = _latent_samples(latent, cfg.latent_dim)
         batch, _, frames = samples.shape
         lengths = latent_frames(latent, batch, frames)  # a batch of takes: each decoded over its own frames
@@ -162,7 +162,8 @@ class YuE2VAEDecode(io.ComfyNode):
             del vae
         mm.soft_empty_cache()
         check_cancel()
+        vae_record = {"yue2_vae": model.weights_record()["vae"]}  # Save Song records the VAE that decoded
         if "yue2_frames" in latent:
-            return io.NodeOutput(padded_audio(waves))
+            return io.NodeOutput({**padded_audio(waves), **vae_record})
         waveform = torch.stack(waves).float().cpu()
-        return io.NodeOutput({"waveform": waveform, "sample_rate": SAMPLE_RATE})
+        return io.NodeOutput({"waveform": waveform, "sample_rate": SAMPLE_RATE, **vae_record})

@@ -114,7 +114,7 @@ def _waveform(audio, frames: int, warnings: list) -> torch.Tensor | None:
     return wave[0].float().cpu().clamp(-1.0, 1.0)
 
 
-def _settings(tokens, latent) -> dict:
+def _settings(tokens, latent, audio=None) -> dict:
     render = latent.get("yue2_render", {}) if isinstance(latent, dict) else {}
     settings = {"protocol": PROTOCOL_VERSION, "cot": tokens.score.cot, "cfg_scale": tokens.cfg_scale,
                 "semantic_sampling": tokens.sampling, "ode_steps": render.get("steps"),
@@ -123,7 +123,9 @@ def _settings(tokens, latent) -> dict:
     if isinstance(render.get("checkpoint"), dict):  # the Renderer's model: YuE2 Regenerate/Continue check it
         settings["checkpoint"] = render["checkpoint"]
     if render and render.get("weights"):
-        settings["weights"] = render["weights"]
+        settings["weights"] = dict(render["weights"])
+    if isinstance(audio, dict) and "yue2_vae" in audio:  # the VAE of the VAE Decode that made the audio
+        settings.setdefault("weights", {"loras": [], "vae": None})["vae"] = audio["yue2_vae"]
     return settings
 
 
@@ -169,7 +171,7 @@ class YuE2SaveSong(io.ComfyNode):
                               cfg_scale=req.get("cfg_scale"), id=prefix)
         song = Song(request=request, score=tokens.score, tokens=tokens,
                     latents=latents, audio=wave,
-                    settings=_settings(tokens, latent), warnings=request.input_warnings() + warnings)
+                    settings=_settings(tokens, latent, audio), warnings=request.input_warnings() + warnings)
         root = songs_root()
         with user_errors():
             for _ in range(3):  # another save may take the number between the scan and the rename

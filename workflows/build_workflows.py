@@ -84,6 +84,13 @@ NOTES = {
            "included. Only the decoding changes: the same music tokens and latents give a different timbre. The "
            "info output says which release the folder's config.json names. The Checkpoint Loader's own model still "
            "decodes with the checkpoint's VAE if you wire it to another VAE Decode.",
+    "lora": "Song with a LoRA\n\nYuE2 LoRA adds an adapter to both experts: put the file in ComfyUI/models/loras "
+            "(any published YuE2 layout — ai-toolkit, Comfy-native, Mothersuperior, FL, HOT-Step, Starnodes, PEFT "
+            "with its adapter_config.json, LoKr), press R and pick it. strength_ar changes the lead sheet and the "
+            "music tokens, strength_nar the rendering; 0 turns the adapter off on that expert. The report says what "
+            "was detected and applied, and lists every key that matched nothing. Chain more LoRA nodes to stack "
+            "adapters; the loader's own model stays unpatched. A saved song records its adapters (sha256, "
+            "strengths): YuE2 Load Song's model output re-applies them.",
     "int8": "Low VRAM (int8)\n\nThe int8 ConvRot checkpoint (3.7 GB) halves the weights. The AR, NAR and VAE are "
             "three ComfyUI models loaded one at a time: each stage offloads the others when memory is short. A "
             "shorter max_seconds also shrinks the AR's KV cache (≈ 0.11 MB per token per branch). For very small "
@@ -327,6 +334,24 @@ def custom_vae_decoder(info: dict) -> dict:
     return g.build("custom_vae_decoder")
 
 
+def song_with_lora(info: dict) -> dict:
+    g = Graph(info)
+    g.note(f"{NOTES['lora']}\n\n{WHERE}", (0, 380), (400, 520))
+    loader = _loader(g, INT8)
+    lora = g.node("YuE2LoRA", (0, 160), (380, 170), lora_name="my_yue2_lora.safetensors", strength_ar=1.0,
+                  strength_nar=1.0)
+    lora_report = g.node("PreviewAny", (0, 950), (400, 260), title="LoRA report")
+    composer = g.node("YuE2Composer", (450, 0), (440, 820), style=STYLE, lyrics=LYRICS, cot="full", seed=831001,
+                      seed_control="randomize", max_seconds=120.0)
+    report = g.node("PreviewAny", (450, 870), (440, 220), title="Composer report")
+    g.link(loader, "model", lora, "model")
+    g.link(lora, "report", lora_report, "source")
+    g.link(lora, "model", composer, "model")
+    g.link(composer, "report", report, "source")
+    _render_chain(g, lora, composer, 950, "yue2_lora")
+    return g.build("song_with_lora")
+
+
 def build_all(object_info: dict) -> dict[str, dict]:
     """{file stem: workflow} for every shipped workflow."""
     return {
@@ -340,6 +365,7 @@ def build_all(object_info: dict) -> dict[str, dict]:
         "yue2_continue": continue_song(object_info),
         "yue2_four_candidates": four_candidates(object_info),
         "yue2_custom_vae_decoder": custom_vae_decoder(object_info),
+        "yue2_song_with_lora": song_with_lora(object_info),
     }
 
 

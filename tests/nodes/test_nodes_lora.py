@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from nodes_testlib import TINY, TINY_INT8, codes, run, run_error, saved_dirs
+from nodes_testlib import TINY, TINY_INT8, api, by_class, codes, run, run_error, saved_dirs, set_inputs, test_sized
 
 LORA = "yue2_test_aitk_lora.safetensors"
 SDXL = "yue2_test_sdxl_lora.safetensors"
@@ -141,3 +141,16 @@ def test_lora_of_another_model_is_refused_by_name(comfy, comfy_server, checkpoin
     node, _, message = run_error(comfy, _compose(TINY, 51, (SDXL, 1.0, 1.0), name="sdxl"))
     assert node == "YuE2LoRA"
     assert "not a YuE2" in message, message
+
+
+def test_shipped_lora_workflow_runs(comfy, comfy_server, node_info, loras):
+    from test_nodes_workflows import check_song
+    prompt = test_sized(api("yue2_song_with_lora", node_info))
+    set_inputs(prompt, "YuE2LoRA", lora_name=LORA, strength_ar=0.5, strength_nar=0.5)
+    entry = run(comfy, prompt)
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    check_song(song_dir)
+    texts = [entry["outputs"][i]["text"][0] for i in by_class(prompt, "PreviewAny") if i in entry["outputs"]]
+    assert any("ai-toolkit" in t for t in texts), texts
+    rec = json.loads((song_dir / "config.json").read_text())["weights"]["loras"][0]
+    assert rec["file"] == LORA and rec["strength_ar"] == 0.5

@@ -16,7 +16,7 @@ from nodes_testlib import (EXAMPLES, REPO, TINY, TINY_INT8, VALID_ABC, api, by_c
 
 NAMES = ["yue2_text_to_song_full", "yue2_text_to_song_melody", "yue2_text_to_song_off", "yue2_edit_and_rerender",
          "yue2_load_and_rerender", "yue2_int8_low_vram", "yue2_regenerate_from_bar", "yue2_continue",
-         "yue2_four_candidates", "yue2_custom_vae_decoder"]
+         "yue2_four_candidates", "yue2_custom_vae_decoder", "yue2_song_with_lora"]
 SAVERS = ("YuE2SaveSong", "YuE2Regenerate", "YuE2Continue")  # the nodes that write a song folder
 SONG_FILES = {"score.abc", "abc_tokens.npy", "prefix.npy", "semantic.npy", "latent.npy", "audio.flac", "request.json",
               "config.json", "result.json"}

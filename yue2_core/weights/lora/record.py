@@ -63,7 +63,8 @@ def find_recorded(record: dict, search_dirs=(), what: str = "LoRA") -> str:
         try:
             target = path
             if os.path.isdir(path):
-                cands = [os.path.join(path, n) for n in ("adapter_model.safetensors", "lora.safetensors", "model.safetensors")]
+                cands = [os.path.join(path, n) for n in ("adapter_model.safetensors", "lora.safetensors", "model.safetensors",
+                                                      "model.safetensors.index.json")]
                 target = next((c for c in cands if os.path.isfile(c)), None)
                 if target is None:
                     return False
