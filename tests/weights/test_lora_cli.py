@@ -1,0 +1,108 @@
+"""Own weights on the command line (CPU, tiny synthetic model): --lora at strength 0 gives the song without it, at
+strength 1 another song; config.json records the adapter and VAE; `render` re-applies them (same latents and audio)
+or names the missing file; --vae replaces the decoder; bad --lora values are refused before any loading."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from yue2_core.__main__ import main
+from yue2_core.weights.checkpoint import inspect_checkpoint
+from yue2_core.weights.lora import synthetic as lora_synth
+from yue2_core.weights.synthetic import write_synthetic_checkpoint
+
+SMALL = ["--max-seconds", "1", "--max-abc-tokens", "8", "--steps", "2", "--device", "cpu", "--offline"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("own_weights")
+    ckpt = root / "tiny_int8.safetensors"
+    write_synthetic_checkpoint(str(ckpt), "tiny", "int8", seed=0)
+    dims = inspect_checkpoint(str(ckpt)).dims
+    lora = lora_synth.write_adapter("aitk", root / "aitk.safetensors", dims, rank=4, seed=1)
+    from yue2_core.weights.synthetic_vae import write_vae
+    vae = write_vae(root / "legacy_vae", layout="vendor-folder", variant="legacy", profile="tiny", seed=5)
+    return {"ckpt": ckpt, "lora": lora, "vae": vae, "root": root}
+
+
+def _run(*args) -> int:
+    try:
+        return main([str(a) for a in args])
+    except SystemExit as exc:
+        return exc.code
+
+
+def _song(files, name, *extra):
+    out = files["root"] / name
+    assert _run("generate", "--style", "pop", "--lyrics", "la la", "--seed", "5", "--checkpoint", files["ckpt"],
+                *SMALL, "--output", out, *extra) == 0
+    return out
+
+
+def _same(a, b) -> bool:
+    return (np.array_equal(np.load(a / "semantic.npy"), np.load(b / "semantic.npy"))
+            and np.array_equal(np.load(a / "latent.npy"), np.load(b / "latent.npy"))
+            and np.array_equal(sf.read(str(a / "audio.flac"))[0], sf.read(str(b / "audio.flac"))[0]))
+
+
+def test_lora_strength_zero_one_and_render_reapplies(files, capsys):
+    base = _song(files, "base")
+    zero = _song(files, "zero", "--lora", f"{files['lora']}:0")
+    one = _song(files, "one", "--lora", f"{files['lora']}:1:0.5")
+    assert _same(base, zero)
+    assert not _same(base, one)
+    rec = json.loads((one / "config.json").read_text())["weights"]["loras"][0]
+    assert rec["file"] == "aitk.safetensors" and rec["strength_ar"] == 1.0 and rec["strength_nar"] == 0.5
+    assert rec["layout"] == "ai-toolkit" and len(rec["sha256"]) == 64
+    assert "LoRA:" in capsys.readouterr().err
+    # render re-applies the recorded adapter: the saved tokens give the same latents and audio
+    again = files["root"] / "one_again"
+    assert _run("render", one, "--steps", "2", "--device", "cpu", "--offline", "--output", again) == 0
+    assert _same(one, again)
+    # the adapter gone: render names it and writes nothing
+    moved = files["root"] / "moved.safetensors"
+    shutil.move(files["lora"], moved)
+    try:
+        gone = files["root"] / "gone"
+        assert _run("render", one, "--steps", "2", "--device", "cpu", "--offline", "--output", gone) == 2
+        err = capsys.readouterr().err
+        assert "aitk.safetensors" in err and "missing" in err
+        assert not gone.exists()
+    finally:
+        shutil.move(moved, files["lora"])
+
+
+def test_vae_flag_changes_audio_not_tokens_and_is_recorded(files):
+    base = files["root"] / "base"
+    if not base.exists():
+        base = _song(files, "base")
+    legacy = _song(files, "legacy", "--vae", files["vae"])
+    assert np.array_equal(np.load(base / "latent.npy"), np.load(legacy / "latent.npy"))
+    assert not np.array_equal(sf.read(str(base / "audio.flac"))[0], sf.read(str(legacy / "audio.flac"))[0])
+    vae = json.loads((legacy / "config.json").read_text())["weights"]["vae"]
+    assert vae["variant"] == "legacy"
+
+
+@pytest.mark.parametrize("value, message", [("missing.safetensors", "not found"),
+                                            ("{lora}:9", "between -5 and 5"),
+                                            ("{lora}:nan:1", "between -5 and 5")])
+def test_bad_lora_values_refused_before_loading(files, capsys, value, message):
+    out = files["root"] / "never"
+    rc = _run("generate", "--style", "pop", "--lyrics", "la", "--checkpoint", "/nonexistent.safetensors", *SMALL,
+              "--output", out, "--lora", value.format(lora=files["lora"]))
+    assert rc == 2 and message in capsys.readouterr().err and not out.exists()
+
+
+def test_sdxl_lora_refused_by_name(files, capsys, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+    sdxl = tmp_path / "sdxl.safetensors"
+    save_file({"lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight": torch.zeros(4, 320)}, str(sdxl))
+    rc = _run("generate", "--style", "pop", "--lyrics", "la", "--checkpoint", files["ckpt"], *SMALL,
+              "--output", tmp_path / "x", "--lora", sdxl)
+    assert rc == 2 and "not a YuE2" in capsys.readouterr().err
