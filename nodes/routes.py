@@ -8,7 +8,7 @@ ComfyUI also serves each under /api/... (PromptServer.add_routes). Every answer 
 {"error": "<what is wrong and what is accepted>"}; an unexpected failure is a 500 with a one-line message (the
 traceback goes to the server log, never to the client). The work itself (parsing, engraving, tokenizing) runs in a
 worker thread; Verovio's engraving does not release the Python lock, so scores are bounded before engraving
-(yue2_core.abc.engrave.check_size: 128 notes per bar, 6,000 in all) to keep the server responsive.
+(yue2_core.abc.engrave.check_size: 48 notes per bar, 3,000 in all: ≤ ~2 s of CPU) to keep the server responsive.
 
 Registration happens when this module is imported (nodes/__init__.py imports it). Outside a running ComfyUI server
 (no `server` module, or no PromptServer.instance) nothing is registered and nothing is raised.
@@ -146,9 +146,7 @@ def _route(work, executor: ThreadPoolExecutor):
 
 # --- /yue2/abc/analyze ---------------------------------------------------------------------------------------------
 def analyze(payload: dict) -> dict:
-    """service.analyze, plus the engraving's time map (SVG note ids -> seconds) when an SVG was made."""
-    from yue2_core.abc.engrave import time_map
-    from yue2_core.abc.parser import scan
+    """service.analyze (with the engraving's time map, SVG note ids -> seconds, when an SVG was made)."""
     from yue2_core.abc.service import analyze as analyze_score
 
     abc_field(payload)  # our own size/type message and 413 before the service sees it
@@ -157,8 +155,7 @@ def analyze(payload: dict) -> dict:
         if result["error"].startswith("internal error"):
             raise RuntimeError(result["error"])  # already logged by the service
         raise RequestRefused(result["error"])
-    result["time_map"] = time_map(scan(payload["abc"])) if result.get("svg") else None
-    return result
+    return result  # time_map comes with the SVG (one parse for the whole answer)
 
 
 # --- /yue2/abc/tool ------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from yue2_core.abc import analyze
 
 def test_full_answer_for_a_good_score(song):
     result = analyze({"abc": song})
-    assert set(result) == {"ok", "issues", "structure", "timeline", "svg", "svg_error"}
+    assert set(result) == {"ok", "issues", "structure", "timeline", "svg", "svg_error", "time_map"}
     assert result["ok"] and result["issues"] == [] and result["svg"] is None and result["svg_error"] is None
     assert result["structure"]["bars"] == {"Vocal": 15, "Ins": 15}
     assert result["timeline"]["voices"]["Vocal"]

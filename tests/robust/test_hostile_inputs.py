@@ -17,7 +17,7 @@ def test_engraving_refuses_huge_bars_fast():
     t0 = time.perf_counter()
     out = service.analyze({"abc": text, "engrave": True})
     assert time.perf_counter() - t0 < 10
-    assert out["svg"] is None and "at most 128 per bar" in out["svg_error"]
+    assert out["svg"] is None and "at most 48 per bar" in out["svg_error"]
 
 
 def test_long_cut_text_refused_fast():

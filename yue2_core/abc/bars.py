@@ -89,6 +89,11 @@ class BarBuilder:
                                      f"writes Z2…Z{MAX_BARS_PER_LINE}.", line, first.start + 1,
                                      len(state.bars) + 1, state.name))
             count = 1
+        written = first.groups.get("count") or ""
+        if written and (count == 1 or count > MAX_BARS_PER_LINE) and count <= MAX_MEASURE_REST:
+            self._issue("warning", "dialect", f"{first.text!r} is not a bar rest the planner writes; it writes Z for "
+                        f"one bar and Z2…Z{MAX_BARS_PER_LINE} for several (the vendor's checker refuses "
+                        f"{first.text}).", line, first.start + 1)
         if len(tokens) != 1 or first.kind != "bar-rest" or count == 0:
             where = next(t for t in tokens if t.kind == "bar-rest")
             self.issues.append(Issue("error", "token", "Z fills whole bars on its own (Z, or Z2…Z4 for several); "
@@ -169,7 +174,21 @@ class BarBuilder:
         bar.length = offset
         for anchor, index in anchors:
             anchor.onset = onsets[index] if index < len(onsets) else offset
+            if index >= len(onsets) and onsets and bar.complete:
+                self._after_last_event(anchor, bar)
             (bar.chords if isinstance(anchor, ChordSymbol) else bar.keys).append(anchor)
+
+    def _after_last_event(self, anchor, bar: Bar) -> None:
+        """A chord symbol or [K:] after the bar's last note or rest sits on no event: it sounds nowhere in this bar
+        (the vendor's checker refuses it as "event after the measure end" [V])."""
+        if isinstance(anchor, ChordSymbol):
+            self._issue("warning", "chord-symbol", f'Chord symbol "{anchor.text}" comes after the last note or rest '
+                        f"of bar {bar.number}, so it sounds over nothing; write it before the note it belongs to "
+                        f"(at the start of the next bar if it starts there).", anchor.line, anchor.column, bar)
+        else:
+            self._issue("warning", "dialect", f"[K:{anchor.key}] comes after the last note or rest of bar "
+                        f"{bar.number}; write a key change at the start of the bar it applies to.", anchor.line,
+                        anchor.column, bar)
 
     def _event(self, token: Token, bar: Bar, sig, local, warned) -> _Pending | None:
         state = self.state

@@ -1,10 +1,10 @@
-"""Apply column-range replacements to source text, leaving every other byte as it was."""
+"""Apply column-range replacements to source text, leaving every other byte (line ends included) as it was."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .parser import split_lines
+from .parser import line_ends, split_lines
 
 
 @dataclass(frozen=True)
@@ -32,4 +32,5 @@ def apply_edits(source: str, edits: list[Edit]) -> str:
         for edit in ordered:
             line = line[:edit.start - 1] + edit.text + line[edit.end - 1:]
         lines[number - 1] = line
-    return "\n".join(lines)
+    ends = line_ends(source) + [""]
+    return "".join(line + end for line, end in zip(lines, ends))

@@ -41,8 +41,13 @@ def engrave(text: str, *, page_width: int = 2100, scale: int = 40) -> dict:
     return render(parse(text), page_width=page_width, scale=scale)
 
 
-MAX_NOTES_PER_BAR = 128  # a 4/4 bar at L:1/32 holds at most 32 notes; Verovio's time grows super-linearly per bar
-MAX_NOTES = 6000  # ≈ 10 minutes of a busy two-voice score; engraving holds the Python lock, so it is bounded
+# Engraving holds the Python lock (Verovio is native code, one core), so it is bounded to keep the editor's answer
+# under ~3 s: measured 2026-12-01 on the CI's 2-core machine as CPU time of the whole analyze route, the worst scores
+# inside these limits (every note with an accidental and a chord symbol, one bar per line; 32 notes a bar in 4/4 or
+# 48 in 12/8) took 1.7-2.0 s; the earlier limits (128 a bar, 6,000 in all) took ~3.9 s, and 64 a bar with 4,000 in
+# all up to 3.3 s (tests/abc/test_abc_editor_inputs.py).
+MAX_NOTES_PER_BAR = 48  # a bar at L:1/32 holds one native note per unit: 32 in 4/4, 48 in 6/4 or 12/8
+MAX_NOTES = 3000  # both voices; a generated 6-minute song has ~2,000 (≈ 130 bars × 2 voices × ~8 notes)
 
 
 def check_size(score) -> None:

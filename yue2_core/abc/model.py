@@ -182,8 +182,8 @@ class LyricsLine:
 
 @dataclass
 class AbcScore:
-    """A parsed score. `lines` are the source lines (split at "\\n", a trailing "\\r" kept); `voices` maps each
-    voice name to its bars in order; `issues` are what parsing found (errors and warnings)."""
+    """A parsed score. `lines` are the source lines without their line ends (split at LF, CR LF or CR); `voices`
+    maps each voice name to its bars in order; `issues` are what parsing found (errors and warnings)."""
 
     text: str
     lines: list[str]

@@ -11,6 +11,8 @@ inside a bar [U entry 7]: the unfinished tail is reported once as "truncated" (a
 
 from __future__ import annotations
 
+import re
+
 from .bars import BarBuilder, VoiceState
 from .dialect import VOICES
 from .errors import AbcError, Issue
@@ -23,9 +25,20 @@ SYNTAX_CODES = frozenset({"empty", "missing-header", "duplicate-header", "header
                           "unknown-header", "unknown-voice", "token", "structure", "unterminated-bar", "empty-bar"})
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+LINE_END = re.compile(r"\r\n|\r|\n")  # what the vendor's str.splitlines() and Python's universal newlines split at
+
+
 def split_lines(text: str) -> list[str]:
-    """Source lines split at "\\n" only (a "\\r" before it stays on the line, so columns and bytes are kept)."""
-    return text.split("\n")
+    """Source lines without their line ends, split at LF, CR LF and a lone CR, as the vendor's checker
+    (`str.splitlines`) and the command line read them [V]. Columns are unchanged (a line end is never inside a line);
+    `line_ends(text)` gives the ends, so text can be rebuilt byte for byte."""
+    return LINE_END.split(text)
+
+
+def line_ends(text: str) -> list[str]:
+    """The line end after each line of `split_lines(text)` but the last ("\\n", "\\r\\n" or "\\r")."""
+    return LINE_END.findall(text)
 
 
 def scan(text: str) -> AbcScore:
@@ -33,7 +46,7 @@ def scan(text: str) -> AbcScore:
     if not isinstance(text, str):
         raise AbcError(f"The score must be text (str), not {type(text).__name__}.", code="type")
     lines = split_lines(text)
-    clean = [line[:-1] if line.endswith("\r") else line for line in lines]
+    clean = lines
     header, body_start, issues = parse_header(clean) if text.strip() else (None, 0, [])
     if header is None:
         from .model import Header
@@ -42,9 +55,40 @@ def scan(text: str) -> AbcScore:
                                   "X:1, T:, M:, L:, Q:, the two V: definitions and K:.", 1, 1))
         return score
     score = AbcScore(text, lines, header, issues=issues)
+    _line_end_issue(text, score.issues)
+    _surrogate_issue(lines, score.issues)
     _Body(score, clean, body_start).run()
     score.issues.sort(key=lambda i: (i.line or 0, i.column or 0))
     return score
+
+
+def _surrogate_issue(lines: list[str], issues: list[Issue]) -> None:
+    """An error for the first unpaired surrogate (U+D800…U+DFFF alone, e.g. from a JSON "\\ud800" escape or bytes
+    that were not UTF-8): such text is not valid Unicode, cannot be encoded as UTF-8 or tokenized, and the Composer
+    and the command line refuse it (protocol.SongRequest.validate)."""
+    found = [(number, match.start() + 1) for number, line in enumerate(lines, 1) for match in _SURROGATE.finditer(line)]
+    if not found:
+        return
+    count = len(found)
+    number, column = found[0]
+    line = lines[number - 1]
+    more = f" ({count} such characters in all)" if count > 1 else ""
+    issues.append(Issue("error", "encoding", f"Character U+{ord(line[column - 1]):04X} is an unpaired surrogate, not "
+                        f"valid Unicode text{more}: the score cannot be encoded as UTF-8 or tokenized, and the "
+                        f"Composer refuses it. Delete it (it comes from a broken \\u escape or from bytes that were "
+                        f"not UTF-8).", number, column))
+
+
+def _line_end_issue(text: str, issues: list[Issue]) -> None:
+    """One warning when lines end in CR LF or a lone CR: the score reads the same, but the model is given the text as
+    it is, and the planner only ever writes LF (its tokens for CR differ)."""
+    ends = set(line_ends(text))
+    if ends - {"\n"}:
+        kind = "CR (old Mac)" if "\r" in ends else "CR LF (Windows)"
+        first = next(i for i, end in enumerate(line_ends(text)) if end != "\n") + 1
+        issues.append(Issue("warning", "line-ends", f"Lines end in {kind}; they are read as line breaks, but the "
+                            f"model is given the characters as they are and the planner writes LF only. Save the "
+                            f"score with LF line ends for the tokens the model knows.", first, 1))
 
 
 def parse(text: str) -> AbcScore:
@@ -110,6 +154,10 @@ class _Body:
             if index < self.last:
                 self.warn_once("blank", "Blank lines are not part of the dialect (in ABC a blank line ends the "
                                "tune); remove them.", number)
+            elif self.last >= 0 and index < len(self.lines) - 1 or text:  # not the end of the final line
+                self.warn_once("blank-end", "The score ends with a blank line after its last group; remove it (the "
+                               "planner ends the score with the last music line, and the vendor's checker refuses "
+                               "it).", number)
             return
         if text.startswith("%"):
             self.comment(text, number)
@@ -128,6 +176,11 @@ class _Body:
             self.warn_once("directive", "%% directives are not part of the dialect and are ignored.", number)
             return
         label = text[1:].strip()
+        if text[1:2] != " " or not label or text != text.rstrip():
+            shown = text if len(text) <= 30 else text[:27] + "..."
+            self.warn_once(f"comment-{number}", f"Comment line {shown!r}: the dialect writes a section comment as "
+                           f"'% label' (percent, one space, the label, nothing after); the vendor's checker refuses "
+                           f"other comment lines.", number)
         if not label:
             return
         if self.awaiting_music:
@@ -160,7 +213,7 @@ class _Body:
                            f"are Vocal and Ins (V: Vocal, V: Ins).", number)
             self.voice = "?"
             return
-        if text.rstrip() != f"V: {name}":
+        if text != f"V: {name}":
             self.warn_once(f"selector-{name}", f"Write the selector as 'V: {name}' (with one space, nothing "
                            f"after), as the planner does.", number)
         groups = self.score.groups

@@ -21,8 +21,10 @@ def analyze(payload: dict) -> dict:
 
     payload: {"abc": str (≤ 100 kB UTF-8), "instrumental": bool = False, "max_seconds": positive number | None,
     "engrave": bool = False}. Returns {"ok": no errors, "issues": [Issue dicts], "structure": dict | None,
-    "timeline": dict | None, "svg": str | None, "svg_error": str | None}; structure and timeline are None when the
-    text does not parse, svg is None unless engraving was asked for and worked (svg_error says why not).
+    "timeline": dict | None, "svg": str | None, "svg_error": str | None, "time_map": list | None}; structure and
+    timeline are None when the text does not parse, svg and time_map (engrave.time_map: SVG note ids -> seconds) are
+    None unless engraving was asked for and worked (svg_error says why not). "ok" is False when the text has an
+    error, an unpaired surrogate included (the Composer refuses such text). Lines may end in LF, CR LF or CR.
     Bad input gives {"error": "<what is wrong and what is accepted>"}; an unexpected internal failure gives
     {"error": "internal error: ..."} and is logged. Nothing is raised.
     """
@@ -60,7 +62,7 @@ def _analyze(abc: str, instrumental: bool, max_seconds, want_svg: bool) -> dict:
     score = scan(abc)  # read once; every part of the answer comes from this one parse
     issues = check(score, instrumental=instrumental, max_seconds=max_seconds)
     result = {"ok": not any(i.severity == "error" for i in issues), "issues": [i.to_dict() for i in issues],
-              "structure": None, "timeline": None, "svg": None, "svg_error": None}
+              "structure": None, "timeline": None, "svg": None, "svg_error": None, "time_map": None}
     try:
         readable(score)
     except AbcError as error:
@@ -70,7 +72,8 @@ def _analyze(abc: str, instrumental: bool, max_seconds, want_svg: bool) -> dict:
     result["timeline"] = play(score)
     if want_svg:
         try:
-            result["svg"] = render(score)["svg"]
+            engraved = render(score)
+            result["svg"], result["time_map"] = engraved["svg"], engraved["time_map"]
         except AbcError as error:
             result["svg_error"] = str(error)
     return result

@@ -1,0 +1,102 @@
+"""Issue #20 item 15: what the editor's analyze route says agrees with what the Composer and the command line do.
+
+- A score with an unpaired surrogate (a JSON "\\ud800" escape) is not "ok": the Composer refuses such text.
+- Lines ending in a lone CR read as lines (as the vendor's `str.splitlines` and the command line read them), with a
+  warning; tools keep every line end byte for byte.
+- Engraving inside the stated limits (engrave.MAX_NOTES_PER_BAR, MAX_NOTES) takes under 3 s of CPU (measured as the
+  process's CPU time, so a busy CI machine does not make it flaky; engraving is single-threaded); one note more is
+  refused before Verovio runs.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib.util import find_spec
+
+import pytest
+
+from yue2_core.abc import analyze, parse, transpose, validate
+from yue2_core.abc.engrave import MAX_NOTES, MAX_NOTES_PER_BAR
+from yue2_core.errors import RequestError
+from yue2_core.protocol import SongRequest
+
+HEAD = ('X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=88\nV: Vocal clef=treble name="Vocal Melody" snm="Vocal"\n'
+        'V: Ins clef=treble name="Ins Melody" snm="Inst."\nK:C\n')
+SCORE = HEAD + '% verse\nV: Vocal\n"C"C16E16|"G"D32|\nV: Ins\nC,32|G,,32|\n'
+needs_verovio = pytest.mark.skipif(find_spec("verovio") is None, reason="engraving needs the optional package verovio")
+
+
+def test_an_unpaired_surrogate_is_an_error_where_the_composer_refuses_it():
+    text = SCORE.replace("% verse", "% verse\ud800")
+    with pytest.raises(RequestError, match="unpaired surrogate"):
+        SongRequest("pop", "la", cot="full", abc=text).validate()  # what the Composer does with it
+    result = analyze({"abc": text})
+    assert result["ok"] is False
+    [issue] = [i for i in result["issues"] if i["severity"] == "error"]
+    assert issue["code"] == "encoding" and (issue["line"], issue["column"]) == (9, 8)
+    assert "U+D800" in issue["message"] and "Composer" in issue["message"]
+    assert analyze({"abc": SCORE})["ok"] is True
+
+
+def test_several_surrogates_are_counted_and_the_first_is_located():
+    text = SCORE.replace('"G"D32', '"G"D32').replace("% verse", "% v\udcff\udcfe")
+    [issue] = [i for i in validate(text) if i.code == "encoding"]
+    assert (issue.line, issue.column) == (9, 4) and "U+DCFF" in issue.message and "2 such characters" in issue.message
+
+
+@pytest.mark.parametrize("end", ["\r", "\r\n"], ids=["CR", "CRLF"])
+def test_cr_line_ends_read_as_lines(end):
+    text = SCORE.replace("\n", end)
+    lf = parse(SCORE)
+    other = parse(text)
+    assert other.header.key == "C" and other.header.bpm == lf.header.bpm == 88
+    assert [(b.line, b.column, len(b.notes)) for b in other.voices["Vocal"]] == \
+        [(b.line, b.column, len(b.notes)) for b in lf.voices["Vocal"]]
+    issues = validate(text)
+    assert [i.code for i in issues] == ["line-ends"] and issues[0].line == 1
+    assert ("CR (old Mac)" if end == "\r" else "CR LF") in issues[0].message
+    assert analyze({"abc": text})["ok"] is True
+
+
+def test_tools_keep_every_line_end_as_it_was():
+    mixed = SCORE.replace("K:C\n", "K:C\r").replace("V: Ins\n", "V: Ins\r\n")
+    up = transpose(mixed, 2)
+    assert up.count("\r\n") == 1 and up.count("\r") == 2 and "K:D\r" in up
+    assert transpose(up, -2) == mixed
+
+
+def _busy_score(bars_per_voice: int, notes_per_bar: int) -> str:
+    """Worst case for the engraver: every note with an accidental and a chord symbol, one bar per line; one L:1/32
+    unit per note (4/4 for 32 notes a bar, 12/8 for 48)."""
+    head = HEAD.replace("M:4/4", f"M:{notes_per_bar // 4}/8")
+    notes = ["^F", "_B,", "=c'", "^^G", "__e"]
+    vocal = "".join('"F#m7/C#"' + notes[i % 5] for i in range(notes_per_bar)) + "|"
+    ins = "".join(notes[i % 5] for i in range(notes_per_bar)) + "|"
+    return head + "".join(f"% verse\nV: Vocal\n{vocal}\nV: Ins\n{ins}\n" for _ in range(bars_per_voice))
+
+
+@needs_verovio
+@pytest.mark.parametrize("notes_per_bar", [32, MAX_NOTES_PER_BAR])
+def test_engraving_at_the_limits_takes_under_three_seconds(notes_per_bar):
+    bars = MAX_NOTES // (2 * notes_per_bar)
+    text = _busy_score(bars, notes_per_bar)
+    assert validate(text) == []
+    analyze({"abc": SCORE, "engrave": True})  # Verovio's first load (fonts) is not what is measured
+    t0 = time.process_time()  # CPU time of this process: Verovio runs here, on one core; other jobs on the machine
+    result = analyze({"abc": text, "engrave": True})  # (the CI's other tests, parallel sessions) do not count
+    took = time.process_time() - t0
+    assert result["svg"] and result["svg_error"] is None and len(result["time_map"]) == 2 * bars * notes_per_bar
+    assert took < 3.0, f"{2 * bars * notes_per_bar} notes took {took:.2f} s of CPU"
+
+
+@needs_verovio
+def test_one_note_past_a_limit_is_refused_before_engraving():
+    crowded = _busy_score(1, 32).replace("M:8/8", f"M:{MAX_NOTES_PER_BAR + 8}/32")
+    crowded = crowded.replace("|\nV: Ins", "C" * (MAX_NOTES_PER_BAR + 8 - 32) + "|\nV: Ins", 1)
+    result = analyze({"abc": crowded, "engrave": True})
+    assert result["svg"] is None and f"at most {MAX_NOTES_PER_BAR} per bar" in result["svg_error"], result
+    bars = MAX_NOTES // 64 + 1  # 32 notes a bar, two voices: just over MAX_NOTES
+    t0 = time.process_time()
+    result = analyze({"abc": _busy_score(bars, 32), "engrave": True})
+    assert result["svg"] is None and f"at most {MAX_NOTES}" in result["svg_error"]
+    assert result["structure"] is not None and time.process_time() - t0 < 1.5  # checked, not engraved
