@@ -4,8 +4,8 @@ Hugging Face `tokenizers` JSON; checkpoint_format.md §5) — `YuE2Tokenizer` �
 the same ids for the release files (the JSON vocabulary un-byte-mapped is `qwen.tiktoken` rank for rank).
 
 Behaviour matches the official runtime's tokenizer (runtime.md §1.2): encode = NFC-normalise the whole string, then
-ordinary BPE (special-token strings typed in the text are plain characters); decode keeps only ids in [0, EOD) and
-replaces invalid UTF-8. Protocol ids (EOD, ABC/MUSIC markers, codec ids) are never produced by this class: callers
+ordinary BPE (special-token strings typed in the text are plain characters); decode writes text ids as text and the
+specials (EOD … MUSIC_START − 1) by name, drops other ids and replaces invalid UTF-8. Protocol ids (EOD, ABC/MUSIC markers, codec ids) are never produced by this class: callers
 insert them as integers.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import unicodedata
 
 import torch
 
-from ..constants import EOD
+from ..constants import EOD, MUSIC_START
 from ..errors import RequestError, TokenizerError
 
 #: Pre-tokenizer regex of the vendor tokenizer, verbatim (weights_and_lora.md §4; checkpoint_format.md §5).
@@ -33,6 +33,24 @@ def special_tokens() -> list[str]:
     slots 204/205 (151,847 = ABC_START, 151,848 = ABC_END; weights_and_lora.md §4, runtime.md §1.1)."""
     extras = [{196: "<abc>", 197: "</abc>"}.get(i, f"<extra_{i}>") for i in range(200)]
     return ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<R>", "<S>", "<X>", "<mask>", "<sep>", *extras]
+
+
+def decode_runs(ids, vocab_size: int) -> list:
+    """What the vendor's decode makes of `ids` (runtime.md §1.2: ids outside [0, 151,851) dropped, the specials
+    151,643 … 151,850 written as their strings): lists of consecutive text ids (< min(EOD, vocab_size)) to decode,
+    and for each id in [EOD, MUSIC_START) its name (`<|endoftext|>`, `<|im_end|>`, `<abc>`, `<extra_7>` …), so a
+    special id shows in the text a user sees instead of vanishing. Ids at or above MUSIC_START (protocol and codec
+    ids) and ids the vocabulary lacks are dropped, as the vendor drops them."""
+    names, runs = special_tokens(), []
+    for value in ids:
+        value = int(value)
+        if 0 <= value < min(EOD, vocab_size):
+            if not runs or isinstance(runs[-1], str):
+                runs.append([])
+            runs[-1].append(value)
+        elif EOD <= value < MUSIC_START:
+            runs.append(names[value - EOD])
+    return runs
 
 
 def _check_text(text) -> str:
@@ -86,9 +104,9 @@ class YuE2Tokenizer:
         return self._tok.encode(_check_text(text), add_special_tokens=False).ids
 
     def decode(self, ids) -> str:
-        """Decode ids, dropping any outside [0, EOD) (protocol ids have no text)."""
-        keep = [int(i) for i in ids if 0 <= int(i) < min(EOD, self.vocab_size)]
-        return self._tok.decode(keep, skip_special_tokens=False)
+        """Decode ids as the vendor does (`decode_runs`): text ids to text, specials by name, other ids dropped."""
+        return "".join(run if isinstance(run, str) else self._tok.decode(run, skip_special_tokens=False)
+                       for run in decode_runs(ids, self.vocab_size))
 
 
 def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
@@ -125,8 +143,8 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
 class TiktokenTokenizer:
     """The vendor tokenizer (runtime.md §1.2): a tiktoken `Encoding` named "YuE2" over the ranks of `qwen.tiktoken`,
     the Qwen pattern and the 208 specials at 151,643 + i. Same interface as `YuE2Tokenizer`: `encode` = NFC, then
-    `encode_ordinary` (special strings in the text stay plain characters); `decode` keeps ids in [0, EOD) and
-    replaces invalid UTF-8; `vocab_size` = number of ranks."""
+    `encode_ordinary` (special strings in the text stay plain characters); `decode` as `decode_runs` (specials by
+    name) and replaces invalid UTF-8; `vocab_size` = number of ranks."""
 
     def __init__(self, ranks: dict[bytes, int], name: str = "qwen.tiktoken"):
         try:
@@ -159,6 +177,6 @@ class TiktokenTokenizer:
         return self._enc.encode_ordinary(_check_text(text))
 
     def decode(self, ids) -> str:
-        """Decode ids, dropping any outside [0, EOD) (protocol ids have no text)."""
-        keep = [int(i) for i in ids if 0 <= int(i) < min(EOD, self.vocab_size)]
-        return self._enc.decode_bytes(keep).decode("utf-8", errors="replace")
+        """Decode ids as the vendor does (`decode_runs`): text ids to text, specials by name, other ids dropped."""
+        return "".join(run if isinstance(run, str) else self._enc.decode_bytes(run).decode("utf-8", errors="replace")
+                       for run in decode_runs(ids, self.vocab_size))
