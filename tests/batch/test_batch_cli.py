@@ -1,0 +1,95 @@
+"""`python -m yue2_core batch`: five different requests give the same song folders as five `generate` runs; bad rows
+are reported and the others complete; --resume after an interruption redoes only the unfinished (and damaged) songs."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from batch_data import ABC_CAP, expected, rows, write_requests  # noqa: E402
+
+STEPS = "2"
+
+
+def _files(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_batch_equals_generate_runs_and_reports_bad_rows(tmp_path, tiny_ckpt, engine, capsys):
+    from yue2_core.__main__ import main
+    from yue2_core.artifacts import save_song
+    too_long = {"id": "too-long", "style": "x", "lyrics": "y", "cot": "off",
+                "semantic_sampling": {"max_tokens": 24570, "min_tokens": 1}}
+    req = write_requests(tmp_path / "in", extra=[{"id": "bad", "style": "x", "lyrics": "y", "colour": "red"}, too_long],
+                         lines=["{not json"])
+    out = tmp_path / "batch"
+    rc = main(["batch", str(req), "--output", str(out), "--checkpoint", tiny_ckpt, "--device", "cpu",
+               "--steps", STEPS, "--max-abc-tokens", str(ABC_CAP)])
+    err = capsys.readouterr().err
+    assert rc == 1  # a row failed: non-zero, as the vendor's
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    assert (summary["complete"], summary["expected"], summary["failed"]) == (5, 8, 3)
+    by_id = {r["id"]: r for r in summary["results"]}
+    assert "'colour'" in by_id["bad"]["error"] and by_id["bad"]["line"] == 6
+    assert "s of music fit" in by_id["too-long"]["error"] and "at most" in by_id["too-long"]["error"]
+    assert any(r["id"] is None and "line 8 is not JSON" in r["error"] for r in summary["results"])
+    assert "5 of 8 complete, 3 failed" in err and "full-model" in err and "tok/s aggregate" in err
+    assert sorted(p.name for p in out.iterdir()) == sorted(["batch.json"] + [r["id"] for r in rows()])
+    alone = tmp_path / "alone"
+    for row in rows():
+        request, budgets = expected(row)
+        song = engine.generate(request, budgets, steps=int(STEPS))
+        single = _files(save_song(song, alone / row["id"]))
+        batched = _files(out / row["id"])
+        assert single.keys() == batched.keys(), row["id"]
+        for name in single:  # timings differ (result.json, plan.json and its manifest); the rest byte for byte
+            if name == "plan.json":
+                a, b = json.loads(single[name]), json.loads(batched[name])
+                a.pop("timing"), b.pop("timing")
+                assert a == b, row["id"]
+            elif name not in ("result.json", "plan_manifest.json"):
+                assert single[name] == batched[name], (row["id"], name)
+        result = json.loads(batched["result.json"])
+        assert result["status"] == "complete" and result["semantic"]["seed"] == row["seed"]
+    assert by_id["off-cfg"]["semantic_tokens"] <= 25 and by_id["short"]["semantic_tokens"] <= 10
+
+
+def test_resume_redoes_only_unfinished_and_damaged_songs(tmp_path, engine, monkeypatch, capsys):
+    from yue2_core import artifacts
+    from yue2_core.batch import BatchOptions, run_batch
+    from yue2_core.errors import ArtifactError
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "batch"
+    ids = [r["id"] for r in rows()]
+    saved, real = [], artifacts.save_song
+
+    def interrupted_at_third(song, path, lineage=None):
+        saved.append(song.request.id)
+        if len(saved) == 3:
+            raise KeyboardInterrupt  # what Ctrl-C / SIGTERM raise in the CLI
+        return real(song, path, lineage)
+    monkeypatch.setattr(artifacts, "save_song", interrupted_at_third)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=lambda: engine)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(BatchOptions(str(req), str(out), steps=2, max_abc_tokens=ABC_CAP, max_batch=2), **kw)
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    assert summary["interrupted"] and (summary["complete"], summary["pending"]) == (2, 3)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["batch.json", *ids[:2]])  # nothing half-written
+    first_codes = (out / ids[0] / "semantic.npy").read_bytes()
+    with open(out / ids[0] / "latent.npy", "ab") as fh:  # damage the first song
+        fh.write(b"\0")
+    with pytest.raises(ArtifactError, match="add --resume"):
+        run_batch(BatchOptions(str(req), str(out), steps=2, max_abc_tokens=ABC_CAP), **kw)
+    saved.clear()
+    monkeypatch.setattr(artifacts, "save_song", lambda song, path, lineage=None: (saved.append(song.request.id),
+                                                                                   real(song, path, lineage))[1])
+    rc = run_batch(BatchOptions(str(req), str(out), steps=2, max_abc_tokens=ABC_CAP, max_batch=2, resume=True), **kw)
+    assert rc == 0
+    assert sorted(saved) == sorted([ids[0], *ids[2:]])  # the verified second song is not run again
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    assert (summary["complete"], summary["failed"], summary["pending"]) == (5, 0, 0)
+    assert [r["resumed"] for r in summary["results"]] == [False, True, False, False, False]
+    assert (out / ids[0] / "semantic.npy").read_bytes() == first_codes  # redone: the same song again
+    artifacts.load_song(out / ids[0])
+    assert "redoing" in capsys.readouterr().err

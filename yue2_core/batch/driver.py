@@ -1,0 +1,187 @@
+"""The driver side of `python -m yue2_core batch`: the output folder, resume decisions, the context and memory checks,
+batch.json and the terminal — everything but running songs (`runner.iter_songs` does that, given an engine).
+
+Order: read the rows (`requests.read_requests`) → check the output folder (only batch.json, this file's song
+folders and our own hidden temporaries may be there; songs already there need --resume) → decide per row: verified
+song (skipped), damaged song (removed and redone), absent (run) → refuse rows whose prompt + budget exceeds the
+context → size the batch against the budget → load the engine (the factory is called only when a song must run) →
+run, writing each song with `artifacts.save_song` and batch.json after each.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ArtifactError, RequestError, YuE2Error
+from .requests import BatchRequest, check_context, read_requests
+from .summary import BATCH_FILE, BatchProgress, BatchSummary
+
+
+@dataclass
+class BatchOptions:
+    """The command's options. `budget_gib`: memory the batch may use on the device, weights included (None:
+    what is free now); `max_batch`: songs per AR batch (None: min(8, what fits))."""
+
+    requests: str
+    output: str
+    max_batch: int | None = None
+    budget_gib: float | None = None
+    resume: bool = False
+    steps: int = 32
+    max_seconds: float | None = None
+    max_abc_tokens: int | None = None
+
+
+_TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp")
+
+
+def check_output(out: Path, ids: set[str], resume: bool) -> None:
+    """The batch folder may be new, or hold only batch.json, folders named after this file's ids and our hidden
+    temporaries; songs already there need `resume`. Raises ArtifactError naming the foreign entries, or saying
+    to add --resume."""
+    try:
+        if out.is_symlink() or (out.exists() and not out.is_dir()):
+            raise ArtifactError(f"--output {out} is not a folder; give a new folder for the batch")
+        if not out.exists():
+            return
+        names = sorted(p.name for p in out.iterdir())
+    except OSError as exc:
+        raise ArtifactError(f"cannot use --output {out}: {exc.strerror or exc}") from None
+    foreign = [n for n in names if n != BATCH_FILE and n not in ids and not _TEMP.fullmatch(n)]
+    foreign += [n for n in names if n in ids and not (out / n).is_dir()]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ArtifactError(f"output folder {out} holds files that are not this batch's: {shown}. A batch folder "
+                            "holds only batch.json and one folder per request id; choose a new folder")
+    mine = [n for n in names if n == BATCH_FILE or n in ids]
+    if mine and not resume:
+        raise ArtifactError(f"output folder {out} already holds a batch ({len(mine)} entries: "
+                            f"{', '.join(mine[:3])}{' …' if len(mine) > 3 else ''}); add --resume to finish it, or "
+                            "choose a new folder")
+
+
+def _song_names() -> set:
+    """Every file name a song folder of this pack may hold."""
+    from ..artifacts import FILES, PARTIAL_MARKER, PLAN_FILES
+    return {*FILES, *PLAN_FILES, "plan_manifest.json", "result.json", PARTIAL_MARKER}
+
+
+def resume_state(folder: Path, item: BatchRequest, steps: int) -> tuple[str, str | None]:
+    """What --resume does with the song folder of `item`: ("run", None) when there is none, ("done", None) when it
+    verifies (every file's sha256, status complete) and holds this request with these budgets and steps,
+    ("redo", why) when it is incomplete or damaged and holds only song files (it is removed), ("refuse", why)
+    otherwise (another request's song, or files that are not a song's: left alone, the row fails)."""
+    from ..artifacts import load_song
+    from ..pipeline import request_dict
+    if not folder.exists():
+        return "run", None
+    try:
+        saved = load_song(folder)
+        if saved.result.get("status") != "complete" or "audio.flac" not in saved.result.get("artifacts", {}):
+            raise ArtifactError(f"{folder}: the song has no audio (status {saved.result.get('status')!r})")
+    except ArtifactError as exc:
+        try:
+            names = {p.name for p in folder.iterdir()}
+        except OSError:
+            names = {"?"}
+        if names <= _song_names():
+            return "redo", str(exc)
+        return "refuse", (f"{folder} does not verify ({exc}) and holds files that are not a song's "
+                          f"({', '.join(sorted(names - _song_names())[:3])}); move it away to redo this song")
+    want = request_dict(item.request)
+    b = item.budgets
+    same = (saved.tokens.request == want and saved.config.get("ode_steps") == steps
+            and saved.config.get("semantic_sampling") == b.semantic_sampling().to_dict()
+            and saved.config.get("abc_sampling") == b.abc_sampling().to_dict())
+    if not same:
+        return "refuse", (f"{folder} holds a verified song of another request or other settings (its request.json "
+                          "or budgets differ from this row); give the row another id or move the folder away")
+    return "done", None
+
+
+def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights_bytes: int = 0,
+              on_cuda: bool = False, dtype_bytes: int = 2, free_bytes: int | None = None,
+              batched: bool | None = None, stream=None) -> int:
+    """Run a batch; returns the exit status: 0 all rows complete, 1 when any row failed. batch.json is written in
+    `options.output` after every song and at the end (also on Ctrl-C / SIGTERM, which is re-raised as
+    KeyboardInterrupt after it). `tokenizer` / `dims`: the checkpoint's (read before loading the weights);
+    `engine_factory()` loads the engine; `weights_bytes`, `on_cuda`, `dtype_bytes`, `free_bytes` (what is free
+    when no --budget is given) size the batch (`memory.size_batch`). Whole-batch problems (the request file, the
+    output folder, --max-batch over budget) raise YuE2Error before any song runs."""
+    from ..artifacts import save_song
+    from ..candidates import GIB
+    from .memory import size_batch, song_bytes
+    from .runner import iter_songs
+    stream = stream or sys.stderr
+    items, bad = read_requests(options.requests, max_seconds=options.max_seconds,
+                               max_abc_tokens=options.max_abc_tokens)
+    out = Path(options.output)
+    ids = {i.id for i in items} | {b.id for b in bad if b.id}
+    check_output(out, ids, options.resume)
+    summary = BatchSummary({"requests": str(options.requests), "max_batch": options.max_batch,
+                            "budget_gib": options.budget_gib, "steps": options.steps, "resume": options.resume})
+    for b in bad:
+        summary.add(b.line, b.id, "failed", stage="validate", error=b.message)
+    todo, sizes = [], []
+    for item in items:
+        try:
+            counts = check_context(item, tokenizer.encode)
+        except YuE2Error as exc:
+            summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
+            continue
+        state, why = resume_state(out / item.id, item, options.steps) if options.resume else ("run", None)
+        if state == "done":
+            summary.add(item.line, item.id, "complete", resumed=True, stage="complete", output=str(out / item.id))
+            continue
+        if state == "refuse":
+            summary.add(item.line, item.id, "failed", stage="resume", error=why)
+            continue
+        if state == "redo":
+            print(f"[{item.id}] redoing: {why}", file=stream)
+            shutil.rmtree(out / item.id)
+        summary.add(item.line, item.id, "pending")
+        todo.append(item)
+        sizes.append(song_bytes(dims, dtype_bytes, counts, item))
+    max_batch = 1
+    if todo:
+        if options.budget_gib is not None and not (options.budget_gib > 0):
+            raise RequestError(f"--budget must be a positive number of GiB, got {options.budget_gib}")
+        budget = int(options.budget_gib * GIB) if options.budget_gib is not None else free_bytes
+        if budget is None:  # nothing measurable: the requested size, or 8
+            max_batch = options.max_batch or 8
+        else:
+            max_batch = size_batch(max(sizes), budget_bytes=budget, weights_bytes=weights_bytes,
+                                   max_batch=options.max_batch, on_cuda=on_cuda)
+    summary.settings["max_batch"] = max_batch
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(f"cannot create the batch folder {out}: {exc.strerror or exc}") from None
+    summary.write(out)
+    try:
+        if todo:
+            deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
+            for result in iter_songs(engine_factory, todo, deliver=deliver, max_batch=max_batch,
+                                     steps=options.steps, on_event=BatchProgress(stream), batched=batched):
+                fields = result.to_dict()
+                fields.pop("id"), fields.pop("line")
+                status = fields.pop("status")
+                if status == "failed":
+                    print(f"[{result.id}] failed at {result.stage}: {result.error}", file=stream)
+                summary.add(result.line, result.id, status, **fields)
+                summary.write(out)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        summary.write(out)
+        print(summary.table(), file=stream)
+        raise
+    summary.write(out)
+    print(summary.table(), file=stream)
+    return 1 if summary.count("failed") else 0
+
+
+__all__ = ["BatchOptions", "run_batch", "check_output", "resume_state"]

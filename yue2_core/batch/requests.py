@@ -1,0 +1,228 @@
+"""The vendor's request JSONL (runtime.md §7.4), parsed and validated row by row (driver side, no torch work).
+
+One JSON object per line (blank lines and lines starting with `#` are skipped). Fields:
+
+    id                 required, unique in the file, a safe folder name (`protocol.valid_song_id`)
+    style | tags       the style line; `tags` is an alias of `style`, both given must be equal (runtime.md §1.3)
+    lyrics, cot, seed, cfg_scale, abc      as `SongRequest` (defaults: "", "full", 831001, mode default, none)
+    abc_path           a UTF-8 score file, relative to the request file, inside its folder tree; not with `abc`
+    abc_sampling, semantic_sampling        objects overriding fields of the ABC / semantic preset (`Sampling`)
+    lang, clip_id, eval_*                  metadata, ignored
+    prompt             metadata, but when present it must equal the request's prompt text (`SongRequest.text()`)
+
+Anything else is refused for that row only. A bad row becomes a `RowError` (line number, id when readable, message);
+the others run. `check_context` refuses a row whose prompt plus budget cannot fit the 24,576-token context, saying
+how many seconds fit.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..constants import DEFAULT_SEED
+from ..errors import BudgetError, RequestError, YuE2Error
+from ..protocol import (ABC_PRESET, SEMANTIC_PRESET, SongRequest, check_budget, planning_prefix, seconds_to_tokens,
+                        semantic_prefix, valid_song_id)
+
+ALLOWED = frozenset({"id", "style", "tags", "lyrics", "cot", "seed", "abc", "abc_path", "cfg_scale", "abc_sampling",
+                     "semantic_sampling"})
+IGNORED = frozenset({"lang", "clip_id", "prompt"})  # plus every key starting with "eval_" (runtime.md §7.4)
+MAX_REQUESTS_FILE = 64 * 2 ** 20  # 64 MiB: tens of thousands of rows with lyrics
+MAX_SCORE_FILE = 1 << 20  # an abc_path file, as the CLI's --abc-file
+
+
+@dataclass
+class BatchRequest:
+    """One valid row: its 1-based `line`, the `SongRequest` (id = the row's id), the `Budgets` of its two phases
+    (the presets with the row's overrides and the command's --max-seconds / --max-abc-tokens caps) and `raw`, the
+    row as read (recorded in batch.json)."""
+
+    line: int
+    request: SongRequest
+    budgets: object  # pipeline.Budgets
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+
+@dataclass
+class RowError:
+    """A row refused before any work: `line` (1-based), `id` when the row had a readable one, the message."""
+
+    line: int
+    id: str | None
+    message: str
+
+
+def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
+                  max_abc_tokens: int | None = None) -> tuple[list[BatchRequest], list[RowError]]:
+    """Parse the JSONL file at `path` → (valid rows in file order, refused rows). `max_seconds` /
+    `max_abc_tokens` cap every row's budgets (as `generate --max-seconds / --max-abc-tokens`).
+
+    Raises RequestError for the file as a whole: missing, not a regular file, larger than 64 MiB, not UTF-8, or
+    holding no request at all. Row problems (not JSON — with its line number —, not an object, no/unsafe/duplicate id,
+    unknown fields, `abc` with `abc_path`, an `abc_path` outside the request file's folder tree or missing, invalid
+    values) are RowErrors."""
+    path = Path(path)
+    try:
+        if not path.is_file():
+            raise RequestError(f"request file {path} does not exist or is not a regular file")
+        if path.stat().st_size > MAX_REQUESTS_FILE:
+            raise RequestError(f"request file {path} is {path.stat().st_size:,} bytes; at most "
+                               f"{MAX_REQUESTS_FILE:,} are accepted")
+        text = path.read_text("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"request file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise RequestError(f"cannot read the request file {path}: {exc.strerror or exc}") from None
+    root = path.resolve().parent
+    good: list[BatchRequest] = []
+    bad: list[RowError] = []
+    first_line: dict[str, int] = {}
+    rows = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        rows += 1
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            where = f" (column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+            bad.append(RowError(number, None, f"line {number} is not JSON{where}; each line must be one JSON "
+                                              "object such as {\"id\": \"song1\", \"style\": \"…\", \"lyrics\": \"…\"}"))
+            continue
+        if not isinstance(row, dict):
+            bad.append(RowError(number, None, f"line {number} is a JSON {type(row).__name__}, not an object "
+                                              "({\"id\": …, \"style\": …, …})"))
+            continue
+        rid = row.get("id")
+        rid_ok = valid_song_id(rid)
+        if rid_ok and rid in first_line:
+            bad.append(RowError(number, None, f"line {number}: id {rid!r} is already used on line {first_line[rid]}; "
+                                              "every row needs a unique id (it names the song's folder)"))
+            continue
+        if rid_ok:
+            first_line[rid] = number
+        try:
+            good.append(parse_row(row, number, root, max_seconds=max_seconds, max_abc_tokens=max_abc_tokens))
+        except YuE2Error as exc:
+            bad.append(RowError(number, rid if rid_ok else None, f"line {number}: {exc}"))
+    if rows == 0:
+        raise RequestError(f"request file {path} holds no requests (one JSON object per line)")
+    return good, bad
+
+
+def parse_row(row: dict, line: int, root: Path, *, max_seconds=None, max_abc_tokens=None) -> BatchRequest:
+    """One row (a dict) → BatchRequest. `root`: the request file's folder (abc_path is resolved against it).
+    `max_seconds` / `max_abc_tokens` cap the row's music / ABC budget (a row asking for less keeps its own). Raises
+    RequestError / ScoreError / BudgetError naming the field."""
+    from ..pipeline import Budgets
+    rid = row.get("id")
+    if "id" not in row:
+        raise RequestError("the row has no 'id'; every row needs a unique id (it names the song's folder)")
+    if not valid_song_id(rid):
+        raise RequestError(f"id {rid!r} is not a safe folder name: use 1–180 characters from A–Z a–z 0–9 _ . -, "
+                           "starting with a letter or digit, not ending with '.', not a reserved name like CON")
+    unknown = sorted(k for k in row if k not in ALLOWED and k not in IGNORED and not str(k).startswith("eval_"))
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(map(repr, unknown))}; accepted: {', '.join(sorted(ALLOWED))}"
+                           f" (ignored metadata: {', '.join(sorted(IGNORED))}, eval_*)")
+    style = row.get("style", row.get("tags", ""))
+    if "style" in row and "tags" in row and row["style"] != row["tags"]:
+        raise RequestError("'style' and 'tags' are both given and differ; 'tags' is an alias of 'style' — give one")
+    if "abc" in row and "abc_path" in row:
+        raise RequestError("'abc' and 'abc_path' are both given; give the score inline or as a file, not both")
+    abc = row.get("abc")
+    if "abc_path" in row:
+        abc = read_score_file(row["abc_path"], root)
+    abc_preset = _preset(ABC_PRESET, row.get("abc_sampling"), "abc_sampling")
+    sem_preset = _preset(SEMANTIC_PRESET, row.get("semantic_sampling"), "semantic_sampling")
+    # the command's caps only ever shorten a row's own budgets (Budgets would replace them)
+    if max_seconds is not None and seconds_to_tokens(max_seconds) >= sem_preset.max_tokens:
+        max_seconds = None
+    if max_abc_tokens is not None and max_abc_tokens >= abc_preset.max_tokens:
+        max_abc_tokens = None
+    budgets = Budgets(max_seconds, max_abc_tokens, abc=abc_preset, semantic=sem_preset)
+    request = SongRequest(style=style, lyrics=row.get("lyrics", ""), cot=row.get("cot", "full"),
+                          seed=row.get("seed", DEFAULT_SEED), abc=abc, cfg_scale=row.get("cfg_scale"),
+                          id=rid).validate()
+    if "prompt" in row and row["prompt"] != request.text():
+        raise RequestError("'prompt' does not equal this request's prompt text (instruction for cot "
+                           f"{request.cot!r}, [Tags], style, [Lyrics], lyrics); drop 'prompt' or fix style/lyrics/cot")
+    budgets.abc_sampling(), budgets.semantic_sampling()  # bad overrides fail here, with the field named
+    return BatchRequest(line, request, budgets, dict(row))
+
+
+def _preset(base, overrides, name: str):
+    if overrides is None:
+        return base
+    if not isinstance(overrides, dict):
+        raise RequestError(f"'{name}' must be an object of sampling fields, got {type(overrides).__name__}")
+    try:
+        return base.merged(overrides).validate(name.split("_")[0])
+    except RequestError as exc:
+        raise RequestError(f"{name}: {exc}") from None
+
+
+def read_score_file(value, root: Path) -> str:
+    """The text of an `abc_path` (relative to the request file's folder `root`, or absolute but inside it): a regular
+    UTF-8 file of at most 1 MiB within `root`'s tree after resolving links. Raises RequestError otherwise."""
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"'abc_path' must be a file path (text), got {value!r}")
+    target = (root / value).resolve()
+    try:
+        target.relative_to(root)
+    except ValueError:
+        raise RequestError(f"abc_path {value!r} points outside the request file's folder {root} (to {target}); "
+                           "score files must lie in that folder or below it") from None
+    try:
+        if not target.is_file():
+            raise RequestError(f"abc_path {value!r}: {target} does not exist or is not a regular file")
+        if target.stat().st_size > MAX_SCORE_FILE:
+            raise RequestError(f"abc_path {value!r} is {target.stat().st_size:,} bytes; at most {MAX_SCORE_FILE:,} "
+                               "are accepted")
+        return target.read_text("utf-8-sig")
+    except UnicodeDecodeError:
+        raise RequestError(f"abc_path {value!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise RequestError(f"abc_path {value!r}: cannot read {target} ({exc.strerror or exc})") from None
+
+
+def prompt_tokens(item: BatchRequest, encode) -> dict:
+    """Token counts of a row before any generation: `planning` (the planning prefix, 0 without a planning stage),
+    `semantic` (the semantic prefix — exact with a given score or cot off, else the planning prefix + the ABC budget
+    + 2 markers: the longest it can get) and `negative` (the CFG prefix, 0 without CFG)."""
+    from ..protocol import negative_prefix
+    req, b = item.request, item.budgets
+    if req.cot == "off" or req.abc is not None:
+        ids = list(encode(req.abc)) if req.abc is not None else []
+        sem = len(semantic_prefix(req, ids, encode))
+        neg = len(negative_prefix(req, ids, encode)) if req.guidance != 1.0 else 0
+        return {"planning": 0, "semantic": sem, "negative": neg}
+    plan = len(planning_prefix(req, encode))
+    sem = plan + b.abc_sampling().max_tokens + 2
+    return {"planning": plan, "semantic": sem, "negative": sem if req.guidance != 1.0 else 0}
+
+
+def check_context(item: BatchRequest, encode) -> dict:
+    """Refuse a row whose prompt plus budget exceeds the context: the ABC phase (planning prefix + ABC budget), and
+    the music phase with the shortest score (planning prefix + 2) or the exact prefix of a given score / cot off —
+    the checks `generate` makes before it samples. Raises BudgetError saying how many tokens and seconds fit;
+    returns `prompt_tokens`."""
+    req, b = item.request, item.budgets
+    sem = b.semantic_sampling()
+    counts = prompt_tokens(item, encode)
+    if counts["planning"]:
+        check_budget(counts["planning"], b.abc_sampling().max_tokens, "ABC")
+        check_budget(counts["planning"] + 2, sem.max_tokens, "semantic")
+    else:
+        check_budget(counts["semantic"], sem.max_tokens, "semantic")
+    return counts
+
+
+__all__ = ["BatchRequest", "RowError", "read_requests", "parse_row", "read_score_file", "check_context",
+           "prompt_tokens", "ALLOWED", "IGNORED", "BudgetError"]

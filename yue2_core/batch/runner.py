@@ -1,0 +1,321 @@
+"""The worker side of a batch: songs of DIFFERENT requests through one loaded engine, AR phases decoded together.
+
+`iter_songs(engine, items, deliver=…)` takes an engine (or a factory called once) and validated `BatchRequest`s,
+and yields one `SongOutcome` per request as its song is delivered (or fails). It never reads the request file nor
+decides what to resume: that is the driver's part (`driver.py`), so a distributed layer can hand each worker a list
+of requests and a `deliver` of its own.
+
+Static batching: the queue is cut into batches of up to `max_batch` requests. In each batch the planning phase
+(requests whose score the model writes) and then the semantic phase run for all rows, then each song is rendered,
+decoded and delivered. How a phase runs:
+
+- batched (`fast.decode.PhaseDecoder`, default on CUDA): rows with their own prompts, prompt lengths, positions,
+  seeds and stop flags decode in one batch; the decoder takes one sampling preset, CFG scale and legacy-off flag per
+  batch, so the rows of a phase are grouped by those settings (the queue is sorted by them first, so compatible
+  requests share batches). Each row draws from its own seed's stream, as a single run on the GPU does.
+- one row at a time (default elsewhere, e.g. the CPU): `pipeline.plan` / `pipeline.semantic` exactly as
+  `YuE2Engine.generate` calls them — the portable loop samples with `torch.multinomial` from a fresh generator per
+  phase, a stream the batch decoder's exponential race does not reproduce, and batched fp32 CPU products differ from
+  single-row ones in the last bits; so on the CPU a batch's songs are bit-identical to `generate`.
+
+A failure (a budget that no longer fits after the score was written, a numerical error, a write error) fails that
+song only; a batched phase that raises is re-run row by row so the failing row is isolated. Ctrl-C propagates.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator
+
+from ..constants import ODE_STEPS, PROTOCOL_VERSION
+from ..errors import YuE2Error, brief
+
+Deliver = Callable[[object, object], str]  # (BatchRequest, Song) → where the song was written
+Event = Callable[[str, str, dict], None]  # (song id, stage, info: done, total, rows, aggregate_tokens_per_second)
+
+
+@dataclass
+class SongOutcome:
+    """What happened to one request: `status` "complete" or "failed"; `stage` the last stage reached (where it
+    failed); `output` where `deliver` put the song; `rows` how many songs its semantic phase decoded with."""
+
+    id: str
+    line: int
+    status: str
+    stage: str
+    output: str | None = None
+    error: str | None = None
+    audio_seconds: float | None = None
+    semantic_tokens: int | None = None
+    abc_tokens: int | None = None
+    truncated: dict | None = None
+    rows: int = 1
+    timing: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Job:
+    def __init__(self, item):
+        self.item, self.score, self.tokens, self.error, self.stage = item, None, None, None, "queued"
+        self.timing: dict = {}
+        self.rows = 1
+
+    def fail(self, stage: str, exc: BaseException) -> None:
+        self.stage, self.error = stage, str(exc) if isinstance(exc, YuE2Error) else brief(exc)
+
+
+class _Meter:
+    """Per-song stage events and the aggregate AR rate (all songs' sampled tokens / wall time since the start)."""
+
+    def __init__(self, on_event: Event | None):
+        self.on_event, self.t0, self.tokens = on_event, time.perf_counter(), 0
+
+    def rate(self, extra: int = 0) -> float:
+        elapsed = time.perf_counter() - self.t0
+        return (self.tokens + extra) / elapsed if elapsed > 0 else 0.0
+
+    def emit(self, song_id: str, stage: str, **info) -> None:
+        if self.on_event is not None:
+            self.on_event(song_id, stage, {**info, "aggregate_tokens_per_second": self.rate(info.get("live", 0))})
+
+    def progress(self, song_id: str, rows: int = 1):
+        """A pipeline `Progress` for one song (or a batch of `rows` decoding together)."""
+        def cb(stage, done, total, info):
+            live = done * rows if stage in ("plan", "semantic") else 0
+            self.emit(song_id, stage, done=done, total=total, rows=rows, live=live)
+        return cb
+
+
+def default_batched(ar) -> bool:
+    """Whether AR phases decode several songs in one batch by default: where the batch decoder is the decoder
+    `generate` uses too (CUDA with YUE2_FAST on), so a batch keeps the single runs' sampling stream."""
+    from ..fast import fast_enabled
+    return fast_enabled(ar.device)
+
+
+def _batch_key(item) -> tuple:
+    b, r = item.budgets, item.request
+    return (r.cot == "off", r.guidance, tuple(sorted(b.semantic_sampling().to_dict().items())))
+
+
+def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, steps: int = ODE_STEPS,
+               on_event: Event | None = None, batched: bool | None = None) -> Iterator[SongOutcome]:
+    """Run `items` (validated `BatchRequest`s) on `engine` (a `YuE2Engine`, or a callable returning one) in
+    batches of up to `max_batch`; yield each song's `SongOutcome` after `deliver(item, song)` wrote it. `batched`:
+    decode each phase's rows in one `PhaseDecoder` batch (default: `default_batched`); False runs rows one at a
+    time through the same stage functions as `generate`. `steps`: midpoint ODE steps of the renderer."""
+    if not hasattr(engine, "ar") and callable(engine):
+        engine = engine()
+    if type(max_batch) is not int or max_batch < 1:
+        from ..errors import RequestError
+        raise RequestError(f"max_batch must be a positive integer, got {max_batch!r}")
+    batched = default_batched(engine.ar) if batched is None else bool(batched)
+    queue = sorted(items, key=_batch_key) if batched else list(items)
+    meter = _Meter(on_event)
+    for start in range(0, len(queue), max_batch):
+        jobs = [_Job(item) for item in queue[start:start + max_batch]]
+        _plan_phase(engine, jobs, batched, meter)
+        _semantic_phase(engine, jobs, batched, meter)
+        for job in jobs:
+            if job.error is None:
+                _finish(engine, job, steps, deliver, meter)
+            yield _outcome(job)
+        _release(engine)
+
+
+def run_songs(engine, items: list, **kw) -> list[SongOutcome]:
+    """`iter_songs` collected into a list (same arguments)."""
+    return list(iter_songs(engine, items, **kw))
+
+
+# -- phases ------------------------------------------------------------------------------------------------------
+def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter) -> None:
+    from ..pipeline import Score, plan
+    from ..protocol import check_budget, planning_prefix
+    ar, tok = engine.ar, engine.tokenizer
+    model_jobs = []
+    for job in jobs:
+        req, b = job.item.request, job.item.budgets
+        t = time.perf_counter()
+        try:
+            if batched and req.cot != "off" and req.abc is None:
+                abc, sem = b.abc_sampling(), b.semantic_sampling()
+                prefix = planning_prefix(req, tok.encode)
+                check_budget(len(prefix), abc.max_tokens, "ABC")  # plan()'s checks, before the batch
+                check_budget(len(prefix) + 2, sem.max_tokens, "semantic")
+                model_jobs.append((job, prefix, abc))
+                continue
+            job.stage = "plan"
+            job.score = plan(ar, tok, req, b.abc_sampling(), meter.progress(req.id), b.semantic_sampling().max_tokens)
+            meter.tokens += job.score.timing.get("output_tokens", 0) if job.score.source == "model" else 0
+        except Exception as exc:  # noqa: BLE001 - one song's failure never stops the others
+            job.fail("plan", exc)
+        job.timing["plan_seconds"] = time.perf_counter() - t
+    for group in _groups(model_jobs, lambda entry: tuple(sorted(entry[2].to_dict().items()))):
+        def single(entry):
+            job = entry[0]
+            return plan(ar, tok, job.item.request, entry[2], meter.progress(job.item.id),
+                        job.item.budgets.semantic_sampling().max_tokens)
+
+        def batch(entries):
+            from ..fast.decode import PhaseDecoder
+            seeds = [e[0].item.request.seed for e in entries]
+            results = PhaseDecoder(ar, [e[1] for e in entries], entries[0][2], seeds, "abc").run(
+                _batch_tokens(meter, entries[0][0].item.id, "plan", len(entries)))
+            return [Score(abc=tok.decode(r.tokens), abc_ids=r.tokens, cot=e[0].item.request.cot, seed=s,
+                          source="model", truncated=r.truncated, timing=r.timing)
+                    for r, e, s in zip(results, entries, seeds)]
+        _run_group(group, "plan", batch, single, meter, lambda job, score: setattr(job, "score", score))
+
+
+def _semantic_phase(engine, jobs: list, batched: bool, meter: _Meter) -> None:
+    from ..pipeline import SemanticTokens, request_dict, semantic
+    from ..protocol import check_budget, codes_from_ids, negative_prefix, semantic_prefix
+    ar, tok = engine.ar, engine.tokenizer
+    entries = []
+    for job in jobs:
+        if job.error is not None:
+            continue
+        req, sem = job.item.request, job.item.budgets.semantic_sampling()
+        job.stage = "semantic"
+        if not batched:
+            t = time.perf_counter()
+            try:
+                job.tokens = semantic(ar, tok, req, job.score, sem, meter.progress(req.id))
+                meter.tokens += job.tokens.timing.get("output_tokens", 0)
+            except Exception as exc:  # noqa: BLE001
+                job.fail("semantic", exc)
+            job.timing["semantic_seconds"] = time.perf_counter() - t
+            continue
+        try:
+            prefix = semantic_prefix(req, job.score.abc_ids, tok.encode)
+            check_budget(len(prefix), sem.max_tokens, "semantic")
+            negative = negative_prefix(req, job.score.abc_ids, tok.encode) if req.guidance != 1.0 else None
+        except Exception as exc:  # noqa: BLE001
+            job.fail("semantic", exc)
+            continue
+        entries.append((job, prefix, sem, negative))
+
+    def single(entry):
+        job = entry[0]
+        return semantic(ar, tok, job.item.request, job.score, entry[2], meter.progress(job.item.id))
+
+    def batch(group):
+        from ..fast.decode import PhaseDecoder
+        req0 = group[0][0].item.request
+        negatives = [e[3] for e in group] if req0.guidance != 1.0 else None
+        results = PhaseDecoder(ar, [e[1] for e in group], group[0][2], [e[0].item.request.seed for e in group],
+                               "semantic", negatives=negatives, cfg_scale=req0.guidance,
+                               legacy_off=req0.cot == "off").run(
+            _batch_tokens(meter, group[0][0].item.id, "semantic", len(group)))
+        return [SemanticTokens(codes=codes_from_ids(r.tokens), prefix=e[1], score=e[0].score,
+                               request=request_dict(e[0].item.request), seed=e[0].item.request.seed,
+                               cfg_scale=req0.guidance, sampling=e[2].to_dict(), ended=r.ended, timing=r.timing)
+                for r, e in zip(results, group)]
+    for group in _groups(entries, lambda e: _batch_key(e[0].item)):
+        _run_group(group, "semantic", batch, single, meter, lambda job, tokens: setattr(job, "tokens", tokens))
+
+
+def _groups(entries: list, key) -> list[list]:
+    """Entries split by `key` (first-seen order): the rows one PhaseDecoder batch may hold together."""
+    out: dict = {}
+    for e in entries:
+        out.setdefault(key(e), []).append(e)
+    return list(out.values())
+
+
+def _run_group(group: list, stage: str, batch, single, meter: _Meter, store) -> None:
+    """One batched decode of `group`; if it raises (a row's NaN logits, memory), every row again on its own so
+    only the failing rows fail."""
+    t = time.perf_counter()
+    results = None
+    if len(group) > 1:
+        try:
+            results = batch(group)
+        except Exception:  # noqa: BLE001 - isolate the failing row below
+            results = None
+    if results is not None:
+        seconds = time.perf_counter() - t
+        for e, r in zip(group, results):
+            store(e[0], r)
+            e[0].rows = len(group)
+            e[0].timing[f"{stage}_seconds"] = seconds
+            meter.tokens += r.timing.get("output_tokens", 0)
+        return
+    for e in group:
+        t = time.perf_counter()
+        try:
+            r = single(e)
+            store(e[0], r)
+            meter.tokens += r.timing.get("output_tokens", 0)
+        except Exception as exc:  # noqa: BLE001
+            e[0].fail(stage, exc)
+        e[0].timing[f"{stage}_seconds"] = time.perf_counter() - t
+
+
+def _batch_tokens(meter: _Meter, first_id: str, stage: str, rows: int):
+    def on_token(phase, step, total, token):
+        meter.emit(first_id, stage, done=step + 1, total=total, rows=rows, live=(step + 1) * rows)
+    return on_token
+
+
+def song_settings(engine, item, steps: int) -> dict:
+    """config.json of a batch song: exactly what `YuE2Engine.generate` records for the same request and budgets."""
+    req, b = item.request, item.budgets
+    return {"protocol": PROTOCOL_VERSION, "cot": req.cot, "cfg_scale": req.guidance,
+            "abc_sampling": b.abc_sampling().to_dict(), "semantic_sampling": b.semantic_sampling().to_dict(),
+            "ode_steps": steps, "ode_method": "midpoint", "model_dtype": str(engine.ar.dtype).split(".")[-1],
+            "vae_dtype": "float32", "vae_decode": "halo_crop", "device": str(engine.ar.device),
+            "checkpoint": engine.info.to_dict(), "weights": engine.weights}
+
+
+def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter) -> None:
+    """Render, decode and deliver one song (failures recorded on the job)."""
+    from ..pipeline import Song, decode, render
+    req = job.item.request
+    progress = meter.progress(req.id)
+    try:
+        job.stage = "render"
+        t = time.perf_counter()
+        latents = render(engine.ar, engine.nar, job.tokens, steps, progress=progress)
+        job.timing["render_seconds"] = time.perf_counter() - t
+        job.stage = "decode"
+        t = time.perf_counter()
+        audio = decode(engine.vae, latents, progress=progress)
+        job.timing["decode_seconds"] = time.perf_counter() - t
+        job.timing["total_seconds"] = sum(job.timing.values())
+        song = Song(request=req, score=job.score, tokens=job.tokens, latents=latents, audio=audio,
+                    timing=dict(job.timing), settings=song_settings(engine, job.item, steps),
+                    warnings=req.input_warnings())
+        job.stage = "save"
+        job.output = str(deliver(job.item, song))
+        job.audio_seconds = audio.shape[-1] / song.sample_rate
+        job.stage = "complete"
+        meter.emit(req.id, "complete")
+    except Exception as exc:  # noqa: BLE001
+        job.fail(job.stage, exc)
+        meter.emit(req.id, "failed", error=job.error)
+
+
+def _outcome(job: _Job) -> SongOutcome:
+    item = job.item
+    ok = job.error is None
+    return SongOutcome(
+        id=item.id, line=item.line, status="complete" if ok else "failed", stage=job.stage,
+        output=getattr(job, "output", None) if ok else None, error=job.error,
+        audio_seconds=getattr(job, "audio_seconds", None) if ok else None,
+        semantic_tokens=len(job.tokens.codes) if job.tokens is not None else None,
+        abc_tokens=len(job.score.abc_ids) if job.score is not None else None,
+        truncated={"abc": job.score.truncated, "semantic": job.tokens.truncated} if ok else None,
+        rows=job.rows, timing={k: round(v, 4) for k, v in job.timing.items()})
+
+
+def _release(engine) -> None:
+    import torch
+    if engine.ar is not None and engine.ar.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+__all__ = ["iter_songs", "run_songs", "SongOutcome", "song_settings", "default_batched"]

@@ -1,0 +1,121 @@
+"""batch.json and what the terminal shows (driver side).
+
+batch.json (the vendor's summary, runtime.md §7.4, plus our details), rewritten atomically after every song:
+
+    {"complete": int, "expected": int, "failed": int, "pending": int, "interrupted": bool,
+     "settings": {...the command's options...},
+     "results": [{"id", "line", "status": "complete" | "failed" | "pending", "resumed", "stage", "output", "error",
+                  "audio_seconds", "semantic_tokens", "abc_tokens", "truncated", "rows", "timing"}, … in file order]}
+
+A row without a readable id (not JSON, no id) has "id": null and is found by its line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BATCH_FILE = "batch.json"
+
+
+class BatchSummary:
+    """The per-row results of one batch run, in request-file order (keyed by line)."""
+
+    def __init__(self, settings: dict | None = None):
+        self.rows: dict[int, dict] = {}
+        self.settings = dict(settings or {})
+        self.interrupted = False
+
+    def add(self, line: int, id: str | None, status: str, **fields) -> None:
+        """Record (or replace) the result of the row on `line`."""
+        self.rows[line] = {"id": id, "line": line, "status": status, "resumed": False, "stage": None, "output": None,
+                           "error": None, **fields}
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.rows.values() if r["status"] == status)
+
+    def to_dict(self) -> dict:
+        return {"complete": self.count("complete"), "expected": len(self.rows), "failed": self.count("failed"),
+                "pending": self.count("pending"), "interrupted": self.interrupted, "settings": self.settings,
+                "results": [self.rows[k] for k in sorted(self.rows)]}
+
+    def write(self, folder: str | os.PathLike) -> Path:
+        """Write batch.json into `folder` atomically (temporary file + os.replace): a reader sees the previous or
+        the new summary, never half of one."""
+        from ..artifacts import _json_bytes
+        folder = Path(folder)
+        data = _json_bytes(self.to_dict())
+        fd, tmp = tempfile.mkstemp(prefix=f".{BATCH_FILE}.", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, folder / BATCH_FILE)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return folder / BATCH_FILE
+
+    def table(self) -> str:
+        """A plain-text table of every row: id, status, stage, audio seconds, tokens, rows decoded together and the
+        error (first line, shortened)."""
+        head = ("line", "id", "status", "stage", "audio s", "tokens", "rows", "note")
+        lines = []
+        for r in (self.rows[k] for k in sorted(self.rows)):
+            note = (r.get("error") or "").splitlines()[0][:90] if r.get("error") else (
+                "resumed (verified)" if r.get("resumed") else "")
+            audio = r.get("audio_seconds")
+            lines.append((str(r["line"]), str(r["id"] or "-"), r["status"], str(r.get("stage") or "-"),
+                          f"{audio:.2f}" if isinstance(audio, (int, float)) else "-",
+                          str(r.get("semantic_tokens") if r.get("semantic_tokens") is not None else "-"),
+                          str(r.get("rows") or "-"), note))
+        widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(head)]
+        fmt = lambda cols: "  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip()  # noqa: E731
+        d = self.to_dict()
+        foot = f"{d['complete']} of {d['expected']} complete, {d['failed']} failed" + (
+            f", {d['pending']} not run (interrupted)" if d["pending"] else "")
+        return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), foot])
+
+
+class BatchProgress:
+    """Progress on a stream: a line when a song enters a stage, and at most every 0.2 s (terminal) / 5 s (log) an
+    update with its count and the aggregate AR rate (tokens per second over all songs)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.stage: dict[str, str] = {}
+        self.last = 0.0
+
+    def __call__(self, song_id: str, stage: str, info: dict) -> None:
+        now = time.time()
+        new = self.stage.get(song_id) != stage
+        if not (new or now - self.last > (0.2 if self.tty else 5.0)):
+            return
+        self.stage[song_id], self.last = stage, now
+        done, total, rows = info.get("done"), info.get("total"), info.get("rows", 1)
+        count = f" {done}/{total}" if done is not None and total else ""
+        batch = f" · {rows} songs in the batch" if rows and rows > 1 else ""
+        error = f": {info['error']}" if info.get("error") else ""
+        rate = info.get("aggregate_tokens_per_second") or 0.0
+        self.stream.write(f"[{song_id}] {stage}{count}{batch}{error} · {rate:.1f} tok/s aggregate\n")
+        self.stream.flush()
+
+
+def load_summary(folder: str | os.PathLike) -> dict | None:
+    """A batch.json read back (None when absent or unreadable)."""
+    try:
+        obj = json.loads((Path(folder) / BATCH_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+__all__ = ["BatchSummary", "BatchProgress", "load_summary", "BATCH_FILE"]
