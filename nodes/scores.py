@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from yue2_core import abc
 from yue2_core.pipeline import Score
+from yue2_core.protocol import score_notes
 
 MAX_LISTED = 8
 
@@ -36,6 +37,13 @@ def check(text: str) -> tuple[list, list]:
     """(errors, warnings) of yue2_core.abc.validate."""
     issues = abc.validate(text)
     return [i for i in issues if i.severity == "error"], [i for i in issues if i.severity != "error"]
+
+
+def given_score_notes(text: str, max_seconds: float | None) -> list[str]:
+    """The Composer's notes on a score given as text (abc_text, or an edited score): the same rule and the same
+    lines as the command line's --abc-file (`protocol.score_notes`: used as given, every dialect finding with its
+    line and severity, the too-long check against `max_seconds`, control characters named)."""
+    return [f"the given score {note}" for note in score_notes(text, max_seconds, limit=MAX_LISTED)]
 
 
 def describe(issues, limit: int = MAX_LISTED) -> str:

@@ -11,20 +11,28 @@
 # cannot be downloaded on every machine. The song directory is written under the repository's out/ folder unless
 # --output says otherwise, and its path printed. Relative paths in the options are relative to where you run this.
 # First run: creates .venv in the repository and installs torch (a CUDA build where pip picks one: ~5 GB) and the
-# engine's dependencies.
+# engine's dependencies, printing pip's progress (each package as it is downloaded and installed).
+# The seed is the release's default (831001) unless --seed is given: the same inputs give the same song every run.
+# The last lines name the song folder and its audio.flac. (SONG_SH_VENV=DIR uses another virtual environment.)
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-PY="$REPO/.venv/bin/python"
+VENV=${SONG_SH_VENV:-$REPO/.venv}
+PY="$VENV/bin/python"
 if [ ! -x "$PY" ]; then
-    echo "[song.sh] creating $REPO/.venv and installing the engine (first run; torch is large)"
-    "${PYTHON:-python3}" -m venv "$REPO/.venv"
+    echo "[song.sh] creating $VENV (first run)"
+    "${PYTHON:-python3}" -m venv "$VENV"
 fi
 if ! "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" 2>/dev/null; then
     # the torch pins of scripts/test.sh (scripts/lib/constraints.txt), so that running the tests later in the same
     # .venv does not download a second torch
-    "$PY" -m pip install -q --disable-pip-version-check -c "$REPO/scripts/lib/constraints.txt" -e "$REPO" 2>&1 \
-        | grep -v "is ignored: it is neither a file nor a directory" || true
+    echo "[song.sh] installing torch and the engine's dependencies into $VENV (first run: ~5 GB, a few minutes;"
+    echo "[song.sh] pip's progress follows)"
+    start=$SECONDS
+    "$PY" -m pip install --disable-pip-version-check --progress-bar on -c "$REPO/scripts/lib/constraints.txt" \
+        -e "$REPO" 2>&1 | grep --line-buffered -v "is ignored: it is neither a file nor a directory" \
+        | sed -u 's/^/[pip] /' || true
     "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" || { echo "[song.sh] install failed" >&2; exit 1; }
+    echo "[song.sh] installed in $((SECONDS - start)) s"
 fi
 
 args=("$@")
@@ -37,11 +45,12 @@ if ! has --checkpoint && [ -z "${YUE2_CHECKPOINT:-}" ] && \
         echo "[song.sh] no YuE2 checkpoint given: writing a tiny SYNTHETIC one (random weights) to $ckpt"
         "$PY" -m yue2_core make-synthetic --profile tiny --format bf16 --output "$ckpt" > /dev/null
     fi
-    args+=(--checkpoint "$ckpt" --offline)
+    args+=(--checkpoint "$ckpt" --checkpoint-how "picked by scripts/song.sh: its synthetic file, random weights" --offline)
     has --max-abc-tokens || args+=(--max-abc-tokens 128)  # random weights never close the score by themselves
 fi
 has --style || has --style-file || args+=(--style-file "$REPO/examples/text2music_style.txt")
 has --lyrics || has --lyrics-file || args+=(--lyrics-file "$REPO/examples/text2music_lyrics.txt")
 has --max-seconds || args+=(--max-seconds 20)
 has --output || args+=(--output "$REPO/out/song-$(date +%Y%m%d-%H%M%S)")
-exec "$PY" -m yue2_core generate "${args[@]}"
+has --seed || has --help || has -h || echo "[song.sh] seed 831001 (the default: the same inputs give the same song; --seed N for another)" >&2
+exec "$PY" -m yue2_core generate "${args[@]}"  # its last lines (stderr) name the song folder and its audio.flac

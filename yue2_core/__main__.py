@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .constants import FRAMES_PER_SECOND
+from .constants import DEFAULT_SEED, FRAMES_PER_SECOND
 from .errors import YuE2Error
 
 
@@ -42,20 +42,90 @@ class ProgressLine:
 MAX_TEXT_FILE = 1 << 20  # style, lyrics and score files: 1 MiB is ~40× what the context can hold
 
 
-def _read_text(path: str | None, inline: str | None, what: str) -> str:
-    """The text of a --*-file option (a regular file of at most 1 MiB, UTF-8), else the inline value."""
+def _utf16_kind(data: bytes) -> str | None:
+    """"UTF-16 LE" / "UTF-16 BE" when `data` is UTF-16 text: a UTF-16 byte-order mark, or NUL bytes interleaved with
+    the characters (ASCII text saved as UTF-16 without a mark: every other byte is 0). None otherwise."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "UTF-16 LE" if data[:2] == b"\xff\xfe" else "UTF-16 BE"
+    pairs = len(data) // 2
+    if pairs < 1 or b"\x00" not in data:
+        return None
+    odd, even = data[1::2].count(0), data[0::2].count(0)
+    if max(odd, even) >= max(2, 0.3 * pairs) and min(odd, even) <= max(odd, even) // 4:
+        return "UTF-16 LE" if odd > even else "UTF-16 BE"
+    return None
+
+
+def read_text_file(path: str, what: str) -> tuple[str, list[str]]:
+    """A --style-file / --lyrics-file / --abc-file as the vendor's CLI reads it (runtime.md §7.4): the file's bytes
+    decoded as UTF-8, nothing rewritten — CRLF and lone CR line endings and a byte-order mark stay in the text, so the
+    same file gives the same token ids as `yue2 generate`. Returns (text, warnings): CR line endings, a byte-order
+    mark and NUL characters are warned about, not changed.
+
+    Raises YuE2Error before reading anything for a path that is not a regular file or is over MAX_TEXT_FILE bytes;
+    for UTF-16 text (with or without a byte-order mark — NUL-interleaved text is never taken as lyrics) and for bytes
+    that are not UTF-8 (the offset and byte named), each with "save the file as UTF-8"."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise YuE2Error(f"cannot read the {what} file {path}: it is not a regular file (or does not exist)")
+        size = p.stat().st_size
+        if size > MAX_TEXT_FILE:
+            raise YuE2Error(f"the {what} file {path} is {size:,} bytes; at most {MAX_TEXT_FILE:,} are accepted (the "
+                            "24,576-token context holds far less)")
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_TEXT_FILE + 1)
+    except OSError as exc:
+        raise YuE2Error(f"cannot read the {what} file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TEXT_FILE:
+        raise YuE2Error(f"the {what} file {path} holds more than {MAX_TEXT_FILE:,} bytes")
+    kind = _utf16_kind(data)
+    if kind:
+        raise YuE2Error(f"the {what} file {path} is {kind} text (bytes of 0 between the characters); the model "
+                        "reads UTF-8: save the file as UTF-8")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise YuE2Error(f"cannot read the {what} file {path}: byte 0x{data[exc.start]:02X} at offset {exc.start} is "
+                        "not UTF-8 (a Latin-1 or Windows-1252 file?); save the file as UTF-8") from None
+    notes = []
+    if text.startswith("\ufeff"):
+        notes.append(f"the {what} file {path} starts with a byte-order mark (U+FEFF): it is kept, as `yue2 generate` "
+                     "keeps it, and the model reads it as a character; save the file as UTF-8 without BOM to drop it")
+    crlf, lone_cr = text.count("\r\n"), text.count("\r") - text.count("\r\n")
+    if crlf or lone_cr:
+        kinds = " and ".join(k for k, n in (("CRLF (Windows)", crlf), ("lone CR (old Mac)", lone_cr)) if n)
+        notes.append(f"the {what} file {path} has {kinds} line endings: kept as they are (the same ids as `yue2 "
+                     "generate`), but the model was trained on LF line endings; save the file with LF (Unix) line "
+                     "endings")
+    return text, notes
+
+
+def _read_text(path: str | None, inline: str | None, what: str, notes: list | None = None) -> str:
+    """The text of a --*-file option (`read_text_file`; its warnings appended to `notes`), else the inline value
+    (`_arg_text`)."""
     if path:
-        p = Path(path)
-        try:
-            if not p.is_file():
-                raise YuE2Error(f"cannot read the {what} file {path}: it is not a regular file (or does not exist)")
-            if p.stat().st_size > MAX_TEXT_FILE:
-                raise YuE2Error(f"the {what} file {path} is {p.stat().st_size:,} bytes; at most {MAX_TEXT_FILE:,} "
-                                "are accepted (the 24,576-token context holds far less)")
-            return p.read_text("utf-8-sig")  # a byte-order mark (Windows editors) is dropped
-        except (OSError, UnicodeDecodeError) as exc:
-            raise YuE2Error(f"cannot read the {what} file {path}: {exc}") from None
-    return inline or ""
+        text, found = read_text_file(path, what)
+        if notes is not None:
+            notes.extend(found)
+        return text
+    return _arg_text(inline, f"--{what}") if inline else ""
+
+
+def _arg_text(value: str, option: str) -> str:
+    """A text argument as typed. Bytes that are not UTF-8 (Python keeps them as U+DC80–U+DCFF) are reported as the
+    bytes they are, not as "unpaired surrogates"."""
+    import os as _os
+    bad = next((i for i, c in enumerate(value) if 0xDC80 <= ord(c) <= 0xDCFF), None)
+    if bad is not None:
+        raw = _os.fsencode(value) if all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF
+                                         for c in value) else None
+        byte = f"0x{ord(value[bad]) - 0xDC00:02X}"
+        raise YuE2Error(f"{option} is not valid UTF-8: byte {byte} at character {bad}"
+                        + (f" of {raw!r}" if raw is not None and len(raw) <= 80 else "")
+                        + "; the terminal passed text in another encoding — set a UTF-8 locale, or put the text in "
+                          "a UTF-8 file (--" + option.lstrip("-") + "-file)")
+    return value
 
 
 def _check_device(device: str) -> None:
@@ -89,6 +159,8 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None):
     from .pipeline import YuE2Engine
     if checkpoint is None:
         checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
+        if args.checkpoint and getattr(args, "checkpoint_how", None):
+            how = args.checkpoint_how  # scripts/song.sh says which file it picked, not "given path"
     print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
     loras = args.lora if loras is None else loras
     vae = args.vae if vae is None else vae
@@ -107,16 +179,70 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None):
     return engine, synthetic
 
 
-def _warn_score(text: str, what: str) -> None:
-    """Print the ABC validator's findings for a user-supplied score (the model accepts any text, so these are
-    warnings; the dialect is described in yue2_core/abc/README.md)."""
-    from .abc import validate
-    issues = validate(text)
-    for issue in issues[:20]:
-        where = f"line {issue.line}: " if getattr(issue, "line", None) else ""
-        print(f"warning: {what} {where}{issue.message} [{issue.severity}]", file=sys.stderr)
-    if len(issues) > 20:
-        print(f"warning: {what}: {len(issues) - 20} more findings not shown", file=sys.stderr)
+def _warn_score(text: str, what: str, max_seconds: float | None = None) -> None:
+    """Print what the pack says of a user-supplied score (`protocol.score_notes`: the dialect check with the run's
+    music budget, control characters). The score is used as given — the rule the Composer node follows too
+    (docs/bad_inputs.md)."""
+    from .protocol import score_notes
+    for note in score_notes(text, max_seconds):
+        print(f"warning: {what} {note}", file=sys.stderr)
+
+
+SYNTHETIC_ABC_TOKENS = 256  # a random-weights lead sheet never ends; 256 tokens take seconds on a CPU
+
+
+def _check_switches() -> None:
+    """Every YUE2_* environment switch checked before any work (switches.py; most are read only when a GPU stage
+    starts): RequestError naming a bad value; a YUE2_ variable the pack does not know gets a warning."""
+    from .switches import choice, flag
+    from .layers import UNMASKED_BACKENDS
+    flags = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
+             "YUE2_VERIFY_HASHES")
+    choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
+               "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),
+               "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS}
+    for name in flags:
+        flag(name, True)
+    for name, allowed in choices.items():
+        choice(name, allowed, allowed[0])
+    table = os.environ.get("YUE2_GEMV_TABLE", "").strip()
+    if table and not os.path.isfile(table):
+        from .errors import RequestError
+        raise RequestError(f"the environment variable YUE2_GEMV_TABLE names {table!r}, which is not a file (a JSON "
+                           "table written by bench/gemv_sweep.py --json)")
+    known = {*flags, *choices, "YUE2_GEMV_TABLE", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
+             "YUE2_HASH_CACHE"}
+    for name in sorted(os.environ):
+        if name.startswith("YUE2_") and name not in known:
+            print(f"warning: the environment variable {name} is not a switch of this pack (switches.py); it is "
+                  "ignored", file=sys.stderr)
+
+
+def _check_budget_fits(max_seconds, max_abc_tokens) -> None:
+    """Budgets no prompt can leave room for, refused before loading: even the shortest prompt takes tokens of the
+    24,576-token context (BudgetError with the most that can fit)."""
+    from .constants import CONTEXT
+    from .errors import BudgetError
+    if type(max_abc_tokens) is int and max_abc_tokens > CONTEXT - 2:
+        raise BudgetError(f"--max-abc-tokens {max_abc_tokens:,} cannot fit the {CONTEXT}-token context (the prompt "
+                          "comes first, and the music after the score); lead sheets are a few hundred to ~4,096 "
+                          "tokens (the release budget)")
+    if max_seconds is not None:
+        from .protocol import seconds_to_tokens
+        tokens = seconds_to_tokens(max_seconds)
+        if tokens > CONTEXT - 4:
+            raise BudgetError(f"--max-seconds {max_seconds:g} is {tokens:,} music tokens: more than the {CONTEXT}-"
+                              f"token context holds with any prompt (at most {(CONTEXT - 4) / FRAMES_PER_SECOND:.2f} "
+                              "s, less the prompt and the score)")
+
+
+def _say_where(folder) -> None:
+    """The last lines of a run: the song folder and its audio file (stderr, after the JSON summary on stdout)."""
+    sys.stdout.flush()
+    folder = Path(folder).resolve()
+    print(f"song folder: {folder}", file=sys.stderr)
+    if (folder / "audio.flac").is_file():
+        print(f"audio: {folder / 'audio.flac'}", file=sys.stderr)
 
 
 def cmd_generate(args) -> int:
@@ -126,18 +252,26 @@ def cmd_generate(args) -> int:
 
     out = _check_output(args.output)
     _check_device(args.device)
-    request = SongRequest(style=_read_text(args.style_file, args.style, "style"),
-                          lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics"), cot=args.cot, seed=args.seed,
-                          abc=_read_text(args.abc_file, None, "ABC") if args.abc_file else None,
+    _check_switches()
+    notes = []
+    request = SongRequest(style=_read_text(args.style_file, args.style, "style", notes),
+                          lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics", notes), cot=args.cot,
+                          seed=args.seed, abc=_read_text(args.abc_file, None, "ABC", notes) if args.abc_file else None,
                           cfg_scale=args.cfg_scale, id=_song_id(out)).validate()
     budgets = Budgets(args.max_seconds, args.max_abc_tokens)
     budgets.abc_sampling(), budgets.semantic_sampling()  # bad --max-seconds / --max-abc-tokens: fail before loading
+    _check_budget_fits(args.max_seconds, args.max_abc_tokens)
     _check_steps(args.steps)
-    for note in request.input_warnings():
+    for note in notes + request.input_warnings():
         print(f"warning: {note}", file=sys.stderr)
     if request.abc is not None:
-        _warn_score(request.abc, "--abc-file")
+        _warn_score(request.abc, "--abc-file", budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND)
     engine, synthetic = _load_engine(args)
+    if synthetic and args.max_abc_tokens is None and request.cot != "off" and request.abc is None:
+        budgets.max_abc_tokens = SYNTHETIC_ABC_TOKENS
+        print(f"NOTE: synthetic weights never end a lead sheet by themselves: it is capped at {SYNTHETIC_ABC_TOKENS} "
+              "ABC tokens (the release budget, 4,096, takes ~10 minutes on a CPU); --max-abc-tokens sets another cap",
+              file=sys.stderr)
     progress = ProgressLine()
     song = engine.generate(request, budgets, steps=args.steps, progress=progress)
     progress.close()
@@ -149,12 +283,14 @@ def cmd_generate(args) -> int:
                "synthetic_weights": synthetic,
                "timing_s": {k: round(v, 3) for k, v in song.timing.items()}}
     print(json.dumps(summary, indent=2, ensure_ascii=False))
+    _say_where(folder)
     return 0
 
 
 def _check_output(output: str) -> Path:
-    """The output directory must be new or empty (songs are never overwritten) and its parent writable; checked
-    before any work."""
+    """The output directory must be new or empty (songs are never overwritten), a folder of its own (not "" or ".",
+    not a mount point: `artifacts.check_output_dir`) and its parent writable; checked before any work."""
+    from .artifacts import check_output_dir
     from .protocol import RESERVED_NAMES
     out = Path(output)
     try:
@@ -165,6 +301,7 @@ def _check_output(output: str) -> Path:
                             "that copy everywhere")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
+        out = check_output_dir(output)  # "", ".", a mount point: refused before any work
         parent = out.absolute().parent
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
@@ -237,10 +374,15 @@ def cmd_render(args) -> int:
     from .pipeline import Budgets, Song, decode, render, semantic
     from .protocol import SongRequest
 
+    from .artifacts import with_tokenizer
     _check_output(args.output)
+    _check_not_inside(args.output, args.song)
     _check_device(args.device)
+    _check_switches()
     _check_steps(args.steps)
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
+    _check_budget_fits(args.max_seconds, None)
+    saved = load_song(args.song, edited_ok=True)  # the song folder checked before any checkpoint is looked for
     recorded = None if args.checkpoint or os.environ.get("YUE2_CHECKPOINT") else _song_checkpoint(args.song)
     if not (args.checkpoint or os.environ.get("YUE2_CHECKPOINT") or recorded):
         print(f"warning: the checkpoint recorded in {args.song}/config.json is missing or gone; looking for a "
@@ -248,7 +390,7 @@ def cmd_render(args) -> int:
     loras, vae = _song_weights(args)
     engine, synthetic = _load_engine(args, recorded, "recorded in the song's config.json" if recorded else None,
                                      loras=loras, vae=vae)
-    saved = load_song(args.song, engine.tokenizer)
+    saved = with_tokenizer(saved, engine.tokenizer)
     from .edit import check_checkpoint
     for warning in check_checkpoint(saved.config.get("checkpoint"), engine.info):  # another model: refused
         print(f"warning: {warning}", file=sys.stderr)
@@ -257,7 +399,9 @@ def cmd_render(args) -> int:
         raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
                            "score.abc); without them the saved tokens are re-rendered exactly as they are")
     if saved.score_edited:
-        _warn_score(saved.score.abc or "", "edited score.abc")
+        _warn_score(saved.score.abc or "", "edited score.abc",
+                    Budgets(_render_seconds(args.max_seconds, saved.tokens.sampling)).semantic_sampling().max_tokens
+                    / FRAMES_PER_SECOND)
     req = saved.tokens.request
     request = SongRequest(style=req["style"], lyrics=req["lyrics"], cot=req["cot"],
                           seed=args.seed if args.seed is not None else int(req["seed"]),
@@ -290,15 +434,27 @@ def cmd_render(args) -> int:
                       "resampled": resample, "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3),
                       "synthetic_weights": synthetic, "timing_s": {k: round(v, 3) for k, v in timing.items()}},
                      indent=2, ensure_ascii=False))
+    _say_where(folder)
     return 0
+
+
+def _check_not_inside(output: str, song: str) -> None:
+    """A run never writes its output inside the song folder it reads (nor over it)."""
+    try:
+        out, src = Path(output).resolve(), Path(song).resolve()
+    except (OSError, RuntimeError):
+        return
+    if out == src or src in out.parents:
+        raise YuE2Error(f"--output {output} is inside the song folder {song} that render reads; a song folder holds "
+                        "only its own files — give a folder outside it")
 
 
 def cmd_inspect(args) -> int:
     from .errors import CheckpointError
     from .weights.checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
-    if not os.path.exists(args.checkpoint):
-        from .weights.locate import WHERE_TO_GET
-        raise CheckpointError(f"checkpoint not found: {args.checkpoint}. {WHERE_TO_GET}")
+    if not os.path.exists(args.checkpoint):  # the same message and download hint as generate's
+        from .weights.locate import find_checkpoint
+        find_checkpoint(args.checkpoint, download=False)
     try:
         info = inspect_checkpoint(args.checkpoint)
     except CheckpointError as exc:
@@ -380,6 +536,37 @@ def parse_lora(value: str) -> tuple[str, float, float]:
     return path, ar, nar
 
 
+def cmd_batch(args) -> int:
+    """`batch REQUESTS.jsonl --output DIR`: many songs, their AR phases decoded together (yue2_core/batch,
+    docs/batch.md). Exit status 0 when every row completed, 1 when any failed, 2 for a problem of the whole batch."""
+    import torch
+    from .batch import BatchOptions, run_batch
+    from .batch.memory import weights_bytes
+    from .candidates import device_free_bytes
+    from .pipeline import Budgets
+    from .weights.checkpoint import inspect_checkpoint, load_tokenizer
+    from .weights.locate import find_checkpoint
+    _check_device(args.device)
+    _check_switches()
+    _check_steps(args.steps)
+    Budgets(args.max_seconds, args.max_abc_tokens).semantic_sampling()  # bad caps fail before loading
+    Budgets(args.max_seconds, args.max_abc_tokens).abc_sampling()
+    _check_budget_fits(args.max_seconds, args.max_abc_tokens)
+    checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
+    info = inspect_checkpoint(checkpoint)
+    abc_cap = args.max_abc_tokens
+    if abc_cap is None and "yue2_synthetic" in info.metadata:
+        abc_cap = SYNTHETIC_ABC_TOKENS  # as generate: random weights never end a lead sheet
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    fp32 = args.dtype == "fp32"
+    options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
+                           args.max_seconds, abc_cap)
+    return run_batch(options, tokenizer=load_tokenizer(info), dims=info.dims,
+                     engine_factory=lambda: _load_engine(args, checkpoint, how)[0],
+                     weights_bytes=weights_bytes(info, fp32), on_cuda=device.type == "cuda",
+                     dtype_bytes=4 if fp32 else 2, free_bytes=device_free_bytes(device))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m yue2_core", description="YuE2-3B songs from a style and lyrics.",
                                 allow_abbrev=False)
@@ -398,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--lora", action="append", default=[], metavar="PATH[:AR[:NAR]]", type=parse_lora,
                         help="apply a LoRA/LoKr adapter (any published YuE2 layout; repeat to stack); one number sets "
                              "both strengths, two set AR then NAR (default 1). render: replaces the song's own")
+        sp.add_argument("--checkpoint-how", help=argparse.SUPPRESS)  # scripts/song.sh: how it picked --checkpoint
         sp.add_argument("--vae", metavar="PATH", help="a VAE decoder file or vendor VAE folder to use instead of the "
                                                       "checkpoint's (render: replaces the song's own)")
 
@@ -410,8 +598,12 @@ def build_parser() -> argparse.ArgumentParser:
     lyrics.add_argument("--lyrics-file", help="UTF-8 text file holding the lyrics")
     g.add_argument("--cot", default="full", choices=["full", "melody", "off"],
                    help="full: melody + chords lead sheet; melody: melody-only; off: no lead sheet")
-    g.add_argument("--seed", type=int, default=831001)
-    g.add_argument("--abc-file", help="use this ABC lead sheet instead of letting the model write one")
+    g.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                   help=f"seed of the lead sheet, the music tokens and the render (default {DEFAULT_SEED}, the "
+                        "release's: the same inputs and seed give the same song every run — pass another seed for "
+                        "another take; the seed used is printed)")
+    g.add_argument("--abc-file", help="use this ABC lead sheet (UTF-8) instead of letting the model write one; it "
+                                      "is used as given, the dialect check's findings are printed as warnings")
     g.add_argument("--cfg-scale", type=float, default=None, help="guidance (default 1.0; 1.01 in off mode)")
     g.add_argument("--max-seconds", type=float, default=None, help="cap the music length (25 tokens per second)")
     g.add_argument("--max-abc-tokens", type=int, default=None, help="cap the lead-sheet length in tokens")
@@ -437,11 +629,27 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--force", action="store_true", help="replace an existing file at --output")
     m.set_defaults(func=cmd_make_synthetic)
+
+    b = sub.add_parser("batch", help="many songs from a request JSONL (one JSON object per line) → DIR/<id>/ song "
+                                     "folders + DIR/batch.json; AR phases decoded together (docs/batch.md)")
+    b.add_argument("requests", help="the request file (the vendor's JSONL: id, style/tags, lyrics, cot, seed, abc or "
+                                    "abc_path, cfg_scale, abc_sampling, semantic_sampling)")
+    b.add_argument("--max-batch", type=int, default=None, help="songs per AR batch (default: 8, or fewer when "
+                                                                 "--budget holds fewer)")
+    b.add_argument("--budget", type=float, default=None, metavar="GiB", help="device memory the batch may use, "
+                   "weights included (default: what is free now); sizes the batch")
+    b.add_argument("--resume", action="store_true", help="finish a batch in --output: songs that verify are "
+                                                         "skipped, damaged ones redone")
+    b.add_argument("--max-seconds", type=float, default=None, help="cap every song's music (25 tokens per second)")
+    b.add_argument("--max-abc-tokens", type=int, default=None, help="cap every lead sheet, in tokens")
+    common(b)
+    next(a for a in b._actions if a.dest == "output").help = "the batch folder (new, or one to --resume)"
+    b.set_defaults(func=cmd_batch)
     return p
 
 
 def _terminate(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM (kill, timeout, a service stop) cleans up like Ctrl-C: no partial song folder
+    raise KeyboardInterrupt  # SIGTERM / SIGHUP (kill, timeout, a closed terminal) clean up like Ctrl-C: no partial song
 
 
 def main(argv=None) -> int:
@@ -449,10 +657,11 @@ def main(argv=None) -> int:
     if hasattr(sys.stdout, "reconfigure"):  # a console that cannot show a path's characters gets escapes, not a crash
         sys.stdout.reconfigure(errors="backslashreplace")
     import signal
-    try:
-        signal.signal(signal.SIGTERM, _terminate)
-    except ValueError:  # not the main thread (main() called from a library): keep the host's handler
-        pass
+    for name in ("SIGTERM", "SIGHUP"):  # a closed terminal (SIGHUP) cleans up like kill and Ctrl-C
+        try:
+            signal.signal(getattr(signal, name), _terminate)
+        except (ValueError, AttributeError):  # not the main thread, or no SIGHUP (Windows): keep the host's handler
+            pass
     try:
         return args.func(args)
     except YuE2Error as exc:

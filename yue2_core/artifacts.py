@@ -7,10 +7,17 @@
     latent.npy       float32 [T, 64]
     audio.flac       48 kHz stereo PCM_24
     request.json     the request; config.json the effective settings
-    result.json      status, timings, truncation flags, and {file: {sha256, bytes}} for every other file
+    plan.json        the vendor's plan: {request, timing, truncated, prefix, abc_ids, abc} (runtime.md §7.3)
+    plan_manifest.json  {plan file: sha256} of plan.json, abc_tokens.npy, prefix.npy (and score.abc), so the
+                     vendor's `SymbolicPlan.load(dir)` restores the exact ids from our folders
+    result.json      status, identity (sha256 of the canonical request/config/weights JSON, the vendor's rule),
+                     weights (the vendor's {"mot", "vae"} entries, plus our "loras"), timings, truncation flags,
+                     {file: {sha256, bytes}} for every other file, and `result_sha256`: the hash of result.json's
+                     values (all but the manifest and itself; an edited seed or budget is refused at load)
 
 Everything is written into a temporary sibling directory and renamed into place, so a failed or cancelled save
-leaves nothing partial and never touches an existing song; a non-empty target directory is refused.
+leaves nothing partial and never touches an existing song; a non-empty target directory is refused. The vendor's
+`verify_result` / `--resume` check the same manifest; folders written before plan.json existed load as before.
 """
 from __future__ import annotations
 
@@ -47,8 +54,44 @@ def safe_name(name: str) -> str:
     return name
 
 
+def text_of(value: str) -> str:
+    """`value` as text every JSON writer takes: a path holding bytes that are not UTF-8 (Python keeps them as lone
+    surrogates U+DC80–U+DCFF, "surrogateescape") gets each such byte written as `\\xNN` instead; valid text is
+    returned unchanged."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape" if _only_escapes(value) else "backslashreplace") \
+            .decode("utf-8", "backslashreplace")
+
+
+def _only_escapes(value: str) -> bool:
+    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in value)
+
+
+def json_safe(obj):
+    """A copy of a JSON-able object whose strings (keys included) are all valid UTF-8 (`text_of`)."""
+    if isinstance(obj, str):
+        return text_of(obj)
+    if isinstance(obj, dict):
+        return {json_safe(k) if isinstance(k, str) else k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def _json_bytes(obj) -> bytes:
-    return (json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    """Indent 2, ensure_ascii=False, allow_nan=False, trailing newline (runtime.md §7.3); paths with non-UTF-8 bytes
+    are written with `\\xNN` escapes (`text_of`) instead of failing after the song was computed."""
+    return (json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def canonical_sha256(obj) -> str:
+    """sha256 of the canonical JSON of `obj` (sorted keys, compact separators, ensure_ascii=False, allow_nan=False):
+    the vendor's request identity rule (runtime.md §7.1)."""
+    return hashlib.sha256(json.dumps(json_safe(obj), ensure_ascii=False, sort_keys=True, separators=(",", ":"),
+                                     allow_nan=False).encode("utf-8")).hexdigest()
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -80,33 +123,100 @@ def song_files(song: Song, extra: dict | None = None) -> dict[str, bytes]:
         files["audio.flac"] = flac_bytes(song.audio, song.sample_rate)
     files["request.json"] = _json_bytes(song.tokens.request)
     files["config.json"] = _json_bytes(song.settings)
+    files.update(plan_files(song, files))
     return files
 
 
+PLAN_FILES = ("plan.json", "abc_tokens.npy", "prefix.npy", "score.abc")
+
+
+def plan_files(song: Song, files: dict[str, bytes]) -> dict[str, bytes]:
+    """plan.json and plan_manifest.json as the vendor's `SymbolicPlan.save` writes them (runtime.md §7.3): plan.json
+    = {request, timing, truncated, prefix, abc_ids, abc} (the song's score: abc_ids = abc_tokens.npy, abc =
+    score.abc's text; prefix = prefix.npy, the semantic-stage prefix the codes were sampled after), plan_manifest.json = {name: sha256 hex} of plan.json, abc_tokens.npy, prefix.npy
+    and score.abc when there is one. `files` must already hold the .npy files and score.abc."""
+    score = song.score
+    plan = {"request": song.tokens.request, "timing": score.timing, "truncated": bool(score.truncated),
+            "prefix": [int(t) for t in song.tokens.prefix], "abc_ids": [int(t) for t in score.abc_ids],
+            "abc": score.abc}
+    out = {"plan.json": _json_bytes(plan)}
+    names = [n for n in PLAN_FILES if n in out or n in files]
+    out["plan_manifest.json"] = _json_bytes({n: hashlib.sha256(out.get(n, files.get(n))).hexdigest()
+                                             for n in names})
+    return out
+
+
 STALE_PARTIAL_SECONDS = 3600  # a save takes seconds; a hidden .partial folder this old was left by a killed process
+PARTIAL_MARKER = ".yue2-partial"  # written first into every temporary save folder: {"pid", "host", "created"}
+
+
+def _marker_bytes() -> bytes:
+    import socket
+    return _json_bytes({"pid": os.getpid(), "host": socket.gethostname(), "created": time.time()})
+
+
+def _abandoned(folder: Path, now: float) -> bool:
+    """True for a temporary folder of a save that can no longer finish: it carries our marker, holds nothing but
+    song files, and its writer (same host) is gone — or it is older than STALE_PARTIAL_SECONDS."""
+    import socket
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return False
+        names = {p.name for p in folder.iterdir()}
+        if PARTIAL_MARKER not in names or not names <= {PARTIAL_MARKER, *FILES, *PLAN_FILES, "plan_manifest.json",
+                                                          "result.json"}:
+            return False
+        marker = json.loads((folder / PARTIAL_MARKER).read_text("utf-8"))
+        if now - folder.stat().st_mtime > STALE_PARTIAL_SECONDS:
+            return True
+        if marker.get("host") != socket.gethostname() or type(marker.get("pid")) is not int:
+            return False
+        os.kill(marker["pid"], 0)
+        return False
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _sweep_stale_partials(parent: Path) -> None:
-    """Remove hidden `.NAME.XXXX.partial` folders older than STALE_PARTIAL_SECONDS in `parent`: what a process killed
-    mid-save (SIGKILL, a power cut) leaves; nothing else ever names a folder so."""
+    """Remove hidden `.NAME.XXXXXXXX.partial` folders in `parent` that a save of this pack was killed in the middle
+    of (SIGKILL, a power cut): only folders carrying our marker file and nothing but song files, whose process is
+    gone (or that are over an hour old). A look-alike folder of anyone else is never touched."""
     now = time.time()
     for p in parent.glob(".*.partial"):
-        if not re.fullmatch(r"\..+\.[A-Za-z0-9_]{8}\.partial", p.name):  # only what write_song_dir's mkdtemp names
-            continue
-        try:
-            if p.is_dir() and not p.is_symlink() and now - p.stat().st_mtime > STALE_PARTIAL_SECONDS:
-                shutil.rmtree(p, ignore_errors=True)
-        except OSError:
-            pass
+        if re.fullmatch(r"\..+\.[A-Za-z0-9_]{8}\.partial", p.name) and _abandoned(p, now):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def check_output_dir(out_dir: str | os.PathLike) -> Path:
+    """The folder a song will be saved as, checked before any work: it must be named (not "", ".", ".." or a root:
+    the song is written into a hidden sibling and renamed into place), new or empty (songs are never overwritten),
+    and, when it exists, on the same file system as its parent and not a mount point (the rename cannot replace
+    one). Raises ArtifactError saying which and what to give instead."""
+    text = os.fspath(out_dir)
+    if os.path.basename(os.path.normpath(text)) in ("", ".", "..") if text else True:
+        raise ArtifactError(f"output {text!r} names no new folder (an empty path, '.', '..' or a root): a song is "
+                            "saved as a folder of its own; give one, e.g. songs/my-song")
+    out = Path(text)
+    try:
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ArtifactError(f"output directory {out} exists and is not empty; choose a new name (songs are "
+                                "never overwritten)")
+        if out.is_dir() and (os.path.ismount(out) or out.stat().st_dev != out.absolute().parent.stat().st_dev):
+            raise ArtifactError(f"output directory {out} is a mount point (another file system than its parent): a "
+                                "song is written beside its folder and renamed into place, which cannot replace a "
+                                f"mount point; give a new folder inside it, e.g. {out / 'my-song'}")
+    except OSError as exc:
+        raise ArtifactError(f"cannot use the output {out}: {exc.strerror or exc}") from None
+    return out
 
 
 def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict) -> Path:
-    """Write `files` + result.json (with sha256 of each file) into `out_dir` atomically. Refuses a non-empty
-    `out_dir`; on any error (disk full, read-only) nothing is left behind. Returns the directory path."""
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ArtifactError(f"output directory {out} exists and is not empty; choose a new name (songs are never "
-                            "overwritten)")
+    """Write `files` + result.json (with sha256 of each file) into `out_dir` atomically. Refuses an output that
+    cannot receive it (`check_output_dir`: a non-empty folder, ".", a mount point …); on any error (disk full,
+    read-only) nothing is left behind. Returns the directory path."""
+    out = check_output_dir(out_dir)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _sweep_stale_partials(out.parent)
@@ -114,11 +224,13 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
     except OSError as exc:
         raise ArtifactError(f"cannot write into {out.parent}: {exc.strerror or exc}") from None
     try:
+        (tmp / PARTIAL_MARKER).write_bytes(_marker_bytes())
         manifest = {}
         for name, data in files.items():
             (tmp / name).write_bytes(data)
             manifest[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-        (tmp / "result.json").write_bytes(_json_bytes({**result, "artifacts": manifest}))
+        (tmp / "result.json").write_bytes(_json_bytes(seal_result({**result, "artifacts": manifest})))
+        (tmp / PARTIAL_MARKER).unlink()
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -137,12 +249,75 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
     return out
 
 
+RESULT_SEAL = "result_sha256"
+
+
+def _sealed_part(result: dict) -> dict:
+    """What RESULT_SEAL covers: every value of result.json except the seal and the artifact manifest (whose entries
+    are checked against the files themselves)."""
+    return {k: v for k, v in result.items() if k not in (RESULT_SEAL, "artifacts")}
+
+
+def seal_result(result: dict) -> dict:
+    """`result` with RESULT_SEAL = canonical_sha256 of its values (`_sealed_part`): result.json cannot list its own
+    hash in the manifest, so it carries it — an edited seed, budget or flag is refused at load."""
+    body = {k: v for k, v in result.items() if k != RESULT_SEAL}
+    return {**body, RESULT_SEAL: canonical_sha256(_sealed_part(result))}
+
+
+def vendor_weights(settings: dict) -> dict:
+    """result.json "weights" in the vendor's shape (runtime.md §7.1: {"mot": {"files": {name: {sha256, bytes}},
+    "config_sha256"}, "vae": {…}}) from what config.json records: "mot" = the checkpoint (one all-in-one file, or
+    the vendor folder's weight files with the sha256 of its weights_manifest.json), "vae" = the VAE file the song
+    was decoded with (`weights.vae`) or, without one, the checkpoint's own decoder ("embedded": true, the same
+    files); "loras" = the adapters (`weights.loras`). A sha256 is null where none was computed: hashing a 3.7 GB
+    checkpoint for every song would cost seconds, and the pack identifies it by path, size and dimensions."""
+    ckpt = settings.get("checkpoint") if isinstance(settings.get("checkpoint"), dict) else {}
+    mine = settings.get("weights") if isinstance(settings.get("weights"), dict) else {}
+    paths = ckpt.get("files") if isinstance(ckpt.get("files"), dict) and ckpt.get("files") else (
+        {"checkpoint": ckpt["path"]} if isinstance(ckpt.get("path"), str) else {})
+    manifest = {}
+    if ckpt.get("layout") not in (None, "comfy") and isinstance(ckpt.get("path"), str):
+        try:
+            from .weights.vendor import read_manifest
+            manifest = read_manifest(ckpt["path"]) or {}
+        except Exception:  # noqa: BLE001 - a record, never a reason to lose the song
+            manifest = {}
+    files = {}
+    for path in paths.values():
+        if not isinstance(path, str):
+            continue
+        name = os.path.basename(path)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = None
+        files[name] = {"sha256": (manifest.get(name) or {}).get("sha256"), "bytes": size}
+    mot = {"files": files, "config_sha256": None, "path": ckpt.get("path"), "layout": ckpt.get("layout"),
+           "format": ckpt.get("format")}
+    vae = mine.get("vae")
+    if isinstance(vae, dict) and vae:
+        vfiles = {vae.get("file", "vae"): {"sha256": vae.get("sha256"), "bytes": vae.get("bytes")}}
+        for shard in vae.get("shards") or []:
+            if isinstance(shard, dict):
+                vfiles[shard.get("file")] = {"sha256": shard.get("sha256"), "bytes": None}
+        vae_entry = {"files": vfiles, "config_sha256": None, "path": vae.get("path"), "variant": vae.get("variant")}
+    else:
+        vae_entry = {"files": files, "config_sha256": None, "embedded": True}
+    return {"mot": mot, "vae": vae_entry, "loras": list(mine.get("loras") or [])}
+
+
 def song_result(song: Song, lineage: dict | None = None) -> dict:
-    """The result.json content of a Song (without the artifact manifest, which `write_song_dir` adds). `status` is
-    "complete" with audio, else "latents" or "tokens"."""
+    """The result.json content of a Song (without the artifact manifest, which `write_song_dir` adds, and the seal).
+    `status` is "complete" with audio, else "latents" or "tokens". `identity` and `weights` follow the vendor
+    (runtime.md §7.1, §7.3): identity = canonical_sha256({"request", "config", "weights"})."""
     status = "complete" if song.audio is not None else "latents" if song.latents is not None else "tokens"
+    weights = vendor_weights(song.settings)
     return {
-        "status": status, "protocol": song.settings.get("protocol"), "sample_rate": song.sample_rate,
+        "status": status, "identity": canonical_sha256({"request": song.tokens.request, "config": song.settings,
+                                                         "weights": weights}),
+        "weights": weights,
+        "protocol": song.settings.get("protocol"), "sample_rate": song.sample_rate,
         "audio_seconds": song.audio.shape[-1] / song.sample_rate if song.audio is not None else None,
         "frames": len(song.tokens.codes),
         "truncated": song.truncated, "timing": song.timing, "warnings": list(song.warnings),
@@ -260,15 +435,67 @@ def _check_request(request: dict, root: Path) -> None:
 REQUIRED_FILES = ("abc_tokens.npy", "prefix.npy", "semantic.npy", "request.json", "config.json")
 
 
-def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
-    """Read a song directory, verifying every file against the sha256 in result.json.
+def _max_score_bytes() -> int:
+    from .protocol import MAX_TEXT_CHARS
+    return 4 * MAX_TEXT_CHARS  # UTF-8 takes at most 4 bytes a character
+
+
+def _check_result_seal(root: Path, result: dict, manifest: dict) -> None:
+    """result.json's own hash (RESULT_SEAL) must match its content; our folders with plan_manifest.json (written
+    since the seal exists) must carry one. Older folders have neither and load as before; a vendor-written folder
+    has no seal and none of our score / semantic sections (its values come from the hashed files)."""
+    seal = result.get(RESULT_SEAL)
+    if seal is None:
+        if "plan_manifest.json" in manifest and ("score" in result or "semantic" in result):
+            raise ArtifactError(f"{root}/result.json has lost its {RESULT_SEAL} entry (it was edited): its seeds, "
+                                "budgets and flags cannot be trusted. Save the song again from its source, or edit "
+                                "score.abc (the one file meant to be edited)")
+        return
+    if seal != canonical_sha256(_sealed_part(result)):
+        raise ArtifactError(f"{root}/result.json does not match its {RESULT_SEAL} (modified or damaged): an edited "
+                            "seed, budget or flag would silently change a re-render. To change the music, edit "
+                            "score.abc or pass --seed / --max-seconds to render")
+
+
+def _check_prefix(root: Path, prefix: list[int], codes: list[int], abc_ids: list[int], cot: str) -> None:
+    """prefix.npy must be a semantic-stage prefix: [EOD] … [MUSIC_START], only text and protocol ids (no MUSIC_END
+    or codec ids), the score's ids before [ABC_END, MUSIC_START] (cot full/melody), and room for the codes in the
+    context. ArtifactError naming what is wrong."""
+    from .constants import ABC_END, ABC_START, CONTEXT, EOD, MUSIC_END, MUSIC_START
+    if not prefix:
+        raise ArtifactError(f"{root}: prefix.npy is empty; a song's prefix holds at least [EOD] … [MUSIC_START]")
+    if len(prefix) + len(codes) > CONTEXT:
+        raise ArtifactError(f"{root}: prefix.npy holds {len(prefix):,} tokens; with the {len(codes):,} music tokens "
+                            f"that is more than the {CONTEXT}-token context (too long: damaged or not a song prefix)")
+    bad = [t for t in prefix if t >= MUSIC_END]
+    if bad:
+        raise ArtifactError(f"{root}: prefix.npy holds codec or end-of-music ids (first: {bad[0]}); a prefix holds "
+                            f"text and protocol ids only (< {MUSIC_END})")
+    if prefix[0] != EOD or prefix[-1] != MUSIC_START:
+        raise ArtifactError(f"{root}: prefix.npy must start with EOD ({EOD}) and end with MUSIC_START "
+                            f"({MUSIC_START}); it starts with {prefix[0]} and ends with {prefix[-1]}")
+    if cot != "off":
+        tail = [ABC_START, *abc_ids, ABC_END, MUSIC_START]
+        if prefix[-len(tail):] != tail:
+            raise ArtifactError(f"{root}: prefix.npy does not end with the score's {len(abc_ids)} ABC ids "
+                                "(abc_tokens.npy) between ABC_START and ABC_END: the files do not belong together")
+
+
+def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = False) -> SavedSong:
+    """Read a song directory, verifying every file against the sha256 in result.json (and result.json against its
+    own `result_sha256`).
 
     An edited score.abc is accepted when a `tokenizer` is given (the score is re-tokenized and `score_edited` is
-    set); any other mismatch, a missing file, a file not listed in result.json, an unsafe name, a malformed array
-    or JSON file raises ArtifactError naming the file (an empty edited score raises ScoreError). Arrays are read
-    with allow_pickle=False; only files listed in the manifest are read."""
-    from .constants import CODEC_SIZE, COT_MODES, EOD, LATENT_DIM, VOCAB_SIZE
-    from .protocol import SEED_MAX
+    set) or `edited_ok` is set (then `score` is an untokenized user score — ids [] — and `tokens.score.abc` is None
+    until `with_tokenizer`); any other mismatch, a missing file, a file not listed in result.json, an unsafe name,
+    a malformed array or JSON file, a prefix that is empty, too long or holds codec ids, a request whose cot
+    contradicts the score raises ArtifactError naming the file. Sizes are checked before anything is read: a
+    score.abc over 800,000 bytes (or 200,000 characters) raises BudgetError at once. score.abc is read as its exact
+    bytes decoded as UTF-8 (CRLF kept), so it tokenizes to the ids saved with it. Arrays are read with
+    allow_pickle=False; only files listed in the manifest are read."""
+    from .constants import CODEC_SIZE, COT_MODES, DEFAULT_CFG, EOD, LATENT_DIM, VOCAB_SIZE
+    from .errors import BudgetError, ScoreError
+    from .protocol import MAX_TEXT_CHARS, SEED_MAX
     root = Path(song_dir)
     if not (root / "result.json").is_file():
         raise ArtifactError(f"{root} is not a song directory (no result.json)")
@@ -291,7 +518,11 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
                                                                  if path.is_symlink() else ""))
         try:
             size = path.stat().st_size
-            cap = MAX_JSON_BYTES if name == "score.abc" or name.endswith(".json") else MAX_SONG_FILE_BYTES
+            if name == "score.abc" and size > _max_score_bytes():
+                raise BudgetError(f"{root}: score.abc is {size:,} bytes: more than a score can be (at most "
+                                  f"{MAX_TEXT_CHARS:,} characters = {_max_score_bytes():,} bytes of UTF-8 are "
+                                  "accepted; the 24,576-token context holds far less). Nothing was read")
+            cap = MAX_JSON_BYTES if name.endswith(".json") else MAX_SONG_FILE_BYTES
             if size > cap:
                 raise ArtifactError(f"{root}: {name} is {size:,} bytes, more than such a file can be ({cap:,})")
             if name != "score.abc" and type(meta.get("bytes")) is int and meta["bytes"] != size:
@@ -301,7 +532,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
         except OSError as exc:
             raise ArtifactError(f"{root}: cannot read {name} ({exc.strerror or exc})") from None
         if digest != meta["sha256"]:
-            if name == "score.abc" and tokenizer is not None:
+            if name == "score.abc" and (tokenizer is not None or edited_ok):
                 edited = True
                 continue
             raise ArtifactError(f"{root}: {name} does not match its sha256 in result.json (modified or damaged). "
@@ -313,16 +544,34 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
     if missing:
         raise ArtifactError(f"{root}/request.json lacks {', '.join(missing)}")
     sc, sem = _section(result, "score"), _section(result, "semantic")
+    if not sc and not sem and "plan.json" in manifest:  # a vendor-written folder: its plan says what was cut off
+        plan = _load_json(root / "plan.json", "a song plan")
+        sc = {"truncated": plan.get("truncated") is True}
+        cut = result.get("truncated") if isinstance(result.get("truncated"), dict) else {}
+        sem = {"ended": cut.get("semantic") is not True}
     cot = sc.get("cot", request.get("cot", "full"))
     if cot not in COT_MODES:
         raise ArtifactError(f"{root}: cot {cot!r} is not one of {', '.join(COT_MODES)}")
     abc = None
     if "score.abc" in manifest:
         try:
-            abc = (root / "score.abc").read_text("utf-8")
+            abc = (root / "score.abc").read_bytes().decode("utf-8")  # exact: CRLF stays CRLF (runtime.md §7.3)
         except (OSError, UnicodeDecodeError) as exc:
             raise ArtifactError(f"{root}: score.abc is not UTF-8 text ({exc})") from None
+        if len(abc) > MAX_TEXT_CHARS:
+            raise BudgetError(f"{root}: score.abc is {len(abc):,} characters: far beyond what the 24,576-token "
+                              f"context holds (at most {MAX_TEXT_CHARS:,} characters are accepted)")
+        if edited and not abc.strip():
+            raise ScoreError(f"the ABC score is empty: {root}/score.abc was edited to nothing; write a score (or "
+                             "restore the saved one)")
     abc_ids = _load_ids(root / "abc_tokens.npy", 0, EOD)
+    has_score = abc is not None or bool(abc_ids)
+    if request.get("cot") == "off" and (cot != "off" or has_score):
+        raise ArtifactError(f"{root}: request.json says cot 'off' but the song has a score (score.abc / "
+                            f"{len(abc_ids)} ABC ids, result.json score.cot {cot!r}): the files do not belong "
+                            "together")
+    if cot == "off" and request.get("cot") != "off":
+        raise ArtifactError(f"{root}: result.json says cot 'off' but request.json says {request.get('cot')!r}")
     seed = _int_field(sc.get("seed", request.get("seed", 0)), "the score seed", SEED_MAX)
     source = sc.get("source", "model")
     score = Score(abc=abc, abc_ids=abc_ids, cot=cot, seed=seed, source=source if isinstance(source, str) else "model",
@@ -330,11 +579,14 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
                   timing=sc.get("timing") if isinstance(sc.get("timing"), dict) else {})
     original = score
     if edited:  # the codes were sampled after the saved ids: keep that score on the tokens (text from the ids)
-        original = replace(score, abc=tokenizer.decode(abc_ids))
-        score = Score.from_text(abc or "", tokenizer, score.cot if score.cot != "off" else "full", score.seed)
+        original = replace(score, abc=None)
+        score = Score(abc=abc, abc_ids=[], cot=score.cot if score.cot != "off" else "full", seed=score.seed,
+                      source="user", timing={"edited": True})
     codes = _load_ids(root / "semantic.npy", 0, CODEC_SIZE)
     prefix = _load_ids(root / "prefix.npy", 0, VOCAB_SIZE)
-    cfg = sem.get("cfg_scale", 1.0)
+    _check_prefix(root, prefix, codes, abc_ids, cot)
+    cfg = sem.get("cfg_scale", request.get("cfg_scale") if request.get("cfg_scale") is not None else
+                  DEFAULT_CFG.get(cot, 1.0))
     if isinstance(cfg, bool) or not isinstance(cfg, (int, float)) or not np.isfinite(cfg):
         raise ArtifactError(f"{root}: result.json semantic.cfg_scale must be a finite number, got {cfg!r}")
     tokens = SemanticTokens(codes=codes, prefix=prefix, score=original, request=request,
@@ -352,7 +604,20 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None) -> SavedSong:
         if not np.isfinite(arr).all():
             raise ArtifactError(f"{root}: latent.npy holds NaN or infinite values")
         latents = torch.from_numpy(arr.astype(np.float32))
-    return SavedSong(root, score, tokens, latents, result, config, edited)
+    _check_result_seal(root, result, manifest)  # last: a value of the wrong type is named by its own check first
+    saved = SavedSong(root, score, tokens, latents, result, config, edited)
+    return with_tokenizer(saved, tokenizer) if tokenizer is not None else saved
+
+
+def with_tokenizer(saved: SavedSong, tokenizer) -> SavedSong:
+    """A song loaded with `edited_ok` (no tokenizer yet) completed with the model's tokenizer: an edited score is
+    tokenized (`Score.from_text`, ScoreError when it is empty) and the score the codes were sampled after gets its
+    text decoded from the saved ids. Unedited songs are returned unchanged."""
+    if not saved.score_edited or saved.score.abc_ids:
+        return saved
+    original = replace(saved.tokens.score, abc=tokenizer.decode(saved.tokens.score.abc_ids))
+    score = Score.from_text(saved.score.abc or "", tokenizer, saved.score.cot, saved.score.seed)
+    return replace(saved, score=score, tokens=replace(saved.tokens, score=original))
 
 
 def expected_samples(frames: int) -> int:

@@ -179,8 +179,20 @@ class SongRequest:
         return f"{INSTRUCTIONS[self.cot]}\n[Tags]\n{self.style}\n[Lyrics]\n{self.lyrics}\n"
 
     def input_warnings(self) -> list[str]:
-        """Advisory notes about the inputs (never changes the request): empty style/lyrics, stage directions."""
+        """Advisory notes about the inputs (never changes the request): empty style/lyrics, stage directions, NUL and
+        other control characters, and `[Tags]` / `[Lyrics]` typed into the text (the prompt template puts exactly
+        these lines around the style and the lyrics, runtime.md §1.3, so a typed one fakes a section)."""
         notes = []
+        for name in ("style", "lyrics"):
+            notes += control_notes(name, getattr(self, name))
+        for marker in SECTION_MARKERS:
+            if marker.lower() in self.style.lower():
+                notes.append(f"style contains {marker!r}: the prompt puts exactly '[Tags]' before the style and "
+                             "'[Lyrics]' before the lyrics, so this fakes a section of the prompt — remove it (the "
+                             "model gets the text verbatim)")
+            if any(ln.strip().lower() == marker.lower() for ln in self.lyrics.splitlines()):
+                notes.append(f"lyrics contain a {marker!r} line: the prompt already puts '[Lyrics]' before the "
+                             "lyrics, so this fakes a section of the prompt — remove it")
         if not self.style.strip():
             notes.append("style is empty: the model gets no genre/voice/instrument description")
         if not self.lyrics.strip():
@@ -196,6 +208,49 @@ class SongRequest:
             if any(re.fullmatch(r"\((?!.*\bx\d).*\)", ln) for ln in lines):
                 notes.append("lyrics contain parenthesised lines (stage directions?): the model may sing them")
         return notes
+
+
+SECTION_MARKERS = ("[Tags]", "[Lyrics]")  # the prompt template's section lines (runtime.md §1.3)
+_CONTROL_NAMES = {0: "NUL", 7: "BEL", 8: "BS", 11: "VT", 12: "FF", 27: "ESC", 127: "DEL"}
+
+
+def control_notes(what: str, text: str, limit: int = 3) -> list[str]:
+    """One note per control character in `text` (Unicode category Cc other than tab, LF and CR; NUL included), with
+    its line and column: invisible in an editor, read by the model as text. At most `limit` notes plus a count."""
+    import unicodedata
+    found = []
+    line, col = 1, 0
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+            continue
+        if ch not in "\t\r" and unicodedata.category(ch) == "Cc":
+            found.append((line, col, ch))
+    notes = [f"{what} line {ln} column {c}: control character U+{ord(ch):04X}"
+             + (f" ({_CONTROL_NAMES[ord(ch)]})" if ord(ch) in _CONTROL_NAMES else "")
+             + " — invisible, but the model reads it as text; remove it" for ln, c, ch in found[:limit]]
+    if len(found) > limit:
+        notes.append(f"{what}: {len(found) - limit} more control characters")
+    return notes
+
+
+def score_notes(text: str, max_seconds: float | None = None, limit: int = 20) -> list[str]:
+    """What the pack says about a score given from outside (CLI --abc-file, an edited score.abc, the Composer's
+    score / abc_text inputs) — one rule everywhere: the score is used verbatim, as the vendor runtime uses it (the
+    model reads any text), and every finding of the dialect check (`abc.validate`, with `max_seconds` for the
+    too-long check; default the semantic preset's 360 s) and every control character is reported as a note
+    "line N: message [severity]". Only what the engine cannot run is refused, elsewhere: an empty score, a score with
+    cot off, a score over the context. The ABC Editor node, where scores are written, is stricter: it does not emit
+    a score with errors."""
+    from .abc import validate
+    seconds = max_seconds if max_seconds is not None else SEMANTIC_PRESET.max_tokens / FRAMES_PER_SECOND
+    issues = validate(text, max_seconds=seconds)
+    lines = [(f"line {i.line}: " if getattr(i, "line", None) else "") + f"{i.message} [{i.severity}]"
+             for i in issues[:limit]]
+    if len(issues) > limit:
+        lines.append(f"{len(issues) - limit} more findings not shown")
+    return lines + control_notes("score", text)
 
 
 def validate_abc_ids(abc_ids) -> list[int]:
@@ -300,5 +355,5 @@ def validate_codes(codes) -> list[int]:
 __all__ = [
     "Sampling", "ABC_PRESET", "SEMANTIC_PRESET", "SongRequest", "validate_abc_ids", "planning_prefix",
     "semantic_prefix", "negative_prefix", "check_budget", "seconds_to_tokens", "semantic_budget", "codes_from_ids",
-    "validate_codes", "MUSIC_END", "ABC_END",
+    "validate_codes", "MUSIC_END", "ABC_END", "score_notes", "control_notes",
 ]

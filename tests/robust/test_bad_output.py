@@ -264,11 +264,13 @@ def test_stale_partial_folders_are_swept(tmp_path):
     import time
 
     from robust_helpers import make_song
+    from yue2_core.artifacts import PARTIAL_MARKER
     old = tmp_path / ".dead.abc12345.partial"
     fresh = tmp_path / ".busy.def45678.partial"
     for d in (old, fresh):
         d.mkdir()
         (d / "audio.flac").write_bytes(b"x")
+        (d / PARTIAL_MARKER).write_text('{"pid": %d, "host": "?"}' % os.getpid())  # what a save writes first
     past = time.time() - 7200
     os.utime(old, (past, past))
     save_song(make_song(), tmp_path / "new")

@@ -138,8 +138,9 @@ def test_cli_render_refuses_a_song_of_another_model(tmp_path, tiny_paths, micro_
 
 
 def test_cli_takes_a_bom_file_and_any_folder_name(tmp_path, tiny_paths):
-    """Review findings: a UTF-8 byte-order mark in a text file is dropped (Windows editors write one), and an output
-    folder whose name is not a valid song id (spaces, accents) is fine: the song id falls back to "song"."""
+    """Review findings: a UTF-8 byte-order mark in a text file is kept and warned about, as the vendor's CLI reads the
+    file (issue 20 item 1; it was dropped silently), and an output folder whose name is not a valid song id
+    (spaces, accents) is fine: the song id falls back to "song"."""
     style = tmp_path / "style.txt"
     style.write_bytes("\ufeffsmooth jazz".encode("utf-8"))
     out = tmp_path / "my söng"
@@ -147,7 +148,8 @@ def test_cli_takes_a_bom_file_and_any_folder_name(tmp_path, tiny_paths):
                    "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     request = json.loads((out / "request.json").read_text())
-    assert request["style"] == "smooth jazz" and request["id"] == "song"
+    assert request["style"] == "\ufeffsmooth jazz" and request["id"] == "song"
+    assert "byte-order mark (U+FEFF): it is kept" in proc.stderr
 
 
 def test_decode_of_no_frames_is_a_request_error(tiny_paths):
