@@ -1,0 +1,126 @@
+"""Bad batch input, each refused with a specific message: per row (the others run) or for the whole batch (before
+any song runs)."""
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from batch_data import ABC_CAP, SCORE, rows, write_requests  # noqa: E402
+
+from yue2_core.batch import BatchOptions, check_context, read_requests, run_batch  # noqa: E402
+from yue2_core.errors import ArtifactError, RequestError  # noqa: E402
+
+
+def _errors(tmp_path, lines: list[str]) -> dict:
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    good, bad = read_requests(path)
+    return {b.line: b.message for b in bad}, good
+
+
+def test_bad_rows_each_named(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "ok.abc").write_text(SCORE, "utf-8")
+    (tmp_path.parent / "outside.abc").write_text(SCORE, "utf-8")
+    lines = [
+        '{"id": "ok", "style": "pop", "lyrics": "la", "abc_path": "sub/ok.abc"}',
+        '{"id": "x", "style": "pop",',                                           # 2 not JSON
+        '{"id": "ok", "style": "pop"}',                                          # 3 duplicate id
+        '{"id": "../evil", "style": "pop"}',                                     # 4 unsafe id
+        '{"id": "CON", "style": "pop"}',                                         # 5 reserved name
+        '{"id": "u", "style": "pop", "colour": "red", "eval_pos": 1, "lang": "en"}',  # 6 unknown field
+        f'{{"id": "both", "abc": {json.dumps(SCORE)}, "abc_path": "sub/ok.abc"}}',    # 7 abc + abc_path
+        '{"id": "out", "abc_path": "../outside.abc"}',                           # 8 outside the tree
+        '{"id": "missing", "abc_path": "sub/none.abc"}',                         # 9 missing
+        '{"id": "tags", "style": "a", "tags": "b"}',                             # 10 style ≠ tags
+        '{"id": "prompt", "style": "a", "lyrics": "b", "prompt": "something else"}',  # 11 prompt mismatch
+        '[1, 2]',                                                                # 12 not an object
+        '{"id": "samp", "semantic_sampling": {"top_k": 0}}',                     # 13 bad override
+        '{"id": "samp2", "abc_sampling": {"colour": 1}}',                        # 14 unknown override
+        '{"style": "no id"}',                                                    # 15 no id
+    ]
+    errors, good = _errors(tmp_path, lines)
+    assert [g.id for g in good] == ["ok"] and good[0].request.abc == SCORE
+    assert "line 2 is not JSON" in errors[2]
+    assert "id 'ok' is already used on line 1" in errors[3]
+    assert "not a safe folder name" in errors[4] and "not a safe folder name" in errors[5]
+    assert "unknown field(s) 'colour'" in errors[6] and "eval_pos" not in errors[6]
+    assert "'abc' and 'abc_path' are both given" in errors[7]
+    assert "points outside the request file's folder" in errors[8]
+    assert "does not exist" in errors[9]
+    assert "'style' and 'tags' are both given and differ" in errors[10]
+    assert "'prompt' does not equal" in errors[11]
+    assert "not an object" in errors[12]
+    assert "semantic_sampling" in errors[13] and "top_k must be ≥ 1" in errors[13]
+    assert "unknown sampling fields ['colour']" in errors[14]
+    assert "has no 'id'" in errors[15]
+    assert len(errors) == 14
+
+
+def test_matching_prompt_and_metadata_accepted(tmp_path):
+    from yue2_core.protocol import SongRequest
+    text = SongRequest("a", "b", cot="melody").text()
+    errors, good = _errors(tmp_path, [json.dumps({"id": "p", "style": "a", "lyrics": "b", "cot": "melody",
+                                                  "prompt": text, "clip_id": 4, "eval_row": 2})])
+    assert not errors and good[0].request.cot == "melody"
+
+
+def test_empty_and_unreadable_request_files(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n# a comment\n", "utf-8")
+    with pytest.raises(RequestError, match="holds no requests"):
+        read_requests(tmp_path / "empty.jsonl")
+    with pytest.raises(RequestError, match="does not exist"):
+        read_requests(tmp_path / "none.jsonl")
+    (tmp_path / "latin.jsonl").write_bytes(b'{"id": "a", "style": "caf\xe9"}\n')
+    with pytest.raises(RequestError, match="not UTF-8"):
+        read_requests(tmp_path / "latin.jsonl")
+
+
+def test_prompt_plus_budget_over_context_says_the_seconds_that_fit(tmp_path, engine):
+    errors, good = _errors(tmp_path, [
+        '{"id": "long", "cot": "off", "style": "s", "lyrics": "l", "semantic_sampling": {"max_tokens": 24570}}',
+        '{"id": "abc", "style": "s", "lyrics": "l", "abc_sampling": {"max_tokens": 24570, "min_tokens": 1}}'])
+    from yue2_core.errors import BudgetError
+    with pytest.raises(BudgetError, match=r"at most \d+ music tokens = [\d.]+ s of music fit"):
+        check_context(good[0], engine.tokenizer.encode)
+    with pytest.raises(BudgetError, match=r"ABC budget \(24570 tokens\) exceeds"):
+        check_context(good[1], engine.tokenizer.encode)
+
+
+def _never():
+    raise AssertionError("the engine must not load")
+
+
+def test_output_with_foreign_files_refused_before_any_work(tmp_path, engine):
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "holiday.jpg").write_bytes(b"x")
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+    with pytest.raises(ArtifactError, match="holds files that are not this batch's: holiday.jpg"):
+        run_batch(BatchOptions(str(req), str(out), resume=True), **kw)
+    (out / "holiday.jpg").unlink()
+    (out / rows()[0]["id"]).write_text("a file, not a song folder")
+    with pytest.raises(ArtifactError, match="not this batch's"):
+        run_batch(BatchOptions(str(req), str(out), resume=True), **kw)
+    assert sorted(p.name for p in out.iterdir()) == [rows()[0]["id"]]  # nothing written
+
+
+def test_max_batch_over_budget_names_the_largest_that_fits(tmp_path, engine):
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never, weights_bytes=0)
+    with pytest.raises(RequestError) as exc:
+        run_batch(BatchOptions(str(req), str(out), max_batch=64, budget_gib=0.002, max_abc_tokens=ABC_CAP), **kw)
+    most = int(re.search(r"--max-batch 64 does not fit: at most (\d+) songs fit", str(exc.value)).group(1))
+    assert 1 <= most < 64 and f"use --max-batch {most}" in str(exc.value)
+    assert not out.exists()
+    with pytest.raises(RequestError, match="not even one song fits"):
+        run_batch(BatchOptions(str(req), str(out), budget_gib=0.001, max_abc_tokens=ABC_CAP),
+                  **{**kw, "weights_bytes": 2 ** 30})
+    with pytest.raises(AssertionError, match="must not load"):  # the largest that fits is accepted
+        run_batch(BatchOptions(str(req), str(out), max_batch=most, budget_gib=0.002, max_abc_tokens=ABC_CAP), **kw)
+    assert json.loads((out / "batch.json").read_text("utf-8"))["settings"]["max_batch"] == most
