@@ -9,7 +9,6 @@ run, writing each song with `artifacts.save_song` and batch.json after each.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys

@@ -93,7 +93,7 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
         except (ValueError, RecursionError) as exc:
             where = f" (column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
             bad.append(RowError(number, None, f"line {number} is not JSON{where}; each line must be one JSON "
-                                              "object such as {\"id\": \"song1\", \"style\": \"…\", \"lyrics\": \"…\"}"))
+                                              'object such as {"id": "song1", "style": "…", "lyrics": "…"}'))
             continue
         if not isinstance(row, dict):
             bad.append(RowError(number, None, f"line {number} is a JSON {type(row).__name__}, not an object "
@@ -213,7 +213,7 @@ def check_context(item: BatchRequest, encode) -> dict:
     the music phase with the shortest score (planning prefix + 2) or the exact prefix of a given score / cot off —
     the checks `generate` makes before it samples. Raises BudgetError saying how many tokens and seconds fit;
     returns `prompt_tokens`."""
-    req, b = item.request, item.budgets
+    b = item.budgets
     sem = b.semantic_sampling()
     counts = prompt_tokens(item, encode)
     if counts["planning"]:
