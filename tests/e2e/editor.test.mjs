@@ -165,8 +165,9 @@ await withComfy("editor", async ({ page, pageErrors }) => {
     log(`prompt ${entry.prompt_id}: ${report.split("\n").find((l) => l.startsWith("lead sheet"))}`);
 
     // 8. Reload: the frontend restores the workflow it persisted, with the edit.
-    await page.waitForFunction((q) => (localStorage.getItem("workflow") || "").includes(q), `Q:1/4=${bpm}`,
-                               { timeout: 10000 });
+    // (frontend 1.32 keeps it under localStorage "workflow"; newer ones under other keys, some in sessionStorage)
+    await page.waitForFunction((q) => [localStorage, sessionStorage].some((store) => Object.keys(store).some(
+        (key) => (store.getItem(key) || "").includes(q))), `Q:1/4=${bpm}`, { timeout: 10000 });
     await page.reload();
     await page.waitForFunction(() => window.app?.graph?.nodes?.some((n) => n.yue2AbcEditor), null, { timeout: 60000 });
     await showNode(page, editorId);

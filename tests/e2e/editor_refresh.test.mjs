@@ -24,9 +24,15 @@ async function executed(page, editorId, source, used = source) {
 /** Wait until the persisted workflow holds this editor state, reload the page, and come back to the editor. */
 async function reload(page, editorId, { text, source, changed }) {
     await page.waitForFunction(({ id, text, source, changed }) => {
-        const node = JSON.parse(localStorage.getItem("workflow") || "null")?.nodes?.find((n) => n.id === id);
-        return node?.widgets_values?.includes(text) && node.properties?.yue2_composer_abc === source
-            && (node.properties?.yue2_composer_abc_changed === true) === changed;
+        // frontend 1.32 persists under localStorage "workflow"; newer ones under other keys, some in sessionStorage
+        const graphs = [localStorage, sessionStorage].flatMap((store) => Object.keys(store).map((key) => {
+            try { return JSON.parse(store.getItem(key)); } catch { return null; }
+        }));
+        return graphs.some((graph) => {
+            const node = graph?.nodes?.find?.((n) => n.id === id);
+            return node?.widgets_values?.includes(text) && node.properties?.yue2_composer_abc === source
+                && (node.properties?.yue2_composer_abc_changed === true) === changed;
+        });
     }, { id: editorId, text, source, changed }, { timeout: 10000, polling: 100 });
     await page.reload();
     await page.waitForFunction(() => window.app?.graph?.nodes?.some((n) => n.yue2AbcEditor), null, { timeout: 60000 });
