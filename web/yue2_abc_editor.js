@@ -30,8 +30,12 @@ function attachEditor(node) {
     const initial = typeof plain.value === "string" ? plain.value : "";
 
     let widget = null;
-    // The workflow's change tracker persists the workflow, so edits and node properties survive a page reload.
-    const persist = () => app.extensionManager?.workflow?.activeWorkflow?.changeTracker?.checkState?.();
+    // The workflow's change tracker persists the workflow, so edits and node properties survive a page reload
+    // (frontends ≥ 1.5x name it captureCanvasState and keep checkState as a deprecated alias).
+    const persist = () => {
+        const tracker = app.extensionManager?.workflow?.activeWorkflow?.changeTracker;
+        (tracker?.captureCanvasState ?? tracker?.checkState)?.call(tracker);
+    };
     const editor = new AbcEditor(node, {
         // Our edits must reach ComfyUI like typing in its own textarea does: the widget callback, a redraw, and the
         // change tracker.

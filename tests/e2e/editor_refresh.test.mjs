@@ -24,16 +24,30 @@ async function executed(page, editorId, source, used = source) {
 /** Wait until the persisted workflow holds this editor state, reload the page, and come back to the editor. */
 async function reload(page, editorId, { text, source, changed }) {
     await page.waitForFunction(({ id, text, source, changed }) => {
-        // frontend 1.32 persists under localStorage "workflow"; newer ones under other keys, some in sessionStorage
-        const graphs = [localStorage, sessionStorage].flatMap((store) => Object.keys(store).map((key) => {
-            try { return JSON.parse(store.getItem(key)); } catch { return null; }
-        }));
+        // frontend 1.32 persists under localStorage "workflow"; newer ones under other keys (1.58: draft payloads
+        // "Comfy.Workflow.Draft…" whose workflow is a JSON string inside), some in sessionStorage
+        const graphs = [];
+        const collect = (value, depth) => {
+            if (depth > 4 || value == null) return;
+            if (typeof value === "string") {
+                if (/^\s*[[{]/.test(value)) { try { collect(JSON.parse(value), depth + 1); } catch { /* not JSON */ } }
+            } else if (Array.isArray(value?.nodes)) {
+                graphs.push(value);
+            } else if (typeof value === "object") {
+                Object.values(value).forEach((inner) => collect(inner, depth + 1));
+            }
+        };
+        [localStorage, sessionStorage].forEach((store) => Object.keys(store).forEach((key) => collect(store.getItem(key), 0)));
         return graphs.some((graph) => {
             const node = graph?.nodes?.find?.((n) => n.id === id);
-            return node?.widgets_values?.includes(text) && node.properties?.yue2_composer_abc === source
+            return node && Object.values(node.widgets_values || {}).includes(text) && node.properties?.yue2_composer_abc === source
                 && (node.properties?.yue2_composer_abc_changed === true) === changed;
         });
-    }, { id: editorId, text, source, changed }, { timeout: 10000, polling: 100 });
+    }, { id: editorId, text, source, changed }, { timeout: 10000, polling: 100 }).catch(() => {
+        // Frontend 1.58 writes its workflow draft when the page is left, not while it is open: reload anyway; the
+        // checks after the reload decide whether the edit survived.
+        log("the editor state was not found in the page's storage before the reload; reloading anyway");
+    });
     await page.reload();
     await page.waitForFunction(() => window.app?.graph?.nodes?.some((n) => n.yue2AbcEditor), null, { timeout: 60000 });
     await showNode(page, editorId);
