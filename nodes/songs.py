@@ -300,22 +300,21 @@ def _recorded_weights_state(path: Path) -> tuple:
 def model_with_song_weights(model, weights):
     """`model`'s checkpoint with the adapters and VAE a song's config.json "weights" entry records, each found by
     file name and sha256 (its recorded path first, then ComfyUI's loras / vae folders); `model` itself when the song
-    recorded none. Raises AdapterError naming a missing file."""
-    from yue2_core.weights.lora.apply import Applied, check_strength
-    from yue2_core.weights.lora.record import find_recorded
+    recorded none. Raises AdapterError naming a missing or changed file or companion, or a malformed "weights"
+    entry (not an object, `loras` not a list, an entry not an object, a bad strength)."""
+    from yue2_core.weights.lora.apply import Applied
+    from yue2_core.weights.lora.record import find_recorded, recorded_weights
 
     from .lora import cached_adapter
-    if not isinstance(weights, dict) or not (weights.get("loras") or weights.get("vae")):
+    loras, vae = recorded_weights(weights)  # AdapterError naming a malformed entry, never "no adapters"
+    if not loras and not vae:
         return model
     out = model.root
-    for rec in weights.get("loras") or []:
+    for rec, strength_ar, strength_nar in loras:
         path = find_recorded(rec, folder_paths.get_folder_paths("loras"))
-        out = out.derive(adapter=Applied(cached_adapter(path, model.dims),
-                                         check_strength(rec.get("strength_ar", 1.0), "recorded strength_ar"),
-                                         check_strength(rec.get("strength_nar", 1.0), "recorded strength_nar")))
-    if weights.get("vae"):
+        out = out.derive(adapter=Applied(cached_adapter(path, model.dims), strength_ar, strength_nar))
+    if vae:
         from yue2_core.weights.vae_files import open_vae
-        out = out.derive(vae_file=open_vae(find_recorded(weights["vae"], folder_paths.get_folder_paths("vae"),
-                                                         what="VAE")))
+        out = out.derive(vae_file=open_vae(find_recorded(vae, folder_paths.get_folder_paths("vae"), what="VAE")))
     return out
 

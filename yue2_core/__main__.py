@@ -346,24 +346,26 @@ def _render_seconds(given: float | None, parent_sampling: dict) -> float | None:
 
 def _song_weights(args) -> tuple[list, str | None]:
     """The adapters and VAE a re-render uses: --lora / --vae when given, else those the song's config.json records
-    (found by name and sha256: their recorded path, then the ComfyUI loras / vae folders). AdapterError names a
-    recorded file that is missing."""
+    (found by name and sha256, companions included: their recorded path, then the ComfyUI loras / vae folders).
+    AdapterError names a recorded file or companion that is missing or changed, or a malformed "weights" entry or
+    recorded strength."""
     from .weights.locate import comfy_checkpoint_dirs
-    from .weights.lora.record import find_recorded
+    from .weights.lora.record import find_recorded, recorded_weights
     try:
-        weights = json.loads((Path(args.song) / "config.json").read_text("utf-8")).get("weights") or {}
-    except (OSError, ValueError, AttributeError):
-        weights = {}
-    if not isinstance(weights, dict):
-        weights = {}
+        config = json.loads((Path(args.song) / "config.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    loras, vae = args.lora, args.vae
+    if loras and vae is not None:  # both given: the record is not used
+        return loras, vae
+    # a malformed "weights" entry (a string, `loras` not a list, an entry not an object, a strength "abc") is an
+    # AdapterError naming it, never "no adapters"
+    recorded, recorded_vae = recorded_weights(config.get("weights") if isinstance(config, dict) else None)
     models = [d.parent for d in comfy_checkpoint_dirs()]
-    loras = args.lora
-    if not loras and weights.get("loras"):
-        loras = [(find_recorded(rec, [m / "loras" for m in models]), float(rec.get("strength_ar", 1.0)),
-                  float(rec.get("strength_nar", 1.0))) for rec in weights["loras"]]
-    vae = args.vae
-    if vae is None and weights.get("vae"):
-        vae = find_recorded(weights["vae"], [m / "vae" for m in models], what="VAE")
+    if not loras and recorded:
+        loras = [(find_recorded(rec, [m / "loras" for m in models]), ar, nar) for rec, ar, nar in recorded]
+    if vae is None and recorded_vae:
+        vae = find_recorded(recorded_vae, [m / "vae" for m in models], what="VAE")
     return loras, vae
 
 
@@ -515,7 +517,7 @@ def cmd_make_synthetic(args) -> int:
 def parse_lora(value: str) -> tuple[str, float, float]:
     """--lora PATH[:AR[:NAR]] → (path, strength_ar, strength_nar). Strengths are read from the right, so a path with
     colons (C:\\x.safetensors) works; one number sets both. Raises argparse.ArgumentTypeError for a strength outside
-    ±5 or a missing file."""
+    ±5, a missing file, or a path that is a FIFO / device / socket (named: reading one would block)."""
     from .errors import AdapterError
     from .weights.lora.apply import check_strength
     parts, nums = value.split(":"), []
@@ -531,6 +533,11 @@ def parse_lora(value: str) -> tuple[str, float, float]:
         nar = check_strength(nums[1], "--lora NAR strength") if len(nums) > 1 else ar
     except AdapterError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    from .weights.checkpoint import not_a_file
+    kind = not_a_file(path)
+    if kind is not None and kind != "a directory":  # a directory may be a PEFT folder
+        raise argparse.ArgumentTypeError(f"LoRA {path!r} is {kind}, not a file (an adapter is a .safetensors or .pt "
+                                         f"file, or a PEFT folder)")
     if not os.path.exists(path):
         raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found (form: PATH[:AR[:NAR]])")
     return path, ar, nar
@@ -546,7 +553,13 @@ def cmd_batch(args) -> int:
     from .pipeline import Budgets
     from .weights.checkpoint import inspect_checkpoint, load_tokenizer
     from .weights.locate import find_checkpoint
-    _check_device(args.device)
+    if args.ray is None:
+        _check_device(args.device)
+        if args.ray_cpu_workers is not None:
+            raise YuE2Error("--ray-cpu-workers needs --ray auto|ADDRESS (it sets how many CPU engine actors Ray runs)")
+    else:  # Ray installed, a well-formed address, a --device the actors can honour (before any other work)
+        from .batch.ray_runner import check_options
+        check_options(args.ray, args.ray_cpu_workers, args.device)
     _check_switches()
     _check_steps(args.steps)
     Budgets(args.max_seconds, args.max_abc_tokens).semantic_sampling()  # bad caps fail before loading
@@ -557,14 +570,24 @@ def cmd_batch(args) -> int:
     abc_cap = args.max_abc_tokens
     if abc_cap is None and "yue2_synthetic" in info.metadata:
         abc_cap = SYNTHETIC_ABC_TOKENS  # as generate: random weights never end a lead sheet
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     fp32 = args.dtype == "fp32"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap)
-    return run_batch(options, tokenizer=load_tokenizer(info), dims=info.dims,
-                     engine_factory=lambda: _load_engine(args, checkpoint, how)[0],
-                     weights_bytes=weights_bytes(info, fp32), on_cuda=device.type == "cuda",
-                     dtype_bytes=4 if fp32 else 2, free_bytes=device_free_bytes(device))
+    kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(args, checkpoint,
+              how)[0], weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2)
+    if args.ray is not None:  # docs/batch.md "Ray": the workers' devices size the batch (runner.prepare)
+        from .batch.ray_runner import EngineSpec, RayRunner, yue2_env
+        print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
+        absolute = os.path.abspath  # the workers may run in another folder, or on another node
+        spec = EngineSpec(absolute(checkpoint), args.dtype, tuple((absolute(p), a, n) for p, a, n in args.lora),
+                          absolute(args.vae) if args.vae else None, yue2_env())
+        runner = RayRunner(args.ray, spec, cpu_workers=args.ray_cpu_workers)
+        try:
+            return run_batch(options, runner=runner, **kw)
+        finally:
+            runner.close()
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    return run_batch(options, on_cuda=device.type == "cuda", free_bytes=device_free_bytes(device), **kw)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -642,6 +665,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "skipped, damaged ones redone")
     b.add_argument("--max-seconds", type=float, default=None, help="cap every song's music (25 tokens per second)")
     b.add_argument("--max-abc-tokens", type=int, default=None, help="cap every lead sheet, in tokens")
+    b.add_argument("--ray", metavar="auto|ADDRESS", default=None, help="spread the queue over a Ray cluster, one "
+                   "engine actor per GPU (auto: the cluster this machine is in, else a new local one; ADDRESS: "
+                   "HOST:PORT of the head node or ray://HOST:PORT); needs pip install .[ray] (docs/batch.md)")
+    b.add_argument("--ray-cpu-workers", type=int, default=None, metavar="N", help="with --ray: N CPU engine actors "
+                   "instead of one per GPU (tests, dry runs)")
     common(b)
     next(a for a in b._actions if a.dest == "output").help = "the batch folder (new, or one to --resume)"
     b.set_defaults(func=cmd_batch)

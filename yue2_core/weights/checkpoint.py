@@ -12,9 +12,11 @@ built on the meta device, so the weights are never held twice. Only safetensors 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import stat
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -337,6 +339,27 @@ def _check_shapes(entries: dict, d: ModelDims):
         _expect(entries, key, shape)
 
 
+def not_a_file(path: str) -> str | None:
+    """What `path` is when it is not a regular file (links followed): "a directory", "a FIFO (named pipe)", "a
+    character device", "a block device", "a socket", "a broken symbolic link", "a symbolic-link loop" …; None for a
+    regular file or a path that does not exist. Checked before any open: opening a FIFO or a device blocks or reads
+    forever."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if os.path.islink(path) else None
+    except OSError as exc:
+        return "a symbolic-link loop" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
 def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo:
     """Identify and check a YuE2 checkpoint from its headers (no tensor data is read except the quantization
     markers): a Comfy-Org all-in-one `.safetensors` file, or a vendor model FOLDER (m-a-p/YuE2-3B layout, see
@@ -353,6 +376,10 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
     if vae_path is not None:
         raise CheckpointError(f"vae_path is for a vendor model folder; {path} is an all-in-one file, which holds its "
                               "own VAE")
+    kind = not_a_file(path)
+    if kind is not None:  # a FIFO / device would block the read below
+        raise CheckpointError(f"checkpoint {path} is {kind}, not a file (a checkpoint is a .safetensors file or a "
+                              "vendor model folder)")
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     entries, meta, _ = read_header(path)

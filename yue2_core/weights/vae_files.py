@@ -31,7 +31,7 @@ import torch
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
 from ..errors import CheckpointError
 from ..vae import VAEConfig, VAEDecoder
-from .checkpoint import _vae_config, open_tensors, read_header
+from .checkpoint import _vae_config, not_a_file, open_tensors, read_header
 from .lora.record import file_sha256
 
 LAYOUTS = ("vendor-folder", "vendor-file", "comfy-prefixed")
@@ -111,6 +111,8 @@ class VAEFile:
         out = {"file": os.path.basename(os.path.abspath(self.path)), "path": os.path.abspath(self.path),
                "sha256": file_sha256(main), "bytes": os.path.getsize(main), "layout": self.layout,
                "variant": self.variant}
+        if self.layout == "vendor-folder":  # which file inside the folder was hashed (record.find_recorded)
+            out["weights_file"] = os.path.relpath(main, self.path)
         if self.layout == "vendor-folder" and len(self.weights) > 1:
             out["shards"] = [{"file": os.path.basename(f), "sha256": file_sha256(f)} for f in self.weights]
         return out
@@ -335,6 +337,10 @@ def open_vae(path: str) -> VAEFile:
         raise CheckpointError(f"VAE path must be a file or folder name, got {path!r}")
     if not os.path.exists(path):
         raise CheckpointError(f"VAE not found: {path} does not exist (a YuE2 VAE is a folder with config.json + "
+                              "model.safetensors, or a .safetensors file)")
+    kind = not_a_file(path)
+    if kind is not None and kind != "a directory":  # a FIFO / device would block the header read
+        raise CheckpointError(f"VAE {path} is {kind}, not a file (a YuE2 VAE is a folder with config.json + "
                               "model.safetensors, or a .safetensors file)")
     config, metadata, manifest = {}, {}, {}
     if os.path.isdir(path):

@@ -18,7 +18,8 @@ refusals first (DoRA, LoHa, Tucker/`lora_mid`, LoKr `t1`/`t2`, artist bundles, r
   fused module, never split into blocks);
 - `hot-step-split` (D): `format=yue2-{ar,nar}-lora-v1`, `yue2_adapter_layout=native_split_v1` or `yue2.blk.N.*` keys;
 - `starnodes` (G): `format=yue2-lora-v1` (branch defaults to the NAR);
-- `peft` (H): an adapter_config.json beside the weights or `base_model.model.` keys;
+- `peft` (H): an adapter_config.json (read for a folder or a file named adapter_model.*) or `base_model.model.`
+  keys;
 - `ai-toolkit` (A): `text_encoders.`/`diffusion_model.` keys with lora_A/lora_B, `.diff`, no metadata;
   `comfy-native` again for such keys with lora_down/lora_up;
 - `unlabelled`: anything else whose keys name YuE2 modules (vendor or Comfy names without metadata).
@@ -45,6 +46,7 @@ import os
 from ...errors import AdapterError
 from ...layers import ModelDims
 from .layouts_build import FileContext, build_patches
+from ..checkpoint import not_a_file
 from .layouts_io import Source, open_source
 from .layouts_keys import REFUSED_ROLES, split_role
 from .model import EXPERTS, Adapter, BiasDiff, Diff, Kron, LowRank, Replace
@@ -68,7 +70,7 @@ SUPPORTED_TEXT = "Supported YuE2 adapter layouts: " + "; ".join(SUPPORTED) + "."
 
 def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
     """Read the adapter at `path` (a .safetensors file, a torch .pt file loaded weights-only, or a PEFT folder /
-    a file with adapter_config.json beside it) for a model of geometry `dims` (the checkpoint's, or RELEASE_DIMS).
+    an adapter_model.safetensors|.bin with adapter_config.json beside it) for a model of geometry `dims` (the checkpoint's, or RELEASE_DIMS).
 
     Returns an `Adapter` whose patches target engine module names with split q/k/v and gate/up on row slices of
     the fused modules and the scale (module docstring) folded in; keys that name no module are listed in
@@ -159,7 +161,9 @@ def _refusals(src: Source) -> None:
                "Linear [out, in])", "adapter_config.json")
 
 
-def _number(src: Source, name: str, kind=float):
+def _number(src: Source, name: str, kind=float, positive: bool = False):
+    """Metadata field `name` as a float (finite; > 0 when `positive`, the rule of adapter_config.json's lora_alpha)
+    or an int ≥ 1; None when absent. AdapterError naming the field otherwise."""
     raw = src.metadata.get(name)
     if raw is None:
         return None
@@ -167,8 +171,10 @@ def _number(src: Source, name: str, kind=float):
         v = kind(raw.strip()) if kind is float else int(raw.strip())
     except ValueError:
         v = None
-    if v is None or (kind is float and not math.isfinite(v)) or (kind is int and v < 1):
-        what = "a finite number" if kind is float else "a positive integer"
+    if v is None or (kind is float and not math.isfinite(v)) or (kind is int and v < 1) or \
+            (positive and v <= 0):
+        what = ("a positive finite number" if positive else "a finite number") if kind is float else \
+            "a positive integer"
         raise AdapterError(f"{src.path}: metadata {name}={raw!r} must be {what}")
     return v
 
@@ -198,14 +204,26 @@ def _context(src: Source, layout: str) -> FileContext:
     rank_field = None if src.container == "pt-mothersuperior" else _number(src, "rank", int)
     return FileContext(layout=layout, path=src.path, forced=forced, default=default,
                        replace_ok=layout in ("mothersuperior-raw", "mothersuperior-pt"),
-                       meta_alpha=_number(src, "alpha"), meta_rank=rank_field, meta_scale=meta_scale,
+                       meta_alpha=_number(src, "alpha", positive=True), meta_rank=rank_field, meta_scale=meta_scale,
                        lokr_dim=_number(src, "lokr_dim", int), sidecar=src.sidecar)
 
 
 def _join_companion(adapter: Adapter, path: str, rel: str, dims: ModelDims, stack: tuple) -> None:
     """FL (§1.1 C): the AR file's metadata `acoustic_adapter` names its NAR file relative to the AR file's folder;
-    its patches join the same Adapter."""
-    target = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), rel))
+    its patches join the same Adapter. The companion must resolve (links followed) inside that folder: an absolute
+    path, `../…` or a link out of it is refused (a file would otherwise make the pack open any path), as is a
+    companion that is a FIFO / directory / device."""
+    folder = os.path.dirname(os.path.abspath(path))
+    target = os.path.normpath(os.path.join(folder, rel))
+    real_folder, real_target = os.path.realpath(folder), os.path.realpath(target)
+    if os.path.isabs(rel) or os.path.commonpath([real_folder, real_target]) != real_folder:
+        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={rel!r}) lies outside the "
+                           f"AR file's folder {folder}; a companion is read only from that folder (or below it) — "
+                           f"put the FL NAR file beside the AR file and name it relative to it")
+    kind = not_a_file(target)
+    if kind is not None:
+        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={rel!r}) {target} is "
+                           f"{kind}, not a file")
     if not os.path.isfile(target):
         raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={rel!r}) is missing: "
                            f"{target} does not exist. Put the FL NAR file there, or remove the metadata field.")

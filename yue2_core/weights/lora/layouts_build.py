@@ -4,15 +4,21 @@ scale (the precedence rule of layouts.py's docstring, §1.2) into each delta."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import torch
 
 from ...errors import AdapterError
 from ...layers import ModelDims
+from .layouts_io import pattern_value
 from .layouts_keys import Target, has_bias, module_shape, parse_target, part_rows, split_role
 from .model import BiasDiff, Diff, Kron, LowRank, Patch, Replace
+
+# the largest |scale| a delta may carry: alpha/rank of any trained adapter is far below (ai-toolkit 1, PEFT 2,
+# Comfy-native 0.5–1); 1e30-style alphas come from a damaged or hostile file and would turn the model into inf/NaN
+MAX_SCALE = 1e6
+_F8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+            if hasattr(torch, n))
 
 _LOKR_ROLES = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b")
 
@@ -60,12 +66,19 @@ class _Scale:
         key, t = self.alphas[base]
         if t.numel() != 1:
             raise AdapterError(f"{self.ctx.path}: {key} must be one number (alpha); found shape {list(t.shape)}")
+        if t.dtype == torch.bool or t.is_complex():
+            raise AdapterError(f"{self.ctx.path}: {key} has dtype {t.dtype}; an alpha is one positive number")
         a = float(t.double().item())
-        if not math.isfinite(a):
-            raise AdapterError(f"{self.ctx.path}: {key} is {a} (not finite); an alpha must be a finite number")
+        if not math.isfinite(a) or a <= 0:
+            what = "not finite" if not math.isfinite(a) else "not positive"
+            raise AdapterError(f"{self.ctx.path}: {key} is {a:g} ({what}); an alpha must be a positive finite number "
+                               f"(the same rule as adapter_config.json's lora_alpha)")
         return a
 
-    def _note(self, rule: str, value: float) -> float:
+    def _note(self, rule: str, value: float, key: str = "") -> float:
+        if not abs(value) <= MAX_SCALE:
+            raise AdapterError(f"{self.ctx.path}: {key + ': ' if key else ''}scale {value:g} ({rule}) is out of "
+                               f"range; |scale| must be at most {MAX_SCALE:g} — the alpha is damaged")
         self.used.setdefault(rule, set()).add(value)
         return value
 
@@ -74,29 +87,29 @@ class _Scale:
         ctx = self.ctx
         a = self._alpha_tensor(base)
         if a is not None:
-            return self._note("module .alpha / rank", a / rank)
+            return self._note("module .alpha / rank", a / rank, key)
         if ctx.meta_alpha is not None:
             r = ctx.meta_rank or rank
             if r != rank:
                 raise AdapterError(f"{ctx.path}: {key} has rank {rank}, the metadata says rank {ctx.meta_rank}; "
                                    f"the scale alpha/rank needs them to agree")
-            return self._note("metadata alpha / rank", ctx.meta_alpha / r)
+            return self._note("metadata alpha / rank", ctx.meta_alpha / r, key)
         if ctx.meta_scale is not None:
-            return self._note(f"metadata {ctx.meta_scale[0]}", ctx.meta_scale[1])
+            return self._note(f"metadata {ctx.meta_scale[0]}", ctx.meta_scale[1], key)
         if ctx.sidecar is not None:
             return self._sidecar(peft_name, rank, key)
         return self._note("1 (no alpha)", 1.0)
 
     def _sidecar(self, name: str, rank: int, key: str) -> float:
         cfg = self.ctx.sidecar
-        r = _pattern(cfg["rank_pattern"], name, cfg["r"])
-        alpha = float(_pattern(cfg["alpha_pattern"], name, cfg["lora_alpha"]))
+        r = pattern_value(cfg["rank_pattern"], name, cfg["r"])
+        alpha = float(pattern_value(cfg["alpha_pattern"], name, cfg["lora_alpha"]))
         if r != rank:
             raise AdapterError(f"{self.ctx.path}: {key} has rank {rank}, adapter_config.json says r = {r} for it; "
                                f"they must agree")
         if cfg["use_rslora"]:
-            return self._note("adapter_config.json lora_alpha / √r (rslora)", alpha / math.sqrt(r))
-        return self._note("adapter_config.json lora_alpha / r", alpha / r)
+            return self._note("adapter_config.json lora_alpha / √r (rslora)", alpha / math.sqrt(r), key)
+        return self._note("adapter_config.json lora_alpha / r", alpha / r, key)
 
     def lokr(self, base: str, dim: int | None) -> float:
         """LoKr (§1.1 E, §2): alpha/dim only when a factor is factorised (dim = its inner size), else 1 and any
@@ -109,9 +122,9 @@ class _Scale:
                                f"{ctx.lokr_dim}; they must agree")
         a = self._alpha_tensor(base)
         if a is not None:
-            return self._note("module .alpha / LoKr dim", a / dim)
+            return self._note("module .alpha / LoKr dim", a / dim, base)
         if ctx.meta_alpha is not None:
-            return self._note("metadata alpha / LoKr dim", ctx.meta_alpha / dim)
+            return self._note("metadata alpha / LoKr dim", ctx.meta_alpha / dim, base)
         return self._note("1 (no alpha)", 1.0)
 
     def rule(self) -> tuple[str, list[float]]:
@@ -121,22 +134,13 @@ class _Scale:
         return words, sorted({v for vals in self.used.values() for v in vals})
 
 
-def _pattern(patterns: dict, name: str, default):
-    """PEFT rank_pattern / alpha_pattern: the first pattern matching the module name exactly or as a dotted
-    suffix (a regex in PEFT's own `(.*\\.)?pattern$` sense)."""
-    for p, v in patterns.items():
-        try:
-            if re.fullmatch(rf"(?:.*\.)?(?:{p})", name):
-                return v
-        except re.error:
-            if name == p or name.endswith("." + p):
-                return v
-    return default
-
-
 def _float(path: str, key: str, t: torch.Tensor) -> torch.Tensor:
+    """`t` checked: a float tensor without NaN/inf. FP8 tensors (F8_E4M3 / F8_E5M2) come back as float32: torch
+    has no isfinite nor matmul for them."""
     if not t.is_floating_point():
         raise AdapterError(f"{path}: {key} has dtype {t.dtype}; adapter factors must be float tensors")
+    if t.dtype in _F8:
+        t = t.float()
     if not bool(torch.isfinite(t).all()):
         raise AdapterError(f"{path}: {key} holds NaN or inf values — the adapter is damaged; download it again")
     return t
@@ -168,7 +172,12 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
         roles[role] = (key, peft_name)
     alphas = {b: (r["alpha"][0], tensors[r["alpha"][0]]) for b, r in groups.items() if "alpha" in r}
     scale = _Scale(ctx, alphas)
-    targets = {base: parse_target(base) for base in groups}
+    targets = {}
+    for base in groups:
+        try:
+            targets[base] = parse_target(base)
+        except ValueError as exc:  # contradictory prefixes / names (layouts_keys.parse_target)
+            raise AdapterError(f"{path}: {next(iter(groups[base].values()))[0]}: {exc}") from None
     for base, t in targets.items():  # layer indices first: a file for a deeper model says so before any shape
         if t is not None and t.layer is not None and t.layer >= dims.layers:
             raise AdapterError(f"{path}: {next(iter(groups[base].values()))[0]} names layer {t.layer}; the model "
@@ -204,6 +213,9 @@ def _module_patches(path, tensors, base, roles, t, expert, dims, ctx, scale) -> 
     out_rows = rows[1] if rows else full[0]
     where = f"{expert}:{t.module}" + (f" rows {rows[0]}:{rows[0] + rows[1]} ({t.part})" if rows else "")
     made = []
+    if t.kind == "norm":
+        raise AdapterError(f"{path}: {next(iter(roles.values()))[0]} patches the norm {where}: norm diffs (and "
+                           f"LoRAs on norms) are not supported; an adapter patches the attention / MLP / io Linears")
     if "down" in roles or "up" in roles:
         if "down" not in roles or "up" not in roles:
             have, miss = ("down", "up (lora_B / lora_up)") if "down" in roles else ("up", "down (lora_A / lora_down)")
@@ -218,6 +230,9 @@ def _module_patches(path, tensors, base, roles, t, expert, dims, ctx, scale) -> 
             raise AdapterError(f"{path}: ranks disagree: {dk} has rank {down.shape[0]} (shape {list(down.shape)}), "
                                f"{uk} has rank {up.shape[1]} (shape {list(up.shape)})")
         r = int(down.shape[0])
+        if r == 0:
+            raise AdapterError(f"{path}: {dk} has rank 0 (shape {list(down.shape)}): an empty LoRA pair; a rank is "
+                               f"at least 1")
         _shape(path, dk, down, (r, full[1]), f"A of {where}")
         _shape(path, uk, up, (out_rows, r), f"B of {where}")
         s = scale.lowrank(base, r, dk, _peft_module_name(base))
@@ -267,6 +282,9 @@ def _kron_patch(path, tensors, base, lokr, t, expert, rows, full, out_rows, wher
             if ta.dim() != 2 or tb.dim() != 2 or ta.shape[1] != tb.shape[0]:
                 raise AdapterError(f"{path}: ranks disagree: {lokr[a]} {list(ta.shape)} and {lokr[b]} "
                                    f"{list(tb.shape)} do not multiply (a [m, r] and b [r, n])")
+            if ta.shape[1] == 0:
+                raise AdapterError(f"{path}: {lokr[a]} / {lokr[b]} have rank 0 (shapes {list(ta.shape)}, "
+                                   f"{list(tb.shape)}): a factorised LoKr factor needs rank ≥ 1")
             factors[n] = (ta.float() @ tb.float())
             dim = int(tb.shape[0])  # ComfyUI: the w2 factor's dim wins when both are factorised (§2 LoKr)
         else:

@@ -7,15 +7,19 @@ import json
 import math
 import os
 import pickle
+import re
 import zipfile
 from dataclasses import dataclass, field
 
 import torch
 
 from ...errors import AdapterError, CheckpointError
-from ..checkpoint import open_tensors, read_header
+from ..checkpoint import not_a_file, open_tensors, read_header
 
 SIDECAR = "adapter_config.json"
+# a single file given by name reads the adapter_config.json beside it only under these names (PEFT's
+# save_pretrained); a folder always reads its own
+PEFT_FILE_NAMES = ("adapter_model.safetensors", "adapter_model.bin")
 # file names a PEFT directory keeps its weights under (§1.1 H), in the order they are looked for
 DIR_WEIGHTS = ("adapter_model.safetensors", "lora.safetensors", "adapter_model.bin")
 # Mothersuperior `.pt`: per layer A, B of q, k, v, o, gate, up, down in this order (§1.1 F; order matters)
@@ -38,24 +42,50 @@ class Source:
 
 
 def open_source(path: str) -> Source:
-    """Open `path` (file or PEFT directory). Raises AdapterError for a missing path, a directory without weights,
-    a file that is neither safetensors nor a torch zip/pickle, a truncated file, a `.pt` that needs unrestricted
-    pickle, a `.pt` holding something other than tensors, or a malformed adapter_config.json."""
+    """Open `path` (file or PEFT directory). Raises AdapterError for a missing path, a path that is a FIFO / device /
+    other non-regular file (named before anything is opened: reading one would block), a directory without weights
+    (or whose only `.safetensors` entry is not a file), a file that is neither safetensors nor a torch zip/pickle, a
+    truncated file, a `.pt` that needs unrestricted pickle, a `.pt` holding something other than tensors, or a
+    malformed adapter_config.json (also one that is a directory or a FIFO).
+
+    The container: a file whose first 8 bytes and header parse as safetensors IS safetensors (whatever its first
+    byte: a header length such as 0x…80 must not send it to torch.load, which would lose `__metadata__`); only
+    otherwise a zip (`PK`) or pickle (`0x80`) start is read as a torch file.
+
+    adapter_config.json (§1.1 H) is read when `path` is a folder, or a file named as PEFT saves its weights
+    (PEFT_FILE_NAMES: adapter_model.safetensors / adapter_model.bin) — never beside a file of another name, so an
+    unrelated sidecar in a shared loras folder cannot change another adapter's scale."""
     path = os.fspath(path)
+    kind = not_a_file(path)
     if os.path.isdir(path):
         weights = _dir_weights(path)
         sidecar_path = os.path.join(path, SIDECAR)
+    elif kind is not None:
+        raise AdapterError(f"adapter {path} is {kind}, not a file (an adapter is a .safetensors file, a torch .pt "
+                           f"file or a PEFT folder)")
     elif os.path.isfile(path):
-        weights, sidecar_path = path, os.path.join(os.path.dirname(os.path.abspath(path)), SIDECAR)
+        weights = path
+        sidecar_path = (os.path.join(os.path.dirname(os.path.abspath(path)), SIDECAR)
+                        if os.path.basename(path) in PEFT_FILE_NAMES else None)
     else:
         raise AdapterError(f"adapter not found: {path}")
-    with open(weights, "rb") as f:
-        magic = f.read(4)
-    if magic[:2] == b"PK" or magic[:1] == b"\x80":
-        src = _open_pt(weights)
+    try:
+        header = read_header(weights)
+    except CheckpointError as exc:
+        with open(weights, "rb") as f:
+            magic = f.read(4)
+        if magic[:2] == b"PK" or magic[:1] == b"\x80":
+            src = _open_pt(weights)
+        else:
+            raise AdapterError(f"adapter {exc} (an adapter is a .safetensors file, a torch .pt file or a PEFT "
+                               f"folder)") from None
     else:
-        src = _open_safetensors(weights)
-    if os.path.isfile(sidecar_path):
+        src = _open_safetensors(weights, header)
+    if sidecar_path is not None and os.path.lexists(sidecar_path):
+        what = not_a_file(sidecar_path)
+        if what is not None:
+            raise AdapterError(f"{sidecar_path} is {what}, not a file; a PEFT adapter's {SIDECAR} is a JSON file "
+                               f"(r, lora_alpha, …) — remove or replace it")
         src.sidecar = read_sidecar(sidecar_path)
         src.files.append(sidecar_path)
     return src
@@ -63,18 +93,27 @@ def open_source(path: str) -> Source:
 
 def _dir_weights(path: str) -> str:
     for name in DIR_WEIGHTS:
-        if os.path.isfile(os.path.join(path, name)):
-            return os.path.join(path, name)
+        candidate = os.path.join(path, name)
+        if os.path.lexists(candidate):
+            what = not_a_file(candidate)
+            if what is not None:
+                raise AdapterError(f"adapter folder {path}: {name} is {what}, not a file")
+            return candidate
     found = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
-    if len(found) == 1:
+    files = [n for n in found if not_a_file(os.path.join(path, n)) is None]
+    if len(found) == 1 and len(files) == 1:
         return os.path.join(path, found[0])
+    if len(found) == 1:
+        raise AdapterError(f"adapter folder {path}: its only .safetensors entry, {found[0]}, is "
+                           f"{not_a_file(os.path.join(path, found[0]))}, not a file; expected one of "
+                           f"{', '.join(DIR_WEIGHTS)} (a PEFT folder) or a single .safetensors file")
     raise AdapterError(f"adapter folder {path}: expected one of {', '.join(DIR_WEIGHTS)} (a PEFT folder) or a single "
                        f".safetensors file; found {', '.join(found) if found else 'no weight file'}")
 
 
-def _open_safetensors(path: str) -> Source:
+def _open_safetensors(path: str, header: tuple) -> Source:
+    entries, metadata, _ = header
     try:
-        entries, metadata, _ = read_header(path)
         with open_tensors(path) as f:
             tensors = {k: f.get_tensor(k) for k in entries}
     except CheckpointError as exc:
@@ -167,10 +206,33 @@ def read_sidecar(path: str) -> dict:
                               ("alpha_pattern", _positive_number, "a positive finite number")):
         pattern = cfg.get(name) or {}
         if not isinstance(pattern, dict) or not all(isinstance(k, str) and check(v) for k, v in pattern.items()):
-            raise AdapterError(f"{where}: \"{name}\" must map module names to {what}; found {pattern!r}")
+            raise AdapterError(f"{where}: \"{name}\" must map module names to {what}; found {str(pattern)[:200]}")
+        for key in pattern:
+            if len(key) > PATTERN_KEY_MAX or not PATTERN_KEY.fullmatch(key):
+                raise AdapterError(f"{where}: \"{name}\" key {key[:80]!r}{'…' if len(key) > 80 else ''} is not a "
+                                   f"module name; only module names or their dotted suffixes are read (such as "
+                                   f"\"q_proj\" or \"model.layers.3.self_attn.q_proj\", at most "
+                                   f"{PATTERN_KEY_MAX} characters) — regular expressions are not")
     return {**cfg, "r": r, "lora_alpha": float(alpha), "use_rslora": cfg.get("use_rslora", False),
             "use_dora": cfg.get("use_dora", False), "fan_in_fan_out": cfg.get("fan_in_fan_out", False),
             "rank_pattern": cfg.get("rank_pattern") or {}, "alpha_pattern": cfg.get("alpha_pattern") or {}}
+
+
+# rank_pattern / alpha_pattern keys: module names or dotted suffixes of them, matched literally (never compiled as
+# regular expressions: a crafted pattern could backtrack for hours). PEFT's own rule for such keys: a key matches the
+# module whose name equals it or ends with "." + key.
+PATTERN_KEY_MAX = 200
+PATTERN_KEY = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+){0,30}")
+
+
+def pattern_value(patterns: dict, name: str, default):
+    """PEFT rank_pattern / alpha_pattern lookup: the value of the first key (file order) equal to the module `name`
+    or to a dotted suffix of it (`q_proj` matches `model.layers.0.self_attn.q_proj`, `layers.0.self_attn.q_proj` too;
+    `proj` does not); `default` when none matches."""
+    for key, value in patterns.items():
+        if name == key or name.endswith("." + key):
+            return value
+    return default
 
 
 def _positive_number(v) -> bool:

@@ -112,13 +112,18 @@ _WHOLE = {"lm_head": ("model.lm_head", "ar"), "model.lm_head": ("model.lm_head",
 
 
 def parse_target(base: str) -> Target | None:
-    """The `Target` a key base names, or None when it names no YuE2 module (see the module docstring)."""
+    """The `Target` a key base names, or None when it names no YuE2 module (see the module docstring). Raises
+    ValueError for a spelling that contradicts itself: prefixes of both experts (`text_encoders.diffusion_model.…`),
+    or a vendor NAR name (`nar_self_attn`, …) under an AR prefix (`text_encoders.…nar_self_attn`)."""
     prefix_expert = None
     stripped = True
     while stripped:
         stripped = False
         for prefix, expert in _PREFIXES:
             if base.startswith(prefix):
+                if expert and prefix_expert and expert != prefix_expert:
+                    raise ValueError(f"contradictory prefixes: {prefix!r} names the {expert.upper()}, an "
+                                     f"earlier prefix the {prefix_expert.upper()}; a key names one expert")
                 base, stripped = base[len(prefix):], True
                 prefix_expert = expert or prefix_expert
     m = _HOT.match(base)
@@ -135,6 +140,9 @@ def parse_target(base: str) -> Target | None:
         hit = _IN_LAYER.get(rest)
         if hit is None:
             return None
+        if vendor_nar and prefix_expert == "ar":
+            raise ValueError("a vendor NAR name (nar_…) under an AR prefix (text_encoders. / transformer.ar.); a key "
+                             "names one expert")
         module, part, kind = hit
         return Target(f"model.layers.{layer}.{module}", part, layer, kind, vendor_nar, prefix_expert)
     name = base if base in _WHOLE else base[len("model."):] if base.startswith("model.") else base

@@ -1,11 +1,16 @@
 """What a song remembers of its adapters, and finding them again (config.json "weights", issue "bring your own
 weights" part 7).
 
-    lora_record(applied) -> dict            {"file", "path", "sha256", "bytes", "layout", "strength_ar", "strength_nar"}
+    lora_record(applied) -> dict            {"file", "path", "sha256", "bytes", "layout", "strength_ar", "strength_nar",
+                                             "weights_file" (a folder adapter: the file inside it that was hashed),
+                                             "companions": [{"file", "path", "relpath", "sha256"}]}
     file_sha256(path) -> str                hex digest, cached per (path, size, mtime) for the process
-    find_recorded(record, search_dirs) -> str   the recorded file: its path if it still holds the same bytes, else a
-                                            file of that name and hash in `search_dirs`; AdapterError naming the file,
-                                            its sha256 and the folders searched when none is found
+    recorded_weights(weights) -> (loras, vae)   config.json "weights" checked: [(record, strength_ar, strength_nar)]
+                                            and the VAE record or None; AdapterError naming what is malformed
+    find_recorded(record, search_dirs) -> str   the recorded file: its path if it still holds the same bytes (and
+                                            its companions theirs), else a file of that name and hash in
+                                            `search_dirs`; AdapterError naming the file (or companion), its sha256
+                                            and the folders searched when none is found
 """
 from __future__ import annotations
 
@@ -38,39 +43,126 @@ def _weights_file(adapter) -> str:
 
 
 def lora_record(applied) -> dict:
-    """config.json entry of one `apply.Applied` (file name, absolute path, sha256, size, layout, strengths; the
-    companion files an adapter read — an FL NAR file, adapter_config.json — with their hashes)."""
+    """config.json entry of one `apply.Applied` (file name, absolute path, sha256, size, layout, strengths; for a
+    folder adapter `weights_file`, the name inside the folder of the file that was hashed; the companion files the
+    adapter read — an FL NAR file, adapter_config.json — with their hashes and `relpath`, their path relative to the
+    adapter's folder (a folder adapter: the folder; a file: the folder it is in), where `find_recorded` checks them)."""
     a = applied.adapter
     main = _weights_file(a)
-    companions = [{"file": os.path.basename(f), "path": os.path.abspath(f), "sha256": file_sha256(f)}
+    base = a.path if os.path.isdir(a.path) else os.path.dirname(os.path.abspath(a.path))
+    companions = [{"file": os.path.basename(f), "path": os.path.abspath(f), "relpath": os.path.relpath(f, base),
+                   "sha256": file_sha256(f)}
                   for f in a.files if os.path.abspath(f) != os.path.abspath(main) and os.path.isfile(f)]
-    return {"file": os.path.basename(a.path.rstrip("/")), "path": os.path.abspath(a.path), "sha256": file_sha256(main),
-            "bytes": os.path.getsize(main), "layout": a.layout, "strength_ar": applied.strength_ar,
-            "strength_nar": applied.strength_nar, "companions": companions}
+    out = {"file": os.path.basename(os.path.abspath(a.path)), "path": os.path.abspath(a.path),
+           "sha256": file_sha256(main), "bytes": os.path.getsize(main), "layout": a.layout,
+           "strength_ar": applied.strength_ar, "strength_nar": applied.strength_nar, "companions": companions}
+    if os.path.isdir(a.path):
+        out["weights_file"] = os.path.relpath(main, a.path)
+    return out
+
+
+def recorded_weights(weights) -> tuple[list, dict | None]:
+    """A song's config.json "weights" entry, checked: ([(lora record, strength_ar, strength_nar)], VAE record or
+    None). None / absent means no own weights (a song made without any, or before they were recorded). Raises
+    AdapterError naming what is malformed — "weights" not an object, "loras" not a list, an entry not an object, a
+    strength that is not a number in [−5, 5] (`apply.check_strength`), "vae" not an object — instead of silently
+    re-rendering without the adapters."""
+    from .apply import check_strength
+    if weights is None:
+        return [], None
+    if not isinstance(weights, dict):
+        raise AdapterError(f"the song's config.json \"weights\" must be an object {{\"loras\": [...], \"vae\": "
+                           f"...}}; found {type(weights).__name__} {str(weights)[:80]!r}")
+    loras = weights.get("loras")
+    if loras is None:
+        loras = []
+    if not isinstance(loras, list):
+        raise AdapterError(f"the song's config.json \"weights\": `loras` must be a list of adapter entries; found "
+                           f"{type(loras).__name__} {str(loras)[:80]!r}")
+    out = []
+    for i, rec in enumerate(loras):
+        if not isinstance(rec, dict):
+            raise AdapterError(f"the song's config.json \"weights\": loras[{i}] must be an object {{\"file\", "
+                               f"\"sha256\", \"strength_ar\", …}}; found {type(rec).__name__} {str(rec)[:80]!r}")
+        name = rec.get("file", f"loras[{i}]")
+        out.append((rec, check_strength(rec.get("strength_ar", 1.0), f"recorded strength_ar of {name}"),
+                    check_strength(rec.get("strength_nar", 1.0), f"recorded strength_nar of {name}")))
+    vae = weights.get("vae")
+    if vae is not None and not isinstance(vae, dict):
+        raise AdapterError(f"the song's config.json \"weights\": `vae` must be an object {{\"file\", \"sha256\", "
+                           f"…}} or null; found {type(vae).__name__} {str(vae)[:80]!r}")
+    return out, vae or None
+
+
+def _inside(rel) -> bool:
+    """A recorded relative name that stays inside its folder (no absolute path, no `..`)."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
+        return False
+    norm = os.path.normpath(rel)
+    return norm != ".." and not norm.startswith(".." + os.sep)
+
+
+def _same(path: str, sha: str) -> bool:
+    try:
+        return os.path.isfile(path) and file_sha256(path) == sha
+    except OSError:
+        return False
+
+
+def _check_at(record: dict, candidate: str, want: str) -> tuple[bool, str | None]:
+    """(main file matches, the first companion / shard that is missing or changed, or None)."""
+    try:
+        target = candidate
+        if os.path.isdir(candidate):
+            rel = record.get("weights_file")
+            if _inside(rel):
+                target = os.path.join(candidate, rel)
+            else:  # records written before weights_file
+                cands = [os.path.join(candidate, n) for n in ("adapter_model.safetensors", "lora.safetensors",
+                                                              "model.safetensors", "model.safetensors.index.json")]
+                target = next((c for c in cands if os.path.isfile(c)), None)
+                if target is None:
+                    return False, None
+        if not _same(target, want):
+            return False, None
+        base = candidate if os.path.isdir(candidate) else os.path.dirname(os.path.abspath(candidate))
+        others = [c for c in record.get("companions") or [] if isinstance(c, dict)]
+        if os.path.isdir(candidate):
+            others += [s for s in record.get("shards") or [] if isinstance(s, dict)]
+        for c in others:
+            sha, rel = c.get("sha256"), c.get("relpath", c.get("file"))
+            name = c.get("file") or rel
+            if not isinstance(sha, str) or not _inside(rel):
+                return True, f"{name!r} (a malformed companion entry)"
+            if _same(os.path.join(base, rel), sha):
+                continue
+            if candidate == record.get("path") and isinstance(c.get("path"), str) and _same(c["path"], sha):
+                continue
+            return True, f"{name} (sha256 {sha[:16]}…, expected at {os.path.join(base, rel)})"
+        return True, None
+    except OSError:
+        return False, None
 
 
 def find_recorded(record: dict, search_dirs=(), what: str = "LoRA") -> str:
     """The adapter a song recorded: `record["path"]` when it still has the recorded sha256 (for a directory
-    adapter: its weights file), else the first file named `record["file"]` with that hash under `search_dirs`
-    (searched recursively). AdapterError saying exactly which file is missing (name, sha256, where it was, the
-    folders searched) otherwise."""
+    adapter: its recorded `weights_file`, or for older records adapter_model / lora / model .safetensors) and every
+    recorded companion (FL NAR file, adapter_config.json) and shard still has its sha256 at its recorded place
+    relative to it, else the first file named `record["file"]` under `search_dirs` (searched recursively) for which
+    all of that holds. AdapterError saying exactly which file is missing or changed — the weights file, or the
+    companion (name, sha256, where it was, the folders searched) — otherwise."""
     if not isinstance(record, dict) or not isinstance(record.get("file"), str) or not isinstance(
             record.get("sha256"), str):
-        raise AdapterError(f"the song's config.json has a malformed {what} entry: {record!r}")
+        raise AdapterError(f"the song's config.json has a malformed {what} entry: {str(record)[:200]!r}")
     want, name = record["sha256"], record["file"]
+    bad_companion = None
 
     def matches(path: str) -> bool:
-        try:
-            target = path
-            if os.path.isdir(path):
-                cands = [os.path.join(path, n) for n in ("adapter_model.safetensors", "lora.safetensors", "model.safetensors",
-                                                      "model.safetensors.index.json")]
-                target = next((c for c in cands if os.path.isfile(c)), None)
-                if target is None:
-                    return False
-            return os.path.isfile(target) and file_sha256(target) == want
-        except OSError:
-            return False
+        nonlocal bad_companion
+        main_ok, companion = _check_at(record, path, want)
+        if main_ok and companion is not None:
+            bad_companion = bad_companion or companion
+        return main_ok and companion is None
 
     recorded = record.get("path")
     if isinstance(recorded, str) and matches(recorded):
@@ -82,6 +174,11 @@ def find_recorded(record: dict, search_dirs=(), what: str = "LoRA") -> str:
                     return os.path.join(dirpath, n)
     where = f" (it was at {recorded})" if isinstance(recorded, str) else ""
     searched = ", ".join(str(d) for d in search_dirs) or "no other folder"
+    if bad_companion is not None:
+        raise AdapterError(f"this song was made with the {what} {name} (sha256 {want[:16]}…){where}; the file is "
+                           f"there, but its companion {bad_companion} is missing or has changed; searched "
+                           f"{searched}. Put the same companion back: a song is re-rendered only with the weights "
+                           f"it was made with.")
     raise AdapterError(f"this song was made with the {what} {name} (sha256 {want[:16]}…){where}, which is missing or "
                        f"has changed; searched {searched}. Put the same file back (the command line also takes it "
                        f"with --{'lora' if what == 'LoRA' else 'vae'} PATH): a song is re-rendered only with the "
