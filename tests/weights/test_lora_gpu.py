@@ -69,9 +69,26 @@ def test_lora_under_cuda_graph_equals_portable(lora_paths, fmt):
         assert dec.int8_layers and dec.gemv, "int8 layers must go through the W8A16 GEMV + side delta"
     rel = (lora_g - lora_p).abs().max() / lora_p.abs().max()
     moved = (lora_p - base_p).abs().max() / base_p.abs().max()
-    d_rel = ((lora_g - base_g) - (lora_p - base_p)).norm() / (lora_p - base_p).norm()
-    print(f"{fmt}: graph vs portable with LoRA rel {rel:.2e}; LoRA moved logits by {moved:.2e}; "
-          f"delta graph vs portable rel {d_rel:.2e}")
+    base_rel = (base_g - base_p).abs().max() / base_p.abs().max()
+    dg, dp = (lora_g - base_g).flatten(), (lora_p - base_p).flatten()
+    cos = torch.dot(dg, dp) / (dg.norm() * dp.norm())
+    print(f"{fmt}: graph vs portable rel {base_rel:.2e} without, {rel:.2e} with the LoRA; the LoRA moved the logits "
+          f"by {moved:.2e}; cosine of its change graph vs portable {cos:.5f}")
     assert moved > 0.05, "the adapter must change the logits visibly, else the comparison is vacuous"
-    assert rel < 1e-2
-    assert d_rel < 5e-2
+    assert rel < 1e-2  # the fast path's usual tolerance (tests/core/test_cuda_fast.py)
+    assert cos > 0.99  # the graph applies the same change (what is left is the base path's own rounding)
+
+
+def test_cuda_hilo_side_delta_matches_fp32():
+    """The two-launch CUDA form (bf16 hi ‖ lo rows of Ã, fp32 output) equals the fp32 side delta to ~1e-5."""
+    from yue2_core.weights.lora.apply import SideDelta
+    from yue2_core.weights.lora.model import LowRank, Patch
+    from yue2_core.weights.quant import rotate
+    g = torch.Generator().manual_seed(0)
+    lr = LowRank(torch.randn(64, 2048, generator=g) * 0.02, torch.randn(4096, 64, generator=g) * 0.02, 1.0)
+    side = SideDelta.build([(1.0, Patch("ar", "x", lr))], 4096, 2048, device="cuda")
+    xr = rotate(torch.randn(2, 2048, generator=g)).to(torch.bfloat16).cuda()
+    fast = side.add_rotated_(xr, torch.zeros(2, 4096, device="cuda"), 256)
+    ref = xr.double() @ rotate(lr.down.double()).cuda().T @ lr.up.double().cuda().T
+    assert side._rotated[("hilo", 256)] is not None, "the bf16 GEMM with fp32 output should exist on CUDA"
+    assert ((fast.double() - ref).norm() / ref.norm()) < 1e-4

@@ -240,14 +240,37 @@ class SideDelta:
     def add_rotated_(self, xr: torch.Tensor, out: torch.Tensor, group: int) -> torch.Tensor:
         """out [R, N] fp32 += the delta of the ROTATED input x̃ [R, in] — the fused decode step's form (the
         low-rank part is two launches: x̃·Ãᵀ, then one addmm into `out`)."""
-        xf = xr.float()
         if self.down is not None:
-            out.addmm_(xf @ self.rotated_down(group).t(), self.up.t())
+            hilo = self._cuda_hilo(xr, group)
+            if hilo is not None:  # CUDA: one bf16 GEMM with fp32 output, one addmm — two launches
+                down2, up2 = hilo
+                out.addmm_(torch.mm(xr, down2.t(), out_dtype=torch.float32), up2.t())
+            else:
+                out.addmm_(xr.float() @ self.rotated_down(group).t(), self.up.t())
         if self.dense is not None or self.bias is not None:
             rest = SideDelta(None, None, self.dense, self.bias, None)
             rest._rotated = self._rotated
             out.add_(rest.delta_rotated(xr, group))
         return out
+
+    def _cuda_hilo(self, xr: torch.Tensor, group: int):
+        """(Ã as bf16 hi ‖ lo rows [2Σr, in], B ‖ B [out, 2Σr] fp32) for a bf16 CUDA input: Ã = hi + lo to ~2⁻¹⁶
+        relative, so x̃·(hi ‖ lo)ᵀ·(B ‖ B)ᵀ = x̃·Ãᵀ·Bᵀ in one bf16 GEMM with fp32 output (`torch.mm(out_dtype=)`)
+        and one addmm, without casting x̃. None where that GEMM is not available (CPU, other dtypes)."""
+        if not (xr.is_cuda and xr.dtype == torch.bfloat16):
+            return None
+        key = ("hilo", group)
+        if key not in self._rotated:
+            a = self.rotated_down(group)
+            hi = a.to(torch.bfloat16)
+            lo = (a - hi.float()).to(torch.bfloat16)
+            pair = (torch.cat([hi, lo]).contiguous(), torch.cat([self.up, self.up], dim=1).contiguous())
+            try:
+                torch.mm(xr[:1], pair[0].t(), out_dtype=torch.float32)
+            except (TypeError, RuntimeError, NotImplementedError):
+                pair = None
+            self._rotated[key] = pair
+        return self._rotated[key]
 
     def apply(self, x: torch.Tensor, base_out) -> torch.Tensor:
         """The linear's output with the delta: `base_out()` is called unless the layer is replaced."""
