@@ -104,13 +104,15 @@ def resume_state(folder: Path, item: BatchRequest, steps: int) -> tuple[str, str
 
 def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights_bytes: int = 0,
               on_cuda: bool = False, dtype_bytes: int = 2, free_bytes: int | None = None,
-              batched: bool | None = None, stream=None) -> int:
+              batched: bool | None = None, stream=None, runner=None) -> int:
     """Run a batch; returns the exit status: 0 all rows complete, 1 when any row failed. batch.json is written in
     `options.output` after every song and at the end (also on Ctrl-C / SIGTERM, which is re-raised as
     KeyboardInterrupt after it). `tokenizer` / `dims`: the checkpoint's (read before loading the weights);
     `engine_factory()` loads the engine; `weights_bytes`, `on_cuda`, `dtype_bytes`, `free_bytes` (what is free
     when no --budget is given) size the batch (`memory.size_batch`). Whole-batch problems (the request file, the
-    output folder, --max-batch over budget) raise YuE2Error before any song runs."""
+    output folder, --max-batch over budget) raise YuE2Error before any song runs. `runner`: runs the songs instead
+    of `iter_songs` on `engine_factory()` (`ray_runner.RayRunner`: `prepare()` → (free bytes, on CUDA) of its
+    workers for the sizing, `songs(todo, out, …)` yields outcomes of songs it wrote, `settings` → batch.json)."""
     from ..artifacts import save_song
     from ..candidates import GIB
     from .memory import size_batch, song_bytes
@@ -149,6 +151,9 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     if todo:
         if options.budget_gib is not None and not (options.budget_gib > 0):
             raise RequestError(f"--budget must be a positive number of GiB, got {options.budget_gib}")
+        if runner is not None:  # the workers' devices, not the driver's, size the batch
+            free_bytes, on_cuda = runner.prepare()
+            summary.settings["ray"] = runner.settings
         budget = int(options.budget_gib * GIB) if options.budget_gib is not None else free_bytes
         if budget is None:  # nothing measurable: the requested size, or 8
             max_batch = options.max_batch or 8
@@ -163,9 +168,13 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     summary.write(out)
     try:
         if todo:
-            deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
-            for result in iter_songs(engine_factory, todo, deliver=deliver, max_batch=max_batch,
-                                     steps=options.steps, on_event=BatchProgress(stream), batched=batched):
+            kw = dict(max_batch=max_batch, steps=options.steps, on_event=BatchProgress(stream), batched=batched)
+            if runner is None:
+                deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
+                songs = iter_songs(engine_factory, todo, deliver=deliver, **kw)
+            else:
+                songs = runner.songs(todo, out, **kw)
+            for result in songs:
                 fields = result.to_dict()
                 fields.pop("id"), fields.pop("line")
                 status = fields.pop("status")
