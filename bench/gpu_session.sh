@@ -18,6 +18,10 @@
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
+#   bash bench/gpu_session.sh scale    # bench/scale_ray.py (issue #17): batch --ray on 1, 2, 4 GPUs (those the machine
+#                                      # has), 32 songs of 3.6 min, then one actor killed mid-batch → scale_h200.json;
+#                                      # needs ray + soundfile (pip install '.[ray]'; SCALE_ARGS="--gpus 1" etc. to split
+#                                      # it over 10-minute calls, with --merge of the earlier JSON)
 #
 # Logs and JSON go to $OUT (default /tmp/yue2_gpu). `tests` reads the parity fixtures' cases.json and
 # vectors.safetensors from $YUE2_PARITY_DIR (default .gpuparity); `nodes` needs the ComfyUI host (.comfyhost/comfyui,
@@ -32,7 +36,7 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|lora|nar|nodes|takes ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|lora|nar|nodes|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -65,6 +69,14 @@ for part in "$@"; do
     takes)
       PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_takes_check.py \
         --comfy .comfyhost/comfyui --out "$OUT" 2>&1 | tail -c 3000 ;;
-    *) echo "unknown part $part (bench|tests|parts|next|nar|nodes|takes)" >&2; exit 2 ;;
+    scale)
+      if "$PY" -c "import ray, soundfile" 2>/dev/null; then
+        # shellcheck disable=SC2086  # SCALE_ARGS is a list of options
+        "$PY" bench/scale_ray.py --out "$OUT" --checkpoint-dir /tmp/yue2bench ${SCALE_ARGS:-} 2>&1 | tee "$OUT/scale_ray.log"
+      else
+        echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
+             "wheels); skipped" >&2
+      fi ;;
+    *) echo "unknown part $part (bench|tests|parts|next|nar|nodes|takes|scale)" >&2; exit 2 ;;
   esac
 done
