@@ -260,7 +260,10 @@ class RayRunner:
             else:
                 ray.init(address=self.address, **quiet)
         except Exception as exc:  # noqa: BLE001 - one message, no traceback
-            raise RayUnavailable(f"cannot connect to the Ray cluster at {self.address}: {brief(exc)}") from None
+            raise RayUnavailable(
+                f"cannot connect to the Ray cluster at {self.address}: {brief(exc)}. If it uses token authentication "
+                "(Ray ≥ 2.59 turns it on for instances started by ray.init), set RAY_AUTH_MODE=token here, with its "
+                "token in RAY_AUTH_TOKEN or ~/.ray/auth_token, as on its nodes") from None
         self._ray, self._owns = ray, True
         return ray
 
@@ -366,23 +369,26 @@ class RayRunner:
         return None
 
     # -- running songs ------------------------------------------------------------------------------------------
-    def _load_all(self) -> None:
+    def _load_all(self) -> str | None:
         """Every worker loads its engine now, in parallel (so the work starts together and the start is timed); a
-        worker that fails to load is dropped, with the reason."""
+        worker that fails to load is dropped, with the reason. Returns the last such reason (None: all loaded)."""
         ray = self._ray
         live = [s for s in self.slots if s.state == "idle"]
         refs = {s.actor.load.remote(): s for s in live}
-        t = time.time()
+        t, error = time.time(), None
         for ref, slot in refs.items():
             try:
                 ray.get(ref)
             except Exception as exc:  # noqa: BLE001
-                self._say(f"worker {slot.index} could not load the model: {_cause(exc)}")
-                self.settings["deaths"].append({"worker": slot.index, "when": "load", "error": _cause(exc)})
+                error = f"worker {slot.index} could not load the model: {_cause(exc)}"
+                self._say(error)
+                self.settings["deaths"].append({"worker": slot.index, "when": "load", "died": False, "songs": [],
+                                                "error": _cause(exc)})
                 self._kill(slot)
         self.settings["engines_loaded_at"] = time.time()
         n = sum(1 for s in self.slots if s.state == "idle")
         self._say(f"{n} workers loaded the model in {time.time() - t:.1f} s")
+        return error
 
     def songs(self, todo: list, out: Path, *, max_batch: int, steps: int, on_event=None,
               batched: bool | None = None) -> Iterator[RaySongOutcome]:
@@ -407,10 +413,8 @@ class RayRunner:
         def failed(item, why, stage="ray"):
             return RaySongOutcome(id=item.id, line=item.line, status="failed", stage=stage, error=why,
                                   attempts=attempts[item.id], lost_seconds=round(lost[item.id], 3))
-        self._load_all()
+        last_error = self._load_all()
         gens: dict = {}  # streaming generator -> slot
-        last_error = "every worker failed to load the model" if not any(
-            s.state == "idle" for s in self.slots) else None
         while queue or gens:
             for slot in self.slots:  # give work to idle workers, shared evenly (at most max_batch each)
                 if slot.state == "idle" and queue:
