@@ -31,7 +31,7 @@ async function setWidgets(page, values) {
 
 await withComfy("nodes_workflows", async ({ page, pageErrors }) => {
     const names = (await api("/workflow_templates"))[PACK] || [];
-    assert(names.length === 9, `nine templates listed, got ${JSON.stringify(names)}`);
+    assert(names.length > 0 && new Set(names).size === names.length, `templates listed once each, got ${JSON.stringify(names)}`);
     for (const name of names) {
         const workflow = await api(`/api/workflow_templates/${PACK}/${name}.json`);
         const missing = await missingNodeTypes(page, workflow);

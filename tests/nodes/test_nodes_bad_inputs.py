@@ -62,8 +62,9 @@ def tokens_song(comfy, comfy_server, checkpoints) -> str:
                         "3": composer(abc_text=["2", 0]),
                         "4": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["3", 1], "name": "tokens_only"}}})
     (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
-    assert sorted(p.name for p in song_dir.iterdir()) == ["abc_tokens.npy", "config.json", "prefix.npy",
-                                                          "request.json", "result.json", "score.abc", "semantic.npy"]
+    assert sorted(p.name for p in song_dir.iterdir()) == ["abc_tokens.npy", "config.json", "plan.json",
+                                                          "plan_manifest.json", "prefix.npy", "request.json",
+                                                          "result.json", "score.abc", "semantic.npy"]
     assert "no audio" in entry["outputs"]["4"]["text"][0]
     return song_dir.name
 

@@ -105,7 +105,8 @@ def test_legacy_release_differs_and_the_input_model_keeps_its_vae(comfy, comfy_s
     weights_file = os.path.join(vae_files[LEGACY], "model.safetensors")
     assert recorded == {"file": "YuE2-Vae-legacy", "path": os.path.abspath(vae_files[LEGACY]),
                         "sha256": hashlib.sha256(open(weights_file, "rb").read()).hexdigest(),
-                        "bytes": os.path.getsize(weights_file), "layout": "vendor-folder", "variant": "legacy"}
+                        "bytes": os.path.getsize(weights_file), "layout": "vendor-folder", "variant": "legacy",
+                        "weights_file": "model.safetensors"}
 
 
 def test_encoder_only_file_is_refused_with_its_reason(comfy, node_info, vae_files):

@@ -19,7 +19,7 @@ NAMES = ["yue2_text_to_song_full", "yue2_text_to_song_melody", "yue2_text_to_son
          "yue2_four_candidates", "yue2_custom_vae_decoder", "yue2_song_with_lora"]
 SAVERS = ("YuE2SaveSong", "YuE2Regenerate", "YuE2Continue")  # the nodes that write a song folder
 SONG_FILES = {"score.abc", "abc_tokens.npy", "prefix.npy", "semantic.npy", "latent.npy", "audio.flac", "request.json",
-              "config.json", "result.json"}
+              "config.json", "result.json", "plan.json", "plan_manifest.json"}
 
 
 def _builder():
