@@ -159,6 +159,28 @@ def test_worker_killed_mid_batch(tmp_path, tiny_ckpt, engine, ray_session, local
 
 
 # -- bad inputs ----------------------------------------------------------------------------------------------------
+def test_workers_that_cannot_load_the_checkpoint_fail_the_rows_with_the_reason(tmp_path, engine, ray_session):
+    """A checkpoint missing on the workers (a cluster node without the file): every row fails naming it, no hang,
+    no song folder."""
+    from yue2_core.batch import BatchOptions, run_batch
+    from yue2_core.batch.ray_runner import EngineSpec, RayRunner
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "ray"
+    runner = RayRunner("auto", EngineSpec(str(tmp_path / "elsewhere.safetensors")), cpu_workers=2)
+    try:
+        rc = run_batch(BatchOptions(str(req), str(out), steps=int(STEPS), max_abc_tokens=ABC_CAP),
+                       tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=None, runner=runner)
+    finally:
+        runner.close()
+    assert rc == 1
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    assert (summary["complete"], summary["failed"]) == (0, 5)
+    for row in summary["results"]:
+        assert "no Ray worker is left" in row["error"] and "could not load the model" in row["error"], row["error"]
+        assert "elsewhere.safetensors" in row["error"] and "Traceback" not in row["error"]
+    assert [p.name for p in out.iterdir()] == ["batch.json"]
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
