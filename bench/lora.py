@@ -88,6 +88,20 @@ def main():
         lora_tok = decode_rate(eng, args.tokens)
         lora_nar = nar_seconds(eng, args.frames)
         rows.append((f"decode batch 1 {fmt} (tok/s)", base_tok, lora_tok, lora_tok / base_tok))
+        if fmt == "int8" and not args.file:  # the opt-in: int8 AR layers dequantized to bf16, adapter merged
+            del eng
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            os.environ["YUE2_LORA_INT8"] = "bf16"
+            try:
+                eng = B.load(paths[fmt], parts=("ar",))
+                apply_stack(eng.ar, [Applied(adapter, 1.0, 1.0)], "ar")
+                merged_tok = decode_rate(eng, args.tokens)
+            finally:
+                os.environ.pop("YUE2_LORA_INT8", None)
+            rows.append(("decode batch 1 int8, YUE2_LORA_INT8=bf16 (tok/s)", base_tok, merged_tok,
+                         merged_tok / base_tok))
+            out["metrics"]["int8_lora_bf16_merge_tok_s"] = merged_tok
         rows.append((f"NAR {args.frames} frames × 32 steps {fmt} (s)", base_nar, lora_nar, lora_nar / base_nar))
         out["metrics"][fmt] = {"decode_tok_s": [base_tok, lora_tok], "nar_s": [base_nar, lora_nar],
                                "apply_s": apply_s, "patched": counts, "rank": args.rank}

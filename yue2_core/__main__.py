@@ -200,7 +200,7 @@ def _check_switches() -> None:
              "YUE2_VERIFY_HASHES")
     choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),
-               "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS}
+               "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS, "YUE2_LORA_INT8": ("side", "bf16")}
     for name in flags:
         flag(name, True)
     for name, allowed in choices.items():

@@ -14,6 +14,8 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
     YUE2_NAR_ATTN         auto (= gqa) | gqa | cudnn | flash | efficient | math: SDPA backend of the NAR (nar.py)
     YUE2_GEMV_TABLE       a JSON file of GEMV launch configurations (bench/gemv_sweep.py --json) over the built-in ones
+    YUE2_LORA_INT8        side (default) | bf16: adapters on int8 AR layers as an exact fp32 side delta, or merged into
+                          layers dequantized to bf16 (bf16 decode speed, bf16 rounding; weights.lora.apply, CLI/engine)
     YUE2_VERIFY_HASHES=0  skip the sha256 check of a vendor folder's files against weights_manifest.json (sizes are
                           still checked; weights/vendor.py)
 """

@@ -196,3 +196,26 @@ def test_add_rotated_in_place_equals_delta_rotated():
     base = torch.randn(2, 512, generator=_gen(52))
     got = side.add_rotated_(xr, base.clone(), 256)
     assert torch.allclose(got, base + side.delta_rotated(xr, 256), atol=1e-6)
+
+
+def test_opt_in_bf16_merge_of_int8_layers(monkeypatch):
+    """YUE2_LORA_INT8=bf16: every int8 layer linear becomes a bf16 nn.Linear (dequantized), the adapter merged."""
+    class Layers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = torch.nn.Module()
+            self.model.layers = torch.nn.ModuleList([TwoLinears(), TwoLinears()])
+
+    m = Layers()
+    lr = _lowrank(512, 256, 4, 60)
+    w_deq = m.model.layers[0].q.dequantized(torch.float64)
+    monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
+    counts = apply_stack(m, [Applied(_adapter([Patch("ar", "model.layers.0.q", lr)]), 1.0, 1.0)], "ar")
+    assert counts == {"merged": 1, "side": 0}
+    assert all(not isinstance(l.q, ConvRotLinear) for l in m.model.layers)  # both layers: one kernel kind
+    want = w_deq + lr.dense()
+    err = (m.model.layers[0].q.weight.double() - want).abs()
+    assert (err <= 2 ** -8 * want.abs() + 2 ** -8 * w_deq.abs() + 1e-9).all()  # two bf16 roundings: W, then W + ΔW
+    monkeypatch.setenv("YUE2_LORA_INT8", "merge")
+    with pytest.raises(Exception, match="YUE2_LORA_INT8"):
+        apply_stack(TwoLinears(), [Applied(_adapter([Patch("ar", "q", lr)]), 1.0, 1.0)], "ar")
