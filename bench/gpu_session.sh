@@ -15,6 +15,7 @@
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
 #                                      # bench/lora.py (decode and NAR with a rank-64 LoRA on both experts vs without)
+#   bash bench/gpu_session.sh batch    # bench/batch.py: 16 different 60-s songs through `batch`, --max-batch 1/4/8
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
@@ -36,7 +37,7 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|lora|nar|nodes|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|lora|batch|nar|nodes|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -61,6 +62,9 @@ for part in "$@"; do
     lora)
       "$PY" -m pytest tests/weights/test_lora_gpu.py -s -q -p no:cacheprovider 2>&1 | tee "$OUT/lora_gpu_tests.log"
       "$PY" bench/lora.py --json "$OUT/lora.json" 2>&1 | tee "$OUT/lora_bench.log" ;;
+    batch)
+      "$PY" bench/batch.py --songs ${BATCH_SONGS:-16} --seconds ${BATCH_SECONDS:-60} --json "$OUT/batch.json" 2>&1 \
+        | grep -v "^\[\|^  " | tee "$OUT/batch_bench.log" ;;
     nar)
       "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
     nodes)
