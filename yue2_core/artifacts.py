@@ -276,23 +276,29 @@ def vendor_weights(settings: dict) -> dict:
     mine = settings.get("weights") if isinstance(settings.get("weights"), dict) else {}
     paths = ckpt.get("files") if isinstance(ckpt.get("files"), dict) and ckpt.get("files") else (
         {"checkpoint": ckpt["path"]} if isinstance(ckpt.get("path"), str) else {})
-    manifest = {}
-    if ckpt.get("layout") not in (None, "comfy") and isinstance(ckpt.get("path"), str):
+    vendor = ckpt.get("layout") not in (None, "comfy") and isinstance(ckpt.get("path"), str)
+
+    def manifest_files(folder) -> dict:
+        """A vendor folder's files with the sha256 and size its weights_manifest.json records ({} without one)."""
         try:
             from .weights.vendor import read_manifest
-            manifest = read_manifest(ckpt["path"]) or {}
+            return {name: {"sha256": e["sha256"], "bytes": e["bytes"]}
+                    for name, e in (read_manifest(folder) or {}).items()}
         except Exception:  # noqa: BLE001 - a record, never a reason to lose the song
-            manifest = {}
+            return {}
+
     files = {}
-    for path in paths.values():
-        if not isinstance(path, str):
-            continue
-        name = os.path.basename(path)
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            size = None
-        files[name] = {"sha256": (manifest.get(name) or {}).get("sha256"), "bytes": size}
+    if vendor:  # the folder's weight files, hashes from its manifest (the paths recorded are folders)
+        files = manifest_files(ckpt["path"])
+    else:
+        for path in paths.values():
+            if not isinstance(path, str):
+                continue
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                size = None
+            files[os.path.basename(path)] = {"sha256": None, "bytes": size}
     mot = {"files": files, "config_sha256": None, "path": ckpt.get("path"), "layout": ckpt.get("layout"),
            "format": ckpt.get("format")}
     vae = mine.get("vae")
@@ -302,6 +308,8 @@ def vendor_weights(settings: dict) -> dict:
             if isinstance(shard, dict):
                 vfiles[shard.get("file")] = {"sha256": shard.get("sha256"), "bytes": None}
         vae_entry = {"files": vfiles, "config_sha256": None, "path": vae.get("path"), "variant": vae.get("variant")}
+    elif vendor and isinstance(paths.get("vae"), str):  # the vendor's own VAE folder
+        vae_entry = {"files": manifest_files(paths["vae"]), "config_sha256": None, "path": paths["vae"]}
     else:
         vae_entry = {"files": files, "config_sha256": None, "embedded": True}
     return {"mot": mot, "vae": vae_entry, "loras": list(mine.get("loras") or [])}
