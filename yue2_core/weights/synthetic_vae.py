@@ -6,6 +6,7 @@ spellings, the three releases as distinct decoders, and files a loader must refu
     write_vendor_folder(out, tensors, config)     config.json + model.safetensors (F32) + weights_manifest.json
     write_vae(out, layout=…, variant=…)           one of the accepted layouts
     write_negative(out, kind)                     encoder-only, SD-VAE-like, 32-channel latents, int8 decoder
+    main(argv)                                    command line: python -m yue2_core.weights.synthetic_vae OUT …
 
 Values follow `synthetic.py` exactly: the "standard" release of seed S holds the same VAE tensors as the synthetic
 checkpoint of seed S (same key-seeded generators), so a standard file of the tiny profile decodes a tiny model's
@@ -15,9 +16,11 @@ tensor by tensor).
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
+import sys
 
 import torch
 
@@ -147,3 +150,32 @@ def write_negative(out: str, kind: str, profile="tiny", seed: int = 0) -> str:
     else:
         raise ValueError(f"unknown negative VAE file {kind!r}; choose one of {NEGATIVE}")
     return _save(tensors, out)
+
+
+def main(argv=None) -> int:
+    """Command line: write one synthetic VAE release (`write_vae`) at OUT and print its layout, variant and path.
+    Returns 0; argparse exits 2 on a bad option."""
+    ap = argparse.ArgumentParser(prog="python -m yue2_core.weights.synthetic_vae",
+                                 description="Write a synthetic YuE2 VAE (random weights, not a model) in one of the "
+                                             "layouts a VAE loader accepts.")
+    ap.add_argument("output", help="a folder for --layout vendor-folder, else a .safetensors file")
+    ap.add_argument("--layout", choices=LAYOUTS, default="vendor-folder")
+    ap.add_argument("--variant", choices=VARIANTS, default="standard",
+                    help="the release whose decoder is drawn (the encoder is the same in every variant)")
+    ap.add_argument("--profile", choices=("tiny", "full"), default="tiny",
+                    help="tiny: the tiny checkpoint's VAE geometry; full: the release's (about 530 MB in F32)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="the synthetic checkpoint's seed: a standard VAE of the same seed holds its VAE tensors")
+    ap.add_argument("--decoder-only", action="store_true", help="leave out the encoder.* tensors")
+    args = ap.parse_args(argv)
+    out = write_vae(args.output, layout=args.layout, variant=args.variant, profile=args.profile, seed=args.seed,
+                    encoder=not args.decoder_only)
+    print(f"{args.layout} {args.variant} ({args.profile}, seed {args.seed}): {os.path.abspath(out)}")
+    if os.path.isdir(out):
+        for name in sorted(os.listdir(out)):
+            print(f"  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,6 +5,7 @@ for test fixtures: no real vendor folder can be downloaded where this project is
     comfy_from_vendor(folder, out_path)       the inverse (vendor → Comfy names); the round trip is bit-exact
     tiktoken_text(json_vocab)                 the JSON tokenizer's vocabulary → `qwen.tiktoken` text
     tokenizer_json_from_ranks(ranks)          `qwen.tiktoken` ranks → a `tokenizers` JSON giving the same ids
+    main(argv)                                command line: python -m yue2_core.weights.synthetic_vendor CKPT OUT
 
 Every file is streamed tensor by tensor (`synthetic.write_safetensors_stream`), so the full-size bf16 file converts
 without holding it twice. The vendor `model.safetensors` has the upstream names (runtime.md §4.3): split
@@ -13,9 +14,11 @@ Hugging Face writes it.
 """
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -270,3 +273,33 @@ def comfy_from_vendor(folder: str, out_path: str, vae_path: str | None = None) -
 def _then(items, last):
     yield from items
     yield last
+
+
+def main(argv=None) -> int:
+    """Command line: `write_vendor_folder(CHECKPOINT, OUT_DIR)` and print the folders and files written. Returns 0,
+    or 1 with the message on stderr when the checkpoint is refused (CheckpointError / TokenizerError: an int8 file,
+    not a YuE2 file …)."""
+    ap = argparse.ArgumentParser(prog="python -m yue2_core.weights.synthetic_vendor",
+                                 description="Write the vendor (m-a-p/YuE2-3B) folder layout of a bf16 Comfy-Org "
+                                             "all-in-one checkpoint, e.g. the synthetic tiny one, with its VAE "
+                                             "folder in OUT_DIR/vae.")
+    ap.add_argument("checkpoint", help="a bf16 all-in-one .safetensors (make-synthetic --format bf16)")
+    ap.add_argument("out_dir", help="the vendor model folder to write (created)")
+    ap.add_argument("--vae-dir", default=None, help="where the VAE folder goes (default OUT_DIR/vae)")
+    ap.add_argument("--max-shard-bytes", type=int, default=None,
+                    help="split model.safetensors into shards of at most this many bytes, with an index")
+    args = ap.parse_args(argv)
+    try:
+        done = write_vendor_folder(args.checkpoint, args.out_dir, args.vae_dir, args.max_shard_bytes)
+    except (CheckpointError, TokenizerError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"model folder: {os.path.abspath(done['model'])} ({done['tensors']} tensors)")
+    for name in done["files"]:
+        print(f"  {name}")
+    print(f"VAE folder:   {os.path.abspath(done['vae'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

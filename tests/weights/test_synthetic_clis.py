@@ -1,0 +1,72 @@
+"""The command lines of the synthetic VAE and vendor-folder writers (docs/lora.md "Try it without real files"):
+run as `python -m …` in a subprocess on the tiny profile, their outputs open with the loaders the engine uses."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from yue2_core.weights.checkpoint import TOKENIZER_KEY, inspect_checkpoint
+from yue2_core.weights.synthetic import write_synthetic_checkpoint
+from yue2_core.weights.vae_files import open_vae
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("layout,variant", [("vendor-folder", "legacy"), ("vendor-file", "merge"),
+                                            ("comfy-prefixed", "standard")])
+def test_vae_cli_writes_a_vae_that_opens(tmp_path, layout, variant):
+    out = str(tmp_path / ("vae" if layout == "vendor-folder" else "vae.safetensors"))
+    r = _run("yue2_core.weights.synthetic_vae", out, "--layout", layout, "--variant", variant, "--profile", "tiny",
+             "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    assert os.path.abspath(out) in r.stdout and layout in r.stdout
+    vae = open_vae(out)
+    assert vae.layout == layout
+    # a folder's config.json, a single file's safetensors metadata `release_variant`: both name the release
+    assert vae.variant == variant
+    assert vae.encoder and vae.config.latent_dim == 64 and vae.config.hop == 1920
+    if layout == "vendor-folder":
+        assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "weights_manifest.json"]
+        assert "weights_manifest.json" in r.stdout
+
+
+def test_vae_cli_decoder_only_and_bad_option(tmp_path):
+    out = str(tmp_path / "dec.safetensors")
+    r = _run("yue2_core.weights.synthetic_vae", out, "--layout", "vendor-file", "--decoder-only")
+    assert r.returncode == 0, r.stderr
+    assert not open_vae(out).encoder
+    bad = _run("yue2_core.weights.synthetic_vae", str(tmp_path / "x"), "--variant", "sdxl")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr and not os.path.exists(tmp_path / "x")
+
+
+def test_vendor_cli_writes_a_folder_the_loader_reads(tmp_path):
+    ckpt = str(tmp_path / "tiny_bf16.safetensors")
+    write_synthetic_checkpoint(ckpt, "tiny", "bf16", seed=0)
+    out = str(tmp_path / "YuE2-3B")
+    r = _run("yue2_core.weights.synthetic_vendor", ckpt, out)
+    assert r.returncode == 0, r.stderr
+    assert os.path.abspath(out) in r.stdout and "qwen.tiktoken" in r.stdout
+    assert os.path.abspath(os.path.join(out, "vae")) in r.stdout
+    comfy, vendor = inspect_checkpoint(ckpt), inspect_checkpoint(out)
+    assert vendor.layout == "vendor" and vendor.format == "bf16"
+    assert vendor.dims == comfy.dims and vendor.vae == comfy.vae
+    # every tensor under its Comfy name; the tokenizer is the folder's qwen.tiktoken, not an embedded tensor
+    assert sorted(vendor.entries) == sorted(k for k in comfy.entries if k != TOKENIZER_KEY)
+    assert vendor.files["tokenizer"] == os.path.join(out, "qwen.tiktoken")
+    assert open_vae(os.path.join(out, "vae")).layout == "vendor-folder"
+
+
+def test_vendor_cli_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
+    vae = str(tmp_path / "vae.safetensors")
+    assert _run("yue2_core.weights.synthetic_vae", vae, "--layout", "vendor-file").returncode == 0
+    r = _run("yue2_core.weights.synthetic_vendor", vae, str(tmp_path / "out"))
+    assert r.returncode == 1
+    assert r.stderr.startswith("error: ") and "vae.safetensors" in r.stderr and "Traceback" not in r.stderr
