@@ -457,17 +457,28 @@ def cmd_inspect(args) -> int:
     if not os.path.exists(args.checkpoint):  # the same message and download hint as generate's
         from .weights.locate import find_checkpoint
         find_checkpoint(args.checkpoint, download=False)
+    dims = None
+    if getattr(args, "model", None):
+        dims = inspect_checkpoint(args.model).dims
     try:
         info = inspect_checkpoint(args.checkpoint)
     except CheckpointError as exc:
-        other, reasons = _inspect_other(args.checkpoint)  # a LoRA or a VAE file?
+        other, reasons = _inspect_other(args.checkpoint, dims)  # a LoRA or a VAE file?
         if other is None:
+            if _looks_like_adapter(args.checkpoint):
+                geometry = "--model's geometry" if dims is not None else (
+                    "the release geometry (hidden 2048, 28 layers; pass --model CHECKPOINT to check it against "
+                    "another model, e.g. a synthetic one)")
+                raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but does not fit {geometry}: "
+                                      f"{reasons['lora']}") from None
             raise CheckpointError(f"{exc} — and it is not a VAE decoder ({reasons['vae']}) nor a LoRA adapter "
                                   f"({reasons['lora']})") from None
+        if other.get("report"):
+            print(other["report"], file=sys.stderr)  # the human-readable report; JSON on stdout
         print(json.dumps(other, indent=2, ensure_ascii=False, default=str))
         return 0
     tok = load_tokenizer(info)
-    report = info.to_dict()
+    report = {"kind": "checkpoint", **info.to_dict()}
     report["dtype_histogram"] = dtype_histogram(info)
     report["tokenizer_vocab"] = tok.vocab_size
     report["summary"] = info.summary()
@@ -475,7 +486,20 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _inspect_other(path: str) -> tuple[dict | None, dict]:
+def _looks_like_adapter(path: str) -> bool:
+    """A folder with adapter_config.json, or a safetensors file whose keys carry LoRA/LoKr/diff roles."""
+    if os.path.isdir(path):
+        return os.path.isfile(os.path.join(path, "adapter_config.json"))
+    try:
+        from .weights.checkpoint import read_header
+        entries, _, _ = read_header(path)
+    except Exception:  # noqa: BLE001 - only a hint for the message
+        return False
+    roles = ("lora_A", "lora_B", "lora_down", "lora_up", "lokr_w1", "lokr_w2", ".diff")
+    return any(role in k for k in entries for role in roles)
+
+
+def _inspect_other(path: str, dims=None) -> tuple[dict | None, dict]:
     """`inspect` of a file that is not a checkpoint: a VAE decoder (layout, variant) or a LoRA/LoKr adapter (layout,
     ranks, modules, scale rule, checked against the release geometry). Returns (description or None, {"vae": why
     not, "lora": why not})."""
@@ -489,7 +513,7 @@ def _inspect_other(path: str) -> tuple[dict | None, dict]:
         reasons["vae"] = str(exc)
     try:
         from .weights.lora.layouts import RELEASE_DIMS, describe_adapter, read_adapter
-        adapter = read_adapter(path, RELEASE_DIMS)
+        adapter = read_adapter(path, dims or RELEASE_DIMS)
     except _Err as exc:
         reasons["lora"] = str(exc)
         return None, reasons
@@ -642,7 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_render)
 
     i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter or a VAE file and describe it")
-    i.add_argument("checkpoint")
+    i.add_argument("checkpoint", help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, or a VAE file/folder")
+    i.add_argument("--model", metavar="CHECKPOINT", help="check an adapter against this checkpoint's geometry "
+                                                         "(default: the release YuE2-3B geometry)")
     i.set_defaults(func=cmd_inspect)
 
     m = sub.add_parser("make-synthetic", help="write a synthetic checkpoint with random weights (for tests)")

@@ -106,3 +106,15 @@ def test_sdxl_lora_refused_by_name(files, capsys, tmp_path):
     rc = _run("generate", "--style", "pop", "--lyrics", "la", "--checkpoint", files["ckpt"], *SMALL,
               "--output", tmp_path / "x", "--lora", sdxl)
     assert rc == 2 and "not a YuE2" in capsys.readouterr().err
+
+
+def test_inspect_adapter_against_a_model_and_clear_refusal(files, capsys):
+    assert _run("inspect", files["lora"]) == 2  # a tiny adapter against the release geometry
+    err = capsys.readouterr().err
+    assert "looks like a LoRA adapter but does not fit the release geometry" in err and "--model" in err
+    assert _run("inspect", files["lora"], "--model", files["ckpt"]) == 0
+    captured = capsys.readouterr()
+    assert "layout ai-toolkit" in captured.err  # the readable report
+    assert json.loads(captured.out)["layout"] == "ai-toolkit"
+    assert _run("inspect", files["ckpt"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "checkpoint"
