@@ -463,6 +463,16 @@ def build_info(path: str, entries: dict, meta: dict, dims: ModelDims, vae: VAECo
         bad = dts - {"BF16", "F16", "F32"}
         if bad:
             raise CheckpointError(f"{label} tensors have unsupported dtypes {sorted(bad)}")
+    # the release stores every LM float tensor as BF16 and the VAE as F32 (bf16 file) or F16 (int8 file)
+    # (checkpoint_format.md §1): another dtype means a converted or relabelled file — a BF16 tensor whose header says
+    # F16 reads as other numbers — so it is refused rather than rendered
+    for prefix, label in ((AR + "model.", "AR"), (NAR, "NAR")):
+        odd = next((k for k, e in entries.items() if k.startswith(prefix) and e.dtype in ("F16", "F32")
+                    and not k.endswith((".weight_scale", ".comfy_quant"))), None)
+        if odd is not None:
+            raise CheckpointError(f"{odd} is {entries[odd].dtype}, but the YuE2 release stores every {label} float "
+                                  "tensor as BF16: a converted or relabelled file (a BF16 tensor labelled F16 would "
+                                  "read as other numbers). Use the Comfy-Org file as published.")
 
     def describe(dts, quant):
         base = "/".join(sorted(dts))
@@ -510,7 +520,7 @@ def _materialize(module: torch.nn.Module, info: CheckpointInfo, prefix: str, key
             name = key[len(prefix):]
             if name not in names:
                 continue
-            t = get(key)
+            t = stored = get(key)
             target = names[name]
             if t.dtype.is_floating_point and target.dtype.is_floating_point and name.endswith("weight_scale"):
                 t = t.to(torch.float32)
@@ -523,7 +533,12 @@ def _materialize(module: torch.nn.Module, info: CheckpointInfo, prefix: str, key
                 else:
                     raise CheckpointError(f"shape mismatch for {key}: expected {list(target.shape)}, "
                                           f"got {list(t.shape)}")
-            state[name] = t.to(dev)
+            t = t.to(dev)
+            if t.device.type == "cpu" and t.data_ptr() == stored.data_ptr():
+                # still a view of the file's memory map: own the bytes, so a file truncated or overwritten in place
+                # while the model is loaded cannot reach the model (a SIGBUS would kill the process, ComfyUI too)
+                t = t.clone()
+            state[name] = t
     missing = [n for n in names if n not in state]
     if missing:
         raise CheckpointError(f"{what}: tensors missing from the file: {[prefix + m for m in missing[:5]]}")

@@ -95,7 +95,10 @@ class VAEFile:
                 file, stored = self.sources[name]
                 if file not in handles:
                     handles[file] = stack.enter_context(open_tensors(file, read_dev))
-                state[name] = handles[file].get_tensor(stored).to(dtype=torch.float32).to(dev)
+                raw = handles[file].get_tensor(stored)
+                t = raw.to(dtype=torch.float32).to(dev)
+                # own the bytes (not a view of the memory map): a file changed in place cannot crash the process
+                state[name] = t.clone() if t.device.type == "cpu" and t.data_ptr() == raw.data_ptr() else t
         try:
             module.load_state_dict(state, strict=True, assign=True)
         except RuntimeError as exc:

@@ -115,7 +115,7 @@ def _open_safetensors(path: str, header: tuple) -> Source:
     entries, metadata, _ = header
     try:
         with open_tensors(path) as f:
-            tensors = {k: f.get_tensor(k) for k in entries}
+            tensors = {k: f.get_tensor(k).clone() for k in entries}  # owned, not a view of the memory map
     except CheckpointError as exc:
         raise AdapterError(f"adapter {exc} (an adapter is a .safetensors file, a torch .pt file or a PEFT "
                            f"folder)") from None
