@@ -63,6 +63,10 @@ for part in "$@"; do
       "$PY" -m pytest tests/weights/test_lora_gpu.py -s -q -p no:cacheprovider 2>&1 | tee "$OUT/lora_gpu_tests.log"
       "$PY" bench/lora.py --json "$OUT/lora.json" 2>&1 | tee "$OUT/lora_bench.log" ;;
     batch)
+      # song folders need soundfile (FLAC), which the GPU machine's image lacks: carry its wheel in .gpuwheels/
+      # (pip download soundfile cffi pycparser --only-binary=:all: -d .gpuwheels) and install it first
+      [ -d .gpuwheels ] && "$PY" -m pip install --no-index --find-links .gpuwheels soundfile >/dev/null 2>&1
+      "$PY" -c "import soundfile" 2>/dev/null || echo "batch: soundfile missing — carry .gpuwheels (see above)"
       "$PY" bench/batch.py --songs ${BATCH_SONGS:-16} --seconds ${BATCH_SECONDS:-60} --json "$OUT/batch.json" 2>&1 \
         | grep -v "^\[\|^  " | tee "$OUT/batch_bench.log" ;;
     nar)

@@ -211,7 +211,8 @@ def _check_switches() -> None:
         raise RequestError(f"the environment variable YUE2_GEMV_TABLE names {table!r}, which is not a file (a JSON "
                            "table written by bench/gemv_sweep.py --json)")
     known = {*flags, *choices, "YUE2_GEMV_TABLE", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
-             "YUE2_HASH_CACHE"}
+             "YUE2_HASH_CACHE", "YUE2_COMMIT", "YUE2_ARTIFACTS", "YUE2_PARITY_DIR", "YUE2_REQUIRE_HOST",
+             "YUE2_SKIP_BROWSER"}  # the benchmarks' and the test set-up's own variables
     for name in sorted(os.environ):
         if name.startswith("YUE2_") and name not in known:
             print(f"warning: the environment variable {name} is not a switch of this pack (switches.py); it is "
