@@ -259,16 +259,21 @@ def build_tokenizer(bpe_size: int = BPE_SIZE) -> Tokenizer:
     Qwen chat/control strings are special, the rest are not (as in the parity fixture's tokenizer)."""
     vocab, merges = build_vocab(bpe_size)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    return _with_specials(tok, bpe_size, "synthetic tokenizer")
+
+
+def _with_specials(tok, base: int, what: str):
+    """NFC, the byte-level pre-tokenizer and decoder, and the 208 specials added in order so that <|endoftext|>,
+    <abc>, </abc> land on base, base + 204, base + 205 (RuntimeError naming `what` otherwise). Returns `tok`."""
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = _pre_tokenizer()
     tok.decoder = decoders.ByteLevel()
     for content in special_tokens():
         special = content in _SPECIAL_FLAGGED
         tok.add_tokens([AddedToken(content, special=special, normalized=not special)])
-    expected = {"<|endoftext|>": bpe_size, "<abc>": bpe_size + 204, "</abc>": bpe_size + 205}
-    for content, want in expected.items():
+    for content, want in {"<|endoftext|>": base, "<abc>": base + 204, "</abc>": base + 205}.items():
         if tok.token_to_id(content) != want:
-            raise RuntimeError(f"synthetic tokenizer: {content} got id {tok.token_to_id(content)}, want {want}")
+            raise RuntimeError(f"{what}: {content} got id {tok.token_to_id(content)}, want {want}")
     return tok
 
 
@@ -331,16 +336,7 @@ def qwen_tokenizer_json(pad_to: int | None = None) -> bytes:
     if doc.get("normalizer", {}).get("type") != "NFC":
         raise ValueError(f"{path}: normalizer {doc.get('normalizer')!r}, expected NFC")
     doc["added_tokens"], doc["post_processor"], doc["truncation"], doc["padding"] = [], None, None, None
-    tok = Tokenizer.from_str(json.dumps(doc))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = _pre_tokenizer()
-    tok.decoder = decoders.ByteLevel()
-    for content in special_tokens():
-        special = content in _SPECIAL_FLAGGED
-        tok.add_tokens([AddedToken(content, special=special, normalized=not special)])
-    for content, want in {"<|endoftext|>": EOD, "<abc>": EOD + 204, "</abc>": EOD + 205}.items():
-        if tok.token_to_id(content) != want:
-            raise RuntimeError(f"Qwen-vocabulary tokenizer: {content} got id {tok.token_to_id(content)}, want {want}")
+    tok = _with_specials(Tokenizer.from_str(json.dumps(doc)), EOD, "Qwen-vocabulary tokenizer")
     raw = tok.to_str().encode("utf-8")
     if pad_to is None:
         return raw
