@@ -272,6 +272,10 @@ class RayRunner:
         total, free = ray.cluster_resources(), ray.available_resources()
         if self.cpu_workers is not None:
             cpus = int(free.get("CPU", 0))
+            deadline = time.monotonic() + 30  # actors of a batch that just ended may still be releasing their CPUs
+            while cpus < self.cpu_workers <= int(total.get("CPU", 0)) and time.monotonic() < deadline:
+                time.sleep(0.5)
+                cpus = int(ray.available_resources().get("CPU", 0))
             if cpus < self.cpu_workers:
                 raise RayUnavailable(f"--ray-cpu-workers {self.cpu_workers}: the Ray cluster has {cpus} free CPUs "
                                      f"(of {total.get('CPU', 0):g}); each CPU engine actor takes one")
