@@ -63,6 +63,7 @@ def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: 
                 dec._step(attn_len)
             torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    positions = int(dec.pos.max().item()) + 1  # cache positions the attention actually reads (≤ attn_len)
     busy_ms = sum(e.device_time if hasattr(e, "device_time") else e.cuda_time for e in kernels) / 1e3 / steps
     print(f"\n== {label}: rows={rows}, prompt {prompt}, attention length bucket {attn_len}")
     print(f"   graph replay {replay_ms:.3f} ms/step ({rows * 1e3 / replay_ms:.0f} tok/s total); kernels "
@@ -72,8 +73,59 @@ def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: 
     print(f"   {'kernel':70s} {'calls/step':>10s} {'ms/step':>8s}")
     for e in avgs:
         print(f"   {e.key[:70]:70s} {e.count / steps:10.1f} {_dev_time(e) / 1e3 / steps:8.3f}")
+    if fused and not env:
+        bandwidth_table(ar, rows, positions, prof, steps, dec.slice)
     dec.release()
     return replay_ms, busy_ms
+
+
+STREAM_TBS = 3.5  # the issue's target for streaming weights (≈ 80 % of the H200's 4.8 TB/s; performance.md §2.3)
+
+
+def _weight_bytes(module) -> int:
+    """Bytes a decode step reads from one linear: bf16 weight, or int8 codes + fp32 row scales."""
+    total = module.weight.numel() * module.weight.element_size()
+    scale = getattr(module, "weight_scale", None)
+    return total + (scale.numel() * scale.element_size() if scale is not None else 0)
+
+
+def bandwidth_table(ar, rows: int, positions: int, prof, steps: int, sl) -> None:
+    """Bandwidth achieved per kernel class of one decode step, and the fixed cost per launch it implies: the GEMVs
+    stream every layer linear and the phase's LM-head rows once per step; the attention reads K and V of every layer
+    for `positions` cache positions per row (114,688 B per position at full size, performance.md §2.1). "fixed
+    µs/launch" = (measured − bytes / 3.5 TB/s) / launches: what a kernel costs beyond moving its bytes at the issue's
+    streaming target — the part that only fewer launches (a persistent kernel) remove."""
+    layers = ar.model.layers
+    lin = sum(_weight_bytes(m) for l in layers for m in (l.self_attn.qkv_proj, l.self_attn.o_proj,
+                                                         l.mlp.gate_up_proj, l.mlp.down_proj))
+    head = ar.model.lm_head
+    per_row = _weight_bytes(head) / head.weight.shape[0]
+    gemv_bytes = lin + per_row * (sl.stop - sl.start)
+    d = ar.dims
+    kv_bytes = len(layers) * 2 * d.kv_heads * d.head_dim * 2 * positions * rows
+    by_name: dict = {}
+    for e in prof.key_averages():
+        by_name[e.key] = (e.count / steps, _dev_time(e) / 1e3 / steps)
+    print(f"   bandwidth per kernel class ({positions} cache positions × {rows} rows; target {STREAM_TBS} TB/s):")
+    print(f"   {'class':22s} {'launches':>9s} {'ms/step':>8s} {'MB/step':>9s} {'TB/s':>6s} {'ms at target':>13s} "
+          f"{'fixed µs/launch':>16s}")
+    total_ms = total_target = 0.0
+    for cls, names, nbytes in (("GEMV (weights)", ("gemv_kernel",), gemv_bytes),
+                               ("attention (KV cache)", ("attn_split_kernel", "attn_merge_kernel"), kv_bytes),
+                               ("add+RMSNorm", ("add_rmsnorm_kernel",), 0),
+                               ("QK-norm+RoPE+KV store", ("qk_rope_kernel",), 0),
+                               ("SiLU·up", ("silu_mul_kernel",), 0)):
+        calls = sum(by_name.get(n, (0, 0))[0] for n in names)
+        ms = sum(by_name.get(n, (0, 0))[1] for n in names)
+        if not calls:
+            continue
+        target = nbytes / (STREAM_TBS * 1e12) * 1e3
+        tbs = nbytes / (ms * 1e-3) / 1e12 if ms and nbytes else 0.0
+        fixed = (ms - target) / calls * 1e3
+        total_ms, total_target = total_ms + ms, total_target + target
+        print(f"   {cls:22s} {calls:9.0f} {ms:8.3f} {nbytes / 1e6:9.1f} {tbs:6.2f} {target:13.3f} {fixed:16.2f}")
+    print(f"   these classes: {total_ms:.3f} ms/step measured, {total_target:.3f} ms if they only streamed their bytes "
+          f"at {STREAM_TBS} TB/s → {rows * 1e3 / max(total_target, 1e-9):.0f} tok/s bound for this part")
 
 
 def main():
