@@ -111,6 +111,7 @@ class YuE2CheckpointLoader(io.ComfyNode):
         with user_errors():
             info = inspect_checkpoint(path)
             tokenizer = load_tokenizer(info)
-        model = YuE2Model(info, tokenizer)
+            model = YuE2Model(info, tokenizer)
+            model.start_warm_up()  # kernels compile in the background; the stages wait for it before GPU work
         text = model.describe()
         return io.NodeOutput(model, text, ui=ui.PreviewText(text))

@@ -23,6 +23,7 @@ from yue2_core.weights.lora.model import BiasDiff, Replace
 from yue2_core.weights.lora.record import lora_record
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
 from yue2_core.nar import float_linears
+from yue2_core import warmup
 
 log = logging.getLogger("ComfyUI-YuE2")
 
@@ -122,6 +123,7 @@ class YuE2Model:
         else:
             for name in ("device", "offload_device", "vae_device", "vae_offload_device", "dtype"):
                 setattr(self, name, getattr(root, name))
+        self._warm = None  # the root's background warm-up (yue2_core.warmup), started by the Checkpoint Loader
         self._patchers: dict[str, comfy.model_patcher.ModelPatcher] = {}
         self._sides: dict = {}  # part → {module: SideDelta} (int8 layers), made with the patchers
         self._side_cache: dict = {}  # (part, device) → the same on that device
@@ -132,6 +134,18 @@ class YuE2Model:
         return YuE2Model(self.info, self.tokenizer, root=self.root,
                          adapters=self.adapters + ((adapter,) if adapter is not None else ()),
                          vae_file=vae_file if vae_file is not None else self.vae_file)
+
+    def start_warm_up(self) -> None:
+        """Compile the fast path's kernels in the background while nothing is loaded yet (CUDA only; YUE2_WARMUP=0
+        turns it off); ComfyUI's Cancel stops it."""
+        self._warm = warmup.start_for_checkpoint(self.info, self.device, self.dtype,
+                                                  getattr(mm, "processing_interrupted", None))
+
+    def wait_warm_up(self) -> None:
+        """Wait for the root's warm-up (before the first GPU work of a stage)."""
+        warm, self.root._warm = self.root._warm, None
+        if warm is not None:
+            warm.wait()
 
     @property
     def dims(self):
@@ -223,7 +237,8 @@ class YuE2Model:
         their engine modules (use them for this call only). Full loads: the engine modules are plain torch modules,
         not ComfyUI's cast-on-the-fly ops, so a partial (lowvram) load would leave some weights off the device.
         The int8 layers get this model's adapter side deltas (none for a model without adapters)."""
-        patchers = [self.patcher(p) for p in parts]
+        patchers = [self.patcher(p) for p in parts]  # weights read from disk while the warm-up compiles
+        self.wait_warm_up()
         mm.load_models_gpu(patchers, memory_required=int(memory_required) + self.side_bytes(parts),
                            force_full_load=True)
         modules = [p.model.engine_module for p in patchers]

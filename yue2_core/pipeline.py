@@ -268,19 +268,51 @@ class YuE2Engine:
 
     `YuE2Engine.load(path, device="auto", dtype=torch.bfloat16)`; device "auto" = CUDA when available, else CPU."""
 
-    def __init__(self, info, tokenizer, ar=None, nar=None, vae=None, weights=None):
+    def __init__(self, info, tokenizer, ar=None, nar=None, vae=None, weights=None, warm=None):
+        self.warm = warm  # a running `warmup.WarmUp` (set by `load`), or None
         self.info, self.tokenizer, self.ar, self.nar, self.vae = info, tokenizer, ar, nar, vae
         self.weights = weights or {"loras": [], "vae": None}  # what config.json records of the user's own weights
 
+    # The parts wait for a background warm-up before anyone gets them, so no song kernel (nor a graph capture) runs
+    # beside it, whichever entry point (generate, the stages, edit, candidates, batch) uses the engine.
+    ar = property(lambda self: self._part("_ar"), lambda self, m: setattr(self, "_ar", m))
+    nar = property(lambda self: self._part("_nar"), lambda self, m: setattr(self, "_nar", m))
+    vae = property(lambda self: self._part("_vae"), lambda self, m: setattr(self, "_vae", m))
+
+    def _part(self, name):
+        if self.warm is not None:
+            self.wait_warm_up()
+        return getattr(self, name)
+
+    def wait_warm_up(self) -> dict:
+        """Wait for the background warm-up started by `load` (if any) and return its report ({} when none ran):
+        "seconds", "steps", "stages" or "cancelled" / "error" (a failed warm-up was one warning, never an error)."""
+        warm = self.warm
+        if warm is None:
+            return getattr(self, "warm_up_report", {})
+        self.warm_up_report = warm.wait()
+        self.warm = None
+        return self.warm_up_report
+
+    def cancel_warm_up(self) -> None:
+        """Stop the background warm-up at its next step and wait for it; the engine stays usable (a song then
+        compiles what the warm-up did not)."""
+        if self.warm is not None:
+            self.warm.cancel()
+            self.wait_warm_up()
+
     @classmethod
     def load(cls, path, device="auto", dtype=torch.bfloat16, parts=("ar", "nar", "vae"), loras=(),
-             vae=None) -> "YuE2Engine":
+             vae=None, warm_up: bool | None = None, budgets: "Budgets | None" = None) -> "YuE2Engine":
         """Read the parts of the checkpoint at `path` onto `device` ("auto": CUDA when available) in `dtype` (the AR
         and NAR; the VAE is always float32). bf16 on a GPU without native bf16 becomes float32 (`compute_dtype`).
         `loras`: (adapter path, strength_ar, strength_nar) tuples, applied in order (`weights.lora.apply`: float
         layers merged, int8 layers with an exact side delta); `vae`: a VAE file or folder replacing the checkpoint's
-        decoder (`weights.vae_files`). Raises CheckpointError / TokenizerError for files that are not a valid YuE2
-        checkpoint, AdapterError for adapters that do not apply."""
+        decoder (`weights.vae_files`). `warm_up` (default: on for CUDA with the fast path, unless YUE2_WARMUP=0):
+        compile the fast path's kernels for `budgets` (default presets) in a background thread while the weights
+        load (`warmup.py`); the parts wait for it on first use (`wait_warm_up`, `cancel_warm_up`). Raises
+        CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint, AdapterError for adapters
+        that do not apply, RequestError for a bad YUE2_WARMUP."""
         from .weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
         from .weights.lora.apply import Applied, apply_stack, check_strength
         from .weights.lora.record import lora_record
@@ -298,17 +330,30 @@ class YuE2Engine:
             from .weights.vae_files import open_vae
             vae_file = open_vae(vae)
         tok = load_tokenizer(info)
-        ar = load_ar(info, device, dtype) if "ar" in parts else None
-        nar = load_nar(info, device, dtype) if "nar" in parts else None
-        if stack:
-            if ar is not None:
-                apply_stack(ar, stack, "ar")
-            if nar is not None:
-                apply_stack(nar, stack, "nar")
-        vae_mod = (vae_file.load(device) if vae_file is not None else load_vae(info, device)) if "vae" in parts \
-            else None
+        warm = None
+        from . import warmup
+        if warmup.skip_reason(torch.device(device)) is None and warm_up is not False:  # before any weight is read
+            from .switches import choice
+            bf16_layers = bool(stack) and choice("YUE2_LORA_INT8", ("side", "bf16"), "side") == "bf16"
+            plan = warmup.Plan.from_info(info, dtype, parts, vae_cfg=getattr(vae_file, "config", None),
+                                         budgets=budgets, int8_layers=not bf16_layers)
+            warm = warmup.start(plan, device)
+        try:
+            ar = load_ar(info, device, dtype) if "ar" in parts else None
+            nar = load_nar(info, device, dtype) if "nar" in parts else None
+            if stack:
+                if ar is not None:
+                    apply_stack(ar, stack, "ar")
+                if nar is not None:
+                    apply_stack(nar, stack, "nar")
+            vae_mod = (vae_file.load(device) if vae_file is not None else load_vae(info, device)) \
+                if "vae" in parts else None
+        except BaseException:
+            if warm is not None:  # a load that fails (or is interrupted) leaves no warm-up behind
+                warm.cancel()
+            raise
         weights = {"loras": [lora_record(a) for a in stack], "vae": None if vae_file is None else vae_file.record()}
-        return cls(info, tok, ar, nar, vae_mod, weights)
+        return cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
 
     def generate(self, request: SongRequest, budgets: Budgets | None = None, steps: int = ODE_STEPS,
                  progress: Progress | None = None) -> Song:
@@ -317,6 +362,9 @@ class YuE2Engine:
         request = request.validate()
         sem = budgets.semantic_sampling()
         timing = {}
+        t = time.perf_counter()
+        self.wait_warm_up()  # a warm-up still running when the song starts is waited for inside it
+        timing["warm_up_wait_seconds"] = time.perf_counter() - t
         t = time.perf_counter()
         score = plan(self.ar, self.tokenizer, request, budgets.abc_sampling(), progress, sem.max_tokens)
         timing["plan_seconds"] = time.perf_counter() - t

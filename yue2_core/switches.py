@@ -13,9 +13,12 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_ATTN_MERGE       split (default) | kernel: who merges the decode attention's splits (fast/fused.py)
     YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
     YUE2_NAR_ATTN         auto (= gqa) | gqa | cudnn | flash | efficient | math: SDPA backend of the NAR (nar.py)
+    YUE2_NAR_GRAPH=0      the NAR velocity eagerly instead of replayed from a CUDA graph per chunk (nar.py)
     YUE2_GEMV_TABLE       a JSON file of GEMV launch configurations (bench/gemv_sweep.py --json) over the built-in ones
     YUE2_LORA_INT8        side (default) | bf16: adapters on int8 AR layers as an exact fp32 side delta, or merged into
                           layers dequantized to bf16 (bf16 decode speed, bf16 rounding; weights.lora.apply, CLI/engine)
+    YUE2_WARMUP=0         no background compilation of the fast path's kernels while a model loads (warmup.py; default
+                          on for CUDA with the fast path)
     YUE2_VERIFY_HASHES=0  skip the sha256 check of a vendor folder's files against weights_manifest.json (sizes are
                           still checked; weights/vendor.py)
 """

@@ -1,0 +1,426 @@
+"""Cold-start warm-up: compile what a song's fast path needs while the weights load, so the first song runs at the
+speed of the second (issue #18 item 1; on an H200 a fresh process spent 8.1 s of its first song compiling the decode
+kernels during the first graph capture).
+
+A *shadow* model does the work: the checkpoint's real dimensions and module kinds (int8 ConvRot or bf16 linears; the
+NAR's linears bf16 as `nar.float_linears` leaves them on GPUs) but ONE transformer layer, the real-size embedding, LM
+head and in/out projections (their shapes pick the GEMV configurations), and cheap deterministic weights — never
+uninitialised memory, whose NaNs would trip the decoder's fallbacks. It is built from the checkpoint's header alone
+(`inspect_checkpoint`), so it can run before a single weight is read.
+
+What a Triton kernel specialises on, and how the shadow hits the same variants as a song (Triton 3.x
+`JITFunction` specialisation: constexprs, dtypes, integer arguments not in `do_not_specialize` by "equals 1" and
+"divisible by 16", pointers by 16-byte alignment):
+- layer products (`fast.gemv`): N, K and the table's constexpr blocks per weight shape — the real shapes, the real
+  LM head slices of both phases; M (rows) is not specialised;
+- consumers (`fast.fused`: add+RMSNorm, QK-norm+RoPE+KV store, SiLU·up): widths and split counts of the products
+  (real shapes); rows, capacities and NAR lengths are either unspecialised or always multiples of 16;
+- decode attention: lengths, chunks and split counts are unspecialised, but the constexpr SP = next power of two of
+  the split count depends on the attention length (and on the GPU's multiprocessor count): the shadow steps through
+  every attention-length bucket of the context (`fast.decode.BUCKET`) so each SP the song can meet is compiled;
+- sampling tail (`fast.sample_kernels`): the phase width, the Sampling settings (constexprs CFG, PENALTY, SCALE,
+  TOPP, the candidate count) — taken from the song's presets — and `min_tokens` / `max_tokens`, which change with the
+  song's budget: both residues (divisible by 16 or not) are compiled; the CFG pair (2 rows) only when asked;
+- NAR: one velocity on a chunk of more than 16 rows (the row-blocked RoPE kernel) — its lengths are unspecialised;
+- VAE: one tile of the song's tile size (cuDNN's first use, the snake kernel) and one short tile of every length
+  residue mod 16 (the snake kernel specialises on its length T, an affine function of the tile's frames).
+
+Threading: the warm-up runs in a daemon thread on its own CUDA stream, while the loader reads weights on the default
+stream. It never captures a CUDA graph: eager steps compile the same kernels, and a capture (global capture mode)
+would make the loader's synchronous host→device copies in the other thread illegal during the capture. The stages
+wait for it (`WarmUp.wait`), so no song kernel runs beside it. A failure is one warning, never an error for a song;
+`WarmUp.cancel()` (or the `should_stop` callback, e.g. ComfyUI's Cancel) stops it between steps.
+
+Triton's disk cache: every file goes through `triton.runtime.cache.FileCacheManager.put`, which writes into a fresh
+`tmp.pid_<pid>_<uuid>` directory and `os.replace`s the file into place (atomic on POSIX), and a kernel's group
+index (`__grp__*.json`, written last) is only trusted when every file it lists exists (`get_group`): an interrupted
+compile (exception, cancel, the process ending) leaves at most a stray temporary directory, never a broken entry
+(triton/runtime/cache.py in Triton 3.4–3.8; the autotuner's `*.autotune.json` goes through the same `put`). A cache
+directory that is read-only or full is replaced for this process by a fresh temporary one, with one warning.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import torch
+
+from .switches import flag
+
+SWITCH = "YUE2_WARMUP"
+MIN_FREE_BYTES = 256 * 2 ** 20  # a cache with less free space counts as full: one decode kernel set is ~30 MB
+PREFIX_TOKENS = 64  # shadow prompt: more than the 16 rows under which products take the decode-sized paths
+NAR_FRAMES = 256  # shadow NAR chunk (258 rows: the NAR's row-blocked kernels)
+PATTERN = 4099  # period of the deterministic weight pattern (a prime: no alignment with rows of 2^k)
+
+_CACHE_LOCK = threading.Lock()
+_CACHE_CHECKED: dict = {}
+
+
+# -- when ------------------------------------------------------------------------------------------------------------
+def skip_reason(device) -> str | None:
+    """Why no warm-up runs on `device` (None: it runs). Reads YUE2_WARMUP (0/1, default 1; RequestError otherwise)
+    first, so a bad value is reported on any device."""
+    on = flag(SWITCH, True)
+    dev = torch.device(device)
+    if not on:
+        return f"{SWITCH}=0"
+    if dev.type != "cuda":
+        return f"the device is {dev.type}: only the CUDA fast path compiles kernels"
+    from .fast import fast_enabled, triton_modules
+    if not fast_enabled(dev):
+        return "YUE2_FAST=0: the portable paths compile nothing"
+    if triton_modules() is None:
+        return "Triton is not importable: nothing to compile"
+    return None
+
+
+# -- Triton's cache directory ---------------------------------------------------------------------------------------
+def triton_cache_dir() -> str:
+    """The directory Triton caches compiled kernels in: $TRITON_CACHE_DIR, else $TRITON_HOME (default ~)/.triton/cache
+    (triton.knobs.cache.dir)."""
+    explicit = os.environ.get("TRITON_CACHE_DIR", "").strip()
+    if explicit:
+        return explicit
+    home = os.environ.get("TRITON_HOME", "").strip() or os.path.expanduser("~")
+    return os.path.join(home, ".triton", "cache")
+
+
+def cache_problem(path: str, min_free: int = MIN_FREE_BYTES) -> str | None:
+    """Why Triton could not cache kernels in `path` (None: it can): not creatable, not writable (a probe file is
+    written and removed), or under `min_free` bytes free."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".yue2-probe-", dir=path)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as exc:
+        return f"not writable ({type(exc).__name__}: {exc.strerror or exc})"
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return None
+    if free < min_free:
+        return f"full ({free / 2 ** 20:.0f} MiB free)"
+    return None
+
+
+def ensure_cache_dir() -> str:
+    """Make sure this process's Triton compiles can be cached: when `triton_cache_dir()` is read-only or full, point
+    TRITON_CACHE_DIR at a fresh temporary directory for this process (Triton reads it at each compile) with one
+    warning. Checked once per directory and process. Returns the directory in use."""
+    with _CACHE_LOCK:
+        path = triton_cache_dir()
+        if path in _CACHE_CHECKED:
+            return _CACHE_CHECKED[path]
+        problem = cache_problem(path)
+        use = path
+        if problem is not None:
+            use = tempfile.mkdtemp(prefix="yue2-triton-cache-")
+            os.environ["TRITON_CACHE_DIR"] = use
+            warnings.warn(f"Triton's cache directory {path} is {problem}: kernels compiled by this process are "
+                          f"cached in {use} instead (they are compiled again in the next process)")
+        _CACHE_CHECKED[path] = _CACHE_CHECKED[use] = use
+        return use
+
+
+# -- the shadow model ---------------------------------------------------------------------------------------------
+def _first_layer(quant: dict) -> dict:
+    """The quantization map restricted to layer 0 and the modules outside the layers."""
+    return {k: v for k, v in (quant or {}).items() if ".layers." not in k or ".layers.0." in k}
+
+
+@dataclass
+class Shadow:
+    """One-layer stand-ins of the loaded parts (any may be None)."""
+    ar: object = None
+    nar: object = None
+    vae: object = None
+
+
+def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype=torch.bfloat16, *,
+                 parts=("ar", "nar", "vae"), int8_layers: bool = True) -> Shadow:
+    """Shadow modules for a checkpoint of `dims` (`layers.ModelDims`) whose AR quantization map is `quant_ar`
+    (`CheckpointInfo.quant_ar`; empty for bf16 files): an `ARModel` and an `NARModel` with one layer and bf16 NAR
+    linears (what `nar.float_linears` makes of an int8 file's NAR on GPUs), a full `VAEDecoder(vae_cfg)`, each with
+    deterministic weights (`fill_`) on `device` in `dtype` (the VAE fp32). `device="meta"`: shapes only, nothing
+    allocated (tests). `int8_layers=False`: the AR's layer linears bf16 (YUE2_LORA_INT8=bf16 with adapters)."""
+    from .ar import ARModel
+    from .nar import NARModel
+    from .vae import VAEDecoder
+    one = replace(dims, layers=1)
+    quant = _first_layer(quant_ar)
+    if not int8_layers:
+        quant = {k: v for k, v in quant.items() if ".layers." not in k}
+    out = Shadow()
+    with torch.device("meta"):
+        if "ar" in parts:
+            out.ar = ARModel(one, quant, dtype)
+        if "nar" in parts:
+            out.nar = NARModel(one, {}, dtype)
+        if "vae" in parts and vae_cfg is not None:
+            out.vae = VAEDecoder(vae_cfg)
+    for name in ("ar", "nar", "vae"):
+        mod = getattr(out, name)
+        if mod is None:
+            continue
+        mod.eval().requires_grad_(False)
+        if torch.device(device).type != "meta":
+            mod = mod.to_empty(device=device)
+            fill_(mod)
+            setattr(out, name, mod)
+    if out.ar is not None:
+        emb = out.ar.model.embed_tokens
+        if hasattr(emb, "dtype") and not isinstance(emb, torch.nn.Embedding):
+            emb.dtype = dtype  # as checkpoint._set_embed_dtype
+    return out
+
+
+@torch.no_grad()
+def fill_(module: torch.nn.Module) -> torch.nn.Module:
+    """Deterministic, finite weights in place: floats 0.02·sin(0.7·i) (row scales of int8 layers 1/512), int8 codes
+    (7·i mod 255) − 127, the pattern repeating every `PATTERN` elements (one copy per tensor)."""
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        n = t.numel()
+        if n == 0:
+            continue
+        i = torch.arange(min(n, PATTERN), device=t.device)
+        if t.dtype == torch.int8:
+            pattern = ((i * 7) % 255 - 127).to(torch.int8)
+        elif t.dtype.is_floating_point:
+            pattern = (torch.full_like(i, 1.0 / 512, dtype=torch.float32) if name.endswith("weight_scale")
+                       else 0.02 * torch.sin(0.7 * i.float())).to(t.dtype)
+        else:
+            pattern = (i % 7).to(t.dtype)
+        flat = t.view(-1)
+        whole = n // PATTERN * PATTERN
+        if whole:
+            flat[:whole].view(-1, PATTERN).copy_(pattern.expand(whole // PATTERN, PATTERN))
+        if n > whole:
+            flat[whole:].copy_(pattern[:n - whole])
+    return module
+
+
+# -- the work -------------------------------------------------------------------------------------------------------
+class Cancelled(Exception):
+    """Raised inside the warm-up thread when it is cancelled (never leaves `WarmUp`)."""
+
+
+def _phase_samplings(budgets, phase: str) -> list:
+    """The song's Sampling of `phase` with budget lengths giving both residues mod 16 of `max_tokens` and
+    `min_tokens` (the tail kernels specialise on them) and room for every attention bucket of the context."""
+    from .constants import CONTEXT
+    from .pipeline import Budgets
+    budgets = budgets or Budgets()
+    s = budgets.abc_sampling() if phase == "abc" else budgets.semantic_sampling()
+    top = (CONTEXT - PREFIX_TOKENS) // 16 * 16
+    return [replace(s, min_tokens=16, max_tokens=top), replace(s, min_tokens=17, max_tokens=top - 1)]
+
+
+def _decode(ar, phase: str, budgets, cfg_pair: bool, stop: Callable[[], None]) -> int:
+    """Eager fused decode steps of the shadow AR (`fast.decode.PhaseDecoder` without graphs) over every
+    attention-length bucket, for each residue variant of the phase's Sampling. Returns the steps run."""
+    from .constants import CONTEXT
+    from .fast.decode import BUCKET, PhaseDecoder
+    from .fast.sampler import SLICES
+    sl = SLICES[phase]
+    prefix = [sl.start + (7 * j) % (sl.stop - sl.start - 1) for j in range(PREFIX_TOKENS)]
+    steps = 0
+    samplings = _phase_samplings(budgets, phase)
+    variants = [(s, False) for s in samplings] + [(s, True) for s in samplings if cfg_pair and phase == "semantic"]
+    for k, (s, cfg) in enumerate(variants):
+        stop()
+        dec = PhaseDecoder(ar, [prefix], s, [k], phase, use_graph=False,
+                           negatives=[prefix[: PREFIX_TOKENS // 2]] if cfg else None, cfg_scale=1.5 if cfg else 1.0)
+        try:
+            dec._allocate()
+            dec._prefill()
+            # every attention bucket once per row count (their split counts), one step for the other residue
+            buckets = {min(dec.capacity, b) for b in range(BUCKET, CONTEXT + BUCKET, BUCKET)} | {dec.capacity}
+            lengths = sorted(buckets) if s is samplings[0] else [BUCKET]
+            for attn_len in lengths:
+                stop()
+                dec._eager_step(attn_len)
+                steps += 1
+        finally:
+            dec.release()
+    return steps
+
+
+def _nar(ar, nar, stop: Callable[[], None]) -> None:
+    """One NAR velocity of the shadow on a NAR_FRAMES chunk after PREFIX_TOKENS AR tokens."""
+    from .constants import CODEC_OFFSET
+    from .nar import ChunkRenderer, raw_timesteps
+    tokens = [CODEC_OFFSET + (11 * j) % 1024 for j in range(PREFIX_TOKENS)]
+    stop()
+    renderer = ChunkRenderer(nar, ar.layer_kv(tokens, extra=NAR_FRAMES + 2), NAR_FRAMES, ar_len=len(tokens))
+    state = 0.1 * torch.sin(torch.arange(NAR_FRAMES * nar.dims.latent_dim, device=nar.device, dtype=torch.float32))
+    renderer.velocity(state.view(NAR_FRAMES, -1).to(nar.dtype), raw_timesteps(32)[0][0])
+
+
+def _vae(vae, stop: Callable[[], None]) -> None:
+    """One full tile (`pipeline.vae_core_frames` + two halos) and one short tile of every length residue mod 16."""
+    from .constants import VAE_HALO_FRAMES
+    from .pipeline import vae_core_frames
+    full = vae_core_frames(vae.device) + 2 * VAE_HALO_FRAMES
+    lat = 0.1 * torch.sin(torch.arange(vae.cfg.latent_dim * full, device=vae.device, dtype=torch.float32))
+    lat = lat.view(1, vae.cfg.latent_dim, full)
+    stop()
+    vae.decode(lat)
+    for frames in range(33, 49):
+        stop()
+        vae.decode(lat[:, :, :frames].contiguous())
+
+
+@dataclass
+class Plan:
+    """What one warm-up compiles: the checkpoint's geometry and the song's settings."""
+    dims: object
+    quant_ar: dict
+    vae_cfg: object = None
+    dtype: torch.dtype = torch.bfloat16
+    parts: tuple = ("ar", "nar", "vae")
+    budgets: object = None  # `pipeline.Budgets` of the songs to come (default presets)
+    cfg_pair: bool = False  # also the CFG pair rows of the semantic phase
+    int8_layers: bool = True
+    phases: tuple = ("abc", "semantic")
+
+    @classmethod
+    def from_info(cls, info, dtype=torch.bfloat16, parts=("ar", "nar", "vae"), vae_cfg=None, **kw) -> "Plan":
+        """A plan for a `CheckpointInfo` (header only: no weight is read)."""
+        return cls(info.dims, dict(info.quant_ar or {}), vae_cfg if vae_cfg is not None else info.vae, dtype,
+                   tuple(parts), **kw)
+
+
+def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = None) -> dict:
+    """Compile the fast path's kernels for `plan` on `device` synchronously (the caller's CUDA stream) and return a
+    report {"seconds", "steps", "stages": {name: seconds}, "skipped": reason or None}. `should_stop()` (True or an
+    exception: cancel) is polled between steps; cancelling raises `Cancelled`. Nothing happens (a reason is
+    returned) on CPUs, with YUE2_WARMUP=0, YUE2_FAST=0 or without Triton."""
+    device = torch.device(device)
+    reason = skip_reason(device)
+    if reason is not None:
+        return {"seconds": 0.0, "steps": 0, "stages": {}, "skipped": reason}
+
+    def stop():
+        try:
+            halt = should_stop is not None and should_stop()
+        except Exception:  # e.g. ComfyUI's InterruptProcessingException
+            halt = True
+        if halt:
+            raise Cancelled("warm-up cancelled")
+
+    t0 = time.perf_counter()
+    stages, steps = {}, 0
+    with torch.inference_mode():
+        shadow = build_shadow(plan.dims, plan.quant_ar, plan.vae_cfg, device, plan.dtype, parts=plan.parts,
+                              int8_layers=plan.int8_layers)
+        stages["build"] = time.perf_counter() - t0
+        try:
+            if shadow.ar is not None:
+                for phase in plan.phases:
+                    t = time.perf_counter()
+                    steps += _decode(shadow.ar, phase, plan.budgets, plan.cfg_pair, stop)
+                    stages[f"decode_{phase}"] = time.perf_counter() - t
+            if shadow.ar is not None and shadow.nar is not None:
+                t = time.perf_counter()
+                _nar(shadow.ar, shadow.nar, stop)
+                stages["nar"] = time.perf_counter() - t
+            if shadow.vae is not None:
+                t = time.perf_counter()
+                _vae(shadow.vae, stop)
+                stages["vae"] = time.perf_counter() - t
+            torch.cuda.current_stream(device).synchronize()
+        finally:
+            del shadow
+    return {"seconds": time.perf_counter() - t0, "steps": steps, "stages": stages, "skipped": None}
+
+
+@dataclass
+class WarmUp:
+    """A warm-up running in a daemon thread on its own CUDA stream. `wait()` blocks until it ended (done, failed
+    or cancelled) and returns its report; `cancel()` asks it to stop at the next step and waits for that."""
+    plan: Plan
+    device: torch.device
+    should_stop: Callable[[], bool] | None = None
+    work: Callable = None  # (plan, device, should_stop) → report; default `warm_up`
+    report: dict = field(default_factory=dict)
+    error: str | None = None
+
+    def __post_init__(self):
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "WarmUp":
+        """Check Triton's cache directory (`ensure_cache_dir`), then start the thread."""
+        ensure_cache_dir()
+        self._thread = threading.Thread(target=self._run, name="yue2-warm-up", daemon=True)
+        self._thread.start()
+        return self
+
+    def _stopped(self) -> bool:
+        return self._cancel.is_set() or (self.should_stop is not None and self.should_stop())
+
+    def _run(self):
+        t0 = time.perf_counter()
+        try:
+            work = self.work or warm_up
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)  # Triton and torch read the current device per thread
+                with torch.cuda.stream(torch.cuda.Stream(self.device)):
+                    self.report = work(self.plan, self.device, self._stopped)
+            else:
+                self.report = work(self.plan, self.device, self._stopped)
+        except Cancelled:
+            self.report = {"seconds": time.perf_counter() - t0, "cancelled": True}
+        except BaseException as exc:  # noqa: BLE001 — any failure: one warning, the song goes on without it
+            from .errors import brief
+            self.error = brief(exc)
+            self.report = {"seconds": time.perf_counter() - t0, "error": self.error}
+            warnings.warn(f"YuE2 warm-up failed ({self.error}); the first song compiles its kernels itself "
+                          f"(slower, same results)")
+        finally:
+            if self.device.type == "cuda":
+                try:
+                    torch.cuda.empty_cache()  # the shadow's blocks back to the driver before the song's working set
+                except Exception:  # noqa: BLE001 — never an error from the warm-up
+                    pass
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Block until the warm-up ended (or `timeout` s passed); returns the report so far."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.report
+
+    def cancel(self, wait: bool = True) -> None:
+        """Stop at the next step (a kernel being compiled finishes first) and, with `wait`, wait for the thread."""
+        self._cancel.set()
+        if wait:
+            self.wait()
+
+
+def start(plan: Plan, device, should_stop: Callable[[], bool] | None = None) -> WarmUp | None:
+    """Start a background warm-up of `plan` on `device`, or return None when `skip_reason(device)` says none runs.
+    Raises RequestError for a bad YUE2_WARMUP value."""
+    device = torch.device(device)
+    if skip_reason(device) is not None:
+        return None
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return WarmUp(plan, device, should_stop).start()
+
+
+def start_for_checkpoint(info, device, dtype=torch.bfloat16, should_stop: Callable[[], bool] | None = None):
+    """`start` for a `CheckpointInfo` (the nodes' Checkpoint Loader: header read, weights not yet): all parts, the
+    default presets. None when no warm-up runs on `device`."""
+    return start(Plan.from_info(info, dtype), device, should_stop)
