@@ -3,7 +3,9 @@
 # GPU machine (one NVIDIA H200). Parts (several may be given; bench + tests fit one 10-minute call, nodes another):
 #
 #   bash bench/gpu_session.sh bench    # bench/bench.py (full-size synthetic bf16 + int8, ours vs vendor-style) and
-#                                      # bench/profile_decode.py (where a decode step's time goes)
+#                                      # bench/profile_decode.py (where a decode step's time goes), then cold
+#   bash bench/gpu_session.sh cold     # bench/cold_start.py: first song vs second in fresh processes (empty Triton
+#                                      # cache / cache kept / no warm-up; ~4 min), rows merged into bench.json
 #   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu)
 #   bash bench/gpu_session.sh parts    # bench/decode_parts.py (decode-attention configurations, int8 rotation
 #                                      # placements; ~1 min) and bench/gemv_sweep.py --quick
@@ -37,14 +39,19 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|tests|parts|next|lora|batch|nar|nodes|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|nar|nodes|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
       "$PY" bench/bench.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
       "$PY" bench/profile_decode.py 2>&1 | tee "$OUT/profile_decode.log"
       "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors 2>&1 \
-        | tee "$OUT/profile_decode_int8.log" ;;
+        | tee "$OUT/profile_decode_int8.log"
+      "$PY" bench/cold_start.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/cold_start.log" ;;
+    cold)
+      "$PY" bench/cold_start.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/cold_start.log"
+      YUE2_BENCH_INT8=/tmp/yue2bench/yue2_full_int8.safetensors "$PY" -m pytest tests/core/test_warmup_gpu.py -s -q \
+        -p no:cacheprovider 2>&1 | tee "$OUT/warmup_gpu_tests.log" ;;
     tests)
       YUE2_PARITY_DIR=${YUE2_PARITY_DIR:-.gpuparity} "$PY" -m pytest tests/core/test_cuda_fast.py -s -q \
         -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" ;;
@@ -85,6 +92,6 @@ for part in "$@"; do
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|tests|parts|next|nar|nodes|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|parts|next|nar|nodes|takes|scale)" >&2; exit 2 ;;
   esac
 done
