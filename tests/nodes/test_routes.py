@@ -224,6 +224,25 @@ def test_tokens_refuses_bad_requests(comfy_server, body, status, words):
     assert_refused(got, answer, status, *words, server=comfy_server)
 
 
+def test_tokens_with_a_vendor_model_folder(comfy_server, checkpoint):
+    """A vendor folder listed by the loader as "<name>/" counts with its own tokenizer (qwen.tiktoken). (The tiny
+    synthetic vocabulary's tiktoken ranks merge slightly differently from its JSON merges, so the count is compared
+    with the folder's tokenizer, not with the all-in-one file's.)"""
+    import shutil
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_tokenizer
+    from yue2_core.weights.synthetic_vendor import write_vendor_folder
+
+    folder = Path(comfy_server.models_dir) / "YuE2-routes-vendor"
+    write_vendor_folder(str(Path(comfy_server.models_dir) / checkpoint), str(folder))  # its VAE in folder/vae
+    try:
+        status, answer = post(comfy_server, "tokens", {"abc": SONG, "ckpt_name": "YuE2-routes-vendor/"})
+        expected = len(load_tokenizer(inspect_checkpoint(str(folder))).encode(SONG))
+    finally:
+        shutil.rmtree(folder)
+    assert status == 200, answer
+    assert answer["tokens"] == expected > 100 and answer["ckpt_name"] == "YuE2-routes-vendor/"
+
+
 def test_tokens_on_a_file_that_is_not_a_yue2_checkpoint(comfy_server):
     name = "yue2_editor_routes_not_yue2.safetensors"
     header = json.dumps({"weight": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
