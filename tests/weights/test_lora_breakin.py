@@ -290,6 +290,10 @@ def test_fl_companion_must_stay_in_the_ar_files_folder(tmp_path):
     ok = read_adapter(_write(fl.parent / "ok.safetensors", tensors,
                              {**meta, "acoustic_adapter": "sub/nar.safetensors"}), TINY)
     assert {p.expert for p in ok.patches} == {"ar", "nar"}
+    _write(fl.parent / "sub" / "another-ar.safetensors", tensors, {k: v for k, v in meta.items()
+                                                                    if k != "acoustic_adapter"})
+    _refused(_write(fl.parent / "ar-companion.safetensors", tensors,  # an AR file named as the NAR companion
+                    {**meta, "acoustic_adapter": "sub/another-ar.safetensors"}), "must be the NAR file")
 
 
 # ------------------------------------------------------------------------------------ weak spots

@@ -231,6 +231,11 @@ def _join_companion(adapter: Adapter, path: str, rel: str, dims: ModelDims, stac
     if target in stack or target == here:
         raise AdapterError(f"{path}: acoustic_adapter {rel!r} leads back to a file already read ({target})")
     other = read_adapter(target, dims, (*stack, here))
+    wrong = sorted({p.expert for p in other.patches} - {"nar"})
+    if wrong:  # e.g. acoustic_adapter naming another AR file: its patches would silently add to the AR
+        raise AdapterError(f"{path}: its companion (metadata acoustic_adapter={rel!r}) changes the "
+                           f"{'/'.join(w.upper() for w in wrong)} expert; an FL companion must be the NAR file "
+                           f"(branch=nar). Name the FL NAR file there, or load the other file as its own LoRA.")
     adapter.patches += other.patches
     adapter.files += [f for f in other.files if f not in adapter.files]
     adapter.unmatched += [f"{os.path.basename(target)}: {k}" for k in other.unmatched]
