@@ -4,13 +4,15 @@ Per chunk of n frames (chunking: `chunk_ranges`): the AR expert is prefilled ove
 (A tokens) and its per-layer K/V kept; the NAR input for L = n + 2 slots (zero START row, n frames, zero END row) is
 `vae2llm(state) + time_embedder(t̃) + pe[0 … L−1]`; NAR layer i attends, without a mask, to [AR K/V of layer i ‖
 its own K/V] with RoPE positions A … A+L−1; the output `llm2vae(norm(x))[1:-1]` is the velocity (≈ noise − data).
-`solve` integrates 32 explicit-midpoint steps from t = 1 (noise) to 0 with the state kept in the model dtype.
+`solve` integrates 32 explicit-midpoint steps from t = 1 (noise) to 0 with the state kept in the model dtype (opt-in:
+`method="ab2"`, one evaluation per step). On CUDA one evaluation is captured per chunk as a CUDA graph and replayed.
 
 Module tree = checkpoint keys under `model.diffusion_model.`: `model.layers.{i}.…`, `model.norm`, `vae2llm`,
 `llm2vae`, `time_embedder.mlp.{0,2}`, `latent_pos_embed.pe`.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable
 
@@ -79,9 +81,13 @@ class NARModel(nn.Module):
     def device(self) -> torch.device:
         return self.model.norm.weight.device
 
-    def shifted_t(self, raw_t: float) -> torch.Tensor:
-        """t̃ = shift·σ/(1 + (shift−1)·σ), σ = sigmoid(raw_t) computed in the model dtype on the device."""
-        s = torch.sigmoid(torch.tensor(raw_t, dtype=self.dtype, device=self.device))
+    def shifted_t(self, raw_t: float | torch.Tensor) -> torch.Tensor:
+        """t̃ = shift·σ/(1 + (shift−1)·σ), σ = sigmoid(raw_t) computed in the model dtype on the device. `raw_t`: a
+        Python float, or a 0-d tensor of the model dtype on the device (what a CUDA graph reads at replay; a float
+        stored into such a tensor by `fill_` is rounded exactly as `torch.tensor(raw_t, dtype=…)` rounds it)."""
+        if not isinstance(raw_t, torch.Tensor):
+            raw_t = torch.tensor(raw_t, dtype=self.dtype, device=self.device)
+        s = torch.sigmoid(raw_t)
         shift = self.timestep_shift
         return shift * s / (1 + (shift - 1) * s)
 
@@ -96,16 +102,39 @@ def attention_backend() -> str:
     return "gqa" if name == "auto" else name
 
 
+_NAR_STREAMS: dict = {}  # device → the NAR's own side stream (only while decode graphs may be captured beside it)
+_GRAPH_FAILED: dict[str, str] = {}  # device → why capturing the NAR velocity failed (eager from then on, one warning)
+
+
+def graph_wanted(device: torch.device) -> bool:
+    """Whether `ChunkRenderer` captures its velocity in a CUDA graph on `device`: a CUDA device, YUE2_NAR_GRAPH not
+    "0" (validated on every device: RequestError for a value other than 0/1), and no capture failed on that device
+    before in this process (`_GRAPH_FAILED`)."""
+    want = flag("YUE2_NAR_GRAPH", True)
+    return want and torch.device(device).type == "cuda" and str(device) not in _GRAPH_FAILED
+
+
 class ChunkRenderer:
     """One chunk's conditioning and velocity field. `ar_kv` = per-layer (K, V) [1, nkv, A, D] of the chunk's AR
     tokens from `ARModel.layer_kv` (copied into per-layer [AR ‖ NAR] buffers, so the caller may drop it);
-    `frames` = n. The AR part is invariant during the solve."""
+    `frames` = n. The AR part is invariant during the solve.
+
+    `graph` (default: `graph_wanted`, i.e. on CUDA unless YUE2_NAR_GRAPH=0): the first `velocity` runs eagerly on a
+    side stream (kernel choice, Triton compilation, workspaces), the second captures one evaluation in a CUDA graph
+    — static state and timestep buffers, the timestep a 0-d device tensor filled before each replay, the [AR ‖ NAR]
+    K/V buffers fixed for the chunk — and every later one replays it: the same kernels in the same order as the
+    eager path, so the same bits, without ~2 ms of host launch time per evaluation of the full model. A capture that
+    fails (any exception) leaves the renderer eager, with one warning per device and process. `close()` frees the
+    graph and its private memory pool (one evaluation's activations) at once."""
 
     def __init__(self, nar: NARModel, ar_kv: list[tuple[torch.Tensor, torch.Tensor]], frames: int,
-                 fused: bool | None = None, ar_len: int | None = None):
+                 fused: bool | None = None, ar_len: int | None = None, graph: bool | None = None):
         if len(ar_kv) != nar.dims.layers:
             raise RequestError(f"AR K/V has {len(ar_kv)} layers, the NAR expert {nar.dims.layers}")
         self.nar, self.frames = nar, frames
+        self.graphed = graph_wanted(nar.device) if graph is None else bool(graph) and nar.device.type == "cuda"
+        self.evaluations = 0  # velocity calls so far (the first is the eager warm-up of a graphed renderer)
+        self._graph = self._g_state = self._g_raw = self._g_out = self._side = None
         if fused is None:
             fused = flag("YUE2_FUSED", True) and nar.device.type == "cuda"
         if fused:
@@ -139,7 +168,18 @@ class ChunkRenderer:
             self.values.append(vb)
 
     def velocity(self, state: torch.Tensor, raw_t: float) -> torch.Tensor:
-        """state [n, 64] in the model dtype → velocity [n, 64] at raw timestep `raw_t` (t̃ = sigmoid(raw_t))."""
+        """state [n, 64] in the model dtype → velocity [n, 64] (a new tensor) at raw timestep `raw_t` (t̃ =
+        sigmoid(raw_t)); graphed on CUDA as the class says."""
+        self.evaluations += 1
+        if self.graphed and self.evaluations > 1:
+            out = self._replay(state, raw_t)
+            if out is not None:
+                return out
+        if self.graphed and self.evaluations == 1:  # warm-up on the capture stream, as the capture will run
+            return self._on_capture_stream(lambda: self._velocity(state, raw_t))
+        return self._velocity(state, raw_t)
+
+    def _velocity(self, state: torch.Tensor, raw_t: float | torch.Tensor) -> torch.Tensor:
         if self.fused:
             return self._velocity_fused(state, raw_t)
         nar = self.nar
@@ -157,8 +197,76 @@ class ChunkRenderer:
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return nar.llm2vae(nar.model.norm(x))[0, 1:-1]
 
+    # -- CUDA graph --------------------------------------------------------------------------------------------
+    def _stream(self) -> "torch.cuda.Stream":
+        """The side stream of the warm-up and the capture, chosen at the first evaluation: `fast.decode`'s capture
+        stream (its cuBLAS workspace exists already: PyTorch keeps one per stream for the process), or — while
+        another thread may capture decode graphs on that stream (`fast.decode.concurrent_capture`, the batch
+        command's render worker) — a stream of the NAR's own."""
+        if getattr(self, "_side", None) is None:
+            from .fast import decode as fd
+            if getattr(fd, "_CONCURRENT", [0])[0]:
+                key = str(self.nar.device)
+                if key not in _NAR_STREAMS:
+                    _NAR_STREAMS[key] = torch.cuda.Stream(self.nar.device)
+                self._side = _NAR_STREAMS[key]
+            else:
+                self._side = fd._capture_stream(self.nar.device)
+        return self._side
 
-    def _velocity_fused(self, state: torch.Tensor, raw_t: float) -> torch.Tensor:
+    def _on_capture_stream(self, fn):
+        """fn() on the side stream the graph is captured on, ordered after and before the current stream's work."""
+        dev = self.nar.device
+        stream, current = self._stream(), torch.cuda.current_stream(dev)
+        stream.wait_stream(current)
+        with torch.cuda.stream(stream):
+            out = fn()
+        current.wait_stream(stream)
+        out.record_stream(current)  # allocated on the side stream, read on this one
+        return out
+
+    def _capture(self, state: torch.Tensor) -> None:
+        """Capture one evaluation, under `fast.decode.CAPTURE_LOCK` and in its capture mode ("thread_local" while
+        another thread works on the GPU, else "global"), as the AR decoder captures."""
+        from .fast import decode as fd
+        nar = self.nar
+        self._g_state = torch.empty_like(state, memory_format=torch.contiguous_format)
+        self._g_raw = torch.zeros((), dtype=nar.dtype, device=nar.device)
+        graph = torch.cuda.CUDAGraph()
+        lock = getattr(fd, "CAPTURE_LOCK", None) or contextlib.nullcontext()
+        with lock:
+            mode = "thread_local" if getattr(fd, "_CONCURRENT", [0])[0] else "global"
+            with torch.cuda.graph(graph, stream=self._stream(), capture_error_mode=mode):
+                self._g_out = self._velocity(self._g_state, self._g_raw)
+        self._graph = graph
+
+    def _replay(self, state: torch.Tensor, raw_t: float) -> torch.Tensor | None:
+        """The graphed evaluation (captured on the first call after the warm-up), or None once it failed."""
+        if self._graph is None:
+            try:
+                self._capture(state)
+            except Exception as exc:  # capture refused (an op that syncs, an allocator or driver error): eager
+                from .errors import brief
+                self.close()
+                self.graphed = False
+                key = str(self.nar.device)
+                if key not in _GRAPH_FAILED:
+                    _GRAPH_FAILED[key] = brief(exc)
+                    import warnings
+                    warnings.warn(f"CUDA graph of the NAR velocity unavailable on {key} ({_GRAPH_FAILED[key]}); "
+                                  "the renderer runs its kernels eagerly (same results, ~2 ms more per evaluation)")
+                return None
+        self._g_state.copy_(state)
+        self._g_raw.fill_(raw_t)
+        self._graph.replay()
+        return self._g_out.clone()  # the static output is overwritten by the next replay
+
+    def close(self) -> None:
+        """Free the captured graph, its memory pool and static buffers (the renderer stays usable, eagerly)."""
+        self._graph = self._g_state = self._g_raw = self._g_out = None
+        self.graphed = False
+
+    def _velocity_fused(self, state: torch.Tensor, raw_t: float | torch.Tensor) -> torch.Tensor:
         """`velocity` with the fused Triton kernels of `fast.fused` (same rounding points: add+RMSNorm,
         QK-norm+RoPE writing k/v into the key buffers, SiLU·up), for CUDA."""
         from .fast import fused
@@ -233,20 +341,50 @@ def raw_timesteps(steps: int = 32) -> list[tuple[float, float]]:
     return out
 
 
+ODE_METHODS = ("midpoint", "ab2")  # solve(method=…): the release's explicit midpoint (default), opt-in AB2
+
+
+def check_method(method) -> str:
+    """`method` if it names an ODE solver of `solve` (ODE_METHODS), else RequestError naming the accepted values."""
+    if not isinstance(method, str) or method not in ODE_METHODS:
+        raise RequestError(f"the ODE method must be one of {', '.join(repr(m) for m in ODE_METHODS)} "
+                           f"(midpoint is the release's solver), got {method!r}")
+    return method
+
+
 def solve(renderer: ChunkRenderer, noise: torch.Tensor, steps: int = 32,
-          on_step: Callable[[int, int], None] | None = None, states: list | None = None) -> torch.Tensor:
-    """Explicit midpoint ODE from t = 1 to 0: mid = x − v1·dt/2, x ← x − v2·dt, all in the model dtype.
-    noise [n, 64] fp32 → latents [n, 64] fp32 on CPU. `states` (optional list) receives each step's start state and
-    the final one. Raises NumericalError (a FloatingPointError) on a non-finite result."""
+          on_step: Callable[[int, int], None] | None = None, states: list | None = None, *,
+          method: str = "midpoint") -> torch.Tensor:
+    """Integrate the flow from t = 1 (noise) to 0 in `steps` steps of dt = 1/steps. noise [n, 64] fp32 → latents
+    [n, 64] fp32 on CPU. `states` (optional list) receives each step's start state and the final one.
+
+    method "midpoint" (the release's, runtime.md §5.6; 2 evaluations per step): mid = x − v(x, t)·dt/2,
+    x ← x − v(mid, t − dt/2)·dt, all in the model dtype.
+    method "ab2" (opt-in, 1 evaluation per step): second-order Adams–Bashforth on the velocities at the step starts,
+    x ← x − dt·(3/2·v_k − 1/2·v_{k−1}); the first step is an explicit Euler step x ← x − dt·v_0 (so exactly `steps`
+    evaluations; one first-order step keeps the global error O(dt²)). The combination and update are computed in
+    fp32 and rounded to the model dtype once per step. Same timesteps t_k = 1 − k/steps as the midpoint's step
+    starts (`raw_timesteps`).
+
+    Raises RequestError for an unknown `method` (check_method), NumericalError (a FloatingPointError) on a
+    non-finite result."""
+    check_method(method)
     nar = renderer.nar
     state = noise.to(device=nar.device, dtype=nar.dtype)
     dt = 1.0 / steps
+    previous = None  # AB2: v_{k−1} in fp32
     for k, (raw, raw_mid) in enumerate(raw_timesteps(steps)):
         if states is not None:
             states.append(state.float().cpu())
         v1 = renderer.velocity(state, raw)
-        mid = state - v1 * (dt / 2)
-        state = state - renderer.velocity(mid, raw_mid) * dt
+        if method == "midpoint":
+            mid = state - v1 * (dt / 2)
+            state = state - renderer.velocity(mid, raw_mid) * dt
+        else:
+            v = v1.float()
+            slope = v if previous is None else 1.5 * v - 0.5 * previous
+            state = (state.float() - dt * slope).to(nar.dtype)
+            previous = v
         if on_step is not None:
             on_step(k + 1, steps)
     result = state.float().cpu()
@@ -281,9 +419,12 @@ def chunk_tokens(prefix: list[int], codes: list[int], a: int, b: int) -> list[in
 
 @torch.inference_mode()
 def render(ar, nar: NARModel, prefix: list[int], codes: list[int], seed: int, steps: int = 32,
-           on_step: Callable[[int, int], None] | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
+           on_step: Callable[[int, int], None] | None = None, noise: torch.Tensor | None = None, *,
+           method: str = "midpoint") -> torch.Tensor:
     """Semantic codes [N] (0 … 32767) → latents [N, 64] fp32 (CPU), chunk by chunk. `on_step(done, total)` counts
-    midpoint steps over all chunks and may raise to cancel; each chunk's AR cache is freed before the next."""
+    ODE steps over all chunks and may raise to cancel; each chunk's AR cache and velocity graph are freed before the
+    next. `method`: the ODE solver of `solve` ("midpoint", the default, or "ab2"); RequestError for another."""
+    check_method(method)
     if not codes:
         raise RequestError("there are no semantic codes to render")
     if any(not 0 <= int(c) < CODEC_SIZE for c in codes):
@@ -296,6 +437,9 @@ def render(ar, nar: NARModel, prefix: list[int], codes: list[int], seed: int, st
         tokens = chunk_tokens(prefix, codes, a, b)
         renderer = ChunkRenderer(nar, ar.layer_kv(tokens, extra=b - a + 2), b - a, ar_len=len(tokens))
         step_cb = None if on_step is None else (lambda k, n, j=j: on_step(j * steps + k, total))
-        out.append(solve(renderer, noise[a:b], steps, step_cb))
+        try:
+            out.append(solve(renderer, noise[a:b], steps, step_cb, method=method))
+        finally:
+            renderer.close()
         del renderer
     return torch.cat(out, dim=0)

@@ -186,14 +186,15 @@ def request_dict(request: SongRequest) -> dict:
 
 
 def render(ar, nar, tokens: SemanticTokens, steps: int = ODE_STEPS, seed: int | None = None,
-           progress: Progress | None = None) -> torch.Tensor:
+           progress: Progress | None = None, method: str = "midpoint") -> torch.Tensor:
     """Stage 3: flow-matching render of the codes → latents [T, 64] fp32 (CPU). `seed` defaults to the tokens'
-    seed (the noise is `randn((T, 64))` from a CPU generator with that seed)."""
+    seed (the noise is `randn((T, 64))` from a CPU generator with that seed). `method`: the ODE solver, "midpoint"
+    (the release's) or the opt-in one-evaluation "ab2" (`nar.solve`); RequestError for another."""
     codes = validate_codes(tokens.codes)
     seed = tokens.seed if seed is None else seed
     on_step = None if progress is None else (lambda done, total: progress("render", done, total, {}))
     from .fast import select_render
-    return select_render(nar)(ar, nar, list(tokens.prefix), codes, seed, steps, on_step)
+    return select_render(nar)(ar, nar, list(tokens.prefix), codes, seed, steps, on_step, method=method)
 
 
 def compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
@@ -356,10 +357,13 @@ class YuE2Engine:
         return cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
 
     def generate(self, request: SongRequest, budgets: Budgets | None = None, steps: int = ODE_STEPS,
-                 progress: Progress | None = None) -> Song:
-        """Style + lyrics (+ optional score) → Song. Every stage's time is in `Song.timing`."""
+                 progress: Progress | None = None, method: str = "midpoint") -> Song:
+        """Style + lyrics (+ optional score) → Song. Every stage's time is in `Song.timing`. `method`: the render's
+        ODE solver (`render`), recorded as the song's ode_method."""
         budgets = budgets or Budgets()
         request = request.validate()
+        from .nar import check_method
+        check_method(method)  # a bad method fails before the AR phases, not after them
         sem = budgets.semantic_sampling()
         timing = {}
         t = time.perf_counter()
@@ -373,7 +377,7 @@ class YuE2Engine:
         timing["semantic_seconds"] = time.perf_counter() - t
         _release_cached_memory(self.ar)
         t = time.perf_counter()
-        latents = render(self.ar, self.nar, tokens, steps, progress=progress)
+        latents = render(self.ar, self.nar, tokens, steps, progress=progress, method=method)
         timing["render_seconds"] = time.perf_counter() - t
         _release_cached_memory(self.nar)
         t = time.perf_counter()
@@ -382,7 +386,7 @@ class YuE2Engine:
         timing["total_seconds"] = sum(timing.values())
         settings = {"protocol": PROTOCOL_VERSION, "cot": request.cot, "cfg_scale": request.guidance,
                     "abc_sampling": budgets.abc_sampling().to_dict(), "semantic_sampling": sem.to_dict(),
-                    "ode_steps": steps, "ode_method": "midpoint", "model_dtype": str(self.ar.dtype).split(".")[-1],
+                    "ode_steps": steps, "ode_method": method, "model_dtype": str(self.ar.dtype).split(".")[-1],
                     "vae_dtype": "float32", "vae_decode": "halo_crop", "device": str(self.ar.device),
                     "checkpoint": self.info.to_dict(), "weights": self.weights}
         return Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,

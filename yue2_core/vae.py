@@ -46,13 +46,39 @@ class SnakeBeta(nn.Module):
     fused = None  # class-wide switch: None = fused Triton kernel on CUDA when available
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel_for(x):
+            from .fast import fused
+            return fused.snake(x, self.alpha, self.beta)
+        return self.reference(x)
+
+    @staticmethod
+    def kernel_for(x: torch.Tensor) -> bool:
+        """Whether the fused Triton snake serves x: fp32 on CUDA, Triton available, `SnakeBeta.fused` not False."""
         if x.is_cuda and x.dtype == torch.float32 and SnakeBeta.fused is not False:
             from .fast import fused
-            if fused.available():
-                return fused.snake(x, self.alpha, self.beta)
+            return fused.available()
+        return False
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The reference formula in torch ops (the portable path)."""
         alpha = torch.exp(self.alpha[None, :, None])
         beta = torch.exp(self.beta[None, :, None])
         return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
+
+    def folded(self, x: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+               keep: bool = False, kernel: bool = False):
+        """The snake of pre = residual + (x + bias[c]) (fp32, this order; either term optional): y, or (pre, y) with
+        `keep`. `kernel`: one fused Triton pass (`fast.fused.snake`; with `keep`, pre is written over x), else torch
+        ops — a bias add, a residual add and `reference`, as the unfolded decoder computes them on a GPU."""
+        if kernel:
+            from .fast import fused
+            return fused.snake(x, self.alpha, self.beta, bias=bias, residual=residual, keep=keep)
+        if bias is not None:
+            x = x + bias[None, :, None]
+        if residual is not None:
+            x = residual + x
+        y = self.reference(x)
+        return (x, y) if keep else y
 
 
 class WNConv1d(nn.Module):
@@ -70,10 +96,13 @@ class WNConv1d(nn.Module):
     def weight(self) -> torch.Tensor:
         return torch._weight_norm(self.weight_v, self.weight_g, 0)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, bias: bool = True) -> torch.Tensor:
+        """x [B, c_in, L] → [B, c_out, L']; `bias=False` leaves the bias out (the caller adds it, e.g. a folded
+        snake)."""
+        b = self.bias if bias else None
         if self.transposed:
-            return F.conv_transpose1d(x, self.weight(), self.bias, self.stride, self.padding)
-        return F.conv1d(x, self.weight(), self.bias, self.stride, self.padding, self.dilation)
+            return F.conv_transpose1d(x, self.weight(), b, self.stride, self.padding)
+        return F.conv1d(x, self.weight(), b, self.stride, self.padding, self.dilation)
 
 
 class ResidualUnit(nn.Module):
@@ -111,6 +140,47 @@ class _Decoder(nn.Module):
     def forward(self, x):
         return self.layers(x)
 
+    def foldable(self) -> bool:
+        """Whether `forward_folded` knows this tree: exactly the classes built here (no subclass, no other
+        layout)."""
+        layers = list(self.layers)
+        if len(layers) < 3 or type(layers[0]) is not WNConv1d or layers[0].transposed:
+            return False
+        if type(layers[-2]) is not SnakeBeta or type(layers[-1]) is not WNConv1d:
+            return False
+        for block in layers[1:-2]:
+            parts = list(getattr(block, "layers", ()))
+            if (type(block) is not DecoderBlock or len(parts) < 2 or type(parts[0]) is not SnakeBeta
+                    or type(parts[1]) is not WNConv1d):
+                return False
+            for unit in parts[2:]:
+                inner = list(getattr(unit, "layers", ()))
+                if type(unit) is not ResidualUnit or [type(m) for m in inner] != [SnakeBeta, WNConv1d, SnakeBeta,
+                                                                                   WNConv1d]:
+                    return False
+        return True
+
+    def forward_folded(self, x: torch.Tensor, kernel: bool) -> torch.Tensor:
+        """`forward` with every convolution bias, and every residual add, carried into the snake that follows:
+        each biased convolution runs without its bias and the next snake computes residual + (conv + bias) first
+        (`SnakeBeta.folded`), writing that sum out only where a residual unit needs its input again. Saves the
+        separate bias-add kernel PyTorch runs after a cuDNN convolution and the residual-add kernels (on an H200
+        43 + 18 elementwise passes per tile, issue 18). Same additions in the same order as `forward` on a GPU;
+        on the CPU, where the convolution adds its bias inside, the two differ by fp32 rounding. `kernel`: the
+        fused Triton snake, else torch ops. Needs `foldable()`."""
+        layers = list(self.layers)
+        h, bias, res = layers[0](x, bias=False), layers[0].bias, None
+        for block in layers[1:-2]:
+            first, up, *units = block.layers
+            y = first.folded(h, bias, res, keep=False, kernel=kernel)
+            h, bias, res = up(y, bias=False), up.bias, None
+            for unit in units:
+                s1, c7, s2, c1 = unit.layers
+                x_in, y = s1.folded(h, bias, res, keep=True, kernel=kernel)
+                y = s2.folded(c7(y, bias=False), c7.bias, kernel=kernel)
+                h, bias, res = c1(y, bias=False), c1.bias, x_in
+        return layers[-1](layers[-2].folded(h, bias, res, kernel=kernel))
+
 
 def output_length(frames: int, cfg: VAEConfig) -> int:
     """Samples produced for T frames by the reference decoder (1920·T − 64 for the release strides)."""
@@ -121,21 +191,43 @@ def output_length(frames: int, cfg: VAEConfig) -> int:
 
 
 @contextlib.contextmanager
-def strict_fp32():
-    """Disable TF32 for matmuls and cuDNN convolutions inside the block only, restoring the caller's settings."""
+def strict_fp32(benchmark: bool | None = None):
+    """Disable TF32 for matmuls and cuDNN convolutions inside the block only, restoring the caller's settings.
+    `benchmark`: cuDNN's algorithm search for the block (None: the caller's setting)."""
     matmul = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
+    bench = torch.backends.cudnn.benchmark if benchmark is None else bool(benchmark)
     try:
         with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False,
-                                        benchmark=torch.backends.cudnn.benchmark,
+                                        benchmark=bench,
                                         deterministic=torch.backends.cudnn.deterministic):
             yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = matmul
 
 
+_COPY_STREAMS: dict = {}
+
+
+def _copy_stream(device) -> "torch.cuda.Stream":
+    """One side stream per device for the tiles' copies to the CPU (overlapping the next tile's kernels)."""
+    key = str(device)
+    if key not in _COPY_STREAMS:
+        _COPY_STREAMS[key] = torch.cuda.Stream(device)
+    return _COPY_STREAMS[key]
+
+
 class VAEDecoder(nn.Module):
-    """The `vae.decoder` tree (keys under `vae.` minus the encoder). Always fp32."""
+    """The `vae.decoder` tree (keys under `vae.` minus the encoder). Always fp32.
+
+    Class-wide switches (the benchmark flips them; None = the default): `fold_bias` — convolution biases and
+    residual adds carried into the next snake (`_Decoder.forward_folded`); None = on where the fused Triton snake
+    runs (CUDA), True = also with torch ops (CPU), False = never. `cudnn_benchmark` — cuDNN's algorithm search for
+    the decode (False by default: the first tile of every new shape would pay for the search, and the chosen
+    algorithms may differ from run to run in fp32 rounding). TF32 stays off either way."""
+
+    fold_bias: bool | None = None
+    cudnn_benchmark: bool = False
 
     def __init__(self, cfg: VAEConfig):
         super().__init__()
@@ -149,42 +241,69 @@ class VAEDecoder(nn.Module):
     @torch.inference_mode()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, 64, T] → raw audio [B, 2, 1920·T − 64] fp32 (unclipped), on the VAE's device."""
-        with strict_fp32():
-            return self.decoder(latents.to(device=self.device, dtype=torch.float32))
+        x = latents.to(device=self.device, dtype=torch.float32)
+        with strict_fp32(VAEDecoder.cudnn_benchmark or None):
+            fold = VAEDecoder.fold_bias
+            kernel = SnakeBeta.kernel_for(x)
+            if (fold or (fold is None and kernel)) and self.decoder.foldable():
+                return self.decoder.forward_folded(x, kernel=kernel)
+            return self.decoder(x)
 
     @torch.inference_mode()
     def decode_tiled(self, latents: torch.Tensor, core: int = 1024, halo: int = VAE_HALO_FRAMES,
                      on_tile=None) -> torch.Tensor:
         """Halo-crop tiled decode (runtime.md §6.3): for each core tile [s, s+core) decode frames
         [s−halo, s+core+halo) and keep its samples. Equals `decode` up to fp32 rounding. latents [B, 64, T] →
-        audio [B, 2, 1920·T − 64] on the CPU. `on_tile(done, total)` may raise to cancel."""
+        audio [B, 2, 1920·T − 64] on the CPU. `on_tile(done, total)` may raise to cancel. On CUDA each tile's samples
+        go to pinned CPU memory on a side stream while the next tile computes (no host wait per tile); the call
+        returns once every copy is done."""
         if core < 1 or halo < 0:
             raise ValueError(f"core must be ≥ 1 and halo ≥ 0 frames, got core={core}, halo={halo}")
         b, _, t = latents.shape
         hop = self.cfg.hop
         total = output_length(t, self.cfg)
         latents = latents.to(device=self.device, dtype=torch.float32)  # one upload (a few MB), not one per tile
-        out = torch.empty(b, self.cfg.out_channels, total, dtype=torch.float32)
+        cuda = latents.is_cuda
+        out = torch.empty(b, self.cfg.out_channels, total, dtype=torch.float32, pin_memory=cuda)
+        copies = _copy_stream(self.device) if cuda else None
         starts = list(range(0, t, core))
-        for i, start in enumerate(starts):
-            end = min(t, start + core)
-            left, right = max(0, start - halo), min(t, end + halo)
-            piece = self.decode(latents[:, :, left:right])
-            keep_from = (start - left) * hop
-            count = min(end * hop, total) - start * hop
-            out[:, :, start * hop:start * hop + count] = piece[:, :, keep_from:keep_from + count].cpu()
-            if on_tile is not None:
-                on_tile(i + 1, len(starts))
+        try:
+            for i, start in enumerate(starts):
+                end = min(t, start + core)
+                left, right = max(0, start - halo), min(t, end + halo)
+                piece = self.decode(latents[:, :, left:right])
+                keep_from = (start - left) * hop
+                count = min(end * hop, total) - start * hop
+                if cuda:  # one contiguous row per (batch, channel): a plain asynchronous copy into pinned memory
+                    copies.wait_stream(torch.cuda.current_stream(self.device))
+                    with torch.cuda.stream(copies):
+                        for row in range(b):
+                            for ch in range(self.cfg.out_channels):
+                                out[row, ch, start * hop:start * hop + count].copy_(
+                                    piece[row, ch, keep_from:keep_from + count], non_blocking=True)
+                    piece.record_stream(copies)  # its memory is not reused before the copy has read it
+                else:
+                    out[:, :, start * hop:start * hop + count] = piece[:, :, keep_from:keep_from + count]
+                del piece
+                if on_tile is not None:
+                    on_tile(i + 1, len(starts))
+        finally:
+            if cuda:
+                copies.synchronize()
         return out
 
 
 def to_waveform(audio: torch.Tensor) -> torch.Tensor:
-    """Post-processing of the reference pipeline: reject non-finite audio, hard-clip to [−1, 1]."""
-    if not torch.isfinite(audio).all():
+    """Post-processing of the reference pipeline: reject non-finite audio (NumericalError), hard-clip to [−1, 1].
+    A float32 `audio` is clipped in place and returned (a song's decode output is 80 MB: a fresh copy costs more
+    in page faults than the clipping); other dtypes are converted first. The check is one pass of `aminmax` (NaN
+    and ±inf reach the minimum or maximum) instead of a boolean tensor the size of the audio."""
+    lo, hi = torch.aminmax(audio)
+    if not (torch.isfinite(lo) and torch.isfinite(hi)):
         from .errors import NumericalError
         raise NumericalError("the VAE produced non-finite audio (NaN/inf): the VAE weights look damaged — "
                              "download the checkpoint again")
-    return audio.float().clamp(-1.0, 1.0)
+    return audio.float().clamp_(-1.0, 1.0)
 
 
 __all__ = ["VAEConfig", "VAEDecoder", "output_length", "to_waveform", "LATENT_DIM", "HOP"]

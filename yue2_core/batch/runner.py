@@ -261,12 +261,12 @@ def _batch_tokens(meter: _Meter, first_id: str, stage: str, rows: int):
     return on_token
 
 
-def song_settings(engine, item, steps: int) -> dict:
+def song_settings(engine, item, steps: int, method: str = "midpoint") -> dict:
     """config.json of a batch song: exactly what `YuE2Engine.generate` records for the same request and budgets."""
     req, b = item.request, item.budgets
     return {"protocol": PROTOCOL_VERSION, "cot": req.cot, "cfg_scale": req.guidance,
             "abc_sampling": b.abc_sampling().to_dict(), "semantic_sampling": b.semantic_sampling().to_dict(),
-            "ode_steps": steps, "ode_method": "midpoint", "model_dtype": str(engine.ar.dtype).split(".")[-1],
+            "ode_steps": steps, "ode_method": method, "model_dtype": str(engine.ar.dtype).split(".")[-1],
             "vae_dtype": "float32", "vae_decode": "halo_crop", "device": str(engine.ar.device),
             "checkpoint": engine.info.to_dict(), "weights": engine.weights}
 

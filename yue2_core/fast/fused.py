@@ -352,7 +352,11 @@ def _snake_kernel():
     triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
 
     @triton.jit
-    def snake_kernel(x_ptr, inv_ptr, alpha_ptr, y_ptr, C, T, BLOCK: tl.constexpr):
+    def snake_kernel(x_ptr, inv_ptr, alpha_ptr, y_ptr, C, T, bias_ptr=None, res_ptr=None, pre_ptr=None,
+                     BLOCK: tl.constexpr = 1024, HAS_BIAS: tl.constexpr = False, HAS_RES: tl.constexpr = False,
+                     KEEP: tl.constexpr = False):
+        # pre = res + (x + bias[ch]) (each term optional, fp32, in that order), stored to pre_ptr with KEEP;
+        # y = pre + inv[ch]·sin²(pre·alpha[ch])
         row = tl.program_id(0)  # = batch · C + channel
         offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         m = offs < T
@@ -360,21 +364,40 @@ def _snake_kernel():
         a = tl.load(alpha_ptr + ch)
         inv = tl.load(inv_ptr + ch)
         x = tl.load(x_ptr + row * T + offs, mask=m, other=0.0)
+        if HAS_BIAS:
+            x = x + tl.load(bias_ptr + ch)
+        if HAS_RES:
+            x = tl.load(res_ptr + row * T + offs, mask=m, other=0.0) + x
+        if KEEP:
+            tl.store(pre_ptr + row * T + offs, x, mask=m)
         s = tl.sin(x * a)
         tl.store(y_ptr + row * T + offs, x + inv * (s * s), mask=m)
 
     return triton, snake_kernel
 
 
-def snake(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+def snake(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, bias: torch.Tensor | None = None,
+          residual: torch.Tensor | None = None, keep: bool = False):
     """SnakeBeta on x [B, C, T] fp32 in one pass: x + sin²(x·e^α) / (e^β + 1e-9) (same op order as the reference:
-    the reciprocal per channel, then multiplied by the squared sine, then added)."""
+    the reciprocal per channel, then multiplied by the squared sine, then added).
+
+    Folded inputs (the VAE's bias folding, `vae._Decoder.forward_folded`): the snake's input is pre = residual +
+    (x + bias[c]) — a convolution's output without its bias, the bias [C], and the residual branch [B, C, T] — added
+    in fp32 in the order PyTorch adds a cuDNN convolution's bias (a separate add) and then the residual, so the
+    result equals bias-add, residual-add and snake as separate kernels bit for bit. `keep`: pre is needed again (a
+    residual unit's input) and is written over x (x is modified in place; a non-contiguous x is copied first);
+    returns (pre, y) then, else y."""
     triton, kern = _snake_kernel()
     x = x.contiguous()
     b, c, t = x.shape
     inv = 1.0 / (torch.exp(log_beta.float()) + 1e-9)
     alpha = torch.exp(log_alpha.float())
+    if residual is not None:
+        residual = residual.contiguous()
+        if residual.shape != x.shape:
+            raise ValueError(f"snake: residual {list(residual.shape)} does not match x {list(x.shape)}")
     y = torch.empty_like(x)
     block = 1024
-    kern[(b * c, triton.cdiv(t, block))](x, inv, alpha, y, c, t, BLOCK=block)
-    return y
+    kern[(b * c, triton.cdiv(t, block))](x, inv, alpha, y, c, t, bias, residual, x if keep else None, BLOCK=block,
+                                         HAS_BIAS=bias is not None, HAS_RES=residual is not None, KEEP=keep)
+    return (x, y) if keep else y
