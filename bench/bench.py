@@ -49,7 +49,7 @@ def record(name, ours=None, base=None, unit="", note=""):
 
 
 def _fmt(v):
-    return "-" if v is None else (f"{v:.3f}" if v < 100 else f"{v:.0f}")
+    return "-" if v is None else (f"{v:.2e}" if 0 < abs(v) < 0.01 else f"{v:.3f}" if v < 100 else f"{v:.0f}")
 
 
 def section(name):
@@ -393,23 +393,50 @@ class CatRenderer:
         return self.nar
 
 
+def _timed(fn):
+    """(seconds, result, allocator peak above the start in GiB) of fn() on the device."""
+    sync()
+    if DEVICE == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated() if DEVICE == "cuda" else 0
+    t = time.perf_counter()
+    out = fn()
+    sync()
+    seconds = time.perf_counter() - t
+    peak = (torch.cuda.max_memory_allocated() - before) / 2 ** 30 if DEVICE == "cuda" else 0.0
+    return seconds, out, peak
+
+
+def _midpoint_fp32_state(renderer, noise, steps):
+    """The midpoint ODE with an fp32 state (the model's input rounded to its dtype): the bench's reference."""
+    from yue2_core.nar import raw_timesteps
+    dtype, state, dt = renderer.nar.dtype, noise.to(DEVICE, torch.float32), 1.0 / steps
+    for raw, raw_mid in raw_timesteps(steps):
+        mid = state - renderer.velocity(state.to(dtype), raw).float() * (dt / 2)
+        state = state - renderer.velocity(mid.to(dtype), raw_mid).float() * dt
+    return state.cpu()
+
+
 @section("NAR")
-def nar_bench(eng, frames, label, baseline=True):
+def nar_bench(eng, frames, label, baseline=True, ode=False):
+    """32 midpoint steps (graphed velocity, the default) vs the vendor-style velocity, vs the eager velocity
+    (YUE2_NAR_GRAPH=0); with `ode`: the opt-in AB2 at 32 and 64 steps and midpoint-32, their time and the relative
+    L2 error of the final latents against a 256-step midpoint solution (issue 18 item 3)."""
     from yue2_core.nar import ChunkRenderer, chunk_tokens, solve, song_noise
     prefix = prompt_ids(2000, "semantic")
     codes = torch.randint(0, 32768, (frames,)).tolist()
     noise = song_noise(frames, 1)
     t = time.perf_counter()
     kv = eng.ar.layer_kv(chunk_tokens(prefix, codes, 0, frames))
+    eager = ChunkRenderer(eng.nar, kv, frames, graph=False)
     r = ChunkRenderer(eng.nar, kv, frames)
     sync()
     prefill = time.perf_counter() - t
-    r.velocity(noise.to(DEVICE, eng.nar.dtype), 20.0)
+    for warm in (eager, r):  # Triton/cuDNN first use; the graphed renderer's eager warm-up evaluation
+        warm.velocity(noise.to(DEVICE, eng.nar.dtype), 20.0)
     sync()
-    t = time.perf_counter()
-    solve(r, noise, 32)
-    sync()
-    ours = time.perf_counter() - t
+    ours, latents, peak = _timed(lambda: solve(r, noise, 32))  # includes the graph capture (once per chunk)
+    eager_s, eager_latents, eager_peak = _timed(lambda: solve(eager, noise, 32))
     base = None
     if baseline:
         cr = CatRenderer(eng.nar, kv, frames)
@@ -426,40 +453,81 @@ def nar_bench(eng, frames, label, baseline=True):
         state.float().cpu()
         sync()
         base = time.perf_counter() - t
-    record(f"NAR {label} {frames} frames, 32 steps (s)", ours, base, "s", f"AR prefill {prefill:.2f} s not incl.")
+    record(f"NAR {label} {frames} frames, 32 steps (s)", ours, base, "s",
+           f"AR prefill {prefill:.2f} s not incl.; velocity in a CUDA graph (graphed={r.graphed})")
+    same = torch.equal(latents, eager_latents)
+    record(f"NAR {label} {frames} frames, 32 steps, CUDA graph vs eager velocity (s)", ours, eager_s, "s",
+           f"latents bit-equal: {same} (max |Δ| {(latents - eager_latents).abs().max().item():.1e}); allocator "
+           f"peak above the weights and K/V: graph {peak:.2f} GiB (capture incl.), eager {eager_peak:.2f} GiB")
+    if ode:
+        # the reference keeps its state in fp32: a bf16 state rounds away much of a 256-step increment v·dt (the
+        # tiny model on a CPU: bf16 midpoint-256 and -32 differ by 0.26 relative, fp32 ones by 1e-6)
+        ref_s, ref, _ = _timed(lambda: _midpoint_fp32_state(r, noise, 256))
+
+        def err(x):
+            return ((x - ref).norm() / ref.norm()).item()
+        e_mid = err(latents)
+        record("NAR ODE error, midpoint 32 steps (64 evaluations) vs midpoint-256 fp32 state (rel. L2)", e_mid,
+               None, "",
+               f"{frames} frames; midpoint state bf16 (the release's), AB2 and the reference fp32; the "
+               f"reference took {ref_s:.1f} s")
+        for steps in (32, 64):
+            ab2_s, x, _ = _timed(lambda: solve(r, noise, steps, method="ab2"))
+            e = err(x)
+            record(f"NAR ODE error, AB2 {steps} steps ({steps} evaluations) vs midpoint-256 fp32 state (rel. L2)", e,
+                   None, "",
+                   f"midpoint-32: {e_mid:.2e}")
+            record(f"NAR {label} {frames} frames, AB2 {steps} steps (s)", ab2_s, ours, "s",
+                   f"baseline: midpoint 32 steps (graphed); rel. L2 vs midpoint-256 {e:.2e} (midpoint-32 "
+                   f"{e_mid:.2e}); opt-in (--ode-method ab2)")
+    r.close()
     return ours + prefill
 
 
 @section("VAE")
 def vae_bench(eng, frames):
+    """Baseline: unfused snake, biases added by PyTorch, 1024-frame tiles. Ours: fused snake with the biases and
+    residual adds folded in (the default), the same unfolded, cudnn.benchmark on, 2048-frame tiles. Every output is
+    compared with the baseline's and then dropped (the pinned output buffer is reused)."""
     from yue2_core.pipeline import decode, vae_core_frames
-    from yue2_core.vae import SnakeBeta
+    from yue2_core.vae import SnakeBeta, VAEDecoder
     lat = torch.randn(frames, 64) * 0.5
     default_core = vae_core_frames(eng.vae.device)
-    times = {}
-    for fused, core in dict.fromkeys(((False, 1024), (None, 1024), (None, default_core))):
-        SnakeBeta.fused = fused
-        decode(eng.vae, lat[:64])
-        decode(eng.vae, lat, core=core)  # warm-up at the measured tile shapes
-        sync()
-        if DEVICE == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
-        t = time.perf_counter()
-        out = decode(eng.vae, lat, core=core)
-        sync()
-        peak = (torch.cuda.max_memory_allocated() - before) / 2 ** 30 if DEVICE == "cuda" else 0.0
-        times[(fused, core)] = (time.perf_counter() - t, out, peak)
-    SnakeBeta.fused = None
-    base = times[(False, 1024)]
+    configs = {"baseline": (False, False, False, 1024), "unfolded": (None, False, False, 1024),
+               "default": (None, None, False, default_core), "folded 1024": (None, None, False, 1024),
+               "cudnn.benchmark": (None, None, True, default_core), "2048 tiles": (None, None, False, 2048)}
+    times, ref = {}, None
+    try:
+        for name, (fused, fold, bench, core) in configs.items():
+            SnakeBeta.fused, VAEDecoder.fold_bias, VAEDecoder.cudnn_benchmark = fused, fold, bench
+            first = _timed(lambda: decode(eng.vae, lat, core=core))[0]  # warm-up at the measured tile shapes
+            seconds, out, peak = _timed(lambda: decode(eng.vae, lat, core=core))
+            if ref is None:
+                ref = out
+            times[name] = (seconds, (out - ref).abs().max().item(), peak, first)
+            del out
+    finally:
+        SnakeBeta.fused, VAEDecoder.fold_bias, VAEDecoder.cudnn_benchmark = None, None, False
+    base = times["baseline"]
+
+    def note(name):
+        s, d, p, first = times[name]
+        return f"max |Δaudio| vs baseline {d:.1e}; VAE activations peak {p:.2f} GiB; first call {first:.2f} s"
     for core in sorted({1024, default_core}):
-        ours = times[(None, core)]
-        diff = (ours[1] - base[1]).abs().max().item()
-        record(f"VAE fp32 tiled {frames} frames, {core}-frame tiles (s)", ours[0], base[0], "s",
-               f"ours: fused Triton snake{' (default tile on this GPU)' if core == default_core else ''}; "
-               f"baseline: unfused, 1024-frame tiles; max |Δaudio| vs baseline {diff:.1e}; VAE activations peak "
-               f"{ours[2]:.2f} GiB (baseline {base[2]:.2f})")
-    return times[(None, default_core)][0]
+        name = "default" if core == default_core else "folded 1024"
+        record(f"VAE fp32 tiled {frames} frames, {core}-frame tiles (s)", times[name][0], base[0], "s",
+               f"ours: fused Triton snake with the conv biases and residual adds folded in, tile copies overlapped"
+               f"{' (default tile on this GPU)' if core == default_core else ''}; baseline: unfused, biases added "
+               f"by PyTorch, 1024-frame tiles; " + note(name))
+    record(f"VAE fp32 tiled {frames} frames, biases folded vs not (s)", times["folded 1024"][0],
+           times["unfolded"][0], "s", "1024-frame tiles, fused snake both; " + note("folded 1024") +
+           f"; unfolded: {note('unfolded')}")
+    record(f"VAE fp32 tiled {frames} frames, cudnn.benchmark on vs off (s)", times["cudnn.benchmark"][0],
+           times["default"][0], "s", "opt-in (VAEDecoder.cudnn_benchmark; TF32 stays off); first call = the "
+           "algorithm search; " + note("cudnn.benchmark"))
+    record(f"VAE fp32 tiled {frames} frames, 2048- vs {default_core}-frame tiles (s)", times["2048 tiles"][0],
+           times["default"][0], "s", note("2048 tiles"))
+    return times["default"][0]
 
 
 @section("whole song int8")
@@ -547,7 +615,7 @@ def main():
         if "bf16" not in skip:
             rates = ar_bf16(eng, args.tokens, args.compile) or {}
         if "nar" not in skip:
-            nar_s = nar_bench(eng, args.frames, "bf16")
+            nar_s = nar_bench(eng, args.frames, "bf16", ode=True)
         if "vae" not in skip:
             vae_s = vae_bench(eng, args.frames)
         del eng

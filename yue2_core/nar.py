@@ -362,28 +362,28 @@ def solve(renderer: ChunkRenderer, noise: torch.Tensor, steps: int = 32,
     x ← x − v(mid, t − dt/2)·dt, all in the model dtype.
     method "ab2" (opt-in, 1 evaluation per step): second-order Adams–Bashforth on the velocities at the step starts,
     x ← x − dt·(3/2·v_k − 1/2·v_{k−1}); the first step is an explicit Euler step x ← x − dt·v_0 (so exactly `steps`
-    evaluations; one first-order step keeps the global error O(dt²)). The combination and update are computed in
-    fp32 and rounded to the model dtype once per step. Same timesteps t_k = 1 − k/steps as the midpoint's step
-    starts (`raw_timesteps`).
+    evaluations; one first-order step keeps the global error O(dt²)). Its state stays in fp32 through the solve
+    (rounded to the model dtype only as the model's input): in bf16 a step's increment v·dt is a small fraction of
+    the state and bf16 rounding would drop a good part of it — the midpoint keeps the release's bf16 state. Same
+    timesteps t_k = 1 − k/steps as the midpoint's step starts (`raw_timesteps`).
 
     Raises RequestError for an unknown `method` (check_method), NumericalError (a FloatingPointError) on a
     non-finite result."""
     check_method(method)
     nar = renderer.nar
-    state = noise.to(device=nar.device, dtype=nar.dtype)
+    state = noise.to(device=nar.device, dtype=nar.dtype if method == "midpoint" else torch.float32)
     dt = 1.0 / steps
     previous = None  # AB2: v_{k−1} in fp32
     for k, (raw, raw_mid) in enumerate(raw_timesteps(steps)):
         if states is not None:
             states.append(state.float().cpu())
-        v1 = renderer.velocity(state, raw)
         if method == "midpoint":
-            mid = state - v1 * (dt / 2)
+            mid = state - renderer.velocity(state, raw) * (dt / 2)
             state = state - renderer.velocity(mid, raw_mid) * dt
         else:
-            v = v1.float()
+            v = renderer.velocity(state.to(nar.dtype), raw).float()
             slope = v if previous is None else 1.5 * v - 0.5 * previous
-            state = (state.float() - dt * slope).to(nar.dtype)
+            state = state - dt * slope
             previous = v
         if on_step is not None:
             on_step(k + 1, steps)

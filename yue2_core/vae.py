@@ -264,7 +264,8 @@ class VAEDecoder(nn.Module):
         total = output_length(t, self.cfg)
         latents = latents.to(device=self.device, dtype=torch.float32)  # one upload (a few MB), not one per tile
         cuda = latents.is_cuda
-        out = torch.empty(b, self.cfg.out_channels, total, dtype=torch.float32, pin_memory=cuda)
+        with torch.inference_mode(False):  # a normal tensor: `to_waveform` clips it in place, callers may too
+            out = torch.empty(b, self.cfg.out_channels, total, dtype=torch.float32, pin_memory=cuda)
         copies = _copy_stream(self.device) if cuda else None
         starts = list(range(0, t, core))
         try:
@@ -303,7 +304,9 @@ def to_waveform(audio: torch.Tensor) -> torch.Tensor:
         from .errors import NumericalError
         raise NumericalError("the VAE produced non-finite audio (NaN/inf): the VAE weights look damaged — "
                              "download the checkpoint again")
-    return audio.float().clamp_(-1.0, 1.0)
+    audio = audio.float()
+    with torch.inference_mode(audio.is_inference()):  # decode_tiled's output is an inference tensor
+        return audio.clamp_(-1.0, 1.0)
 
 
 __all__ = ["VAEConfig", "VAEDecoder", "output_length", "to_waveform", "LATENT_DIM", "HOP"]

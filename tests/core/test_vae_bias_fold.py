@@ -142,3 +142,12 @@ def test_to_waveform_rejects_non_finite_and_clips_in_place():
         with pytest.raises(NumericalError, match="non-finite"):
             to_waveform(a)
     assert to_waveform(torch.tensor([[0.5, 2.0]], dtype=torch.float64)).dtype == torch.float32
+
+
+def test_decoded_song_audio_is_a_normal_clipped_tensor(tiny_engine_fp32):
+    """pipeline.decode: to_waveform clips decode_tiled's output in place, outside inference mode — which works only
+    because that output is a normal tensor (callers may modify the song's audio in place too)."""
+    from yue2_core.pipeline import decode
+    audio = decode(tiny_engine_fp32.vae, torch.randn(20, 64, generator=torch.Generator().manual_seed(3)) * 3)
+    assert not audio.is_inference() and audio.abs().max().item() == 1.0
+    audio.mul_(0.5)
