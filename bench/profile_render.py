@@ -3,6 +3,8 @@ evaluation at the song's shapes and one tiled fp32 VAE decode, on the full-size 
 bench/bench.py writes (random weights of the real shapes).
 
     python bench/profile_render.py [--frames 5371] [--prefix 2000] [--top 15]
+
+The velocity is replayed from its CUDA graph (the default on CUDA); YUE2_NAR_GRAPH=0 profiles the eager launches.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def table(fn, label: str, top: int) -> None:
     from torch.profiler import ProfilerActivity, profile
     fn()
+    fn()  # a graphed NAR velocity: the first call runs eagerly, the second captures; then replays are measured
     torch.cuda.synchronize()
     t = time.perf_counter()
     fn()
@@ -58,7 +61,7 @@ def main():
     r = ChunkRenderer(eng.nar, eng.ar.layer_kv(chunk_tokens(prefix, codes, 0, args.frames)), args.frames)
     state = song_noise(args.frames, 1).to("cuda", eng.nar.dtype)
     table(lambda: r.velocity(state, 0.3), f"NAR velocity, {args.frames} frames (fused={r.fused}, attention "
-          f"{r.attention})", args.top)
+          f"{r.attention}, CUDA graph={r.graphed})", args.top)
     lat = torch.randn(args.frames, 64, generator=gen) * 0.5
     table(lambda: decode(eng.vae, lat), f"VAE decode fp32, {args.frames} frames", args.top)
 
