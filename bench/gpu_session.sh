@@ -19,6 +19,8 @@
 #                                      # bench/lora.py (decode and NAR with a rank-64 LoRA on both experts vs without)
 #   bash bench/gpu_session.sh batch    # bench/batch.py: 16 different 60-s songs through `batch`, --max-batch 1/4/8
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
+#   bash bench/gpu_session.sh nodescold # tests/nodes/gpu_nodes_cold.py: the nodes' first song vs second in fresh
+#                                      # processes (empty Triton cache, then kept), full-size int8, ~2 min
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
 #   bash bench/gpu_session.sh scale    # bench/scale_ray.py (issue #17): batch --ray on 1, 2, 4 GPUs (those the machine
@@ -39,7 +41,7 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|nar|nodes|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|nar|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -81,6 +83,9 @@ for part in "$@"; do
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;
+    nodescold)
+      PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_cold.py --comfy .comfyhost/comfyui --out "$OUT" \
+        2>&1 | tail -c 3000 ;;
     takes)
       PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_takes_check.py \
         --comfy .comfyhost/comfyui --out "$OUT" 2>&1 | tail -c 3000 ;;
@@ -92,6 +97,6 @@ for part in "$@"; do
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|parts|next|nar|nodes|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|parts|next|lora|batch|nar|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done
