@@ -6,7 +6,8 @@
 #                                      # bench/profile_decode.py (where a decode step's time goes), then cold
 #   bash bench/gpu_session.sh cold     # bench/cold_start.py: first song vs second in fresh processes (empty Triton
 #                                      # cache / cache kept / no warm-up; ~4 min), rows merged into bench.json
-#   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu)
+#   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu) and the other
+#                                      # GPU test files (render graph/VAE folding, batch rows, LoRA under the graph)
 #   bash bench/gpu_session.sh parts    # bench/decode_parts.py (decode-attention configurations, int8 rotation
 #                                      # placements; ~1 min) and bench/gemv_sweep.py --quick
 #   bash bench/gpu_session.sh next     # GEMV tuning for this GPU (~4 min): the CUDA-core GEMV sweep
@@ -55,7 +56,11 @@ for part in "$@"; do
       YUE2_BENCH_INT8=/tmp/yue2bench/yue2_full_int8.safetensors "$PY" -m pytest tests/core/test_warmup_gpu.py -s -q \
         -p no:cacheprovider 2>&1 | tee "$OUT/warmup_gpu_tests.log" ;;
     tests)
-      YUE2_PARITY_DIR=${YUE2_PARITY_DIR:-.gpuparity} "$PY" -m pytest tests/core/test_cuda_fast.py -s -q \
+      # every GPU test file (each skips without CUDA); soundfile (batch song folders) from carried wheels if present
+      [ -d .gpuwheels ] && "$PY" -m pip install --no-index --find-links .gpuwheels soundfile >/dev/null 2>&1
+      gpu_files=(tests/core/test_cuda_fast.py); for f in tests/core/test_render_gpu.py tests/batch/test_batch_gpu.py \
+          tests/weights/test_lora_gpu.py; do [ -f "$f" ] && gpu_files+=("$f"); done
+      YUE2_PARITY_DIR=${YUE2_PARITY_DIR:-.gpuparity} "$PY" -m pytest "${gpu_files[@]}" -s -q \
         -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" ;;
     parts)
       "$PY" bench/decode_parts.py --json "$OUT/decode_parts.json" 2>&1 | tee "$OUT/decode_parts.log"
