@@ -597,9 +597,9 @@ def cmd_batch(args) -> int:
         abc_cap = SYNTHETIC_ABC_TOKENS  # as generate: random weights never end a lead sheet
     fp32 = args.dtype == "fp32"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
-                           args.max_seconds, abc_cap)
+                           args.max_seconds, abc_cap, overlap=args.overlap)
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(args, checkpoint,
-              how)[0], weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2)
+              how)[0], weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=info.vae)
     if args.ray is not None:  # docs/batch.md "Ray": the workers' devices size the batch (runner.prepare)
         from .batch.ray_runner import EngineSpec, RayRunner, yue2_env
         print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
@@ -699,6 +699,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "skipped, damaged ones redone")
     b.add_argument("--max-seconds", type=float, default=None, help="cap every song's music (25 tokens per second)")
     b.add_argument("--max-abc-tokens", type=int, default=None, help="cap every lead sheet, in tokens")
+    b.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None, help="render and decode a "
+                   "batch's songs on a worker thread while the next batch's AR phases run (default: on with CUDA, "
+                   "off on the CPU; the songs are the same either way)")
     b.add_argument("--ray", metavar="auto|ADDRESS", default=None, help="spread the queue over a Ray cluster, one "
                    "engine actor per GPU (auto: the cluster this machine is in, else a new local one; ADDRESS: "
                    "HOST:PORT of the head node or ray://HOST:PORT); needs pip install .[ray] (docs/batch.md)")

@@ -23,7 +23,8 @@ from .summary import BATCH_FILE, BatchProgress, BatchSummary
 @dataclass
 class BatchOptions:
     """The command's options. `budget_gib`: memory the batch may use on the device, weights included (None:
-    what is free now); `max_batch`: songs per AR batch (None: min(8, what fits))."""
+    what is free now); `max_batch`: songs per AR batch (None: min(8, what fits)); `overlap`: render a batch's songs
+    while the next batch's AR phases run (None: `runner.default_overlap`, on CUDA only)."""
 
     requests: str
     output: str
@@ -33,6 +34,7 @@ class BatchOptions:
     steps: int = 32
     max_seconds: float | None = None
     max_abc_tokens: int | None = None
+    overlap: bool | None = None
 
 
 _TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp")
@@ -104,19 +106,20 @@ def resume_state(folder: Path, item: BatchRequest, steps: int) -> tuple[str, str
 
 def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights_bytes: int = 0,
               on_cuda: bool = False, dtype_bytes: int = 2, free_bytes: int | None = None,
-              batched: bool | None = None, stream=None, runner=None) -> int:
+              batched: bool | None = None, stream=None, runner=None, vae=None) -> int:
     """Run a batch; returns the exit status: 0 all rows complete, 1 when any row failed. batch.json is written in
     `options.output` after every song and at the end (also on Ctrl-C / SIGTERM, which is re-raised as
     KeyboardInterrupt after it). `tokenizer` / `dims`: the checkpoint's (read before loading the weights);
     `engine_factory()` loads the engine; `weights_bytes`, `on_cuda`, `dtype_bytes`, `free_bytes` (what is free
-    when no --budget is given) size the batch (`memory.size_batch`). Whole-batch problems (the request file, the
+    when no --budget is given) and `vae` (the checkpoint's `VAEConfig`, for the render stage's share; None: the NAR
+    part only) size the batch (`memory.size_batch`). Whole-batch problems (the request file, the
     output folder, --max-batch over budget) raise YuE2Error before any song runs. `runner`: runs the songs instead
     of `iter_songs` on `engine_factory()` (`ray_runner.RayRunner`: `prepare()` → (free bytes, on CUDA) of its
     workers for the sizing, `songs(todo, out, …)` yields outcomes of songs it wrote, `settings` → batch.json)."""
     from ..artifacts import save_song
     from ..candidates import GIB
-    from .memory import size_batch, song_bytes
-    from .runner import iter_songs
+    from .memory import size_batch, song_bytes, stage_bytes
+    from .runner import default_overlap, iter_songs
     stream = stream or sys.stderr
     items, bad = read_requests(options.requests, max_seconds=options.max_seconds,
                                max_abc_tokens=options.max_abc_tokens)
@@ -127,7 +130,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
                             "budget_gib": options.budget_gib, "steps": options.steps, "resume": options.resume})
     for b in bad:
         summary.add(b.line, b.id, "failed", stage="validate", error=b.message)
-    todo, sizes = [], []
+    todo, sizes, stages = [], [], []
     for item in items:
         try:
             counts = check_context(item, tokenizer.encode)
@@ -147,20 +150,27 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
         summary.add(item.line, item.id, "pending")
         todo.append(item)
         sizes.append(song_bytes(dims, dtype_bytes, counts, item))
+        stages.append((counts, item))
     max_batch = 1
+    overlap = options.overlap
     if todo:
         if options.budget_gib is not None and not (options.budget_gib > 0):
             raise RequestError(f"--budget must be a positive number of GiB, got {options.budget_gib}")
         if runner is not None:  # the workers' devices, not the driver's, size the batch
             free_bytes, on_cuda = runner.prepare()
             summary.settings["ray"] = runner.settings
+        if overlap is None:  # the workers' device decides (the CLI's default; a forced `batched` says nothing)
+            overlap = default_overlap("cuda" if on_cuda else "cpu")
         budget = int(options.budget_gib * GIB) if options.budget_gib is not None else free_bytes
         if budget is None:  # nothing measurable: the requested size, or 8
             max_batch = options.max_batch or 8
         else:
+            stage = max(stage_bytes(dims, vae, dtype_bytes, c, i, on_cuda) for c, i in stages)
             max_batch = size_batch(max(sizes), budget_bytes=budget, weights_bytes=weights_bytes,
-                                   max_batch=options.max_batch, on_cuda=on_cuda)
+                                   max_batch=options.max_batch, on_cuda=on_cuda, stage=stage,
+                                   overlap=bool(overlap) and runner is None and len(todo) > (options.max_batch or 1))
     summary.settings["max_batch"] = max_batch
+    summary.settings["overlap"] = overlap
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -168,7 +178,8 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     summary.write(out)
     try:
         if todo:
-            kw = dict(max_batch=max_batch, steps=options.steps, on_event=BatchProgress(stream), batched=batched)
+            kw = dict(max_batch=max_batch, steps=options.steps, on_event=BatchProgress(stream), batched=batched,
+                      overlap=overlap)
             if runner is None:
                 deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
                 songs = iter_songs(engine_factory, todo, deliver=deliver, **kw)

@@ -1,10 +1,16 @@
 """How many songs one AR batch may hold within a memory budget (`--budget GiB`), from the same estimates the candidate
-batches use (`candidates.kv_bytes_per_song`, the decoder's sampler buffers).
+batches use (`candidates.kv_bytes_per_song`, the decoder's sampler buffers) and the render stage's working set.
 
-    budget ≥ weights + headroom + N × per_song
+    with the overlap:     budget ≥ weights + headroom + N × per_song + stage
+    without the overlap:  budget ≥ weights + headroom + max(N × per_song, stage)
     per_song = max over the rows and their phases of
                2 · layers · kv_heads · head_dim · dtype bytes × (prompt + budget tokens) × (2 with CFG)
                + the sampler's per-song buffers (Exp(1) draws [max_tokens, top_k + pad] fp32, outputs, logits rows)
+    stage    = max over the rows of max(NAR render of the song's largest chunk, one VAE tile) (+ 384 MiB on a GPU)
+
+With the overlap (`runner.iter_songs(overlap=True)`) one song is rendered (NAR) and decoded (VAE) on a worker thread
+while the next batch's AR phases hold their K/V caches, so the two add up; without it the render stage starts after
+the batch decoder freed its buffers, so the larger of the two counts.
 
 `weights` is the checkpoint's tensor bytes (× 2 when bf16 weights are computed in fp32), `headroom` 512 MiB on a GPU
 (prefill activations, workspaces, graph pools: `candidates.HEADROOM_BYTES`), none on the CPU. The prompt of a row
@@ -14,7 +20,12 @@ batch decoder; the CPU path runs rows one at a time and needs less.
 from __future__ import annotations
 
 from ..candidates import GIB, HEADROOM_BYTES, _sampler_bytes, kv_bytes_per_song
+from ..constants import LATENT_DIM, VAE_CORE_FRAMES, VAE_HALO_FRAMES
 from ..errors import RequestError
+
+# What a CUDA stage needs on top of its tensors (cuBLAS/cuBLASLt workspaces of the worker's own stream, Triton
+# scratch): nodes/memory.py's CUDA_OVERHEAD, measured on an H200 through the ComfyUI nodes (220–400 MiB).
+STAGE_OVERHEAD = 384 * 2 ** 20
 
 
 def song_bytes(dims, dtype_bytes: int, counts: dict, item) -> int:
@@ -32,24 +43,88 @@ def song_bytes(dims, dtype_bytes: int, counts: dict, item) -> int:
     return need
 
 
-def fit_batch(budget_bytes: int, weights_bytes: int, per_song: int, headroom: int) -> int:
-    """Largest N with weights + headroom + N × per_song ≤ budget (0 when not even one fits)."""
-    return max(0, (int(budget_bytes) - int(weights_bytes) - int(headroom)) // max(1, int(per_song)))
+def _layer_activations(dims, dtype_bytes: int, positions: int) -> int:
+    """Live tensors of one transformer layer over `positions` tokens (layers run one after the other): q‖k‖v, the
+    attention output, gate‖up, the SwiGLU product and two residual-stream copies (nodes/memory.py's rule)."""
+    qkv = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
+    return positions * (qkv + dims.heads * dims.head_dim + 3 * dims.ffn + 2 * dims.hidden) * dtype_bytes
+
+
+def render_bytes(dims, dtype_bytes: int, prefix_tokens: int, frames: int) -> int:
+    """Device bytes of the NAR render (`nar.render`) of a song of `frames` music frames after a `prefix_tokens`
+    prompt, at its largest chunk (`nar.chunk_ranges`): the AR K/V of prefix + chunk codes + 1 (every layer, kept for
+    the whole ODE solve, in buffers with room for the NAR's own chunk + 2 positions: `ChunkRenderer`) and the larger
+    of the AR prefill's and the NAR's layer activations (the NAR's over chunk + 2 frames), plus the ODE state: six [chunk, 64] fp32 tensors (state, noise, two
+    velocities, midpoint, output). The fused attention keeps no score matrix (CUDA); off CUDA add
+    `heads × rows × keys × 4` — the batch sizes GPUs, so it is not counted here."""
+    from ..nar import chunk_ranges
+    chunk = max(b - a for a, b in chunk_ranges(max(1, int(frames)), int(prefix_tokens)))
+    ar_positions = int(prefix_tokens) + chunk + 1
+    per_position = 2 * dims.layers * dims.kv_heads * dims.head_dim * dtype_bytes
+    prefill = _layer_activations(dims, dtype_bytes, ar_positions)
+    nar = _layer_activations(dims, dtype_bytes, chunk + 2)
+    return per_position * (ar_positions + chunk + 2) + max(prefill, nar) + chunk * LATENT_DIM * 4 * 6
+
+
+def vae_tile_bytes(vae_cfg, frames: int, core: int = VAE_CORE_FRAMES, halo: int = VAE_HALO_FRAMES) -> int:
+    """Device bytes of one halo-crop VAE tile (`vae.decode_tiled`, fp32): at the decoder's widest point a block's
+    input plus six live tensors of its upsampled output, per latent frame (nodes/memory.py: 3.05 MB per frame for
+    the release VAE, 2.9 MB measured on the CPU), over min(core, frames) + 2·halo frames, plus two copies of the
+    largest weight-normalised convolution (recomputed in every forward). `core` 1024 is the largest tile
+    `pipeline.vae_core_frames` picks."""
+    rate, peak = 1, vae_cfg.latent_dim + vae_cfg.first_channels
+    for c_in, c_out, stride in vae_cfg.blocks:
+        peak = max(peak, c_in * rate + 6 * c_out * rate * stride)
+        rate *= stride
+    peak = max(peak, 2 * vae_cfg.blocks[-1][1] * rate + vae_cfg.out_channels * rate)
+    largest = max(c_in * c_out * 2 * stride for c_in, c_out, stride in vae_cfg.blocks)
+    return 2 * largest * 4 + peak * 4 * (min(int(core), max(1, int(frames))) + 2 * int(halo))
+
+
+def stage_bytes(dims, vae_cfg, dtype_bytes: int, counts: dict, item, on_cuda: bool) -> int:
+    """Device bytes of one song's render stage — its NAR render, then its VAE decode, one after the other, so the
+    larger of `render_bytes` and `vae_tile_bytes` — plus STAGE_OVERHEAD on a GPU. `counts`: `requests.prompt_tokens`
+    of the row (its longest semantic prompt); the song is counted at its full music budget. `vae_cfg` None (a caller
+    without the checkpoint's VAE geometry): the NAR part only."""
+    frames = item.budgets.semantic_sampling().max_tokens
+    need = render_bytes(dims, dtype_bytes, counts["semantic"], frames)
+    if vae_cfg is not None:
+        need = max(need, vae_tile_bytes(vae_cfg, frames))
+    return need + (STAGE_OVERHEAD if on_cuda else 0)
+
+
+def fit_batch(budget_bytes: int, weights_bytes: int, per_song: int, headroom: int, stage: int = 0,
+              overlap: bool = False) -> int:
+    """Largest N with weights + headroom + N × per_song + stage ≤ budget (`overlap`: the render stage runs beside
+    the AR batch), or with weights + headroom + max(N × per_song, stage) ≤ budget (without it); 0 when not even one
+    fits."""
+    room = int(budget_bytes) - int(weights_bytes) - int(headroom)
+    if overlap:
+        room -= int(stage)
+    elif int(stage) > room:
+        return 0
+    return max(0, room // max(1, int(per_song)))
 
 
 def size_batch(per_song: int, *, budget_bytes: int, weights_bytes: int, max_batch: int | None,
-               on_cuda: bool, default: int = 8) -> int:
+               on_cuda: bool, default: int = 8, stage: int = 0, overlap: bool = False) -> int:
     """The batch size: `max_batch` when it fits the budget, else RequestError naming the largest that fits; without
-    `max_batch`, min(`default`, what fits). RequestError when not even one song fits (the weights alone, or one
-    song's K/V)."""
+    `max_batch`, min(`default`, what fits). `stage`: the render stage's bytes (`stage_bytes`), added to the AR
+    batch with `overlap`, else compared with it. RequestError when not even one song fits (the weights alone, one
+    song's K/V, or the render stage)."""
     headroom = HEADROOM_BYTES if on_cuda else 0
-    most = fit_batch(budget_bytes, weights_bytes, per_song, headroom)
+    most = fit_batch(budget_bytes, weights_bytes, per_song, headroom, stage, overlap)
+    render = ""
+    if stage:
+        render = (f"; the render stage {stage / GIB:.2f} GiB (NAR render and VAE tile of the longest song"
+                  f"{', beside the AR batch: --overlap' if overlap else ''})")
     where = (f"a budget of {budget_bytes / GIB:.2f} GiB (weights {weights_bytes / GIB:.2f} GiB"
              f"{f', headroom {headroom / GIB:.2f} GiB' if headroom else ''}; each song up to {per_song / GIB:.3f} GiB "
-             "for its K/V cache and sampler)")
+             f"for its K/V cache and sampler{render})")
     if most < 1:
         raise RequestError(f"not even one song fits in {where}; raise --budget or lower the songs' budgets "
-                           "(semantic_sampling.max_tokens, --max-seconds)")
+                           "(semantic_sampling.max_tokens, --max-seconds)"
+                           + ("; --no-overlap needs less" if overlap and stage else ""))
     if max_batch is None:
         return min(default, most)
     if type(max_batch) is not int or max_batch < 1:
@@ -67,4 +142,5 @@ def weights_bytes(info, compute_fp32: bool) -> int:
     return data * 2 if compute_fp32 and getattr(info, "format", "bf16") == "bf16" else data
 
 
-__all__ = ["song_bytes", "fit_batch", "size_batch", "weights_bytes"]
+__all__ = ["song_bytes", "fit_batch", "size_batch", "weights_bytes", "render_bytes", "vae_tile_bytes", "stage_bytes",
+           "STAGE_OVERHEAD"]

@@ -20,9 +20,25 @@ decoded and delivered. How a phase runs:
 
 A failure (a budget that no longer fits after the score was written, a numerical error, a write error) fails that
 song only; a batched phase that raises is re-run row by row so the failing row is isolated. Ctrl-C propagates.
+
+The overlap (`overlap=True`, default on CUDA): when a batch's AR phases are done, its songs are rendered, decoded
+and delivered one after the other by a worker thread (`_RenderStage`; on CUDA on its own low-priority stream, the AR
+on a high-priority one) while this thread decodes the next batch's AR phases. At most one batch is in the render
+stage: the next one is handed over only when the previous one is finished, so the device holds one batch's K/V
+caches plus one song's NAR/VAE working set (`memory.stage_bytes`). Only host data crosses the threads (token lists
+in, CPU latents/audio and the delivered path out), so no tensor is shared between the streams besides the read-only
+weights (the worker's stream first waits for everything this thread queued before the hand-over). Outcomes are
+yielded in the order of the sequential path (the queue's order), each when its song is done and this thread is
+between AR phases; a song failing in the worker fails alone; Ctrl-C (KeyboardInterrupt on this thread) stops the
+worker at its next render step, VAE tile or song, waits for it, yields the songs it finished and re-raises; an
+exception escaping the worker (not a song's failure) is re-raised on this thread at the next hand-over. On CUDA the
+decoder's graph captures run in "thread_local" mode and under `fast.decode.CAPTURE_LOCK` while the worker runs
+(`fast.decode.concurrent_capture`).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
@@ -71,6 +87,7 @@ class _Meter:
 
     def __init__(self, on_event: Event | None):
         self.on_event, self.t0, self.tokens = on_event, time.perf_counter(), 0
+        self.lock = threading.Lock()  # the render worker reports too: one line at a time
 
     def rate(self, extra: int = 0) -> float:
         elapsed = time.perf_counter() - self.t0
@@ -78,14 +95,23 @@ class _Meter:
 
     def emit(self, song_id: str, stage: str, **info) -> None:
         if self.on_event is not None:
-            self.on_event(song_id, stage, {**info, "aggregate_tokens_per_second": self.rate(info.get("live", 0))})
+            with self.lock:
+                self.on_event(song_id, stage, {**info, "aggregate_tokens_per_second": self.rate(info.get("live", 0))})
 
-    def progress(self, song_id: str, rows: int = 1):
-        """A pipeline `Progress` for one song (or a batch of `rows` decoding together)."""
+    def progress(self, song_id: str, rows: int = 1, stop: threading.Event | None = None):
+        """A pipeline `Progress` for one song (or a batch of `rows` decoding together). `stop`: raise `_Stopped`
+        from the callback once it is set (the render worker's cancellation point: every ODE step and VAE tile)."""
         def cb(stage, done, total, info):
+            if stop is not None and stop.is_set():
+                raise _Stopped
             live = done * rows if stage in ("plan", "semantic") else 0
             self.emit(song_id, stage, done=done, total=total, rows=rows, live=live)
         return cb
+
+
+class _Stopped(BaseException):
+    """Raised inside the render worker when the main thread asked it to stop (Ctrl-C): a BaseException, so the
+    per-song `except Exception` handlers do not record it as that song's failure."""
 
 
 def default_batched(ar) -> bool:
@@ -95,27 +121,45 @@ def default_batched(ar) -> bool:
     return fast_enabled(ar.device)
 
 
+def default_overlap(device) -> bool:
+    """Whether the render stage overlaps the next batch's AR phases by default: on CUDA (the NAR/VAE and the AR decode
+    share the GPU; the AR is launch-bound and leaves most of it idle). Not on the CPU: both stages are compute-bound
+    there and two threads share the same cores (measured with the tiny model on 2 cores: docs/batch.md)."""
+    import torch
+    return torch.device(device).type == "cuda"
+
+
 def _batch_key(item) -> tuple:
     b, r = item.budgets, item.request
     return (r.cot == "off", r.guidance, tuple(sorted(b.semantic_sampling().to_dict().items())))
 
 
 def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, steps: int = ODE_STEPS,
-               on_event: Event | None = None, batched: bool | None = None) -> Iterator[SongOutcome]:
+               on_event: Event | None = None, batched: bool | None = None,
+               overlap: bool | None = None) -> Iterator[SongOutcome]:
     """Run `items` (validated `BatchRequest`s) on `engine` (a `YuE2Engine`, or a callable returning one) in
-    batches of up to `max_batch`; yield each song's `SongOutcome` after `deliver(item, song)` wrote it. `batched`:
-    decode each phase's rows in one `PhaseDecoder` batch (default: `default_batched`); False runs rows one at a
-    time through the same stage functions as `generate`. `steps`: midpoint ODE steps of the renderer."""
+    batches of up to `max_batch`; yield each song's `SongOutcome` after `deliver(item, song)` wrote it, in the
+    queue's order. `batched`: decode each phase's rows in one `PhaseDecoder` batch (default: `default_batched`);
+    False runs rows one at a time through the same stage functions as `generate`. `overlap`: render, decode and
+    deliver a batch's songs on a worker thread while the next batch's AR phases run (default: `default_overlap`;
+    the songs are the same either way). `steps`: midpoint ODE steps of the renderer. `deliver` runs on the worker
+    thread with the overlap. Raises RequestError for a bad `max_batch`; KeyboardInterrupt and errors outside a
+    song propagate (with the overlap, after the worker stopped)."""
     if not hasattr(engine, "ar") and callable(engine):
         engine = engine()
     if type(max_batch) is not int or max_batch < 1:
         from ..errors import RequestError
         raise RequestError(f"max_batch must be a positive integer, got {max_batch!r}")
     batched = default_batched(engine.ar) if batched is None else bool(batched)
+    overlap = default_overlap(engine.ar.device) if overlap is None else bool(overlap)
     queue = sorted(items, key=_batch_key) if batched else list(items)
+    batches = [queue[start:start + max_batch] for start in range(0, len(queue), max_batch)]
     meter = _Meter(on_event)
-    for start in range(0, len(queue), max_batch):
-        jobs = [_Job(item) for item in queue[start:start + max_batch]]
+    if overlap and len(batches) > 1:
+        yield from _overlapped(engine, batches, batched, steps, deliver, meter)
+        return
+    for batch in batches:
+        jobs = [_Job(item) for item in batch]
         _plan_phase(engine, jobs, batched, meter)
         _semantic_phase(engine, jobs, batched, meter)
         for job in jobs:
@@ -271,11 +315,13 @@ def song_settings(engine, item, steps: int, method: str = "midpoint") -> dict:
             "checkpoint": engine.info.to_dict(), "weights": engine.weights}
 
 
-def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter) -> None:
-    """Render, decode and deliver one song (failures recorded on the job)."""
+def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
+            stop: threading.Event | None = None) -> None:
+    """Render, decode and deliver one song (failures recorded on the job). `stop` (the render worker's): once set,
+    the next ODE step or VAE tile raises `_Stopped`, and a finished song is not delivered."""
     from ..pipeline import Song, decode, render
     req = job.item.request
-    progress = meter.progress(req.id)
+    progress = meter.progress(req.id, stop=stop)
     try:
         job.stage = "render"
         t = time.perf_counter()
@@ -290,6 +336,8 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter) -> N
                     timing=dict(job.timing), settings=song_settings(engine, job.item, steps),
                     warnings=req.input_warnings())
         job.stage = "save"
+        if stop is not None and stop.is_set():
+            raise _Stopped
         job.output = str(deliver(job.item, song))
         job.audio_seconds = audio.shape[-1] / song.sample_rate
         job.stage = "complete"
@@ -313,9 +361,176 @@ def _outcome(job: _Job) -> SongOutcome:
 
 
 def _release(engine) -> None:
+    """Return the caching allocator's free blocks (the working sets of the AR batch and the render stage differ).
+    Under `fast.decode.CAPTURE_LOCK`: never while the other thread captures a decode graph."""
     import torch
     if engine.ar is not None and engine.ar.device.type == "cuda":
-        torch.cuda.empty_cache()
+        from ..fast.decode import CAPTURE_LOCK
+        with CAPTURE_LOCK:
+            torch.cuda.empty_cache()
 
 
-__all__ = ["iter_songs", "run_songs", "SongOutcome", "song_settings", "default_batched"]
+# -- the overlap ---------------------------------------------------------------------------------------------------
+class _Handoff:
+    """One batch given to the render worker: its jobs, the outcomes finished so far (in the jobs' order), and how
+    the worker ended (`error`: an exception that escaped it, re-raised on the main thread)."""
+
+    def __init__(self, jobs: list, ready=None):
+        self.jobs, self.ready = jobs, ready  # ready: a CUDA event after the main stream's work so far
+        self.outcomes: list[SongOutcome] = []
+        self.taken = 0
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def take(self, block: bool, worker: threading.Thread) -> list[SongOutcome]:
+        """The outcomes finished since the last call; `block`: wait until the batch is done first (in 0.1 s waits,
+        so Ctrl-C is seen at once, and a worker that died without finishing cannot hang this thread)."""
+        while block and not self.done.wait(0.1):
+            if not worker.is_alive() and not self.done.is_set():
+                raise RuntimeError("the render worker ended without finishing its batch")
+        new = self.outcomes[self.taken:]
+        self.taken += len(new)
+        return new
+
+    def check(self) -> None:
+        """Re-raise, on the main thread, an exception that escaped the worker (once the batch is done)."""
+        if self.done.is_set() and self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+
+class _RenderStage:
+    """The render worker: a thread rendering (NAR), decoding (VAE) and delivering the songs of one handed-over batch
+    at a time. On CUDA it works on its own stream of low priority (`torch.cuda.Stream(priority=0)`; the AR's is −1)
+    and holds `fast.decode.concurrent_capture()` while alive, so graphs captured meanwhile by the main thread use
+    capture_error_mode "thread_local": in the default "global" mode the CUDA runtime refuses "unsafe" calls from ANY
+    thread during a capture — the worker's cudaMalloc when the caching allocator must grow (the capture's own
+    `torch.cuda.graph` entry empties the cache first), its pageable device-to-host copies (`.cpu()` of latents and
+    audio) and stream syncs — and invalidates the capture. In "thread_local" mode only the capturing thread is
+    restricted; the worker's allocations come from the normal pools (PyTorch routes only the capturing stream's
+    allocations into the graph's private pool), its copies and syncs touch only its own stream, which the capture
+    never joins. What stays unsafe beside a capture is a device-wide synchronize or `empty_cache` (cudaFree), so the
+    worker does those only under `fast.decode.CAPTURE_LOCK`, which the main thread holds while it captures."""
+
+    def __init__(self, engine, steps: int, deliver: Deliver, meter: _Meter):
+        self.engine, self.steps, self.deliver, self.meter = engine, steps, deliver, meter
+        self.stop = threading.Event()
+        self.closed = False
+        self.inbox: list = []
+        self.wake = threading.Condition()
+        self.cuda = engine.ar.device.type == "cuda"
+        self.stream = self.ar_stream = None
+        self.capture = contextlib.nullcontext()
+        if self.cuda:
+            import torch
+            from ..fast.decode import concurrent_capture
+            self.stream = torch.cuda.Stream(engine.ar.device, priority=0)
+            self.ar_stream = torch.cuda.Stream(engine.ar.device, priority=-1)
+            self.ar_stream.wait_stream(torch.cuda.current_stream(engine.ar.device))  # the loaded weights
+            self.capture = concurrent_capture()
+        self.capture.__enter__()
+        self.thread = threading.Thread(target=self._work, name="yue2-render", daemon=True)
+        self.thread.start()
+
+    def ar_context(self):
+        """Where the main thread runs the AR phases: the high-priority stream on CUDA."""
+        if self.ar_stream is None:
+            return contextlib.nullcontext()
+        import torch
+        return torch.cuda.stream(self.ar_stream)
+
+    def submit(self, jobs: list) -> _Handoff:
+        """Hand a batch whose AR phases are done to the worker (the caller waited for the previous one)."""
+        ready = None
+        if self.cuda:
+            import torch
+            ready = torch.cuda.Event()
+            ready.record(self.ar_stream)
+        handoff = _Handoff(jobs, ready)
+        with self.wake:
+            self.inbox.append(handoff)
+            self.wake.notify()
+        return handoff
+
+    def _work(self) -> None:
+        while True:
+            with self.wake:
+                while not self.inbox and not self.stop.is_set():
+                    self.wake.wait()
+                if not self.inbox:
+                    return
+                handoff = self.inbox.pop(0)
+            try:
+                self._render(handoff)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread (a bug, Ctrl-C from deliver)
+                handoff.error = exc
+            finally:
+                handoff.done.set()
+
+    def _render(self, handoff: _Handoff) -> None:
+        streams = contextlib.nullcontext()
+        if self.cuda:
+            import torch
+            self.stream.wait_event(handoff.ready)
+            streams = torch.cuda.stream(self.stream)
+        try:
+            with streams:
+                for job in handoff.jobs:
+                    if self.stop.is_set():
+                        return
+                    if job.error is None:
+                        _finish(self.engine, job, self.steps, self.deliver, self.meter, self.stop)
+                    handoff.outcomes.append(_outcome(job))
+        except _Stopped:
+            return
+        finally:
+            _release(self.engine)
+
+    def close(self) -> None:
+        """Stop the worker (at its next ODE step, VAE tile or song when it is busy) and wait for it to end."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stop.set()
+        with self.wake:
+            self.inbox.clear()
+            self.wake.notify()
+        try:
+            while self.thread.is_alive():
+                self.thread.join(0.1)
+        finally:
+            self.capture.__exit__(None, None, None)
+
+
+def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliver,
+                meter: _Meter) -> Iterator[SongOutcome]:
+    """`iter_songs` with the render stage on a worker thread (module docstring)."""
+    stage = _RenderStage(engine, steps, deliver, meter)
+    pending: _Handoff | None = None
+    try:
+        for batch in batches:
+            jobs = [_Job(item) for item in batch]
+            with stage.ar_context():
+                _plan_phase(engine, jobs, batched, meter)
+            if pending is not None:  # the previous batch's songs finished so far
+                yield from pending.take(False, stage.thread)
+                pending.check()
+            with stage.ar_context():
+                _semantic_phase(engine, jobs, batched, meter)
+            _release(engine)
+            if pending is not None:  # at most one batch in the render stage: wait for the previous one
+                yield from pending.take(True, stage.thread)
+                pending.check()
+            pending = stage.submit(jobs)
+        yield from pending.take(True, stage.thread)
+        pending.check()
+    except KeyboardInterrupt:
+        stage.close()  # the worker stops at its next step; the songs it finished are still reported
+        if pending is not None:
+            yield from pending.take(False, stage.thread)
+        raise
+    finally:
+        stage.close()
+
+
+__all__ = ["iter_songs", "run_songs", "SongOutcome", "song_settings", "default_batched", "default_overlap"]

@@ -16,8 +16,10 @@ the same distribution otherwise (the draw is an exponential race on the device, 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
 import time
 import warnings
 
@@ -110,6 +112,28 @@ def _capture_stream(device) -> "torch.cuda.Stream":
     if key not in _STREAMS:
         _STREAMS[key] = torch.cuda.Stream(device)
     return _STREAMS[key]
+
+
+# Another thread doing CUDA work while a decoder captures its graphs (the batch command's render worker,
+# batch/runner.py `_RenderStage`): the capture runs in capture_error_mode "thread_local" then (the default "global"
+# refuses, and invalidates the capture on, any other thread's cudaMalloc, pageable copy or sync), and under
+# CAPTURE_LOCK, which that thread takes around its own device-wide syncs and torch.cuda.empty_cache().
+CAPTURE_LOCK = threading.RLock()
+_CONCURRENT = [0]  # how many `concurrent_capture` blocks are open
+
+
+@contextlib.contextmanager
+def concurrent_capture():
+    """While open, `PhaseDecoder` graph captures use capture_error_mode="thread_local" (only the capturing thread is
+    restricted), for a worker thread that launches work on its own stream meanwhile (the caller's part: a
+    non-blocking stream the capture never joins, and `CAPTURE_LOCK` around its empty_cache / device syncs)."""
+    with CAPTURE_LOCK:
+        _CONCURRENT[0] += 1
+    try:
+        yield
+    finally:
+        with CAPTURE_LOCK:
+            _CONCURRENT[0] -= 1
 
 
 def compiled_layer_fns():
@@ -542,7 +566,8 @@ class PhaseDecoder:
         self._restore(saved)
         graph = torch.cuda.CUDAGraph()
         pool = next(iter(self.graphs.values())).pool() if self.graphs else None
-        with torch.cuda.graph(graph, pool=pool):
+        with CAPTURE_LOCK, torch.cuda.graph(graph, pool=pool,
+                                            capture_error_mode="thread_local" if _CONCURRENT[0] else "global"):
             self._step(attn_len)
         self.graphs[attn_len] = graph
         torch.cuda.synchronize(self.device)
