@@ -1,18 +1,26 @@
-"""Many different songs at once on one GPU: `python -m yue2_core batch` sequential (--max-batch 1) vs --max-batch 4
-and 8 on the full-size synthetic int8 file, in one process run per setting (same requests): songs per minute, system
-RTF (wall seconds per second of music), peak VRAM; and the batched rows' music tokens against the sequential run's.
+"""Many different songs at once on one GPU (issue #19 rows): `python -m yue2_core batch` on the full-size synthetic int8
+file, 16 different requests of 3.6-minute songs (5,371 music tokens) with cot full and a 1,500-token lead sheet the
+model writes (as bench/bench.py's whole song), run sequentially (--max-batch 1) and with --max-batch 4 and 8, each
+without and with the overlap (the render stage of a batch beside the next batch's AR phases): songs per minute, system
+RTF (wall seconds per second of music), peak VRAM (allocator and NVML), and each run's music tokens against the
+sequential run's; next to the published peers (below). Prints the table and the ratios, writes JSON after every run.
 
-    python bench/batch.py --workdir /tmp/yue2bench --songs 16 --seconds 60 --json batch.json [--dry-run-cpu]
+    python bench/batch.py --workdir /tmp/yue2bench --json batch.json [--runs 1:off:4,8:on,...] [--budget-s 540]
+    python bench/batch.py --dry-run-cpu --songs 4 --seconds 2 --abc-tokens 8    # the script on the CPU, tiny model
 
-Each request brings its own lead sheet (random weights never end one), so the AR part is the music phase; songs
-differ in style, lyrics and seed. Issue target: system RTF ≤ 0.03 at N = 8 (3.6-minute songs).
+A run is MAX_BATCH:on|off[:SONGS] (SONGS: the first SONGS requests; default all). The default order puts the rows
+that matter first, and a run whose estimated time (from the per-song rates measured so far) would pass --budget-s
+is skipped and listed, so the whole part fits one 10-minute GPU call: the sequential rows run on the first 4
+requests (about 15 s a song on an H200, 16 would take 4 minutes) and the table says so (its rates are per song).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -24,82 +32,240 @@ sys.path.insert(0, HERE)
 
 import bench as B  # noqa: E402
 
-SCORE = ("X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=96\nV: Vocal clef=treble name=\"Vocal Melody\" snm=\"Vocal\"\n"
-         "V: Ins clef=treble name=\"Ins Melody\" snm=\"Inst.\"\nK:C\n% verse\nV: Vocal\n\"C\"c8d8e8f8|\"G\"g16e16|\n"
-         "V: Ins\nC32|G,32|\n")
 STYLES = ["indie pop, warm female vocals", "hard rock, male vocals", "lo-fi hip hop", "jazz trio, brushes",
           "synthwave, 80s", "acoustic folk", "drum and bass", "orchestral ballad"]
+DEFAULT_RUNS = "1:off:4,8:on,4:on,8:off,4:off,1:on:4"
+# Published peers (issue #19; /work/shared/reference/performance.md §1). System RTF = wall seconds / audio seconds.
+PEERS = [
+    ("vendor runtime, sequential (--concurrency 1)", "vendor-style baseline of bench/bench.py on this GPU: 47.6 s a "
+     "3.6-min song (docs/bench_h200.json, 'whole song: ours int8 vs vendor-style bf16')", 47.55 / 214.84),
+    ("vllm-omni fork, 4 prompts", "weighted RTF 1.086 → 0.386, GPU not stated (YuE issue #175)", 0.386),
+    ("YuE2-Turbo, 4 requests", "RTX 5090, batched requests, next AR overlapped with the previous NAR/VAE "
+     "(issue #19)", 0.096),
+]
+TARGET_RTF = 0.03  # issue #19: system RTF ≤ 0.03 at N = 8 on one H200
 
 
-def requests(path, n, seconds):
+def requests(path, n, seconds, abc_tokens):
+    """n different requests (style, lyrics, seed); the model writes each lead sheet (exactly `abc_tokens` tokens)
+    and exactly seconds × 25 music tokens (random weights never end a phase)."""
     tokens = int(round(seconds * 25))
     with open(path, "w") as f:
         for i in range(n):
             f.write(json.dumps({"id": f"song{i:02d}", "style": STYLES[i % len(STYLES)],
-                                "lyrics": f"[Verse]\nline {i} of the song, la la la", "seed": 1000 + i, "abc": SCORE,
+                                "lyrics": f"[Verse]\nline {i} of the song, la la la\n[Chorus]\n" + "oh " * (i + 1),
+                                "seed": 1000 + i, "cot": "full",
+                                "abc_sampling": {"min_tokens": abc_tokens, "max_tokens": abc_tokens},
                                 "semantic_sampling": {"min_tokens": tokens, "max_tokens": tokens}}) + "\n")
 
 
-def run(ckpt, req, out, max_batch, device):
+class VramPeak:
+    """Peak device memory used (NVML through pynvml, else nvidia-smi), sampled every 50 ms (nvidia-smi: 250 ms) in a
+    thread, minus what was used when it started (the CUDA context and other processes)."""
+
+    def __init__(self):
+        self.peak = self.base = None
+        self.stop = threading.Event()
+        self.read = None
+        if not torch.cuda.is_available():
+            return
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            self.read, self.period = (lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used), 0.05
+        except Exception:  # no pynvml: nvidia-smi (MiB)
+            def smi():
+                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                                      f"--id={torch.cuda.current_device()}"], capture_output=True, text=True,
+                                     timeout=5)
+                return int(out.stdout.split()[0]) * 2 ** 20
+            try:
+                smi()
+                self.read, self.period = smi, 0.25
+            except Exception:
+                self.read = None
+
+    def __enter__(self):
+        if self.read is not None:
+            self.base = self.peak = self.read()
+            self.thread = threading.Thread(target=self._loop, daemon=True)
+            self.thread.start()
+        return self
+
+    def _loop(self):
+        while not self.stop.wait(self.period):
+            self.peak = max(self.peak, self.read())
+
+    def __exit__(self, *exc):
+        if self.read is not None:
+            self.stop.set()
+            self.thread.join()
+
+    def gib(self):
+        return None if self.peak is None else (self.peak - self.base) / 2 ** 30
+
+
+def run(ckpt, req, out, max_batch, overlap, device, abc_tokens, steps):
     from yue2_core.__main__ import main
     if torch.cuda.is_available():
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    t = time.perf_counter()
-    rc = main(["batch", req, "--output", out, "--checkpoint", ckpt, "--max-batch", str(max_batch), "--device", device,
-               "--offline", "--steps", "32" if device == "cuda" else "2"])
-    wall = time.perf_counter() - t
-    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else 0.0
-    return rc, wall, peak
+    with VramPeak() as nvml:
+        t = time.perf_counter()
+        rc = main(["batch", req, "--output", out, "--checkpoint", ckpt, "--max-batch", str(max_batch),
+                   "--device", device, "--offline", "--steps", str(steps), "--max-abc-tokens", str(abc_tokens),
+                   "--overlap" if overlap else "--no-overlap"])
+        wall = time.perf_counter() - t
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else None
+    return rc, wall, peak, nvml.gib()
+
+
+def parse_runs(text: str, songs: int) -> list[tuple[int, bool, int]]:
+    runs = []
+    for part in filter(None, text.split(",")):
+        fields = part.split(":")
+        if len(fields) not in (2, 3) or fields[1] not in ("on", "off"):
+            raise SystemExit(f"--runs: {part!r} is not MAX_BATCH:on|off[:SONGS]")
+        runs.append((int(fields[0]), fields[1] == "on", min(songs, int(fields[2])) if len(fields) == 3 else songs))
+    return runs
+
+
+def estimate(per_song: dict, max_batch: int, overlap: bool) -> float | None:
+    """Seconds per song of a run not made yet: the same setting's, else the other overlap setting's (× 1.4 when this
+    one has none: the overlap hid up to that much on an H200 estimate), else the closest measured batch size's with
+    the same overlap setting, else any closest one; None before the first run."""
+    if (max_batch, overlap) in per_song:
+        return per_song[(max_batch, overlap)]
+    if (max_batch, not overlap) in per_song:
+        return per_song[(max_batch, not overlap)] * (1.0 if overlap else 1.4)
+    same = [k for k in per_song if k[1] == overlap] or list(per_song)
+    if not same:
+        return None
+    return per_song[min(same, key=lambda k: abs(k[0] - max_batch))]
+
+
+def subset(path, n, out):
+    with open(path) as f:
+        lines = f.readlines()[:n]
+    with open(out, "w") as f:
+        f.writelines(lines)
+    return out
+
+
+def _codes(folder, song_id, name="semantic.npy"):
+    path = os.path.join(folder, song_id, name)
+    return np.load(path) if os.path.exists(path) else None
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default="/tmp/yue2bench")
     ap.add_argument("--songs", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--batches", default="1,4,8")
+    ap.add_argument("--seconds", type=float, default=5371 / 25, help="music per song (default 3.6 min = 5,371 tokens)")
+    ap.add_argument("--abc-tokens", type=int, default=1500, help="lead-sheet tokens the model writes per song")
+    ap.add_argument("--runs", default=DEFAULT_RUNS, help="MAX_BATCH:on|off[:SONGS], comma-separated, in this order")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="skip a run expected to end after this many "
+                                                                  "seconds from the start (one 10-min GPU call)")
     ap.add_argument("--json", default="batch.json")
     ap.add_argument("--dry-run-cpu", action="store_true")
     args = ap.parse_args()
-    device = "cuda"
+    t_start = time.perf_counter()
+    device, steps = "cuda", 32
     if args.dry_run_cpu:
-        B.DEVICE, B.PROFILE, device = "cpu", "tiny", "cpu"
+        B.DEVICE, B.PROFILE, device, steps = "cpu", "tiny", "cpu", 2
     ckpt = B.make_checkpoints(args.workdir)["int8"]
     req = os.path.join(args.workdir, "batch_requests.jsonl")
-    requests(req, args.songs, args.seconds)
-    music = args.songs * args.seconds
-    rows, out = [], {"machine": {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-                                 "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-                                 "commit": os.environ.get("YUE2_COMMIT", "")}, "runs": {}}
-    folders = {}
-    for n in [int(x) for x in args.batches.split(",")]:
-        folder = os.path.join(args.workdir, f"batch_out_{n}_{int(time.time())}")
-        rc, wall, peak = run(ckpt, req, folder, n, device)
-        folders[n] = folder
+    requests(req, args.songs, args.seconds, args.abc_tokens)
+    audio_s = (1920 * round(args.seconds * 25) - 64) / 48000  # one song's audio (vae.output_length at 48 kHz)
+    out = {"machine": {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+                       "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+                       "commit": os.environ.get("YUE2_COMMIT", "")},
+           "setup": {"songs": args.songs, "music_tokens": round(args.seconds * 25), "abc_tokens": args.abc_tokens,
+                     "audio_seconds_per_song": audio_s, "ode_steps": steps, "checkpoint": os.path.basename(ckpt)},
+           "peers": [{"name": n, "source": s, "system_rtf": r} for n, s, r in PEERS], "runs": {}, "skipped": []}
+    per_song: dict = {}  # (max_batch, overlap) → seconds per song measured, for the time estimates
+    folders: dict = {}
+    for max_batch, overlap, n in parse_runs(args.runs, args.songs):
+        key = f"{max_batch}:{'on' if overlap else 'off'}:{n}"
+        known = estimate(per_song, max_batch, overlap)
+        elapsed = time.perf_counter() - t_start
+        if known is not None and elapsed + 1.1 * known * n + 15 > args.budget_s:
+            print(f"skipping --max-batch {max_batch} overlap {'on' if overlap else 'off'} ({n} songs): about "
+                  f"{known * n:.0f} s, {elapsed:.0f} s of {args.budget_s:.0f} used", flush=True)
+            out["skipped"].append(key)
+            continue
+        folder = os.path.join(args.workdir, f"batch_out_{max_batch}_{'on' if overlap else 'off'}_{int(time.time())}")
+        path = req if n == args.songs else subset(req, n, os.path.join(args.workdir, f"batch_requests_{n}.jsonl"))
+        rc, wall, peak, nvml = run(ckpt, path, folder, max_batch, overlap, device, args.abc_tokens, steps)
+        folders[key] = folder
         summary = json.load(open(os.path.join(folder, "batch.json")))
+        done = summary.get("complete") or 0
         if rc != 0:
-            print(f"--max-batch {n}: exit {rc}, {summary.get('complete')} of {args.songs} complete "
-                  f"({wall:.1f} s); see the table above for each song's reason", flush=True)
-        rows.append((n, rc, summary.get("complete"), wall, 60 * args.songs / wall, wall / music, peak))
-        out["runs"][n] = {"exit": rc, "complete": summary.get("complete"), "wall_s": wall,
-                          "songs_per_minute": 60 * args.songs / wall, "system_rtf": wall / music, "peak_gib": peak}
-    first = min(folders)
-    def codes(folder, i):
-        path = os.path.join(folder, f"song{i:02d}", "semantic.npy")
-        return np.load(path) if os.path.exists(path) else None
-
-    for n, folder in folders.items():  # the batched songs' tokens against the first (sequential) run's
-        pairs = [(codes(folder, i), codes(folders[first], i)) for i in range(args.songs)]
-        same = sum(a is not None and b is not None and np.array_equal(a, b) for a, b in pairs)
-        out["runs"][n]["same_tokens_as_sequential"] = f"{same}/{args.songs}"
-    print(f"\n{args.songs} songs × {args.seconds:g} s, int8, {out['machine']['gpu']}")
-    print("| --max-batch | exit | complete | wall s | songs/min | system RTF | peak GiB | tokens = sequential |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n, rc, done, wall, spm, rtf, peak in rows:
-        print(f"| {n} | {rc} | {done} | {wall:.1f} | {spm:.1f} | {rtf:.4f} | {peak:.2f} | "
-              f"{out['runs'][n]['same_tokens_as_sequential']} |")
+            print(f"--max-batch {max_batch}: exit {rc}, {done} of {n} complete ({wall:.1f} s); see the table "
+                  "above for each song's reason", flush=True)
+        per_song[(max_batch, overlap)] = wall / max(1, n)
+        stages = {}
+        for r in summary.get("results", []):
+            for k, v in (r.get("timing") or {}).items():
+                stages[k] = stages.get(k, 0.0) + v
+        out["runs"][key] = {"max_batch": max_batch, "overlap": overlap, "songs": n, "exit": rc, "complete": done,
+                            "wall_s": wall, "songs_per_minute": 60 * n / wall, "system_rtf": wall / (n * audio_s),
+                            "peak_gib_allocator": peak, "peak_gib_nvml": nvml,
+                            "stage_seconds_summed": {k: round(v, 2) for k, v in stages.items()}}
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+    seq = next((k for k in folders if k.startswith("1:off")), None)
+    for key, folder in folders.items():  # music tokens against the sequential run's (the songs both ran)
+        r = out["runs"][key]
+        if seq is not None:
+            ids = [f"song{i:02d}" for i in range(min(r["songs"], out["runs"][seq]["songs"]))]
+            same = sum(_codes(folder, i) is not None and _codes(seq_f, i) is not None
+                       and np.array_equal(_codes(folder, i), _codes(seq_f, i))
+                       for seq_f in [folders[seq]] for i in ids)
+            r["same_tokens_as_sequential"] = f"{same}/{len(ids)}"
+        twin = f"{r['max_batch']}:{'off' if r['overlap'] else 'on'}:{r['songs']}"
+        if twin in folders:  # the same batches without / with the overlap: the songs must be identical
+            ids = [f"song{i:02d}" for i in range(r["songs"])]
+            same = sum(all(_codes(folder, i, f) is not None and np.array_equal(_codes(folder, i, f),
+                                                                               _codes(folders[twin], i, f))
+                           for f in ("semantic.npy", "latent.npy")) for i in ids)
+            r["same_song_as_other_overlap_setting"] = f"{same}/{len(ids)}"
     with open(args.json, "w") as f:
         json.dump(out, f, indent=2)
+    runs = out["runs"]
+    print(f"\n{args.songs} different requests × {audio_s:.1f} s of music (cot full, {args.abc_tokens} ABC + "
+          f"{round(args.seconds * 25)} music tokens, {steps} ODE steps), int8, {out['machine']['gpu']}")
+    print("| --max-batch | overlap | songs | exit | complete | wall s | songs/min | system RTF | peak GiB (allocator) "
+          "| peak GiB (NVML) | tokens = sequential | same songs overlap on/off |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for key, r in runs.items():
+        nv = "–" if r["peak_gib_nvml"] is None else f"{r['peak_gib_nvml']:.2f}"
+        al = "–" if r["peak_gib_allocator"] is None else f"{r['peak_gib_allocator']:.2f}"
+        note = f" (first {r['songs']})" if r["songs"] < args.songs else ""
+        print(f"| {r['max_batch']} | {'on' if r['overlap'] else 'off'} | {r['songs']}{note} | {r['exit']} | "
+              f"{r['complete']} | {r['wall_s']:.1f} | {r['songs_per_minute']:.2f} | {r['system_rtf']:.4f} | {al} | "
+              f"{nv} | {r.get('same_tokens_as_sequential', '–')} | {r.get('same_song_as_other_overlap_setting', '–')} |")
+    for name, source, rtf in PEERS:
+        print(f"| {name} | | | | | | {60 / (rtf * audio_s):.2f} | {rtf:.3f} | | | | {source} |")
+    if out["skipped"]:
+        print(f"skipped (time budget): {', '.join(out['skipped'])}")
+    print("\nratios (songs per minute; system RTF ratios are the inverse):")
+    base = runs.get(seq) if seq else None
+    for key, r in runs.items():
+        parts = []
+        if base is not None and key != seq:
+            parts.append(f"{r['songs_per_minute'] / base['songs_per_minute']:.2f}× sequential")
+        twin = f"{r['max_batch']}:off:{r['songs']}"
+        if r["overlap"] and twin in runs:
+            parts.append(f"{r['songs_per_minute'] / runs[twin]['songs_per_minute']:.2f}× the same without overlap")
+        for name, _, rtf in PEERS:
+            parts.append(f"{rtf / r['system_rtf']:.1f}× {name.split(',')[0]}")
+        print(f"- {key}: " + "; ".join(parts))
+    best8 = [r["system_rtf"] for r in runs.values() if r["max_batch"] == 8]
+    if best8:
+        print(f"issue target: system RTF ≤ {TARGET_RTF} at N = 8 — best measured {min(best8):.4f} "
+              f"({'met' if min(best8) <= TARGET_RTF else 'not met'})")
 
 
 if __name__ == "__main__":

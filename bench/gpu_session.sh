@@ -18,7 +18,9 @@
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
 #                                      # bench/lora.py (decode and NAR with a rank-64 LoRA on both experts vs without)
-#   bash bench/gpu_session.sh batch    # bench/batch.py: 16 different 60-s songs through `batch`, --max-batch 1/4/8
+#   bash bench/gpu_session.sh batch    # bench/batch.py (issue #19 rows): 16 different 3.6-min songs (cot full, 1,500
+#                                      # ABC tokens) through `batch`, --max-batch 1 (first 4 songs) / 4 / 8, with and
+#                                      # without --overlap; fits one 10-minute call (runs past 540 s are skipped)
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh nodescold # tests/nodes/gpu_nodes_cold.py: the nodes' first song vs second in fresh
 #                                      # processes (empty Triton cache, then kept), full-size int8, ~2 min
@@ -81,7 +83,8 @@ for part in "$@"; do
       # (pip download soundfile cffi pycparser --only-binary=:all: -d .gpuwheels) and install it first
       [ -d .gpuwheels ] && "$PY" -m pip install --no-index --find-links .gpuwheels soundfile >/dev/null 2>&1
       "$PY" -c "import soundfile" 2>/dev/null || echo "batch: soundfile missing — carry .gpuwheels (see above)"
-      "$PY" bench/batch.py --songs ${BATCH_SONGS:-16} --seconds ${BATCH_SECONDS:-60} --json "$OUT/batch.json" 2>&1 \
+      # shellcheck disable=SC2086  # BATCH_ARGS is a list of options (e.g. --runs 8:on,8:off)
+      "$PY" bench/batch.py --songs ${BATCH_SONGS:-16} ${BATCH_ARGS:-} --json "$OUT/batch.json" 2>&1 \
         | grep -v "^\[\|^  " | tee "$OUT/batch_bench.log" ;;
     nar)
       "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
