@@ -2,10 +2,13 @@
 
     python bench/cold_start.py --json bench.json [--abc-tokens 1500 --frames 5371]
 
-Three fresh processes, each: load, song 1, song 2 (timed from `generate`; a warm-up still running is waited for
-inside song 1): (a) an empty TRITON_CACHE_DIR, warm-up on; (b) the same cache directory kept, warm-up on; (c) the
-"before" baseline: an empty cache, YUE2_WARMUP=0. Prints a table and merges the rows into the --json file
-(bench.py's layout: {"metrics": {name: {ours, baseline, unit, note}}}).
+Four fresh processes, each: load, song 1, song 2 (timed from `generate`; a warm-up still running is waited for
+inside song 1): (a) an empty TRITON_CACHE_DIR, warm-up on (its kernels compiled in child processes,
+YUE2_WARMUP_PROCS unset); (b) the same cache directory kept, warm-up on (the marker found: no children); (c) the
+"before" baseline: an empty cache, YUE2_WARMUP=0; (d) an empty cache, warm-up in-process only
+(YUE2_WARMUP_PROCS=0: the gain of the parallel compile). Prints a table, each warm-up's children and marker
+decision, and merges the rows into the --json file (bench.py's layout: {"metrics": {name: {ours, baseline, unit,
+note}}}).
 """
 from __future__ import annotations
 
@@ -44,8 +47,11 @@ def child(path: str, abc_n: int, sem_n: int) -> None:
           flush=True)
 
 
-def run(path, abc_n, sem_n, cache_dir, warm: bool) -> dict:
+def run(path, abc_n, sem_n, cache_dir, warm: bool, procs: str | None = None) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, YUE2_WARMUP="1" if warm else "0")
+    env.pop("YUE2_WARMUP_PROCS", None)
+    if procs is not None:
+        env["YUE2_WARMUP_PROCS"] = procs
     p = subprocess.run([sys.executable, __file__, "--child", path, "--abc-tokens", str(abc_n), "--frames",
                         str(sem_n)], env=env, capture_output=True, text=True, timeout=400)
     line = next((l for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
@@ -71,10 +77,13 @@ def main():
         write_synthetic_checkpoint(path, profile="full", fmt="int8", seed=0, device="cuda")
     cache = tempfile.mkdtemp(prefix="yue2-cold-cache-")
     rows = {}
-    for label, cache_dir, warm in (("empty cache, warm-up", cache, True), ("cache kept, warm-up", cache, True),
-                                   ("empty cache, no warm-up", tempfile.mkdtemp(prefix="yue2-cold-nowarm-"), False)):
+    inproc = "empty cache, warm-up in-process only (YUE2_WARMUP_PROCS=0)"
+    for label, cache_dir, warm, procs in (
+            ("empty cache, warm-up", cache, True, None), ("cache kept, warm-up", cache, True, None),
+            ("empty cache, no warm-up", tempfile.mkdtemp(prefix="yue2-cold-nowarm-"), False, None),
+            (inproc, tempfile.mkdtemp(prefix="yue2-cold-inproc-"), True, "0")):
         try:
-            rows[label] = run(path, a.abc_tokens, a.frames, cache_dir, warm)
+            rows[label] = run(path, a.abc_tokens, a.frames, cache_dir, warm, procs)
         except Exception as exc:  # one failed process must not lose the others
             print(f"{label}: {exc}", flush=True)
     print("\n| process | load s | song 1 s (stages) | song 2 s | song 1 / song 2 |\n|---|---|---|---|---|")
@@ -85,13 +94,22 @@ def main():
         ratio = s1["seconds"] / s2["seconds"]
         print(f"| {label} | {r['load']:.1f} | {s1['seconds']:.2f} ({st}; capture {s1['capture']}) | "
               f"{s2['seconds']:.2f} | {ratio:.2f} |")
-        print(f"  warm-up report: {r.get('warm_up')}")
+        w = r.get("warm_up") or {}
+        ch = w.get("children") or {}
+        if w:
+            print(f"  warm-up: {w.get('seconds', 0):.1f} s, children {ch.get('count', 0)} "
+                  f"(failed {ch.get('failed', 0)}, own seconds {ch.get('child_seconds')}, kernel variants "
+                  f"{ch.get('variants')}), marker {w.get('marker')} (written {w.get('marker_written')}); stages "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in (w.get("stages") or {}).items()))
+        print(f"  warm-up report: {w}")
         r["ratio"] = ratio
     names = {"empty cache, warm-up": "first song / warm, empty Triton cache (ratio)",
              "cache kept, warm-up": "first song / warm, cache kept (ratio)",
-             "empty cache, no warm-up": "first song / warm, empty Triton cache, no warm-up (ratio)"}
+             "empty cache, no warm-up": "first song / warm, empty Triton cache, no warm-up (ratio)",
+             inproc: "first song / warm, empty Triton cache, warm-up in-process only (ratio)"}
     targets = {"empty cache, warm-up": "target ≤ 1.25", "cache kept, warm-up": "target ≤ 1.05",
-               "empty cache, no warm-up": "the before baseline (YUE2_WARMUP=0)"}
+               "empty cache, no warm-up": "the before baseline (YUE2_WARMUP=0)",
+               inproc: "the round-1 warm-up (YUE2_WARMUP_PROCS=0: no child processes)"}
     for label, r in rows.items():
         s1, s2 = r["songs"]
         metrics[names[label]] = {"ours": r["ratio"], "baseline": None, "unit": "x",
@@ -101,6 +119,12 @@ def main():
         gain = rows["empty cache, no warm-up"]["songs"][0]["seconds"] / rows["empty cache, warm-up"]["songs"][0]["seconds"]
         metrics["first song, empty Triton cache: no warm-up / warm-up (gain)"] = {
             "ours": gain, "baseline": None, "unit": "x", "note": "per-technique gain of the background warm-up"}
+    if "empty cache, warm-up" in rows and inproc in rows:
+        gain = rows[inproc]["songs"][0]["seconds"] / rows["empty cache, warm-up"]["songs"][0]["seconds"]
+        metrics["first song, empty Triton cache: in-process warm-up / child processes (gain)"] = {
+            "ours": gain, "baseline": None, "unit": "x",
+            "note": "per-technique gain of compiling in child processes (load "
+                    f"{rows[inproc]['load']:.1f} → {rows['empty cache, warm-up']['load']:.1f} s)"}
     for name, m in metrics.items():
         print(f"  {name:60s} {m['ours']:.2f} {m['note']}")
     if a.json:

@@ -334,10 +334,14 @@ class YuE2Engine:
         warm = None
         from . import warmup
         if warmup.skip_reason(torch.device(device)) is None and warm_up is not False:  # before any weight is read
+            import os
             from .switches import choice
             bf16_layers = bool(stack) and choice("YUE2_LORA_INT8", ("side", "bf16"), "side") == "bf16"
             plan = warmup.Plan.from_info(info, dtype, parts, vae_cfg=getattr(vae_file, "config", None),
-                                         budgets=budgets, int8_layers=not bf16_layers)
+                                         budgets=budgets, int8_layers=not bf16_layers,
+                                         source={"path": info.path, "bytes": info.data_bytes,
+                                                 "vae": os.fspath(vae) if vae_file is not None
+                                                 and isinstance(vae, (str, os.PathLike)) else None})
             warm = warmup.start(plan, device)
         try:
             ar = load_ar(info, device, dtype) if "ar" in parts else None

@@ -19,6 +19,8 @@ accepts — "false" or "off" are not silently read as on.
                           layers dequantized to bf16 (bf16 decode speed, bf16 rounding; weights.lora.apply, CLI/engine)
     YUE2_WARMUP=0         no background compilation of the fast path's kernels while a model loads (warmup.py; default
                           on for CUDA with the fast path)
+    YUE2_WARMUP_PROCS     an integer ≥ 0: child processes that compile the warm-up's kernels when Triton's cache lacks
+                          them (0 = in the warm-up thread only; default min(6, max(1, CPUs // 2)); warmup_jobs.py)
     YUE2_VERIFY_HASHES=0  skip the sha256 check of a vendor folder's files against weights_manifest.json (sizes are
                           still checked; weights/vendor.py)
 """
@@ -48,3 +50,15 @@ def choice(name: str, allowed: tuple[str, ...], default: str) -> str:
         raise RequestError(f"the environment variable {name} must be {' or '.join(repr(a) for a in allowed)} "
                            f"(or unset), got {value!r}")
     return value
+
+
+def integer(name: str, default: int | None, minimum: int = 0) -> int | None:
+    """The integer switch `name` (decimal digits, ≥ `minimum`), unset (or empty) the default. RequestError
+    otherwise."""
+    value = os.environ.get(name, "").strip()
+    if value == "":
+        return default
+    if not (value.isascii() and value.isdigit()) or int(value) < minimum:
+        raise RequestError(f"the environment variable {name} must be an integer ≥ {minimum} (or unset), "
+                           f"got {value!r}")
+    return int(value)

@@ -16,14 +16,23 @@ What a Triton kernel specialises on, and how the shadow hits the same variants a
 - consumers (`fast.fused`: add+RMSNorm, QK-norm+RoPE+KV store, SiLU·up): widths and split counts of the products
   (real shapes); rows, capacities and NAR lengths are either unspecialised or always multiples of 16;
 - decode attention: lengths, chunks and split counts are unspecialised, but the constexpr SP = next power of two of
-  the split count depends on the attention length (and on the GPU's multiprocessor count): the shadow steps through
-  every attention-length bucket of the context (`fast.decode.BUCKET`) so each SP the song can meet is compiled;
+  the split count depends on the attention length (and on the GPU's multiprocessor count and the rows): the shadow
+  steps one representative length per SP that any length in [1, CONTEXT] gives on this GPU
+  (`warmup_jobs.attention_lengths`) — a short phase's attention length is its capacity (< `fast.decode.BUCKET`), so
+  stepping only the buckets missed the small SPs;
 - sampling tail (`fast.sample_kernels`): the phase width, the Sampling settings (constexprs CFG, PENALTY, SCALE,
   TOPP, the candidate count) — taken from the song's presets — and `min_tokens` / `max_tokens`, which change with the
   song's budget: both residues (divisible by 16 or not) are compiled; the CFG pair (2 rows) only when asked;
 - NAR: one velocity on a chunk of more than 16 rows (the row-blocked RoPE kernel) — its lengths are unspecialised;
 - VAE: one tile of the song's tile size (cuDNN's first use, the snake kernel) and one short tile of every length
   residue mod 16 (the snake kernel specialises on its length T, an affine function of the tile's frames).
+
+Parallel compile (`warmup_jobs.py`): when the marker `<TRITON_CACHE_DIR>/yue2-warmup/<key>.json` of this plan,
+GPU, Triton/torch and kernel sources is absent, `warm_up` first starts `warmup_jobs.procs()` child processes that
+run the same steps, each compiling its shard of the kernel variants into Triton's disk cache; the in-process steps
+of a stage run once every child has passed it (cache hits: they load the kernels and warm cuDNN/cuBLAS here). A
+failed child is one warning (the in-process steps compile what it did not); cancel kills the children. The marker
+is written (atomically) after a warm-up that completed; with it present no child is started.
 
 Threading: the warm-up runs in a daemon thread on its own CUDA stream, while the loader reads weights on the default
 stream. It never captures a CUDA graph: eager steps compile the same kernels, and a capture (global capture mode)
@@ -58,6 +67,7 @@ MIN_FREE_BYTES = 256 * 2 ** 20  # a cache with less free space counts as full: o
 PREFIX_TOKENS = 64  # shadow prompt: more than the 16 rows under which products take the decode-sized paths
 NAR_FRAMES = 256  # shadow NAR chunk (258 rows: the NAR's row-blocked kernels)
 PATTERN = 4099  # period of the deterministic weight pattern (a prime: no alignment with rows of 2^k)
+VAE_SHORT_FRAMES = tuple(range(33, 49))  # short VAE tiles: every residue mod 16 of the snake kernel's length
 
 _CACHE_LOCK = threading.Lock()
 _CACHE_CHECKED: dict = {}
@@ -223,34 +233,88 @@ def _phase_samplings(budgets, phase: str) -> list:
     return [replace(s, min_tokens=16, max_tokens=top), replace(s, min_tokens=17, max_tokens=top - 1)]
 
 
-def _decode(ar, phase: str, budgets, cfg_pair: bool, stop: Callable[[], None]) -> int:
-    """Eager fused decode steps of the shadow AR (`fast.decode.PhaseDecoder` without graphs) over every
-    attention-length bucket, for each residue variant of the phase's Sampling. Returns the steps run."""
+def decode_variants(budgets, phase: str, cfg_pair: bool) -> list:
+    """[(Sampling, cfg)] the warm-up decodes for `phase`: each residue variant of the phase's Sampling
+    (`_phase_samplings`), and with `cfg_pair` the semantic phase's CFG pair (2 rows) of each."""
+    samplings = _phase_samplings(budgets, phase)
+    return [(s, False) for s in samplings] + [(s, True) for s in samplings if cfg_pair and phase == "semantic"]
+
+
+def attention_geometry(dims, device, dtype=torch.bfloat16) -> dict:
+    """{"sms", "bl", "per_sm"} of `fast.fused.decode_attention` on `device` for the AR's head layout: the
+    multiprocessor count (16 off CUDA, as decode_attention), ATTN_CONFIG after `fit_attention` for the device's
+    shared memory (no shared prefix: 1–2 rows)."""
+    from .fast import fused
+    from .fast.gemv import shared_limit
+    from .warmup_jobs import next_pow2
+    device = torch.device(device)
+    cfg = fused.ATTN_CONFIG
+    limit = shared_limit(device)
+    if limit:
+        g = dims.heads // dims.kv_heads
+        cfg = fused.fit_attention(cfg, dims.head_dim, max(16, next_pow2(g)), torch.empty((), dtype=dtype)
+                                  .element_size(), limit)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 16
+    return {"sms": sms, "bl": cfg.bl, "per_sm": cfg.per_sm}
+
+
+def plan_steps(plan: "Plan", geometry: dict) -> list:
+    """Every step of the warm-up of `plan`, in order: ("decode_<phase>", variant index, attention length) — the
+    first variant of each row count steps one length per split constexpr SP (`warmup_jobs.attention_lengths` up
+    to the decoder's capacity, CONTEXT), the other residue one length — then ("nar", 0, NAR_FRAMES) and ("vae", 0,
+    frames) for one full tile and the 16 short tiles. `geometry`: `attention_geometry`."""
     from .constants import CONTEXT
-    from .fast.decode import BUCKET, PhaseDecoder
+    from .fast.decode import BUCKET
+    from .warmup_jobs import attention_lengths
+    steps = []
+    ar = "ar" in plan.parts
+    if ar:
+        for phase in plan.phases:
+            seen_rows = set()
+            for k, (s, cfg) in enumerate(decode_variants(plan.budgets, phase, plan.cfg_pair)):
+                rows = 2 if cfg else 1
+                capacity = PREFIX_TOKENS + s.max_tokens
+                if rows not in seen_rows:
+                    seen_rows.add(rows)
+                    lengths = sorted(attention_lengths(min(capacity, CONTEXT), rows, plan.dims.kv_heads,
+                                                       geometry["sms"], geometry["bl"],
+                                                       geometry["per_sm"]).values())
+                else:
+                    lengths = [min(BUCKET, capacity)]
+                steps += [(f"decode_{phase}", k, n) for n in lengths]
+        if "nar" in plan.parts:
+            steps.append(("nar", 0, NAR_FRAMES))
+    if "vae" in plan.parts and plan.vae_cfg is not None:
+        steps += [("vae", 0, 0)] + [("vae", 0, f) for f in VAE_SHORT_FRAMES]
+    return steps
+
+
+def _decode(ar, phase: str, budgets, cfg_pair: bool, steps: list, stop: Callable[[], None]) -> int:
+    """Eager fused decode steps of the shadow AR (`fast.decode.PhaseDecoder` without graphs): for each variant of
+    `decode_variants`, its attention lengths among `steps` ((stage, variant, length) of `plan_steps`). Returns the
+    steps run."""
+    from .fast.decode import PhaseDecoder
     from .fast.sampler import SLICES
     sl = SLICES[phase]
     prefix = [sl.start + (7 * j) % (sl.stop - sl.start - 1) for j in range(PREFIX_TOKENS)]
-    steps = 0
-    samplings = _phase_samplings(budgets, phase)
-    variants = [(s, False) for s in samplings] + [(s, True) for s in samplings if cfg_pair and phase == "semantic"]
-    for k, (s, cfg) in enumerate(variants):
+    done = 0
+    for k, (s, cfg) in enumerate(decode_variants(budgets, phase, cfg_pair)):
+        lengths = [n for stage, v, n in steps if stage == f"decode_{phase}" and v == k]
+        if not lengths:
+            continue
         stop()
         dec = PhaseDecoder(ar, [prefix], s, [k], phase, use_graph=False,
                            negatives=[prefix[: PREFIX_TOKENS // 2]] if cfg else None, cfg_scale=1.5 if cfg else 1.0)
         try:
             dec._allocate()
             dec._prefill()
-            # every attention bucket once per row count (their split counts), one step for the other residue
-            buckets = {min(dec.capacity, b) for b in range(BUCKET, CONTEXT + BUCKET, BUCKET)} | {dec.capacity}
-            lengths = sorted(buckets) if s is samplings[0] else [BUCKET]
             for attn_len in lengths:
                 stop()
-                dec._eager_step(attn_len)
-                steps += 1
+                dec._eager_step(min(attn_len, dec.capacity))
+                done += 1
         finally:
             dec.release()
-    return steps
+    return done
 
 
 def _nar(ar, nar, stop: Callable[[], None]) -> None:
@@ -273,14 +337,17 @@ def _vae(vae, stop: Callable[[], None]) -> None:
     lat = lat.view(1, vae.cfg.latent_dim, full)
     stop()
     vae.decode(lat)
-    for frames in range(33, 49):
+    for frames in VAE_SHORT_FRAMES:
         stop()
         vae.decode(lat[:, :, :frames].contiguous())
 
 
 @dataclass
 class Plan:
-    """What one warm-up compiles: the checkpoint's geometry and the song's settings."""
+    """What one warm-up compiles: the checkpoint's geometry and the song's settings. `source` {"path": checkpoint
+    file or folder, "vae": separate VAE file or folder or None, "bytes": the checkpoint's data bytes}: where child
+    processes read the header, and the model's size beside them (None: no children, the in-process warm-up
+    only)."""
     dims: object
     quant_ar: dict
     vae_cfg: object = None
@@ -290,24 +357,19 @@ class Plan:
     cfg_pair: bool = False  # also the CFG pair rows of the semantic phase
     int8_layers: bool = True
     phases: tuple = ("abc", "semantic")
+    source: dict | None = None
 
     @classmethod
     def from_info(cls, info, dtype=torch.bfloat16, parts=("ar", "nar", "vae"), vae_cfg=None, **kw) -> "Plan":
-        """A plan for a `CheckpointInfo` (header only: no weight is read)."""
+        """A plan for a `CheckpointInfo` (header only: no weight is read); `source` defaults to the checkpoint's
+        path (its own VAE)."""
+        kw.setdefault("source", {"path": info.path, "vae": None, "bytes": getattr(info, "data_bytes", 0)}
+                      if getattr(info, "path", None) else None)
         return cls(info.dims, dict(info.quant_ar or {}), vae_cfg if vae_cfg is not None else info.vae, dtype,
                    tuple(parts), **kw)
 
 
-def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = None) -> dict:
-    """Compile the fast path's kernels for `plan` on `device` synchronously (the caller's CUDA stream) and return a
-    report {"seconds", "steps", "stages": {name: seconds}, "skipped": reason or None}. `should_stop()` (True or an
-    exception: cancel) is polled between steps; cancelling raises `Cancelled`. Nothing happens (a reason is
-    returned) on CPUs, with YUE2_WARMUP=0, YUE2_FAST=0 or without Triton."""
-    device = torch.device(device)
-    reason = skip_reason(device)
-    if reason is not None:
-        return {"seconds": 0.0, "steps": 0, "stages": {}, "skipped": reason}
-
+def _stopper(should_stop):
     def stop():
         try:
             halt = should_stop is not None and should_stop()
@@ -315,31 +377,132 @@ def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = 
             halt = True
         if halt:
             raise Cancelled("warm-up cancelled")
+    return stop
 
+
+def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = None, *,
+             before_stage: Callable[[str], None] | None = None, after_stage: Callable[[str], None] | None = None,
+             allow_cpu: bool = False) -> dict:
+    """The steps of `plan` (`plan_steps`) on a shadow model in this process, stage by stage ("decode_<phase>",
+    "nar", "vae"), calling `before_stage(name)` before and `after_stage(name)` after each (the parent waits for its
+    children there; a child reports). Returns {"seconds", "steps", "stages": {name: seconds}, "skipped": reason or
+    None, "steps_digest": sha256 of the step list}. `allow_cpu` (tests): run on a CPU device too (the portable
+    paths: nothing is compiled). Raises `Cancelled` when `should_stop` says so."""
+    import hashlib
+    device = torch.device(device)
+    reason = None if allow_cpu and device.type == "cpu" else skip_reason(device)
+    if reason is not None:
+        return {"seconds": 0.0, "steps": 0, "stages": {}, "skipped": reason}
+    stop = _stopper(should_stop)
     t0 = time.perf_counter()
-    stages, steps = {}, 0
+    stages, done = {}, 0
     with torch.inference_mode():
         shadow = build_shadow(plan.dims, plan.quant_ar, plan.vae_cfg, device, plan.dtype, parts=plan.parts,
                               int8_layers=plan.int8_layers)
         stages["build"] = time.perf_counter() - t0
         try:
-            if shadow.ar is not None:
-                for phase in plan.phases:
-                    t = time.perf_counter()
-                    steps += _decode(shadow.ar, phase, plan.budgets, plan.cfg_pair, stop)
-                    stages[f"decode_{phase}"] = time.perf_counter() - t
-            if shadow.ar is not None and shadow.nar is not None:
+            steps = plan_steps(plan, attention_geometry(plan.dims, device, plan.dtype))
+            order = []
+            for st in steps:
+                if st[0] not in order:
+                    order.append(st[0])
+            for name in order:
+                stop()
+                if before_stage is not None:
+                    before_stage(name)
                 t = time.perf_counter()
-                _nar(shadow.ar, shadow.nar, stop)
-                stages["nar"] = time.perf_counter() - t
-            if shadow.vae is not None:
-                t = time.perf_counter()
-                _vae(shadow.vae, stop)
-                stages["vae"] = time.perf_counter() - t
-            torch.cuda.current_stream(device).synchronize()
+                if name.startswith("decode_"):
+                    done += _decode(shadow.ar, name[len("decode_"):], plan.budgets, plan.cfg_pair, steps, stop)
+                elif name == "nar":
+                    _nar(shadow.ar, shadow.nar, stop)
+                    done += 1
+                elif name == "vae":
+                    _vae(shadow.vae, stop)
+                    done += 1 + len(VAE_SHORT_FRAMES)
+                stages[name] = time.perf_counter() - t
+                if after_stage is not None:
+                    after_stage(name)
+            if device.type == "cuda":
+                torch.cuda.current_stream(device).synchronize()
         finally:
             del shadow
-    return {"seconds": time.perf_counter() - t0, "steps": steps, "stages": stages, "skipped": None}
+    digest = hashlib.sha256(repr(steps).encode()).hexdigest()[:16]
+    return {"seconds": time.perf_counter() - t0, "steps": done, "stages": stages, "skipped": None,
+            "steps_digest": digest}
+
+
+def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = None, *,
+            test: dict | None = None) -> dict:
+    """Compile the fast path's kernels for `plan` on `device` synchronously (the caller's CUDA stream) and return a
+    report {"seconds", "steps", "stages": {name: seconds}, "skipped": reason or None, "children": {"count", …},
+    "marker": "hit" | "miss" | None, "marker_written": bool}. When Triton's cache lacks the plan (no marker,
+    `warmup_jobs.marker_key`) and `plan.source` names the checkpoint, `warmup_jobs.procs()` child processes compile
+    first (module docstring); the marker is written after the steps completed. `should_stop()` (True or an
+    exception: cancel) is polled between steps; cancelling raises `Cancelled` and kills the children. Nothing
+    happens (a reason is returned) on CPUs, with YUE2_WARMUP=0, YUE2_FAST=0 or without Triton; RequestError for a
+    bad YUE2_WARMUP / YUE2_WARMUP_PROCS. `test` (tests only): {"allow_cpu": run on the CPU, "child": the children's
+    test hooks (warmup_jobs.child_main), "procs": children regardless of the switch}."""
+    from . import warmup_jobs as jobs
+    test = test or {}
+    device = torch.device(device)
+    allow_cpu = bool(test.get("allow_cpu"))
+    reason = None if allow_cpu and device.type == "cpu" else skip_reason(device)
+    if reason is not None:
+        return {"seconds": 0.0, "steps": 0, "stages": {}, "skipped": reason}
+    n = test["procs"] if "procs" in test else jobs.procs()
+    t0 = time.perf_counter()
+    cache = ensure_cache_dir()
+    marker, decision = None, None
+    try:
+        key = jobs.marker_key(jobs.plan_fields(plan), jobs.device_fields(device), jobs.versions(),
+                              jobs.source_hash())
+        marker = jobs.marker_path(cache, key)
+        decision = "hit" if os.path.exists(marker) else "miss"
+    except Exception as exc:  # noqa: BLE001 — no marker: compile in children as if it were absent
+        from .errors import brief
+        decision = f"unknown ({brief(exc)})"
+    if decision == "hit" or not plan.source or not plan.source.get("path"):
+        n = 0
+    capped = None
+    if n and device.type == "cuda":  # children beside the model being loaded must not run the GPU out of memory
+        free, _ = torch.cuda.mem_get_info(device)
+        capped = jobs.memory_cap(plan, free, int(plan.source.get("bytes") or 0))
+        n = min(n, capped)
+    shards = n if jobs.sharding_available() else min(n, 1)
+    children = None
+    stop = _stopper(should_stop)
+    try:
+        if shards:
+            specs = [jobs.child_spec(plan, device, i, shards, test.get("child")) for i in range(shards)]
+            children = jobs.Children(specs).start()
+        passed = []
+
+        def before(name):
+            if children is not None:
+                children.wait_stage(name, stop)
+            passed.append(name)
+        report = run_plan(plan, device, should_stop, before_stage=before, allow_cpu=allow_cpu)
+        if children is not None:
+            children.finish(passed)  # they passed every stage: only their report and exit are left
+    finally:
+        if children is not None:
+            children.kill()
+    report["seconds"] = time.perf_counter() - t0
+    report["children"] = children.summary() if children is not None else {"count": 0}
+    if capped is not None:
+        report["children"]["memory_cap"] = capped
+    report["marker"] = decision
+    if children is not None and children.failures:
+        warnings.warn(f"{len(children.failures)} of {shards} warm-up child processes failed ("
+                      f"{children.failures[0]}); the warm-up compiled what they did not in this process (slower, "
+                      f"same results)")
+    report["marker_written"] = False
+    if marker is not None and decision == "miss":
+        jobs.write_marker(marker, {"plan": jobs.plan_fields(plan), "device": jobs.device_fields(device),
+                                   "versions": jobs.versions(), "written": time.time(),
+                                   "steps_digest": report.get("steps_digest")})
+        report["marker_written"] = os.path.exists(marker)
+    return report
 
 
 @dataclass
@@ -411,10 +574,12 @@ class WarmUp:
 
 def start(plan: Plan, device, should_stop: Callable[[], bool] | None = None) -> WarmUp | None:
     """Start a background warm-up of `plan` on `device`, or return None when `skip_reason(device)` says none runs.
-    Raises RequestError for a bad YUE2_WARMUP value."""
+    Raises RequestError for a bad YUE2_WARMUP or YUE2_WARMUP_PROCS value."""
     device = torch.device(device)
     if skip_reason(device) is not None:
         return None
+    from .warmup_jobs import procs
+    procs()  # a bad YUE2_WARMUP_PROCS fails here (RequestError), not as the warm-up thread's warning
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return WarmUp(plan, device, should_stop).start()

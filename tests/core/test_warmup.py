@@ -175,3 +175,244 @@ def test_node_helper_starts_nothing_on_the_cpu(tiny_paths, monkeypatch):
     assert warmup.start_for_checkpoint(info, torch.device("cpu")) is None
     plan = warmup.Plan.from_info(info)
     assert plan.dims == info.dims and plan.vae_cfg == info.vae and plan.phases == ("abc", "semantic")
+
+
+# -- round 2: every attention variant, the marker, the children (warmup_jobs.py) ------------------------------------
+def _decode_attention_sp(length, rows, kv_heads, sms, monkeypatch):
+    """The SP `fast.fused.decode_attention` launches with, through fake kernels that record it (no Triton run)."""
+    from yue2_core.fast import fused
+    seen = {}
+
+    class Fake:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen[self.name] = (grid, kw.get("SP"), args[14] if self.name == "split" else None)
+            return launch
+    import triton
+    monkeypatch.setattr(fused, "_attention_kernels",
+                        lambda: (triton, Fake("split"), Fake("merge"), Fake("shared")))
+    d, heads = 128, 2 * kv_heads
+    q = torch.zeros(rows, heads, d)
+    k = torch.zeros(rows, kv_heads, length, d)
+    pos = torch.full((rows,), length - 1, dtype=torch.long)
+    counters = torch.zeros(rows * kv_heads, dtype=torch.int32)
+    fused.decode_attention(q, k, k, pos, length, 0.1, sms=sms, counters=counters)
+    splits = seen["split"][2]
+    sp = seen["split"][1] if "merge" not in seen else seen["merge"][1]
+    return splits, sp
+
+
+@pytest.mark.parametrize("sms", [132, 108, 84, 46])
+def test_attention_lengths_cover_every_split_constexpr(sms, monkeypatch):
+    from yue2_core.warmup_jobs import attention_lengths, next_pow2, split_count
+    for rows in (1, 2):
+        reps = attention_lengths(24576, rows, 8, sms)
+        # every length's SP is among the representatives, and each representative gives its SP
+        every = {next_pow2(split_count(n, rows, 8, sms)) for n in range(1, 24577)}
+        assert set(reps) == every and all(next_pow2(split_count(n, rows, 8, sms)) == sp for sp, n in reps.items())
+        assert 1 in reps and min(reps.values()) < 1024  # the short-phase SPs the bucket stepping missed
+        # the host formula is decode_attention's own (fake kernels record the launched splits and SP)
+        for n in sorted(set(reps.values()) | {1, 65, 300, 999, 1000, 1024, 2256, 5000, 24576}):
+            splits, sp = _decode_attention_sp(n, rows, 8, sms, monkeypatch)
+            assert splits == split_count(n, rows, 8, sms) and sp == next_pow2(splits), (n, rows, sms)
+    assert attention_lengths(24576, 1, 8, 132)[16] == 1024  # H200: the 1,024 bucket's SP, and SPs below it
+    with pytest.raises(ValueError, match="positive"):
+        attention_lengths(0, 1, 8, 132)
+
+
+def test_plan_steps_include_the_short_lengths(tiny_paths):
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    info = inspect_checkpoint(tiny_paths["int8"])
+    plan = warmup.Plan.from_info(info)
+    steps = warmup.plan_steps(plan, {"sms": 132, "bl": 64, "per_sm": 2})
+    abc = [n for st, v, n in steps if st == "decode_abc" and v == 0]
+    assert 64 in abc and max(abc) == 24576 and len(abc) == len(set(abc))
+    assert [n for st, v, n in steps if st == "decode_abc" and v == 1] == [1024]
+    assert ("nar", 0, warmup.NAR_FRAMES) in steps and sum(st == "vae" for st, _, _ in steps) == 17
+    cfg = warmup.plan_steps(warmup.Plan.from_info(info, cfg_pair=True), {"sms": 132, "bl": 64, "per_sm": 2})
+    assert {v for st, v, _ in cfg if st == "decode_semantic"} == {0, 1, 2, 3}
+
+
+def test_procs_switch(monkeypatch):
+    from yue2_core import warmup_jobs
+    monkeypatch.delenv("YUE2_WARMUP_PROCS", raising=False)
+    assert warmup_jobs.procs(16) == 6 and warmup_jobs.procs(2) == 1 and warmup_jobs.procs(1) == 1
+    assert warmup_jobs.procs(8) == 4
+    for good, n in (("0", 0), ("3", 3), (" 12 ", 12)):
+        monkeypatch.setenv("YUE2_WARMUP_PROCS", good)
+        assert warmup_jobs.procs(16) == n
+    for bad in ("-1", "two", "1.5", "٣"):
+        monkeypatch.setenv("YUE2_WARMUP_PROCS", bad)
+        with pytest.raises(RequestError, match="YUE2_WARMUP_PROCS"):
+            warmup_jobs.procs(16)
+
+
+def test_marker_key_changes_with_each_input(tiny_paths, tmp_path):
+    from dataclasses import replace
+    from yue2_core import warmup_jobs as jobs
+    from yue2_core.pipeline import Budgets
+    from yue2_core.protocol import Sampling
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    info = inspect_checkpoint(tiny_paths["int8"])
+    plan = warmup.Plan.from_info(info)
+    dev = {"type": "cuda", "name": "NVIDIA H200", "capability": [9, 0], "sms": 132}
+    ver = {"torch": "2.11.0", "triton": "3.6.0"}
+    base = jobs.marker_key(jobs.plan_fields(plan), dev, ver, "src", {})
+    assert base == jobs.marker_key(jobs.plan_fields(warmup.Plan.from_info(info)), dev, ver, "src", {})
+    variants = [
+        (jobs.plan_fields(replace(plan, dims=replace(plan.dims, ffn=plan.dims.ffn * 2))), dev, ver, "src", {}),
+        (jobs.plan_fields(warmup.Plan.from_info(inspect_checkpoint(tiny_paths["bf16"]))), dev, ver, "src", {}),
+        (jobs.plan_fields(replace(plan, dtype=torch.float16)), dev, ver, "src", {}),
+        (jobs.plan_fields(replace(plan, parts=("ar",))), dev, ver, "src", {}),
+        (jobs.plan_fields(replace(plan, budgets=Budgets(semantic=Sampling(top_k=50)))), dev, ver, "src", {}),
+        (jobs.plan_fields(replace(plan, cfg_pair=True)), dev, ver, "src", {}),
+        (jobs.plan_fields(replace(plan, int8_layers=False)), dev, ver, "src", {}),
+        (jobs.plan_fields(plan), {**dev, "name": "NVIDIA H100"}, ver, "src", {}),
+        (jobs.plan_fields(plan), {**dev, "capability": [10, 0]}, ver, "src", {}),
+        (jobs.plan_fields(plan), {**dev, "sms": 108}, ver, "src", {}),
+        (jobs.plan_fields(plan), dev, {**ver, "triton": "3.5.0"}, "src", {}),
+        (jobs.plan_fields(plan), dev, {**ver, "torch": "2.10.0"}, "src", {}),
+        (jobs.plan_fields(plan), dev, ver, "other sources", {}),
+        (jobs.plan_fields(plan), dev, ver, "src", {"YUE2_FUSED": "0"}),
+    ]
+    keys = [jobs.marker_key(*v) for v in variants]
+    assert base not in keys and len(set(keys)) == len(keys)
+    # the source hash follows the files' bytes
+    f = tmp_path / "a.py"
+    f.write_text("x = 1\n")
+    h = jobs.source_hash([str(f)])
+    f.write_text("x = 2\n")
+    assert jobs.source_hash([str(f)]) != h and len(jobs.source_hash()) == 64
+
+
+def test_marker_written_atomically(tmp_path, monkeypatch):
+    from yue2_core import warmup_jobs as jobs
+    path = jobs.marker_path(str(tmp_path), "k" * 32)
+    real = os.replace
+
+    def broken(a, b):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jobs.write_marker(path, {"a": 1})
+    assert len(caught) == 1 and "marker" in str(caught[0].message)
+    assert not os.path.exists(path) and os.listdir(os.path.dirname(path)) == []  # no partial or temporary file
+    monkeypatch.setattr(os, "replace", real)
+    jobs.write_marker(path, {"a": 1})
+    import json
+    assert json.load(open(path)) == {"a": 1} and os.listdir(os.path.dirname(path)) == [os.path.basename(path)]
+
+
+def test_shard_hook_partitions_the_kernels():
+    from yue2_core import warmup_jobs as jobs
+    names = [("yue2_core.fast.gemv", f"_kernels.<locals>.gemv_kernel") for _ in range(1)]
+    keys = [f"[('*bf16', 'D'), ('i32', {i})]" for i in range(200)]
+    fn = type("Info", (), {})
+    owners = []
+    for key in keys:
+        f = fn()
+        f.name, f.module = names[0][1], names[0][0]
+        says = [jobs.shard_hook(i, 4)(key=key, fn=f, repr="", compile={}) for i in range(4)]
+        assert says.count(False) == 1  # compiled by exactly one child, skipped (True) by the others
+        owners.append(says.index(False))
+    assert all(owners.count(i) > 20 for i in range(4))  # spread over the children
+    w8 = fn()
+    w8.name = "_kernel.<locals>.w8a16"
+    assert not any(jobs.shard_hook(i, 4)(key="k", fn=w8) for i in range(4))  # autotuned: never skipped
+    assert not jobs.shard_hook(0, 1)(key="k", fn=f)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:  # a zombie not yet reaped by anyone counts as gone too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_cancel_kills_the_children(tiny_paths, monkeypatch, tmp_path):
+    """A child that sleeps (test hook); cancelling the warm-up ends it — no orphan."""
+    from yue2_core import warmup_jobs as jobs
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(warmup, "_CACHE_CHECKED", {})
+    plan = warmup.Plan.from_info(inspect_checkpoint(tiny_paths["bf16"]), parts=("vae",))
+    pids = []
+    real = jobs.Children.start
+
+    def start(self):
+        out = real(self)
+        pids.extend(self.pids)
+        return out
+    monkeypatch.setattr(jobs.Children, "start", start)
+    cancel = threading.Event()
+    w = warmup.WarmUp(plan, torch.device("cpu"), should_stop=cancel.is_set,
+                      work=lambda p, d, s: warmup.warm_up(p, d, s, test={"allow_cpu": True, "procs": 2,
+                                                                         "child": {"sleep": 60}}))
+    w._thread = threading.Thread(target=w._run, daemon=True)
+    w._thread.start()
+    t0 = time.time()
+    while len(pids) < 2 and time.time() - t0 < 20:
+        time.sleep(0.05)
+    assert len(pids) == 2 and not any(_gone(p) for p in pids)
+    cancel.set()
+    w.wait(30)
+    assert w.report.get("cancelled"), w.report
+    assert all(_gone(p) for p in pids)
+    assert not os.path.exists(os.path.join(str(tmp_path / "cache"), jobs.MARKER_DIR)) or \
+        os.listdir(os.path.join(str(tmp_path / "cache"), jobs.MARKER_DIR)) == []  # cancelled: no marker
+
+
+def test_failing_child_one_warning_and_the_warm_up_completes(tiny_paths, monkeypatch, tmp_path):
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(warmup, "_CACHE_CHECKED", {})
+    plan = warmup.Plan.from_info(inspect_checkpoint(tiny_paths["bf16"]), parts=("ar",), phases=("abc",))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = warmup.warm_up(plan, "cpu", test={"allow_cpu": True, "procs": 2, "child": {"fail": True}})
+    mine = [c for c in caught if "child" in str(c.message)]
+    assert len(mine) == 1 and "test hook" in str(mine[0].message), [str(c.message) for c in caught]
+    steps = warmup.plan_steps(plan, warmup.attention_geometry(plan.dims, "cpu"))
+    assert report["skipped"] is None and report["stages"].get("decode_abc", 0) > 0 and report["steps"] == len(steps)
+    assert report["children"]["count"] == 2 and report["children"]["failed"] == 2
+    assert report["marker"] == "miss" and report["marker_written"]  # the in-process steps completed the cache
+
+
+def test_children_end_to_end_on_the_cpu(tiny_paths, monkeypatch, tmp_path):
+    """The child path for real on the tiny file (forced onto the CPU): two children read the header, run the same
+    steps as the parent (same step digest) and report every stage; the marker is written, and the next warm-up of
+    the same plan finds it and starts no child."""
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(warmup, "_CACHE_CHECKED", {})
+    monkeypatch.delenv("YUE2_WARMUP_PROCS", raising=False)
+    info = inspect_checkpoint(tiny_paths["int8"])
+    plan = warmup.Plan.from_info(info, parts=("ar", "nar"), phases=("abc",))  # the VAE takes 18 s on a CPU
+    from yue2_core import warmup_jobs as jobs
+    seen = {}
+    real_wait = jobs.Children.wait
+
+    def wait(self, timeout=None):
+        real_wait(self, timeout)
+        seen["reports"] = list(self.reports)
+        seen["stages"] = [set(s) for s in self.stages]
+    monkeypatch.setattr(jobs.Children, "wait", wait)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a failed child would warn
+        report = warmup.warm_up(plan, "cpu", test={"allow_cpu": True, "procs": 2, "child": {"allow_cpu": True}})
+    assert report["children"]["count"] == 2 and report["children"]["failed"] == 0, report
+    assert all(r and r["steps_digest"] == report["steps_digest"] and r["steps"] == report["steps"]
+               for r in seen["reports"]), (seen, report)
+    assert all(s == {"decode_abc", "nar"} for s in seen["stages"])
+    assert report["marker"] == "miss" and report["marker_written"]
+    again = warmup.warm_up(plan, "cpu", test={"allow_cpu": True, "procs": 2})
+    assert again["marker"] == "hit" and again["children"] == {"count": 0}

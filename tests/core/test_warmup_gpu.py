@@ -36,17 +36,29 @@ def _variants() -> dict:
     return {f.__name__: sum(len(c[0]) for c in f.device_caches.values()) for f in _jit_functions()}
 
 
-def test_warm_up_leaves_nothing_to_compile_for_a_song(tiny_paths, monkeypatch):
+def test_warm_up_leaves_nothing_to_compile_for_a_song(tiny_paths, monkeypatch, tmp_path):
+    """With an EMPTY Triton cache directory: child processes compile (YUE2_WARMUP_PROCS unset: ≥ 1 child, none
+    failed, the marker written), then the real song compiles no kernel variant the warm-up did not. First in this
+    file, so this process has compiled nothing yet (its in-process steps read what the children wrote)."""
     from yue2_core import warmup
     from yue2_core.pipeline import Budgets, YuE2Engine
     from yue2_core.protocol import Sampling, SongRequest
     monkeypatch.delenv("YUE2_WARMUP", raising=False)
+    monkeypatch.delenv("YUE2_WARMUP_PROCS", raising=False)
+    cache = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.setattr(warmup, "_CACHE_CHECKED", {})
     path = os.environ.get("YUE2_BENCH_INT8") or tiny_paths["int8"]
     full = "YUE2_BENCH_INT8" in os.environ
     eng = YuE2Engine.load(path, device="cuda", warm_up=True)
     report = eng.wait_warm_up()
     print(f"warm-up on {os.path.basename(path)}: {report}")
     assert report.get("skipped") is None and report.get("steps", 0) > 0, report
+    children = report["children"]
+    assert report["marker"] == "miss" and report["marker_written"], report
+    assert children["count"] >= 1 and children["failed"] == 0 and children["variants"] >= 10, children
+    kernels = [d for d in os.listdir(cache) if d != "yue2-warmup"]
+    assert len(kernels) >= children["variants"] // 2, (len(kernels), children)  # on disk, for the next process
     before = _variants()
     assert sum(before.values()) > 10, before
     abc_n, sem_n = (300, 1000) if full else (40, 120)
@@ -59,3 +71,19 @@ def test_warm_up_leaves_nothing_to_compile_for_a_song(tiny_paths, monkeypatch):
     print(f"song {song.timing}; new kernel variants: {new or 'none'}")
     assert song.score.timing.get("fused_kernels") and song.tokens.timing.get("execution") == "cuda_graph"
     assert not new, f"the song compiled kernel variants the warm-up did not: {new}"
+
+
+def test_marker_hit_starts_no_children(tiny_paths, monkeypatch, tmp_path):
+    """The same plan again in a cache that holds it: the marker is found and no child process starts."""
+    from yue2_core import warmup
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    monkeypatch.delenv("YUE2_WARMUP", raising=False)
+    monkeypatch.delenv("YUE2_WARMUP_PROCS", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(warmup, "_CACHE_CHECKED", {})
+    plan = warmup.Plan.from_info(inspect_checkpoint(tiny_paths["int8"]), parts=("ar",), phases=("abc",))
+    first = warmup.warm_up(plan, "cuda")
+    again = warmup.warm_up(plan, "cuda")
+    print(f"first {first['children']} marker {first['marker']}; again {again['children']} marker {again['marker']}")
+    assert first["marker"] == "miss" and first["marker_written"] and first["children"]["count"] >= 1
+    assert again["marker"] == "hit" and again["children"]["count"] == 0
