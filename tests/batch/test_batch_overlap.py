@@ -236,6 +236,10 @@ def _never():
 
 
 def test_default_overlap_follows_the_device():
+    from yue2_core.__main__ import build_parser
     from yue2_core.batch.runner import default_overlap
+    parse = build_parser().parse_args
+    assert [parse(["batch", "r.jsonl", "--output", "o", *flag]).overlap
+            for flag in ([], ["--overlap"], ["--no-overlap"])] == [None, True, False]
     assert default_overlap(torch.device("cuda")) is True and default_overlap("cuda:1") is True
     assert default_overlap(torch.device("cpu")) is False

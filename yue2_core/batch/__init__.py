@@ -2,7 +2,8 @@
 
     requests.py  the vendor's request JSONL: rows parsed and validated one by one (driver side)
     memory.py    how many songs one AR batch holds within --budget
-    runner.py    the worker: songs of different requests through one engine, AR phases batched (`iter_songs`)
+    runner.py    the worker: songs of different requests through one engine, AR phases batched, the render stage
+                 on a worker thread beside the next batch's AR (`iter_songs`)
     driver.py    output folder, resume decisions, context and memory checks, batch.json (`run_batch`)
     summary.py   batch.json and the terminal table / progress
 
