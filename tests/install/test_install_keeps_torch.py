@@ -6,7 +6,7 @@ pack is installed into it twice — the way pip users do (`pip install <repo>`, 
 dependencies; from a copy of the checkout, so pip's build/ folder stays out of it) and the way ComfyUI-Manager does
 (`pip install -r requirements.txt`). torch's version and location
 must not change and pip must not fetch or remove any torch build (a CUDA torch download is a failure). Slow (about
-40 s: one real torch install), but part of the suite."""
+25 s: one real torch install), but part of the suite."""
 from __future__ import annotations
 
 import os
@@ -28,6 +28,8 @@ pytestmark = pytest.mark.slow
 
 def _pip(python: Path, *args, timeout=600) -> subprocess.CompletedProcess:
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONWARNINGS="ignore")
+    if args[0] == "install":  # no byte-compiling of what pip installs (torch alone: ~15 of its ~22 CPU-seconds);
+        args = ("install", "--no-compile", *args[1:])  # the probes compile what they import (`_probe_env`)
     for name in ("PYTHONPATH", "PIP_CONSTRAINT", "PIP_REQUIREMENT", "PIP_TARGET", "PIP_PREFIX", "PIP_USER"):
         env.pop(name, None)
     return subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=timeout,
@@ -57,10 +59,18 @@ def _local_torch_wheel() -> Path | None:
     return wheels[0] if wheels else None
 
 
+def _probe_env() -> dict:
+    """The environment of the throwaway venv's Python: bytecode written (a PYTHONDONTWRITEBYTECODE=1 here would
+    recompile torch's modules at every probe, pip having compiled none)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def _torch(python: Path) -> list:
     import json
     proc = subprocess.run([str(python), "-W", "ignore", "-c", TORCH_PROBE], capture_output=True, text=True,
-                          timeout=120, cwd=str(python.parent))
+                          timeout=120, cwd=str(python.parent), env=_probe_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -125,7 +135,7 @@ def test_install_keeps_torch(tmp_path):
     assert _torch(python) == before, "installing the pack changed torch"
     check = subprocess.run([str(python), "-W", "ignore", "-c",
                             "import yue2_core, yue2_core.weights.checkpoint, yue2_core.weights.selfcheck; print(yue2_core.__file__)"],
-                           capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+                           capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=_probe_env())
     assert check.returncode == 0 and str(env_dir) in check.stdout, check.stderr[-2000:]
 
     proc = _pip(python, "install", "-r", str(REPO / "requirements.txt"))  # ComfyUI-Manager's way
