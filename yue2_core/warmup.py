@@ -328,15 +328,19 @@ def _nar(ar, nar, stop: Callable[[], None]) -> None:
     renderer.velocity(state.view(NAR_FRAMES, -1).to(nar.dtype), raw_timesteps(32)[0][0])
 
 
-def _vae(vae, stop: Callable[[], None]) -> None:
-    """One full tile (`pipeline.vae_core_frames` + two halos) and one short tile of every length residue mod 16."""
+def _vae(vae, stop: Callable[[], None], full: bool = True) -> None:
+    """One full tile (`pipeline.vae_core_frames` + two halos; `full`) and one short tile of every length residue
+    mod 16. The snake kernel's only length-dependent specialisation is its length T (an affine function of the
+    frames), so the short tiles meet every Triton variant; the full tile warms cuDNN, which only helps the process
+    that decodes (children skip it)."""
     from .constants import VAE_HALO_FRAMES
     from .pipeline import vae_core_frames
     full = vae_core_frames(vae.device) + 2 * VAE_HALO_FRAMES
     lat = 0.1 * torch.sin(torch.arange(vae.cfg.latent_dim * full, device=vae.device, dtype=torch.float32))
     lat = lat.view(1, vae.cfg.latent_dim, full)
     stop()
-    vae.decode(lat)
+    if full:
+        vae.decode(lat)
     for frames in VAE_SHORT_FRAMES:
         stop()
         vae.decode(lat[:, :, :frames].contiguous())
@@ -382,12 +386,13 @@ def _stopper(should_stop):
 
 def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = None, *,
              before_stage: Callable[[str], None] | None = None, after_stage: Callable[[str], None] | None = None,
-             allow_cpu: bool = False) -> dict:
+             allow_cpu: bool = False, child: bool = False) -> dict:
     """The steps of `plan` (`plan_steps`) on a shadow model in this process, stage by stage ("decode_<phase>",
     "nar", "vae"), calling `before_stage(name)` before and `after_stage(name)` after each (the parent waits for its
     children there; a child reports). Returns {"seconds", "steps", "stages": {name: seconds}, "skipped": reason or
     None, "steps_digest": sha256 of the step list}. `allow_cpu` (tests): run on a CPU device too (the portable
-    paths: nothing is compiled). Raises `Cancelled` when `should_stop` says so."""
+    paths: nothing is compiled). `child`: a compiling child process (no full VAE tile: `_vae`). Raises `Cancelled`
+    when `should_stop` says so."""
     import hashlib
     device = torch.device(device)
     reason = None if allow_cpu and device.type == "cpu" else skip_reason(device)
@@ -417,8 +422,8 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
                     _nar(shadow.ar, shadow.nar, stop)
                     done += 1
                 elif name == "vae":
-                    _vae(shadow.vae, stop)
-                    done += 1 + len(VAE_SHORT_FRAMES)
+                    _vae(shadow.vae, stop, full=not child)
+                    done += int(not child) + len(VAE_SHORT_FRAMES)
                 stages[name] = time.perf_counter() - t
                 if after_stage is not None:
                     after_stage(name)
@@ -474,7 +479,13 @@ def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = 
     try:
         if shards:
             specs = [jobs.child_spec(plan, device, i, shards, test.get("child")) for i in range(shards)]
-            children = jobs.Children(specs).start()
+            pool = jobs.Children(specs)
+            try:
+                children = pool.start()
+            except (OSError, ValueError) as exc:  # no process could be started: the in-process steps compile
+                pool.kill()
+                warnings.warn(f"YuE2 warm-up: child processes could not be started ({exc}); compiling in this "
+                              f"process (slower, same results)")
         passed = []
 
         def before(name):

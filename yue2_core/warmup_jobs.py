@@ -20,6 +20,7 @@ never skipped (its benchmark must time real launches). A child without the hook 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -60,6 +61,14 @@ def next_pow2(n: int) -> int:
     return 1 << (max(1, n) - 1).bit_length()
 
 
+@functools.lru_cache(maxsize=64)
+def _attention_lengths(context: int, rows: int, kv_heads: int, sms: int, bl: int, per_sm: int) -> tuple:
+    out = {}
+    for length in range(1, context + 1):
+        out[next_pow2(split_count(length, rows, kv_heads, sms, bl, per_sm))] = length
+    return tuple(sorted(out.items()))
+
+
 def attention_lengths(context: int, rows: int, kv_heads: int, sms: int, bl: int = 64, per_sm: int = 2) -> dict:
     """{SP: the longest attention length in [1, context] whose split count has next power of two SP}: one
     representative per variant of the split/merge kernels (their constexpr SP; whether the split kernel merges is a
@@ -69,10 +78,7 @@ def attention_lengths(context: int, rows: int, kv_heads: int, sms: int, bl: int 
     if min(context, rows, kv_heads, sms, bl, per_sm) < 1:
         raise ValueError(f"attention_lengths needs positive sizes; got context {context}, rows {rows}, kv_heads "
                          f"{kv_heads}, sms {sms}, bl {bl}, per_sm {per_sm}")
-    out = {}
-    for length in range(1, context + 1):
-        out[next_pow2(split_count(length, rows, kv_heads, sms, bl, per_sm))] = length
-    return dict(sorted(out.items()))
+    return dict(_attention_lengths(context, rows, kv_heads, sms, bl, per_sm))
 
 
 # -- how many children ---------------------------------------------------------------------------------------------
@@ -490,7 +496,7 @@ def child_main(stdin=None) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     report = warmup.run_plan(plan, device, None, after_stage=lambda name: _emit("stage", name),
-                             allow_cpu=bool(test.get("allow_cpu")))
+                             allow_cpu=bool(test.get("allow_cpu")), child=True)
     report["skipped"] = len(skipped)
     report["owned"] = len(owned)
     report["seconds"] = time.perf_counter() - t0

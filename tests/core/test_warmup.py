@@ -309,13 +309,12 @@ def test_marker_written_atomically(tmp_path, monkeypatch):
 
 def test_shard_hook_partitions_the_kernels():
     from yue2_core import warmup_jobs as jobs
-    names = [("yue2_core.fast.gemv", f"_kernels.<locals>.gemv_kernel") for _ in range(1)]
     keys = [f"[('*bf16', 'D'), ('i32', {i})]" for i in range(200)]
-    fn = type("Info", (), {})
+    fn = type("Info", (), {})  # what Triton passes as fn: a JitFunctionInfo (module, name, jit_function)
     owners = []
     for key in keys:
         f = fn()
-        f.name, f.module = names[0][1], names[0][0]
+        f.name, f.module = "_kernels.<locals>.gemv_kernel", "yue2_core.fast.gemv"
         says = [jobs.shard_hook(i, 4)(key=key, fn=f, repr="", compile={}) for i in range(4)]
         assert says.count(False) == 1  # compiled by exactly one child, skipped (True) by the others
         owners.append(says.index(False))
@@ -416,3 +415,28 @@ def test_children_end_to_end_on_the_cpu(tiny_paths, monkeypatch, tmp_path):
     assert report["marker"] == "miss" and report["marker_written"]
     again = warmup.warm_up(plan, "cpu", test={"allow_cpu": True, "procs": 2})
     assert again["marker"] == "hit" and again["children"] == {"count": 0}
+
+
+def test_children_end_with_their_parent_process(tmp_path):
+    """A parent killed outright (SIGKILL: no atexit, no cancel) leaves no child: their stdin closes and they exit."""
+    import signal
+    import subprocess
+    import sys
+    code = ("import sys, time\n"
+            "from yue2_core.warmup_jobs import Children\n"
+            "c = Children([{'test': {'sleep': 120}}, {'test': {'sleep': 120}}]).start()\n"
+            "print(' '.join(map(str, c.pids)), flush=True)\n"
+            "time.sleep(120)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root,
+                              env=dict(os.environ, PYTHONPATH=root))
+    pids = [int(p) for p in parent.stdout.readline().split()]
+    assert len(pids) == 2
+    time.sleep(0.5)
+    assert not any(_gone(p) for p in pids)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(10)
+    t0 = time.time()
+    while not all(_gone(p) for p in pids) and time.time() - t0 < 15:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids), pids
