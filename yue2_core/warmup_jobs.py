@@ -12,11 +12,13 @@ How the work is split: every decode step needs the same layer kernels (the GEMVs
 norms/RoPE/SiLU, the sampling tail) — a split by step would leave the first step's job with most of the compile time.
 So each of the `k` children runs ALL the warm-up's steps (cheap eager steps) but compiles only its share of the kernel
 variants: a kernel variant (Triton's in-memory key: function, specialisation, options) belongs to child
-sha256(name, key) mod k; for the others Triton's `knobs.runtime.jit_cache_hook` (Triton ≥ 3.4; called before a
-compile, a true return skips the compile and the launch) answers "skip". A skipped launch leaves its output buffer
+sha256(name, key) mod k; for the others the child's `JITFunction._do_compile` returns None, which makes Triton's
+`run` return without compiling or launching (`install_shard`; the contract Triton's `knobs.runtime.jit_cache_hook`
+relies on, used where `_do_compile` has another signature). A skipped launch leaves its output buffer
 as it was, so later kernels of that child read stale (finite or zero) values — harmless for compiling: Triton
 specialises on shapes, dtypes, alignment and integer values, never on tensor contents. The autotuned w8a16 kernel is
-never skipped (its benchmark must time real launches). A child without the hook (older Triton) compiles everything.
+never skipped (its benchmark must time real launches). Without either way in (another Triton) one child compiles
+everything.
 """
 from __future__ import annotations
 
@@ -260,20 +262,49 @@ def shard_hook(shard: int, shards: int, skipped: list | None = None, owned: list
     return hook
 
 
-def install_shard(shard: int, shards: int, skipped: list | None = None, owned: list | None = None) -> bool:
-    """Install `shard_hook` in this process's Triton; False when this Triton has no jit_cache_hook knob."""
+def install_shard(shard: int, shards: int, skipped: list | None = None, owned: list | None = None) -> str | None:
+    """Make this process's Triton compile only the variants `shard_hook` keeps. Preferred: wrap
+    `JITFunction._do_compile(key, …)` (Triton 3.4–3.8: a None return makes `run` return without a launch — the
+    contract the jit_cache_hook uses too, without serialising every variant's specialisation to JSON first); else
+    the `knobs.runtime.jit_cache_hook`. Returns "do_compile", "jit_cache_hook" or None (no sharding)."""
+    decide = shard_hook(shard, shards, skipped, owned)
+    try:
+        from triton.runtime.jit import JITFunction
+    except Exception:  # noqa: BLE001 — no Triton: nothing to shard
+        return None
+    orig = getattr(JITFunction, "_do_compile", None)
+    orig = getattr(orig, "_yue2_orig", orig)  # installed before: replace the decision, do not wrap twice
+    if orig is not None:
+        import inspect
+        params = list(inspect.signature(orig).parameters)
+        if params[:2] == ["self", "key"]:
+            def _do_compile(self, key, *args, **kw):
+                info = type("Info", (), {"name": self.fn.__qualname__, "module": self.fn.__module__})
+                if decide(key=key, fn=info):
+                    return None
+                return orig(self, key, *args, **kw)
+            _do_compile._yue2_shard = True
+            _do_compile._yue2_orig = orig
+            JITFunction._do_compile = _do_compile
+            return "do_compile"
     try:
         from triton import knobs
-        if not hasattr(knobs.runtime, "jit_cache_hook"):
-            return False
-        knobs.runtime.jit_cache_hook = shard_hook(shard, shards, skipped, owned)
-        return True
-    except Exception:  # noqa: BLE001 — no Triton: nothing to shard
-        return False
+        if hasattr(knobs.runtime, "jit_cache_hook"):
+            knobs.runtime.jit_cache_hook = decide
+            return "jit_cache_hook"
+    except Exception:  # noqa: BLE001
+        pass
+    return None
 
 
 def sharding_available() -> bool:
+    """Whether a child can compile a shard only (`install_shard` has a way in this Triton)."""
     try:
+        from triton.runtime.jit import JITFunction
+        import inspect
+        orig = getattr(JITFunction, "_do_compile", None)
+        if orig is not None and list(inspect.signature(orig).parameters)[:2] == ["self", "key"]:
+            return True
         from triton import knobs
         return hasattr(knobs.runtime, "jit_cache_hook")
     except Exception:  # noqa: BLE001
@@ -490,7 +521,7 @@ def child_main(stdin=None) -> int:
     from . import warmup
     torch.set_num_threads(2)
     skipped, owned = [], []
-    install_shard(int(spec["shard"]), int(spec["shards"]), skipped, owned)
+    how = install_shard(int(spec["shard"]), int(spec["shards"]), skipped, owned)
     plan = plan_from_spec(spec)
     device = torch.device(spec["device"])
     if device.type == "cuda":
@@ -499,6 +530,7 @@ def child_main(stdin=None) -> int:
                              allow_cpu=bool(test.get("allow_cpu")), child=True)
     report["skipped"] = len(skipped)
     report["owned"] = len(owned)
+    report["sharding"] = how
     report["seconds"] = time.perf_counter() - t0
     _emit("done", json.dumps(report, default=str))
     return 0

@@ -440,3 +440,35 @@ def test_children_end_with_their_parent_process(tmp_path):
     while not all(_gone(p) for p in pids) and time.time() - t0 < 15:
         time.sleep(0.1)
     assert all(_gone(p) for p in pids), pids
+
+
+def test_install_shard_wraps_triton_compile(monkeypatch):
+    """The child's way in: Triton's JITFunction._do_compile wrapped so that a variant another child owns returns None
+    (Triton's `run` then neither compiles nor launches) and an owned one reaches the real compile."""
+    import triton
+    from triton.runtime.jit import JITFunction
+    from yue2_core import warmup_jobs as jobs
+
+    @triton.jit
+    def gemv_kernel(x_ptr, n):
+        pass
+    keys = [f"[('*bf16', 'D'), ('i32', {i})]" for i in range(60)]
+    owners = {k: [] for k in keys}
+    for shard in range(3):
+        calls = []
+
+        def orig(self, key, signature, device, constexprs, options, attrs, warmup, calls=calls):
+            calls.append(key)
+            return "compiled"
+        monkeypatch.setattr(JITFunction, "_do_compile", orig)
+        skipped, owned = [], []
+        assert jobs.install_shard(shard, 3, skipped, owned) == "do_compile"
+        for k in keys:
+            got = JITFunction._do_compile(gemv_kernel, k, {}, 0, {}, None, {}, False)
+            assert got == ("compiled" if k in calls else None)
+            if got:
+                owners[k].append(shard)
+        assert len(skipped) + len(owned) == len(keys) and len(owned) == len(calls)
+        assert jobs.install_shard(shard, 3) == "do_compile" and JITFunction._do_compile._yue2_shard  # not twice
+    assert all(len(v) == 1 for v in owners.values())  # every variant compiled by exactly one child
+    assert jobs.sharding_available()
