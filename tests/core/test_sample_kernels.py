@@ -10,10 +10,22 @@ from tests.core.test_fast_path import _run_ok, tiny_fp16_ar
 
 pytest.importorskip("triton")
 
+# The interpreter's cost is per program, not per column: with `sample_kernels.BLOCK` (1024, the GPU's) the 151,849-column
+# ABC slice is 149 programs a row and a step. `scores_kernel` is elementwise, so the block size changes only how the
+# columns are cut: 16,384 keeps several blocks a row and a partial last one (32,769 = 2·16,384 + 1 semantic columns,
+# 151,849 = 9·16,384 + 4,393 ABC ones) at ~1/16 of the programs. The GPU test (test_cuda_fast.py) runs BLOCK = 1024.
+# YUE2_GEMV=0: the decoders' products through torch instead of the GEMV kernel (a third of an interpreted step; the
+# same for both tails compared here; the GEMV decode step has its own tests in test_gemv.py).
+INTERPRETER_BLOCK = ("import os\n"
+                     "os.environ['YUE2_GEMV'] = '0'\n"
+                     "from yue2_core.fast import sample_kernels as _sk\n"
+                     "_sk.BLOCK = 16384\n")
+
 def test_kernel_tail_equals_torch_tail():
     """Every case of `sample_tail_check.cases` (CFG in fp16: see there), 41 steps in all: processed scores and state
     equal at every step."""
-    code = ("import torch\n"
+    code = (INTERPRETER_BLOCK +
+            "import torch\n"
             "from tests.core.sample_tail_check import cases, compare\n"
             "r = compare('cpu', cases(torch.float16))\n"
             "assert r['steps'] == 41 and r['score_mismatches'] == 0 and not r['state_mismatches'], r\n"
@@ -25,7 +37,7 @@ def test_decoder_chooses_the_tail(tiny_paths, monkeypatch):
     """A fused decoder with sampling uses the kernel tail and samples the same tokens as with YUE2_SAMPLER=torch;
     greedy decoding, the legacy `off` mode and unfused decoders keep the PyTorch tail; a bad switch value is refused
     before any work."""
-    code = (tiny_fp16_ar(tiny_paths["bf16"]) +
+    code = (INTERPRETER_BLOCK + tiny_fp16_ar(tiny_paths["bf16"]) +
             "import os\n"
             "s = Sampling(temperature=1.0, top_p=0.9, top_k=50, min_tokens=2, max_tokens=12)\n"
             "runs = {}\n"
@@ -75,7 +87,7 @@ def test_tail_kernel_failure_keeps_the_fused_step(tiny_paths):
     """When only the sampling-tail kernels fail (injected), the step is undone and rerun with the PyTorch tail — one
     warning, the layer kernels stay on — and the songs equal a YUE2_SAMPLER=torch run; when `temperature_rule` finds
     no rule the PyTorch tail is used from the start; forced ids outside the phase's slice are refused."""
-    code = (tiny_fp16_ar(tiny_paths["bf16"]) +
+    code = (INTERPRETER_BLOCK + tiny_fp16_ar(tiny_paths["bf16"]) +
             "import os, warnings\n"
             "from yue2_core.fast import sample_kernels as sk\n"
             "from yue2_core.errors import RequestError\n"

@@ -116,8 +116,8 @@ def test_cancel_while_rendering(comfy, comfy_server, checkpoints):
 
 
 def _long_prompt(render_seed: int, name: str) -> dict:
-    """A given lead sheet (no planning) and 60 s of music: ~1,500 music tokens, about half a minute of sampling
-    and a few seconds of VAE decoding on a 2-core CPU, so a Cancel lands inside the stage it aims at."""
+    """A given lead sheet (no planning) and 60 s of music: ~1,500 music tokens, half a minute or more of sampling
+    on a 2-core CPU, so a Cancel one second in lands inside the music-token stage."""
     p = _song_prompt(seed=5, name=name)
     p["6"] = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}}
     p["2"]["inputs"].update({"abc_text": ["6", 0], "max_seconds": 60.0})
@@ -131,10 +131,36 @@ def _interrupted_at(entry: dict) -> str:
     return messages["execution_interrupted"]["node_type"]
 
 
+def _saved_long_song(output_dir: Path) -> str:
+    """A 1,500-frame (60 s) song folder written straight into the server's output/yue2 (random codes and latents, no
+    model run: sampling 1,500 tokens in the server took 40–100 s of a CI run and is not what the decode Cancel
+    tests); its name for YuE2 Load Song."""
+    from tests.robust.robust_helpers import make_song
+    from yue2_core.artifacts import save_song
+    name = "long_saved_song"
+    save_song(make_song(frames=1500, seed=5), output_dir / "yue2" / name)
+    return name
+
+
+def _rerender_prompt(song: str, render_seed: int, name: str) -> dict:
+    """Loader → Load Song → Renderer (1 step, `render_seed`: a new seed reruns Renderer and VAE Decode) → VAE Decode
+    → Save Song."""
+    return {
+        "1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+        "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": song}},
+        "3": {"class_type": "YuE2Renderer", "inputs": {"model": ["1", 0], "tokens": ["2", 1], "steps": 1,
+                                                       "seed": render_seed}},
+        "4": {"class_type": "YuE2VAEDecode", "inputs": {"model": ["1", 0], "latent": ["3", 0]}},
+        "5": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "name": name, "latent": ["3", 0],
+                                                       "audio": ["4", 0]}},
+    }
+
+
 def test_cancel_while_sampling_music_then_decoding(comfy, comfy_server, checkpoints):
-    """Cancel inside the music-token stage, then (after one full run) inside the VAE decode: each time the run stops
-    at that node, no song folder appears, the next run succeeds, and the server's resident memory after the run
-    that follows a Cancel is within RSS_TOLERANCE_MB of the same run before any Cancel."""
+    """Cancel inside the music-token stage, then (after one full run of a saved 60 s song: Load Song, render, decode,
+    save) inside the VAE decode: each time the run stops at that node, no song folder appears, the next run
+    succeeds, and the server's resident memory after the run that follows a Cancel is within RSS_TOLERANCE_MB of the
+    same run before any Cancel."""
     songs = comfy_server.output_dir / "yue2"
     pid = comfy_server.proc.pid
     before = _entries(songs)
@@ -147,7 +173,8 @@ def test_cancel_while_sampling_music_then_decoding(comfy, comfy_server, checkpoi
     assert _interrupted_at(entry) == "YuE2Composer"
     assert _entries(songs) == before
 
-    entry = run(comfy, _long_prompt(2, "long_song"), timeout=600)  # composes once; later prompts reuse the tokens
+    song = _saved_long_song(comfy_server.output_dir)
+    entry = run(comfy, _rerender_prompt(song, 2, "long_song"), timeout=600)
     (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
     import numpy as np
     frames = len(np.load(song_dir / "semantic.npy"))
@@ -155,14 +182,14 @@ def test_cancel_while_sampling_music_then_decoding(comfy, comfy_server, checkpoi
     rss_full = _rss_mb(pid)
     before = _entries(songs)
     since = len(comfy_server.log_text())
-    prompt_id = comfy.queue(_long_prompt(3, "decode_cancelled"))  # new render seed: Renderer and VAE Decode rerun
-    wait_for_log(comfy_server, "[YuE2] YuE2 VAE Decode: decoding", since)
+    prompt_id = comfy.queue(_rerender_prompt(song, 3, "decode_cancelled"))  # new render seed: Renderer and VAE
+    wait_for_log(comfy_server, "[YuE2] YuE2 VAE Decode: decoding", since)  # Decode rerun
     time.sleep(0.2)
     comfy.interrupt()
     entry = comfy.wait(prompt_id, timeout=120, check=False)
     assert _interrupted_at(entry) == "YuE2VAEDecode", f"the decode of {frames} frames ended before the Cancel"
     assert _entries(songs) == before
-    entry = run(comfy, _long_prompt(4, "after_decode_cancel"), timeout=300)
+    entry = run(comfy, _rerender_prompt(song, 4, "after_decode_cancel"), timeout=300)
     (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
     assert (song_dir / "audio.flac").is_file()
     rss_after = _rss_mb(pid)
