@@ -312,6 +312,10 @@ def sharding_available() -> bool:
 
 
 # -- the children, seen from the parent ----------------------------------------------------------------------------
+# the child's command line: `python -c _BOOT <folder holding yue2_core>` — a path on sys.path rather than PYTHONPATH,
+# which embedded Pythons (ComfyUI's Windows portable build: a ._pth file) ignore
+_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from yue2_core.warmup_jobs import child_main; "
+         "sys.exit(child_main())")
 _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -340,7 +344,7 @@ atexit.register(_kill_live)
 
 
 class Children:
-    """`k` child processes (`python -m yue2_core.warmup_jobs`) running a warm-up plan's stages, each compiling its
+    """`k` child processes (`python -c _BOOT`, `child_main`) running a warm-up plan's stages, each compiling its
     shard of the kernels. The parent's warm-up waits for a stage with `wait_stage` (every child reported it, or
     ended). `kill()` ends them (cancel, failure, the parent's warm-up ending); they also exit when their stdin closes
     (the parent process ended, even by SIGKILL) and at the parent's interpreter exit (atexit)."""
@@ -355,9 +359,8 @@ class Children:
         self._cond = threading.Condition()
         self._errs: list = []
         self._readers: list[threading.Thread] = []
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding yue2_core
+        self.root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding yue2_core
         self.env = dict(os.environ if env is None else env)
-        self.env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [self.env.get("PYTHONPATH", "")] if p])
         self.env[PROCS_SWITCH] = "0"
         self.env.setdefault("OMP_NUM_THREADS", "2")
         self.t0 = time.perf_counter()
@@ -365,7 +368,7 @@ class Children:
     def start(self) -> "Children":
         for i, spec in enumerate(self.specs):
             err = tempfile.TemporaryFile()
-            p = subprocess.Popen([sys.executable, "-m", "yue2_core.warmup_jobs"], stdin=subprocess.PIPE,
+            p = subprocess.Popen([sys.executable, "-c", _BOOT, self.root], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=err, env=self.env, text=True, bufsize=1)
             with _LIVE_LOCK:
                 _LIVE.add(p)
