@@ -334,6 +334,11 @@ def _kill(p: subprocess.Popen) -> None:
         p.wait(5)
     except Exception:  # noqa: BLE001
         pass
+    try:
+        if p.stdin is not None:
+            p.stdin.close()
+    except Exception:  # noqa: BLE001 — a broken pipe to a dead child
+        pass
     with _LIVE_LOCK:
         _LIVE.discard(p)
 
