@@ -212,6 +212,16 @@ def budgets_from(d: dict | None):
     return Budgets(d["max_seconds"], d["max_abc_tokens"], Sampling(**d["abc"]), Sampling(**d["semantic"]))
 
 
+def _indexed(device):
+    """`device` with its index ("cuda" → "cuda:<current device>"): `torch.cuda.set_device` in a child refuses a
+    CUDA device without an index (ValueError "Expected a torch.device with a specified index")."""
+    import torch
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def child_spec(plan, device, shard: int, shards: int, test: dict | None = None) -> dict:
     """What a child needs (JSON): the checkpoint (and separate VAE) path from `plan.source`, dtype, parts, budgets,
     int8_layers, cfg_pair, phases, the device and its shard of the kernels."""
@@ -220,7 +230,7 @@ def child_spec(plan, device, shard: int, shards: int, test: dict | None = None) 
     return {"path": source.get("path"), "vae": source.get("vae"), "dtype": str(plan.dtype).replace("torch.", ""),
             "parts": list(plan.parts), "budgets": budgets_dict(plan.budgets) if plan.budgets is not None else None,
             "int8_layers": bool(plan.int8_layers), "cfg_pair": bool(plan.cfg_pair), "phases": list(plan.phases),
-            "device": str(torch.device(device)), "shard": shard, "shards": shards, "test": test or {}}
+            "device": str(_indexed(device)), "shard": shard, "shards": shards, "test": test or {}}
 
 
 def plan_from_spec(spec: dict):
@@ -532,7 +542,7 @@ def child_main(stdin=None) -> int:
     how = install_shard(int(spec["shard"]), int(spec["shards"]), skipped, owned)
     plan = plan_from_spec(spec)
     device = torch.device(spec["device"])
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
     report = warmup.run_plan(plan, device, None, after_stage=lambda name: _emit("stage", name),
                              allow_cpu=bool(test.get("allow_cpu")), child=True)

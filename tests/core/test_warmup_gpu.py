@@ -86,4 +86,5 @@ def test_marker_hit_starts_no_children(tiny_paths, monkeypatch, tmp_path):
     again = warmup.warm_up(plan, "cuda")
     print(f"first {first['children']} marker {first['marker']}; again {again['children']} marker {again['marker']}")
     assert first["marker"] == "miss" and first["marker_written"] and first["children"]["count"] >= 1
+    assert first["children"]["failed"] == 0, first["children"]  # a bare "cuda" device once failed every child
     assert again["marker"] == "hit" and again["children"]["count"] == 0
