@@ -19,6 +19,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 VENV=${SONG_SH_VENV:-$REPO/.venv}
 PY="$VENV/bin/python"
 if [ ! -x "$PY" ]; then
+    if [ -e "$VENV" ] || [ -L "$VENV" ]; then  # a broken link, a file, or a venv without a working python
+        echo "[song.sh] $VENV exists but $PY does not run (a broken symlink, a file, or an incomplete virtual" \
+             "environment): delete $VENV and run again" >&2
+        exit 1
+    fi
     echo "[song.sh] creating $VENV (first run)"
     "${PYTHON:-python3}" -m venv "$VENV"
 fi

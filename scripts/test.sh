@@ -144,7 +144,8 @@ do_venv() {
     if [ -x "$VPY" ] && "$VPY" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
         note="cached"; return
     fi
-    [ -e "$VENV" ] && die "$VENV exists but its python does not run (or is < 3.10); delete it and run again"
+    { [ -e "$VENV" ] || [ -L "$VENV" ]; } && die "$VENV exists but its python does not run (a broken symlink, a file,"\
+" an incomplete virtual environment or Python < 3.10); delete it and run again"
     local py=${PYTHON:-python3}
     command -v "$py" >/dev/null || die "no '$py' on PATH (set PYTHON=python3.X, Python >= 3.10)"
     "$py" -c 'import sys; assert sys.version_info >= (3, 10), sys.version' \

@@ -197,12 +197,14 @@ def _check_switches() -> None:
     from .switches import choice, flag
     from .layers import UNMASKED_BACKENDS
     flags = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
-             "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES")
+             "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP")
     choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),
                "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS, "YUE2_LORA_INT8": ("side", "bf16")}
     for name in flags:
         flag(name, True)
+    from .warmup_jobs import PROCS_SWITCH, procs
+    procs()  # YUE2_WARMUP_PROCS: an integer ≥ 0 (RequestError otherwise)
     for name, allowed in choices.items():
         choice(name, allowed, allowed[0])
     table = os.environ.get("YUE2_GEMV_TABLE", "").strip()
@@ -210,7 +212,7 @@ def _check_switches() -> None:
         from .errors import RequestError
         raise RequestError(f"the environment variable YUE2_GEMV_TABLE names {table!r}, which is not a file (a JSON "
                            "table written by bench/gemv_sweep.py --json)")
-    known = {*flags, *choices, "YUE2_GEMV_TABLE", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
+    known = {*flags, *choices, PROCS_SWITCH, "YUE2_GEMV_TABLE", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
              "YUE2_HASH_CACHE", "YUE2_COMMIT", "YUE2_ARTIFACTS", "YUE2_PARITY_DIR", "YUE2_REQUIRE_HOST",
              "YUE2_SKIP_BROWSER"}  # the benchmarks' and the test set-up's own variables
     for name in sorted(os.environ):
@@ -595,6 +597,8 @@ def cmd_batch(args) -> int:
     abc_cap = args.max_abc_tokens
     if abc_cap is None and "yue2_synthetic" in info.metadata:
         abc_cap = SYNTHETIC_ABC_TOKENS  # as generate: random weights never end a lead sheet
+        print(f"NOTE: synthetic weights never end a lead sheet by themselves: each one the model writes is capped at "
+              f"{SYNTHETIC_ABC_TOKENS} tokens (--max-abc-tokens sets another cap)", file=sys.stderr)
     fp32 = args.dtype == "fp32"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap)

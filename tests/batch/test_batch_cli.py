@@ -90,6 +90,28 @@ def test_resume_redoes_only_unfinished_and_damaged_songs(tmp_path, engine, monke
     summary = json.loads((out / "batch.json").read_text("utf-8"))
     assert (summary["complete"], summary["failed"], summary["pending"]) == (5, 0, 0)
     assert [r["resumed"] for r in summary["results"]] == [False, True, False, False, False]
+    kept = summary["results"][1]  # the resumed row keeps what its first run reported (read from its result.json)
+    earlier = json.loads((out / ids[1] / "result.json").read_text("utf-8"))
+    assert kept["audio_seconds"] == earlier["audio_seconds"] > 0 and kept["semantic_tokens"] == earlier["frames"] > 0
+    assert kept["timing"] == earlier["timing"] and kept["timing"]
     assert (out / ids[0] / "semantic.npy").read_bytes() == first_codes  # redone: the same song again
     artifacts.load_song(out / ids[0])
     assert "redoing" in capsys.readouterr().err
+    assert (out / "batch.json").stat().st_mode & 0o044 == 0o044 & ~_umask()  # readable as the song files are
+
+
+def _umask() -> int:
+    from yue2_core.batch.summary import _umask
+    return _umask()
+
+
+def test_table_gives_long_errors_in_full():
+    from yue2_core.batch.summary import BatchSummary
+    s = BatchSummary()
+    long = "line 2: semantic_sampling: " + "x" * 120 + " the end"
+    s.add(1, "ok", "complete", audio_seconds=2.0, semantic_tokens=50)
+    s.add(2, "short", "failed", stage="validate", error=long)
+    s.add(3, "brief", "failed", stage="validate", error="brief error")
+    table = s.table()
+    assert "errors in full:" in table and f"line 2 (short): {long}" in table
+    assert "line 3 (brief)" not in table  # an error the table shows whole is not repeated

@@ -34,3 +34,15 @@ def test_printed_output_is_absolute_for_a_relative_output(tmp_path, tiny_paths):
     printed = json.loads(proc.stdout)["output"]
     assert os.path.isabs(printed) and printed == str((tmp_path / "songs" / "first").resolve()), printed
     assert (tmp_path / "songs" / "first" / "result.json").is_file()
+
+
+def test_broken_venv_link_is_named(tmp_path):
+    """A .venv that is a broken symlink (or a file) is named with what to do, not a `python -m venv` error."""
+    venv = tmp_path / "venv"
+    venv.symlink_to(tmp_path / "nowhere")
+    env = dict(os.environ, SONG_SH_VENV=str(venv))
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "song.sh"), "--device=cpu"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1
+    assert f"{venv} exists but" in proc.stderr and "broken symlink" in proc.stderr and "delete" in proc.stderr
+    assert "Errno" not in proc.stderr

@@ -9,6 +9,7 @@ run, writing each song with `artifacts.save_song` and batch.json after each.
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -139,7 +140,8 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
             continue
         state, why = resume_state(out / item.id, item, options.steps) if options.resume else ("run", None)
         if state == "done":
-            summary.add(item.line, item.id, "complete", resumed=True, stage="complete", output=str(out / item.id))
+            summary.add(item.line, item.id, "complete", resumed=True, stage="complete", output=str(out / item.id),
+                        **_earlier_result(out / item.id))
             continue
         if state == "refuse":
             summary.add(item.line, item.id, "failed", stage="resume", error=why)
@@ -204,3 +206,18 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
 
 
 __all__ = ["BatchOptions", "run_batch", "check_output", "resume_state"]
+
+
+def _earlier_result(folder: Path) -> dict:
+    """What a verified song folder's result.json says of the run that made it (audio seconds, music tokens, the
+    truncation record and stage timings), for a resumed row of batch.json and the table; {} when unreadable."""
+    try:
+        with open(folder / "result.json", encoding="utf-8") as fh:
+            r = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(r, dict):
+        return {}
+    out = {"audio_seconds": r.get("audio_seconds"), "semantic_tokens": r.get("frames"),
+           "truncated": r.get("truncated"), "timing": r.get("timing") or {}}
+    return {k: v for k, v in out.items() if v is not None}

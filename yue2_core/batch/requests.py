@@ -165,7 +165,12 @@ def _preset(base, overrides, name: str):
     try:
         return base.merged(overrides).validate(name.split("_")[0])
     except RequestError as exc:
-        raise RequestError(f"{name}: {exc}") from None
+        hint = ""
+        if "min_tokens" not in overrides and "max_tokens" in overrides and "min_tokens must be" in str(exc):
+            # the vendor refuses min > max too (runtime.md §2.1); say where the min comes from and what to add
+            hint = (f" — the preset's min_tokens is {base.min_tokens} (runtime.md §2.1 defaults); give min_tokens "
+                    f"too, e.g. {{\"min_tokens\": 0, \"max_tokens\": {overrides['max_tokens']}}}")
+        raise RequestError(f"{name}: {exc}{hint}") from None
 
 
 def read_score_file(value, root: Path) -> str:

@@ -54,6 +54,7 @@ class BatchSummary:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644 & ~_umask())  # mkstemp makes it 0600; readable like the song files
             os.replace(tmp, folder / BATCH_FILE)
         except BaseException:
             try:
@@ -81,7 +82,11 @@ class BatchSummary:
         d = self.to_dict()
         foot = f"{d['complete']} of {d['expected']} complete, {d['failed']} failed" + (
             f", {d['pending']} not run (interrupted)" if d["pending"] else "")
-        return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), foot])
+        # errors cut in the table come whole below it (batch.json has them too)
+        cut = [f"line {r['line']} ({r['id'] or '-'}): {r['error']}" for r in (self.rows[k] for k in sorted(self.rows))
+               if r.get("error") and r["error"].splitlines()[0][:90] != r["error"]]
+        errors = ["", "errors in full:", *cut] if cut else []
+        return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), foot, *errors])
 
 
 class BatchProgress:
@@ -119,3 +124,18 @@ def load_summary(folder: str | os.PathLike) -> dict | None:
 
 
 __all__ = ["BatchSummary", "BatchProgress", "load_summary", "BATCH_FILE"]
+
+
+def _read_umask() -> int:
+    """This process's umask, read once at import (setting it and setting it back), never while a render worker
+    thread may be creating files."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def _umask() -> int:
+    return _UMASK

@@ -1,0 +1,40 @@
+"""The command line's check of YUE2_* environment switches (`yue2_core.__main__._check_switches`): every switch
+switches.py documents is known (no "not a switch" warning), a bad value is refused by name, an unknown name warned."""
+import pytest
+
+from yue2_core.__main__ import _check_switches
+from yue2_core.errors import RequestError
+from yue2_core import switches
+
+
+def _documented() -> list[str]:
+    import re
+    return sorted(set(re.findall(r"^\s+(YUE2_[A-Z0-9_]+)", switches.__doc__ or "", re.M)))
+
+
+def test_every_documented_switch_is_known(monkeypatch, capsys):
+    names = _documented()
+    assert {"YUE2_WARMUP", "YUE2_WARMUP_PROCS", "YUE2_NAR_GRAPH", "YUE2_SAMPLER"} <= set(names), names
+    for name in [n for n in __import__("os").environ if n.startswith("YUE2_")]:
+        monkeypatch.delenv(name)
+    for name in names:
+        monkeypatch.setenv(name, "")  # empty = unset for every switch
+    _check_switches()
+    err = capsys.readouterr().err
+    assert "not a switch" not in err, err
+
+
+@pytest.mark.parametrize("name,value,words", [("YUE2_WARMUP", "maybe", "0 or 1"),
+                                              ("YUE2_WARMUP_PROCS", "-1", "integer"),
+                                              ("YUE2_WARMUP_PROCS", "two", "integer")])
+def test_bad_values_are_refused_by_name(monkeypatch, name, value, words):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(RequestError) as e:
+        _check_switches()
+    assert name in str(e.value) and words in str(e.value)
+
+
+def test_unknown_name_is_warned(monkeypatch, capsys):
+    monkeypatch.setenv("YUE2_WARMUPS", "0")
+    _check_switches()
+    assert "YUE2_WARMUPS is not a switch" in capsys.readouterr().err
