@@ -214,7 +214,9 @@ def _check_switches() -> None:
                            "table written by bench/gemv_sweep.py --json)")
     known = {*flags, *choices, PROCS_SWITCH, "YUE2_GEMV_TABLE", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
              "YUE2_HASH_CACHE", "YUE2_COMMIT", "YUE2_ARTIFACTS", "YUE2_PARITY_DIR", "YUE2_REQUIRE_HOST",
-             "YUE2_SKIP_BROWSER"}  # the benchmarks' and the test set-up's own variables
+             "YUE2_SKIP_BROWSER", "YUE2_CHROMIUM", "YUE2_COMFY_CLI", "YUE2_COMFY_PYTHON", "YUE2_COMFY_VERSION",
+             "YUE2_E2E_DIR", "YUE2_FRONTEND_NEWEST", "YUE2_REQUIRE_BROWSER", "YUE2_TEST_WORKERS", "YUE2_BENCH_INT8",
+             "YUE2_BENCH_BF16"}  # the benchmarks' and the test set-up's own variables (scripts/test.sh exports them)
     for name in sorted(os.environ):
         if name.startswith("YUE2_") and name not in known:
             print(f"warning: the environment variable {name} is not a switch of this pack (switches.py); it is "

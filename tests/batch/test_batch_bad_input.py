@@ -127,3 +127,52 @@ def test_max_batch_over_budget_names_the_largest_that_fits(tmp_path, engine):
     with pytest.raises(AssertionError, match="must not load"):  # the largest that fits is accepted
         run_batch(BatchOptions(str(req), str(out), max_batch=most, budget_gib=0.002, max_abc_tokens=ABC_CAP), **kw)
     assert json.loads((out / "batch.json").read_text("utf-8"))["settings"]["max_batch"] == most
+
+
+def test_rows_split_at_newlines_only_and_reserved_names(tmp_path):
+    """U+2028 / U+2029 / U+0085 inside a JSON string stay in the row (json.dumps(ensure_ascii=False) writes them raw);
+    an id naming the summary file and an abc_path with a NUL are that row's errors."""
+    lyrics = "line one\u2028line two\u2029para\u0085next"
+    lines = [json.dumps({"id": "uni", "style": "pop", "lyrics": lyrics}, ensure_ascii=False),
+             '{"id": "batch.json", "style": "pop"}',
+             '{"id": "Batch.JSON", "style": "pop"}',
+             json.dumps({"id": "nulpath", "abc_path": "a\u0000b"})]
+    errors, good = _errors(tmp_path, lines)
+    assert [g.id for g in good] == ["uni"] and good[0].request.lyrics == lyrics
+    assert "reserved" in errors[2] and "reserved" in errors[3]
+    assert "NUL" in errors[4]
+    assert len(errors) == 3
+
+
+def test_resume_never_removes_what_it_should_not(tmp_path, engine):
+    """--resume leaves a song whose score.abc the user edited (refused, folder kept) and a symlinked song folder
+    (refused, the target untouched); a bad --budget is refused before any folder is touched; a batch.json that
+    cannot be written is a clear ArtifactError."""
+    from yue2_core.artifacts import save_song
+    from batch_data import expected
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    r0 = rows()[1]  # melody-score: a given score
+    request, budgets = expected(r0)
+    save_song(engine.generate(request, budgets, steps=1), out / r0["id"])
+    score = out / r0["id"] / "score.abc"
+    score.write_text(score.read_text("utf-8").replace("|", " |"), "utf-8")  # the user's edit
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "audio.flac").write_bytes(b"not audio")
+    (out / rows()[2]["id"]).symlink_to(elsewhere, target_is_directory=True)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+    with pytest.raises(RequestError, match="--budget must be a positive, finite number"):
+        run_batch(BatchOptions(str(req), str(out), resume=True, budget_gib=float("inf"), max_abc_tokens=ABC_CAP), **kw)
+    assert score.exists() and (elsewhere / "audio.flac").exists()
+    with pytest.raises(AssertionError, match="must not load"):  # the other rows would run
+        run_batch(BatchOptions(str(req), str(out), resume=True, max_abc_tokens=ABC_CAP), **kw)
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    by_id = {r["id"]: r for r in summary["results"]}
+    assert "score.abc was edited" in by_id[r0["id"]]["error"] and by_id[r0["id"]]["status"] == "failed"
+    assert "symbolic link" in by_id[rows()[2]["id"]]["error"]
+    assert " |" in score.read_text("utf-8") and (elsewhere / "audio.flac").read_bytes() == b"not audio"
+    (out / "batch.json").unlink()
+    (out / "batch.json").mkdir()  # the summary cannot be written
+    with pytest.raises(ArtifactError, match="cannot write .*batch.json.*--resume"):
+        run_batch(BatchOptions(str(req), str(out), resume=True, max_abc_tokens=ABC_CAP), **kw)

@@ -72,6 +72,26 @@ def _song_names() -> set:
     return {*FILES, *PLAN_FILES, "plan_manifest.json", "result.json", PARTIAL_MARKER}
 
 
+def _unreadable(folder: Path) -> str | None:
+    """The first file of `folder` that cannot be opened for reading ("name (reason)"), None when all can."""
+    for p in folder.iterdir():
+        try:
+            with open(p, "rb"):
+                pass
+        except OSError as exc:
+            return f"{p.name} ({exc.strerror or exc})"
+    return None
+
+
+def _score_edited(folder: Path) -> bool:
+    """Whether the song in `folder` verifies except for a score.abc the user edited (`render` re-renders it)."""
+    from ..artifacts import load_song
+    try:
+        return load_song(folder, edited_ok=True).score_edited
+    except (YuE2Error, OSError):
+        return False
+
+
 def resume_state(folder: Path, item: BatchRequest, steps: int) -> tuple[str, str | None]:
     """What --resume does with the song folder of `item`: ("run", None) when there is none, ("done", None) when it
     verifies (every file's sha256, status complete) and holds this request with these budgets and steps,
@@ -79,18 +99,27 @@ def resume_state(folder: Path, item: BatchRequest, steps: int) -> tuple[str, str
     otherwise (another request's song, or files that are not a song's: left alone, the row fails)."""
     from ..artifacts import load_song
     from ..pipeline import request_dict
+    if folder.is_symlink():  # never removed or trusted: the song it points to is not this batch folder's
+        return "refuse", f"{folder} is a symbolic link; a batch's song folders are real folders — move it away"
     if not folder.exists():
         return "run", None
     try:
         saved = load_song(folder)
         if saved.result.get("status") != "complete" or "audio.flac" not in saved.result.get("artifacts", {}):
             raise ArtifactError(f"{folder}: the song has no audio (status {saved.result.get('status')!r})")
-    except ArtifactError as exc:
+    except YuE2Error as exc:
         try:
             names = {p.name for p in folder.iterdir()}
         except OSError:
             names = {"?"}
         if names <= _song_names():
+            unreadable = _unreadable(folder)
+            if unreadable:  # a read error is not damage: never remove what could not be checked
+                return "refuse", (f"{folder} cannot be checked: cannot read {unreadable}; fix it (permissions, "
+                                  "storage) or move the folder away to redo this song")
+            if _score_edited(folder):
+                return "refuse", (f"{folder}: its score.abc was edited after the song was saved (render it with "
+                                  "`python -m yue2_core render`); move the folder away to redo this song")
             return "redo", str(exc)
         return "refuse", (f"{folder} does not verify ({exc}) and holds files that are not a song's "
                           f"({', '.join(sorted(names - _song_names())[:3])}); move it away to redo this song")
@@ -131,7 +160,11 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
                             "budget_gib": options.budget_gib, "steps": options.steps, "resume": options.resume})
     for b in bad:
         summary.add(b.line, b.id, "failed", stage="validate", error=b.message)
-    todo, sizes, stages = [], [], []
+    if options.budget_gib is not None and not (0 < options.budget_gib < float("inf")):
+        raise RequestError(f"--budget must be a positive, finite number of GiB, got {options.budget_gib}")
+    if options.max_batch is not None and (type(options.max_batch) is not int or options.max_batch < 1):
+        raise RequestError(f"--max-batch must be a positive integer, got {options.max_batch!r}")
+    todo, sizes, stages, redo = [], [], [], []
     for item in items:
         try:
             counts = check_context(item, tokenizer.encode)
@@ -146,9 +179,8 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
         if state == "refuse":
             summary.add(item.line, item.id, "failed", stage="resume", error=why)
             continue
-        if state == "redo":
-            print(f"[{item.id}] redoing: {why}", file=stream)
-            shutil.rmtree(out / item.id)
+        if state == "redo":  # removed only once every check of the whole batch passed (below)
+            redo.append((item, why))
         summary.add(item.line, item.id, "pending")
         todo.append(item)
         sizes.append(song_bytes(dims, dtype_bytes, counts, item))
@@ -156,8 +188,6 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     max_batch = 1
     overlap = options.overlap
     if todo:
-        if options.budget_gib is not None and not (options.budget_gib > 0):
-            raise RequestError(f"--budget must be a positive number of GiB, got {options.budget_gib}")
         if runner is not None:  # the workers' devices, not the driver's, size the batch
             free_bytes, on_cuda = runner.prepare()
             summary.settings["ray"] = runner.settings
@@ -177,7 +207,15 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ArtifactError(f"cannot create the batch folder {out}: {exc.strerror or exc}") from None
-    summary.write(out)
+    summary.write(out)  # the folder is writable before any damaged song is removed
+    for item, why in redo:
+        print(f"[{item.id}] redoing: {why}", file=stream)
+        try:
+            shutil.rmtree(out / item.id)
+        except OSError as exc:
+            summary.add(item.line, item.id, "failed", stage="resume", error=f"cannot remove the damaged song "
+                        f"folder {out / item.id} to redo it: {exc.strerror or exc}")
+            todo.remove(item)
     try:
         if todo:
             kw = dict(max_batch=max_batch, steps=options.steps, on_event=BatchProgress(stream), batched=batched,

@@ -84,7 +84,9 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
     bad: list[RowError] = []
     first_line: dict[str, int] = {}
     rows = 0
-    for number, line in enumerate(text.splitlines(), start=1):
+    # JSONL lines end at "\n" only: str.splitlines would also cut at U+2028, U+2029, U+0085 …, which JSON allows
+    # unescaped inside strings (json.dumps(..., ensure_ascii=False) writes them so)
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         rows += 1
@@ -100,7 +102,7 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
                                               "({\"id\": …, \"style\": …, …})"))
             continue
         rid = row.get("id")
-        rid_ok = valid_song_id(rid)
+        rid_ok = valid_song_id(rid) and rid.lower() != "batch.json"  # the reserved id fails in parse_row
         if rid_ok and rid in first_line:
             bad.append(RowError(number, None, f"line {number}: id {rid!r} is already used on line {first_line[rid]}; "
                                               "every row needs a unique id (it names the song's folder)"))
@@ -127,6 +129,9 @@ def parse_row(row: dict, line: int, root: Path, *, max_seconds=None, max_abc_tok
     if not valid_song_id(rid):
         raise RequestError(f"id {rid!r} is not a safe folder name: use 1–180 characters from A–Z a–z 0–9 _ . -, "
                            "starting with a letter or digit, not ending with '.', not a reserved name like CON")
+    if rid.lower() == "batch.json":
+        raise RequestError(f"id {rid!r} is reserved: the batch folder's summary file is batch.json; give the row "
+                           "another id")
     unknown = sorted(k for k in row if k not in ALLOWED and k not in IGNORED and not str(k).startswith("eval_"))
     if unknown:
         raise RequestError(f"unknown field(s) {', '.join(map(repr, unknown))}; accepted: {', '.join(sorted(ALLOWED))}"
@@ -178,6 +183,8 @@ def read_score_file(value, root: Path) -> str:
     UTF-8 file of at most 1 MiB within `root`'s tree after resolving links. Raises RequestError otherwise."""
     if not isinstance(value, str) or not value:
         raise RequestError(f"'abc_path' must be a file path (text), got {value!r}")
+    if "\x00" in value:
+        raise RequestError(f"abc_path {value!r} contains a NUL character; give a file path")
     target = (root / value).resolve()
     try:
         target.relative_to(root)

@@ -46,9 +46,14 @@ class BatchSummary:
         """Write batch.json into `folder` atomically (temporary file + os.replace): a reader sees the previous or
         the new summary, never half of one."""
         from ..artifacts import _json_bytes
+        from ..errors import ArtifactError
         folder = Path(folder)
         data = _json_bytes(self.to_dict())
-        fd, tmp = tempfile.mkstemp(prefix=f".{BATCH_FILE}.", suffix=".tmp", dir=folder)
+        why = ("(the songs already saved are intact; free space or fix the folder, then run again with --resume)")
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{BATCH_FILE}.", suffix=".tmp", dir=folder)
+        except OSError as exc:
+            raise ArtifactError(f"cannot write {folder / BATCH_FILE}: {exc.strerror or exc} {why}") from None
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -56,11 +61,13 @@ class BatchSummary:
                 os.fsync(fh.fileno())
             os.chmod(tmp, 0o644 & ~_umask())  # mkstemp makes it 0600; readable like the song files
             os.replace(tmp, folder / BATCH_FILE)
-        except BaseException:
+        except BaseException as exc:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            if isinstance(exc, OSError):
+                raise ArtifactError(f"cannot write {folder / BATCH_FILE}: {exc.strerror or exc} {why}") from None
             raise
         return folder / BATCH_FILE
 
