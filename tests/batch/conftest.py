@@ -6,15 +6,24 @@ import os
 import pytest
 
 
-@pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory):
+def _tiny(tmp_path_factory, fmt: str) -> str:
     from yue2_core.weights.synthetic import write_synthetic_checkpoint
     root = os.environ.get("YUE2_TEST_CACHE") or str(tmp_path_factory.mktemp("ckpt"))
     os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, "yue2_tiny_bf16.safetensors")
+    path = os.path.join(root, f"yue2_tiny_{fmt}.safetensors")
     if not os.path.exists(path):
-        write_synthetic_checkpoint(path, profile="tiny", fmt="bf16", seed=0)
+        write_synthetic_checkpoint(path, profile="tiny", fmt=fmt, seed=0)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory):
+    return _tiny(tmp_path_factory, "bf16")
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_ckpt(tmp_path_factory):
+    return _tiny(tmp_path_factory, "int8")
 
 
 @pytest.fixture(scope="session")

@@ -27,32 +27,15 @@ SCORE = ("X:1\nT:\nM:4/4\nL:1/8\nQ:1/4=100\nK:C\n\"C\"c2d2e2f2|\"G\"g4e4|")
 
 
 @pytest.fixture(scope="module")
-def int8_path(tmp_path_factory):
-    path = os.environ.get("YUE2_BENCH_INT8")
-    if path:
-        return path
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
-    root = os.environ.get("YUE2_TEST_CACHE") or str(tmp_path_factory.mktemp("ckpt"))
-    os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, "yue2_tiny_int8.safetensors")
-    if not os.path.exists(path):
-        write_synthetic_checkpoint(path, profile="tiny", fmt="int8", seed=0)
-    return path
+def int8_path(request):
+    """$YUE2_BENCH_INT8 (full-size synthetic int8 file, bench/bench.py) when set, else the tiny int8 file."""
+    return os.environ.get("YUE2_BENCH_INT8") or request.getfixturevalue("tiny_int8_ckpt")
 
 
 @pytest.fixture(scope="module")
-def bf16_path(tmp_path_factory):
+def bf16_path(request):
     """$YUE2_BENCH_BF16 (full-size synthetic bf16 file, bench/bench.py) when set, else the tiny bf16 file."""
-    path = os.environ.get("YUE2_BENCH_BF16")
-    if path:
-        return path
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
-    root = os.environ.get("YUE2_TEST_CACHE") or str(tmp_path_factory.mktemp("ckpt_bf16"))
-    os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, "yue2_tiny_bf16.safetensors")
-    if not os.path.exists(path):
-        write_synthetic_checkpoint(path, profile="tiny", fmt="bf16", seed=0)
-    return path
+    return os.environ.get("YUE2_BENCH_BF16") or request.getfixturevalue("tiny_ckpt")
 
 
 @pytest.fixture(autouse=True)
