@@ -146,6 +146,15 @@ def plan_files(song: Song, files: dict[str, bytes]) -> dict[str, bytes]:
     return out
 
 
+def _read_umask() -> int:
+    """The process's umask, read once at import: reading it means setting it, and a transient umask 0 in one thread
+    (the batch's render worker saves songs beside the main thread) would let another thread create files 0666."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _read_umask()  # for chmod of what mkdtemp/mkstemp create 0700/0600 (song folders, batch.json)
 STALE_PARTIAL_SECONDS = 3600  # a save takes seconds; a hidden .partial folder this old was left by a killed process
 PARTIAL_MARKER = ".yue2-partial"  # written first into every temporary save folder: {"pid", "host", "created"}
 
@@ -234,9 +243,7 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a song folder gets the usual permissions
+        os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes 0700; a song folder gets the usual permissions
         if out.exists():
             out.rmdir()
         os.rename(tmp, out)

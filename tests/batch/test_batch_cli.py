@@ -9,6 +9,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from batch_data import ABC_CAP, expected, rows, write_requests  # noqa: E402
 
+from yue2_core.artifacts import UMASK  # noqa: E402
+
 STEPS = "2"
 
 
@@ -97,12 +99,7 @@ def test_resume_redoes_only_unfinished_and_damaged_songs(tmp_path, engine, monke
     assert (out / ids[0] / "semantic.npy").read_bytes() == first_codes  # redone: the same song again
     artifacts.load_song(out / ids[0])
     assert "redoing" in capsys.readouterr().err
-    assert (out / "batch.json").stat().st_mode & 0o044 == 0o044 & ~_umask()  # readable as the song files are
-
-
-def _umask() -> int:
-    from yue2_core.batch.summary import _umask
-    return _umask()
+    assert (out / "batch.json").stat().st_mode & 0o044 == 0o044 & ~UMASK  # readable as the song files are
 
 
 def test_table_gives_long_errors_in_full():

@@ -45,7 +45,7 @@ class BatchSummary:
     def write(self, folder: str | os.PathLike) -> Path:
         """Write batch.json into `folder` atomically (temporary file + os.replace): a reader sees the previous or
         the new summary, never half of one."""
-        from ..artifacts import _json_bytes
+        from ..artifacts import UMASK, _json_bytes
         from ..errors import ArtifactError
         folder = Path(folder)
         data = _json_bytes(self.to_dict())
@@ -59,7 +59,7 @@ class BatchSummary:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644 & ~_umask())  # mkstemp makes it 0600; readable like the song files
+            os.chmod(tmp, 0o644 & ~UMASK)  # mkstemp makes it 0600; readable like the song files
             os.replace(tmp, folder / BATCH_FILE)
         except BaseException as exc:
             try:
@@ -132,17 +132,3 @@ def load_summary(folder: str | os.PathLike) -> dict | None:
 
 __all__ = ["BatchSummary", "BatchProgress", "load_summary", "BATCH_FILE"]
 
-
-def _read_umask() -> int:
-    """This process's umask, read once at import (setting it and setting it back), never while a render worker
-    thread may be creating files."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()
-
-
-def _umask() -> int:
-    return _UMASK
