@@ -175,11 +175,11 @@ def baseline_rate(ar, prefix, s, phase, cfg=1.0, negative=None):
 
 
 @section("checkpoints")
-def make_checkpoints(workdir):
+def make_checkpoints(workdir, fmts=("bf16", "int8")):
     from yue2_core.weights.synthetic import write_synthetic_checkpoint
     os.makedirs(workdir, exist_ok=True)
     paths = {}
-    for fmt in ("bf16", "int8"):
+    for fmt in fmts:
         p = os.path.join(workdir, f"yue2_{PROFILE}_{fmt}.safetensors")
         if not os.path.exists(p):
             t = time.perf_counter()

@@ -14,6 +14,8 @@
 #                                      # (bench/gemv_sweep.py --cc-only, 1–2 rows), then bench/bench.py's AR sections
 #                                      # with its table (YUE2_GEMV_TABLE) against the built-in one, and the int8
 #                                      # decode-step profile with it (on an H200 the table lost in the graph)
+#   bash bench/gpu_session.sh split    # bench/overlap_split.py: AR batch decode beside the render, streams vs green
+#                                      # contexts of K SMs (~3 min; cuda-bindings from .gpuwheels)
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
@@ -44,7 +46,7 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|nar|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -86,6 +88,12 @@ for part in "$@"; do
       # shellcheck disable=SC2086  # BATCH_ARGS is a list of options (e.g. --runs 8:on,8:off)
       "$PY" bench/batch.py --songs ${BATCH_SONGS:-16} ${BATCH_ARGS:-} --json "$OUT/batch.json" 2>&1 \
         | grep -v "^\[\|^  " | tee "$OUT/batch_bench.log" ;;
+    split)
+      # bench/overlap_split.py (issue #19): AR batch decode and render alone and at once, on streams of different
+      # priority or in CUDA green contexts (torch.cuda.green_contexts needs cuda-bindings: carried in .gpuwheels)
+      "$PY" -c "import cuda.bindings" 2>/dev/null || { [ -d .gpuwheels ] && "$PY" -m pip install --no-index \
+        --find-links .gpuwheels cuda-bindings >/dev/null 2>&1; }
+      "$PY" bench/overlap_split.py ${SPLIT_ARGS:-} 2>&1 | tee "$OUT/overlap_split.log" ;;
     nar)
       "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
     nodes)
@@ -105,6 +113,6 @@ for part in "$@"; do
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|parts|next|lora|batch|nar|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|parts|next|lora|batch|split|nar|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done

@@ -212,7 +212,9 @@ def _check_switches() -> None:
         from .errors import RequestError
         raise RequestError(f"the environment variable YUE2_GEMV_TABLE names {table!r}, which is not a file (a JSON "
                            "table written by bench/gemv_sweep.py --json)")
-    known = {*flags, *choices, PROCS_SWITCH, "YUE2_GEMV_TABLE", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
+    from .batch.streams import SWITCH as RENDER_SMS, check_switch
+    check_switch()  # YUE2_RENDER_SMS: auto, 0 or a number of SMs
+    known = {*flags, *choices, PROCS_SWITCH, RENDER_SMS, "YUE2_GEMV_TABLE", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
              "YUE2_HASH_CACHE", "YUE2_COMMIT", "YUE2_ARTIFACTS", "YUE2_PARITY_DIR", "YUE2_REQUIRE_HOST",
              "YUE2_SKIP_BROWSER", "YUE2_CHROMIUM", "YUE2_COMFY_CLI", "YUE2_COMFY_PYTHON", "YUE2_COMFY_VERSION",
              "YUE2_E2E_DIR", "YUE2_FRONTEND_NEWEST", "YUE2_REQUIRE_BROWSER", "YUE2_TEST_WORKERS", "YUE2_BENCH_INT8",
@@ -603,7 +605,7 @@ def cmd_batch(args) -> int:
               f"{SYNTHETIC_ABC_TOKENS} tokens (--max-abc-tokens sets another cap)", file=sys.stderr)
     fp32 = args.dtype == "fp32"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
-                           args.max_seconds, abc_cap, overlap=args.overlap)
+                           args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method)
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(args, checkpoint,
               how)[0], weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=info.vae)
     if args.ray is not None:  # docs/batch.md "Ray": the workers' devices size the batch (runner.prepare)
@@ -714,6 +716,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ray-cpu-workers", type=int, default=None, metavar="N", help="with --ray: N CPU engine actors "
                    "instead of one per GPU (tests, dry runs)")
     common(b)
+    ode_method(b)
     next(a for a in b._actions if a.dest == "output").help = "the batch folder (new, or one to --resume)"
     b.set_defaults(func=cmd_batch)
     return p

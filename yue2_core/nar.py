@@ -205,7 +205,9 @@ class ChunkRenderer:
         command's render worker) — a stream of the NAR's own."""
         if getattr(self, "_side", None) is None:
             from .fast import decode as fd
-            if getattr(fd, "_CONCURRENT", [0])[0]:
+            if fd.thread_capture_stream() is not None:  # a green context's stream (batch overlap, fd.capture_on)
+                self._side = fd.thread_capture_stream()
+            elif getattr(fd, "_CONCURRENT", [0])[0]:
                 key = str(self.nar.device)
                 if key not in _NAR_STREAMS:
                     _NAR_STREAMS[key] = torch.cuda.Stream(self.nar.device)

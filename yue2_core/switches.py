@@ -21,6 +21,8 @@ accepts — "false" or "off" are not silently read as on.
                           on for CUDA with the fast path)
     YUE2_WARMUP_PROCS     an integer ≥ 0: child processes that compile the warm-up's kernels when Triton's cache lacks
                           them (0 = in the warm-up thread only; default min(6, max(1, CPUs // 2)); warmup_jobs.py)
+    YUE2_RENDER_SMS       auto (default) | 0 | K: the batch command's overlap — the render confined to a CUDA green
+                          context of K SMs (the AR keeps all), or 0: a low-priority stream (batch/streams.py)
     YUE2_VERIFY_HASHES=0  skip the sha256 check of a vendor folder's files against weights_manifest.json (sizes are
                           still checked; weights/vendor.py)
 """

@@ -36,6 +36,7 @@ class BatchOptions:
     max_seconds: float | None = None
     max_abc_tokens: int | None = None
     overlap: bool | None = None
+    method: str = "midpoint"  # the ODE solver of the render: "midpoint" (the release's) or the opt-in "ab2"
 
 
 _TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp")
@@ -92,9 +93,10 @@ def _score_edited(folder: Path) -> bool:
         return False
 
 
-def resume_state(folder: Path, item: BatchRequest, steps: int) -> tuple[str, str | None]:
+def resume_state(folder: Path, item: BatchRequest, steps: int,
+                 method: str = "midpoint") -> tuple[str, str | None]:
     """What --resume does with the song folder of `item`: ("run", None) when there is none, ("done", None) when it
-    verifies (every file's sha256, status complete) and holds this request with these budgets and steps,
+    verifies (every file's sha256, status complete) and holds this request with these budgets, steps and solver,
     ("redo", why) when it is incomplete or damaged and holds only song files (it is removed), ("refuse", why)
     otherwise (another request's song, or files that are not a song's: left alone, the row fails)."""
     from ..artifacts import load_song
@@ -126,6 +128,7 @@ def resume_state(folder: Path, item: BatchRequest, steps: int) -> tuple[str, str
     want = request_dict(item.request)
     b = item.budgets
     same = (saved.tokens.request == want and saved.config.get("ode_steps") == steps
+            and saved.config.get("ode_method", "midpoint") == method
             and saved.config.get("semantic_sampling") == b.semantic_sampling().to_dict()
             and saved.config.get("abc_sampling") == b.abc_sampling().to_dict())
     if not same:
@@ -157,7 +160,8 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     ids = {i.id for i in items} | {b.id for b in bad if b.id}
     check_output(out, ids, options.resume)
     summary = BatchSummary({"requests": str(options.requests), "max_batch": options.max_batch,
-                            "budget_gib": options.budget_gib, "steps": options.steps, "resume": options.resume})
+                            "budget_gib": options.budget_gib, "steps": options.steps, "ode_method": options.method,
+                            "resume": options.resume})
     for b in bad:
         summary.add(b.line, b.id, "failed", stage="validate", error=b.message)
     if options.budget_gib is not None and not (0 < options.budget_gib < float("inf")):
@@ -171,7 +175,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
         except YuE2Error as exc:
             summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
             continue
-        state, why = resume_state(out / item.id, item, options.steps) if options.resume else ("run", None)
+        state, why = resume_state(out / item.id, item, options.steps, options.method) if options.resume else ("run", None)
         if state == "done":
             summary.add(item.line, item.id, "complete", resumed=True, stage="complete", output=str(out / item.id),
                         **_earlier_result(out / item.id))
@@ -219,7 +223,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     try:
         if todo:
             kw = dict(max_batch=max_batch, steps=options.steps, on_event=BatchProgress(stream), batched=batched,
-                      overlap=overlap)
+                      overlap=overlap, method=options.method)
             if runner is None:
                 deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
                 songs = iter_songs(engine_factory, todo, deliver=deliver, **kw)

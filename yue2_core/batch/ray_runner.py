@@ -175,7 +175,8 @@ class SongWorker:
         print(f"worker {self.index}: {self.engine.info.summary()}", file=sys.stderr)
         return time.perf_counter() - t
 
-    def run(self, items: list, max_batch: int, steps: int, batched: bool | None, overlap: bool | None = None):
+    def run(self, items: list, max_batch: int, steps: int, batched: bool | None, overlap: bool | None = None,
+            method: str = "midpoint"):
         """A generator (Ray streams its items): for each request of `items`, as its song finishes,
         (outcome dict, song files {name: bytes} or None, result.json content or None, finished unix time,
         peak reserved device bytes so far or None)."""
@@ -190,7 +191,8 @@ class SongWorker:
             made[item.id] = (song_files(song), song_result(song))  # the bytes save_song would write
             return f"worker {self.index}"
         for outcome in iter_songs(self.engine, items, deliver=deliver, max_batch=max_batch, steps=steps,
-                                  on_event=BatchProgress(sys.stderr), batched=batched, overlap=overlap):
+                                  on_event=BatchProgress(sys.stderr), batched=batched, overlap=overlap,
+                                  method=method):
             files, result = made.pop(outcome.id, (None, None))
             peak = torch.cuda.max_memory_reserved() if self.device == "cuda" else None
             yield outcome.to_dict(), files, result, time.time(), peak
@@ -395,7 +397,8 @@ class RayRunner:
         return error
 
     def songs(self, todo: list, out: Path, *, max_batch: int, steps: int, on_event=None,
-              batched: bool | None = None, overlap: bool | None = None) -> Iterator[RaySongOutcome]:
+              batched: bool | None = None, overlap: bool | None = None,
+              method: str = "midpoint") -> Iterator[RaySongOutcome]:
         """Run `todo` (validated `BatchRequest`s) on the workers in chunks of up to `max_batch`; write each song into
         `out/<id>` as it arrives (`artifacts.write_song_dir`) and yield its `RaySongOutcome`. Failed songs are yielded
         with their reason; songs of a dead worker are rerun elsewhere (module docstring). `overlap` is passed to the
@@ -430,7 +433,7 @@ class RayRunner:
                         attempts[item.id] += 1
                         event(item.id, f"on worker {slot.index}")
                     slot.state, slot.items, slot.started = "busy", {i.id: i for i in chunk}, time.time()
-                    gens[slot.actor.run.remote(chunk, len(chunk), steps, batched, overlap)] = slot
+                    gens[slot.actor.run.remote(chunk, len(chunk), steps, batched, overlap, method)] = slot
             starting = {s.ref: s for s in self.slots if s.state == "starting"}
             if not gens and not starting:
                 why = f"no Ray worker is left to run it ({last_error})" if last_error else "no Ray worker is left"

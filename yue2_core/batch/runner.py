@@ -22,8 +22,8 @@ A failure (a budget that no longer fits after the score was written, a numerical
 song only; a batched phase that raises is re-run row by row so the failing row is isolated. Ctrl-C propagates.
 
 The overlap (`overlap=True`, default on CUDA): when a batch's AR phases are done, its songs are rendered, decoded
-and delivered one after the other by a worker thread (`_RenderStage`; on CUDA on its own low-priority stream, the AR
-on a high-priority one) while this thread decodes the next batch's AR phases. At most one batch is in the render
+and delivered one after the other by a worker thread (`_RenderStage`; on CUDA each stage in a green context of its own SMs,
+or on streams of low and high priority: `streams.py`) while this thread decodes the next batch's AR phases. At most one batch is in the render
 stage: the next one is handed over only when the previous one is finished, so the device holds one batch's K/V
 caches plus one song's NAR/VAE working set (`memory.stage_bytes`). Only host data crosses the threads (token lists
 in, CPU latents/audio and the delivered path out), so no tensor is shared between the streams besides the read-only
@@ -136,27 +136,30 @@ def _batch_key(item) -> tuple:
 
 def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, steps: int = ODE_STEPS,
                on_event: Event | None = None, batched: bool | None = None,
-               overlap: bool | None = None) -> Iterator[SongOutcome]:
+               overlap: bool | None = None, method: str = "midpoint") -> Iterator[SongOutcome]:
     """Run `items` (validated `BatchRequest`s) on `engine` (a `YuE2Engine`, or a callable returning one) in
     batches of up to `max_batch`; yield each song's `SongOutcome` after `deliver(item, song)` wrote it, in the
     queue's order. `batched`: decode each phase's rows in one `PhaseDecoder` batch (default: `default_batched`);
     False runs rows one at a time through the same stage functions as `generate`. `overlap`: render, decode and
     deliver a batch's songs on a worker thread while the next batch's AR phases run (default: `default_overlap`;
-    the songs are the same either way). `steps`: midpoint ODE steps of the renderer. `deliver` runs on the worker
-    thread with the overlap. Raises RequestError for a bad `max_batch`; KeyboardInterrupt and errors outside a
+    the songs are the same either way). `steps`, `method`: ODE steps and solver of the renderer ("midpoint", the
+    release's, or the opt-in "ab2": `nar.solve`). `deliver` runs on the worker
+    thread with the overlap. Raises RequestError for a bad `max_batch` or `method`; KeyboardInterrupt and errors outside a
     song propagate (with the overlap, after the worker stopped)."""
     if not hasattr(engine, "ar") and callable(engine):
         engine = engine()
     if type(max_batch) is not int or max_batch < 1:
         from ..errors import RequestError
         raise RequestError(f"max_batch must be a positive integer, got {max_batch!r}")
+    from ..nar import check_method
+    method = check_method(method)
     batched = default_batched(engine.ar) if batched is None else bool(batched)
     overlap = default_overlap(engine.ar.device) if overlap is None else bool(overlap)
     queue = sorted(items, key=_batch_key) if batched else list(items)
     batches = [queue[start:start + max_batch] for start in range(0, len(queue), max_batch)]
     meter = _Meter(on_event)
     if overlap and len(batches) > 1:
-        yield from _overlapped(engine, batches, batched, steps, deliver, meter)
+        yield from _overlapped(engine, batches, batched, steps, deliver, meter, method)
         return
     for batch in batches:
         jobs = [_Job(item) for item in batch]
@@ -164,7 +167,7 @@ def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, ste
         _semantic_phase(engine, jobs, batched, meter)
         for job in jobs:
             if job.error is None:
-                _finish(engine, job, steps, deliver, meter)
+                _finish(engine, job, steps, deliver, meter, method=method)
             yield _outcome(job)
         _release(engine)
 
@@ -316,7 +319,7 @@ def song_settings(engine, item, steps: int, method: str = "midpoint") -> dict:
 
 
 def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
-            stop: threading.Event | None = None) -> None:
+            stop: threading.Event | None = None, method: str = "midpoint") -> None:
     """Render, decode and deliver one song (failures recorded on the job). `stop` (the render worker's): once set,
     the next ODE step or VAE tile raises `_Stopped`, and a finished song is not delivered."""
     from ..pipeline import Song, decode, render
@@ -325,7 +328,7 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
     try:
         job.stage = "render"
         t = time.perf_counter()
-        latents = render(engine.ar, engine.nar, job.tokens, steps, progress=progress)
+        latents = render(engine.ar, engine.nar, job.tokens, steps, progress=progress, method=method)
         job.timing["render_seconds"] = time.perf_counter() - t
         job.stage = "decode"
         t = time.perf_counter()
@@ -333,7 +336,7 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
         job.timing["decode_seconds"] = time.perf_counter() - t
         job.timing["total_seconds"] = sum(job.timing.values())
         song = Song(request=req, score=job.score, tokens=job.tokens, latents=latents, audio=audio,
-                    timing=dict(job.timing), settings=song_settings(engine, job.item, steps),
+                    timing=dict(job.timing), settings=song_settings(engine, job.item, steps, method),
                     warnings=req.input_warnings())
         job.stage = "save"
         if stop is not None and stop.is_set():
@@ -401,8 +404,8 @@ class _Handoff:
 
 class _RenderStage:
     """The render worker: a thread rendering (NAR), decoding (VAE) and delivering the songs of one handed-over batch
-    at a time. On CUDA it works on its own stream of low priority (`torch.cuda.Stream(priority=0)`; the AR's is −1)
-    and holds `fast.decode.concurrent_capture()` while alive, so graphs captured meanwhile by the main thread use
+    at a time. On CUDA the two stages run where `streams.placements` puts them (each in a CUDA green context of its
+    own SMs, or on streams of low and high priority), and the stage holds `fast.decode.concurrent_capture()` while alive, so graphs captured meanwhile by the main thread use
     capture_error_mode "thread_local": in the default "global" mode the CUDA runtime refuses "unsafe" calls from ANY
     thread during a capture — the worker's cudaMalloc when the caching allocator must grow (the capture's own
     `torch.cuda.graph` entry empties the cache first), its pageable device-to-host copies (`.cpu()` of latents and
@@ -412,32 +415,31 @@ class _RenderStage:
     never joins. What stays unsafe beside a capture is a device-wide synchronize or `empty_cache` (cudaFree), so the
     worker does those only under `fast.decode.CAPTURE_LOCK`, which the main thread holds while it captures."""
 
-    def __init__(self, engine, steps: int, deliver: Deliver, meter: _Meter):
-        self.engine, self.steps, self.deliver, self.meter = engine, steps, deliver, meter
+    def __init__(self, engine, steps: int, deliver: Deliver, meter: _Meter, method: str = "midpoint"):
+        self.engine, self.steps, self.deliver, self.meter, self.method = engine, steps, deliver, meter, method
         self.stop = threading.Event()
         self.closed = False
         self.inbox: list = []
         self.wake = threading.Condition()
         self.cuda = engine.ar.device.type == "cuda"
-        self.stream = self.ar_stream = None
+        self.ar_place = self.render_place = None
         self.capture = contextlib.nullcontext()
         if self.cuda:
             import torch
             from ..fast.decode import concurrent_capture
-            self.stream = torch.cuda.Stream(engine.ar.device, priority=0)
-            self.ar_stream = torch.cuda.Stream(engine.ar.device, priority=-1)
-            self.ar_stream.wait_stream(torch.cuda.current_stream(engine.ar.device))  # the loaded weights
+            from .streams import placements
+            self.ar_place, self.render_place, note = placements(engine.ar.device)
+            meter.emit("", "overlap", note=f"overlap: {note}")
+            self.ar_place.stream.wait_stream(torch.cuda.current_stream(engine.ar.device))  # the loaded weights
             self.capture = concurrent_capture()
         self.capture.__enter__()
         self.thread = threading.Thread(target=self._work, name="yue2-render", daemon=True)
         self.thread.start()
 
     def ar_context(self):
-        """Where the main thread runs the AR phases: the high-priority stream on CUDA."""
-        if self.ar_stream is None:
-            return contextlib.nullcontext()
-        import torch
-        return torch.cuda.stream(self.ar_stream)
+        """Where the main thread runs the AR phases on CUDA (`streams.placements`: a green context's SMs, or the
+        high-priority stream)."""
+        return contextlib.nullcontext() if self.ar_place is None else self.ar_place
 
     def submit(self, jobs: list) -> _Handoff:
         """Hand a batch whose AR phases are done to the worker (the caller waited for the previous one)."""
@@ -445,7 +447,7 @@ class _RenderStage:
         if self.cuda:
             import torch
             ready = torch.cuda.Event()
-            ready.record(self.ar_stream)
+            ready.record(self.ar_place.stream)
         handoff = _Handoff(jobs, ready)
         with self.wake:
             self.inbox.append(handoff)
@@ -470,16 +472,15 @@ class _RenderStage:
     def _render(self, handoff: _Handoff) -> None:
         streams = contextlib.nullcontext()
         if self.cuda:
-            import torch
-            self.stream.wait_event(handoff.ready)
-            streams = torch.cuda.stream(self.stream)
+            self.render_place.stream.wait_event(handoff.ready)
+            streams = self.render_place
         try:
             with streams:
                 for job in handoff.jobs:
                     if self.stop.is_set():
                         return
                     if job.error is None:
-                        _finish(self.engine, job, self.steps, self.deliver, self.meter, self.stop)
+                        _finish(self.engine, job, self.steps, self.deliver, self.meter, self.stop, self.method)
                     handoff.outcomes.append(_outcome(job))
         except _Stopped:
             return
@@ -503,9 +504,9 @@ class _RenderStage:
 
 
 def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliver,
-                meter: _Meter) -> Iterator[SongOutcome]:
+                meter: _Meter, method: str = "midpoint") -> Iterator[SongOutcome]:
     """`iter_songs` with the render stage on a worker thread (module docstring)."""
-    stage = _RenderStage(engine, steps, deliver, meter)
+    stage = _RenderStage(engine, steps, deliver, meter, method)
     pending: _Handoff | None = None
     try:
         for batch in batches:
@@ -517,7 +518,7 @@ def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliv
                 pending.check()
             with stage.ar_context():
                 _semantic_phase(engine, jobs, batched, meter)
-            _release(engine)
+            # no `_release` here: its cudaFree synchronises the device, i.e. waits for the worker's queued render
             if pending is not None:  # at most one batch in the render stage: wait for the previous one
                 yield from pending.take(True, stage.thread)
                 pending.check()

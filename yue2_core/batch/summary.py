@@ -107,6 +107,10 @@ class BatchProgress:
         self.last = 0.0
 
     def __call__(self, song_id: str, stage: str, info: dict) -> None:
+        if info.get("note"):  # a line about the whole batch (e.g. where the overlapped stages run)
+            self.stream.write(f"{info['note']}\n")
+            self.stream.flush()
+            return
         now = time.time()
         new = self.stage.get(song_id) != stage
         if not (new or now - self.last > (0.2 if self.tty else 5.0)):

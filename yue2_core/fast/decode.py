@@ -105,9 +105,35 @@ _COMPILED: dict = {}
 _STREAMS: dict = {}
 
 
+_THREAD = threading.local()  # .capture: this thread's capture stream (`capture_on`)
+
+
+@contextlib.contextmanager
+def capture_on(stream):
+    """While open, this thread's decode graphs (and the NAR's velocity graphs, nar.ChunkRenderer) are warmed up and
+    captured on `stream` instead of the per-device side stream: a stream of a CUDA green context, so the captured
+    kernels run on that context's SMs when replayed (a graph keeps the context it was captured in — replaying a
+    graph captured on an ordinary stream into a green context's stream used every SM; `bench/overlap_split.py`)."""
+    old = getattr(_THREAD, "capture", None)
+    _THREAD.capture = stream
+    try:
+        yield
+    finally:
+        _THREAD.capture = old
+
+
+def thread_capture_stream():
+    """The stream `capture_on` set for this thread, or None."""
+    return getattr(_THREAD, "capture", None)
+
+
 def _capture_stream(device) -> "torch.cuda.Stream":
     """One side stream per device for graph warm-up/capture (PyTorch keeps a cuBLAS workspace per stream for the
-    life of the process, so a new stream per capture would leak ~64 MiB per song)."""
+    life of the process, so a new stream per capture would leak ~64 MiB per song); `capture_on`'s stream when this
+    thread set one."""
+    local = thread_capture_stream()
+    if local is not None:
+        return local
     key = str(device)
     if key not in _STREAMS:
         _STREAMS[key] = torch.cuda.Stream(device)
@@ -120,6 +146,20 @@ def _capture_stream(device) -> "torch.cuda.Stream":
 # CAPTURE_LOCK, which that thread takes around its own device-wide syncs and torch.cuda.empty_cache().
 CAPTURE_LOCK = threading.RLock()
 _CONCURRENT = [0]  # how many `concurrent_capture` blocks are open
+
+
+def _capture_beside_worker(graph, pool, stream, fn) -> None:
+    """Capture fn() into `graph` on `stream` in capture_error_mode "thread_local", under CAPTURE_LOCK, WITHOUT what
+    `torch.cuda.graph` does on entry — a device-wide synchronize and `empty_cache()`: beside the batch command's
+    render worker those wait for every kernel it has queued (up to a whole song's NAR solve, seconds; measured on
+    an H200 with `bench/overlap_split.py`: the AR batch decode fell to 0.40 of its rate beside a render). The
+    stream's earlier work is ordered before by the caller (`stream.wait_stream`), as for `torch.cuda.graph`."""
+    with CAPTURE_LOCK, torch.cuda.stream(stream):
+        graph.capture_begin(*((pool,) if pool is not None else ()), capture_error_mode="thread_local")
+        try:
+            fn()
+        finally:
+            graph.capture_end()
 
 
 @contextlib.contextmanager
@@ -566,11 +606,14 @@ class PhaseDecoder:
         self._restore(saved)
         graph = torch.cuda.CUDAGraph()
         pool = next(iter(self.graphs.values())).pool() if self.graphs else None
-        with CAPTURE_LOCK, torch.cuda.graph(graph, pool=pool,
-                                            capture_error_mode="thread_local" if _CONCURRENT[0] else "global"):
-            self._step(attn_len)
+        if _CONCURRENT[0]:
+            _capture_beside_worker(graph, pool, stream, lambda: self._step(attn_len))
+            stream.synchronize()
+        else:
+            with CAPTURE_LOCK, torch.cuda.graph(graph, pool=pool, capture_error_mode="global"):
+                self._step(attn_len)
+            torch.cuda.synchronize(self.device)
         self.graphs[attn_len] = graph
-        torch.cuda.synchronize(self.device)
         self.capture_s += time.perf_counter() - t0
         return graph
 
@@ -641,8 +684,8 @@ class PhaseDecoder:
         t0 = time.perf_counter()
         self._allocate()
         self._prefill()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        if self.device.type == "cuda":  # this stream only: a render worker's queued kernels are not ours to wait for
+            torch.cuda.current_stream(self.device).synchronize()
         prefill_s = time.perf_counter() - t0
         s, steps, reported = self.s, len(self.forced), 0  # the forced tokens are already in the cache
         max_prefix = max(len(r) for r in self.rows)
