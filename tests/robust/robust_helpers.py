@@ -139,3 +139,25 @@ def assert_cli_error(proc: subprocess.CompletedProcess, phrase: str) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     assert phrase in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+
+
+def signal_when(proc: subprocess.Popen, marker: str, sig: int, timeout: float = 180.0) -> str:
+    """Read `proc`'s stderr (text, piped) line by line; at the first line holding `marker` — the command is then in
+    its work, past its signal handlers' installation — send `sig`; return all of stderr once the process ended.
+    (A fixed sleep before the signal raced the child's start-up on a loaded machine: the default action then killed
+    it before the handlers existed.) The process is killed after `timeout` seconds."""
+    import threading
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    lines, sent = [], False
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if not sent and marker in line:
+                proc.send_signal(sig)
+                sent = True
+        proc.wait()
+    finally:
+        timer.cancel()
+    assert sent, f"{marker!r} never appeared on stderr:\n" + "".join(lines)[-2000:]
+    return "".join(lines)

@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from robust_helpers import assert_cli_error, copy, make_song, patch_tensor, run_cli
+from robust_helpers import assert_cli_error, copy, make_song, patch_tensor, run_cli, signal_when
 from yue2_core.errors import ArtifactError, BudgetError, NumericalError, RequestError
 
 
@@ -117,9 +117,7 @@ def test_cli_sigterm_cleans_up_like_ctrl_c(tmp_path, tiny_paths):
                              "--style", "pop", "--lyrics", "la la", "--cot", "off", "--max-seconds", "60",
                              "--device", "cpu", "--output", str(out)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(6)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    err = signal_when(proc, "[semantic]", signal.SIGTERM)
     assert proc.returncode == 130, err[-2000:]
     assert "cancelled" in err and "Traceback" not in err
     assert not out.exists() and not list(tmp_path.glob("songs/.*"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_helpers import REPO, assert_cli_error, make_song, run_cli, snapshot
+from robust_helpers import REPO, assert_cli_error, make_song, run_cli, signal_when, snapshot
 from test_cli import main_inprocess
 from yue2_core.artifacts import load_song, save_song
 from yue2_core.errors import ArtifactError, BudgetError
@@ -131,9 +131,7 @@ def test_sighup_cleans_up_like_sigterm(tmp_path, tiny_paths):
                              "--style", "pop", "--lyrics", "la la", "--cot", "off", "--max-seconds", "60",
                              "--device", "cpu", "--output", str(out)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(6)
-    proc.send_signal(signal.SIGHUP)
-    _, err = proc.communicate(timeout=60)
+    err = signal_when(proc, "[semantic]", signal.SIGHUP)
     assert proc.returncode == 130, err[-2000:]
     assert "cancelled" in err and "Traceback" not in err
     assert not out.exists() and not list(tmp_path.glob("songs/.*"))
