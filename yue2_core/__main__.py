@@ -635,7 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "models/checkpoints, else download Comfy-Org/YuE2 int8)")
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
         sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="LM compute dtype (VAE is fp32)")
-        sp.add_argument("--steps", type=int, default=32, help="midpoint ODE steps of the renderer (default 32)")
+        sp.add_argument("--steps", type=int, default=32, help="ODE steps of the renderer (default 32; 2 model evaluations each with "
+                        "the midpoint solver, 1 with --ode-method ab2)")
         sp.add_argument("--offline", action="store_true", help="never download")
         sp.add_argument("--output", required=True, help="new song directory (must not exist or be empty)")
         sp.add_argument("--lora", action="append", default=[], metavar="PATH[:AR[:NAR]]", type=parse_lora,

@@ -37,13 +37,34 @@ def test_ab2_batch_equals_ab2_generate_and_resume_checks_the_solver(tmp_path, en
             assert (alone / name).read_bytes() == (out / row["id"] / name).read_bytes(), (row["id"], name)
         mid = engine.generate(request, budgets, steps=2)  # the default solver gives other latents: the switch acts
         assert not (mid.latents == engine.generate(request, budgets, steps=2, method="ab2").latents).all()
-    # resuming with the default solver: the saved songs are another setting (refused, kept), not "done"
+    # resuming with the default solver: refused before any work (the album would be rendered two ways)
+    from yue2_core.errors import RequestError
+    before = (out / "batch.json").read_bytes()
+    with pytest.raises(RequestError, match="made with --ode-method ab2"):
+        run_batch(BatchOptions(str(req), str(out), steps=2, max_abc_tokens=ABC_CAP, resume=True), **kw)
+    assert (out / "batch.json").read_bytes() == before
+    with pytest.raises(RequestError, match="made with --steps 2 .*same options"):
+        run_batch(BatchOptions(str(req), str(out), steps=3, max_abc_tokens=ABC_CAP, resume=True), **kw)
+    # without batch.json the songs themselves tell: each row refused, naming the solver, every folder kept
+    (out / "batch.json").unlink()
     rc = run_batch(BatchOptions(str(req), str(out), steps=2, max_abc_tokens=ABC_CAP, resume=True), **kw)
     summary = json.loads((out / "batch.json").read_text("utf-8"))
-    assert rc == 1 and summary["failed"] == 2 and all("other settings" in r["error"] for r in summary["results"])
+    assert rc == 1 and summary["failed"] == 2
+    assert all("--ode-method 'ab2', this run uses midpoint" in r["error"] for r in summary["results"])
+    assert all((out / r["id"] / "audio.flac").exists() for r in summary["results"])
     rc = run_batch(BatchOptions(str(req), str(out), steps=2, max_abc_tokens=ABC_CAP, resume=True, method="ab2"), **kw)
     summary = json.loads((out / "batch.json").read_text("utf-8"))
     assert rc == 0 and all(r["resumed"] for r in summary["results"])
+    # a hand-edited settings file: refused and kept (the audio still verifies), never removed to be redone
+    song = out / summary["results"][0]["id"]
+    cfg = json.loads((song / "config.json").read_text("utf-8"))
+    cfg["ode_method"] = "euler"
+    (song / "config.json").write_text(json.dumps(cfg), "utf-8")
+    audio = (song / "audio.flac").read_bytes()
+    rc = run_batch(BatchOptions(str(req), str(out), steps=2, max_abc_tokens=ABC_CAP, resume=True, method="ab2"), **kw)
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    assert rc == 1 and "config.json changed after the song was saved" in summary["results"][0]["error"]
+    assert (song / "audio.flac").read_bytes() == audio
 
 
 def test_bad_ode_method_is_refused_before_work(tmp_path, tiny_ckpt, capsys):
@@ -57,7 +78,7 @@ def test_bad_ode_method_is_refused_before_work(tmp_path, tiny_ckpt, capsys):
 
 
 @pytest.mark.parametrize("value,ok", [("auto", True), ("0", True), ("96", True), ("", True), ("half", False),
-                                      ("-8", False), ("1.5", False)])
+                                      ("-8", False), ("1.5", False), ("99999", False), ("9" * 5000, False)])
 def test_render_sms_switch_is_checked(monkeypatch, value, ok):
     from yue2_core.__main__ import _check_switches
     from yue2_core.errors import RequestError

@@ -122,19 +122,70 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
             if _score_edited(folder):
                 return "refuse", (f"{folder}: its score.abc was edited after the song was saved (render it with "
                                   "`python -m yue2_core render`); move the folder away to redo this song")
+            edited = _metadata_edited(folder)
+            if edited:  # the audio and latents verify: an edit of a settings file never costs the song
+                return "refuse", (f"{folder}: its {' and '.join(edited)} changed after the song was saved (the audio, "
+                                  "latents and tokens still verify); restore the file, or move the folder away to "
+                                  "redo this song")
             return "redo", str(exc)
         return "refuse", (f"{folder} does not verify ({exc}) and holds files that are not a song's "
                           f"({', '.join(sorted(names - _song_names())[:3])}); move it away to redo this song")
     want = request_dict(item.request)
     b = item.budgets
-    same = (saved.tokens.request == want and saved.config.get("ode_steps") == steps
-            and saved.config.get("ode_method", "midpoint") == method
-            and saved.config.get("semantic_sampling") == b.semantic_sampling().to_dict()
-            and saved.config.get("abc_sampling") == b.abc_sampling().to_dict())
-    if not same:
-        return "refuse", (f"{folder} holds a verified song of another request or other settings (its request.json "
-                          "or budgets differ from this row); give the row another id or move the folder away")
+    cfg = saved.config
+    differ = []
+    if saved.tokens.request != want:
+        differ.append("its request.json is another request than this row")
+    if cfg.get("ode_steps") != steps:
+        differ.append(f"it was rendered with --steps {cfg.get('ode_steps')!r}, this run uses {steps}")
+    if cfg.get("ode_method", "midpoint") != method:
+        differ.append(f"it was rendered with --ode-method {cfg.get('ode_method')!r}, this run uses {method}")
+    if (cfg.get("semantic_sampling") != b.semantic_sampling().to_dict()
+            or cfg.get("abc_sampling") != b.abc_sampling().to_dict()):
+        differ.append("its sampling budgets differ from this row's (--max-seconds, --max-abc-tokens, the row's "
+                      "sampling fields)")
+    if differ:
+        return "refuse", (f"{folder} holds a verified song made otherwise: {'; '.join(differ)}. Resume with the "
+                          "song's settings, give the row another id, or move the folder away")
     return "done", None
+
+
+_SETTINGS_FILES = ("config.json", "request.json")  # what a user may edit by hand without touching the song itself
+
+
+def _metadata_edited(folder: Path) -> list[str]:
+    """The settings files (config.json, request.json) of `folder` whose sha256 no longer matches result.json's
+    manifest while every other listed file does — [] when that is not the case (unreadable, others damaged too)."""
+    import hashlib
+    try:
+        listed = json.loads((folder / "result.json").read_text("utf-8")).get("artifacts") or {}
+        bad = []
+        for name, entry in listed.items():
+            if Path(name).name != name:
+                return []
+            digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+            if digest != (entry or {}).get("sha256"):
+                bad.append(name)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+    return bad if bad and all(n in _SETTINGS_FILES for n in bad) else []
+
+
+def _check_resume_settings(out: Path, options: "BatchOptions") -> None:
+    """--resume with other --steps / --ode-method than the batch.json in `out` records: RequestError before any
+    work (finishing it so would leave an album rendered two ways). A batch.json under which no song completed
+    (e.g. a resume whose rows were all refused) says nothing about the songs: the rows' own checks decide."""
+    from .summary import load_summary
+    saved = load_summary(out)
+    settings = (saved or {}).get("settings")
+    if not isinstance(settings, dict) or not saved.get("complete"):
+        return
+    wanted = {"--steps": (settings.get("steps"), options.steps),
+              "--ode-method": (settings.get("ode_method", "midpoint"), options.method)}
+    differ = [f"{flag} {old}" for flag, (old, new) in wanted.items() if old is not None and old != new]
+    if differ:
+        raise RequestError(f"{out} was made with {' '.join(differ)} (its batch.json); resume it with the same "
+                           f"option{'s' if len(differ) > 1 else ''}, or give a new --output folder")
 
 
 def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights_bytes: int = 0,
@@ -159,6 +210,8 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     out = Path(options.output)
     ids = {i.id for i in items} | {b.id for b in bad if b.id}
     check_output(out, ids, options.resume)
+    if options.resume:
+        _check_resume_settings(out, options)
     summary = BatchSummary({"requests": str(options.requests), "max_batch": options.max_batch,
                             "budget_gib": options.budget_gib, "steps": options.steps, "ode_method": options.method,
                             "resume": options.resume})

@@ -15,7 +15,8 @@ and the two still slowed each other — and in the whole 16-song batch that spli
 
     YUE2_RENDER_SMS=auto   see AUTO below (default)
     YUE2_RENDER_SMS=0      no green context: the render on a low-priority stream
-    YUE2_RENDER_SMS=K      the render on K SMs (8 ≤ K ≤ SMs − 8); the AR keeps every SM
+    YUE2_RENDER_SMS=K      the render on K SMs (8 ≤ K ≤ SMs − 8, else one warning and no context); the AR keeps
+                           every SM; ignored without a GPU or without the overlap
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ def render_sms_setting() -> str:
     import os
     from ..errors import RequestError
     value = os.environ.get(SWITCH, "").strip() or "auto"
-    if value != "auto" and not (value.isascii() and value.isdigit()):
+    if value != "auto" and not (value.isascii() and value.isdigit() and len(value) <= 4):
         raise RequestError(f"the environment variable {SWITCH} must be 'auto', 0 or a number of SMs (or unset), "
-                           f"got {value!r}")
+                           f"got {value[:40]!r}{' …' if len(value) > 40 else ''}")
     return value
 
 
@@ -68,27 +69,28 @@ def _green(sms: int, device_index: int, label: str) -> Place:
 
 def placements(device) -> tuple[Place, Place, str]:
     """(AR place, render place, a line saying which) for the overlap on CUDA `device`. A green context that cannot
-    be made (no cuda-bindings, an old driver or torch, a K the GPU refuses) falls back to the low-priority stream
-    with one warning per process. RequestError for a bad YUE2_RENDER_SMS or a K outside 8 … SMs − 8."""
+    be made (a K outside 8 … SMs − 8, no cuda-bindings, an old driver or torch) falls back to the low-priority
+    stream with one warning per process — never an error in the middle of a batch. RequestError for a
+    YUE2_RENDER_SMS that is not 'auto' or a number (the CLI checks that before any work)."""
     import torch
-    from ..errors import RequestError
     setting = render_sms_setting()
     index = device.index if device.index is not None else torch.cuda.current_device()
     total = torch.cuda.get_device_properties(index).multi_processor_count
     ar = Place(torch.cuda.Stream(device, priority=-1), label="high-priority stream")
     k = AUTO if setting == "auto" else int(setting)
     if k:
+        why = None
         if not 8 <= k <= total - 8:
-            raise RequestError(f"{SWITCH}={k}: this GPU has {total} SMs; give the render 8 … {total - 8} of them, "
-                               "0 for none (a low-priority stream over all SMs), or 'auto'")
-        try:
-            render = _green(k, index, f"green context of {k} SMs")
-            return ar, render, f"render on {k} of {total} SMs (a CUDA green context), AR on all of them"
-        except Exception as exc:  # noqa: BLE001 - no cuda-bindings, driver < 12.8, torch without GreenContext
-            if "split" not in _WARNED:
-                _WARNED.add("split")
-                warnings.warn(f"{SWITCH}={setting}: no CUDA green context here ({type(exc).__name__}: {exc}); the "
-                              "render runs on a low-priority stream over every SM")
+            why = f"this GPU has {total} SMs: give the render 8 … {total - 8} of them, or 0"
+        else:
+            try:
+                render = _green(k, index, f"green context of {k} SMs")
+                return ar, render, f"render on {k} of {total} SMs (a CUDA green context), AR on all of them"
+            except Exception as exc:  # noqa: BLE001 - no cuda-bindings, driver < 12.8, torch without GreenContext
+                why = f"no CUDA green context here ({type(exc).__name__}: {exc})"
+        if "split" not in _WARNED:
+            _WARNED.add("split")
+            warnings.warn(f"{SWITCH}={setting}: {why}; the render runs on a low-priority stream over every SM")
     render = Place(torch.cuda.Stream(device, priority=0), label="low-priority stream")
     return ar, render, "render and AR share every SM (streams of low and high priority)"
 
