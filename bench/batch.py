@@ -8,7 +8,10 @@ sequential run's; next to the published peers (below). Prints the table and the 
     python bench/batch.py --workdir /tmp/yue2bench --json batch.json [--runs 1:off:4,8:on,...] [--budget-s 540]
     python bench/batch.py --dry-run-cpu --songs 4 --seconds 2 --abc-tokens 8    # the script on the CPU, tiny model
 
-A run is MAX_BATCH:on|off[:SONGS] (SONGS: the first SONGS requests; default all). The default order puts the rows
+    python bench/batch.py --mixed --runs 8:on,8:on:cont    # songs of different lengths: static vs continuous batches
+
+A run is MAX_BATCH:on|off[:SONGS][:ab2][:cont] (SONGS: the first SONGS requests, default all; ab2: the opt-in ODE
+solver; cont: continuous batching, `batch --continuous`). The default order puts the rows
 that matter first, and a run whose estimated time (from the per-song rates measured so far) would pass --budget-s
 is skipped and listed, so the whole part fits one 10-minute GPU call: the sequential rows run on the first 4
 requests (about 15 s a song on an H200, 16 would take 4 minutes) and the table says so (its rates are per song).
@@ -46,12 +49,19 @@ PEERS = [
 TARGET_RTF = 0.03  # issue #19: system RTF ≤ 0.03 at N = 8 on one H200
 
 
-def requests(path, n, seconds, abc_tokens):
+def song_tokens(i: int, seconds: float, mixed: bool) -> int:
+    """Music tokens of song i: seconds × 25, or with `mixed` from a quarter to all of it (a fixed spread, the same
+    every run: song i gets (1 + (7·i mod 16)) / 16 of it), as a queue of songs of different lengths."""
+    full = int(round(seconds * 25))
+    return max(1, full * (1 + (7 * i) % 16) // 16) if mixed else full
+
+
+def requests(path, n, seconds, abc_tokens, mixed=False):
     """n different requests (style, lyrics, seed); the model writes each lead sheet (exactly `abc_tokens` tokens)
-    and exactly seconds × 25 music tokens (random weights never end a phase)."""
-    tokens = int(round(seconds * 25))
+    and exactly `song_tokens` music tokens (random weights never end a phase)."""
     with open(path, "w") as f:
         for i in range(n):
+            tokens = song_tokens(i, seconds, mixed)
             f.write(json.dumps({"id": f"song{i:02d}", "style": STYLES[i % len(STYLES)],
                                 "lyrics": f"[Verse]\nline {i} of the song, la la la\n[Chorus]\n" + "oh " * (i + 1),
                                 "seed": 1000 + i, "cot": "full",
@@ -106,7 +116,7 @@ class VramPeak:
         return None if self.peak is None else (self.peak - self.base) / 2 ** 30
 
 
-def run(ckpt, req, out, max_batch, overlap, device, abc_tokens, steps, method="midpoint"):
+def run(ckpt, req, out, max_batch, overlap, device, abc_tokens, steps, method="midpoint", continuous=False):
     from yue2_core.__main__ import main
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -115,25 +125,33 @@ def run(ckpt, req, out, max_batch, overlap, device, abc_tokens, steps, method="m
         t = time.perf_counter()
         rc = main(["batch", req, "--output", out, "--checkpoint", ckpt, "--max-batch", str(max_batch),
                    "--device", device, "--offline", "--steps", str(steps), "--max-abc-tokens", str(abc_tokens),
-                   "--overlap" if overlap else "--no-overlap", "--ode-method", method])
+                   "--overlap" if overlap else "--no-overlap", "--ode-method", method]
+                  + (["--continuous"] if continuous else []))
         wall = time.perf_counter() - t
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else None
     return rc, wall, peak, nvml.gib()
 
 
-def parse_runs(text: str, songs: int) -> list[tuple[int, bool, int, str]]:
-    """MAX_BATCH:on|off[:SONGS][:ab2] items → (max batch, overlap, songs, ODE method)."""
+def parse_runs(text: str, songs: int) -> list[tuple[int, bool, int, str, bool]]:
+    """MAX_BATCH:on|off[:SONGS][:ab2][:cont] items → (max batch, overlap, songs, ODE method, continuous batching)."""
     runs = []
     for part in filter(None, text.split(",")):
         fields = part.split(":")
+        cont = fields[-1] == "cont"
+        fields = fields[:-1] if cont else fields
         method = "midpoint"
         if fields[-1] == "ab2":
             fields, method = fields[:-1], "ab2"
         if len(fields) not in (2, 3) or fields[1] not in ("on", "off"):
-            raise SystemExit(f"--runs: {part!r} is not MAX_BATCH:on|off[:SONGS][:ab2]")
+            raise SystemExit(f"--runs: {part!r} is not MAX_BATCH:on|off[:SONGS][:ab2][:cont]")
         n = min(songs, int(fields[2])) if len(fields) == 3 else songs
-        runs.append((int(fields[0]), fields[1] == "on", n, method))
+        runs.append((int(fields[0]), fields[1] == "on", n, method, cont))
     return runs
+
+
+def run_key(max_batch: int, overlap: bool, n: int, method: str, cont: bool = False) -> str:
+    return (f"{max_batch}:{'on' if overlap else 'off'}:{n}" + (":ab2" if method == "ab2" else "")
+            + (":cont" if cont else ""))
 
 
 def estimate(per_song: dict, max_batch: int, overlap: bool) -> float | None:
@@ -169,7 +187,10 @@ def main():
     ap.add_argument("--songs", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=5371 / 25, help="music per song (default 3.6 min = 5,371 tokens)")
     ap.add_argument("--abc-tokens", type=int, default=1500, help="lead-sheet tokens the model writes per song")
-    ap.add_argument("--runs", default=DEFAULT_RUNS, help="MAX_BATCH:on|off[:SONGS], comma-separated, in this order")
+    ap.add_argument("--runs", default=DEFAULT_RUNS, help="MAX_BATCH:on|off[:SONGS][:ab2][:cont], comma-separated, in "
+                    "this order (ab2: the opt-in solver; cont: --continuous)")
+    ap.add_argument("--mixed", action="store_true", help="songs of different lengths (a quarter to all of --seconds, "
+                    "`song_tokens`): what continuous batching is for")
     ap.add_argument("--budget-s", type=float, default=540.0, help="skip a run expected to end after this many "
                                                                   "seconds from the start (one 10-min GPU call)")
     ap.add_argument("--json", default="batch.json")
@@ -181,18 +202,21 @@ def main():
         B.DEVICE, B.PROFILE, device, steps = "cpu", "tiny", "cpu", 2
     ckpt = B.make_checkpoints(args.workdir, ("int8",))["int8"]
     req = os.path.join(args.workdir, "batch_requests.jsonl")
-    requests(req, args.songs, args.seconds, args.abc_tokens)
-    audio_s = (1920 * round(args.seconds * 25) - 64) / 48000  # one song's audio (vae.output_length at 48 kHz)
+    requests(req, args.songs, args.seconds, args.abc_tokens, args.mixed)
+    # the mean song's audio (vae.output_length at 48 kHz); every run's first n songs
+    audio_of = lambda n: sum(1920 * song_tokens(i, args.seconds, args.mixed) - 64 for i in range(n)) / 48000 / n  # noqa: E731
+    audio_s = audio_of(args.songs)
     out = {"machine": {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
                        "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
                        "commit": os.environ.get("YUE2_COMMIT", "")},
-           "setup": {"songs": args.songs, "music_tokens": round(args.seconds * 25), "abc_tokens": args.abc_tokens,
+           "setup": {"songs": args.songs, "music_tokens": round(args.seconds * 25), "mixed_lengths": args.mixed,
+                     "abc_tokens": args.abc_tokens,
                      "audio_seconds_per_song": audio_s, "ode_steps": steps, "checkpoint": os.path.basename(ckpt)},
            "peers": [{"name": n, "source": s, "system_rtf": r} for n, s, r in PEERS], "runs": {}, "skipped": []}
     per_song: dict = {}  # (max_batch, overlap) → seconds per song measured, for the time estimates
     folders: dict = {}
-    for max_batch, overlap, n, method in parse_runs(args.runs, args.songs):
-        key = f"{max_batch}:{'on' if overlap else 'off'}:{n}" + (":ab2" if method == "ab2" else "")
+    for max_batch, overlap, n, method, cont in parse_runs(args.runs, args.songs):
+        key = run_key(max_batch, overlap, n, method, cont)
         known = estimate(per_song, max_batch, overlap)
         elapsed = time.perf_counter() - t_start
         if known is not None and elapsed + 1.1 * known * n + 15 > args.budget_s:
@@ -200,9 +224,10 @@ def main():
                   f"{known * n:.0f} s, {elapsed:.0f} s of {args.budget_s:.0f} used", flush=True)
             out["skipped"].append(key)
             continue
-        folder = os.path.join(args.workdir, f"batch_out_{max_batch}_{'on' if overlap else 'off'}_{int(time.time())}")
+        folder = os.path.join(args.workdir, f"batch_out_{key.replace(':', '_')}_{int(time.time())}")
         path = req if n == args.songs else subset(req, n, os.path.join(args.workdir, f"batch_requests_{n}.jsonl"))
-        rc, wall, peak, nvml = run(ckpt, path, folder, max_batch, overlap, device, args.abc_tokens, steps, method)
+        rc, wall, peak, nvml = run(ckpt, path, folder, max_batch, overlap, device, args.abc_tokens, steps, method,
+                                   cont)
         folders[key] = folder
         summary = json.load(open(os.path.join(folder, "batch.json")))
         done = summary.get("complete") or 0
@@ -214,9 +239,10 @@ def main():
         for r in summary.get("results", []):
             for k, v in (r.get("timing") or {}).items():
                 stages[k] = stages.get(k, 0.0) + v
-        out["runs"][key] = {"max_batch": max_batch, "overlap": overlap, "ode_method": method, "songs": n, "exit": rc,
-                            "complete": done,
-                            "wall_s": wall, "songs_per_minute": 60 * n / wall, "system_rtf": wall / (n * audio_s),
+        out["runs"][key] = {"max_batch": max_batch, "overlap": overlap, "ode_method": method, "continuous": cont,
+                            "songs": n, "exit": rc, "complete": done,
+                            "wall_s": wall, "songs_per_minute": 60 * n / wall,
+                            "system_rtf": wall / (n * audio_of(n)),
                             "peak_gib_allocator": peak, "peak_gib_nvml": nvml,
                             "stage_seconds_summed": {k: round(v, 2) for k, v in stages.items()}}
         with open(args.json, "w") as f:
@@ -230,7 +256,13 @@ def main():
                        and np.array_equal(_codes(folder, i), _codes(seq_f, i))
                        for seq_f in [folders[seq]] for i in ids)
             r["same_tokens_as_sequential"] = f"{same}/{len(ids)}"
-        twin = f"{r['max_batch']}:{'off' if r['overlap'] else 'on'}:{r['songs']}" + (":ab2" if r["ode_method"] == "ab2" else "")
+        twin = run_key(r["max_batch"], not r["overlap"], r["songs"], r["ode_method"], r.get("continuous", False))
+        static = run_key(r["max_batch"], r["overlap"], r["songs"], r["ode_method"])
+        if r.get("continuous") and static in folders:  # continuous vs static batches: the same songs
+            ids = [f"song{i:02d}" for i in range(r["songs"])]
+            same = sum(_codes(folder, i) is not None and _codes(folders[static], i) is not None
+                       and np.array_equal(_codes(folder, i), _codes(folders[static], i)) for i in ids)
+            r["same_tokens_as_static"] = f"{same}/{len(ids)}"
         if twin in folders:  # the same batches without / with the overlap: the songs must be identical
             ids = [f"song{i:02d}" for i in range(r["songs"])]
             same = sum(all(_codes(folder, i, f) is not None and np.array_equal(_codes(folder, i, f),
@@ -240,21 +272,25 @@ def main():
     with open(args.json, "w") as f:
         json.dump(out, f, indent=2)
     runs = out["runs"]
-    print(f"\n{args.songs} different requests × {audio_s:.1f} s of music (cot full, {args.abc_tokens} ABC + "
-          f"{round(args.seconds * 25)} music tokens, {steps} ODE steps), int8, {out['machine']['gpu']}")
-    print("| --max-batch | overlap | ODE | songs | exit | complete | wall s | songs/min | system RTF | peak GiB (allocator) "
-          "| peak GiB (NVML) | tokens = sequential | same songs overlap on/off |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    lengths = (f"{audio_s:.1f} s of music on average (mixed lengths, a quarter to all of {round(args.seconds * 25)} "
+               "music tokens)" if args.mixed else f"{audio_s:.1f} s of music ({round(args.seconds * 25)} music tokens)")
+    print(f"\n{args.songs} different requests × {lengths} (cot full, {args.abc_tokens} ABC tokens, {steps} ODE steps), "
+          f"int8, {out['machine']['gpu']}")
+    print("| --max-batch | overlap | batching | ODE | songs | exit | complete | wall s | songs/min | system RTF | peak GiB "
+          "(allocator) | peak GiB (NVML) | tokens = sequential | same songs overlap on/off |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key, r in runs.items():
         nv = "–" if r["peak_gib_nvml"] is None else f"{r['peak_gib_nvml']:.2f}"
         al = "–" if r["peak_gib_allocator"] is None else f"{r['peak_gib_allocator']:.2f}"
         note = f" (first {r['songs']})" if r["songs"] < args.songs else ""
         ode = r.get("ode_method", "midpoint") + (" (opt-in)" if r.get("ode_method") == "ab2" else "")
-        print(f"| {r['max_batch']} | {'on' if r['overlap'] else 'off'} | {ode} | {r['songs']}{note} | {r['exit']} | "
+        batching = "continuous" if r.get("continuous") else "static"
+        print(f"| {r['max_batch']} | {'on' if r['overlap'] else 'off'} | {batching} | {ode} | {r['songs']}{note} | "
+              f"{r['exit']} | "
               f"{r['complete']} | {r['wall_s']:.1f} | {r['songs_per_minute']:.2f} | {r['system_rtf']:.4f} | {al} | "
               f"{nv} | {r.get('same_tokens_as_sequential', '–')} | {r.get('same_song_as_other_overlap_setting', '–')} |")
     for name, source, rtf in PEERS:
-        print(f"| {name} | | | | | | | {60 / (rtf * audio_s):.2f} | {rtf:.3f} | | | | {source} |")
+        print(f"| {name} | | | | | | | | {60 / (rtf * audio_s):.2f} | {rtf:.3f} | | | | {source} |")
     if out["skipped"]:
         print(f"skipped (time budget): {', '.join(out['skipped'])}")
     print("\nratios (songs per minute; system RTF ratios are the inverse):")
@@ -263,7 +299,11 @@ def main():
         parts = []
         if base is not None and key != seq:
             parts.append(f"{r['songs_per_minute'] / base['songs_per_minute']:.2f}× sequential")
-        twin = f"{r['max_batch']}:off:{r['songs']}" + (":ab2" if r["ode_method"] == "ab2" else "")
+        twin = run_key(r["max_batch"], False, r["songs"], r["ode_method"], r.get("continuous", False))
+        static = run_key(r["max_batch"], r["overlap"], r["songs"], r["ode_method"])
+        if r.get("continuous") and static in runs:
+            parts.append(f"{r['songs_per_minute'] / runs[static]['songs_per_minute']:.2f}× static batches "
+                         f"(tokens equal: {r.get('same_tokens_as_static', '–')})")
         if r["overlap"] and twin in runs:
             parts.append(f"{r['songs_per_minute'] / runs[twin]['songs_per_minute']:.2f}× the same without overlap")
         for name, _, rtf in PEERS:

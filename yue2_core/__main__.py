@@ -15,7 +15,8 @@ from .errors import YuE2Error
 class ProgressLine:
     """One status line per stage on stderr: stage, done/total and tokens/s (updated in place on a terminal)."""
 
-    def __init__(self, stream=sys.stderr):
+    def __init__(self, stream=None):
+        stream = stream or sys.stderr  # looked up now: sys.stderr may have been replaced since the import
         self.stream, self.tty, self.last, self.stage, self.t0 = stream, stream.isatty(), 0.0, None, time.time()
 
     def __call__(self, stage, done, total, info):
@@ -605,7 +606,8 @@ def cmd_batch(args) -> int:
               f"{SYNTHETIC_ABC_TOKENS} tokens (--max-abc-tokens sets another cap)", file=sys.stderr)
     fp32 = args.dtype == "fp32"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
-                           args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method)
+                           args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
+                           continuous=args.continuous)
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(args, checkpoint,
               how)[0], weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=info.vae)
     if args.ray is not None:  # docs/batch.md "Ray": the workers' devices size the batch (runner.prepare)
@@ -711,6 +713,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None, help="render and decode a "
                    "batch's songs on a worker thread while the next batch's AR phases run (default: on with CUDA, "
                    "off on the CPU; the songs are the same either way)")
+    b.add_argument("--continuous", action="store_true", help="continuous batching: each AR phase decodes the whole "
+                   "queue on --max-batch rows and a row whose song ended takes the next song at once, instead of "
+                   "batches that last as long as their longest song (same songs; docs/batch.md). Off by default "
+                   "until measured on a GPU; not with --ray")
     b.add_argument("--ray", metavar="auto|ADDRESS", default=None, help="spread the queue over a Ray cluster, one "
                    "engine actor per GPU (auto: the cluster this machine is in, else a new local one; ADDRESS: "
                    "HOST:PORT of the head node or ray://HOST:PORT); needs pip install .[ray] (docs/batch.md)")

@@ -182,3 +182,34 @@ def test_overlap_gives_the_same_songs_on_cuda(int8_path, monkeypatch):
         for name in a:
             if name not in ("plan.json", "plan_manifest.json"):  # these hold timings
                 assert a[name] == b[name], (song_id, name)
+
+
+@pytest.mark.parametrize("cfg", [False, True], ids=["no-cfg", "cfg"])
+def test_refilled_rows_equal_single_decoder_runs(bf16_path, cfg):
+    """Continuous batching (`fast.refill.RefillDecoder`, CUDA graphs replayed between eager row refills): six songs
+    of different prompts and budgets on four rows — two refills, rows frozen after their song, graphs captured per
+    bucket while rows change — give each song the single decoder's tokens (bf16 weights, fp32 compute, as in 1.)."""
+    from dataclasses import replace
+    from yue2_core.fast.decode import generate
+    from yue2_core.fast.refill import QueuedSong, RefillDecoder
+    from yue2_core.protocol import Sampling, negative_prefix, semantic_prefix
+    eng = _ar_engine(bf16_path, torch.float32)
+    tok, top = eng.tokenizer, 200 if _full() else 256
+    requests = _requests("off" if cfg else "full", 6)
+    budgets = [top, top // 4, top // 2, top - 37, top // 3, 40]
+    queue = []
+    for i, (r, n) in enumerate(zip(requests, budgets)):
+        ids = [] if r.cot == "off" else tok.encode(r.abc)
+        queue.append(QueuedSong(i, semantic_prefix(r, ids, tok.encode), r.seed,
+                                negative_prefix(r, ids, tok.encode) if cfg else None, n, n))
+    sampling = Sampling(min_tokens=top, max_tokens=top)
+    kw = dict(cfg_scale=requests[0].guidance, legacy_off=cfg)
+    dec = RefillDecoder(eng.ar, queue, 4, sampling, "semantic", **kw)
+    got = dict(dec.iter_queue())
+    assert dec.totals["refills"] == 2 and dec.totals["execution"] == "cuda_graph", dec.totals
+    for q in queue:
+        one = generate(eng.ar, q.prefix, replace(sampling, min_tokens=q.min_tokens, max_tokens=q.max_tokens),
+                       q.seed, "semantic", negative=q.negative, **kw)
+        print(f"song {q.key}: {len(got[q.key].tokens)} tokens, first difference at "
+              f"{_first_difference(got[q.key].tokens, one.tokens)}")
+        assert got[q.key].tokens == one.tokens and len(one.tokens) == q.max_tokens, q.key

@@ -27,10 +27,12 @@ def cases(cfg_dtype: torch.dtype) -> list:
     ]
 
 
-def compare(device: str, all_cases: list, repeat: int = 1, seed: int = 0) -> dict:
+def compare(device: str, all_cases: list, repeat: int = 1, seed: int = 0, per_row: bool = False) -> dict:
     """Runs every case `repeat` times. Returns {"steps", "score_mismatches" (steps whose processed scores — the
     input of torch.topk — differ anywhere), "state_mismatches" [(case, step, name)]}; after a state mismatch the
-    case continues from the PyTorch tail's state."""
+    case continues from the PyTorch tail's state. `per_row`: a step and a budget per row (`fast.refill`: step [G], row
+    g starting at step g, its own min/max tokens, the step-indexed buffers one slot longer), cases of one song
+    skipped."""
     captured = []
     real_topk = torch.Tensor.topk
 
@@ -46,19 +48,27 @@ def compare(device: str, all_cases: list, repeat: int = 1, seed: int = 0) -> dic
             sl = SLICES[phase]
             W, R, K = sl.width, G * (2 if cfg != 1.0 else 1), min(s.top_k + TIE_PAD, sl.width)
             assert usable(s, K, False)
-            noise = torch.empty(s.max_tokens, G, K, device=device).exponential_(1.0, generator=gen)
-            forced_t = torch.full((s.max_tokens,), -1, dtype=torch.long, device=device)
+            if per_row and G == 1:
+                continue
+            slots = s.max_tokens + int(per_row)
+            noise = torch.empty(slots, G, K, device=device).exponential_(1.0, generator=gen)
+            forced_t = torch.full((slots,), -1, dtype=torch.long, device=device)
             for st, col in forced.items():
                 forced_t[st] = sl.start + col
             mask = static_mask(phase, torch.float32, device)
-            a = dict(step=torch.zeros(1, dtype=torch.long, device=device),
+            first = (torch.arange(G, device=device) if per_row else torch.zeros(1, dtype=torch.long, device=device))
+            a = dict(step=first,
                      ring=torch.zeros(G, s.penalty_window, dtype=torch.long, device=device),
                      ring_w=torch.zeros(G, s.penalty_window, device=device),
-                     out=torch.full((G, s.max_tokens), -1, dtype=torch.long, device=device),
+                     out=torch.full((G, slots), -1, dtype=torch.long, device=device),
                      done=torch.zeros(G, dtype=torch.bool, device=device),
                      tokens=torch.zeros(R, dtype=torch.long, device=device))
             tail = KernelTail(s, phase, G, K, device)
-            for step in range(s.max_tokens):
+            budget = None  # per row: row g's min_tokens raised by g, every other row's max_tokens lowered by one
+            if per_row:
+                budget = torch.tensor([[min(s.min_tokens + g, s.max_tokens), s.max_tokens - g % 2] for g in range(G)],
+                                      dtype=torch.long, device=device)
+            for step in range(s.max_tokens - (G - 1 if per_row else 0)):
                 logits = (torch.randn(R, W, generator=gen, device=device) * 3).to(dt)
                 logits[:, sl.end_col] = 4.0  # the end token competitive: blocked while step < min_tokens
                 if step % 2:  # ties at the top
@@ -66,9 +76,9 @@ def compare(device: str, all_cases: list, repeat: int = 1, seed: int = 0) -> dic
                 b = {k: v.clone() for k, v in a.items()}
                 captured.clear()
                 sample_tail(logits, G, cfg, s, phase, a["step"], a["ring"], a["ring_w"], mask, noise, forced_t,
-                            a["out"], a["done"], a["tokens"])
+                            a["out"], a["done"], a["tokens"], budget=budget)
                 tail(logits, b["step"], b["ring"], b["ring_w"], mask, noise, forced_t, b["out"], b["done"],
-                     b["tokens"], cfg=cfg)
+                     b["tokens"], cfg=cfg, budget=budget)
                 assert len(captured) == 2, len(captured)
                 result["steps"] += 1
                 result["score_mismatches"] += int(not torch.equal(captured[0], captured[1]))

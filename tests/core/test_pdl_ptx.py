@@ -62,7 +62,7 @@ def _kernels():
                 SP0="i32", splits="i32", P="i32", R="i32")
     gemv_c = dict(BM=16, BN=64, BK=256, INT8=False, PARTIAL=True)
     e = dict(PDL=True)
-    return [
+    out = [
         ("gemv bf16 partial sums", k.gemv_kernel, gemv_types, {**gemv_c, **e}, {}),
         ("gemv int8 partial sums", k.gemv_kernel, {**gemv_types, "w_ptr": "*i8"}, {**gemv_c, **e, "INT8": True}, {}),
         ("gemv int8", k.gemv_kernel, {**gemv_types, "w_ptr": "*i8", "out_ptr": "*bf16"},
@@ -108,15 +108,21 @@ def _kernels():
          {**gemv_c, **e, "BM": 2, "BN": 16, "BK": 128, "INT8": True, "DOT": False}, {}),
         ("sampling scores (CFG, penalty, temperature)", sk.scores_kernel,
          dict(logits_ptr="*bf16", lrow="i32", mask_ptr="*fp32", scores_ptr="*fp32", step_ptr="*i64",
-              ring_ptr="*i64", ringw_ptr="*fp32", alpha_ptr="*fp32", W="i32", G="i32", P="i32", cfg="fp32",
+              ring_ptr="*i64", ringw_ptr="*fp32", alpha_ptr="*fp32", budget_ptr="*i64", W="i32", G="i32", P="i32",
+              cfg="fp32",
               min_tokens="i32", end_col="i32", temp="fp32"),
          dict(CFG=True, PENALTY=True, SCALE=True, RECIP=True, BLOCK=1024, LIBDEVICE=True, **e), {}),
         ("sampling finish (top-p, race, state)", sk.finish_kernel,
          dict(val_ptr="*fp32", col_ptr="*i64", noise_ptr="*fp32", step_ptr="*i64", forced_ptr="*i64",
-              out_ptr="*i64", ring_ptr="*i64", ringw_ptr="*fp32", done_ptr="*i1", tok_ptr="*i64", K="i32", k="i32",
+              out_ptr="*i64", orow="i32", ring_ptr="*i64", ringw_ptr="*fp32", done_ptr="*i1", tok_ptr="*i64",
+              budget_ptr="*i64", K="i32", k="i32",
               G="i32", R="i32", P="i32", top_p="fp32", max_tokens="i32", end_col="i32", start="i32"),
          dict(TOPP=True, KP=512, LIBDEVICE=True, **e), {}),
     ]
+    # continuous batching (fast.refill): the same two kernels reading a step and a budget per row
+    out += [(name + ", a step per row", fn, types, {**consts, "ROWS": True}, opts)
+            for name, fn, types, consts, opts in out if fn in (sk.scores_kernel, sk.finish_kernel)]
+    return out
 
 
 def _pointers(types: dict) -> tuple:

@@ -33,6 +33,19 @@ def test_kernel_tail_equals_torch_tail():
     _run_ok(code, interpret=True)
 
 
+def test_kernel_tail_with_a_step_per_row_equals_torch_tail():
+    """Continuous batching (`fast.refill`) gives each row its own step (step [G], the out/noise/forced buffers one
+    slot longer): the cases of several songs with rows at different steps — draws, outputs, penalty-ring slots,
+    min_tokens and the budget test each read at the row's own step — equal between the two tails."""
+    code = (INTERPRETER_BLOCK +
+            "import torch\n"
+            "from tests.core.sample_tail_check import cases, compare\n"
+            "r = compare('cpu', cases(torch.float16), per_row=True)\n"
+            "assert r['steps'] == 17 and r['score_mismatches'] == 0 and not r['state_mismatches'], r\n"
+            "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
 def test_decoder_chooses_the_tail(tiny_paths, monkeypatch):
     """A fused decoder with sampling uses the kernel tail and samples the same tokens as with YUE2_SAMPLER=torch;
     greedy decoding, the legacy `off` mode and unfused decoders keep the PyTorch tail; a bad switch value is refused

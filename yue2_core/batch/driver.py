@@ -25,7 +25,8 @@ from .summary import BATCH_FILE, BatchProgress, BatchSummary
 class BatchOptions:
     """The command's options. `budget_gib`: memory the batch may use on the device, weights included (None:
     what is free now); `max_batch`: songs per AR batch (None: min(8, what fits)); `overlap`: render a batch's songs
-    while the next batch's AR phases run (None: `runner.default_overlap`, on CUDA only)."""
+    while the next batch's AR phases run (None: `runner.default_overlap`, on CUDA only); `continuous`: each AR
+    phase decodes the whole queue on `max_batch` rows, refilling a row as soon as its song ends (not with Ray)."""
 
     requests: str
     output: str
@@ -37,6 +38,7 @@ class BatchOptions:
     max_abc_tokens: int | None = None
     overlap: bool | None = None
     method: str = "midpoint"  # the ODE solver of the render: "midpoint" (the release's) or the opt-in "ab2"
+    continuous: bool = False  # continuous batching: a finished song's row takes the next song (`continuous.py`)
 
 
 _TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp")
@@ -221,6 +223,10 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
         raise RequestError(f"--budget must be a positive, finite number of GiB, got {options.budget_gib}")
     if options.max_batch is not None and (type(options.max_batch) is not int or options.max_batch < 1):
         raise RequestError(f"--max-batch must be a positive integer, got {options.max_batch!r}")
+    if options.continuous and runner is not None:
+        raise RequestError("--continuous refills the rows of one device's decoder; with --ray each worker decodes "
+                           "chunks of --max-batch songs (one AR batch each), so there is nothing to refill: leave "
+                           "out --continuous or --ray")
     todo, sizes, stages, redo = [], [], [], []
     for item in items:
         try:
@@ -257,9 +263,11 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
             stage = max(stage_bytes(dims, vae, dtype_bytes, c, i, on_cuda) for c, i in stages)
             max_batch = size_batch(max(sizes), budget_bytes=budget, weights_bytes=weights_bytes,
                                    max_batch=options.max_batch, on_cuda=on_cuda, stage=stage,
-                                   overlap=bool(overlap) and runner is None and len(todo) > (options.max_batch or 1))
+                                   overlap=bool(overlap) and runner is None
+                                   and len(todo) > (1 if options.continuous else options.max_batch or 1))
     summary.settings["max_batch"] = max_batch
     summary.settings["overlap"] = overlap
+    summary.settings["continuous"] = bool(options.continuous)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -279,7 +287,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
                       overlap=overlap, method=options.method)
             if runner is None:
                 deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
-                songs = iter_songs(engine_factory, todo, deliver=deliver, **kw)
+                songs = iter_songs(engine_factory, todo, deliver=deliver, continuous=options.continuous, **kw)
             else:
                 songs = runner.songs(todo, out, **kw)
             for result in songs:

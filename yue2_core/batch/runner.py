@@ -136,16 +136,19 @@ def _batch_key(item) -> tuple:
 
 def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, steps: int = ODE_STEPS,
                on_event: Event | None = None, batched: bool | None = None,
-               overlap: bool | None = None, method: str = "midpoint") -> Iterator[SongOutcome]:
+               overlap: bool | None = None, method: str = "midpoint",
+               continuous: bool = False) -> Iterator[SongOutcome]:
     """Run `items` (validated `BatchRequest`s) on `engine` (a `YuE2Engine`, or a callable returning one) in
     batches of up to `max_batch`; yield each song's `SongOutcome` after `deliver(item, song)` wrote it, in the
     queue's order. `batched`: decode each phase's rows in one `PhaseDecoder` batch (default: `default_batched`);
     False runs rows one at a time through the same stage functions as `generate`. `overlap`: render, decode and
     deliver a batch's songs on a worker thread while the next batch's AR phases run (default: `default_overlap`;
     the songs are the same either way). `steps`, `method`: ODE steps and solver of the renderer ("midpoint", the
-    release's, or the opt-in "ab2": `nar.solve`). `deliver` runs on the worker
-    thread with the overlap. Raises RequestError for a bad `max_batch` or `method`; KeyboardInterrupt and errors outside a
-    song propagate (with the overlap, after the worker stopped)."""
+    release's, or the opt-in "ab2": `nar.solve`). `continuous`: continuous batching — each phase decodes the whole
+    queue on `max_batch` rows, a finished song's row refilled with the next song (`continuous.py`; implies `batched`
+    unless it is False, which is refused); outcomes then come as songs finish. `deliver` runs on the worker
+    thread with the overlap. Raises RequestError for a bad `max_batch` or `method`, or `continuous` with `batched`
+    False; KeyboardInterrupt and errors outside a song propagate (with the overlap, after the worker stopped)."""
     if not hasattr(engine, "ar") and callable(engine):
         engine = engine()
     if type(max_batch) is not int or max_batch < 1:
@@ -153,8 +156,16 @@ def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, ste
         raise RequestError(f"max_batch must be a positive integer, got {max_batch!r}")
     from ..nar import check_method
     method = check_method(method)
-    batched = default_batched(engine.ar) if batched is None else bool(batched)
+    if continuous and batched is not None and not batched:
+        from ..errors import RequestError
+        raise RequestError("continuous batching refills rows of the batch decoder: it needs batched AR phases")
+    batched = (True if continuous else default_batched(engine.ar)) if batched is None else bool(batched)
     overlap = default_overlap(engine.ar.device) if overlap is None else bool(overlap)
+    if continuous:
+        from .continuous import continuous_songs
+        yield from continuous_songs(engine, list(items), max_batch=max_batch, steps=steps,
+                                    deliver=deliver, meter=_Meter(on_event), method=method, overlap=overlap)
+        return
     queue = sorted(items, key=_batch_key) if batched else list(items)
     batches = [queue[start:start + max_batch] for start in range(0, len(queue), max_batch)]
     meter = _Meter(on_event)
@@ -178,8 +189,11 @@ def run_songs(engine, items: list, **kw) -> list[SongOutcome]:
 
 
 # -- phases ------------------------------------------------------------------------------------------------------
-def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter) -> None:
-    from ..pipeline import Score, plan
+def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter, rows: int | None = None) -> None:
+    """The planning phase of `jobs` (scores supplied, cot off, or written by the model). `rows`: continuous
+    batching — the model-written scores of each sampling group decode in one `fast.refill.RefillDecoder` of that
+    many rows (`continuous.py`)."""
+    from ..pipeline import plan
     from ..protocol import check_budget, planning_prefix
     ar, tok = engine.ar, engine.tokenizer
     model_jobs = []
@@ -200,7 +214,12 @@ def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter) -> None:
         except Exception as exc:  # noqa: BLE001 - one song's failure never stops the others
             job.fail("plan", exc)
         job.timing["plan_seconds"] = time.perf_counter() - t
-    for group in _groups(model_jobs, lambda entry: tuple(sorted(entry[2].to_dict().items()))):
+    if rows is None:
+        key = lambda entry: tuple(sorted(entry[2].to_dict().items()))  # noqa: E731 - one preset per decoder
+    else:
+        from .continuous import shared_settings
+        key = lambda entry: shared_settings(entry[2])  # noqa: E731 - a refill decoder: a budget per row
+    for group in _groups(model_jobs, key):
         def single(entry):
             job = entry[0]
             return plan(ar, tok, job.item.request, entry[2], meter.progress(job.item.id),
@@ -211,15 +230,69 @@ def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter) -> None:
             seeds = [e[0].item.request.seed for e in entries]
             results = PhaseDecoder(ar, [e[1] for e in entries], entries[0][2], seeds, "abc").run(
                 _batch_tokens(meter, entries[0][0].item.id, "plan", len(entries)))
-            return [Score(abc=tok.decode(r.tokens), abc_ids=r.tokens, cot=e[0].item.request.cot, seed=s,
-                          source="model", truncated=r.truncated, timing=r.timing)
-                    for r, e, s in zip(results, entries, seeds)]
-        _run_group(group, "plan", batch, single, meter, lambda job, score: setattr(job, "score", score))
+            return [score_of(engine, e, r) for r, e in zip(results, entries)]
+
+        def store(job, score):
+            job.score = score
+        if rows is None:
+            _run_group(group, "plan", batch, single, meter, store)
+            continue
+        from .continuous import plan_source, run_queue
+        for _ in run_queue(group, "plan", plan_source(engine, group, rows, meter), single, meter, store):
+            pass
+
+
+def score_of(engine, entry, result):
+    """The `Score` of a batched planning row: entry (job, prefix, sampling), result its `PhaseResult`."""
+    from ..pipeline import Score
+    req = entry[0].item.request
+    return Score(abc=engine.tokenizer.decode(result.tokens), abc_ids=result.tokens, cot=req.cot, seed=req.seed,
+                 source="model", truncated=result.truncated, timing=result.timing)
 
 
 def _semantic_phase(engine, jobs: list, batched: bool, meter: _Meter) -> None:
-    from ..pipeline import SemanticTokens, request_dict, semantic
-    from ..protocol import check_budget, codes_from_ids, negative_prefix, semantic_prefix
+    entries = _semantic_entries(engine, jobs, batched, meter)
+    ar = engine.ar
+
+    def batch(group):
+        from ..fast.decode import PhaseDecoder
+        req0 = group[0][0].item.request
+        negatives = [e[3] for e in group] if req0.guidance != 1.0 else None
+        results = PhaseDecoder(ar, [e[1] for e in group], group[0][2], [e[0].item.request.seed for e in group],
+                               "semantic", negatives=negatives, cfg_scale=req0.guidance,
+                               legacy_off=req0.cot == "off").run(
+            _batch_tokens(meter, group[0][0].item.id, "semantic", len(group)))
+        return [semantic_tokens(e, r) for r, e in zip(results, group)]
+    for group in _groups(entries, lambda e: _batch_key(e[0].item)):
+        _run_group(group, "semantic", batch, lambda e: semantic_single(engine, e, meter), meter, _store_tokens)
+
+
+def _store_tokens(job, tokens) -> None:
+    job.tokens = tokens
+
+
+def semantic_tokens(entry, result):
+    """The `SemanticTokens` of a batched row: entry (job, prefix, sampling, negative), result its `PhaseResult`."""
+    from ..pipeline import SemanticTokens, request_dict
+    from ..protocol import codes_from_ids
+    job, req = entry[0], entry[0].item.request
+    return SemanticTokens(codes=codes_from_ids(result.tokens), prefix=entry[1], score=job.score,
+                          request=request_dict(req), seed=req.seed, cfg_scale=req.guidance,
+                          sampling=entry[2].to_dict(), ended=result.ended, timing=result.timing)
+
+
+def semantic_single(engine, entry, meter: _Meter):
+    """One row's semantic phase on its own (`pipeline.semantic`, as `generate` runs it)."""
+    from ..pipeline import semantic
+    job = entry[0]
+    return semantic(engine.ar, engine.tokenizer, job.item.request, job.score, entry[2], meter.progress(job.item.id))
+
+
+def _semantic_entries(engine, jobs: list, batched: bool, meter: _Meter) -> list:
+    """The semantic phase's batched rows (job, prefix, sampling, negative) of `jobs`; without `batched` each row
+    runs here on its own instead. A row whose prompt cannot be built or does not fit fails here."""
+    from ..pipeline import semantic
+    from ..protocol import check_budget, negative_prefix, semantic_prefix
     ar, tok = engine.ar, engine.tokenizer
     entries = []
     for job in jobs:
@@ -244,25 +317,7 @@ def _semantic_phase(engine, jobs: list, batched: bool, meter: _Meter) -> None:
             job.fail("semantic", exc)
             continue
         entries.append((job, prefix, sem, negative))
-
-    def single(entry):
-        job = entry[0]
-        return semantic(ar, tok, job.item.request, job.score, entry[2], meter.progress(job.item.id))
-
-    def batch(group):
-        from ..fast.decode import PhaseDecoder
-        req0 = group[0][0].item.request
-        negatives = [e[3] for e in group] if req0.guidance != 1.0 else None
-        results = PhaseDecoder(ar, [e[1] for e in group], group[0][2], [e[0].item.request.seed for e in group],
-                               "semantic", negatives=negatives, cfg_scale=req0.guidance,
-                               legacy_off=req0.cot == "off").run(
-            _batch_tokens(meter, group[0][0].item.id, "semantic", len(group)))
-        return [SemanticTokens(codes=codes_from_ids(r.tokens), prefix=e[1], score=e[0].score,
-                               request=request_dict(e[0].item.request), seed=e[0].item.request.seed,
-                               cfg_scale=req0.guidance, sampling=e[2].to_dict(), ended=r.ended, timing=r.timing)
-                for r, e in zip(results, group)]
-    for group in _groups(entries, lambda e: _batch_key(e[0].item)):
-        _run_group(group, "semantic", batch, single, meter, lambda job, tokens: setattr(job, "tokens", tokens))
+    return entries
 
 
 def _groups(entries: list, key) -> list[list]:

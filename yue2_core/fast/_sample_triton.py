@@ -7,6 +7,9 @@
                     a table), the temperature — the processed scores `sampler.candidates` computes, bit for bit
     finish_kernel   program (row g) over the top_k + TIE_PAD sorted candidates: top-k ties, top-p, the exponential
                     race with the step's Exp(1) draws, teacher forcing, out / ring / done / next input tokens
+
+ROWS (continuous batching, `fast.refill`): each row reads its own step (step [G]) and its own budget (budget [G, 2]:
+min_tokens, max_tokens) instead of the batch's; `orow` is the output's row stride (max_tokens, or + 1 spare slot).
 """
 import triton
 import triton.language as tl
@@ -16,16 +19,21 @@ from ._decode_triton import pdl_prologue
 
 
 @triton.jit
-def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ringw_ptr, alpha_ptr,
+def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ringw_ptr, alpha_ptr, budget_ptr,
                   W, G, P, cfg, min_tokens, end_col, temp,
                   CFG: tl.constexpr, PENALTY: tl.constexpr, SCALE: tl.constexpr, RECIP: tl.constexpr,
-                  BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr, PDL: tl.constexpr = False):
+                  BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr, ROWS: tl.constexpr = False,
+                  PDL: tl.constexpr = False):
     pdl_prologue(PDL)
     g = tl.program_id(0)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = c < W
     ldt = logits_ptr.dtype.element_ty
-    step = tl.load(step_ptr)
+    if ROWS:  # continuous batching (`fast.refill`): a step and a budget (min, max tokens) per row
+        step = tl.load(step_ptr + g)
+        min_tokens = tl.load(budget_ptr + 2 * g)
+    else:
+        step = tl.load(step_ptr)
     x = tl.load(logits_ptr + g * lrow + c, mask=ok, other=0.0)
     if CFG:  # uncond + (cond − uncond)·cfg in the logits' dtype, rounded after each op as the PyTorch expression
         # (LIBDEVICE, CUDA: the product and the sum as separately rounded libdevice ops — the compiler would fuse
@@ -70,14 +78,19 @@ def _softmax(v, valid, LIBDEVICE: tl.constexpr):
 
 
 @triton.jit
-def finish_kernel(val_ptr, col_ptr, noise_ptr, step_ptr, forced_ptr, out_ptr, ring_ptr, ringw_ptr, done_ptr,
-                  tok_ptr, K, k, G, R, P, top_p, max_tokens, end_col, start,
-                  TOPP: tl.constexpr, KP: tl.constexpr, LIBDEVICE: tl.constexpr, PDL: tl.constexpr = False):
+def finish_kernel(val_ptr, col_ptr, noise_ptr, step_ptr, forced_ptr, out_ptr, orow, ring_ptr, ringw_ptr, done_ptr,
+                  tok_ptr, budget_ptr, K, k, G, R, P, top_p, max_tokens, end_col, start,
+                  TOPP: tl.constexpr, KP: tl.constexpr, LIBDEVICE: tl.constexpr, ROWS: tl.constexpr = False,
+                  PDL: tl.constexpr = False):
     pdl_prologue(PDL)
     g = tl.program_id(0)
     r = tl.arange(0, KP)
     valid = r < K
-    step = tl.load(step_ptr)
+    if ROWS:
+        step = tl.load(step_ptr + g)
+        max_tokens = tl.load(budget_ptr + 2 * g + 1)
+    else:
+        step = tl.load(step_ptr)
     v = tl.load(val_ptr + g * K + r, mask=valid, other=float("-inf"))
     thr = tl.load(val_ptr + g * K + k - 1)
     v = tl.where(v < thr, float("-inf"), v)  # top-k: ties with the k-th value stay
@@ -95,7 +108,7 @@ def finish_kernel(val_ptr, col_ptr, noise_ptr, step_ptr, forced_ptr, out_ptr, ri
     f = tl.load(forced_ptr + step)
     col = tl.where(f >= 0, f - start, col)
     tok = col + start
-    tl.store(out_ptr + g * max_tokens + step, tok)
+    tl.store(out_ptr + g * orow + step, tok)
     slot = step % P
     tl.store(ring_ptr + g * P + slot, col)
     tl.store(ringw_ptr + g * P + slot, 1.0)

@@ -282,25 +282,32 @@ class _RowCache:
 
 
 def sample_tail(logits, G: int, cfg: float, s: Sampling, phase: str, step, ring, ring_w, mask, noise, forced_t,
-                out, done, tokens, legacy_off: bool = False) -> None:
+                out, done, tokens, legacy_off: bool = False, budget=None) -> None:
     """The sampling tail of a decode step in PyTorch ops (graph-capturable, no host sync), updating the state in
     place: CFG combine of logits [R, width] (cond rows then uncond rows), `sampler.candidates` + `sampler.choose`
     with the step's Exp(1) draws noise[step] [G, K], teacher forcing (forced_t [max_tokens], −1 = free), then
     out[g, step] ← token, the penalty ring slot step % window ← column, done[g] |= end or budget reached,
-    tokens [R] ← the token of each row's song. step [1] long. (One Triton kernel doing the same was measured slower
+    tokens [R] ← the token of each row's song. step [1] long, one step for every row; continuous batching
+    (`fast.refill`): step [G], a step per row, and budget [G, 2] long, each row's (min_tokens, max_tokens). (One Triton kernel doing the same was measured slower
     on an H200: 605 vs 628 tok/s at batch 1, 422 vs 607 in the ABC phase; docs/experiments/decode_tried_h200.log.)"""
     sl = SLICES[phase]
     logits = logits[:G] if cfg == 1.0 else cfg_combine(logits[:G], logits[G:], cfg)
-    vals, cols = candidates(logits, s, phase, step, ring, ring_w, mask, legacy_off)
-    col = choose(vals, cols, None if noise is None else noise.index_select(0, step)[0])
-    forced = forced_t.index_select(0, step).expand(G)
+    vals, cols = candidates(logits, s, phase, step, ring, ring_w, mask, legacy_off,
+                            None if budget is None else budget[:, 0])
+    if budget is None:  # one step for every row
+        col = choose(vals, cols, None if noise is None else noise.index_select(0, step)[0])
+        forced = forced_t.index_select(0, step).expand(G)
+    else:  # a step per row (`fast.refill`): row g's draws noise[step[g], g], its forced token forced_t[step[g]]
+        rows = torch.arange(G, device=step.device)
+        col = choose(vals, cols, None if noise is None else noise[step, rows])
+        forced = forced_t.index_select(0, step)
     col = torch.where(forced >= 0, forced - sl.start, col)
     tok = col + sl.start
-    out.scatter_(1, step.expand(G, 1), tok[:, None])
-    slot = (step % s.penalty_window).expand(G, 1)
+    out.scatter_(1, step.expand(G)[:, None], tok[:, None])
+    slot = (step % s.penalty_window).expand(G)[:, None]
     ring.scatter_(1, slot, col[:, None])
     ring_w.scatter_(1, slot, torch.ones(G, 1, device=ring_w.device))
-    done.copy_(done | (col == sl.end_col) | (step + 1 >= s.max_tokens))
+    done.copy_(done | (col == sl.end_col) | (step + 1 >= (s.max_tokens if budget is None else budget[:, 1])))
     tokens.copy_(tok.repeat(tokens.shape[0] // G))
 
 
@@ -396,7 +403,8 @@ class PhaseDecoder:
     # -- buffers ---------------------------------------------------------------------------------------------------
     def _allocate(self):
         d, dev, s = self.ar.dims, self.device, self.s
-        self.capacity = max(len(r) for r in self.rows) + s.max_tokens
+        self.capacity = self._capacity()
+        slots = s.max_tokens + self._spare  # step-indexed buffers: one spare slot where a frozen row's step rests
         shape = (self.R, d.kv_heads, self.capacity, d.head_dim)
         self.k = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.layers)]
         self.v = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.layers)]
@@ -407,23 +415,21 @@ class PhaseDecoder:
         self.logits = torch.zeros(self.R, self.slice.width, dtype=self.dtype, device=dev)
         self.tokens = torch.zeros(self.R, dtype=torch.long, device=dev)
         self.pos = torch.tensor([len(r) for r in self.rows], dtype=torch.long, device=dev)
-        self.step = torch.zeros(1, dtype=torch.long, device=dev)
+        self.step = torch.zeros(self._step_rows, dtype=torch.long, device=dev)
         self.ring = torch.zeros(self.G, s.penalty_window, dtype=torch.long, device=dev)
         self.ring_w = torch.zeros(self.G, s.penalty_window, dtype=torch.float32, device=dev)
-        self.out = torch.full((self.G, s.max_tokens), -1, dtype=torch.long, device=dev)
+        self.out = torch.full((self.G, slots), -1, dtype=torch.long, device=dev)
         self.done = torch.zeros(self.G, dtype=torch.bool, device=dev)
-        forced = torch.full((s.max_tokens,), -1, dtype=torch.long)
+        forced = torch.full((slots,), -1, dtype=torch.long)
         forced[:len(self.forced)] = torch.tensor(self.forced, dtype=torch.long)
         self.forced_t = forced.to(dev)
         self.k_cand = 1 if s.temperature == 0 else min(s.top_k + TIE_PAD, self.slice.width)
         self.noise = None
         if s.temperature != 0:
-            draws = []
-            for seed in self.seeds:
-                gen = torch.Generator(device=dev if dev.type in ("cpu", "cuda") else "cpu").manual_seed(seed)
-                e = torch.empty(s.max_tokens, self.k_cand, dtype=torch.float32, device=gen.device)
-                draws.append(e.exponential_(1.0, generator=gen).to(dev))
-            self.noise = torch.stack(draws, dim=1)  # [max_tokens, G, K]
+            draws = [self._draws(seed) for seed in self.seeds]
+            if self._spare:
+                draws = [torch.cat([e, torch.ones(self._spare, self.k_cand, device=dev)]) for e in draws]
+            self.noise = torch.stack(draws, dim=1)  # [max_tokens (+ spare), G, K]
         from . import sample_kernels
         if (self.tail_choice == "kernels" and self.fused and self.fns is None
                 and sample_kernels.usable(s, self.k_cand, self.legacy_off)):
@@ -437,6 +443,22 @@ class PhaseDecoder:
         merge = choice("YUE2_ATTN_MERGE", ("split", "kernel"), "split")
         self.attn_counters = (torch.zeros(self.R * d.kv_heads, dtype=torch.int32, device=dev)
                               if merge == "split" and self.attn_kernel and torch.version.hip is None else None)
+
+    # one step and one budget for every row; `fast.refill.RefillDecoder` keeps a step and a budget per row
+    # (`budget` [G, 2]: min_tokens, max_tokens) and a spare slot for finished rows
+    _step_rows, _spare, budget = 1, 0, None
+
+    def _capacity(self) -> int:
+        """Positions the K/V buffers hold: the longest prompt + the phase's budget."""
+        return max(len(r) for r in self.rows) + self.s.max_tokens
+
+    def _draws(self, seed: int, n: int | None = None) -> torch.Tensor:
+        """A song's Exp(1) draws [n, K] fp32 on the device (n: the phase's max_tokens), from a generator seeded with
+        its seed (on the device for CPU and CUDA, else on the CPU)."""
+        dev = self.device
+        gen = torch.Generator(device=dev if dev.type in ("cpu", "cuda") else "cpu").manual_seed(seed)
+        e = torch.empty(n or self.s.max_tokens, self.k_cand, dtype=torch.float32, device=gen.device)
+        return e.exponential_(1.0, generator=gen).to(dev)
 
     def _prefill(self):
         """Prefill every row with its prompt plus the teacher-forced tokens in one pass (they are fed, never
@@ -571,13 +593,18 @@ class PhaseDecoder:
         state = (self.step, self.ring, self.ring_w, self.mask, self.noise, self.forced_t, self.out, self.done,
                  self.tokens)
         if self.tail is not None:
-            self.tail(self.logits, *state, cfg=self.cfg)
+            self.tail(self.logits, *state, cfg=self.cfg, budget=self.budget)
         else:
-            sample_tail(self.logits, self.G, self.cfg, self.s, self.phase, *state, legacy_off=self.legacy_off)
+            sample_tail(self.logits, self.G, self.cfg, self.s, self.phase, *state, legacy_off=self.legacy_off,
+                        budget=self.budget)
         if self.fused and self.fns is None:
             self._forward_fused(attn_len)
         else:
             self._forward(attn_len)
+        self._advance()
+
+    def _advance(self):
+        """After a step: every row's position and the step move on (`fast.refill` moves only the live rows)."""
         self.pos.add_(1)
         self.step.add_(1)
 

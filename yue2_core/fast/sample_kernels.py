@@ -74,8 +74,9 @@ class KernelTail:
     (penalty^count, clamped as `sampler.candidates` clamps it). Call with the decoder's state; updates in place.
 
     logits [R, width] (R = G, or 2G with CFG: cond rows then uncond rows), step [1] long, ring [G, window] long,
-    ring_w [G, window] fp32, mask [width] fp32, noise [max_tokens, G, K] fp32 (K = k_cand), forced [max_tokens] long
-    (−1 = free), out [G, max_tokens] long, done [G] bool, tokens [R] long."""
+    ring_w [G, window] fp32, mask [width] fp32, noise [≥ max_tokens, G, K] fp32 (K = k_cand), forced [≥ max_tokens]
+    long (−1 = free), out [G, ≥ max_tokens] long, done [G] bool, tokens [R] long. Continuous batching (`fast.refill`):
+    `budget` [G, 2] long (each row's min_tokens, max_tokens) and step [G], a step per row."""
 
     def __init__(self, sampling, phase: str, G: int, k_cand: int, device, pdl: dict | None = None):
         triton, _ = triton_modules()
@@ -90,16 +91,21 @@ class KernelTail:
         from ._sample_triton import finish_kernel, scores_kernel
         self.kernels = (triton_modules()[0], scores_kernel, finish_kernel)
 
-    def __call__(self, logits, step, ring, ring_w, mask, noise, forced, out, done, tokens, cfg: float) -> None:
+    def __call__(self, logits, step, ring, ring_w, mask, noise, forced, out, done, tokens, cfg: float,
+                 budget=None) -> None:
         triton, scores_kernel, finish_kernel = self.kernels
         s, sl, G, W = self.s, self.slice, self.G, self.slice.width
+        per_row = budget is not None  # continuous batching: step [G] and budget [G, 2] (min, max tokens) per row
+        rows_budget = budget if per_row else step  # (not read without ROWS)
         scores_kernel[(G, triton.cdiv(W, BLOCK))](
-            logits, logits.stride(0), mask, self.scores, step, ring, ring_w, self.alpha,
+            logits, logits.stride(0), mask, self.scores, step, ring, ring_w, self.alpha, rows_budget,
             W, G, s.penalty_window, float(cfg), s.min_tokens, sl.end_col, self.rule[1],
             CFG=cfg != 1.0, PENALTY=s.repetition_penalty != 1.0, SCALE=s.temperature != 1,
-            RECIP=self.rule[0] == "recip", BLOCK=BLOCK, LIBDEVICE=logits.is_cuda, num_warps=4, **self.pdl)
+            RECIP=self.rule[0] == "recip", BLOCK=BLOCK, LIBDEVICE=logits.is_cuda, ROWS=per_row, num_warps=4,
+            **self.pdl)
         vals, cols = self.scores.topk(self.K, dim=1)
         finish_kernel[(G,)](
-            vals, cols, noise, step, forced, out, ring, ring_w, done, tokens,
+            vals, cols, noise, step, forced, out, out.stride(0), ring, ring_w, done, tokens, rows_budget,
             self.K, min(s.top_k, W), G, tokens.shape[0], s.penalty_window, float(s.top_p), s.max_tokens,
-            sl.end_col, sl.start, TOPP=s.top_p < 1, KP=self.KP, LIBDEVICE=logits.is_cuda, num_warps=4, **self.pdl)
+            sl.end_col, sl.start, TOPP=s.top_p < 1, KP=self.KP, LIBDEVICE=logits.is_cuda, ROWS=per_row, num_warps=4,
+            **self.pdl)

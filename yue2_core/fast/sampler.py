@@ -53,15 +53,17 @@ def static_mask(phase: str, dtype, device) -> torch.Tensor:
 
 
 def candidates(logits: torch.Tensor, s: Sampling, phase: str, step: torch.Tensor, ring: torch.Tensor,
-               ring_weight: torch.Tensor, mask: torch.Tensor, legacy_off: bool):
+               ring_weight: torch.Tensor, mask: torch.Tensor, legacy_off: bool, min_tokens=None):
     """Processed candidates of each row. logits [G, width] (phase slice, model dtype); step [] or [G] long (index of
     the token being sampled); ring [G, W] long (slice columns of the last W generated tokens) with ring_weight [G, W]
-    (1 for filled slots, 0 otherwise). Returns (values [G, K], columns [G, K]) sorted by value, removed entries −inf,
-    or for temperature 0 (values [G, 1], columns [G, 1]) of the argmax."""
+    (1 for filled slots, 0 otherwise); min_tokens: s.min_tokens, or [G] long, each row's (`fast.refill`). Returns
+    (values [G, K], columns [G, K]) sorted by value, removed entries −inf, or for temperature 0 (values [G, 1],
+    columns [G, 1]) of the argmax."""
     sl = SLICES[phase]
     scores = logits.clone() if legacy_off else logits.float()
     scores = scores + mask.to(scores.dtype)
-    end_block = torch.where(step < s.min_tokens, float("-inf"), 0.0).to(scores.dtype)
+    end_block = torch.where(step < (s.min_tokens if min_tokens is None else min_tokens), float("-inf"),
+                            0.0).to(scores.dtype)
     scores[:, sl.end_col] = scores[:, sl.end_col] + end_block
     if s.repetition_penalty != 1.0:
         freq = torch.zeros_like(scores)

@@ -1,0 +1,286 @@
+"""Continuous batching (`fast.refill.RefillDecoder`, `iter_songs(continuous=True)`, `batch --continuous`) on the CPU:
+a finished song's row takes the next song between blocks, and every song equals the same song decoded alone.
+
+To make songs end at different steps (the case refill exists for), the end token's logit is raised by a constant
+in every decoder of a test alike (`fast.decode.head_rows` wrapped): random tiny weights otherwise run every song to
+its budget. The songs decoded alone get the same raised logit, so "equal" still means equal.
+"""
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from batch_data import ABC_CAP, expected, rows, write_requests  # noqa: E402
+
+from tests.core.test_fast_path import _run_ok  # noqa: E402
+
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def fp32(tiny_ckpt):
+    """The tiny model in fp32: batched rows equal single rows there (in bf16 the CPU's products for 2 rows and for
+    1 row differ in the last bits, and a sampled token flips after some tens of steps, static batches alike)."""
+    from yue2_core.pipeline import YuE2Engine
+    return YuE2Engine.load(tiny_ckpt, device="cpu", dtype=torch.float32)
+
+
+def _raise_end(monkeypatch, boost: float) -> None:
+    from yue2_core.fast import decode as fd
+    real = fd.head_rows
+
+    def head_rows(*args, **kw):
+        head = real(*args, **kw)
+
+        def raised(x):
+            y = head(x).clone()
+            y[..., 0] += boost  # column 0 of the semantic slice: MUSIC_END
+            return y
+        return raised
+    monkeypatch.setattr(fd, "head_rows", head_rows)
+
+
+def _queue(engine, n: int, cfg: bool):
+    from yue2_core.fast.refill import QueuedSong
+    from yue2_core.protocol import SongRequest, negative_prefix, semantic_prefix
+    tok, out = engine.tokenizer, []
+    for i in range(n):
+        req = SongRequest("pop " * (1 + i % 3), "la " * (1 + 5 * i), cot="off", seed=100 + i,
+                          cfg_scale=1.5 if cfg else None)
+        out.append(QueuedSong(i, semantic_prefix(req, [], tok.encode), req.seed,
+                              negative_prefix(req, [], tok.encode) if cfg else None))
+    return out
+
+
+BOOST = {False: 1.5, True: 3.5}  # the end token's raise: songs of 5 to 40 tokens with these seeds
+
+
+@pytest.mark.parametrize("cfg", [False, True], ids=["no-cfg", "cfg"])
+def test_refilled_rows_equal_single_runs_and_take_fewer_steps(fp32, monkeypatch, cfg):
+    engine = fp32
+    from yue2_core.fast import decode as fd
+    from yue2_core.fast.refill import RefillDecoder
+    from yue2_core.protocol import Sampling
+    _raise_end(monkeypatch, BOOST[cfg])
+    queue, s = _queue(engine, 6, cfg), Sampling(min_tokens=3, max_tokens=40)
+    kw = dict(cfg_scale=1.5, legacy_off=True) if cfg else {}
+    dec = RefillDecoder(engine.ar, queue, 2, s, "semantic", block=4, **kw)
+    got = dict(dec.iter_queue())
+    assert sorted(got) == list(range(6)) and dec.totals["refills"] == 4
+    lengths = []
+    for q in queue:
+        alone = fd.generate(engine.ar, q.prefix, s, q.seed, "semantic", negative=q.negative, **kw)
+        assert got[q.key].tokens == alone.tokens and got[q.key].ended == alone.ended, q.key
+        lengths.append(len(alone.tokens) + int(alone.ended))
+    assert len(set(lengths)) >= 3, lengths  # songs of different lengths: rows were refilled mid-run
+    # static batches of 2 last as long as their longer song (in blocks of 4); refilled rows do not wait
+    static = sum(4 * -(-max(lengths[i:i + 2]) // 4) for i in range(0, 6, 2))
+    assert dec.totals["decoded_steps"] < static, (dec.totals, lengths)
+
+
+def test_songs_of_different_budgets_share_a_decoder(fp32):
+    """Each song its own (min_tokens, max_tokens): a row ends at its own budget, and every song equals a single run
+    given that budget (its draws are its own budget's worth, as a single run draws them)."""
+    from dataclasses import replace
+    from yue2_core.fast import decode as fd
+    from yue2_core.fast.refill import RefillDecoder
+    from yue2_core.protocol import Sampling
+    engine = fp32
+    budgets = [(3, 9), (0, 30), (12, 17), (5, 25), (2, 6)]
+    queue = [replace(q, min_tokens=lo, max_tokens=hi) for q, (lo, hi) in zip(_queue(engine, 5, False), budgets)]
+    s = Sampling(min_tokens=3, max_tokens=40)
+    dec = RefillDecoder(engine.ar, queue, 2, s, "semantic", block=4)
+    got = dict(dec.iter_queue())
+    for q, (lo, hi) in zip(queue, budgets):
+        alone = fd.generate(engine.ar, q.prefix, replace(s, min_tokens=lo, max_tokens=hi), q.seed, "semantic")
+        assert got[q.key].tokens == alone.tokens and len(alone.tokens) == hi and not alone.ended, q.key
+    # in blocks of 4: row A songs 0 (9 → step 12), 2 (17 → 32), 3 (25 → 60); row B songs 1 (30 → 32), 4 (6 → 40);
+    # static batches of two would take 32 + 28 + 8 = 68 steps
+    assert dec.totals["decoded_steps"] == 60 and dec.totals["refills"] == 3
+
+
+def test_a_song_with_nan_logits_fails_alone_and_its_row_is_refilled(fp32, monkeypatch):
+    engine = fp32
+    from yue2_core.errors import NumericalError
+    from yue2_core.fast import decode as fd
+    from yue2_core.fast.refill import RefillDecoder
+    from yue2_core.protocol import Sampling
+    queue, s = _queue(engine, 4, False), Sampling(min_tokens=8, max_tokens=8)
+    real_refill = RefillDecoder._refill
+
+    def refill(self, g, index):
+        real_refill(self, g, index)
+        if self.queue[index].key == 2:  # damaged K/V of that row only: its attention, and so its logits, become NaN
+            for k in self.k:
+                k[g].fill_(float("nan"))
+    monkeypatch.setattr(RefillDecoder, "_refill", refill)
+    dec = RefillDecoder(engine.ar, queue, 2, s, "semantic", block=4)
+    got = dict(dec.iter_queue())
+    assert isinstance(got[2], NumericalError) and "NaN" in str(got[2])
+    for q in queue:
+        if q.key != 2:
+            alone = fd.generate(engine.ar, q.prefix, s, q.seed, "semantic")
+            assert got[q.key].tokens == alone.tokens, q.key
+
+
+def test_bad_queues_are_refused(engine):
+    from yue2_core.errors import BudgetError, RequestError
+    from yue2_core.fast.refill import QueuedSong, RefillDecoder
+    from yue2_core.protocol import Sampling
+    s = Sampling(min_tokens=1, max_tokens=100)
+    with pytest.raises(RequestError, match="at least one"):
+        RefillDecoder(engine.ar, [], 2, s, "semantic")
+    with pytest.raises(RequestError, match="positive integer"):
+        RefillDecoder(engine.ar, [QueuedSong(0, [1, 2], 1)], 0, s, "semantic")
+    with pytest.raises(RequestError, match="negative prefix"):
+        RefillDecoder(engine.ar, [QueuedSong(0, [1, 2], 1)], 1, s, "semantic", cfg_scale=2.0)
+    with pytest.raises(RequestError, match="queued song 'b': .*min_tokens must be in"):  # a song's own budget
+        RefillDecoder(engine.ar, [QueuedSong("a", [1, 2], 1), QueuedSong("b", [1, 2], 1, None, 50, 20)], 1, s,
+                      "semantic")
+    with pytest.raises(BudgetError, match="at most"):  # the last song of the queue, not only the first rows
+        RefillDecoder(engine.ar, [QueuedSong(0, [1, 2], 1), QueuedSong(1, [1] * 24600, 2)], 1, s, "semantic")
+
+
+def test_fused_kernels_with_refilled_rows_in_the_interpreter(tiny_ckpt):
+    """The fused step's Triton kernels (add+RMSNorm, QK-norm+RoPE+KV store at each row's position, the split
+    attention, the sampling-tail kernels reading a step and a budget per row) in Triton's CPU interpreter, fp32:
+    three songs of different budgets on two rows, ending at different steps, equal the fused one-row decoder's
+    songs."""
+    pytest.importorskip("triton")
+    code = ("import os\n"
+            "os.environ['YUE2_GEMV'] = '0'\n"
+            "from yue2_core.fast import sample_kernels as _sk\n"
+            "_sk.BLOCK = 16384\n"
+            "import torch\n"
+            "from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
+            "from yue2_core.fast import decode as fd\n"
+            "from yue2_core.fast.refill import RefillDecoder, QueuedSong\n"
+            "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
+            f"info = inspect_checkpoint({tiny_ckpt!r})\n"
+            "ar, tok = load_ar(info, 'cpu', torch.float32), load_tokenizer(info)\n"
+            "real = fd.head_rows\n"
+            "def raised(*a, **kw):\n"
+            "    h = real(*a, **kw)\n"
+            "    def f(x):\n"
+            "        y = h(x).clone(); y[..., 0] += 5.0; return y\n"
+            "    return f\n"
+            "fd.head_rows = raised\n"
+            "ps = [semantic_prefix(SongRequest('pop ' * (1 + i), 'la ' * (1 + 2 * i), cot='off'), [], tok.encode)\n"
+            "      for i in range(3)]\n"
+            "s = Sampling(min_tokens=2, max_tokens=12)\n"
+            "budgets = [(2, 12), (1, 2), (4, 8)]  # (min, max) tokens per song\n"
+            "d = RefillDecoder(ar, [QueuedSong(i, p, 11 + i, None, *budgets[i]) for i, p in enumerate(ps)], 2, s,\n"
+            "                  'semantic', use_graph=False, fused=True, block=2)\n"
+            "got = dict(d.iter_queue())\n"
+            "assert d.fused and d.attn_kernel and d.totals['refills'] == 1\n"
+            "lengths = set()\n"
+            "for i, p in enumerate(ps):\n"
+            "    own = Sampling(min_tokens=budgets[i][0], max_tokens=budgets[i][1])\n"
+            "    one = fd.PhaseDecoder(ar, [p], own, [11 + i], 'semantic', use_graph=False, fused=True).run()[0]\n"
+            "    assert got[i].timing['sampling_tail'] == 'kernels' == one.timing['sampling_tail']\n"
+            "    assert got[i].tokens == one.tokens, (i, got[i].tokens, one.tokens)\n"
+            "    lengths.add(len(one.tokens))\n"
+            "assert len(lengths) > 1, lengths\n"
+            "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
+def _items():
+    from yue2_core.batch.requests import BatchRequest
+    out = []
+    for i, row in enumerate(rows()):
+        if row["id"] != "full-file":  # four rows of one semantic preset: one refill decoder of 2 rows
+            row.pop("abc_sampling", None)
+            row["semantic_sampling"] = {"max_tokens": 20, "min_tokens": 5}
+        out.append(BatchRequest(i + 1, *expected(row)))
+    return out
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap"])
+def test_continuous_batch_gives_the_songs_generate_gives(engine, monkeypatch, overlap):
+    import yue2_core.fast as fast
+    from yue2_core.batch.runner import iter_songs
+    from yue2_core.fast.decode import generate as one_row_decoder
+    monkeypatch.setattr(fast, "select_generate", lambda ar: one_row_decoder)  # single rows as on a GPU
+    items, songs, threads = _items(), {}, set()
+
+    def deliver(item, song):
+        songs[item.id] = song
+        threads.add(threading.current_thread().name)
+        return item.id
+    outcomes = list(iter_songs(engine, items, deliver=deliver, max_batch=2, steps=STEPS, continuous=True,
+                               overlap=overlap))
+    assert sorted(o.id for o in outcomes) == sorted(i.id for i in items)
+    assert all(o.status == "complete" for o in outcomes), [(o.id, o.error) for o in outcomes]
+    rows_of = {o.id: o.rows for o in outcomes}
+    assert rows_of["full-model"] == rows_of["short"] == rows_of["full-file"] == 2 and rows_of["off-cfg"] == 1
+    assert threads == ({"yue2-render"} if overlap else {"MainThread"})
+    for item in items:
+        alone = engine.generate(item.request, item.budgets, steps=STEPS)
+        song = songs[item.id]
+        assert song.score.abc_ids == alone.score.abc_ids, item.id
+        assert song.tokens.codes == alone.tokens.codes, item.id
+        assert torch.equal(song.latents, alone.latents) and torch.equal(song.audio, alone.audio), item.id
+    assert not any(t.name == "yue2-render" and t.is_alive() for t in threading.enumerate())
+
+
+def test_ctrl_c_during_continuous_decoding_stops_the_worker_and_keeps_finished_songs(engine, monkeypatch):
+    """Ctrl-C in the AR loop (at the semantic decoder's second refill, once the song that left its row first was
+    delivered by the render worker): the interrupt propagates, the worker is gone, every delivered song was
+    reported complete and the others were not."""
+    import time
+    import yue2_core.fast as fast
+    from yue2_core.batch.runner import iter_songs
+    from yue2_core.fast.decode import generate as one_row_decoder
+    from yue2_core.fast.refill import RefillDecoder
+    monkeypatch.setattr(fast, "select_generate", lambda ar: one_row_decoder)
+    delivered, refills, real_refill = [], [], RefillDecoder._refill
+
+    def refill(self, g, index):
+        refills.append(index)
+        if len(refills) == 2:
+            end = time.monotonic() + 120
+            while not delivered and time.monotonic() < end:
+                time.sleep(0.02)
+            raise KeyboardInterrupt
+        real_refill(self, g, index)
+    monkeypatch.setattr(RefillDecoder, "_refill", refill)
+    outcomes = []
+    with pytest.raises(KeyboardInterrupt):
+        for o in iter_songs(engine, _items(), deliver=lambda item, song: delivered.append(item.id) or item.id,
+                            max_batch=2, steps=STEPS, continuous=True, overlap=True):
+            outcomes.append(o)
+    assert not any(t.name == "yue2-render" and t.is_alive() for t in threading.enumerate())
+    assert delivered and set(delivered) == {o.id for o in outcomes if o.status == "complete"}
+    assert len(outcomes) < 5
+
+
+def test_batch_command_with_continuous(tmp_path, tiny_ckpt, capsys):
+    from yue2_core.__main__ import main
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "batch"
+    rc = main(["batch", str(req), "--output", str(out), "--checkpoint", tiny_ckpt, "--device", "cpu",
+               "--steps", str(STEPS), "--max-abc-tokens", str(ABC_CAP), "--max-batch", "2", "--continuous"])
+    err = capsys.readouterr().err
+    assert rc == 0, err[-2000:]
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    assert summary["complete"] == 5 and summary["settings"]["continuous"] is True
+    assert sorted(p.name for p in out.iterdir()) == sorted(["batch.json"] + [r["id"] for r in rows()])
+
+
+def test_continuous_with_ray_or_rows_one_at_a_time_is_refused(tmp_path, engine):
+    from yue2_core.batch.driver import BatchOptions, run_batch
+    from yue2_core.batch.runner import iter_songs
+    from yue2_core.errors import RequestError
+    with pytest.raises(RequestError, match="batched AR phases"):
+        next(iter_songs(engine, _items(), deliver=lambda i, s: i.id, continuous=True, batched=False))
+    req = write_requests(tmp_path / "in")
+    opts = BatchOptions(str(req), str(tmp_path / "out"), continuous=True)
+    with pytest.raises(RequestError, match="--continuous or --ray"):
+        run_batch(opts, tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=lambda: engine,
+                  runner=object())
+    assert not (tmp_path / "out").exists()

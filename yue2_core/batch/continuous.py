@@ -1,0 +1,174 @@
+"""Continuous batching of a batch's AR phases (`iter_songs(…, continuous=True)`, `batch --continuous`).
+
+Static batching (`runner.iter_songs`' default) cuts the queue into batches of `max_batch` songs; each batch's phase
+lasts as long as its longest song, and a row whose song ended early idles. Here every compatible group of the queue
+decodes on `max_batch` rows of one `fast.refill.RefillDecoder` per phase, a finished song's row taking the next
+song's prompt at once:
+
+1. **plan**: the lead sheets the model writes, one decoder per ABC sampling setting (budgets aside) over them (scores
+   supplied or cot off are planned directly, as in the static path);
+2. **semantic**: one decoder per group of `semantic_key` (cot off or not, CFG scale, the semantic preset's settings
+   but its budgets: songs of different lengths share a decoder, each row with its own budget); each song leaves its
+   row the moment it ends and goes straight on: with the overlap to the render worker (`_RenderStage`,
+   one song per hand-over, rendered in the order the songs end), without it into a list rendered after the phase.
+
+Outcomes are yielded as songs finish (not in the queue's order; the driver files them by line). The same songs as
+the static path and as `generate` alone: each row samples from its own seed's draws and prompt (`fast.refill`).
+A decoder that raises (out of memory, a kernel failure) leaves its unfinished songs to run alone, one at a time,
+as `_run_group` does; a song with NaN logits fails alone. Ctrl-C: the render worker stops at its next step, the
+songs it finished are yielded, the interrupt propagates. Memory: a row's K/V holds the group's longest prompt plus
+the phase budget — what `memory.size_batch` already counts per row (the largest song of the batch).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from typing import Iterator
+
+from ..errors import brief
+from .runner import (_Job, _Meter, _outcome, _RenderStage, _release, _finish, _groups, _plan_phase,
+                     _semantic_entries, _store_tokens, semantic_single, semantic_tokens, score_of)
+
+
+def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver, meter: _Meter, method: str,
+                     overlap: bool) -> Iterator:
+    """Yield a `SongOutcome` per request of `queue` (validated `BatchRequest`s) as its song is delivered or fails
+    (module docstring)."""
+    jobs = [_Job(item) for item in queue]
+    stage = _RenderStage(engine, steps, deliver, meter, method) if overlap else None
+    pending: list = []
+    rendered_later: list = []
+    try:
+        ar_context = stage.ar_context() if stage is not None else contextlib.nullcontext()
+        with ar_context:
+            _plan_phase(engine, jobs, True, meter, rows=max_batch)
+        for job in jobs:
+            if job.error is not None:
+                yield _outcome(job)
+        entries = _semantic_entries(engine, [j for j in jobs if j.error is None], True, meter)
+        for job in jobs:  # rows whose semantic prompt could not be built
+            if job.error is not None and job.stage == "semantic":
+                yield _outcome(job)
+        for group in _groups(entries, lambda e: semantic_key(e[0].item)):
+            source = semantic_source(engine, group, max_batch, meter)
+            with ar_context:
+                finished = run_queue(group, "semantic", source, lambda e: semantic_single(engine, e, meter), meter,
+                                     _store_tokens)
+                for job in finished:
+                    if job.error is not None:
+                        yield _outcome(job)
+                    elif stage is None:
+                        rendered_later.append(job)
+                    else:
+                        pending.append(stage.submit([job]))
+                    yield from _ready(pending, stage)
+        if stage is None:
+            _release(engine)
+            for job in rendered_later:
+                _finish(engine, job, steps, deliver, meter, method=method)
+                yield _outcome(job)
+        else:
+            for handoff in pending:
+                yield from handoff.take(True, stage.thread)
+                handoff.check()
+    except KeyboardInterrupt:
+        if stage is not None:
+            stage.close()  # the worker stops at its next step; the songs it finished are still reported
+            for handoff in pending:
+                yield from handoff.take(False, stage.thread)
+        raise
+    finally:
+        if stage is not None:
+            stage.close()
+
+
+def _ready(pending: list, stage) -> Iterator:
+    """Outcomes the render worker finished so far (without waiting); an exception that escaped it is re-raised."""
+    for handoff in pending:
+        yield from handoff.take(False, stage.thread)
+        handoff.check()
+
+
+def run_queue(group: list, stage: str, source, single, meter: _Meter, store) -> Iterator:
+    """One phase of `group` (entries whose first item is the `_Job`) through `source` (a generator of (index in
+    group, result | exception) from a `RefillDecoder`); yields each job once its phase ended, stored or failed. If
+    the decoder raises, the songs it had not finished run alone (`single`), so only a failing song fails."""
+    left = dict(enumerate(group))
+    if len(group) > 1:
+        try:
+            for index, result in source:
+                job = left.pop(index)[0]
+                if isinstance(result, Exception):
+                    job.fail(stage, result)
+                else:
+                    store(job, result)
+                    job.rows = min(len(group), source_rows(result))
+                    meter.tokens += result.timing.get("output_tokens", 0)
+                    job.timing[f"{stage}_seconds"] = result.timing.get("seconds", 0.0)
+                yield job
+        except Exception as exc:  # noqa: BLE001 - the unfinished songs run alone below
+            warnings.warn(f"continuous batching of the {stage} phase stopped ({brief(exc)}); its {len(left)} "
+                          "unfinished songs run one at a time")
+    for e in left.values():
+        job, t = e[0], time.perf_counter()
+        try:
+            r = single(e)
+            store(job, r)
+            meter.tokens += r.timing.get("output_tokens", 0)
+        except Exception as exc:  # noqa: BLE001
+            job.fail(stage, exc)
+        job.timing[f"{stage}_seconds"] = time.perf_counter() - t
+        yield job
+
+
+def source_rows(result) -> int:
+    """How many rows the decoder that produced `result` (a Score or SemanticTokens) had."""
+    return int(result.timing.get("batch", 1))
+
+
+def shared_settings(sampling) -> tuple:
+    """What the songs of one refill decoder must share: the sampling settings but min_tokens / max_tokens (each row
+    has its own budget)."""
+    d = sampling.to_dict()
+    d.pop("min_tokens", None), d.pop("max_tokens", None)
+    return tuple(sorted(d.items()))
+
+
+def semantic_key(item) -> tuple:
+    """The semantic phase's grouping under continuous batching: `runner._batch_key` without the budgets."""
+    r = item.request
+    return (r.cot == "off", r.guidance, shared_settings(item.budgets.semantic_sampling()))
+
+
+def _decoded(engine, group: list, rows: int, sampling, phase: str, meter: _Meter, convert, cfg_scale: float = 1.0,
+             legacy_off: bool = False, negatives: bool = False) -> Iterator:
+    from ..fast.refill import QueuedSong, RefillDecoder
+    queue = [QueuedSong(i, e[1], e[0].item.request.seed, e[3] if negatives else None, e[2].min_tokens,
+                        e[2].max_tokens) for i, e in enumerate(group)]
+    decoder = RefillDecoder(engine.ar, queue, min(rows, len(queue)), sampling, phase, cfg_scale=cfg_scale,
+                            legacy_off=legacy_off)
+    stage = "plan" if phase == "abc" else "semantic"
+
+    def on_block(live):
+        for index, taken in live:
+            own = group[index][2].max_tokens
+            meter.emit(group[index][0].item.id, stage, done=min(taken, own), total=own, rows=len(live),
+                       live=sum(t for _, t in live))
+    for index, result in decoder.iter_queue(on_block):
+        yield index, result if isinstance(result, Exception) else convert(group[index], result)
+
+
+def plan_source(engine, group: list, rows: int, meter: _Meter) -> Iterator:
+    """(index, Score | NumericalError) of the planning rows `group` (job, prefix, ABC sampling) as they end."""
+    return _decoded(engine, group, rows, group[0][2], "abc", meter, lambda e, r: score_of(engine, e, r))
+
+
+def semantic_source(engine, group: list, rows: int, meter: _Meter) -> Iterator:
+    """(index, SemanticTokens | NumericalError) of the semantic rows `group` (job, prefix, sampling, negative)."""
+    req0 = group[0][0].item.request
+    return _decoded(engine, group, rows, group[0][2], "semantic", meter, semantic_tokens, cfg_scale=req0.guidance,
+                    legacy_off=req0.cot == "off", negatives=req0.guidance != 1.0)
+
+
+__all__ = ["continuous_songs", "run_queue", "plan_source", "semantic_source"]
