@@ -19,7 +19,7 @@ accepts — "false" or "off" are not silently read as on.
                           layers dequantized to bf16 (bf16 decode speed, bf16 rounding; weights.lora.apply, CLI/engine)
     YUE2_WARMUP=0         no background compilation of the fast path's kernels while a model loads (warmup.py; default
                           on for CUDA with the fast path)
-    YUE2_WARMUP_PROCS     an integer ≥ 0: child processes that compile the warm-up's kernels when Triton's cache lacks
+    YUE2_WARMUP_PROCS     an integer in [0, 64]: child processes that compile the warm-up's kernels when Triton's cache lacks
                           them (0 = in the warm-up thread only; default min(6, max(1, CPUs // 2)); warmup_jobs.py)
     YUE2_RENDER_SMS       auto (default) | 0 | K: the batch command's overlap — the render confined to a CUDA green
                           context of K SMs (the AR keeps all), or 0: a low-priority stream (batch/streams.py)
@@ -54,13 +54,15 @@ def choice(name: str, allowed: tuple[str, ...], default: str) -> str:
     return value
 
 
-def integer(name: str, default: int | None, minimum: int = 0) -> int | None:
-    """The integer switch `name` (decimal digits, ≥ `minimum`), unset (or empty) the default. RequestError
-    otherwise."""
+def integer(name: str, default: int | None, minimum: int = 0, maximum: int | None = None) -> int | None:
+    """The integer switch `name` (decimal digits, in [`minimum`, `maximum`]), unset (or empty) the default.
+    RequestError otherwise."""
     value = os.environ.get(name, "").strip()
     if value == "":
         return default
-    if not (value.isascii() and value.isdigit()) or int(value) < minimum:
-        raise RequestError(f"the environment variable {name} must be an integer ≥ {minimum} (or unset), "
+    bounds = f"≥ {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    if (not (value.isascii() and value.isdigit()) or len(value) > 18 or int(value) < minimum
+            or (maximum is not None and int(value) > maximum)):
+        raise RequestError(f"the environment variable {name} must be an integer {bounds} (or unset), "
                            f"got {value!r}")
     return int(value)

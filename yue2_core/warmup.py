@@ -49,6 +49,7 @@ directory that is read-only or full is replaced for this process by a fresh temp
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -123,8 +124,8 @@ def cache_problem(path: str, min_free: int = MIN_FREE_BYTES) -> str | None:
 
 def ensure_cache_dir() -> str:
     """Make sure this process's Triton compiles can be cached: when `triton_cache_dir()` is read-only or full, point
-    TRITON_CACHE_DIR at a fresh temporary directory for this process (Triton reads it at each compile) with one
-    warning. Checked once per directory and process. Returns the directory in use."""
+    TRITON_CACHE_DIR at a fresh temporary directory for this process (Triton reads it at each compile; removed at
+    exit) with one warning. Checked once per directory and process. Returns the directory in use."""
     with _CACHE_LOCK:
         path = triton_cache_dir()
         if path in _CACHE_CHECKED:
@@ -134,8 +135,9 @@ def ensure_cache_dir() -> str:
         if problem is not None:
             use = tempfile.mkdtemp(prefix="yue2-triton-cache-")
             os.environ["TRITON_CACHE_DIR"] = use
+            atexit.register(shutil.rmtree, use, True)  # this process's alone: removed when it exits
             warnings.warn(f"Triton's cache directory {path} is {problem}: kernels compiled by this process are "
-                          f"cached in {use} instead (they are compiled again in the next process)")
+                          f"cached in {use} instead (removed when the process exits; compiled again in the next)")
         _CACHE_CHECKED[path] = _CACHE_CHECKED[use] = use
         return use
 

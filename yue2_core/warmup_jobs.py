@@ -35,6 +35,7 @@ import warnings
 
 PROCS_SWITCH = "YUE2_WARMUP_PROCS"
 MAX_PROCS = 6  # more children than this compete with the loader and each other for little gain (brief's formula)
+PROCS_LIMIT = 64  # YUE2_WARMUP_PROCS above this is refused: each child is a process importing torch on the GPU
 NEVER_SKIP = ("w8a16",)  # autotuned: its configurations are timed by launching them
 LINE = "YUE2-WARMUP "  # prefix of the children's protocol lines on stdout
 MARKER_DIR = "yue2-warmup"
@@ -85,10 +86,11 @@ def attention_lengths(context: int, rows: int, kv_heads: int, sms: int, bl: int 
 
 # -- how many children ---------------------------------------------------------------------------------------------
 def procs(cpu_count: int | None = None) -> int:
-    """Children of a warm-up whose plan is not in the cache: $YUE2_WARMUP_PROCS when set (an integer ≥ 0; 0 = the
-    in-process warm-up only), else min(MAX_PROCS, max(1, cpus // 2)). RequestError for another value."""
+    """Children of a warm-up whose plan is not in the cache: $YUE2_WARMUP_PROCS when set (an integer in [0,
+    PROCS_LIMIT]; 0 = the in-process warm-up only), else min(MAX_PROCS, max(1, cpus // 2)). RequestError for another
+    value."""
     from .switches import integer
-    value = integer(PROCS_SWITCH, None, minimum=0)
+    value = integer(PROCS_SWITCH, None, minimum=0, maximum=PROCS_LIMIT)
     if value is not None:
         return value
     cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 2)

@@ -55,7 +55,7 @@ def test_bad_rows_each_named(tmp_path):
     assert "'style' and 'tags' are both given and differ" in errors[10]
     assert "'prompt' does not equal" in errors[11]
     assert "not an object" in errors[12]
-    assert "semantic_sampling" in errors[13] and "top_k must be ≥ 1" in errors[13]
+    assert "semantic_sampling: top_k must be ≥ 1" in errors[13]  # the field named once (not "… semantic sampling:")
     assert "unknown sampling fields ['colour']" in errors[14]
     assert "has no 'id'" in errors[15]
     assert "min_tokens must be in [0, max_tokens=50], got 200" in errors[16]

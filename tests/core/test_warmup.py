@@ -1,6 +1,8 @@
 """Cold-start warm-up (yue2_core/warmup.py) on the CPU: when it runs, its switch, the shadow model's module kinds and
 shapes against the real loader, Triton's cache directory fallback, cancel and failure leaving the engine usable."""
 import os
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -109,6 +111,24 @@ def test_read_only_cache_dir_one_warning_and_a_writable_fallback(tmp_path, monke
     assert len(caught) == 1 and str(ro) in str(caught[0].message)
     assert used != str(ro) and os.environ["TRITON_CACHE_DIR"] == used and warmup.cache_problem(used) is None
     assert warmup.cache_problem(str(tmp_path), min_free=2 ** 62).startswith("full")
+
+
+def test_the_fallback_cache_dir_is_removed_when_the_process_exits(tmp_path):
+    """Before: one /tmp/yue2-triton-cache-* folder was left behind by every process that needed the fallback."""
+    code = ("import os, warnings\n"
+            "from yue2_core import warmup\n"
+            "warmup.cache_problem = lambda path, min_free=0: 'not writable (simulated)' if path == os.environ["
+            "'TRITON_CACHE_DIR'] and 'yue2-triton-cache-' not in path else None\n"
+            "warnings.simplefilter('ignore')\n"
+            "used = warmup.ensure_cache_dir()\n"
+            "open(os.path.join(used, 'kernel.bin'), 'w').write('x')\n"
+            "print(used)\n")
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    used = proc.stdout.strip().splitlines()[-1]
+    assert os.path.basename(used).startswith("yue2-triton-cache-") and used.startswith(str(tmp_path))
+    assert not os.path.exists(used)
 
 
 def _fake(stop_after=None, fail=False):
@@ -241,10 +261,10 @@ def test_procs_switch(monkeypatch):
     monkeypatch.delenv("YUE2_WARMUP_PROCS", raising=False)
     assert warmup_jobs.procs(16) == 6 and warmup_jobs.procs(2) == 1 and warmup_jobs.procs(1) == 1
     assert warmup_jobs.procs(8) == 4
-    for good, n in (("0", 0), ("3", 3), (" 12 ", 12)):
+    for good, n in (("0", 0), ("3", 3), (" 12 ", 12), ("64", 64)):
         monkeypatch.setenv("YUE2_WARMUP_PROCS", good)
         assert warmup_jobs.procs(16) == n
-    for bad in ("-1", "two", "1.5", "٣"):
+    for bad in ("-1", "two", "1.5", "٣", "65", "1000000000", "9" * 40):  # a process each: at most 64
         monkeypatch.setenv("YUE2_WARMUP_PROCS", bad)
         with pytest.raises(RequestError, match="YUE2_WARMUP_PROCS"):
             warmup_jobs.procs(16)

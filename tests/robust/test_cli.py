@@ -4,6 +4,7 @@ before any checkpoint is read (the checkpoint given is deliberately missing)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -180,3 +181,19 @@ def test_cli_render_keeps_the_songs_budget_and_finds_a_relative_checkpoint(tmp_p
     assert again.returncode == 0, again.stderr[-2000:]
     assert "recorded in the song's config.json" in again.stderr or "x.safetensors" in again.stderr
     assert json.loads(again.stdout)["semantic_tokens"] <= 10
+
+
+def test_a_checkpoint_path_that_exists_but_is_not_a_file_is_named(tmp_path, monkeypatch):
+    """Before: --checkpoint /dev/null (or a FIFO) said "checkpoint not found" although the path exists."""
+    import pytest
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights.locate import find_checkpoint
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/null", "a character device"), (str(fifo), "a FIFO")):
+        with pytest.raises(CheckpointError, match=f"is {kind}.*not a file") as err:
+            find_checkpoint(path, download=False)
+        assert "not found" not in str(err.value)
+        monkeypatch.setenv("YUE2_CHECKPOINT", path)
+        with pytest.raises(CheckpointError, match=f"points to {kind}"):
+            find_checkpoint(None, download=False)

@@ -167,16 +167,18 @@ def _preset(base, overrides, name: str):
         return base
     if not isinstance(overrides, dict):
         raise RequestError(f"'{name}' must be an object of sampling fields, got {type(overrides).__name__}")
+    phase = name.split("_")[0]
     try:
-        return base.merged(overrides).validate(name.split("_")[0])
+        return base.merged(overrides).validate(phase)
     except RequestError as exc:
+        message = str(exc).removeprefix(f"{phase} sampling: ")  # the field's name is said once, below
         hint = ""
         short = overrides.get("max_tokens")
         if "min_tokens" not in overrides and type(short) is int and 0 < short < base.min_tokens:
             # the vendor refuses min > max too (runtime.md §2.1); say where the min comes from and what to add
             hint = (f" — the preset's min_tokens is {base.min_tokens} (runtime.md §2.1 defaults); give min_tokens "
                     f"too, e.g. {{\"min_tokens\": 0, \"max_tokens\": {overrides['max_tokens']}}}")
-        raise RequestError(f"{name}: {exc}{hint}") from None
+        raise RequestError(f"{name}: {message}{hint}") from None
 
 
 def read_score_file(value, root: Path) -> str:

@@ -61,14 +61,20 @@ def hf_vendor_snapshot() -> Path | None:
 def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple[str, str]:
     """Return (path, how it was found): a file or a vendor folder. Raises CheckpointError with the download
     instructions when nothing is available."""
+    from .checkpoint import not_a_file
     if explicit:
         if not (os.path.isfile(explicit) or os.path.isdir(explicit)):
-            raise CheckpointError(f"checkpoint not found: {explicit}. {WHERE_TO_GET}")
+            kind = not_a_file(explicit)  # it exists, but is a FIFO / device / socket
+            raise CheckpointError(f"checkpoint {explicit} is {kind}, not a file (a checkpoint is a .safetensors file "
+                                  "or a vendor model folder)" if kind else
+                                  f"checkpoint not found: {explicit}. {WHERE_TO_GET}")
         return explicit, "given path"
     env = os.environ.get("YUE2_CHECKPOINT")
     if env:
         if not (os.path.isfile(env) or os.path.isdir(env)):
-            raise CheckpointError(f"$YUE2_CHECKPOINT points to a missing file or folder: {env}")
+            kind = not_a_file(env)
+            raise CheckpointError(f"$YUE2_CHECKPOINT points to {kind}, not a checkpoint file or folder: {env}"
+                                  if kind else f"$YUE2_CHECKPOINT points to a missing file or folder: {env}")
         return env, "$YUE2_CHECKPOINT"
     for folder in comfy_checkpoint_dirs():
         found = yue2_files(folder) + vendor_folders(folder)
