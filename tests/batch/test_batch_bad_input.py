@@ -42,6 +42,7 @@ def test_bad_rows_each_named(tmp_path):
         '{"id": "samp2", "abc_sampling": {"colour": 1}}',                        # 14 unknown override
         '{"style": "no id"}',                                                    # 15 no id
         '{"id": "short", "semantic_sampling": {"max_tokens": 50}}',              # 16 max under the preset's min
+        '{"id": "OK", "style": "pop"}',                                          # 17 "ok" but for case
     ]
     errors, good = _errors(tmp_path, lines)
     assert [g.id for g in good] == ["ok"] and good[0].request.abc == SCORE
@@ -58,9 +59,10 @@ def test_bad_rows_each_named(tmp_path):
     assert "semantic_sampling: top_k must be ≥ 1" in errors[13]  # the field named once (not "… semantic sampling:")
     assert "unknown sampling fields ['colour']" in errors[14]
     assert "has no 'id'" in errors[15]
+    assert "id 'OK' differs from 'ok' (line 1) only in case" in errors[17]
     assert "min_tokens must be in [0, max_tokens=50], got 200" in errors[16]
     assert "preset's min_tokens is 200" in errors[16] and '"min_tokens": 0, "max_tokens": 50' in errors[16]
-    assert len(errors) == 15
+    assert len(errors) == 16
 
 
 def test_matching_prompt_and_metadata_accepted(tmp_path):

@@ -64,9 +64,9 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
     `max_abc_tokens` cap every row's budgets (as `generate --max-seconds / --max-abc-tokens`).
 
     Raises RequestError for the file as a whole: missing, not a regular file, larger than 64 MiB, not UTF-8, or
-    holding no request at all. Row problems (not JSON — with its line number —, not an object, no/unsafe/duplicate id,
-    unknown fields, `abc` with `abc_path`, an `abc_path` outside the request file's folder tree or missing, invalid
-    values) are RowErrors."""
+    holding no request at all. Row problems (not JSON — with its line number —, not an object, no/unsafe/duplicate id
+    or one differing from another only in case, unknown fields, `abc` with `abc_path`, an `abc_path` outside the
+    request file's folder tree or missing, invalid values) are RowErrors."""
     path = Path(path)
     try:
         if not path.is_file():
@@ -83,6 +83,7 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
     good: list[BatchRequest] = []
     bad: list[RowError] = []
     first_line: dict[str, int] = {}
+    folded: dict[str, tuple[str, int]] = {}  # casefolded id → (id, line)
     rows = 0
     # JSONL lines end at "\n" only: str.splitlines would also cut at U+2028, U+2029, U+0085 …, which JSON allows
     # unescaped inside strings (json.dumps(..., ensure_ascii=False) writes them so)
@@ -107,8 +108,15 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
             bad.append(RowError(number, None, f"line {number}: id {rid!r} is already used on line {first_line[rid]}; "
                                               "every row needs a unique id (it names the song's folder)"))
             continue
+        if rid_ok and rid.casefold() in folded:  # one folder on case-insensitive file systems (macOS, Windows)
+            other, at = folded[rid.casefold()]
+            bad.append(RowError(number, None, f"line {number}: id {rid!r} differs from {other!r} (line {at}) only "
+                                              "in case; their song folders would be one folder on macOS and Windows "
+                                              "file systems — give every row an id unique regardless of case"))
+            continue
         if rid_ok:
             first_line[rid] = number
+            folded[rid.casefold()] = (rid, number)
         try:
             good.append(parse_row(row, number, root, max_seconds=max_seconds, max_abc_tokens=max_abc_tokens))
         except YuE2Error as exc:
