@@ -118,16 +118,23 @@ def test_max_batch_over_budget_names_the_largest_that_fits(tmp_path, engine):
     req = write_requests(tmp_path / "in")
     out = tmp_path / "out"
     kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never, weights_bytes=0)
-    with pytest.raises(RequestError) as exc:
-        run_batch(BatchOptions(str(req), str(out), max_batch=64, budget_gib=0.002, max_abc_tokens=ABC_CAP), **kw)
-    most = int(re.search(r"--max-batch 64 does not fit: at most (\d+) songs fit", str(exc.value)).group(1))
-    assert 1 <= most < 64 and f"use --max-batch {most}" in str(exc.value)
+    with pytest.raises(RequestError) as exc:  # 5 songs: 64 means 5 rows, and fewer fit
+        run_batch(BatchOptions(str(req), str(out), max_batch=64, budget_gib=0.001, max_abc_tokens=ABC_CAP), **kw)
+    most = int(re.search(r"--max-batch 64 \(the queue's 5 songs\) does not fit: at most (\d+) songs fit",
+                         str(exc.value)).group(1))
+    assert 1 <= most < 5 and f"use --max-batch {most}" in str(exc.value)
+    assert "MiB" in str(exc.value) and "0.000 GiB" not in str(exc.value)  # small sizes in readable units
     assert not out.exists()
+    with pytest.raises(AssertionError, match="must not load"):  # more rows than songs: sized for the 5 songs
+        run_batch(BatchOptions(str(req), str(out), max_batch=64, budget_gib=0.002, max_abc_tokens=ABC_CAP), **kw)
+    assert json.loads((out / "batch.json").read_text("utf-8"))["settings"]["max_batch"] == 5
+    import shutil
+    shutil.rmtree(out)
     with pytest.raises(RequestError, match="not even one song fits"):
         run_batch(BatchOptions(str(req), str(out), budget_gib=0.001, max_abc_tokens=ABC_CAP),
                   **{**kw, "weights_bytes": 2 ** 30})
     with pytest.raises(AssertionError, match="must not load"):  # the largest that fits is accepted
-        run_batch(BatchOptions(str(req), str(out), max_batch=most, budget_gib=0.002, max_abc_tokens=ABC_CAP), **kw)
+        run_batch(BatchOptions(str(req), str(out), max_batch=most, budget_gib=0.001, max_abc_tokens=ABC_CAP), **kw)
     assert json.loads((out / "batch.json").read_text("utf-8"))["settings"]["max_batch"] == most
 
 

@@ -284,3 +284,66 @@ def test_continuous_with_ray_or_rows_one_at_a_time_is_refused(tmp_path, engine):
         run_batch(opts, tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=lambda: engine,
                   runner=object())
     assert not (tmp_path / "out").exists()
+
+
+def test_a_song_alone_in_its_group_is_the_song_it_is_in_a_larger_queue(engine):
+    """Break-it finding: a group of one left the batch decoder for the portable loop (another sampler on the CPU),
+    so a song changed with its neighbours — and a `--resume` that ran it alone gave another song. Now every song of
+    a continuous batch goes through the refill decoder, one row or many."""
+    from yue2_core.batch.runner import iter_songs
+    items = _items()
+    songs = {}
+
+    def run(queue, tag):
+        for o in iter_songs(engine, queue, deliver=lambda item, song: songs.setdefault((tag, item.id), song)
+                            and item.id, max_batch=2, steps=STEPS, continuous=True, overlap=False):
+            assert o.status == "complete", o.error
+    run(items, "all")
+    for item in (items[0], items[2]):  # full-model (planned by the model), off-cfg (its own CFG group)
+        run([item], item.id)
+        alone, among = songs[(item.id, item.id)], songs[("all", item.id)]
+        assert alone.score.abc_ids == among.score.abc_ids and alone.tokens.codes == among.tokens.codes, item.id
+
+
+def test_resume_refuses_another_batching_mode(tmp_path, engine):
+    """Break-it finding: --resume --continuous finished a static batch's album (and the reverse) with other songs."""
+    from yue2_core.batch.driver import BatchOptions, run_batch
+    from yue2_core.errors import RequestError
+    req = write_requests(tmp_path / "in")
+
+    def never():
+        raise AssertionError("must not load")
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=never)
+    for made, resumed, said in ((None, True, "static batches"), (True, False, "made with --continuous")):
+        out = tmp_path / f"out-{resumed}"
+        out.mkdir()
+        settings = {"steps": 2, "ode_method": "midpoint", **({} if made is None else {"continuous": made})}
+        (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": settings}), "utf-8")
+        before = (out / "batch.json").read_bytes()
+        with pytest.raises(RequestError, match=said):
+            run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, continuous=resumed), **kw)
+        assert (out / "batch.json").read_bytes() == before
+
+
+def test_without_the_overlap_songs_are_saved_wave_by_wave(engine, monkeypatch):
+    """Break-it finding: without the overlap nothing was saved until the whole queue's AR phases ended. The queue
+    now runs in waves of WAVE × max-batch songs, each rendered and saved before the next wave decodes."""
+    import yue2_core.fast as fast
+    from yue2_core.batch import continuous
+    from yue2_core.batch.runner import iter_songs
+    from yue2_core.fast.decode import generate as one_row_decoder
+    from yue2_core.fast.refill import RefillDecoder
+    monkeypatch.setattr(fast, "select_generate", lambda ar: one_row_decoder)
+    monkeypatch.setattr(continuous, "WAVE", 1)
+    events, real = [], RefillDecoder.iter_queue
+
+    def iter_queue(self, on_block=None):
+        events.append(("decode", len(self.queue)))
+        return real(self, on_block)
+    monkeypatch.setattr(RefillDecoder, "iter_queue", iter_queue)
+    outcomes = list(iter_songs(engine, _items(), deliver=lambda item, song: events.append(("save", item.id))
+                               or item.id, max_batch=2, steps=STEPS, continuous=True, overlap=False))
+    assert all(o.status == "complete" for o in outcomes) and len(outcomes) == 5
+    saves = [i for i, e in enumerate(events) if e[0] == "save"]
+    decodes = [i for i, e in enumerate(events) if e[0] == "decode"]
+    assert saves[1] < decodes[-1], events  # the first wave's songs were saved before the last wave decoded

@@ -9,15 +9,19 @@ song's prompt at once:
    supplied or cot off are planned directly, as in the static path);
 2. **semantic**: one decoder per group of `semantic_key` (cot off or not, CFG scale, the semantic preset's settings
    but its budgets: songs of different lengths share a decoder, each row with its own budget); each song leaves its
-   row the moment it ends and goes straight on: with the overlap to the render worker (`_RenderStage`,
-   one song per hand-over, rendered in the order the songs end), without it into a list rendered after the phase.
+   row the moment it ends and goes straight on: with the overlap to the render worker (`_RenderStage`, one song per
+   hand-over, rendered in the order the songs end); without it the queue runs in waves of `WAVE` × `max_batch`
+   songs, each wave's songs rendered and saved once its AR phases are done (the memory rule without the overlap:
+   the render starts after the decoder freed its buffers), so an interruption loses at most one wave's AR work.
 
-Outcomes are yielded as songs finish (not in the queue's order; the driver files them by line). The same songs as
-the static path and as `generate` alone: each row samples from its own seed's draws and prompt (`fast.refill`).
-A decoder that raises (out of memory, a kernel failure) leaves its unfinished songs to run alone, one at a time,
-as `_run_group` does; a song with NaN logits fails alone. Ctrl-C: the render worker stops at its next step, the
-songs it finished are yielded, the interrupt propagates. Memory: a row's K/V holds the group's longest prompt plus
-the phase budget — what `memory.size_batch` already counts per row (the largest song of the batch).
+Every song goes through the refill decoder, also a group of one, so a song never depends on its neighbours in the
+queue (nor on a `--resume` running it alone). Outcomes are yielded as songs finish (not in the queue's order; the
+driver files them by line). The same songs as `generate` alone with the GPU's decoder: each row samples from its own
+seed's draws and prompt (`fast.refill`). A decoder that raises (out of memory, a kernel failure) leaves its
+unfinished songs to be decoded again one by one (one-row decoders), so only a failing song fails; a song with NaN
+logits fails alone. Ctrl-C: the render worker stops at its next step, the songs it finished are yielded, the
+interrupt propagates. Memory: a row's K/V holds the group's longest prompt plus the phase budget — what
+`memory.size_batch` already counts per row (the largest song of the batch).
 """
 from __future__ import annotations
 
@@ -28,7 +32,10 @@ from typing import Iterator
 
 from ..errors import brief
 from .runner import (_Job, _Meter, _outcome, _RenderStage, _release, _finish, _groups, _plan_phase,
-                     _semantic_entries, _store_tokens, semantic_single, semantic_tokens, score_of)
+                     _semantic_entries, _store_tokens, semantic_tokens, score_of)
+
+
+WAVE = 4  # without the overlap, the queue runs in waves of WAVE × max_batch songs, each rendered and saved after its AR
 
 
 def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver, meter: _Meter, method: str,
@@ -37,41 +44,28 @@ def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver
     (module docstring)."""
     jobs = [_Job(item) for item in queue]
     stage = _RenderStage(engine, steps, deliver, meter, method) if overlap else None
+    size = len(jobs) if stage is not None else WAVE * max_batch
     pending: list = []
-    rendered_later: list = []
     try:
-        ar_context = stage.ar_context() if stage is not None else contextlib.nullcontext()
-        with ar_context:
-            _plan_phase(engine, jobs, True, meter, rows=max_batch)
-        for job in jobs:
-            if job.error is not None:
-                yield _outcome(job)
-        entries = _semantic_entries(engine, [j for j in jobs if j.error is None], True, meter)
-        for job in jobs:  # rows whose semantic prompt could not be built
-            if job.error is not None and job.stage == "semantic":
-                yield _outcome(job)
-        for group in _groups(entries, lambda e: semantic_key(e[0].item)):
-            source = semantic_source(engine, group, max_batch, meter)
-            with ar_context:
-                finished = run_queue(group, "semantic", source, lambda e: semantic_single(engine, e, meter), meter,
-                                     _store_tokens)
-                for job in finished:
-                    if job.error is not None:
-                        yield _outcome(job)
-                    elif stage is None:
-                        rendered_later.append(job)
-                    else:
-                        pending.append(stage.submit([job]))
+        for start in range(0, len(jobs), size):
+            wave, finished = jobs[start:start + size], []
+            for job in _ar_phases(engine, wave, max_batch, meter, stage):
+                if job.error is not None:
+                    yield _outcome(job)
+                elif stage is None:
+                    finished.append(job)
+                else:
+                    pending.append(stage.submit([job]))
+                if stage is not None:
                     yield from _ready(pending, stage)
-        if stage is None:
-            _release(engine)
-            for job in rendered_later:
-                _finish(engine, job, steps, deliver, meter, method=method)
-                yield _outcome(job)
-        else:
-            for handoff in pending:
-                yield from handoff.take(True, stage.thread)
-                handoff.check()
+            if stage is None:  # this wave's AR memory is free before its songs render (the memory rule)
+                _release(engine)
+                for job in finished:
+                    _finish(engine, job, steps, deliver, meter, method=method)
+                    yield _outcome(job)
+        for handoff in pending:
+            yield from handoff.take(True, stage.thread)
+            handoff.check()
     except KeyboardInterrupt:
         if stage is not None:
             stage.close()  # the worker stops at its next step; the songs it finished are still reported
@@ -83,6 +77,25 @@ def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver
             stage.close()
 
 
+def _ar_phases(engine, jobs: list, max_batch: int, meter: _Meter, stage) -> Iterator:
+    """The plan phase of `jobs`, then their semantic phase; yields each job once it failed or its music tokens are
+    decoded (a song as soon as its row ends)."""
+    ar_context = stage.ar_context() if stage is not None else contextlib.nullcontext()
+    with ar_context:
+        _plan_phase(engine, jobs, True, meter, rows=max_batch)
+    for job in jobs:
+        if job.error is not None:
+            yield job
+    entries = _semantic_entries(engine, [j for j in jobs if j.error is None], True, meter)
+    for job in jobs:  # rows whose semantic prompt could not be built
+        if job.error is not None and job.stage == "semantic":
+            yield job
+    for group in _groups(entries, lambda e: semantic_key(e[0].item)):
+        with ar_context:
+            yield from run_queue(group, "semantic", lambda part: semantic_source(engine, part, max_batch, meter),
+                                 meter, _store_tokens)
+
+
 def _ready(pending: list, stage) -> Iterator:
     """Outcomes the render worker finished so far (without waiting); an exception that escaped it is re-raised."""
     for handoff in pending:
@@ -90,35 +103,39 @@ def _ready(pending: list, stage) -> Iterator:
         handoff.check()
 
 
-def run_queue(group: list, stage: str, source, single, meter: _Meter, store) -> Iterator:
-    """One phase of `group` (entries whose first item is the `_Job`) through `source` (a generator of (index in
-    group, result | exception) from a `RefillDecoder`); yields each job once its phase ended, stored or failed. If
-    the decoder raises, the songs it had not finished run alone (`single`), so only a failing song fails."""
+def run_queue(group: list, stage: str, decode, meter: _Meter, store) -> Iterator:
+    """One phase of `group` (entries whose first item is the `_Job`) through `decode(entries)` (a generator of
+    (index in entries, result | exception) from one `RefillDecoder`, even for one song: a song's tokens never depend
+    on how many others share its group); yields each job once its phase ended, stored or failed. If the decoder
+    raises, each song it had not finished is decoded again on its own (the same decoder, one row), so only a failing
+    song fails."""
     left = dict(enumerate(group))
-    if len(group) > 1:
-        try:
-            for index, result in source:
-                job = left.pop(index)[0]
-                if isinstance(result, Exception):
-                    job.fail(stage, result)
-                else:
-                    store(job, result)
-                    job.rows = min(len(group), source_rows(result))
-                    meter.tokens += result.timing.get("output_tokens", 0)
-                    job.timing[f"{stage}_seconds"] = result.timing.get("seconds", 0.0)
-                yield job
-        except Exception as exc:  # noqa: BLE001 - the unfinished songs run alone below
-            warnings.warn(f"continuous batching of the {stage} phase stopped ({brief(exc)}); its {len(left)} "
-                          "unfinished songs run one at a time")
-    for e in left.values():
-        job, t = e[0], time.perf_counter()
-        try:
-            r = single(e)
-            store(job, r)
-            meter.tokens += r.timing.get("output_tokens", 0)
-        except Exception as exc:  # noqa: BLE001
-            job.fail(stage, exc)
-        job.timing[f"{stage}_seconds"] = time.perf_counter() - t
+    try:
+        yield from _take(group, decode(group), left, stage, meter, store, lambda i: i)
+    except Exception as exc:  # noqa: BLE001 - the unfinished songs run alone below
+        warnings.warn(f"continuous batching of the {stage} phase stopped ({brief(exc)}); its {len(left)} "
+                      "unfinished songs run one at a time")
+        for i, e in list(left.items()):
+            t = time.perf_counter()
+            try:
+                yield from _take([e], decode([e]), left, stage, meter, store, lambda _, i=i: i)
+            except Exception as exc:  # noqa: BLE001
+                left.pop(i, None)
+                e[0].fail(stage, exc)
+                e[0].timing[f"{stage}_seconds"] = time.perf_counter() - t
+                yield e[0]
+
+
+def _take(entries: list, results, left: dict, stage: str, meter: _Meter, store, index_of) -> Iterator:
+    for index, result in results:
+        job = left.pop(index_of(index))[0]
+        if isinstance(result, Exception):
+            job.fail(stage, result)
+        else:
+            store(job, result)
+            job.rows = min(len(entries), source_rows(result))
+            meter.tokens += result.timing.get("output_tokens", 0)
+            job.timing[f"{stage}_seconds"] = result.timing.get("seconds", 0.0)
         yield job
 
 

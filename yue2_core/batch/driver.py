@@ -174,8 +174,8 @@ def _metadata_edited(folder: Path) -> list[str]:
 
 
 def _check_resume_settings(out: Path, options: "BatchOptions") -> None:
-    """--resume with other --steps / --ode-method than the batch.json in `out` records: RequestError before any
-    work (finishing it so would leave an album rendered two ways). A batch.json under which no song completed
+    """--resume with other --steps / --ode-method / --continuous than the batch.json in `out` records: RequestError
+    before any work (finishing it so would leave an album made two ways). A batch.json under which no song completed
     (e.g. a resume whose rows were all refused) says nothing about the songs: the rows' own checks decide."""
     from .summary import load_summary
     saved = load_summary(out)
@@ -185,6 +185,9 @@ def _check_resume_settings(out: Path, options: "BatchOptions") -> None:
     wanted = {"--steps": (settings.get("steps"), options.steps),
               "--ode-method": (settings.get("ode_method", "midpoint"), options.method)}
     differ = [f"{flag} {old}" for flag, (old, new) in wanted.items() if old is not None and old != new]
+    made_continuous = bool(settings.get("continuous", False))  # batch.json before continuous batching: static
+    if made_continuous != bool(options.continuous):  # other batch rows, other sampling streams: other songs
+        differ.append("--continuous" if made_continuous else "static batches (no --continuous)")
     if differ:
         raise RequestError(f"{out} was made with {' '.join(differ)} (its batch.json); resume it with the same "
                            f"option{'s' if len(differ) > 1 else ''}, or give a new --output folder")
@@ -262,7 +265,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
         else:
             stage = max(stage_bytes(dims, vae, dtype_bytes, c, i, on_cuda) for c, i in stages)
             max_batch = size_batch(max(sizes), budget_bytes=budget, weights_bytes=weights_bytes,
-                                   max_batch=options.max_batch, on_cuda=on_cuda, stage=stage,
+                                   max_batch=options.max_batch, on_cuda=on_cuda, stage=stage, songs=len(todo),
                                    overlap=bool(overlap) and runner is None
                                    and len(todo) > (1 if options.continuous else options.max_batch or 1))
     summary.settings["max_batch"] = max_batch

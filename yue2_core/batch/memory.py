@@ -106,20 +106,29 @@ def fit_batch(budget_bytes: int, weights_bytes: int, per_song: int, headroom: in
     return max(0, room // max(1, int(per_song)))
 
 
+def _size(n: float) -> str:
+    """Bytes for a message: GiB with two decimals, or MiB / KiB for small amounts (never "0.000 GiB")."""
+    for unit, scale in (("GiB", GIB), ("MiB", 2 ** 20)):
+        if n >= 0.1 * scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n / 1024:.1f} KiB"
+
+
 def size_batch(per_song: int, *, budget_bytes: int, weights_bytes: int, max_batch: int | None,
-               on_cuda: bool, default: int = 8, stage: int = 0, overlap: bool = False) -> int:
-    """The batch size: `max_batch` when it fits the budget, else RequestError naming the largest that fits; without
-    `max_batch`, min(`default`, what fits). `stage`: the render stage's bytes (`stage_bytes`), added to the AR
-    batch with `overlap`, else compared with it. RequestError when not even one song fits (the weights alone, one
-    song's K/V, or the render stage)."""
+               on_cuda: bool, default: int = 8, stage: int = 0, overlap: bool = False,
+               songs: int | None = None) -> int:
+    """The batch size: `max_batch` (at most `songs`, the queue's length: no more rows are ever used) when it fits
+    the budget, else RequestError naming the largest that fits; without `max_batch`, min(`default`, what fits).
+    `stage`: the render stage's bytes (`stage_bytes`), added to the AR batch with `overlap`, else compared with it.
+    RequestError when not even one song fits (the weights alone, one song's K/V, or the render stage)."""
     headroom = HEADROOM_BYTES if on_cuda else 0
     most = fit_batch(budget_bytes, weights_bytes, per_song, headroom, stage, overlap)
     render = ""
     if stage:
-        render = (f"; the render stage {stage / GIB:.2f} GiB (NAR render and VAE tile of the longest song"
+        render = (f"; the render stage {_size(stage)} (NAR render and VAE tile of the longest song"
                   f"{', beside the AR batch: --overlap' if overlap else ''})")
-    where = (f"a budget of {budget_bytes / GIB:.2f} GiB (weights {weights_bytes / GIB:.2f} GiB"
-             f"{f', headroom {headroom / GIB:.2f} GiB' if headroom else ''}; each song up to {per_song / GIB:.3f} GiB "
+    where = (f"a budget of {_size(budget_bytes)} (weights {_size(weights_bytes)}"
+             f"{f', headroom {_size(headroom)}' if headroom else ''}; each song up to {_size(per_song)} "
              f"for its K/V cache and sampler{render})")
     if most < 1:
         raise RequestError(f"not even one song fits in {where}; raise --budget or lower the songs' budgets "
@@ -129,10 +138,12 @@ def size_batch(per_song: int, *, budget_bytes: int, weights_bytes: int, max_batc
         return min(default, most)
     if type(max_batch) is not int or max_batch < 1:
         raise RequestError(f"--max-batch must be a positive integer, got {max_batch!r}")
-    if max_batch > most:
-        raise RequestError(f"--max-batch {max_batch} does not fit: at most {most} songs fit in {where}; use "
+    rows = max_batch if songs is None else min(max_batch, max(1, songs))
+    if rows > most:
+        queue = f" (the queue's {songs} songs)" if rows < max_batch else ""
+        raise RequestError(f"--max-batch {max_batch}{queue} does not fit: at most {most} songs fit in {where}; use "
                            f"--max-batch {most} or a larger --budget")
-    return max_batch
+    return rows
 
 
 def weights_bytes(info, compute_fp32: bool) -> int:

@@ -238,7 +238,7 @@ def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter, rows: int | No
             _run_group(group, "plan", batch, single, meter, store)
             continue
         from .continuous import plan_source, run_queue
-        for _ in run_queue(group, "plan", plan_source(engine, group, rows, meter), single, meter, store):
+        for _ in run_queue(group, "plan", lambda part: plan_source(engine, part, rows, meter), meter, store):
             pass
 
 
