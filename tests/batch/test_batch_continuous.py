@@ -141,6 +141,10 @@ def test_bad_queues_are_refused(engine):
     with pytest.raises(RequestError, match="queued song 'b': .*min_tokens must be in"):  # a song's own budget
         RefillDecoder(engine.ar, [QueuedSong("a", [1, 2], 1), QueuedSong("b", [1, 2], 1, None, 50, 20)], 1, s,
                       "semantic")
+    # a long prompt with a short budget beside a short prompt with a long one: each fits, so the queue does
+    long_prompt, short_prompt = QueuedSong(0, [1] * 20000, 1, None, 0, 1000), QueuedSong(1, [1] * 10, 2, None, 0, 9000)
+    dec = RefillDecoder(engine.ar, [long_prompt, short_prompt], 2, s, "semantic")
+    assert dec._capacity() == 21001 and dec.s.max_tokens == 9000
     with pytest.raises(BudgetError, match="at most"):  # the last song of the queue, not only the first rows
         RefillDecoder(engine.ar, [QueuedSong(0, [1, 2], 1), QueuedSong(1, [1] * 24600, 2)], 1, s, "semantic")
 

@@ -314,12 +314,12 @@ def sample_tail(logits, G: int, cfg: float, s: Sampling, phase: str, step, ring,
 class PhaseDecoder:
     """One AR phase for G songs sampled in one batch (`seeds[g]` per song). `prefixes[g]` / `negatives[g]`: token
     lists; CFG when cfg_scale ≠ 1. `forced` teacher-forces the first tokens of every song. Raises BudgetError when
-    a prefix + max_tokens exceeds the context."""
+    a prefix + max_tokens (`row_budgets[g]` when given: each song's own, `fast.refill`) exceeds the context."""
 
     def __init__(self, ar, prefixes: list[list[int]], sampling: Sampling, seeds: list[int], phase: str, *,
                  negatives: list[list[int]] | None = None, cfg_scale: float = 1.0, legacy_off: bool = False,
                  forced: list[int] | None = None, use_graph: bool | None = None, block: int = 16,
-                 compile: bool | None = None, fused: bool | None = None):
+                 compile: bool | None = None, fused: bool | None = None, row_budgets: list[int] | None = None):
         if phase not in SLICES:
             raise RequestError(f"phase must be 'abc' or 'semantic', got {phase!r}")
         self.ar, self.s, self.phase, self.legacy_off = ar, sampling.validate(phase), phase, legacy_off
@@ -332,9 +332,11 @@ class PhaseDecoder:
             if negatives is None or len(negatives) != self.G:
                 raise RequestError("CFG (cfg_scale ≠ 1) needs one negative prefix per song")
             rows += list(negatives)
-        for ids in rows:
-            if len(ids) + sampling.max_tokens > CONTEXT:
-                raise BudgetError(f"prompt ({len(ids)} tokens) + {phase} budget ({sampling.max_tokens}) exceeds the "
+        budgets = (list(row_budgets) * (len(rows) // self.G) if row_budgets is not None
+                   else [sampling.max_tokens] * len(rows))
+        for ids, budget in zip(rows, budgets):
+            if len(ids) + budget > CONTEXT:
+                raise BudgetError(f"prompt ({len(ids)} tokens) + {phase} budget ({budget}) exceeds the "
                                   f"{CONTEXT}-token context; at most {CONTEXT - len(ids)} {phase} tokens fit")
         self.rows, self.R = rows, len(rows)
         self.device, self.dtype = ar.device, ar.dtype

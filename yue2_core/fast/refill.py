@@ -85,12 +85,13 @@ class RefillDecoder(PhaseDecoder):
                     raise BudgetError(f"prompt ({len(ids)} tokens) + {phase} budget ({own.max_tokens}) "
                                       f"exceeds the {CONTEXT}-token context; at most {CONTEXT - len(ids)} {phase} "
                                       "tokens fit")
-        # the decoder's preset: the songs' shared settings, with the largest budget (buffers are sized by it)
-        sampling = replace(sampling, min_tokens=0, max_tokens=max(b[1] for b in self.budgets))
         first = queue[:rows]
-        super().__init__(ar, [q.prefix for q in first], sampling, [q.seed for q in first], phase,
+        # the decoder's preset: the songs' shared settings with the queue's largest budget (buffers are sized by it)
+        super().__init__(ar, [q.prefix for q in first], replace(sampling, min_tokens=0, max_tokens=max(
+                             b[1] for b in self.budgets)), [q.seed for q in first], phase,
                          negatives=[q.negative for q in first] if cfg else None, cfg_scale=cfg_scale,
-                         legacy_off=legacy_off, use_graph=use_graph, block=block, fused=fused)
+                         legacy_off=legacy_off, use_graph=use_graph, block=block, fused=fused,
+                         row_budgets=[b[1] for b in self.budgets[:rows]])
         self.queue = queue
         self.shared = 0  # rows change: no common prefix to read once
         self._step_rows, self._spare = self.G, 1
