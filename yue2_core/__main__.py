@@ -715,8 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "off on the CPU; the songs are the same either way)")
     b.add_argument("--continuous", action="store_true", help="continuous batching: each AR phase decodes the whole "
                    "queue on --max-batch rows and a row whose song ended takes the next song at once, instead of "
-                   "batches that last as long as their longest song (same songs; docs/batch.md). Off by default "
-                   "until measured on a GPU; not with --ray")
+                   "batches that last as long as their longest song (each song as the GPU decoder makes it alone; on the "
+                   "CPU not the songs of static batches, which run rows one at a time with another sampler: "
+                   "docs/batch.md). Off by default until measured on a GPU; not with --ray")
     b.add_argument("--ray", metavar="auto|ADDRESS", default=None, help="spread the queue over a Ray cluster, one "
                    "engine actor per GPU (auto: the cluster this machine is in, else a new local one; ADDRESS: "
                    "HOST:PORT of the head node or ray://HOST:PORT); needs pip install .[ray] (docs/batch.md)")
@@ -727,6 +728,16 @@ def build_parser() -> argparse.ArgumentParser:
     next(a for a in b._actions if a.dest == "output").help = "the batch folder (new, or one to --resume)"
     b.set_defaults(func=cmd_batch)
     return p
+
+
+def _exit_on_next_interrupt() -> None:
+    """After a handled Ctrl-C, another one (while the interpreter shuts down and joins its threads) ends the process
+    at once with 130, instead of Python's "Exception ignored in threading._shutdown" traceback."""
+    import signal
+    try:
+        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+    except (ValueError, AttributeError):  # not the main thread
+        pass
 
 
 def _terminate(signum, frame):
@@ -749,9 +760,21 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("cancelled", file=sys.stderr)
+        print("cancelled" + (" (nothing half-written; add --resume to finish the batch)"
+                             if getattr(args, "func", None) is cmd_batch else ""), file=sys.stderr)
         return 130
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == 130:  # cancelled (everything written is complete: songs and batch.json are saved atomically)
+        _exit_on_next_interrupt()  # a further Ctrl-C ends it at once, quietly
+        # The exit handlers run (warm-up children killed, temporary cache removed), then the process ends without
+        # the interpreter's teardown: after a Ctrl-C that landed inside a torch operation, that teardown could end
+        # in a C++ "terminate called without an active exception" abort (exit 134) instead of 130.
+        import atexit
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(status)

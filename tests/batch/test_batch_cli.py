@@ -110,5 +110,6 @@ def test_table_gives_long_errors_in_full():
     s.add(2, "short", "failed", stage="validate", error=long)
     s.add(3, "brief", "failed", stage="validate", error="brief error")
     table = s.table()
-    assert "errors in full:" in table and f"line 2 (short): {long}" in table
+    assert "errors in full:" in table and f"line 2 (short): {long.removeprefix('line 2: ')}" in table
+    assert "line 2 (short): line 2:" not in table  # the line named once
     assert "line 3 (brief)" not in table  # an error the table shows whole is not repeated

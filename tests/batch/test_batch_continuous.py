@@ -276,12 +276,17 @@ def test_batch_command_with_continuous(tmp_path, tiny_ckpt, capsys):
     assert sorted(p.name for p in out.iterdir()) == sorted(["batch.json"] + [r["id"] for r in rows()])
 
 
-def test_continuous_with_ray_or_rows_one_at_a_time_is_refused(tmp_path, engine):
+def test_continuous_with_ray_or_rows_one_at_a_time_is_refused(tmp_path, engine, monkeypatch):
     from yue2_core.batch.driver import BatchOptions, run_batch
     from yue2_core.batch.runner import iter_songs
     from yue2_core.errors import RequestError
     with pytest.raises(RequestError, match="batched AR phases"):
         next(iter_songs(engine, _items(), deliver=lambda i, s: i.id, continuous=True, batched=False))
+    with monkeypatch.context() as m:  # YUE2_FAST=0 on a GPU turns the decoder --continuous needs off: refused
+        m.setenv("YUE2_FAST", "0")
+        m.setattr(type(engine.ar), "device", property(lambda self: torch.device("cuda")))  # refused before any use
+        with pytest.raises(RequestError, match="YUE2_FAST=0"):
+            next(iter_songs(engine, _items(), deliver=lambda i, s: i.id, continuous=True))
     req = write_requests(tmp_path / "in")
     opts = BatchOptions(str(req), str(tmp_path / "out"), continuous=True)
     with pytest.raises(RequestError, match="--continuous or --ray"):

@@ -10,9 +10,12 @@ song's prompt at once:
 2. **semantic**: one decoder per group of `semantic_key` (cot off or not, CFG scale, the semantic preset's settings
    but its budgets: songs of different lengths share a decoder, each row with its own budget); each song leaves its
    row the moment it ends and goes straight on: with the overlap to the render worker (`_RenderStage`, one song per
-   hand-over, rendered in the order the songs end); without it the queue runs in waves of `WAVE` × `max_batch`
-   songs, each wave's songs rendered and saved once its AR phases are done (the memory rule without the overlap:
-   the render starts after the decoder freed its buffers), so an interruption loses at most one wave's AR work.
+   hand-over, rendered in the order the songs end, also while the next wave plans); without it into the wave's list,
+   rendered and saved once the wave's AR phases are done (the memory rule without the overlap: the render starts
+   after the decoder freed its buffers).
+
+The queue runs in waves of `WAVE` × `max_batch` songs (plan, then semantic), so songs reach the disk before the
+whole queue's lead sheets are written, and an interruption loses at most one wave's AR work.
 
 Every song goes through the refill decoder, also a group of one, so a song never depends on its neighbours in the
 queue (nor on a `--resume` running it alone). Outcomes are yielded as songs finish (not in the queue's order; the
@@ -35,7 +38,7 @@ from .runner import (_Job, _Meter, _outcome, _RenderStage, _release, _finish, _g
                      _semantic_entries, _store_tokens, semantic_tokens, score_of)
 
 
-WAVE = 4  # without the overlap, the queue runs in waves of WAVE × max_batch songs, each rendered and saved after its AR
+WAVE = 4  # the queue runs in waves of WAVE × max_batch songs: plan, then semantic (then, without the overlap, render)
 
 
 def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver, meter: _Meter, method: str,
@@ -44,7 +47,7 @@ def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver
     (module docstring)."""
     jobs = [_Job(item) for item in queue]
     stage = _RenderStage(engine, steps, deliver, meter, method) if overlap else None
-    size = len(jobs) if stage is not None else WAVE * max_batch
+    size = WAVE * max_batch
     pending: list = []
     try:
         for start in range(0, len(jobs), size):
@@ -58,7 +61,7 @@ def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver
                     pending.append(stage.submit([job]))
                 if stage is not None:
                     yield from _ready(pending, stage)
-            if stage is None:  # this wave's AR memory is free before its songs render (the memory rule)
+            if stage is None:  # without the overlap: this wave's AR memory is free before its songs render
                 _release(engine)
                 for job in finished:
                     _finish(engine, job, steps, deliver, meter, method=method)
@@ -169,10 +172,14 @@ def _decoded(engine, group: list, rows: int, sampling, phase: str, meter: _Meter
 
     def on_block(live):
         for index, taken in live:
-            own = group[index][2].max_tokens
-            meter.emit(group[index][0].item.id, stage, done=min(taken, own), total=own, rows=len(live),
-                       live=sum(t for _, t in live))
+            if taken:  # a row refilled in this block has not sampled yet
+                own = group[index][2].max_tokens
+                meter.emit(group[index][0].item.id, stage, done=min(taken, own), total=own, rows=len(live),
+                           live=sum(t for _, t in live))
     for index, result in decoder.iter_queue(on_block):
+        if not isinstance(result, Exception):  # the song's last line of this phase: its own count
+            meter.emit(group[index][0].item.id, stage, done=result.timing["output_tokens"],
+                       total=group[index][2].max_tokens, rows=decoder.G)
         yield index, result if isinstance(result, Exception) else convert(group[index], result)
 
 

@@ -135,7 +135,7 @@ def size_batch(per_song: int, *, budget_bytes: int, weights_bytes: int, max_batc
                            "(semantic_sampling.max_tokens, --max-seconds)"
                            + ("; --no-overlap needs less" if overlap and stage else ""))
     if max_batch is None:
-        return min(default, most)
+        return max(1, min(default, most, songs if songs is not None else default))
     if type(max_batch) is not int or max_batch < 1:
         raise RequestError(f"--max-batch must be a positive integer, got {max_batch!r}")
     rows = max_batch if songs is None else min(max_batch, max(1, songs))

@@ -184,7 +184,7 @@ def _preset(base, overrides, name: str):
         short = overrides.get("max_tokens")
         if "min_tokens" not in overrides and type(short) is int and 0 < short < base.min_tokens:
             # the vendor refuses min > max too (runtime.md §2.1); say where the min comes from and what to add
-            hint = (f" — the preset's min_tokens is {base.min_tokens} (runtime.md §2.1 defaults); give min_tokens "
+            hint = (f" — the preset's min_tokens is {base.min_tokens} (the release's default); give min_tokens "
                     f"too, e.g. {{\"min_tokens\": 0, \"max_tokens\": {overrides['max_tokens']}}}")
         raise RequestError(f"{name}: {message}{hint}") from None
 

@@ -159,6 +159,10 @@ def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, ste
     if continuous and batched is not None and not batched:
         from ..errors import RequestError
         raise RequestError("continuous batching refills rows of the batch decoder: it needs batched AR phases")
+    if continuous and engine.ar.device.type == "cuda" and not default_batched(engine.ar):
+        from ..errors import RequestError
+        raise RequestError("--continuous decodes with the fast GPU decoder, which YUE2_FAST=0 turns off: leave out "
+                           "one of them")
     batched = (True if continuous else default_batched(engine.ar)) if batched is None else bool(batched)
     overlap = default_overlap(engine.ar.device) if overlap is None else bool(overlap)
     if continuous:
@@ -543,19 +547,28 @@ class _RenderStage:
             _release(self.engine)
 
     def close(self) -> None:
-        """Stop the worker (at its next ODE step, VAE tile or song when it is busy) and wait for it to end."""
-        if self.closed:
-            return
-        self.closed = True
-        self.stop.set()
-        with self.wake:
-            self.inbox.clear()
-            self.wake.notify()
+        """Stop the worker (at its next ODE step, VAE tile or song when it is busy) and wait for it to end. A
+        second Ctrl-C while waiting is absorbed (the worker is already stopping; leaving it mid-kernel would end
+        the process in an abort at exit); a third one stops the waiting."""
+        if not self.closed:
+            self.closed = True
+            self.stop.set()
+            with self.wake:
+                self.inbox.clear()
+                self.wake.notify()
+        interrupts = 0  # (called again, e.g. from a `finally` after an interrupt cut the first call: waits again)
         try:
             while self.thread.is_alive():
-                self.thread.join(0.1)
+                try:
+                    self.thread.join(0.1)
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    if interrupts >= 2:
+                        raise
         finally:
-            self.capture.__exit__(None, None, None)
+            if self.capture is not None:
+                self.capture.__exit__(None, None, None)
+                self.capture = None
 
 
 def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliver,

@@ -90,10 +90,16 @@ class BatchSummary:
         foot = f"{d['complete']} of {d['expected']} complete, {d['failed']} failed" + (
             f", {d['pending']} not run (interrupted)" if d["pending"] else "")
         # errors cut in the table come whole below it (batch.json has them too)
-        cut = [f"line {r['line']} ({r['id'] or '-'}): {r['error']}" for r in (self.rows[k] for k in sorted(self.rows))
+        cut = [f"line {r['line']} ({r['id'] or '-'}): {_without_line(r['error'], r['line'])}"
+               for r in (self.rows[k] for k in sorted(self.rows))
                if r.get("error") and r["error"].splitlines()[0][:90] != r["error"]]
         errors = ["", "errors in full:", *cut] if cut else []
         return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), foot, *errors])
+
+
+def _without_line(error: str, line) -> str:
+    """A row's error without its own "line N: " prefix (the full-error list names the line already)."""
+    return error.removeprefix(f"line {line}: ")
 
 
 class BatchProgress:
