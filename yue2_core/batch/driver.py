@@ -261,7 +261,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
             overlap = default_overlap("cuda" if on_cuda else "cpu")
         budget = int(options.budget_gib * GIB) if options.budget_gib is not None else free_bytes
         if budget is None:  # nothing measurable: the requested size, or 8
-            max_batch = options.max_batch or 8
+            max_batch = min(options.max_batch or 8, len(todo))
         else:
             stage = max(stage_bytes(dims, vae, dtype_bytes, c, i, on_cuda) for c, i in stages)
             max_batch = size_batch(max(sizes), budget_bytes=budget, weights_bytes=weights_bytes,
