@@ -288,8 +288,9 @@ def sample_tail(logits, G: int, cfg: float, s: Sampling, phase: str, step, ring,
     with the step's Exp(1) draws noise[step] [G, K], teacher forcing (forced_t [max_tokens], −1 = free), then
     out[g, step] ← token, the penalty ring slot step % window ← column, done[g] |= end or budget reached,
     tokens [R] ← the token of each row's song. step [1] long, one step for every row; continuous batching
-    (`fast.refill`): step [G], a step per row, and budget [G, 2] long, each row's (min_tokens, max_tokens). (One Triton kernel doing the same was measured slower
-    on an H200: 605 vs 628 tok/s at batch 1, 422 vs 607 in the ABC phase; docs/experiments/decode_tried_h200.log.)"""
+    (`fast.refill`): step [G], a step per row, and budget [G, 2] long, each row's (min_tokens, max_tokens). (One
+    Triton kernel doing the same was measured slower on an H200: 605 vs 628 tok/s at batch 1, 422 vs 607 in the ABC
+    phase; docs/experiments/decode_tried_h200.log.)"""
     sl = SLICES[phase]
     logits = logits[:G] if cfg == 1.0 else cfg_combine(logits[:G], logits[G:], cfg)
     vals, cols = candidates(logits, s, phase, step, ring, ring_w, mask, legacy_off,
