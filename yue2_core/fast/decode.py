@@ -429,10 +429,7 @@ class PhaseDecoder:
         self.k_cand = 1 if s.temperature == 0 else min(s.top_k + TIE_PAD, self.slice.width)
         self.noise = None
         if s.temperature != 0:
-            draws = [self._draws(seed) for seed in self.seeds]
-            if self._spare:
-                draws = [torch.cat([e, torch.ones(self._spare, self.k_cand, device=dev)]) for e in draws]
-            self.noise = torch.stack(draws, dim=1)  # [max_tokens (+ spare), G, K]
+            self.noise = torch.stack([self._row_draws(g) for g in range(self.G)], dim=1)  # [max_tokens (+ spare), G, K]
         from . import sample_kernels
         if (self.tail_choice == "kernels" and self.fused and self.fns is None
                 and sample_kernels.usable(s, self.k_cand, self.legacy_off)):
@@ -454,6 +451,14 @@ class PhaseDecoder:
     def _capacity(self) -> int:
         """Positions the K/V buffers hold: the longest prompt + the phase's budget."""
         return max(len(r) for r in self.rows) + self.s.max_tokens
+
+    def _row_draws(self, g: int) -> torch.Tensor:
+        """Row g's column of the noise buffer: its song's draws, padded to the buffer's slots (unused Exp(1) = 1)."""
+        return self._padded(self._draws(self.seeds[g]))
+
+    def _padded(self, e: torch.Tensor) -> torch.Tensor:
+        missing = self.s.max_tokens + self._spare - e.shape[0]
+        return e if missing == 0 else torch.cat([e, torch.ones(missing, self.k_cand, device=e.device)])
 
     def _draws(self, seed: int, n: int | None = None) -> torch.Tensor:
         """A song's Exp(1) draws [n, K] fp32 on the device (n: the phase's max_tokens), from a generator seeded with

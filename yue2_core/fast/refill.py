@@ -109,14 +109,12 @@ class RefillDecoder(PhaseDecoder):
         super()._allocate()
         self.live = torch.ones(self.G, dtype=torch.long, device=self.device)
         self.budget = torch.tensor(self.budgets[:self.G], dtype=torch.long, device=self.device)
-        for g, song in enumerate(self.queue[:self.G]):
-            self._own_draws(g, song, self.budgets[g][1])
 
-    def _own_draws(self, g: int, song: QueuedSong, n: int) -> None:
-        """Row g's Exp(1) draws as a single run of this song draws them (its own budget's worth; the rest unused)."""
-        if self.noise is not None:
-            self.noise[:, g] = 1.0
-            self.noise[:n, g] = self._draws(song.seed, n)
+    def _row_draws(self, g: int, index: int | None = None) -> torch.Tensor:
+        """The draws of the queue's song `index` (default: row g's first song) as a single run of it draws them:
+        its own budget's worth, padded to the buffer's slots."""
+        index = g if index is None else index
+        return self._padded(self._draws(self.queue[index].seed, self.budgets[index][1]))
 
     def _step(self, attn_len: int):
         self.live.copy_(~self.done)  # the rows sampling this step (a finished row stays where it is)
@@ -142,7 +140,8 @@ class RefillDecoder(PhaseDecoder):
         self.ring_w[g] = 0.0
         self.out[g] = -1
         self.done[g] = False
-        self._own_draws(g, song, self.budgets[index][1])
+        if self.noise is not None:
+            self.noise[:, g] = self._row_draws(g, index)
         self.refills += 1
 
     def run_queue(self, on_result: Callable[[object, object], None],
