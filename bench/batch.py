@@ -11,7 +11,7 @@ sequential run's; next to the published peers (below). Prints the table and the 
     python bench/batch.py --mixed --runs 8:on,8:on:cont    # songs of different lengths: static vs continuous batches
 
 A run is MAX_BATCH:on|off[:SONGS][:ab2][:cont] (SONGS: the first SONGS requests, default all; ab2: the opt-in ODE
-solver; cont: continuous batching, `batch --continuous`). The default order puts the rows
+solver; cont: continuous batching, `batch --continuous`; without it `--no-continuous`). The default order puts the rows
 that matter first, and a run whose estimated time (from the per-song rates measured so far) would pass --budget-s
 is skipped and listed, so the whole part fits one 10-minute GPU call: the sequential rows run on the first 4
 requests (about 15 s a song on an H200, 16 would take 4 minutes) and the table says so (its rates are per song).
@@ -126,7 +126,7 @@ def run(ckpt, req, out, max_batch, overlap, device, abc_tokens, steps, method="m
         rc = main(["batch", req, "--output", out, "--checkpoint", ckpt, "--max-batch", str(max_batch),
                    "--device", device, "--offline", "--steps", str(steps), "--max-abc-tokens", str(abc_tokens),
                    "--overlap" if overlap else "--no-overlap", "--ode-method", method]
-                  + (["--continuous"] if continuous else []))
+                  + (["--continuous"] if continuous else ["--no-continuous"]))
         wall = time.perf_counter() - t
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else None
     return rc, wall, peak, nvml.gib()

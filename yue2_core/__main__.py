@@ -713,11 +713,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None, help="render and decode a "
                    "batch's songs on a worker thread while the next batch's AR phases run (default: on with CUDA, "
                    "off on the CPU; the songs are the same either way)")
-    b.add_argument("--continuous", action="store_true", help="continuous batching: each AR phase decodes the whole "
-                   "queue on --max-batch rows and a row whose song ended takes the next song at once, instead of "
-                   "batches that last as long as their longest song (each song as the GPU decoder makes it alone; on the "
-                   "CPU not the songs of static batches, which run rows one at a time with another sampler: "
-                   "docs/batch.md). Off by default until measured on a GPU; not with --ray")
+    b.add_argument("--continuous", action=argparse.BooleanOptionalAction, default=None, help="continuous "
+                   "batching: each AR phase decodes the whole queue on --max-batch rows and a row whose song ended "
+                   "takes the next song at once, instead of static batches that last as long as their longest song "
+                   "(each song as the GPU decoder makes it alone). Default: on with CUDA (1.46x faster on songs of "
+                   "different lengths, H200), off on the CPU (rows one at a time: generate's songs) and with --ray; "
+                   "--resume keeps the folder's. On the CPU --continuous gives other songs than static batches "
+                   "(docs/batch.md)")
     b.add_argument("--ray", metavar="auto|ADDRESS", default=None, help="spread the queue over a Ray cluster, one "
                    "engine actor per GPU (auto: the cluster this machine is in, else a new local one; ADDRESS: "
                    "HOST:PORT of the head node or ray://HOST:PORT); needs pip install .[ray] (docs/batch.md)")

@@ -253,6 +253,8 @@ def test_ctrl_c_during_continuous_decoding_stops_the_worker_and_keeps_finished_s
             raise KeyboardInterrupt
         real_refill(self, g, index)
     monkeypatch.setattr(RefillDecoder, "_refill", refill)
+    from yue2_core.batch import continuous
+    monkeypatch.setattr(continuous, "waves", lambda count, rows: [range(count)])  # one wave: refills in it
     outcomes = []
     with pytest.raises(KeyboardInterrupt):
         for o in iter_songs(engine, _items(), deliver=lambda item, song: delivered.append(item.id) or item.id,
@@ -356,3 +358,41 @@ def test_without_the_overlap_songs_are_saved_wave_by_wave(engine, monkeypatch):
     saves = [i for i, e in enumerate(events) if e[0] == "save"]
     decodes = [i for i, e in enumerate(events) if e[0] == "decode"]
     assert saves[1] < decodes[-1], events  # the first wave's songs were saved before the last wave decoded
+
+
+def test_batching_default_continuous_on_cuda_static_elsewhere_resume_keeps_the_folders(tmp_path, monkeypatch):
+    """`batch` without --continuous / --no-continuous: continuous on CUDA with the fast decoder (the H200 measurement
+    in docs/batch.md), static on the CPU, with Ray, with YUE2_FAST=0 or rows forced one at a time; a --resume
+    continues with the mode its batch.json records, and an explicit other mode is refused."""
+    from yue2_core.batch.driver import BatchOptions, _check_resume_settings, choose_batching
+    from yue2_core.errors import RequestError
+    monkeypatch.delenv("YUE2_FAST", raising=False)
+    assert choose_batching(None, on_cuda=True, ray=False) is True
+    assert choose_batching(None, on_cuda=False, ray=False) is False
+    assert choose_batching(None, on_cuda=True, ray=True) is False
+    assert choose_batching(None, on_cuda=True, ray=False, batched=False) is False
+    assert choose_batching(False, on_cuda=True, ray=False) is False
+    assert choose_batching(True, on_cuda=False, ray=False) is True
+    assert choose_batching(None, made=False, on_cuda=True, ray=False) is False
+    assert choose_batching(None, made=True, on_cuda=False, ray=False) is True
+    monkeypatch.setenv("YUE2_FAST", "0")
+    assert choose_batching(None, on_cuda=True, ray=False) is False
+    for made in (True, False, None):
+        out = tmp_path / f"made-{made}"
+        out.mkdir()
+        settings = {"steps": 2, "ode_method": "midpoint", **({} if made is None else {"continuous": made})}
+        (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": settings}), "utf-8")
+        assert _check_resume_settings(out, BatchOptions("r.jsonl", str(out), steps=2)) is bool(made)
+        with pytest.raises(RequestError, match="resume it with the same option"):
+            _check_resume_settings(out, BatchOptions("r.jsonl", str(out), steps=2, continuous=not made))
+    fresh = tmp_path / "fresh"
+    assert _check_resume_settings(fresh, BatchOptions("r.jsonl", str(fresh), steps=2)) is None
+
+
+def test_the_first_wave_is_one_row_batch_then_wave_sized():
+    """The render stage starts after one plan round (as with static batches), later waves leave rows to refill."""
+    from yue2_core.batch.continuous import WAVE, waves
+    parts = waves(45, 4)
+    assert [len(p) for p in parts] == [4, 4 * WAVE, 4 * WAVE, 45 - 4 - 8 * WAVE]
+    assert [i for p in parts for i in p] == list(range(45))
+    assert [len(p) for p in waves(3, 8)] == [3] and waves(0, 8) == []
