@@ -152,9 +152,10 @@ def _check_device(device: str) -> None:
         raise YuE2Error(f"--device {device}: only cpu, cuda and mps are supported")
 
 
-def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None):
-    """Find/load the checkpoint (with `loras` / `vae`, default: --lora / --vae) and say which file it is, what
-    adapters were applied and whether its weights are synthetic (stderr)."""
+def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None, **load):
+    """Find/load the checkpoint (with `loras` / `vae`, default: --lora / --vae; `load`: more `YuE2Engine.load`
+    arguments) and say which file it is, what adapters were applied and whether its weights are synthetic
+    (stderr)."""
     import torch
     from .weights.locate import find_checkpoint
     from .pipeline import YuE2Engine
@@ -166,7 +167,8 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None):
     loras = args.lora if loras is None else loras
     vae = args.vae if vae is None else vae
     engine = YuE2Engine.load(checkpoint, device=args.device,
-                             dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype], loras=loras, vae=vae)
+                             dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype], loras=loras, vae=vae,
+                             **load)
     print(engine.info.summary(), file=sys.stderr)
     for rec in engine.weights["loras"]:
         print(f"LoRA: {rec['path']} ({rec['layout']}) AR ×{rec['strength_ar']:g}, NAR ×{rec['strength_nar']:g}",
@@ -608,8 +610,11 @@ def cmd_batch(args) -> int:
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
                            continuous=args.continuous)
-    kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(args, checkpoint,
-              how)[0], weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=info.vae)
+    shape = {}  # the batch decoder's rows, known once run_batch sized the batch: the warm-up compiles its kernels
+    kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(
+              args, checkpoint, how, batch_rows=shape.get("rows", 0), batch_refill=shape.get("refill", False))[0],
+              weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=info.vae,
+              on_batching=lambda rows, refill: shape.update(rows=rows, refill=refill))
     if args.ray is not None:  # docs/batch.md "Ray": the workers' devices size the batch (runner.prepare)
         from .batch.ray_runner import EngineSpec, RayRunner, yue2_env
         print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)

@@ -304,14 +304,17 @@ class YuE2Engine:
 
     @classmethod
     def load(cls, path, device="auto", dtype=torch.bfloat16, parts=("ar", "nar", "vae"), loras=(),
-             vae=None, warm_up: bool | None = None, budgets: "Budgets | None" = None) -> "YuE2Engine":
+             vae=None, warm_up: bool | None = None, budgets: "Budgets | None" = None, batch_rows: int = 0,
+             batch_refill: bool = False) -> "YuE2Engine":
         """Read the parts of the checkpoint at `path` onto `device` ("auto": CUDA when available) in `dtype` (the AR
         and NAR; the VAE is always float32). bf16 on a GPU without native bf16 becomes float32 (`compute_dtype`).
         `loras`: (adapter path, strength_ar, strength_nar) tuples, applied in order (`weights.lora.apply`: float
         layers merged, int8 layers with an exact side delta); `vae`: a VAE file or folder replacing the checkpoint's
         decoder (`weights.vae_files`). `warm_up` (default: on for CUDA with the fast path, unless YUE2_WARMUP=0):
         compile the fast path's kernels for `budgets` (default presets) in a background thread while the weights
-        load (`warmup.py`); the parts wait for it on first use (`wait_warm_up`, `cancel_warm_up`). Raises
+        load (`warmup.py`); the parts wait for it on first use (`wait_warm_up`, `cancel_warm_up`); `batch_rows` > 1
+        (the `batch` command): also the kernels of its decoder of that many rows (`batch_refill`: continuous
+        batching's `fast.refill.RefillDecoder`, else static batches). Raises
         CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint, AdapterError for adapters
         that do not apply, RequestError for a bad YUE2_WARMUP."""
         from .weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
@@ -339,6 +342,7 @@ class YuE2Engine:
             bf16_layers = bool(stack) and choice("YUE2_LORA_INT8", ("side", "bf16"), "side") == "bf16"
             plan = warmup.Plan.from_info(info, dtype, parts, vae_cfg=getattr(vae_file, "config", None),
                                          budgets=budgets, int8_layers=not bf16_layers,
+                                         batch_rows=batch_rows if batch_rows > 1 else 0, batch_refill=batch_refill,
                                          source={"path": info.path, "bytes": info.data_bytes,
                                                  "vae": os.fspath(vae) if vae_file is not None
                                                  and isinstance(vae, (str, os.PathLike)) else None})

@@ -21,8 +21,12 @@ What a Triton kernel specialises on, and how the shadow hits the same variants a
   (`warmup_jobs.attention_lengths`) — a short phase's attention length is its capacity (< `fast.decode.BUCKET`), so
   stepping only the buckets missed the small SPs;
 - sampling tail (`fast.sample_kernels`): the phase width, the Sampling settings (constexprs CFG, PENALTY, SCALE,
-  TOPP, the candidate count) — taken from the song's presets — and `min_tokens` / `max_tokens`, which change with the
-  song's budget: both residues (divisible by 16 or not) are compiled; the CFG pair (2 rows) only when asked;
+  TOPP, the candidate count) — taken from the song's presets; the budget (`min_tokens` / `max_tokens`, the output
+  row stride) and the row count are not specialised (`do_not_specialize`; both budget residues mod 16 are still
+  stepped, as before that); the CFG pair (2 rows) only when asked;
+- the `batch` command's decoder (`Plan.batch_rows` > 1, set by the command once it sized the batch): the attention's
+  SP variants of that many rows, and with `batch_refill` the continuous decoder's per-row sampling-tail kernels
+  (constexpr ROWS) — static batches share the one-row tail kernels;
 - NAR: one velocity on a chunk of more than 16 rows (the row-blocked RoPE kernel) — its lengths are unspecialised;
 - VAE: one tile of the song's tile size (cuDNN's first use, the snake kernel) and one short tile of every length
   residue mod 16 (the snake kernel specialises on its length T, an affine function of the tile's frames).
@@ -284,6 +288,14 @@ def plan_steps(plan: "Plan", geometry: dict) -> list:
                 else:
                     lengths = [min(BUCKET, capacity)]
                 steps += [(f"decode_{phase}", k, n) for n in lengths]
+            if plan.batch_rows > 1:  # the batch decoder (variant indices after the others): the rows' SP
+                base = len(decode_variants(plan.budgets, phase, plan.cfg_pair))  # variants, both budget residues
+                for j, s in enumerate(_phase_samplings(plan.budgets, phase)):
+                    capacity = PREFIX_TOKENS + s.max_tokens
+                    lengths = sorted(attention_lengths(min(capacity, CONTEXT), plan.batch_rows, plan.dims.kv_heads,
+                                                       geometry["sms"], geometry["bl"],
+                                                       geometry["per_sm"]).values()) if j == 0 else [BUCKET]
+                    steps += [(f"decode_{phase}", base + j, n) for n in lengths]
         if "nar" in plan.parts:
             steps.append(("nar", 0, NAR_FRAMES))
     if "vae" in plan.parts and plan.vae_cfg is not None:
@@ -291,22 +303,43 @@ def plan_steps(plan: "Plan", geometry: dict) -> list:
     return steps
 
 
-def _decode(ar, phase: str, budgets, cfg_pair: bool, steps: list, stop: Callable[[], None]) -> int:
+def _batch_decoder(ar, prefix: list, sampling, phase: str, rows: int, refill: bool):
+    """The `batch` command's decoder on the shadow, without graphs: `rows` rows whose prompts differ in their first
+    token (no shared prefix), a `RefillDecoder` (continuous batching; its preset's max_tokens, which the sampling
+    tail specialises on, is its songs' largest budget: each song gets `sampling`'s) or a `PhaseDecoder` (static
+    batches). The row count itself is specialised by the sampling-tail kernels (1, a multiple of 16, or neither)."""
+    from .fast.decode import PhaseDecoder
+    from .fast.refill import QueuedSong, RefillDecoder
+    prefixes = [[prefix[(j + 1) % len(prefix)]] + prefix[1:] for j in range(rows)]
+    if refill:
+        return RefillDecoder(ar, [QueuedSong(j, p, j, min_tokens=sampling.min_tokens, max_tokens=sampling.max_tokens)
+                                  for j, p in enumerate(prefixes)], rows, sampling, phase, use_graph=False)
+    return PhaseDecoder(ar, prefixes, sampling, list(range(rows)), phase, use_graph=False)
+
+
+def _decode(ar, phase: str, budgets, cfg_pair: bool, steps: list, stop: Callable[[], None], batch_rows: int = 0,
+            batch_refill: bool = False) -> int:
     """Eager fused decode steps of the shadow AR (`fast.decode.PhaseDecoder` without graphs): for each variant of
-    `decode_variants`, its attention lengths among `steps` ((stage, variant, length) of `plan_steps`). Returns the
-    steps run."""
+    `decode_variants` (and, with `batch_rows` > 1, the batch command's decoder: `_batch_decoder`), its attention
+    lengths among `steps` ((stage, variant, length) of `plan_steps`). Returns the steps run."""
     from .fast.decode import PhaseDecoder
     from .fast.sampler import SLICES
     sl = SLICES[phase]
     prefix = [sl.start + (7 * j) % (sl.stop - sl.start - 1) for j in range(PREFIX_TOKENS)]
     done = 0
-    for k, (s, cfg) in enumerate(decode_variants(budgets, phase, cfg_pair)):
+    variants = decode_variants(budgets, phase, cfg_pair)
+    batch = [(s, False) for s in _phase_samplings(budgets, phase)] if batch_rows > 1 else []
+    for k, (s, cfg) in enumerate(variants + batch):
         lengths = [n for stage, v, n in steps if stage == f"decode_{phase}" and v == k]
         if not lengths:
             continue
         stop()
-        dec = PhaseDecoder(ar, [prefix], s, [k], phase, use_graph=False,
-                           negatives=[prefix[: PREFIX_TOKENS // 2]] if cfg else None, cfg_scale=1.5 if cfg else 1.0)
+        if k >= len(variants):  # the batch command's decoder: rows of different prompts (no shared prefix)
+            dec = _batch_decoder(ar, prefix, s, phase, batch_rows, batch_refill)
+        else:
+            dec = PhaseDecoder(ar, [prefix], s, [k], phase, use_graph=False,
+                               negatives=[prefix[: PREFIX_TOKENS // 2]] if cfg else None,
+                               cfg_scale=1.5 if cfg else 1.0)
         try:
             dec._allocate()
             dec._prefill()
@@ -364,6 +397,8 @@ class Plan:
     int8_layers: bool = True
     phases: tuple = ("abc", "semantic")
     source: dict | None = None
+    batch_rows: int = 0  # > 1: also the `batch` command's decoder of that many rows (no CFG)
+    batch_refill: bool = False  # that decoder is continuous batching's `fast.refill.RefillDecoder`
 
     @classmethod
     def from_info(cls, info, dtype=torch.bfloat16, parts=("ar", "nar", "vae"), vae_cfg=None, **kw) -> "Plan":
@@ -419,7 +454,8 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
                     before_stage(name)
                 t = time.perf_counter()
                 if name.startswith("decode_"):
-                    done += _decode(shadow.ar, name[len("decode_"):], plan.budgets, plan.cfg_pair, steps, stop)
+                    done += _decode(shadow.ar, name[len("decode_"):], plan.budgets, plan.cfg_pair, steps, stop,
+                                    plan.batch_rows, plan.batch_refill)
                 elif name == "nar":
                     _nar(shadow.ar, shadow.nar, stop)
                     done += 1

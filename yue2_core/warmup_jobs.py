@@ -139,7 +139,9 @@ def plan_fields(plan) -> dict:
     return {"dims": asdict(plan.dims) if is_dataclass(plan.dims) else plan.dims, "quant_kinds": kinds,
             "int8_modules": len(plan.quant_ar or {}), "dtype": str(plan.dtype), "parts": list(plan.parts),
             "budgets": budgets_dict(budgets), "vae": vae, "cfg_pair": bool(plan.cfg_pair),
-            "int8_layers": bool(plan.int8_layers), "phases": list(plan.phases)}
+            "int8_layers": bool(plan.int8_layers), "phases": list(plan.phases),
+            **({"batch_rows": plan.batch_rows, "batch_refill": bool(plan.batch_refill)} if plan.batch_rows > 1
+               else {})}
 
 
 def device_fields(device) -> dict:
@@ -232,7 +234,8 @@ def child_spec(plan, device, shard: int, shards: int, test: dict | None = None) 
     return {"path": source.get("path"), "vae": source.get("vae"), "dtype": str(plan.dtype).replace("torch.", ""),
             "parts": list(plan.parts), "budgets": budgets_dict(plan.budgets) if plan.budgets is not None else None,
             "int8_layers": bool(plan.int8_layers), "cfg_pair": bool(plan.cfg_pair), "phases": list(plan.phases),
-            "device": str(_indexed(device)), "shard": shard, "shards": shards, "test": test or {}}
+            "device": str(_indexed(device)), "shard": shard, "shards": shards, "test": test or {},
+            "batch_rows": int(plan.batch_rows), "batch_refill": bool(plan.batch_refill)}
 
 
 def plan_from_spec(spec: dict):
@@ -248,6 +251,7 @@ def plan_from_spec(spec: dict):
     return Plan.from_info(info, getattr(torch, spec["dtype"]), tuple(spec["parts"]), vae_cfg=vae_cfg,
                           budgets=budgets_from(spec.get("budgets")), int8_layers=spec["int8_layers"],
                           cfg_pair=spec["cfg_pair"], phases=tuple(spec["phases"]),
+                          batch_rows=int(spec.get("batch_rows", 0)), batch_refill=bool(spec.get("batch_refill")),
                           source={"path": spec["path"], "vae": spec.get("vae")})
 
 

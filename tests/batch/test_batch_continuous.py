@@ -265,14 +265,26 @@ def test_ctrl_c_during_continuous_decoding_stops_the_worker_and_keeps_finished_s
     assert len(outcomes) < 5
 
 
-def test_batch_command_with_continuous(tmp_path, tiny_ckpt, capsys):
+def test_batch_command_with_continuous(tmp_path, tiny_ckpt, capsys, monkeypatch):
+    """`batch --continuous` on the CPU; the engine is loaded once the batch is sized, told its decoder (rows,
+    continuous) for the warm-up, and the terminal says which batching runs."""
+    import yue2_core.__main__ as cli
     from yue2_core.__main__ import main
+    loads, real = [], cli._load_engine
+
+    def load(*args, **kw):
+        loads.append(kw)
+        return real(*args, **kw)
+    monkeypatch.setattr(cli, "_load_engine", load)
     req = write_requests(tmp_path / "in")
     out = tmp_path / "batch"
     rc = main(["batch", str(req), "--output", str(out), "--checkpoint", tiny_ckpt, "--device", "cpu",
                "--steps", str(STEPS), "--max-abc-tokens", str(ABC_CAP), "--max-batch", "2", "--continuous"])
     err = capsys.readouterr().err
     assert rc == 0, err[-2000:]
+    assert loads == [{"batch_rows": 2, "batch_refill": True}]
+    assert "batching: continuous on 2 rows (a row takes the next song as soon as its song ends)" in err
+    assert f"summary: {out / 'batch.json'}" in err
     summary = json.loads((out / "batch.json").read_text("utf-8"))
     assert summary["complete"] == 5 and summary["settings"]["continuous"] is True
     assert sorted(p.name for p in out.iterdir()) == sorted(["batch.json"] + [r["id"] for r in rows()])
@@ -396,3 +408,16 @@ def test_the_first_wave_is_one_row_batch_then_wave_sized():
     assert [len(p) for p in parts] == [4, 4 * WAVE, 4 * WAVE, 45 - 4 - 8 * WAVE]
     assert [i for p in parts for i in p] == list(range(45))
     assert [len(p) for p in waves(3, 8)] == [3] and waves(0, 8) == []
+
+
+def test_the_terminal_says_which_batching_runs(monkeypatch):
+    """New-user finding: the CPU's default was announced as 'static batches' while its rows run one at a time."""
+    from yue2_core.batch.driver import _batching_line
+    monkeypatch.delenv("YUE2_FAST", raising=False)
+    assert _batching_line(False, 4, False, None, False).startswith("songs one at a time")
+    assert _batching_line(False, 4, True, False, False).startswith("songs one at a time")
+    assert _batching_line(False, 4, True, None, False).startswith("static batches of up to 4 songs")
+    assert _batching_line(True, 8, True, None, False).startswith("continuous on 8 rows")
+    assert _batching_line(False, 2, True, None, True).startswith("Ray workers, chunks of 2 songs")
+    monkeypatch.setenv("YUE2_FAST", "0")
+    assert _batching_line(False, 4, True, None, False).startswith("songs one at a time")

@@ -492,3 +492,43 @@ def test_install_shard_wraps_triton_compile(monkeypatch):
         assert jobs.install_shard(shard, 3) == "do_compile" and JITFunction._do_compile._yue2_shard  # not twice
     assert all(len(v) == 1 for v in owners.values())  # every variant compiled by exactly one child
     assert jobs.sharding_available()
+
+
+def test_the_batch_decoder_is_a_plan_of_its_own(tiny_paths):
+    """`batch` tells the warm-up its decoder (rows, continuous or static): plan_steps adds one variant per phase
+    stepping the SP lengths of that many rows; the marker key and a child's spec carry it; a plan without it keeps
+    the fields (and marker) it had."""
+    from yue2_core import warmup_jobs as jobs
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    info = inspect_checkpoint(tiny_paths["int8"])
+    geometry = {"sms": 132, "bl": 64, "per_sm": 2}
+    plain = warmup.Plan.from_info(info)
+    batch = warmup.Plan.from_info(info, batch_rows=8, batch_refill=True)
+    extra = sorted(set(warmup.plan_steps(batch, geometry)) - set(warmup.plan_steps(plain, geometry)))
+    for phase in ("abc", "semantic"):
+        k = len(warmup.decode_variants(None, phase, False))
+        mine = [n for st, v, n in extra if st == f"decode_{phase}" and v == k]
+        capacity = warmup.PREFIX_TOKENS + warmup._phase_samplings(None, phase)[0].max_tokens
+        assert mine == sorted(jobs.attention_lengths(min(capacity, 24576), 8, info.dims.kv_heads, 132).values())
+        assert [n for st, v, n in extra if st == f"decode_{phase}" and v == k + 1] == [1024]  # the other residue
+    assert "batch_rows" not in jobs.plan_fields(plain)
+    keys = {jobs.marker_key(jobs.plan_fields(p), {"type": "cuda"}, {}, "s")
+            for p in (plain, batch, warmup.Plan.from_info(info, batch_rows=8), warmup.Plan.from_info(info, batch_rows=4,
+                                                                                                     batch_refill=True))}
+    assert len(keys) == 4
+    spec = jobs.child_spec(batch, "cpu", 0, 1)
+    again = jobs.plan_from_spec(spec)
+    assert (again.batch_rows, again.batch_refill) == (8, True)
+
+
+@pytest.mark.parametrize("refill", [False, True], ids=["static", "continuous"])
+def test_the_batch_decoder_warm_up_runs(tiny_paths, refill):
+    """The batch decoder's steps run on the shadow (CPU here: the portable paths; on a GPU they compile the rows'
+    attention variants and, continuous, the per-row sampling-tail kernels — tests/core/test_warmup_gpu.py)."""
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    plan = warmup.Plan.from_info(inspect_checkpoint(tiny_paths["bf16"]), parts=("ar",), phases=("abc",),
+                                 batch_rows=3, batch_refill=refill)
+    report = warmup.run_plan(plan, "cpu", allow_cpu=True)
+    steps = warmup.plan_steps(plan, warmup.attention_geometry(plan.dims, "cpu"))
+    assert report["skipped"] is None and report["steps"] == len(steps)
+    assert any(v == len(warmup.decode_variants(None, "abc", False)) for _, v, _ in steps)

@@ -88,3 +88,44 @@ def test_marker_hit_starts_no_children(tiny_paths, monkeypatch, tmp_path):
     assert first["marker"] == "miss" and first["marker_written"] and first["children"]["count"] >= 1
     assert first["children"]["failed"] == 0, first["children"]  # a bare "cuda" device once failed every child
     assert again["marker"] == "hit" and again["children"]["count"] == 0
+
+
+@pytest.mark.parametrize("refill", [True, False], ids=["continuous", "static"])
+def test_warm_up_leaves_nothing_to_compile_for_the_batch_decoder(tiny_paths, monkeypatch, tmp_path, refill):
+    """A warm-up told the `batch` command's decoder (4 rows; continuous or static) leaves nothing to compile for a
+    real 4-row decoder with CUDA graphs: continuous, six songs of different budgets refilling the rows; static, four
+    songs of one budget, in both phases."""
+    from dataclasses import replace
+    from yue2_core import warmup
+    from yue2_core.fast.decode import PhaseDecoder
+    from yue2_core.fast.refill import QueuedSong, RefillDecoder
+    from yue2_core.fast.sampler import SLICES
+    from yue2_core.pipeline import Budgets, YuE2Engine
+    monkeypatch.delenv("YUE2_WARMUP", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.setattr(warmup, "_CACHE_CHECKED", {})
+    path = os.environ.get("YUE2_BENCH_INT8") or tiny_paths["int8"]
+    eng = YuE2Engine.load(path, device="cuda", parts=("ar",), warm_up=True, batch_rows=4, batch_refill=refill)
+    report = eng.wait_warm_up()
+    assert report.get("skipped") is None and report["children"].get("failed", 0) == 0, report
+    before = _variants()
+    budgets = Budgets()
+    for phase, preset in (("abc", budgets.abc_sampling()), ("semantic", budgets.semantic_sampling())):
+        sl = SLICES[phase]
+        prompts = [[sl.start + (5 * j + 3 * i) % 97 for i in range(30 + 11 * j)] for j in range(6)]
+        if refill:
+            lengths = (40, 57, 64, 23, 81, 33)  # both residues mod 16 among the budgets
+            queue = [QueuedSong(j, p, 10 + j, min_tokens=0, max_tokens=n) for j, (p, n) in enumerate(zip(prompts,
+                                                                                                      lengths))]
+            dec = RefillDecoder(eng.ar, queue, 4, preset, phase)
+            results = list(dec.iter_queue())
+            assert len(results) == 6 and dec.totals["execution"] == "cuda_graph", dec.totals
+        else:
+            dec = PhaseDecoder(eng.ar, prompts[:4], replace(preset, min_tokens=min(preset.min_tokens, 50),
+                                                            max_tokens=50), [1, 2, 3, 4], phase)
+            dec.run()
+    after = _variants()
+    new = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    print(f"batch decoder ({'continuous' if refill else 'static'}) after its warm-up {report['seconds']:.1f} s: "
+          f"new kernel variants: {new or 'none'}")
+    assert not new, f"the batch decoder compiled kernel variants the warm-up did not: {new}"

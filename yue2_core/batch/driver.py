@@ -15,6 +15,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..errors import ArtifactError, RequestError, YuE2Error
 from .requests import BatchRequest, check_context, read_requests
@@ -217,7 +218,8 @@ def choose_batching(continuous: bool | None, *, made: bool | None = None, on_cud
 
 def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights_bytes: int = 0,
               on_cuda: bool = False, dtype_bytes: int = 2, free_bytes: int | None = None,
-              batched: bool | None = None, stream=None, runner=None, vae=None) -> int:
+              batched: bool | None = None, stream=None, runner=None, vae=None,
+              on_batching: Callable[[int, bool], None] | None = None) -> int:
     """Run a batch; returns the exit status: 0 all rows complete, 1 when any row failed. batch.json is written in
     `options.output` after every song and at the end (also on Ctrl-C / SIGTERM, which is re-raised as
     KeyboardInterrupt after it). `tokenizer` / `dims`: the checkpoint's (read before loading the weights);
@@ -226,7 +228,9 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     part only) size the batch (`memory.size_batch`). Whole-batch problems (the request file, the
     output folder, --max-batch over budget) raise YuE2Error before any song runs. `runner`: runs the songs instead
     of `iter_songs` on `engine_factory()` (`ray_runner.RayRunner`: `prepare()` → (free bytes, on CUDA) of its
-    workers for the sizing, `songs(todo, out, …)` yields outcomes of songs it wrote, `settings` → batch.json)."""
+    workers for the sizing, `songs(todo, out, …)` yields outcomes of songs it wrote, `settings` → batch.json).
+    `on_batching(rows, continuous)`: called once the batch is sized, before `engine_factory` (the CLI's engine then
+    warms up the kernels of that decoder while it loads)."""
     from ..artifacts import save_song
     from ..candidates import GIB
     from .memory import size_batch, song_bytes, stage_bytes
@@ -294,15 +298,17 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     summary.settings["max_batch"] = max_batch
     summary.settings["overlap"] = overlap
     summary.settings["continuous"] = continuous
+    if on_batching is not None and todo and runner is None:
+        on_batching(max_batch, continuous)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ArtifactError(f"cannot create the batch folder {out}: {exc.strerror or exc}") from None
     summary.write(out)  # the folder is writable before any damaged song is removed
     if todo:
-        how = ("continuous (a row takes the next song as soon as its song ends)" if continuous
-               else "static batches (each lasts as long as its longest song)")
-        print(f"batching: {how}, {max_batch} row{'s' if max_batch > 1 else ''}", file=stream)
+        print(f"batching: {_batching_line(continuous, max_batch, on_cuda, batched, runner is not None)}"
+              + (" (kept from the folder's batch.json)" if made is not None and options.continuous is None else ""),
+              file=stream)
     for item, why in redo:
         print(f"[{item.id}] redoing: {why}", file=stream)
         try:
@@ -335,7 +341,22 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
         raise
     summary.write(out)
     print(summary.table(), file=stream)
+    print(f"songs: {out}/<id>/ (audio.flac, score.abc, …); summary: {out / BATCH_FILE}"
+          + ("; after fixing the failed rows, finish it with --resume" if summary.count("failed") else ""),
+          file=stream)
     return 1 if summary.count("failed") else 0
+
+
+def _batching_line(continuous: bool, rows: int, on_cuda: bool, batched: bool | None, ray: bool) -> str:
+    """What the terminal says of the batching that runs (`run_batch`)."""
+    if ray:
+        return f"Ray workers, chunks of {rows} song{'s' if rows > 1 else ''} (one AR batch each)"
+    if continuous:
+        return f"continuous on {rows} row{'s' if rows > 1 else ''} (a row takes the next song as soon as its song ends)"
+    from ..fast import fast_enabled
+    if batched is False or (batched is None and not (on_cuda and fast_enabled("cuda"))):  # runner.default_batched
+        return "songs one at a time (on the CPU rows are not batched: the songs of generate)"
+    return f"static batches of up to {rows} songs (each lasts as long as its longest song)"
 
 
 __all__ = ["BatchOptions", "run_batch", "check_output", "resume_state"]

@@ -18,7 +18,10 @@ from triton.language.extra import libdevice
 from ._decode_triton import pdl_prologue
 
 
-@triton.jit
+# The song's budget and the batch's row count are plain runtime values (no "equals 1" / "divisible by 16"
+# specialisation): one compiled variant serves every budget and row count, which the cold-start warm-up relies on
+# (warmup.py) — they only enter comparisons and row offsets, where the hint gains nothing.
+@triton.jit(do_not_specialize=["G", "min_tokens"])
 def scores_kernel(logits_ptr, lrow, mask_ptr, scores_ptr, step_ptr, ring_ptr, ringw_ptr, alpha_ptr, budget_ptr,
                   W, G, P, cfg, min_tokens, end_col, temp,
                   CFG: tl.constexpr, PENALTY: tl.constexpr, SCALE: tl.constexpr, RECIP: tl.constexpr,
@@ -77,7 +80,7 @@ def _softmax(v, valid, LIBDEVICE: tl.constexpr):
     return tl.math.div_rn(e, tl.sum(e, axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["orow", "G", "R", "max_tokens"])
 def finish_kernel(val_ptr, col_ptr, noise_ptr, step_ptr, forced_ptr, out_ptr, orow, ring_ptr, ringw_ptr, done_ptr,
                   tok_ptr, budget_ptr, K, k, G, R, P, top_p, max_tokens, end_col, start,
                   TOPP: tl.constexpr, KP: tl.constexpr, LIBDEVICE: tl.constexpr, ROWS: tl.constexpr = False,
