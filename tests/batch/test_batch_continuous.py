@@ -421,3 +421,17 @@ def test_the_terminal_says_which_batching_runs(monkeypatch):
     assert _batching_line(False, 2, True, None, True).startswith("Ray workers, chunks of 2 songs")
     monkeypatch.setenv("YUE2_FAST", "0")
     assert _batching_line(False, 4, True, None, False).startswith("songs one at a time")
+
+
+def test_progress_lines_end_each_stage_and_rate_only_the_ar_stages():
+    """New-user finding: static runs never showed a stage's final count, and render lines carried the AR's rate."""
+    import io
+    from yue2_core.batch.summary import BatchProgress
+    out = io.StringIO()
+    progress = BatchProgress(out)
+    for done in (1, 2, 3, 25):
+        progress("a", "semantic", {"done": done, "total": 25, "aggregate_tokens_per_second": 4.0})
+    progress("a", "render", {"done": 1, "total": 32, "aggregate_tokens_per_second": 4.0})
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[a] semantic 1/25 · 4.0 tok/s aggregate" and lines[1] == "[a] semantic 25/25 · 4.0 tok/s aggregate"
+    assert lines[2] == "[a] render 1/32" and len(lines) == 3

@@ -103,8 +103,9 @@ def _without_line(error: str, line) -> str:
 
 
 class BatchProgress:
-    """Progress on a stream: a line when a song enters a stage, and at most every 0.2 s (terminal) / 5 s (log) an
-    update with its count and the aggregate AR rate (tokens per second over all songs)."""
+    """Progress on a stream: a line when a song enters a stage and when it ends it (count = total), and at most every
+    0.2 s (terminal) / 5 s (log) an update with its count; the AR stages (plan, semantic) with the aggregate AR
+    rate (tokens per second over all songs)."""
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
@@ -118,16 +119,18 @@ class BatchProgress:
             self.stream.flush()
             return
         now = time.time()
+        done, total, rows = info.get("done"), info.get("total"), info.get("rows", 1)
         new = self.stage.get(song_id) != stage
-        if not (new or now - self.last > (0.2 if self.tty else 5.0)):
+        last = done is not None and bool(total) and done >= total
+        if not (new or last or now - self.last > (0.2 if self.tty else 5.0)):
             return
         self.stage[song_id], self.last = stage, now
-        done, total, rows = info.get("done"), info.get("total"), info.get("rows", 1)
         count = f" {done}/{total}" if done is not None and total else ""
         batch = f" · {rows} songs in the batch" if rows and rows > 1 else ""
         error = f": {info['error']}" if info.get("error") else ""
-        rate = info.get("aggregate_tokens_per_second") or 0.0
-        self.stream.write(f"[{song_id}] {stage}{count}{batch}{error} · {rate:.1f} tok/s aggregate\n")
+        rate = (f" · {info.get('aggregate_tokens_per_second') or 0.0:.1f} tok/s aggregate"
+                if stage in ("plan", "semantic") else "")
+        self.stream.write(f"[{song_id}] {stage}{count}{batch}{error}{rate}\n")
         self.stream.flush()
 
 
