@@ -772,16 +772,28 @@ def main(argv=None) -> int:
         return 130
 
 
+def _end_cancelled() -> None:
+    """End a cancelled run with 130: a further Ctrl-C ends it at once, quietly; the exit handlers run (warm-up
+    children killed, temporary cache removed), then the process ends without the interpreter's teardown — after a
+    Ctrl-C that landed inside a torch operation, that teardown could end in a C++ "terminate called without an
+    active exception" abort (exit 134) instead of 130."""
+    _exit_on_next_interrupt()
+    import atexit
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
 if __name__ == "__main__":
-    status = main()
+    try:
+        status = main()
+    except KeyboardInterrupt:  # a second Ctrl-C while main reported the first (break-it: a traceback, 50 ms apart)
+        status = 130
     if status == 130:  # cancelled (everything written is complete: songs and batch.json are saved atomically)
-        _exit_on_next_interrupt()  # a further Ctrl-C ends it at once, quietly
-        # The exit handlers run (warm-up children killed, temporary cache removed), then the process ends without
-        # the interpreter's teardown: after a Ctrl-C that landed inside a torch operation, that teardown could end
-        # in a C++ "terminate called without an active exception" abort (exit 134) instead of 130.
-        import atexit
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)
+        while True:
+            try:
+                _end_cancelled()
+            except KeyboardInterrupt:  # it landed before the quiet handler was in place: once more
+                continue
     sys.exit(status)

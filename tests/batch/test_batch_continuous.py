@@ -339,7 +339,7 @@ def test_resume_refuses_another_batching_mode(tmp_path, engine):
     kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=never)
     for made, resumed, said in ((None, True, "static batches"), (True, False, "made with --continuous")):
         out = tmp_path / f"out-{resumed}"
-        out.mkdir()
+        (out / rows()[0]["id"]).mkdir(parents=True)  # a song of the batch is there: its mode matters
         settings = {"steps": 2, "ode_method": "midpoint", **({} if made is None else {"continuous": made})}
         (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": settings}), "utf-8")
         before = (out / "batch.json").read_bytes()
@@ -391,14 +391,17 @@ def test_batching_default_continuous_on_cuda_static_elsewhere_resume_keeps_the_f
     assert choose_batching(None, on_cuda=True, ray=False) is False
     for made in (True, False, None):
         out = tmp_path / f"made-{made}"
-        out.mkdir()
+        (out / "a").mkdir(parents=True)
         settings = {"steps": 2, "ode_method": "midpoint", **({} if made is None else {"continuous": made})}
         (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": settings}), "utf-8")
-        assert _check_resume_settings(out, BatchOptions("r.jsonl", str(out), steps=2)) is bool(made)
+        assert _check_resume_settings(out, BatchOptions("r.jsonl", str(out), steps=2), {"a"})[0] is bool(made)
         with pytest.raises(RequestError, match="resume it with the same option"):
-            _check_resume_settings(out, BatchOptions("r.jsonl", str(out), steps=2, continuous=not made))
+            _check_resume_settings(out, BatchOptions("r.jsonl", str(out), steps=2, continuous=not made), {"a"})
+        # a folder holding none of this file's songs has nothing to stay consistent with
+        assert _check_resume_settings(out, BatchOptions("r.jsonl", str(out), steps=2, continuous=not made),
+                                      {"b"}) == (None, None)
     fresh = tmp_path / "fresh"
-    assert _check_resume_settings(fresh, BatchOptions("r.jsonl", str(fresh), steps=2)) is None
+    assert _check_resume_settings(fresh, BatchOptions("r.jsonl", str(fresh), steps=2), {"a"}) == (None, None)
 
 
 def test_the_first_wave_is_one_row_batch_then_wave_sized():
@@ -435,3 +438,46 @@ def test_progress_lines_end_each_stage_and_rate_only_the_ar_stages():
     lines = out.getvalue().splitlines()
     assert lines[0] == "[a] semantic 1/25 · 4.0 tok/s aggregate" and lines[1] == "[a] semantic 25/25 · 4.0 tok/s aggregate"
     assert lines[2] == "[a] render 1/32" and len(lines) == 3
+
+
+def test_resume_reads_the_batching_from_a_sound_record_or_from_the_songs(tmp_path, monkeypatch):
+    """Break-it findings: a hand-edited `"continuous": "no"` was read as continuous; a damaged, missing or empty
+    (complete 0) batch.json made a resume switch modes silently; a continuous folder resumed with --ray or with
+    YUE2_FAST=0 on CUDA ran (or would have run) static batches recorded as continuous."""
+    from yue2_core.batch.driver import BatchOptions, _check_resume_settings, choose_batching
+    from yue2_core.errors import RequestError
+    out = tmp_path / "album"
+    for song, marked in (("a", True), ("b", True)):
+        (out / song).mkdir(parents=True)
+        timing = {"semantic": {"continuous_batching": True, "batch": 4}} if marked else {"semantic": {"batch": 4}}
+        (out / song / "result.json").write_text(json.dumps({"status": "complete", "timing": timing}), "utf-8")
+    opts = BatchOptions("r.jsonl", str(out), steps=2)
+    ids = {"a", "b", "c"}
+    for bad, said in (('"no"', '"no", not true or false'), ("1", "1, not true or false"), ("null", None)):
+        (out / "batch.json").write_text('{"complete": 2, "settings": {"steps": 2, "continuous": %s}}' % bad, "utf-8")
+        if said is None:  # null: absent, made before continuous batching existed (static)
+            assert _check_resume_settings(out, opts, ids)[0] is False
+            continue
+        with pytest.raises(RequestError, match=said + ".*batch.json|batch.json.*" + said):
+            _check_resume_settings(out, opts, ids)
+    (out / "batch.json").write_text('{"complete": 2, "settings": {"steps": "2"}}', "utf-8")
+    with pytest.raises(RequestError, match='settings.steps is "2", not an integer'):
+        _check_resume_settings(out, opts, ids)
+    for text in ("not json", "[1, 2]", '{"complete": 2}', '{"complete": 0, "settings": {"continuous": false}}', None):
+        if text is None:
+            (out / "batch.json").unlink()
+        else:
+            (out / "batch.json").write_text(text, "utf-8")
+        assert _check_resume_settings(out, opts, ids) == (True, None), text  # the songs say: continuous
+        with pytest.raises(RequestError, match="made with --continuous \\(their result.json\\)"):
+            _check_resume_settings(out, BatchOptions("r.jsonl", str(out), steps=2, continuous=False), ids)
+    (out / "b" / "result.json").write_text(json.dumps({"timing": {"semantic": {"batch": 4}}}), "utf-8")
+    with pytest.raises(RequestError, match="both with continuous and with static batches"):
+        _check_resume_settings(out, opts, ids)
+    with pytest.raises(RequestError, match="resume it without --ray"):
+        choose_batching(None, made=True, on_cuda=True, ray=True)
+    assert choose_batching(None, made=False, on_cuda=True, ray=True) is False
+    monkeypatch.setenv("YUE2_FAST", "0")
+    with pytest.raises(RequestError, match="without YUE2_FAST=0"):
+        choose_batching(None, made=True, on_cuda=True, ray=False)
+    assert choose_batching(None, made=True, on_cuda=False, ray=False) is True

@@ -175,27 +175,72 @@ def _metadata_edited(folder: Path) -> list[str]:
     return bad if bad and all(n in _SETTINGS_FILES for n in bad) else []
 
 
-def _check_resume_settings(out: Path, options: "BatchOptions") -> bool | None:
-    """--resume with other --steps / --ode-method / batching (--continuous / --no-continuous) than the batch.json in
-    `out` records: RequestError before any work (finishing it so would leave an album made two ways). Returns the
-    batching it was made with (True: continuous) — what a resume without either option continues with —, or None
-    when it says nothing about the songs: no batch.json, or one under which no song completed (e.g. a resume whose
-    rows were all refused); the rows' own checks decide then."""
+def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tuple[bool | None, dict | None]:
+    """What a --resume must keep of the batch in `out`: (the batching that made its songs — True: continuous —, the
+    saved settings), checked before any work. The record is the folder's batch.json `settings`, whenever the folder
+    holds song folders of this request file (None, None when it holds none: nothing to stay consistent with). Raises
+    RequestError when `--steps` / `--ode-method` / an explicit `--continuous` / `--no-continuous` differ from it
+    (finishing it so would leave an album made two ways), when a recorded value is not of its kind (e.g.
+    `"continuous": "no"`). When batch.json is missing, unreadable, holds no settings (e.g. a folder another
+    program wrote) or no completed song, the songs say how they were made (`songs_batching`); songs made both ways, or made otherwise
+    than an explicit option asks, are refused too."""
     from .summary import load_summary
+    if not any((out / i).is_dir() for i in ids):
+        return None, None
+    path = out / BATCH_FILE
     saved = load_summary(out)
     settings = (saved or {}).get("settings")
-    if not isinstance(settings, dict) or not saved.get("complete"):
-        return None
+    if not isinstance(settings, dict) or not saved.get("complete"):  # no record of how songs were made (a run
+        modes = songs_batching(out, ids)  # that completed none records its own options, not theirs)
+        if len(modes) > 1:
+            raise RequestError(f"the songs in {out} were made both with continuous and with static batches, and "
+                               f"{path} is missing or damaged: give a new --output folder (or move the songs of "
+                               "one kind away)")
+        made = modes.pop() if modes else None
+        if made is not None and options.continuous is not None and made != options.continuous:
+            raise RequestError(f"the songs in {out} were made with "
+                               f"{'--continuous' if made else 'static batches (--no-continuous)'} (their "
+                               "result.json); resume it with the same option, or give a new --output folder")
+        return made, None
+    kinds = {"steps": int, "ode_method": str, "continuous": bool}
+    for key, kind in kinds.items():
+        value = settings.get(key)
+        if value is not None and type(value) is not kind:
+            raise RequestError(f"{path}: settings.{key} is {json.dumps(value)}, not "
+                               f"{'true or false' if kind is bool else 'an integer' if kind is int else 'a name'} — "
+                               "the file was edited or damaged; restore it (or give a new --output folder)")
     wanted = {"--steps": (settings.get("steps"), options.steps),
               "--ode-method": (settings.get("ode_method", "midpoint"), options.method)}
     differ = [f"{flag} {old}" for flag, (old, new) in wanted.items() if old is not None and old != new]
-    made_continuous = bool(settings.get("continuous", False))  # batch.json before continuous batching: static
-    if options.continuous is not None and made_continuous != options.continuous:  # other rows: other songs
-        differ.append("--continuous" if made_continuous else "static batches (--no-continuous)")
+    made = settings.get("continuous") is True  # absent (batch.json before continuous batching): static
+    if options.continuous is not None and made != options.continuous:  # other rows: other songs
+        differ.append("--continuous" if made else "static batches (--no-continuous)")
     if differ:
         raise RequestError(f"{out} was made with {' '.join(differ)} (its batch.json); resume it with the same "
                            f"option{'s' if len(differ) > 1 else ''}, or give a new --output folder")
-    return made_continuous
+    return made, settings
+
+
+def songs_batching(out: Path, ids) -> set:
+    """How the songs in `out` named by `ids` were batched, as their result.json records it: {True} continuous (the
+    refill decoder marks its phases' timing `continuous_batching`), {False} static, both, or set() when no song's
+    result.json can be read."""
+    modes = set()
+    for i in ids:
+        try:
+            record = json.loads((out / i / "result.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        modes.add(_marked(record))
+    return modes
+
+
+def _marked(node) -> bool:
+    if isinstance(node, dict):
+        return node.get("continuous_batching") is True or any(_marked(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_marked(v) for v in node)
+    return False
 
 
 def choose_batching(continuous: bool | None, *, made: bool | None = None, on_cuda: bool, ray: bool,
@@ -209,6 +254,15 @@ def choose_batching(continuous: bool | None, *, made: bool | None = None, on_cud
     if continuous is not None:
         return bool(continuous)
     if made is not None:
+        if made and ray:  # as `--continuous --ray` (run_batch), before any work
+            raise RequestError("this batch folder was made with continuous batching (its batch.json), which --ray "
+                               "cannot do (each worker decodes chunks of --max-batch songs): resume it without --ray")
+        if made and on_cuda and batched is not False:
+            from ..fast import fast_enabled
+            if not fast_enabled("cuda"):
+                raise RequestError("this batch folder was made with continuous batching (its batch.json), which "
+                                   "needs the fast GPU decoder that YUE2_FAST=0 turns off: resume it without "
+                                   "YUE2_FAST=0")
         return made
     if ray or not on_cuda or batched is False:
         return False
@@ -241,7 +295,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     out = Path(options.output)
     ids = {i.id for i in items} | {b.id for b in bad if b.id}
     check_output(out, ids, options.resume)
-    made = _check_resume_settings(out, options) if options.resume else None
+    made, saved_settings = _check_resume_settings(out, options, ids) if options.resume else (None, None)
     summary = BatchSummary({"requests": str(options.requests), "max_batch": options.max_batch,
                             "budget_gib": options.budget_gib, "steps": options.steps, "ode_method": options.method,
                             "resume": options.resume})
@@ -298,6 +352,8 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     summary.settings["max_batch"] = max_batch
     summary.settings["overlap"] = overlap
     summary.settings["continuous"] = continuous
+    if not todo and saved_settings is not None:  # nothing ran (all verified or refused): the record of how the
+        summary.settings = {**saved_settings, "resume": True}  # songs were made stays (a later resume reads it)
     if on_batching is not None and todo and runner is None:
         on_batching(max_batch, continuous)
     try:
