@@ -37,6 +37,7 @@ def test_batch_equals_generate_runs_and_reports_bad_rows(tmp_path, tiny_ckpt, en
     assert "s of music fit" in by_id["too-long"]["error"] and "at most" in by_id["too-long"]["error"]
     assert any(r["id"] is None and "line 8 is not JSON" in r["error"] for r in summary["results"])
     assert "5 of 8 complete, 3 failed" in err and "full-model" in err and "tok/s aggregate" in err
+    assert "[short] warning: lyrics are empty: this is NOT an instrumental switch" in err  # new-user review
     assert sorted(p.name for p in out.iterdir()) == sorted(["batch.json"] + [r["id"] for r in rows()])
     alone = tmp_path / "alone"
     for row in rows():

@@ -365,6 +365,9 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
         print(f"batching: {_batching_line(continuous, max_batch, on_cuda, batched, runner is not None)}"
               + (" (kept from the folder's batch.json)" if made is not None and options.continuous is None else ""),
               file=stream)
+    for item in todo:  # as `generate` prints them (result.json keeps them too)
+        for note in item.request.input_warnings():
+            print(f"[{item.id}] warning: {note}", file=stream)
     for item, why in redo:
         print(f"[{item.id}] redoing: {why}", file=stream)
         try:
