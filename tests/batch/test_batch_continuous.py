@@ -436,7 +436,8 @@ def test_progress_lines_end_each_stage_and_rate_only_the_ar_stages():
         progress("a", "semantic", {"done": done, "total": 25, "aggregate_tokens_per_second": 4.0})
     progress("a", "render", {"done": 1, "total": 32, "aggregate_tokens_per_second": 4.0})
     lines = out.getvalue().splitlines()
-    assert lines[0] == "[a] semantic 1/25 · 4.0 tok/s aggregate" and lines[1] == "[a] semantic 25/25 · 4.0 tok/s aggregate"
+    assert lines[0] == "[a] semantic 1/25 · 4.0 tok/s aggregate"
+    assert lines[1] == "[a] semantic 25/25 · 4.0 tok/s aggregate"
     assert lines[2] == "[a] render 1/32" and len(lines) == 3
 
 

@@ -512,9 +512,9 @@ def test_the_batch_decoder_is_a_plan_of_its_own(tiny_paths):
         assert mine == sorted(jobs.attention_lengths(min(capacity, 24576), 8, info.dims.kv_heads, 132).values())
         assert [n for st, v, n in extra if st == f"decode_{phase}" and v == k + 1] == [1024]  # the other residue
     assert "batch_rows" not in jobs.plan_fields(plain)
-    keys = {jobs.marker_key(jobs.plan_fields(p), {"type": "cuda"}, {}, "s")
-            for p in (plain, batch, warmup.Plan.from_info(info, batch_rows=8), warmup.Plan.from_info(info, batch_rows=4,
-                                                                                                     batch_refill=True))}
+    plans = (plain, batch, warmup.Plan.from_info(info, batch_rows=8),
+             warmup.Plan.from_info(info, batch_rows=4, batch_refill=True))
+    keys = {jobs.marker_key(jobs.plan_fields(p), {"type": "cuda"}, {}, "s") for p in plans}
     assert len(keys) == 4
     spec = jobs.child_spec(batch, "cpu", 0, 1)
     again = jobs.plan_from_spec(spec)

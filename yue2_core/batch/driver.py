@@ -182,8 +182,8 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
     RequestError when `--steps` / `--ode-method` / an explicit `--continuous` / `--no-continuous` differ from it
     (finishing it so would leave an album made two ways), when a recorded value is not of its kind (e.g.
     `"continuous": "no"`). When batch.json is missing, unreadable, holds no settings (e.g. a folder another
-    program wrote) or no completed song, the songs say how they were made (`songs_batching`); songs made both ways, or made otherwise
-    than an explicit option asks, are refused too."""
+    program wrote) or no completed song, the songs say how they were made (`songs_batching`); songs made both ways,
+    or made otherwise than an explicit option asks, are refused too."""
     from .summary import load_summary
     if not any((out / i).is_dir() for i in ids):
         return None, None
@@ -255,14 +255,15 @@ def choose_batching(continuous: bool | None, *, made: bool | None = None, on_cud
         return bool(continuous)
     if made is not None:
         if made and ray:  # as `--continuous --ray` (run_batch), before any work
-            raise RequestError("this batch folder was made with continuous batching (its batch.json), which --ray "
-                               "cannot do (each worker decodes chunks of --max-batch songs): resume it without --ray")
+            raise RequestError("this batch folder was made with continuous batching (its batch.json or songs say "
+                               "so), which --ray cannot do (each worker decodes chunks of --max-batch songs): resume "
+                               "it without --ray")
         if made and on_cuda and batched is not False:
             from ..fast import fast_enabled
             if not fast_enabled("cuda"):
-                raise RequestError("this batch folder was made with continuous batching (its batch.json), which "
-                                   "needs the fast GPU decoder that YUE2_FAST=0 turns off: resume it without "
-                                   "YUE2_FAST=0")
+                raise RequestError("this batch folder was made with continuous batching (its batch.json or songs "
+                                   "say so), which needs the fast GPU decoder that YUE2_FAST=0 turns off: resume it "
+                                   "without YUE2_FAST=0")
         return made
     if ray or not on_cuda or batched is False:
         return False
