@@ -116,12 +116,46 @@ class VramPeak:
         return None if self.peak is None else (self.peak - self.base) / 2 ** 30
 
 
+class Timeline:
+    """Seconds from the command's start at which each song first reached each stage (the batch command's progress
+    events, recorded by wrapping `runner._Meter.emit` in this process): the engine load ends at the first event."""
+
+    def __enter__(self):
+        from yue2_core.batch import runner
+        self.t0, self.first, self.real = time.perf_counter(), {}, runner._Meter.emit
+        timeline = self
+
+        def emit(meter, song_id, stage, **info):
+            timeline.first.setdefault((song_id, stage), time.perf_counter() - timeline.t0)
+            return timeline.real(meter, song_id, stage, **info)
+        runner._Meter.emit = emit
+        return self
+
+    def __exit__(self, *exc):
+        from yue2_core.batch import runner
+        runner._Meter.emit = self.real
+
+    def summary(self, results: list) -> dict:
+        """load (s), first render start, last song complete, and the render stage's busy share between them (the
+        songs' render + decode seconds over that span)."""
+        times = self.first.values()
+        renders = [t for (sid, st), t in self.first.items() if st == "render" and sid]
+        done = [t for (sid, st), t in self.first.items() if st == "complete"]
+        busy = sum((r.get("timing") or {}).get("render_seconds", 0) + (r.get("timing") or {}).get("decode_seconds", 0)
+                   for r in results)
+        out = {"load_s": min(times) if times else None, "first_render_s": min(renders) if renders else None,
+               "last_complete_s": max(done) if done else None, "render_decode_busy_s": busy}
+        if renders and done:
+            out["render_stage_busy_share"] = busy / max(1e-9, max(done) - min(renders))
+        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in out.items()}
+
+
 def run(ckpt, req, out, max_batch, overlap, device, abc_tokens, steps, method="midpoint", continuous=False):
     from yue2_core.__main__ import main
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    with VramPeak() as nvml:
+    with VramPeak() as nvml, Timeline() as timeline:
         t = time.perf_counter()
         rc = main(["batch", req, "--output", out, "--checkpoint", ckpt, "--max-batch", str(max_batch),
                    "--device", device, "--offline", "--steps", str(steps), "--max-abc-tokens", str(abc_tokens),
@@ -129,7 +163,7 @@ def run(ckpt, req, out, max_batch, overlap, device, abc_tokens, steps, method="m
                   + (["--continuous"] if continuous else ["--no-continuous"]))
         wall = time.perf_counter() - t
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else None
-    return rc, wall, peak, nvml.gib()
+    return rc, wall, peak, nvml.gib(), timeline
 
 
 def parse_runs(text: str, songs: int) -> list[tuple[int, bool, int, str, bool]]:
@@ -226,8 +260,8 @@ def main():
             continue
         folder = os.path.join(args.workdir, f"batch_out_{key.replace(':', '_')}_{int(time.time())}")
         path = req if n == args.songs else subset(req, n, os.path.join(args.workdir, f"batch_requests_{n}.jsonl"))
-        rc, wall, peak, nvml = run(ckpt, path, folder, max_batch, overlap, device, args.abc_tokens, steps, method,
-                                   cont)
+        rc, wall, peak, nvml, timeline = run(ckpt, path, folder, max_batch, overlap, device, args.abc_tokens, steps,
+                                             method, cont)
         folders[key] = folder
         summary = json.load(open(os.path.join(folder, "batch.json")))
         done = summary.get("complete") or 0
@@ -244,7 +278,15 @@ def main():
                             "wall_s": wall, "songs_per_minute": 60 * n / wall,
                             "system_rtf": wall / (n * audio_of(n)),
                             "peak_gib_allocator": peak, "peak_gib_nvml": nvml,
-                            "stage_seconds_summed": {k: round(v, 2) for k, v in stages.items()}}
+                            "stage_seconds_summed": {k: round(v, 2) for k, v in stages.items()},
+                            "timeline": timeline.summary(summary.get("results", []))}
+        tl = out["runs"][key]["timeline"]
+        load = tl.get("load_s") or 0.0
+        out["runs"][key]["system_rtf_after_load"] = (wall - load) / (n * audio_of(n))
+        print(f"timeline {key}: engine loaded at {load:.1f} s, first render at {tl.get('first_render_s')} s, last "
+              f"song at {tl.get('last_complete_s')} s; render stage busy {tl.get('render_decode_busy_s')} s "
+              f"(share {tl.get('render_stage_busy_share')}); system RTF {wall / (n * audio_of(n)):.4f}, after the "
+              f"load {out['runs'][key]['system_rtf_after_load']:.4f}", flush=True)
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
     seq = next((k for k in folders if k.startswith("1:off")), None)
@@ -276,9 +318,9 @@ def main():
                "music tokens)" if args.mixed else f"{audio_s:.1f} s of music ({round(args.seconds * 25)} music tokens)")
     print(f"\n{args.songs} different requests × {lengths} (cot full, {args.abc_tokens} ABC tokens, {steps} ODE steps), "
           f"int8, {out['machine']['gpu']}")
-    print("| --max-batch | overlap | batching | ODE | songs | exit | complete | wall s | songs/min | system RTF | peak GiB "
-          "(allocator) | peak GiB (NVML) | tokens = sequential | same songs overlap on/off |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| --max-batch | overlap | batching | ODE | songs | exit | complete | wall s | songs/min | system RTF | RTF "
+          "after the load | peak GiB (allocator) | peak GiB (NVML) | tokens = sequential | same songs overlap on/off |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key, r in runs.items():
         nv = "–" if r["peak_gib_nvml"] is None else f"{r['peak_gib_nvml']:.2f}"
         al = "–" if r["peak_gib_allocator"] is None else f"{r['peak_gib_allocator']:.2f}"
@@ -287,10 +329,11 @@ def main():
         batching = "continuous" if r.get("continuous") else "static"
         print(f"| {r['max_batch']} | {'on' if r['overlap'] else 'off'} | {batching} | {ode} | {r['songs']}{note} | "
               f"{r['exit']} | "
-              f"{r['complete']} | {r['wall_s']:.1f} | {r['songs_per_minute']:.2f} | {r['system_rtf']:.4f} | {al} | "
+              f"{r['complete']} | {r['wall_s']:.1f} | {r['songs_per_minute']:.2f} | {r['system_rtf']:.4f} | "
+              f"{r.get('system_rtf_after_load', float('nan')):.4f} | {al} | "
               f"{nv} | {r.get('same_tokens_as_sequential', '–')} | {r.get('same_song_as_other_overlap_setting', '–')} |")
     for name, source, rtf in PEERS:
-        print(f"| {name} | | | | | | | | {60 / (rtf * audio_s):.2f} | {rtf:.3f} | | | | {source} |")
+        print(f"| {name} | | | | | | | | {60 / (rtf * audio_s):.2f} | {rtf:.3f} | | | | | {source} |")
     if out["skipped"]:
         print(f"skipped (time budget): {', '.join(out['skipped'])}")
     print("\nratios (songs per minute; system RTF ratios are the inverse):")

@@ -222,7 +222,7 @@ def test_continuous_batch_gives_the_songs_generate_gives(engine, monkeypatch, ov
     assert all(o.status == "complete" for o in outcomes), [(o.id, o.error) for o in outcomes]
     rows_of = {o.id: o.rows for o in outcomes}
     assert rows_of["full-model"] == rows_of["short"] == rows_of["full-file"] == 2 and rows_of["off-cfg"] == 1
-    assert threads == ({"yue2-render"} if overlap else {"MainThread"})
+    assert threads == ({"yue2-save"} if overlap else {"MainThread"})  # the render worker's writer
     for item in items:
         alone = engine.generate(item.request, item.budgets, steps=STEPS)
         song = songs[item.id]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from batch_data import ABC_CAP, expected, rows, write_requests  # noqa: E402
 
 STEPS = 2
-WORKER = "yue2-render"
+WORKER, SAVER = "yue2-render", "yue2-save"  # the render worker and its writer
 
 
 def _items():
@@ -31,7 +31,7 @@ def _items():
 
 
 def _worker_alive() -> bool:
-    return any(t.name == WORKER and t.is_alive() for t in threading.enumerate())
+    return any(t.name in (WORKER, SAVER) and t.is_alive() for t in threading.enumerate())
 
 
 def _run(engine, items, overlap, **kw):
@@ -56,7 +56,7 @@ def test_songs_identical_with_and_without_overlap(engine, monkeypatch, batched):
     over, over_songs, over_threads = _run(engine, items, True, batched=batched)
     assert [o.id for o in over] == [o.id for o in plain]  # the same order
     assert [o.status for o in over] == [o.status for o in plain] == ["complete"] * 5
-    assert set(plain_threads.values()) == {"MainThread"} and set(over_threads.values()) == {WORKER}
+    assert set(plain_threads.values()) == {"MainThread"} and set(over_threads.values()) == {SAVER}
     assert not _worker_alive()
     for o in plain:
         a, b = plain_songs[o.id], over_songs[o.id]
@@ -183,6 +183,30 @@ def test_an_exception_escaping_the_worker_reaches_the_main_thread(engine):
         for outcome in iter_songs(engine, _items(), deliver=deliver, max_batch=2, steps=STEPS, overlap=True):
             got.append(outcome.id)
     assert got == delivered == [r["id"] for r in rows()[:3]]
+    assert not _worker_alive()
+
+
+def test_the_worker_renders_the_next_song_while_one_is_written(engine, monkeypatch):
+    """Writing a song (FLAC, hashes, the folder) happens on the saver thread: while the first song's `deliver` is
+    held, the worker renders the next one; the outcomes keep the queue's order."""
+    import yue2_core.pipeline as pipeline
+    from yue2_core.batch.runner import iter_songs
+    real, rendered, held = pipeline.render, [], threading.Event()
+
+    def render(ar, nar, tokens, *args, **kw):
+        rendered.append(tokens.request["id"])
+        return real(ar, nar, tokens, *args, **kw)
+
+    def deliver(item, song):
+        if not held.is_set():  # the first song: wait until the worker has started the second one's render
+            held.set()
+            _wait(lambda: len(rendered) >= 2, "the next song's render while the first is written", timeout=60)
+        return item.id
+    monkeypatch.setattr(pipeline, "render", render)
+    items = _items()
+    outcomes = list(iter_songs(engine, items, deliver=deliver, max_batch=2, steps=STEPS, overlap=True))
+    assert [o.status for o in outcomes] == ["complete"] * 5
+    assert [o.id for o in outcomes] == [o.id for o in _run(engine, items, False)[0]]
     assert not _worker_alive()
 
 

@@ -21,8 +21,9 @@ decoded and delivered. How a phase runs:
 A failure (a budget that no longer fits after the score was written, a numerical error, a write error) fails that
 song only; a batched phase that raises is re-run row by row so the failing row is isolated. Ctrl-C propagates.
 
-The overlap (`overlap=True`, default on CUDA): when a batch's AR phases are done, its songs are rendered, decoded
-and delivered one after the other by a worker thread (`_RenderStage`; on CUDA each stage in a green context of its own SMs,
+The overlap (`overlap=True`, default on CUDA): when a batch's AR phases are done, its songs are rendered and decoded
+one after the other by a worker thread and delivered by the worker's writer thread (`_Saver`) while the worker
+renders the next song (`_RenderStage`; on CUDA each stage in a green context of its own SMs,
 or on streams of low and high priority: `streams.py`) while this thread decodes the next batch's AR phases. At most one batch is in the render
 stage: the next one is handed over only when the previous one is finished, so the device holds one batch's K/V
 caches plus one song's NAR/VAE working set (`memory.stage_bytes`). Only host data crosses the threads (token lists
@@ -378,9 +379,10 @@ def song_settings(engine, item, steps: int, method: str = "midpoint") -> dict:
 
 
 def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
-            stop: threading.Event | None = None, method: str = "midpoint") -> None:
+            stop: threading.Event | None = None, method: str = "midpoint", save=None) -> bool:
     """Render, decode and deliver one song (failures recorded on the job). `stop` (the render worker's): once set,
-    the next ODE step or VAE tile raises `_Stopped`, and a finished song is not delivered."""
+    the next ODE step or VAE tile raises `_Stopped`, and a finished song is not delivered. `save(job, song)` (the
+    render worker's `_Saver.put`): hand the finished song over instead of delivering it here; returns True then."""
     from ..pipeline import Song, decode, render
     req = job.item.request
     progress = meter.progress(req.id, stop=stop)
@@ -400,13 +402,92 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
         job.stage = "save"
         if stop is not None and stop.is_set():
             raise _Stopped
+    except Exception as exc:  # noqa: BLE001
+        job.fail(job.stage, exc)
+        meter.emit(req.id, "failed", error=job.error)
+        return False
+    if save is not None:
+        save(job, song)
+        return True
+    _deliver(job, song, deliver, meter)
+    return False
+
+
+def _deliver(job: _Job, song, deliver: Deliver, meter: _Meter) -> None:
+    """Write a rendered song (`deliver`: FLAC encoding, hashes, the atomic song folder) and mark the job complete, or
+    failed at "save"."""
+    req = job.item.request
+    try:
         job.output = str(deliver(job.item, song))
-        job.audio_seconds = audio.shape[-1] / song.sample_rate
+        job.audio_seconds = song.audio.shape[-1] / song.sample_rate
         job.stage = "complete"
         meter.emit(req.id, "complete")
     except Exception as exc:  # noqa: BLE001
         job.fail(job.stage, exc)
         meter.emit(req.id, "failed", error=job.error)
+
+
+class _Saver:
+    """The render worker's writer: a thread that delivers the songs the worker rendered, in the order handed over,
+    while the worker already renders the next one (FLAC encoding, sha256 and the folder's writes take ~0.6 s for a
+    3.6-minute song on one core, and release the GIL; on the render stage's critical path they would delay every
+    later song). Items: ("song", job, song, handoff) — delivered, then its outcome appended to the hand-over;
+    ("outcome", job, None, handoff) — a job that failed before, its outcome appended in order; ("done", None, None,
+    handoff) — the hand-over is complete. The queue holds at most `DEPTH` songs (each keeps its audio on the host:
+    ≈ 80 MB for 3.6 minutes), so a slow disk slows the worker down instead of filling memory. Songs handed over
+    before a stop (Ctrl-C) are still written: the worker stops rendering, not writing. A BaseException escaping
+    `deliver` (not a song's failure) is handed to the main thread and stops both: nothing more is written."""
+
+    DEPTH = 2
+
+    def __init__(self, deliver: Deliver, meter: _Meter, stop: threading.Event):
+        import queue
+        self.deliver, self.meter, self.stop, self.broken = deliver, meter, stop, False
+        self.items: "queue.Queue" = queue.Queue(maxsize=self.DEPTH)
+        self.thread = threading.Thread(target=self._work, name="yue2-save", daemon=True)
+        self.thread.start()
+
+    def put(self, item: tuple) -> None:
+        self.items.put(item)
+
+    def _work(self) -> None:
+        while True:
+            item = self.items.get()
+            if item is None:
+                return
+            kind, job, song, handoff = item
+            try:
+                if kind == "song" and not self.broken:
+                    _deliver(job, song, self.deliver, self.meter)
+                if kind in ("song", "outcome") and not self.broken:
+                    handoff.outcomes.append(_outcome(job))
+            except BaseException as exc:  # noqa: BLE001 - not a song's failure (a bug, SystemExit from deliver):
+                handoff.error = handoff.error or exc  # re-raised on the main thread with the hand-over; the worker
+                self.broken = True  # stops at its next step and nothing more is written
+                self.stop.set()
+            finally:
+                if kind == "done":
+                    handoff.done.set()
+                del item, job, song  # the song's audio is freed before the next item is awaited
+
+    def close(self) -> None:
+        """Wait for the queued songs to be written, then end the thread."""
+        if self.thread.is_alive():
+            self.items.put(None)
+            _join(self.thread)
+
+
+def _join(thread: threading.Thread) -> None:
+    """Wait for `thread` to end. A second Ctrl-C while waiting is absorbed (the thread is already stopping; leaving
+    it mid-kernel or mid-write would end the process in an abort at exit); a third one stops the waiting."""
+    interrupts = 0
+    while thread.is_alive():
+        try:
+            thread.join(0.1)
+        except KeyboardInterrupt:
+            interrupts += 1
+            if interrupts >= 2:
+                raise
 
 
 def _outcome(job: _Job) -> SongOutcome:
@@ -492,6 +573,7 @@ class _RenderStage:
             self.ar_place.stream.wait_stream(torch.cuda.current_stream(engine.ar.device))  # the loaded weights
             self.capture = concurrent_capture()
         self.capture.__enter__()
+        self.saver = _Saver(deliver, meter, self.stop)
         self.thread = threading.Thread(target=self._work, name="yue2-render", daemon=True)
         self.thread.start()
 
@@ -526,7 +608,7 @@ class _RenderStage:
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread (a bug, Ctrl-C from deliver)
                 handoff.error = exc
             finally:
-                handoff.done.set()
+                self.saver.put(("done", None, None, handoff))  # done once its songs are written
 
     def _render(self, handoff: _Handoff) -> None:
         streams = contextlib.nullcontext()
@@ -538,33 +620,29 @@ class _RenderStage:
                 for job in handoff.jobs:
                     if self.stop.is_set():
                         return
-                    if job.error is None:
-                        _finish(self.engine, job, self.steps, self.deliver, self.meter, self.stop, self.method)
-                    handoff.outcomes.append(_outcome(job))
+                    if job.error is None and _finish(self.engine, job, self.steps, self.deliver, self.meter,
+                                                     self.stop, self.method,
+                                                     save=lambda j, song: self.saver.put(("song", j, song, handoff))):
+                        continue  # the saver delivers it and appends its outcome
+                    self.saver.put(("outcome", job, None, handoff))
         except _Stopped:
             return
         finally:
             _release(self.engine)
 
     def close(self) -> None:
-        """Stop the worker (at its next ODE step, VAE tile or song when it is busy) and wait for it to end. A
-        second Ctrl-C while waiting is absorbed (the worker is already stopping; leaving it mid-kernel would end
-        the process in an abort at exit); a third one stops the waiting."""
+        """Stop the worker (at its next ODE step, VAE tile or song when it is busy), wait for it to end, then for the
+        saver to write the songs handed to it (`_join`: a second Ctrl-C while waiting is absorbed, a third one stops
+        the waiting)."""
         if not self.closed:
             self.closed = True
             self.stop.set()
             with self.wake:
                 self.inbox.clear()
                 self.wake.notify()
-        interrupts = 0  # (called again, e.g. from a `finally` after an interrupt cut the first call: waits again)
-        try:
-            while self.thread.is_alive():
-                try:
-                    self.thread.join(0.1)
-                except KeyboardInterrupt:
-                    interrupts += 1
-                    if interrupts >= 2:
-                        raise
+        try:  # (called again, e.g. from a `finally` after an interrupt cut the first call: waits again)
+            _join(self.thread)
+            self.saver.close()
         finally:
             if self.capture is not None:
                 self.capture.__exit__(None, None, None)
