@@ -173,12 +173,19 @@ class _Decoder(nn.Module):
         for block in layers[1:-2]:
             first, up, *units = block.layers
             y = first.folded(h, bias, res, keep=False, kernel=kernel)
+            del h, res  # each activation is dropped once read: at most three of a block's size alive at a time
             h, bias, res = up(y, bias=False), up.bias, None
+            del y
             for unit in units:
                 s1, c7, s2, c1 = unit.layers
                 x_in, y = s1.folded(h, bias, res, keep=True, kernel=kernel)
-                y = s2.folded(c7(y, bias=False), c7.bias, kernel=kernel)
+                del h, res
+                t = c7(y, bias=False)
+                del y
+                y = s2.folded(t, c7.bias, kernel=kernel)
+                del t
                 h, bias, res = c1(y, bias=False), c1.bias, x_in
+                del y, x_in
         return layers[-1](layers[-2].folded(h, bias, res, kernel=kernel))
 
 
