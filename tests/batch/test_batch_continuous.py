@@ -229,7 +229,7 @@ def test_continuous_batch_gives_the_songs_generate_gives(engine, monkeypatch, ov
         assert song.score.abc_ids == alone.score.abc_ids, item.id
         assert song.tokens.codes == alone.tokens.codes, item.id
         assert torch.equal(song.latents, alone.latents) and torch.equal(song.audio, alone.audio), item.id
-    assert not any(t.name == "yue2-render" and t.is_alive() for t in threading.enumerate())
+    assert not any(t.name in ("yue2-render", "yue2-save") and t.is_alive() for t in threading.enumerate())
 
 
 def test_ctrl_c_during_continuous_decoding_stops_the_worker_and_keeps_finished_songs(engine, monkeypatch):
@@ -260,7 +260,7 @@ def test_ctrl_c_during_continuous_decoding_stops_the_worker_and_keeps_finished_s
         for o in iter_songs(engine, _items(), deliver=lambda item, song: delivered.append(item.id) or item.id,
                             max_batch=2, steps=STEPS, continuous=True, overlap=True):
             outcomes.append(o)
-    assert not any(t.name == "yue2-render" and t.is_alive() for t in threading.enumerate())
+    assert not any(t.name in ("yue2-render", "yue2-save") and t.is_alive() for t in threading.enumerate())
     assert delivered and set(delivered) == {o.id for o in outcomes if o.status == "complete"}
     assert len(outcomes) < 5
 

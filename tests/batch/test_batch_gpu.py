@@ -155,7 +155,7 @@ def test_overlap_gives_the_same_songs_on_cuda(int8_path, monkeypatch):
         for song in songs.values():
             assert song.tokens.timing["execution"] == "cuda_graph", song.tokens.timing
             assert "graph_fallback_reason" not in song.tokens.timing
-        assert set(where.values()) == ({"yue2-render"} if overlap else {"MainThread"})
+        assert set(where.values()) == ({"yue2-save"} if overlap else {"MainThread"})  # the render worker's writer
         beside = [mode for mode, alive in modes if alive]
         print(f"overlap={overlap}: {len(modes)} captures, {len(beside)} while the worker was alive: {set(beside)}")
         if overlap:  # the NAR's captures (worker) thread_local; the AR's (main thread) also without a device sync
@@ -163,7 +163,7 @@ def test_overlap_gives_the_same_songs_on_cuda(int8_path, monkeypatch):
             assert set(beside) <= {"thread_local", "thread_local, no device sync"}, set(beside)
         else:
             assert {mode for mode, _ in modes} == {"global"}
-    assert not any(t.name == "yue2-render" and t.is_alive() for t in threading.enumerate())
+    assert not any(t.name in ("yue2-render", "yue2-save") and t.is_alive() for t in threading.enumerate())
     try:
         import soundfile  # noqa: F401 - FLAC bytes need it (the GPU image may lack it)
         names = None
