@@ -107,10 +107,12 @@ def test_table_gives_long_errors_in_full():
     from yue2_core.batch.summary import BatchSummary
     s = BatchSummary()
     long = "line 2: semantic_sampling: " + "x" * 120 + " the end"
-    s.add(1, "ok", "complete", audio_seconds=2.0, semantic_tokens=50)
+    s.add(1, "ok", "complete", audio_seconds=2.0, semantic_tokens=50, abc_tokens=37)
     s.add(2, "short", "failed", stage="validate", error=long)
     s.add(3, "brief", "failed", stage="validate", error="brief error")
     table = s.table()
+    head, _, first = table.splitlines()[:3]
+    assert head.split()[4:7] == ["audio", "s", "abc"] and first.split()[4:7] == ["2.00", "37", "50"]
     assert "errors in full:" in table and f"line 2 (short): {long.removeprefix('line 2: ')}" in table
     assert "line 2 (short): line 2:" not in table  # the line named once
     assert "line 3 (brief)" not in table  # an error the table shows whole is not repeated

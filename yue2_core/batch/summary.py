@@ -72,9 +72,9 @@ class BatchSummary:
         return folder / BATCH_FILE
 
     def table(self) -> str:
-        """A plain-text table of every row: id, status, stage, audio seconds, tokens, rows decoded together and the
-        error (first line, shortened)."""
-        head = ("line", "id", "status", "stage", "audio s", "tokens", "rows", "note")
+        """A plain-text table of every row: id, status, stage, audio seconds, lead-sheet (ABC) and music tokens, rows
+        decoded together and the error (first line, shortened)."""
+        head = ("line", "id", "status", "stage", "audio s", "abc", "music", "rows", "note")
         lines = []
         for r in (self.rows[k] for k in sorted(self.rows)):
             note = (r.get("error") or "").splitlines()[0][:90] if r.get("error") else (
@@ -82,6 +82,7 @@ class BatchSummary:
             audio = r.get("audio_seconds")
             lines.append((str(r["line"]), str(r["id"] or "-"), r["status"], str(r.get("stage") or "-"),
                           f"{audio:.2f}" if isinstance(audio, (int, float)) else "-",
+                          str(r.get("abc_tokens") if r.get("abc_tokens") is not None else "-"),
                           str(r.get("semantic_tokens") if r.get("semantic_tokens") is not None else "-"),
                           str(r.get("rows") or "-"), note))
         widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(head)]
