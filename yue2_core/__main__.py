@@ -648,10 +648,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--output", required=True, help="new song directory (must not exist or be empty)")
         sp.add_argument("--lora", action="append", default=[], metavar="PATH[:AR[:NAR]]", type=parse_lora,
                         help="apply a LoRA/LoKr adapter (any published YuE2 layout; repeat to stack); one number sets "
-                             "both strengths, two set AR then NAR (default 1). render: replaces the song's own")
+                             "both strengths, two set AR then NAR (default 1). With render: replaces the adapters the "
+                             "song was made with")
         sp.add_argument("--checkpoint-how", help=argparse.SUPPRESS)  # scripts/song.sh: how it picked --checkpoint
         sp.add_argument("--vae", metavar="PATH", help="a VAE decoder file or vendor VAE folder to use instead of the "
-                                                      "checkpoint's (render: replaces the song's own)")
+                                                      "checkpoint's (with render: instead of the one the song was made "
+                                                      "with)")
 
     def ode_method(sp):
         sp.add_argument("--ode-method", default="midpoint", choices=["midpoint", "ab2"],
@@ -674,7 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--abc-file", help="use this ABC lead sheet (UTF-8) instead of letting the model write one; it "
                                       "is used as given, the dialect check's findings are printed as warnings")
     g.add_argument("--cfg-scale", type=float, default=None, help="guidance (default 1.0; 1.01 in off mode)")
-    g.add_argument("--max-seconds", type=float, default=None, help="cap the music length (25 tokens per second)")
+    g.add_argument("--max-seconds", type=float, default=None, help="cap the music length (25 tokens per second; "
+                   "default: the release's 9,000 tokens = 360 s, a long wait on a CPU)")
     g.add_argument("--max-abc-tokens", type=int, default=None, help="cap the lead-sheet length in tokens")
     common(g)
     ode_method(g)
@@ -707,14 +710,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      "folders + DIR/batch.json; AR phases decoded together (docs/batch.md)")
     b.add_argument("requests", help="the request file (the vendor's JSONL: id, style/tags, lyrics, cot, seed, abc or "
                                     "abc_path, cfg_scale, abc_sampling, semantic_sampling)")
-    b.add_argument("--max-batch", type=int, default=None, help="songs per AR batch (default: 8, or fewer when "
-                                                                 "--budget holds fewer)")
+    b.add_argument("--max-batch", type=int, default=None, help="songs per AR batch (default on CUDA: 8, or fewer "
+                                                                 "when --budget holds fewer; on the CPU, where rows "
+                                                                 "are not batched: 1, each song saved before the next "
+                                                                 "starts)")
     b.add_argument("--budget", type=float, default=None, metavar="GiB", help="device memory the batch may use, "
                    "weights included (default: what is free now); sizes the batch")
     b.add_argument("--resume", action="store_true", help="finish a batch in --output: songs that verify are "
                                                          "skipped, damaged ones redone")
-    b.add_argument("--max-seconds", type=float, default=None, help="cap every song's music (25 tokens per second)")
-    b.add_argument("--max-abc-tokens", type=int, default=None, help="cap every lead sheet, in tokens")
+    b.add_argument("--max-seconds", type=float, default=None, help="cap every song's music (25 tokens per second; a "
+                   "row asking for less keeps its own; uncapped, a row gets its semantic_sampling.max_tokens, else "
+                   "the release's 9,000 tokens = 360 s)")
+    b.add_argument("--max-abc-tokens", type=int, default=None, help="cap every lead sheet, in tokens (a row asking "
+                   "for less keeps its own; uncapped: its abc_sampling.max_tokens, else the release's 4,096)")
     b.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None, help="render and decode a "
                    "batch's songs on a worker thread while the next batch's AR phases run (default: on with CUDA, "
                    "off on the CPU; the songs are the same either way)")

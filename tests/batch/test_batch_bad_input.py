@@ -185,3 +185,17 @@ def test_resume_never_removes_what_it_should_not(tmp_path, engine):
     (out / "batch.json").mkdir()  # the summary cannot be written
     with pytest.raises(ArtifactError, match="cannot write .*batch.json.*--resume"):
         run_batch(BatchOptions(str(req), str(out), resume=True, max_abc_tokens=ABC_CAP), **kw)
+
+
+def test_resume_with_other_caps_names_the_song_settings_and_this_runs(tmp_path, engine):
+    """New-user finding: a --resume with another --max-seconds refused every song without saying what differs; the
+    refusal names the setting, the song's value and this run's."""
+    from yue2_core.artifacts import save_song
+    from yue2_core.batch.driver import resume_state
+    req = write_requests(tmp_path / "in")
+    made = {i.id: i for i in read_requests(req, max_abc_tokens=ABC_CAP)[0]}["off-cfg"]  # music max_tokens 25
+    folder = save_song(engine.generate(made.request, made.budgets, steps=1), tmp_path / "out" / "off-cfg")
+    assert resume_state(folder, made, 1) == ("done", None)
+    capped = {i.id: i for i in read_requests(req, max_seconds=0.4, max_abc_tokens=ABC_CAP)[0]}["off-cfg"]
+    state, why = resume_state(folder, capped, 1)
+    assert state == "refuse" and "music max_tokens 25 (this run: 10)" in why and "--max-seconds" in why, why

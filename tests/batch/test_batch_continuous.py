@@ -424,6 +424,10 @@ def test_the_terminal_says_which_batching_runs(monkeypatch):
     assert _batching_line(False, 2, True, None, True).startswith("Ray workers, chunks of 2 songs")
     monkeypatch.setenv("YUE2_FAST", "0")
     assert _batching_line(False, 4, True, None, False).startswith("songs one at a time")
+    from yue2_core.batch.driver import _overlap_note  # new-user finding: --overlap on one batch seemed to do nothing
+    assert "nothing to overlap" in _overlap_note(True, False, 3, 3, False)
+    assert "renders overlap" in _overlap_note(True, False, 1, 3, False) == _overlap_note(True, True, 8, 3, False)
+    assert _overlap_note(False, False, 1, 3, False) == _overlap_note(True, False, 1, 3, True) == ""
 
 
 def test_progress_lines_end_each_stage_and_rate_only_the_ar_stages():

@@ -144,10 +144,16 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
         differ.append(f"it was rendered with --steps {cfg.get('ode_steps')!r}, this run uses {steps}")
     if cfg.get("ode_method", "midpoint") != method:
         differ.append(f"it was rendered with --ode-method {cfg.get('ode_method')!r}, this run uses {method}")
-    if (cfg.get("semantic_sampling") != b.semantic_sampling().to_dict()
-            or cfg.get("abc_sampling") != b.abc_sampling().to_dict()):
-        differ.append("its sampling budgets differ from this row's (--max-seconds, --max-abc-tokens, the row's "
-                      "sampling fields)")
+    changed = []
+    for label, saved_s, wanted in (("music", cfg.get("semantic_sampling"), b.semantic_sampling().to_dict()),
+                                   ("lead sheet", cfg.get("abc_sampling"), b.abc_sampling().to_dict())):
+        saved_s = saved_s if isinstance(saved_s, dict) else {}
+        changed += [f"{label} {key} {saved_s.get(key)!r} (this run: {wanted.get(key)!r})"
+                    for key in sorted(set(saved_s) | set(wanted)) if saved_s.get(key) != wanted.get(key)]
+    if changed:
+        differ.append(f"its sampling settings differ from this row's: {', '.join(changed[:4])}"
+                      f"{' …' if len(changed) > 4 else ''} (set by --max-seconds: 25 music tokens a second, "
+                      "--max-abc-tokens, and the row's sampling fields)")
     if differ:
         return "refuse", (f"{folder} holds a verified song made otherwise: {'; '.join(differ)}. Resume with the "
                           "song's settings, give the row another id, or move the folder away")
@@ -350,6 +356,9 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
                                    max_batch=options.max_batch, on_cuda=on_cuda, stage=stage, songs=len(todo),
                                    overlap=bool(overlap) and runner is None
                                    and len(todo) > (1 if continuous else options.max_batch or 1))
+    if (todo and options.max_batch is None and runner is None and not continuous
+            and not _rows_batched(batched, on_cuda)):
+        max_batch = 1  # rows run one at a time anyway: a larger batch would only hold songs back from the disk
     summary.settings["max_batch"] = max_batch
     summary.settings["overlap"] = overlap
     summary.settings["continuous"] = continuous
@@ -364,6 +373,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     summary.write(out)  # the folder is writable before any damaged song is removed
     if todo:
         print(f"batching: {_batching_line(continuous, max_batch, on_cuda, batched, runner is not None)}"
+              + _overlap_note(overlap, continuous, max_batch, len(todo), runner is not None)
               + (" (kept from the folder's batch.json)" if made is not None and options.continuous is None else ""),
               file=stream)
     for item in todo:  # as `generate` prints them (result.json keeps them too)
@@ -407,16 +417,31 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     return 1 if summary.count("failed") else 0
 
 
+def _rows_batched(batched: bool | None, on_cuda: bool) -> bool:
+    """Whether a static batch's rows decode together (`runner.default_batched` when not forced)."""
+    from ..fast import fast_enabled
+    return bool(batched) if batched is not None else on_cuda and fast_enabled("cuda")
+
+
 def _batching_line(continuous: bool, rows: int, on_cuda: bool, batched: bool | None, ray: bool) -> str:
     """What the terminal says of the batching that runs (`run_batch`)."""
     if ray:
         return f"Ray workers, chunks of {rows} song{'s' if rows > 1 else ''} (one AR batch each)"
     if continuous:
         return f"continuous on {rows} row{'s' if rows > 1 else ''} (a row takes the next song as soon as its song ends)"
-    from ..fast import fast_enabled
-    if batched is False or (batched is None and not (on_cuda and fast_enabled("cuda"))):  # runner.default_batched
-        return "songs one at a time (on the CPU rows are not batched: the songs of generate)"
+    if not _rows_batched(batched, on_cuda):
+        return (f"songs one at a time, in batches of {rows} (rows are not batched here: each song is the one "
+                "`generate` makes)")
     return f"static batches of up to {rows} songs (each lasts as long as its longest song)"
+
+
+def _overlap_note(overlap: bool | None, continuous: bool, rows: int, songs: int, ray: bool) -> str:
+    """The overlap's part of the batching line: on, or asked for with nothing to overlap (one batch)."""
+    if not overlap or ray:
+        return ""
+    if not continuous and songs <= rows:
+        return "; --overlap has nothing to overlap: the queue is one batch"
+    return "; renders overlap the next songs' AR phases"
 
 
 __all__ = ["BatchOptions", "run_batch", "check_output", "resume_state"]
