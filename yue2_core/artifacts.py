@@ -239,10 +239,10 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
             (tmp / name).write_bytes(data)
             manifest[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
         (tmp / "result.json").write_bytes(_json_bytes(seal_result({**result, "artifacts": manifest})))
-        (tmp / PARTIAL_MARKER).unlink()
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
+        (tmp / PARTIAL_MARKER).unlink()  # after the (slow) syncs: a save killed during them is still swept later
         os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes 0700; a song folder gets the usual permissions
         if out.exists():
             out.rmdir()

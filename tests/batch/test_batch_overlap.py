@@ -170,7 +170,7 @@ def test_ctrl_c_while_the_worker_renders_stops_it_at_its_next_step(tmp_path, eng
 
 def test_an_exception_escaping_the_worker_reaches_the_main_thread(engine):
     """Not a song's failure (those are Exceptions, recorded per song): a BaseException from `deliver` — e.g. the
-    SIGTERM handler's KeyboardInterrupt — is re-raised on the main thread, after the songs delivered before it."""
+    SystemExit from a bug — is re-raised on the main thread, after the songs delivered before it."""
     from yue2_core.batch.runner import iter_songs
     delivered, got = [], []
 
@@ -208,6 +208,92 @@ def test_the_worker_renders_the_next_song_while_one_is_written(engine, monkeypat
     assert [o.status for o in outcomes] == ["complete"] * 5
     assert [o.id for o in outcomes] == [o.id for o in _run(engine, items, False)[0]]
     assert not _worker_alive()
+
+
+def test_a_second_ctrl_c_while_queued_songs_are_written_is_absorbed(engine, monkeypatch):
+    """Break-it finding: with the writer's queue full, the first Ctrl-C's wait put a sentinel into that queue, so a
+    second Ctrl-C escaped the wait and no song was reported although they were written. Now the second one is
+    absorbed, every song handed to the writer is written and reported, and the interrupt propagates."""
+    import _thread
+    from yue2_core.batch import runner
+    stages, calls, writing, written = [], [], threading.Event(), []
+    real_semantic = runner._semantic_phase
+
+    class Stage(runner._RenderStage):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            stages.append(self)
+
+    def deliver(item, song):
+        writing.set()
+        time.sleep(0.8)  # a slow disk
+        written.append(item.id)
+        return item.id
+
+    def second_ctrl_c():  # once the worker has ended, while the wait is on the writer's queued songs
+        _wait(lambda: not stages[0].thread.is_alive(), "the worker's end")
+        time.sleep(0.1)
+        _thread.interrupt_main()
+
+    def semantic(engine_, jobs, batched, meter):
+        calls.append(1)
+        if len(calls) == 2:  # the second batch; the first batch's 4 songs are with the worker and its writer
+            _wait(lambda: writing.is_set() and stages[0].saver.items.full(), "a full writer queue")
+            print("DBG queue", [(i[0], i[1].item.id if i[1] is not None else None) for i in list(stages[0].saver.items.queue)], written, flush=True)
+            threading.Thread(target=second_ctrl_c, daemon=True).start()
+            raise KeyboardInterrupt
+        return real_semantic(engine_, jobs, batched, meter)
+    monkeypatch.setattr(runner, "_RenderStage", Stage)
+    monkeypatch.setattr(runner, "_semantic_phase", semantic)
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for outcome in runner.iter_songs(engine, _items(), deliver=deliver, max_batch=4, steps=STEPS, overlap=True):
+            got.append(outcome.id)
+    assert len(written) >= 3 and got == written  # every written song reported, in order
+    assert not _worker_alive()
+
+
+def test_a_ctrl_c_between_two_songs_still_reports_the_written_ones(tmp_path, engine, monkeypatch):
+    """Break-it finding: a Ctrl-C landing in the driver (writing batch.json after a song) left songs the writer had
+    finished, but not yet handed over, as "pending" in batch.json. The driver now raises it inside the songs'
+    generator and records what that hands over: no verified song folder is left listed as pending."""
+    from yue2_core import artifacts
+    from yue2_core.batch import BatchOptions, driver as run, runner
+    from yue2_core.batch.summary import BatchSummary
+    real_write, real_plan, writes, plans, written = BatchSummary.write, runner._plan_phase, [], [], []
+
+    def write(self, folder):
+        writes.append(1)
+        if len(writes) == 2:  # after the first recorded song: as if Ctrl-C came during this write
+            raise KeyboardInterrupt
+        return real_write(self, folder)
+
+    def plan(engine_, jobs, batched, meter, **kw):
+        plans.append(1)
+        if len(plans) == 2:  # the second batch: the first batch's 4 songs are all written before any is reported
+            _wait(lambda: len(written) == 4, "the first batch's songs on disk")
+        return real_plan(engine_, jobs, batched, meter, **kw)
+
+    def save(song, path, lineage=None):
+        folder = real_save(song, path, lineage)
+        written.append(path)
+        return folder
+    real_save = artifacts.save_song
+    monkeypatch.setattr(BatchSummary, "write", write)
+    monkeypatch.setattr(runner, "_plan_phase", plan)
+    monkeypatch.setattr(artifacts, "save_song", save)
+    opts, kw, out = _driver(engine, tmp_path)
+    opts = BatchOptions(opts.requests, opts.output, steps=STEPS, max_abc_tokens=ABC_CAP, max_batch=4, overlap=True)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_batch(opts, **kw)
+    assert not _worker_alive()
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    status = {r["id"]: r["status"] for r in summary["results"]}
+    on_disk = [p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert len(on_disk) == 4 and summary["interrupted"]
+    for song_id in on_disk:
+        artifacts.load_song(out / song_id)  # verifies
+        assert status[song_id] == "complete", (song_id, status)
 
 
 def test_memory_sizing_adds_the_render_stage_with_the_overlap(tmp_path, engine):
@@ -267,3 +353,23 @@ def test_default_overlap_follows_the_device():
             for flag in ([], ["--overlap"], ["--no-overlap"])] == [None, True, False]
     assert default_overlap(torch.device("cuda")) is True and default_overlap("cuda:1") is True
     assert default_overlap(torch.device("cpu")) is False
+
+
+def test_a_song_folder_keeps_its_marker_through_the_syncs(tmp_path, engine, monkeypatch):
+    """Break-it finding: the save removed its temporary folder's marker before the fsyncs, so a save killed during
+    them (SIGKILL, a slow disk) left a folder the next save's sweep could not recognise. The marker now stays until
+    the files are synced."""
+    import os as os_
+    from yue2_core import artifacts
+    seen, real = [], os_.fsync
+
+    def fsync(fd):
+        folder = Path(os_.readlink(f"/proc/self/fd/{fd}")).parent
+        seen.append(artifacts.PARTIAL_MARKER in {p.name for p in folder.iterdir()})
+        return real(fd)
+    item = _items()[0]
+    song = engine.generate(item.request, item.budgets, steps=1)
+    monkeypatch.setattr(os_, "fsync", fsync)
+    artifacts.save_song(song, tmp_path / "song")
+    assert seen and all(seen)
+    assert artifacts.PARTIAL_MARKER not in {p.name for p in (tmp_path / "song").iterdir()}

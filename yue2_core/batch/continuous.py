@@ -79,13 +79,15 @@ def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver
                     _finish(engine, job, steps, deliver, meter, method=method)
                     yield _outcome(job)
         for handoff in pending:
-            yield from handoff.take(True, stage.thread)
+            yield from handoff.take(True, stage.finisher)
             handoff.check()
     except KeyboardInterrupt:
         if stage is not None:
-            stage.close()  # the worker stops at its next step; the songs it finished are still reported
-            for handoff in pending:
-                yield from handoff.take(False, stage.thread)
+            try:
+                stage.close()  # the worker stops at its next step; the songs it finished are still reported
+            finally:  # also when a third Ctrl-C cut the wait short: what was written so far
+                for handoff in pending:
+                    yield from handoff.take(False, stage.finisher)
         raise
     finally:
         if stage is not None:
@@ -114,7 +116,7 @@ def _ar_phases(engine, jobs: list, max_batch: int, meter: _Meter, stage) -> Iter
 def _ready(pending: list, stage) -> Iterator:
     """Outcomes the render worker finished so far (without waiting); an exception that escaped it is re-raised."""
     for handoff in pending:
-        yield from handoff.take(False, stage.thread)
+        yield from handoff.take(False, stage.finisher)
         handoff.check()
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ArtifactError, RequestError, YuE2Error
+from ..errors import ArtifactError, RequestError, YuE2Error, brief
 from .requests import BatchRequest, check_context, read_requests
 from .summary import BATCH_FILE, BatchProgress, BatchSummary
 
@@ -387,6 +387,15 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
             summary.add(item.line, item.id, "failed", stage="resume", error=f"cannot remove the damaged song "
                         f"folder {out / item.id} to redo it: {exc.strerror or exc}")
             todo.remove(item)
+    def record(result) -> None:
+        fields = result.to_dict()
+        fields.pop("id"), fields.pop("line")
+        status = fields.pop("status")
+        if status == "failed":
+            print(f"[{result.id}] failed at {result.stage}: {result.error}", file=stream)
+        summary.add(result.line, result.id, status, **fields)
+
+    songs = None
     try:
         if todo:
             kw = dict(max_batch=max_batch, steps=options.steps, on_event=BatchProgress(stream), batched=batched,
@@ -397,15 +406,12 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
             else:
                 songs = runner.songs(todo, out, **kw)
             for result in songs:
-                fields = result.to_dict()
-                fields.pop("id"), fields.pop("line")
-                status = fields.pop("status")
-                if status == "failed":
-                    print(f"[{result.id}] failed at {result.stage}: {result.error}", file=stream)
-                summary.add(result.line, result.id, status, **fields)
+                record(result)
                 summary.write(out)
     except KeyboardInterrupt:
-        summary.interrupted = True
+        if songs is not None:  # a Ctrl-C here, between two songs (e.g. writing batch.json): the songs' generator
+            _drain(songs, record)  # stops its workers and hands over what they finished (done already when the
+        summary.interrupted = True  # interrupt came from inside it: then this returns at once)
         summary.write(out)
         print(summary.table(), file=stream)
         raise
@@ -415,6 +421,20 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
           + ("; after fixing the failed rows, finish it with --resume" if summary.count("failed") else ""),
           file=stream)
     return 1 if summary.count("failed") else 0
+
+
+def _drain(songs, record) -> None:
+    """After a Ctrl-C outside the songs' generator: raise it inside (its own interrupt handling stops the render
+    worker and yields the songs already written) and `record` what it yields. A further Ctrl-C stops draining."""
+    try:
+        result = songs.throw(KeyboardInterrupt())
+        while True:
+            record(result)
+            result = next(songs)
+    except (KeyboardInterrupt, StopIteration):
+        pass
+    except Exception as exc:  # noqa: BLE001 - the interrupt goes on; what could not be drained, --resume finds
+        print(f"after the interrupt: {brief(exc)}", file=sys.stderr)
 
 
 def _rows_batched(batched: bool | None, on_cuda: bool) -> bool:

@@ -433,10 +433,13 @@ class _Saver:
     3.6-minute song on one core, and release the GIL; on the render stage's critical path they would delay every
     later song). Items: ("song", job, song, handoff) — delivered, then its outcome appended to the hand-over;
     ("outcome", job, None, handoff) — a job that failed before, its outcome appended in order; ("done", None, None,
-    handoff) — the hand-over is complete. The queue holds at most `DEPTH` songs (each keeps its audio on the host:
-    ≈ 80 MB for 3.6 minutes), so a slow disk slows the worker down instead of filling memory. Songs handed over
-    before a stop (Ctrl-C) are still written: the worker stops rendering, not writing. A BaseException escaping
-    `deliver` (not a song's failure) is handed to the main thread and stops both: nothing more is written."""
+    handoff) — the hand-over is complete. The queue holds at most `DEPTH` items, so at most DEPTH + 2 songs keep
+    their audio on the host (≈ 80 MB each for 3.6 minutes: one being written, those queued, one the worker waits to
+    hand over) and a slow disk slows the worker down instead of filling memory. Songs handed over before a stop
+    (Ctrl-C) are still written: the worker stops rendering, not writing. A BaseException escaping `deliver` (not a
+    song's failure, e.g. SystemExit) is handed to the main thread and stops both: nothing more is written. The
+    thread polls its queue and ends once `closing` is set and the queue is empty (no sentinel to put: a put could
+    block on a full queue while Ctrl-C arrives)."""
 
     DEPTH = 2
 
@@ -444,17 +447,21 @@ class _Saver:
         import queue
         self.deliver, self.meter, self.stop, self.broken = deliver, meter, stop, False
         self.items: "queue.Queue" = queue.Queue(maxsize=self.DEPTH)
-        self.thread = threading.Thread(target=self._work, name="yue2-save", daemon=True)
-        self.thread.start()
+        self.closing = threading.Event()  # set once nothing more will be put: the thread ends when the queue is empty
+        self.thread, self.ended = _started(self._work, "yue2-save")
 
     def put(self, item: tuple) -> None:
         self.items.put(item)
 
     def _work(self) -> None:
+        import queue
         while True:
-            item = self.items.get()
-            if item is None:
-                return
+            try:
+                item = self.items.get(timeout=0.1)
+            except queue.Empty:
+                if self.closing.is_set():
+                    return
+                continue
             kind, job, song, handoff = item
             try:
                 if kind == "song" and not self.broken:
@@ -470,24 +477,47 @@ class _Saver:
                     handoff.done.set()
                 del item, job, song  # the song's audio is freed before the next item is awaited
 
-    def close(self) -> None:
-        """Wait for the queued songs to be written, then end the thread."""
-        if self.thread.is_alive():
-            self.items.put(None)
-            _join(self.thread)
+    def close(self, interrupts: list | None = None) -> None:
+        """Wait for the queued songs to be written, then for the thread to end (call it once nothing more is put;
+        `interrupts`: `_join`'s count, shared with an earlier wait)."""
+        self.closing.set()
+        _join(self.thread, self.ended, interrupts)
 
 
-def _join(thread: threading.Thread) -> None:
-    """Wait for `thread` to end. A second Ctrl-C while waiting is absorbed (the thread is already stopping; leaving
-    it mid-kernel or mid-write would end the process in an abort at exit); a third one stops the waiting."""
-    interrupts = 0
-    while thread.is_alive():
+def _started(target, name: str) -> tuple[threading.Thread, threading.Event]:
+    """A daemon thread running `target`, and an event set when it ends (however it ends). Waits use the event, not
+    `Thread.join`: a KeyboardInterrupt inside `join(timeout)` can leave the thread object reporting `is_alive()`
+    False while the thread still runs (CPython, seen on 3.11 with a Ctrl-C during the writer's save)."""
+    ended = threading.Event()
+
+    def run():
         try:
-            thread.join(0.1)
+            target()
+        finally:
+            ended.set()
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread, ended
+
+
+def _join(thread: threading.Thread, ended: threading.Event, interrupts: list | None = None) -> None:
+    """Wait for a thread of `_started` to end (its `ended` event, then the thread's last instructions). A second
+    Ctrl-C while waiting is absorbed (the thread is already stopping; leaving it mid-kernel or mid-write would end
+    the process in an abort at exit); a third one stops the waiting. `interrupts` ([count]): the Ctrl-Cs seen so far
+    by the waits of one close, which share it."""
+    interrupts = [0] if interrupts is None else interrupts
+    while True:
+        try:
+            if ended.wait(0.1):
+                break
         except KeyboardInterrupt:
-            interrupts += 1
-            if interrupts >= 2:
+            interrupts[0] += 1
+            if interrupts[0] >= 2:
                 raise
+    try:
+        thread.join(1.0)  # it has set `ended`: only its return is left
+    except KeyboardInterrupt:
+        pass
 
 
 def _outcome(job: _Job) -> SongOutcome:
@@ -525,15 +555,17 @@ class _Handoff:
         self.error: BaseException | None = None
         self.done = threading.Event()
 
-    def take(self, block: bool, worker: threading.Thread) -> list[SongOutcome]:
-        """The outcomes finished since the last call; `block`: wait until the batch is done first (in 0.1 s waits,
-        so Ctrl-C is seen at once, and a worker that died without finishing cannot hang this thread)."""
+    def take(self, block: bool, worker: threading.Thread) -> Iterator[SongOutcome]:
+        """The outcomes finished since the last call, one at a time (an outcome counts as taken once yielded: when
+        the consumer is interrupted while handling one, the next call still yields the rest); `block`: wait until
+        the batch is done first (in 0.1 s waits, so Ctrl-C is seen at once, and a `worker` — the thread that sets
+        `done`, `_RenderStage.finisher` — that died without finishing cannot hang this thread)."""
         while block and not self.done.wait(0.1):
             if not worker.is_alive() and not self.done.is_set():
                 raise RuntimeError("the render worker ended without finishing its batch")
-        new = self.outcomes[self.taken:]
-        self.taken += len(new)
-        return new
+        while self.taken < len(self.outcomes):
+            self.taken += 1
+            yield self.outcomes[self.taken - 1]
 
     def check(self) -> None:
         """Re-raise, on the main thread, an exception that escaped the worker (once the batch is done)."""
@@ -574,8 +606,12 @@ class _RenderStage:
             self.capture = concurrent_capture()
         self.capture.__enter__()
         self.saver = _Saver(deliver, meter, self.stop)
-        self.thread = threading.Thread(target=self._work, name="yue2-render", daemon=True)
-        self.thread.start()
+        self.thread, self.ended = _started(self._work, "yue2-render")
+
+    @property
+    def finisher(self) -> threading.Thread:
+        """The thread that completes a hand-over (sets its `done`): the writer, after the hand-over's songs."""
+        return self.saver.thread
 
     def ar_context(self):
         """Where the main thread runs the AR phases on CUDA (`streams.placements`: a green context's SMs, or the
@@ -640,9 +676,10 @@ class _RenderStage:
             with self.wake:
                 self.inbox.clear()
                 self.wake.notify()
+        interrupts = [0]  # one count for both waits: the third Ctrl-C overall stops waiting
         try:  # (called again, e.g. from a `finally` after an interrupt cut the first call: waits again)
-            _join(self.thread)
-            self.saver.close()
+            _join(self.thread, self.ended, interrupts)
+            self.saver.close(interrupts)  # after the worker: it puts nothing more
         finally:
             if self.capture is not None:
                 self.capture.__exit__(None, None, None)
@@ -660,21 +697,23 @@ def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliv
             with stage.ar_context():
                 _plan_phase(engine, jobs, batched, meter)
             if pending is not None:  # the previous batch's songs finished so far
-                yield from pending.take(False, stage.thread)
+                yield from pending.take(False, stage.finisher)
                 pending.check()
             with stage.ar_context():
                 _semantic_phase(engine, jobs, batched, meter)
             # no `_release` here: its cudaFree synchronises the device, i.e. waits for the worker's queued render
             if pending is not None:  # at most one batch in the render stage: wait for the previous one
-                yield from pending.take(True, stage.thread)
+                yield from pending.take(True, stage.finisher)
                 pending.check()
             pending = stage.submit(jobs)
-        yield from pending.take(True, stage.thread)
+        yield from pending.take(True, stage.finisher)
         pending.check()
     except KeyboardInterrupt:
-        stage.close()  # the worker stops at its next step; the songs it finished are still reported
-        if pending is not None:
-            yield from pending.take(False, stage.thread)
+        try:
+            stage.close()  # the worker stops at its next step; the songs it finished are still reported
+        finally:  # also when a third Ctrl-C cut the wait short: what was written so far
+            if pending is not None:
+                yield from pending.take(False, stage.finisher)
         raise
     finally:
         stage.close()
