@@ -39,7 +39,7 @@ def test_batch_equals_generate_runs_and_reports_bad_rows(tmp_path, tiny_ckpt, en
     assert "5 of 8 complete, 3 failed" in err and "full-model" in err and "tok/s aggregate" in err
     assert "[short] warning: lyrics are empty: this is NOT an instrumental switch" in err  # new-user review
     # rows run one at a time on the CPU: without --max-batch each song is saved before the next starts
-    assert summary["settings"]["max_batch"] == 1 and "songs one at a time, in batches of 1" in err
+    assert summary["settings"]["max_batch"] == 1 and "songs one at a time, each saved before the next starts" in err
     assert sorted(p.name for p in out.iterdir()) == sorted(["batch.json"] + [r["id"] for r in rows()])
     alone = tmp_path / "alone"
     for row in rows():

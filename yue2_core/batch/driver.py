@@ -450,8 +450,8 @@ def _batching_line(continuous: bool, rows: int, on_cuda: bool, batched: bool | N
     if continuous:
         return f"continuous on {rows} row{'s' if rows > 1 else ''} (a row takes the next song as soon as its song ends)"
     if not _rows_batched(batched, on_cuda):
-        return (f"songs one at a time, in batches of {rows} (rows are not batched here: each song is the one "
-                "`generate` makes)")
+        when = "each saved before the next starts" if rows == 1 else f"in batches of {rows}"
+        return f"songs one at a time, {when} (rows are not batched here: each song is the one `generate` makes)"
     return f"static batches of up to {rows} songs (each lasts as long as its longest song)"
 
 
