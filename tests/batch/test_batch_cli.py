@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -98,6 +99,8 @@ def test_resume_redoes_only_unfinished_and_damaged_songs(tmp_path, engine, monke
     kept = summary["results"][1]  # the resumed row keeps what its first run reported (read from its result.json)
     earlier = json.loads((out / ids[1] / "result.json").read_text("utf-8"))
     assert kept["audio_seconds"] == earlier["audio_seconds"] > 0 and kept["semantic_tokens"] == earlier["frames"] > 0
+    assert kept["abc_tokens"] == summary["results"][1].get("abc_tokens") == len(  # new-user finding: it was missing
+        np.load(out / ids[1] / "abc_tokens.npy")) > 0
     assert kept["timing"] == earlier["timing"] and kept["timing"]
     assert (out / ids[0] / "semantic.npy").read_bytes() == first_codes  # redone: the same song again
     artifacts.load_song(out / ids[0])

@@ -478,5 +478,14 @@ def _earlier_result(folder: Path) -> dict:
     if not isinstance(r, dict):
         return {}
     out = {"audio_seconds": r.get("audio_seconds"), "semantic_tokens": r.get("frames"),
-           "truncated": r.get("truncated"), "timing": r.get("timing") or {}}
+           "abc_tokens": _abc_count(folder), "truncated": r.get("truncated"), "timing": r.get("timing") or {}}
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _abc_count(folder: Path) -> int | None:
+    """The lead-sheet tokens of a verified song folder (its abc_tokens.npy), None when unreadable."""
+    try:
+        import numpy as np
+        return int(np.load(folder / "abc_tokens.npy", allow_pickle=False).size)
+    except (OSError, ValueError):
+        return None
