@@ -641,7 +641,7 @@ class _RenderStage:
                 handoff = self.inbox.pop(0)
             try:
                 self._render(handoff)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread (a bug, Ctrl-C from deliver)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread (a bug: songs fail on their own)
                 handoff.error = exc
             finally:
                 self.saver.put(("done", None, None, handoff))  # done once its songs are written
