@@ -609,7 +609,10 @@ def cmd_batch(args) -> int:
     fp32 = args.dtype == "fp32"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
-                           continuous=args.continuous)
+                           continuous=args.continuous,
+                           run={"checkpoint": os.path.abspath(checkpoint), "device": args.device, "dtype": args.dtype,
+                                "loras": [[os.path.abspath(p), a, n] for p, a, n in args.lora],
+                                "vae": os.path.abspath(args.vae) if args.vae else None})
     shape = {}  # the batch decoder's rows, known once run_batch sized the batch: the warm-up compiles its kernels
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(
               args, checkpoint, how, batch_rows=shape.get("rows", 0), batch_refill=shape.get("refill", False))[0],

@@ -1,6 +1,7 @@
 """`python -m yue2_core batch`: five different requests give the same song folders as five `generate` runs; bad rows
 are reported and the others complete; --resume after an interruption redoes only the unfinished (and damaged) songs."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -41,6 +42,9 @@ def test_batch_equals_generate_runs_and_reports_bad_rows(tmp_path, tiny_ckpt, en
     assert "[short] warning: lyrics are empty: this is NOT an instrumental switch" in err  # new-user review
     # rows run one at a time on the CPU: without --max-batch each song is saved before the next starts
     assert summary["settings"]["max_batch"] == 1 and "songs one at a time, each saved before the next starts" in err
+    settings = summary["settings"]  # new-user finding: what made the songs, for a later --resume
+    assert (settings["max_abc_tokens"], settings["max_seconds"], settings["device"]) == (ABC_CAP, None, "cpu")
+    assert settings["checkpoint"] == os.path.abspath(tiny_ckpt) and settings["loras"] == [] and settings["vae"] is None
     assert sorted(p.name for p in out.iterdir()) == sorted(["batch.json"] + [r["id"] for r in rows()])
     alone = tmp_path / "alone"
     for row in rows():

@@ -41,6 +41,8 @@ class BatchOptions:
     overlap: bool | None = None
     method: str = "midpoint"  # the ODE solver of the render: "midpoint" (the release's) or the opt-in "ab2"
     continuous: bool | None = None  # continuous batching: a finished song's row takes the next song (`continuous.py`)
+    run: dict | None = None  # what made the songs beyond these options (the CLI: checkpoint, device, dtype, adapters,
+    #                          VAE), recorded in batch.json `settings` as given
 
 
 _TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp")
@@ -305,7 +307,8 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     made, saved_settings = _check_resume_settings(out, options, ids) if options.resume else (None, None)
     summary = BatchSummary({"requests": str(options.requests), "max_batch": options.max_batch,
                             "budget_gib": options.budget_gib, "steps": options.steps, "ode_method": options.method,
-                            "resume": options.resume})
+                            "max_seconds": options.max_seconds, "max_abc_tokens": options.max_abc_tokens,
+                            "resume": options.resume, **(options.run or {})})
     for b in bad:
         summary.add(b.line, b.id, "failed", stage="validate", error=b.message)
     if options.budget_gib is not None and not (0 < options.budget_gib < float("inf")):
