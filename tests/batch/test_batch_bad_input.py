@@ -199,3 +199,29 @@ def test_resume_with_other_caps_names_the_song_settings_and_this_runs(tmp_path, 
     capped = {i.id: i for i in read_requests(req, max_seconds=0.4, max_abc_tokens=ABC_CAP)[0]}["off-cfg"]
     state, why = resume_state(folder, capped, 1)
     assert state == "refuse" and "music max_tokens 25 (this run: 10)" in why and "--max-seconds" in why, why
+
+
+def test_resume_with_other_caps_than_recorded_is_refused_as_a_whole(tmp_path, engine):
+    """A --resume whose --max-seconds / --max-abc-tokens differ from the caps batch.json recorded is refused before
+    any work (exit 2 in the CLI), naming the recorded caps, as --steps is; a record without caps (older batch.json)
+    is not checked; a damaged cap is named."""
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    (out / rows()[0]["id"]).mkdir(parents=True)  # a song of the batch is there: the record matters
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+
+    def record(settings):
+        (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": settings}), "utf-8")
+    record({"steps": 2, "max_seconds": 2.0, "max_abc_tokens": 16})
+    with pytest.raises(RequestError, match=r"--max-seconds 2\.0 --max-abc-tokens 16 \(its batch\.json\)"):
+        run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=3.0, max_abc_tokens=32), **kw)
+    with pytest.raises(RequestError, match="no --max-seconds"):
+        record({"steps": 2, "max_seconds": None, "max_abc_tokens": 16})
+        run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=3.0, max_abc_tokens=16), **kw)
+    record({"steps": 2, "max_seconds": "2", "max_abc_tokens": 16})
+    with pytest.raises(RequestError, match="settings.max_seconds is \"2\""):
+        run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=2.0, max_abc_tokens=16), **kw)
+    record({"steps": 2})  # before the caps were recorded: nothing to compare; the rows run (the engine would load)
+    with pytest.raises(AssertionError, match="must not load"):
+        run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=3.0, max_abc_tokens=ABC_CAP),
+                  **kw)

@@ -187,8 +187,9 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
     """What a --resume must keep of the batch in `out`: (the batching that made its songs — True: continuous —, the
     saved settings), checked before any work. The record is the folder's batch.json `settings`, whenever the folder
     holds song folders of this request file (None, None when it holds none: nothing to stay consistent with). Raises
-    RequestError when `--steps` / `--ode-method` / an explicit `--continuous` / `--no-continuous` differ from it
-    (finishing it so would leave an album made two ways), when a recorded value is not of its kind (e.g.
+    RequestError when `--steps` / `--ode-method` / the caps `--max-seconds` / `--max-abc-tokens` (when recorded) / an
+    explicit `--continuous` / `--no-continuous` differ from it (finishing it so would leave an album made two ways),
+    when a recorded value is not of its kind (e.g.
     `"continuous": "no"`). When batch.json is missing, unreadable, holds no settings (e.g. a folder another
     program wrote) or no completed song, the songs say how they were made (`songs_batching`); songs made both ways,
     or made otherwise than an explicit option asks, are refused too."""
@@ -217,9 +218,18 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
             raise RequestError(f"{path}: settings.{key} is {json.dumps(value)}, not "
                                f"{'true or false' if kind is bool else 'an integer' if kind is int else 'a name'} — "
                                "the file was edited or damaged; restore it (or give a new --output folder)")
+    for key in ("max_seconds", "max_abc_tokens"):  # recorded since 2026-12-04: a number, or null for no cap
+        value = settings.get(key)
+        if value is not None and (type(value) not in (int, float) or (key == "max_abc_tokens" and type(value) is not int)):
+            raise RequestError(f"{path}: settings.{key} is {json.dumps(value)}, not a number or null — the file was "
+                               "edited or damaged; restore it (or give a new --output folder)")
     wanted = {"--steps": (settings.get("steps"), options.steps),
               "--ode-method": (settings.get("ode_method", "midpoint"), options.method)}
     differ = [f"{flag} {old}" for flag, (old, new) in wanted.items() if old is not None and old != new]
+    for key, flag, new in (("max_seconds", "--max-seconds", options.max_seconds),
+                           ("max_abc_tokens", "--max-abc-tokens", options.max_abc_tokens)):
+        if key in settings and settings[key] != new:  # the caps every song's budgets came from
+            differ.append(f"{flag} {settings[key]}" if settings[key] is not None else f"no {flag}")
     made = settings.get("continuous") is True  # absent (batch.json before continuous batching): static
     if options.continuous is not None and made != options.continuous:  # other rows: other songs
         differ.append("--continuous" if made else "static batches (--no-continuous)")
