@@ -220,7 +220,8 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
                                "the file was edited or damaged; restore it (or give a new --output folder)")
     for key in ("max_seconds", "max_abc_tokens"):  # recorded since 2026-12-04: a number, or null for no cap
         value = settings.get(key)
-        if value is not None and (type(value) not in (int, float) or (key == "max_abc_tokens" and type(value) is not int)):
+        kinds_ok = (int,) if key == "max_abc_tokens" else (int, float)
+        if value is not None and type(value) not in kinds_ok:
             raise RequestError(f"{path}: settings.{key} is {json.dumps(value)}, not a number or null — the file was "
                                "edited or damaged; restore it (or give a new --output folder)")
     wanted = {"--steps": (settings.get("steps"), options.steps),
@@ -400,6 +401,7 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
             summary.add(item.line, item.id, "failed", stage="resume", error=f"cannot remove the damaged song "
                         f"folder {out / item.id} to redo it: {exc.strerror or exc}")
             todo.remove(item)
+
     def record(result) -> None:
         fields = result.to_dict()
         fields.pop("id"), fields.pop("line")
@@ -422,9 +424,9 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
                 record(result)
                 summary.write(out)
     except KeyboardInterrupt:
-        if songs is not None:  # a Ctrl-C here, between two songs (e.g. writing batch.json): the songs' generator
-            _drain(songs, record)  # stops its workers and hands over what they finished (done already when the
-        summary.interrupted = True  # interrupt came from inside it: then this returns at once)
+        if songs is not None:  # a Ctrl-C between two songs (e.g. while writing batch.json) reaches the generator
+            _drain(songs, record, stream)  # too (one that came from inside it has ended it: this returns at once)
+        summary.interrupted = True
         summary.write(out)
         print(summary.table(), file=stream)
         raise
@@ -436,9 +438,10 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     return 1 if summary.count("failed") else 0
 
 
-def _drain(songs, record) -> None:
+def _drain(songs, record, stream) -> None:
     """After a Ctrl-C outside the songs' generator: raise it inside (its own interrupt handling stops the render
-    worker and yields the songs already written) and `record` what it yields. A further Ctrl-C stops draining."""
+    worker and yields the songs already written) and `record` what it yields. A further Ctrl-C stops draining; an
+    error while draining is printed to `stream` (the interrupt goes on; `--resume` finds what was written)."""
     try:
         result = songs.throw(KeyboardInterrupt())
         while True:
@@ -447,7 +450,7 @@ def _drain(songs, record) -> None:
     except (KeyboardInterrupt, StopIteration):
         pass
     except Exception as exc:  # noqa: BLE001 - the interrupt goes on; what could not be drained, --resume finds
-        print(f"after the interrupt: {brief(exc)}", file=sys.stderr)
+        print(f"after the interrupt: {brief(exc)}", file=stream)
 
 
 def _rows_batched(batched: bool | None, on_cuda: bool) -> bool:
