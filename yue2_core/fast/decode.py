@@ -402,6 +402,18 @@ class PhaseDecoder:
             common = _common_prefix(full)
             if common >= SHARED_MIN and common >= SHARED_MIN_FRACTION * min(len(r) for r in full):
                 self.shared = common
+        # one launch per layer (`fast.persistent`, YUE2_LAYER_KERNEL): with the split-K products and the Triton
+        # attention, no shared prefix, and a model the kernel handles; `fast.refill` keeps the per-kernel step
+        from . import persistent
+        self.layer_mode = persistent.mode(self._layer_default) if self.gemv and self.attn_kernel else "off"
+        self.layer_kernel = None
+        self.layer_reason = None
+        if self.layer_mode != "off":
+            self.layer_reason = ("a shared prefix" if self.shared else
+                                 "continuous batching" if not self._layer_ok else
+                                 persistent.unsupported(ar, self.R, self.dtype))
+            if self.layer_reason is not None:
+                self.layer_mode = "off"
 
     # -- buffers ---------------------------------------------------------------------------------------------------
     def _allocate(self):
@@ -443,6 +455,12 @@ class PhaseDecoder:
         merge = choice("YUE2_ATTN_MERGE", ("split", "kernel"), "split")
         self.attn_counters = (torch.zeros(self.R * d.kv_heads, dtype=torch.int32, device=dev)
                               if merge == "split" and self.attn_kernel and torch.version.hip is None else None)
+        if self.layer_mode != "off":
+            from .persistent import LayerKernel
+            self.layer_kernel = LayerKernel(self.ar, self.R, self.k, self.v, self.layer_mode)
+
+    # the one-launch layer kernel's default mode, and whether this decoder may use it (`fast.refill` may not)
+    _layer_default, _layer_ok = "off", True
 
     # one step and one budget for every row; `fast.refill.RefillDecoder` keeps a step and a budget per row
     # (`budget` [G, 2]: min_tokens, max_tokens) and a spare slot for finished rows
@@ -573,7 +591,23 @@ class PhaseDecoder:
         head_rot = (rot and isinstance(ar.model.lm_head, ConvRotLinear) and ar.model.lm_head.group == 256
                     and ar.model.lm_head.lora_side is None)
         delta = None
-        for i, layer in enumerate(ar.model.layers):
+        layers = ar.model.layers
+        if self.layer_kernel is not None:  # every layer in one launch each (`fast.persistent`)
+            try:
+                x2, delta = self.layer_kernel(x.view(R, -1), cos, sin, self.pos, attn_len)
+                x, delta, layers = x2.view(R, 1, -1), delta.view(R, 1, -1), ()
+            except (torch.cuda.OutOfMemoryError, MemoryError):
+                raise
+            except Exception as exc:  # its first call (eager) failed: compile, residency — the per-kernel step
+                if self.layer_kernel.proven:
+                    raise
+                self.layer_kernel, self.layer_mode, self.layer_reason = None, "off", brief(exc)
+                warnings.warn(f"one-launch decoder layers unavailable ({self.layer_reason}); running the "
+                              "per-kernel fused step")
+                delta = None
+            else:
+                self.layer_kernel.proven = True
+        for i, layer in enumerate(layers):
             att_mod = layer.self_attn
             x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps, rot=rot)
             qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot)
@@ -746,6 +780,8 @@ class PhaseDecoder:
                 reported = steps
             if bool(flags[0]):
                 break
+        if self.layer_kernel is not None:
+            self.layer_kernel.check()  # a grid barrier that gave up means wrong tokens: an error, not a song
         out = self.out[:, :steps].cpu().tolist()
         seconds = time.perf_counter() - t0
         end = self.slice.start + self.slice.end_col
@@ -773,6 +809,8 @@ class PhaseDecoder:
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
                 "shared_prefix_positions": self.shared,
+                "layer_kernel": self.layer_mode,
+                **({"layer_kernel_off_reason": self.layer_reason} if self.layer_reason else {}),
                 "sampling_tail": "kernels" if self.tail is not None else "torch",
                 **({"graph_fallback_reason": self.graph_error} if self.graph_error else {}),
                 **({"fused_fallback_reason": self.kernel_error} if self.kernel_error else {}),

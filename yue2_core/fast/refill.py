@@ -60,6 +60,8 @@ class RefillDecoder(PhaseDecoder):
     empty queue, rows < 1, or a missing negative prompt with CFG; BudgetError when a song's prompt + max_tokens
     exceeds the context (checked for the whole queue before any work)."""
 
+    _layer_ok = False  # rows freeze and refill between replays: the per-kernel step (`fast.persistent` not used)
+
     def __init__(self, ar, queue: list, rows: int, sampling: Sampling, phase: str, *, cfg_scale: float = 1.0,
                  legacy_off: bool = False, use_graph: bool | None = None, block: int = 16,
                  fused: bool | None = None):

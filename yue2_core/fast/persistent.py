@@ -1,0 +1,244 @@
+"""One launch per decoder layer in the decode step (CUDA, Triton; issue #18 item 2).
+
+The fused step (`decode.PhaseDecoder._forward_fused`) runs ~10 kernels a layer (add+RMSNorm, the split-K GEMVs and
+their consumers, QK-norm+RoPE, the attention); at batch 1 a third of its time is per-kernel fixed cost
+(docs/experiments/profile_decode_int8_bandwidth_h200_2026-12-03.log: 298 kernels, 2.84 µs a GEMV launch). Here
+one kernel (`_layer_triton.layer_kernel`) runs a whole layer: one program per multiprocessor, five phases (norm +
+qkv_proj, attention, o_proj, norm + gate/up + SiLU·up, down_proj) separated by grid barriers — atomic counters
+in global memory, so every program must be resident at once (grid = the SM count, one block each). The norms and
+the ConvRot rotations are recomputed by every program instead of launched; SiLU·up is the gate/up tiles' epilogue.
+
+Modes (YUE2_LAYER_KERNEL): "grid" (one launch a layer, barriers), "phased" (the same kernel, one launch per phase:
+the CPU interpreter's mode — it runs programs one after another, so a barrier would never open — and a check of the
+grid mode's arithmetic), "off". Same arithmetic and rounding points as the fused step's kernels; only summation
+order differs (each product sums its whole K in one program instead of split-K partial sums).
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from ..switches import choice
+
+PHASES = 5
+MODES = ("grid", "phased", "off")
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel():
+    from . import triton_modules
+    if triton_modules() is None:
+        return None
+    from . import _layer_triton
+    return triton_modules()[0], _layer_triton.layer_kernel
+
+
+def mode(default: str = "off") -> str:
+    """YUE2_LAYER_KERNEL, validated ("grid", "phased" or "off"; RequestError otherwise)."""
+    return choice("YUE2_LAYER_KERNEL", MODES, default)
+
+
+def unsupported(ar, rows: int, dtype: torch.dtype) -> str | None:
+    """Why the layer kernel cannot run this model's decode step for `rows` rows, or None when it can: Qwen3 shapes
+    with heads·head_dim = hidden, hidden a power-of-two multiple of 256, ffn a multiple of 256, 2–16 query heads per kv head (power of two; int8:
+    G·head_dim = 256), ≤ 4 rows, fp16/bf16, every layer linear of one kind (bf16, or int8 ConvRot with 256-wide
+    groups and no LoRA side delta)."""
+    from ..weights.quant import ConvRotLinear
+    d = ar.dims
+    if _kernel() is None:
+        return "Triton is not available"
+    if not 1 <= rows <= 4:
+        return f"{rows} rows (1–4)"
+    if dtype not in (torch.bfloat16, torch.float16):
+        return f"dtype {dtype}"
+    g = d.heads // d.kv_heads
+    groups = d.hidden // 256
+    if (d.heads * d.head_dim != d.hidden or d.hidden % 256 or d.ffn % 256 or groups & (groups - 1) or d.heads % d.kv_heads
+            or g & (g - 1) or g > 16 or d.head_dim & (d.head_dim - 1)):
+        return f"dims {d}"
+    kinds = set()
+    for layer in ar.model.layers:
+        for mod in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
+            if isinstance(mod, ConvRotLinear):
+                if mod.group != 256 or mod.lora_side is not None or g * d.head_dim != 256:
+                    return "an int8 layer with another rotation group or a LoRA side delta"
+                kinds.add("int8")
+            elif isinstance(mod, torch.nn.Linear) and mod.bias is None and mod.weight.dtype == dtype:
+                kinds.add("float")
+            else:
+                return f"a {type(mod).__name__} layer"
+    if len(kinds) != 1:
+        return "mixed int8 and float layers"
+    return None
+
+
+def _weights(mod):
+    """(weights, scales) of a layer linear as the kernel reads them (float layers: scales = weights, unused)."""
+    from ..weights.quant import ConvRotLinear
+    if isinstance(mod, ConvRotLinear):
+        return mod.weight, mod.weight_scale.view(-1)
+    return mod.weight, mod.weight
+
+
+# per product: tile width (rows of the weight per tile, bn_*), K step (bk_*) and pipeline stages (st_*); each phase
+# deals 64–192 tiles to 132 programs on an H200; the fastest of bench/layer_kernel.py --sweep (each product
+# phase alone, docs/experiments/layer_kernel_h200_2026-12-04.log). bl: cache
+# positions per attention step; warps; stages: the attention loop's; per_sm: programs per multiprocessor; flat: one
+# loop over (tile, K step) pairs per program; poll: the barrier's polling (1 PTX thread-0 spin, 0 every thread)
+TILES = dict(bn_qkv=32, bk_qkv=512, st_qkv=4, bn_o=16, bk_o=256, st_o=4, bn_gu=32, bk_gu=512, st_gu=3,
+             bn_d=32, bk_d=512, st_d=3, bl=64, warps=4, stages=3, per_sm=1, flat=0, poll=1)
+
+
+def tiles() -> dict:
+    """TILES, with the entries of the JSON object in YUE2_LAYER_TILES on top (for tuning: bench/layer_kernel.py).
+    Raises RequestError for an unknown key or a value that is not a positive integer."""
+    raw = os.environ.get("YUE2_LAYER_TILES", "").strip()
+    t = dict(TILES)
+    if raw:
+        import json
+        from ..errors import RequestError
+        try:
+            extra = json.loads(raw)
+            bad = [k for k, v in extra.items() if k not in TILES or type(v) is not int or v < 0]
+        except (ValueError, AttributeError) as exc:
+            raise RequestError(f"YUE2_LAYER_TILES: expected a JSON object of {sorted(TILES)}; {exc}") from None
+        if bad:
+            raise RequestError(f"YUE2_LAYER_TILES: unknown keys or values that are not integers ≥ 0: {bad}; "
+                               f"accepted keys {sorted(TILES)}")
+        t.update(extra)
+    return t
+
+
+def occupancy(compiled, warps: int) -> int:
+    """Blocks of a compiled Triton kernel that fit on one multiprocessor of an sm_90-class GPU at once (registers
+    in 256-register warp units of 64 K, shared memory of 228 KB less 1 KB per block, 2,048 threads, 32 blocks)."""
+    regs = max(1, compiled.n_regs)
+    per_warp = -(-regs * 32 // 256) * 256
+    by_regs = 65536 // (per_warp * warps)
+    shared = compiled.metadata.shared if hasattr(compiled, "metadata") else 0
+    by_smem = (228 * 1024) // (shared + 1024)
+    return max(0, min(by_regs, by_smem, 2048 // (32 * warps), 32))
+
+
+class LayerKernel:
+    """The decode step's layers for one `PhaseDecoder` (its R ≤ 4 rows, K/V caches, dtype): `__call__(x, cos, sin, pos,
+    attn_len)` runs every layer and returns (x, delta) — the residual stream after the last layer's attention
+    block [R, hidden] and its MLP output [R, hidden], both in the decoder dtype, for the final add+RMSNorm.
+    Buffers are allocated once (graph capture reuses them). Raises RuntimeError when a grid barrier timed out
+    (`check`)."""
+
+    def __init__(self, ar, rows: int, k_cache: list, v_cache: list, how: str, programs: int | None = None):
+        triton, self.kern = _kernel()
+        self.t = tiles()
+        d, dev, dt = ar.dims, k_cache[0].device, k_cache[0].dtype
+        self.ar, self.d, self.R, self.k, self.v, self.how = ar, d, rows, k_cache, v_cache, how
+        self.interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+        if programs is None:
+            programs = (torch.cuda.get_device_properties(dev).multi_processor_count * self.t["per_sm"]
+                        if dev.type == "cuda" else 8)
+        self.np = programs
+        self.layers = [(layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
+                        layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight,
+                        *_weights(layer.self_attn.qkv_proj), *_weights(layer.self_attn.o_proj),
+                        *_weights(layer.mlp.gate_up_proj), *_weights(layer.mlp.down_proj))
+                       for layer in ar.model.layers]
+        self.int8 = self.layers[0][4].dtype == torch.int8
+        g = d.heads // d.kv_heads
+        self.g = g
+        self.splits = max(1, min(32, programs // (rows * d.kv_heads)))
+        self.sp = triton.next_power_of_2(self.splits)
+        groups = d.ffn // 256
+        self.ag = min(8, groups & -groups)  # 256-groups of act rotated together: a power of two dividing ffn/256
+        for key, n, k in (("qkv", (d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden), ("o", d.hidden, d.hidden),
+                          ("gu", d.ffn, d.hidden), ("d", d.hidden, d.ffn)):
+            # tiles no wider than the product (the tiny test model), K steps no longer than K
+            self.t[f"bk_{key}"] = min(self.t[f"bk_{key}"], k & -k)
+            self.t[f"bn_{key}"] = min(self.t[f"bn_{key}"], n & -n)
+        self.scr_stride = max(rows * max(d.ffn, d.hidden), max(16, g) * d.head_dim)
+        z = functools.partial(torch.zeros, device=dev)
+        self.x = z(rows, d.hidden, dtype=dt)
+        self.xm = z(rows, d.hidden, dtype=dt)
+        self.delta = z(rows, d.hidden, dtype=dt)
+        self.scr = z(programs * self.scr_stride, dtype=dt)
+        self.qkv = z(rows, (d.heads + 2 * d.kv_heads) * d.head_dim, dtype=dt)
+        self.m = z(rows, d.kv_heads, self.splits, g, dtype=torch.float32)
+        self.l = torch.zeros_like(self.m)
+        self.o = z(rows, d.kv_heads, self.splits, g, d.head_dim, dtype=torch.float32)
+        self.cnt = z(rows * d.kv_heads, dtype=torch.int32)
+        self.att = z(rows, d.hidden, dtype=dt)
+        self.ob = z(rows, d.hidden, dtype=dt)
+        self.act = z(rows, d.ffn, dtype=dt)
+        self.bars = z(2, 4, dtype=torch.int32)
+        self.err = z(1, dtype=torch.int32)
+        self.fence = dev.type == "cuda" and not self.interpreted and torch.version.hip is None
+        self.triton = triton
+        self.only = None
+        self.proven = False  # set by the decoder after a first call that ran (it falls back when that one fails)
+        self.resident = None if how == "grid" and dev.type == "cuda" and not self.interpreted else -1
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor, attn_len: int):
+        """x [R, hidden] (the embedded tokens), cos/sin [R, head_dim/2] fp32, pos [R] int64; every row attends to
+        cache positions [0, min(pos, attn_len − 1)]. Returns (x, delta) as the class says."""
+        d, t = self.d, self.t
+        bl = t["bl"]
+        chunk = max(bl, -(-(-(-attn_len // self.splits)) // bl) * bl)
+        scale = 1.0 / (d.head_dim ** 0.5)
+        x = x.reshape(self.R, d.hidden)
+        phases = [(0, PHASES - 1)] if self.how == "grid" else [(p, p) for p in range(PHASES)]
+        if self.only is not None:  # benchmarks: one phase alone
+            phases = [(self.only, self.only)]
+        for i, w in enumerate(self.layers):
+            ln1, ln2, qn, kn, wqkv, sqkv, wo, so, wgu, sgu, wd, sd = w
+            first = i == 0
+            xin = x if first else self.x
+            xm = xin if first else self.xm
+            for lo, hi in phases:
+                args = (xin, self.delta, xm, self.x, ln1, ln2, qn, kn, wqkv, sqkv, wo, so, wgu, sgu, wd, sd,
+                        cos, sin, pos, self.k[i], self.v[i], self.k[i].stride(0), self.k[i].stride(1),
+                        self.scr, self.qkv, self.m, self.l, self.o, self.cnt, self.att, self.ob, self.act,
+                        self.delta, self.bars[i % 2], self.bars[(i + 1) % 2], self.err, 0 if first else 1, d.eps,
+                        scale, chunk, self.splits, attn_len)
+                kw = dict(R=self.R, RB=self.triton.next_power_of_2(self.R), HID=d.hidden, NH=d.heads,
+                          NKV=d.kv_heads, D=d.head_dim, F=d.ffn, INT8=self.int8, SP=self.sp, BL=bl,
+                          BN_QKV=t["bn_qkv"], BK_QKV=t["bk_qkv"], ST_QKV=t["st_qkv"], BN_O=t["bn_o"],
+                          BK_O=t["bk_o"], ST_O=t["st_o"], BN_GU=t["bn_gu"], BK_GU=t["bk_gu"], ST_GU=t["st_gu"],
+                          BN_D=t["bn_d"], BK_D=t["bk_d"], ST_D=t["st_d"], AG=self.ag, FLAT=bool(t["flat"]),
+                          SCR=self.scr_stride, PH_LO=lo, PH_HI=hi, SYNC=self.how == "grid", FENCE=self.fence,
+                          POLL=bool(t["poll"]) and self.fence,
+                          num_warps=t["warps"], num_stages=t["stages"])
+                if self.how == "grid" and self.resident is None:
+                    self._check_resident(args, kw)
+                self.kern[(self.np,)](*args, **kw)
+        return self.x, self.delta
+
+    def _check_resident(self, args, kw) -> None:
+        """Compiles the grid-mode kernel without launching it and checks that all its programs fit on the GPU at
+        once (`occupancy`); raises RuntimeError otherwise (a launch would wait at the first barrier for programs
+        that never start)."""
+        sms = torch.cuda.get_device_properties(self.x.device).multi_processor_count
+        try:
+            compiled = self.kern.warmup(*args, grid=(self.np,), **kw)
+            if hasattr(compiled, "_init_handles"):  # n_regs is read from the loaded module
+                compiled._init_handles()
+        except (AttributeError, TypeError) as exc:  # a Triton without warmup(grid=...): trust one per SM
+            self.warm_error = f"{type(exc).__name__}: {exc}"
+            self.resident = -1
+            return
+        self.n_regs, self.shared = getattr(compiled, "n_regs", None), getattr(compiled.metadata, "shared", 0)
+        if self.n_regs is None:
+            self.resident = -1
+            return
+        self.resident = occupancy(compiled, kw["num_warps"])
+        if self.resident * sms < self.np:
+            raise RuntimeError(f"the one-launch decoder layer needs {self.np} resident programs; this GPU holds "
+                               f"{self.resident} per multiprocessor × {sms} ({compiled.n_regs} registers, "
+                               f"{self.shared} B shared memory a program)")
+
+    def check(self) -> None:
+        """Raises RuntimeError if a grid barrier gave up waiting (some program was never resident): the step's
+        results are then wrong. One host sync."""
+        if int(self.err.item()):
+            raise RuntimeError("the one-launch decoder layer's grid barrier timed out (not every program was "
+                               "resident at once); set YUE2_LAYER_KERNEL=off")
