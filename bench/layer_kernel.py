@@ -41,6 +41,18 @@ def decoder(ar, rows: int, prompt: int, s: Sampling, mode: str):
     return fd.PhaseDecoder(ar, [ids(prompt, 1 + r) for r in range(rows)], s, list(range(1, rows + 1)), "semantic")
 
 
+def replay_time(graph, n: int, warm: int = 1) -> float:
+    """Seconds per replay of a CUDA graph over n replays, after `warm` untimed ones."""
+    for _ in range(warm):
+        graph.replay()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        graph.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n
+
+
 def replay_ms(ar, rows, prompt, mode, n=200):
     s = Sampling(min_tokens=512, max_tokens=512)
     dec = decoder(ar, rows, prompt, s, mode)
@@ -51,14 +63,7 @@ def replay_ms(ar, rows, prompt, mode, n=200):
         graph = dec._graph(attn_len)
         graph.replay()
         first = dec.logits.float().clone()  # after one step from the same state and sampled token
-        for _ in range(10):
-            graph.replay()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            graph.replay()
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - t) / n * 1e3
+        ms = replay_time(graph, n, warm=10) * 1e3
         if dec.layer_kernel is not None:
             dec.layer_kernel.check()
         return ms, first, dec.layer_mode, dec.layer_reason
@@ -214,13 +219,7 @@ def phase_us(ar, prompt, tiles: dict, phase: int, n=20) -> float:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 lk(x, cos, sin, dec.pos, attn_len)
-            g.replay()
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(n):
-                g.replay()
-            torch.cuda.synchronize()
-            return (time.perf_counter() - t) / n / len(lk.layers) * 1e6
+            return replay_time(g, n) / len(lk.layers) * 1e6
     finally:
         os.environ.pop("YUE2_LAYER_TILES", None)
 
