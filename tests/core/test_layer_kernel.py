@@ -98,3 +98,17 @@ def test_occupancy_counts_registers_shared_memory_and_threads():
     assert occupancy(k(32, 0), 4) == 16          # threads bound
     assert occupancy(k(64, 134144), 4) == 1      # 131 KB of shared memory: one block of 228 KB
     assert occupancy(k(255, 0), 16) == 0         # 16 warps × 256 registers do not fit at all
+
+
+def test_a_bad_layer_kernel_switch_is_refused_on_any_device(tiny_paths, monkeypatch):
+    """The switch is validated where a decoder is made, also on the CPU where the kernel never runs."""
+    from yue2_core.fast import decode as fd
+    from yue2_core.protocol import Sampling
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar
+    ar = load_ar(inspect_checkpoint(tiny_paths["bf16"]), "cpu", torch.float32)
+    monkeypatch.setenv("YUE2_LAYER_KERNEL", "on")
+    with pytest.raises(RequestError, match="YUE2_LAYER_KERNEL"):
+        fd.PhaseDecoder(ar, [[1, 2, 3]], Sampling(max_tokens=4, min_tokens=1), [1], "semantic")
+    monkeypatch.setenv("YUE2_LAYER_KERNEL", "grid")
+    dec = fd.PhaseDecoder(ar, [[1, 2, 3]], Sampling(max_tokens=4, min_tokens=1), [1], "semantic")
+    assert dec.layer_mode == "off" and dec.layer_kernel is None  # no fused step on the CPU: nothing to replace

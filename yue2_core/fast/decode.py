@@ -405,7 +405,8 @@ class PhaseDecoder:
         # one launch per layer (`fast.persistent`, YUE2_LAYER_KERNEL): with the split-K products and the Triton
         # attention, no shared prefix, and a model the kernel handles; `fast.refill` keeps the per-kernel step
         from . import persistent
-        self.layer_mode = persistent.mode(self._layer_default) if self.gemv and self.attn_kernel else "off"
+        wanted = persistent.mode(self._layer_default)  # validated on every device
+        self.layer_mode = wanted if self.gemv and self.attn_kernel else "off"
         self.layer_kernel = None
         self.layer_reason = None
         if self.layer_mode != "off":
