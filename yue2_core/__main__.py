@@ -203,7 +203,8 @@ def _check_switches() -> None:
              "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP")
     choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),
-               "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS, "YUE2_LORA_INT8": ("side", "bf16")}
+               "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS, "YUE2_LORA_INT8": ("side", "bf16"),
+               "YUE2_LAYER_KERNEL": ("off", "grid", "phased")}
     for name in flags:
         flag(name, True)
     from .warmup_jobs import PROCS_SWITCH, procs
@@ -215,9 +216,11 @@ def _check_switches() -> None:
         from .errors import RequestError
         raise RequestError(f"the environment variable YUE2_GEMV_TABLE names {table!r}, which is not a file (a JSON "
                            "table written by bench/gemv_sweep.py --json)")
+    from .fast.persistent import tiles
+    tiles()  # YUE2_LAYER_TILES: a JSON object of the layer kernel's tiles
     from .batch.streams import SWITCH as RENDER_SMS, check_switch
     check_switch()  # YUE2_RENDER_SMS: auto, 0 or a number of SMs
-    known = {*flags, *choices, PROCS_SWITCH, RENDER_SMS, "YUE2_GEMV_TABLE", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
+    known = {*flags, *choices, PROCS_SWITCH, RENDER_SMS, "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
              "YUE2_HASH_CACHE", "YUE2_COMMIT", "YUE2_ARTIFACTS", "YUE2_PARITY_DIR", "YUE2_REQUIRE_HOST",
              "YUE2_SKIP_BROWSER", "YUE2_CHROMIUM", "YUE2_COMFY_CLI", "YUE2_COMFY_PYTHON", "YUE2_COMFY_VERSION",
              "YUE2_E2E_DIR", "YUE2_FRONTEND_NEWEST", "YUE2_REQUIRE_BROWSER", "YUE2_TEST_WORKERS", "YUE2_BENCH_INT8",

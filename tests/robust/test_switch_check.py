@@ -26,7 +26,9 @@ def test_every_documented_switch_is_known(monkeypatch, capsys):
 
 @pytest.mark.parametrize("name,value,words", [("YUE2_WARMUP", "maybe", "0 or 1"),
                                               ("YUE2_WARMUP_PROCS", "-1", "integer"),
-                                              ("YUE2_WARMUP_PROCS", "two", "integer")])
+                                              ("YUE2_WARMUP_PROCS", "two", "integer"),
+                                              ("YUE2_LAYER_KERNEL", "on", "grid"),
+                                              ("YUE2_LAYER_TILES", "{", "JSON")])
 def test_bad_values_are_refused_by_name(monkeypatch, name, value, words):
     monkeypatch.setenv(name, value)
     with pytest.raises(RequestError) as e:
