@@ -216,6 +216,9 @@ def _check_switches() -> None:
         from .errors import RequestError
         raise RequestError(f"the environment variable YUE2_GEMV_TABLE names {table!r}, which is not a file (a JSON "
                            "table written by bench/gemv_sweep.py --json)")
+    if table:  # its entries too (read otherwise only when a GPU decode starts)
+        from .fast.gemv import _tables_from
+        _tables_from(table)
     from .fast.persistent import tiles
     tiles()  # YUE2_LAYER_TILES: a JSON object of the layer kernel's tiles
     from .batch.streams import SWITCH as RENDER_SMS, check_switch

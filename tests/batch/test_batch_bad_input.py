@@ -225,3 +225,30 @@ def test_resume_with_other_caps_than_recorded_is_refused_as_a_whole(tmp_path, en
     with pytest.raises(AssertionError, match="must not load"):
         run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=3.0, max_abc_tokens=ABC_CAP),
                   **kw)
+
+
+def test_resume_with_other_weights_than_recorded_is_refused_as_a_whole(tmp_path, engine):
+    """Break-it finding: a --resume with another --checkpoint / --dtype / --lora / --vae than batch.json records
+    would finish an album with another model; it is refused before any work, naming what the batch was made with;
+    the same weights (or a record without them) pass, and the device may differ."""
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    (out / rows()[0]["id"]).mkdir(parents=True)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+    made = {"checkpoint": "/m/a.safetensors", "device": "cuda", "dtype": "bf16",
+            "loras": [["/m/l.safetensors", 1.0, 0.5]], "vae": None}
+    (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": {"steps": 2, **made}}), "utf-8")
+
+    def resume(**run):
+        run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_abc_tokens=ABC_CAP,
+                               run={**made, **run}), **kw)
+    for run, words in (({"checkpoint": "/m/b.safetensors"}, "--checkpoint /m/a.safetensors"),
+                       ({"dtype": "fp32"}, "--dtype bf16"),
+                       ({"loras": []}, "--lora /m/l.safetensors:1:0.5"),
+                       ({"loras": [["/m/l.safetensors", 1.0, 1.0]]}, "--lora /m/l.safetensors:1:0.5"),
+                       ({"vae": "/m/v.safetensors"}, "no --vae")):
+        with pytest.raises(RequestError, match="its batch.json") as e:
+            resume(**run)
+        assert words in str(e.value), (run, str(e.value))
+    with pytest.raises(AssertionError, match="must not load"):  # the same weights on another device: the rows run
+        resume(device="cpu")

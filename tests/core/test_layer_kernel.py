@@ -66,10 +66,15 @@ def test_layer_kernel_switches_are_validated(monkeypatch):
     assert persistent.mode() == "grid"
     monkeypatch.delenv("YUE2_LAYER_KERNEL")
     assert persistent.mode() == "off"
-    for bad in ("{", "[1]", '{"bn_qkv": "32"}', '{"warp": 4}', '{"bk_o": -1}'):
+    for bad, words in (("{", "JSON"), ("[1]", "object"), ('{"bn_qkv": "32"}', "integer"), ('{"warp": 4}', "warp"),
+                       ('{"bk_o": -1}', "power of two"), ('{"bn_o": 0}', "power of two"),
+                       ('{"bk_qkv": 48}', "power of two"), ('{"bl": 8}', "≥ 16"), ('{"warps": 3}', "warps"),
+                       ('{"stages": 0}', "1 to 8"), ('{"per_sm": 0}', "per_sm"), ('{"flat": 2}', "0 or 1"),
+                       ('{"poll": true}', "integer")):
         monkeypatch.setenv("YUE2_LAYER_TILES", bad)
-        with pytest.raises(RequestError, match="YUE2_LAYER_TILES"):
+        with pytest.raises(RequestError, match="YUE2_LAYER_TILES") as e:
             persistent.tiles()
+        assert words in str(e.value), (bad, str(e.value))
     monkeypatch.setenv("YUE2_LAYER_TILES", '{"warps": 8, "per_sm": 2}')
     t = persistent.tiles()
     assert t["warps"] == 8 and t["per_sm"] == 2 and t["bn_qkv"] == persistent.TILES["bn_qkv"]

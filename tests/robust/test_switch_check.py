@@ -28,7 +28,9 @@ def test_every_documented_switch_is_known(monkeypatch, capsys):
                                               ("YUE2_WARMUP_PROCS", "-1", "integer"),
                                               ("YUE2_WARMUP_PROCS", "two", "integer"),
                                               ("YUE2_LAYER_KERNEL", "on", "grid"),
-                                              ("YUE2_LAYER_TILES", "{", "JSON")])
+                                              ("YUE2_LAYER_TILES", "{", "JSON"),
+                                              ("YUE2_LAYER_TILES", '{"bn_o": 0}', "power of two"),
+                                              ("YUE2_GEMV_TABLE", "/nonexistent/t.json", "not a file")])
 def test_bad_values_are_refused_by_name(monkeypatch, name, value, words):
     monkeypatch.setenv(name, value)
     with pytest.raises(RequestError) as e:
@@ -40,3 +42,17 @@ def test_unknown_name_is_warned(monkeypatch, capsys):
     monkeypatch.setenv("YUE2_WARMUPS", "0")
     _check_switches()
     assert "YUE2_WARMUPS is not a switch" in capsys.readouterr().err
+
+
+def test_gemv_table_contents_are_checked_before_work(monkeypatch, tmp_path):
+    """A YUE2_GEMV_TABLE file that exists but holds a bad entry is refused at the switch check, not at the first
+    GPU decode."""
+    table = tmp_path / "t.json"
+    table.write_text('{"configs": [{"n": 2048, "k": 2048, "int8": true, "m": 0, '
+                     '"cfg": {"bn": 24, "bk": 64, "split": 2, "warps": 4, "stages": 2, "dot": false}}]}')
+    monkeypatch.setenv("YUE2_GEMV_TABLE", str(table))
+    with pytest.raises(RequestError) as e:
+        _check_switches()
+    assert "YUE2_GEMV_TABLE" in str(e.value) and "entry 0" in str(e.value)
+    table.write_text('{"configs": []}')
+    _check_switches()  # an empty table is fine

@@ -187,8 +187,9 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
     """What a --resume must keep of the batch in `out`: (the batching that made its songs — True: continuous —, the
     saved settings), checked before any work. The record is the folder's batch.json `settings`, whenever the folder
     holds song folders of this request file (None, None when it holds none: nothing to stay consistent with). Raises
-    RequestError when `--steps` / `--ode-method` / the caps `--max-seconds` / `--max-abc-tokens` (when recorded) / an
-    explicit `--continuous` / `--no-continuous` differ from it (finishing it so would leave an album made two ways),
+    RequestError when `--steps` / `--ode-method` / the caps `--max-seconds` / `--max-abc-tokens` / the weights
+    `--checkpoint` / `--dtype` / `--lora` / `--vae` (when recorded: `_run_differs`) / an explicit `--continuous` /
+    `--no-continuous` differ from it (finishing it so would leave an album made two ways),
     when a recorded value is not of its kind (e.g.
     `"continuous": "no"`). When batch.json is missing, unreadable, holds no settings (e.g. a folder another
     program wrote) or no completed song, the songs say how they were made (`songs_batching`); songs made both ways,
@@ -231,6 +232,7 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
                            ("max_abc_tokens", "--max-abc-tokens", options.max_abc_tokens)):
         if key in settings and settings[key] != new:  # the caps every song's budgets came from
             differ.append(f"{flag} {settings[key]}" if settings[key] is not None else f"no {flag}")
+    differ += _run_differs(settings, options.run or {})
     made = settings.get("continuous") is True  # absent (batch.json before continuous batching): static
     if options.continuous is not None and made != options.continuous:  # other rows: other songs
         differ.append("--continuous" if made else "static batches (--no-continuous)")
@@ -238,6 +240,31 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
         raise RequestError(f"{out} was made with {' '.join(differ)} (its batch.json); resume it with the same "
                            f"option{'s' if len(differ) > 1 else ''}, or give a new --output folder")
     return made, settings
+
+
+def _lora_text(loras) -> str:
+    return " ".join(f"--lora {p}:{a:g}:{n:g}" if isinstance(a, (int, float)) and isinstance(n, (int, float))
+                    else f"--lora {p}" for p, a, n in loras) if loras else "no --lora"
+
+
+def _run_differs(settings: dict, run: dict) -> list[str]:
+    """The weights options of this run (`BatchOptions.run`: --checkpoint, --dtype, --lora, --vae) that differ from
+    those batch.json `settings` recorded (a key recorded since 2026-12-04, compared when both sides have it): the
+    songs of one batch come from one model. The device is not compared (the same model on another device)."""
+    differ = []
+    for key, flag in (("checkpoint", "--checkpoint"), ("dtype", "--dtype"), ("vae", "--vae"), ("loras", "--lora")):
+        if key not in settings or key not in run:
+            continue
+        old, new = settings[key], run[key]
+        if key == "loras":
+            old = [list(x) for x in old] if isinstance(old, list) and all(
+                isinstance(x, (list, tuple)) and len(x) == 3 for x in old) else old
+            new = [list(x) for x in new]
+            if old != new:
+                differ.append(_lora_text(old) if isinstance(old, list) else f"--lora {json.dumps(old)}")
+        elif old != new:
+            differ.append(f"{flag} {old}" if old is not None else f"no {flag}")
+    return differ
 
 
 def songs_batching(out: Path, ids) -> set:

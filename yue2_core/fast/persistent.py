@@ -91,9 +91,30 @@ TILES = dict(bn_qkv=32, bk_qkv=512, st_qkv=4, bn_o=16, bk_o=256, st_o=4, bn_gu=3
              bn_d=32, bk_d=512, st_d=3, bl=64, warps=4, stages=3, per_sm=1, flat=0, poll=1)
 
 
+def _tile_problem(key: str, v) -> str | None:
+    """What is wrong with one YUE2_LAYER_TILES entry, or None: bn_*, bk_* and bl powers of two ≥ 16 (the products'
+    and attention's tl.dot tiles), st_* and stages 1–8, warps a power of two 1–16, per_sm 1–64, flat and poll 0 or 1."""
+    if key not in TILES:
+        return "not a key of the layer kernel's tiles"
+    if type(v) is not int:
+        return f"{v!r} is not an integer"
+    if key.startswith(("bn_", "bk_")) or key == "bl":
+        ok, rule = v >= 16 and v & (v - 1) == 0, "a power of two ≥ 16"
+    elif key.startswith("st_") or key == "stages":
+        ok, rule = 1 <= v <= 8, "1 to 8"
+    elif key == "warps":
+        ok, rule = 1 <= v <= 16 and v & (v - 1) == 0, "a power of two from 1 to 16"
+    elif key == "per_sm":
+        ok, rule = 1 <= v <= 64, "1 to 64"
+    else:  # flat, poll
+        ok, rule = v in (0, 1), "0 or 1"
+    return None if ok else f"{v} is not {rule}"
+
+
 def tiles() -> dict:
     """TILES, with the entries of the JSON object in YUE2_LAYER_TILES on top (for tuning: bench/layer_kernel.py).
-    Raises RequestError for an unknown key or a value that is not a positive integer."""
+    Raises RequestError for text that is not a JSON object, an unknown key or a value outside its rule
+    (`_tile_problem`), naming each."""
     raw = os.environ.get("YUE2_LAYER_TILES", "").strip()
     t = dict(TILES)
     if raw:
@@ -101,12 +122,14 @@ def tiles() -> dict:
         from ..errors import RequestError
         try:
             extra = json.loads(raw)
-            bad = [k for k, v in extra.items() if k not in TILES or type(v) is not int or v < 0]
-        except (ValueError, AttributeError) as exc:
+        except ValueError as exc:
             raise RequestError(f"YUE2_LAYER_TILES: expected a JSON object of {sorted(TILES)}; {exc}") from None
+        if not isinstance(extra, dict):
+            raise RequestError(f"YUE2_LAYER_TILES: expected a JSON object of {sorted(TILES)}, not "
+                               f"{type(extra).__name__}")
+        bad = [f"{k}: {why}" for k, v in extra.items() if (why := _tile_problem(k, v))]
         if bad:
-            raise RequestError(f"YUE2_LAYER_TILES: unknown keys or values that are not integers ≥ 0: {bad}; "
-                               f"accepted keys {sorted(TILES)}")
+            raise RequestError(f"YUE2_LAYER_TILES: {'; '.join(bad)} (accepted keys {sorted(TILES)})")
         t.update(extra)
     return t
 
