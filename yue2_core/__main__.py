@@ -186,12 +186,33 @@ def _warn_score(text: str, what: str, max_seconds: float | None = None) -> None:
     """Print what the pack says of a user-supplied score (`protocol.score_notes`: the dialect check with the run's
     music budget, control characters). The score is used as given — the rule the Composer node follows too
     (docs/bad_inputs.md)."""
+    import re
     from .protocol import score_notes
-    for note in score_notes(text, max_seconds):
-        print(f"warning: {what} {note}", file=sys.stderr)
+    notes = score_notes(text, max_seconds)
+    if not notes:
+        return
+    grouped: dict[str, list[str]] = {}  # one line per finding, its line numbers gathered (new-user finding)
+    for note in notes:
+        m = re.match(r"line (\d+): (.*)", note, re.S)
+        grouped.setdefault(m.group(2) if m else note, []).extend([m.group(1)] if m else [])
+    print(f"warning: {what} has {len(notes)} finding{'s' if len(notes) > 1 else ''} of the ABC check; the score is "
+          "used as written (the model reads any text):", file=sys.stderr)
+    for message, lines in grouped.items():
+        where = (f"line{'s' if len(lines) > 1 else ''} {', '.join(lines[:8])}{' …' if len(lines) > 8 else ''}: "
+                 if lines else "")
+        print(f"  {where}{message.replace(' [error]', ' (error)').replace(' [warning]', '')}", file=sys.stderr)
 
 
 SYNTHETIC_ABC_TOKENS = 256  # a random-weights lead sheet never ends; 256 tokens take seconds on a CPU
+
+
+def _note_synthetic_music(max_tokens: int) -> None:
+    """Say up front that random weights never end the music (no MUSIC_END is ever likely): a song without
+    --max-seconds runs to its whole music budget (new-user finding: a batch on a CPU seemed to hang)."""
+    print(f"NOTE: synthetic weights never end the music by themselves: without --max-seconds each song decodes its "
+          f"whole music budget ({max_tokens:,} tokens = {max_tokens / FRAMES_PER_SECOND:g} s of audio; on a CPU "
+          "≈ 25 tokens/s with the tiny model, i.e. minutes a song); --max-seconds 2 makes a quick test",
+          file=sys.stderr)
 
 
 def _check_switches() -> None:
@@ -283,6 +304,8 @@ def cmd_generate(args) -> int:
     if request.abc is not None:
         _warn_score(request.abc, "--abc-file", budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND)
     engine, synthetic = _load_engine(args)
+    if synthetic and args.max_seconds is None:
+        _note_synthetic_music(budgets.semantic_sampling().max_tokens)
     if synthetic and args.max_abc_tokens is None and request.cot != "off" and request.abc is None:
         budgets.max_abc_tokens = SYNTHETIC_ABC_TOKENS
         print(f"NOTE: synthetic weights never end a lead sheet by themselves: it is capped at {SYNTHETIC_ABC_TOKENS} "
@@ -305,7 +328,8 @@ def cmd_generate(args) -> int:
 
 def _check_output(output: str) -> Path:
     """The output directory must be new or empty (songs are never overwritten), a folder of its own (not "" or ".",
-    not a mount point: `artifacts.check_output_dir`) and its parent writable; checked before any work."""
+    not a mount point: `artifacts.check_output_dir`) and its parent writable (a test folder is made and removed
+    there); checked before any work. Raises YuE2Error saying which."""
     from .artifacts import check_output_dir
     from .protocol import RESERVED_NAMES
     out = Path(output)
@@ -315,7 +339,10 @@ def _check_output(output: str) -> Path:
         if out.name.split(".")[0].upper() in RESERVED_NAMES:
             raise YuE2Error(f"--output {out}: {out.name} is a reserved device name on Windows; songs keep names "
                             "that copy everywhere")
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if out.exists() and not out.is_dir():
+            raise YuE2Error(f"--output {out} is a file, not a folder; a song is saved as a new folder of its own "
+                            "(give a new path, e.g. songs/my-song)")
+        if out.exists() and any(out.iterdir()):
             raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
         out = check_output_dir(output)  # "", ".", a mount point: refused before any work
         parent = out.absolute().parent
@@ -323,6 +350,12 @@ def _check_output(output: str) -> Path:
             parent = parent.parent
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
             raise YuE2Error(f"cannot create {out}: {parent} is not a writable folder")
+        try:  # os.access can say yes where a write fails (read-only mounts seen by root, ACLs, quotas, FUSE)
+            import tempfile
+            os.rmdir(tempfile.mkdtemp(prefix=".yue2-write-test.", dir=parent))
+        except OSError as exc:
+            raise YuE2Error(f"cannot create {out}: a test folder in {parent} could not be made "
+                            f"({exc.strerror or exc})") from None
     except OSError as exc:  # a name too long for the file system, a path through a file, …
         raise YuE2Error(f"cannot use --output {output}: {exc.strerror or exc}") from None
     return out
@@ -389,6 +422,7 @@ def cmd_render(args) -> int:
     import time
     from .artifacts import load_song, save_song
     from .errors import RequestError
+    from .constants import PROTOCOL_VERSION
     from .pipeline import Budgets, Song, decode, render, semantic
     from .protocol import SongRequest
 
@@ -401,6 +435,10 @@ def cmd_render(args) -> int:
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     _check_budget_fits(args.max_seconds, None)
     saved = load_song(args.song, edited_ok=True)  # the song folder checked before any checkpoint is looked for
+    resample = saved.score_edited or args.seed is not None
+    if args.max_seconds is not None and not resample:
+        raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
+                           "score.abc); without them the saved tokens are re-rendered exactly as they are")
     recorded = None if args.checkpoint or os.environ.get("YUE2_CHECKPOINT") else _song_checkpoint(args.song)
     if not (args.checkpoint or os.environ.get("YUE2_CHECKPOINT") or recorded):
         print(f"warning: the checkpoint recorded in {args.song}/config.json is missing or gone; looking for a "
@@ -412,10 +450,6 @@ def cmd_render(args) -> int:
     from .edit import check_checkpoint
     for warning in check_checkpoint(saved.config.get("checkpoint"), engine.info):  # another model: refused
         print(f"warning: {warning}", file=sys.stderr)
-    resample = saved.score_edited or args.seed is not None
-    if args.max_seconds is not None and not resample:
-        raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
-                           "score.abc); without them the saved tokens are re-rendered exactly as they are")
     if saved.score_edited:
         _warn_score(saved.score.abc or "", "edited score.abc",
                     Budgets(_render_seconds(args.max_seconds, saved.tokens.sampling)).semantic_sampling().max_tokens
@@ -443,9 +477,14 @@ def cmd_render(args) -> int:
     audio = decode(engine.vae, latents, progress=progress)
     timing["decode_seconds"] = time.perf_counter() - t
     progress.close()
+    settings = {**saved.config, "rendered_from": str(saved.path), "protocol": PROTOCOL_VERSION,
+                "cfg_scale": request.guidance, "ode_steps": args.steps, "ode_method": args.ode_method,
+                "model_dtype": str(engine.ar.dtype).split(".")[-1], "vae_dtype": "float32", "vae_decode": "halo_crop",
+                "device": str(engine.ar.device), "checkpoint": engine.info.to_dict(), "weights": engine.weights}
+    if resample:  # the music tokens' sampling is this run's; otherwise the parent's tokens (and record) stay
+        settings["semantic_sampling"] = tokens.sampling if tokens.sampling else settings.get("semantic_sampling")
     song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio, timing=timing,
-                settings={**saved.config, "rendered_from": str(saved.path), "checkpoint": engine.info.to_dict(),
-                          "weights": engine.weights, "ode_steps": args.steps, "ode_method": args.ode_method})
+                settings=settings)
     folder = save_song(song, args.output, lineage={"parent": str(saved.path), "score_edited": saved.score_edited})
     print(json.dumps({"output": str(Path(folder).resolve()), "seed": request.seed,
                       "semantic_tokens": len(tokens.codes),
@@ -491,15 +530,23 @@ def cmd_inspect(args) -> int:
                                   f"({reasons['lora']})") from None
         if other.get("report"):
             print(other["report"], file=sys.stderr)  # the human-readable report; JSON on stdout
-        print(json.dumps(other, indent=2, ensure_ascii=False, default=str))
+        print(_json_lines(other))
         return 0
     tok = load_tokenizer(info)
     report = {"kind": "checkpoint", **info.to_dict()}
     report["dtype_histogram"] = dtype_histogram(info)
     report["tokenizer_vocab"] = tok.vocab_size
     report["summary"] = info.summary()
-    print(json.dumps(report, indent=2, ensure_ascii=False))
+    print(_json_lines(report))
     return 0
+
+
+def _json_lines(obj) -> str:
+    """JSON with indent 2, lists of plain numbers kept on one line (the VAE's block geometry took 40 lines)."""
+    import re
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+    return re.sub(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]",
+                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
 
 
 def _looks_like_adapter(path: str) -> bool:
@@ -579,6 +626,10 @@ def parse_lora(value: str) -> tuple[str, float, float]:
         raise argparse.ArgumentTypeError(f"LoRA {path!r} is {kind}, not a file (an adapter is a .safetensors or .pt "
                                          f"file, or a PEFT folder)")
     if not os.path.exists(path):
+        head, _, tail = path.rpartition(":")
+        if head and os.path.exists(head):  # PATH:abc — a strength that is not a number, not a missing file
+            raise argparse.ArgumentTypeError(f"--lora {value!r}: strength {tail!r} is not a number (form: "
+                                             "PATH[:AR[:NAR]], e.g. adapter.safetensors:0.8 or :1:0.5)")
         raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found (form: PATH[:AR[:NAR]])")
     return path, ar, nar
 
@@ -612,6 +663,8 @@ def cmd_batch(args) -> int:
         abc_cap = SYNTHETIC_ABC_TOKENS  # as generate: random weights never end a lead sheet
         print(f"NOTE: synthetic weights never end a lead sheet by themselves: each one the model writes is capped at "
               f"{SYNTHETIC_ABC_TOKENS} tokens (--max-abc-tokens sets another cap)", file=sys.stderr)
+    if "yue2_synthetic" in info.metadata and args.max_seconds is None:
+        _note_synthetic_music(Budgets(None, None).semantic_sampling().max_tokens)
     fp32 = args.dtype == "fp32"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
@@ -708,10 +761,13 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_inspect)
 
     m = sub.add_parser("make-synthetic", help="write a synthetic checkpoint with random weights (for tests)")
-    m.add_argument("--output", required=True)
-    m.add_argument("--profile", default="tiny", choices=["tiny", "full"])
-    m.add_argument("--format", default="bf16", choices=["bf16", "int8"])
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--output", required=True, metavar="FILE.safetensors",
+                   help="the checkpoint file to write (an existing file needs --force)")
+    m.add_argument("--profile", default="tiny", choices=["tiny", "full"],
+                   help="tiny: a small model for CPU tests (default); full: the release geometry (7.8 GB bf16)")
+    m.add_argument("--format", default="bf16", choices=["bf16", "int8"],
+                   help="bf16 (default) or the int8 ConvRot layout of yue2_3b_int8_convrot.safetensors")
+    m.add_argument("--seed", type=int, default=0, help="the random weights' seed (default 0)")
     m.add_argument("--force", action="store_true", help="replace an existing file at --output")
     m.set_defaults(func=cmd_make_synthetic)
 

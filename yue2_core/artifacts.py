@@ -411,12 +411,53 @@ def _load_json(path: Path, what: str) -> dict:
             raise ArtifactError(f"{path} is a symbolic link; a song directory holds plain files only")
         if path.stat().st_size > MAX_JSON_BYTES:
             raise ArtifactError(f"{path} is {path.stat().st_size:,} bytes: too large to be {what}")
-        obj = json.loads(path.read_text("utf-8"))
+        obj = json.loads(path.read_text("utf-8"), parse_constant=_no_constant)
+    except _NotFinite as exc:  # written with allow_nan=False (ours and the vendor's): an edit or damage
+        raise ArtifactError(f"{path} holds {exc} where a number belongs; song files hold finite numbers only "
+                            "(restore the file)") from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError covers JSON and UTF-8 decoding errors
         raise ArtifactError(f"{path} is damaged or not {what} ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
         raise ArtifactError(f"{path} is not {what} (a JSON object was expected)")
     return obj
+
+
+class _NotFinite(Exception):
+    pass
+
+
+def _no_constant(name: str):
+    raise _NotFinite(name)  # NaN, Infinity, -Infinity: json.loads accepts them, json.dumps(allow_nan=False) does not
+
+
+_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def _check_config(config: dict, root: Path) -> None:
+    """The settings of config.json that a re-render carries over, each of its kind when present (vendor folders
+    have more keys, and fewer of ours): cfg_scale a finite number or null, ode_steps an integer 1–MAX_ODE_STEPS,
+    ode_method one of nar.ODE_METHODS, model_dtype / vae_dtype a float dtype name, vae_decode "halo_crop"
+    (runtime.md §7.3), protocol / device text, abc_sampling / semantic_sampling / checkpoint / weights objects.
+    Raises ArtifactError naming the key, its value and what is accepted."""
+    from .constants import MAX_ODE_STEPS
+    from .nar import ODE_METHODS
+
+    def number(v):
+        return v is None or (type(v) in (int, float) and bool(np.isfinite(v)))
+    rules = {"cfg_scale": (number, "a finite number or null"),
+             "ode_steps": (lambda v: type(v) is int and 1 <= v <= MAX_ODE_STEPS, f"an integer 1–{MAX_ODE_STEPS}"),
+             "ode_method": (lambda v: v in ODE_METHODS, " or ".join(ODE_METHODS)),
+             "model_dtype": (lambda v: v in _DTYPES, ", ".join(_DTYPES)),
+             "vae_dtype": (lambda v: v in _DTYPES, ", ".join(_DTYPES)),
+             "vae_decode": (lambda v: v == "halo_crop", "halo_crop"),
+             "protocol": (lambda v: isinstance(v, str), "text"), "device": (lambda v: isinstance(v, str), "text")}
+    rules.update({k: (lambda v: isinstance(v, dict), "an object")
+                  for k in ("abc_sampling", "semantic_sampling", "checkpoint", "weights")})
+    for key, (ok, accepted) in rules.items():
+        if key in config and not ok(config[key]):
+            raise ArtifactError(f"{root}/config.json {key} must be {accepted}, got "
+                                f"{json.dumps(config[key], ensure_ascii=False)[:80]} — the file was edited or damaged; "
+                                "restore it")
 
 
 def _section(result: dict, key: str) -> dict:
@@ -555,6 +596,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     request = _load_json(root / "request.json", "a song request")
     _check_request(request, root)
     config = _load_json(root / "config.json", "a song config")
+    _check_config(config, root)
     missing = [k for k in ("style", "lyrics", "cot", "seed") if k not in request]
     if missing:
         raise ArtifactError(f"{root}/request.json lacks {', '.join(missing)}")

@@ -43,6 +43,7 @@ def test_bad_rows_each_named(tmp_path):
         '{"style": "no id"}',                                                    # 15 no id
         '{"id": "short", "semantic_sampling": {"max_tokens": 50}}',              # 16 max under the preset's min
         '{"id": "OK", "style": "pop"}',                                          # 17 "ok" but for case
+        '{"id": "twice", "style": "pop", "style": "rock"}',                      # 18 a field given twice
     ]
     errors, good = _errors(tmp_path, lines)
     assert [g.id for g in good] == ["ok"] and good[0].request.abc == SCORE
@@ -60,9 +61,10 @@ def test_bad_rows_each_named(tmp_path):
     assert "unknown sampling fields ['colour']" in errors[14]
     assert "has no 'id'" in errors[15]
     assert "id 'OK' differs from 'ok' (line 1) only in case" in errors[17]
+    assert "field 'style' is given twice" in errors[18]
     assert "min_tokens must be in [0, max_tokens=50], got 200" in errors[16]
     assert "preset's min_tokens is 200" in errors[16] and '"min_tokens": 0, "max_tokens": 50' in errors[16]
-    assert len(errors) == 16
+    assert len(errors) == 17
 
 
 def test_matching_prompt_and_metadata_accepted(tmp_path):

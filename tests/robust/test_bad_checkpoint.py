@@ -200,3 +200,34 @@ def test_nar_shapes_the_renderer_cannot_use_refused_at_inspect(micro_paths, tmp_
     save_file(t, str(path), metadata=meta)
     with pytest.raises(CheckpointError, match=phrase):
         inspect_checkpoint(str(path))
+
+
+@pytest.mark.parametrize("change,phrase", [
+    ("lora", "adapter tensors"), ("gap", "numbered 0–"), ("extra_nar", "numbered 0–"), ("stranger", "not part of a YuE2"),
+])
+def test_tensors_the_loaders_would_ignore_are_refused(micro_paths, tmp_path, change, phrase):
+    """Break-it finding: unknown tensors were ignored and layers past a gap silently dropped (a checkpoint with
+    unmerged lora_A/lora_B, or one layer renumbered, loaded as a smaller or other model). checkpoint_format.md §1.1:
+    nothing but the three trees is in the file; each such tensor is refused, named, with what to do."""
+    layer = "text_encoders.model.layers.1.mlp.down_proj.weight"
+
+    def edit(tensors, meta):
+        if change == "lora":
+            tensors[layer.replace(".weight", ".lora_A.weight")] = torch.zeros(4, tensors[layer].shape[1])
+            tensors[layer.replace(".weight", ".lora_B.weight")] = torch.zeros(tensors[layer].shape[0], 4)
+        elif change == "gap":  # layer 1 of the AR renamed to a number past the end
+            for k in [k for k in tensors if k.startswith("text_encoders.model.layers.1.")]:
+                tensors[k.replace("layers.1.", "layers.7.")] = tensors.pop(k)
+        elif change == "extra_nar":
+            tensors["model.diffusion_model.model.layers.9.self_attn.k_norm.weight"] = torch.ones(4)
+        else:
+            tensors["model.diffusion_model.pos_embed.extra"] = torch.zeros(3)
+    bad = rewrite(micro_paths["bf16"], tmp_path / f"{change}.safetensors", edit)
+    with pytest.raises(CheckpointError, match=phrase) as e:
+        inspect_checkpoint(bad)
+    if change == "lora":
+        assert "lora_A" in str(e.value) and "--lora" in str(e.value)
+    if change == "stranger":
+        assert "pos_embed.extra" in str(e.value)
+    inspect_checkpoint(micro_paths["bf16"])  # the file it came from is fine
+    inspect_checkpoint(micro_paths["int8"])  # and so are the int8 triplets (weight, weight_scale, comfy_quant)

@@ -275,3 +275,21 @@ def test_stale_partial_folders_are_swept(tmp_path):
     os.utime(old, (past, past))
     save_song(make_song(), tmp_path / "new")
     assert not old.exists() and fresh.exists() and (tmp_path / "new" / "result.json").is_file()
+
+
+def test_output_parent_that_refuses_a_real_write_is_named_before_work(tmp_path, monkeypatch):
+    """Break-it finding: the output check trusted os.access, which says yes where a write fails (a read-only mount
+    seen by root, ACLs, FUSE); a test folder is now made and removed, and its failure is named before loading."""
+    import errno
+    import tempfile
+    from yue2_core.__main__ import _check_output
+    from yue2_core.errors import YuE2Error
+    assert _check_output(str(tmp_path / "song")) == tmp_path / "song"
+    assert list(tmp_path.iterdir()) == []  # the test folder is gone
+
+    def refuse(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    with pytest.raises(YuE2Error, match="Read-only file system") as e:
+        _check_output(str(tmp_path / "song"))
+    assert str(tmp_path) in str(e.value)

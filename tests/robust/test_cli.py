@@ -183,6 +183,57 @@ def test_cli_render_keeps_the_songs_budget_and_finds_a_relative_checkpoint(tmp_p
     assert json.loads(again.stdout)["semantic_tokens"] <= 10
 
 
+def test_cli_render_records_its_own_settings_not_the_parents(tmp_path, tiny_paths):
+    """Break-it finding: a render's config.json copied the parent's dtype, device and music sampling although the
+    render used others; it records what this run used (and the parent it came from)."""
+    made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
+                   "--max-seconds", "0.4", "--steps", "1", "--device", "cpu", "--dtype", "fp32", "--offline",
+                   "--output", tmp_path / "song")
+    assert made.returncode == 0, made.stderr[-2000:]
+    parent = json.loads((tmp_path / "song" / "config.json").read_text())
+    assert parent["model_dtype"] == "float32" and parent["semantic_sampling"]["max_tokens"] == 10
+    again = run_cli("render", tmp_path / "song", "--seed", "9", "--max-seconds", "0.2", "--steps", "2", "--device",
+                    "cpu", "--offline", "--output", tmp_path / "again")
+    assert again.returncode == 0, again.stderr[-2000:]
+    child = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert child["model_dtype"] == "bfloat16" and child["device"] == "cpu" and child["ode_steps"] == 2
+    assert child["semantic_sampling"]["max_tokens"] == 5
+    assert child["rendered_from"] == str(tmp_path / "song")
+
+
+def test_a_config_json_with_nan_or_bad_settings_is_refused_at_load(tmp_path, tiny_paths):
+    """Break-it finding: NaN (json.loads accepts it) or an unknown solver / dtype in an edited config.json (its
+    sha256 updated too) was carried into a re-render, which then failed at save after the work; now the folder is
+    refused when it is read, naming the key."""
+    import hashlib
+    import pytest
+    from yue2_core.artifacts import load_song
+    from yue2_core.errors import ArtifactError
+    made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
+                   "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--offline", "--output", tmp_path / "s")
+    assert made.returncode == 0, made.stderr[-2000:]
+    song = tmp_path / "s"
+    good = (song / "config.json").read_text()
+    load_song(song)
+
+    def edit(text):
+        (song / "config.json").write_text(text)
+        result = json.loads((song / "result.json").read_text())
+        data = (song / "config.json").read_bytes()
+        result["artifacts"]["config.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        (song / "result.json").write_text(json.dumps(result))
+    cfg = json.loads(good)
+    for key, value, words in (("cfg_scale", "NaN", "NaN"), ("ode_method", '"euler"', "midpoint or ab2"),
+                              ("model_dtype", '"int4"', "bfloat16"), ("ode_steps", "0", "integer"),
+                              ("semantic_sampling", "null", "an object"), ("vae_decode", '"tiles"', "halo_crop")):
+        edit(json.dumps({**cfg, key: "@"}).replace('"@"', value))
+        with pytest.raises(ArtifactError, match="config.json") as e:
+            load_song(song)
+        assert words in str(e.value) and (key in str(e.value) or value in str(e.value)), str(e.value)
+    edit(good)
+    load_song(song)
+
+
 def test_a_checkpoint_path_that_exists_but_is_not_a_file_is_named(tmp_path, monkeypatch):
     """Before: --checkpoint /dev/null (or a FIFO) said "checkpoint not found" although the path exists."""
     import pytest
@@ -197,3 +248,41 @@ def test_a_checkpoint_path_that_exists_but_is_not_a_file_is_named(tmp_path, monk
         monkeypatch.setenv("YUE2_CHECKPOINT", path)
         with pytest.raises(CheckpointError, match=f"points to {kind}"):
             find_checkpoint(None, download=False)
+
+
+def test_an_unreachable_hub_fails_fast_naming_offline_and_a_local_file(tmp_path, monkeypatch):
+    """New-user finding: without network the hub client retried for ~23 s before "download failed", and the message
+    neither named --offline nor the synthetic file song.sh had written into ./models. The hub is probed first (one
+    connect); the message names --offline, --max-seconds and the file found in ./models."""
+    import time
+    import pytest
+    import huggingface_hub
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights import locate
+    for var in ("YUE2_CHECKPOINT", "HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy",
+                "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(locate, "comfy_checkpoint_dirs", lambda: [])
+    monkeypatch.setattr(locate, "hf_vendor_snapshot", lambda: None)
+    import socket
+    with socket.socket() as free:  # a port nothing listens on: bound, then closed (the connect is refused at once)
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+
+    def no_download(*a, **k):
+        raise AssertionError("the client was asked to download from an unreachable hub")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_download)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "yue2_tiny_bf16.safetensors").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    t0 = time.perf_counter()
+    with pytest.raises(CheckpointError) as e:
+        locate.find_checkpoint(None, download=True)
+    msg = str(e.value)
+    assert time.perf_counter() - t0 < 10
+    assert f"cannot reach 127.0.0.1:{port}" in msg and "--offline" in msg and "--max-seconds" in msg, msg
+    assert "--checkpoint models/yue2_tiny_bf16.safetensors" in msg.split("Found here:")[1], msg
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # behind a proxy: no direct probe, the client
+    with pytest.raises(CheckpointError, match="the client was asked"):  # is asked (it knows the proxy)
+        locate.find_checkpoint(None, download=True)

@@ -182,3 +182,25 @@ def test_a_synthetic_checkpoint_caps_the_lead_sheet_up_front(tmp_path, tiny_path
     assert "capped at 16 ABC tokens" in err
     assert err.index("capped at 16") < err.index("[plan]")  # said before the first token
     assert 0 < json.loads(out)["abc_tokens"] <= 16
+
+
+def test_small_cli_mistakes_are_named_before_any_work(tmp_path, capsys):
+    """Break-it findings: `render --max-seconds` without --seed was refused only after the model loaded; `--output`
+    naming a file said "directory … is not empty"; `--lora PATH:abc` said the file was not found."""
+    import argparse
+    from yue2_core.__main__ import parse_lora
+    song = save_song(make_song(), tmp_path / "song")
+    rc, err = main_inprocess(capsys, "render", song, "--max-seconds", "5", "--checkpoint", NO_CKPT, "--output",
+                             tmp_path / "o")
+    assert rc == 2 and "--max-seconds only applies" in err and "checkpoint" not in err, err
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    rc, err = main_inprocess(capsys, "render", song, "--checkpoint", NO_CKPT, "--output", afile)
+    assert rc == 2 and "is a file, not a folder" in err, err
+    adapter = tmp_path / "a.safetensors"
+    adapter.write_bytes(b"")
+    with pytest.raises(argparse.ArgumentTypeError, match="strength 'abc' is not a number"):
+        parse_lora(f"{adapter}:abc")
+    with pytest.raises(argparse.ArgumentTypeError, match="not found"):
+        parse_lora(f"{tmp_path / 'none.safetensors'}:abc")
+    assert parse_lora(f"{adapter}:0.5") == (str(adapter), 0.5, 0.5)

@@ -58,6 +58,20 @@ class RowError:
     message: str
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """json.loads object hook: a dict, or _DuplicateKey naming a key given twice in one object."""
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
 def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
                   max_abc_tokens: int | None = None) -> tuple[list[BatchRequest], list[RowError]]:
     """Parse the JSONL file at `path` → (valid rows in file order, refused rows). `max_seconds` /
@@ -92,7 +106,11 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
             continue
         rows += 1
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            bad.append(RowError(number, None, f"line {number}: the field {exc.args[0]!r} is given twice in one object; "
+                                              "give each field once (JSON keeps only the last, silently)"))
+            continue
         except (ValueError, RecursionError) as exc:
             where = f" (column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
             bad.append(RowError(number, None, f"line {number} is not JSON{where}; each line must be one JSON "

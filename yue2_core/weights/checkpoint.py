@@ -293,6 +293,11 @@ def _dims(entries: dict) -> ModelDims:
         layers += 1
     if layers == 0:
         raise CheckpointError("the AR expert has no layers (text_encoders.model.layers.0.* missing)")
+    beyond = sorted({int(m.group(2)) for k in entries if (m := _LAYER_NO.match(k))} - set(range(layers)))
+    if beyond:  # a gap, or one expert deeper than the other: never load a silently smaller model
+        raise CheckpointError(f"layers are numbered 0–{layers - 1} and then {beyond[:5]} (text_encoders / "
+                              f"model.diffusion_model): layer {layers} of the AR expert is missing, or one expert has "
+                              "more layers than the other — a damaged or edited file; download it again")
     (head_dim,) = _shape(entries, AR + "model.layers.0.self_attn.q_norm.weight", 1)
     qkv_rows, _ = _shape(entries, AR + "model.layers.0.self_attn.qkv_proj.weight", 2)
     _, o_in = _shape(entries, AR + "model.layers.0.self_attn.o_proj.weight", 2)
@@ -400,6 +405,7 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
                               "(a split or partial file?). This pack needs the Comfy-Org all-in-one file, or the "
                               "m-a-p/YuE2-3B folder.")
     dims, vae = check_entries(entries)
+    _check_no_strangers(entries, dims, os.path.basename(path))
     quant_ar, quant_nar = _quant_map(entries, AR), _quant_map(entries, NAR)
     for key, e in entries.items():  # int8 codes / row scales need their module's marker (else: float layers, noise)
         if key.startswith((AR, NAR)) and ((e.dtype == "I8" and key.endswith(".weight")) or
@@ -431,6 +437,41 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
     if tok.dtype != "U8" or len(tok.shape) != 1:
         raise CheckpointError(f"{TOKENIZER_KEY} must be a rank-1 U8 tensor, got {tok.dtype} {list(tok.shape)}")
     return info
+
+
+_LAYER_LEAVES = ("input_layernorm.weight", "self_attn.qkv_proj.weight", "self_attn.o_proj.weight",
+                 "self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+                 "mlp.gate_up_proj.weight", "mlp.down_proj.weight")
+_ADAPTER_WORDS = re.compile(r"lora_|\.lora\.|hada_w|lokr_w|dora_scale")
+_LAYER_NO = re.compile(r"^(text_encoders\.|model\.diffusion_model\.)model\.layers\.(\d+)\.")
+
+
+def _check_no_strangers(entries: dict, d: ModelDims, name: str) -> None:
+    """An all-in-one file holds the AR and NAR trees, the tokenizer and the VAE, and nothing else
+    (checkpoint_format.md §1.1: "Nothing else is in either file"); the int8 file adds `.weight_scale` and
+    `.comfy_quant` beside quantized weights (§1.5). Raises CheckpointError for adapter tensors (a LoRA file, or
+    one merged badly: `lora_A` …) and any other tensor the loaders would silently ignore, naming up to five (layers
+    past a gap: `_dims`). The `vae.` tree is checked by the VAE loader."""
+    known = {AR + "model.embed_tokens.weight", AR + "model.norm.weight", AR + "model.lm_head.weight", TOKENIZER_KEY,
+             NAR + "model.norm.weight", NAR + "latent_pos_embed.pe"}
+    known |= {NAR + f"{m}.{p}" for m in ("vae2llm", "llm2vae", "time_embedder.mlp.0", "time_embedder.mlp.2")
+              for p in ("weight", "bias")}
+    known |= {f"{tree}model.layers.{i}.{leaf}" for tree in (AR, NAR) for i in range(d.layers) for leaf in _LAYER_LEAVES}
+    known |= {k[:-len("weight")] + extra for k in list(known) if k.endswith(".weight")
+              for extra in ("weight_scale", "comfy_quant")}
+    strangers = sorted(k for k in entries if not k.startswith(VAE) and k not in known)
+    if not strangers:
+        return
+    adapters = [k for k in strangers if _ADAPTER_WORDS.search(k)]
+    if adapters:
+        raise CheckpointError(f"{name} holds adapter tensors ({', '.join(adapters[:3])}{' …' if len(adapters) > 3 else ''}"
+                              f"; {len(adapters)} in all): it is a LoRA/LoKr file, or a checkpoint with unmerged "
+                              "adapters. Give the base YuE2 checkpoint as the checkpoint and the adapter with --lora "
+                              "(nodes: YuE2 LoRA Loader)")
+    raise CheckpointError(f"{name} holds {len(strangers)} tensor{'s' if len(strangers) > 1 else ''} that are not part "
+                          f"of a YuE2 checkpoint ({', '.join(strangers[:5])}{' …' if len(strangers) > 5 else ''}); "
+                          "an all-in-one file holds only text_encoders.*, model.diffusion_model.* and vae.* "
+                          "(checkpoint_format.md §1.1) — a file of another model, or edited")
 
 
 def check_entries(entries: dict) -> tuple[ModelDims, VAEConfig]:

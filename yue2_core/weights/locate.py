@@ -84,15 +84,48 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
     if snap is not None:
         return str(snap), "Hugging Face cache of m-a-p/YuE2-3B (vendor folder)"
     if download:
-        try:
-            from huggingface_hub import hf_hub_download
-            return hf_hub_download(HF_REPO, HF_FILE), f"Hugging Face {HF_REPO}/{HF_FILE}"
-        except Exception as exc:  # network errors, missing package, auth
-            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        head = f"no YuE2 checkpoint found and the download failed ({reason})"
+        reason = _hub_unreachable()
+        if reason is None:
+            try:
+                from huggingface_hub import hf_hub_download
+                return hf_hub_download(HF_REPO, HF_FILE), f"Hugging Face {HF_REPO}/{HF_FILE}"
+            except Exception as exc:  # network errors, missing package, auth
+                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        head = (f"no YuE2 checkpoint found and the download failed ({reason}; --offline skips the download "
+                "attempt)")
     else:
         head = "no YuE2 checkpoint found (downloading is off: --offline)"
-    raise CheckpointError(f"{head}. {WHERE_TO_GET}")
+    raise CheckpointError(f"{head}. {WHERE_TO_GET}{_local_hint()}")
+
+
+def _hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached, or None (reachable, offline mode, or behind a proxy that a direct
+    connection cannot judge): one name lookup and TCP connect, a few seconds at most, where the hub client's own
+    retries take ~25 s before failing on a machine without that network (new-user finding)."""
+    import socket
+    from urllib.parse import urlparse
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return None  # the client reads its cache only
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY",
+                                       "http_proxy")):
+        return None
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"cannot reach {host}:{port}: {exc.strerror or exc}"
+
+
+def _local_hint() -> str:
+    """A synthetic or other checkpoint lying in ./models (scripts/song.sh writes one there), named so the user can
+    pass it."""
+    try:
+        here = sorted(Path("models").glob("*.safetensors"))[:2]
+    except OSError:
+        return ""
+    return (". Found here: " + ", ".join(f"--checkpoint {p}" for p in here)) if here else ""
 
 
 WHERE_TO_GET = (f"The release file is yue2_3b_int8_convrot.safetensors (https://huggingface.co/{HF_REPO}/blob/main/"
@@ -100,4 +133,4 @@ WHERE_TO_GET = (f"The release file is yue2_3b_int8_convrot.safetensors (https://
                 "of the vendor's m-a-p/YuE2-3B with m-a-p/YuE2-Vae beside it). For a test run without "
                 "the real weights: bash scripts/song.sh writes and uses a synthetic one (random weights), or "
                 "python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors, then --checkpoint "
-                "models/yue2_tiny_bf16.safetensors --max-abc-tokens 128")
+                "models/yue2_tiny_bf16.safetensors --max-abc-tokens 128 --max-seconds 10 (synthetic weights never end a song)")
