@@ -526,8 +526,9 @@ def cmd_inspect(args) -> int:
                     "another model, e.g. a synthetic one)")
                 raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but does not fit {geometry}: "
                                       f"{reasons['lora']}") from None
-            raise CheckpointError(f"{exc} — and it is not a VAE decoder ({reasons['vae']}) nor a LoRA adapter "
-                                  f"({reasons['lora']})") from None
+            raise CheckpointError(f"{args.checkpoint} is neither a YuE2 checkpoint, a VAE decoder nor a LoRA "
+                                  f"adapter:\n  as a checkpoint: {exc}\n  as a VAE decoder: {reasons['vae']}\n"
+                                  f"  as a LoRA adapter: {reasons['lora']}") from None
         if other.get("report"):
             print(other["report"], file=sys.stderr)  # the human-readable report; JSON on stdout
         print(_json_lines(other))

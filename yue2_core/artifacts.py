@@ -570,8 +570,9 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
             raise ArtifactError(f"result.json: the entry for {name} has no sha256")
         path = root / name
         if path.is_symlink() or not path.is_file():
-            raise ArtifactError(f"{root}: {name} is missing" + (" (a symbolic link is not accepted)"
-                                                                 if path.is_symlink() else ""))
+            what = ("missing (a symbolic link is not accepted)" if path.is_symlink() else
+                    "a folder, not a file (restore the file)" if path.is_dir() else "missing")
+            raise ArtifactError(f"{root}: {name} is {what}")
         try:
             size = path.stat().st_size
             if name == "score.abc" and size > _max_score_bytes():

@@ -203,7 +203,8 @@ def test_nar_shapes_the_renderer_cannot_use_refused_at_inspect(micro_paths, tmp_
 
 
 @pytest.mark.parametrize("change,phrase", [
-    ("lora", "adapter tensors"), ("gap", "numbered 0–"), ("extra_nar", "numbered 0–"), ("stranger", "not part of a YuE2"),
+    ("lora", "adapter tensors"), ("gap", "numbered 0–"), ("extra_nar", "numbered 0–"),
+    ("stranger", "not part of a YuE2"),
 ])
 def test_tensors_the_loaders_would_ignore_are_refused(micro_paths, tmp_path, change, phrase):
     """Break-it finding: unknown tensors were ignored and layers past a gap silently dropped (a checkpoint with

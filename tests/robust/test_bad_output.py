@@ -89,6 +89,10 @@ def test_artifact_missing_unlisted_symlinked_or_pickled_refused(saved, tmp_path)
     (root / "semantic.npy").unlink()
     (root / "semantic.npy").symlink_to(outside)
     cases[root] = "a symbolic link is not accepted"
+    root = Path(shutil.copytree(saved, tmp_path / "folder"))
+    (root / "semantic.npy").unlink()
+    (root / "semantic.npy").mkdir()
+    cases[root] = "semantic.npy is a folder, not a file"
     marker = tmp_path / "UNPICKLED"
     root = Path(shutil.copytree(saved, tmp_path / "pickle"))
     buf = io.BytesIO()

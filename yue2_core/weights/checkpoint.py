@@ -464,9 +464,9 @@ def _check_no_strangers(entries: dict, d: ModelDims, name: str) -> None:
         return
     adapters = [k for k in strangers if _ADAPTER_WORDS.search(k)]
     if adapters:
-        raise CheckpointError(f"{name} holds adapter tensors ({', '.join(adapters[:3])}{' …' if len(adapters) > 3 else ''}"
-                              f"; {len(adapters)} in all): it is a LoRA/LoKr file, or a checkpoint with unmerged "
-                              "adapters. Give the base YuE2 checkpoint as the checkpoint and the adapter with --lora "
+        more = " …" if len(adapters) > 3 else ""
+        raise CheckpointError(f"{name} holds adapter tensors ({', '.join(adapters[:3])}{more}; {len(adapters)} in "
+                              "all): it is a LoRA/LoKr file, or a checkpoint with unmerged adapters. Give the base YuE2 checkpoint as the checkpoint and the adapter with --lora "
                               "(nodes: YuE2 LoRA Loader)")
     raise CheckpointError(f"{name} holds {len(strangers)} tensor{'s' if len(strangers) > 1 else ''} that are not part "
                           f"of a YuE2 checkpoint ({', '.join(strangers[:5])}{' …' if len(strangers) > 5 else ''}); "
