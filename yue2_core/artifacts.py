@@ -434,9 +434,9 @@ _DTYPES = ("bfloat16", "float16", "float32")
 
 
 def _check_config(config: dict, root: Path) -> None:
-    """The settings of config.json that a re-render carries over, each of its kind when present (vendor folders
-    have more keys, and fewer of ours): cfg_scale a finite number or null, ode_steps an integer 1–MAX_ODE_STEPS,
-    ode_method one of nar.ODE_METHODS, model_dtype / vae_dtype a float dtype name, vae_decode "halo_crop"
+    """The settings of config.json that a re-render carries over, each of its kind when present and not null
+    (vendor folders have more keys, and fewer of ours; null = not recorded): cfg_scale a finite number,
+    ode_steps an integer 1–MAX_ODE_STEPS, ode_method one of nar.ODE_METHODS, model_dtype / vae_dtype a float dtype name, vae_decode "halo_crop"
     (runtime.md §7.3), protocol / device text, abc_sampling / semantic_sampling / checkpoint / weights objects.
     Raises ArtifactError naming the key, its value and what is accepted."""
     from .constants import MAX_ODE_STEPS
@@ -453,8 +453,8 @@ def _check_config(config: dict, root: Path) -> None:
              "protocol": (lambda v: isinstance(v, str), "text"), "device": (lambda v: isinstance(v, str), "text")}
     rules.update({k: (lambda v: isinstance(v, dict), "an object")
                   for k in ("abc_sampling", "semantic_sampling", "checkpoint", "weights")})
-    for key, (ok, accepted) in rules.items():
-        if key in config and not ok(config[key]):
+    for key, (ok, accepted) in rules.items():  # null: not recorded (a tokens-only song of the nodes: no ode_steps)
+        if config.get(key) is not None and not ok(config[key]):
             raise ArtifactError(f"{root}/config.json {key} must be {accepted}, got "
                                 f"{json.dumps(config[key], ensure_ascii=False)[:80]} — the file was edited or damaged; "
                                 "restore it")

@@ -225,11 +225,13 @@ def test_a_config_json_with_nan_or_bad_settings_is_refused_at_load(tmp_path, tin
     cfg = json.loads(good)
     for key, value, words in (("cfg_scale", "NaN", "NaN"), ("ode_method", '"euler"', "midpoint or ab2"),
                               ("model_dtype", '"int4"', "bfloat16"), ("ode_steps", "0", "integer"),
-                              ("semantic_sampling", "null", "an object"), ("vae_decode", '"tiles"', "halo_crop")):
+                              ("semantic_sampling", '"all"', "an object"), ("vae_decode", '"tiles"', "halo_crop")):
         edit(json.dumps({**cfg, key: "@"}).replace('"@"', value))
         with pytest.raises(ArtifactError, match="config.json") as e:
             load_song(song)
         assert words in str(e.value) and (key in str(e.value) or value in str(e.value)), str(e.value)
+    edit(json.dumps({**cfg, "ode_steps": None, "semantic_sampling": None}))  # null = not recorded (nodes'
+    load_song(song)                                                              # tokens-only songs)
     edit(good)
     load_song(song)
 
