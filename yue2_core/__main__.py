@@ -90,6 +90,8 @@ def read_text_file(path: str, what: str) -> tuple[str, list[str]]:
         raise YuE2Error(f"cannot read the {what} file {path}: byte 0x{data[exc.start]:02X} at offset {exc.start} is "
                         "not UTF-8 (a Latin-1 or Windows-1252 file?); save the file as UTF-8") from None
     notes = []
+    if what == "ABC":  # a score's mark and line endings are named by the score check (`protocol.form_notes`)
+        return text, notes
     if text.startswith("\ufeff"):
         notes.append(f"the {what} file {path} starts with a byte-order mark (U+FEFF): it is kept, as `yue2 generate` "
                      "keeps it, and the model reads it as a character; save the file as UTF-8 without BOM to drop it")
@@ -435,6 +437,11 @@ def cmd_render(args) -> int:
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     _check_budget_fits(args.max_seconds, None)
     saved = load_song(args.song, edited_ok=True)  # the song folder checked before any checkpoint is looked for
+    stray = Path(args.song) / "score.abc"
+    if "score.abc" not in saved.result.get("artifacts", {}) and (stray.exists() or stray.is_symlink()):
+        print(f"warning: {stray} is not part of this song (it was made with cot off, without a lead sheet), so render "
+              "does not read it; to make a song from that score: generate --abc-file "
+              f"{stray} with the song's style and lyrics", file=sys.stderr)
     resample = saved.score_edited or args.seed is not None
     if args.max_seconds is not None and not resample:
         raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
@@ -477,7 +484,8 @@ def cmd_render(args) -> int:
     audio = decode(engine.vae, latents, progress=progress)
     timing["decode_seconds"] = time.perf_counter() - t
     progress.close()
-    settings = {**saved.config, "rendered_from": str(saved.path), "protocol": PROTOCOL_VERSION,
+    parent = str(Path(saved.path).absolute())  # absolute: the lineage points at the parent from any folder
+    settings = {**saved.config, "rendered_from": parent, "protocol": PROTOCOL_VERSION,
                 "cfg_scale": request.guidance, "ode_steps": args.steps, "ode_method": args.ode_method,
                 "model_dtype": str(engine.ar.dtype).split(".")[-1], "vae_dtype": "float32", "vae_decode": "halo_crop",
                 "device": str(engine.ar.device), "checkpoint": engine.info.to_dict(), "weights": engine.weights}
@@ -485,7 +493,7 @@ def cmd_render(args) -> int:
         settings["semantic_sampling"] = tokens.sampling if tokens.sampling else settings.get("semantic_sampling")
     song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio, timing=timing,
                 settings=settings)
-    folder = save_song(song, args.output, lineage={"parent": str(saved.path), "score_edited": saved.score_edited})
+    folder = save_song(song, args.output, lineage={"parent": parent, "score_edited": saved.score_edited})
     print(json.dumps({"output": str(Path(folder).resolve()), "seed": request.seed,
                       "semantic_tokens": len(tokens.codes),
                       "resampled": resample, "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3),
@@ -628,9 +636,14 @@ def parse_lora(value: str) -> tuple[str, float, float]:
                                          f"file, or a PEFT folder)")
     if not os.path.exists(path):
         head, _, tail = path.rpartition(":")
-        if head and os.path.exists(head):  # PATH:abc — a strength that is not a number, not a missing file
-            raise argparse.ArgumentTypeError(f"--lora {value!r}: strength {tail!r} is not a number (form: "
-                                             "PATH[:AR[:NAR]], e.g. adapter.safetensors:0.8 or :1:0.5)")
+        if head and os.path.exists(head):  # PATH:abc or PATH:1:2:3 — the strengths are wrong, not the file
+            try:
+                float(tail)
+                why = "more than two strengths (at most AR and NAR)"
+            except ValueError:
+                why = f"strength {tail!r} is not a number"
+            raise argparse.ArgumentTypeError(f"--lora {value!r}: {why} (form: PATH[:AR[:NAR]], e.g. "
+                                             "adapter.safetensors:0.8 or adapter.safetensors:1:0.5)")
         raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found (form: PATH[:AR[:NAR]])")
     return path, ar, nar
 
@@ -659,6 +672,13 @@ def cmd_batch(args) -> int:
     _check_budget_fits(args.max_seconds, args.max_abc_tokens)
     checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
     info = inspect_checkpoint(checkpoint)
+    if args.lora or args.vae:  # own weights checked before batch.json is written (else a rerun needs --resume)
+        from .weights.lora.layouts import read_adapter
+        for path, _, _ in args.lora:
+            read_adapter(path, info.dims)
+        if args.vae:
+            from .weights.vae_files import open_vae
+            open_vae(args.vae)
     abc_cap = args.max_abc_tokens
     if abc_cap is None and "yue2_synthetic" in info.metadata:
         abc_cap = SYNTHETIC_ABC_TOKENS  # as generate: random weights never end a lead sheet

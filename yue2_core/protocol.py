@@ -250,7 +250,22 @@ def score_notes(text: str, max_seconds: float | None = None, limit: int = 20) ->
              for i in issues[:limit]]
     if len(issues) > limit:
         lines.append(f"{len(issues) - limit} more findings not shown")
-    return lines + control_notes("score", text)
+    return lines + form_notes("score", text) + control_notes("score", text)
+
+
+def form_notes(what: str, text: str) -> list[str]:
+    """A byte-order mark and CR line endings in a text given from outside: kept as they are (the vendor reads the
+    same ids), each named once, since the model reads the mark as a character and was trained on LF."""
+    notes = []
+    if text.startswith("\ufeff"):
+        notes.append(f"the {what} starts with a byte-order mark (U+FEFF): it is kept, as `yue2 generate` keeps it, and "
+                     "the model reads it as a character; save it as UTF-8 without BOM to drop it")
+    crlf, lone_cr = text.count("\r\n"), text.count("\r") - text.count("\r\n")
+    if crlf or lone_cr:
+        kinds = " and ".join(k for k, n in (("CRLF (Windows)", crlf), ("lone CR (old Mac)", lone_cr)) if n)
+        notes.append(f"the {what} has {kinds} line endings: kept as they are (the same ids as `yue2 generate`), but "
+                     "the model was trained on LF line endings; save it with LF (Unix) line endings")
+    return notes
 
 
 def validate_abc_ids(abc_ids) -> list[int]:

@@ -44,6 +44,8 @@ def test_bad_rows_each_named(tmp_path):
         '{"id": "short", "semantic_sampling": {"max_tokens": 50}}',              # 16 max under the preset's min
         '{"id": "OK", "style": "pop"}',                                          # 17 "ok" but for case
         '{"id": "twice", "style": "pop", "style": "rock"}',                      # 18 a field given twice
+        '{"id": "big", "seed": 1' + "0" * 5000 + '}',                             # 19 a 5,001-digit number
+        "[" * 100000 + "]" * 100000,                                             # 20 nested too deep
     ]
     errors, good = _errors(tmp_path, lines)
     assert [g.id for g in good] == ["ok"] and good[0].request.abc == SCORE
@@ -62,9 +64,11 @@ def test_bad_rows_each_named(tmp_path):
     assert "has no 'id'" in errors[15]
     assert "id 'OK' differs from 'ok' (line 1) only in case" in errors[17]
     assert "field 'style' is given twice" in errors[18]
+    assert "a number with thousands of digits" in errors[19]
+    assert "nests arrays or objects too deeply" in errors[20]
     assert "min_tokens must be in [0, max_tokens=50], got 200" in errors[16]
     assert "preset's min_tokens is 200" in errors[16] and '"min_tokens": 0, "max_tokens": 50' in errors[16]
-    assert len(errors) == 17
+    assert len(errors) == 19
 
 
 def test_matching_prompt_and_metadata_accepted(tmp_path):
@@ -172,6 +176,12 @@ def test_resume_never_removes_what_it_should_not(tmp_path, engine):
     elsewhere.mkdir()
     (elsewhere / "audio.flac").write_bytes(b"not audio")
     (out / rows()[2]["id"]).symlink_to(elsewhere, target_is_directory=True)
+    r3 = rows()[0]  # break-it finding: a tag editor's change to audio.flac made --resume delete and redo the song
+    request3, budgets3 = expected(r3)
+    save_song(engine.generate(request3, budgets3, steps=1), out / r3["id"])
+    tagged = out / r3["id"] / "audio.flac"
+    with open(tagged, "ab") as fh:
+        fh.write(b"TAGTAG")
     kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
     with pytest.raises(RequestError, match="--budget must be a positive, finite number"):
         run_batch(BatchOptions(str(req), str(out), resume=True, budget_gib=float("inf"), max_abc_tokens=ABC_CAP), **kw)
@@ -182,6 +192,8 @@ def test_resume_never_removes_what_it_should_not(tmp_path, engine):
     by_id = {r["id"]: r for r in summary["results"]}
     assert "score.abc was edited" in by_id[r0["id"]]["error"] and by_id[r0["id"]]["status"] == "failed"
     assert "symbolic link" in by_id[rows()[2]["id"]]["error"]
+    assert "audio.flac changed after the song was saved" in by_id[r3["id"]]["error"]
+    assert tagged.read_bytes().endswith(b"TAGTAG")  # kept as the user left it
     assert " |" in score.read_text("utf-8") and (elsewhere / "audio.flac").read_bytes() == b"not audio"
     (out / "batch.json").unlink()
     (out / "batch.json").mkdir()  # the summary cannot be written
@@ -254,3 +266,24 @@ def test_resume_with_other_weights_than_recorded_is_refused_as_a_whole(tmp_path,
         assert words in str(e.value), (run, str(e.value))
     with pytest.raises(AssertionError, match="must not load"):  # the same weights on another device: the rows run
         resume(device="cpu")
+
+
+def test_abc_path_is_read_as_generate_reads_abc_file_and_checked(tmp_path, engine, capsys):
+    """Break-it findings: abc_path was read with utf-8-sig and universal newlines (a BOM dropped, CRLF → LF), so the
+    batch song differed from `generate --abc-file` on the same file, and no score finding was printed; now the bytes
+    are decoded as they are and the row gets generate's score check (dialect, BOM, CR, control characters)."""
+    import io
+    (tmp_path / "s").mkdir()
+    data = b"\xef\xbb\xbf" + SCORE.replace("\n", "\r\n").replace("K:", "K:\x07", 1).encode("utf-8")
+    (tmp_path / "s" / "bom.abc").write_bytes(data)
+    req = tmp_path / "r.jsonl"
+    req.write_text('{"id": "bom", "style": "pop", "lyrics": "la", "abc_path": "s/bom.abc"}\n', "utf-8")
+    items, bad = read_requests(req, max_abc_tokens=ABC_CAP)
+    assert not bad and items[0].request.abc == data.decode("utf-8")
+    stream = io.StringIO()
+    with pytest.raises(AssertionError, match="must not load"):
+        run_batch(BatchOptions(str(req), str(tmp_path / "out"), max_abc_tokens=ABC_CAP), tokenizer=engine.tokenizer,
+                  dims=engine.info.dims, engine_factory=_never, stream=stream)
+    said = stream.getvalue()
+    assert "[bom] warning: the score starts with a byte-order mark" in said, said
+    assert "CRLF (Windows) line endings" in said and "control character U+0007 (BEL)" in said, said

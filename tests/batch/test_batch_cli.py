@@ -125,3 +125,22 @@ def test_table_gives_long_errors_in_full():
     assert "errors in full:" in table and f"line 2 (short): {long.removeprefix('line 2: ')}" in table
     assert "line 2 (short): line 2:" not in table  # the line named once
     assert "line 3 (brief)" not in table  # an error the table shows whole is not repeated
+
+
+def test_a_bad_adapter_or_vae_is_refused_before_the_batch_folder_is_made(tmp_path, tiny_ckpt, capsys):
+    """Break-it finding: a bad --lora failed only when the engine loaded, after batch.json (3 rows "pending") was
+    written, so the same command again needed --resume; now the adapter and VAE files are read before any output."""
+    from yue2_core.__main__ import main
+    req = write_requests(tmp_path / "in")
+    bad = tmp_path / "p.safetensors"
+    torch_save = __import__("torch").save
+    torch_save({"a": __import__("torch").zeros(2)}, bad)
+    text = tmp_path / "vae.safetensors"
+    text.write_text("not a VAE")
+    for option in (["--lora", str(bad)], ["--vae", str(text)]):
+        out = tmp_path / ("out" + option[0])
+        rc = main(["batch", str(req), "--output", str(out), "--checkpoint", tiny_ckpt, "--device", "cpu",
+                   "--offline", *option])
+        err = capsys.readouterr().err
+        assert rc == 2 and "Traceback" not in err and option[1] in err, err
+        assert not out.exists()

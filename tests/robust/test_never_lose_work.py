@@ -201,6 +201,18 @@ def test_small_cli_mistakes_are_named_before_any_work(tmp_path, capsys):
     adapter.write_bytes(b"")
     with pytest.raises(argparse.ArgumentTypeError, match="strength 'abc' is not a number"):
         parse_lora(f"{adapter}:abc")
+    with pytest.raises(argparse.ArgumentTypeError, match="more than two strengths"):
+        parse_lora(f"{adapter}:1:2:3")
     with pytest.raises(argparse.ArgumentTypeError, match="not found"):
         parse_lora(f"{tmp_path / 'none.safetensors'}:abc")
     assert parse_lora(f"{adapter}:0.5") == (str(adapter), 0.5, 0.5)
+
+
+def test_a_score_added_to_a_cot_off_song_is_named_not_silently_ignored(tmp_path, capsys):
+    """Break-it finding: a score.abc put into a song made with cot off was silently ignored by render (the
+    --max-seconds refusal then spoke of "an edited score.abc")."""
+    root = save_song(make_song(cot="off"), tmp_path / "song")
+    assert not (root / "score.abc").exists()
+    (root / "score.abc").write_text("X:1\nK:C\nCDEF|\n", "utf-8")
+    rc, err = main_inprocess(capsys, "render", root, "--checkpoint", NO_CKPT, "--output", tmp_path / "o")
+    assert "is not part of this song (it was made with cot off" in err and "--abc-file" in err, err

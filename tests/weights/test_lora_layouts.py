@@ -603,3 +603,26 @@ def test_unlabelled_vendor_names_and_flat_pt(tmp_path, gen):
     raises(str(tmp_path / "list.pt"), "{name: tensor}")
     ints = {**t, "model.layers.1.self_attn.v_proj.lora_A.weight": torch.ones(2, H, dtype=torch.int32)}
     raises(write(tmp_path / "i.safetensors", ints), "v_proj.lora_A.weight has dtype torch.int32")
+
+
+def test_a_torch_or_raw_pickle_named_safetensors_is_an_adapter_error(tmp_path):
+    """Break-it finding: torch.load hands a PATH ending in .safetensors to the safetensors reader, so a torch .pt
+    renamed .safetensors raised SafetensorError ("header too large") as a traceback; the file is now read from an
+    open file object and every reader failure is an AdapterError naming the file."""
+    import pickle
+    pt = tmp_path / "p.safetensors"
+    torch.save({"a": torch.zeros(2)}, pt)
+    raises(pt, str(pt), "not a YuE2 adapter")  # read as a torch file: its one key names no YuE2 module
+    raw = tmp_path / "raw.safetensors"
+    raw.write_bytes(pickle.dumps({"a": 1}))
+    raises(raw, str(raw))
+
+
+def test_a_whole_checkpoint_given_as_an_adapter_is_named(tmp_path):
+    """Break-it finding: `--lora` with the base checkpoint said "norm diffs … are not supported"; it says what the
+    file is and where it belongs (the tokenizer tensor or the VAE tree give a checkpoint away)."""
+    t = {"text_encoders.model.norm.weight": torch.ones(H), "text_encoders.yue2_tokenizer_json": torch.zeros(
+        8, dtype=torch.uint8)}
+    raises(write(tmp_path / "ckpt.safetensors", t), "is a whole YuE2 checkpoint", "--checkpoint")
+    t = {"model.diffusion_model.model.norm.weight": torch.ones(H), "vae.decoder.layers.0.weight_v": torch.ones(2)}
+    raises(write(tmp_path / "ckpt2.safetensors", t), "is a whole YuE2 checkpoint")

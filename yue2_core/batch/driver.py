@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..constants import FRAMES_PER_SECOND
 from ..errors import ArtifactError, RequestError, YuE2Error, brief
 from .requests import BatchRequest, check_context, read_requests
 from .summary import BATCH_FILE, BatchProgress, BatchSummary
@@ -129,10 +130,11 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
                 return "refuse", (f"{folder}: its score.abc was edited after the song was saved (render it with "
                                   "`python -m yue2_core render`); move the folder away to redo this song")
             edited = _metadata_edited(folder)
-            if edited:  # the audio and latents verify: an edit of a settings file never costs the song
-                return "refuse", (f"{folder}: its {' and '.join(edited)} changed after the song was saved (the audio, "
-                                  "latents and tokens still verify); restore the file, or move the folder away to "
-                                  "redo this song")
+            if edited:  # the tokens and latents verify: an edit of a settings file or the audio never costs the song
+                return "refuse", (f"{folder}: its {' and '.join(edited)} changed after the song was saved (the "
+                                  "latents and tokens still verify"
+                                  + ("; a tag editor rewrites audio.flac" if "audio.flac" in edited else "")
+                                  + "); restore the file, or move the folder away to redo this song")
             return "redo", str(exc)
         return "refuse", (f"{folder} does not verify ({exc}) and holds files that are not a song's "
                           f"({', '.join(sorted(names - _song_names())[:3])}); move it away to redo this song")
@@ -162,12 +164,14 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
     return "done", None
 
 
-_SETTINGS_FILES = ("config.json", "request.json")  # what a user may edit by hand without touching the song itself
+# what a user may edit by hand without touching the song's tokens and latents: the settings, and the audio (a tag
+# editor rewrites a FLAC's metadata block) — a folder where only these changed is kept and refused, never redone
+_SETTINGS_FILES = ("config.json", "request.json", "audio.flac")
 
 
 def _metadata_edited(folder: Path) -> list[str]:
-    """The settings files (config.json, request.json) of `folder` whose sha256 no longer matches result.json's
-    manifest while every other listed file does — [] when that is not the case (unreadable, others damaged too)."""
+    """The user-editable files (config.json, request.json, audio.flac) of `folder` whose sha256 no longer matches
+    result.json's manifest while every other listed file does — [] when that is not the case (unreadable, others damaged too)."""
     import hashlib
     try:
         listed = json.loads((folder / "result.json").read_text("utf-8")).get("artifacts") or {}
@@ -420,6 +424,11 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
     for item in todo:  # as `generate` prints them (result.json keeps them too)
         for note in item.request.input_warnings():
             print(f"[{item.id}] warning: {note}", file=stream)
+        if item.request.abc is not None:  # a given score: the same check as `generate --abc-file` (used as given)
+            from ..protocol import score_notes
+            seconds = item.budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND
+            for note in score_notes(item.request.abc, seconds, limit=5):
+                print(f"[{item.id}] warning: {'score ' if note.startswith('line ') else ''}{note}", file=stream)
     for item, why in redo:
         print(f"[{item.id}] redoing: {why}", file=stream)
         try:

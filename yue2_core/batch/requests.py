@@ -111,7 +111,15 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
             bad.append(RowError(number, None, f"line {number}: the field {exc.args[0]!r} is given twice in one object; "
                                               "give each field once (JSON keeps only the last, silently)"))
             continue
+        except RecursionError:  # valid JSON, but nested deeper than Python's parser goes
+            bad.append(RowError(number, None, f"line {number} nests arrays or objects too deeply to read; a request "
+                                              "is one flat object of texts and numbers"))
+            continue
         except (ValueError, RecursionError) as exc:
+            if not isinstance(exc, json.JSONDecodeError) and "digits" in str(exc):  # int(…) over Python's cap
+                bad.append(RowError(number, None, f"line {number} holds a number with thousands of digits; seeds "
+                                                  "are integers below 2**63"))
+                continue
             where = f" (column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
             bad.append(RowError(number, None, f"line {number} is not JSON{where}; each line must be one JSON "
                                               'object such as {"id": "song1", "style": "…", "lyrics": "…"}'))
@@ -226,7 +234,7 @@ def read_score_file(value, root: Path) -> str:
         if target.stat().st_size > MAX_SCORE_FILE:
             raise RequestError(f"abc_path {value!r} is {target.stat().st_size:,} bytes; at most {MAX_SCORE_FILE:,} "
                                "are accepted")
-        return target.read_text("utf-8-sig")
+        return target.read_bytes().decode("utf-8")  # as --abc-file: nothing rewritten (a BOM, CRLF stay; warned)
     except UnicodeDecodeError:
         raise RequestError(f"abc_path {value!r} is not UTF-8 text") from None
     except OSError as exc:

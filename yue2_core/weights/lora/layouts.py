@@ -81,6 +81,9 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
     src = open_source(path)
     if not src.tensors:
         raise AdapterError(f"{path}: the file holds no tensors, so it is not an adapter. {SUPPORTED_TEXT}")
+    if "text_encoders.yue2_tokenizer_json" in src.tensors or any(k.startswith("vae.decoder.") for k in src.tensors):
+        raise AdapterError(f"{path} is a whole YuE2 checkpoint (it holds the tokenizer / VAE), not an adapter: give it "
+                           "as --checkpoint (nodes: YuE2 Checkpoint Loader), and an adapter file as --lora")
     _refusals(src)
     layout = detect_layout(src)
     ctx = _context(src, layout)
