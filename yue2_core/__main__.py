@@ -89,19 +89,10 @@ def read_text_file(path: str, what: str) -> tuple[str, list[str]]:
     except UnicodeDecodeError as exc:
         raise YuE2Error(f"cannot read the {what} file {path}: byte 0x{data[exc.start]:02X} at offset {exc.start} is "
                         "not UTF-8 (a Latin-1 or Windows-1252 file?); save the file as UTF-8") from None
-    notes = []
     if what == "ABC":  # a score's mark and line endings are named by the score check (`protocol.form_notes`)
-        return text, notes
-    if text.startswith("\ufeff"):
-        notes.append(f"the {what} file {path} starts with a byte-order mark (U+FEFF): it is kept, as `yue2 generate` "
-                     "keeps it, and the model reads it as a character; save the file as UTF-8 without BOM to drop it")
-    crlf, lone_cr = text.count("\r\n"), text.count("\r") - text.count("\r\n")
-    if crlf or lone_cr:
-        kinds = " and ".join(k for k, n in (("CRLF (Windows)", crlf), ("lone CR (old Mac)", lone_cr)) if n)
-        notes.append(f"the {what} file {path} has {kinds} line endings: kept as they are (the same ids as `yue2 "
-                     "generate`), but the model was trained on LF line endings; save the file with LF (Unix) line "
-                     "endings")
-    return text, notes
+        return text, []
+    from .protocol import form_notes
+    return text, form_notes(f"{what} file {path}", text)
 
 
 def _read_text(path: str | None, inline: str | None, what: str, notes: list | None = None) -> str:

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from robust_helpers import REPO
 from test_cli import main_inprocess

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_helpers import REPO, assert_cli_error, make_song, run_cli, signal_when, snapshot
+from robust_helpers import REPO, make_song, run_cli, signal_when, snapshot
 from test_cli import main_inprocess
 from yue2_core.artifacts import load_song, save_song
 from yue2_core.errors import ArtifactError, BudgetError
