@@ -8,6 +8,7 @@ import math
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 
@@ -124,7 +125,8 @@ def _open_safetensors(path: str, header: tuple) -> Source:
 
 def _open_pt(path: str) -> Source:
     try:  # an open file, not the path: torch.load hands any path ending in .safetensors to the safetensors reader
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's note on a foreign pickle protocol: ours says more
             obj = torch.load(f, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         raise AdapterError(f"adapter {path}: this .pt file holds Python objects beyond tensors, which a weights-only "
