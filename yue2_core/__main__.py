@@ -308,6 +308,7 @@ def cmd_generate(args) -> int:
     song = engine.generate(request, budgets, steps=args.steps, progress=progress, method=args.ode_method)
     progress.close()
     folder = save_song(song, out)
+    _DONE["folder"] = folder  # a Ctrl-C from here on cancels nothing (main)
     summary = {"output": str(Path(folder).resolve()), "seed": request.seed,
                "audio_seconds": round(song.audio.shape[-1] / song.sample_rate, 3),
                "semantic_tokens": len(song.tokens.codes), "abc_tokens": len(song.score.abc_ids),
@@ -485,6 +486,7 @@ def cmd_render(args) -> int:
     song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio, timing=timing,
                 settings=settings)
     folder = save_song(song, args.output, lineage={"parent": parent, "score_edited": saved.score_edited})
+    _DONE["folder"] = folder  # a Ctrl-C from here on cancels nothing (main)
     print(json.dumps({"output": str(Path(folder).resolve()), "seed": request.seed,
                       "semantic_tokens": len(tokens.codes),
                       "resampled": resample, "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3),
@@ -832,11 +834,15 @@ def _exit_on_next_interrupt() -> None:
         pass
 
 
+_DONE: dict = {}  # set by generate / render once the song is saved: a later Ctrl-C ends the command with 0
+
+
 def _terminate(signum, frame):
     raise KeyboardInterrupt  # SIGTERM / SIGHUP (kill, timeout, a closed terminal) clean up like Ctrl-C: no partial song
 
 
 def main(argv=None) -> int:
+    _DONE.clear()
     args = build_parser().parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):  # a console that cannot show a path's characters gets escapes, not a crash
         sys.stdout.reconfigure(errors="backslashreplace")
@@ -852,6 +858,10 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if "folder" in _DONE:  # the song was saved before the interrupt (break-it: a wrapper read 130 as cancelled)
+            print(f"interrupted after the song was saved: {Path(_DONE['folder']).resolve()} is complete",
+                  file=sys.stderr)
+            return 0
         print("cancelled" + (" (nothing half-written; add --resume to finish the batch)"
                              if getattr(args, "func", None) is cmd_batch else ""), file=sys.stderr)
         return 130

@@ -216,3 +216,22 @@ def test_a_score_added_to_a_cot_off_song_is_named_not_silently_ignored(tmp_path,
     (root / "score.abc").write_text("X:1\nK:C\nCDEF|\n", "utf-8")
     rc, err = main_inprocess(capsys, "render", root, "--checkpoint", NO_CKPT, "--output", tmp_path / "o")
     assert "is not part of this song (it was made with cot off" in err and "--abc-file" in err, err
+
+
+def test_a_ctrl_c_after_the_song_is_saved_ends_with_0_and_says_so(tmp_path, tiny_paths, capsys, monkeypatch):
+    """Break-it finding: an interrupt landing after the song was saved (while the summary was printed) exited 130, so
+    a wrapper took a complete song for a cancelled one; it now ends with 0 naming the complete folder."""
+    import yue2_core.__main__ as cli
+
+    def interrupted(folder):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_say_where", interrupted)
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
+                             "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                             "--offline", "--output", tmp_path / "song")
+    assert rc == 0 and "interrupted after the song was saved" in err and "is complete" in err, err
+    load_song(tmp_path / "song")
+    monkeypatch.setattr(cli, "_check_output", lambda out: (_ for _ in ()).throw(KeyboardInterrupt))
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
+                             "la", "--output", tmp_path / "other")
+    assert rc == 130 and "cancelled" in err, err  # an interrupt before the song: still cancelled (state reset)
