@@ -665,7 +665,8 @@ def cmd_batch(args) -> int:
     _check_budget_fits(args.max_seconds, args.max_abc_tokens)
     checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
     info = inspect_checkpoint(checkpoint)
-    if args.lora or args.vae:  # own weights checked before batch.json is written (else a rerun needs --resume)
+    if args.lora or args.vae:  # own weights checked before batch.json is written (else a rerun needs --resume);
+        # the engine reads the adapters again when it loads: once per batch, the price of failing before any output
         from .weights.lora.layouts import read_adapter
         for path, _, _ in args.lora:
             read_adapter(path, info.dims)

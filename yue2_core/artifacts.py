@@ -436,15 +436,13 @@ _DTYPES = ("bfloat16", "float16", "float32")
 def _check_config(config: dict, root: Path) -> None:
     """The settings of config.json that a re-render carries over, each of its kind when present and not null
     (vendor folders have more keys, and fewer of ours; null = not recorded): cfg_scale a finite number,
-    ode_steps an integer 1–MAX_ODE_STEPS, ode_method one of nar.ODE_METHODS, model_dtype / vae_dtype a float dtype name, vae_decode "halo_crop"
-    (runtime.md §7.3), protocol / device text, abc_sampling / semantic_sampling / checkpoint / weights objects.
+    ode_steps an integer 1–MAX_ODE_STEPS, ode_method one of nar.ODE_METHODS, model_dtype / vae_dtype a float dtype
+    name, vae_decode "halo_crop" (runtime.md §7.3), protocol / device text, abc_sampling / semantic_sampling /
+    checkpoint / weights objects.
     Raises ArtifactError naming the key, its value and what is accepted."""
     from .constants import MAX_ODE_STEPS
     from .nar import ODE_METHODS
-
-    def number(v):
-        return v is None or (type(v) in (int, float) and bool(np.isfinite(v)))
-    rules = {"cfg_scale": (number, "a finite number or null"),
+    rules = {"cfg_scale": (lambda v: type(v) in (int, float) and bool(np.isfinite(v)), "a finite number or null"),
              "ode_steps": (lambda v: type(v) is int and 1 <= v <= MAX_ODE_STEPS, f"an integer 1–{MAX_ODE_STEPS}"),
              "ode_method": (lambda v: v in ODE_METHODS, " or ".join(ODE_METHODS)),
              "model_dtype": (lambda v: v in _DTYPES, ", ".join(_DTYPES)),

@@ -171,7 +171,8 @@ _SETTINGS_FILES = ("config.json", "request.json", "audio.flac")
 
 def _metadata_edited(folder: Path) -> list[str]:
     """The user-editable files (config.json, request.json, audio.flac) of `folder` whose sha256 no longer matches
-    result.json's manifest while every other listed file does — [] when that is not the case (unreadable, others damaged too)."""
+    result.json's manifest while every other listed file does — [] when that is not the case (unreadable, others
+    damaged too)."""
     import hashlib
     try:
         listed = json.loads((folder / "result.json").read_text("utf-8")).get("artifacts") or {}
@@ -260,12 +261,11 @@ def _run_differs(settings: dict, run: dict) -> list[str]:
         if key not in settings or key not in run:
             continue
         old, new = settings[key], run[key]
-        if key == "loras":
-            old = [list(x) for x in old] if isinstance(old, list) and all(
-                isinstance(x, (list, tuple)) and len(x) == 3 for x in old) else old
+        if key == "loras":  # JSON gives lists of [path, AR, NAR]
             new = [list(x) for x in new]
+            triples = isinstance(old, list) and all(isinstance(x, list) and len(x) == 3 for x in old)
             if old != new:
-                differ.append(_lora_text(old) if isinstance(old, list) else f"--lora {json.dumps(old)}")
+                differ.append(_lora_text(old) if triples else f"--lora {json.dumps(old)}")
         elif old != new:
             differ.append(f"{flag} {old}" if old is not None else f"no {flag}")
     return differ

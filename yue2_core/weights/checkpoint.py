@@ -323,12 +323,17 @@ def _dims(entries: dict) -> ModelDims:
                      vocab=vocab, latent_dim=latent, time_freq=freq, pe_rows=pe_rows)
 
 
-def _check_shapes(entries: dict, d: ModelDims):
+def _leaf_shapes(d: ModelDims) -> dict:
+    """{leaf: shape} of one decoder layer, the same in both experts (checkpoint_format.md §1.3–§1.4)."""
     q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
-    leaf_shapes = {"input_layernorm.weight": (d.hidden,), "self_attn.qkv_proj.weight": (q + 2 * kv, d.hidden),
-                   "self_attn.o_proj.weight": (d.hidden, q), "self_attn.q_norm.weight": (d.head_dim,),
-                   "self_attn.k_norm.weight": (d.head_dim,), "post_attention_layernorm.weight": (d.hidden,),
-                   "mlp.gate_up_proj.weight": (2 * d.ffn, d.hidden), "mlp.down_proj.weight": (d.hidden, d.ffn)}
+    return {"input_layernorm.weight": (d.hidden,), "self_attn.qkv_proj.weight": (q + 2 * kv, d.hidden),
+            "self_attn.o_proj.weight": (d.hidden, q), "self_attn.q_norm.weight": (d.head_dim,),
+            "self_attn.k_norm.weight": (d.head_dim,), "post_attention_layernorm.weight": (d.hidden,),
+            "mlp.gate_up_proj.weight": (2 * d.ffn, d.hidden), "mlp.down_proj.weight": (d.hidden, d.ffn)}
+
+
+def _check_shapes(entries: dict, d: ModelDims):
+    leaf_shapes = _leaf_shapes(d)
     for prefix in (AR + "model.layers.", NAR + "model.layers."):
         for i in range(d.layers):
             for leaf, shape in leaf_shapes.items():
@@ -439,9 +444,6 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
     return info
 
 
-_LAYER_LEAVES = ("input_layernorm.weight", "self_attn.qkv_proj.weight", "self_attn.o_proj.weight",
-                 "self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
-                 "mlp.gate_up_proj.weight", "mlp.down_proj.weight")
 _ADAPTER_WORDS = re.compile(r"lora_|\.lora\.|hada_w|lokr_w|dora_scale")
 _LAYER_NO = re.compile(r"^(text_encoders\.|model\.diffusion_model\.)model\.layers\.(\d+)\.")
 
@@ -456,7 +458,8 @@ def _check_no_strangers(entries: dict, d: ModelDims, name: str) -> None:
              NAR + "model.norm.weight", NAR + "latent_pos_embed.pe"}
     known |= {NAR + f"{m}.{p}" for m in ("vae2llm", "llm2vae", "time_embedder.mlp.0", "time_embedder.mlp.2")
               for p in ("weight", "bias")}
-    known |= {f"{tree}model.layers.{i}.{leaf}" for tree in (AR, NAR) for i in range(d.layers) for leaf in _LAYER_LEAVES}
+    known |= {f"{tree}model.layers.{i}.{leaf}" for tree in (AR, NAR) for i in range(d.layers)
+              for leaf in _leaf_shapes(d)}
     known |= {k[:-len("weight")] + extra for k in list(known) if k.endswith(".weight")
               for extra in ("weight_scale", "comfy_quant")}
     strangers = sorted(k for k in entries if not k.startswith(VAE) and k not in known)
@@ -466,8 +469,9 @@ def _check_no_strangers(entries: dict, d: ModelDims, name: str) -> None:
     if adapters:
         more = " …" if len(adapters) > 3 else ""
         raise CheckpointError(f"{name} holds adapter tensors ({', '.join(adapters[:3])}{more}; {len(adapters)} in "
-                              "all): it is a LoRA/LoKr file, or a checkpoint with unmerged adapters. Give the base YuE2 checkpoint as the checkpoint and the adapter with --lora "
-                              "(nodes: YuE2 LoRA Loader)")
+                              "all): it is a LoRA/LoKr file, or a checkpoint with unmerged adapters. Give the base "
+                              "YuE2 checkpoint as the checkpoint and the adapter with --lora (nodes: YuE2 LoRA "
+                              "Loader)")
     raise CheckpointError(f"{name} holds {len(strangers)} tensor{'s' if len(strangers) > 1 else ''} that are not part "
                           f"of a YuE2 checkpoint ({', '.join(strangers[:5])}{' …' if len(strangers) > 5 else ''}); "
                           "an all-in-one file holds only text_encoders.*, model.diffusion_model.* and vae.* "

@@ -133,4 +133,5 @@ WHERE_TO_GET = (f"The release file is yue2_3b_int8_convrot.safetensors (https://
                 "of the vendor's m-a-p/YuE2-3B with m-a-p/YuE2-Vae beside it). For a test run without "
                 "the real weights: bash scripts/song.sh writes and uses a synthetic one (random weights), or "
                 "python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors, then --checkpoint "
-                "models/yue2_tiny_bf16.safetensors --max-abc-tokens 128 --max-seconds 10 (synthetic weights never end a song)")
+                "models/yue2_tiny_bf16.safetensors --max-abc-tokens 128 --max-seconds 10 (synthetic weights never "
+                "end a song)")
