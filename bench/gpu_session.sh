@@ -46,6 +46,15 @@ export PYTHONUNBUFFERED=1
 export YUE2_COMMIT=${YUE2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
 PY=${PYTHON:-python3}
 "$PY" -c "import torch, triton; print('torch', torch.__version__, '· triton', triton.__version__, '·', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
+# FlashAttention-3 for the NAR attention (fast/flash_attn.py; the automatic choice on Hopper once it imports): the GPU
+# machine cannot download, so carry the wheel in .gpuwheels/ (pip download --no-deps fa3-fwd -d .gpuwheels); without it
+# every part runs with PyTorch's attention (cuDNN), as it does with YUE2_NAR_ATTN=gqa.
+if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --find-links .gpuwheels fa3-fwd >/dev/null 2>&1 \
+    || echo "fa3-fwd: the carried wheel did not install" >&2
+fi
+"$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
+  | tee -a "$OUT/versions.txt"
 [ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in

@@ -134,7 +134,7 @@ class Block(nn.Module):
         self.mlp = MLP(dims, quant, prefix + "mlp.", dtype)
 
 
-UNMASKED_BACKENDS = ("gqa", "cudnn", "flash", "efficient", "math")
+UNMASKED_BACKENDS = ("gqa", "fa3", "cudnn", "flash", "efficient", "math")
 _BACKEND_FAILED: dict = {}
 
 
@@ -146,10 +146,12 @@ def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backen
     an H200 with torch 2.11). "cudnn" / "flash" / "efficient" / "math": the G query heads of each kv head are stacked
     along the query axis (q viewed as [B, KV, G·T, D]) and plain multi-head attention runs with that SDPA backend —
     exact, since without a mask every query row is independent, and no K/V copy is made (backends without GQA
-    support apply).
-    A backend that fails on the inputs with a RuntimeError (e.g. "No available kernel": cuDNN attention on a GPU or
-    cuDNN build without it) is reported once with a warning and the "gqa" call is used instead — for every later
-    call with the same backend, device, dtype and head size (`_BACKEND_FAILED`). Out-of-memory errors propagate.
+    support apply). "fa3": FlashAttention-3's Hopper kernel from an optional package (`fast.flash_attn`: fa3-fwd,
+    flash-attn-4 or a flash-attention hopper/ build), native GQA, q/k/v passed as transposed views.
+    A backend that cannot run (fa3: no package, not a Hopper GPU, another dtype) or fails on the inputs with a
+    RuntimeError (e.g. "No available kernel": cuDNN attention on a GPU or cuDNN build without it) is reported once
+    with a warning and the "gqa" call is used instead — for every later call with the same backend, device, dtype
+    and head size (`_BACKEND_FAILED`). Out-of-memory errors propagate.
     Raises ValueError for H not a multiple of KV or an unknown backend."""
     b, h, t, d = q.shape
     kv = k.shape[1]
@@ -160,6 +162,18 @@ def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backen
         return sdpa(q, k, v, causal=False)
     if backend not in UNMASKED_BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; one of {', '.join(UNMASKED_BACKENDS)}")
+    if backend == "fa3":
+        from .fast import flash_attn
+        reason = flash_attn.unusable(q, k)
+        if reason is not None:
+            return _fall_back(key, reason, q, k, v)
+        try:
+            return flash_attn.attention(q, k, v)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as exc:
+            from .errors import brief
+            return _fall_back(key, brief(exc), q, k, v)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     kind = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
@@ -170,14 +184,18 @@ def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backen
     except torch.OutOfMemoryError:
         raise
     except RuntimeError as exc:  # "No available kernel", or the backend rejecting these shapes
-        import warnings
-
         from .errors import brief
-        _BACKEND_FAILED[key] = brief(exc)
-        warnings.warn(f"SDPA backend {backend!r} unavailable for the NAR attention on {q.device} "
-                      f"({_BACKEND_FAILED[key]}); using PyTorch's default choice")
-        return sdpa(q, k, v, causal=False)
+        return _fall_back(key, brief(exc), q, k, v)
     return out.reshape(b, h, t, d)
+
+
+def _fall_back(key: tuple, reason: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Record why backend key[0] cannot serve (key = backend, device, dtype, head size), warn once, run the GQA call."""
+    import warnings
+    _BACKEND_FAILED[key] = reason
+    warnings.warn(f"attention backend {key[0]!r} unavailable for the NAR attention on {key[1]} ({reason}); "
+                  "using PyTorch's default choice")
+    return sdpa(q, k, v, causal=False)
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,

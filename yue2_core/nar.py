@@ -92,14 +92,23 @@ class NARModel(nn.Module):
         return shift * s / (1 + (shift - 1) * s)
 
 
-def attention_backend() -> str:
-    """The SDPA backend of the NAR attention (`layers.unmasked_attention`): YUE2_NAR_ATTN = auto (default)
-    | gqa | cudnn | flash | efficient | math. auto = "gqa", PyTorch's own choice — on an H200 (torch 2.11, cuDNN
-    9.19) that is already cuDNN's Hopper kernel, 1.02 ms at the song's shapes against 1.07 ms with the heads folded
-    for cuDNN, 1.82 flash, 3.50 efficient (bench/nar_attention.py, docs/experiments/nar_attention_h200_2026-11-30.log).
-    The others stay selectable for GPUs where PyTorch chooses worse. Raises RequestError for another value."""
+def attention_backend(device: torch.device | str | None = None) -> str:
+    """The backend of the NAR attention (`layers.unmasked_attention`): YUE2_NAR_ATTN = auto (default) | gqa | fa3 |
+    cudnn | flash | efficient | math. auto = "fa3" on a Hopper GPU (compute capability 9.x) where a FlashAttention-3
+    interface imports (`fast.flash_attn`: PyPI fa3-fwd or flash-attn-4, or a flash-attention hopper/ build) — on an
+    H200 0.868 ms at the song's shapes against 1.019 ms for PyTorch's choice (docs/experiments/
+    nar_fa3_h200_2026-12-04.log) — else "gqa", PyTorch's own choice (on an H200 with torch 2.11 and cuDNN 9.19 that
+    is cuDNN's Hopper kernel; 1.07 ms with the heads folded for cuDNN, 1.82 flash, 3.50 efficient: bench/
+    nar_attention.py, docs/experiments/nar_attention_h200_2026-11-30.log). The others stay selectable for GPUs
+    where the automatic choice is worse. Raises RequestError for another value."""
     name = choice("YUE2_NAR_ATTN", ("auto",) + UNMASKED_BACKENDS, "auto")
-    return "gqa" if name == "auto" else name
+    if name != "auto":
+        return name
+    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+        from .fast import flash_attn
+        if torch.cuda.get_device_capability(torch.device(device))[0] == 9 and flash_attn.find() is not None:
+            return "fa3"
+    return "gqa"
 
 
 _NAR_STREAMS: dict = {}  # device → the NAR's own side stream (only while decode graphs may be captured beside it)
@@ -142,7 +151,7 @@ class ChunkRenderer:
             d = nar.dims
             fused = fused_mod.available() and fused_mod.supports(d.heads, d.kv_heads, d.head_dim)
         self.fused = bool(fused)
-        self.attention = attention_backend()
+        self.attention = attention_backend(nar.device)
         self.ar_len = ar_kv[0][0].shape[2] if ar_len is None else ar_len
         self.length = frames + 2
         if self.ar_len + self.length > CONTEXT:
@@ -228,18 +237,29 @@ class ChunkRenderer:
         return out
 
     def _capture(self, state: torch.Tensor) -> None:
-        """Capture one evaluation, under `fast.decode.CAPTURE_LOCK` and in its capture mode ("thread_local" while
-        another thread works on the GPU, else "global"), as the AR decoder captures."""
+        """Capture one evaluation on the side stream, under `fast.decode.CAPTURE_LOCK` and in its capture mode
+        ("thread_local" while another thread works on the GPU, else "global"), as the AR decoder captures — without
+        what `torch.cuda.graph` does on entry, a device-wide synchronize and `empty_cache()`: the stream's earlier
+        work is ordered by `wait_stream` instead (the sync waited for everything queued beside it, and the emptied
+        cache made the next allocations cudaMalloc again; measured on an H200, docs/experiments/
+        nar_capture_h200_2026-12-04.log)."""
         from .fast import decode as fd
         nar = self.nar
         self._g_state = torch.empty_like(state, memory_format=torch.contiguous_format)
         self._g_raw = torch.zeros((), dtype=nar.dtype, device=nar.device)
         graph = torch.cuda.CUDAGraph()
         lock = getattr(fd, "CAPTURE_LOCK", None) or contextlib.nullcontext()
+        stream, current = self._stream(), torch.cuda.current_stream(nar.device)
+        stream.wait_stream(current)
         with lock:
             mode = "thread_local" if getattr(fd, "_CONCURRENT", [0])[0] else "global"
-            with torch.cuda.graph(graph, stream=self._stream(), capture_error_mode=mode):
-                self._g_out = self._velocity(self._g_state, self._g_raw)
+            with torch.cuda.stream(stream):
+                graph.capture_begin(capture_error_mode=mode)
+                try:
+                    self._g_out = self._velocity(self._g_state, self._g_raw)
+                finally:
+                    graph.capture_end()
+        current.wait_stream(stream)
         self._graph = graph
 
     def _replay(self, state: torch.Tensor, raw_t: float) -> torch.Tensor | None:

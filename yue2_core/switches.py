@@ -14,7 +14,8 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_LAYER_TILES      a JSON object of that kernel's tiles over fast/persistent.py's TILES (tuning)
     YUE2_ATTN_MERGE       split (default) | kernel: who merges the decode attention's splits (fast/fused.py)
     YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
-    YUE2_NAR_ATTN         auto (= gqa) | gqa | cudnn | flash | efficient | math: SDPA backend of the NAR (nar.py)
+    YUE2_NAR_ATTN         auto (fa3 on Hopper when installed, else gqa) | gqa | fa3 | cudnn | flash | efficient | math:
+                          attention backend of the NAR (nar.py, fast/flash_attn.py)
     YUE2_NAR_GRAPH=0      the NAR velocity eagerly instead of replayed from a CUDA graph per chunk (nar.py)
     YUE2_GEMV_TABLE       a JSON file of GEMV launch configurations (bench/gemv_sweep.py --json) over the built-in ones
     YUE2_LORA_INT8        side (default) | bf16: adapters on int8 AR layers as an exact fp32 side delta, or merged into

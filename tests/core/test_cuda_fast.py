@@ -240,12 +240,13 @@ def test_graph_decoder_kernel_tail_matches_torch_tail(engines, monkeypatch):
     assert min(agree) >= 128
 
 
-@pytest.mark.parametrize("backend", ["cudnn", "flash", "efficient", "gqa"])
+@pytest.mark.parametrize("backend", ["cudnn", "flash", "efficient", "gqa", "fa3"])
 @pytest.mark.parametrize("t,s", [(52, 400), (1203, 3000)])
 def test_nar_attention_backends_match_fp32(backend, t, s):
-    """Each SDPA backend of the NAR attention (query heads folded onto their kv head; "gqa" = PyTorch's GQA call)
-    against fp32 attention, bf16 inputs shaped as the NAR's (q a transposed view of [T, 16, 128]); prints whether
-    the backend ran or fell back."""
+    """Each backend of the NAR attention (SDPA ones with the query heads folded onto their kv head; "gqa" = PyTorch's
+    GQA call; "fa3" = FlashAttention-3 from an optional package, k/v as transposed views of the [1, 8, S, 128]
+    buffers) against fp32 attention, bf16 inputs shaped as the NAR's (q a transposed view of [T, 16, 128]); prints
+    whether the backend ran or fell back. fa3 must run where its package is installed on a Hopper GPU."""
     import math
     import warnings
     from yue2_core import layers
@@ -262,29 +263,44 @@ def test_nar_attention_backends_match_fp32(backend, t, s):
     err = (out.float() - ref).abs().max().item() / ref.abs().max().item()
     print(f"NAR attention {backend} T={t} S={s}: rel. err {err:.2e}{' (fell back to gqa)' if fell_back else ''}")
     assert out.shape == q.shape and err < 2e-2
-    if torch.cuda.get_device_capability() >= (9, 0):  # all four ran on the H200 (bench/nar_attention.py)
+    if backend == "fa3":
+        from yue2_core.fast import flash_attn
+        if flash_attn.find() is None:
+            print(f"  fa3: no package ({flash_attn.why_not()}); the fallback was checked")
+        elif torch.cuda.get_device_capability()[0] == 9:
+            assert not fell_back, layers._BACKEND_FAILED
+    elif torch.cuda.get_device_capability() >= (9, 0):  # all four ran on the H200 (bench/nar_attention.py)
         assert not fell_back, layers._BACKEND_FAILED
 
 
 def test_nar_velocity_cudnn_close_to_gqa(engines, monkeypatch):
-    """The NAR velocity with the heads folded for cuDNN vs PyTorch's GQA call (the default), fused and unfused
-    paths: within the nar.velocity bf16 parity tolerance."""
+    """The NAR velocity with the heads folded for cuDNN, and with FlashAttention-3 where its package is installed on
+    a Hopper GPU, vs PyTorch's GQA call, fused and unfused paths, eager and replayed from the CUDA graph: within the
+    nar.velocity bf16 parity tolerance."""
     from yue2_core import nar as N
+    from yue2_core.fast import flash_attn
+    from yue2_core.layers import _BACKEND_FAILED
     eng, _ = engines
     toks = [151643] + list(range(100, 400)) + [151853 + i for i in range(50)] + [151852]
     st = torch.randn(50, 64, device="cuda", generator=torch.Generator(device="cuda").manual_seed(3)).bfloat16()
+    others = ["cudnn"] + (["fa3"] if flash_attn.find() and torch.cuda.get_device_capability()[0] == 9 else [])
     for fused in (False, True):
         out = {}
-        for backend in ("gqa", "cudnn"):
+        for backend in ["gqa"] + others:
             monkeypatch.setenv("YUE2_NAR_ATTN", backend)
             r = N.ChunkRenderer(eng.nar, eng.ar.layer_kv(toks), 50, fused=fused)
             assert r.attention == backend
             out[backend] = r.velocity(st, 0.3).float()
-        assert ("cudnn", "cuda:0", torch.bfloat16, eng.nar.dims.head_dim) not in __import__(
-            "yue2_core.layers", fromlist=["x"])._BACKEND_FAILED, "cuDNN fell back: the comparison would be vacuous"
-        d = (out["gqa"] - out["cudnn"]).abs().max().item()
-        print(f"NAR velocity cudnn vs gqa (fused={fused}): max |Δ| {d:.2e}")
-        assert d <= 0.02
+            if r.graphed:  # the capture and a replay (the first evaluation ran eagerly)
+                r.velocity(st, 0.1)
+                replayed = r.velocity(st, 0.3).float()
+                assert torch.equal(replayed, out[backend]), backend
+        for backend in others:
+            assert (backend, "cuda:0", torch.bfloat16, eng.nar.dims.head_dim) not in _BACKEND_FAILED, \
+                f"{backend} fell back: the comparison would be vacuous"
+            d = (out["gqa"] - out[backend]).abs().max().item()
+            print(f"NAR velocity {backend} vs gqa (fused={fused}): max |Δ| {d:.2e}")
+            assert d <= 0.02
 
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")

@@ -100,15 +100,17 @@ def test_bad_arguments():
 
 
 def test_switch(monkeypatch):
-    """YUE2_NAR_ATTN: auto → PyTorch's GQA call (cuDNN's kernel on an H200); a named backend is used as given; any
-    other value is refused with the accepted ones listed."""
+    """YUE2_NAR_ATTN: auto → PyTorch's GQA call off Hopper (cuDNN's kernel on an H200 without FlashAttention-3); a
+    named backend is used as given; any other value is refused with the accepted ones listed."""
     from yue2_core.nar import attention_backend
     monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
-    assert attention_backend() == "gqa"
+    assert attention_backend() == "gqa" and attention_backend("cpu") == "gqa"
+    monkeypatch.setenv("YUE2_NAR_ATTN", "fa3")
+    assert attention_backend("cpu") == "fa3"
     monkeypatch.setenv("YUE2_NAR_ATTN", "flash")
     assert attention_backend() == "flash"
     monkeypatch.setenv("YUE2_NAR_ATTN", "cuDNN")
-    with pytest.raises(RequestError, match="YUE2_NAR_ATTN must be 'auto' or 'gqa' or 'cudnn'"):
+    with pytest.raises(RequestError, match="YUE2_NAR_ATTN must be 'auto' or 'gqa' or 'fa3' or 'cudnn'"):
         attention_backend()
 
 
@@ -128,3 +130,123 @@ def test_nar_velocity_same_with_each_backend(tiny_paths, monkeypatch):
         assert r.attention == backend
         out[backend] = r.velocity(state, 0.7)
     assert (out["gqa"] - out["math"]).abs().max() < 1e-4
+
+
+# -- FlashAttention-3 from an optional package (fast/flash_attn.py) ---------------------------------------------------
+
+def _fake_interface(calls, tuple_out=False):
+    """A stand-in FlashAttention module: flash_attn_func(q [B, T, H, D], k/v [B, S, KV, D]) → [B, T, H, D], computed
+    with PyTorch's GQA attention; it records the layouts it was given."""
+    import types
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False):
+        calls.append((tuple(q.shape), tuple(k.shape), q.stride(-1), k.stride(-1)))
+        out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                                v.transpose(1, 2), enable_gqa=True).transpose(1, 2)
+        return (out, None) if tuple_out else out
+
+    return types.SimpleNamespace(flash_attn_func=flash_attn_func)
+
+
+@pytest.fixture
+def fresh_lookup(monkeypatch):
+    from yue2_core.fast import flash_attn
+    monkeypatch.setattr(flash_attn, "_FOUND", [])
+    monkeypatch.setattr(flash_attn, "_WHY_NOT", {})
+    monkeypatch.setattr(layers, "_BACKEND_FAILED", {})
+    return flash_attn
+
+
+@pytest.mark.parametrize("tuple_out", [False, True])
+def test_fa3_gets_token_major_views_and_gives_head_major_result(fresh_lookup, monkeypatch, tuple_out):
+    """The kernel is handed q [B, T, H, D] and k/v [B, S, KV, D] (the NAR's [B, KV, S, D] buffers as transposed
+    views, last dim contiguous, no copy) and its [B, T, H, D] output comes back as [B, H, T, D] equal to the
+    reference — also from an interface returning (out, lse) as flash-attn-4 does. The first importable module wins."""
+    import sys
+    calls = []
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", _fake_interface(calls, tuple_out))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_no_such_module", "x", (9,)),
+                                                     ("fa3_fwd_interface", "fa3-fwd", (9,))))
+    found = fresh_lookup.find()
+    assert found[0] == "fa3_fwd_interface" and "yue2_no_such_module" in fresh_lookup.why_not()
+    q, k, v = _inputs(h=16, kv=8, t=9, s=23, d=32, transposed=True)
+    out = fresh_lookup.attention(q, k, v)
+    assert calls == [((1, 9, 16, 32), (1, 23, 8, 32), 1, 1)]
+    assert out.shape == q.shape and (out.double() - _reference(q, k, v)).abs().max() < 1e-5
+
+
+def test_fa3_unusable_reasons(fresh_lookup, monkeypatch):
+    """Why the kernel cannot run, in words: no package (naming what to install), not a CUDA tensor, a GPU generation
+    without kernels, another dtype, a head size it lacks."""
+    import sys
+    q, k, _ = _inputs(h=4, kv=2, d=16)
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_no_such_module", "x", (9,)),))
+    assert "pip install fa3-fwd" in fresh_lookup.unusable(q, k)
+    fresh_lookup._FOUND.clear()
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", _fake_interface([]))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("fa3_fwd_interface", "fa3-fwd", (9,)),))
+    assert fresh_lookup.unusable(q, k) == "fa3-fwd needs a CUDA tensor, not cpu"
+
+    class Cuda:  # only the attributes unusable() reads
+        def __init__(self, t, dtype=torch.bfloat16, d=128):
+            self.device, self.dtype, self.shape = torch.device("cuda", 0), dtype, (1, 16, 5, d)
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
+    assert "no kernels for compute capability 8.6" in fresh_lookup.unusable(Cuda(0), Cuda(0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert fresh_lookup.unusable(Cuda(0), Cuda(0)) is None
+    assert "bf16/fp16" in fresh_lookup.unusable(Cuda(0, torch.float32), Cuda(0, torch.float32))
+    assert "not 100" in fresh_lookup.unusable(Cuda(0, d=100), Cuda(0, d=100))
+
+
+def test_fa3_without_package_warns_once_and_falls_back(fresh_lookup, monkeypatch):
+    """YUE2_NAR_ATTN=fa3 where no interface imports (or off Hopper): one warning naming the reason, then PyTorch's
+    GQA call, silently for later calls; the result is the reference's."""
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_no_such_module", "x", (9,)),))
+    q, k, v = _inputs(h=4, kv=2)
+    with pytest.warns(UserWarning, match="'fa3' unavailable .*no FlashAttention-3 interface is installed"):
+        out = unmasked_attention(q, k, v, "fa3")
+    assert (out.double() - _reference(q, k, v)).abs().max() < 1e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(unmasked_attention(q, k, v, "fa3"), out)
+
+
+def test_fa3_kernel_error_falls_back(fresh_lookup, monkeypatch):
+    """A RuntimeError from the kernel (a shape or build it rejects) → one warning and the GQA call; an out-of-memory
+    error propagates."""
+    monkeypatch.setattr(fresh_lookup, "unusable", lambda q, k: None)
+
+    def broken(q, k, v):
+        raise RuntimeError("FlashAttention only supports Hopper GPUs or newer.")
+
+    monkeypatch.setattr(fresh_lookup, "attention", broken)
+    q, k, v = _inputs(h=4, kv=2)
+    with pytest.warns(UserWarning, match="only supports Hopper"):
+        out = unmasked_attention(q, k, v, "fa3")
+    assert (out.double() - _reference(q, k, v)).abs().max() < 1e-5
+
+    def oom(q, k, v):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    layers._BACKEND_FAILED.clear()
+    monkeypatch.setattr(fresh_lookup, "attention", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        unmasked_attention(q, k, v, "fa3")
+
+
+@pytest.mark.parametrize("capability,installed,expected", [((9, 0), True, "fa3"), ((8, 0), True, "gqa"),
+                                                           ((10, 0), True, "gqa"), ((9, 0), False, "gqa")])
+def test_auto_picks_fa3_on_hopper_when_installed(fresh_lookup, monkeypatch, capability, installed, expected):
+    """auto = fa3 only on a compute-capability-9 GPU (where it was measured faster) with an interface installed."""
+    import sys
+    from yue2_core.nar import attention_backend
+    monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    if installed:
+        monkeypatch.setitem(sys.modules, "fa3_fwd_interface", _fake_interface([]))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("fa3_fwd_interface" if installed else "yue2_no_such_module",
+                                                      "fa3-fwd", (9,)),))
+    assert attention_backend("cuda:0") == expected
+    assert attention_backend("cpu") == "gqa"
