@@ -106,9 +106,18 @@ def attention_backend(device: torch.device | str | None = None) -> str:
         return name
     if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
         from .fast import flash_attn
-        if torch.cuda.get_device_capability(torch.device(device))[0] == 9 and flash_attn.find() is not None:
-            return "fa3"
+        if torch.cuda.get_device_capability(torch.device(device))[0] == 9:
+            if flash_attn.find() is not None:
+                return "fa3"
+            if flash_attn.broken() and not _FA3_WARNED:  # installed for speed, but it cannot load: say so once
+                _FA3_WARNED.append(1)
+                import warnings
+                warnings.warn(f"FlashAttention-3 is installed but does not import ({flash_attn.broken()}); the NAR "
+                              "uses PyTorch's attention (reinstall it for this torch/CUDA, or set YUE2_NAR_ATTN=gqa)")
     return "gqa"
+
+
+_FA3_WARNED: list = []  # the warning above, once per process
 
 
 _NAR_STREAMS: dict = {}  # device → the NAR's own side stream (only while decode graphs may be captured beside it)

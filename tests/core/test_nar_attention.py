@@ -151,8 +151,11 @@ def _fake_interface(calls, tuple_out=False):
 @pytest.fixture
 def fresh_lookup(monkeypatch):
     from yue2_core.fast import flash_attn
+    from yue2_core import nar
     monkeypatch.setattr(flash_attn, "_FOUND", [])
     monkeypatch.setattr(flash_attn, "_WHY_NOT", {})
+    monkeypatch.setattr(flash_attn, "_BROKEN", {})
+    monkeypatch.setattr(nar, "_FA3_WARNED", [])
     monkeypatch.setattr(layers, "_BACKEND_FAILED", {})
     return flash_attn
 
@@ -250,3 +253,50 @@ def test_auto_picks_fa3_on_hopper_when_installed(fresh_lookup, monkeypatch, capa
                                                       "fa3-fwd", (9,)),))
     assert attention_backend("cuda:0") == expected
     assert attention_backend("cpu") == "gqa"
+
+
+@pytest.mark.parametrize("error", [ImportError("libcudart.so.13: cannot open shared object file"),
+                                   ModuleNotFoundError("No module named 'einops'", name="einops")])
+def test_fa3_installed_but_broken_is_named(fresh_lookup, monkeypatch, error):
+    """A package that is there but does not import (built for another CUDA, a missing dependency) is told apart from
+    one that is absent: YUE2_NAR_ATTN=fa3 names it with its error, and the automatic choice on a Hopper GPU warns
+    once (then PyTorch's attention) instead of silently leaving the speed-up out."""
+    import importlib
+    from yue2_core.nar import attention_backend
+    real = importlib.import_module
+
+    def fake(name, *a, **kw):
+        if name == "fa3_fwd_interface":
+            raise error
+        if name == "yue2_absent":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib, "import_module", fake)
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_absent", "absent-pkg", (9,)),
+                                                     ("fa3_fwd_interface", "fa3-fwd", (9,))))
+    q, k, _ = _inputs(h=4, kv=2)
+    reason = fresh_lookup.unusable(q, k)
+    assert reason.startswith("installed but not importable: fa3-fwd (") and str(error).split(":")[0] in reason
+    assert "absent-pkg" not in reason
+    monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    with pytest.warns(UserWarning, match="FlashAttention-3 is installed but does not import .*fa3-fwd"):
+        assert attention_backend("cuda:0") == "gqa"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert attention_backend("cuda:0") == "gqa"  # once per process
+
+
+def test_fa3_absent_is_quiet(fresh_lookup, monkeypatch):
+    """Nothing installed: the automatic choice stays PyTorch's attention without a word."""
+    from yue2_core.nar import attention_backend
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_no_such_module", "x", (9,)),))
+    monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert attention_backend("cuda:0") == "gqa"
+    assert fresh_lookup.broken() == ""

@@ -27,18 +27,24 @@ INTERFACES = (  # (module, package to install, compute capabilities majors it ha
 
 _FOUND: list = []  # [(module name, package, majors, flash_attn_func) | None] once looked up
 _WHY_NOT: dict[str, str] = {}  # module → why it did not import (ImportError, a broken build's OSError, …)
+_BROKEN: dict[str, str] = {}  # the part of _WHY_NOT where the module exists but failed (package → reason)
 
 
 def find() -> tuple[str, str, tuple[int, ...], Callable] | None:
     """(module, package, capability majors, flash_attn_func) of the first interface that imports, looked up once per
-    process; None when none does (`why_not()` says why)."""
+    process; None when none does (`why_not()` says why, `broken()` which of them are installed but fail)."""
     if not _FOUND:
         hit = None
         for module, package, majors in INTERFACES:
             try:
                 fn = importlib.import_module(module).flash_attn_func
             except Exception as exc:  # not installed, or built for another torch/CUDA (undefined symbol, …)
-                _WHY_NOT[module] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                _WHY_NOT[module] = reason
+                missing = isinstance(exc, ModuleNotFoundError) and exc.name is not None \
+                    and module.startswith(exc.name)  # the module itself (or its package) is absent
+                if not missing:
+                    _BROKEN[package] = reason
                 continue
             hit = (module, package, majors, fn)
             break
@@ -51,12 +57,22 @@ def why_not() -> str:
     return "; ".join(f"{m}: {r}" for m, r in _WHY_NOT.items())
 
 
+def broken() -> str:
+    """One line naming the interfaces that are installed but fail to import (built for another torch or CUDA, a
+    missing dependency), with the error; empty when none is. Calls `find()`."""
+    find()
+    return "; ".join(f"{p} ({r})" for p, r in _BROKEN.items())
+
+
 def unusable(q: torch.Tensor, k: torch.Tensor) -> str | None:
     """Why the kernel cannot run on these inputs (q [B, H, T, D], k [B, KV, S, D]), or None: no interface
-    installed, not a CUDA tensor, a GPU generation the found package has no kernels for, a dtype other than
-    bf16/fp16, a head size not a multiple of 8 or above 256 (FlashAttention-3's limits)."""
+    installed (or one installed that fails to import: named with its error), not a CUDA tensor, a GPU generation
+    the found package has no kernels for, a dtype other than bf16/fp16, a head size not a multiple of 8 or above
+    256 (FlashAttention-3's limits)."""
     found = find()
     if found is None:
+        if _BROKEN:
+            return f"installed but not importable: {broken()}"
         return ("no FlashAttention-3 interface is installed (pip install fa3-fwd on Hopper with torch >= 2.10, or "
                 "flash-attn-4)")
     module, package, majors, _ = found
