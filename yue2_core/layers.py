@@ -148,10 +148,11 @@ def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backen
     exact, since without a mask every query row is independent, and no K/V copy is made (backends without GQA
     support apply). "fa3": FlashAttention-3's Hopper kernel from an optional package (`fast.flash_attn`: fa3-fwd,
     flash-attn-4 or a flash-attention hopper/ build), native GQA, q/k/v passed as transposed views.
-    A backend that cannot run (fa3: no package, not a Hopper GPU, another dtype) or fails on the inputs with a
-    RuntimeError (e.g. "No available kernel": cuDNN attention on a GPU or cuDNN build without it) is reported once
-    with a warning and the "gqa" call is used instead — for every later call with the same backend, device, dtype
-    and head size (`_BACKEND_FAILED`). Out-of-memory errors propagate.
+    A backend that cannot run (fa3: no package, not a Hopper GPU, another dtype) or fails on the inputs (SDPA: a
+    RuntimeError such as "No available kernel", cuDNN attention on a GPU or cuDNN build without it; fa3: any
+    exception) is reported once with a warning and the "gqa" call is used instead — for every later call with the
+    same backend, device, dtype and head size (`_BACKEND_FAILED`). Out-of-memory errors propagate, and so does any
+    error raised while a CUDA graph is being captured (the graph's owner falls back to eager evaluation).
     Raises ValueError for H not a multiple of KV or an unknown backend."""
     b, h, t, d = q.shape
     kv = k.shape[1]
@@ -171,7 +172,9 @@ def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backen
             return flash_attn.attention(q, k, v)
         except torch.OutOfMemoryError:
             raise
-        except RuntimeError as exc:
+        except Exception as exc:  # third-party code: asserts, its compiler's own exception classes, RuntimeError
+            if _capturing(q):  # a capture problem, not the kernel's: the renderer falls back to eager
+                raise
             from .errors import brief
             return _fall_back(key, brief(exc), q, k, v)
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -184,9 +187,18 @@ def unmasked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backen
     except torch.OutOfMemoryError:
         raise
     except RuntimeError as exc:  # "No available kernel", or the backend rejecting these shapes
+        if _capturing(q):
+            raise
         from .errors import brief
         return _fall_back(key, brief(exc), q, k, v)
     return out.reshape(b, h, t, d)
+
+
+def _capturing(q: torch.Tensor) -> bool:
+    """Whether q's device is capturing a CUDA graph on the current stream: an error then belongs to the capture (the
+    caller falls back to eager evaluation), and marking the backend failed or launching another kernel into the
+    broken capture would be wrong."""
+    return q.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _fall_back(key: tuple, reason: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

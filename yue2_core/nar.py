@@ -92,24 +92,29 @@ class NARModel(nn.Module):
         return shift * s / (1 + (shift - 1) * s)
 
 
-def attention_backend(device: torch.device | str | None = None) -> str:
+def attention_backend(device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+                      head_dim: int | None = None) -> str:
     """The backend of the NAR attention (`layers.unmasked_attention`): YUE2_NAR_ATTN = auto (default) | gqa | fa3 |
-    cudnn | flash | efficient | math. auto = "fa3" on a Hopper GPU (compute capability 9.x) where a FlashAttention-3
-    interface imports (`fast.flash_attn`: PyPI fa3-fwd or flash-attn-4, or a flash-attention hopper/ build) — on an
-    H200 0.868 ms at the song's shapes against 1.019 ms for PyTorch's choice (docs/experiments/
-    nar_fa3_h200_2026-12-04.log) — else "gqa", PyTorch's own choice (on an H200 with torch 2.11 and cuDNN 9.19 that
-    is cuDNN's Hopper kernel; 1.07 ms with the heads folded for cuDNN, 1.82 flash, 3.50 efficient: bench/
-    nar_attention.py, docs/experiments/nar_attention_h200_2026-11-30.log). The others stay selectable for GPUs
-    where the automatic choice is worse. Raises RequestError for another value."""
+    cudnn | flash | efficient | math. auto = "fa3" where FlashAttention-3 can run for the model on `device`, in
+    `dtype`, with heads of `head_dim` (`fast.flash_attn.unusable_for`: a Hopper GPU, compute capability 9.x, and an
+    interface that imports — PyPI fa3-fwd or flash-attn-4, or a flash-attention hopper/ build; on an H200 0.868 ms
+    at the song's shapes against 1.019 ms for PyTorch's choice, docs/experiments/nar_fa3_h200_2026-12-04.log) —
+    else "gqa", PyTorch's own choice (on an H200 with torch 2.11 and cuDNN 9.19 that is cuDNN's Hopper kernel; 1.07
+    ms with the heads folded for cuDNN, 1.82 flash, 3.50 efficient: bench/nar_attention.py,
+    docs/experiments/nar_attention_h200_2026-11-30.log). A FlashAttention package that is installed but fails to
+    import gets one warning per process on a Hopper GPU. The others stay selectable for GPUs where the automatic
+    choice is worse. Raises RequestError for another value."""
     name = choice("YUE2_NAR_ATTN", ("auto",) + UNMASKED_BACKENDS, "auto")
     if name != "auto":
         return name
-    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available() \
+            and torch.version.hip is None:
         from .fast import flash_attn
         if torch.cuda.get_device_capability(torch.device(device))[0] == 9:
             if flash_attn.find() is not None:
-                return "fa3"
-            if flash_attn.broken() and not _FA3_WARNED:  # installed for speed, but it cannot load: say so once
+                if flash_attn.unusable_for(device, dtype or torch.bfloat16, head_dim or 128) is None:
+                    return "fa3"
+            elif flash_attn.broken() and not _FA3_WARNED:  # installed for speed, but it cannot load: say so once
                 _FA3_WARNED.append(1)
                 import warnings
                 warnings.warn(f"FlashAttention-3 is installed but does not import ({flash_attn.broken()}); the NAR "
@@ -160,7 +165,7 @@ class ChunkRenderer:
             d = nar.dims
             fused = fused_mod.available() and fused_mod.supports(d.heads, d.kv_heads, d.head_dim)
         self.fused = bool(fused)
-        self.attention = attention_backend(nar.device)
+        self.attention = attention_backend(nar.device, nar.dtype, nar.dims.head_dim)
         self.ar_len = ar_kv[0][0].shape[2] if ar_len is None else ar_len
         self.length = frames + 2
         if self.ar_len + self.length > CONTEXT:
@@ -246,12 +251,15 @@ class ChunkRenderer:
         return out
 
     def _capture(self, state: torch.Tensor) -> None:
-        """Capture one evaluation on the side stream, under `fast.decode.CAPTURE_LOCK` and in its capture mode
-        ("thread_local" while another thread works on the GPU, else "global"), as the AR decoder captures — without
-        what `torch.cuda.graph` does on entry, a device-wide synchronize and `empty_cache()`: the stream's earlier
-        work is ordered by `wait_stream` instead (the sync waited for everything queued beside it, and the emptied
-        cache made the next allocations cudaMalloc again; measured on an H200, docs/experiments/
-        nar_capture_h200_2026-12-04.log)."""
+        """Capture one evaluation on the side stream, under `fast.decode.CAPTURE_LOCK`. Alone on the GPU through
+        `torch.cuda.graph` (capture mode "global"; its entry synchronizes the device and empties the cache, which
+        returns earlier chunks' graph pools). While another thread works on the GPU (the batch command's render
+        worker beside the AR, `fast.decode._CONCURRENT`) as the AR decoder captures there,
+        `fast.decode._capture_beside_worker`: mode "thread_local" and without that entry, whose synchronize would wait
+        for the other thread's queued work (the stream's earlier work is ordered by `wait_stream`; measured on an
+        H200: 16 batch songs 104.0 → 102.9 s, NVML peak 17.7 → 19.9 GiB, docs/experiments/
+        batch_h200_2026-12-04_a29852a_fa3.log; alone on the GPU the two styles take the same time,
+        docs/experiments/nar_fa3_h200_2026-12-04.log)."""
         from .fast import decode as fd
         nar = self.nar
         self._g_state = torch.empty_like(state, memory_format=torch.contiguous_format)
@@ -259,16 +267,18 @@ class ChunkRenderer:
         graph = torch.cuda.CUDAGraph()
         lock = getattr(fd, "CAPTURE_LOCK", None) or contextlib.nullcontext()
         stream, current = self._stream(), torch.cuda.current_stream(nar.device)
-        stream.wait_stream(current)
+
+        def evaluation():
+            self._g_out = self._velocity(self._g_state, self._g_raw)
+
         with lock:
-            mode = "thread_local" if getattr(fd, "_CONCURRENT", [0])[0] else "global"
-            with torch.cuda.stream(stream):
-                graph.capture_begin(capture_error_mode=mode)
-                try:
-                    self._g_out = self._velocity(self._g_state, self._g_raw)
-                finally:
-                    graph.capture_end()
-        current.wait_stream(stream)
+            if getattr(fd, "_CONCURRENT", [0])[0]:
+                stream.wait_stream(current)
+                fd._capture_beside_worker(graph, None, stream, evaluation)
+                current.wait_stream(stream)
+            else:
+                with torch.cuda.graph(graph, stream=stream, capture_error_mode="global"):
+                    evaluation()
         self._graph = graph
 
     def _replay(self, state: torch.Tensor, raw_t: float) -> torch.Tensor | None:

@@ -291,10 +291,10 @@ def test_nar_velocity_cudnn_close_to_gqa(engines, monkeypatch):
             r = N.ChunkRenderer(eng.nar, eng.ar.layer_kv(toks), 50, fused=fused)
             assert r.attention == backend
             out[backend] = r.velocity(st, 0.3).float()
-            if r.graphed:  # the capture and a replay (the first evaluation ran eagerly)
-                r.velocity(st, 0.1)
-                replayed = r.velocity(st, 0.3).float()
-                assert torch.equal(replayed, out[backend]), backend
+            assert r.graphed, "the NAR renders in a CUDA graph on this GPU"
+            r.velocity(st, 0.1)  # the capture and a replay (the first evaluation ran eagerly)
+            replayed = r.velocity(st, 0.3).float()
+            assert r._graph is not None and torch.equal(replayed, out[backend]), backend
         for backend in others:
             assert (backend, "cuda:0", torch.bfloat16, eng.nar.dims.head_dim) not in _BACKEND_FAILED, \
                 f"{backend} fell back: the comparison would be vacuous"

@@ -148,6 +148,11 @@ def _fake_interface(calls, tuple_out=False):
     return types.SimpleNamespace(flash_attn_func=flash_attn_func)
 
 
+def _iface(module, package="fa3-fwd", majors=(9,), dtypes=(torch.bfloat16,), max_head=256, distribution=None):
+    from yue2_core.fast.flash_attn import Interface
+    return Interface(module, package, majors, dtypes, max_head, distribution)
+
+
 @pytest.fixture
 def fresh_lookup(monkeypatch):
     from yue2_core.fast import flash_attn
@@ -160,6 +165,22 @@ def fresh_lookup(monkeypatch):
     return flash_attn
 
 
+def _hopper(monkeypatch, capability=(9, 0)):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.version, "hip", None)
+
+
+def test_the_packages_known():
+    """The three interfaces, in order, with what each build takes: fa3-fwd's wheel has no fp16 kernels; flash-attn-4
+    is looked up by its distribution first (it shares flash-attn 2's `flash_attn` package)."""
+    from yue2_core.fast.flash_attn import INTERFACES
+    assert [i.module for i in INTERFACES] == ["flash_attn_interface", "fa3_fwd_interface", "flash_attn.cute"]
+    fa3_fwd, fa4 = INTERFACES[1], INTERFACES[2]
+    assert fa3_fwd.dtypes == (torch.bfloat16,) and fa3_fwd.majors == (9,)
+    assert fa4.distribution == "flash-attn-4" and 10 in fa4.majors
+
+
 @pytest.mark.parametrize("tuple_out", [False, True])
 def test_fa3_gets_token_major_views_and_gives_head_major_result(fresh_lookup, monkeypatch, tuple_out):
     """The kernel is handed q [B, T, H, D] and k/v [B, S, KV, D] (the NAR's [B, KV, S, D] buffers as transposed
@@ -168,10 +189,10 @@ def test_fa3_gets_token_major_views_and_gives_head_major_result(fresh_lookup, mo
     import sys
     calls = []
     monkeypatch.setitem(sys.modules, "fa3_fwd_interface", _fake_interface(calls, tuple_out))
-    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_no_such_module", "x", (9,)),
-                                                     ("fa3_fwd_interface", "fa3-fwd", (9,))))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (_iface("yue2_no_such_module", "x"), _iface("fa3_fwd_interface")))
     found = fresh_lookup.find()
-    assert found[0] == "fa3_fwd_interface" and "yue2_no_such_module" in fresh_lookup.why_not()
+    assert found[0].module == "fa3_fwd_interface" and "yue2_no_such_module" in fresh_lookup.why_not()
+    assert fresh_lookup.broken() == ""  # an absent module is not a broken one
     q, k, v = _inputs(h=16, kv=8, t=9, s=23, d=32, transposed=True)
     out = fresh_lookup.attention(q, k, v)
     assert calls == [((1, 9, 16, 32), (1, 23, 8, 32), 1, 1)]
@@ -179,33 +200,34 @@ def test_fa3_gets_token_major_views_and_gives_head_major_result(fresh_lookup, mo
 
 
 def test_fa3_unusable_reasons(fresh_lookup, monkeypatch):
-    """Why the kernel cannot run, in words: no package (naming what to install), not a CUDA tensor, a GPU generation
-    without kernels, another dtype, a head size it lacks."""
+    """Why the kernel cannot run, in words: no package (naming what to install), not a CUDA tensor, ROCm, a GPU
+    generation without kernels, a dtype the build lacks, a head size it lacks."""
     import sys
     q, k, _ = _inputs(h=4, kv=2, d=16)
-    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_no_such_module", "x", (9,)),))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (_iface("yue2_no_such_module", "x"),))
     assert "pip install fa3-fwd" in fresh_lookup.unusable(q, k)
     fresh_lookup._FOUND.clear()
     monkeypatch.setitem(sys.modules, "fa3_fwd_interface", _fake_interface([]))
-    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("fa3_fwd_interface", "fa3-fwd", (9,)),))
-    assert fresh_lookup.unusable(q, k) == "fa3-fwd needs a CUDA tensor, not cpu"
-
-    class Cuda:  # only the attributes unusable() reads
-        def __init__(self, t, dtype=torch.bfloat16, d=128):
-            self.device, self.dtype, self.shape = torch.device("cuda", 0), dtype, (1, 16, 5, d)
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
-    assert "no kernels for compute capability 8.6" in fresh_lookup.unusable(Cuda(0), Cuda(0))
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert fresh_lookup.unusable(Cuda(0), Cuda(0)) is None
-    assert "bf16/fp16" in fresh_lookup.unusable(Cuda(0, torch.float32), Cuda(0, torch.float32))
-    assert "not 100" in fresh_lookup.unusable(Cuda(0, d=100), Cuda(0, d=100))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (_iface("fa3_fwd_interface", max_head=128),))
+    assert fresh_lookup.unusable(q, k) == "fa3-fwd needs an NVIDIA CUDA device, not cpu"
+    assert "must share a dtype, not torch.float32/torch.float64" in fresh_lookup.unusable(q, k.double())
+    _hopper(monkeypatch, (8, 6))
+    bf16 = torch.bfloat16
+    assert "no kernels for compute capability 8.6" in fresh_lookup.unusable_for("cuda:0", bf16, 128)
+    _hopper(monkeypatch)
+    assert fresh_lookup.unusable_for("cuda:0", bf16, 128) is None
+    assert fresh_lookup.unusable_for("cuda:0", torch.float16, 128) == "fa3-fwd takes bfloat16 q/k/v, not torch.float16"
+    assert "not torch.float32" in fresh_lookup.unusable_for("cuda:0", torch.float32, 128)
+    assert "multiples of 8 up to 128, not 100" in fresh_lookup.unusable_for("cuda:0", bf16, 100)
+    assert "up to 128, not 256" in fresh_lookup.unusable_for("cuda:0", bf16, 256)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert "not ROCm" in fresh_lookup.unusable_for("cuda:0", bf16, 128)
 
 
 def test_fa3_without_package_warns_once_and_falls_back(fresh_lookup, monkeypatch):
     """YUE2_NAR_ATTN=fa3 where no interface imports (or off Hopper): one warning naming the reason, then PyTorch's
     GQA call, silently for later calls; the result is the reference's."""
-    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_no_such_module", "x", (9,)),))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (_iface("yue2_no_such_module", "x"),))
     q, k, v = _inputs(h=4, kv=2)
     with pytest.warns(UserWarning, match="'fa3' unavailable .*no FlashAttention-3 interface is installed"):
         out = unmasked_attention(q, k, v, "fa3")
@@ -215,17 +237,19 @@ def test_fa3_without_package_warns_once_and_falls_back(fresh_lookup, monkeypatch
         assert torch.equal(unmasked_attention(q, k, v, "fa3"), out)
 
 
-def test_fa3_kernel_error_falls_back(fresh_lookup, monkeypatch):
-    """A RuntimeError from the kernel (a shape or build it rejects) → one warning and the GQA call; an out-of-memory
-    error propagates."""
+@pytest.mark.parametrize("error", [RuntimeError("FlashAttention only supports Hopper GPUs or newer."),
+                                   AssertionError("head_dim must be <= 128"), TypeError("unexpected argument")])
+def test_fa3_kernel_error_falls_back(fresh_lookup, monkeypatch, error):
+    """Any exception from the third-party kernel (a RuntimeError, flash-attn-4's asserts, its compiler's own
+    exception classes) → one warning and the GQA call; an out-of-memory error propagates."""
     monkeypatch.setattr(fresh_lookup, "unusable", lambda q, k: None)
 
     def broken(q, k, v):
-        raise RuntimeError("FlashAttention only supports Hopper GPUs or newer.")
+        raise error
 
     monkeypatch.setattr(fresh_lookup, "attention", broken)
     q, k, v = _inputs(h=4, kv=2)
-    with pytest.warns(UserWarning, match="only supports Hopper"):
+    with pytest.warns(UserWarning, match=str(error).split(" ")[0]):
         out = unmasked_attention(q, k, v, "fa3")
     assert (out.double() - _reference(q, k, v)).abs().max() < 1e-5
 
@@ -238,29 +262,61 @@ def test_fa3_kernel_error_falls_back(fresh_lookup, monkeypatch):
         unmasked_attention(q, k, v, "fa3")
 
 
-@pytest.mark.parametrize("capability,installed,expected", [((9, 0), True, "fa3"), ((8, 0), True, "gqa"),
-                                                           ((10, 0), True, "gqa"), ((9, 0), False, "gqa")])
-def test_auto_picks_fa3_on_hopper_when_installed(fresh_lookup, monkeypatch, capability, installed, expected):
-    """auto = fa3 only on a compute-capability-9 GPU (where it was measured faster) with an interface installed."""
+def test_kernel_error_during_a_capture_propagates(fresh_lookup, monkeypatch):
+    """While a CUDA graph is being captured, a kernel's error belongs to the capture: it propagates (the renderer
+    then runs eagerly) and the backend is not marked failed."""
+    monkeypatch.setattr(fresh_lookup, "unusable", lambda q, k: None)
+    monkeypatch.setattr(layers, "_capturing", lambda q: True)
+
+    def broken(q, k, v):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(fresh_lookup, "attention", broken)
+    with pytest.raises(RuntimeError, match="capturing"):
+        unmasked_attention(*_inputs(h=4, kv=2), "fa3")
+    assert layers._BACKEND_FAILED == {}
+
+
+@pytest.mark.parametrize("capability,installed,dtype,expected", [
+    ((9, 0), True, torch.bfloat16, "fa3"), ((8, 0), True, torch.bfloat16, "gqa"), ((10, 0), True, torch.bfloat16, "gqa"),
+    ((9, 0), False, torch.bfloat16, "gqa"), ((9, 0), True, torch.float32, "gqa")])
+def test_auto_picks_fa3_on_hopper_when_it_can_run(fresh_lookup, monkeypatch, capability, installed, dtype, expected):
+    """auto = fa3 only on a compute-capability-9 GPU (where it was measured faster) with an interface installed
+    whose build takes the model's dtype (an fp32 NAR, e.g. ComfyUI's --force-fp32, keeps PyTorch's attention
+    without a warning)."""
     import sys
     from yue2_core.nar import attention_backend
     monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    _hopper(monkeypatch, capability)
     if installed:
         monkeypatch.setitem(sys.modules, "fa3_fwd_interface", _fake_interface([]))
-    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("fa3_fwd_interface" if installed else "yue2_no_such_module",
-                                                      "fa3-fwd", (9,)),))
-    assert attention_backend("cuda:0") == expected
-    assert attention_backend("cpu") == "gqa"
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (_iface("fa3_fwd_interface" if installed else "yue2_no_such_module"),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert attention_backend("cuda:0", dtype, 128) == expected
+    assert attention_backend("cpu", dtype, 128) == "gqa"
+
+
+def test_auto_stays_off_rocm(fresh_lookup, monkeypatch):
+    """A ROCm build reports compute capabilities too (9.x on MI200/MI300): not a Hopper GPU."""
+    import sys
+    from yue2_core.nar import attention_backend
+    monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
+    _hopper(monkeypatch)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", _fake_interface([]))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (_iface("fa3_fwd_interface"),))
+    assert attention_backend("cuda:0", torch.bfloat16, 128) == "gqa"
 
 
 @pytest.mark.parametrize("error", [ImportError("libcudart.so.13: cannot open shared object file"),
-                                   ModuleNotFoundError("No module named 'einops'", name="einops")])
+                                   ModuleNotFoundError("No module named 'einops'", name="einops"),
+                                   ModuleNotFoundError("No module named 'fa3_fwd'", name="fa3_fwd")])
 def test_fa3_installed_but_broken_is_named(fresh_lookup, monkeypatch, error):
-    """A package that is there but does not import (built for another CUDA, a missing dependency) is told apart from
-    one that is absent: YUE2_NAR_ATTN=fa3 names it with its error, and the automatic choice on a Hopper GPU warns
-    once (then PyTorch's attention) instead of silently leaving the speed-up out."""
+    """A package that is there but does not import (built for another CUDA, a missing dependency, its own compiled
+    part missing: `fa3_fwd` is not `fa3_fwd_interface`) is told apart from one that is absent: YUE2_NAR_ATTN=fa3
+    names it with its error, and the automatic choice on a Hopper GPU warns once (then PyTorch's attention)
+    instead of silently leaving the speed-up out."""
     import importlib
     from yue2_core.nar import attention_backend
     real = importlib.import_module
@@ -273,30 +329,48 @@ def test_fa3_installed_but_broken_is_named(fresh_lookup, monkeypatch, error):
         return real(name, *a, **kw)
 
     monkeypatch.setattr(importlib, "import_module", fake)
-    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_absent", "absent-pkg", (9,)),
-                                                     ("fa3_fwd_interface", "fa3-fwd", (9,))))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (_iface("yue2_absent", "absent-pkg"), _iface("fa3_fwd_interface")))
     q, k, _ = _inputs(h=4, kv=2)
     reason = fresh_lookup.unusable(q, k)
     assert reason.startswith("installed but not importable: fa3-fwd (") and str(error).split(":")[0] in reason
     assert "absent-pkg" not in reason
     monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    _hopper(monkeypatch)
     with pytest.warns(UserWarning, match="FlashAttention-3 is installed but does not import .*fa3-fwd"):
-        assert attention_backend("cuda:0") == "gqa"
+        assert attention_backend("cuda:0", torch.bfloat16, 128) == "gqa"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert attention_backend("cuda:0") == "gqa"  # once per process
+        assert attention_backend("cuda:0", torch.bfloat16, 128) == "gqa"  # once per process
+
+
+def test_flash_attn_4_needs_its_distribution(fresh_lookup, monkeypatch):
+    """flash-attn-4 shares flash-attn 2's `flash_attn` package: without the flash-attn-4 distribution its module is
+    not imported at all (a broken flash-attn 2 `__init__` is not blamed on it, and flash-attn 2's CUDA extension is
+    not loaded as a side effect)."""
+    import importlib
+    imported = []
+    real = importlib.import_module
+
+    def spy(name, *a, **kw):
+        imported.append(name)
+        if name == "flash_attn.cute":
+            raise ImportError("flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib, "import_module", spy)
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (
+        _iface("flash_attn.cute", "flash-attn-4", distribution="yue2-no-such-distribution"),))
+    assert fresh_lookup.find() is None and "flash_attn.cute" not in imported
+    assert fresh_lookup.broken() == "" and "not installed" in fresh_lookup.why_not()
 
 
 def test_fa3_absent_is_quiet(fresh_lookup, monkeypatch):
     """Nothing installed: the automatic choice stays PyTorch's attention without a word."""
     from yue2_core.nar import attention_backend
-    monkeypatch.setattr(fresh_lookup, "INTERFACES", (("yue2_no_such_module", "x", (9,)),))
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (_iface("yue2_no_such_module", "x"),))
     monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    _hopper(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert attention_backend("cuda:0") == "gqa"
+        assert attention_backend("cuda:0", torch.bfloat16, 128) == "gqa"
     assert fresh_lookup.broken() == ""

@@ -73,11 +73,11 @@ def test_graph_velocity_single_calls_equal(engine):
 def test_capture_failure_falls_back_with_one_warning(engine, monkeypatch):
     monkeypatch.setattr(N, "_GRAPH_FAILED", {})
 
-    class Broken:  # a graph whose capture is refused (the renderer captures with capture_begin/capture_end)
-        def capture_begin(self, *a, **k):
+    class Broken:
+        def __init__(self, *a, **k):
             raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", Broken)
+    monkeypatch.setattr(torch.cuda, "graph", Broken)
     noise = N.song_noise(FRAMES, 4)
     ref = N.solve(_renderer(engine, graph=False), noise, 3)
     with pytest.warns(UserWarning, match="CUDA graph of the NAR velocity unavailable") as caught:
@@ -87,6 +87,34 @@ def test_capture_failure_falls_back_with_one_warning(engine, monkeypatch):
     assert len([w for w in caught if "NAR velocity" in str(w.message)]) == 1
     assert not r.graphed and torch.equal(got, ref) and torch.equal(got2, ref)
     assert "cuda" in next(iter(N._GRAPH_FAILED))
+
+
+@pytest.mark.parametrize("beside_worker", [False, True])
+def test_error_inside_the_capture_is_the_one_reported(engine, monkeypatch, beside_worker):
+    """An evaluation that fails while it is being captured — alone on the GPU (torch.cuda.graph) or beside the batch
+    worker (`fast.decode._capture_beside_worker`, no device sync) — leaves the renderer eager with one warning that
+    names the original error (not the capture's follow-up error), the same latents as an eager solve, and the
+    current stream as it was."""
+    from yue2_core.fast import decode as fd
+    monkeypatch.setattr(N, "_GRAPH_FAILED", {})
+    if beside_worker:
+        monkeypatch.setattr(fd, "_CONCURRENT", [1])
+    noise = N.song_noise(FRAMES, 5)
+    ref = N.solve(_renderer(engine, graph=False), noise, 3)
+    r = _renderer(engine, graph=None)
+    real = r._velocity
+
+    def failing(state, raw_t):
+        if torch.cuda.is_current_stream_capturing():
+            real(state, raw_t)  # kernels recorded into the capture first
+            raise ValueError("boom during capture")
+        return real(state, raw_t)
+
+    monkeypatch.setattr(r, "_velocity", failing)
+    stream = torch.cuda.current_stream()
+    with pytest.warns(UserWarning, match="NAR velocity unavailable .*boom during capture"):
+        got = N.solve(r, noise, 3)
+    assert not r.graphed and torch.equal(got, ref) and torch.cuda.current_stream() == stream
 
 
 def test_vae_folded_equals_unfolded(engine, monkeypatch):

@@ -153,13 +153,20 @@ def _capture_beside_worker(graph, pool, stream, fn) -> None:
     `torch.cuda.graph` does on entry — a device-wide synchronize and `empty_cache()`: beside the batch command's
     render worker those wait for every kernel it has queued (up to a whole song's NAR solve, seconds; measured on
     an H200 with `bench/overlap_split.py`: the AR batch decode fell to 0.40 of its rate beside a render). The
-    stream's earlier work is ordered before by the caller (`stream.wait_stream`), as for `torch.cuda.graph`."""
+    stream's earlier work is ordered before by the caller (`stream.wait_stream`), as for `torch.cuda.graph`. Used by
+    the AR decoder beside the render worker and by the worker's NAR captures (`nar.ChunkRenderer._capture`). An
+    error inside fn() is the one raised (ending the broken capture may raise another, which would hide it)."""
     with CAPTURE_LOCK, torch.cuda.stream(stream):
         graph.capture_begin(*((pool,) if pool is not None else ()), capture_error_mode="thread_local")
         try:
             fn()
-        finally:
-            graph.capture_end()
+        except BaseException:
+            try:
+                graph.capture_end()
+            except Exception:  # "operation failed due to a previous error during capture": the first error says why
+                pass
+            raise
+        graph.capture_end()
 
 
 @contextlib.contextmanager
