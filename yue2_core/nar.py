@@ -251,15 +251,15 @@ class ChunkRenderer:
         return out
 
     def _capture(self, state: torch.Tensor) -> None:
-        """Capture one evaluation on the side stream, under `fast.decode.CAPTURE_LOCK`. Alone on the GPU through
-        `torch.cuda.graph` (capture mode "global"; its entry synchronizes the device and empties the cache, which
-        returns earlier chunks' graph pools). While another thread works on the GPU (the batch command's render
-        worker beside the AR, `fast.decode._CONCURRENT`) as the AR decoder captures there,
-        `fast.decode._capture_beside_worker`: mode "thread_local" and without that entry, whose synchronize would wait
-        for the other thread's queued work (the stream's earlier work is ordered by `wait_stream`; measured on an
-        H200: 16 batch songs 104.0 → 102.9 s, NVML peak 17.7 → 19.9 GiB, docs/experiments/
-        batch_h200_2026-12-04_a29852a_fa3.log; alone on the GPU the two styles take the same time,
-        docs/experiments/nar_fa3_h200_2026-12-04.log)."""
+        """Capture one evaluation on the side stream, under `fast.decode.CAPTURE_LOCK`, through
+        `fast.decode.capture_on_stream` (the first error of a failed capture is the one raised, the current stream
+        restored). Alone on the GPU in capture mode "global" after what `torch.cuda.graph` does on entry (a device
+        synchronize and `empty_cache()`, which returns earlier chunks' graph pools). While another thread works on the
+        GPU (the batch command's render worker beside the AR, `fast.decode._CONCURRENT`) as the AR decoder captures
+        there, `fast.decode._capture_beside_worker`: mode "thread_local" and without that entry, whose synchronize
+        would wait for the other thread's queued work (measured on an H200: 16 batch songs 104.0 → 102.9 s,
+        docs/experiments/batch_h200_2026-12-04_a29852a_fa3.log; alone on the GPU the two styles take the same time,
+        docs/experiments/nar_fa3_h200_2026-12-04.log). The stream's earlier work is ordered by `wait_stream`."""
         from .fast import decode as fd
         nar = self.nar
         self._g_state = torch.empty_like(state, memory_format=torch.contiguous_format)
@@ -272,13 +272,12 @@ class ChunkRenderer:
             self._g_out = self._velocity(self._g_state, self._g_raw)
 
         with lock:
+            stream.wait_stream(current)
             if getattr(fd, "_CONCURRENT", [0])[0]:
-                stream.wait_stream(current)
                 fd._capture_beside_worker(graph, None, stream, evaluation)
-                current.wait_stream(stream)
             else:
-                with torch.cuda.graph(graph, stream=stream, capture_error_mode="global"):
-                    evaluation()
+                fd.capture_on_stream(graph, None, stream, evaluation, "global", settle=True)
+            current.wait_stream(stream)
         self._graph = graph
 
     def _replay(self, state: torch.Tensor, raw_t: float) -> torch.Tensor | None:

@@ -148,9 +148,9 @@ def _fake_interface(calls, tuple_out=False):
     return types.SimpleNamespace(flash_attn_func=flash_attn_func)
 
 
-def _iface(module, package="fa3-fwd", majors=(9,), dtypes=(torch.bfloat16,), max_head=256, distribution=None):
+def _iface(module, package="fa3-fwd", majors=(9,), dtypes=(torch.bfloat16,), max_head=256, distributions=()):
     from yue2_core.fast.flash_attn import Interface
-    return Interface(module, package, majors, dtypes, max_head, distribution)
+    return Interface(module, package, majors, dtypes, max_head, distributions)
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_the_packages_known():
     assert [i.module for i in INTERFACES] == ["flash_attn_interface", "fa3_fwd_interface", "flash_attn.cute"]
     fa3_fwd, fa4 = INTERFACES[1], INTERFACES[2]
     assert fa3_fwd.dtypes == (torch.bfloat16,) and fa3_fwd.majors == (9,)
-    assert fa4.distribution == "flash-attn-4" and 10 in fa4.majors
+    assert fa4.distributions[0] == "flash-attn-4" and 10 in fa4.majors
 
 
 @pytest.mark.parametrize("tuple_out", [False, True])
@@ -359,9 +359,15 @@ def test_flash_attn_4_needs_its_distribution(fresh_lookup, monkeypatch):
 
     monkeypatch.setattr(importlib, "import_module", spy)
     monkeypatch.setattr(fresh_lookup, "INTERFACES", (
-        _iface("flash_attn.cute", "flash-attn-4", distribution="yue2-no-such-distribution"),))
+        _iface("flash_attn.cute", "flash-attn-4", distributions=("yue2-no-such-distribution", "yue2-nor-this")),))
     assert fresh_lookup.find() is None and "flash_attn.cute" not in imported
     assert fresh_lookup.broken() == "" and "not installed" in fresh_lookup.why_not()
+    # any one of the names installed (pytest stands in for flash-attn-cute, an older name): the module is imported
+    fresh_lookup._FOUND.clear()
+    monkeypatch.setattr(fresh_lookup, "INTERFACES", (
+        _iface("flash_attn.cute", "flash-attn-4", distributions=("yue2-no-such-distribution", "PyTest")),))
+    assert fresh_lookup.find() is None and "flash_attn.cute" in imported
+    assert "flash_attn_2_cuda" in fresh_lookup.broken()
 
 
 def test_fa3_absent_is_quiet(fresh_lookup, monkeypatch):

@@ -154,19 +154,31 @@ def _capture_beside_worker(graph, pool, stream, fn) -> None:
     render worker those wait for every kernel it has queued (up to a whole song's NAR solve, seconds; measured on
     an H200 with `bench/overlap_split.py`: the AR batch decode fell to 0.40 of its rate beside a render). The
     stream's earlier work is ordered before by the caller (`stream.wait_stream`), as for `torch.cuda.graph`. Used by
-    the AR decoder beside the render worker and by the worker's NAR captures (`nar.ChunkRenderer._capture`). An
-    error inside fn() is the one raised (ending the broken capture may raise another, which would hide it)."""
-    with CAPTURE_LOCK, torch.cuda.stream(stream):
-        graph.capture_begin(*((pool,) if pool is not None else ()), capture_error_mode="thread_local")
-        try:
-            fn()
-        except BaseException:
+    the AR decoder beside the render worker and by the worker's NAR captures (`nar.ChunkRenderer._capture`)."""
+    capture_on_stream(graph, pool, stream, fn, "thread_local")
+
+
+def capture_on_stream(graph, pool, stream, fn, mode: str, settle: bool = False) -> None:
+    """Capture fn() into `graph` on `stream` in capture_error_mode `mode`, under CAPTURE_LOCK. `settle`: first what
+    `torch.cuda.graph` does on entry, a device-wide synchronize and `empty_cache()` (alone on the GPU: returns the
+    pools of graphs freed before). Unlike `torch.cuda.graph`, an error inside fn() is the one raised — ending a
+    broken capture raises "operation failed due to a previous error during capture", which would hide it — and the
+    current stream is restored whatever fails."""
+    with CAPTURE_LOCK:
+        if settle:
+            torch.cuda.synchronize(stream.device)
+            torch.cuda.empty_cache()
+        with torch.cuda.stream(stream):
+            graph.capture_begin(*((pool,) if pool is not None else ()), capture_error_mode=mode)
             try:
-                graph.capture_end()
-            except Exception:  # "operation failed due to a previous error during capture": the first error says why
-                pass
-            raise
-        graph.capture_end()
+                fn()
+            except BaseException:
+                try:
+                    graph.capture_end()
+                except Exception:  # the capture's follow-up error: the first one says why
+                    pass
+                raise
+            graph.capture_end()
 
 
 @contextlib.contextmanager

@@ -25,15 +25,15 @@ import torch
 @dataclass(frozen=True)
 class Interface:
     """One FlashAttention package: the module holding `flash_attn_func`, the name to install, the compute-capability
-    majors it has kernels for, the dtypes its build takes, the largest head size, and the distribution that must be
-    installed before the module is imported (flash-attn-4 lives in flash-attn 2's `flash_attn` package: importing
+    majors it has kernels for, the dtypes its build takes, the largest head size, and the distributions one of which
+    must be installed before the module is imported (flash-attn-4 lives in flash-attn 2's `flash_attn` package: importing
     `flash_attn.cute` would otherwise run flash-attn 2's `__init__` and blame its failures on flash-attn-4)."""
     module: str
     package: str
     majors: tuple[int, ...]
     dtypes: tuple[torch.dtype, ...]
     max_head: int
-    distribution: str | None = None
+    distributions: tuple[str, ...] = ()  # any one of them installed (empty: no check)
 
 
 INTERFACES = (
@@ -42,7 +42,9 @@ INTERFACES = (
     # the fa3-fwd wheel is built without fp16 kernels (its fa3_fwd_config.py: FLASHATTENTION_DISABLE_FP16)
     Interface("fa3_fwd_interface", "fa3-fwd", (9,), (torch.bfloat16,), 256),
     # flash-attn-4 asserts head sizes <= 128 on some GPUs (sm100); 128 is the model's
-    Interface("flash_attn.cute", "flash-attn-4", (9, 10), (torch.bfloat16, torch.float16), 128, "flash-attn-4"),
+    # (older source builds of flash_attn/cute were distributed as flash-attn-cute)
+    Interface("flash_attn.cute", "flash-attn-4", (9, 10), (torch.bfloat16, torch.float16), 128,
+              ("flash-attn-4", "flash-attn-cute")),
 )
 
 _FOUND: list = []  # [(Interface, flash_attn_func) | None] once looked up
@@ -56,12 +58,9 @@ def find() -> tuple[Interface, Callable] | None:
     if not _FOUND:
         hit = None
         for it in INTERFACES:
-            if it.distribution is not None:
-                try:
-                    importlib.metadata.distribution(it.distribution)
-                except importlib.metadata.PackageNotFoundError:
-                    _WHY_NOT[it.module] = f"{it.distribution} is not installed"
-                    continue
+            if it.distributions and not any(_installed(d) for d in it.distributions):
+                _WHY_NOT[it.module] = f"{' / '.join(it.distributions)} not installed"
+                continue
             try:
                 fn = importlib.import_module(it.module).flash_attn_func
             except Exception as exc:  # not installed, or built for another torch/CUDA (undefined symbol, …)
@@ -77,6 +76,14 @@ def find() -> tuple[Interface, Callable] | None:
             break
         _FOUND.append(hit)
     return _FOUND[0]
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def why_not() -> str:
