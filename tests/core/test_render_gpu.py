@@ -73,11 +73,11 @@ def test_graph_velocity_single_calls_equal(engine):
 def test_capture_failure_falls_back_with_one_warning(engine, monkeypatch):
     monkeypatch.setattr(N, "_GRAPH_FAILED", {})
 
-    class Broken:
-        def __init__(self, *a, **k):
+    class Broken:  # a graph whose capture is refused (the renderer captures with capture_begin/capture_end)
+        def capture_begin(self, *a, **k):
             raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(torch.cuda, "graph", Broken)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Broken)
     noise = N.song_noise(FRAMES, 4)
     ref = N.solve(_renderer(engine, graph=False), noise, 3)
     with pytest.warns(UserWarning, match="CUDA graph of the NAR velocity unavailable") as caught:
