@@ -12,7 +12,6 @@ Module tree = checkpoint keys under `model.diffusion_model.`: `model.layers.{i}.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Callable
 
@@ -107,18 +106,18 @@ def attention_backend(device: torch.device | str | None = None, dtype: torch.dty
     name = choice("YUE2_NAR_ATTN", ("auto",) + UNMASKED_BACKENDS, "auto")
     if name != "auto":
         return name
-    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available() \
-            and torch.version.hip is None:
-        from .fast import flash_attn
-        if torch.cuda.get_device_capability(torch.device(device))[0] == 9:
-            if flash_attn.find() is not None:
-                if flash_attn.unusable_for(device, dtype or torch.bfloat16, head_dim or 128) is None:
-                    return "fa3"
-            elif flash_attn.broken() and not _FA3_WARNED:  # installed for speed, but it cannot load: say so once
-                _FA3_WARNED.append(1)
-                import warnings
-                warnings.warn(f"FlashAttention-3 is installed but does not import ({flash_attn.broken()}); the NAR "
-                              "uses PyTorch's attention (reinstall it for this torch/CUDA, or set YUE2_NAR_ATTN=gqa)")
+    hopper = (device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available()
+              and torch.version.hip is None and torch.cuda.get_device_capability(torch.device(device))[0] == 9)
+    if not hopper:  # where FlashAttention-3 was measured faster
+        return "gqa"
+    from .fast import flash_attn
+    if flash_attn.unusable_for(device, dtype or torch.bfloat16, head_dim or 128) is None:
+        return "fa3"
+    if flash_attn.find() is None and flash_attn.broken() and not _FA3_WARNED:  # installed, but it cannot load
+        _FA3_WARNED.append(1)
+        import warnings
+        warnings.warn(f"FlashAttention-3 is installed but does not import ({flash_attn.broken()}); the NAR uses "
+                      "PyTorch's attention (reinstall it for this torch/CUDA, or set YUE2_NAR_ATTN=gqa)")
     return "gqa"
 
 
@@ -265,15 +264,14 @@ class ChunkRenderer:
         self._g_state = torch.empty_like(state, memory_format=torch.contiguous_format)
         self._g_raw = torch.zeros((), dtype=nar.dtype, device=nar.device)
         graph = torch.cuda.CUDAGraph()
-        lock = getattr(fd, "CAPTURE_LOCK", None) or contextlib.nullcontext()
         stream, current = self._stream(), torch.cuda.current_stream(nar.device)
 
         def evaluation():
             self._g_out = self._velocity(self._g_state, self._g_raw)
 
-        with lock:
+        with fd.CAPTURE_LOCK:  # _CONCURRENT read and the capture together
             stream.wait_stream(current)
-            if getattr(fd, "_CONCURRENT", [0])[0]:
+            if fd._CONCURRENT[0]:
                 fd._capture_beside_worker(graph, None, stream, evaluation)
             else:
                 fd.capture_on_stream(graph, None, stream, evaluation, "global", settle=True)
