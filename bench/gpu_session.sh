@@ -16,6 +16,9 @@
 #                                      # decode-step profile with it (on an H200 the table lost in the graph)
 #   bash bench/gpu_session.sh split    # bench/overlap_split.py: AR batch decode beside the render, streams vs green
 #                                      # contexts of K SMs (~3 min; cuda-bindings from .gpuwheels)
+#   bash bench/gpu_session.sh layer    # the one-launch decoder layer in CUDA (YUE2_LAYER_KERNEL=cuda) vs the per-kernel
+#                                      # step: tiny-model agreement, speed with in-kernel phase times, and the floor of
+#                                      # barrier-separated phases (bench/stream_floor.py); ~4 min
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
@@ -55,7 +58,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|layer|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -105,6 +108,11 @@ for part in "$@"; do
       "$PY" bench/overlap_split.py ${SPLIT_ARGS:-} 2>&1 | tee "$OUT/overlap_split.log" ;;
     nar)
       "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
+    layer)
+      "$PY" bench/layer_kernel.py --tiny 2>&1 | tee "$OUT/layer_tiny.log"
+      "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda --phase-times --json "$OUT/layer.json" \
+        2>&1 | tee "$OUT/layer_kernel.log"
+      "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log" ;;
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;
@@ -122,6 +130,6 @@ for part in "$@"; do
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|parts|next|lora|batch|split|nar|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|parts|next|lora|batch|split|nar|layer|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done

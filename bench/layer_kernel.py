@@ -3,7 +3,7 @@ in the same process on full-size synthetic weights (CUDA): correctness (first-st
 and speed (CUDA-graph replay per step, and a whole decode phase through `PhaseDecoder.run`).
 
     python bench/layer_kernel.py [--workdir /tmp/yue2bench] [--fmts int8,bf16] [--rows 1,2] [--prompt 2200]
-        [--modes off,grid,phased] [--json OUT.json] [--diag] [--sweep] [--tiles JSON;JSON] [--phase-tiles JSON;JSON]
+        [--modes off,grid,phased,cuda] [--json OUT.json] [--diag] [--sweep] [--tiles JSON;JSON] [--phase-tiles JSON;JSON]
 
 --diag: layer 0 alone against PyTorch modules, eager steps against "off" and the unfused torch step, phase times;
 --sweep: each product phase alone over a few tilings (4 and 8 warps), then the grid mode with the fastest.
@@ -53,9 +53,17 @@ def replay_time(graph, n: int, warm: int = 1) -> float:
     return (time.perf_counter() - t) / n
 
 
+STAMPS = ("qkv", "bar0", "attn", "bar1", "o", "bar2", "gate_up", "bar3", "down")
+
+
+def cuda_switches(mode: str) -> str:
+    """The YUE2_LAYER_KERNEL value of a bench mode ("cuda:…" variants are "cuda")."""
+    return mode.split(":")[0]
+
+
 def replay_ms(ar, rows, prompt, mode, n=200):
     s = Sampling(min_tokens=512, max_tokens=512)
-    dec = decoder(ar, rows, prompt, s, mode)
+    dec = decoder(ar, rows, prompt, s, cuda_switches(mode))
     with torch.inference_mode():
         dec._allocate()
         dec._prefill()
@@ -66,12 +74,25 @@ def replay_ms(ar, rows, prompt, mode, n=200):
         ms = replay_time(graph, n, warm=10) * 1e3
         if dec.layer_kernel is not None:
             dec.layer_kernel.check()
+            if getattr(dec.layer_kernel, "timing", 0):  # block 0's clock: µs per layer between the stamps
+                t = dec.layer_kernel.tim.view(-1, 16).double()
+                dt = (t[:, 1:10] - t[:, :9]).mean(0) / 1e3
+                gaps = (t[1:, 0] - t[:-1, 9]).mean() / 1e3
+                print(f"  {mode} rows {rows} phase µs/layer (block 0): " + ", ".join(
+                    f"{k} {v:.2f}" for k, v in zip(STAMPS, dt.tolist())) + f"; launch gap {gaps:.2f}; "
+                      f"layer {((t[:, 9] - t[:, 0]).mean() / 1e3):.2f}")
+                sub = torch.stack([t[:, 10] - t[:, 2], t[:, 11] - t[:, 10], t[:, 12] - t[:, 11],
+                                   t[:, 13] - t[:, 12], t[:, 14] - t[:, 13]], 1).mean(0) / 1e3
+                print(f"  {mode} rows {rows} attention item of block 0 (µs): " + ", ".join(
+                    f"{k} {v:.2f}" for k, v in zip(("rope+new k/v", "flash loop", "partials", "fence+count",
+                                                      "merge"), sub.tolist()))
+                      + f"; block 0 merged in {int(t[:, 15].sum())} of {t.shape[0]} layers")
         return ms, first, dec.layer_mode, dec.layer_reason
 
 
 def greedy(ar, rows, prompt, mode, n=256):
     s = Sampling(temperature=0.0, min_tokens=n, max_tokens=n)
-    dec = decoder(ar, rows, prompt, s, mode)
+    dec = decoder(ar, rows, prompt, s, cuda_switches(mode))
     res = dec.run()
     return res[0].tokens, res[0].timing["decode_tokens_per_second"]
 
@@ -257,6 +278,65 @@ def sweep(ar, prompt, warps=(4, 8)) -> dict:
     return totals[w][1]
 
 
+def tiny_check(workdir: str, prompt: int = 300, n: int = 128):
+    """Tiny synthetic model (bf16, int8), sharpened head as the GPU tests: greedy agreement of the per-kernel step
+    ("off"), each layer kernel and the portable (unfused, eager) loop with one another, two rows; and per-step
+    logits errors of eager steps with the same fed tokens."""
+    from yue2_core.pipeline import YuE2Engine
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    agree = lambda a, b: next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    for fmt in ("bf16", "int8"):
+        path = os.path.join(workdir, f"yue2_tiny_{fmt}.safetensors")
+        if not os.path.exists(path):
+            write_synthetic_checkpoint(path, profile="tiny", fmt=fmt, seed=0)
+        eng = YuE2Engine.load(path, device="cuda", parts=("ar",))
+        eng.wait_warm_up()
+        head = eng.ar.model.lm_head
+        (head.weight_scale if head.weight.dtype == torch.int8 else head.weight).data.mul_(40.0)
+        rows = [ids(prompt, 1), ids(prompt - 3, 2)]
+        s = Sampling(temperature=0.0, min_tokens=n, max_tokens=n)
+        streams = {}
+        for mode in ("off", "grid", "cuda", "portable"):
+            os.environ["YUE2_LAYER_KERNEL"] = "off" if mode == "portable" else mode
+            dec = fd.PhaseDecoder(eng.ar, rows, s, [1, 2], "semantic",
+                                  **({"fused": False, "use_graph": False} if mode == "portable" else {}))
+            res = dec.run()
+            streams[mode] = [r.tokens for r in res]
+            print(f"  tiny {fmt} {mode}: ran {res[0].timing.get('layer_kernel')} "
+                  f"{res[0].timing.get('layer_kernel_off_reason', '')}")
+        names = list(streams)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                print(f"  tiny {fmt} greedy agreement {a} vs {b}: "
+                      f"{[agree(x, y) for x, y in zip(streams[a], streams[b])]} of {n}")
+        s2 = Sampling(temperature=0.0, min_tokens=64, max_tokens=64)
+        decs = {}
+        for mode in ("off", "cuda"):
+            os.environ["YUE2_LAYER_KERNEL"] = mode
+            decs[mode] = fd.PhaseDecoder(eng.ar, rows, s2, [1, 2], "semantic")
+        c = fd.PhaseDecoder(eng.ar, rows, s2, [1, 2], "semantic", fused=False)
+        with torch.inference_mode():
+            for d in (*decs.values(), c):
+                d._allocate()
+                d._prefill()
+            errs = []
+            for step in range(24):
+                tok = 151853 + (7 * step) % 900
+                for d in decs.values():
+                    d.tokens.fill_(tok)
+                    d._forward_fused(min(d.capacity, -(-(prompt + 64) // fd.BUCKET) * fd.BUCKET))
+                    d.pos.add_(1)
+                c.tokens.fill_(tok)
+                c._forward(c.capacity)
+                c.pos.add_(1)
+                ref = c.logits.float()
+                e = {m: ((d.logits.float() - ref).norm() / ref.norm()).item() for m, d in decs.items()}
+                errs.append(f"{e['off']:.1e}/{e['cuda']:.1e}")
+            print(f"  tiny {fmt} eager steps, logits rel. error vs portable (off/cuda): {' '.join(errs)}")
+        del eng
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", default="/tmp/yue2bench")
@@ -269,7 +349,16 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="tune each product phase alone, then time grid with the best")
     ap.add_argument("--phase-tiles", default="{}", help="';'-separated tiles to time phase by phase (phased)")
     ap.add_argument("--tiles", default="", help="';'-separated YUE2_LAYER_TILES JSON objects to time (grid mode)")
+    ap.add_argument("--tiny", action="store_true", help="only the tiny-model agreement check (tiny_check)")
+    ap.add_argument("--phase-times", action="store_true", help="CUDA kernel: block 0's µs per phase")
     a = ap.parse_args()
+    if a.phase_times:
+        from yue2_core.fast import persistent
+        persistent.CUDA_TIMING = 1
+    if a.tiny:
+        os.makedirs(a.workdir, exist_ok=True)
+        tiny_check(a.workdir)
+        return
     from yue2_core.pipeline import YuE2Engine
     from yue2_core.weights.synthetic import write_synthetic_checkpoint
     os.makedirs(a.workdir, exist_ok=True)
@@ -287,13 +376,14 @@ def main():
         eng = YuE2Engine.load(path, device="cuda", parts=("ar",))
         if hasattr(eng, "wait_warm_up"):
             eng.wait_warm_up()
+        checked = [m for m in a.modes.split(",") if m != "off"]
         if a.diag:
-            for mode in ("phased", "grid"):
+            for mode in checked:
                 try:
                     phase_check(eng.ar, a.prompt, mode)
                 except Exception as exc:
                     print(f"  phase check {mode} failed: {type(exc).__name__}: {str(exc)[:400]}")
-            for mode in ("phased", "grid"):
+            for mode in checked:
                 try:
                     diag(eng.ar, 1, a.prompt, mode)
                 except Exception as exc:
@@ -328,7 +418,7 @@ def main():
                 same = next((i for i, (x, y) in enumerate(zip(toks, base[2])) if x != y), len(toks))
                 tok_s = 1e3 / ms
                 print(f"{fmt:5} {rows:>4} {mode:12} {ms:8.3f} {tok_s:7.0f} {base[0] / ms:7.2f} {same:>8} "
-                      f"{rel:9.2e} {run_rate:9.0f}" + ("" if used == mode else f"  (ran {used}: {why})"))
+                      f"{rel:9.2e} {run_rate:9.0f}" + ("" if used == mode.split(":")[0] else f"  (ran {used}: {why})"))
                 rows_out.append(dict(fmt=fmt, rows=rows, mode=mode, ran=used, reason=why, ms_per_step=ms,
                                      tok_s=tok_s, vs_off=base[0] / ms, greedy_equal=same, logits_rel=rel,
                                      run_tok_s=run_rate))

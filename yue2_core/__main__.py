@@ -218,7 +218,7 @@ def _check_switches() -> None:
     choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),
                "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS, "YUE2_LORA_INT8": ("side", "bf16"),
-               "YUE2_LAYER_KERNEL": ("off", "grid", "phased")}
+               "YUE2_LAYER_KERNEL": ("off", "grid", "phased", "cuda")}
     for name in flags:
         flag(name, True)
     from .warmup_jobs import PROCS_SWITCH, procs

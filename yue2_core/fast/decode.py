@@ -431,7 +431,7 @@ class PhaseDecoder:
         if self.layer_mode != "off":
             self.layer_reason = ("a shared prefix" if self.shared else
                                  "continuous batching" if not self._layer_ok else
-                                 persistent.unsupported(ar, self.R, self.dtype))
+                                 persistent.unsupported(ar, self.R, self.dtype, self.layer_mode))
             if self.layer_reason is not None:
                 self.layer_mode = "off"
 
@@ -477,7 +477,14 @@ class PhaseDecoder:
                               if merge == "split" and self.attn_kernel and torch.version.hip is None else None)
         if self.layer_mode != "off":
             from .persistent import LayerKernel
-            self.layer_kernel = LayerKernel(self.ar, self.R, self.k, self.v, self.layer_mode)
+            try:
+                self.layer_kernel = LayerKernel(self.ar, self.R, self.k, self.v, self.layer_mode)
+            except (torch.cuda.OutOfMemoryError, MemoryError):
+                raise
+            except Exception as exc:  # the CUDA kernel's compile or residency: the per-kernel step
+                self.layer_mode, self.layer_reason = "off", brief(exc)
+                warnings.warn(f"one-launch decoder layers unavailable ({self.layer_reason}); running the "
+                              "per-kernel fused step")
 
     # the one-launch layer kernel's default mode, and whether this decoder may use it (`fast.refill` may not)
     _layer_default, _layer_ok = "off", True

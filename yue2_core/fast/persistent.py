@@ -10,8 +10,11 @@ the ConvRot rotations are recomputed by every program instead of launched; SiLU�
 
 Modes (YUE2_LAYER_KERNEL): "grid" (one launch a layer, barriers), "phased" (the same kernel, one launch per phase:
 the CPU interpreter's mode — it runs programs one after another, so a barrier would never open — and a check of the
-grid mode's arithmetic), "off". Same arithmetic and rounding points as the fused step's kernels; only summation
-order differs (each product sums its whole K in one program instead of split-K partial sums).
+grid mode's arithmetic), "cuda" (the same phases and buffers in CUDA C++, `_layer_cuda.cu`, compiled by NVRTC at
+first use: products on the tensor cores, 16 warps a multiprocessor, bf16 decoders only), "off". Same arithmetic and
+rounding points as the fused step's kernels; only summation order differs (each product sums its whole K in one
+program instead of split-K partial sums). All are slower than the per-kernel step on an H200
+(docs/experiments/layer_kernel_h200_2026-12-04.log, layer_kernel_cuda_h200_2026-12-04.log).
 """
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ import torch
 from ..switches import choice
 
 PHASES = 5
-MODES = ("grid", "phased", "off")
+MODES = ("grid", "phased", "cuda", "off")
+# the CUDA kernel's measurement switch (bench/layer_kernel.py --phase-times): block 0's clock stamps at 15 points of
+# every layer (`LayerKernel.tim`); read when a LayerKernel is made
+CUDA_TIMING = 0
 
 
 @functools.lru_cache(maxsize=1)
@@ -36,18 +42,33 @@ def _kernel():
 
 
 def mode(default: str = "off") -> str:
-    """YUE2_LAYER_KERNEL, validated ("grid", "phased" or "off"; RequestError otherwise)."""
+    """YUE2_LAYER_KERNEL, validated ("grid", "phased", "cuda" or "off"; RequestError otherwise)."""
     return choice("YUE2_LAYER_KERNEL", MODES, default)
 
 
-def unsupported(ar, rows: int, dtype: torch.dtype) -> str | None:
+def unsupported(ar, rows: int, dtype: torch.dtype, how: str = "grid") -> str | None:
     """Why the layer kernel cannot run this model's decode step for `rows` rows, or None when it can: Qwen3 shapes
     with heads·head_dim = hidden, hidden a power-of-two multiple of 256, ffn a multiple of 256, 2–16 query heads per kv head (power of two; int8:
     G·head_dim = 256), ≤ 4 rows, fp16/bf16, every layer linear of one kind (bf16, or int8 ConvRot with 256-wide
-    groups and no LoRA side delta)."""
+    groups and no LoRA side delta). how="cuda" also: bf16 only, head_dim 128, ≤ 8 query heads per kv head."""
     from ..weights.quant import ConvRotLinear
     d = ar.dims
-    if _kernel() is None:
+    if how == "cuda":
+        if dtype != torch.bfloat16:
+            return f"dtype {dtype} (the CUDA layer kernel takes bf16)"
+        if d.head_dim != 128 or d.heads // max(1, d.kv_heads) > 8:
+            return f"dims {d} (the CUDA layer kernel takes head_dim 128, ≤ 8 query heads per kv head)"
+        for layer in ar.model.layers:  # the kernel reads the norms as bf16, the ConvRot scales as fp32, rows packed
+            norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
+                     layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight)
+            if any(w.dtype != torch.bfloat16 for w in norms):
+                return "norm weights that are not bf16 (the CUDA layer kernel reads bf16)"
+            for mod in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
+                        layer.mlp.down_proj):
+                scale = getattr(mod, "weight_scale", None)
+                if not mod.weight.is_contiguous() or (scale is not None and scale.dtype != torch.float32):
+                    return "a layer linear with strided weights or non-fp32 scales"
+    elif _kernel() is None:
         return "Triton is not available"
     if not 1 <= rows <= 4:
         return f"{rows} rows (1–4)"
@@ -145,6 +166,14 @@ def occupancy(compiled, warps: int) -> int:
     return max(0, min(by_regs, by_smem, 2048 // (32 * warps), 32))
 
 
+class _PowerOfTwo:
+    """`triton.next_power_of_2` for the CUDA mode, which needs no Triton."""
+
+    @staticmethod
+    def next_power_of_2(n: int) -> int:
+        return 1 << max(0, int(n) - 1).bit_length()
+
+
 class LayerKernel:
     """The decode step's layers for one `PhaseDecoder` (its R ≤ 4 rows, K/V caches, dtype): `__call__(x, cos, sin, pos,
     attn_len)` runs every layer and returns (x, delta) — the residual stream after the last layer's attention
@@ -153,14 +182,21 @@ class LayerKernel:
     (`check`)."""
 
     def __init__(self, ar, rows: int, k_cache: list, v_cache: list, how: str, programs: int | None = None):
-        triton, self.kern = _kernel()
+        self.cu = None
+        if how == "cuda":
+            from ._layer_cuda import compile_layer
+            triton, self.kern = _PowerOfTwo, None
+            int8 = ar.model.layers[0].self_attn.qkv_proj.weight.dtype == torch.int8
+            self.cu = compile_layer(rows, ar.dims, int8, k_cache[0].device)  # RuntimeError: why not
+        else:
+            triton, self.kern = _kernel()
         self.t = tiles()
         d, dev, dt = ar.dims, k_cache[0].device, k_cache[0].dtype
         self.ar, self.d, self.R, self.k, self.v, self.how = ar, d, rows, k_cache, v_cache, how
         self.interpreted = os.environ.get("TRITON_INTERPRET") == "1"
         if programs is None:
-            programs = (torch.cuda.get_device_properties(dev).multi_processor_count * self.t["per_sm"]
-                        if dev.type == "cuda" else 8)
+            programs = (torch.cuda.get_device_properties(dev).multi_processor_count
+                        * (1 if self.cu is not None else self.t["per_sm"]) if dev.type == "cuda" else 8)
         self.np = programs
         self.layers = [(layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
                         layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight,
@@ -200,6 +236,20 @@ class LayerKernel:
         self.only = None
         self.proven = False  # set by the decoder after a first call that ran (it falls back when that one fails)
         self.resident = None if how == "grid" and dev.type == "cuda" and not self.interpreted else -1
+        if self.cu is not None:
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count
+            self.n_regs, self.shared, self.resident = self.cu.regs, self.cu.smem, self.cu.resident
+            # block 0's clock at 15 points of each layer, 16 a layer (bench/layer_kernel.py --phase-times)
+            self.tim = torch.zeros(len(self.layers) * 16, dtype=torch.int64, device=dev)
+            self.timing = CUDA_TIMING
+            from ._layer_cuda import sums_problem
+            why = sums_problem(rows, d, self.np)
+            if why:
+                raise RuntimeError(f"the CUDA layer kernel cannot run here: {why}")
+            if self.cu.resident >= 0 and self.cu.resident * sms < self.np:
+                raise RuntimeError(f"the CUDA layer kernel needs {self.np} resident blocks; this GPU holds "
+                                   f"{self.cu.resident} per multiprocessor × {sms} ({self.cu.regs} registers, "
+                                   f"{self.cu.smem} B shared memory a block)")
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor, attn_len: int):
         """x [R, hidden] (the embedded tokens), cos/sin [R, head_dim/2] fp32, pos [R] int64; every row attends to
@@ -209,6 +259,8 @@ class LayerKernel:
         chunk = max(bl, -(-(-(-attn_len // self.splits)) // bl) * bl)
         scale = 1.0 / (d.head_dim ** 0.5)
         x = x.reshape(self.R, d.hidden)
+        if self.cu is not None:
+            return self._call_cuda(x, cos, sin, pos, attn_len, chunk, scale)
         phases = [(0, PHASES - 1)] if self.how == "grid" else [(p, p) for p in range(PHASES)]
         if self.only is not None:  # benchmarks: one phase alone
             phases = [(self.only, self.only)]
@@ -234,6 +286,22 @@ class LayerKernel:
                 if self.how == "grid" and self.resident is None:
                     self._check_resident(args, kw)
                 self.kern[(self.np,)](*args, **kw)
+        return self.x, self.delta
+
+    def _call_cuda(self, x, cos, sin, pos, attn_len, chunk, scale):
+        d = self.d
+        cos, sin = cos.contiguous(), sin.contiguous()
+        for i, w in enumerate(self.layers):
+            ln1, ln2, qn, kn, wqkv, sqkv, wo, so, wgu, sgu, wd, sd = w
+            first = i == 0
+            xin = x if first else self.x
+            xm = xin if first else self.xm
+            self.cu.launch([xin, self.delta, xm, self.x, ln1, ln2, qn, kn, wqkv, sqkv, wo, so, wgu, sgu, wd, sd,
+                            cos, sin, pos, self.k[i], self.v[i], int(self.k[i].stride(0)), int(self.k[i].stride(1)),
+                            self.qkv, self.m, self.l, self.o, self.cnt, self.att, self.ob, self.act, self.delta,
+                            self.bars[i % 2], self.bars[(i + 1) % 2], self.err, 0 if first else 1, float(d.eps),
+                            float(scale), int(chunk), int(self.splits), int(attn_len), self.tim, int(self.timing),
+                            i], self.np)
         return self.x, self.delta
 
     def _check_resident(self, args, kw) -> None:

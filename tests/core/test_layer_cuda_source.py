@@ -1,0 +1,71 @@
+"""The CUDA C++ layer kernel (`fast/_layer_cuda.cu`, YUE2_LAYER_KERNEL=cuda; experimental, off by default) without a
+GPU: its source compiles with NVRTC (the runtime compiler PyTorch's CUDA wheels ship) for Hopper at the release's and
+the tiny model's dims, within one block per multiprocessor's registers and without spills; its shared memory and tile
+sums fit; the Python side refuses what it cannot run. Its numerics are GPU tests (tests/core/test_cuda_fast.py)."""
+import pytest
+import torch
+
+from yue2_core.fast import _layer_cuda as lc
+from yue2_core.layers import ModelDims
+
+FULL = ModelDims(hidden=2048, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=6144, vocab=184704, latent_dim=64,
+                 time_freq=256, pe_rows=24576, rope_theta=1e6, eps=1e-6)
+TINY = ModelDims(hidden=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512, vocab=184704, latent_dim=64,
+                 time_freq=256, pe_rows=24576, rope_theta=1e6, eps=1e-6)
+
+
+def _nvrtc():
+    """PyTorch's NVRTC library, or a skip naming why (a CPU-only PyTorch build ships none)."""
+    try:
+        from torch.cuda._utils import _get_gpu_rtc_library
+        return _get_gpu_rtc_library()
+    except Exception as exc:  # noqa: BLE001 - any loader failure means: no NVRTC here
+        pytest.skip(f"no NVRTC in this PyTorch ({type(exc).__name__}: {exc})")
+
+
+@pytest.mark.parametrize("dims,rows,int8", [(FULL, 1, True), (FULL, 2, True), (FULL, 4, True), (FULL, 1, False),
+                                            (FULL, 2, False), (TINY, 2, True), (TINY, 3, False)])
+def test_source_compiles_for_hopper_without_spills(dims, rows, int8):
+    lib = _nvrtc()
+    with open(lc.SOURCE) as f:
+        src = f.read()
+    cubin, log = lc.nvrtc_compile(src, lc.defines(rows, dims, int8), "sm_90", lib=lib)
+    regs, spill = lc.registers(log)
+    assert cubin[:4] == b"\x7fELF"
+    # __launch_bounds__(512, 1): ≤ 128 registers a thread; a spill would put the products' weights on the stack
+    assert 0 < regs <= 128 and spill == 0, log
+
+
+def test_a_compile_error_names_the_macros():
+    lib = _nvrtc()
+    with open(lc.SOURCE) as f:
+        src = f.read()
+    bad = dict(lc.defines(1, FULL, True), HD=64)  # the attention's lanes hold 4 dims of a 128-wide head
+    with pytest.raises(RuntimeError, match="could not compile the layer kernel.*HD"):
+        lc.nvrtc_compile(src, bad, "sm_90", lib=lib)
+
+
+def test_shared_memory_and_tile_sums_fit():
+    for rows in (1, 2, 3, 4):
+        assert lc.shared_bytes(rows, FULL) <= 227 * 1024  # an H100/H200 block's opt-in maximum
+        assert lc.sums_problem(rows, FULL, 132) is None
+    assert lc.shared_bytes(2, FULL) > lc.shared_bytes(1, FULL)
+    why = lc.sums_problem(4, FULL, 8)  # 8 blocks: 48 gate/up tiles a block
+    assert why is not None and "8 blocks" in why
+
+
+def test_ptxas_log_parsing():
+    assert lc.registers("ptxas info : Used 97 registers, used 1 barriers\n 8 bytes spill stores") == (97, 8)
+    assert lc.registers("nothing") == (-1, -1)
+
+
+def test_cuda_mode_refuses_what_it_cannot_run(tiny_paths):
+    from yue2_core.fast import persistent
+    from yue2_core.pipeline import YuE2Engine
+    eng = YuE2Engine.load(tiny_paths["bf16"], device="cpu", parts=("ar",))
+    why = persistent.unsupported(eng.ar, 2, torch.float16, "cuda")
+    assert why is not None and "bf16" in why
+    assert persistent.unsupported(eng.ar, 2, torch.bfloat16, "cuda") is None
+    with pytest.raises(RuntimeError, match="NVIDIA GPU"):
+        lc.compile_layer(2, eng.ar.dims, False, torch.device("cpu"))
+    assert "cuda" in persistent.MODES
