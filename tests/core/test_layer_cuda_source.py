@@ -25,15 +25,17 @@ def _nvrtc():
 
 @pytest.mark.parametrize("dims,rows,int8", [(FULL, 1, True), (FULL, 2, True), (FULL, 4, True), (FULL, 1, False),
                                             (FULL, 2, False), (TINY, 2, True), (TINY, 3, False)])
-def test_source_compiles_for_hopper_without_spills(dims, rows, int8):
+def test_source_compiles_for_hopper_within_registers(dims, rows, int8):
     lib = _nvrtc()
     with open(lc.SOURCE) as f:
         src = f.read()
     cubin, log = lc.nvrtc_compile(src, lc.defines(rows, dims, int8), "sm_90", lib=lib)
     regs, spill = lc.registers(log)
     assert cubin[:4] == b"\x7fELF"
-    # __launch_bounds__(512, 1): ≤ 128 registers a thread; a spill would put the products' weights on the stack
-    assert 0 < regs <= 128 and spill == 0, log
+    # __launch_bounds__(512, 1): ≤ 128 registers a thread; the release's dims must not spill at all (the products'
+    # weights would go to the stack), other dims within what the decoder accepts (persistent.SPILL_LIMIT)
+    from yue2_core.fast.persistent import SPILL_LIMIT
+    assert 0 < regs <= 128 and 0 <= spill <= (0 if dims is FULL else SPILL_LIMIT), log
 
 
 def test_a_compile_error_names_the_macros():

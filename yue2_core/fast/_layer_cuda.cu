@@ -26,7 +26,7 @@
 #define NW (NT / 32)
 #define XS (HID > FF ? HID : FF)
 #define SPIN_LIMIT (1 << 22)
-#define SB 1  // cache position slots a lane reads at a time in the attention (4 positions a warp a slot)
+#define SB 1  // cache position slots a lane reads at a time in the attention (4 positions a warp a slot; 2 spill)
 #define ACC 4096  // floats of shared memory for a product phase's tile sums (fast/_layer_cuda.py checks the fit)
 
 typedef unsigned short bf16_t;
@@ -46,9 +46,9 @@ __device__ __forceinline__ bf16_t f2bf(float f) {  // round to nearest even (as 
 }
 __device__ __forceinline__ float rbf(float f) { return bf(f2bf(f)); }
 
-// loads of data other blocks wrote in this launch go past L1 (not coherent across blocks): __ldcg. They are plain
-// loads to the compiler (batched, unlike volatile asm), and __syncthreads (inside grid_sync) keeps them after the
-// barrier.
+// loads of data other blocks wrote in this launch go past L1 (not coherent across blocks): __ldcg, after the barrier
+// (grid_sync ends in __syncthreads). Loaded 16 bytes at a time where they are rows: one round trip for a row, not one
+// per element (volatile asm scalar loads in a loop cost 12 L2 round trips a thread for the act rows).
 __device__ __forceinline__ float ldcg_bf(const bf16_t* p) { return bf(__ldcg(p)); }
 // weight loads: read-only for the whole launch, streamed once (no L1 allocation)
 __device__ __forceinline__ uint4 ldw(const uint4* p) {
@@ -170,7 +170,8 @@ __device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #endif
 }
-// the bits xs holds for one activation: f16 (int8 decoders) or bf16
+// the bits xs holds for one activation: f16 of the bf16-rounded value (int8 decoders; exact for |v| in f16's normal
+// range 6.1e-5 … 65504 — an activation beyond 65504 would become Inf, one below loses low bits) or bf16
 __device__ __forceinline__ bf16_t xbits(float v) { return INT8 ? (bf16_t)f2h(rbf(v)) : f2bf(v); }
 
 // One item's weights: NC chunks × (row g, row g + 8) × 16 bytes a lane
@@ -253,7 +254,8 @@ struct Phase {
     return true;
   }
   // every item of this warp (i = warp, + NW, …), the next one's loads in flight during an mma; sums into
-  // red [slots][16][R_] (zeroed here), then epi(tile index, row in tile, half, r, sum) for every sum
+  // red [slots][16][R_] (zeroed here), then epi(tile index, row in tile, r, v) for every (tile, row, r) of this block,
+  // v pointing at the sum (gate/up: the up half's sum at v[16·R_])
   template <class Epi>
   __device__ __forceinline__ static void run(It& cur, bool have, const void* W, const bf16_t* xs, float* red, Epi epi) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -303,7 +305,7 @@ __device__ __forceinline__ void to_xs(float* tmp, bf16_t* xs, int len) {
   __syncthreads();
 }
 
-// rows of x (+ d) → bf16 RMSNorm · w (→ ·H for int8) into xs [R_, HID] (bf16 bits); xstore: the summed x
+// rows of x (+ d) → bf16 RMSNorm · w (→ ·H for int8) into xs [R_, HID] (xbits); xstore: the summed x
 // (block 0 only). The add_rmsnorm_kernel's rounding: x = bf16(x + d), r = bf16(1/√(mean x² + eps)),
 // y = bf16(bf16(x·r)·w). cg: x and d were written in this launch. 8 elements a thread at a time (16-byte loads).
 __device__ __forceinline__ void norm_rows(const bf16_t* x, const bf16_t* d, bool cg, const bf16_t* w, bf16_t* xstore,
@@ -405,7 +407,8 @@ struct KVBatch {
     v[u][0] = *reinterpret_cast<const uint4*>(vc + off);
     v[u][1] = *reinterpret_cast<const uint4*>(vc + off + 8);
   }
-  // the slots of batch b below `limit` (chunk positions)
+  // the slots of batch b below `limit` (chunk positions); the others keep stale bits, which the attention never
+  // adds (0 · Inf or NaN bits would be NaN: the masked slot's product is selected away)
   __device__ __forceinline__ void load(const bf16_t* kc, const bf16_t* vc, const AttItem& a, int b, int limit) {
 #pragma unroll
     for (int u = 0; u < SB; ++u) {
@@ -514,8 +517,9 @@ __device__ __forceinline__ void att_item(int it, const KVBatch* pre, const bf16_
           float vf[16];
           unpack8(kv.v[u][0], vf);
           unpack8(kv.v[u][1], vf + 8);
+          const bool live = KVBatch::pos_of(b, u) < a.hi;  // a masked slot's V registers hold stale bits
 #pragma unroll
-          for (int e = 0; e < 16; ++e) acc[h][e] = fmaf(pb, vf[e], acc[h][e]);
+          for (int e = 0; e < 16; ++e) acc[h][e] = live ? fmaf(pb, vf[e], acc[h][e]) : acc[h][e];
         }
         l[h] = l[h] * alpha + ps;
         m[h] = mn;

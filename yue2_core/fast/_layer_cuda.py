@@ -9,7 +9,6 @@ the decoder runs its per-kernel step (one warning).
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 
 import torch
@@ -108,14 +107,25 @@ class CompiledLayer:
         self.kernel(grid=(blocks, 1, 1), block=(THREADS, 1, 1), args=args, shared_mem=self.smem)
 
 
-@functools.lru_cache(maxsize=8)
+_BUILT: dict = {}  # (macros, device index) → CompiledLayer, or the RuntimeError it failed with (not retried)
+
+
 def _compiled(rows: int, dims, int8: bool, device_index: int) -> CompiledLayer:
-    return CompiledLayer(rows, dims, int8, torch.device("cuda", device_index))
+    key = (tuple(sorted(defines(rows, dims, int8).items())), device_index)
+    if key not in _BUILT:
+        try:
+            _BUILT[key] = CompiledLayer(rows, dims, int8, torch.device("cuda", device_index))
+        except (RuntimeError, OSError, AttributeError, TypeError) as exc:
+            _BUILT[key] = RuntimeError(f"the CUDA layer kernel could not be built: {type(exc).__name__}: {exc}")
+    if isinstance(_BUILT[key], Exception):
+        raise _BUILT[key]
+    return _BUILT[key]
 
 
 def compile_layer(rows: int, dims, int8: bool, device: torch.device) -> CompiledLayer:
-    """The compiled kernel for these rows/dims/format on `device` (cached per process). Raises RuntimeError naming
-    what is missing (no CUDA, a PyTorch without the NVRTC helpers, a compile error)."""
+    """The compiled kernel for these rows/dims/format on `device` (cached per process by its macros, failures too: a
+    failed build is not retried). Raises RuntimeError naming what is missing (no CUDA, a PyTorch without the NVRTC
+    helpers, a compile error)."""
     if device.type != "cuda" or torch.version.hip is not None:
         raise RuntimeError("the CUDA layer kernel needs an NVIDIA GPU")
     try:
@@ -125,7 +135,4 @@ def compile_layer(rows: int, dims, int8: bool, device: torch.device) -> Compiled
     except (ImportError, AttributeError) as exc:
         raise RuntimeError(f"this PyTorch ({torch.__version__}) lacks the NVRTC helpers the CUDA layer kernel uses "
                            f"({exc})") from None
-    try:
-        return _compiled(rows, dims, int8, device.index if device.index is not None else torch.cuda.current_device())
-    except (OSError, AttributeError, TypeError) as exc:
-        raise RuntimeError(f"the CUDA layer kernel could not be built: {type(exc).__name__}: {exc}") from None
+    return _compiled(rows, dims, int8, device.index if device.index is not None else torch.cuda.current_device())

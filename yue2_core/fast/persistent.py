@@ -30,6 +30,9 @@ MODES = ("grid", "phased", "cuda", "off")
 # the CUDA kernel's measurement switch (bench/layer_kernel.py --phase-times): block 0's clock stamps at 15 points of
 # every layer (`LayerKernel.tim`); read when a LayerKernel is made
 CUDA_TIMING = 0
+# register spill (bytes a thread) the CUDA kernel may have and still run: a few words stay in L1 (the tiny test
+# model's int8 build at 2 rows spills 4 B); beyond, the kernel is refused
+SPILL_LIMIT = 64
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,7 +51,7 @@ def mode(default: str = "off") -> str:
 
 def unsupported(ar, rows: int, dtype: torch.dtype, how: str = "grid") -> str | None:
     """Why the layer kernel cannot run this model's decode step for `rows` rows, or None when it can: Qwen3 shapes
-    with heads·head_dim = hidden, hidden a power-of-two multiple of 256, ffn a multiple of 256, 2–16 query heads per kv head (power of two; int8:
+    with heads·head_dim = hidden, hidden a power-of-two multiple of 256, ffn a multiple of 256, 1–16 query heads per kv head (power of two; int8:
     G·head_dim = 256), ≤ 4 rows, fp16/bf16, every layer linear of one kind (bf16, or int8 ConvRot with 256-wide
     groups and no LoRA side delta). how="cuda" also: bf16 only, head_dim 128, ≤ 8 query heads per kv head."""
     from ..weights.quant import ConvRotLinear
@@ -220,7 +223,7 @@ class LayerKernel:
         self.x = z(rows, d.hidden, dtype=dt)
         self.xm = z(rows, d.hidden, dtype=dt)
         self.delta = z(rows, d.hidden, dtype=dt)
-        self.scr = z(programs * self.scr_stride, dtype=dt)
+        self.scr = z(programs * self.scr_stride if self.cu is None else 1, dtype=dt)  # the CUDA kernel: shared memory
         self.qkv = z(rows, (d.heads + 2 * d.kv_heads) * d.head_dim, dtype=dt)
         self.m = z(rows, d.kv_heads, self.splits, g, dtype=torch.float32)
         self.l = torch.zeros_like(self.m)
@@ -244,6 +247,11 @@ class LayerKernel:
             self.timing = CUDA_TIMING
             from ._layer_cuda import sums_problem
             why = sums_problem(rows, d, self.np)
+            if self.cu.spill > SPILL_LIMIT:  # heavy spilling (e.g. 8 query heads a kv head): slower still
+                why = f"its compilation spills {self.cu.spill} B of registers for these dims ({self.cu.regs} used)"
+            tensors = [t for w in self.layers for t in w] + list(k_cache) + list(v_cache)
+            if any(t.data_ptr() % 16 for t in tensors):  # 16-byte loads; a misaligned one would end the context
+                why = "a weight or cache tensor not 16-byte aligned"
             if why:
                 raise RuntimeError(f"the CUDA layer kernel cannot run here: {why}")
             if self.cu.resident >= 0 and self.cu.resident * sms < self.np:
@@ -259,6 +267,9 @@ class LayerKernel:
         chunk = max(bl, -(-(-(-attn_len // self.splits)) // bl) * bl)
         scale = 1.0 / (d.head_dim ** 0.5)
         x = x.reshape(self.R, d.hidden)
+        # every layer counts in bars[i % 2] and zeroes the other parity's counters for the next layer; zeroed here as
+        # well, so a step starts from zero whatever the layer count's parity (one memset in the graph)
+        self.bars.zero_()
         if self.cu is not None:
             return self._call_cuda(x, cos, sin, pos, attn_len, chunk, scale)
         phases = [(0, PHASES - 1)] if self.how == "grid" else [(p, p) for p in range(PHASES)]
