@@ -44,13 +44,23 @@ MAX_TEXT_FILE = 1 << 20  # style, lyrics and score files: 1 MiB is ~40× what th
 
 
 def _utf16_kind(data: bytes) -> str | None:
-    """"UTF-16 LE" / "UTF-16 BE" when `data` is UTF-16 text: a UTF-16 byte-order mark, or NUL bytes interleaved with
-    the characters (ASCII text saved as UTF-16 without a mark: every other byte is 0). None otherwise."""
+    """"UTF-16 LE" / "UTF-16 BE" / "UTF-32 LE" / "UTF-32 BE" when `data` is such text: its byte-order mark, or NUL
+    bytes interleaved with the characters (ASCII text saved as UTF-32 without a mark: three bytes of 0 in every four;
+    as UTF-16: every other byte). None otherwise."""
+    if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        return "UTF-32 LE" if data[:4] == b"\xff\xfe\x00\x00" else "UTF-32 BE"
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return "UTF-16 LE" if data[:2] == b"\xff\xfe" else "UTF-16 BE"
     pairs = len(data) // 2
     if pairs < 1 or b"\x00" not in data:
         return None
+    quads = len(data) // 4
+    if quads >= 1:  # UTF-32: the code point's top byte is always 0, the next one for all of the BMP (most text)
+        zeros = [data[i:4 * quads:4].count(0) for i in range(4)]
+        if zeros[3] >= 0.95 * quads and zeros[2] >= 0.7 * quads:
+            return "UTF-32 LE"
+        if zeros[0] >= 0.95 * quads and zeros[1] >= 0.7 * quads:
+            return "UTF-32 BE"
     odd, even = data[1::2].count(0), data[0::2].count(0)
     if max(odd, even) >= max(2, 0.3 * pairs) and min(odd, even) <= max(odd, even) // 4:
         return "UTF-16 LE" if odd > even else "UTF-16 BE"
@@ -64,7 +74,7 @@ def read_text_file(path: str, what: str) -> tuple[str, list[str]]:
     mark and NUL characters are warned about, not changed.
 
     Raises YuE2Error before reading anything for a path that is not a regular file or is over MAX_TEXT_FILE bytes;
-    for UTF-16 text (with or without a byte-order mark — NUL-interleaved text is never taken as lyrics) and for bytes
+    for UTF-16 and UTF-32 text (with or without a byte-order mark — NUL-interleaved text is never taken as lyrics) and for bytes
     that are not UTF-8 (the offset and byte named), each with "save the file as UTF-8"."""
     p = Path(path)
     try:
@@ -131,7 +141,7 @@ def _check_device(device: str) -> None:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
         raise YuE2Error(f"--device {device!r} is not a device name; use auto, cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cpu" and dev.index not in (None, 0):
+    if dev.type == "cpu" and dev.index is not None:  # cpu:0 too: the safetensors reader refuses it later
         raise YuE2Error(f"--device {device}: the CPU has no numbered devices; use --device cpu")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
@@ -835,7 +845,27 @@ def _exit_on_next_interrupt() -> None:
         pass
 
 
-_DONE: dict = {}  # set by generate / render once the song is saved: a later Ctrl-C ends the command with 0
+_DONE: dict = {}  # set by generate / render once the song is saved: a later Ctrl-C ends the command with 0; "status":
+# the command's exit status once it returned
+
+
+def _exit_quietly_on_interrupt(status: int) -> None:
+    """Once a command has finished (its songs saved, its summary printed), a Ctrl-C while the interpreter shuts down
+    ends the process with that command's status at once — not 130, which wrappers read as cancelled, nor Python's
+    "Exception ignored in threading._shutdown" traceback."""
+    import signal
+
+    def handler(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except (ValueError, AttributeError):  # not the main thread
+        pass
 
 
 def _terminate(signum, frame):
@@ -854,11 +884,15 @@ def main(argv=None) -> int:
         except (ValueError, AttributeError):  # not the main thread, or no SIGHUP (Windows): keep the host's handler
             pass
     try:
-        return args.func(args)
+        status = args.func(args)
+        _DONE["status"] = status
+        return status
     except YuE2Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if "status" in _DONE:  # the command had finished (break-it: a batch's summary, then exit 130)
+            return _DONE["status"]
         if "folder" in _DONE:  # the song was saved before the interrupt (break-it: a wrapper read 130 as cancelled)
             print(f"interrupted after the song was saved: {Path(_DONE['folder']).resolve()} is complete",
                   file=sys.stderr)
@@ -866,6 +900,26 @@ def main(argv=None) -> int:
         print("cancelled" + (" (nothing half-written; add --resume to finish the batch)"
                              if getattr(args, "func", None) is cmd_batch else ""), file=sys.stderr)
         return 130
+
+
+def _end_finished(status: int) -> None:
+    """End a finished command with its status: a Ctrl-C from here on ends it at once with that status; the other
+    threads are joined and the exit handlers run, then the process ends without the interpreter's teardown (a
+    Ctrl-C during that teardown — unloading torch takes a second — killed the process with 130 after the song was
+    saved: wrappers read that as cancelled)."""
+    import atexit
+    import threading
+    _exit_quietly_on_interrupt(status)
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 def _end_cancelled() -> None:
@@ -884,8 +938,13 @@ def _end_cancelled() -> None:
 if __name__ == "__main__":
     try:
         status = main()
-    except KeyboardInterrupt:  # a second Ctrl-C while main reported the first (break-it: a traceback, 50 ms apart)
-        status = 130
+    except KeyboardInterrupt:  # a second Ctrl-C while main reported the first (break-it: a traceback, 50 ms apart),
+        status = _DONE.get("status", 130)  # or one just after a finished command returned
+    while status != 130:  # finished: the process's own SIGINT handler (not main's: tests and hosts call main in-process)
+        try:
+            _end_finished(status)
+        except KeyboardInterrupt:  # it landed before the quiet handler was in place: once more
+            continue
     if status == 130:  # cancelled (everything written is complete: songs and batch.json are saved atomically)
         while True:
             try:

@@ -91,6 +91,8 @@ def test_cli_review_round_3(tmp_path, tiny_paths):
                      "not allowed with argument --lyrics")
     assert_cli_error(run_cli("generate", "--check", ck, "--output", tmp_path / "a"), "unrecognized arguments")
     assert_cli_error(run_cli("generate", "--device", "cpu:1", "--output", tmp_path / "a"), "no numbered devices")
+    # cpu:0 too (before: accepted here, then the safetensors reader refused it and the checkpoint was blamed)
+    assert_cli_error(run_cli("generate", "--device", "cpu:0", "--output", tmp_path / "a"), "no numbered devices")
     assert_cli_error(run_cli("generate", "--output", tmp_path / ("a" * 300)), "File name too long")
     (tmp_path / "link").symlink_to(tmp_path / "missing")
     assert_cli_error(run_cli("generate", "--output", tmp_path / "link"), "symbolic link")

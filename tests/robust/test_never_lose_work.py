@@ -235,3 +235,21 @@ def test_a_ctrl_c_after_the_song_is_saved_ends_with_0_and_says_so(tmp_path, tiny
     rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
                              "la", "--output", tmp_path / "other")
     assert rc == 130 and "cancelled" in err, err  # an interrupt before the song: still cancelled (state reset)
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_a_ctrl_c_while_a_finished_command_exits_keeps_its_status(status):
+    """Break-it finding (2026-12-04): a Ctrl-C 0–0.5 s after a finished generate or batch (the interpreter joining its
+    threads and unloading torch) printed a threading traceback or killed the process with 130, though every song was
+    saved. `_end_finished` ends it with the command's own status: here a Ctrl-C lands while a worker thread is still
+    being joined (without the handler: KeyboardInterrupt out of the join, a traceback and 130)."""
+    code = ("import os, signal, threading, time\n"
+            "from yue2_core.__main__ import _end_finished\n"
+            "threading.Thread(target=time.sleep, args=(30,)).start()\n"
+            "threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+            "print('finished', flush=True)\n"
+            f"_end_finished({status})\n")
+    t = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert res.returncode == status and "Traceback" not in res.stderr, (res.returncode, res.stderr)
+    assert res.stdout == "finished\n" and time.perf_counter() - t < 20  # not after the 30 s thread

@@ -46,10 +46,14 @@ def test_text_files_are_read_as_the_vendor_reads_them(tmp_path):
 
 @pytest.mark.parametrize("data,kind", [("la la\n".encode("utf-16"), "UTF-16"),  # with a BOM
                                        ("[Verse]\nla la\n".encode("utf-16-le"), "UTF-16 LE"),  # without one
-                                       ("[Verse]\nla la\n".encode("utf-16-be"), "UTF-16 BE")])
+                                       ("[Verse]\nla la\n".encode("utf-16-be"), "UTF-16 BE"),
+                                       ("la la\n".encode("utf-32"), "UTF-32 LE"),  # with a BOM (named UTF-16 before)
+                                       ("[Verse]\nla la\n".encode("utf-32-le"), "UTF-32 LE"),  # taken as text before
+                                       ("[Verse]\nla la\n".encode("utf-32-be"), "UTF-32 BE"),
+                                       ("[Verse]\nこんにちは\n".encode("utf-32-le"), "UTF-32 LE")])
 def test_utf16_text_files_are_refused_with_save_as_utf8(tmp_path, data, kind):
     """NUL-interleaved text is never taken as lyrics (before: a UTF-16 file without BOM decoded 'fine' as UTF-8 with
-    a NUL after every letter)."""
+    a NUL after every letter; a UTF-32 one without BOM still did, break-it 2026-12-04)."""
     from yue2_core.__main__ import read_text_file
     path = tmp_path / "lyrics.txt"
     path.write_bytes(data)
