@@ -835,37 +835,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _exit_on_next_interrupt() -> None:
-    """After a handled Ctrl-C, another one (while the interpreter shuts down and joins its threads) ends the process
-    at once with 130, instead of Python's "Exception ignored in threading._shutdown" traceback."""
+def _flush_and_exit(status: int) -> None:
+    """Flush stdout/stderr (a closed pipe is ignored) and end the process with `status` at once, without the
+    interpreter's teardown."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _exit_on_next_interrupt(status: int = 130) -> None:
+    """From now on a Ctrl-C ends the process at once with `status`: after a handled Ctrl-C (130), or once a command
+    has finished (its own status — not 130, which wrappers read as cancelled), instead of Python's "Exception ignored
+    in threading._shutdown" traceback while the interpreter joins its threads."""
     import signal
     try:
-        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+        signal.signal(signal.SIGINT, lambda signum, frame: _flush_and_exit(status))
     except (ValueError, AttributeError):  # not the main thread
         pass
 
 
 _DONE: dict = {}  # set by generate / render once the song is saved: a later Ctrl-C ends the command with 0; "status":
 # the command's exit status once it returned
-
-
-def _exit_quietly_on_interrupt(status: int) -> None:
-    """Once a command has finished (its songs saved, its summary printed), a Ctrl-C while the interpreter shuts down
-    ends the process with that command's status at once — not 130, which wrappers read as cancelled, nor Python's
-    "Exception ignored in threading._shutdown" traceback."""
-    import signal
-
-    def handler(signum, frame):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(status)
-    try:
-        signal.signal(signal.SIGINT, handler)
-    except (ValueError, AttributeError):  # not the main thread
-        pass
 
 
 def _terminate(signum, frame):
@@ -909,17 +902,12 @@ def _end_finished(status: int) -> None:
     saved: wrappers read that as cancelled)."""
     import atexit
     import threading
-    _exit_quietly_on_interrupt(status)
+    _exit_on_next_interrupt(status)
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(status)
+    _flush_and_exit(status)
 
 
 def _end_cancelled() -> None:
@@ -930,9 +918,7 @@ def _end_cancelled() -> None:
     _exit_on_next_interrupt()
     import atexit
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(130)
+    _flush_and_exit(130)
 
 
 if __name__ == "__main__":
