@@ -18,7 +18,8 @@
 #                                      # contexts of K SMs (~3 min; cuda-bindings from .gpuwheels)
 #   bash bench/gpu_session.sh layer    # the one-launch decoder layer in CUDA (YUE2_LAYER_KERNEL=cuda) vs the per-kernel
 #                                      # step: tiny-model agreement, speed with in-kernel phase times, and the floor of
-#                                      # barrier-separated phases (bench/stream_floor.py); ~4 min
+#                                      # barrier-separated phases (bench/stream_floor.py: register and bulk-copy ring
+#                                      # schedules, fenced and relaxed barriers, barrier anatomy); ~4 min
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
