@@ -218,9 +218,17 @@ def _note_synthetic_music(max_tokens: int) -> None:
           file=sys.stderr)
 
 
-def _check_switches() -> None:
+# switches that change only the CUDA paths (the decode step's kernels, the render's graph and its SMs): set on a run
+# that decodes on the CPU they do nothing, and a user trying one there is told so (break-it finding)
+GPU_ONLY_SWITCHES = ("YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GRAPH", "YUE2_DECODE_ATTN",
+                     "YUE2_INT8_ROT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL", "YUE2_GEMV_TABLE",
+                     "YUE2_LAYER_TILES", "YUE2_RENDER_SMS")
+
+
+def _check_switches(device: str | None = None) -> None:
     """Every YUE2_* environment switch checked before any work (switches.py; most are read only when a GPU stage
-    starts): RequestError naming a bad value; a YUE2_ variable the pack does not know gets a warning."""
+    starts): RequestError naming a bad value; a YUE2_ variable the pack does not know gets a warning, and so does a
+    GPU-only switch (GPU_ONLY_SWITCHES) set on a run whose --device resolves to no CUDA GPU."""
     from .switches import choice, flag
     from .layers import UNMASKED_BACKENDS
     flags = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
@@ -256,11 +264,28 @@ def _check_switches() -> None:
         if name.startswith("YUE2_") and name not in known:
             print(f"warning: the environment variable {name} is not a switch of this pack (switches.py); it is "
                   "ignored", file=sys.stderr)
+    if device is None:
+        return
+    import torch
+    on_cuda = torch.cuda.is_available() if device == "auto" else torch.device(device).type == "cuda"
+    for name in GPU_ONLY_SWITCHES:
+        value = os.environ.get(name, "").strip()
+        if name in flags:
+            changed = not flag(name, True)
+        elif name in choices:
+            changed = value not in ("", choices[name][0])
+        else:
+            changed = value not in ("", "auto")
+        if not on_cuda and changed:
+            print(f"warning: {name}={value} changes only the CUDA decode and render paths; this run is on "
+                  f"{'the CPU (no CUDA GPU here)' if device == 'auto' else device}, where it has no effect",
+                  file=sys.stderr)
 
 
 def _check_budget_fits(max_seconds, max_abc_tokens) -> None:
     """Budgets no prompt can leave room for, refused before loading: even the shortest prompt takes tokens of the
-    24,576-token context (BudgetError with the most that can fit)."""
+    24,576-token context (BudgetError with the most that can fit); a --max-seconds below half a frame gets a note
+    (it is rounded up to one frame, 0.04 s)."""
     from .constants import CONTEXT
     from .errors import BudgetError
     if type(max_abc_tokens) is int and max_abc_tokens > CONTEXT - 2:
@@ -274,6 +299,10 @@ def _check_budget_fits(max_seconds, max_abc_tokens) -> None:
             raise BudgetError(f"--max-seconds {max_seconds:g} is {tokens:,} music tokens: more than the {CONTEXT}-"
                               f"token context holds with any prompt (at most {(CONTEXT - 4) / FRAMES_PER_SECOND:.2f} "
                               "s, less the prompt and the score)")
+        if max_seconds * FRAMES_PER_SECOND < 0.5:  # rounds to no frame: one is made (seconds_to_tokens' minimum)
+            print(f"note: --max-seconds {max_seconds:g} is less than half a music frame (a frame is 1/"
+                  f"{FRAMES_PER_SECOND} s = {1 / FRAMES_PER_SECOND:g} s); the song gets the minimum, one frame "
+                  f"({1 / FRAMES_PER_SECOND:g} s of audio)", file=sys.stderr)
 
 
 def _say_where(folder) -> None:
@@ -292,7 +321,7 @@ def cmd_generate(args) -> int:
 
     out = _check_output(args.output)
     _check_device(args.device)
-    _check_switches()
+    _check_switches(args.device)
     notes = []
     request = SongRequest(style=_read_text(args.style_file, args.style, "style", notes),
                           lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics", notes), cot=args.cot,
@@ -434,7 +463,7 @@ def cmd_render(args) -> int:
     _check_output(args.output)
     _check_not_inside(args.output, args.song)
     _check_device(args.device)
-    _check_switches()
+    _check_switches(args.device)
     _check_steps(args.steps)
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     _check_budget_fits(args.max_seconds, None)
@@ -517,9 +546,45 @@ def _check_not_inside(output: str, song: str) -> None:
                         "only its own files — give a folder outside it")
 
 
+def _song_report(path: str) -> dict:
+    """What `inspect` says of a song folder (generate/render/batch output): its files verified against their hashes
+    (`artifacts.load_song`, ArtifactError naming a damaged file), the request, the lengths (ABC tokens; music frames
+    at 25/s and seconds; audio samples at 48 kHz), whether budgets cut it, the weights it was made with."""
+    from .artifacts import load_song
+    saved = load_song(path, edited_ok=True)
+    r = saved.result
+    request = json.loads((saved.path / "request.json").read_text(encoding="utf-8"))
+    weights = r.get("weights") or {}
+    mot = weights.get("mot") or {}
+    return {"kind": "song", "path": str(saved.path), "status": r.get("status"),
+            "request": {"style": request.get("style"), "lyrics_chars": len(request.get("lyrics") or ""),
+                        "cot": request.get("cot"), "seed": request.get("seed"), "cfg_scale": request.get("cfg_scale"),
+                        "id": request.get("id")},
+            "abc_tokens": len(saved.tokens.score.abc_ids), "score_edited": saved.score_edited,
+            "music_frames": r.get("frames"), "audio_seconds": r.get("audio_seconds"),
+            "sample_rate": r.get("sample_rate"), "truncated_by_budget": r.get("truncated"),
+            "checkpoint": {"path": mot.get("path"), "format": mot.get("format"), "layout": mot.get("layout")},
+            "loras": weights.get("loras") or [], "lineage": r.get("lineage") or {}, "warnings": r.get("warnings") or [],
+            "files": sorted((r.get("artifacts") or {}).keys()),
+            "summary": (f"song {request.get('id')!r}: {r.get('audio_seconds', 0):.2f} s of audio "
+                        f"({r.get('frames')} frames), {len(saved.tokens.score.abc_ids)} ABC tokens, cot "
+                        f"{request.get('cot')}, seed {request.get('seed')}; files verified against result.json")}
+
+
 def cmd_inspect(args) -> int:
     from .errors import CheckpointError
     from .weights.checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
+    if os.path.isdir(args.checkpoint) and (os.path.isfile(os.path.join(args.checkpoint, "result.json"))
+                                           or os.path.isfile(os.path.join(args.checkpoint, "batch.json"))):
+        if not os.path.isfile(os.path.join(args.checkpoint, "result.json")):  # a batch folder: name its songs
+            from .artifacts import batch_folder_hint
+            from pathlib import Path
+            raise YuE2Error(f"{args.checkpoint} is not a song folder{batch_folder_hint(Path(args.checkpoint))}; "
+                            "inspect one of those")
+        report = _song_report(args.checkpoint)
+        print(report["summary"], file=sys.stderr)
+        print(_json_lines(report))
+        return 0
     if not os.path.exists(args.checkpoint):  # the same message and download hint as generate's
         from .weights.locate import find_checkpoint
         find_checkpoint(args.checkpoint, download=False)
@@ -668,7 +733,7 @@ def cmd_batch(args) -> int:
     else:  # Ray installed, a well-formed address, a --device the actors can honour (before any other work)
         from .batch.ray_runner import check_options
         check_options(args.ray, args.ray_cpu_workers, args.device)
-    _check_switches()
+    _check_switches(args.device if args.ray is None else None)
     _check_steps(args.steps)
     Budgets(args.max_seconds, args.max_abc_tokens).semantic_sampling()  # bad caps fail before loading
     Budgets(args.max_seconds, args.max_abc_tokens).abc_sampling()
@@ -779,8 +844,10 @@ def build_parser() -> argparse.ArgumentParser:
     ode_method(r)
     r.set_defaults(func=cmd_render)
 
-    i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter or a VAE file and describe it")
-    i.add_argument("checkpoint", help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, or a VAE file/folder")
+    i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter, a VAE file or a song folder and "
+                                       "describe it")
+    i.add_argument("checkpoint", help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, a VAE file/folder, "
+                                      "or a song folder (its files are verified against result.json)")
     i.add_argument("--model", metavar="CHECKPOINT", help="check an adapter against this checkpoint's geometry "
                                                          "(default: the release YuE2-3B geometry)")
     i.set_defaults(func=cmd_inspect)

@@ -535,6 +535,22 @@ def _check_prefix(root: Path, prefix: list[int], codes: list[int], abc_ids: list
                                 "(abc_tokens.npy) between ABC_START and ABC_END: the files do not belong together")
 
 
+def batch_folder_hint(root: Path) -> str:
+    """For a folder the batch command wrote (it holds batch.json): the sentence naming its song subfolders (one per
+    request id) to use instead; "" for any other path."""
+    try:
+        if not (root / "batch.json").is_file():
+            return ""
+        songs = sorted(p.name for p in root.iterdir() if (p / "result.json").is_file())
+    except OSError:
+        return ""
+    if not songs:
+        return "; it is a batch output folder (batch.json) with no finished song yet"
+    shown = ", ".join(songs[:5]) + (f" … ({len(songs)} in all)" if len(songs) > 5 else "")
+    return (f"; it is a batch output folder (batch.json): each song is the subfolder named by its request id, "
+            f"e.g. {root / songs[0]} (songs here: {shown})")
+
+
 def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = False) -> SavedSong:
     """Read a song directory, verifying every file against the sha256 in result.json (and result.json against its
     own `result_sha256`).
@@ -552,7 +568,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     from .protocol import MAX_TEXT_CHARS, SEED_MAX
     root = Path(song_dir)
     if not (root / "result.json").is_file():
-        raise ArtifactError(f"{root} is not a song directory (no result.json)")
+        raise ArtifactError(f"{root} is not a song directory (no result.json){batch_folder_hint(root)}")
     result = _load_json(root / "result.json", "a song result")
     manifest = result.get("artifacts")
     if not isinstance(manifest, dict):

@@ -212,23 +212,37 @@ class SongRequest:
 
 SECTION_MARKERS = ("[Tags]", "[Lyrics]")  # the prompt template's section lines (runtime.md §1.3)
 _CONTROL_NAMES = {0: "NUL", 7: "BEL", 8: "BS", 11: "VT", 12: "FF", 27: "ESC", 127: "DEL"}
+# invisible format characters that change how text looks or reads without being seen: bidirectional embeddings,
+# overrides and isolates (U+202A–U+202E, U+2066–U+2069: "Trojan Source" reordering), zero-width space, word joiner,
+# and a byte-order mark after the start. ZWJ/ZWNJ (U+200C/U+200D) and LRM/RLM are left alone: scripts and emoji
+# sequences need them.
+_FORMAT_NAMES = {0x200B: "ZERO WIDTH SPACE", 0x2060: "WORD JOINER", 0xFEFF: "BYTE-ORDER MARK inside the text",
+                 0x202A: "LEFT-TO-RIGHT EMBEDDING", 0x202B: "RIGHT-TO-LEFT EMBEDDING",
+                 0x202C: "POP DIRECTIONAL FORMATTING", 0x202D: "LEFT-TO-RIGHT OVERRIDE",
+                 0x202E: "RIGHT-TO-LEFT OVERRIDE", 0x2066: "LEFT-TO-RIGHT ISOLATE", 0x2067: "RIGHT-TO-LEFT ISOLATE",
+                 0x2068: "FIRST STRONG ISOLATE", 0x2069: "POP DIRECTIONAL ISOLATE"}
 
 
 def control_notes(what: str, text: str, limit: int = 3) -> list[str]:
-    """One note per control character in `text` (Unicode category Cc other than tab, LF and CR; NUL included), with
-    its line and column: invisible in an editor, read by the model as text. At most `limit` notes plus a count."""
+    """One note per control character in `text` (Unicode category Cc other than tab, LF and CR; NUL included) and
+    per invisible format character of `_FORMAT_NAMES` (a byte-order mark only after the first character: a leading
+    one is `form_notes`' case), with its line and column: invisible in an editor, read by the model as text. At most
+    `limit` notes plus a count."""
     import unicodedata
     found = []
     line, col = 1, 0
-    for ch in text:
+    for i, ch in enumerate(text):
         col += 1
         if ch == "\n":
             line, col = line + 1, 0
             continue
-        if ch not in "\t\r" and unicodedata.category(ch) == "Cc":
+        if (ch not in "\t\r" and unicodedata.category(ch) == "Cc") or (ord(ch) in _FORMAT_NAMES
+                                                                       and not (i == 0 and ch == "\ufeff")):
             found.append((line, col, ch))
-    notes = [f"{what} line {ln} column {c}: control character U+{ord(ch):04X}"
-             + (f" ({_CONTROL_NAMES[ord(ch)]})" if ord(ch) in _CONTROL_NAMES else "")
+    notes = [f"{what} line {ln} column {c}: "
+             + (f"invisible format character U+{ord(ch):04X} ({_FORMAT_NAMES[ord(ch)]})" if ord(ch) in _FORMAT_NAMES
+                else f"control character U+{ord(ch):04X}"
+                + (f" ({_CONTROL_NAMES[ord(ch)]})" if ord(ch) in _CONTROL_NAMES else ""))
              + " — invisible, but the model reads it as text; remove it" for ln, c, ch in found[:limit]]
     if len(found) > limit:
         notes.append(f"{what}: {len(found) - limit} more control characters")

@@ -152,3 +152,13 @@ def test_cjk_lyrics_line_is_kept_and_warned():
     text = GOOD.replace('"G"B8|\n', '"G"B8|\nw: 我 们 走 吧\n')
     assert codes(text) == ["dialect"]
     assert parse(text).lyrics[0].text == "我 们 走 吧" and parse(text).lyrics[0].voice == "Vocal"
+
+
+def test_comment_only_score_is_not_said_to_have_a_header():
+    """A score of comments only: one finding for the missing header and one for the missing music — not "has a
+    header but no music" on a line that does not exist (break-it finding: it named line 2 of a one-line file)."""
+    issues = validate("% just a comment\n")
+    assert [i.code for i in issues] == ["missing-header", "empty"], issues
+    assert "has a header" not in issues[1].message and issues[1].line == 1
+    header_only = validate("X:1\nT:t\nM:4/4\nL:1/32\nQ:1/4=100\nV:Vocal\nV:Ins\nK:C\n")
+    assert any(i.code == "empty" and "has a header but no music" in i.message for i in header_only)

@@ -232,3 +232,28 @@ def test_tensors_the_loaders_would_ignore_are_refused(micro_paths, tmp_path, cha
         assert "pos_embed.extra" in str(e.value)
     inspect_checkpoint(micro_paths["bf16"])  # the file it came from is fine
     inspect_checkpoint(micro_paths["int8"])  # and so are the int8 triplets (weight, weight_scale, comfy_quant)
+
+
+def test_non_text_metadata_is_named_not_download_again(tmp_path):
+    """A safetensors file whose __metadata__ holds a number (a non-conforming writer) is refused by the safetensors
+    reader; the header check says which key and how to re-save it, instead of "download it again" (break-it
+    finding, on a LoRA adapter)."""
+    import struct
+    from safetensors.torch import save_file
+    from yue2_core.weights.checkpoint import read_header
+    good = tmp_path / "a.safetensors"
+    save_file({"w": torch.zeros(2, 2)}, str(good), metadata={"ss_network_dim": "4"})
+    raw = good.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    for meta, words in (({"ss_network_dim": 4}, "value of 'ss_network_dim' is int 4"), ([1], "is not a JSON object")):
+        header = json.loads(raw[8:8 + n])
+        header["__metadata__"] = meta
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        bad = tmp_path / "bad.safetensors"
+        bad.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+        with pytest.raises(CheckpointError) as e:
+            read_header(str(bad))
+        assert words in str(e.value) and "allows only text values" in str(e.value)
+        assert "download it again" not in str(e.value).lower()
+    assert read_header(str(good))[1] == {"ss_network_dim": "4"}

@@ -250,3 +250,14 @@ def test_cli_reports_a_bad_switch(tmp_path, tiny_paths, monkeypatch):
     assert_cli_error(run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la",
                              "--cot", "off", "--max-seconds", "0.2", "--device", "cpu", "--output", tmp_path / "s"),
                      "YUE2_FAST must be 0 or 1")
+
+
+def test_max_seconds_below_half_a_frame_is_noted(capsys):
+    """--max-seconds 1e-300 used to be rounded up to one frame silently (break-it finding); now a note says so.
+    One frame and more get no note."""
+    from yue2_core.__main__ import _check_budget_fits
+    _check_budget_fits(1e-300, None)
+    assert "less than half a music frame" in capsys.readouterr().err
+    for ok in (0.02, 0.04, 3.0):
+        _check_budget_fits(ok, None)
+        assert "half a music frame" not in capsys.readouterr().err

@@ -288,3 +288,30 @@ def test_an_unreachable_hub_fails_fast_naming_offline_and_a_local_file(tmp_path,
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # behind a proxy: no direct probe, the client
     with pytest.raises(CheckpointError, match="the client was asked"):  # is asked (it knows the proxy)
         locate.find_checkpoint(None, download=True)
+
+
+def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path):
+    """inspect of a song folder describes the song from its verified files (new-user/break-it finding: it said
+    "config.json is the config of another model"); a damaged file is named; a batch output folder (inspect or
+    render) points to its per-id song subfolders."""
+    song = tmp_path / "song"
+    made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
+                   "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", song)
+    assert made.returncode == 0, made.stderr[-2000:]
+    proc = run_cli("inspect", song)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["kind"] == "song" and report["request"]["style"] == "pop" and report["request"]["cot"] == "off"
+    assert report["music_frames"] == 5 and "audio.flac" in report["files"] and report["abc_tokens"] == 0
+    assert "files verified against result.json" in proc.stderr
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    (batch / "batch.json").write_text("{}")
+    shutil.copytree(song, batch / "a1")
+    assert_cli_error(run_cli("inspect", batch),
+                     f"each song is the subfolder named by its request id, e.g. {batch / 'a1'}")
+    assert_cli_error(run_cli("render", batch, "--checkpoint", tiny_paths["bf16"], "--device", "cpu", "--output",
+                             tmp_path / "again"), "it is a batch output folder (batch.json)")
+    with open(song / "semantic.npy", "ab") as f:
+        f.write(b"x")
+    assert_cli_error(run_cli("inspect", song), "semantic.npy is")

@@ -39,6 +39,20 @@ def test_nul_bytes_and_fake_prompt_sections_are_warned_about(tmp_path, capsys):
     assert "style contains '[Lyrics]'" in err and "style contains '[Tags]'" in err and "fakes a section" in err
 
 
+def test_invisible_format_characters_are_named(tmp_path, capsys):
+    """A right-to-left override and a byte-order mark inside the lyrics are invisible in an editor but read by the
+    model (break-it finding: they passed without a word); ZWJ (emoji and Indic sequences need it) and a file's
+    leading byte-order mark (its own note) are not reported as such."""
+    lyrics = tmp_path / "l.txt"
+    lyrics.write_text("\ufeffla \u202ela\nhey\ufeffyou \U0001F469\u200d\U0001F4BB", encoding="utf-8")
+    rc, err = main_inprocess(capsys, *GEN, "--style", "pop", "--lyrics-file", lyrics, "--output", tmp_path / "o")
+    assert rc == 2 and "checkpoint not found" in err
+    assert "lyrics line 1 column 5: invisible format character U+202E (RIGHT-TO-LEFT OVERRIDE)" in err, err
+    assert "lyrics line 2 column 4: invisible format character U+FEFF (BYTE-ORDER MARK inside the text)" in err, err
+    assert "U+200D" not in err and "line 1 column 1: invisible" not in err
+    assert "starts with a byte-order mark (U+FEFF)" in err
+
+
 # --- item 13 -------------------------------------------------------------------------------------------------------
 
 def test_the_score_check_knows_max_seconds_and_names_control_characters(tmp_path, capsys):

@@ -56,3 +56,21 @@ def test_gemv_table_contents_are_checked_before_work(monkeypatch, tmp_path):
     assert "YUE2_GEMV_TABLE" in str(e.value) and "entry 0" in str(e.value)
     table.write_text('{"configs": []}')
     _check_switches()  # an empty table is fine
+
+
+@pytest.mark.parametrize("name,value,warned", [("YUE2_LAYER_KERNEL", "cuda", True), ("YUE2_LAYER_KERNEL", "off", False),
+                                               ("YUE2_GEMV", "0", True), ("YUE2_GEMV", "1", False),
+                                               ("YUE2_RENDER_SMS", "8", True), ("YUE2_RENDER_SMS", "auto", False),
+                                               ("YUE2_WARMUP", "0", False)])
+def test_gpu_only_switch_on_a_cpu_run_is_warned(monkeypatch, capsys, name, value, warned):
+    """A switch of the CUDA paths set to something other than its default on a --device cpu run does nothing there,
+    and says so (break-it finding: YUE2_LAYER_KERNEL=cuda was silently ignored on the CPU); defaults, CPU-relevant
+    switches and runs without a device (the check's other callers) stay quiet."""
+    for other in [n for n in __import__("os").environ if n.startswith("YUE2_")]:
+        monkeypatch.delenv(other)
+    monkeypatch.setenv(name, value)
+    _check_switches("cpu")
+    err = capsys.readouterr().err
+    assert (f"{name}={value} changes only the CUDA" in err and "on cpu, where it has no effect" in err) == warned, err
+    _check_switches()
+    assert "changes only the CUDA" not in capsys.readouterr().err

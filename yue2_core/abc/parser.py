@@ -339,5 +339,9 @@ class _Body:
             self.issue("warning", "dialect", f"Section comment '% {label}' is not followed by any music; a section "
                        f"comment opens the group after it.", line)
         if not any(score.voices.values()):
-            self.issue("error", "empty", "The score has a header but no music; add groups of V: Vocal and V: Ins "
-                       "music lines.", score.header.end_line or 1)
+            if score.header.fields:
+                self.issue("error", "empty", "The score has a header but no music; add groups of V: Vocal and V: "
+                           "Ins music lines.", score.header.end_line or 1)
+            else:  # no header either (e.g. comments only): that finding already names the first line
+                self.issue("error", "empty", "The score has no music either; after the header, add groups of V: "
+                           "Vocal and V: Ins music lines.", max(1, self.last + 1))

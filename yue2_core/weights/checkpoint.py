@@ -193,9 +193,16 @@ def read_header(path: str) -> tuple[dict, dict, int]:
         raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a safetensors file (header is not a JSON object)")
-    meta = header.pop("__metadata__", None) or {}
-    if not isinstance(meta, dict):
-        meta = {}
+    meta = header.pop("__metadata__", None)
+    meta = {} if meta is None else meta
+    bad = ("is not a JSON object" if not isinstance(meta, dict) else
+           next((f"value of {k!r} is {type(v).__name__} {json.dumps(v)[:40]}" for k, v in meta.items()
+                 if not isinstance(v, str)), None))
+    if bad:  # the safetensors reader refuses such a file: say why, not "download it again"
+        raise CheckpointError(f"{path}: its __metadata__ {bad}; the safetensors format allows only text values "
+                              "there, and the safetensors reader refuses the file. The tool that wrote it did not "
+                              "follow the format: save it again with safetensors (e.g. safetensors.torch.save_file "
+                              "with metadata={key: str(value)})")
     entries, data_end = {}, 0
     for name, e in header.items():
         # safetensors entries: {"dtype": str, "shape": [int, ...], "data_offsets": [int, int]} — exact JSON integers
