@@ -32,6 +32,13 @@ if ! "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" 2>/d
     # .venv does not download a second torch
     echo "[song.sh] installing torch and the engine's dependencies into $VENV (first run: ~5 GB, a few minutes;"
     echo "[song.sh] pip's progress follows)"
+    if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$PY" -c "import torch" 2>/dev/null; then
+        echo "[song.sh] no NVIDIA GPU found: pip installs PyTorch's default CUDA build (~5 GB). A CPU-only build is"
+        echo "[song.sh] under 1 GB: stop (Ctrl-C), run"
+        echo "[song.sh]   $VENV/bin/pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cpu"
+        echo "[song.sh] and run this script again (it keeps the torch it finds)"
+        if [ -t 0 ]; then echo "[song.sh] (going on in 5 s)"; sleep 5; fi
+    fi
     start=$SECONDS
     "$PY" -m pip install --disable-pip-version-check --progress-bar on -c "$REPO/scripts/lib/constraints.txt" \
         -e "$REPO" 2>&1 | grep --line-buffered -v "is ignored: it is neither a file nor a directory" \

@@ -789,30 +789,35 @@ def build_parser() -> argparse.ArgumentParser:
     add_parser = sub.add_parser
     sub.add_parser = lambda *a, **kw: add_parser(*a, allow_abbrev=False, **kw)  # --check is not --checkpoint
 
-    def common(sp):
+    def common(sp, render: bool = False):
         sp.add_argument("--checkpoint", help="YuE2 all-in-one .safetensors (default: $YUE2_CHECKPOINT, ComfyUI "
                         "models/checkpoints, else download Comfy-Org/YuE2 int8)")
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
-        sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="LM compute dtype (VAE is fp32)")
+        sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
+                        help="LM compute dtype (default bf16, the release's; the VAE is always fp32)")
         sp.add_argument("--steps", type=int, default=32, help="ODE steps of the renderer (default 32; 2 model evaluations each with "
                         "the midpoint solver, 1 with --ode-method ab2)")
         sp.add_argument("--offline", action="store_true", help="never download")
-        sp.add_argument("--output", required=True, help="new song directory (must not exist or be empty)")
+        sp.add_argument_group("required").add_argument("--output", required=True,
+                                                       help="new song directory (must not exist or be empty)")
         sp.add_argument("--lora", action="append", default=[], metavar="PATH[:AR[:NAR]]", type=parse_lora,
                         help="apply a LoRA/LoKr adapter (any published YuE2 layout; repeat to stack); one number sets "
-                             "both strengths, two set AR then NAR (default 1). With render: replaces the adapters the "
-                             "song was made with")
+                             "both strengths, two set AR then NAR (default 1)"
+                             + ("; replaces the adapters the song was made with" if render else ""))
         sp.add_argument("--checkpoint-how", help=argparse.SUPPRESS)  # scripts/song.sh: how it picked --checkpoint
-        sp.add_argument("--vae", metavar="PATH", help="a VAE decoder file or vendor VAE folder to use instead of the "
-                                                      "checkpoint's (with render: instead of the one the song was made "
-                                                      "with)")
+        sp.add_argument("--vae", metavar="PATH", help="a VAE decoder file or vendor VAE folder to use instead of "
+                        + ("the one the song was made with" if render else "the checkpoint's"))
 
     def ode_method(sp):
         sp.add_argument("--ode-method", default="midpoint", choices=["midpoint", "ab2"],
                         help="ODE solver of the renderer: midpoint (the release's, 2 model evaluations per step) or "
                              "ab2 (opt-in Adams–Bashforth, 1 evaluation per step: about half the render time)")
 
-    g = sub.add_parser("generate", help="style + lyrics → song directory (score, tokens, latents, audio.flac)")
+    g = sub.add_parser("generate", help="style + lyrics → song directory (score, tokens, latents, audio.flac)",
+                       description="Make a song: the model writes an ABC lead sheet for the style and lyrics (or "
+                                   "takes --abc-file), samples music tokens (25 a second) after it, renders them into "
+                                   "latents and decodes 48 kHz stereo audio. Writes a new song directory: score.abc, "
+                                   "the token and latent arrays, audio.flac, request/config/result JSON with hashes.")
     style = g.add_mutually_exclusive_group()  # both given: argparse refuses, rather than one silently winning
     style.add_argument("--style", help="style line, e.g. 'upbeat indie pop, warm female vocals'")
     style.add_argument("--style-file", help="UTF-8 text file holding the style line")
@@ -830,17 +835,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cfg-scale", type=float, default=None, help="guidance (default 1.0; 1.01 in off mode)")
     g.add_argument("--max-seconds", type=float, default=None, help="cap the music length (25 tokens per second; "
                    "default: the release's 9,000 tokens = 360 s, a long wait on a CPU)")
-    g.add_argument("--max-abc-tokens", type=int, default=None, help="cap the lead-sheet length in tokens")
+    g.add_argument("--max-abc-tokens", type=int, default=None,
+                   help="cap the lead-sheet length in tokens (default: the release's 4,096; with synthetic weights "
+                        f"{SYNTHETIC_ABC_TOKENS}, since a random model never ends its lead sheet)")
     common(g)
     ode_method(g)
     g.set_defaults(func=cmd_generate)
 
-    r = sub.add_parser("render", help="re-render a saved song directory (exact ids, or an edited score.abc)")
+    r = sub.add_parser("render", help="re-render a saved song directory (exact ids, or an edited score.abc)",
+                       description="Render a saved song again into a new directory. Unchanged, its saved music tokens "
+                                   "are rendered as they are (the same audio with the same seed and weights); with "
+                                   "--seed, new music tokens are sampled after the same lead sheet; if you edited its "
+                                   "score.abc, new music tokens are sampled after your score (--max-seconds caps "
+                                   "them). --lora/--vae swap the adapters or the VAE the song was made with.")
     r.add_argument("song", help="song directory written by generate")
     r.add_argument("--seed", type=int, default=None, help="new seed (samples new music tokens)")
     r.add_argument("--max-seconds", type=float, default=None,
                    help="cap the new music when tokens are resampled (default: the song's own budget)")
-    common(r)
+    common(r, render=True)
     ode_method(r)
     r.set_defaults(func=cmd_render)
 

@@ -136,7 +136,8 @@ def check_content(score: AbcScore, instrumental: bool, max_seconds: float | None
         if seconds > max_seconds:
             issues.append(Issue("warning", "too-long", f"The score lasts about {seconds:.1f} s at its tempo, more "
                                 f"than the {max_seconds:g} s requested; generation stops at that length and "
-                                f"the song will be cut. Shorten the score or raise the duration.",
+                                f"the song will be cut. Shorten the score or raise the duration (--max-seconds on the "
+                                f"command line, max_seconds on the Composer node).",
                                 score.header.fields["Q"].line if "Q" in score.header.fields else 1, 1))
     return issues
 
