@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .constants import DEFAULT_SEED, FRAMES_PER_SECOND
 from .errors import YuE2Error
+from .text_encoding import utf16_kind as _utf16_kind
 
 
 class ProgressLine:
@@ -41,30 +42,6 @@ class ProgressLine:
 
 
 MAX_TEXT_FILE = 1 << 20  # style, lyrics and score files: 1 MiB is ~40× what the context can hold
-
-
-def _utf16_kind(data: bytes) -> str | None:
-    """"UTF-16 LE" / "UTF-16 BE" / "UTF-32 LE" / "UTF-32 BE" when `data` is such text: its byte-order mark, or NUL
-    bytes interleaved with the characters (ASCII text saved as UTF-32 without a mark: three bytes of 0 in every four;
-    as UTF-16: every other byte). None otherwise."""
-    if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
-        return "UTF-32 LE" if data[:4] == b"\xff\xfe\x00\x00" else "UTF-32 BE"
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return "UTF-16 LE" if data[:2] == b"\xff\xfe" else "UTF-16 BE"
-    pairs = len(data) // 2
-    if pairs < 1 or b"\x00" not in data:
-        return None
-    quads = len(data) // 4
-    if quads >= 1:  # UTF-32: the code point's top byte is always 0, the next one for all of the BMP (most text)
-        zeros = [data[i:4 * quads:4].count(0) for i in range(4)]
-        if zeros[3] >= 0.95 * quads and zeros[2] >= 0.7 * quads:
-            return "UTF-32 LE"
-        if zeros[0] >= 0.95 * quads and zeros[1] >= 0.7 * quads:
-            return "UTF-32 BE"
-    odd, even = data[1::2].count(0), data[0::2].count(0)
-    if max(odd, even) >= max(2, 0.3 * pairs) and min(odd, even) <= max(odd, even) // 4:
-        return "UTF-16 LE" if odd > even else "UTF-16 BE"
-    return None
 
 
 def read_text_file(path: str, what: str) -> tuple[str, list[str]]:
@@ -465,6 +442,9 @@ def cmd_render(args) -> int:
     _check_device(args.device)
     _check_switches(args.device)
     _check_steps(args.steps)
+    from .protocol import SEED_MAX
+    if args.seed is not None and not 0 <= args.seed <= SEED_MAX:  # before loading, as generate's (break-it)
+        raise RequestError(f"--seed must be an integer in [0, {SEED_MAX}], got {args.seed}")
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     _check_budget_fits(args.max_seconds, None)
     saved = load_song(args.song, edited_ok=True)  # the song folder checked before any checkpoint is looked for
@@ -571,6 +551,23 @@ def _song_report(path: str) -> dict:
                         f"{request.get('cot')}, seed {request.get('seed')}; files verified against result.json")}
 
 
+def _base_model_keys(path: str) -> bool:
+    """Whether the safetensors file at `path` holds the embedded tokenizer or a base tensor of the AR/NAR experts
+    (exact checkpoint names, as no adapter has them): then it is an all-in-one checkpoint, damaged if it does not
+    load — not a VAE decoder because its vae.* tensors are there (break-it: `inspect` said "VAE decoder", exit 0)."""
+    import re
+    from .weights.checkpoint import TOKENIZER_KEY, read_header
+    if not os.path.isfile(path):
+        return False
+    try:
+        entries = read_header(path)[0]
+    except YuE2Error:
+        return False
+    base = re.compile(r"(text_encoders\.model|model\.diffusion_model)\.(layers\.\d+\.(self_attn|mlp)\.[a-z_]+|embed_tokens)"
+                      r"\.weight")
+    return TOKENIZER_KEY in entries or any(base.fullmatch(k) for k in entries)
+
+
 def cmd_inspect(args) -> int:
     from .errors import CheckpointError
     from .weights.checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
@@ -594,6 +591,8 @@ def cmd_inspect(args) -> int:
     try:
         info = inspect_checkpoint(args.checkpoint)
     except CheckpointError as exc:
+        if _base_model_keys(args.checkpoint):  # a damaged all-in-one file, not a VAE or adapter (break-it finding:
+            raise CheckpointError(f"{args.checkpoint} is a YuE2 checkpoint that does not load: {exc}") from None
         other, reasons = _inspect_other(args.checkpoint, dims)  # a LoRA or a VAE file?
         if other is None:
             if _looks_like_adapter(args.checkpoint):
@@ -667,6 +666,9 @@ def cmd_make_synthetic(args) -> int:
     from .weights.synthetic import write_synthetic_checkpoint
     if Path(args.output).is_dir():
         raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")
+    parent = next((p for p in Path(args.output).absolute().parents if p.exists() or p.is_symlink()), None)
+    if parent is not None and not parent.is_dir():  # break-it: "cannot write …: File exists"
+        raise YuE2Error(f"--output {args.output}: {parent} is a file, not a folder; give a path in a folder")
     if (Path(args.output).exists() or Path(args.output).is_symlink()) and not args.force:
         raise YuE2Error(f"--output {args.output} exists; a synthetic checkpoint (random weights) never replaces a "
                         "file unless --force is given")
@@ -920,7 +922,7 @@ def _flush_and_exit(status: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # a closed pipe, a closed file, no stream
             pass
     os._exit(status)
 
@@ -946,6 +948,9 @@ def _terminate(signum, frame):
 
 def main(argv=None) -> int:
     _DONE.clear()
+    for name in ("stdout", "stderr"):  # a closed descriptor (`>&-`, `2>&-`) or a host without one (pythonw): None
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
     args = build_parser().parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):  # a console that cannot show a path's characters gets escapes, not a crash
         sys.stdout.reconfigure(errors="backslashreplace")
@@ -962,6 +967,19 @@ def main(argv=None) -> int:
     except YuE2Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if "folder" not in _DONE:
+            raise
+        # the song is saved; writing what follows (the summary on standard output, `| head`, `> /dev/full`) failed:
+        # the run still made its song (break-it: a wrapper saw exit 1 and a traceback for a complete song)
+        sys.stdout = open(os.devnull, "w")
+        try:
+            print(f"warning: could not write to standard output ({exc.strerror or exc}); the song is saved: "
+                  f"{Path(_DONE['folder']).resolve()}", file=sys.stderr)
+        except (OSError, ValueError):
+            pass
+        _DONE["status"] = 0
+        return 0
     except KeyboardInterrupt:
         if "status" in _DONE:  # the command had finished (break-it: a batch's summary, then exit 130)
             return _DONE["status"]

@@ -415,7 +415,9 @@ def _load_json(path: Path, what: str) -> dict:
     except _NotFinite as exc:  # written with allow_nan=False (ours and the vendor's): an edit or damage
         raise ArtifactError(f"{path} holds {exc} where a number belongs; song files hold finite numbers only "
                             "(restore the file)") from None
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError covers JSON and UTF-8 decoding errors
+    except OSError as exc:  # unreadable (permissions, I/O) is not damage: say which
+        raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:  # ValueError covers JSON and UTF-8 decoding errors
         raise ArtifactError(f"{path} is damaged or not {what} ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
         raise ArtifactError(f"{path} is not {what} (a JSON object was expected)")
@@ -567,7 +569,11 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     from .errors import BudgetError, ScoreError
     from .protocol import MAX_TEXT_CHARS, SEED_MAX
     root = Path(song_dir)
-    if not (root / "result.json").is_file():
+    try:
+        is_song = (root / "result.json").is_file()  # Python 3.11's pathlib raises for an unreadable folder
+    except OSError as exc:
+        raise ArtifactError(f"cannot read the song folder {root}: {exc.strerror or exc}") from None
+    if not is_song:
         raise ArtifactError(f"{root} is not a song directory (no result.json){batch_folder_hint(root)}")
     result = _load_json(root / "result.json", "a song result")
     manifest = result.get("artifacts")

@@ -287,3 +287,62 @@ def test_abc_path_is_read_as_generate_reads_abc_file_and_checked(tmp_path, engin
     said = stream.getvalue()
     assert "[bom] warning: the score starts with a byte-order mark" in said, said
     assert "CRLF (Windows) line endings" in said and "control character U+0007 (BEL)" in said, said
+
+
+def test_a_users_folder_named_like_an_id_is_never_removed(tmp_path, engine):
+    """Break-it finding (data loss): a folder of the user's own files named like a request id, in a folder with no
+    batch.json, was called "a batch" and `--resume` deleted it to redo the song. Now: without --resume the message
+    says no batch ran there; with it the row is refused and the files stay."""
+    from yue2_core.batch.driver import check_output, resume_state
+    req = write_requests(tmp_path / "in")
+    item = read_requests(req, max_abc_tokens=ABC_CAP)[0][0]
+    out = tmp_path / "songs"
+    mine = out / item.id
+    mine.mkdir(parents=True)
+    (mine / "audio.flac").write_bytes(b"MY RECORDING")
+    (mine / "config.json").write_text('{"mine": true}')
+    with pytest.raises(ArtifactError, match="but no batch.json: they were not written by `batch`"):
+        check_output(out, {item.id}, resume=False)
+    state, why = resume_state(mine, item, 2)
+    assert state == "refuse" and "holds no result.json" in why, why
+    assert (mine / "audio.flac").read_bytes() == b"MY RECORDING" and (mine / "config.json").exists()
+
+
+def test_an_unreadable_batch_json_is_not_replaced(tmp_path, engine, monkeypatch):
+    """Break-it finding: a batch.json that cannot be read (chmod 000 for an ordinary user) was taken as absent on
+    --resume and overwritten. The read error is injected, so the test also runs as root (which reads any file)."""
+    from yue2_core.batch import driver
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "batch.json").write_text("{}")
+    real = open
+
+    def refusing(path, *a, **kw):
+        if str(path) == str(out / "batch.json"):
+            raise PermissionError(13, "Permission denied")
+        return real(path, *a, **kw)
+    monkeypatch.setattr(driver, "open", refusing, raising=False)
+    with pytest.raises(ArtifactError, match="cannot read .*batch.json \\(Permission denied\\); resuming would replace"):
+        driver.check_output(out, {"a"}, resume=True)
+    assert (out / "batch.json").read_text() == "{}"
+
+
+def test_resume_with_rows_removed_names_the_songs_and_the_fix(tmp_path):
+    """Break-it finding: a resume whose request file lost rows said the batch's own songs were "not this batch's"
+    and advised a new folder; now it says they are songs of rows this file lacks."""
+    from yue2_core.batch.driver import check_output
+    out = tmp_path / "b"
+    for i in ("s1", "s2"):
+        (out / i).mkdir(parents=True)
+        (out / i / "result.json").write_text("{}")
+    (out / "batch.json").write_text("{}")
+    with pytest.raises(ArtifactError, match="holds songs whose ids are not rows of this request file: s2. Resume"):
+        check_output(out, {"s1"}, resume=True)
+
+
+def test_a_utf16_request_file_is_named(tmp_path):
+    """Break-it finding: a UTF-16 request file got only "invalid start byte at byte 0"."""
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"id": "a", "style": "pop", "lyrics": "x"}\n', encoding="utf-16")
+    with pytest.raises(RequestError, match="is UTF-16 LE text; the request file must be UTF-8"):
+        read_requests(path)

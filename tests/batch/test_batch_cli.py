@@ -108,7 +108,10 @@ def test_resume_redoes_only_unfinished_and_damaged_songs(tmp_path, engine, monke
     assert kept["timing"] == earlier["timing"] and kept["timing"]
     assert (out / ids[0] / "semantic.npy").read_bytes() == first_codes  # redone: the same song again
     artifacts.load_song(out / ids[0])
-    assert "redoing" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "redoing" in err and "the damaged folder is kept as" in err
+    aside = [p for p in out.iterdir() if p.name.startswith(f".{ids[0]}.set-aside-")]  # set aside, never deleted
+    assert len(aside) == 1 and (aside[0] / "latent.npy").read_bytes().endswith(b"\0"), sorted(out.iterdir())
     assert (out / "batch.json").stat().st_mode & 0o044 == 0o044 & ~UMASK  # readable as the song files are
 
 

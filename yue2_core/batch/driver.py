@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +46,7 @@ class BatchOptions:
     #                          VAE), recorded in batch.json `settings` as given
 
 
-_TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp")
+_TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp|\.(.+)\.set-aside-\d{8}T\d{6}(-\d+)?")
 
 
 def check_output(out: Path, ids: set[str], resume: bool) -> None:
@@ -65,13 +65,47 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
     foreign += [n for n in names if n in ids and not (out / n).is_dir()]
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        try:
+            songs = BATCH_FILE in names and all((out / n / "result.json").is_file() for n in foreign)
+        except OSError:
+            songs = False
+        if songs:  # a batch's own songs whose rows this request file lacks (break-it: "not this batch's")
+            raise ArtifactError(f"output folder {out} holds songs whose ids are not rows of this request file: "
+                                f"{shown}. Resume with the request file the batch was made with (rows may be added, "
+                                "not removed), or choose a new folder")
         raise ArtifactError(f"output folder {out} holds files that are not this batch's: {shown}. A batch folder "
                             "holds only batch.json and one folder per request id; choose a new folder")
     mine = [n for n in names if n == BATCH_FILE or n in ids]
     if mine and not resume:
+        if BATCH_FILE not in names:  # folders named like this file's ids, but no batch ever ran here
+            raise ArtifactError(f"output folder {out} holds folders named like this file's ids ("
+                                f"{', '.join(mine[:3])}{' …' if len(mine) > 3 else ''}) but no {BATCH_FILE}: they "
+                                "were not written by `batch` (or its record was removed). Choose a new folder; "
+                                "--resume would keep the ones that verify as this file's songs and refuse the rest")
         raise ArtifactError(f"output folder {out} already holds a batch ({len(mine)} entries: "
                             f"{', '.join(mine[:3])}{' …' if len(mine) > 3 else ''}); add --resume to finish it, or "
                             "choose a new folder")
+    if resume and BATCH_FILE in names:  # it will be rewritten: refuse one that cannot be read rather than lose it
+        try:
+            with open(out / BATCH_FILE, "rb"):
+                pass
+        except OSError as exc:
+            raise ArtifactError(f"cannot read {out / BATCH_FILE} ({exc.strerror or exc}); resuming would replace "
+                                "it: fix its permissions or move it away first") from None
+
+
+def set_aside(folder: Path) -> Path:
+    """Rename a damaged song folder to a hidden sibling `.ID.set-aside-YYYYMMDDTHHMMSS[-n]` (which the batch folder
+    check accepts) instead of deleting it: a resumed batch never destroys files. Returns the new path; OSError when
+    the rename fails."""
+    import time
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for n in range(100):
+        target = folder.with_name(f".{folder.name}.set-aside-{stamp}" + (f"-{n}" if n else ""))
+        if not target.exists():
+            os.rename(folder, target)
+            return target
+    raise OSError(f"no free name to set {folder} aside")
 
 
 def _song_names() -> set:
@@ -104,8 +138,9 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
                  method: str = "midpoint") -> tuple[str, str | None]:
     """What --resume does with the song folder of `item`: ("run", None) when there is none, ("done", None) when it
     verifies (every file's sha256, status complete) and holds this request with these budgets, steps and solver,
-    ("redo", why) when it is incomplete or damaged and holds only song files (it is removed), ("refuse", why)
-    otherwise (another request's song, or files that are not a song's: left alone, the row fails)."""
+    ("redo", why) when it is a song of this pack (result.json) that is incomplete or damaged and holds only song
+    files (it is set aside, renamed `.ID.set-aside-<time>`, never deleted), ("refuse", why) otherwise (another
+    request's song, a folder without result.json, or files that are not a song's: left alone, the row fails)."""
     from ..artifacts import load_song
     from ..pipeline import request_dict
     if folder.is_symlink():  # never removed or trusted: the song it points to is not this batch folder's
@@ -119,8 +154,12 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
     except YuE2Error as exc:
         try:
             names = {p.name for p in folder.iterdir()}
-        except OSError:
-            names = {"?"}
+        except OSError as err:  # an unreadable folder is not damage: never redo what could not be checked
+            return "refuse", (f"{folder} cannot be checked: {err.strerror or err}; fix it (permissions, storage) "
+                              "or move the folder away to redo this song")
+        if "result.json" not in names:  # not a song this pack wrote (our saves are atomic): never ours to redo
+            return "refuse", (f"{folder} holds no result.json, so it is not a song this pack wrote (or its record "
+                              "is gone); move it away to make this song")
         if names <= _song_names():
             unreadable = _unreadable(folder)
             if unreadable:  # a read error is not damage: never remove what could not be checked
@@ -430,13 +469,15 @@ def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights
             for note in score_notes(item.request.abc, seconds, limit=5):
                 print(f"[{item.id}] warning: {'score ' if note.startswith('line ') else ''}{note}", file=stream)
     for item, why in redo:
-        print(f"[{item.id}] redoing: {why}", file=stream)
         try:
-            shutil.rmtree(out / item.id)
+            kept = set_aside(out / item.id)
         except OSError as exc:
-            summary.add(item.line, item.id, "failed", stage="resume", error=f"cannot remove the damaged song "
-                        f"folder {out / item.id} to redo it: {exc.strerror or exc}")
+            summary.add(item.line, item.id, "failed", stage="resume", error=f"cannot set the damaged song "
+                        f"folder {out / item.id} aside to redo it: {exc.strerror or exc}")
             todo.remove(item)
+            continue
+        print(f"[{item.id}] redoing: {why}; the damaged folder is kept as {kept} (delete it when you no longer "
+              "need it)", file=stream)
 
     def record(result) -> None:
         fields = result.to_dict()

@@ -90,6 +90,14 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
                                f"{MAX_REQUESTS_FILE:,} are accepted")
         text = path.read_text("utf-8-sig")
     except UnicodeDecodeError as exc:
+        from ..text_encoding import utf16_kind
+        try:
+            kind = utf16_kind(path.read_bytes()[:4096])
+        except OSError:
+            kind = None
+        if kind:  # break-it: a UTF-16 file got only "invalid start byte at byte 0"
+            raise RequestError(f"request file {path} is {kind} text; the request file must be UTF-8 (one JSON object "
+                               "a line): save it as UTF-8") from None
         raise RequestError(f"request file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise RequestError(f"cannot read the request file {path}: {exc.strerror or exc}") from None

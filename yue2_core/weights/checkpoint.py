@@ -186,7 +186,7 @@ def read_header(path: str) -> tuple[dict, dict, int]:
                                       f"{size}-byte file)")
             raw = f.read(n)
     except OSError as exc:
-        raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+        raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: absurdly nested JSON
@@ -299,6 +299,9 @@ def _dims(entries: dict) -> ModelDims:
     while f"{AR}model.layers.{layers}.input_layernorm.weight" in entries:
         layers += 1
     if layers == 0:
+        if any(k.startswith(f"{AR}model.layers.0.") for k in entries):  # layer 0 is there, but not whole
+            raise CheckpointError(f"missing tensor {AR}model.layers.0.input_layernorm.weight (layer 0 of the AR "
+                                  "expert is incomplete — a damaged or edited file; download it again)")
         raise CheckpointError("the AR expert has no layers (text_encoders.model.layers.0.* missing)")
     beyond = sorted({int(m.group(2)) for k in entries if (m := _LAYER_NO.match(k))} - set(range(layers)))
     if beyond:  # a gap, or one expert deeper than the other: never load a silently smaller model

@@ -72,8 +72,11 @@ def open_source(path: str) -> Source:
     try:
         header = read_header(weights)
     except CheckpointError as exc:
-        with open(weights, "rb") as f:
-            magic = f.read(4)
+        try:
+            with open(weights, "rb") as f:
+                magic = f.read(4)
+        except OSError as err:  # unreadable (permissions, I/O): say so, not a traceback (break-it finding)
+            raise AdapterError(f"cannot read adapter {weights}: {err.strerror or err}") from None
         if magic[:2] == b"PK" or magic[:1] == b"\x80":
             src = _open_pt(weights)
         else:
