@@ -85,7 +85,7 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
         raise ArtifactError(f"output folder {out} already holds a batch ({len(mine)} entries: "
                             f"{', '.join(mine[:3])}{' …' if len(mine) > 3 else ''}); add --resume to finish it, or "
                             "choose a new folder")
-    if resume and BATCH_FILE in names:  # it will be rewritten: refuse one that cannot be read rather than lose it
+    if resume and (out / BATCH_FILE).is_file():  # it will be rewritten: refuse one that cannot be read, not lose it
         try:
             with open(out / BATCH_FILE, "rb"):
                 pass
