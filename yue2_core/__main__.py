@@ -532,8 +532,7 @@ def _song_report(path: str) -> dict:
     at 25/s and seconds; audio samples at 48 kHz), whether budgets cut it, the weights it was made with."""
     from .artifacts import load_song
     saved = load_song(path, edited_ok=True)
-    r = saved.result
-    request = json.loads((saved.path / "request.json").read_text(encoding="utf-8"))
+    r, request = saved.result, saved.tokens.request
     weights = r.get("weights") or {}
     mot = weights.get("mot") or {}
     return {"kind": "song", "path": str(saved.path), "status": r.get("status"),
@@ -563,8 +562,8 @@ def _base_model_keys(path: str) -> bool:
         entries = read_header(path)[0]
     except YuE2Error:
         return False
-    base = re.compile(r"(text_encoders\.model|model\.diffusion_model)\.(layers\.\d+\.(self_attn|mlp)\.[a-z_]+|embed_tokens)"
-                      r"\.weight")
+    base = re.compile(r"(text_encoders\.model|model\.diffusion_model)\."
+                      r"(layers\.\d+\.(self_attn|mlp)\.[a-z_]+|embed_tokens)\.weight")
     return TOKENIZER_KEY in entries or any(base.fullmatch(k) for k in entries)
 
 
@@ -575,7 +574,6 @@ def cmd_inspect(args) -> int:
                                            or os.path.isfile(os.path.join(args.checkpoint, "batch.json"))):
         if not os.path.isfile(os.path.join(args.checkpoint, "result.json")):  # a batch folder: name its songs
             from .artifacts import batch_folder_hint
-            from pathlib import Path
             raise YuE2Error(f"{args.checkpoint} is not a song folder{batch_folder_hint(Path(args.checkpoint))}; "
                             "inspect one of those")
         report = _song_report(args.checkpoint)
