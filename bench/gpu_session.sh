@@ -20,6 +20,9 @@
 #                                      # step: tiny-model agreement, speed with in-kernel phase times, and the floor of
 #                                      # barrier-separated phases (bench/stream_floor.py: register and bulk-copy ring
 #                                      # schedules, fenced and relaxed barriers, barrier anatomy); ~4 min
+#   bash bench/gpu_session.sh l2       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental): its GPU
+#                                      # test, then bench/profile_decode.py's int8 step with six prefetch plans (L2_BF16=1:
+#                                      # bf16 too, given its checkpoint; L2_ARGS: more --l2 specs); ~3 min
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
@@ -59,7 +62,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|layer|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -114,6 +117,19 @@ for part in "$@"; do
       "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda --phase-times --json "$OUT/layer.json" \
         2>&1 | tee "$OUT/layer_kernel.log"
       "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log" ;;
+    l2)
+      # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental, off): its bit-identity GPU test, then the int8
+      # and bf16 step profiles with the prefetch plans against the default in the same run (~3 min)
+      "$PY" -m pytest tests/core/test_cuda_fast.py -k l2_prefetch -s -q -p no:cacheprovider 2>&1 \
+        | tee "$OUT/l2_prefetch_tests.log"
+      [ -f /tmp/yue2bench/yue2_full_int8.safetensors ] || "$PY" -c "from yue2_core.weights.synthetic import \
+write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', profile='full', fmt='int8', device='cuda')"
+      for ck in yue2_full_int8 ${L2_BF16:+yue2_full_bf16}; do
+        "$PY" bench/profile_decode.py --checkpoint "/tmp/yue2bench/$ck.safetensors" --only-l2 --top 6 \
+          --l2 'qkv:o,gu;o:down,qkv+' --l2 'qkv:gu;o:down,qkv+' --l2 'qkv:o,gu,down;o:qkv+' \
+          --l2 'qkv:o,gu;o:down,qkv+@32:64' --l2 'qkv:o,gu;o:down,qkv+@4:256' --l2 'start:gu;attn:down;gu:qkv+' \
+          ${L2_ARGS:-} 2>&1 | tee "$OUT/profile_l2_$ck.log"
+      done ;;
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;
@@ -131,6 +147,6 @@ for part in "$@"; do
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|parts|next|lora|batch|split|nar|layer|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done

@@ -6,7 +6,8 @@ kernel count, and the kernels ranked by GPU time — for each decode configurati
 The checkpoint is any YuE2 all-in-one file (bench/bench.py writes full-size synthetic ones to /tmp/yue2bench).
 Configurations: the default fused step, the attention merged by a separate kernel, int8 inputs rotated by cuBLAS,
 the default without programmatic dependent launch, library GEMVs; with --gemv-table a GEMV configuration file too,
-with --all also the unfused torch-ops step.
+with --all also the unfused torch-ops step; with --l2 SPEC[@BLOCKS:KB] (repeatable) the step with that L2 weight
+prefetch plan (YUE2_L2_PREFETCH, fast/l2_prefetch.py), --only-l2 for the default and those alone.
 Kernel times come from torch.profiler on eager steps (same kernels as the graph); the gap between the replay time
 and the kernel sum is launch/idle time that only fewer or longer kernels remove.
 """
@@ -33,7 +34,7 @@ def _dev_time(evt) -> float:
 
 
 SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE",
-            "YUE2_GEMV_TABLE", "YUE2_SAMPLER")
+            "YUE2_GEMV_TABLE", "YUE2_SAMPLER", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
 
 
 def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: dict):
@@ -73,7 +74,7 @@ def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: 
     print(f"   {'kernel':70s} {'calls/step':>10s} {'ms/step':>8s}")
     for e in avgs:
         print(f"   {e.key[:70]:70s} {e.count / steps:10.1f} {_dev_time(e) / 1e3 / steps:8.3f}")
-    if fused and not env:
+    if fused and (not env or "YUE2_L2_PREFETCH" in env):
         bandwidth_table(ar, rows, positions, prof, steps, dec.slice)
     dec.release()
     return replay_ms, busy_ms
@@ -136,6 +137,9 @@ def main():
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--all", action="store_true", help="also profile the unfused torch-ops step")
     ap.add_argument("--gemv-table", default="", help="also profile with these GEMV configurations (YUE2_GEMV_TABLE)")
+    ap.add_argument("--l2", action="append", default=[], metavar="SPEC[@BLOCKS:KB]",
+                    help="also profile with this YUE2_L2_PREFETCH spec (and grid); repeatable")
+    ap.add_argument("--only-l2", action="store_true", help="profile the default and the --l2 specs only")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("profile_decode.py needs a CUDA GPU")
@@ -150,6 +154,12 @@ def main():
         ("int8 inputs rotated by cuBLAS", True, {"YUE2_INT8_ROT": "cublas"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
+    if args.only_l2:
+        variants = variants[:1]
+    for spec in args.l2:
+        spec_, _, grid_ = spec.partition("@")
+        env = {"YUE2_L2_PREFETCH": spec_, **({"YUE2_L2_PREFETCH_GRID": grid_} if grid_ else {})}
+        variants.append((f"L2 prefetch {spec}", True, env))
     if args.gemv_table:
         variants.append((f"GEMV table {os.path.basename(args.gemv_table)}", True, {"YUE2_GEMV_TABLE": args.gemv_table}))
     if args.all:

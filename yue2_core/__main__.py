@@ -199,7 +199,7 @@ def _note_synthetic_music(max_tokens: int) -> None:
 # that decodes on the CPU they do nothing, and a user trying one there is told so (break-it finding)
 GPU_ONLY_SWITCHES = ("YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GRAPH", "YUE2_DECODE_ATTN",
                      "YUE2_INT8_ROT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL", "YUE2_GEMV_TABLE",
-                     "YUE2_LAYER_TILES", "YUE2_RENDER_SMS")
+                     "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
 
 
 def _check_switches(device: str | None = None) -> None:
@@ -230,9 +230,13 @@ def _check_switches(device: str | None = None) -> None:
         _tables_from(table)
     from .fast.persistent import tiles
     tiles()  # YUE2_LAYER_TILES: a JSON object of the layer kernel's tiles
+    from .fast import l2_prefetch
+    l2_prefetch.parse(os.environ.get("YUE2_L2_PREFETCH", ""))  # a plan of fork points and weights
+    l2_prefetch.grid()
     from .batch.streams import SWITCH as RENDER_SMS, check_switch
     check_switch()  # YUE2_RENDER_SMS: auto, 0 or a number of SMs
-    known = {*flags, *choices, PROCS_SWITCH, RENDER_SMS, "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
+    known = {*flags, *choices, PROCS_SWITCH, RENDER_SMS, "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_L2_PREFETCH",
+             "YUE2_L2_PREFETCH_GRID", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
              "YUE2_HASH_CACHE", "YUE2_COMMIT", "YUE2_ARTIFACTS", "YUE2_PARITY_DIR", "YUE2_REQUIRE_HOST",
              "YUE2_SKIP_BROWSER", "YUE2_CHROMIUM", "YUE2_COMFY_CLI", "YUE2_COMFY_PYTHON", "YUE2_COMFY_VERSION",
              "YUE2_E2E_DIR", "YUE2_FRONTEND_NEWEST", "YUE2_REQUIRE_BROWSER", "YUE2_TEST_WORKERS", "YUE2_BENCH_INT8",
@@ -252,7 +256,7 @@ def _check_switches(device: str | None = None) -> None:
         elif name in choices:
             changed = value not in ("", choices[name][0])
         else:
-            changed = value not in ("", "auto")
+            changed = value not in ("", "auto", "off")
         if not on_cuda and changed:
             print(f"warning: {name}={value} changes only the CUDA decode and render paths; this run is on "
                   f"{'the CPU (no CUDA GPU here)' if device == 'auto' else device}, where it has no effect",

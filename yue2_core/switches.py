@@ -18,6 +18,9 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_NAR_ATTN         auto (fa3 on Hopper when installed, else gqa) | gqa | fa3 | cudnn | flash | efficient | math:
                           attention backend of the NAR (nar.py, fast/flash_attn.py)
     YUE2_NAR_GRAPH=0      the NAR velocity eagerly instead of replayed from a CUDA graph per chunk (nar.py)
+    YUE2_L2_PREFETCH      off (default) | POINT:W[,W…][;…]: weights pulled into L2 ahead of the decode products on a
+                          side branch of the step; experimental, not yet measured (fast/l2_prefetch.py)
+    YUE2_L2_PREFETCH_GRID BLOCKS:PIECE_KB of that prefetch kernel (default 8:64)
     YUE2_GEMV_TABLE       a JSON file of GEMV launch configurations (bench/gemv_sweep.py --json) over the built-in ones
     YUE2_LORA_INT8        side (default) | bf16: adapters on int8 AR layers as an exact fp32 side delta, or merged into
                           layers dequantized to bf16 (bf16 decode speed, bf16 rounding; weights.lora.apply, CLI/engine)

@@ -663,3 +663,26 @@ def test_layer_kernel_matches_the_fused_step(tiny_paths, fmt, mode, monkeypatch)
         assert fallback[0].timing["layer_kernel"] == "off"
         assert "resident" in fallback[0].timing["layer_kernel_off_reason"]
         assert [r.tokens for r in fallback] == [r.tokens for r in ref]
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("fmt", [0, 1], ids=["bf16", "int8"])
+def test_l2_prefetch_branch_leaves_logits_bit_identical(engines, fmt, monkeypatch):
+    """YUE2_L2_PREFETCH (`fast.l2_prefetch`): the side branch only pulls weights into L2, so the graphed step's
+    logits with every fork point in use equal those without it, bit for bit, and the branch is in the graph."""
+    eng = engines[fmt]
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("cp.async.bulk.prefetch needs sm_90+")
+    sp = semantic_prefix(SongRequest("pop", "la la", cot="full"), [], eng.tokenizer.encode)
+    forced = [151853 + (7 * i) % 500 for i in range(16)]
+    s = Sampling(temperature=0.0, min_tokens=17, max_tokens=17)
+    logits = []
+    for spec in ("off", "start:qkv;qkv:o,gu;attn:o;o:down,qkv+;gu:down;down:qkv+"):
+        monkeypatch.setenv("YUE2_L2_PREFETCH", spec)
+        dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
+        assert (dec.prefetch is not None) == (spec != "off")
+        dec._allocate()
+        dec._prefill()
+        logits.append(_forced_logits(dec, forced))
+    assert torch.equal(logits[0], logits[1])
+    print(f"{eng.ar.dtype} L2 prefetch branch: logits identical over {len(forced) - 1} graphed steps")

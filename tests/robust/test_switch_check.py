@@ -30,7 +30,9 @@ def test_every_documented_switch_is_known(monkeypatch, capsys):
                                               ("YUE2_LAYER_KERNEL", "on", "grid"),
                                               ("YUE2_LAYER_TILES", "{", "JSON"),
                                               ("YUE2_LAYER_TILES", '{"bn_o": 0}', "power of two"),
-                                              ("YUE2_GEMV_TABLE", "/nonexistent/t.json", "not a file")])
+                                              ("YUE2_GEMV_TABLE", "/nonexistent/t.json", "not a file"),
+                                              ("YUE2_L2_PREFETCH", "qkv:gate", "one of"),
+                                              ("YUE2_L2_PREFETCH_GRID", "8", "BLOCKS:PIECE_KB")])
 def test_bad_values_are_refused_by_name(monkeypatch, name, value, words):
     monkeypatch.setenv(name, value)
     with pytest.raises(RequestError) as e:

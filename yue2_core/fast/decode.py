@@ -421,6 +421,17 @@ class PhaseDecoder:
             common = _common_prefix(full)
             if common >= SHARED_MIN and common >= SHARED_MIN_FRACTION * min(len(r) for r in full):
                 self.shared = common
+        # weights pulled into L2 ahead of the products on a side branch (`fast.l2_prefetch`, YUE2_L2_PREFETCH,
+        # experimental, off by default): parsed on every device, built for the fused per-kernel step on sm_90+
+        from . import l2_prefetch
+        spec = os.environ.get("YUE2_L2_PREFETCH", "")
+        l2_prefetch.parse(spec)
+        self.prefetch = None
+        if self.fused and self.gemv and self.attn_kernel and self.device.type == "cuda" and l2_prefetch.parse(spec):
+            try:
+                self.prefetch = l2_prefetch.Prefetcher(ar.model.layers, self.device, spec)
+            except RuntimeError as exc:
+                warnings.warn(f"L2 weight prefetch unavailable ({brief(exc)}); decoding without it")
         # one launch per layer (`fast.persistent`, YUE2_LAYER_KERNEL): with the split-K products and the Triton
         # attention, no shared prefix, and a model the kernel handles; `fast.refill` keeps the per-kernel step
         from . import persistent
@@ -634,10 +645,14 @@ class PhaseDecoder:
                 delta = None
             else:
                 self.layer_kernel.proven = True
+        pf = self.prefetch if self.layer_kernel is None else None
+        at = pf.at if pf else (lambda point, i: None)
         for i, layer in enumerate(layers):
             att_mod = layer.self_attn
+            at("start", i)
             x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps, rot=rot)
             qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot)
+            at("qkv", i)
             q = fused.qk_norm_rope_store(qkv, att_mod.q_norm.weight, att_mod.k_norm.weight,
                                          cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
                                          d.head_dim, d.eps)
@@ -648,15 +663,22 @@ class PhaseDecoder:
                 keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
                 att = torch.add(bias, _scores(q.view(R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
                 h = (att.softmax(-1).to(self.dtype) @ values).reshape(R, d.heads * d.head_dim)
+            at("attn", i)
             o = lin(att_mod.o_proj, h, rot and self.attn_kernel)
+            at("o", i)
             x, y = fused.add_rmsnorm(x, o if self.gemv else o[:, None], layer.post_attention_layernorm.weight,
                                      d.eps, rot=rot)
-            act = fused.silu_mul(lin(layer.mlp.gate_up_proj, y.view(R, -1), rot), rot=rot)
+            gu = lin(layer.mlp.gate_up_proj, y.view(R, -1), rot)
+            at("gu", i)
+            act = fused.silu_mul(gu, rot=rot)
             delta = lin(layer.mlp.down_proj, act, rot)
+            at("down", i)
             if not self.gemv:
                 delta = delta[:, None]
         _, y = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps, rot=head_rot)
         self.logits.copy_(self.head_rot(y[:, 0]) if head_rot else self.head(y[:, 0]))
+        if pf:
+            pf.join()
 
     def _step(self, attn_len: int):
         state = (self.step, self.ring, self.ring_w, self.mask, self.noise, self.forced_t, self.out, self.done,

@@ -1,0 +1,61 @@
+"""The L2 weight prefetch branch (`fast/l2_prefetch.py`, YUE2_L2_PREFETCH; experimental, off by default) without a
+GPU: the spec and grid parse or are refused with what is accepted, the prefetch kernel compiles with NVRTC for Hopper
+to the bulk L2 prefetch instruction, and a CPU decoder validates the switch but builds no branch. Its effect on the
+logits (none, bit for bit) is a GPU test (tests/core/test_cuda_fast.py); its speed is `bench/gpu_session.sh l2`."""
+import pytest
+
+from yue2_core.errors import RequestError
+from yue2_core.fast import l2_prefetch as lp
+
+
+def test_spec_parses_points_and_next_layer_weights():
+    assert lp.parse("off") == {} and lp.parse("") == {} and lp.parse(" 0 ") == {}
+    assert lp.parse("qkv:o,gu;o:down,qkv+") == {"qkv": [("o", 0), ("gu", 0)], "o": [("down", 0), ("qkv", 1)]}
+    assert lp.parse(" start : gu ; start:down+ ") == {"start": [("gu", 0), ("down", 1)]}
+
+
+@pytest.mark.parametrize("spec,named", [("qkv", "'qkv'"), ("middle:o", "'middle:o'"), ("qkv:", "'qkv:'"),
+                                        ("qkv:up", "'up'"), ("qkv:o++", "'o++'"), ("qkv:o;;", "''")])
+def test_bad_spec_names_the_part(spec, named):
+    with pytest.raises(RequestError, match="YUE2_L2_PREFETCH") as err:
+        lp.parse(spec)
+    assert named in str(err.value)
+
+
+def test_grid_default_and_refusals(monkeypatch):
+    monkeypatch.delenv("YUE2_L2_PREFETCH_GRID", raising=False)
+    assert lp.grid() == (8, 64 * 1024)
+    monkeypatch.setenv("YUE2_L2_PREFETCH_GRID", "32:16")
+    assert lp.grid() == (32, 16 * 1024)
+    for bad in ("32", "0:64", "8:4096", "a:b", "8:64:1"):
+        monkeypatch.setenv("YUE2_L2_PREFETCH_GRID", bad)
+        with pytest.raises(RequestError, match="BLOCKS:PIECE_KB"):
+            lp.grid()
+
+
+def test_kernel_compiles_to_the_bulk_l2_prefetch_for_hopper():
+    try:
+        from torch.cuda._utils import _get_gpu_rtc_library
+        lib = _get_gpu_rtc_library()
+    except Exception as exc:  # noqa: BLE001 - a CPU-only PyTorch build ships no NVRTC
+        pytest.skip(f"no NVRTC in this PyTorch ({type(exc).__name__}: {exc})")
+    from yue2_core.fast._layer_cuda import nvrtc_compile
+    cubin, log = nvrtc_compile(lp.SOURCE, {}, "sm_90", lib=lib)
+    assert cubin[:4] == b"\x7fELF" and "0 bytes spill stores" in log, log
+    assert "cp.async.bulk.prefetch.L2.global" in lp.SOURCE
+    # the instruction needs sm_90: an Ampere target refuses it, which is why the Prefetcher checks the capability
+    with pytest.raises(RuntimeError):
+        nvrtc_compile(lp.SOURCE, {}, "sm_80", lib=lib)
+
+
+def test_cpu_decoder_validates_the_switch_and_builds_no_branch(tiny_paths, monkeypatch):
+    from yue2_core.fast import decode as fd
+    from yue2_core.pipeline import YuE2Engine
+    from yue2_core.protocol import Sampling
+    eng = YuE2Engine.load(tiny_paths["bf16"], device="cpu", parts=("ar",))
+    s = Sampling(min_tokens=2, max_tokens=2)
+    monkeypatch.setenv("YUE2_L2_PREFETCH", "qkv:gate")
+    with pytest.raises(RequestError, match="'gate'"):
+        fd.PhaseDecoder(eng.ar, [[1, 2, 3]], s, [1], "semantic")
+    monkeypatch.setenv("YUE2_L2_PREFETCH", "qkv:o,gu")
+    assert fd.PhaseDecoder(eng.ar, [[1, 2, 3]], s, [1], "semantic").prefetch is None

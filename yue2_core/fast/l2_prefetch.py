@@ -1,0 +1,132 @@
+"""Weights pulled into the GPU's L2 cache ahead of the decode step's products, on a side branch of the step
+(`YUE2_L2_PREFETCH`, experimental, off by default).
+
+A batch-1 decode step streams every layer weight once (1.48 GB int8) but its DRAM is busy only about a third of the
+step: between two products come the norms, QK-norm/RoPE, the attention and SiLU·up, chains of dependent latency that
+move few bytes (`bench/profile_decode.py`'s bandwidth table). A `Prefetcher` launches, on a second stream forked from
+the step at chosen points, a tiny kernel whose threads issue `cp.async.bulk.prefetch.L2` (Hopper, sm_90+) over the
+weights of the products to come — e.g. after the qkv product, the o_proj and gate/up weights — so the DRAM works
+during those chains and the products read L2. The forks are ordinary stream dependencies, so CUDA-graph capture
+records them as a parallel branch; `join()` merges the branch back before the step ends. Nothing is computed on the
+branch: results are bit-identical whether it runs or not.
+
+The spec (`YUE2_L2_PREFETCH`): `off` (default), or `POINT:W[,W…][;POINT:W…]` — POINT one of `start` (before a
+layer's first norm), `qkv`, `attn`, `o`, `gu`, `down` (after that kernel is launched), W one of `qkv o gu down`
+(this layer's weight) or the same with `+` (the next layer's). `YUE2_L2_PREFETCH_GRID=BLOCKS:PIECE_KB` sets the
+prefetch kernel's grid (default 8 blocks of 32 threads, 64 KB a prefetch instruction).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..errors import RequestError
+
+POINTS = ("start", "qkv", "attn", "o", "gu", "down")
+WEIGHTS = ("qkv", "o", "gu", "down")
+_MODULES = {"qkv": ("self_attn", "qkv_proj"), "o": ("self_attn", "o_proj"), "gu": ("mlp", "gate_up_proj"),
+            "down": ("mlp", "down_proj")}
+
+SOURCE = r"""
+extern "C" __global__ void yue2_l2_prefetch(const char* base, int bytes, int piece) {
+  long long stride = (long long)gridDim.x * blockDim.x * piece;
+  for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * piece; i < bytes; i += stride) {
+    long long left = (long long)bytes - i;
+    int n = (int)(left < piece ? left : piece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(base + i), "r"(n) : "memory");
+  }
+}
+"""
+
+
+def parse(spec: str) -> dict[str, list[tuple[str, int]]]:
+    """`YUE2_L2_PREFETCH`'s value → {point: [(weight, layer offset 0 or 1), …]}; {} for off/empty. RequestError
+    naming the bad part otherwise."""
+    spec = spec.strip()
+    if spec in ("", "off", "0"):
+        return {}
+    plan: dict[str, list[tuple[str, int]]] = {}
+    for part in spec.split(";"):
+        point, sep, names = part.partition(":")
+        point = point.strip()
+        if not sep or point not in POINTS or not names.strip():
+            raise RequestError(f"YUE2_L2_PREFETCH: {part!r} is not POINT:WEIGHTS with POINT one of {', '.join(POINTS)}")
+        for w in names.split(","):
+            w = w.strip()
+            base = w.rstrip("+")
+            if base not in WEIGHTS or len(w) - len(base) > 1:
+                raise RequestError(f"YUE2_L2_PREFETCH: weight {w!r} is not one of {', '.join(WEIGHTS)} "
+                                   "(with + for the next layer's)")
+            plan.setdefault(point, []).append((base, len(w) - len(base)))
+    return plan
+
+
+def grid() -> tuple[int, int]:
+    """(blocks, piece bytes) from YUE2_L2_PREFETCH_GRID (default 8:64)."""
+    value = os.environ.get("YUE2_L2_PREFETCH_GRID", "").strip() or "8:64"
+    try:
+        blocks, kb = (int(v) for v in value.split(":"))
+        if not (1 <= blocks <= 1024 and 1 <= kb <= 1024):
+            raise ValueError
+    except ValueError:
+        raise RequestError(f"YUE2_L2_PREFETCH_GRID must be BLOCKS:PIECE_KB (1–1024 each), got {value!r}") from None
+    return blocks, kb * 1024
+
+
+_KERNELS: dict = {}
+
+
+def _kernel(device: torch.device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _KERNELS:
+        from torch.cuda import _utils as cu
+        from ._layer_cuda import nvrtc_compile
+        cc = torch.cuda.get_device_capability(index)
+        cubin, _ = nvrtc_compile(SOURCE, {}, f"sm_{cc[0]}{cc[1]}")
+        with torch.cuda.device(index):
+            _KERNELS[index] = cu._cuda_load_module(cubin, ["yue2_l2_prefetch"])["yue2_l2_prefetch"]
+    return _KERNELS[index]
+
+
+class Prefetcher:
+    """Issues the spec's L2 prefetches for `layers` (the AR decoder layers) on a side stream of `device`. `at(point,
+    i)` forks the side stream from the current one and launches the prefetches named for `point` of layer i; `join()`
+    makes the current stream wait for the branch (call it before the step ends, inside a graph capture too). Raises
+    RequestError for a bad spec, RuntimeError when the kernel cannot be built (no sm_90, no NVRTC)."""
+
+    def __init__(self, layers, device: torch.device, spec: str):
+        self.plan = parse(spec)
+        self.layers, self.device = list(layers), device
+        if not self.plan:
+            return
+        if torch.cuda.get_device_capability(device) < (9, 0):
+            raise RuntimeError("L2 bulk prefetch needs an sm_90+ GPU")
+        self.kernel = _kernel(device)
+        self.blocks, self.piece = grid()
+        self.side = torch.cuda.Stream(device)
+        self.forked = False
+
+    def __bool__(self) -> bool:
+        return bool(self.plan)
+
+    def _weight(self, name: str, i: int):
+        outer, inner = _MODULES[name]
+        return getattr(getattr(self.layers[i], outer), inner).weight
+
+    def at(self, point: str, i: int) -> None:
+        todo = [(w, i + off) for w, off in self.plan.get(point, ()) if i + off < len(self.layers)]
+        if not todo:
+            return
+        self.side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.side):
+            for name, layer in todo:
+                w = self._weight(name, layer)
+                self.kernel(grid=(self.blocks, 1, 1), block=(32, 1, 1),
+                            args=[w, w.numel() * w.element_size(), self.piece])
+        self.forked = True
+
+    def join(self) -> None:
+        if self.forked:
+            torch.cuda.current_stream(self.device).wait_stream(self.side)
+            self.forked = False
