@@ -22,7 +22,8 @@
 #                                      # schedules, fenced and relaxed barriers, barrier anatomy); ~4 min
 #   bash bench/gpu_session.sh l2       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental): its GPU
 #                                      # test, then bench/profile_decode.py's int8 step with six prefetch plans (L2_BF16=1:
-#                                      # bf16 too, given its checkpoint; L2_ARGS: more --l2 specs); ~3 min
+#                                      # bf16 too, given its checkpoint; L2_ARGS: more --l2 specs), and the 8-row step's
+#                                      # idle gaps between kernels in the graph replay (--gaps); ~4 min
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
@@ -129,7 +130,10 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
           --l2 'qkv:o,gu;o:down,qkv+' --l2 'qkv:gu;o:down,qkv+' --l2 'qkv:o,gu,down;o:qkv+' \
           --l2 'qkv:o,gu;o:down,qkv+@32:64' --l2 'qkv:o,gu;o:down,qkv+@4:256' --l2 'start:gu;attn:down;gu:qkv+' \
           ${L2_ARGS:-} 2>&1 | tee "$OUT/profile_l2_$ck.log"
-      done ;;
+      done
+      # where the 8-candidate step's idle time lies (0.19–0.25 ms a step the kernel sum does not cover)
+      "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --only-l2 --rows 8 --gaps \
+        --top 10 --l2 'qkv:o,gu;o:down,qkv+' 2>&1 | tee "$OUT/profile_gaps_rows8.log" ;;
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
         --full --budget-s 420 2>&1 | tail -c 3000 ;;

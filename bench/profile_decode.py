@@ -37,7 +37,46 @@ SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_
             "YUE2_GEMV_TABLE", "YUE2_SAMPLER", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
 
 
-def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: dict):
+def kernel_gaps(spans, steps: int, top: int = 8):
+    """Idle time between the kernels of `steps` graph replays: spans = [(name, start µs, end µs)] of every kernel.
+    Sorted by start, a gap is the time from the latest end so far to the next start (overlapping kernels — PDL, a
+    side branch — leave none). Returns (idle ms a step, [(before, after, gaps a step, ms a step)] largest first), the
+    gap charged to the kernel that ended last before it and the kernel that started after it."""
+    idle, pairs = 0.0, {}
+    latest_end, latest_name = None, None
+    for name, start, end in sorted(spans, key=lambda s: (s[1], s[2])):
+        if latest_end is not None and start > latest_end:
+            gap = start - latest_end
+            idle += gap
+            n, t = pairs.get((latest_name, name), (0, 0.0))
+            pairs[(latest_name, name)] = (n + 1, t + gap)
+        if latest_end is None or end >= latest_end:
+            latest_end, latest_name = end, name
+    ranked = sorted(((a, b, n / steps, t / 1e3 / steps) for (a, b), (n, t) in pairs.items()),
+                    key=lambda r: r[3], reverse=True)
+    return idle / 1e3 / steps, ranked[:top]
+
+
+def replay_gaps(graph, steps: int, top: int) -> list[str]:
+    """Lines telling where a graph replay's idle time lies (`kernel_gaps` of `steps` replays traced by torch.profiler)."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            graph.replay()
+        torch.cuda.synchronize()
+    spans = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
+    if not spans:
+        return ["   replay trace: the profiler saw no kernels inside the graph replays"]
+    first = min(s[1] for s in spans)
+    last = max(s[2] for s in spans)
+    idle, ranked = kernel_gaps(spans, steps, top)
+    lines = [f"   replay trace: {len(spans) / steps:.0f} kernels a step, span {(last - first) / 1e3 / steps:.3f} ms a "
+             f"step, idle between kernels {idle:.3f} ms a step; largest gaps (before → after, gaps a step, ms a step):"]
+    return lines + [f"     {a[:44]:44s} → {b[:44]:44s} {n:5.1f} {ms:7.4f}" for a, b, n, ms in ranked]
+
+
+def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: dict, gaps: bool = False):
     for key in SWITCHES:
         os.environ.pop(key, None)
     os.environ.update(env)
@@ -59,6 +98,7 @@ def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: 
         torch.cuda.synchronize()
         replay_ms = (time.perf_counter() - t) / n * 1e3
         steps = 10
+        gap_lines = replay_gaps(graph, steps, top) if gaps else []
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(steps):
                 dec._step(attn_len)
@@ -74,6 +114,8 @@ def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: 
     print(f"   {'kernel':70s} {'calls/step':>10s} {'ms/step':>8s}")
     for e in avgs:
         print(f"   {e.key[:70]:70s} {e.count / steps:10.1f} {_dev_time(e) / 1e3 / steps:8.3f}")
+    for line in gap_lines:
+        print(line)
     if fused and (not env or "YUE2_L2_PREFETCH" in env):
         bandwidth_table(ar, rows, positions, prof, steps, dec.slice)
     dec.release()
@@ -139,6 +181,8 @@ def main():
     ap.add_argument("--gemv-table", default="", help="also profile with these GEMV configurations (YUE2_GEMV_TABLE)")
     ap.add_argument("--l2", action="append", default=[], metavar="SPEC[@BLOCKS:KB]",
                     help="also profile with this YUE2_L2_PREFETCH spec (and grid); repeatable")
+    ap.add_argument("--gaps", action="store_true",
+                    help="also trace graph replays and rank the idle gaps between kernels by the kernels around them")
     ap.add_argument("--only-l2", action="store_true", help="profile the default and the --l2 specs only")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -165,7 +209,7 @@ def main():
     if args.all:
         variants.append(("torch ops", False, {"YUE2_DECODE_ATTN": "torch", "YUE2_GEMV": "0", "YUE2_PDL": "0"}))
     for label, fused, env in variants:
-        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, env)
+        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, env, args.gaps)
     for key in SWITCHES:
         os.environ.pop(key, None)
 

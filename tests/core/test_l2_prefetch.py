@@ -59,3 +59,27 @@ def test_cpu_decoder_validates_the_switch_and_builds_no_branch(tiny_paths, monke
         fd.PhaseDecoder(eng.ar, [[1, 2, 3]], s, [1], "semantic")
     monkeypatch.setenv("YUE2_L2_PREFETCH", "qkv:o,gu")
     assert fd.PhaseDecoder(eng.ar, [[1, 2, 3]], s, [1], "semantic").prefetch is None
+
+
+def _profile_decode():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "profile_decode.py"
+    spec = importlib.util.spec_from_file_location("profile_decode", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_replay_gaps_count_only_time_no_kernel_covers():
+    """bench/profile_decode.py --gaps (where the 8-row step's unattributed time lies): overlapping kernels (PDL, the
+    prefetch branch) leave no gap; a gap is charged to the kernel that ended last and the one that started next."""
+    pd = _profile_decode()
+    # two steps: a(0–10), b(8–20) overlapping a, c(25–30), d(41–50), and a side kernel s(12–40) that covers b→c
+    step = [("a", 0, 10), ("b", 8, 20), ("c", 25, 30), ("s", 12, 40), ("d", 41, 50)]
+    spans = step + [(n, t0 + 100, t1 + 100) for n, t0, t1 in step]
+    idle, ranked = pd.kernel_gaps(spans, steps=2)
+    # per step: c starts inside s (no gap), s→d 1 µs; between the two steps d(50)→a(100) 50 µs, once
+    assert ranked[0][:2] == ("d", "a") and abs(ranked[0][3] - 0.025) < 1e-12
+    assert [r[:2] for r in ranked[1:]] == [("s", "d")] and abs(ranked[1][2] - 1.0) < 1e-12
+    assert abs(idle - (50 + 2 * 1) / 1e3 / 2) < 1e-12
