@@ -21,7 +21,7 @@
 #                                      # barrier-separated phases (bench/stream_floor.py: register and bulk-copy ring
 #                                      # schedules, fenced and relaxed barriers, barrier anatomy); ~4 min
 #   bash bench/gpu_session.sh l2       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental): its GPU
-#                                      # test, then bench/profile_decode.py's int8 step with six prefetch plans (L2_BF16=1:
+#                                      # test, then bench/profile_decode.py's int8 step with eight prefetch plans (L2_BF16=1:
 #                                      # bf16 too, given its checkpoint; L2_ARGS: more --l2 specs), and the 8-row step's
 #                                      # idle gaps between kernels in the graph replay (--gaps); ~4 min
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
@@ -129,6 +129,7 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
         "$PY" bench/profile_decode.py --checkpoint "/tmp/yue2bench/$ck.safetensors" --only-l2 --top 6 \
           --l2 'qkv:o,gu;o:down,qkv+' --l2 'qkv:gu;o:down,qkv+' --l2 'qkv:o,gu,down;o:qkv+' \
           --l2 'qkv:o,gu;o:down,qkv+@32:64' --l2 'qkv:o,gu;o:down,qkv+@4:256' --l2 'start:gu;attn:down;gu:qkv+' \
+          --l2 'start:kv;qkv:o,gu;o:down,qkv+' --l2 'down:kv+;qkv:o,gu;o:down,qkv+' \
           ${L2_ARGS:-} 2>&1 | tee "$OUT/profile_l2_$ck.log"
       done
       # where the 8-candidate step's idle time lies (0.19–0.25 ms a step the kernel sum does not cover)

@@ -677,7 +677,7 @@ def test_l2_prefetch_branch_leaves_logits_bit_identical(engines, fmt, monkeypatc
     forced = [151853 + (7 * i) % 500 for i in range(16)]
     s = Sampling(temperature=0.0, min_tokens=17, max_tokens=17)
     logits = []
-    for spec in ("off", "start:qkv;qkv:o,gu;attn:o;o:down,qkv+;gu:down;down:qkv+"):
+    for spec in ("off", "start:qkv,kv;qkv:o,gu;attn:o;o:down,qkv+;gu:down;down:qkv+,kv+"):
         monkeypatch.setenv("YUE2_L2_PREFETCH", spec)
         dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
         assert (dec.prefetch is not None) == (spec != "off")

@@ -83,3 +83,16 @@ def test_replay_gaps_count_only_time_no_kernel_covers():
     assert ranked[0][:2] == ("d", "a") and abs(ranked[0][3] - 0.025) < 1e-12
     assert [r[:2] for r in ranked[1:]] == [("s", "d")] and abs(ranked[1][2] - 1.0) < 1e-12
     assert abs(idle - (50 + 2 * 1) / 1e3 / 2) < 1e-12
+
+
+def test_kv_runs_cover_each_row_and_heads_positions_up_to_the_attention_length():
+    """`kv` prefetches, per (row, kv head), the first attn_len positions of the layer's K and V caches
+    [rows, kv heads, capacity, head dim]: one run each, a head's capacity apart; weights are one run."""
+    import torch
+    pf = object.__new__(lp.Prefetcher)
+    k = [torch.zeros(2, 8, 64, 128, dtype=torch.bfloat16) for _ in range(3)]
+    v = [torch.zeros(2, 8, 64, 128, dtype=torch.bfloat16) for _ in range(3)]
+    runs = pf._runs("kv", 1, (k, v), attn_len=32)
+    assert [(t.data_ptr(), n, c, s) for t, n, c, s in runs] == [
+        (k[1].data_ptr(), 32 * 128 * 2, 16, 64 * 128 * 2), (v[1].data_ptr(), 32 * 128 * 2, 16, 64 * 128 * 2)]
+    assert pf._runs("kv", 0, (k, v), attn_len=1000)[0][1] == 64 * 128 * 2  # never past the capacity

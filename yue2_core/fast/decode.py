@@ -646,7 +646,8 @@ class PhaseDecoder:
             else:
                 self.layer_kernel.proven = True
         pf = self.prefetch if self.layer_kernel is None else None
-        at = pf.at if pf else (lambda point, i: None)
+        caches = (self.k, self.v)
+        at = (lambda point, i: pf.at(point, i, caches, attn_len)) if pf else (lambda point, i: None)
         for i, layer in enumerate(layers):
             att_mod = layer.self_attn
             at("start", i)

@@ -12,7 +12,8 @@ branch: results are bit-identical whether it runs or not.
 
 The spec (`YUE2_L2_PREFETCH`): `off` (default), or `POINT:W[,W…][;POINT:W…]` — POINT one of `start` (before a
 layer's first norm), `qkv`, `attn`, `o`, `gu`, `down` (after that kernel is launched), W one of `qkv o gu down`
-(this layer's weight) or the same with `+` (the next layer's). `YUE2_L2_PREFETCH_GRID=BLOCKS:PIECE_KB` sets the
+(this layer's weight; `kv`: its K and V cache up to the step's attention length) or the same with `+` (the next
+layer's). `YUE2_L2_PREFETCH_GRID=BLOCKS:PIECE_KB` sets the
 prefetch kernel's grid (default 8 blocks of 32 threads, 64 KB a prefetch instruction).
 """
 from __future__ import annotations
@@ -24,17 +25,21 @@ import torch
 from ..errors import RequestError
 
 POINTS = ("start", "qkv", "attn", "o", "gu", "down")
-WEIGHTS = ("qkv", "o", "gu", "down")
+WEIGHTS = ("qkv", "o", "gu", "down", "kv")
 _MODULES = {"qkv": ("self_attn", "qkv_proj"), "o": ("self_attn", "o_proj"), "gu": ("mlp", "gate_up_proj"),
             "down": ("mlp", "down_proj")}
 
 SOURCE = r"""
-extern "C" __global__ void yue2_l2_prefetch(const char* base, int bytes, int piece) {
-  long long stride = (long long)gridDim.x * blockDim.x * piece;
-  for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * piece; i < bytes; i += stride) {
-    long long left = (long long)bytes - i;
+// `count` runs of `bytes` bytes, `stride` bytes apart from `base`, in pieces of `piece` bytes (all multiples of 16),
+// one cp.async.bulk.prefetch.L2 a piece, the pieces dealt round robin to every thread of the grid.
+extern "C" __global__ void yue2_l2_prefetch(const char* base, int bytes, int piece, int count, int stride) {
+  long long per_run = ((long long)bytes + piece - 1) / piece;
+  long long pieces = per_run * count;
+  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < pieces; j += (long long)gridDim.x * blockDim.x) {
+    long long run = j / per_run, off = (j % per_run) * piece;
+    long long left = (long long)bytes - off;
     int n = (int)(left < piece ? left : piece);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(base + i), "r"(n) : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(base + run * stride + off), "r"(n) : "memory");
   }
 }
 """
@@ -114,16 +119,31 @@ class Prefetcher:
         outer, inner = _MODULES[name]
         return getattr(getattr(self.layers[i], outer), inner).weight
 
-    def at(self, point: str, i: int) -> None:
-        todo = [(w, i + off) for w, off in self.plan.get(point, ()) if i + off < len(self.layers)]
+    def _runs(self, name: str, i: int, caches, attn_len: int) -> list:
+        """[(tensor, bytes a run, runs, stride bytes)] to prefetch for weight `name` of layer i."""
+        if name != "kv":
+            w = self._weight(name, i)
+            return [(w, w.numel() * w.element_size(), 1, 0)]
+        out = []
+        for cache in caches:  # [rows, kv heads, capacity, head dim]: the first attn_len positions of each (row, head)
+            t = cache[i]
+            row = t.stride(2) * t.element_size()
+            out.append((t, min(attn_len, t.shape[2]) * row, t.shape[0] * t.shape[1], t.stride(1) * t.element_size()))
+        return out
+
+    def at(self, point: str, i: int, caches=(), attn_len: int = 0) -> None:
+        """Fork the side stream here and prefetch what the plan names for `point` of layer i; `caches` = (K layers,
+        V layers) and the step's `attn_len` for `kv`."""
+        todo = [(w, i + off) for w, off in self.plan.get(point, ()) if i + off < len(self.layers)
+                and (w != "kv" or caches)]
         if not todo:
             return
         self.side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.side):
             for name, layer in todo:
-                w = self._weight(name, layer)
-                self.kernel(grid=(self.blocks, 1, 1), block=(32, 1, 1),
-                            args=[w, w.numel() * w.element_size(), self.piece])
+                for t, nbytes, runs, stride in self._runs(name, layer, caches, attn_len):
+                    self.kernel(grid=(self.blocks, 1, 1), block=(32, 1, 1),
+                                args=[t, nbytes, self.piece, runs, stride])
         self.forked = True
 
     def join(self) -> None:
