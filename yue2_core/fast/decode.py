@@ -430,7 +430,7 @@ class PhaseDecoder:
         if self.fused and self.gemv and self.attn_kernel and self.device.type == "cuda" and l2_prefetch.parse(spec):
             try:
                 self.prefetch = l2_prefetch.Prefetcher(ar.model.layers, self.device, spec)
-            except RuntimeError as exc:
+            except (RuntimeError, OSError, AttributeError, ImportError) as exc:  # no sm_90, no NVRTC helpers
                 warnings.warn(f"L2 weight prefetch unavailable ({brief(exc)}); decoding without it")
         # one launch per layer (`fast.persistent`, YUE2_LAYER_KERNEL): with the split-K products and the Triton
         # attention, no shared prefix, and a model the kernel handles; `fast.refill` keeps the per-kernel step
