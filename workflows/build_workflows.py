@@ -26,6 +26,7 @@ FRONTEND_ONLY = {"AUDIO_UI"}  # widgets the frontend adds and never serialises
 
 HF = "https://huggingface.co/Comfy-Org/YuE2/resolve/main/checkpoints/"
 INT8 = "yue2_3b_int8_convrot.safetensors"
+FIRST_SONG = "yue2_full_00001"  # what yue2_text_to_song_full saves first: the Load Song workflows start from it
 BF16 = "yue2_3b_bf16.safetensors"
 STYLE = ("Upbeat indie pop with warm female vocals, bright electric guitars, punchy drums, melodic bass, and subtle "
          "synth layers. Catchy and energetic, with an uplifting summer atmosphere, a memorable chorus, and polished "
@@ -251,7 +252,7 @@ def load_and_rerender(info: dict) -> dict:
     g = Graph(info)
     g.note(f"{NOTES['load']}\n\n{WHERE}", (0, 180), (400, 360))
     loader = _loader(g, INT8)
-    load = g.node("YuE2LoadSong", (450, 0), (380, 110), song="song_00001")
+    load = g.node("YuE2LoadSong", (450, 0), (380, 110), song=FIRST_SONG)
     g.link(loader, "model", load, "model")
     _render_chain(g, loader, load, 900, "yue2_rerender")
     return g.build("load_and_rerender")
@@ -261,7 +262,7 @@ def regenerate_from_bar(info: dict) -> dict:
     g = Graph(info)
     g.note(f"{NOTES['regen']}\n\n{WHERE}", (0, 180), (400, 560))
     loader = _loader(g, INT8)
-    load = g.node("YuE2LoadSong", (450, 0), (380, 130), song="song_00001")
+    load = g.node("YuE2LoadSong", (450, 0), (380, 130), song=FIRST_SONG)
     editor = g.node("YuE2ABCEditor", (880, 0), (560, 640), abc="", title="ABC Editor — optional edit of the score")
     regen = g.node("YuE2Regenerate", (1490, 0), (400, 420), cut="bar 9", seed=1, seed_control="randomize",
                    crossfade_s=0.05)
@@ -279,7 +280,7 @@ def continue_song(info: dict) -> dict:
     g = Graph(info)
     g.note(f"{NOTES['continue']}\n\n{WHERE}", (0, 180), (400, 380))
     loader = _loader(g, INT8)
-    load = g.node("YuE2LoadSong", (450, 0), (380, 130), song="song_00001")
+    load = g.node("YuE2LoadSong", (450, 0), (380, 130), song=FIRST_SONG)
     cont = g.node("YuE2Continue", (880, 0), (400, 420), extra_seconds=30.0, seed=1, seed_control="randomize",
                   crossfade_s=0.05)
     report = g.node("PreviewAny", (880, 470), (400, 220), title="Continue report")

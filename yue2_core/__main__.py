@@ -175,8 +175,8 @@ def _warn_score(text: str, what: str, max_seconds: float | None = None) -> None:
     for note in notes:
         m = re.match(r"line (\d+): (.*)", note, re.S)
         grouped.setdefault(m.group(2) if m else note, []).extend([m.group(1)] if m else [])
-    print(f"warning: {what} has {len(notes)} finding{'s' if len(notes) > 1 else ''} of the ABC check; the score is "
-          "used as written (the model reads any text):", file=sys.stderr)
+    print(f"warning: what the ABC check found in {what} (the score is used as written; the model reads any text):",
+          file=sys.stderr)  # no count: a "N more …" line stands for many (new-user finding)
     for message, lines in grouped.items():
         where = (f"line{'s' if len(lines) > 1 else ''} {', '.join(lines[:8])}{' …' if len(lines) > 8 else ''}: "
                  if lines else "")
@@ -190,7 +190,7 @@ def _note_synthetic_music(max_tokens: int) -> None:
     """Say up front that random weights never end the music (no MUSIC_END is ever likely): a song without
     --max-seconds runs to its whole music budget (new-user finding: a batch on a CPU seemed to hang)."""
     print(f"NOTE: synthetic weights never end the music by themselves: without --max-seconds each song decodes its "
-          f"whole music budget ({max_tokens:,} tokens = {max_tokens / FRAMES_PER_SECOND:g} s of audio; on a CPU "
+          f"whole music budget (up to {max_tokens:,} tokens = {max_tokens / FRAMES_PER_SECOND:g} s of audio; on a CPU "
           "≈ 25 tokens/s with the tiny model, i.e. minutes a song); --max-seconds 2 makes a quick test",
           file=sys.stderr)
 
@@ -461,8 +461,14 @@ def cmd_render(args) -> int:
     if args.max_seconds is not None and not resample:
         raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
                            "score.abc); without them the saved tokens are re-rendered exactly as they are")
-    recorded = None if args.checkpoint or os.environ.get("YUE2_CHECKPOINT") else _song_checkpoint(args.song)
-    if not (args.checkpoint or os.environ.get("YUE2_CHECKPOINT") or recorded):
+    # the checkpoint: --checkpoint, else the one the song records (when it still exists), else $YUE2_CHECKPOINT and
+    # the usual search (new-user finding: $YUE2_CHECKPOINT used to win over the song's own file)
+    recorded = None if args.checkpoint else _song_checkpoint(args.song)
+    env = os.environ.get("YUE2_CHECKPOINT", "").strip()
+    if recorded and env and os.path.abspath(env) != os.path.abspath(recorded):
+        print(f"note: rendering with the checkpoint the song records ({recorded}), not $YUE2_CHECKPOINT ({env}); "
+              "--checkpoint picks another file", file=sys.stderr)
+    if not (args.checkpoint or recorded):
         print(f"warning: the checkpoint recorded in {args.song}/config.json is missing or gone; looking for a "
               "YuE2 checkpoint elsewhere (it must be the same model)", file=sys.stderr)
     loras, vae = _song_weights(args)
@@ -551,7 +557,9 @@ def _song_report(path: str) -> dict:
             "files": sorted((r.get("artifacts") or {}).keys()),
             "summary": (f"song {request.get('id')!r}: {r.get('audio_seconds', 0):.2f} s of audio "
                         f"({r.get('frames')} frames), {len(saved.tokens.score.abc_ids)} ABC tokens, cot "
-                        f"{request.get('cot')}, seed {request.get('seed')}; files verified against result.json")}
+                        f"{request.get('cot')}, seed {request.get('seed')}; files verified against result.json"
+                        + ("; score.abc edited since the song was made (render samples new music for it)"
+                           if saved.score_edited else ""))}
 
 
 def _base_model_keys(path: str) -> bool:
@@ -603,9 +611,12 @@ def cmd_inspect(args) -> int:
                     "another model, e.g. a synthetic one)")
                 raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but does not fit {geometry}: "
                                       f"{reasons['lora']}") from None
-            raise CheckpointError(f"{args.checkpoint} is neither a YuE2 checkpoint, a VAE decoder nor a LoRA "
-                                  f"adapter:\n  as a checkpoint: {exc}\n  as a VAE decoder: {reasons['vae']}\n"
-                                  f"  as a LoRA adapter: {reasons['lora']}") from None
+            folder = os.path.isdir(args.checkpoint)  # a folder may also be a song (new-user finding: not named)
+            raise CheckpointError(f"{args.checkpoint} is neither a YuE2 checkpoint, a VAE decoder"
+                                  f"{', a LoRA adapter nor a song folder' if folder else ' nor a LoRA adapter'}:"
+                                  f"\n  as a checkpoint: {exc}\n  as a VAE decoder: {reasons['vae']}\n"
+                                  f"  as a LoRA adapter: {reasons['lora']}"
+                                  + ("\n  as a song folder: it holds no result.json" if folder else "")) from None
         if other.get("report"):
             print(other["report"], file=sys.stderr)  # the human-readable report; JSON on stdout
         print(_json_lines(other))
@@ -758,7 +769,15 @@ def cmd_batch(args) -> int:
         print(f"NOTE: synthetic weights never end a lead sheet by themselves: each one the model writes is capped at "
               f"{SYNTHETIC_ABC_TOKENS} tokens (--max-abc-tokens sets another cap)", file=sys.stderr)
     if "yue2_synthetic" in info.metadata and args.max_seconds is None:
-        _note_synthetic_music(Budgets(None, None).semantic_sampling().max_tokens)
+        largest = Budgets(None, None).semantic_sampling().max_tokens
+        try:  # the rows' own budgets (new-user finding: rows that each set a short max_tokens still got the note)
+            from .batch.requests import read_requests
+            rows, _ = read_requests(args.requests)
+            largest = max((r.budgets.semantic_sampling().max_tokens for r in rows), default=largest)
+        except (YuE2Error, OSError):  # the file's problems are reported by run_batch
+            pass
+        if largest > 10 * FRAMES_PER_SECOND:
+            _note_synthetic_music(largest)
     fp32 = args.dtype == "fp32"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
@@ -794,8 +813,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = lambda *a, **kw: add_parser(*a, allow_abbrev=False, **kw)  # --check is not --checkpoint
 
     def common(sp, render: bool = False):
-        sp.add_argument("--checkpoint", help="YuE2 all-in-one .safetensors (default: $YUE2_CHECKPOINT, ComfyUI "
-                        "models/checkpoints, else download Comfy-Org/YuE2 int8)")
+        sp.add_argument("--checkpoint", help="YuE2 all-in-one .safetensors (default: " + (
+            "the checkpoint the song's config.json records, when it still exists; else " if render else "") +
+            "$YUE2_CHECKPOINT, ComfyUI models/checkpoints, else download Comfy-Org/YuE2 int8)")
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
         sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
                         help="LM compute dtype (default bf16, the release's; the VAE is always fp32)")
@@ -880,7 +900,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_make_synthetic)
 
     b = sub.add_parser("batch", help="many songs from a request JSONL (one JSON object per line) → DIR/<id>/ song "
-                                     "folders + DIR/batch.json; AR phases decoded together (docs/batch.md)")
+                                     "folders + DIR/batch.json; AR phases decoded together (docs/batch.md)",
+                       description="Make many songs from a request file (JSONL, one request a line: the vendor's "
+                                   "fields). Each song is the folder DIR/<id> that generate would write for that "
+                                   "request and seed; DIR/batch.json lists every row's outcome. The AR phases of "
+                                   "several songs decode together on a GPU (--max-batch), one after another on a "
+                                   "CPU; --resume finishes an interrupted batch. docs/batch.md says more.")
     b.add_argument("requests", help="the request file (the vendor's JSONL: id, style/tags, lyrics, cot, seed, abc or "
                                     "abc_path, cfg_scale, abc_sampling, semantic_sampling)")
     b.add_argument("--max-batch", type=int, default=None, help="songs per AR batch (default on CUDA: 8, or fewer "

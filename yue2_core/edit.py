@@ -212,9 +212,9 @@ def check_checkpoint(recorded: dict | None, info=None, dims=None) -> list[str]:
             f" {'; '.join(diffs)}. Load the checkpoint it was made with (its bf16 or int8 file) to edit it.")
     notes = []
     if info is not None and recorded.get("format") not in (None, current.get("format")):
-        notes.append(f"the song was made with the {recorded.get('format')} file of this model and is edited with the "
-                     f"{current.get('format')} file: the kept part is unchanged, the new part follows this file's "
-                     "numerics")
+        notes.append(f"the song was made with the {recorded.get('format')} file of this model and is now run with the "
+                     f"{current.get('format')} file: what is computed anew follows this file's numerics (saved tokens "
+                     "are kept as they are)")
     return notes
 
 

@@ -147,3 +147,25 @@ def test_a_bad_adapter_or_vae_is_refused_before_the_batch_folder_is_made(tmp_pat
         err = capsys.readouterr().err
         assert rc == 2 and "Traceback" not in err and option[1] in err, err
         assert not out.exists()
+
+
+def test_synthetic_music_note_follows_the_rows_budgets(tmp_path, tiny_ckpt, capsys):
+    """New-user finding: rows that each set a short music budget still got "each song decodes its whole music budget
+    (9,000 tokens …)". The note now names the largest budget among the rows, and is left out when every row is
+    short (≤ 10 s). (An output folder with a foreign file stops both runs before any song.)"""
+    from yue2_core.__main__ import main
+    for extra, expected_note in (([], None), ([{"id": "long", "style": "x", "lyrics": "y", "cot": "off",
+                                                 "semantic_sampling": {"max_tokens": 1500, "min_tokens": 1}}],
+                                              "whole music budget (up to 1,500 tokens = 60 s")):
+        req = write_requests(tmp_path / f"in{len(extra)}", extra=extra)
+        out = tmp_path / f"out{len(extra)}"
+        out.mkdir()
+        (out / "holiday.jpg").write_bytes(b"x")
+        rc = main(["batch", str(req), "--output", str(out), "--checkpoint", tiny_ckpt, "--device", "cpu",
+                   "--offline", "--resume"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "holiday.jpg" in err, err
+        if expected_note is None:
+            assert "never end the music" not in err, err
+        else:
+            assert expected_note in err, err

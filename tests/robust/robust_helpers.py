@@ -125,9 +125,11 @@ def listing(root) -> list[str]:
 
 # --- the command line ----------------------------------------------------------------------------------------------
 
-def run_cli(*args, cwd=None, timeout: int = 240) -> subprocess.CompletedProcess:
-    """`python -m yue2_core ARGS` in a clean environment (no checkpoint search outside the given paths)."""
+def run_cli(*args, cwd=None, timeout: int = 240, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m yue2_core ARGS` in a clean environment (no checkpoint search outside the given paths; `extra_env`
+    added to it)."""
     env = {k: v for k, v in os.environ.items() if k not in ("YUE2_CHECKPOINT", "COMFYUI_PATH", "COMFYUI_DIR")}
+    env.update(extra_env or {})
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["HF_HUB_OFFLINE"] = "1"
     return subprocess.run([sys.executable, "-m", "yue2_core", *map(str, args)], cwd=cwd or REPO, env=env,

@@ -105,6 +105,8 @@ def test_cli_inspect_bad_checkpoints(micro_paths, tmp_path):
     patch_tensor(tok, TOKENIZER_KEY, lambda t: torch.full_like(t, 0xFF))
     assert_cli_error(run_cli("inspect", tok), "the embedded tokenizer blob is not UTF-8")
     assert_cli_error(run_cli("inspect", tmp_path / "missing.safetensors"), "checkpoint not found")
+    (tmp_path / "empty folder").mkdir()  # a folder can be a song too: the refusal says why it is not one either
+    assert_cli_error(run_cli("inspect", tmp_path / "empty folder"), "as a song folder: it holds no result.json")
 
 
 def test_cli_double_extension_inspects(micro_paths, tmp_path):
@@ -176,10 +178,12 @@ def test_cli_render_keeps_the_songs_budget_and_finds_a_relative_checkpoint(tmp_p
     assert made.returncode == 0, made.stderr[-2000:]
     recorded = json.loads((work / "song" / "config.json").read_text())["checkpoint"]["path"]
     assert recorded == str(work / "models" / "x.safetensors")
+    # $YUE2_CHECKPOINT naming another file does not override the song's own (new-user finding), and says so
     again = run_cli("render", work / "song", "--seed", "9", "--steps", "1", "--device", "cpu", "--offline",
-                    "--output", tmp_path / "again", cwd=tmp_path)
+                    "--output", tmp_path / "again", cwd=tmp_path, extra_env={"YUE2_CHECKPOINT": tiny_paths["int8"]})
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "recorded in the song's config.json" in again.stderr or "x.safetensors" in again.stderr
+    assert f"checkpoint: {work / 'models' / 'x.safetensors'} (recorded in the song's config.json)" in again.stderr
+    assert "not $YUE2_CHECKPOINT" in again.stderr
     assert json.loads(again.stdout)["semantic_tokens"] <= 10
 
 
@@ -288,6 +292,19 @@ def test_an_unreachable_hub_fails_fast_naming_offline_and_a_local_file(tmp_path,
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # behind a proxy: no direct probe, the client
     with pytest.raises(CheckpointError, match="the client was asked"):  # is asked (it knows the proxy)
         locate.find_checkpoint(None, download=True)
+
+
+def test_cli_inspect_says_when_the_score_was_edited(tmp_path):
+    """New-user finding: the summary of an edited song said only "files verified"; the edit is named there too."""
+    song = save_song(make_song(), tmp_path / "song")
+    plain = run_cli("inspect", song)
+    assert plain.returncode == 0 and "edited" not in plain.stderr, plain.stderr[-2000:]
+    score = Path(song) / "score.abc"
+    score.write_text(score.read_text("utf-8").replace("M:4/4", "M:3/4"), "utf-8")
+    proc = run_cli("inspect", song)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["score_edited"] is True
+    assert "score.abc edited since the song was made" in proc.stderr
 
 
 def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path):
