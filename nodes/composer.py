@@ -12,7 +12,7 @@ from yue2_core.pipeline import Budgets, Score, music_budget, plan, semantic
 from yue2_core.protocol import ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, SongRequest, planning_prefix
 
 from . import memory, scores, takes, types
-from .progress import StageProgress, check_cancel, user_errors
+from .progress import StageProgress, check_cancel, check_switches, user_errors
 
 MAX_SECONDS = 900
 
@@ -124,6 +124,7 @@ class YuE2Composer(io.ComfyNode):
     @classmethod
     def execute(cls, model, style, lyrics, cot, seed, max_seconds, score=None, abc_text=None, sample_music=True,
                 candidates=1, **sampling) -> io.NodeOutput:
+        check_switches(model.device)
         _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds)
         if candidates != 1:
             return _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc_text, sample_music,

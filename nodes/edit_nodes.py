@@ -28,7 +28,7 @@ from yue2_core.pipeline import Budgets
 from yue2_core.protocol import SEED_MAX, SEMANTIC_PRESET, seconds_to_tokens
 
 from . import memory, scores, types
-from .progress import StageProgress, check_cancel, user_errors
+from .progress import StageProgress, check_cancel, check_switches, user_errors
 from .songs import SUBFOLDER, clean_name, next_song_dir, songs_root
 
 MAX_EXTRA_SECONDS = CONTEXT / FRAMES_PER_SECOND  # 983.04: the context itself; the node says what really fits
@@ -210,6 +210,7 @@ class YuE2Regenerate(io.ComfyNode):
     @classmethod
     def execute(cls, model, song, cut, seed, crossfade_s, name, score=None, audioUI=None,
                 max_seconds=0.0) -> io.NodeOutput:
+        check_switches(model.device)
         if not isinstance(cut, str) or not cut.strip():
             raise ValueError("cut is empty: give seconds (\"12.5s\"), a bar (\"bar 9\") or a token (\"token 312\")")
         _check_max_seconds(max_seconds)
@@ -276,6 +277,7 @@ class YuE2Continue(io.ComfyNode):
     @classmethod
     def execute(cls, model, song, extra_seconds, seed, crossfade_s, name, score=None, audioUI=None,
                 min_extra_seconds=-1.0) -> io.NodeOutput:
+        check_switches(model.device)
         parent_name = f"{SUBFOLDER}/{song.path.name}"
         new_score = _new_score(score, song)
         args = dict(new_score=new_score, seed=None if seed < 0 else seed, crossfade_s=crossfade_s,

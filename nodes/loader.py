@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import comfy.model_management as mm
 import folder_paths
 from comfy_api.latest import io, ui
 
@@ -14,7 +15,7 @@ from yue2_core.weights.vendor import MODEL_REPO, MODEL_TYPE, VAE_MODEL_TYPE, fol
 
 from . import types
 from .model import YuE2Model
-from .progress import user_errors
+from .progress import check_switches, user_errors
 
 DEFAULT_FILE = os.path.basename(HF_FILE)  # yue2_3b_int8_convrot.safetensors
 DOWNLOAD_URL = f"https://huggingface.co/{HF_REPO}/resolve/main/{HF_FILE}"
@@ -105,6 +106,7 @@ class YuE2CheckpointLoader(io.ComfyNode):
 
     @classmethod
     def execute(cls, ckpt_name) -> io.NodeOutput:
+        check_switches(mm.get_torch_device())
         path = resolve_checkpoint(ckpt_name)
         if path is None:
             raise ValueError(missing_checkpoint_message(ckpt_name, checkpoint_options()))

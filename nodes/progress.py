@@ -62,6 +62,23 @@ class StageProgress:
                          self.UNITS.get(stage, ""), rate)
 
 
+_WARNED: set = set()  # switch warnings already logged by this process
+
+
+def check_switches(device) -> None:
+    """The YUE2_* environment switches checked before a node's work (`switch_check.check_environment`, as the command
+    line does): a bad value raises ValueError naming it and what it accepts — before a Composer decodes, not when the
+    Renderer meets it (break-it finding); a warning (an unknown YUE2_ variable, a GPU-only switch on a CPU model) is
+    logged once per process."""
+    from yue2_core.switch_check import check_environment
+    with user_errors():
+        warnings = check_environment(str(device))
+    for warning in warnings:
+        if warning not in _WARNED:
+            _WARNED.add(warning)
+            log.warning(warning)
+
+
 @contextmanager
 def user_errors():
     """Re-raise yue2_core's YuE2Error as a plain ValueError carrying only the engine's message; any exception

@@ -10,7 +10,7 @@ from yue2_core.pipeline import decode, render
 from yue2_core.protocol import SEED_MAX
 
 from . import memory, types
-from .progress import StageProgress, check_cancel, user_errors
+from .progress import StageProgress, check_cancel, check_switches, user_errors
 from .batch import TakeBatch, decode_batch, latent_frames, padded_audio, padded_latent
 
 MIN_CORE = 32  # smallest VAE tile core (frames) worth running; the halo adds 2 × 16
@@ -47,6 +47,7 @@ class YuE2Renderer(io.ComfyNode):
 
     @classmethod
     def execute(cls, model, tokens, steps, seed) -> io.NodeOutput:
+        check_switches(model.device)
         if isinstance(tokens, TakeBatch):
             return _render_batch(model, tokens, steps, seed)
         model.check_tokens(tokens)

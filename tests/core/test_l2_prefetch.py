@@ -27,7 +27,7 @@ def test_grid_default_and_refusals(monkeypatch):
     assert lp.grid() == (8, 64 * 1024)
     monkeypatch.setenv("YUE2_L2_PREFETCH_GRID", "32:16")
     assert lp.grid() == (32, 16 * 1024)
-    for bad in ("32", "0:64", "8:4096", "a:b", "8:64:1"):
+    for bad in ("32", "0:64", "8:4096", "a:b", "8:64:1", "٨:٦٤", "８:６４", "1_0:6_4", " 8 :64"):
         monkeypatch.setenv("YUE2_L2_PREFETCH_GRID", bad)
         with pytest.raises(RequestError, match="BLOCKS:PIECE_KB"):
             lp.grid()

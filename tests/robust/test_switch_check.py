@@ -32,7 +32,8 @@ def test_every_documented_switch_is_known(monkeypatch, capsys):
                                               ("YUE2_LAYER_TILES", '{"bn_o": 0}', "power of two"),
                                               ("YUE2_GEMV_TABLE", "/nonexistent/t.json", "not a file"),
                                               ("YUE2_L2_PREFETCH", "qkv:gate", "one of"),
-                                              ("YUE2_L2_PREFETCH_GRID", "8", "BLOCKS:PIECE_KB")])
+                                              ("YUE2_L2_PREFETCH_GRID", "8", "BLOCKS:PIECE_KB"),
+                                              ("YUE2_LAYER_TILES", "[" * 100_000, "nested too deeply")])
 def test_bad_values_are_refused_by_name(monkeypatch, name, value, words):
     monkeypatch.setenv(name, value)
     with pytest.raises(RequestError) as e:
@@ -63,7 +64,10 @@ def test_gemv_table_contents_are_checked_before_work(monkeypatch, tmp_path):
 @pytest.mark.parametrize("name,value,warned", [("YUE2_LAYER_KERNEL", "cuda", True), ("YUE2_LAYER_KERNEL", "off", False),
                                                ("YUE2_GEMV", "0", True), ("YUE2_GEMV", "1", False),
                                                ("YUE2_RENDER_SMS", "8", True), ("YUE2_RENDER_SMS", "auto", False),
-                                               ("YUE2_WARMUP", "0", False)])
+                                               ("YUE2_WARMUP", "0", False), ("YUE2_L2_PREFETCH", "qkv:o", True),
+                                               ("YUE2_L2_PREFETCH", "0", False), ("YUE2_L2_PREFETCH", "off", False),
+                                               ("YUE2_L2_PREFETCH_GRID", "8:64", False),
+                                               ("YUE2_L2_PREFETCH_GRID", "16:64", True)])
 def test_gpu_only_switch_on_a_cpu_run_is_warned(monkeypatch, capsys, name, value, warned):
     """A switch of the CUDA paths set to something other than its default on a --device cpu run does nothing there,
     and says so (break-it finding: YUE2_LAYER_KERNEL=cuda was silently ignored on the CPU); defaults, CPU-relevant
@@ -76,3 +80,12 @@ def test_gpu_only_switch_on_a_cpu_run_is_warned(monkeypatch, capsys, name, value
     assert (f"{name}={value} changes only the CUDA" in err and "on cpu, where it has no effect" in err) == warned, err
     _check_switches()
     assert "changes only the CUDA" not in capsys.readouterr().err
+
+
+def test_a_gemv_table_nested_past_the_parser_is_refused(monkeypatch, tmp_path):
+    """Break-it finding: a YUE2_GEMV_TABLE file of 100,000 '[' raised RecursionError from the JSON parser."""
+    table = tmp_path / "t.json"
+    table.write_text("[" * 100_000)
+    monkeypatch.setenv("YUE2_GEMV_TABLE", str(table))
+    with pytest.raises(RequestError, match="nested too deeply"):
+        _check_switches()

@@ -122,6 +122,9 @@ def _tables_from(path: str) -> tuple[dict, dict]:
                     table[key] = cfg
                 else:
                     small[key + (e["m"],)] = cfg
+        except RecursionError:  # JSON nested past the parser's depth (break-it finding)
+            raise RequestError(f"YUE2_GEMV_TABLE file {path}: the JSON is nested too deeply to be a table written by "
+                               "bench/gemv_sweep.py --json") from None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise RequestError(f"YUE2_GEMV_TABLE={path!r}: expected a JSON file with a \"configs\" list as "
                                f"bench/gemv_sweep.py --json writes it ({type(exc).__name__}: {exc})") from None

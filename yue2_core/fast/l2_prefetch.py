@@ -67,16 +67,20 @@ def parse(spec: str) -> dict[str, list[tuple[str, int]]]:
     return plan
 
 
+DEFAULT_GRID = (8, 64 * 1024)  # (blocks of 32 threads, bytes a prefetch instruction)
+
+
 def grid() -> tuple[int, int]:
-    """(blocks, piece bytes) from YUE2_L2_PREFETCH_GRID (default 8:64)."""
-    value = os.environ.get("YUE2_L2_PREFETCH_GRID", "").strip() or "8:64"
-    try:
-        blocks, kb = (int(v) for v in value.split(":"))
-        if not (1 <= blocks <= 1024 and 1 <= kb <= 1024):
-            raise ValueError
-    except ValueError:
-        raise RequestError(f"YUE2_L2_PREFETCH_GRID must be BLOCKS:PIECE_KB (1–1024 each), got {value!r}") from None
-    return blocks, kb * 1024
+    """(blocks, piece bytes) from YUE2_L2_PREFETCH_GRID (BLOCKS:PIECE_KB in ASCII digits; default 8:64)."""
+    value = os.environ.get("YUE2_L2_PREFETCH_GRID", "").strip()
+    if not value:
+        return DEFAULT_GRID
+    parts = value.split(":")
+    if (len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 4 for p in parts)
+            or not all(1 <= int(p) <= 1024 for p in parts)):
+        raise RequestError(f"YUE2_L2_PREFETCH_GRID must be BLOCKS:PIECE_KB (decimal integers 1–1024 each), "
+                           f"got {value!r}")
+    return int(parts[0]), int(parts[1]) * 1024
 
 
 _KERNELS: dict = {}

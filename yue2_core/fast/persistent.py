@@ -146,8 +146,9 @@ def tiles() -> dict:
         from ..errors import RequestError
         try:
             extra = json.loads(raw)
-        except ValueError as exc:
-            raise RequestError(f"YUE2_LAYER_TILES: expected a JSON object of {sorted(TILES)}; {exc}") from None
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested past the parser's depth (break-it)
+            raise RequestError(f"YUE2_LAYER_TILES: expected a JSON object of {sorted(TILES)}; "
+                               f"{exc if isinstance(exc, ValueError) else 'the JSON is nested too deeply'}") from None
         if not isinstance(extra, dict):
             raise RequestError(f"YUE2_LAYER_TILES: expected a JSON object of {sorted(TILES)}, not "
                                f"{type(extra).__name__}")

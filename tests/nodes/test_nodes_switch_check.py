@@ -1,0 +1,71 @@
+"""The nodes check the YUE2_* environment switches before their work, as the command line does (break-it finding: with
+YUE2_NAR_ATTN=fast the Composer decoded a whole song and only the Renderer refused it; YUE2_L2_PREFETCH=bogus was
+never refused). Run in the installed host's python with the pack loaded as ComfyUI loads it, no server: the server of
+the session has one environment for all tests."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+HARNESS = r'''
+import importlib.util, json, logging, os, sys
+comfy_dir, repo, ckpts = sys.argv[1:4]
+sys.path.insert(0, comfy_dir)
+os.chdir(comfy_dir)
+import utils.extra_config  # before any comfy.* import
+from comfy.cli_args import args
+args.cpu = True
+import folder_paths
+folder_paths.folder_names_and_paths["checkpoints"] = ([ckpts], folder_paths.supported_pt_extensions)
+sys.path.append(repo)
+spec = importlib.util.spec_from_file_location("yue2_nodes", os.path.join(repo, "nodes", "__init__.py"),
+                                              submodule_search_locations=[os.path.join(repo, "nodes")])
+module = importlib.util.module_from_spec(spec)
+sys.modules["yue2_nodes"] = module
+spec.loader.exec_module(module)
+from yue2_nodes.loader import YuE2CheckpointLoader
+from yue2_nodes.composer import YuE2Composer
+logged = []
+logging.getLogger("ComfyUI-YuE2").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: logged.append(r.getMessage())})())
+model = YuE2CheckpointLoader.execute("micro.safetensors").args[0]
+out = {}
+for name, value in (("YUE2_NAR_ATTN", "fast"), ("YUE2_L2_PREFETCH", "bogus"), ("YUE2_LAYER_TILES", "[" * 100000)):
+    os.environ[name] = value
+    for label, call in (("loader", lambda: YuE2CheckpointLoader.execute("micro.safetensors")),
+                        ("composer", lambda: YuE2Composer.execute(model, "pop", "la", "off", 1, 0.2))):
+        try:
+            call()
+            out[f"{name} {label}"] = "ran"
+        except Exception as exc:
+            out[f"{name} {label}"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    del os.environ[name]
+os.environ["YUE2_L2_PREFETCH"] = "qkv:o"  # a GPU-only switch on this CPU model: logged once, the work runs
+YuE2CheckpointLoader.execute("micro.safetensors")
+YuE2CheckpointLoader.execute("micro.safetensors")
+out["logged"] = logged
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_nodes_refuse_a_bad_switch_before_work(comfy_host, tmp_path):
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    comfy_dir, python = comfy_host
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    write_synthetic_checkpoint(str(ckpts / "micro.safetensors"), "micro", "bf16")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("YUE2_") or k in ("YUE2_TEST_CACHE",)}
+    run = subprocess.run([python, "-c", HARNESS, str(comfy_dir), str(REPO), str(ckpts)], capture_output=True,
+                         text=True, env={**env, "YUE2_WARMUP": "0"}, timeout=300)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    for label in ("loader", "composer"):
+        assert out[f"YUE2_NAR_ATTN {label}"].startswith("ValueError: the environment variable YUE2_NAR_ATTN"), out
+        assert out[f"YUE2_L2_PREFETCH {label}"].startswith("ValueError: YUE2_L2_PREFETCH: 'bogus'"), out
+        assert "nested too deeply" in out[f"YUE2_LAYER_TILES {label}"], out
+    gpu_only = [m for m in out["logged"] if m.startswith("YUE2_L2_PREFETCH=qkv:o changes only the CUDA")]
+    assert len(gpu_only) == 1, out["logged"]
