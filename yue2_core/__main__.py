@@ -546,11 +546,16 @@ def cmd_inspect(args) -> int:
         other, reasons = _inspect_other(args.checkpoint, dims)  # a LoRA or a VAE file?
         if other is None:
             if _looks_like_adapter(args.checkpoint):
+                import re
+                why = reasons["lora"]
+                if not re.search(r"shape|layer index|does not fit|dims|geometry", why):  # the file's own fault
+                    raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but is refused: "
+                                          f"{why}") from None
                 geometry = "--model's geometry" if dims is not None else (
                     "the release geometry (hidden 2048, 28 layers; pass --model CHECKPOINT to check it against "
                     "another model, e.g. a synthetic one)")
                 raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but does not fit {geometry}: "
-                                      f"{reasons['lora']}") from None
+                                      f"{why}") from None
             folder = os.path.isdir(args.checkpoint)  # a folder may also be a song (new-user finding: not named)
             raise CheckpointError(f"{args.checkpoint} is neither a YuE2 checkpoint, a VAE decoder"
                                   f"{', a LoRA adapter nor a song folder' if folder else ' nor a LoRA adapter'}:"

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .constants import FRAMES_PER_SECOND, SAMPLE_RATE
+from .constants import FRAMES_PER_SECOND, MAX_ODE_STEPS, SAMPLE_RATE
 from .errors import ArtifactError
 from .pipeline import Score, SemanticTokens, Song
 from .protocol import valid_song_id
@@ -108,9 +108,19 @@ def flac_bytes(audio: torch.Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:
     return buf.getvalue()
 
 
+def _check_savable(song: Song) -> None:
+    """What load_song would refuse in the settings, refused before writing (break-it finding: Save Song wrote a
+    LATENT's ode_steps of 10⁹, which Load Song then refused): ode_steps an integer in [1, MAX_ODE_STEPS]."""
+    steps = (song.settings or {}).get("ode_steps")
+    if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_ODE_STEPS):
+        raise ArtifactError(f"ode_steps must be an integer in [1, {MAX_ODE_STEPS}] to be saved (a song folder with "
+                            f"another value could not be loaded back), got {steps!r}")
+
+
 def song_files(song: Song, extra: dict | None = None) -> dict[str, bytes]:
     """Serialise a Song into {file name: bytes} (no disk access). A Song without latents or audio (None) is saved
     without latent.npy / audio.flac (e.g. tokens kept right after composing)."""
+    _check_savable(song)
     files = {}
     if song.score.abc is not None:
         files["score.abc"] = song.score.abc.encode("utf-8")
@@ -118,11 +128,21 @@ def song_files(song: Song, extra: dict | None = None) -> dict[str, bytes]:
     files["prefix.npy"] = _npy_bytes(np.asarray(song.tokens.prefix, dtype=np.int32))
     files["semantic.npy"] = _npy_bytes(np.asarray(song.tokens.codes, dtype=np.int32))
     if song.latents is not None:
-        files["latent.npy"] = _npy_bytes(song.latents.detach().float().cpu().numpy().astype(np.float32))
+        latents = song.latents.detach().float().cpu().numpy().astype(np.float32)
+        if not np.isfinite(latents).all():  # load_song refuses such a folder: never write one (break-it finding)
+            raise ArtifactError("the latents hold NaN or infinite values (in float32, as latent.npy stores them); a "
+                                "song folder with them could not be loaded back — render the tokens again")
+        files["latent.npy"] = _npy_bytes(latents)
     if song.audio is not None:
+        if not torch.isfinite(song.audio).all():  # soundfile failed with an empty AssertionError (break-it finding)
+            raise ArtifactError("the audio holds NaN or infinite samples; it cannot be written as FLAC — decode the "
+                                "latents again (or remove the node that produced them)")
         files["audio.flac"] = flac_bytes(song.audio, song.sample_rate)
-    files["request.json"] = _json_bytes(song.tokens.request)
-    files["config.json"] = _json_bytes(song.settings)
+    for name, obj in (("request.json", song.tokens.request), ("config.json", song.settings)):
+        try:
+            files[name] = _json_bytes(obj)
+        except ValueError as exc:  # allow_nan=False: an inf/NaN setting (break-it: a model config's inf rope_theta)
+            raise ArtifactError(f"{name} cannot be written: {exc} (a setting is NaN or infinite)") from None
     files.update(plan_files(song, files))
     return files
 
@@ -591,7 +611,8 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         path = root / name
         if path.is_symlink() or not path.is_file():
             what = ("missing (a symbolic link is not accepted)" if path.is_symlink() else
-                    "a folder, not a file (restore the file)" if path.is_dir() else "missing")
+                    "a folder, not a file (restore the file)" if path.is_dir() else
+                    "not a regular file (a pipe, socket or device; restore the file)" if path.exists() else "missing")
             raise ArtifactError(f"{root}: {name} is {what}")
         try:
             size = path.stat().st_size

@@ -139,3 +139,15 @@ def test_parse_raises_located_abc_errors(bad, code, line):
 def test_non_text_is_an_abc_error():
     with pytest.raises(AbcError):
         parse(b"X:1")  # type: ignore[arg-type]
+
+
+def test_a_huge_chord_symbol_is_quoted_short():
+    """Break-it finding: a 10 kB chord symbol was echoed whole in the warning; messages quote 40 characters and
+    the length."""
+    from pathlib import Path
+    from yue2_core.abc import validate
+    text = (Path(__file__).parent / "corpus" / "bad_chord.abc").read_text("utf-8")
+    issues = validate(text.replace('"Hmaj"', '"H' + "Z" * 10_000 + '"'))
+    chord = [i for i in issues if "is not a chord symbol" in i.message]
+    assert chord and "(10,001 characters)" in chord[0].message and len(chord[0].message) < 400
+    assert max(len(i.message) for i in issues) < 400

@@ -93,6 +93,10 @@ def test_artifact_missing_unlisted_symlinked_or_pickled_refused(saved, tmp_path)
     (root / "semantic.npy").unlink()
     (root / "semantic.npy").mkdir()
     cases[root] = "semantic.npy is a folder, not a file"
+    root = Path(shutil.copytree(saved, tmp_path / "fifo"))  # break-it: a FIFO was reported as "missing"
+    (root / "semantic.npy").unlink()
+    os.mkfifo(root / "semantic.npy")
+    cases[root] = "semantic.npy is not a regular file (a pipe"
     marker = tmp_path / "UNPICKLED"
     root = Path(shutil.copytree(saved, tmp_path / "pickle"))
     buf = io.BytesIO()
@@ -297,3 +301,22 @@ def test_output_parent_that_refuses_a_real_write_is_named_before_work(tmp_path, 
     with pytest.raises(YuE2Error, match="Read-only file system") as e:
         _check_output(str(tmp_path / "song"))
     assert str(tmp_path) in str(e.value)
+
+
+@pytest.mark.parametrize("change,phrase", [
+    (lambda s: s.latents.fill_(float("nan")), "latents hold NaN or infinite values"),
+    (lambda s: s.latents.mul_(1e76), "latents hold NaN or infinite values"),  # finite in float64, inf in float32
+    (lambda s: s.audio.__setitem__((0, 5), float("nan")), "audio holds NaN or infinite samples"),
+    (lambda s: s.settings.update(ode_steps=10 ** 9), "ode_steps must be an integer in [1, 1000]"),
+    (lambda s: s.settings.update(rope_theta=float("inf")), "config.json cannot be written"),
+])
+def test_what_load_song_would_refuse_is_not_saved(tmp_path, change, phrase):
+    """Break-it findings: Save Song wrote NaN/inf latents and a 10⁹ ode_steps that Load Song then refused, failed with
+    an empty AssertionError on NaN audio, and a non-finite setting raised ValueError after the work was done. Each is
+    an ArtifactError before anything is written."""
+    song = make_song()
+    song.latents = song.latents.double() * 1e-3 + 1.0  # float64: ×1e76 is finite there, inf as float32
+    change(song)
+    with pytest.raises(ArtifactError, match=phrase.replace("[", r"\[").replace("]", r"\]")):
+        save_song(song, tmp_path / "song")
+    assert not (tmp_path / "song").exists() and listing(tmp_path) == []

@@ -332,3 +332,16 @@ def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path):
     with open(song / "semantic.npy", "ab") as f:
         f.write(b"x")
     assert_cli_error(run_cli("inspect", song), "semantic.npy is")
+
+
+def test_cli_inspect_of_a_damaged_adapter_blames_the_file_not_the_geometry(tmp_path):
+    """Break-it finding: inspect wrapped every adapter refusal (NaN factors, int factors) as "does not fit the release
+    geometry … pass --model", sending the user to --model when the file itself is broken."""
+    import torch
+    from safetensors.torch import save_file
+    bad = tmp_path / "nan.safetensors"
+    save_file({"diffusion_model.layers.0.self_attn.q_proj.lora_A.weight": torch.full((4, 2048), float("nan")),
+               "diffusion_model.layers.0.self_attn.q_proj.lora_B.weight": torch.zeros(2048, 4)}, str(bad))
+    proc = run_cli("inspect", bad)
+    assert_cli_error(proc, "looks like a LoRA adapter but is refused")
+    assert "NaN" in proc.stderr and "--model" not in proc.stderr, proc.stderr[-2000:]

@@ -23,6 +23,12 @@ from .pitch import natural_midi, signature, written_octave
 MAX_MEASURE_REST = 64  # a larger Zn is refused instead of expanded (Z999999 would be a million bars)
 
 
+def _shown(text: str, limit: int = 40) -> str:
+    """A user's chord text as a message quotes it: at most `limit` characters, the rest elided with its length
+    (break-it finding: a 10 kB chord symbol was echoed whole in the warning)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 @dataclass
 class VoiceState:
     """What carries from bar to bar in one voice: meter, key, bar count, elapsed units, an open tie."""
@@ -182,9 +188,10 @@ class BarBuilder:
         """A chord symbol or [K:] after the bar's last note or rest sits on no event: it sounds nowhere in this bar
         (the vendor's checker refuses it as "event after the measure end" [V])."""
         if isinstance(anchor, ChordSymbol):
-            self._issue("warning", "chord-symbol", f'Chord symbol "{anchor.text}" comes after the last note or rest '
-                        f"of bar {bar.number}, so it sounds over nothing; write it before the note it belongs to "
-                        f"(at the start of the next bar if it starts there).", anchor.line, anchor.column, bar)
+            self._issue("warning", "chord-symbol", f'Chord symbol "{_shown(anchor.text)}" comes after the last note '
+                        f"or rest of bar {bar.number}, so it sounds over nothing; write it before the note it "
+                        f"belongs to (at the start of the next bar if it starts there).", anchor.line, anchor.column,
+                        bar)
         else:
             self._issue("warning", "dialect", f"[K:{anchor.key}] comes after the last note or rest of bar "
                         f"{bar.number}; write a key change at the start of the bar it applies to.", anchor.line,
@@ -255,19 +262,19 @@ class BarBuilder:
         parts = split_chord(text)
         if parts is None:
             chord.known = chord.native = False
-            self._issue("error", "chord-symbol", f'"{text}" is not a chord symbol the dialect reads: a root A-G '
-                        f'(with #, b), a quality such as m, 7, maj7, m7, dim, aug, sus4, and an optional /bass, '
-                        f'e.g. "F#m/C#". Text annotations are not part of the dialect.', bar.line, column, bar)
+            self._issue("error", "chord-symbol", f'"{_shown(text)}" is not a chord symbol the dialect reads: a '
+                        f'root A-G (with #, b), a quality such as m, 7, maj7, m7, dim, aug, sus4, and an optional '
+                        f'/bass, e.g. "F#m/C#". Text annotations are not part of the dialect.', bar.line, column, bar)
             return chord
         chord.root, chord.quality, chord.bass = parts
         chord.native = is_native_quality(chord.quality)
         if not chord.native:
-            self._issue("warning", "chord-symbol", f'The quality "{chord.quality}" in "{text}" is not one the '
-                        f"planner writes (its qualities: major, m, dim, aug, 7, maj7, m7, dim7, m7b5, sus4, sus2, 6, "
-                        f"m6, 7sus4, m(maj7)); the model has not seen it.", bar.line, column, bar)
+            self._issue("warning", "chord-symbol", f'The quality "{_shown(chord.quality)}" in "{_shown(text)}" '
+                        f"is not one the planner writes (its qualities: major, m, dim, aug, 7, maj7, m7, dim7, m7b5, "
+                        f"sus4, sus2, 6, m6, 7sus4, m(maj7)); the model has not seen it.", bar.line, column, bar)
         if self.state.name != "Vocal":
-            self._issue("warning", "chord-in-ins", f'Chord symbol "{text}" is on the {self.state.name} voice; the '
-                        f"dialect writes chord symbols on the Vocal voice only (also over its rests).",
+            self._issue("warning", "chord-in-ins", f'Chord symbol "{_shown(text)}" is on the {self.state.name} '
+                        f"voice; the dialect writes chord symbols on the Vocal voice only (also over its rests).",
                         bar.line, column, bar)
         return chord
 
