@@ -430,8 +430,9 @@ def solve(renderer: ChunkRenderer, noise: torch.Tensor, steps: int = 32,
         states.append(result)
     if not torch.isfinite(result).all():
         from .errors import NumericalError
-        raise NumericalError("flow matching produced non-finite latents (NaN/inf): the NAR weights look damaged — "
-                             "download the checkpoint again")
+        from .weights.own import blame
+        raise NumericalError(blame("flow matching produced non-finite latents (NaN/inf): the NAR weights look "
+                                   "damaged — download the checkpoint again", nar))
     return result
 
 

@@ -7,6 +7,7 @@ Data: style + lyrics → prefix ids → ABC ids (Score) → semantic codes (Sema
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -15,7 +16,7 @@ import torch
 
 from .constants import (CONTEXT, FRAMES_PER_SECOND, ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_CORE_FRAMES,
                         VAE_HALO_FRAMES)
-from .errors import BudgetError, RequestError, ScoreError
+from .errors import BudgetError, NumericalError, RequestError, ScoreError
 from .protocol import (ABC_PRESET, SEMANTIC_PRESET, Sampling, SongRequest, check_budget, negative_prefix,
                        planning_prefix, semantic_prefix, validate_abc_ids, validate_codes)
 from .vae import to_waveform
@@ -107,6 +108,20 @@ class Song:
         return {"abc": self.score.truncated, "semantic": self.tokens.truncated}
 
 
+@contextlib.contextmanager
+def _own_weights_named(*modules):
+    """A NumericalError inside names the adapters / VAE file the `modules` carry as its likely cause instead of only
+    the checkpoint (`weights.own.blame`; the fast paths' messages included)."""
+    try:
+        yield
+    except NumericalError as exc:
+        from .weights.own import blame
+        text = blame(str(exc), *modules)
+        if text == str(exc):
+            raise
+        raise NumericalError(text) from None
+
+
 def _phase(ar, prefix, sampling, seed, phase, **kw):
     """Run one AR phase on the best available decoder for the model's device (CUDA graphs on GPUs)."""
     from .constants import CODEC_OFFSET, CODEC_SIZE
@@ -114,7 +129,8 @@ def _phase(ar, prefix, sampling, seed, phase, **kw):
         raise RequestError(f"this checkpoint's vocabulary has {ar.dims.vocab} rows; YuE2's protocol and codec ids "
                            f"need at least {CODEC_OFFSET + CODEC_SIZE} (a test-only or foreign file?)")
     from .fast import select_generate
-    return select_generate(ar)(ar, prefix, sampling, seed, phase, **kw)
+    with _own_weights_named(ar):
+        return select_generate(ar)(ar, prefix, sampling, seed, phase, **kw)
 
 
 def _token_progress(progress: Progress | None, stage: str, t0: float):
@@ -194,7 +210,8 @@ def render(ar, nar, tokens: SemanticTokens, steps: int = ODE_STEPS, seed: int | 
     seed = tokens.seed if seed is None else seed
     on_step = None if progress is None else (lambda done, total: progress("render", done, total, {}))
     from .fast import select_render
-    return select_render(nar)(ar, nar, list(tokens.prefix), codes, seed, steps, on_step, method=method)
+    with _own_weights_named(ar, nar):  # the AR's keys and values feed the render too
+        return select_render(nar)(ar, nar, list(tokens.prefix), codes, seed, steps, on_step, method=method)
 
 
 def compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
@@ -232,7 +249,8 @@ def decode(vae, latents: torch.Tensor, core: int | None = None, progress: Progre
     core = core or vae_core_frames(vae.device)
     on_tile = None if progress is None else (lambda d, t: progress("decode", d, t, {}))
     audio = vae.decode_tiled(lat, core=core, halo=VAE_HALO_FRAMES, on_tile=on_tile)
-    return to_waveform(audio[0])
+    with _own_weights_named(vae):
+        return to_waveform(audio[0])
 
 
 @dataclass
@@ -316,9 +334,10 @@ class YuE2Engine:
         (the `batch` command): also the kernels of its decoder of that many rows (`batch_refill`: continuous
         batching's `fast.refill.RefillDecoder`, else static batches). Raises
         CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint, AdapterError for adapters
-        that do not apply, RequestError for a bad YUE2_WARMUP."""
+        that do not apply (also the same adapter file twice, or one whose merged delta overflows:
+        `apply.check_stack`), RequestError for a bad YUE2_WARMUP."""
         from .weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
-        from .weights.lora.apply import Applied, apply_stack, check_strength
+        from .weights.lora.apply import Applied, apply_stack, check_stack, check_strength
         from .weights.lora.record import lora_record
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -329,6 +348,7 @@ class YuE2Engine:
             from .weights.lora.layouts import read_adapter
             stack = [Applied(read_adapter(p, info.dims), check_strength(a, "AR strength"),
                              check_strength(n, "NAR strength")) for p, a, n in loras]
+            check_stack(stack)  # the same file twice, a delta that overflows: refused before any weight is read
         vae_file = None
         if vae is not None and "vae" in parts:
             from .weights.vae_files import open_vae

@@ -74,13 +74,15 @@ def process_logits(logits: torch.Tensor, sampling: Sampling, history: list[int],
     return scores
 
 
-def draw(scores: torch.Tensor, temperature: float, generator: torch.Generator) -> int:
+def draw(scores: torch.Tensor, temperature: float, generator: torch.Generator, model=None) -> int:
     """Pick the next id from processed scores: argmax at temperature 0, else one multinomial draw from
-    softmax(scores) with the phase's generator (on CPU when the scores live on a device without a generator)."""
+    softmax(scores) with the phase's generator (on CPU when the scores live on a device without a generator).
+    NumericalError for NaN scores, naming the adapters `model` carries (`weights.own.blame`)."""
     if torch.isnan(scores).any() or not torch.isfinite(scores).any():
         from .errors import NumericalError
-        raise NumericalError("the model produced NaN logits (or no allowed token has a finite score): the AR weights "
-                             "look damaged — download the checkpoint again")
+        from .weights.own import blame
+        raise NumericalError(blame("the model produced NaN logits (or no allowed token has a finite score): the AR "
+                                   "weights look damaged — download the checkpoint again", model))
     if temperature == 0:
         return int(scores.argmax(-1))
     probs = scores.softmax(-1)
@@ -162,7 +164,7 @@ def generate(model, prefix: list[int], sampling: Sampling, seed: int, phase: str
     for step in range(len(forced), sampling.max_tokens):
         logits = rows[0] if len(rows) == 1 else cfg_combine(rows[0], rows[1], cfg_scale)
         scores = process_logits(logits, sampling, history, step, phase, legacy_off)
-        token = draw(scores, sampling.temperature, generator)
+        token = draw(scores, sampling.temperature, generator, model)
         if first_token_s is None:
             first_token_s = time.perf_counter() - t0
         if on_token is not None:

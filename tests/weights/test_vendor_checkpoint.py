@@ -454,3 +454,39 @@ def test_comfyui_loader_lists_and_loads_vendor_folders(made, tmp_path, comfy_hos
     assert out["YuE2-3B/"]["layout"] == "vendor" and out["YuE2-3B/"]["path"] == str(ckpts / "YuE2-3B")
     assert out["YuE2-3B/"]["vae"] == str(ckpts / "YuE2-Vae") and out["YuE2-3B/"]["vocab"] == 151643
     assert "models--m-a-p--YuE2-3B" in out[hf]["path"] and "models--m-a-p--YuE2-Vae" in out[hf]["vae"]
+
+
+@pytest.mark.parametrize("field, text, accepted", [
+    ("rope_theta", "Infinity", "rope_theta is inf; it must be a finite number from 1 to 1e\\+30"),
+    ("rope_theta", "9" * 400, "rope_theta is 9{20}…9{8} \\(400 characters\\); it must be a finite number from 1"),
+    ("rope_theta", "1e-300", "rope_theta is 1e-300; it must be a finite number from 1 to"),
+    ("rope_theta", "true", "rope_theta is True; it must be a finite number"),
+    ("rms_norm_eps", "Infinity", "rms_norm_eps is inf; it must be a finite number from 1e-30 to below 1"),
+    ("rms_norm_eps", "NaN", "rms_norm_eps is nan; it must be a finite number"),
+    ("rms_norm_eps", "1", "rms_norm_eps is 1; it must be a finite number from 1e-30 to below 1"),
+    ("rms_norm_eps", "9" * 400, "rms_norm_eps is 9{20}…9{8} \\(400 characters\\)"),
+    ("timestep_shift", "9" * 400, "timestep_shift 9{20}…9{8} \\(400 characters\\); this engine implements"),
+    ("timestep_shift", "true", "timestep_shift True; this engine implements the release value 1.0"),
+    ("num_hidden_layers", "9" * 400, "says num_hidden_layers = 9{20}…9{8} \\(400 characters\\), the weights have 2"),
+    ("num_hidden_layers", "true", "num_hidden_layers must be a whole number \\(the weights have 2\\), got True"),
+    ("num_hidden_layers", "NaN", "num_hidden_layers must be a whole number \\(the weights have 2\\), got nan"),
+])
+def test_config_numbers_checked_at_load(made, tmp_path, field, text, accepted):
+    """Every number config.json gives the loader is refused at inspect when it is not finite, out of range or not a
+    number — before: inf rope_theta / eps loaded (the song was lost when saving JSON with inf), 1e-300 gave NaN
+    logits blamed on the checkpoint, a 400-digit integer raised OverflowError."""
+    folder = _copy_folder(made, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = "@@"
+    (folder / "config.json").write_text(json.dumps(config).replace('"@@"', text))
+    with pytest.raises(CheckpointError, match=accepted):
+        inspect_checkpoint(folder)
+
+
+def test_config_numbers_in_range_are_taken(made, tmp_path):
+    folder = _copy_folder(made, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(rope_theta=10000, rms_norm_eps=1e-5, hidden_size=float(config["hidden_size"]))
+    (folder / "config.json").write_text(json.dumps(config))
+    dims = inspect_checkpoint(folder).dims
+    assert (dims.rope_theta, dims.eps) == (10000.0, 1e-5) and type(dims.rope_theta) is float

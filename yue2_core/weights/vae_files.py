@@ -1,6 +1,7 @@
 """Alternate VAE decoders (weights_and_lora.md §5): a YuE2 VAE read from its own file instead of the checkpoint's.
 
-    open_vae(path) -> VAEFile      reads headers (and config.json) only; CheckpointError when the file is unusable
+    open_vae(path) -> VAEFile      reads headers, config.json and the decoder's values once (NaN/inf, a weight-norm
+                                   direction of norm 0); CheckpointError when the file is unusable
     VAEFile.load(device)           the `vae.VAEDecoder` (fp32, eval, no grad) — the same module `checkpoint.load_vae`
                                    builds from an all-in-one file
 
@@ -46,6 +47,7 @@ INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
 MANIFEST = "weights_manifest.json"
 _CHECKED: set = set()  # (file key, manifest sha256) pairs whose hash matched in this process
+_FINITE: set = set()  # file keys (`VAEFile.key`) whose decoder values passed `check_values` in this process
 
 
 @dataclass
@@ -82,7 +84,8 @@ class VAEFile:
     def load(self, device="cpu") -> VAEDecoder:
         """The decoder in fp32 on `device` (F16/BF16 tensors are upcast), in eval mode with requires_grad False.
         A vendor folder's files are checked against weights_manifest.json first. Raises CheckpointError when a file
-        changed since `open_vae`, fails its manifest hash, or cannot be read."""
+        changed since `open_vae`, fails its manifest hash, cannot be read, or holds values that would decode to NaN
+        (`check_values`)."""
         self._check_unchanged()
         self._check_manifest()
         with torch.device("meta"):
@@ -99,11 +102,16 @@ class VAEFile:
                 t = raw.to(dtype=torch.float32).to(dev)
                 # own the bytes (not a view of the memory map): a file changed in place cannot crash the process
                 state[name] = t.clone() if t.device.type == "cpu" and t.data_ptr() == raw.data_ptr() else t
+        if self.key not in _FINITE:  # a VAEFile not made by open_vae (which checks the values once)
+            check_values(state, state.__getitem__, self.path, self.layout)
+            _FINITE.add(self.key)
         try:
             module.load_state_dict(state, strict=True, assign=True)
         except RuntimeError as exc:
             detail = str(exc).strip().splitlines()[-1].strip()[:300]
             raise CheckpointError(f"VAE {self.path}: the tensors do not fit the decoder ({detail})") from None
+        from .own import mark
+        mark(module, [("vae", os.path.abspath(self.path))])  # non-finite audio names this file (own.blame)
         return module.eval().requires_grad_(False)
 
     def record(self) -> dict:
@@ -325,17 +333,48 @@ def _geometry(found: dict, path: str, prefix: str) -> VAEConfig:
     return cfg
 
 
+def _stored_name(name: str, layout: str) -> str:
+    return ("vae." if layout == "comfy-prefixed" else "") + name
+
+
+def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
+    """CheckpointError naming the VAE `path` and the tensor when a decoder tensor holds NaN/inf, or a weight-norm
+    conv's `weight_v` has norm 0 for some channel along dim 0 — g·v/‖v‖ is then 0/0, NaN audio after
+    a whole song's AR and NAR work. `names`: the decoder parameter names ("decoder.…"); `get(name)` → its fp32
+    tensor (read one at a time at open, the loaded state at load). `layout` spells the names as the file does."""
+    names = set(names)
+    for name in sorted(names):
+        t = get(name)
+        if not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise CheckpointError(f"VAE {path}: {_stored_name(name, layout)} holds NaN/inf ({bad:,} of its "
+                                  f"{t.numel():,} values) — the file is damaged (download it again) or was saved "
+                                  "from a diverged training run; a YuE2 VAE's weights are finite")
+        if name.endswith(".weight_v") and name[:-1] + "g" in names:
+            if not bool(torch.isfinite(torch._weight_norm(t, get(name[:-1] + "g"), 0)).all()):
+                norms = torch.linalg.vector_norm(t.flatten(1).double(), dim=1)
+                zero = torch.nonzero(norms == 0).flatten().tolist()
+                what = (f"is all zero for {len(zero)} of its {t.shape[0]} channels along dim 0 (e.g. channel "
+                        f"{zero[0]}): its norm is 0, so weight norm g·v/‖v‖ divides 0/0" if zero else
+                        "makes weight norm g·v/‖v‖ non-finite")
+                raise CheckpointError(f"VAE {path}: {_stored_name(name, layout)} {what} — NaN audio. The file is "
+                                      "damaged or not a trained VAE; every channel of a weight_v needs a nonzero "
+                                      "finite norm")
+
+
 def open_vae(path: str) -> VAEFile:
     """Open a YuE2 VAE: a vendor folder (config.json + model.safetensors or a shard index), a single safetensors with
     unprefixed `decoder.*` (+ optional `encoder.*`) tensors, or a file with `vae.`-prefixed tensors (a VAE-only file
-    or a whole Comfy all-in-one checkpoint). Reads headers and JSON only.
+    or a whole Comfy all-in-one checkpoint). Reads headers and JSON, then the decoder's values once per file
+    version (`check_values`: a pass over the decoder tensors, before any song work).
 
     Raises CheckpointError (message names the file, what was found and what is accepted) when: the path does not
     exist; a file is not safetensors or is truncated; a folder has no config.json / a model_type other than
     "yue2_vae" / a sample_rate ≠ 48000, downsampling_ratio ≠ 1920, latent_dim ≠ 64 or audio_channels ≠ 2; only
     encoder tensors are present; the YuE2 decoder's tensors are missing (a VAE of another model) or incomplete; the
     decoder reads other than 64 latent channels, 1920 samples per frame or 2 audio channels; a decoder tensor is not
-    float; a manifest's byte count differs from the file."""
+    float; a manifest's byte count differs from the file; a decoder tensor holds NaN/inf or a weight_v channel has
+    norm 0 (`check_values`)."""
     if not isinstance(path, str) or not path:
         raise CheckpointError(f"VAE path must be a file or folder name, got {path!r}")
     if not os.path.exists(path):
@@ -365,8 +404,21 @@ def open_vae(path: str) -> VAEFile:
     cfg = _geometry(found, path, prefix)
     dtypes = dict(Counter(e.dtype for _, _, e in found.values()))
     sources = {k: (f, stored) for k, (f, stored, _) in found.items() if k.startswith("decoder.")}
+    key = _file_key(files)
+    if key not in _FINITE:
+        with contextlib.ExitStack() as stack:
+            handles = {}
+
+            def read(name):  # one tensor at a time, as fp32
+                file, stored = sources[name]
+                if file not in handles:
+                    handles[file] = stack.enter_context(open_tensors(file))
+                return handles[file].get_tensor(stored).to(torch.float32)
+
+            check_values(sources, read, path, layout)
+        _FINITE.add(key)
     return VAEFile(path=path, layout=layout, variant=_variant(config), config=cfg, dtypes=dtypes,
-                   key=_file_key(files), weights=tuple(files),
+                   key=key, weights=tuple(files),
                    encoder=any(k.startswith("encoder.") for k in found),
                    sources=sources,
                    manifest=manifest, metadata=dict(metadata))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -411,28 +412,60 @@ def _vae_parts(vae_folder: Path) -> tuple[list[str], dict, dict]:
 _CONFIG_DIMS = {"hidden_size": "hidden", "num_hidden_layers": "layers", "num_attention_heads": "heads",
                 "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "intermediate_size": "ffn",
                 "vocab_size": "vocab", "latent_dim": "latent_dim"}
+# accepted ranges of the float settings taken from config.json (runtime.md §4.1): RoPE and RMSNorm run in fp32, where
+# a θ below 1 makes 1/θ^(2i/D) overflow (NaN angles) and an eps below ~1e-30 rounds to 0 (rsqrt(0) of a zero row)
+ROPE_THETA_RANGE = (1.0, 1e30)  # the release: 1,000,000
+EPS_RANGE = (1e-30, 1.0)  # the release: 1e-6; the upper end excluded
+
+
+def _show(value) -> str:
+    """A config value as the message shows it: its JSON-ish repr, cut to 40 characters (a 400-digit number)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}…{text[-8:]} ({len(text)} characters)"
+
+
+def _is_number(value) -> bool:
+    """A JSON number (int or float, not true/false) that is finite; huge ints compare exactly, never via float()."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
 
 
 def _dims_with_config(dims, config: dict, path: Path):
     """Cross-check config.json against the dimensions read from the tensor shapes, and take rope_theta and
-    rms_norm_eps from it (runtime.md §4.1; the Comfy file does not store them)."""
+    rms_norm_eps from it (runtime.md §4.1; the Comfy file does not store them). Every number read is checked before
+    it is used: an integer where a size is meant, a finite number in ROPE_THETA_RANGE / EPS_RANGE; CheckpointError
+    naming the key, the value and what is accepted otherwise (never an OverflowError, never inf/NaN accepted)."""
     from dataclasses import replace
     for field, attr in _CONFIG_DIMS.items():
-        if field in config and config[field] != getattr(dims, attr):
-            raise CheckpointError(f"{path} says {field} = {config[field]!r}, the weights have "
+        if field not in config:
+            continue
+        value = config[field]
+        if not _is_number(value) or value != int(value):
+            raise CheckpointError(f"{path}: {field} must be a whole number (the weights have "
+                                  f"{getattr(dims, attr)}), got {_show(value)}")
+        if value != getattr(dims, attr):
+            raise CheckpointError(f"{path} says {field} = {_show(value)}, the weights have "
                                   f"{getattr(dims, attr)}: the config and the weights are of different models")
     if config.get("latent_type", "vae") != "vae":
-        raise CheckpointError(f"{path}: latent_type {config['latent_type']!r}; YuE2 accepts only \"vae\"")
+        raise CheckpointError(f"{path}: latent_type {_show(config['latent_type'])}; YuE2 accepts only \"vae\"")
     shift = config.get("timestep_shift", 1.0)
-    if not isinstance(shift, (int, float)) or float(shift) != 1.0:
-        raise CheckpointError(f"{path}: timestep_shift {shift!r}; this engine implements the release value 1.0")
+    if not _is_number(shift) or shift != 1:
+        raise CheckpointError(f"{path}: timestep_shift {_show(shift)}; this engine implements the release value 1.0")
     changes = {}
-    for field, attr in (("rope_theta", "rope_theta"), ("rms_norm_eps", "eps")):
-        value = config.get(field)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise CheckpointError(f"{path}: {field} must be a positive number, got {value!r}")
-            changes[attr] = float(value)
+    theta, eps = config.get("rope_theta"), config.get("rms_norm_eps")
+    if theta is not None:
+        lo, hi = ROPE_THETA_RANGE
+        if not _is_number(theta) or not lo <= theta <= hi:
+            raise CheckpointError(f"{path}: rope_theta is {_show(theta)}; it must be a finite number from {lo:g} to "
+                                  f"{hi:g} (the release's is 1000000)")
+        changes["rope_theta"] = float(theta)
+    if eps is not None:
+        lo, hi = EPS_RANGE
+        if not _is_number(eps) or not lo <= eps < hi:
+            raise CheckpointError(f"{path}: rms_norm_eps is {_show(eps)}; it must be a finite number from {lo:g} to "
+                                  f"below {hi:g} (the release's is 1e-06)")
+        changes["eps"] = float(eps)
     return replace(dims, **changes)
 
 

@@ -25,6 +25,7 @@ is off, §1.1 F), so outputs are bit-identical to the base.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -58,6 +59,103 @@ def check_strength(value, what: str) -> float:
     if not (abs(v) <= STRENGTH_RANGE):  # also NaN
         raise AdapterError(f"{what} must be between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}; got {value!r}")
     return v
+
+
+# the largest |ΔW| a module's merged patches may reach: bf16's largest finite value (fp32's is barely larger). A
+# trained adapter stays below it by 30+ orders of magnitude; above it the merged weight is inf and the model NaN.
+MAX_DELTA = float(torch.finfo(torch.bfloat16).max)
+
+
+def _peak(t: torch.Tensor) -> float:
+    return float(t.detach().abs().max()) if t.numel() else 0.0
+
+
+def delta_bound(delta) -> float:
+    """An upper bound of max|ΔW| (or of max|Δb|, of a replacement's values) of one patch at strength 1, in float64
+    without forming the product: rank·max|B|·max|A|·|scale| for a LoRA, max|w1|·max|w2|·|scale| for LoKr."""
+    if isinstance(delta, LowRank):
+        return delta.rank * _peak(delta.up) * _peak(delta.down) * abs(delta.scale)
+    if isinstance(delta, Kron):
+        return _peak(delta.w1) * _peak(delta.w2) * abs(delta.scale)
+    if isinstance(delta, (Diff, BiasDiff)):
+        return _peak(delta.delta) * abs(delta.scale)
+    return max(_peak(delta.weight), 0.0 if delta.bias is None else _peak(delta.bias))
+
+
+def _name(applied: Applied) -> str:
+    return os.path.basename(os.path.normpath(applied.adapter.path)) or applied.adapter.path
+
+
+def check_magnitude(stack: list[Applied], experts=("ar", "nar")) -> None:
+    """AdapterError naming the adapter file(s) and the module when the patches a module gets could add more than
+    MAX_DELTA to it (Σ |strength|·`delta_bound` over the stack): each factor finite, their product inf in fp32 /
+    bf16 — NaN logits or latents after a whole stage, blamed on the checkpoint."""
+    per: dict = {}
+    for applied in stack:
+        for expert in experts:
+            s = applied.strength(expert)
+            if s == 0.0:
+                continue
+            for p in applied.adapter.patches:
+                if p.expert == expert:
+                    kind = "bias" if isinstance(p.delta, BiasDiff) else "weight"
+                    per.setdefault((expert, p.module, kind), []).append((abs(s) * delta_bound(p.delta), applied, p))
+    for (expert, module, kind), items in per.items():
+        total = sum(b for b, _, _ in items)
+        if total <= MAX_DELTA:
+            continue
+        worst = max(items, key=lambda item: item[0])
+        files = list(dict.fromkeys(a.adapter.path for _, a, _ in items))
+        strengths = ", ".join(f"{_name(a)} ×{a.strength(expert):g}" for _, a, _ in items)
+        raise AdapterError(f"the LoRA {files[0] if len(files) == 1 else ' + '.join(files)} would add up to "
+                           f"{total:.3g} to {expert.upper()} {module} ({kind}; {strengths}; largest from "
+                           f"{', '.join(worst[2].keys) or 'its factors'}): beyond {MAX_DELTA:.3g}, the largest "
+                           "bf16 value, the merged weight is inf and the model computes NaN. The adapter is "
+                           "damaged (factors such as 1e30: each finite, their product not) — download or train it "
+                           "again")
+
+
+def _identity(applied: Applied) -> tuple[set, set]:
+    """What makes two stack entries the same adapter: (the resolved paths of its weight files, their sha256s);
+    adapter_config.json and other JSON companions are left out (two PEFT folders may share the same one)."""
+    from .record import file_sha256
+    paths, hashes = set(), set()
+    for f in applied.adapter.files or [applied.adapter.path]:
+        if f.endswith(".json") or not os.path.isfile(f):
+            continue
+        paths.add(os.path.realpath(f))
+        hashes.add(file_sha256(f))
+    return paths, hashes
+
+
+def check_unique(stack: list[Applied]) -> None:
+    """AdapterError when two entries of the stack are the same adapter (the same file, or a file with the same
+    sha256; an FL file and its companion count as one): strengths stack, so the same file twice multiplies its
+    effect past the ±5 strength limit. In-memory adapters (no file) are not compared."""
+    ids = [_identity(a) for a in stack]
+    for i, b in enumerate(stack):
+        for j in range(i):
+            a = stack[j]
+            shared = ids[i][0] & ids[j][0]
+            if shared:
+                one = min(shared)
+                how = "are the same file" if one == os.path.realpath(b.adapter.path) else f"read the same file {one}"
+            elif ids[i][1] & ids[j][1]:
+                how = f"are the same bytes (sha256 {min(ids[i][1] & ids[j][1])[:16]}…) as {a.adapter.path}"
+            else:
+                continue
+            raise AdapterError(
+                f"the LoRA {b.adapter.path} is given twice (entries {j + 1} and {i + 1} {how}); strengths of "
+                "repeated entries add up, so give it once with the combined strength — AR "
+                f"{a.strength_ar + b.strength_ar:g}, NAR {a.strength_nar + b.strength_nar:g} — which must be "
+                f"between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}")
+
+
+def check_stack(stack: list[Applied], experts=("ar", "nar")) -> None:
+    """The checks of a whole stack before anything is applied: no adapter twice (`check_unique`), no module delta
+    beyond MAX_DELTA (`check_magnitude`). AdapterError otherwise."""
+    check_unique(stack)
+    check_magnitude(stack, experts)
 
 
 def module_items(stack: list[Applied], expert: str) -> dict[str, list[tuple[float, Patch]]]:
@@ -289,7 +387,9 @@ def _is_int8(mod: nn.Module) -> bool:
 
 def plan_expert(root: nn.Module, stack: list[Applied], expert: str) -> tuple[dict, dict]:
     """Split `expert`'s patches by how each module takes them: (float {module: items}, int8 {module: items}).
-    Checks every target exists and every delta fits (AdapterError)."""
+    Checks the stack (`check_stack`: no adapter twice, no delta beyond MAX_DELTA), that every target exists and
+    every delta fits (AdapterError)."""
+    check_stack(stack, (expert,))
     floats, ints = {}, {}
     for name, items in module_items(stack, expert).items():
         mod = _module(root, name, expert)
@@ -330,8 +430,8 @@ def set_side(root: nn.Module, sides: dict) -> int:
 @torch.no_grad()
 def apply_stack(root: nn.Module, stack: list[Applied], expert: str) -> dict:
     """Apply a stack to one engine module (ARModel / NARModel) in place — the command line's path, where the base
-    model is not needed afterwards. Float linears are merged (`merge_into`), int8 ones get side deltas.
-    Returns counts {"merged": n, "side": n}.
+    model is not needed afterwards. Float linears are merged (`merge_into`), int8 ones get side deltas; `root`
+    remembers the adapters (`own.mark`). Returns counts {"merged": n, "side": n}.
 
     `YUE2_LORA_INT8=bf16` (opt-in; default `side`): when int8 layer linears would get side deltas, every int8 layer
     linear of the expert's transformer layers is first dequantized to a bf16 nn.Linear (as the int8 file's NAR is on
@@ -353,6 +453,8 @@ def apply_stack(root: nn.Module, stack: list[Applied], expert: str) -> dict:
             mod.bias.data = b.to(mod.bias.dtype)
     sides = side_deltas(root, ints)
     set_side(root, sides)
+    from ..own import mark  # a NaN the model produces later names these adapters (own.blame)
+    mark(root, [("lora", a.adapter.path, expert, a.strength(expert)) for a in stack if a.strength(expert) != 0.0])
     return {"merged": len(floats), "side": len(sides)}
 
 

@@ -17,6 +17,9 @@ from .model import BiasDiff, Diff, Kron, LowRank, Patch, Replace
 # the largest |scale| a delta may carry: alpha/rank of any trained adapter is far below (ai-toolkit 1, PEFT 2,
 # Comfy-native 0.5–1); 1e30-style alphas come from a damaged or hostile file and would turn the model into inf/NaN
 MAX_SCALE = 1e6
+# the smallest: below it the delta vanishes against any bf16 weight — an alpha such as 5e-324 underflows alpha/rank
+# to 0 (or a denormal) and the adapter would silently change nothing
+MIN_SCALE = 1e-12
 _F8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
             if hasattr(torch, n))
 
@@ -79,6 +82,11 @@ class _Scale:
         if not abs(value) <= MAX_SCALE:
             raise AdapterError(f"{self.ctx.path}: {key + ': ' if key else ''}scale {value:g} ({rule}) is out of "
                                f"range; |scale| must be at most {MAX_SCALE:g} — the alpha is damaged")
+        if abs(value) < MIN_SCALE:
+            raise AdapterError(f"{self.ctx.path}: {key + ': ' if key else ''}scale {value:g} ({rule}) is too small: "
+                               f"|scale| must be at least {MIN_SCALE:g}, or the adapter changes nothing (an alpha so "
+                               "small that alpha/rank underflows) — the alpha is damaged; to turn an adapter off, "
+                               "give it strength 0")
         self.used.setdefault(rule, set()).add(value)
         return value
 

@@ -203,7 +203,7 @@ def read_sidecar(path: str) -> dict:
         raise AdapterError(f"{where}: \"r\" must be a positive integer; found {r!r}")
     alpha = cfg.get("lora_alpha", 8)
     if not _positive_number(alpha):
-        raise AdapterError(f"{where}: \"lora_alpha\" must be a positive finite number; found {alpha!r}")
+        raise AdapterError(f"{where}: \"lora_alpha\" must be a positive finite number; found {_short(alpha)}")
     for flag in ("use_rslora", "use_dora", "fan_in_fan_out"):
         if type(cfg.get(flag, False)) is not bool:
             raise AdapterError(f"{where}: \"{flag}\" must be true or false; found {cfg.get(flag)!r}")
@@ -241,4 +241,14 @@ def pattern_value(patterns: dict, name: str, default):
 
 
 def _positive_number(v) -> bool:
-    return type(v) in (int, float) and math.isfinite(v) and v > 0
+    """An int or float (not bool) > 0 that is finite as a float: an int too large for one (400 digits) is not."""
+    try:
+        return type(v) in (int, float) and math.isfinite(float(v)) and v > 0
+    except OverflowError:
+        return False
+
+
+def _short(value) -> str:
+    """repr(value) cut to 40 characters for a message (a 400-digit number)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}…{text[-8:]} ({len(text)} characters)"

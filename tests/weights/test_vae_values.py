@@ -1,0 +1,79 @@
+"""A custom VAE whose decoder values would decode to NaN audio is refused when it is opened, naming the file and the
+tensor (yue2_core.weights.vae_files.check_values) — before, the AR and NAR stages ran a whole song and the VAE
+decode then failed with "download the checkpoint again"."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from safetensors.torch import save_file
+
+from yue2_core.errors import CheckpointError
+from yue2_core.weights import vae_files
+from yue2_core.weights.synthetic_vae import VAE, vae_config, vae_tensors, write_vendor_folder
+from yue2_core.weights.vae_files import VAEFile, open_vae
+
+KEY = "decoder.layers.6.layers.1.weight_v"  # the last stride block's transposed conv (weight norm over dim 0)
+
+
+def _write(tmp_path, layout: str, tensors: dict) -> str:
+    if layout == "vendor-folder":
+        return write_vendor_folder(str(tmp_path / "vae"), tensors, vae_config())
+    out = str(tmp_path / "vae.safetensors")
+    save_file({(VAE + k if layout == "comfy-prefixed" else k): v.contiguous() for k, v in tensors.items()}, out)
+    return out
+
+
+def _damaged(how: str) -> dict:
+    t = dict(vae_tensors("tiny", encoder=False))
+    v = t[KEY].clone()
+    if how == "nan":
+        v[0, 0, 0] = float("nan")
+    elif how == "inf":
+        v[-1, -1, -1] = float("-inf")
+    elif how == "zero-channel":
+        v[1] = 0
+    elif how == "zero":
+        v.zero_()
+    t[KEY] = v
+    return t
+
+
+@pytest.mark.parametrize("layout", ["vendor-folder", "vendor-file", "comfy-prefixed"])
+@pytest.mark.parametrize("how, message", [
+    ("nan", "holds NaN/inf \\(1 of its 64 values\\) — the file is damaged"),
+    ("inf", "holds NaN/inf \\(1 of its 64 values\\)"),
+    ("zero-channel", "is all zero for 1 of its 4 channels along dim 0 \\(e.g. channel 1\\): its norm is 0, so weight "
+                     "norm g·v/‖v‖ divides 0/0"),
+    ("zero", "is all zero for 4 of its 4 channels along dim 0 \\(e.g. channel 0\\)"),
+])
+def test_damaged_vae_refused_at_open(tmp_path, layout, how, message):
+    path = _write(tmp_path, layout, _damaged(how))
+    name = ("vae." if layout == "comfy-prefixed" else "") + KEY
+    with pytest.raises(CheckpointError, match=f"VAE {path}: {name} {message}"):
+        open_vae(path)
+
+
+def test_intact_vae_checked_once_then_loads(tmp_path, monkeypatch):
+    path = _write(tmp_path, "vendor-file", dict(vae_tensors("tiny", encoder=False)))
+    vae = open_vae(path)
+    calls = []
+    monkeypatch.setattr(vae_files, "check_values", lambda *a, **k: calls.append(a))
+    open_vae(path)  # the same file version: its values are not read again
+    vae.load()
+    assert calls == []
+
+
+def test_load_checks_a_vae_file_not_opened_by_open_vae(tmp_path):
+    """`VAEFile.load` checks the loaded values itself when the file version was never checked (a VAEFile built from
+    another VAEFile's fields, a file replaced by one with the same key)."""
+    good = _write(tmp_path, "vendor-file", dict(vae_tensors("tiny", encoder=False)))
+    vae = open_vae(good)
+    bad = str(tmp_path / "bad.safetensors")
+    save_file({k: v.contiguous() for k, v in _damaged("nan").items()}, bad)
+    st = os.stat(bad)
+    other = VAEFile(**{**vae.__dict__, "path": bad, "weights": (bad,),
+                       "key": ((os.path.abspath(bad), st.st_size, st.st_mtime_ns),),
+                       "sources": {k: (bad, k) for k in vae.sources}})
+    with pytest.raises(CheckpointError, match=f"VAE {bad}: {KEY} holds NaN/inf"):
+        other.load()
