@@ -21,6 +21,7 @@ from yue2_core.weights.checkpoint import CheckpointInfo, load_ar, load_nar, load
 from yue2_core.weights.lora.apply import merge_into, plan_expert, set_side, side_deltas
 from yue2_core.weights.lora.model import BiasDiff, Replace
 from yue2_core.weights.lora.record import lora_record
+from yue2_core.weights import own
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
 from yue2_core.nar import float_linears
 from yue2_core import warmup
@@ -251,6 +252,9 @@ class YuE2Model:
                 self._side_cache = {k: v for k, v in self._side_cache.items() if k[0] != part}
                 self._side_cache[key] = {n: s.to(dev) for n, s in self._sides.get(part, {}).items()}
             set_side(module, self._side_cache[key])
+            # the adapters this load patched in, named if the stage meets NaN (`weights.own.blame`)
+            own.mark(module, [("lora", a.adapter.path, part, a.strength(part)) for a in self.adapters
+                              if a.strength(part) != 0.0], replace=True)
         return modules
 
     def check_tokens(self, tokens) -> None:

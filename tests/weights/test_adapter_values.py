@@ -223,6 +223,12 @@ def test_blame_names_every_adapter_once():
                     "without them, download the checkpoint again")
     assert blame(text, ar) == text  # already named: unchanged
     assert blame("x — download the checkpoint again", torch.nn.Linear(1, 1)) == "x — download the checkpoint again"
+    # the nodes state each load's adapters (`replace`): a later load without them names none
+    mark(ar, [("lora", "/c.safetensors", "ar", 2.0)], replace=True)
+    assert "/c.safetensors (AR ×2)" in blame("x — download the checkpoint again", ar)
+    assert "/a.safetensors" not in blame("x — download the checkpoint again", ar)
+    mark(ar, [], replace=True)
+    assert blame("x — download the checkpoint again", ar) == "x — download the checkpoint again"
 
 
 # ----------------------------------------------------------------- the same file twice (finding 5)

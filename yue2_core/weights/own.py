@@ -13,9 +13,14 @@ ATTR = "yue2_own_weights"
 CHECKPOINT = " — download the checkpoint again"
 
 
-def mark(module, entries) -> None:
-    """Add `entries` to what `module` carries (None: nothing to mark)."""
-    if module is not None and entries:
+def mark(module, entries, replace: bool = False) -> None:
+    """Add `entries` to what `module` carries (None: nothing to mark); `replace`: what it carries is exactly
+    `entries` — the ComfyUI nodes patch a shared module per stage, so each load states its own adapters."""
+    if module is None:
+        return
+    if replace:
+        setattr(module, ATTR, tuple(entries))
+    elif entries:
         setattr(module, ATTR, tuple(getattr(module, ATTR, ())) + tuple(entries))
 
 
