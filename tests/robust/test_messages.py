@@ -68,7 +68,7 @@ def test_the_score_check_knows_max_seconds_and_names_control_characters(tmp_path
     bell.write_text(text.replace("K:", "K:\x07", 1), "utf-8")
     rc, err = main_inprocess(capsys, *GEN, "--style", "pop", "--lyrics", "la", "--abc-file", bell,
                              "--output", tmp_path / "o")
-    assert "warning: --abc-file has" in err
+    assert "warning: what the ABC check found in --abc-file" in err
     assert re.search(r"\n  score line \d+ column \d+: control character U\+0007 \(BEL\)", err), err
 
 
@@ -92,7 +92,7 @@ def test_an_invalid_score_gets_one_rule_in_the_cli_and_the_composer(tmp_path, ca
                              "--max-seconds", "30", "--output", tmp_path / "o")
     assert rc == 2 and "checkpoint not found" in err  # it went on to the model
     import re
-    assert "warning: --abc-file has" in err and "the score is used as written" in err
+    assert "warning: what the ABC check found in --abc-file" in err and "the score is used as written" in err
     composer = [n.split("the given score ", 1)[1] for n in _scores_module().given_score_notes(bad, 30.0)]
     assert composer and any("[error]" in n for n in composer)
     for note in composer:  # the same findings (the CLI gathers the line numbers of a repeated one, new-user finding)
