@@ -132,6 +132,8 @@ def check_unique(stack: list[Applied]) -> None:
     """AdapterError when two entries of the stack are the same adapter (the same file, or a file with the same
     sha256; an FL file and its companion count as one): strengths stack, so the same file twice multiplies its
     effect past the ±5 strength limit. In-memory adapters (no file) are not compared."""
+    if len(stack) < 2:
+        return  # nothing to compare: no file is hashed
     ids = [_identity(a) for a in stack]
     for i, b in enumerate(stack):
         for j in range(i):
