@@ -254,7 +254,8 @@ class YuE2Model:
             set_side(module, self._side_cache[key])
             # the adapters this load patched in, named if the stage meets NaN (`weights.own.blame`)
             own.mark(module, [("lora", a.adapter.path, part, a.strength(part)) for a in self.adapters
-                              if a.strength(part) != 0.0], replace=True)
+                              if a.strength(part) != 0.0 and any(p.expert == part for p in a.adapter.patches)],
+                     replace=True)
         return modules
 
     def check_tokens(self, tokens) -> None:

@@ -405,7 +405,7 @@ def cmd_render(args) -> int:
     # the usual search (new-user finding: $YUE2_CHECKPOINT used to win over the song's own file)
     recorded = None if args.checkpoint else _song_checkpoint(args.song)
     env = os.environ.get("YUE2_CHECKPOINT", "").strip()
-    if recorded and env and os.path.abspath(env) != os.path.abspath(recorded):
+    if recorded and env and os.path.realpath(env) != os.path.realpath(recorded):
         print(f"note: rendering with the checkpoint the song records ({recorded}), not $YUE2_CHECKPOINT ({env}); "
               "--checkpoint picks another file", file=sys.stderr)
     if not (args.checkpoint or recorded):
@@ -541,14 +541,18 @@ def cmd_inspect(args) -> int:
     try:
         info = inspect_checkpoint(args.checkpoint)
     except CheckpointError as exc:
-        if _base_model_keys(args.checkpoint):  # a damaged all-in-one file, not a VAE or adapter (break-it finding:
+        from .errors import DamagedWeightsError
+        # a damaged all-in-one file or vendor folder, not a VAE or adapter (break-it: inspect said "VAE decoder")
+        if isinstance(exc, DamagedWeightsError) or _base_model_keys(args.checkpoint):
             raise CheckpointError(f"{args.checkpoint} is a YuE2 checkpoint that does not load: {exc}") from None
         other, reasons = _inspect_other(args.checkpoint, dims)  # a LoRA or a VAE file?
+        if other is None and reasons.get("vae_damaged"):  # break-it: "neither …", the reason on a later line
+            raise CheckpointError(f"{args.checkpoint} is a YuE2 VAE decoder that is refused: "
+                                  f"{reasons['vae']}") from None
         if other is None:
             if _looks_like_adapter(args.checkpoint):
-                import re
                 why = reasons["lora"]
-                if not re.search(r"shape|layer index|does not fit|dims|geometry", why):  # the file's own fault
+                if not reasons.get("lora_geometry"):  # the file's own fault, not another model's geometry
                     raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but is refused: "
                                           f"{why}") from None
                 geometry = "--model's geometry" if dims is not None else (
@@ -607,12 +611,18 @@ def _inspect_other(path: str, dims=None) -> tuple[dict | None, dict]:
         vae = open_vae(path)
         return {"kind": "VAE decoder", "summary": vae.describe(), **vae.record()}, reasons
     except _Err as exc:
+        from .errors import DamagedWeightsError
         reasons["vae"] = str(exc)
+        reasons["vae_damaged"] = isinstance(exc, DamagedWeightsError)  # a VAE, with unusable values
     try:
         from .weights.lora.layouts import RELEASE_DIMS, describe_adapter, read_adapter
+        from .weights.lora.apply import Applied, check_magnitude
         adapter = read_adapter(path, dims or RELEASE_DIMS)
+        check_magnitude([Applied(adapter, 1.0, 1.0)])  # damaged factors refused as `generate` refuses them
     except _Err as exc:
+        from .errors import AdapterGeometryError
         reasons["lora"] = str(exc)
+        reasons["lora_geometry"] = isinstance(exc, AdapterGeometryError)
         return None, reasons
     return {"kind": "LoRA adapter", "layout": adapter.layout, "ranks": adapter.ranks(),
             "scale_rule": adapter.scale_rule, "scales": adapter.scales,
@@ -708,19 +718,22 @@ def cmd_batch(args) -> int:
         if args.vae:
             from .weights.vae_files import open_vae
             open_vae(args.vae)
+    synthetic = "yue2_synthetic" in info.metadata
+    rows = []
+    if synthetic and (args.max_abc_tokens is None or args.max_seconds is None):
+        # the rows' own budgets decide the notes below (new-user / break-it findings: notes for caps no row reaches);
+        # a problem of the whole file (missing, not UTF-8, no request) is the error here, before any note
+        from .batch.requests import read_requests
+        rows, _ = read_requests(args.requests)
     abc_cap = args.max_abc_tokens
-    if abc_cap is None and "yue2_synthetic" in info.metadata:
+    if abc_cap is None and synthetic:
         abc_cap = SYNTHETIC_ABC_TOKENS  # as generate: random weights never end a lead sheet
-        print(f"NOTE: synthetic weights never end a lead sheet by themselves: each one the model writes is capped at "
-              f"{SYNTHETIC_ABC_TOKENS} tokens (--max-abc-tokens sets another cap)", file=sys.stderr)
-    if "yue2_synthetic" in info.metadata and args.max_seconds is None:
-        largest = Budgets(None, None).semantic_sampling().max_tokens
-        try:  # the rows' own budgets (new-user finding: rows that each set a short max_tokens still got the note)
-            from .batch.requests import read_requests
-            rows, _ = read_requests(args.requests)
-            largest = max((r.budgets.semantic_sampling().max_tokens for r in rows), default=largest)
-        except (YuE2Error, OSError):  # the file's problems are reported by run_batch
-            pass
+        if any(r.request.cot != "off" and r.request.abc is None
+               and r.budgets.abc_sampling().max_tokens > SYNTHETIC_ABC_TOKENS for r in rows):
+            print(f"NOTE: synthetic weights never end a lead sheet by themselves: each one the model writes is capped "
+                  f"at {SYNTHETIC_ABC_TOKENS} tokens (--max-abc-tokens sets another cap)", file=sys.stderr)
+    if synthetic and args.max_seconds is None:
+        largest = max((r.budgets.semantic_sampling().max_tokens for r in rows), default=0)
         if largest > 10 * FRAMES_PER_SECOND:
             _note_synthetic_music(largest)
     fp32 = args.dtype == "fp32"

@@ -71,9 +71,12 @@ def _only_escapes(value: str) -> bool:
 
 
 def json_safe(obj):
-    """A copy of a JSON-able object whose strings (keys included) are all valid UTF-8 (`text_of`)."""
+    """A copy of a JSON-able object whose strings (keys included) are all valid UTF-8 (`text_of`) and whose numpy
+    scalars are Python numbers (an np.int64 setting would otherwise stop the save after the work: break-it)."""
     if isinstance(obj, str):
         return text_of(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
     if isinstance(obj, dict):
         return {json_safe(k) if isinstance(k, str) else k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -111,8 +114,10 @@ def flac_bytes(audio: torch.Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:
 def _check_savable(song: Song) -> None:
     """What load_song would refuse in the settings, refused before writing (break-it finding: Save Song wrote a
     LATENT's ode_steps of 10⁹, which Load Song then refused): ode_steps an integer in [1, MAX_ODE_STEPS]."""
+    import numbers
     steps = (song.settings or {}).get("ode_steps")
-    if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_ODE_STEPS):
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, numbers.Integral)
+                              or not 1 <= steps <= MAX_ODE_STEPS):  # numpy integers are integers (break-it)
         raise ArtifactError(f"ode_steps must be an integer in [1, {MAX_ODE_STEPS}] to be saved (a song folder with "
                             f"another value could not be loaded back), got {steps!r}")
 

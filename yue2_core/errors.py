@@ -12,6 +12,12 @@ class CheckpointError(YuE2Error):
     unknown quantization marker, failed int8 self-check)."""
 
 
+class DamagedWeightsError(CheckpointError):
+    """Weights recognised for what they are (a VAE decoder, a vendor model folder) whose values or config numbers
+    cannot be used: NaN/inf tensors, a zero-norm weight_v channel, a config number out of range. `inspect` names the
+    kind and the fault instead of "neither a checkpoint, a VAE nor an adapter"."""
+
+
 class TokenizerError(YuE2Error):
     """The embedded tokenizer blob is missing or is not a valid Hugging Face `tokenizers` JSON."""
 
@@ -68,3 +74,8 @@ def release_frames(exc: BaseException) -> None:
 class AdapterError(YuE2Error, ValueError):
     """A LoRA/LoKr adapter or an alternate weight file (VAE, vendor folder) cannot be applied: not a YuE2 adapter,
     a layout we do not apply, shapes that do not fit, non-finite values, keys that match nothing."""
+
+
+class AdapterGeometryError(AdapterError):
+    """An adapter made for a model of another geometry: a shape or a layer index that does not fit the checkpoint's
+    dims (`inspect` then suggests --model; every other AdapterError is the file's own fault)."""

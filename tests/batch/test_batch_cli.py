@@ -169,3 +169,9 @@ def test_synthetic_music_note_follows_the_rows_budgets(tmp_path, tiny_ckpt, caps
             assert "never end the music" not in err, err
         else:
             assert expected_note in err, err
+    # second break-it review: a missing request file is the error before any note; a file of invalid rows gets none
+    rc = main(["batch", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "o"), "--checkpoint", tiny_ckpt,
+               "--device", "cpu", "--offline"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "does not exist" in err and "NOTE" not in err, err
+

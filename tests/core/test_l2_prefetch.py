@@ -11,15 +11,16 @@ from yue2_core.fast import l2_prefetch as lp
 def test_spec_parses_points_and_next_layer_weights():
     assert lp.parse("off") == {} and lp.parse("") == {} and lp.parse(" 0 ") == {}
     assert lp.parse("qkv:o,gu;o:down,qkv+") == {"qkv": [("o", 0), ("gu", 0)], "o": [("down", 0), ("qkv", 1)]}
-    assert lp.parse(" start : gu ; start:down+ ") == {"start": [("gu", 0), ("down", 1)]}
+    assert lp.parse(" start : gu ; start:down+ ;") == {"start": [("gu", 0), ("down", 1)]}
 
 
 @pytest.mark.parametrize("spec,named", [("qkv", "'qkv'"), ("middle:o", "'middle:o'"), ("qkv:", "'qkv:'"),
-                                        ("qkv:up", "'up'"), ("qkv:o++", "'o++'"), ("qkv:o;;", "''")])
+                                        ("qkv:up", "'up'"), ("qkv:o++", "'o++'"), ("qkv:o,", "''"), ("1", "'1'"),
+                                        ("on", "'on'")])
 def test_bad_spec_names_the_part(spec, named):
-    with pytest.raises(RequestError, match="YUE2_L2_PREFETCH") as err:
+    with pytest.raises(RequestError, match="the environment variable YUE2_L2_PREFETCH must be off, or POINT") as err:
         lp.parse(spec)
-    assert named in str(err.value)
+    assert named in str(err.value) and "gu" in str(err.value)
 
 
 def test_grid_default_and_refusals(monkeypatch):
@@ -27,7 +28,9 @@ def test_grid_default_and_refusals(monkeypatch):
     assert lp.grid() == (8, 64 * 1024)
     monkeypatch.setenv("YUE2_L2_PREFETCH_GRID", "32:16")
     assert lp.grid() == (32, 16 * 1024)
-    for bad in ("32", "0:64", "8:4096", "a:b", "8:64:1", "٨:٦٤", "８:６４", "1_0:6_4", " 8 :64"):
+    monkeypatch.setenv("YUE2_L2_PREFETCH_GRID", " 8 : 64 ")
+    assert lp.grid() == (8, 64 * 1024)
+    for bad in ("32", "0:64", "8:4096", "a:b", "8:64:1", "٨:٦٤", "８:６４", "1_0:6_4", ":64"):
         monkeypatch.setenv("YUE2_L2_PREFETCH_GRID", bad)
         with pytest.raises(RequestError, match="BLOCKS:PIECE_KB"):
             lp.grid()

@@ -320,3 +320,18 @@ def test_what_load_song_would_refuse_is_not_saved(tmp_path, change, phrase):
     with pytest.raises(ArtifactError, match=phrase.replace("[", r"\[").replace("]", r"\]")):
         save_song(song, tmp_path / "song")
     assert not (tmp_path / "song").exists() and listing(tmp_path) == []
+
+
+def test_numpy_settings_and_large_latents_still_save(tmp_path):
+    """Second break-it review: an np.int64 ode_steps was refused ("must be an integer"), and json.dumps could not
+    write numpy scalars at all; large finite latents and audio at exactly ±1 are valid."""
+    song = make_song()
+    song.settings["ode_steps"] = np.int64(4)
+    song.settings["cfg_scale"] = np.float32(1.5)
+    song.latents = song.latents * 1e30
+    song.audio[:, :4] = 1.0
+    song.audio[:, 4:8] = -1.0
+    folder = save_song(song, tmp_path / "song")
+    config = json.loads((Path(folder) / "config.json").read_text())
+    assert config["ode_steps"] == 4 and config["cfg_scale"] == 1.5
+    assert load_song(folder).latents.abs().max() > 1e29

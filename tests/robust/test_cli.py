@@ -345,3 +345,34 @@ def test_cli_inspect_of_a_damaged_adapter_blames_the_file_not_the_geometry(tmp_p
     proc = run_cli("inspect", bad)
     assert_cli_error(proc, "looks like a LoRA adapter but is refused")
     assert "NaN" in proc.stderr and "--model" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_cli_inspect_names_the_kind_and_the_fault(tmp_path):
+    """Second break-it review: inspect's "file vs geometry" choice was a keyword search (a cut-off or rank-mismatched
+    adapter got the --model hint, a layer out of range did not); a VAE with NaN was "neither a checkpoint, a VAE nor
+    an adapter"; an adapter whose product overflows printed a normal report that `generate` then refused."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from yue2_core.weights.synthetic_vae import write_vae
+    key = "diffusion_model.layers.{}.self_attn.q_proj.lora_{}.weight"
+
+    def adapter(name, layer=0, a=(4, 2048), b=(2048, 4), fill=0.01):
+        path = tmp_path / name
+        save_file({key.format(layer, "A"): torch.full(a, fill), key.format(layer, "B"): torch.full(b, fill)},
+                  str(path))
+        return path
+    ranks = run_cli("inspect", adapter("ranks.safetensors", b=(2048, 3)))
+    assert_cli_error(ranks, "looks like a LoRA adapter but is refused")
+    assert "ranks disagree" in ranks.stderr and "--model" not in ranks.stderr
+    deep = run_cli("inspect", adapter("deep.safetensors", layer=99))
+    assert_cli_error(deep, "does not fit the release geometry")
+    assert "--model" in deep.stderr
+    hot = run_cli("inspect", adapter("hot.safetensors", fill=1e20))
+    assert_cli_error(hot, "looks like a LoRA adapter but is refused")
+    assert "beyond" in hot.stderr
+    vae = write_vae(str(tmp_path / "vae.safetensors"), layout="vendor-file")
+    tensors = load_file(vae)
+    name = next(k for k in tensors if k.endswith("bias"))
+    tensors[name][0] = float("nan")
+    save_file(tensors, vae)
+    assert_cli_error(run_cli("inspect", vae), "is a YuE2 VAE decoder that is refused")

@@ -234,31 +234,42 @@ def test_blame_names_every_adapter_once():
 # ----------------------------------------------------------------- the same file twice (finding 5)
 
 def test_same_file_twice_is_refused_on_the_command_line(files, capsys, no_weights_read):
-    """Before: `--lora a:5 --lora a:5` stacked silently (×10, past the ±5 limit; 20 copies ×100)."""
+    """Before: `--lora a:5 --lora a:5` stacked silently (×10, past the ±5 limit; 20 copies ×100). Now the strengths
+    one file brings to an expert must add up within ±5."""
     out = files["root"] / "never"
     rc = _run("generate", "--style", "pop", "--lyrics", "la", "--checkpoint", files["ckpt"], *SMALL,
               "--output", out, "--lora", f"{files['lora']}:5", "--lora", f"{files['lora']}:5:-1")
     err = capsys.readouterr().err
     assert rc != 0 and not out.exists()
-    assert (f"the LoRA {files['lora']} is given twice (entries 1 and 2 are the same file); strengths of repeated "
-            "entries add up, so give it once with the combined strength — AR 10, NAR 4 — which must be between -5 "
-            "and 5") in err
+    assert (f"the LoRA {files['lora']} reaches the AR 2 times ({files['lora']} ×5 + {files['lora']} ×5: the same "
+            "weights file); strengths of the same file add up to 10, beyond the 5 limit of one entry") in err
+
+
+def test_same_file_within_the_limit_or_on_separate_experts_is_accepted(files):
+    """Second break-it review: the first rule refused `a:2:0 + a:0:-1` (no expert gets the file twice) and songs
+    recorded with the same file twice within the limit could no longer be re-rendered."""
+    a = read_adapter(files["lora"], files["dims"])
+    check_stack([Applied(a, 2.0, 0.0), Applied(a, 0.0, -1.0)])  # one entry per expert
+    check_stack([Applied(a, 1.0, 1.0), Applied(a, 1.0, 1.0)])  # ×2 on both: within ±5, as an old song recorded it
+    check_stack([Applied(a, 5.0, 0.0), Applied(a, -5.0, 0.0)])  # they cancel: the same patch, strengths add
+    with pytest.raises(AdapterError, match="reaches the NAR 2 times .* add up to -6"):
+        check_stack([Applied(a, 0.0, -3.0), Applied(a, 1.0, -3.0)])
 
 
 def test_same_bytes_under_another_name_and_nodes_path(files, tmp_path):
     copy = tmp_path / "renamed.safetensors"
     shutil.copy(files["lora"], copy)
-    a = Applied(read_adapter(files["lora"], files["dims"]), 1.0, 1.0)
-    b = Applied(read_adapter(copy, files["dims"]), 2.0, 0.5)
-    with pytest.raises(AdapterError, match=f"the LoRA {copy} is given twice \\(entries 1 and 2 are the same bytes "
-                                           f"\\(sha256 [0-9a-f]{{16}}…\\) as {files['lora']}\\); .* AR 3, NAR 1.5"):
+    a = Applied(read_adapter(files["lora"], files["dims"]), 3.0, 1.0)
+    b = Applied(read_adapter(copy, files["dims"]), 3.0, 0.5)
+    with pytest.raises(AdapterError, match=f"the LoRA {files['lora']} reaches the AR 2 times .* add up to 6"):
         check_stack([a, b])
     from yue2_core.weights.checkpoint import load_nar
     nar = load_nar(inspect_checkpoint(files["ckpt"]), "cpu", torch.bfloat16)
-    with pytest.raises(AdapterError, match="is given twice"):
-        plan_expert(nar, [a, b], "nar")  # the nodes' path
+    plan_expert(nar, [a, b], "nar")  # NAR: 1 + 0.5, within the limit
+    with pytest.raises(AdapterError, match="reaches the NAR 2 times"):
+        plan_expert(nar, [a, Applied(b.adapter, 0.0, 4.5)], "nar")  # the nodes' path
     other = lora_synth.write_adapter("aitk", tmp_path / "other.safetensors", files["dims"], rank=4, seed=2)
-    check_stack([a, Applied(read_adapter(other, files["dims"]))])  # two different adapters stack
+    check_stack([a, Applied(read_adapter(other, files["dims"]), 5.0, 5.0)])  # two different adapters stack
 
 
 def test_peft_folders_sharing_a_config_are_not_the_same_adapter(files, tmp_path):
@@ -273,3 +284,14 @@ def test_peft_folders_sharing_a_config_are_not_the_same_adapter(files, tmp_path)
               str(second / "adapter_model.safetensors"))
     (second / "adapter_config.json").write_text(config)
     check_stack([Applied(read_adapter(first, files["dims"])), Applied(read_adapter(str(second), files["dims"]))])
+
+
+def test_only_adapters_that_patch_an_expert_are_named_for_it(files, tmp_path):
+    """Second break-it review: an AR-only adapter was named as a cause of the NAR's non-finite latents."""
+    from yue2_core.weights.own import carried
+    ar_only = lora_synth.write_adapter("ms-fused-ar", tmp_path / "ar_only.safetensors", files["dims"], rank=4)
+    assert not [p for p in read_adapter(str(ar_only), files["dims"]).patches if p.expert == "nar"]
+    engine = YuE2Engine.load(files["ckpt"], device="cpu", loras=[(str(ar_only), 1.0, 1.0), (files["nan"], 0.0, 1.0)],
+                             parts=("ar", "nar"), warm_up=False)
+    assert [str(e[1]) for e in carried(engine.nar)] == [str(files["nan"])]
+    assert [str(e[1]) for e in carried(engine.ar)] == [str(ar_only)]

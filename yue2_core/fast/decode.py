@@ -427,7 +427,12 @@ class PhaseDecoder:
         spec = os.environ.get("YUE2_L2_PREFETCH", "")
         l2_prefetch.parse(spec)
         self.prefetch = None
-        if self.fused and self.gemv and self.attn_kernel and self.device.type == "cuda" and l2_prefetch.parse(spec):
+        wanted = self.device.type == "cuda" and bool(l2_prefetch.parse(spec))
+        if wanted and not (self.fused and self.gemv and self.attn_kernel):
+            warnings.warn("YUE2_L2_PREFETCH applies to the fused step with the split-K products and the Triton "
+                          "attention; this decoder runs without them (YUE2_FUSED / YUE2_GEMV / YUE2_DECODE_ATTN, or "
+                          "more than 16 rows), so nothing is prefetched")
+        elif wanted:
             try:
                 self.prefetch = l2_prefetch.Prefetcher(ar.model.layers, self.device, spec)
             except (RuntimeError, OSError, AttributeError, ImportError) as exc:  # no sm_90, no NVRTC helpers
@@ -445,6 +450,9 @@ class PhaseDecoder:
                                  persistent.unsupported(ar, self.R, self.dtype, self.layer_mode))
             if self.layer_reason is not None:
                 self.layer_mode = "off"
+        if self.prefetch is not None and self.layer_mode != "off":
+            warnings.warn("YUE2_L2_PREFETCH applies to the per-kernel step; the one-launch layers "
+                          f"(YUE2_LAYER_KERNEL={self.layer_mode}) run without it")
 
     # -- buffers ---------------------------------------------------------------------------------------------------
     def _allocate(self):

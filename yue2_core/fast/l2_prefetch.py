@@ -52,17 +52,20 @@ def parse(spec: str) -> dict[str, list[tuple[str, int]]]:
     if spec in ("", "off", "0"):
         return {}
     plan: dict[str, list[tuple[str, int]]] = {}
-    for part in spec.split(";"):
+    form = (f"off, or POINT:W[,W…][;POINT:W…] with POINT one of {', '.join(POINTS)} and W one of "
+            f"{', '.join(WEIGHTS)} (+ for the next layer's)")
+    for part in filter(str.strip, spec.split(";")):  # empty parts (a trailing ';') are nothing
         point, sep, names = part.partition(":")
         point = point.strip()
         if not sep or point not in POINTS or not names.strip():
-            raise RequestError(f"YUE2_L2_PREFETCH: {part!r} is not POINT:WEIGHTS with POINT one of {', '.join(POINTS)}")
+            raise RequestError(f"the environment variable YUE2_L2_PREFETCH must be {form}; {part.strip()!r} is not "
+                               "POINT:WEIGHTS")
         for w in names.split(","):
             w = w.strip()
             base = w.rstrip("+")
             if base not in WEIGHTS or len(w) - len(base) > 1:
-                raise RequestError(f"YUE2_L2_PREFETCH: weight {w!r} is not one of {', '.join(WEIGHTS)} "
-                                   "(with + for the next layer's)")
+                raise RequestError(f"the environment variable YUE2_L2_PREFETCH must be {form}; weight {w!r} is not "
+                                   "one of them")
             plan.setdefault(point, []).append((base, len(w) - len(base)))
     return plan
 
@@ -75,11 +78,11 @@ def grid() -> tuple[int, int]:
     value = os.environ.get("YUE2_L2_PREFETCH_GRID", "").strip()
     if not value:
         return DEFAULT_GRID
-    parts = value.split(":")
+    parts = [p.strip() for p in value.split(":")]
     if (len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 4 for p in parts)
             or not all(1 <= int(p) <= 1024 for p in parts)):
-        raise RequestError(f"YUE2_L2_PREFETCH_GRID must be BLOCKS:PIECE_KB (decimal integers 1–1024 each), "
-                           f"got {value!r}")
+        raise RequestError(f"the environment variable YUE2_L2_PREFETCH_GRID must be BLOCKS:PIECE_KB (decimal "
+                           f"integers 1–1024 each), got {value!r}")
     return int(parts[0]), int(parts[1]) * 1024
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
-from ..errors import CheckpointError
+from ..errors import CheckpointError, DamagedWeightsError
 from ..vae import VAEConfig, VAEDecoder
 from .checkpoint import _vae_config, not_a_file, open_tensors, read_header
 from .lora.record import file_sha256
@@ -347,7 +347,7 @@ def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
         t = get(name)
         if not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())
-            raise CheckpointError(f"VAE {path}: {_stored_name(name, layout)} holds NaN/inf ({bad:,} of its "
+            raise DamagedWeightsError(f"VAE {path}: {_stored_name(name, layout)} holds NaN/inf ({bad:,} of its "
                                   f"{t.numel():,} values) — the file is damaged (download it again) or was saved "
                                   "from a diverged training run; a YuE2 VAE's weights are finite")
         if name.endswith(".weight_v") and name[:-1] + "g" in names:
@@ -357,7 +357,7 @@ def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
                 what = (f"is all zero for {len(zero)} of its {t.shape[0]} channels along dim 0 (e.g. channel "
                         f"{zero[0]}): its norm is 0, so weight norm g·v/‖v‖ divides 0/0" if zero else
                         "makes weight norm g·v/‖v‖ non-finite")
-                raise CheckpointError(f"VAE {path}: {_stored_name(name, layout)} {what} — NaN audio. The file is "
+                raise DamagedWeightsError(f"VAE {path}: {_stored_name(name, layout)} {what} — NaN audio. The file is "
                                       "damaged or not a trained VAE; every channel of a weight_v needs a nonzero "
                                       "finite norm")
 

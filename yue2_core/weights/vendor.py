@@ -26,7 +26,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import CheckpointError, TokenizerError
+from ..errors import CheckpointError, DamagedWeightsError, TokenizerError
 from ..switches import flag
 from .checkpoint import AR, NAR, VAE, SplitSource, TensorEntry, build_info, check_entries, read_header
 
@@ -442,29 +442,30 @@ def _dims_with_config(dims, config: dict, path: Path):
             continue
         value = config[field]
         if not _is_number(value) or value != int(value):
-            raise CheckpointError(f"{path}: {field} must be a whole number (the weights have "
-                                  f"{getattr(dims, attr)}), got {_show(value)}")
+            raise DamagedWeightsError(f"{path}: {field} must be a whole number (the weights have "
+                                      f"{getattr(dims, attr)}), got {_show(value)}")
         if value != getattr(dims, attr):
-            raise CheckpointError(f"{path} says {field} = {_show(value)}, the weights have "
-                                  f"{getattr(dims, attr)}: the config and the weights are of different models")
+            raise DamagedWeightsError(f"{path} says {field} = {_show(value)}, the weights have "
+                                      f"{getattr(dims, attr)}: the config and the weights are of different models")
     if config.get("latent_type", "vae") != "vae":
-        raise CheckpointError(f"{path}: latent_type {_show(config['latent_type'])}; YuE2 accepts only \"vae\"")
+        raise DamagedWeightsError(f"{path}: latent_type {_show(config['latent_type'])}; YuE2 accepts only \"vae\"")
     shift = config.get("timestep_shift", 1.0)
     if not _is_number(shift) or shift != 1:
-        raise CheckpointError(f"{path}: timestep_shift {_show(shift)}; this engine implements the release value 1.0")
+        raise DamagedWeightsError(f"{path}: timestep_shift {_show(shift)}; this engine implements the release "
+                                  "value 1.0")
     changes = {}
     theta, eps = config.get("rope_theta"), config.get("rms_norm_eps")
     if theta is not None:
         lo, hi = ROPE_THETA_RANGE
         if not _is_number(theta) or not lo <= theta <= hi:
-            raise CheckpointError(f"{path}: rope_theta is {_show(theta)}; it must be a finite number from {lo:g} to "
-                                  f"{hi:g} (the release's is 1000000)")
+            raise DamagedWeightsError(f"{path}: rope_theta is {_show(theta)}; it must be a finite number from "
+                                      f"{lo:g} to {hi:g} (the release's is 1000000)")
         changes["rope_theta"] = float(theta)
     if eps is not None:
         lo, hi = EPS_RANGE
         if not _is_number(eps) or not lo <= eps < hi:
-            raise CheckpointError(f"{path}: rms_norm_eps is {_show(eps)}; it must be a finite number from {lo:g} to "
-                                  f"below {hi:g} (the release's is 1e-06)")
+            raise DamagedWeightsError(f"{path}: rms_norm_eps is {_show(eps)}; it must be a finite number from "
+                                      f"{lo:g} to below {hi:g} (the release's is 1e-06)")
         changes["eps"] = float(eps)
     return replace(dims, **changes)
 

@@ -115,48 +115,47 @@ def check_magnitude(stack: list[Applied], experts=("ar", "nar")) -> None:
                            "again")
 
 
-def _identity(applied: Applied) -> tuple[set, set]:
-    """What makes two stack entries the same adapter: (the resolved paths of its weight files, their sha256s);
-    adapter_config.json and other JSON companions are left out (two PEFT folders may share the same one)."""
-    from .record import file_sha256
-    paths, hashes = set(), set()
-    for f in applied.adapter.files or [applied.adapter.path]:
-        if f.endswith(".json") or not os.path.isfile(f):
-            continue
-        paths.add(os.path.realpath(f))
-        hashes.add(file_sha256(f))
-    return paths, hashes
+def _identity(applied: Applied) -> tuple[str, str] | None:
+    """What makes two stack entries the same adapter: (resolved path, sha256) of its weights file — the file a song
+    records (`record._weights_file`; an FL file's companion and adapter_config.json are not part of it). None for an
+    in-memory adapter."""
+    from .record import _weights_file, file_sha256
+    main = _weights_file(applied.adapter)
+    if not os.path.isfile(main):
+        return None
+    return os.path.realpath(main), file_sha256(main)
 
 
-def check_unique(stack: list[Applied]) -> None:
-    """AdapterError when two entries of the stack are the same adapter (the same file, or a file with the same
-    sha256; an FL file and its companion count as one): strengths stack, so the same file twice multiplies its
-    effect past the ±5 strength limit. In-memory adapters (no file) are not compared."""
+def check_unique(stack: list[Applied], experts=("ar", "nar")) -> None:
+    """AdapterError when one adapter file reaches an expert through several entries whose strengths add up past
+    ±STRENGTH_RANGE (strengths of the same patch add, so repeating a file multiplies its effect past the limit).
+    Entries at strength 0 for an expert, or whose adapter has no patch for it, do not count; the same file within
+    the limit is allowed (songs made that way re-render as they were made)."""
     if len(stack) < 2:
         return  # nothing to compare: no file is hashed
-    ids = [_identity(a) for a in stack]
-    for i, b in enumerate(stack):
-        for j in range(i):
-            a = stack[j]
-            shared = ids[i][0] & ids[j][0]
-            if shared:
-                one = min(shared)
-                how = "are the same file" if one == os.path.realpath(b.adapter.path) else f"read the same file {one}"
-            elif ids[i][1] & ids[j][1]:
-                how = f"are the same bytes (sha256 {min(ids[i][1] & ids[j][1])[:16]}…) as {a.adapter.path}"
-            else:
+    entries = [(a, _identity(a)) for a in stack]
+    for expert in experts:
+        groups: dict = {}
+        for a, ident in entries:
+            if ident is None or a.strength(expert) == 0.0 or not any(p.expert == expert for p in a.adapter.patches):
                 continue
-            raise AdapterError(
-                f"the LoRA {b.adapter.path} is given twice (entries {j + 1} and {i + 1} {how}); strengths of "
-                "repeated entries add up, so give it once with the combined strength — AR "
-                f"{a.strength_ar + b.strength_ar:g}, NAR {a.strength_nar + b.strength_nar:g} — which must be "
-                f"between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}")
+            key = next((k for k in groups if k[0] == ident[0] or k[1] == ident[1]), ident)
+            groups.setdefault(key, []).append(a)
+        for items in groups.values():
+            total = sum(a.strength(expert) for a in items)
+            if len(items) > 1 and abs(total) > STRENGTH_RANGE:
+                listed = " + ".join(f"{a.adapter.path} ×{a.strength(expert):g}" for a in items)
+                raise AdapterError(
+                    f"the LoRA {items[0].adapter.path} reaches the {expert.upper()} {len(items)} times ({listed}: "
+                    f"the same weights file); strengths of the same file add up to {total:g}, beyond the "
+                    f"{STRENGTH_RANGE:g} limit of one entry — give it once with a strength between "
+                    f"-{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}")
 
 
 def check_stack(stack: list[Applied], experts=("ar", "nar")) -> None:
     """The checks of a whole stack before anything is applied: no adapter twice (`check_unique`), no module delta
     beyond MAX_DELTA (`check_magnitude`). AdapterError otherwise."""
-    check_unique(stack)
+    check_unique(stack, experts)
     check_magnitude(stack, experts)
 
 
@@ -456,7 +455,8 @@ def apply_stack(root: nn.Module, stack: list[Applied], expert: str) -> dict:
     sides = side_deltas(root, ints)
     set_side(root, sides)
     from ..own import mark  # a NaN the model produces later names these adapters (own.blame)
-    mark(root, [("lora", a.adapter.path, expert, a.strength(expert)) for a in stack if a.strength(expert) != 0.0])
+    mark(root, [("lora", a.adapter.path, expert, a.strength(expert)) for a in stack if a.strength(expert) != 0.0
+                and any(p.expert == expert for p in a.adapter.patches)])  # only adapters that patch this expert
     return {"merged": len(floats), "side": len(sides)}
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...errors import AdapterError
+from ...errors import AdapterError, AdapterGeometryError
 from ...layers import ModelDims
 from .layouts_io import pattern_value
 from .layouts_keys import Target, has_bias, module_shape, parse_target, part_rows, split_role
@@ -156,7 +156,7 @@ def _float(path: str, key: str, t: torch.Tensor) -> torch.Tensor:
 
 def _shape(path: str, key: str, t: torch.Tensor, expected: tuple, what: str) -> None:
     if tuple(t.shape) != tuple(expected):
-        raise AdapterError(f"{path}: shape mismatch for {key} ({what}): expected {list(expected)}, found "
+        raise AdapterGeometryError(f"{path}: shape mismatch for {key} ({what}): expected {list(expected)}, found "
                            f"{list(t.shape)} — made for another model size, or not a YuE2 adapter")
 
 
@@ -188,8 +188,8 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
             raise AdapterError(f"{path}: {next(iter(groups[base].values()))[0]}: {exc}") from None
     for base, t in targets.items():  # layer indices first: a file for a deeper model says so before any shape
         if t is not None and t.layer is not None and t.layer >= dims.layers:
-            raise AdapterError(f"{path}: {next(iter(groups[base].values()))[0]} names layer {t.layer}; the model "
-                               f"has {dims.layers} layers (0…{dims.layers - 1})")
+            raise AdapterGeometryError(f"{path}: {next(iter(groups[base].values()))[0]} names layer {t.layer}; the "
+                                       f"model has {dims.layers} layers (0…{dims.layers - 1})")
     patches, seen = [], {}
     for base, roles in groups.items():
         t = targets[base]
@@ -302,7 +302,7 @@ def _kron_patch(path, tensors, base, lokr, t, expert, rows, full, out_rows, wher
     w1, w2 = factors["1"], factors["2"]
     if w1.dim() != 2 or w2.dim() != 2 or (w1.shape[0] * w2.shape[0], w1.shape[1] * w2.shape[1]) != \
             (out_rows, full[1]):
-        raise AdapterError(f"{path}: shape mismatch for LoKr {base} ({where}): kron(w1 {list(w1.shape)}, w2 "
+        raise AdapterGeometryError(f"{path}: shape mismatch for LoKr {base} ({where}): kron(w1 {list(w1.shape)}, w2 "
                            f"{list(w2.shape)}) must be {[out_rows, full[1]]}")
     return Patch(expert, t.module, Kron(w1, w2, scale.lokr(base, dim)), rows, tuple(sorted(lokr.values())))
 
