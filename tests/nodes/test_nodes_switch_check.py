@@ -65,7 +65,9 @@ def test_nodes_refuse_a_bad_switch_before_work(comfy_host, tmp_path):
     out = json.loads(lines[-1][len("RESULT "):])
     for label in ("loader", "composer"):
         assert out[f"YUE2_NAR_ATTN {label}"].startswith("ValueError: the environment variable YUE2_NAR_ATTN"), out
-        assert out[f"YUE2_L2_PREFETCH {label}"].startswith("ValueError: YUE2_L2_PREFETCH: 'bogus'"), out
+        assert out[f"YUE2_L2_PREFETCH {label}"].startswith(
+            "ValueError: the environment variable YUE2_L2_PREFETCH must be off, or POINT"), out
+        assert "'bogus' is not POINT:WEIGHTS" in out[f"YUE2_L2_PREFETCH {label}"], out
         assert "nested too deeply" in out[f"YUE2_LAYER_TILES {label}"], out
     gpu_only = [m for m in out["logged"] if m.startswith("YUE2_L2_PREFETCH=qkv:o changes only the CUDA")]
     assert len(gpu_only) == 1, out["logged"]
