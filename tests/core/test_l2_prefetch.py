@@ -65,13 +65,8 @@ def test_cpu_decoder_validates_the_switch_and_builds_no_branch(tiny_paths, monke
 
 
 def _profile_decode():
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "profile_decode.py"
-    spec = importlib.util.spec_from_file_location("profile_decode", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from bench_scripts import load
+    return load("profile_decode")
 
 
 def test_replay_gaps_count_only_time_no_kernel_covers():

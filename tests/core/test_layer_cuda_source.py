@@ -74,13 +74,8 @@ def test_cuda_mode_refuses_what_it_cannot_run(tiny_paths):
 
 
 def _stream_floor():
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "stream_floor.py"
-    spec = importlib.util.spec_from_file_location("stream_floor", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from bench_scripts import load
+    return load("stream_floor")
 
 
 def test_stream_floor_kernels_compile_for_hopper():

@@ -9,24 +9,12 @@ import os
 import subprocess
 from pathlib import Path
 
+from pack_in_host import PREAMBLE
+
 REPO = Path(__file__).resolve().parents[2]
 
-HARNESS = r'''
-import importlib.util, json, logging, os, sys
-comfy_dir, repo, ckpts = sys.argv[1:4]
-sys.path.insert(0, comfy_dir)
-os.chdir(comfy_dir)
-import utils.extra_config  # before any comfy.* import
-from comfy.cli_args import args
-args.cpu = True
-import folder_paths
-folder_paths.folder_names_and_paths["checkpoints"] = ([ckpts], folder_paths.supported_pt_extensions)
-sys.path.append(repo)
-spec = importlib.util.spec_from_file_location("yue2_nodes", os.path.join(repo, "nodes", "__init__.py"),
-                                              submodule_search_locations=[os.path.join(repo, "nodes")])
-module = importlib.util.module_from_spec(spec)
-sys.modules["yue2_nodes"] = module
-spec.loader.exec_module(module)
+HARNESS = PREAMBLE + r'''
+import logging
 from yue2_nodes.loader import YuE2CheckpointLoader
 from yue2_nodes.composer import YuE2Composer
 logged = []

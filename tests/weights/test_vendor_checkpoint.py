@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pack_in_host import PREAMBLE
 from yue2_core.errors import CheckpointError, RequestError, TokenizerError
 from yue2_core.weights import vendor
 from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
@@ -403,22 +404,7 @@ def test_cli_inspect_describes_a_vendor_folder(made, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 # ComfyUI Checkpoint Loader (in the installed host's python, no server)
 
-LOADER_HARNESS = r'''
-import importlib.util, json, os, sys
-comfy_dir, repo, ckpts = sys.argv[1:4]
-sys.path.insert(0, comfy_dir)
-os.chdir(comfy_dir)
-import utils.extra_config  # before any comfy.* import
-from comfy.cli_args import args
-args.cpu = True
-import folder_paths
-folder_paths.folder_names_and_paths["checkpoints"] = ([ckpts], folder_paths.supported_pt_extensions)
-sys.path.append(repo)
-spec = importlib.util.spec_from_file_location("yue2_nodes", os.path.join(repo, "nodes", "__init__.py"),
-                                              submodule_search_locations=[os.path.join(repo, "nodes")])
-module = importlib.util.module_from_spec(spec)
-sys.modules["yue2_nodes"] = module
-spec.loader.exec_module(module)
+LOADER_HARNESS = PREAMBLE + r'''
 from yue2_nodes.loader import HF_ENTRY, YuE2CheckpointLoader, checkpoint_options
 out = {"options": checkpoint_options(), "raw": sorted(folder_paths.get_filename_list("checkpoints")),
        "valid": YuE2CheckpointLoader.validate_inputs("YuE2-3B/"),
