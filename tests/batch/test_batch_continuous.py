@@ -118,9 +118,15 @@ def test_a_song_with_nan_logits_fails_alone_and_its_row_is_refilled(fp32, monkey
             for k in self.k:
                 k[g].fill_(float("nan"))
     monkeypatch.setattr(RefillDecoder, "_refill", refill)
-    dec = RefillDecoder(engine.ar, queue, 2, s, "semantic", block=4)
-    got = dict(dec.iter_queue())
+    from yue2_core.weights import own
+    own.mark(engine.ar, [("lora", "/loras/hot.safetensors", "ar", 3.0)], replace=True)  # as apply_stack marks it
+    try:
+        dec = RefillDecoder(engine.ar, queue, 2, s, "semantic", block=4)
+        got = dict(dec.iter_queue())
+    finally:
+        own.mark(engine.ar, [], replace=True)
     assert isinstance(got[2], NumericalError) and "NaN" in str(got[2])
+    assert "hot.safetensors" in str(got[2]) and "AR ×3" in str(got[2])  # the applied adapter is named as the cause
     for q in queue:
         if q.key != 2:
             alone = fd.generate(engine.ar, q.prefix, s, q.seed, "semantic")

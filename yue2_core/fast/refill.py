@@ -198,8 +198,9 @@ class RefillDecoder(PhaseDecoder):
                 index = slot[g]
                 song = self.queue[index]
                 if bad[g]:
-                    result = NumericalError("the model produced NaN logits: the AR weights look damaged — download "
-                                            "the checkpoint again")
+                    from ..weights.own import blame  # names the adapters the AR carries, if any
+                    result = NumericalError(blame("the model produced NaN logits: the AR weights look damaged — "
+                                                  "download the checkpoint again", self.ar))
                 else:
                     result = self._result(g, song, self.budgets[index][1], at[g], end,
                                           time.perf_counter() - started[g])
