@@ -39,8 +39,24 @@ if ! "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" 2>/d
         echo "[song.sh] and run this script again (it keeps the torch it finds)"
         if [ -t 0 ]; then echo "[song.sh] (going on in 5 s)"; sleep 5; fi
     fi
+    # a torch already in the environment (a CPU build, ComfyUI's own) stays: pin the installed versions instead of
+    # scripts/lib/constraints.txt's, whose torch==2.14.1 would replace it
+    constraints="$REPO/scripts/lib/constraints.txt"
+    pins=$("$PY" -c "
+import importlib.metadata as m
+for name in ('torch', 'torchvision', 'torchaudio'):
+    try:
+        print(f'{name}=={m.version(name)}')
+    except m.PackageNotFoundError:
+        pass" 2>/dev/null || true)
+    if [[ "$pins" == torch==* ]]; then
+        constraints=$(mktemp "${TMPDIR:-/tmp}/song_sh_pins.XXXXXX")
+        trap 'rm -f "$constraints"' EXIT
+        printf '%s\n' "$pins" > "$constraints"
+        echo "[song.sh] keeping the installed $(printf '%s' "$pins" | tr '\n' ' '): pip is told to change none of them"
+    fi
     start=$SECONDS
-    "$PY" -m pip install --disable-pip-version-check --progress-bar on -c "$REPO/scripts/lib/constraints.txt" \
+    "$PY" -m pip install --disable-pip-version-check --progress-bar on -c "$constraints" \
         -e "$REPO" 2>&1 | grep --line-buffered -v "is ignored: it is neither a file nor a directory" \
         | sed -u 's/^/[pip] /' || true
     "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" || { echo "[song.sh] install failed" >&2; exit 1; }

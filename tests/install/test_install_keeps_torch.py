@@ -143,4 +143,23 @@ def test_install_keeps_torch(tmp_path):
         pytest.fail(f"pip install -r requirements.txt failed:\n{proc.stderr[-3000:]}")
     _no_torch_activity(proc)
     assert _torch(python) == before, "installing requirements.txt changed torch"
+
+    # the README's first command into an environment that has a torch of another version than scripts/lib/
+    # constraints.txt pins (2.14.1): song.sh installs the engine (editable, from the copy) and keeps that torch
+    proc = _pip(python, "uninstall", "-y", "comfyui-yue2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    env = dict(_probe_env(), SONG_SH_VENV=str(env_dir), OMP_NUM_THREADS="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    for name in ("PYTHONPATH", "PIP_CONSTRAINT", "YUE2_CHECKPOINT"):
+        env.pop(name, None)
+    song = subprocess.run(["bash", str(source / "scripts" / "song.sh"), "--max-seconds", "1", "--steps", "1",
+                           "--max-abc-tokens", "4", "--output", str(tmp_path / "song")], capture_output=True,
+                          text=True, timeout=900, env=env, cwd=str(tmp_path))
+    log = song.stdout + song.stderr
+    if song.returncode != 0 and _unavailable(song):
+        pytest.skip(_unavailable(song))
+    assert song.returncode == 0, log[-4000:]
+    assert f"keeping the installed torch=={before[0]}" in log, log[-4000:]
+    _no_torch_activity(song)
+    assert _torch(python) == before, "scripts/song.sh changed torch"
+    assert (tmp_path / "song" / "audio.flac").is_file(), log[-3000:]
     assert sys.prefix != str(env_dir)  # the test's own environment was never touched
