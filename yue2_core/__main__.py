@@ -236,13 +236,15 @@ def _say_where(folder) -> None:
 
 
 def cmd_generate(args) -> int:
-    from .artifacts import save_song
+    from .artifacts import reserve_output, save_song
     from .pipeline import Budgets
     from .protocol import SongRequest
 
     out = _check_output(args.output)
     _check_device(args.device)
     _check_switches(args.device)
+    claim = _DONE["claim"] = reserve_output(out)  # a second run with the same --output stops here, not after
+    # computing a song (released after the save, or by main when the command ends otherwise)
     notes = []
     request = SongRequest(style=_read_text(args.style_file, args.style, "style", notes),
                           lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics", notes), cot=args.cot,
@@ -268,6 +270,7 @@ def cmd_generate(args) -> int:
     song = engine.generate(request, budgets, steps=args.steps, progress=progress, method=args.ode_method)
     progress.close()
     folder = save_song(song, out)
+    claim.release()
     _DONE["folder"] = folder  # a Ctrl-C from here on cancels nothing (main)
     summary = {"output": str(Path(folder).resolve()), "seed": request.seed,
                "audio_seconds": round(song.audio.shape[-1] / song.sample_rate, 3),
@@ -385,6 +388,8 @@ def cmd_render(args) -> int:
     _check_not_inside(args.output, args.song)
     _check_device(args.device)
     _check_switches(args.device)
+    from .artifacts import reserve_output
+    claim = _DONE["claim"] = reserve_output(args.output)  # a second run with the same --output stops here
     _check_steps(args.steps)
     from .protocol import SEED_MAX
     if args.seed is not None and not 0 <= args.seed <= SEED_MAX:  # before loading, as generate's (break-it)
@@ -455,6 +460,7 @@ def cmd_render(args) -> int:
     song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio, timing=timing,
                 settings=settings)
     folder = save_song(song, args.output, lineage={"parent": parent, "score_edited": saved.score_edited})
+    claim.release()
     _DONE["folder"] = folder  # a Ctrl-C from here on cancels nothing (main)
     print(json.dumps({"output": str(Path(folder).resolve()), "seed": request.seed,
                       "semantic_tokens": len(tokens.codes),
@@ -975,6 +981,10 @@ def main(argv=None) -> int:
         print("cancelled" + (" (nothing half-written; add --resume to finish the batch)"
                              if getattr(args, "func", None) is cmd_batch else ""), file=sys.stderr)
         return 130
+    finally:
+        claim = _DONE.pop("claim", None)  # the output claimed by generate / render is free again
+        if claim is not None:
+            claim.release()
 
 
 def _end_finished(status: int) -> None:

@@ -223,6 +223,88 @@ def _sweep_stale_partials(parent: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+class Reservation:
+    """A claim on an output path by this process: the file `.NAME.yue2-lock` beside it, made with O_EXCL and holding
+    {"pid", "host", "created"}. `release()` removes it (once; also at interpreter exit)."""
+
+    def __init__(self, lock: Path | None):
+        self.lock = lock
+        if lock is not None:
+            import atexit
+            atexit.register(self.release)
+
+    def release(self) -> None:
+        lock, self.lock = self.lock, None
+        if lock is not None:
+            try:
+                if json.loads(lock.read_text("utf-8")).get("pid") == os.getpid():
+                    lock.unlink()
+            except (OSError, ValueError, AttributeError):
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _lock_owner(lock: Path) -> str | None:
+    """'pid N' (or 'pid N on host H') of a live claim on `lock`; None when the file is gone or its process ended
+    (same host, no such pid) — a run killed by SIGKILL or a power cut leaves such a stale claim behind."""
+    import socket
+    try:
+        marker = json.loads(lock.read_text("utf-8"))
+        pid, host = marker.get("pid"), marker.get("host")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError):
+        return "an unreadable claim"  # being written this instant, or not ours: never taken over
+    if type(pid) is not int:
+        return "an unreadable claim"
+    if host != socket.gethostname():
+        return f"pid {pid} on host {host}"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except OSError:
+        pass  # exists, another user's
+    return f"pid {pid}"
+
+
+def reserve_output(path: str | os.PathLike, what: str = "output directory") -> Reservation:
+    """Claim `path` (a song folder or a batch folder, existing or not) for this process before any work, so that a
+    second run given the same path at the same time stops at once instead of computing a song it cannot save. The
+    claim is the file `.NAME.yue2-lock` in the path's parent (created if missing); a claim whose process has ended
+    is taken over. Raises ArtifactError naming the other run (its pid) while it lives; a parent that cannot be
+    written gives no claim (the output checks report it)."""
+    out = Path(path).absolute()
+    lock = out.parent / f".{out.name}.yue2-lock"
+    for _ in range(3):
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            owner = _lock_owner(lock)
+            if owner is None:  # stale: its process is gone
+                try:
+                    lock.unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise ArtifactError(f"cannot clear the stale claim {lock}: {exc.strerror or exc}") from None
+                continue
+            raise ArtifactError(f"{what} {Path(path)} is being written by another run ({owner}; its claim is "
+                                f"{lock}); wait for it to end or choose another name") from None
+        except OSError:  # a read-only or missing parent: no claim; the output checks that follow say what is wrong
+            return Reservation(None)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_marker_bytes())
+        return Reservation(lock)
+    raise ArtifactError(f"cannot claim {what} {Path(path)}: its claim file {lock} keeps reappearing")
+
+
 def check_output_dir(out_dir: str | os.PathLike) -> Path:
     """The folder a song will be saved as, checked before any work: it must be named (not "", ".", ".." or a root:
     the song is written into a hidden sibling and renamed into place), new or empty (songs are never overwritten),

@@ -360,7 +360,16 @@ def choose_batching(continuous: bool | None, *, made: bool | None = None, on_cud
     return fast_enabled("cuda")
 
 
-def run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights_bytes: int = 0,
+def run_batch(options: BatchOptions, **kw) -> int:
+    """`_run_batch` (below) while this process holds the batch folder (`artifacts.reserve_output`): a second batch
+    on the same folder at the same time — two `--resume`s, say — stops at once with an ArtifactError naming the
+    first (its pid) instead of computing the same songs twice and overwriting batch.json."""
+    from ..artifacts import reserve_output
+    with reserve_output(options.output, "batch folder"):
+        return _run_batch(options, **kw)
+
+
+def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weights_bytes: int = 0,
               on_cuda: bool = False, dtype_bytes: int = 2, free_bytes: int | None = None,
               batched: bool | None = None, stream=None, runner=None, vae=None,
               on_batching: Callable[[int, bool], None] | None = None) -> int:
