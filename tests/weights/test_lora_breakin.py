@@ -317,3 +317,23 @@ def test_weak_spots_norm_diff_alpha_scale_and_prefixes(tmp_path, gen):
                                 "diffusion_model.text_encoders.model.layers.0.self_attn.o_proj",
                                 "text_encoders.model.layers.0.nar_self_attn.o_proj")):
         _refused(_write(tmp_path / f"p{i}.safetensors", _pair(gen, prefix)), prefix, "one expert")
+
+
+# ------------------------------------------------------------------------------------ sparse / meta .pt factors
+
+@pytest.mark.parametrize("kind", ["sparse_coo", "sparse_csr", "meta"])
+def test_pt_factors_that_are_sparse_or_meta_are_refused_by_name(tmp_path, gen, kind):
+    """Before: the finiteness check met them deep in torch ("Could not run 'aten::ne.Scalar' … SparseCPU" and a
+    hundred lines of dispatcher list, "unsupported tensor layout: SparseCsr", "Tensor.item() cannot be called on
+    meta tensors"); a torch file can hold them, safetensors cannot."""
+    tensors = _pair(gen)
+    key = f"{O_PROJ}.lora_A.weight"
+    t = tensors[key]
+    tensors[key] = t.to_sparse() if kind == "sparse_coo" else t.to_sparse_csr() if kind == "sparse_csr" else \
+        t.to("meta")
+    path = tmp_path / "odd.pt"
+    torch.save(tensors, path)
+    words = "a meta tensor" if kind == "meta" else "a sparse tensor"
+    _refused(path, str(path), key, words, "must be dense float tensors")
+    torch.save({"state_dict": tensors}, path)  # the same inside a trainer's {"state_dict": …}
+    _refused(path, key, words)

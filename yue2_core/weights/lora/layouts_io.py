@@ -138,15 +138,29 @@ def _open_pt(path: str) -> Source:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise AdapterError(f"adapter {path}: not a readable torch file (truncated or damaged?): {first}") from None
     if isinstance(obj, dict) and "lora" in obj:
-        return Source(path, _ms_pt_tensors(path, obj), {"format": "pt", "rank": str(obj.get("rank", ""))},
-                      "pt-mothersuperior", files=[path])
+        return Source(path, _dense(path, _ms_pt_tensors(path, obj)),
+                      {"format": "pt", "rank": str(obj.get("rank", ""))}, "pt-mothersuperior", files=[path])
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
         obj = obj["state_dict"]
     if not (isinstance(obj, dict) and obj and all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                  for k, v in obj.items())):
         raise AdapterError(f"adapter {path}: a .pt adapter must hold a {{name: tensor}} dict or Mothersuperior's "
                            f"{{'lora': [...], 'rank', 'io'}} dict; found {type(obj).__name__}")
-    return Source(path, dict(obj), {}, "pt", files=[path])
+    return Source(path, _dense(path, dict(obj)), {}, "pt", files=[path])
+
+
+def _dense(path: str, tensors: dict) -> dict:
+    """`tensors` when every one is an ordinary dense tensor with data; AdapterError naming the first that is sparse
+    (COO / CSR / CSC / BSR), meta (no data), quantized or nested — a torch file can hold those, safetensors cannot."""
+    for key, t in tensors.items():
+        kind = ("a meta tensor (shape only, no data)" if t.is_meta else
+                f"a sparse tensor (layout {t.layout})" if t.layout is not torch.strided else
+                "a quantized tensor" if t.is_quantized else
+                "a nested tensor" if t.is_nested else None)
+        if kind:
+            raise AdapterError(f"adapter {path}: {key} is {kind}; adapter factors must be dense float tensors with "
+                               "data (save them with .to_dense() / real values)")
+    return tensors
 
 
 def _ms_pt_tensors(path: str, obj: dict) -> dict:
