@@ -769,6 +769,18 @@ def cmd_batch(args) -> int:
     return run_batch(options, on_cuda=device.type == "cuda", free_bytes=device_free_bytes(device), **kw)
 
 
+def _named(what: str):
+    """An argparse type: the text as given, refusing an empty one — `--abc-file ""` (an unset shell variable) was
+    read as "option not given" and silently changed the request (the model wrote its own lead sheet; the checkpoint
+    search fell through to a download)."""
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{text!r} names no {what} (an unset shell variable?); give its path, or "
+                                             "leave the option out")
+        return text
+    return check
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m yue2_core", description="YuE2-3B songs from a style and lyrics.",
                                 allow_abbrev=False)
@@ -777,7 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = lambda *a, **kw: add_parser(*a, allow_abbrev=False, **kw)  # --check is not --checkpoint
 
     def common(sp, render: bool = False):
-        sp.add_argument("--checkpoint", help="YuE2 all-in-one .safetensors (default: " + (
+        sp.add_argument("--checkpoint", type=_named("checkpoint file"), help="YuE2 all-in-one .safetensors (default: " + (
             "the checkpoint the song's config.json records, when it still exists; else " if render else "") +
             "$YUE2_CHECKPOINT, ComfyUI models/checkpoints, else download Comfy-Org/YuE2 int8)")
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
@@ -808,17 +820,17 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the token and latent arrays, audio.flac, request/config/result JSON with hashes.")
     style = g.add_mutually_exclusive_group()  # both given: argparse refuses, rather than one silently winning
     style.add_argument("--style", help="style line, e.g. 'upbeat indie pop, warm female vocals'")
-    style.add_argument("--style-file", help="UTF-8 text file holding the style line")
+    style.add_argument("--style-file", type=_named("style file"), help="UTF-8 text file holding the style line")
     lyrics = g.add_mutually_exclusive_group()
     lyrics.add_argument("--lyrics", help="lyrics text (use --lyrics-file for multi-line lyrics)")
-    lyrics.add_argument("--lyrics-file", help="UTF-8 text file holding the lyrics")
+    lyrics.add_argument("--lyrics-file", type=_named("lyrics file"), help="UTF-8 text file holding the lyrics")
     g.add_argument("--cot", default="full", choices=["full", "melody", "off"],
                    help="full: melody + chords lead sheet; melody: melody-only; off: no lead sheet")
     g.add_argument("--seed", type=int, default=DEFAULT_SEED,
                    help=f"seed of the lead sheet, the music tokens and the render (default {DEFAULT_SEED}, the "
                         "release's: the same inputs and seed give the same song every run — pass another seed for "
                         "another take; the seed used is printed)")
-    g.add_argument("--abc-file", help="use this ABC lead sheet (UTF-8) instead of letting the model write one; it "
+    g.add_argument("--abc-file", type=_named("ABC file"), help="use this ABC lead sheet (UTF-8) instead of letting the model write one; it "
                                       "is used as given, the dialect check's findings are printed as warnings")
     g.add_argument("--cfg-scale", type=float, default=None, help="guidance (default 1.0; 1.01 in off mode)")
     g.add_argument("--max-seconds", type=float, default=None, help="cap the music length (25 tokens per second; "
@@ -848,7 +860,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "describe it")
     i.add_argument("checkpoint", help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, a VAE file/folder, "
                                       "or a song folder (its files are verified against result.json)")
-    i.add_argument("--model", metavar="CHECKPOINT", help="check an adapter against this checkpoint's geometry "
+    i.add_argument("--model", metavar="CHECKPOINT", type=_named("checkpoint file"), help="check an adapter against this checkpoint's geometry "
                                                          "(default: the release YuE2-3B geometry)")
     i.set_defaults(func=cmd_inspect)
 

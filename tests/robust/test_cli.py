@@ -376,3 +376,18 @@ def test_cli_inspect_names_the_kind_and_the_fault(tmp_path):
     tensors[name][0] = float("nan")
     save_file(tensors, vae)
     assert_cli_error(run_cli("inspect", vae), "is a YuE2 VAE decoder that is refused")
+
+
+def test_cli_empty_paths_are_refused_not_taken_as_absent(tmp_path):
+    """`--abc-file "$UNSET"` made the model write its own lead sheet, `--lyrics-file ""` made an empty song and
+    `--checkpoint ""` fell through to the checkpoint search (break-it review, stop 32)."""
+    for option in ("--abc-file", "--style-file", "--lyrics-file", "--checkpoint"):
+        args = ["generate", "--output", tmp_path / "o", "--offline", option, ""]
+        args += [] if option == "--style-file" else ["--style", "pop"]
+        args += [] if option == "--lyrics-file" else ["--lyrics", "la"]
+        proc = run_cli(*args, timeout=60)
+        assert_cli_error(proc, f"argument {option}: '' names no")
+    proc = run_cli("inspect", tmp_path, "--model", " ", timeout=60)
+    assert_cli_error(proc, "argument --model: ' ' names no checkpoint file")
+    proc = run_cli("batch", tmp_path / "r.jsonl", "--output", tmp_path / "b", "--checkpoint", "", timeout=60)
+    assert_cli_error(proc, "argument --checkpoint: '' names no checkpoint file")
