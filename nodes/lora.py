@@ -10,7 +10,7 @@ import folder_paths
 from comfy_api.latest import io, ui
 
 from yue2_core.weights.lora.apply import STRENGTH_RANGE, Applied, check_strength
-from yue2_core.weights.lora.layouts import describe_adapter, read_adapter
+from yue2_core.weights.lora.layouts import describe_adapter, read_adapter, unmatched_note
 
 from . import types
 from .progress import user_errors
@@ -110,6 +110,10 @@ class YuE2LoRA(io.ComfyNode):
         applied = Applied(adapter, s_ar, s_nar)
         out = model.derive(adapter=applied)
         text = f"{describe_adapter(adapter)}\nstrengths: AR ×{s_ar:g}, NAR ×{s_nar:g}"
+        note = unmatched_note(adapter)
+        if note:  # keys that patch nothing: said at the top of the report and in the log, not only listed below
+            log.warning("[YuE2] %s", note)
+            text = f"warning: {note}\n{text}"
         if len(out.adapters) > 1:
             text += f"\nstacked on {len(out.adapters) - 1} earlier adapter(s): deltas add"
         return io.NodeOutput(out, text, ui=ui.PreviewText(text))

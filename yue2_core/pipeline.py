@@ -288,6 +288,7 @@ class YuE2Engine:
     `YuE2Engine.load(path, device="auto", dtype=torch.bfloat16)`; device "auto" = CUDA when available, else CPU."""
 
     def __init__(self, info, tokenizer, ar=None, nar=None, vae=None, weights=None, warm=None):
+        self.notes: list[str] = []  # load-time warnings for the caller to show (adapter keys that patch nothing)
         self.warm = warm  # a running `warmup.WarmUp` (set by `load`), or None
         self.info, self.tokenizer, self.ar, self.nar, self.vae = info, tokenizer, ar, nar, vae
         self.weights = weights or {"loras": [], "vae": None}  # what config.json records of the user's own weights
@@ -382,7 +383,10 @@ class YuE2Engine:
                 warm.cancel()
             raise
         weights = {"loras": [lora_record(a) for a in stack], "vae": None if vae_file is None else vae_file.record()}
-        return cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
+        engine = cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
+        from .weights.lora.layouts import unmatched_note
+        engine.notes = [n for n in (unmatched_note(a.adapter) for a in stack) if n]  # the caller shows them
+        return engine
 
     def generate(self, request: SongRequest, budgets: Budgets | None = None, steps: int = ODE_STEPS,
                  progress: Progress | None = None, method: str = "midpoint") -> Song:

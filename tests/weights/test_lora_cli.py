@@ -118,3 +118,20 @@ def test_inspect_adapter_against_a_model_and_clear_refusal(files, capsys):
     assert json.loads(captured.out)["layout"] == "ai-toolkit"
     assert _run("inspect", files["ckpt"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "checkpoint"
+
+
+def test_generate_warns_of_adapter_keys_that_patch_nothing(files, capsys):
+    """An ai-toolkit file with a LoRA pair on the embedding (no linear YuE2 module): `generate` said only "LoRA: …
+    AR ×1, NAR ×1" and dropped the two keys in silence; only `inspect` listed them (break-it review, stop 32)."""
+    from safetensors.torch import load_file, save_file
+    import torch
+    t = load_file(str(files["lora"]))
+    t["diffusion_model.model.embed_tokens.lora_A.weight"] = torch.randn(4, 64).half()
+    t["diffusion_model.model.embed_tokens.lora_B.weight"] = torch.randn(100, 4).half()
+    odd = files["root"] / "embed.safetensors"
+    save_file(t, str(odd))
+    capsys.readouterr()
+    _song(files, "unmatched", "--lora", odd)
+    err = capsys.readouterr().err
+    assert (f"warning: LoRA {odd}: 2 keys name no YuE2 module and are NOT applied: "
+            "diffusion_model.model.embed_tokens.lora_A.weight, diffusion_model.model.embed_tokens.lora_B.weight") in err

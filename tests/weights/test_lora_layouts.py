@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from yue2_core.errors import AdapterError
 from yue2_core.layers import ModelDims
-from yue2_core.weights.lora.layouts import RELEASE_DIMS, describe_adapter, read_adapter
+from yue2_core.weights.lora.layouts import RELEASE_DIMS, describe_adapter, read_adapter, unmatched_note
 from yue2_core.weights.lora.layouts_keys import module_shape
 from yue2_core.weights.lora.model import BiasDiff, Diff, Kron, LowRank, Replace
 from yue2_core.weights.synthetic import get_profile
@@ -565,6 +565,11 @@ def test_partial_match_lists_unmatched_and_describe(tmp_path, gen):
                      "unmatched keys: 2", "  diffusion_model.something_else",
                      "  diffusion_model.model.layers.0.self_attn.rotary.lora_A.weight"):
         assert fragment in text, (fragment, text)
+    note = unmatched_note(a)  # the warning generate / batch / the LoRA node show (before: silence)
+    assert note.startswith(f"LoRA {a.path}: 2 keys name no YuE2 module and are NOT applied: ") and \
+        "diffusion_model.something_else" in note
+    assert unmatched_note(read_adapter(write(tmp_path / "ok.safetensors", {
+        k: v for k, v in t.items() if "o_proj" in k}), TINY)) is None
     only_unmatched = {k: v for k, v in t.items() if "o_proj" not in k}
     raises(write(tmp_path / "u.safetensors", only_unmatched), "none of its 2 keys names a YuE2 module")
 

@@ -270,6 +270,17 @@ def _kind(module: str) -> str:
     return "io"
 
 
+def unmatched_note(adapter: Adapter, shown: int = 3) -> str | None:
+    """One warning line when `adapter` has keys that name no YuE2 module (they are not applied): the count and the
+    first `shown` keys; None when every key was used. `inspect` / the LoRA node's report list them all."""
+    keys = adapter.unmatched
+    if not keys:
+        return None
+    more = f", … ({len(keys) - shown} more; `inspect` lists them all)" if len(keys) > shown else ""
+    return (f"LoRA {adapter.path}: {len(keys)} key{'s' if len(keys) != 1 else ''} name no YuE2 module and "
+            f"{'are' if len(keys) != 1 else 'is'} NOT applied: {', '.join(keys[:shown])}{more}")
+
+
 def describe_adapter(adapter: Adapter) -> str:
     """A multi-line report: layout, files, scale rule and values, per expert the ranks and the modules patched by
     kind (attention qkv / o, mlp gate_up / down, io, norm) and by delta type, the replacements, and every unmatched
