@@ -257,3 +257,20 @@ def test_non_text_metadata_is_named_not_download_again(tmp_path):
         assert words in str(e.value) and "allows only text values" in str(e.value)
         assert "download it again" not in str(e.value).lower()
     assert read_header(str(good))[1] == {"ss_network_dim": "4"}
+
+
+def test_weights_at_a_path_that_is_not_utf8_load(tmp_path, micro_paths):
+    """A folder name with byte 0xFF (a Latin-1 name on a Linux disk): the safetensors reader takes UTF-8 paths only,
+    and its refusal was reported as "not a valid safetensors file … Download it again" for a file that is fine
+    (break-it review, stop 32). Now the file is opened and the reader given its /proc/self/fd alias."""
+    import os
+    from yue2_core.weights.checkpoint import inspect_checkpoint, open_tensors
+    folder = os.fsencode(str(tmp_path)) + b"/ck\xff"
+    os.mkdir(folder)
+    path = os.fsdecode(folder + b"/m.safetensors")  # '…/ck\udcff/m.safetensors'
+    os.link(micro_paths["int8"], path)
+    info = inspect_checkpoint(path)
+    with open_tensors(path) as f:
+        key = next(iter(f.keys()))
+        assert f.get_tensor(key).numel() > 0
+    assert info.dims.layers >= 1

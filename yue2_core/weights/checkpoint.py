@@ -232,12 +232,31 @@ def open_tensors(path: str, device: str = "cpu"):
     """`safetensors.safe_open` whose own refusals (its stricter layout rules, I/O errors while reading) become
     CheckpointError instead of escaping as SafetensorError."""
     from safetensors import SafetensorError, safe_open
+    fd = None
     try:
-        with safe_open(path, framework="pt", device=device) as f:
+        name = os.fspath(path)
+        if not _utf8(name):  # the reader takes UTF-8 paths only: open the file and hand it the /proc alias
+            fd = os.open(name, os.O_RDONLY)
+            name = f"/proc/self/fd/{fd}"
+            if not os.path.exists(name):
+                raise CheckpointError(f"{path!r}: the path holds bytes that are not UTF-8 and the safetensors reader "
+                                      "needs a UTF-8 path: rename the file or its folder")
+        with safe_open(name, framework="pt", device=device) as f:
             yield f
     except (SafetensorError, OSError) as exc:
         raise CheckpointError(f"{path}: not a valid safetensors file — the safetensors reader refuses it "
                               f"({exc}). Download it again.") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # undecodable bytes of the file system name, kept as surrogate escapes
+        return False
 
 
 def _shape(entries: dict, key: str, rank: int | None = None) -> tuple:
