@@ -690,6 +690,13 @@ def parse_lora(value: str) -> tuple[str, float, float]:
                 why = f"strength {tail!r} is not a number"
             raise argparse.ArgumentTypeError(f"--lora {value!r}: {why} (form: PATH[:AR[:NAR]], e.g. "
                                              "adapter.safetensors:0.8 or adapter.safetensors:1:0.5)")
+        cut = value.split(":")
+        for n in range(1, len(nums) + 1):  # a file whose own name ends in ":<number>" (x:1)
+            longer = ":".join(cut[:len(cut) - len(nums) + n])
+            if os.path.exists(longer):
+                raise argparse.ArgumentTypeError(
+                    f"LoRA file {path!r} not found, but {longer!r} exists: the text after its last ':' was read as "
+                    f"a strength; give the strengths too, e.g. {longer}:1:1 (form: PATH[:AR[:NAR]])")
         raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found (form: PATH[:AR[:NAR]])")
     return path, ar, nar
 

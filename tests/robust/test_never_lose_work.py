@@ -206,6 +206,13 @@ def test_small_cli_mistakes_are_named_before_any_work(tmp_path, capsys):
     with pytest.raises(argparse.ArgumentTypeError, match="not found"):
         parse_lora(f"{tmp_path / 'none.safetensors'}:abc")
     assert parse_lora(f"{adapter}:0.5") == (str(adapter), 0.5, 0.5)
+    colon = tmp_path / "x:1"  # a file whose name ends in ":<number>" (break-it review, stop 32)
+    colon.write_bytes(b"")
+    for text in (str(colon), f"{colon}:1"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"but '{colon}' exists: the text after its last ':' "
+                                                             f"was read as a strength; give the strengths too"):
+            parse_lora(text)
+    assert parse_lora(f"{colon}:1:0.5") == (str(colon), 1.0, 0.5)
 
 
 def test_a_score_added_to_a_cot_off_song_is_named_not_silently_ignored(tmp_path, capsys):
