@@ -90,7 +90,9 @@ def test_vae_flag_changes_audio_not_tokens_and_is_recorded(files):
 
 @pytest.mark.parametrize("value, message", [("missing.safetensors", "not found"),
                                             ("{lora}:9", "between -5 and 5"),
-                                            ("{lora}:nan:1", "between -5 and 5")])
+                                            ("{lora}:nan:1", "between -5 and 5"),
+                                            ("{lora}:1:1e-320", "NAR strength 1e-320 is too small to change any "
+                                                                "weight")])
 def test_bad_lora_values_refused_before_loading(files, capsys, value, message):
     out = files["root"] / "never"
     rc = _run("generate", "--style", "pop", "--lyrics", "la", "--checkpoint", "/nonexistent.safetensors", *SMALL,

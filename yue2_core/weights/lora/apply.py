@@ -49,8 +49,11 @@ class Applied:
         return self.strength_ar if expert == "ar" else self.strength_nar
 
 
+MIN_STRENGTH = 1e-6  # below it a delta disappears under bf16/fp32 rounding of any trained adapter's weights
+
+
 def check_strength(value, what: str) -> float:
-    """A finite float in [−5, 5]; AdapterError otherwise (names `what`)."""
+    """A finite float in [−5, 5], 0 or at least MIN_STRENGTH in size; AdapterError otherwise (names `what`)."""
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -58,7 +61,10 @@ def check_strength(value, what: str) -> float:
                            f"{value!r}") from None
     if not (abs(v) <= STRENGTH_RANGE):  # also NaN
         raise AdapterError(f"{what} must be between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}; got {value!r}")
-    return v
+    if 0 < abs(v) < MIN_STRENGTH:  # 1e-320 was recorded as "×9.99989e-321" and changed nothing (break-it, stop 32)
+        raise AdapterError(f"{what} {value!r} is too small to change any weight (a nonzero strength must be at least "
+                           f"{MIN_STRENGTH:g} in size); 0 turns the adapter off")
+    return 0.0 if v == 0 else v  # -0.0 is 0
 
 
 # the largest |ΔW| a module's merged patches may reach: bf16's largest finite value (fp32's is barely larger). A
