@@ -741,9 +741,15 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     abc = None
     if "score.abc" in manifest:
         try:
-            abc = (root / "score.abc").read_bytes().decode("utf-8")  # exact: CRLF stays CRLF (runtime.md §7.3)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ArtifactError(f"{root}: score.abc is not UTF-8 text ({exc})") from None
+            data = (root / "score.abc").read_bytes()
+        except OSError as exc:
+            raise ArtifactError(f"{root}: cannot read score.abc: {exc.strerror or exc}") from None
+        try:
+            abc = data.decode("utf-8")  # exact: CRLF stays CRLF (runtime.md §7.3)
+        except UnicodeDecodeError as exc:
+            raise ArtifactError(f"{root}: score.abc is not UTF-8 text: byte 0x{data[exc.start]:02X} at offset "
+                                f"{exc.start} (an editor that saved it as Latin-1 or Windows-1252?); save the file "
+                                "as UTF-8") from None
         if len(abc) > MAX_TEXT_CHARS:
             raise BudgetError(f"{root}: score.abc is {len(abc):,} characters: far beyond what the 24,576-token "
                               f"context holds (at most {MAX_TEXT_CHARS:,} characters are accepted)")

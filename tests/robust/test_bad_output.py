@@ -335,3 +335,14 @@ def test_numpy_settings_and_large_latents_still_save(tmp_path):
     config = json.loads((Path(folder) / "config.json").read_text())
     assert config["ode_steps"] == 4 and config["cfg_scale"] == 1.5
     assert load_song(folder).latents.abs().max() > 1e29
+
+
+def test_an_edited_score_saved_in_latin1_is_named_with_its_byte(tmp_path):
+    """Before: "score.abc is not UTF-8 text ('utf-8' codec can't decode byte 0xff in position 8: invalid start
+    byte)"; now the byte, its offset and what to do, as for the lyrics file (break-it review, stop 32)."""
+    root = save_song(make_song(), tmp_path / "s")
+    text = (root / "score.abc").read_bytes()
+    (root / "score.abc").write_bytes(text[:8] + b"\xff" + text[8:])
+    with pytest.raises(ArtifactError, match=r"score.abc is not UTF-8 text: byte 0xFF at offset 8 .*save the file "
+                                            r"as UTF-8"):
+        load_song(root, edited_ok=True)
