@@ -258,6 +258,16 @@ def test_gemv_table_file_overrides_the_built_in_configurations(monkeypatch, tmp_
                 G.choose(4096, 2048, 1, False)
             with pytest.raises(RequestError, match="entry 0" if text in bad_values else "YUE2_GEMV_TABLE"):
                 G._tables()
+        # the file's shape named in words, not Python's ("list indices must be integers", "KeyError: 'configs'")
+        for text, words in (("[1, 2]", "holds a JSON list, not an object"), ('{"a": NaN}', 'no "configs" key'),
+                            ('{"configs": {}}', '"configs" is a JSON object, not a list'),
+                            ('{"configs": [1]}', "entry 0: a JSON number, not an object"),
+                            ('{"configs": [{"n": 1}]}', "entry 0: no k, int8, m, cfg"), ("not json", "not JSON")):
+            f.write_text(text)
+            G._tables_from.cache_clear()
+            with pytest.raises(RequestError) as e:
+                G._tables()
+            assert words in str(e.value) and "Error:" not in str(e.value), str(e.value)
         monkeypatch.setenv("YUE2_GEMV_TABLE", str(tmp_path / "missing.json"))
         G._tables_from.cache_clear()
         with pytest.raises(RequestError, match="missing.json"):

@@ -104,17 +104,31 @@ def _tables_from(path: str) -> tuple[dict, dict]:
         from pathlib import Path
         from ..errors import RequestError
         try:
-            entries = json.loads(Path(path).read_text(encoding="utf-8"))["configs"]
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+            if not isinstance(doc, dict):
+                raise ValueError(f"the file holds a JSON {_json_kind(doc)}, not an object")
+            if "configs" not in doc:
+                raise ValueError("the object has no \"configs\" key")
+            entries = doc["configs"]
             if not isinstance(entries, list):
-                raise TypeError("\"configs\" is not a list")
+                raise ValueError(f"\"configs\" is a JSON {_json_kind(entries)}, not a list")
             for i, e in enumerate(entries):
                 try:
+                    if not isinstance(e, dict):
+                        raise ValueError(f"a JSON {_json_kind(e)}, not an object with n, k, int8, m and cfg")
+                    missing = [f for f in ("n", "k", "int8", "m", "cfg") if f not in e]
+                    if missing:
+                        raise ValueError(f"no {', '.join(missing)}")
+                    if not isinstance(e["cfg"], dict):
+                        raise ValueError(f"cfg is a JSON {_json_kind(e['cfg'])}, not an object")
                     cfg = Config(**e["cfg"])
                     problem = _config_problem(cfg, e["int8"], e["m"])
                     if not all(isinstance(e[d], int) and not isinstance(e[d], bool) and e[d] > 0 for d in "nk"):
                         problem = f"n and k must be positive integers; got {e['n']!r}, {e['k']!r}"
-                except (KeyError, TypeError) as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
+                except ValueError as exc:
+                    problem = str(exc)
+                except TypeError as exc:  # a cfg field that Config does not have
+                    problem = f"cfg: {exc}".replace("Config.__init__() ", "")
                 if problem:
                     raise ValueError(f"entry {i}: {problem}")
                 key = (e["n"], e["k"], e["int8"])
@@ -125,10 +139,18 @@ def _tables_from(path: str) -> tuple[dict, dict]:
         except RecursionError:  # JSON nested past the parser's depth (break-it finding)
             raise RequestError(f"YUE2_GEMV_TABLE file {path}: the JSON is nested too deeply to be a table written by "
                                "bench/gemv_sweep.py --json") from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:
+            raise RequestError(f"YUE2_GEMV_TABLE={path!r}: cannot read the file ({exc.strerror or exc})") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            what = f"not JSON ({exc})" if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise RequestError(f"YUE2_GEMV_TABLE={path!r}: expected a JSON file with a \"configs\" list as "
-                               f"bench/gemv_sweep.py --json writes it ({type(exc).__name__}: {exc})") from None
+                               f"bench/gemv_sweep.py --json writes it; {what}") from None
     return table, small
+
+
+def _json_kind(value) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
 
 
 def _config_problem(cfg: Config, int8, m) -> str | None:
