@@ -235,6 +235,16 @@ def test_resume_with_other_caps_than_recorded_is_refused_as_a_whole(tmp_path, en
     record({"steps": 2, "max_seconds": "2", "max_abc_tokens": 16})
     with pytest.raises(RequestError, match="settings.max_seconds is \"2\""):
         run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=2.0, max_abc_tokens=16), **kw)
+    # values no command line gives: named as a damaged file, not as options to resume "with" (break-it, stop 32)
+    for settings, words in (({"steps": 10 ** 30}, "settings.steps is 1000000000000000000000000000000, outside 1–1000"),
+                            ({"steps": 2, "max_seconds": float("nan")}, "settings.max_seconds is NaN, not a positive"),
+                            ({"steps": 2, "ode_method": "rk4"}, 'settings.ode_method is "rk4", not one of midpoint'),
+                            ({"steps": 2, "checkpoint": 5}, "settings.checkpoint is 5, not a path or name")):
+        record(settings)
+        with pytest.raises(RequestError, match="the file was edited or damaged") as e:
+            run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=2.0, max_abc_tokens=16),
+                      **kw)
+        assert words in str(e.value), str(e.value)
     record({"steps": 2})  # before the caps were recorded: nothing to compare; the rows run (the engine would load)
     with pytest.raises(AssertionError, match="must not load"):
         run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=3.0, max_abc_tokens=ABC_CAP),

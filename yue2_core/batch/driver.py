@@ -269,6 +269,7 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
         if value is not None and type(value) not in kinds_ok:
             raise RequestError(f"{path}: settings.{key} is {json.dumps(value)}, not a number or null — the file was "
                                "edited or damaged; restore it (or give a new --output folder)")
+    _check_recorded_values(path, settings)
     wanted = {"--steps": (settings.get("steps"), options.steps),
               "--ode-method": (settings.get("ode_method", "midpoint"), options.method)}
     differ = [f"{flag} {old}" for flag, (old, new) in wanted.items() if old is not None and old != new]
@@ -284,6 +285,33 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
         raise RequestError(f"{out} was made with {' '.join(differ)} (its batch.json); resume it with the same "
                            f"option{'s' if len(differ) > 1 else ''}, or give a new --output folder")
     return made, settings
+
+
+def _check_recorded_values(path: Path, settings: dict) -> None:
+    """RequestError when a value batch.json `settings` records could not have come from a command line (steps
+    outside 1–MAX_ODE_STEPS, an unknown ODE method, a cap that is not a positive finite number, a weights path that
+    is not text): the file was edited or damaged — said so, instead of asking the user to resume "with the same
+    option" --steps 10^30 (break-it review, stop 32)."""
+    import math
+    from ..constants import MAX_ODE_STEPS
+    from ..nar import ODE_METHODS
+    problems = []
+    steps, method = settings.get("steps"), settings.get("ode_method")
+    if steps is not None and not 1 <= steps <= MAX_ODE_STEPS:
+        problems.append(f"settings.steps is {steps}, outside 1–{MAX_ODE_STEPS}")
+    if method is not None and method not in ODE_METHODS:
+        problems.append(f"settings.ode_method is {json.dumps(method)}, not one of {', '.join(ODE_METHODS)}")
+    for key in ("max_seconds", "max_abc_tokens"):
+        value = settings.get(key)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            problems.append(f"settings.{key} is {json.dumps(value)}, not a positive number")
+    for key in ("checkpoint", "dtype", "vae"):
+        value = settings.get(key)
+        if value is not None and not isinstance(value, str):
+            problems.append(f"settings.{key} is {json.dumps(value)}, not a path or name")
+    if problems:
+        raise RequestError(f"{path}: {'; '.join(problems)} — the file was edited or damaged; restore it (or give a "
+                           "new --output folder)")
 
 
 def _lora_text(loras) -> str:
