@@ -392,13 +392,20 @@ def cmd_render(args) -> int:
     _check_switches(args.device)
     from .artifacts import reserve_output
     claim = _DONE["claim"] = reserve_output(args.output)  # a second run with the same --output stops here
-    _check_steps(args.steps)
+    if args.steps is not None:
+        _check_steps(args.steps)
     from .protocol import SEED_MAX
     if args.seed is not None and not 0 <= args.seed <= SEED_MAX:  # before loading, as generate's (break-it)
         raise RequestError(f"--seed must be an integer in [0, {SEED_MAX}], got {args.seed}")
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     _check_budget_fits(args.max_seconds, None)
     saved = load_song(args.song, edited_ok=True)  # the song folder checked before any checkpoint is looked for
+    if args.steps is None or args.ode_method is None:  # the song's own render settings: unchanged, the same audio
+        from .constants import ODE_STEPS
+        args.steps = saved.config.get("ode_steps") or ODE_STEPS if args.steps is None else args.steps
+        args.ode_method = saved.config.get("ode_method") or "midpoint" if args.ode_method is None else args.ode_method
+        print(f"render: {args.steps} ODE steps, {args.ode_method} (the song's own unless given; --steps / "
+              "--ode-method change them)", file=sys.stderr)
     stray = Path(args.song) / "score.abc"
     if "score.abc" not in saved.result.get("artifacts", {}) and (stray.exists() or stray.is_symlink()):
         print(f"warning: {stray} is not part of this song (it was made with cot off, without a lead sheet), so render "
@@ -804,8 +811,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
         sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
                         help="LM compute dtype (default bf16, the release's; the VAE is always fp32)")
-        sp.add_argument("--steps", type=int, default=32, help="ODE steps of the renderer (default 32; 2 model evaluations each with "
-                        "the midpoint solver, 1 with --ode-method ab2)")
+        sp.add_argument("--steps", type=int, default=None if render else 32,
+                        help="ODE steps of the renderer (default " + ("the song's own, from its config.json: the same "
+                             "audio as the song" if render else "32") + "; 2 model evaluations each with the midpoint "
+                             "solver, 1 with --ode-method ab2)")
         sp.add_argument("--offline", action="store_true", help="never download")
         sp.add_argument_group("required").add_argument("--output", required=True,
                                                        help="new song directory (must not exist or be empty)")
@@ -817,10 +826,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--vae", metavar="PATH", help="a VAE decoder file or vendor VAE folder to use instead of "
                         + ("the one the song was made with" if render else "the checkpoint's"))
 
-    def ode_method(sp):
-        sp.add_argument("--ode-method", default="midpoint", choices=["midpoint", "ab2"],
+    def ode_method(sp, render: bool = False):
+        sp.add_argument("--ode-method", default=None if render else "midpoint", choices=["midpoint", "ab2"],
                         help="ODE solver of the renderer: midpoint (the release's, 2 model evaluations per step) or "
-                             "ab2 (opt-in Adams–Bashforth, 1 evaluation per step: about half the render time)")
+                             "ab2 (opt-in Adams–Bashforth, 1 evaluation per step: about half the render time)"
+                             + ("; default: the song's own" if render else ""))
 
     g = sub.add_parser("generate", help="style + lyrics → song directory (score, tokens, latents, audio.flac)",
                        description="Make a song: the model writes an ABC lead sheet for the style and lyrics (or "
@@ -862,7 +872,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-seconds", type=float, default=None,
                    help="cap the new music when tokens are resampled (default: the song's own budget)")
     common(r, render=True)
-    ode_method(r)
+    ode_method(r, render=True)
     r.set_defaults(func=cmd_render)
 
     i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter, a VAE file or a song folder and "

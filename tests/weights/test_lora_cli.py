@@ -137,3 +137,21 @@ def test_generate_warns_of_adapter_keys_that_patch_nothing(files, capsys):
     err = capsys.readouterr().err
     assert (f"warning: LoRA {odd}: 2 keys name no YuE2 module and are NOT applied: "
             "diffusion_model.model.embed_tokens.lora_A.weight, diffusion_model.model.embed_tokens.lora_B.weight") in err
+
+
+def test_render_without_steps_uses_the_songs_own(files, capsys):
+    """New-user finding (stop 32): a song made with --steps 2 re-rendered unchanged with 32 steps — other audio,
+    though the help promised the same, and 16× the time. Now render takes the song's ode_steps / ode_method."""
+    song = _song(files, "own_steps", "--ode-method", "ab2")
+    capsys.readouterr()
+    again = files["root"] / "own_steps_again"
+    assert _run("render", song, "--device", "cpu", "--offline", "--output", again) == 0
+    assert "render: 2 ODE steps, ab2 (the song's own" in capsys.readouterr().err
+    assert _same(song, again)
+    config = json.loads((again / "config.json").read_text())
+    assert config["ode_steps"] == 2 and config["ode_method"] == "ab2"
+    other = files["root"] / "own_steps_3"
+    assert _run("render", song, "--steps", "3", "--device", "cpu", "--offline", "--output", other) == 0
+    config = json.loads((other / "config.json").read_text())
+    assert config["ode_steps"] == 3 and config["ode_method"] == "ab2"
+    assert not np.array_equal(np.load(song / "latent.npy"), np.load(other / "latent.npy"))
