@@ -547,9 +547,11 @@ def cmd_inspect(args) -> int:
         print(report["summary"], file=sys.stderr)
         print(_json_lines(report))
         return 0
-    if not os.path.exists(args.checkpoint):  # the same message and download hint as generate's
-        from .weights.locate import find_checkpoint
-        find_checkpoint(args.checkpoint, download=False)
+    if not os.path.exists(args.checkpoint):
+        from .weights.locate import HF_FILE, HF_REPO
+        raise CheckpointError(f"checkpoint not found: {args.checkpoint} — no such file or folder; inspect takes the "
+                              "path of a checkpoint (or the vendor's folder), a LoRA, a VAE file or folder, or a song "
+                              f"folder (the release file is {HF_FILE} from https://huggingface.co/{HF_REPO})")
     dims = None
     if getattr(args, "model", None):
         dims = inspect_checkpoint(args.model).dims

@@ -104,7 +104,9 @@ def test_cli_inspect_bad_checkpoints(micro_paths, tmp_path):
     tok = copy(micro_paths["int8"], tmp_path / "tok.safetensors")
     patch_tensor(tok, TOKENIZER_KEY, lambda t: torch.full_like(t, 0xFF))
     assert_cli_error(run_cli("inspect", tok), "the embedded tokenizer blob is not UTF-8")
-    assert_cli_error(run_cli("inspect", tmp_path / "missing.safetensors"), "checkpoint not found")
+    proc = run_cli("inspect", tmp_path / "missing.safetensors")
+    assert_cli_error(proc, "checkpoint not found")
+    assert "--checkpoint" not in proc.stderr and "inspect takes the path of" in proc.stderr  # no option it lacks
     (tmp_path / "empty folder").mkdir()  # a folder can be a song too: the refusal says why it is not one either
     assert_cli_error(run_cli("inspect", tmp_path / "empty folder"), "as a song folder: it holds no result.json")
 
