@@ -10,6 +10,11 @@ during those chains and the products read L2. The forks are ordinary stream depe
 records them as a parallel branch; `join()` merges the branch back before the step ends. Nothing is computed on the
 branch: results are bit-identical whether it runs or not.
 
+Measured on an H200 (2026-12-05, int8, batch 1; docs/experiments/l2_prefetch_h200_2026-12-05.log): slower at every
+plan tried — 1.65–3.5 ms a step against 1.37 without the branch. The prefetch kernels take 10–27 µs a launch of GPU
+time and crowd the memory system the GEMVs stream from, which gain only 5–6 %. Kept, off, as the measured record and
+for other GPUs; not a default.
+
 The spec (`YUE2_L2_PREFETCH`): `off` (default), or `POINT:W[,W…][;POINT:W…]` — POINT one of `start` (before a
 layer's first norm), `qkv`, `attn`, `o`, `gu`, `down` (after that kernel is launched), W one of `qkv o gu down`
 (this layer's weight; `kv`: its K and V cache up to the step's attention length) or the same with `+` (the next
