@@ -908,7 +908,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-batch", type=int, default=None, help="songs per AR batch (default on CUDA: 8, or fewer "
                                                                  "when --budget holds fewer; on the CPU, where rows "
                                                                  "are not batched: 1, each song saved before the next "
-                                                                 "starts)")
+                                                                 "starts — but with --continuous the CPU decodes up to "
+                                                                 "8 rows too, or the queue's length if shorter)")
     b.add_argument("--budget", type=float, default=None, metavar="GiB", help="device memory the batch may use, "
                    "weights included (default: what is free now); sizes the batch")
     b.add_argument("--resume", action="store_true", help="finish a batch in --output: songs that verify are "

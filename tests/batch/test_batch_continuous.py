@@ -492,3 +492,25 @@ def test_resume_reads_the_batching_from_a_sound_record_or_from_the_songs(tmp_pat
     with pytest.raises(RequestError, match="without YUE2_FAST=0"):
         choose_batching(None, made=True, on_cuda=True, ray=False)
     assert choose_batching(None, made=True, on_cuda=False, ray=False) is True
+
+
+def test_the_aggregate_rate_counts_every_token_sampled_so_far(engine, monkeypatch):
+    """New-user finding (stop 32): under continuous batching a song's last line of a phase reported the rate without
+    its own tokens nor the other rows' ("plan 8/8 · 0.0 tok/s aggregate" with 8 tokens sampled), so the rate fell and
+    jumped between lines. Now each line's rate counts ≥ the tokens that line reports done."""
+    import yue2_core.fast as fast
+    from yue2_core.batch.runner import iter_songs
+    from yue2_core.fast.decode import generate as one_row_decoder
+    monkeypatch.setattr(fast, "select_generate", lambda ar: one_row_decoder)
+    lines = []
+    t0 = __import__("time").perf_counter()
+
+    def on_event(song_id, stage, info):
+        if stage in ("plan", "semantic") and info.get("done"):
+            lines.append((stage, info["done"], info["aggregate_tokens_per_second"],
+                          __import__("time").perf_counter() - t0))
+    outcomes = list(iter_songs(engine, _items(), deliver=lambda item, song: item.id, max_batch=2, steps=STEPS,
+                               continuous=True, overlap=False, on_event=on_event))
+    assert all(o.status == "complete" for o in outcomes) and lines
+    for stage, done, rate, elapsed in lines:
+        assert rate * elapsed >= done * 0.99, (stage, done, rate, elapsed)  # tokens counted ≥ this song's own

@@ -184,16 +184,23 @@ def _decoded(engine, group: list, rows: int, sampling, phase: str, meter: _Meter
                             legacy_off=legacy_off)
     stage = "plan" if phase == "abc" else "semantic"
 
+    taken_now: dict = {}  # tokens each row's song has sampled, as of the last block: the live part of the rate
+
     def on_block(live):
+        taken_now.clear()
+        taken_now.update(live)
         for index, taken in live:
             if taken:  # a row refilled in this block has not sampled yet
                 own = group[index][2].max_tokens
                 meter.emit(group[index][0].item.id, stage, done=min(taken, own), total=own, rows=len(live),
                            live=sum(t for _, t in live))
     for index, result in decoder.iter_queue(on_block):
-        if not isinstance(result, Exception):  # the song's last line of this phase: its own count
-            meter.emit(group[index][0].item.id, stage, done=result.timing["output_tokens"],
-                       total=group[index][2].max_tokens, rows=decoder.G)
+        if not isinstance(result, Exception):  # the song's last line of this phase: its own count, and the rate
+            done = result.timing["output_tokens"]  # with every token sampled so far (meter.tokens adds it later)
+            others = sum(t for i, t in taken_now.items() if i != index)
+            meter.emit(group[index][0].item.id, stage, done=done, total=group[index][2].max_tokens, rows=decoder.G,
+                       live=done + others)
+        taken_now.pop(index, None)
         yield index, result if isinstance(result, Exception) else convert(group[index], result)
 
 
