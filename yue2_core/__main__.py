@@ -720,6 +720,9 @@ def cmd_batch(args) -> int:
     from .pipeline import Budgets
     from .weights.checkpoint import inspect_checkpoint, load_tokenizer
     from .weights.locate import find_checkpoint
+    if not args.output.strip():  # `--output "$UNSET"` ran the batch in the current folder (break-it, stop 32)
+        raise YuE2Error(f"--output {args.output!r} names no folder (an unset shell variable?); give the batch's "
+                        "folder, e.g. runs/album")
     if args.ray is None:
         _check_device(args.device)
         if args.ray_cpu_workers is not None:
@@ -869,7 +872,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--seed, new music tokens are sampled after the same lead sheet; if you edited its "
                                    "score.abc, new music tokens are sampled after your score (--max-seconds caps "
                                    "them). --lora/--vae swap the adapters or the VAE the song was made with.")
-    r.add_argument("song", help="song directory written by generate")
+    r.add_argument("song", type=_named("song folder"), help="song directory written by generate")
     r.add_argument("--seed", type=int, default=None, help="new seed (samples new music tokens)")
     r.add_argument("--max-seconds", type=float, default=None,
                    help="cap the new music when tokens are resampled (default: the song's own budget)")
@@ -879,7 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter, a VAE file or a song folder and "
                                        "describe it")
-    i.add_argument("checkpoint", help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, a VAE file/folder, "
+    i.add_argument("checkpoint", type=_named("file or folder"), help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, a VAE file/folder, "
                                       "or a song folder (its files are verified against result.json)")
     i.add_argument("--model", metavar="CHECKPOINT", type=_named("checkpoint file"), help="check an adapter against this checkpoint's geometry "
                                                          "(default: the release YuE2-3B geometry)")
@@ -903,7 +906,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "request and seed; DIR/batch.json lists every row's outcome. The AR phases of "
                                    "several songs decode together on a GPU (--max-batch), one after another on a "
                                    "CPU; --resume finishes an interrupted batch. docs/batch.md says more.")
-    b.add_argument("requests", help="the request file (the vendor's JSONL: id, style/tags, lyrics, cot, seed, abc or "
+    b.add_argument("requests", type=_named("request file"), help="the request file (the vendor's JSONL: id, style/tags, lyrics, cot, seed, abc or "
                                     "abc_path, cfg_scale, abc_sampling, semantic_sampling)")
     b.add_argument("--max-batch", type=int, default=None, help="songs per AR batch (default on CUDA: 8, or fewer "
                                                                  "when --budget holds fewer; on the CPU, where rows "

@@ -224,23 +224,28 @@ def _sweep_stale_partials(parent: Path) -> None:
 
 
 class Reservation:
-    """A claim on an output path by this process: the file `.NAME.yue2-lock` beside it, made with O_EXCL and holding
-    {"pid", "host", "created"}. `release()` removes it (once; also at interpreter exit)."""
+    """A claim on an output path by this process: an advisory lock (flock) held on the file `.NAME.yue2-lock` beside
+    it, which holds {"pid", "host", "created"} for the messages. The kernel drops the lock when the process ends in
+    any way (SIGKILL, OOM, a container stop), so a claim never outlives its run. `release()` removes the file and
+    drops the lock (once; also at interpreter exit)."""
 
-    def __init__(self, lock: Path | None):
-        self.lock = lock
-        if lock is not None:
+    def __init__(self, lock: Path | None, fd: int | None = None):
+        self.lock, self.fd = lock, fd
+        if fd is not None:
             import atexit
             atexit.register(self.release)
 
     def release(self) -> None:
-        lock, self.lock = self.lock, None
-        if lock is not None:
-            try:
-                if json.loads(lock.read_text("utf-8")).get("pid") == os.getpid():
-                    lock.unlink()
-            except (OSError, ValueError, AttributeError):
-                pass
+        lock, fd, self.lock, self.fd = self.lock, self.fd, None, None
+        if fd is None:
+            return
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:  # still ours (not replaced): remove it while locked
+                lock.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)  # drops the lock
 
     def __enter__(self):
         return self
@@ -249,60 +254,71 @@ class Reservation:
         self.release()
 
 
-def _lock_owner(lock: Path) -> str | None:
-    """'pid N' (or 'pid N on host H') of a live claim on `lock`; None when the file is gone or its process ended
-    (same host, no such pid) — a run killed by SIGKILL or a power cut leaves such a stale claim behind."""
+def _holder(fd: int) -> str:
+    """'pid N' (or 'pid N on host H') of the run holding the lock file `fd`, as its content says."""
+    try:
+        marker = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        pid, host = marker["pid"], marker["host"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "a run that has not written its pid yet"
     import socket
-    try:
-        marker = json.loads(lock.read_text("utf-8"))
-        pid, host = marker.get("pid"), marker.get("host")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, AttributeError):
-        return "an unreadable claim"  # being written this instant, or not ours: never taken over
-    if type(pid) is not int:
-        return "an unreadable claim"
-    if host != socket.gethostname():
-        return f"pid {pid} on host {host}"
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except OSError:
-        pass  # exists, another user's
-    return f"pid {pid}"
+    return f"pid {pid}" if host == socket.gethostname() else f"pid {pid} on host {host}"
 
 
 def reserve_output(path: str | os.PathLike, what: str = "output directory") -> Reservation:
     """Claim `path` (a song folder or a batch folder, existing or not) for this process before any work, so that a
     second run given the same path at the same time stops at once instead of computing a song it cannot save. The
-    claim is the file `.NAME.yue2-lock` in the path's parent (created if missing); a claim whose process has ended
-    is taken over. Raises ArtifactError naming the other run (its pid) while it lives; a parent that cannot be
-    written gives no claim (the output checks report it)."""
-    out = Path(path).absolute()
+    claim is an flock on `.NAME.yue2-lock` in the path's parent (made if missing); the kernel releases it when its
+    process ends, so a killed run's file is simply taken over. Raises ArtifactError naming the other run (its pid)
+    while it lives, or when the lock file cannot be used (a folder of that name, a full disk). A path that names no
+    folder ("", "/", "..") or a parent that cannot be written gives no claim (the output checks report those), as
+    does a system without flock."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory file locks here; the save's own checks still never overwrite a song
+        return Reservation(None)
+    text = os.fspath(path)
+    if not text.strip() or os.path.basename(os.path.normpath(text)) in ("", ".", ".."):
+        return Reservation(None)
+    out = Path(text).absolute()
     lock = out.parent / f".{out.name}.yue2-lock"
-    for _ in range(3):
+    for _ in range(5):
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            owner = _lock_owner(lock)
-            if owner is None:  # stale: its process is gone
-                try:
-                    lock.unlink()
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    raise ArtifactError(f"cannot clear the stale claim {lock}: {exc.strerror or exc}") from None
-                continue
-            raise ArtifactError(f"{what} {Path(path)} is being written by another run ({owner}; its claim is "
-                                f"{lock}); wait for it to end or choose another name") from None
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except IsADirectoryError:
+            raise ArtifactError(f"cannot claim {what} {Path(path)}: {lock} is a folder; remove it (it is in the way "
+                                "of the claim file of that name)") from None
         except OSError:  # a read-only or missing parent: no claim; the output checks that follow say what is wrong
             return Reservation(None)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_marker_bytes())
-        return Reservation(lock)
-    raise ArtifactError(f"cannot claim {what} {Path(path)}: its claim file {lock} keeps reappearing")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise ArtifactError(f"{what} {Path(path)} is being written by another run ({holder}; its claim is "
+                                f"{lock}); wait for it to end or choose another name") from None
+        try:
+            if os.stat(lock).st_ino != os.fstat(fd).st_ino:  # removed / replaced by its last holder meanwhile
+                os.close(fd)
+                continue
+            data = _marker_bytes()
+            os.ftruncate(fd, 0)
+            if os.pwrite(fd, data, 0) != len(data):
+                raise OSError("short write")
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except OSError as exc:
+            try:
+                lock.unlink()
+            except OSError:
+                pass
+            os.close(fd)
+            raise ArtifactError(f"cannot claim {what} {Path(path)}: writing {lock} failed "
+                                f"({exc.strerror or exc})") from None
+        return Reservation(lock, fd)
+    raise ArtifactError(f"cannot claim {what} {Path(path)}: its claim file {lock} keeps being replaced")
 
 
 def check_output_dir(out_dir: str | os.PathLike) -> Path:

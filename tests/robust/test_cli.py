@@ -393,3 +393,10 @@ def test_cli_empty_paths_are_refused_not_taken_as_absent(tmp_path):
     assert_cli_error(proc, "argument --model: ' ' names no checkpoint file")
     proc = run_cli("batch", tmp_path / "r.jsonl", "--output", tmp_path / "b", "--checkpoint", "", timeout=60)
     assert_cli_error(proc, "argument --checkpoint: '' names no checkpoint file")
+    assert_cli_error(run_cli("render", "", "--output", tmp_path / "o", timeout=60), "argument song: '' names no song")
+    assert_cli_error(run_cli("inspect", "", timeout=60), "argument checkpoint: '' names no file or folder")
+    assert_cli_error(run_cli("batch", "", "--output", tmp_path / "b", timeout=60), "argument requests: '' names no")
+    req = tmp_path / "r.jsonl"
+    req.write_text('{"id": "a", "style": "pop", "lyrics": "la"}\n')
+    proc = run_cli("batch", req, "--output", "", "--checkpoint", tmp_path / "none.safetensors", timeout=60)
+    assert_cli_error(proc, "--output '' names no folder")

@@ -2,7 +2,8 @@
 the folder while a song was computed: the second `generate` ran all four stages and then threw its song away at the
 save ("exists and is not empty"), and two `batch --resume` on one folder computed the pending songs twice and left a
 batch.json calling complete songs failed. Now the first run claims the path (`artifacts.reserve_output`) and the
-second stops before loading anything, naming the first's pid; a claim whose process has ended is taken over."""
+second stops before loading anything, naming the first's pid. The claim is a kernel lock (flock) on a file beside the
+output: it ends with its process however that ends, so a file left by a killed run is taken over."""
 from __future__ import annotations
 
 import json
@@ -17,18 +18,34 @@ from yue2_core.artifacts import reserve_output
 from yue2_core.errors import ArtifactError
 
 
+HOLD = ("import sys, time; sys.path.insert(0, {repo!r}); from yue2_core.artifacts import reserve_output; "
+        "c = reserve_output({path!r}{what}); print('held', flush=True); time.sleep(120)")
+
+
 @pytest.fixture
-def live_pid():
-    """The pid of a process of this host that lives through the test (another run)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
+def holder():
+    """`hold(path, what=None)` → the pid of another process of this host holding the claim on `path` through the
+    test (another run in the middle of its work)."""
+    from pathlib import Path
+    repo = str(Path(__file__).resolve().parents[2])
+    procs = []
+
+    def hold(path, what=None):
+        code = HOLD.format(repo=repo, path=str(path), what=f", {what!r}" if what else "")
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "held"
+        return proc.pid
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.wait()
 
 
-def _claim(path, pid: int) -> None:
+def _claim_file(path, pid, host=None) -> None:
+    """A claim file as a run killed by SIGKILL leaves it: its content, no lock held on it."""
     lock = path.parent / f".{path.name}.yue2-lock"
-    lock.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "created": 0}))
+    lock.write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(), "created": 0}))
 
 
 def test_a_claim_stops_a_second_one_and_is_released(tmp_path):
@@ -45,25 +62,70 @@ def test_a_claim_stops_a_second_one_and_is_released(tmp_path):
     assert not lock.exists()
 
 
-def test_a_claim_of_an_ended_process_is_taken_over(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    _claim(tmp_path / "song", int(dead.stdout))  # that pid has exited (a run killed by SIGKILL)
+@pytest.mark.parametrize("left", ["dead pid", "own pid", "empty", "garbage", "huge pid", "other host"])
+def test_a_claim_file_no_process_holds_is_taken_over(tmp_path, left):
+    """Break-it findings (stop 32): an empty claim (a full disk, a kill between create and write) and a claim
+    naming this process's own pid (pid namespaces restart at 1 after a container stop) blocked the output for good;
+    a 20-digit pid raised OverflowError. The claim is a kernel lock now: a file no live process locks is free."""
+    import os
+    lock = tmp_path / ".song.yue2-lock"
+    if left == "dead pid":
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True)
+        _claim_file(tmp_path / "song", int(dead.stdout))
+    elif left == "own pid":
+        _claim_file(tmp_path / "song", os.getpid())
+    elif left == "huge pid":
+        _claim_file(tmp_path / "song", 10 ** 20)
+    elif left == "other host":
+        _claim_file(tmp_path / "song", 1, host="elsewhere")
+    else:
+        lock.write_bytes(b"" if left == "empty" else b"\xff\x00{")
     with reserve_output(tmp_path / "song") as claim:
-        assert json.loads(claim.lock.read_text())["pid"] != int(dead.stdout)
+        assert json.loads(claim.lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
 
 
-def test_a_claim_is_never_removed_by_another_process(tmp_path, live_pid):
-    _claim(tmp_path / "song", live_pid)
-    claim = reserve_output(tmp_path / "elsewhere")
-    claim.lock = tmp_path / ".song.yue2-lock"  # even pointed at it, release removes only this process's own claim
-    claim.release()
-    assert (tmp_path / ".song.yue2-lock").is_file()
+def test_a_live_holder_is_named_and_its_claim_never_removed(tmp_path, holder):
+    pid = holder(tmp_path / "song")
+    lock = tmp_path / ".song.yue2-lock"
+    for _ in range(3):
+        with pytest.raises(ArtifactError, match=f"being written by another run \\(pid {pid};"):
+            reserve_output(tmp_path / "song")
+    assert json.loads(lock.read_text())["pid"] == pid  # the refused attempts left it as it was
 
 
-def test_generate_and_render_stop_before_loading_while_another_run_writes_the_output(tmp_path, live_pid,
+def test_a_folder_in_the_way_and_outputs_that_name_no_folder(tmp_path):
+    (tmp_path / ".song.yue2-lock").mkdir()
+    with pytest.raises(ArtifactError, match=r"\.song\.yue2-lock is a folder; remove it"):
+        reserve_output(tmp_path / "song")
+    for text in ("", "/", ".", ".."):  # no claim beside a root or the working folder; the output checks refuse them
+        assert reserve_output(text).lock is None
+
+
+def test_only_one_of_several_racing_runs_gets_the_claim(tmp_path):
+    """Break-it finding: with the stale-file takeover of the first version, 8 of 30 races of 4 processes ended with
+    two or three holders."""
+    _claim_file(tmp_path / "out", 999998)
+    code = ("import sys, time; sys.path.insert(0, {repo!r}); from yue2_core.artifacts import reserve_output; "
+            "from yue2_core.errors import ArtifactError\nt = {t!r}\nwhile time.time() < t: pass\ntry:\n"
+            "    c = reserve_output({path!r}); print('got', flush=True); time.sleep(1.5)\n"
+            "except ArtifactError: print('refused', flush=True)")
+    from pathlib import Path
+    import time
+    repo = str(Path(__file__).resolve().parents[2])
+    for trial in range(3):
+        start = time.time() + 1.5
+        procs = [subprocess.Popen([sys.executable, "-c", code.format(repo=repo, t=start, path=str(tmp_path / "out"))],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        outcomes = [p.communicate(timeout=60)[0].strip() for p in procs]
+        assert outcomes.count("got") == 1 and outcomes.count("refused") == 3, (trial, outcomes)
+
+
+def test_generate_and_render_stop_before_loading_while_another_run_writes_the_output(tmp_path, holder,
                                                                                      tiny_paths):
     out = tmp_path / "song"
-    _claim(out, live_pid)
+    live_pid = holder(out)
     proc = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--offline", "--device", "cpu", "--style", "pop",
                    "--lyrics", "la", "--max-abc-tokens", "4", "--max-seconds", "1", "--steps", "1",
                    "--output", out, timeout=120)
@@ -73,11 +135,11 @@ def test_generate_and_render_stop_before_loading_while_another_run_writes_the_ou
     assert_cli_error(proc, f"is being written by another run (pid {live_pid}")  # before the song is even read
 
 
-def test_batch_stops_while_another_batch_works_on_its_folder(tmp_path, live_pid, tiny_paths):
+def test_batch_stops_while_another_batch_works_on_its_folder(tmp_path, holder, tiny_paths):
     req = tmp_path / "r.jsonl"
     req.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la"}) + "\n")
     out = tmp_path / "runs"
-    _claim(out, live_pid)
+    live_pid = holder(out, "batch folder")
     proc = run_cli("batch", req, "--checkpoint", tiny_paths["bf16"], "--offline", "--device", "cpu",
                    "--max-seconds", "1", "--max-abc-tokens", "4", "--steps", "1", "--output", out, "--resume",
                    timeout=120)
