@@ -153,7 +153,7 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None, **load):
     for rec in engine.weights["loras"]:
         print(f"LoRA: {rec['path']} ({rec['layout']}) AR ×{rec['strength_ar']:g}, NAR ×{rec['strength_nar']:g}",
               file=sys.stderr)
-    for note in getattr(engine, "notes", ()):  # adapter keys that name no module: not applied
+    for note in engine.notes:  # adapter keys that name no module: not applied
         print(f"warning: {note}", file=sys.stderr)
     if engine.weights["vae"]:
         print(f"VAE: {engine.weights['vae'].get('path')} ({engine.weights['vae'].get('variant', '?')})",
