@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -303,6 +304,10 @@ def _check_output(output: str) -> Path:
                             "(give a new path, e.g. songs/my-song)")
         if out.exists() and any(out.iterdir()):
             raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
+        if (out.absolute().parent / "batch.json").is_file():  # break-it finding: a running batch then lost that song
+            raise YuE2Error(f"--output {out} is inside a batch output folder ({out.absolute().parent} holds "
+                            "batch.json): the batch command writes its songs there, one folder per request id; give "
+                            "a path outside it")
         out = check_output_dir(output)  # "", ".", a mount point: refused before any work
         parent = out.absolute().parent
         while not parent.exists() and parent != parent.parent:
@@ -334,13 +339,19 @@ def _check_steps(steps) -> None:
         raise RequestError(f"--steps must be between 1 and {MAX_ODE_STEPS} (the release uses 32), got {steps}")
 
 
-def _song_checkpoint(song_dir: str) -> str | None:
-    """The checkpoint path recorded in a song directory's config.json, when that file still exists."""
+def _recorded_checkpoint(song_dir: str) -> str | None:
+    """The checkpoint path recorded in a song directory's config.json (existing or not), or None."""
     try:
         path = json.loads((Path(song_dir) / "config.json").read_text("utf-8")).get("checkpoint", {}).get("path")
     except (OSError, ValueError, AttributeError):
         return None
-    return path if isinstance(path, str) and Path(path).exists() else None  # a file, or a vendor folder
+    return path if isinstance(path, str) and path else None
+
+
+def _song_checkpoint(song_dir: str) -> str | None:
+    """The checkpoint path recorded in a song directory's config.json, when that file still exists."""
+    path = _recorded_checkpoint(song_dir)
+    return path if path and Path(path).exists() else None  # a file, or a vendor folder
 
 
 def _render_seconds(given: float | None, parent_sampling: dict) -> float | None:
@@ -423,8 +434,10 @@ def cmd_render(args) -> int:
         print(f"note: rendering with the checkpoint the song records ({recorded}), not $YUE2_CHECKPOINT ({env}); "
               "--checkpoint picks another file", file=sys.stderr)
     if not (args.checkpoint or recorded):
-        print(f"warning: the checkpoint recorded in {args.song}/config.json is missing or gone; looking for a "
-              "YuE2 checkpoint elsewhere (it must be the same model)", file=sys.stderr)
+        gone = _recorded_checkpoint(args.song)
+        print(f"warning: the checkpoint recorded in {args.song}/config.json "
+              f"{f'({gone}) is gone' if gone else 'is missing'}; looking for a YuE2 checkpoint elsewhere — it must "
+              "be the same model: pass --checkpoint with that model's file where it lies now", file=sys.stderr)
     loras, vae = _song_weights(args)
     engine, synthetic = _load_engine(args, recorded, "recorded in the song's config.json" if recorded else None,
                                      loras=loras, vae=vae)
@@ -665,6 +678,16 @@ def cmd_make_synthetic(args) -> int:
     return 0
 
 
+def _ascii_number(text: str) -> float:
+    """float(text) for a plain ASCII decimal (1, -0.5, 2e-1, .5): ValueError for what float() also takes but nobody
+    types as a strength — other scripts' digits (٣), underscores (1_0), surrounding spaces (break-it finding:
+    FILE:٣ became strength 3). inf and nan pass, for `check_strength` to refuse by name."""
+    if not re.fullmatch(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|inf|infinity|nan)", text,
+                        flags=re.ASCII | re.IGNORECASE):
+        raise ValueError(f"not a number: {text!r}")
+    return float(text)
+
+
 def parse_lora(value: str) -> tuple[str, float, float]:
     """--lora PATH[:AR[:NAR]] → (path, strength_ar, strength_nar). Strengths are read from the right, so a path with
     colons (C:\\x.safetensors) works; one number sets both. Raises argparse.ArgumentTypeError for a strength outside
@@ -674,7 +697,7 @@ def parse_lora(value: str) -> tuple[str, float, float]:
     parts, nums = value.split(":"), []
     while len(parts) > 1 and len(nums) < 2:
         try:
-            nums.insert(0, float(parts[-1]))
+            nums.insert(0, _ascii_number(parts[-1]))
         except ValueError:
             break
         parts.pop()
@@ -693,7 +716,7 @@ def parse_lora(value: str) -> tuple[str, float, float]:
         head, _, tail = path.rpartition(":")
         if head and os.path.exists(head):  # PATH:abc or PATH:1:2:3 — the strengths are wrong, not the file
             try:
-                float(tail)
+                _ascii_number(tail)
                 why = "more than two strengths (at most AR and NAR)"
             except ValueError:
                 why = f"strength {tail!r} is not a number"

@@ -229,14 +229,16 @@ class Reservation:
     any way (SIGKILL, OOM, a container stop), so a claim never outlives its run. `release()` removes the file and
     drops the lock (once; also at interpreter exit)."""
 
-    def __init__(self, lock: Path | None, fd: int | None = None):
-        self.lock, self.fd = lock, fd
+    def __init__(self, lock: Path | None, fd: int | None = None, made: tuple[Path, ...] = ()):
+        self.lock, self.fd, self.made = lock, fd, made
         if fd is not None:
             import atexit
             atexit.register(self.release)
 
     def release(self) -> None:
-        lock, fd, self.lock, self.fd = self.lock, self.fd, None, None
+        """Drop the claim; the parent folders the claim made are removed again when they stayed empty (a refused or
+        failed run leaves no new folders — break-it finding)."""
+        lock, fd, made, self.lock, self.fd, self.made = self.lock, self.fd, self.made, None, None, ()
         if fd is None:
             return
         try:
@@ -246,12 +248,22 @@ class Reservation:
             pass
         finally:
             os.close(fd)  # drops the lock
+        _remove_empty(made)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.release()
+
+
+def _remove_empty(folders: tuple[Path, ...]) -> None:
+    """rmdir each of `folders` (deepest first) until one is not empty (a saved song) or cannot be removed."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 def _holder(fd: int) -> str:
@@ -282,6 +294,7 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory") -> R
         return Reservation(None)
     out = Path(text).absolute()
     lock = out.parent / f".{out.name}.yue2-lock"
+    made = tuple(p for p in (out.parent, *out.parent.parents) if not os.path.lexists(p))  # deepest first
     for _ in range(5):
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +302,8 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory") -> R
         except IsADirectoryError:
             raise ArtifactError(f"cannot claim {what} {Path(path)}: {lock} is a folder; remove it (it is in the way "
                                 "of the claim file of that name)") from None
-        except OSError:  # a read-only or missing parent: no claim; the output checks that follow say what is wrong
+        except OSError:  # a read-only or missing parent, a name too long: no claim; the output checks that follow
+            _remove_empty(made)  # say what is wrong
             return Reservation(None)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -317,21 +331,45 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory") -> R
             os.close(fd)
             raise ArtifactError(f"cannot claim {what} {Path(path)}: writing {lock} failed "
                                 f"({exc.strerror or exc})") from None
-        return Reservation(lock, fd)
+        return Reservation(lock, fd, made)
     raise ArtifactError(f"cannot claim {what} {Path(path)}: its claim file {lock} keeps being replaced")
+
+
+SAVE_NAME_EXTRA = len(".") + len(".XXXXXXXX.partial")  # the hidden sibling a save writes first (write_song_dir)
+
+
+def _check_name_length(out: Path) -> None:
+    """ArtifactError when the folder's name leaves no room for the save's hidden sibling `.NAME.XXXXXXXX.partial`
+    within the file system's name limit (break-it finding: a 238–255-byte name passed every check, the song was
+    computed, and the save failed)."""
+    size = len(os.fsencode(out.name))
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        limit = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or no answer: the usual limit
+        limit = 255
+    if size + SAVE_NAME_EXTRA > limit:
+        raise ArtifactError(f"output folder name {out.name[:40]}… is {size} bytes: the save first writes it as a "
+                            f"hidden sibling .NAME.XXXXXXXX.partial ({size + SAVE_NAME_EXTRA} bytes), more than this "
+                            f"file system's {limit}-byte limit for a name; give a name of at most "
+                            f"{limit - SAVE_NAME_EXTRA} bytes")
 
 
 def check_output_dir(out_dir: str | os.PathLike) -> Path:
     """The folder a song will be saved as, checked before any work: it must be named (not "", ".", ".." or a root:
     the song is written into a hidden sibling and renamed into place), new or empty (songs are never overwritten),
     and, when it exists, on the same file system as its parent and not a mount point (the rename cannot replace
-    one). Raises ArtifactError saying which and what to give instead."""
+    one); its name short enough for the save's hidden sibling (`_check_name_length`). Raises ArtifactError saying
+    which and what to give instead."""
     text = os.fspath(out_dir)
     if os.path.basename(os.path.normpath(text)) in ("", ".", "..") if text else True:
         raise ArtifactError(f"output {text!r} names no new folder (an empty path, '.', '..' or a root): a song is "
                             "saved as a folder of its own; give one, e.g. songs/my-song")
     out = Path(text)
     try:
+        _check_name_length(out)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise ArtifactError(f"output directory {out} exists and is not empty; choose a new name (songs are "
                                 "never overwritten)")
@@ -611,6 +649,19 @@ def _check_request(request: dict, root: Path) -> None:
         raise ArtifactError(f"{root}/request.json: 'abc' must be text or null")
 
 
+def _restore_hint(root: Path, name: str, manifest: dict) -> str:
+    """What a user can do about a song file found missing or changed (new-user findings): request.json holds the
+    style and lyrics the music was sampled for — a new style or lyrics is a new song from the same lead sheet;
+    score.abc's text is kept in plan.json (`abc`) when the folder has one."""
+    if name == "request.json":
+        return (f". Restore the original request.json to use this song; to change its style or lyrics, make a new "
+                f"song from its lead sheet: generate --abc-file {root}/score.abc --style … --lyrics …")
+    if name == "score.abc" and "plan.json" in manifest:
+        return (f". The lead sheet the model wrote is kept in {root}/plan.json (its \"abc\" text): write that text "
+                "back to score.abc")
+    return ""
+
+
 REQUIRED_FILES = ("abc_tokens.npy", "prefix.npy", "semantic.npy", "request.json", "config.json")
 
 
@@ -716,7 +767,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
             what = ("missing (a symbolic link is not accepted)" if path.is_symlink() else
                     "a folder, not a file (restore the file)" if path.is_dir() else
                     "not a regular file (a pipe, socket or device; restore the file)" if path.exists() else "missing")
-            raise ArtifactError(f"{root}: {name} is {what}")
+            raise ArtifactError(f"{root}: {name} is {what}{_restore_hint(root, name, manifest)}")
         try:
             size = path.stat().st_size
             if name == "score.abc" and size > _max_score_bytes():
@@ -728,7 +779,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
                 raise ArtifactError(f"{root}: {name} is {size:,} bytes, more than such a file can be ({cap:,})")
             if name != "score.abc" and type(meta.get("bytes")) is int and meta["bytes"] != size:
                 raise ArtifactError(f"{root}: {name} is {size:,} bytes but result.json lists {meta['bytes']:,} "
-                                    "(modified or damaged)")
+                                    f"(modified or damaged){_restore_hint(root, name, manifest)}")
             digest = _sha256_file(path)  # streamed: never the whole file in memory
         except OSError as exc:
             raise ArtifactError(f"{root}: cannot read {name} ({exc.strerror or exc})") from None
@@ -736,8 +787,9 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
             if name == "score.abc" and (tokenizer is not None or edited_ok):
                 edited = True
                 continue
-            raise ArtifactError(f"{root}: {name} does not match its sha256 in result.json (modified or damaged). "
-                                "To use an edited score, edit score.abc and load with the model's tokenizer.")
+            raise ArtifactError(f"{root}: {name} does not match its sha256 in result.json (modified or damaged)"
+                                + (_restore_hint(root, name, manifest) or ". To use an edited score, edit score.abc "
+                                   "and load with the model's tokenizer."))
     request = _load_json(root / "request.json", "a song request")
     _check_request(request, root)
     config = _load_json(root / "config.json", "a song config")

@@ -385,7 +385,9 @@ class YuE2Engine:
         weights = {"loras": [lora_record(a) for a in stack], "vae": None if vae_file is None else vae_file.record()}
         engine = cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
         from .weights.lora.layouts import unmatched_note
-        engine.notes = [n for n in (unmatched_note(a.adapter) for a in stack) if n]  # the caller shows them
+        from .weights.lora.apply import repeat_notes
+        engine.notes = ([n for n in (unmatched_note(a.adapter) for a in stack) if n]  # the caller shows them
+                        + repeat_notes(stack))
         return engine
 
     def generate(self, request: SongRequest, budgets: Budgets | None = None, steps: int = ODE_STEPS,

@@ -207,6 +207,12 @@ class SongRequest:
                              "repeated lines out")
             if any(re.fullmatch(r"\((?!.*\bx\d).*\)", ln) for ln in lines):
                 notes.append("lyrics contain parenthesised lines (stage directions?): the model may sing them")
+        for name in ("style", "lyrics"):  # new-user finding: '[verse]\nla' typed in a shell is one line
+            text = getattr(self, name)
+            if "\\n" in text and "\n" not in text:
+                notes.append(f"{name} contains the two characters \\n but no line break: the model gets them as "
+                             "typed, not as a new line (a shell passes '\\n' literally, where a JSON request file "
+                             f"makes it a line break) — use real line breaks: --{name}-file, or $'…\\n…' in bash")
         return notes
 
 
@@ -259,7 +265,8 @@ def score_notes(text: str, max_seconds: float | None = None, limit: int = 20) ->
     a score with errors."""
     from .abc import validate
     seconds = max_seconds if max_seconds is not None else SEMANTIC_PRESET.max_tokens / FRAMES_PER_SECOND
-    issues = validate(text, max_seconds=seconds)
+    issues = [i for i in validate(text, max_seconds=seconds)  # line ends: said once, by form_notes (new-user finding:
+              if i.code != "line-ends"]  # the same CRLF warning came twice in two wordings)
     lines = [(f"line {i.line}: " if getattr(i, "line", None) else "") + f"{i.message} [{i.severity}]"
              for i in issues[:limit]]
     if len(issues) > limit:

@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 
 from robust_helpers import assert_cli_error, copy, make_song, run_cli, snapshot
 from yue2_core.artifacts import save_song
@@ -294,6 +295,32 @@ def test_an_unreachable_hub_fails_fast_naming_offline_and_a_local_file(tmp_path,
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # behind a proxy: no direct probe, the client
     with pytest.raises(CheckpointError, match="the client was asked"):  # is asked (it knows the proxy)
         locate.find_checkpoint(None, download=True)
+
+
+def test_no_checkpoint_message_names_song_sh_file_first_and_counts_the_rest(tmp_path, monkeypatch):
+    """New-user finding: the hint listed the first two files of models/ by name (hiding the one scripts/song.sh
+    writes) and suggested make-synthetic onto that file, which exists (the command would refuse). Now song.sh's file
+    comes first, at most four are named with how many more, and the make-synthetic step is left out."""
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights import locate
+    monkeypatch.delenv("YUE2_CHECKPOINT", raising=False)
+    monkeypatch.setattr(locate, "comfy_checkpoint_dirs", lambda: [])
+    monkeypatch.setattr(locate, "hf_vendor_snapshot", lambda: None)
+    (tmp_path / "models").mkdir()
+    for name in ("a", "b", "c", "d", "e", "yue2_tiny_bf16"):
+        (tmp_path / "models" / f"{name}.safetensors").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        locate.find_checkpoint(None, download=False)
+    msg = str(e.value)
+    found = msg.split("Found here:")[1]
+    assert found.startswith(" --checkpoint models/yue2_tiny_bf16.safetensors, --checkpoint models/a."), msg
+    assert "(and 2 more in models/)" in found and "make-synthetic" not in msg, msg
+    (tmp_path / "models" / "yue2_tiny_bf16.safetensors").unlink()
+    with pytest.raises(CheckpointError) as e:
+        locate.find_checkpoint(None, download=False)
+    assert "make-synthetic --output models/yue2_tiny_bf16.safetensors" in str(e.value)
+    assert "(and 1 more in models/)" in str(e.value)
 
 
 def test_cli_inspect_says_when_the_score_was_edited(tmp_path):

@@ -53,9 +53,19 @@ def _check_payload(payload) -> str | None:
             return f"'{name}' must be true or false, not {type(payload[name]).__name__}."
     seconds = payload.get("max_seconds")
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                                or not math.isfinite(seconds) or seconds <= 0):
-        return f"'max_seconds' must be a positive number of seconds or null, not {seconds!r}."
+                                or not _finite(seconds) or seconds <= 0):
+        shown = repr(seconds) if len(repr(seconds)) <= 40 else f"{repr(seconds)[:20]}… ({len(repr(seconds))} chars)"
+        return f"'max_seconds' must be a positive number of seconds or null, not {shown}."
     return None
+
+
+def _finite(x) -> bool:
+    """math.isfinite that also says False for an int too large for a float (a JSON 1e400 written out in digits:
+    break-it finding — OverflowError made an HTTP 500)."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _analyze(abc: str, instrumental: bool, max_seconds, want_svg: bool) -> dict:

@@ -497,8 +497,9 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
               + _overlap_note(overlap, continuous, max_batch, len(todo), runner is not None)
               + (" (kept from the folder's batch.json)" if made is not None and options.continuous is None else ""),
               file=stream)
+    from .requests import budget_notes
     for item in todo:  # as `generate` prints them (result.json keeps them too)
-        for note in item.request.input_warnings():
+        for note in item.request.input_warnings() + budget_notes(item):
             print(f"[{item.id}] warning: {note}", file=stream)
         if item.request.abc is not None:  # a given score: the same check as `generate --abc-file` (used as given)
             from ..protocol import score_notes

@@ -60,8 +60,8 @@ def require_ray():
         import ray
     except ImportError as exc:
         raise RayUnavailable(
-            f"--ray needs the Ray package, which is not installed here ({brief(exc)}): pip install 'comfyui-yue2[ray]' "
-            "(or pip install ray) on this machine and on every node of the cluster") from None
+            f"--ray needs the Ray package, which is not installed here ({brief(exc)}): pip install ray "
+            "(from this repository: pip install -e '.[ray]') on this machine and on every node of the cluster") from None
     return ray
 
 

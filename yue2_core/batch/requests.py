@@ -204,6 +204,20 @@ def parse_row(row: dict, line: int, root: Path, *, max_seconds=None, max_abc_tok
     return BatchRequest(line, request, budgets, dict(row))
 
 
+def budget_notes(item: BatchRequest) -> list[str]:
+    """A row's own min_tokens that the command's caps (--max-seconds, --max-abc-tokens) lowered to fit its budget,
+    in words (break-it finding: the lower value was recorded without a word)."""
+    notes = []
+    for name, sampling in (("abc_sampling", item.budgets.abc_sampling), ("semantic_sampling",
+                                                                         item.budgets.semantic_sampling)):
+        given = item.raw.get(name, {}).get("min_tokens") if isinstance(item.raw.get(name), dict) else None
+        used = sampling().min_tokens
+        if type(given) is int and given > used:
+            cap = "--max-abc-tokens" if name == "abc_sampling" else "--max-seconds"
+            notes.append(f"{name}.min_tokens {given} is more than {cap} leaves; lowered to {used}")
+    return notes
+
+
 def _preset(base, overrides, name: str):
     if overrides is None:
         return base
@@ -230,7 +244,11 @@ def read_score_file(value, root: Path) -> str:
         raise RequestError(f"'abc_path' must be a file path (text), got {value!r}")
     if "\x00" in value:
         raise RequestError(f"abc_path {value!r} contains a NUL character; give a file path")
-    target = (root / value).resolve()
+    try:
+        target = (root / value).resolve()
+    except (RuntimeError, OSError) as exc:  # a symbolic-link loop (RuntimeError before Python 3.13), a name too long
+        raise RequestError(f"abc_path {value!r}: cannot follow it "
+                           f"({'a symbolic-link loop' if 'loop' in str(exc).lower() else exc})") from None
     try:
         target.relative_to(root)
     except ValueError:

@@ -92,6 +92,9 @@ def _tables() -> tuple[dict, dict]:
     return _tables_from(os.environ.get("YUE2_GEMV_TABLE", "").strip())
 
 
+MAX_TABLE_BYTES = 4 * 2 ** 20  # a YUE2_GEMV_TABLE file is a few kB; anything past this is not one
+
+
 @functools.lru_cache(maxsize=4)
 def _tables_from(path: str) -> tuple[dict, dict]:
     """(_TABLE, _SMALL_TABLE), with the entries of the JSON file named by YUE2_GEMV_TABLE on top (the "configs"
@@ -104,6 +107,10 @@ def _tables_from(path: str) -> tuple[dict, dict]:
         from pathlib import Path
         from ..errors import RequestError
         try:
+            size = Path(path).stat().st_size
+            if size > MAX_TABLE_BYTES:  # break-it finding: a multi-GB file (a checkpoint by mistake) was read whole
+                raise ValueError(f"the file is {size:,} bytes; a table is a few kB (at most {MAX_TABLE_BYTES:,} "
+                                 "are read)")
             doc = json.loads(Path(path).read_text(encoding="utf-8"))
             if not isinstance(doc, dict):
                 raise ValueError(f"the file holds a JSON {_json_kind(doc)}, not an object")

@@ -189,7 +189,7 @@ def read_header(path: str) -> tuple[dict, dict, int]:
         raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: absurdly nested JSON
+    except (ValueError, RecursionError):  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
         raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a safetensors file (header is not a JSON object)")

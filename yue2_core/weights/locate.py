@@ -67,7 +67,7 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
             kind = not_a_file(explicit)  # it exists, but is a FIFO / device / socket
             raise CheckpointError(f"checkpoint {explicit} is {kind}, not a file (a checkpoint is a .safetensors file "
                                   "or a vendor model folder)" if kind else
-                                  f"checkpoint not found: {explicit}. {WHERE_TO_GET}")
+                                  f"checkpoint not found: {explicit}. {where_to_get()}")
         return explicit, "given path"
     env = os.environ.get("YUE2_CHECKPOINT")
     if env:
@@ -95,7 +95,7 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
                 "attempt)")
     else:
         head = "no YuE2 checkpoint found (downloading is off: --offline)"
-    raise CheckpointError(f"{head}. {WHERE_TO_GET}{_local_hint()}")
+    raise CheckpointError(f"{head}. {where_to_get()}{_local_hint()}")
 
 
 def _hub_unreachable(timeout: float = 5.0) -> str | None:
@@ -109,8 +109,12 @@ def _hub_unreachable(timeout: float = 5.0) -> str | None:
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY",
                                        "http_proxy")):
         return None
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        url = urlparse(endpoint)
+        host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    except ValueError as exc:  # a port out of range or not a number, an unclosed [IPv6 (break-it finding)
+        return f"the environment variable HF_ENDPOINT={endpoint!r} is not a valid address ({exc}); unset or fix it"
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None
@@ -118,14 +122,30 @@ def _hub_unreachable(timeout: float = 5.0) -> str | None:
         return f"cannot reach {host}:{port}: {exc.strerror or exc}"
 
 
-def _local_hint() -> str:
-    """A synthetic or other checkpoint lying in ./models (scripts/song.sh writes one there), named so the user can
-    pass it."""
+def _local_hint(shown: int = 4) -> str:
+    """Checkpoints lying in ./models (scripts/song.sh writes its synthetic one there; vendor folders too), named so
+    the user can pass one: the one song.sh writes first, at most `shown`, and how many more (new-user finding: the
+    first two by name hid song.sh's file)."""
     try:
-        here = sorted(Path("models").glob("*.safetensors"))[:2]
+        here = sorted(Path("models").glob("*.safetensors"), key=lambda p: (p.name != SONG_SH_FILE, p.name))
+        here += vendor_folders(Path("models"))
     except OSError:
         return ""
-    return (". Found here: " + ", ".join(f"--checkpoint {p}" for p in here)) if here else ""
+    if not here:
+        return ""
+    more = f" (and {len(here) - shown} more in models/)" if len(here) > shown else ""
+    return ". Found here: " + ", ".join(f"--checkpoint {p}" for p in here[:shown]) + more
+
+
+SONG_SH_FILE = "yue2_tiny_bf16.safetensors"  # the synthetic checkpoint scripts/song.sh writes into models/
+
+
+def where_to_get() -> str:
+    """WHERE_TO_GET, its make-synthetic step dropped when models/ already holds that file (new-user finding: the
+    suggested command would refuse to overwrite it)."""
+    if (Path("models") / SONG_SH_FILE).is_file():
+        return WHERE_TO_GET.replace(f"python -m yue2_core make-synthetic --output models/{SONG_SH_FILE}, then ", "")
+    return WHERE_TO_GET
 
 
 WHERE_TO_GET = (f"The release file is yue2_3b_int8_convrot.safetensors (https://huggingface.co/{HF_REPO}/blob/main/"

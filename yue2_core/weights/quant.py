@@ -85,8 +85,9 @@ def parse_marker(raw: bytes | torch.Tensor, key: str = "") -> int:
         raw = bytes(raw.to(torch.uint8).cpu().tolist())
     try:
         marker = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{key}: the comfy_quant marker is not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors; also a
+        raise CheckpointError(f"{key}: the comfy_quant marker is not JSON "  # number past Python's digit cap
+                              f"({str(exc).splitlines()[0][:120]})") from None
     if not isinstance(marker, dict):
         raise CheckpointError(f"{key}: the comfy_quant marker is not a JSON object")
     fmt = marker.get("format")

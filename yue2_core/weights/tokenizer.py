@@ -75,8 +75,10 @@ class YuE2Tokenizer:
             raise TokenizerError("the 'tokenizers' package is required: pip install tokenizers") from exc
         try:
             doc = json.loads(json_text)
-        except json.JSONDecodeError as exc:
-            raise TokenizerError(f"the embedded tokenizer is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        except (ValueError, RecursionError) as exc:  # also a number past Python's digit cap, absurd nesting
+            where = (f"{exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError)
+                     else str(exc).splitlines()[0][:120])
+            raise TokenizerError(f"the embedded tokenizer is not valid JSON ({where})") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
             raise TokenizerError("the embedded tokenizer JSON has no 'model' section (not a tokenizers document)")
         doc["added_tokens"] = []

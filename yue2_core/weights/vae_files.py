@@ -174,7 +174,7 @@ def _read_json(path: str, what: str):
             return json.load(f)
     except OSError as exc:
         raise CheckpointError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
         raise CheckpointError(f"{path}: {what} is not valid JSON") from None
 
 
@@ -378,7 +378,9 @@ def open_vae(path: str) -> VAEFile:
     if not isinstance(path, str) or not path:
         raise CheckpointError(f"VAE path must be a file or folder name, got {path!r}")
     if not os.path.exists(path):
-        raise CheckpointError(f"VAE not found: {path} does not exist (a YuE2 VAE is a folder with config.json + "
+        loop = os.path.islink(path)  # a link whose target is missing or loops (break-it finding: "does not exist")
+        what = "is a symbolic link to nothing (a missing target or a loop)" if loop else "does not exist"
+        raise CheckpointError(f"VAE not found: {path} {what} (a YuE2 VAE is a folder with config.json + "
                               "model.safetensors, or a .safetensors file)")
     kind = not_a_file(path)
     if kind is not None and kind != "a directory":  # a FIFO / device would block the header read

@@ -100,6 +100,10 @@ def read_config(folder, expect: str = MODEL_TYPE) -> dict:
         raise CheckpointError(f"{path} is not a JSON object; a {what} folder's {CONFIG} is one with model_type "
                               f"{expect!r}")
     if config.get("model_type") != expect:
+        if (Path(folder) / "result.json").is_file():  # break-it finding: a song folder given as the model
+            raise CheckpointError(f"{folder} is a song folder (it holds result.json), not a model: re-render it with "
+                                  f"`python -m yue2_core render {folder}`; --checkpoint takes a YuE2 checkpoint "
+                                  "file or the vendor's model folder")
         raise CheckpointError(f"{path} is the config of another model (model_type {config.get('model_type')!r}); "
                               f"a {what} folder has model_type {expect!r}")
     return config

@@ -158,6 +158,21 @@ def check_unique(stack: list[Applied], experts=("ar", "nar")) -> None:
                     f"-{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}")
 
 
+def repeat_notes(stack: list[Applied]) -> list[str]:
+    """One note per adapter file given more than once (the same path): allowed within ±STRENGTH_RANGE, its strengths
+    add — said, so a doubled effect is not a surprise (new-user finding: it stacked in silence)."""
+    from .record import _weights_file
+    groups: dict[str, list[Applied]] = {}
+    for a in stack:
+        try:
+            groups.setdefault(os.path.realpath(_weights_file(a.adapter)), []).append(a)
+        except (OSError, TypeError, AttributeError):  # an in-memory adapter: no file to compare
+            continue
+    return [f"the LoRA {items[0].adapter.path} is given {len(items)} times: its strengths add up (AR "
+            f"×{sum(a.strength('ar') for a in items):g}, NAR ×{sum(a.strength('nar') for a in items):g})"
+            for items in groups.values() if len(items) > 1]
+
+
 def check_stack(stack: list[Applied], experts=("ar", "nar")) -> None:
     """The checks of a whole stack before anything is applied: no adapter twice (`check_unique`), no module delta
     beyond MAX_DELTA (`check_magnitude`). AdapterError otherwise."""

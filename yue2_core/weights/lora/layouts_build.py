@@ -293,6 +293,12 @@ def _kron_patch(path, tensors, base, lokr, t, expert, rows, full, out_rows, wher
             if ta.shape[1] == 0:
                 raise AdapterError(f"{path}: {lokr[a]} / {lokr[b]} have rank 0 (shapes {list(ta.shape)}, "
                                    f"{list(tb.shape)}): a factorised LoKr factor needs rank ≥ 1")
+            m, k = int(ta.shape[0]), int(tb.shape[1])
+            if m < 1 or k < 1 or out_rows % m or full[1] % k:  # before the product (break-it finding: a 100,000 × 1
+                raise AdapterGeometryError(  # by 1 × 100,000 pair asked for 40 GB before its shape was checked)
+                    f"{path}: shape mismatch for LoKr {base} ({where}): w{n} = {lokr[a]} · {lokr[b]} would be "
+                    f"{[m, k]}, which does not divide the module's {[out_rows, full[1]]} (a Kronecker factor's rows "
+                    "and columns divide the weight's)")
             factors[n] = (ta.float() @ tb.float())
             dim = int(tb.shape[0])  # ComfyUI: the w2 factor's dim wins when both are factorised (§2 LoKr)
         else:

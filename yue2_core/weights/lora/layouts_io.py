@@ -204,7 +204,7 @@ def read_sidecar(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8 / JSON, a number past the digit cap
         raise AdapterError(f"{where}: not a readable JSON file ({str(exc).splitlines()[0][:120]}); a PEFT "
                            f"adapter_config.json is a JSON object with at least \"r\" and \"lora_alpha\"") from None
     if not isinstance(cfg, dict):
