@@ -33,25 +33,9 @@ def two_level(buf: torch.Tensor, G: int, n: int, C: int, K: int, W: int):
 
 
 def graph_ms(fn, reps: int = 200) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(10):
-        g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        g.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps
+    """ms a replay of `fn()` captured alone as a CUDA graph (`gemv_sweep.timed`)."""
+    from bench.gemv_sweep import timed
+    return timed(lambda i: fn(), 1, reps) / 1e3
 
 
 def rows(G: int, W: int, kind: str, seed: int) -> torch.Tensor:
