@@ -34,7 +34,7 @@ def two_level(buf: torch.Tensor, G: int, n: int, C: int, K: int, W: int):
 
 def graph_ms(fn, reps: int = 200) -> float:
     """ms a replay of `fn()` captured alone as a CUDA graph (`gemv_sweep.timed`)."""
-    from bench.gemv_sweep import timed
+    from gemv_sweep import timed  # (bench/ is the script's own folder, first on sys.path)
     return timed(lambda i: fn(), 1, reps) / 1e3
 
 
