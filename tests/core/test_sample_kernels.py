@@ -29,14 +29,30 @@ CUDA_TIE_ORDER = ("import torch\n"
 
 
 def test_kernel_tail_equals_torch_tail():
-    """Every case of `sample_tail_check.cases` (CFG in fp16: see there), 41 steps in all: processed scores and state
-    equal at every step."""
+    """Every case of `sample_tail_check.cases` (CFG in fp16: see there), 41 steps in all, with torch.topk selecting
+    (the default): processed scores and state equal at every step."""
     code = (INTERPRETER_BLOCK +
             "import torch\n"
             "from tests.core.sample_tail_check import cases, compare\n"
-            "r = compare('cpu', cases(torch.float16), select=True)\n"
+            "r = compare('cpu', cases(torch.float16))\n"
             "assert r['steps'] == 41 and r['score_mismatches'] == 0 and not r['state_mismatches'], r\n"
-            "assert r['selected'] == 35, r  # every semantic step: the finish kernel's own selection\n"
+            "assert r['selected'] == 0, r  # torch.topk: the default\n"
+            "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
+def test_kernel_tail_selecting_its_candidates_equals_torch_tail():
+    """YUE2_TOPK=kernel (opt-in): the finish kernel selects the candidates of every semantic step itself — the CFG
+    case in fp16 with top-p, a penalty, ties at the top on odd steps and a forced token (8 steps; an interpreted
+    selection over 32,769 columns takes seconds; the GPU test runs all 700, `test_finish_kernel_selection_equals_topk`
+    the tie-heavy rows and k = 1): processed scores and state equal the PyTorch tail's."""
+    code = (INTERPRETER_BLOCK +
+            "import torch\n"
+            "from tests.core.sample_tail_check import cases, compare\n"
+            "all_cases = cases(torch.float16)\n"
+            "r = compare('cpu', [all_cases[1]], select=True)\n"
+            "assert r['steps'] == 8 and r['score_mismatches'] == 0 and not r['state_mismatches'], r\n"
+            "assert r['selected'] == 8, r\n"
             "print('ok')\n")
     _run_ok(code, interpret=True)
 
@@ -91,7 +107,6 @@ def test_decoder_chooses_the_tail(tiny_paths, monkeypatch):
     before any work."""
     code = (INTERPRETER_BLOCK + CUDA_TIE_ORDER + tiny_fp16_ar(tiny_paths["bf16"]) +
             "import os\n"
-            "os.environ['YUE2_TOPK'] = 'kernel'  # the kernel tail selecting its own candidates (opt-in)\n"
             "s = Sampling(temperature=1.0, top_p=0.9, top_k=50, min_tokens=2, max_tokens=12)\n"
             "runs = {}\n"
             "for choice in ('kernels', 'torch'):\n"

@@ -4,7 +4,7 @@
 step on an H200). With YUE2_TOPK=kernel (opt-in: built and checked in Triton's CPU interpreter, not yet run on a GPU
 — the default stays `torch.topk` until an H200 run shows it equal and faster) the finish kernel selects the
 candidates itself on rows of the semantic slice's width (32,769 columns, `select_blocks`): `torch.topk` is ≈ 56 µs of
-GPU time a step in 14 launches on an H200 (a multi-block radix select with memsets, then a one-warp sort of the K
+GPU time a step in 16 launches on an H200 (a multi-block radix select with memsets, then a one-warp sort of the K
 results; `docs/profile_decode_h200.log`), 57 µs a step alone in a graph (`bench/topk_tail.py`,
 `docs/experiments/topk_tail_h200_2026-12-05.log`). The selection gives `torch.topk`'s order exactly —
 value descending by the radix order PyTorch uses (−0.0 below +0.0, NaN on top), ties in column order (how PyTorch's
