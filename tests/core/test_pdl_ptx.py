@@ -127,7 +127,8 @@ def _kernels():
     ]
     # continuous batching (fast.refill): the same two kernels reading a step and a budget per row
     out += [(name + ", a step per row", fn, types, {**consts, "ROWS": True}, opts)
-            for name, fn, types, consts, opts in out if fn in (sk.scores_kernel, sk.finish_kernel)]
+            for name, fn, types, consts, opts in out if fn in (sk.scores_kernel, sk.finish_kernel)
+            and not consts.get("SELECT")]  # (the selection's ROWS variant only adds compile time: ~10 s each)
     return out
 
 
