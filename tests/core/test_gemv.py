@@ -129,7 +129,7 @@ def _decoders(path: str, int8: bool) -> str:
             f"        d.int8_layers = {int8}\n"
             "        d.int8_rot, d.rot_fused = mode, mode == 'producers'\n"
             "ref = decs[0]\n"
-            "for step in range(3):\n"
+            "for step in range(2):\n"
             "    for d in decs: d.tokens.fill_(151853 + 7 * step)\n"
             "    ref._forward(ref.capacity)\n"
             "    for d in decs[1:]: d._forward_fused(d.capacity)\n"
@@ -281,7 +281,7 @@ def test_gemv_table_file_overrides_the_built_in_configurations(monkeypatch, tmp_
 def test_qk_rope_row_blocks_equal_single_rows():
     """qk_norm_rope_store with more rows than `fused.ROPE_ROW_BLOCK` runs blocks of rows per program (the NAR's
     frames + 2 slots, one sequence: shared_row; and batch rows with their own cache rows): q, k and v stored equal
-    one call per row (the decode step's one-row programs), including the ragged last block (37 = 2·16 + 5 rows) and
+    one call per row (the decode step's one-row programs), including the ragged last block (21 = 16 + 5 rows) and
     fp32 partial sums as input."""
     code = (
         "import torch\n"
@@ -290,7 +290,7 @@ def test_qk_rope_row_blocks_equal_single_rows():
         "torch.manual_seed(0)\n"
         "nh, nkv, D = 4, 2, 128\n"
         "qn, kn = (1 + 0.1 * torch.randn(D)).half(), (1 + 0.1 * torch.randn(D)).half()\n"
-        "for R, shared in ((37, True), (20, False)):\n"
+        "for R, shared in ((21, True), (18, False)):\n"
         "    plain = torch.randn(R, (nh + 2 * nkv) * D).half()\n"
         "    parts = G.Partials(torch.randn(2, R, (nh + 2 * nkv) * D) * 0.5, torch.float16)\n"
         "    cos, sin = torch.randn(R, D // 2).cos(), torch.randn(R, D // 2).sin()\n"

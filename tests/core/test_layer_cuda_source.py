@@ -23,8 +23,9 @@ def _nvrtc():
         pytest.skip(f"no NVRTC in this PyTorch ({type(exc).__name__}: {exc})")
 
 
-@pytest.mark.parametrize("dims,rows,int8", [(FULL, 1, True), (FULL, 2, True), (FULL, 4, True), (FULL, 1, False),
-                                            (FULL, 2, False), (TINY, 2, True), (TINY, 3, False)])
+# experimental (off by default): the release dims at the smallest and largest row counts int8 and once bf16, the
+# tiny dims once (two-row FULL cases and TINY int8 dropped from CI for time, 2026-12-05: ≈ 3.5 s each)
+@pytest.mark.parametrize("dims,rows,int8", [(FULL, 1, True), (FULL, 4, True), (FULL, 2, False), (TINY, 3, False)])
 def test_source_compiles_for_hopper_within_registers(dims, rows, int8):
     lib = _nvrtc()
     with open(lc.SOURCE) as f:

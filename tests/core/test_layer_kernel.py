@@ -49,7 +49,9 @@ def _phased_vs_fused(path: str, int8: bool, rows: int) -> str:
             "print('ok')\n")
 
 
-@pytest.mark.parametrize("fmt,rows", [("bf16", 1), ("int8", 2), ("int8", 3)])
+# (experimental, off by default: one bf16 single-row and one int8 multi-row case; a two-row int8 case was dropped
+# from CI for time, 2026-12-05 — 3 rows covers several rows and an uneven split of the 8 programs)
+@pytest.mark.parametrize("fmt,rows", [("bf16", 1), ("int8", 3)])
 def test_layer_kernel_phases_match_fused_step_in_interpreter(tiny_paths, fmt, rows):
     """Every phase (norm + qkv, attention with the k/v store and the last split's merge, o_proj, norm + gate/up +
     SiLU·up, down_proj; int8: rotations recomputed per program) against the portable and the fused step."""

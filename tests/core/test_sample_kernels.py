@@ -109,7 +109,7 @@ def test_decoder_chooses_the_tail(tiny_paths, monkeypatch):
     before any work."""
     code = (INTERPRETER_BLOCK + CUDA_TIE_ORDER + tiny_fp16_ar(tiny_paths["bf16"]) +
             "import os\n"
-            "s = Sampling(temperature=1.0, top_p=0.9, top_k=50, min_tokens=2, max_tokens=12)\n"
+            "s = Sampling(temperature=1.0, top_p=0.9, top_k=50, min_tokens=2, max_tokens=8)\n"
             "runs = {}\n"
             "for choice in ('kernels', 'torch'):\n"
             "    os.environ['YUE2_SAMPLER'] = choice\n"

@@ -73,7 +73,7 @@ def run(path, blob: bytes, deep: str = "") -> None:
 
 # --- byte-level mutations ------------------------------------------------------------------------------------------
 
-@fuzz(900)
+@fuzz(600)
 @given(data=st.data())
 def test_fuzz_safetensors_bytes(nano, target, data):
     """Length field, flipped header bytes, truncation and random files."""
@@ -161,7 +161,7 @@ def _mutate(data, header: dict, keys: list[str]) -> dict:
     return header
 
 
-@fuzz(700)
+@fuzz(450)
 @given(data=st.data())
 def test_fuzz_safetensors_json(nano, target, data):
     """Edited tensor entries with the data section unchanged (offsets and sizes usually inconsistent)."""
@@ -217,7 +217,7 @@ MARKER = st.one_of(
 )
 
 
-@fuzz(400)
+@fuzz(260)
 @given(data=st.data())
 def test_fuzz_safetensors_layout(nano, target, data):
     """Edited entries and quantization markers in files whose layout is consistent again, then the deep path
@@ -231,7 +231,7 @@ def test_fuzz_safetensors_layout(nano, target, data):
     run(target, _relayout(header, nano["data"], markers), deep="load")
 
 
-@fuzz(300)
+@fuzz(200)
 @given(data=st.data())
 def test_fuzz_safetensors_values(nano, target, data):
     """Valid layout, damaged values: tokenizer bytes, int8 codes and scales (the self-check's inputs)."""
