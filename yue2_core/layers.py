@@ -42,9 +42,13 @@ def make_linear(in_f: int, out_f: int, *, bias: bool, quant_group: int | None, d
 
 
 def make_embedding(num: int, dim: int, *, quant_group: int | None, dtype) -> nn.Module:
+    """nn.Embedding [num, dim] in `dtype` with its table left uninitialised (the checkpoint fills it), or a
+    ConvRotEmbedding over int8 codes. No random init: `nn.Embedding`'s normal_ on the meta device (where the
+    models are built, `weights.checkpoint.load_ar`) goes through a PyTorch reference that imports torch._dynamo —
+    about 2 s of every start on a CPU."""
     if quant_group:
         return ConvRotEmbedding(num, dim, group=quant_group, dtype=dtype)
-    return nn.Embedding(num, dim, dtype=dtype)
+    return nn.Embedding(num, dim, dtype=dtype, _weight=torch.empty(num, dim, dtype=dtype))
 
 
 class RMSNorm(nn.Module):

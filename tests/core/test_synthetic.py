@@ -345,3 +345,24 @@ def test_bad_arguments(tmp_path):
         synthetic.write_synthetic_checkpoint(str(tmp_path / "x"), "huge")
     with pytest.raises(ValueError, match="unknown checkpoint format"):
         synthetic.plan("tiny", "fp8")
+
+
+def test_loading_the_experts_does_not_import_torch_dynamo(written):
+    """Building the experts on the meta device must not pull in torch._dynamo (≈ 2 s of every CPU start: an
+    nn.Embedding's random init there goes through a PyTorch reference that imports it; `layers.make_embedding`
+    leaves the table uninitialised). Checked in a fresh interpreter, both file formats."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar\n"
+            "for path in sys.argv[1:]:\n"
+            "    info = inspect_checkpoint(path)\n"
+            "    ar = load_ar(info)\n"
+            "    assert ar.model.embed_tokens.weight.abs().sum() > 0, 'the embedding table was not loaded'\n"
+            "    load_nar(info)\n"
+            "assert 'torch._dynamo' not in sys.modules, 'loading imported torch._dynamo'\n"
+            "print('ok')\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.run([sys.executable, "-c", code, written["bf16"][0], written["int8"][0]], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
