@@ -18,6 +18,19 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 VENV=${SONG_SH_VENV:-$REPO/.venv}
 PY="$VENV/bin/python"
+want_help=0
+for a in "$@"; do [ "$a" = --help ] || [ "$a" = -h ] && want_help=1; done
+if [ "$want_help" = 1 ]; then
+    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    echo
+    echo "Defaults song.sh adds when the option is not given: --max-seconds 20, --output out/song-DATE-TIME, the"
+    echo "example --style-file / --lyrics-file (examples/), and with no checkpoint found its synthetic file with"
+    echo "--max-abc-tokens 128. The options of generate follow (its --output is optional here)."
+    echo
+    if [ -x "$PY" ] && "$PY" -c "import yue2_core" 2>/dev/null; then exec "$PY" -m yue2_core generate --help; fi
+    echo "(the engine is not installed yet: run bash scripts/song.sh once, then --help lists generate's options)"
+    exit 0
+fi
 if [ ! -x "$PY" ]; then
     if [ -e "$VENV" ] || [ -L "$VENV" ]; then  # a broken link, a file, or a venv without a working python
         echo "[song.sh] $VENV exists but $PY does not run (a broken symlink, a file, or an incomplete virtual" \
@@ -30,12 +43,19 @@ fi
 if ! "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" 2>/dev/null; then
     # the torch pins of scripts/test.sh (scripts/lib/constraints.txt), so that running the tests later in the same
     # .venv does not download a second torch
-    echo "[song.sh] installing torch and the engine's dependencies into $VENV (first run: ~5 GB, a few minutes;"
-    echo "[song.sh] pip's progress follows)"
+    if "$PY" -c "import torch" 2>/dev/null; then
+        echo "[song.sh] installing the engine's dependencies into $VENV (the torch there is kept; pip's progress"
+        echo "[song.sh] follows)"
+    else
+        echo "[song.sh] installing torch and the engine's dependencies into $VENV (first run: ~5 GB, a few minutes;"
+        echo "[song.sh] pip's progress follows)"
+    fi
     if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$PY" -c "import torch" 2>/dev/null; then
         echo "[song.sh] no NVIDIA GPU found: pip installs PyTorch's default CUDA build (~5 GB). A CPU-only build is"
         echo "[song.sh] under 1 GB: stop (Ctrl-C), run"
         echo "[song.sh]   $VENV/bin/pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cpu"
+        echo "[song.sh] (or, where that index is unreachable, install a CPU torch wheel you have with"
+        echo "[song.sh]   $VENV/bin/pip install /path/to/torch-VERSION+cpu-….whl)"
         echo "[song.sh] and run this script again (it keeps the torch it finds)"
         if [ -t 0 ]; then echo "[song.sh] (going on in 5 s)"; sleep 5; fi
     fi

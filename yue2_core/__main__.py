@@ -366,8 +366,10 @@ def _render_seconds(given: float | None, parent_sampling: dict) -> float | None:
 def _song_weights(args) -> tuple[list, str | None]:
     """The adapters and VAE a re-render uses: --lora / --vae when given, else those the song's config.json records
     (found by name and sha256, companions included: their recorded path, then the ComfyUI loras / vae folders).
-    AdapterError names a recorded file or companion that is missing or changed, or a malformed "weights" entry or
-    recorded strength."""
+    AdapterError names a recorded file or companion that is missing or changed (with several recorded adapters:
+    the --lora options that give them all), or a malformed "weights" entry or recorded strength. --lora given for a
+    song that recorded other adapters or strengths: a warning on stderr (they replace the record)."""
+    from .errors import AdapterError
     from .weights.locate import comfy_checkpoint_dirs
     from .weights.lora.record import find_recorded, recorded_weights
     try:
@@ -381,11 +383,30 @@ def _song_weights(args) -> tuple[list, str | None]:
     # AdapterError naming it, never "no adapters"
     recorded, recorded_vae = recorded_weights(config.get("weights") if isinstance(config, dict) else None)
     models = [d.parent for d in comfy_checkpoint_dirs()]
+    as_given = [f"{rec.get('file')}:{_num(ar)}:{_num(nar)}" for rec, ar, nar in recorded]
     if not loras and recorded:
-        loras = [(find_recorded(rec, [m / "loras" for m in models]), ar, nar) for rec, ar, nar in recorded]
+        try:
+            loras = [(find_recorded(rec, [m / "loras" for m in models]), ar, nar) for rec, ar, nar in recorded]
+        except AdapterError as exc:
+            if len(recorded) < 2:
+                raise
+            # review finding: giving only the missing file with --lora dropped the other adapters silently
+            raise AdapterError(f"{exc} --lora replaces every recorded adapter: give all {len(recorded)} with their "
+                               f"strengths, as the song has them: --lora {' --lora '.join(as_given)}") from None
+    elif loras and recorded:
+        given = [f"{Path(p).name}:{_num(ar)}:{_num(nar)}" for p, ar, nar in loras]
+        if sorted(given) != sorted(as_given):  # review finding: a partial --lora changed the song without a word
+            print(f"warning: --lora replaces the adapters this song was made with ({', '.join(as_given)}; now "
+                  f"{', '.join(given)}): the music will differ unless these are the same files and strengths",
+                  file=sys.stderr)
     if vae is None and recorded_vae:
         vae = find_recorded(recorded_vae, [m / "vae" for m in models], what="VAE")
     return loras, vae
+
+
+def _num(x: float) -> str:
+    """A strength as typed on the command line: 0.8, 1, -0.5."""
+    return f"{x:g}"
 
 
 def cmd_render(args) -> int:
@@ -1018,19 +1039,17 @@ def main(argv=None) -> int:
     except YuE2Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        if "folder" in _DONE:
+            return _stdout_failed_after_save(EPIPE_TEXT)
+        # the reader of standard output went away (`inspect … | head`): its choice, not an error (review finding:
+        # a BrokenPipeError traceback); the descriptor points at /dev/null so the exit flush cannot fail again
+        _silence_stdout()
+        return 0
     except OSError as exc:
         if "folder" not in _DONE:
             raise
-        # the song is saved; writing what follows (the summary on standard output, `| head`, `> /dev/full`) failed:
-        # the run still made its song (break-it: a wrapper saw exit 1 and a traceback for a complete song)
-        sys.stdout = open(os.devnull, "w")
-        try:
-            print(f"warning: could not write to standard output ({exc.strerror or exc}); the song is saved: "
-                  f"{Path(_DONE['folder']).resolve()}", file=sys.stderr)
-        except (OSError, ValueError):
-            pass
-        _DONE["status"] = 0
-        return 0
+        return _stdout_failed_after_save(exc.strerror or str(exc))
     except KeyboardInterrupt:
         if "status" in _DONE:  # the command had finished (break-it: a batch's summary, then exit 130)
             return _DONE["status"]
@@ -1045,6 +1064,34 @@ def main(argv=None) -> int:
         claim = _DONE.pop("claim", None)  # the output claimed by generate / render is free again
         if claim is not None:
             claim.release()
+
+
+EPIPE_TEXT = "Broken pipe"
+
+
+def _silence_stdout() -> None:
+    """Point standard output (the Python object and its descriptor) at /dev/null: nothing more is written to a
+    reader that went away, and the interpreter's exit flush cannot raise again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a host's stream object)
+        pass
+    sys.stdout = open(os.devnull, "w")
+
+
+def _stdout_failed_after_save(reason: str) -> int:
+    """The song is saved; writing what follows (the summary on standard output, `| head`, `> /dev/full`) failed:
+    the run still made its song (break-it: a wrapper saw exit 1 and a traceback for a complete song). Returns 0."""
+    _silence_stdout()
+    try:
+        print(f"warning: could not write to standard output ({reason}); the song is saved: "
+              f"{Path(_DONE['folder']).resolve()}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    _DONE["status"] = 0
+    return 0
 
 
 def _end_finished(status: int) -> None:

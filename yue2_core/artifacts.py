@@ -748,6 +748,9 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     except OSError as exc:
         raise ArtifactError(f"cannot read the song folder {root}: {exc.strerror or exc}") from None
     if not is_song:
+        if not os.path.lexists(root):  # review finding: a mistyped path was called "not a song directory"
+            raise ArtifactError(f"song folder {root} does not exist (give the folder generate or render wrote, the "
+                                "one holding result.json)")
         raise ArtifactError(f"{root} is not a song directory (no result.json){batch_folder_hint(root)}")
     result = _load_json(root / "result.json", "a song result")
     manifest = result.get("artifacts")

@@ -159,6 +159,7 @@ def test_install_keeps_torch(tmp_path):
         pytest.skip(_unavailable(song))
     assert song.returncode == 0, log[-4000:]
     assert f"keeping the installed torch=={before[0]}" in log, log[-4000:]
+    assert "the torch there is kept" in log and "~5 GB" not in log, log[-4000:]  # no download announced (review)
     _no_torch_activity(song)
     assert _torch(python) == before, "scripts/song.sh changed torch"
     assert (tmp_path / "song" / "audio.flac").is_file(), log[-3000:]

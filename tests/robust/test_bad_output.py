@@ -115,7 +115,7 @@ def test_artifact_missing_unlisted_symlinked_or_pickled_refused(saved, tmp_path)
             load_song(root)
         assert phrase in str(info.value), (root.name, str(info.value))
     assert not marker.exists()
-    with pytest.raises(ArtifactError, match="is not a song directory"):
+    with pytest.raises(ArtifactError, match="nothing_here does not exist"):
         load_song(tmp_path / "nothing_here")
 
 

@@ -65,6 +65,10 @@ def test_render_checks_the_song_folder_before_any_checkpoint(tmp_path, capsys):
     """Before: a typo'd song path started the checkpoint search (a 3.7 GB download) and with --checkpoint the model
     loaded before 'not a song directory'."""
     rc, err = main_inprocess(capsys, "render", tmp_path / "typo", "--checkpoint", NO_CKPT, "--output", tmp_path / "o")
+    assert rc == 2 and f"song folder {tmp_path / 'typo'} does not exist" in err and "checkpoint" not in err, err
+    (tmp_path / "not_a_song").mkdir()
+    rc, err = main_inprocess(capsys, "render", tmp_path / "not_a_song", "--checkpoint", NO_CKPT, "--output",
+                             tmp_path / "o")
     assert rc == 2 and "is not a song directory (no result.json)" in err and "checkpoint" not in err, err
     song = save_song(make_song(), tmp_path / "song")
     (song / "semantic.npy").write_bytes(b"x")

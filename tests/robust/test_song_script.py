@@ -46,3 +46,20 @@ def test_broken_venv_link_is_named(tmp_path):
     assert proc.returncode == 1
     assert f"{venv} exists but" in proc.stderr and "broken symlink" in proc.stderr and "delete" in proc.stderr
     assert "Errno" not in proc.stderr
+
+
+def test_help_describes_song_sh_then_generate(tmp_path):
+    """Review finding: `song.sh --help` printed generate's help alone (its --output required, 360 s default) without
+    a word of song.sh's own defaults. Now its own header and defaults first, then generate's options; with no
+    installed engine it says so instead of creating a venv."""
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "song.sh"), "--style", "x", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    head, _, tail = proc.stdout.partition("usage: python -m yue2_core generate")
+    assert "makes a song from a style and lyrics" in head and "--max-seconds 20" in head, proc.stdout[:2000]
+    assert "--output is optional here" in head and "--checkpoint" in tail, proc.stdout[-2000:]
+    env = dict(os.environ, SONG_SH_VENV=str(tmp_path / "none"))
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "song.sh"), "-h"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "the engine is not installed yet" in proc.stdout, proc.stdout[-2000:]
+    assert not (tmp_path / "none").exists()

@@ -40,6 +40,20 @@ def test_a_saved_song_with_stdout_full_or_closed_exits_0(tiny_paths, tmp_path):
     assert proc.returncode == 0 and json.loads(proc.stdout)["output"] == str(tmp_path / "c")
 
 
+def test_inspect_into_a_closed_pipe_exits_0_without_a_traceback(tiny_paths):
+    """`inspect … | head` (review finding): the reader went away before the report was written — a
+    BrokenPipeError traceback before; now nothing on stderr and exit 0. The pipe's read end is closed before the
+    child writes (it is still importing torch)."""
+    env = {k: v for k, v in os.environ.items() if k != "YUE2_CHECKPOINT"}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "yue2_core", "inspect", tiny_paths["bf16"]], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err[-2000:]
+    assert "Traceback" not in err and "Broken pipe" not in err and "Exception ignored" not in err, err[-2000:]
+
+
 def test_an_unreadable_adapter_is_an_adapter_error(tmp_path, monkeypatch):
     """chmod 000 on a --lora file gave a PermissionError traceback (the read error is injected: root reads any
     file)."""

@@ -77,6 +77,42 @@ def test_lora_strength_zero_one_and_render_reapplies(files, capsys):
         shutil.move(moved, files["lora"])
 
 
+def test_render_of_a_two_adapter_song_names_every_adapter_and_warns_of_a_partial_lora(files, capsys):
+    """Review finding (2026-12-05): with one of two recorded adapters moved, the hint said "the command line also
+    takes it with --lora PATH"; following it dropped the other adapter and changed a strength without a word. Now
+    the refusal gives the --lora options for all of them, and a --lora that differs from the record warns."""
+    second = files["root"] / "second.safetensors"
+    if not second.exists():
+        lora_synth.write_adapter("aitk", second, inspect_checkpoint(str(files["ckpt"])).dims, rank=2, seed=3)
+    two = _song(files, "two", "--lora", f"{files['lora']}:0.8", "--lora", f"{second}:1:0")
+    capsys.readouterr()
+    moved = files["root"] / "moved_two.safetensors"
+    shutil.move(files["lora"], moved)
+    try:
+        out = files["root"] / "two_gone"
+        assert _run("render", two, "--steps", "2", "--device", "cpu", "--offline", "--output", out) == 2
+        err = capsys.readouterr().err
+        assert "give all 2 with their strengths" in err, err
+        assert "--lora aitk.safetensors:0.8:0.8 --lora second.safetensors:1:0" in err, err
+        out = files["root"] / "two_partial"
+        assert _run("render", two, "--lora", moved, "--steps", "2", "--device", "cpu", "--offline",
+                    "--output", out) == 0
+        err = capsys.readouterr().err
+        assert "warning: --lora replaces the adapters this song was made with" in err, err
+        assert "now moved_two.safetensors:1:1" in err, err
+        out = files["root"] / "two_all"
+        assert _run("render", two, "--lora", f"{moved}:0.8", "--lora", f"{second}:1:0", "--steps", "2",
+                    "--device", "cpu", "--offline", "--output", out) == 0
+        assert "--lora replaces" in capsys.readouterr().err  # another file name: the record cannot vouch for it
+    finally:
+        shutil.move(moved, files["lora"])
+    same = files["root"] / "two_same"
+    assert _run("render", two, "--lora", f"{files['lora']}:0.8", "--lora", f"{second}:1:0", "--steps", "2",
+                "--device", "cpu", "--offline", "--output", same) == 0
+    assert "--lora replaces" not in capsys.readouterr().err
+    assert _same(two, same)
+
+
 def test_vae_flag_changes_audio_not_tokens_and_is_recorded(files):
     base = files["root"] / "base"
     if not base.exists():
