@@ -86,7 +86,7 @@ fi
 args=("$@")
 has() { local a; for a in "${args[@]}"; do [ "$a" = "$1" ] || [[ "$a" == "$1="* ]] && return 0; done; return 1; }  # --opt v, --opt=v
 if ! has --checkpoint && [ -z "${YUE2_CHECKPOINT:-}" ] && \
-   ! "$PY" -c "from yue2_core.weights.locate import comfy_checkpoint_dirs, yue2_files; import sys; sys.exit(0 if any(yue2_files(d) for d in comfy_checkpoint_dirs()) else 1)"; then
+   ! "$PY" -c "from yue2_core.weights.locate import comfy_checkpoint_dirs, yue2_files; import sys; sys.exit(0 if any(yue2_files(d) for d in comfy_checkpoint_dirs()) else 1)" 2>/dev/null; then
     ckpt="$REPO/models/yue2_tiny_bf16.safetensors"
     if [ ! -f "$ckpt" ]; then
         mkdir -p "$REPO/models"

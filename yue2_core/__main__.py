@@ -444,6 +444,14 @@ def cmd_render(args) -> int:
               "does not read it; to make a song from that score: generate --abc-file "
               f"{stray} with the song's style and lyrics", file=sys.stderr)
     resample = saved.score_edited or args.seed is not None
+    edit = saved.config.get("edit")
+    if isinstance(edit, dict) and not resample:  # break-it: the re-render of a spliced song differed without a word
+        cut = edit.get("cut_seconds")
+        at = f"{cut:.2f} s" if type(cut) in (int, float) else "the cut"
+        print(f"warning: this song was made by {edit.get('operation') or 'an edit'} of "
+              f"{edit.get('parent') or 'another song'}: its audio.flac keeps that song's render up to {at} and "
+              "crossfades into a new render; render makes one fresh render of all its music tokens (the same "
+              "tokens), so the audio before the cut will differ from its audio.flac", file=sys.stderr)
     if args.max_seconds is not None and not resample:
         raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
                            "score.abc); without them the saved tokens are re-rendered exactly as they are")
@@ -482,6 +490,10 @@ def cmd_render(args) -> int:
     if resample:
         print("score.abc was edited: sampling new music tokens for it" if saved.score_edited else
               "new seed: sampling new music tokens", file=sys.stderr)
+        if _render_seconds(args.max_seconds, saved.tokens.sampling) is None:  # break-it: silently 9,000 tokens
+            cap = Budgets(None).semantic_sampling().max_tokens
+            print(f"note: the song records no music budget (result.json semantic.sampling); sampling up to the "
+                  f"release's {cap:,} tokens ({cap // FRAMES_PER_SECOND} s) — --max-seconds sets one", file=sys.stderr)
         tokens = semantic(engine.ar, engine.tokenizer, request, saved.score,
                           Budgets(_render_seconds(args.max_seconds, saved.tokens.sampling)).semantic_sampling(),
                           progress)
@@ -683,14 +695,18 @@ def _inspect_other(path: str, dims=None) -> tuple[dict | None, dict]:
 
 def cmd_make_synthetic(args) -> int:
     from .weights.synthetic import write_synthetic_checkpoint
-    if Path(args.output).is_dir():
-        raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")
-    parent = next((p for p in Path(args.output).absolute().parents if p.exists() or p.is_symlink()), None)
-    if parent is not None and not parent.is_dir():  # break-it: "cannot write …: File exists"
-        raise YuE2Error(f"--output {args.output}: {parent} is a file, not a folder; give a path in a folder")
-    if (Path(args.output).exists() or Path(args.output).is_symlink()) and not args.force:
-        raise YuE2Error(f"--output {args.output} exists; a synthetic checkpoint (random weights) never replaces a "
-                        "file unless --force is given")
+    try:  # Python 3.11's pathlib raises for a name too long or a folder without permission (break-it finding)
+        if Path(args.output).is_dir():
+            raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")
+        parent = next((p for p in Path(args.output).absolute().parents if p.exists() or p.is_symlink()), None)
+        if parent is not None and not parent.is_dir():  # break-it: "cannot write …: File exists"
+            raise YuE2Error(f"--output {args.output}: {parent} is a file, not a folder; give a path in a folder")
+        if (Path(args.output).exists() or Path(args.output).is_symlink()) and not args.force:
+            raise YuE2Error(f"--output {args.output} exists; a synthetic checkpoint (random weights) never replaces "
+                            "a file unless --force is given")
+    except OSError as exc:
+        shown = args.output if len(args.output) <= 120 else args.output[:100] + "…"
+        raise YuE2Error(f"--output {shown}: cannot use this path ({exc.strerror or exc})") from None
     try:
         report = write_synthetic_checkpoint(args.output, profile=args.profile, fmt=args.format, seed=args.seed)
     except OSError as exc:
@@ -912,7 +928,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("render", help="re-render a saved song directory (exact ids, or an edited score.abc)",
                        description="Render a saved song again into a new directory. Unchanged, its saved music tokens "
-                                   "are rendered as they are (the same audio with the same seed and weights); with "
+                                   "are rendered as they are (the same audio with the same seed and weights; a song "
+                                   "made by the Regenerate / Continue nodes gets one fresh render of its tokens, not "
+                                   "their splice); with "
                                    "--seed, new music tokens are sampled after the same lead sheet; if you edited its "
                                    "score.abc, new music tokens are sampled after your score (--max-seconds caps "
                                    "them). --lora/--vae swap the adapters or the VAE the song was made with.")

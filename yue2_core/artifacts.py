@@ -739,7 +739,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     score.abc over 800,000 bytes (or 200,000 characters) raises BudgetError at once. score.abc is read as its exact
     bytes decoded as UTF-8 (CRLF kept), so it tokenizes to the ids saved with it. Arrays are read with
     allow_pickle=False; only files listed in the manifest are read."""
-    from .constants import CODEC_SIZE, COT_MODES, DEFAULT_CFG, EOD, LATENT_DIM, VOCAB_SIZE
+    from .constants import CODEC_SIZE, CONTEXT, COT_MODES, DEFAULT_CFG, EOD, LATENT_DIM, VOCAB_SIZE
     from .errors import BudgetError, ScoreError
     from .protocol import MAX_TEXT_CHARS, SEED_MAX
     root = Path(song_dir)
@@ -852,10 +852,16 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
                   DEFAULT_CFG.get(cot, 1.0))
     if isinstance(cfg, bool) or not isinstance(cfg, (int, float)) or not np.isfinite(cfg):
         raise ArtifactError(f"{root}: result.json semantic.cfg_scale must be a finite number, got {cfg!r}")
+    sampling = sem.get("sampling")  # absent or null: not recorded; anything else must be what save_song writes
+    cap = sampling.get("max_tokens") if isinstance(sampling, dict) else None
+    if (sampling is not None and not isinstance(sampling, dict)) or (
+            cap is not None and (type(cap) is not int or not 1 <= cap <= CONTEXT)):  # break-it: was taken as absent
+        raise ArtifactError(f"{root}: result.json semantic.sampling must be an object with max_tokens an integer in "
+                            f"[1, {CONTEXT}], got {json.dumps(sampling, ensure_ascii=False)[:80]} — the file was "
+                            "edited or damaged; restore it")
     tokens = SemanticTokens(codes=codes, prefix=prefix, score=original, request=request,
                             seed=_int_field(sem.get("seed", request.get("seed", 0)), "the semantic seed", SEED_MAX),
-                            cfg_scale=float(cfg), sampling=sem.get("sampling") if isinstance(sem.get("sampling"),
-                                                                                              dict) else {},
+                            cfg_scale=float(cfg), sampling=sampling or {},
                             ended=bool(sem.get("ended", True)),
                             timing=sem.get("timing") if isinstance(sem.get("timing"), dict) else {})
     latents = None

@@ -116,6 +116,8 @@ def take_seeds(seed: int, n: int, seeds=None) -> list[int]:
     """Per-take seeds: `seeds` when given (n distinct-or-not integers in [0, 2^63−1]), else seed + i (wrapping)."""
     if seeds is None:
         return [(int(seed) + i) % (SEED_MAX + 1) for i in range(n)]
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):  # break-it: seeds=5 was a TypeError
+        raise RequestError(f"seeds must be a list of {n} integers (one per candidate), got {seeds!r}")
     seeds = list(seeds)
     if len(seeds) != n:
         raise RequestError(f"{n} candidates need {n} seeds, got {len(seeds)}")
@@ -192,8 +194,10 @@ def candidates(engine, request: SongRequest, n: int, budgets=None, seeds=None, p
     from .edit import model_parts
     from .fast.decode import PhaseDecoder
     from .pipeline import Budgets, Score, SemanticTokens, Song, decode, render, request_dict
+    from .nar import check_steps
     if type(n) is not int or not 1 <= n <= MAX_N:
         raise RequestError(f"the number of candidates must be an integer in [1, {MAX_N}], got {n!r}")
+    steps = check_steps(steps)
     parts = model_parts(engine)
     ar, tok = parts.ar, parts.tokenizer
     budgets = budgets or Budgets()

@@ -248,10 +248,11 @@ def bar_starts(abc: str | None) -> list[tuple[int, float]]:
     return [(bar.number, float(bar.start * per_unit)) for bar in bars]
 
 
-_BAR_RE = re.compile(r"\s*(?:bar|b|m)\s*[:#=]?\s*(\d+)\s*", re.I)
-_SEC_FULL = re.compile(r"\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)\s*(?:s|sec|seconds)?\s*", re.I)
+# ASCII digits only (re.ASCII): "token ١٢" or "٣s" were read as 12 and 3 (break-it finding, as --lora FILE:٣)
+_BAR_RE = re.compile(r"\s*(?:bar|b|m)\s*[:#=]?\s*(\d+)\s*", re.I | re.ASCII)
+_SEC_FULL = re.compile(r"\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)\s*(?:s|sec|seconds)?\s*", re.I | re.ASCII)
 MAX_CUT_TEXT = 64  # a cut is a short text; longer ones are refused before any matching
-_TOK_RE = re.compile(r"\s*(?:token|tok|t)\s*[:#=]?\s*(-?\d+)\s*", re.I)
+_TOK_RE = re.compile(r"\s*(?:token|tok|t)\s*[:#=]?\s*(-?\d+)\s*", re.I | re.ASCII)
 
 
 def _parse_cut(cut) -> tuple[str, float]:

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .constants import CODEC_OFFSET, CODEC_SIZE, CONTEXT, LATENT_DIM, MUSIC_END, RAW_T_CLAMP
+from .constants import CODEC_OFFSET, CODEC_SIZE, CONTEXT, LATENT_DIM, MAX_ODE_STEPS, MUSIC_END, RAW_T_CLAMP
 from .errors import RequestError
 from .layers import UNMASKED_BACKENDS, Block, ModelDims, RMSNorm, make_linear, rope_cos_sin, unmasked_attention
 from .switches import choice, flag
@@ -367,8 +367,7 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None) 
 def raw_timesteps(steps: int = 32) -> list[tuple[float, float]]:
     """(raw_t, raw_t_mid) per midpoint step: clamp(logit(t), ±20) in float64 for t = 1 − k/steps and t − 1/(2·steps)
     (runtime.md §5.6; t = 1 gives 20, t = 0 is never evaluated)."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise RequestError(f"steps must be a positive integer, got {steps!r}")
+    check_steps(steps)
     dt = 1.0 / steps
     out = []
     for k in range(steps):
@@ -377,6 +376,17 @@ def raw_timesteps(steps: int = 32) -> list[tuple[float, float]]:
                 for x in (t, t - dt / 2)]
         out.append((pair[0], pair[1]))
     return out
+
+
+def check_steps(steps) -> int:
+    """`steps` if it is an integer number of ODE steps in [1, MAX_ODE_STEPS] (constants.py; the release renders
+    32), else RequestError. Called before any model work: a value the save would refuse (> 1000), or a zero, once
+    failed only after the lead sheet and the music tokens had been sampled (break-it finding)."""
+    import numbers
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 1 <= steps <= MAX_ODE_STEPS:
+        raise RequestError(f"steps (ODE steps of the flow-matching render) must be an integer in [1, "
+                           f"{MAX_ODE_STEPS}] — the release renders 32 —, got {steps!r}")
+    return int(steps)
 
 
 ODE_METHODS = ("midpoint", "ab2")  # solve(method=…): the release's explicit midpoint (default), opt-in AB2

@@ -206,7 +206,9 @@ def render(ar, nar, tokens: SemanticTokens, steps: int = ODE_STEPS, seed: int | 
     """Stage 3: flow-matching render of the codes → latents [T, 64] fp32 (CPU). `seed` defaults to the tokens'
     seed (the noise is `randn((T, 64))` from a CPU generator with that seed). `method`: the ODE solver, "midpoint"
     (the release's) or the opt-in one-evaluation "ab2" (`nar.solve`); RequestError for another."""
+    from .nar import check_method, check_steps
     codes = validate_codes(tokens.codes)
+    steps, method = check_steps(steps), check_method(method)
     seed = tokens.seed if seed is None else seed
     on_step = None if progress is None else (lambda done, total: progress("render", done, total, {}))
     from .fast import select_render
@@ -396,8 +398,9 @@ class YuE2Engine:
         ODE solver (`render`), recorded as the song's ode_method."""
         budgets = budgets or Budgets()
         request = request.validate()
-        from .nar import check_method
-        check_method(method)  # a bad method fails before the AR phases, not after them
+        from .nar import check_method, check_steps
+        check_method(method)  # a bad method or step count fails before the AR phases, not after them
+        steps = check_steps(steps)
         sem = budgets.semantic_sampling()
         timing = {}
         t = time.perf_counter()

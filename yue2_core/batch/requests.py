@@ -157,7 +157,26 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
             bad.append(RowError(number, rid if rid_ok else None, f"line {number}: {exc}"))
     if rows == 0:
         raise RequestError(f"request file {path} holds no requests (one JSON object per line)")
+    if not good and rows > 1 and all(" is not JSON" in e.message for e in bad):
+        _refuse_one_document(path, text)
     return good, bad
+
+
+def _refuse_one_document(path: Path, text: str) -> None:
+    """RequestError when the whole file is one JSON document spread over lines (pretty-printed, a list of rows, a
+    batch output's batch.json) — break-it finding: it was refused line by line, 138 "line N is not JSON" rows.
+    Returns when the file is not valid JSON as a whole either (then the row errors stand)."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return
+    kind = {dict: "object", list: "list"}.get(type(doc), "value")
+    hint = (" (it is a batch output's batch.json: to finish that batch run `batch` with the same request file, "
+            "--output that folder and --resume)" if path.name == "batch.json" else "")
+    fix = (" — a list of rows becomes JSONL with `jq -c '.[]' FILE`" if kind == "list" else "")
+    raise RequestError(f"request file {path} is one JSON {kind} spread over {text.count(chr(10)) + 1} lines, not "
+                       f"JSONL: batch reads one JSON object per line, each a request such as "
+                       f'{{"id": "song1", "style": "…", "lyrics": "…"}}{fix}{hint}')
 
 
 def parse_row(row: dict, line: int, root: Path, *, max_seconds=None, max_abc_tokens=None) -> BatchRequest:

@@ -15,17 +15,31 @@ HF_FILE = "checkpoints/yue2_3b_int8_convrot.safetensors"  # 3.69 GB; the bf16 fi
 
 def comfy_checkpoint_dirs() -> list[Path]:
     """ComfyUI checkpoint folders: $COMFYUI_PATH/models/checkpoints, and the one next to the custom_nodes folder
-    this package sits in (ComfyUI/custom_nodes/<pack>/yue2_core → ComfyUI/models/checkpoints)."""
+    this package sits in (ComfyUI/custom_nodes/<pack>/yue2_core → ComfyUI/models/checkpoints). CheckpointError
+    naming the variable when $COMFYUI_PATH / $COMFYUI_DIR gives a path that cannot be looked at (too long, no
+    permission: Python 3.11's is_dir raises for those; break-it finding)."""
     dirs = []
     for env in ("COMFYUI_PATH", "COMFYUI_DIR"):
         if os.environ.get(env):
-            dirs.append(Path(os.environ[env]) / "models" / "checkpoints")
+            dirs.append((env, Path(os.environ[env]) / "models" / "checkpoints"))
     here = Path(__file__).resolve()
     for parent in here.parents:
         if parent.name == "custom_nodes":
-            dirs.append(parent.parent / "models" / "checkpoints")
+            dirs.append((None, parent.parent / "models" / "checkpoints"))
             break
-    return [d for d in dirs if d.is_dir()]
+    found = []
+    for env, d in dirs:
+        try:
+            if d.is_dir():
+                found.append(d)
+        except OSError as exc:
+            if env is None:
+                continue
+            shown = os.environ[env] if len(os.environ[env]) <= 80 else os.environ[env][:60] + "…"
+            raise CheckpointError(f"the environment variable {env}={shown!r} ({len(os.environ[env])} characters) "
+                                  f"cannot be searched for checkpoints: {exc.strerror or exc} at its models/"
+                                  f"checkpoints; fix or unset it") from None
+    return found
 
 
 def yue2_files(folder: Path) -> list[Path]:
