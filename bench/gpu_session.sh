@@ -24,10 +24,6 @@
 #                                      # test, then bench/profile_decode.py's int8 step with eight prefetch plans (L2_BF16=1:
 #                                      # bf16 too, given its checkpoint; L2_ARGS: more --l2 specs), and the 8-row step's
 #                                      # idle gaps between kernels in the graph replay (--gaps); ~4 min
-#   bash bench/gpu_session.sh topk     # the finish kernel's own candidate selection (YUE2_TOPK=kernel, opt-in): its
-#                                      # GPU tests, the sampling tail alone (bench/topk_tail.py) and the int8 step at 1,
-#                                      # 2 and 8 rows (TOPK_ROWS) with it and with torch.topk (profile_decode.py
-#                                      # --only-topk); ~5 min — not yet run: the next GPU session's first call
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
@@ -67,7 +63,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|topk|layer|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -115,16 +111,6 @@ for part in "$@"; do
       "$PY" -c "import cuda.bindings" 2>/dev/null || { [ -d .gpuwheels ] && "$PY" -m pip install --no-index \
         --find-links .gpuwheels cuda-bindings >/dev/null 2>&1; }
       "$PY" bench/overlap_split.py ${SPLIT_ARGS:-} 2>&1 | tee "$OUT/overlap_split.log" ;;
-    topk)
-      "$PY" -m pytest tests/core/test_cuda_fast.py -k "selection or kernel_tail" -s -q -p no:cacheprovider 2>&1 \
-        | tee "$OUT/topk_tests.log"
-      "$PY" bench/topk_tail.py ${TOPK_ARGS:-} 2>&1 | tee "$OUT/topk_tail.log"
-      [ -f /tmp/yue2bench/yue2_full_int8.safetensors ] || "$PY" -c "from yue2_core.weights.synthetic import \
-write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', profile='full', fmt='int8', device='cuda')"
-      for rows in ${TOPK_ROWS:-1 2 8}; do
-        "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --only-topk --rows "$rows" \
-          --top 8 2>&1 | tee "$OUT/profile_topk_rows$rows.log"
-      done ;;
     nar)
       "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
     layer)

@@ -4,9 +4,8 @@ kernel count, and the kernels ranked by GPU time — for each decode configurati
     python bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_bf16.safetensors [--rows 1] [--top 15]
 
 The checkpoint is any YuE2 all-in-one file (bench/bench.py writes full-size synthetic ones to /tmp/yue2bench).
-Configurations: the default fused step, the same with its finish kernel selecting the sampling candidates instead of
-torch.topk (YUE2_TOPK=kernel; --only-topk: these two alone), the PyTorch sampling tail, the attention merged by a
-separate kernel, int8 inputs rotated by cuBLAS, the default without programmatic dependent launch, library GEMVs; with --gemv-table a GEMV configuration file too,
+Configurations: the default fused step, the attention merged by a separate kernel, int8 inputs rotated by cuBLAS,
+the default without programmatic dependent launch, library GEMVs; with --gemv-table a GEMV configuration file too,
 with --all also the unfused torch-ops step; with --l2 SPEC[@BLOCKS:KB] (repeatable) the step with that L2 weight
 prefetch plan (YUE2_L2_PREFETCH, fast/l2_prefetch.py), --only-l2 for the default and those alone.
 Kernel times come from torch.profiler on eager steps (same kernels as the graph); the gap between the replay time
@@ -35,7 +34,7 @@ def _dev_time(evt) -> float:
 
 
 SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE",
-            "YUE2_GEMV_TABLE", "YUE2_SAMPLER", "YUE2_TOPK", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
+            "YUE2_GEMV_TABLE", "YUE2_SAMPLER", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
 
 
 def kernel_gaps(spans, steps: int, top: int = 8):
@@ -185,8 +184,6 @@ def main():
     ap.add_argument("--gaps", action="store_true",
                     help="also trace graph replays and rank the idle gaps between kernels by the kernels around them")
     ap.add_argument("--only-l2", action="store_true", help="profile the default and the --l2 specs only")
-    ap.add_argument("--only-topk", action="store_true",
-                    help="profile the default and the default with YUE2_TOPK=kernel only")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("profile_decode.py needs a CUDA GPU")
@@ -196,17 +193,13 @@ def main():
     variants = [
         ("default: fused + split attention + split-K GEMV + PDL (int8: inputs rotated by the producers) + sampling "
          "tail in kernels", True, {}),
-        ("default with the finish kernel selecting the candidates (YUE2_TOPK=kernel, opt-in)", True,
-         {"YUE2_TOPK": "kernel"}),
-        ("default with the PyTorch sampling tail", True, {"YUE2_SAMPLER": "torch"}),
+        ("default with the PyTorch sampling tail (previous default)", True, {"YUE2_SAMPLER": "torch"}),
         ("attention splits merged by a separate kernel", True, {"YUE2_ATTN_MERGE": "kernel"}),
         ("int8 inputs rotated by cuBLAS", True, {"YUE2_INT8_ROT": "cublas"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
     if args.only_l2:
         variants = variants[:1]
-    elif args.only_topk:
-        variants = variants[:2]
     for spec in args.l2:
         spec_, _, grid_ = spec.partition("@")
         env = {"YUE2_L2_PREFETCH": spec_, **({"YUE2_L2_PREFETCH_GRID": grid_} if grid_ else {})}

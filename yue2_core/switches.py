@@ -15,14 +15,11 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_LAYER_TILES      a JSON object of that kernel's tiles over fast/persistent.py's TILES (tuning)
     YUE2_ATTN_MERGE       split (default) | kernel: who merges the decode attention's splits (fast/fused.py)
     YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
-    YUE2_TOPK             torch (default) | kernel: who selects the top-k candidates in the kernel tail — torch.topk,
-                          or its finish kernel on rows of the semantic slice's width (opt-in, not yet run on a GPU;
-                          fast/sample_kernels.py)
     YUE2_NAR_ATTN         auto (fa3 on Hopper when installed, else gqa) | gqa | fa3 | cudnn | flash | efficient | math:
                           attention backend of the NAR (nar.py, fast/flash_attn.py)
     YUE2_NAR_GRAPH=0      the NAR velocity eagerly instead of replayed from a CUDA graph per chunk (nar.py)
     YUE2_L2_PREFETCH      off (default) | POINT:W[,W…][;…]: weights pulled into L2 ahead of the decode products on a
-                          side branch of the step; experimental, measured slower on an H200 (fast/l2_prefetch.py)
+                          side branch of the step; experimental, not yet measured (fast/l2_prefetch.py)
     YUE2_L2_PREFETCH_GRID BLOCKS:PIECE_KB of that prefetch kernel (default 8:64)
     YUE2_GEMV_TABLE       a JSON file of GEMV launch configurations (bench/gemv_sweep.py --json) over the built-in ones
     YUE2_LORA_INT8        side (default) | bf16: adapters on int8 AR layers as an exact fp32 side delta, or merged into

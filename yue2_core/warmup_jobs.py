@@ -43,7 +43,7 @@ STAGE_TIMEOUT = 120.0  # s the parent waits for the children at one stage before
 CHILD_OVERHEAD = 3 * 2 ** 30  # bytes of a child beyond its shadow's embedding and head: CUDA context, VAE tile, caches
 # the environment switches that change which kernels a song compiles (part of the marker key)
 KERNEL_SWITCHES = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
-                   "YUE2_DECODE_ATTN", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_TOPK", "YUE2_NAR_ATTN",
+                   "YUE2_DECODE_ATTN", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_NAR_ATTN",
                    "YUE2_NAR_GRAPH", "YUE2_GEMV_TABLE", "YUE2_LORA_INT8", "YUE2_LAYER_KERNEL", "YUE2_LAYER_TILES",
                    "TRITON_INTERPRET")
 
@@ -230,7 +230,6 @@ def _indexed(device):
 def child_spec(plan, device, shard: int, shards: int, test: dict | None = None) -> dict:
     """What a child needs (JSON): the checkpoint (and separate VAE) path from `plan.source`, dtype, parts, budgets,
     int8_layers, cfg_pair, phases, the device and its shard of the kernels."""
-    import torch
     source = plan.source or {}
     return {"path": source.get("path"), "vae": source.get("vae"), "dtype": str(plan.dtype).replace("torch.", ""),
             "parts": list(plan.parts), "budgets": budgets_dict(plan.budgets) if plan.budgets is not None else None,

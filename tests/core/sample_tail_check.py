@@ -11,16 +11,6 @@ from yue2_core.fast.sampler import SLICES, TIE_PAD, static_mask
 from yue2_core.protocol import Sampling
 
 
-def canonical_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The top k of each row of x [G, W] fp32 in PyTorch's CUDA top-k order, on any device: by the radix key it
-    compares (−0.0 below +0.0, NaN above everything), ties in column order (a stable sort of the keys)."""
-    bits = x.contiguous().view(torch.int32).long() & 0xFFFFFFFF
-    key = torch.where(bits >= 0x80000000, bits ^ 0xFFFFFFFF, bits | 0x80000000)
-    key = torch.where(x != x, torch.full_like(key, 0xFFFFFFFF), key)
-    order = torch.sort(key, dim=1, descending=True, stable=True).indices[:, :k].contiguous()
-    return x.gather(1, order), order
-
-
 def cases(cfg_dtype: torch.dtype) -> list:
     """(phase, sampling, cfg, logits dtype, songs, forced {step: column}): CFG, temperatures below / at / above 1,
     top-p on and off, penalties on and off, the end token blocked then allowed, forced tokens, the ABC slice with
@@ -37,38 +27,18 @@ def cases(cfg_dtype: torch.dtype) -> list:
     ]
 
 
-def compare(device: str, all_cases: list, repeat: int = 1, seed: int = 0, per_row: bool = False,
-            select: bool = False) -> dict:
-    """Runs every case `repeat` times. Returns {"steps", "selected" (steps where the kernel tail selected its own
-    candidates, `sample_kernels.select_blocks`), "score_mismatches" (steps whose processed scores — the input of the
-    selection — differ anywhere), "state_mismatches" [(case, step, name)]}; after a state mismatch the
+def compare(device: str, all_cases: list, repeat: int = 1, seed: int = 0, per_row: bool = False) -> dict:
+    """Runs every case `repeat` times. Returns {"steps", "score_mismatches" (steps whose processed scores — the
+    input of torch.topk — differ anywhere), "state_mismatches" [(case, step, name)]}; after a state mismatch the
     case continues from the PyTorch tail's state. `per_row`: a step and a budget per row (`fast.refill`: step [G], row
     g starting at step g, its own min/max tokens, the step-indexed buffers one slot longer), cases of one song
-    skipped. `select`: the kernel tail with YUE2_TOPK=kernel (its finish kernel selecting the candidates)."""
-    import os
-    before = os.environ.get("YUE2_TOPK")
-    os.environ["YUE2_TOPK"] = "kernel" if select else "torch"
-    try:
-        return _compare(device, all_cases, repeat, seed, per_row)
-    finally:
-        if before is None:
-            os.environ.pop("YUE2_TOPK", None)
-        else:
-            os.environ["YUE2_TOPK"] = before
-
-
-def _compare(device: str, all_cases: list, repeat: int, seed: int, per_row: bool) -> dict:
+    skipped."""
     captured = []
     real_topk = torch.Tensor.topk
 
-    def recording_topk(self, k, dim=-1, largest=True, sorted=True):
+    def recording_topk(self, *a, **kw):
         captured.append(self.clone())
-        if self.is_cuda:
-            return real_topk(self, k, dim=dim, largest=largest, sorted=sorted)
-        # on the CPU torch.topk orders ties arbitrarily; PyTorch's CUDA top-k (what the kernel tail's own selection
-        # reproduces, checked by the CUDA run of this comparison) puts them in column order, as canonical_topk does
-        assert largest and dim in (1, -1) and self.dim() == 2, (largest, dim)
-        return canonical_topk(self, k)
+        return real_topk(self, *a, **kw)
 
     gen = torch.Generator(device=device).manual_seed(seed)
     result = {"steps": 0, "score_mismatches": 0, "state_mismatches": []}
@@ -109,12 +79,9 @@ def _compare(device: str, all_cases: list, repeat: int, seed: int, per_row: bool
                             a["out"], a["done"], a["tokens"], budget=budget)
                 tail(logits, b["step"], b["ring"], b["ring_w"], mask, noise, forced_t, b["out"], b["done"],
                      b["tokens"], cfg=cfg, budget=budget)
-                # the kernel tail's processed scores: its torch.topk input, or (selecting itself) its scores buffer
-                assert len(captured) == (2 if tail.blocks is None else 1), len(captured)
-                mine = captured[1] if tail.blocks is None else tail.scores
+                assert len(captured) == 2, len(captured)
                 result["steps"] += 1
-                result["selected"] = result.get("selected", 0) + int(tail.blocks is not None)
-                result["score_mismatches"] += int(not torch.equal(captured[0], mine))
+                result["score_mismatches"] += int(not torch.equal(captured[0], captured[1]))
                 for name in ("ring", "ring_w", "out", "done", "tokens"):
                     if not torch.equal(a[name], b[name]):
                         result["state_mismatches"].append((ci, step, name))

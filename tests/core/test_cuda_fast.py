@@ -220,39 +220,11 @@ def test_kernel_tail_equals_torch_tail_on_gpu():
 
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
-def test_kernel_tail_selecting_its_candidates_equals_torch_tail_on_gpu():
-    """The same 820 steps with YUE2_TOPK=kernel: the finish kernel selects the semantic steps' candidates itself
-    (700 steps) — processed scores equal, the sampled state equal as with torch.topk."""
-    from tests.core.sample_tail_check import cases, compare
-    r = compare("cuda", cases(torch.bfloat16), repeat=20, select=True)
-    steps = sorted({(c, st) for c, st, _ in r["state_mismatches"]})
-    print(f"sampling tail selecting its candidates vs PyTorch on CUDA: {r['steps']} steps ({r['selected']} "
-          f"selected); processed scores differ in {r['score_mismatches']}; sampled state differs in {len(steps)} "
-          f"steps {steps[:10]}")
-    assert r["steps"] == 820 and r["selected"] == 700 and r["score_mismatches"] == 0
-    assert len(steps) <= r["steps"] // 100
-
-
-@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
-def test_finish_kernel_selection_equals_topk_on_gpu():
-    """The finish kernel's own candidate selection against `torch.topk` on CUDA, tie-heavy rows of the semantic
-    slice's width (32,768 + 16 columns) and of 33,792 (a full 1,024-column tail block): the entries ≥ the k-th
-    value equal bit for bit, columns and tie order included, and −inf after them."""
-    from tests.core.select_check import compare
-    for width in (32769, 33792):
-        r = compare("cuda", W=width, G=3)
-        print(f"selection vs torch.topk, {width} columns: {r['cases']} cases, mismatches {r['mismatches'][:6]}")
-        assert r["cases"] == 18 and not r["mismatches"]
-
-
-@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
-@pytest.mark.parametrize("topk", ["torch", "kernel"])
-def test_graph_decoder_kernel_tail_matches_torch_tail(engines, monkeypatch, topk):
+def test_graph_decoder_kernel_tail_matches_torch_tail(engines, monkeypatch):
     """Two songs sampled (temperature 1, top-p 0.95, penalty 1.2) for 256 tokens in the CUDA graph with the kernel
     tail and with the PyTorch tail, same seeds: the streams agree (printed: the first differing position, if
     any; at least the first 128 tokens must agree)."""
     eng, _ = engines
-    monkeypatch.setenv("YUE2_TOPK", topk)  # the kernel tail with torch.topk, or selecting its own candidates
     sp = semantic_prefix(SongRequest("pop", "la la", cot="full"), [], eng.tokenizer.encode)
     s = Sampling(temperature=1.0, min_tokens=256, max_tokens=256)
     out = {}

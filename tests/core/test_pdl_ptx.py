@@ -118,17 +118,10 @@ def _kernels():
               budget_ptr="*i64", K="i32", k="i32",
               G="i32", R="i32", P="i32", top_p="fp32", max_tokens="i32", end_col="i32", start="i32"),
          dict(TOPP=True, KP=512, LIBDEVICE=True, **e), {}),
-        ("sampling finish selecting its candidates", sk.finish_kernel,
-         dict(val_ptr="*fp32", col_ptr="*i32", noise_ptr="*fp32", step_ptr="*i64", forced_ptr="*i64",
-              out_ptr="*i64", orow="i32", ring_ptr="*i64", ringw_ptr="*fp32", done_ptr="*i1", tok_ptr="*i64",
-              budget_ptr="*i64", K="i32", k="i32", G="i32", R="i32", P="i32", top_p="fp32", max_tokens="i32",
-              end_col="i32", start="i32", scores_ptr="*fp32", W="i32", sk_ptr="*i32", sc_ptr="*i32"),
-         dict(TOPP=True, KP=512, LIBDEVICE=True, SELECT=True, MAIN=32768, TAIL=16, **e), {"num_warps": 16}),
     ]
     # continuous batching (fast.refill): the same two kernels reading a step and a budget per row
     out += [(name + ", a step per row", fn, types, {**consts, "ROWS": True}, opts)
-            for name, fn, types, consts, opts in out if fn in (sk.scores_kernel, sk.finish_kernel)
-            and not consts.get("SELECT")]  # (the selection's ROWS variant only adds compile time: ~10 s each)
+            for name, fn, types, consts, opts in out if fn in (sk.scores_kernel, sk.finish_kernel)]
     return out
 
 

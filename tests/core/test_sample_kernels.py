@@ -21,40 +21,14 @@ INTERPRETER_BLOCK = ("import os\n"
                      "from yue2_core.fast import sample_kernels as _sk\n"
                      "_sk.BLOCK = 16384\n")
 
-# The PyTorch tail's torch.topk on the CPU orders tied scores arbitrarily; on CUDA (and in the kernel tail's own
-# selection) they come in column order. Decoders compared across the two tails on the CPU get CUDA's order.
-CUDA_TIE_ORDER = ("import torch\n"
-                  "from tests.core.sample_tail_check import canonical_topk\n"
-                  "torch.Tensor.topk = lambda self, k, dim=-1, largest=True, sorted=True: canonical_topk(self, k)\n")
-
-
 def test_kernel_tail_equals_torch_tail():
-    """Every case of `sample_tail_check.cases` (CFG in fp16: see there), 41 steps in all, with torch.topk selecting
-    (the default): processed scores and state equal at every step."""
+    """Every case of `sample_tail_check.cases` (CFG in fp16: see there), 41 steps in all: processed scores and state
+    equal at every step."""
     code = (INTERPRETER_BLOCK +
             "import torch\n"
             "from tests.core.sample_tail_check import cases, compare\n"
             "r = compare('cpu', cases(torch.float16))\n"
             "assert r['steps'] == 41 and r['score_mismatches'] == 0 and not r['state_mismatches'], r\n"
-            "assert r['selected'] == 0, r  # torch.topk: the default\n"
-            "print('ok')\n")
-    _run_ok(code, interpret=True)
-
-
-def test_kernel_tail_selecting_its_candidates_equals_torch_tail():
-    """YUE2_TOPK=kernel (opt-in): the finish kernel selects the candidates of every semantic step itself — the CFG
-    case in fp16 with top-p, a penalty, ties at the top on odd steps and a forced token, cut to 5 steps (an interpreted
-    selection over 32,769 columns takes seconds; the GPU test runs all 700, `test_finish_kernel_selection_equals_topk`
-    the tie-heavy rows and k = 1): processed scores and state equal the PyTorch tail's."""
-    code = (INTERPRETER_BLOCK +
-            "import torch\n"
-            "from tests.core.sample_tail_check import cases, compare\n"
-            "all_cases = cases(torch.float16)\n"
-            "from dataclasses import replace\n"
-            "phase, s, cfg, dt, G, forced = all_cases[1]\n"
-            "r = compare('cpu', [(phase, replace(s, max_tokens=5), cfg, dt, G, forced)], select=True)\n"
-            "assert r['steps'] == 5 and r['score_mismatches'] == 0 and not r['state_mismatches'], r\n"
-            "assert r['selected'] == 5, r\n"
             "print('ok')\n")
     _run_ok(code, interpret=True)
 
@@ -66,48 +40,17 @@ def test_kernel_tail_with_a_step_per_row_equals_torch_tail():
     code = (INTERPRETER_BLOCK +
             "import torch\n"
             "from tests.core.sample_tail_check import cases, compare\n"
-            "r = compare('cpu', cases(torch.float16), per_row=True)  # torch.topk (the default)\n"
+            "r = compare('cpu', cases(torch.float16), per_row=True)\n"
             "assert r['steps'] == 17 and r['score_mismatches'] == 0 and not r['state_mismatches'], r\n"
             "print('ok')\n")
     _run_ok(code, interpret=True)
-
-
-def test_finish_kernel_selection_equals_topk():
-    """The finish kernel's own selection (`_sample_triton._select`, the semantic slice's 32,769 columns as a block
-    of 32,768 and one of 16) gives the entries ≥ the k-th value in PyTorch's CUDA top-k order — value bits, column,
-    ties in column order, +0.0 before −0.0 — and −inf after them, on tie-heavy rows (`select_check`; the CUDA run
-    in test_cuda_fast.py compares with torch.topk itself)."""
-    code = ("from tests.core.select_check import compare\n"
-            "r = compare('cpu', G=1, ks=((100, 356), (7, 263)))\n"
-            "assert r['cases'] == 12 and not r['mismatches'], r\n"
-            "print('ok')\n")
-    _run_ok(code, interpret=True)
-
-
-def test_selection_blocks_and_switch(monkeypatch):
-    """Which rows the finish kernel selects from (a power-of-two block ≤ 32,768 columns and a tail ≤ 1,024), and
-    YUE2_TOPK: unset or "torch" keeps torch.topk, "kernel" opts in, anything else is refused naming the switch."""
-    from yue2_core.errors import RequestError
-    from yue2_core.fast import sample_kernels as sk
-    from yue2_core.fast.sampler import SLICES
-    assert sk.select_blocks(SLICES["semantic"].width) == (32768, 16)
-    assert sk.select_blocks(SLICES["abc"].width) is None
-    assert sk.select_blocks(32768) == (32768, 16) and sk.select_blocks(33792) == (32768, 1024)
-    assert sk.select_blocks(33793) is None and sk.select_blocks(100) == (64, 64)
-    monkeypatch.delenv("YUE2_TOPK", raising=False)
-    assert sk.select_choice() == "torch"
-    monkeypatch.setenv("YUE2_TOPK", "kernel")
-    assert sk.select_choice() == "kernel"
-    monkeypatch.setenv("YUE2_TOPK", "triton")
-    with pytest.raises(RequestError, match="YUE2_TOPK"):
-        sk.select_choice()
 
 
 def test_decoder_chooses_the_tail(tiny_paths, monkeypatch):
     """A fused decoder with sampling uses the kernel tail and samples the same tokens as with YUE2_SAMPLER=torch;
     greedy decoding, the legacy `off` mode and unfused decoders keep the PyTorch tail; a bad switch value is refused
     before any work."""
-    code = (INTERPRETER_BLOCK + CUDA_TIE_ORDER + tiny_fp16_ar(tiny_paths["bf16"]) +
+    code = (INTERPRETER_BLOCK + tiny_fp16_ar(tiny_paths["bf16"]) +
             "import os\n"
             "s = Sampling(temperature=1.0, top_p=0.9, top_k=50, min_tokens=2, max_tokens=8)\n"
             "runs = {}\n"

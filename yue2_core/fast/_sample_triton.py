@@ -6,10 +6,7 @@
                     step < min_tokens, the windowed repetition penalty (count per column from the ring, factor from
                     a table), the temperature — the processed scores `sampler.candidates` computes, bit for bit
     finish_kernel   program (row g) over the top_k + TIE_PAD sorted candidates: top-k ties, top-p, the exponential
-                    race with the step's Exp(1) draws, teacher forcing, out / ring / done / next input tokens.
-                    SELECT: the program first selects those candidates itself from its row of scores (`_select`: an
-                    exact radix select of the k-th value, the entries above it and its ties in column order, then
-                    sorted) instead of reading `torch.topk`'s output — rows of ≤ 2·MAIN columns (the semantic slice)
+                    race with the step's Exp(1) draws, teacher forcing, out / ring / done / next input tokens
 
 ROWS (continuous batching, `fast.refill`): each row reads its own step (step [G]) and its own budget (budget [G, 2]:
 min_tokens, max_tokens) instead of the batch's; `orow` is the output's row stride (max_tokens, or + 1 spare slot).
@@ -83,93 +80,10 @@ def _softmax(v, valid, LIBDEVICE: tl.constexpr):
     return tl.math.div_rn(e, tl.sum(e, axis=0))
 
 
-@triton.jit
-def _order_key(x):
-    # fp32 → uint32 whose unsigned order is the value order PyTorch's radix top-k uses: −0.0 below +0.0, every NaN
-    # above +inf (TopKTypeConfig<float>::convert)
-    bits = x.to(tl.uint32, bitcast=True)
-    key = tl.where((bits >> 31) != 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)  # (no `~`: the interpreter
-    # cannot invert unsigned values)
-    return tl.where(x != x, 0xFFFFFFFF, key)
-
-
-@triton.jit
-def _from_key(key):
-    # the inverse of _order_key (a NaN comes back as the canonical positive NaN)
-    bits = tl.where((key >> 31) != 0, key & 0x7FFFFFFF, key ^ 0xFFFFFFFF)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _digit_counts(key, prefix, pmask, shift: tl.constexpr, ok):
-    # counts [512] of the 8-bit digit at `shift` (bin 1 + digit) over the valid keys that match the bits found so far
-    hit = ok & ((key & pmask) == prefix)
-    d = tl.where(hit, ((key >> shift) & 0xFF).to(tl.int32) + 1, 0)
-    return tl.histogram(d, 512)
-
-
-@triton.jit
-def _select(scores_ptr, W, g, k, K, sk_ptr, sc_ptr, MAIN: tl.constexpr, TAIL: tl.constexpr, KP: tl.constexpr):
-    """The first K entries of row g of scores [G, W] in `torch.topk`'s order (value descending, ties in column
-    order), keeping only the entries ≥ the k-th value — those after it are −inf in the finish anyway. Columns
-    [0, MAIN) and [MAIN, MAIN + TAIL) ∩ [0, W) held as two blocks. Returns (values [KP] fp32, columns [KP] int32),
-    −inf / 0 past them. sk_ptr / sc_ptr: scratch [G, KP] int32 (keys bit-cast, columns) for the compaction."""
-    c0 = tl.arange(0, MAIN)
-    c1 = MAIN + tl.arange(0, TAIL)
-    ok0 = c0 < W
-    ok1 = c1 < W
-    key0 = _order_key(tl.load(scores_ptr + g * W + c0, mask=ok0, other=0.0))
-    key1 = _order_key(tl.load(scores_ptr + g * W + c1, mask=ok1, other=0.0))
-    bins = tl.arange(0, 512)
-    inside = (bins >= 1) & (bins <= 256)
-    prefix = tl.zeros([], tl.uint32)
-    pmask = tl.zeros([], tl.uint32)
-    krem = k  # rank of the k-th value among the keys matching `prefix`
-    for p in tl.static_range(4):  # radix select, 8 bits a pass from the top: the exact key of the k-th largest
-        cnt = (_digit_counts(key0, prefix, pmask, 24 - 8 * p, ok0)
-               + _digit_counts(key1, prefix, pmask, 24 - 8 * p, ok1))
-        cnt = tl.where(inside, cnt, 0)
-        above_or_at = tl.sum(cnt, axis=0) - tl.cumsum(cnt, axis=0) + cnt  # keys with digit ≥ this bin's
-        pick = tl.max(tl.where(inside & (above_or_at >= krem), bins, 0), axis=0)
-        krem = krem - tl.sum(tl.where(bins > pick, cnt, 0), axis=0)
-        prefix = prefix | ((pick - 1).to(tl.uint32) << (24 - 8 * p))
-        pmask = pmask | (tl.full([], 0xFF, tl.uint32) << (24 - 8 * p))
-    thr = prefix
-    need = K - (k - krem)  # ties of the k-th value that fit after the k − krem entries above it
-    # compaction in column order: the entries above the k-th value and its first `need` ties
-    eq0 = (ok0 & (key0 == thr)).to(tl.int32)
-    eq1 = (ok1 & (key1 == thr)).to(tl.int32)
-    sel0 = (ok0 & (key0 > thr)) | ((eq0 != 0) & (tl.cumsum(eq0, axis=0) - eq0 < need))
-    sel1 = (ok1 & (key1 > thr)) | ((eq1 != 0) & (tl.cumsum(eq1, axis=0) - eq1 + tl.sum(eq0, axis=0) < need))
-    s0 = sel0.to(tl.int32)
-    s1 = sel1.to(tl.int32)
-    n0 = tl.sum(s0, axis=0)
-    pos0 = tl.cumsum(s0, axis=0) - s0
-    pos1 = tl.cumsum(s1, axis=0) - s1 + n0
-    tl.store(sk_ptr + g * KP + pos0, key0.to(tl.int32, bitcast=True), mask=sel0)
-    tl.store(sc_ptr + g * KP + pos0, c0, mask=sel0)
-    tl.store(sk_ptr + g * KP + pos1, key1.to(tl.int32, bitcast=True), mask=sel1)
-    tl.store(sc_ptr + g * KP + pos1, c1, mask=sel1)
-    tl.debug_barrier()
-    r = tl.arange(0, KP)
-    m = r < n0 + tl.sum(s1, axis=0)
-    key = tl.load(sk_ptr + g * KP + r, mask=m, other=0).to(tl.uint32, bitcast=True)
-    col = tl.load(sc_ptr + g * KP + r, mask=m, other=0)
-    # sorted by (key descending, column ascending): one 64-bit key each (real keys are ≥ 1, padding 0 sorts last)
-    packed = (key.to(tl.uint64) << 32) | (0xFFFFFFFF - col.to(tl.uint64))
-    packed = tl.sort(packed, descending=True)
-    key = (packed >> 32).to(tl.uint32)
-    col = (0xFFFFFFFF - (packed & 0xFFFFFFFF)).to(tl.int32)
-    v = tl.where(key != 0, _from_key(key), float("-inf"))
-    return v, tl.where(key != 0, col, 0)
-
-
-@triton.jit(do_not_specialize=["orow", "G", "R", "max_tokens", "W"])
+@triton.jit(do_not_specialize=["orow", "G", "R", "max_tokens"])
 def finish_kernel(val_ptr, col_ptr, noise_ptr, step_ptr, forced_ptr, out_ptr, orow, ring_ptr, ringw_ptr, done_ptr,
                   tok_ptr, budget_ptr, K, k, G, R, P, top_p, max_tokens, end_col, start,
-                  scores_ptr, W, sk_ptr, sc_ptr,
                   TOPP: tl.constexpr, KP: tl.constexpr, LIBDEVICE: tl.constexpr, ROWS: tl.constexpr = False,
-                  SELECT: tl.constexpr = False, MAIN: tl.constexpr = 16, TAIL: tl.constexpr = 16,
                   PDL: tl.constexpr = False):
     pdl_prologue(PDL)
     g = tl.program_id(0)
@@ -180,13 +94,8 @@ def finish_kernel(val_ptr, col_ptr, noise_ptr, step_ptr, forced_ptr, out_ptr, or
         max_tokens = tl.load(budget_ptr + 2 * g + 1)
     else:
         step = tl.load(step_ptr)
-    if SELECT:  # the candidates selected here from the scores (`_select`), in registers
-        v, cols = _select(scores_ptr, W, g, k, K, sk_ptr, sc_ptr, MAIN, TAIL, KP)
-        thr = tl.max(tl.where(r == k - 1, v, float("-inf")), axis=0)
-    else:  # `torch.topk`'s output [G, K]
-        v = tl.load(val_ptr + g * K + r, mask=valid, other=float("-inf"))
-        cols = tl.load(col_ptr + g * K + r, mask=valid, other=0)
-        thr = tl.load(val_ptr + g * K + k - 1)
+    v = tl.load(val_ptr + g * K + r, mask=valid, other=float("-inf"))
+    thr = tl.load(val_ptr + g * K + k - 1)
     v = tl.where(v < thr, float("-inf"), v)  # top-k: ties with the k-th value stay
     if TOPP:  # removed where the mass before an entry exceeds top_p; the first candidate always stays
         prob = _softmax(v, valid, LIBDEVICE)
@@ -198,7 +107,7 @@ def finish_kernel(val_ptr, col_ptr, noise_ptr, step_ptr, forced_ptr, out_ptr, or
     best = tl.max(race, axis=0)
     pick = tl.min(tl.where(race == best, r, KP), axis=0)
     pick = tl.where(pick < K, pick, 0)  # a row without finite scores (NaN race): the first, as torch.argmax
-    col = tl.sum(tl.where(r == pick, cols, 0), axis=0).to(tl.int64)
+    col = tl.load(col_ptr + g * K + pick)
     f = tl.load(forced_ptr + step)
     col = tl.where(f >= 0, f - start, col)
     tok = col + start

@@ -1,15 +1,6 @@
-"""The sampling tail of a decode step in two or three launches — `_sample_triton.scores_kernel`, `torch.topk`
-(rows too wide for the finish kernel to select from: the ABC slice), `_sample_triton.finish_kernel` — instead of the
-~60 small PyTorch kernels of `decode.sample_tail` (whose launch latency, not work, made up ≈ 0.15 ms of a 1.43 ms int8
-step on an H200). With YUE2_TOPK=kernel (opt-in: built and checked in Triton's CPU interpreter, not yet run on a GPU
-— the default stays `torch.topk` until an H200 run shows it equal and faster) the finish kernel selects the
-candidates itself on rows of the semantic slice's width (32,769 columns, `select_blocks`): `torch.topk` is ≈ 56 µs of
-GPU time a step in 16 launches on an H200 (a multi-block radix select with memsets, then a one-warp sort of the K
-results; `docs/profile_decode_h200.log`), 57 µs a step alone in a graph (`bench/topk_tail.py`,
-`docs/experiments/topk_tail_h200_2026-12-05.log`). The selection gives `torch.topk`'s order exactly —
-value descending by the radix order PyTorch uses (−0.0 below +0.0, NaN on top), ties in column order (how PyTorch's
-CUDA top-k writes them: the entries above the k-th value in column order, then its ties in column order, then a
-stable sort) — for the entries that matter (those ≥ the k-th value; the others are −inf after the top-k rule).
+"""The sampling tail of a decode step in three launches — `_sample_triton.scores_kernel`, `torch.topk`,
+`_sample_triton.finish_kernel` — instead of the ~60 small PyTorch kernels of `decode.sample_tail` (whose launch
+latency, not work, made up ≈ 0.15 ms of a 1.43 ms int8 step on an H200).
 
 Same rules and state updates as `decode.sample_tail`: the processed scores equal `sampler.candidates`' bit for bit
 (CFG, mask, end block, the penalty factors from a table made with the same torch `pow`, the temperature as this
@@ -37,26 +28,6 @@ from .sampler import SLICES
 
 BLOCK = 1024  # columns per program of scores_kernel
 MAX_CANDIDATES = 4096  # finish_kernel holds the candidates of a row in one program's registers
-SELECT_MAIN = 32768  # rows of at most SELECT_MAIN + SELECT_TAIL columns: finish_kernel selects the candidates itself
-SELECT_TAIL = 1024  # (the semantic slice's 32,769 = 32,768 + 1); wider rows (the ABC slice) keep torch.topk
-SELECT_WARPS = 16  # warps of finish_kernel when it selects (one program holds its row's keys in registers)
-
-
-def select_blocks(width: int) -> tuple[int, int] | None:
-    """(MAIN, TAIL) column blocks for `finish_kernel`'s own selection over a row of `width` columns — MAIN the
-    largest power of two ≤ width (at most SELECT_MAIN), TAIL the power of two ≥ 16 covering the rest — or None when
-    the row is too wide to hold in one program (then `torch.topk` selects)."""
-    main = 1 << (int(width).bit_length() - 1)
-    if main > SELECT_MAIN or width - main > SELECT_TAIL:
-        return None
-    return main, max(16, 1 << max(0, (width - main - 1).bit_length()))
-
-
-def select_choice() -> str:
-    """YUE2_TOPK: "torch" (default: `torch.topk` selects) or "kernel" (opt-in: finish_kernel selects where
-    `select_blocks` allows; not yet run on a GPU)."""
-    from ..switches import choice
-    return choice("YUE2_TOPK", ("torch", "kernel"), "torch")
 
 
 def usable(sampling, k_cand: int, legacy_off: bool) -> bool:
@@ -117,10 +88,6 @@ class KernelTail:
         # how this PyTorch divides the scores by T on this device (None: not reproducible, see `temperature_rule`)
         self.rule = temperature_rule(sampling.temperature, device) if sampling.temperature != 1 else ("div", 1.0)
         self.pdl = pdl or {}
-        # the candidates selected by finish_kernel itself (`_sample_triton._select`) or by torch.topk
-        self.blocks = select_blocks(self.slice.width) if select_choice() == "kernel" else None
-        if self.blocks is not None:
-            self.scratch = torch.zeros(2, G, self.KP, dtype=torch.int32, device=device)
         from ._sample_triton import finish_kernel, scores_kernel
         self.kernels = (triton_modules()[0], scores_kernel, finish_kernel)
 
@@ -136,15 +103,9 @@ class KernelTail:
             CFG=cfg != 1.0, PENALTY=s.repetition_penalty != 1.0, SCALE=s.temperature != 1,
             RECIP=self.rule[0] == "recip", BLOCK=BLOCK, LIBDEVICE=logits.is_cuda, ROWS=per_row, num_warps=4,
             **self.pdl)
-        if self.blocks is None:
-            vals, cols = self.scores.topk(self.K, dim=1)
-            select = dict(num_warps=4)
-        else:  # (not read: finish_kernel selects from the scores)
-            vals, cols = self.scores, self.scratch[1]
-            select = dict(SELECT=True, MAIN=self.blocks[0], TAIL=self.blocks[1], num_warps=SELECT_WARPS)
+        vals, cols = self.scores.topk(self.K, dim=1)
         finish_kernel[(G,)](
             vals, cols, noise, step, forced, out, out.stride(0), ring, ring_w, done, tokens, rows_budget,
             self.K, min(s.top_k, W), G, tokens.shape[0], s.penalty_window, float(s.top_p), s.max_tokens,
-            sl.end_col, sl.start, self.scores, W, self.scratch[0] if self.blocks else cols,
-            self.scratch[1] if self.blocks else cols,
-            TOPP=s.top_p < 1, KP=self.KP, LIBDEVICE=logits.is_cuda, ROWS=per_row, **select, **self.pdl)
+            sl.end_col, sl.start, TOPP=s.top_p < 1, KP=self.KP, LIBDEVICE=logits.is_cuda, ROWS=per_row, num_warps=4,
+            **self.pdl)
