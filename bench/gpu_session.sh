@@ -8,6 +8,8 @@
 #                                      # cache / cache kept / no warm-up; ~4 min), rows merged into bench.json
 #   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu) and the other
 #                                      # GPU test files (render graph/VAE folding, batch rows, LoRA under the graph)
+#   bash bench/gpu_session.sh int8dot  # bench/int8_dot.py: int8 × int8 decode products (YUE2_INT8_DOT=int8) vs the
+#                                      # W8A16 ones per shape and in the step, numerics; the int8 step's profile (~5 min)
 #   bash bench/gpu_session.sh parts    # bench/decode_parts.py (decode-attention configurations, int8 rotation
 #                                      # placements; ~1 min) and bench/gemv_sweep.py --quick
 #   bash bench/gpu_session.sh next     # GEMV tuning for this GPU (~4 min): the CUDA-core GEMV sweep
@@ -63,7 +65,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -72,6 +74,12 @@ for part in "$@"; do
       "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors 2>&1 \
         | tee "$OUT/profile_decode_int8.log"
       "$PY" bench/cold_start.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/cold_start.log" ;;
+    int8dot)
+      # the int8 × int8 decode products (YUE2_INT8_DOT=int8) against the W8A16 ones: per-shape sweep, the decode
+      # step at 1 / CFG / 2 / 4 / 8 rows, numerics; then the int8 step's profile in both modes (~5 min)
+      "$PY" bench/int8_dot.py --json "$OUT/int8_dot.json" 2>&1 | tee "$OUT/int8_dot.log"
+      "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --int8-dot 2>&1 \
+        | tee "$OUT/profile_decode_int8_dot.log" ;;
     cold)
       "$PY" bench/cold_start.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/cold_start.log"
       YUE2_BENCH_INT8=/tmp/yue2bench/yue2_full_int8.safetensors "$PY" -m pytest tests/core/test_warmup_gpu.py -s -q \
@@ -152,6 +160,6 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done

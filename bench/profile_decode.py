@@ -33,7 +33,7 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_ATTN_MERGE",
+SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE",
             "YUE2_GEMV_TABLE", "YUE2_SAMPLER", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
 
 
@@ -116,7 +116,7 @@ def profile(ar, rows: int, prompt: int, label: str, top: int, fused: bool, env: 
         print(f"   {e.key[:70]:70s} {e.count / steps:10.1f} {_dev_time(e) / 1e3 / steps:8.3f}")
     for line in gap_lines:
         print(line)
-    if fused and (not env or "YUE2_L2_PREFETCH" in env):
+    if fused and (not env or "YUE2_L2_PREFETCH" in env or "YUE2_INT8_DOT" in env):
         bandwidth_table(ar, rows, positions, prof, steps, dec.slice)
     dec.release()
     return replay_ms, busy_ms
@@ -153,7 +153,7 @@ def bandwidth_table(ar, rows: int, positions: int, prof, steps: int, sl) -> None
     print(f"   {'class':22s} {'launches':>9s} {'ms/step':>8s} {'MB/step':>9s} {'TB/s':>6s} {'ms at target':>13s} "
           f"{'fixed µs/launch':>16s}")
     total_ms = total_target = 0.0
-    for cls, names, nbytes in (("GEMV (weights)", ("gemv_kernel",), gemv_bytes),
+    for cls, names, nbytes in (("GEMV (weights)", ("gemv_kernel", "gemv_q_kernel"), gemv_bytes),
                                ("attention (KV cache)", ("attn_split_kernel", "attn_merge_kernel"), kv_bytes),
                                ("add+RMSNorm", ("add_rmsnorm_kernel",), 0),
                                ("QK-norm+RoPE+KV store", ("qk_rope_kernel",), 0),
@@ -184,6 +184,8 @@ def main():
     ap.add_argument("--gaps", action="store_true",
                     help="also trace graph replays and rank the idle gaps between kernels by the kernels around them")
     ap.add_argument("--only-l2", action="store_true", help="profile the default and the --l2 specs only")
+    ap.add_argument("--int8-dot", action="store_true",
+                    help="profile the default and the int8 × int8 products (YUE2_INT8_DOT=int8) only")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("profile_decode.py needs a CUDA GPU")
@@ -196,10 +198,13 @@ def main():
         ("default with the PyTorch sampling tail (previous default)", True, {"YUE2_SAMPLER": "torch"}),
         ("attention splits merged by a separate kernel", True, {"YUE2_ATTN_MERGE": "kernel"}),
         ("int8 inputs rotated by cuBLAS", True, {"YUE2_INT8_ROT": "cublas"}),
+        ("int8 × int8 products on pair codes (YUE2_INT8_DOT=int8)", True, {"YUE2_INT8_DOT": "int8"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
     if args.only_l2:
         variants = variants[:1]
+    if args.int8_dot:
+        variants = [v for v in variants if not v[2] or v[2].get("YUE2_INT8_DOT")]
     for spec in args.l2:
         spec_, _, grid_ = spec.partition("@")
         env = {"YUE2_L2_PREFETCH": spec_, **({"YUE2_L2_PREFETCH_GRID": grid_} if grid_ else {})}

@@ -8,8 +8,8 @@ import os
 # switches that change only the CUDA paths (the decode step's kernels, the render's graph and its SMs): set on a run
 # that decodes on the CPU they do nothing, and a user trying one there is told so (break-it finding)
 GPU_ONLY_SWITCHES = ("YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GRAPH", "YUE2_DECODE_ATTN",
-                     "YUE2_INT8_ROT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL", "YUE2_GEMV_TABLE",
-                     "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
+                     "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL",
+                     "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
 
 
 def check_environment(device: str | None = None) -> list[str]:
@@ -24,6 +24,7 @@ def check_environment(device: str | None = None) -> list[str]:
     flags = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
              "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP")
     choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
+               "YUE2_INT8_DOT": ("convert", "int8"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),
                "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS, "YUE2_LORA_INT8": ("side", "bf16"),
                "YUE2_LAYER_KERNEL": ("off", "grid", "phased", "cuda")}

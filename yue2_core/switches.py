@@ -10,6 +10,8 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_SHARED_PREFIX=0  no shared-prompt decode attention for candidate batches (default on for ≥ 4 rows)
     YUE2_DECODE_ATTN      triton (default) | torch: decode attention of the fused step
     YUE2_INT8_ROT         producers | cublas: where int8 ConvRot inputs are rotated (fast/decode.py)
+    YUE2_INT8_DOT         convert | int8: int8 decode products with the codes converted to bf16, or int8 × int8
+                          with the activations as int8 pair codes (fast/gemv.py QAct; ≤ 8 rows)
     YUE2_LAYER_KERNEL     off (default) | grid | phased | cuda: one launch per decoder layer, experimental and slower
                           today (fast/persistent.py; cuda: the CUDA C++ kernel fast/_layer_cuda.cu, bf16 decoders)
     YUE2_LAYER_TILES      a JSON object of that kernel's tiles over fast/persistent.py's TILES (tuning)

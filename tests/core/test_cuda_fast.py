@@ -446,6 +446,33 @@ def test_gemv_matches_fp32_products(n, k):
 
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("n,k", [(4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (32769, 2048)])
+def test_int8_pair_code_products_match_fp64(n, k):
+    """The int8 × int8 products on pair codes (`gemv.gemv_q`, YUE2_INT8_DOT=int8) at 1, 2, 4 and 8 rows, split and
+    unsplit, either operand order: against fp64 products of the exactly rotated activation; at least as close as
+    the W8A16 product with the bf16-rounded rotated activation (its error is the bf16 rounding)."""
+    from yue2_core.fast import gemv as G
+    from yue2_core.weights.quant import rotate
+    torch.manual_seed(0)
+    q, s = quantize(torch.randn(n, k, device="cuda") * 0.02)
+    s = s.view(-1).float().contiguous()
+    for m in (1, 2, 4, 8):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        exact = (rotate(x.double(), 256) @ q.double().T) * s.double()
+        xr, pack = G.rotate(x, quant=True)
+        e_old = ((G.gemv(xr, q, s).double() - exact).norm() / exact.norm()).item()
+        for cfg in (None, G.Config(bn=64, bk=256, split=2), G.Config(bn=32, bk=256, split=1)):
+            for swap in (False, True):
+                y = G.gemv_q(pack, q, s, cfg=cfg, swap=swap)
+                assert y.shape == (m, n) and y.dtype == torch.bfloat16
+                e = ((y.double() - exact).norm() / exact.norm()).item()
+                assert e < 4e-3 and e <= e_old * 1.05, (n, k, m, cfg, swap, e, e_old)
+                p = G.gemv_q(pack, q, s, cfg=cfg, swap=swap, partial=True)
+                if isinstance(p, G.Partials):
+                    assert torch.equal(G.reduce(p), y)
+
+
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
 @pytest.mark.parametrize("which", ["bf16", "int8"])
 def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeypatch):
     """The graphed decode step with the split-K products (int8: inputs rotated by the producing kernels — the
@@ -461,21 +488,26 @@ def test_decode_step_with_gemv_close_to_library_products(engines, which, monkeyp
     s = Sampling(temperature=0.0, min_tokens=17, max_tokens=17)
     logits = {}
     from yue2_core.fast import pdl_enabled
-    for name, gemv, rot, pdl in (("library", "0", "producers", "0"), ("gemv", "1", "producers", "1"),
-                                 ("gemv_cublas_rotation", "1", "cublas", "1"), ("gemv_no_pdl", "1", "producers", "0")):
+    runs = [("library", "0", "producers", "0", "convert"), ("gemv", "1", "producers", "1", "convert"),
+            ("gemv_cublas_rotation", "1", "cublas", "1", "convert"), ("gemv_no_pdl", "1", "producers", "0", "convert")]
+    if which == "int8":  # int8 × int8 products on the producers' pair codes (YUE2_INT8_DOT=int8)
+        runs.append(("gemv_int8_dot", "1", "producers", "1", "int8"))
+    for name, gemv, rot, pdl, dot in runs:
         monkeypatch.setenv("YUE2_GEMV", gemv)
         monkeypatch.setenv("YUE2_INT8_ROT", rot)
         monkeypatch.setenv("YUE2_PDL", pdl)
+        monkeypatch.setenv("YUE2_INT8_DOT", dot)
         dec = fd.PhaseDecoder(eng.ar, [sp], s, [1], "semantic", use_graph=True, forced=forced[:1])
         assert dec.gemv == (gemv == "1"), name
         if which == "int8" and gemv == "1":  # the int8 products and the chosen rotation are really in use
             assert dec.int8_layers and dec.int8_rot == rot and dec.rot_fused == (rot == "producers"), name
+            assert dec.int8_dot == (dot == "int8"), name
         if name == "gemv":
             pdl_on = pdl_enabled(dec.device)
         dec._allocate()
         dec._prefill()
         logits[name] = _forced_logits(dec, forced)
-    for name in ("gemv", "gemv_cublas_rotation"):
+    for name in ("gemv", "gemv_cublas_rotation") + (("gemv_int8_dot",) if which == "int8" else ()):
         rel = ((logits[name] - logits["library"]).norm() / logits["library"].norm()).item()
         print(f"{which} decode step, {name} vs library products: logits rel. error {rel:.2e}")
         assert rel < 1e-2, (name, rel)

@@ -41,6 +41,23 @@ def rot_rows(x, BM: tl.constexpr):
 
 
 @triton.jit
+def quant_store(q_ptr, s_ptr, y, row, group, K, NG):
+    # y fp32 [256]: one rotated 256-group of activation row `row` → its int8 pair codes (`gemv.QAct`): with
+    # s = max|y| / 127, hi = rint(y / s) and lo = rint((y / s − hi) · 254), so y ≈ s · (hi + lo / 254) to within
+    # s / 508 (≈ 16 bits of the group's range; bf16 keeps 8 bits of each value). Row 2·row of q [2M, K] gets hi,
+    # row 2·row + 1 gets lo, s_ptr[row · NG + group] gets s (fp32)
+    a = tl.max(tl.abs(y), axis=0)
+    inv = tl.where(a > 0, 127.0 / a, 0.0)
+    t = y * inv
+    hi = tl.minimum(tl.maximum(tl.floor(t + 0.5), -127.0), 127.0)
+    lo = tl.minimum(tl.maximum(tl.floor((t - hi) * 254.0 + 0.5), -127.0), 127.0)
+    offs = group * 256 + tl.arange(0, 256)
+    tl.store(q_ptr + (2 * row) * K + offs, hi.to(tl.int8))
+    tl.store(q_ptr + (2 * row + 1) * K + offs, lo.to(tl.int8))
+    tl.store(s_ptr + row * NG + group, a / 127.0)
+
+
+@triton.jit
 def attend_chunk(q, k_ptr, v_ptr, base, start, CHUNK, last, scale, QN: tl.constexpr, D: tl.constexpr,
                  BL: tl.constexpr, IEEE: tl.constexpr):
     # online softmax of the query tile q [QN, D] against cache positions [start, start + CHUNK) ∩ [0, last] of the
@@ -139,6 +156,51 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
         tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit(do_not_specialize=["M"])
+def gemv_q_kernel(q_ptr, xs_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, BN: tl.constexpr, PARTIAL: tl.constexpr,
+                  SWAP: tl.constexpr = False, PDL: tl.constexpr = False):
+    # int8 ConvRot codes w [N, K] times an activation given as int8 pair codes (`gemv.QAct`: q [2M ≤ 16, K], row
+    # 2m = hi and 2m + 1 = lo of row m, scales xs [M, K/256]): per 256-group one int8 × int8 tensor-core product
+    # (int32, exact: |Σ| ≤ 256·127² < 2²⁴), scaled in fp32 by the group's s (hi rows) or s/254 (lo rows); the two
+    # rows of each m are added at the end, times the weight row scales s_ptr[n]. No weight element is converted.
+    # SWAP: the weights are the product's left operand ([BN, 256] · [256, 16]), else its right one. Writes
+    # out[split, m, n] fp32 (PARTIAL) or out[m, n] in out's dtype
+    pdl_prologue(PDL)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    j = tl.arange(0, 16)
+    j_ok = j < 2 * M
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    n_ok = offs_n < N
+    offs_kb = tl.arange(0, 256)
+    ng = K // 256
+    part = tl.where(j % 2 == 0, 1.0, 1.0 / 254.0)
+    k_lo = pid_k * KS
+    if SWAP:
+        acc_t = tl.zeros((BN, 16), dtype=tl.float32)
+    else:
+        acc = tl.zeros((16, BN), dtype=tl.float32)
+    for k0 in range(k_lo, k_lo + KS, 256):
+        offs_k = k0 + offs_kb
+        k_ok = offs_k < K
+        xq = tl.load(q_ptr + j[:, None] * K + offs_k[None, :], mask=j_ok[:, None] & k_ok[None, :], other=0)
+        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0)
+        sc = tl.load(xs_ptr + (j // 2) * ng + k0 // 256, mask=j_ok & (k0 < K), other=0.0) * part
+        if SWAP:
+            acc_t += tl.dot(w, tl.trans(xq), out_dtype=tl.int32).to(tl.float32) * sc[None, :]
+        else:
+            acc += tl.dot(xq, tl.trans(w), out_dtype=tl.int32).to(tl.float32) * sc[:, None]
+    if SWAP:
+        acc = tl.trans(acc_t)
+    y = tl.sum(tl.reshape(acc, (8, 2, BN)), 1) * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    offs_m = tl.arange(0, 8)
+    mask = (offs_m < M)[:, None] & n_ok[None, :]
+    if PARTIAL:
+        tl.store(out_ptr + (pid_k * M + offs_m[:, None]) * N + offs_n[None, :], y, mask=mask)
+    else:
+        tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 @triton.jit
 def reduce_kernel(p_ptr, y_ptr, MN, S: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -150,14 +212,18 @@ def reduce_kernel(p_ptr, y_ptr, MN, S: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr, PDL: tl.constexpr = False):
-    # y = x·H per 256-group, one program per (row, BK block); fp32 maths, rounded to y's dtype
+def rotate_kernel(x_ptr, y_ptr, K, BK: tl.constexpr, q_ptr=None, s_ptr=None, QUANT: tl.constexpr = False,
+                  PDL: tl.constexpr = False):
+    # y = x·H per 256-group, one program per (row, BK block); fp32 maths, rounded to y's dtype. QUANT (BK = 256):
+    # the rotated group's int8 pair codes and scale too (`quant_store`)
     pdl_prologue(PDL)
     row = tl.program_id(0)
     offs = tl.program_id(1) * BK + tl.arange(0, BK)
     x = tl.load(x_ptr + row * K + offs, mask=offs < K, other=0.0).to(tl.float32)
     y = tl.reshape(rot_rows(tl.reshape(x, (BK // 256, 256)), BK // 256), (BK,))
     tl.store(y_ptr + row * K + offs, y.to(y_ptr.dtype.element_ty), mask=offs < K)
+    if QUANT:
+        quant_store(q_ptr, s_ptr, y, row, tl.program_id(1), K, K // 256)
 
 
 # -- consumers of the products: they take y either as a plain tensor (S = 1) or as S ≥ 2 fp32 partial sums --------
@@ -173,9 +239,11 @@ def _load_sum(ptr, offs, mask, PS, S: tl.constexpr):
 
 @triton.jit
 def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl.constexpr, S: tl.constexpr,
-                       BLOCK: tl.constexpr, ROT: tl.constexpr, PDL: tl.constexpr = False):
+                       BLOCK: tl.constexpr, ROT: tl.constexpr, PDL: tl.constexpr = False, q_ptr=None, qs_ptr=None,
+                       QUANT: tl.constexpr = False):
     # program (row, g): x ← x + bf16(delta); y = (x · bf16(rsqrt(mean x² + eps))) · w, rounded as the reference.
-    # ROT: program g writes only the 256-slice g of xo and y, y rotated (·H) for an int8 ConvRot product.
+    # ROT: program g writes only the 256-slice g of xo and y, y rotated (·H) for an int8 ConvRot product; QUANT
+    # (with ROT): the rotated slice's int8 pair codes too (`quant_store`)
     pdl_prologue(PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
@@ -194,7 +262,10 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
             tl.store(xo_ptr + row * N + so, xs)
         ys = (xs.to(tl.float32) * r).to(dt).to(tl.float32)
         ys = (ys * tl.load(w_ptr + so).to(tl.float32)).to(dt).to(tl.float32)
-        tl.store(y_ptr + row * N + so, tl.reshape(rot_rows(tl.reshape(ys, (1, 256)), 1), (256,)).to(dt))
+        yr = tl.reshape(rot_rows(tl.reshape(ys, (1, 256)), 1), (256,))
+        tl.store(y_ptr + row * N + so, yr.to(dt))
+        if QUANT:
+            quant_store(q_ptr, qs_ptr, yr, row, tl.program_id(1), N, N // 256)
     else:
         if HAS_D:
             tl.store(xo_ptr + row * N + offs, x, mask=m)
@@ -252,8 +323,9 @@ def qk_rope_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_
 
 @triton.jit
 def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr, ROT: tl.constexpr,
-                    PDL: tl.constexpr = False):
-    # program (row, block): silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK % 256 == 0): the block rotated (·H)
+                    PDL: tl.constexpr = False, q_ptr=None, qs_ptr=None, QUANT: tl.constexpr = False):
+    # program (row, block): silu(gate) · up from gate‖up [R, 2F]; ROT (BLOCK % 256 == 0): the block rotated (·H);
+    # QUANT (ROT, BLOCK = 256): its int8 pair codes too (`quant_store`)
     pdl_prologue(PDL)
     row = tl.program_id(0)
     col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -265,7 +337,10 @@ def silu_mul_kernel(gu_ptr, out_ptr, F, PS, S: tl.constexpr, BLOCK: tl.constexpr
     s = (gf / (1.0 + tl.exp(-gf))).to(dt).to(tl.float32)
     out = (s * u.to(tl.float32)).to(dt)
     if ROT:
-        out = tl.reshape(rot_rows(tl.reshape(out.to(tl.float32), (BLOCK // 256, 256)), BLOCK // 256), (BLOCK,)).to(dt)
+        yr = tl.reshape(rot_rows(tl.reshape(out.to(tl.float32), (BLOCK // 256, 256)), BLOCK // 256), (BLOCK,))
+        out = yr.to(dt)
+        if QUANT:
+            quant_store(q_ptr, qs_ptr, yr, row, tl.program_id(1), F, F // 256)
     tl.store(out_ptr + row * F + col, out, mask=m)
 
 

@@ -54,8 +54,8 @@ def head_rows(lm_head, start: int, stop: int, rotated: bool = False, gemv: bool 
     if isinstance(lm_head, ConvRotLinear):
         from .int8_kernels import convrot_linear
         q, s = lm_head.weight[start:stop], lm_head.weight_scale[start:stop]
-        if rotated:
-            return lambda h: G.gemv(h, q, s.view(-1))
+        if rotated:  # xq: the same hidden states as int8 pair codes (`gemv.QAct`, YUE2_INT8_DOT=int8)
+            return lambda h, xq=None: G.gemv(h, q, s.view(-1), xq=xq)
         if gemv and lm_head.group == 256 and s.dtype == torch.float32 and torch.version.hip is None:
             return lambda h: (G.gemv(G.rotate(h), q, s.view(-1)) if G.supported(h, q)
                               else convrot_linear(h, q, s, None, lm_head.group))
@@ -268,6 +268,17 @@ def _warn_retired_switches() -> None:
             warnings.warn(f"{name} is no longer read: {why}")
 
 
+def _int8_dot() -> str:
+    """How the decode step multiplies int8 ConvRot codes: YUE2_INT8_DOT "convert" (each code converted to bf16 for
+    a bf16 tensor-core product with the bf16 activation) or "int8" (the activation as int8 pair codes, `gemv.QAct`,
+    one int8 × int8 tensor-core product per 256-group; needs the producers' rotation). Raises RequestError for other
+    values."""
+    return choice("YUE2_INT8_DOT", ("convert", "int8"), INT8_DOT_DEFAULT)
+
+
+INT8_DOT_DEFAULT = "convert"
+
+
 def _int8_rotation() -> str:
     """Where the decode step rotates int8 ConvRot inputs: YUE2_INT8_ROT ("producers" | "cublas"), default
     "producers" on NVIDIA and "cublas" on ROCm. Raises RequestError for other values."""
@@ -406,6 +417,12 @@ class PhaseDecoder:
         rotation = _int8_rotation()  # validated whatever the layers
         self.int8_rot = rotation if self.int8_layers else None
         self.rot_fused = self.int8_rot == "producers"
+        # YUE2_INT8_DOT=int8: the producers also write their rotated outputs as int8 pair codes and the layer
+        # products and the codec head run int8 × int8 on the tensor cores (`gemv.gemv_q`; ≤ 8 rows)
+        from .gemv import MAX_PAIR_ROWS
+        dot = _int8_dot()  # validated whatever the layers
+        self.int8_dot = self.rot_fused and self.attn_kernel and self.R <= MAX_PAIR_ROWS and dot == "int8"
+        self.int8_dot_error: str | None = None
         want = flag("YUE2_COMPILE", False) if compile is None else compile
         self.fns = compiled_layer_fns() if want and self.device.type == "cuda" and _plain_bf16(ar) else None
         # Shared prefix (YUE2_SHARED_PREFIX, on by default; fused step with the Triton attention, ≥ SHARED_MIN_ROWS
@@ -596,14 +613,15 @@ class PhaseDecoder:
                 x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.logits.copy_(self.head(ar.model.norm(x[:, 0])))
 
-    def _lin(self, mod, x2, rotated: bool):
+    def _lin(self, mod, x2, rotated: bool, xq=None):
         """One layer linear through `fast.gemv`: x2 [R, K] → `gemv.Partials` or [R, N]. int8: x2 is rotated here
-        (Triton kernel with `rot_fused`, else cuBLAS) unless `rotated` (the producing kernel did it)."""
+        (Triton kernel with `rot_fused`, else cuBLAS) unless `rotated` (the producing kernel did it); `xq`: x2's
+        int8 pair codes (`gemv.QAct`, YUE2_INT8_DOT=int8) — the product then runs int8 × int8."""
         from . import gemv
         if isinstance(mod, ConvRotLinear):
             if not rotated:
                 x2 = gemv.rotate(x2) if self.rot_fused else _rotate(x2)
-            y = gemv.gemv(x2, mod.weight, mod.weight_scale.view(-1), partial=True)
+            y = gemv.gemv(x2, mod.weight, mod.weight_scale.view(-1), partial=True, xq=xq)
             side = mod.lora_side
             if side is not None:  # adapters: x̃·Ãᵀ·Bᵀ in fp32 (weights.lora.apply), added to the first partial sum
                 if isinstance(y, gemv.Partials):
@@ -632,8 +650,9 @@ class PhaseDecoder:
             bias = torch.zeros(self.R, 1, 1, attn_len, device=self.device).masked_fill_(~visible[:, None, None],
                                                                                         float("-inf"))
         groups, scale = d.heads // d.kv_heads, 1.0 / math.sqrt(d.head_dim)
-        rot, R = self.rot_fused, self.R
-        lin = self._lin if self.gemv else (lambda mod, x2, rotated: mod(x2))
+        rot, R, qd = self.rot_fused, self.R, self.int8_dot
+        lin = self._lin if self.gemv else (lambda mod, x2, rotated, xq=None: mod(x2))
+        pack = None
         head_rot = (rot and isinstance(ar.model.lm_head, ConvRotLinear) and ar.model.lm_head.group == 256
                     and ar.model.lm_head.lora_side is None)
         delta = None
@@ -659,33 +678,35 @@ class PhaseDecoder:
         for i, layer in enumerate(layers):
             att_mod = layer.self_attn
             at("start", i)
-            x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps, rot=rot)
-            qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot)
+            x, y, *pack = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps, rot=rot, quant=qd)
+            qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot, *pack)
             at("qkv", i)
             q = fused.qk_norm_rope_store(qkv, att_mod.q_norm.weight, att_mod.k_norm.weight,
                                          cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
                                          d.head_dim, d.eps)
             if self.attn_kernel:  # int8 (rot): the merge writes the o_proj input rotated
                 h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale, rot=rot,
-                                           shared=self.shared, counters=self.attn_counters)
+                                           shared=self.shared, counters=self.attn_counters, quant=qd)
+                h, pack = h if qd else (h, None)
             else:
                 keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
                 att = torch.add(bias, _scores(q.view(R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
                 h = (att.softmax(-1).to(self.dtype) @ values).reshape(R, d.heads * d.head_dim)
             at("attn", i)
-            o = lin(att_mod.o_proj, h, rot and self.attn_kernel)
+            o = lin(att_mod.o_proj, h, rot and self.attn_kernel, pack)
             at("o", i)
-            x, y = fused.add_rmsnorm(x, o if self.gemv else o[:, None], layer.post_attention_layernorm.weight,
-                                     d.eps, rot=rot)
-            gu = lin(layer.mlp.gate_up_proj, y.view(R, -1), rot)
+            x, y, *pack = fused.add_rmsnorm(x, o if self.gemv else o[:, None], layer.post_attention_layernorm.weight,
+                                            d.eps, rot=rot, quant=qd)
+            gu = lin(layer.mlp.gate_up_proj, y.view(R, -1), rot, *pack)
             at("gu", i)
-            act = fused.silu_mul(gu, rot=rot)
-            delta = lin(layer.mlp.down_proj, act, rot)
+            act = fused.silu_mul(gu, rot=rot, quant=qd)
+            act, pack = act if qd else (act, None)
+            delta = lin(layer.mlp.down_proj, act, rot, pack)
             at("down", i)
             if not self.gemv:
                 delta = delta[:, None]
-        _, y = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps, rot=head_rot)
-        self.logits.copy_(self.head_rot(y[:, 0]) if head_rot else self.head(y[:, 0]))
+        _, y, *pack = fused.add_rmsnorm(x, delta, ar.model.norm.weight, d.eps, rot=head_rot, quant=qd and head_rot)
+        self.logits.copy_(self.head_rot(y[:, 0], *pack) if head_rot else self.head(y[:, 0]))
         if pf:
             pf.join()
 
@@ -783,9 +804,18 @@ class PhaseDecoder:
             error = self._attempt(attn_len, saved)
             if error is None:
                 return
+        if self.int8_dot:  # then without the int8 × int8 products (an older Triton, a GPU without int8 MMA)
+            self.int8_dot, self.int8_dot_error = False, brief(error)
+            warnings.warn(f"int8 × int8 decode products unavailable ({self.int8_dot_error}); converting the int8 "
+                          "codes to bf16 instead")
+            self.graphs.clear()
+            self.graph_error = None
+            error = self._attempt(attn_len, saved)
+            if error is None:
+                return
         self.kernel_error = brief(error)
         warnings.warn(f"fused decode kernels unavailable ({self.kernel_error}); running the unfused torch step")
-        self.fused = self.gemv = self.attn_kernel = self.rot_fused = False
+        self.fused = self.gemv = self.attn_kernel = self.rot_fused = self.int8_dot = False
         self.int8_layers, self.int8_rot, self.attn_counters = False, None, None
         self.head = head_rows(self.ar.model.lm_head, self.slice.start, self.slice.stop)
         self.graphs.clear()
@@ -866,6 +896,9 @@ class PhaseDecoder:
                 "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
+                "int8_products": ("int8 x int8 (pair codes)" if self.int8_dot else "codes converted to bf16")
+                if self.int8_layers and self.fns is None else None,
+                **({"int8_products_fallback_reason": self.int8_dot_error} if self.int8_dot_error else {}),
                 "shared_prefix_positions": self.shared,
                 "layer_kernel": self.layer_mode,
                 **({"layer_kernel_off_reason": self.layer_reason} if self.layer_reason else {}),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-arrive = attend_chunk = depart = pdl_prologue = rot_rows = merge_store = None  # set by _attention_kernels
+arrive = attend_chunk = depart = pdl_prologue = rot_rows = quant_store = merge_store = None  # set by _attention_kernels
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,15 +33,17 @@ def _attention_kernels():
     if _kernels() is None:
         return None
     triton, tl = _kernels()[0], __import__("triton.language", fromlist=["x"])
-    global arrive, attend_chunk, depart, pdl_prologue, rot_rows, merge_store  # the kernels below resolve them
-    from ._decode_triton import arrive, attend_chunk, depart, pdl_prologue, rot_rows  # among this module's globals
+    global arrive, attend_chunk, depart, pdl_prologue, rot_rows, quant_store, merge_store  # the kernels below
+    from ._decode_triton import arrive, attend_chunk, depart, pdl_prologue, rot_rows, quant_store  # resolve them
 
     @triton.jit
     def merge_store(m_ptr, l_ptr, o_ptr, out_ptr, r, h, splits, NKV: tl.constexpr, G: tl.constexpr,
-                    D: tl.constexpr, SP: tl.constexpr, HG: tl.constexpr, ROT: tl.constexpr, CG: tl.constexpr):
+                    D: tl.constexpr, SP: tl.constexpr, HG: tl.constexpr, ROT: tl.constexpr, CG: tl.constexpr,
+                    q_ptr, qs_ptr, QUANT: tl.constexpr):
         # row r, query heads h [HG]: merges the splits' partial softmax sums and stores the heads' outputs; ROT
-        # (HG·D = 256): they are one 256-group of the o_proj input and are written rotated (·H). CG: the partial
-        # sums are read from L2 (".cg"), past this multiprocessor's L1 (other programs of the same grid wrote them)
+        # (HG·D = 256): they are one 256-group of the o_proj input and are written rotated (·H); QUANT: with that
+        # group's int8 pair codes (`quant_store`). CG: the partial sums are read from L2 (".cg"), past this
+        # multiprocessor's L1 (other programs of the same grid wrote them)
         kvh = h // G
         g = h % G
         si = tl.arange(0, SP)
@@ -59,6 +61,9 @@ def _attention_kernels():
         if ROT:
             out = out.to(out_ptr.dtype.element_ty).to(tl.float32)  # the attention output, rounded, then rotated
             out = tl.reshape(rot_rows(tl.reshape(out, (1, HG * D)), 1), (HG, D))
+            if QUANT:
+                quant_store(q_ptr, qs_ptr, tl.reshape(out, (HG * D,)), r, tl.min(h, 0) * D // 256, NKV * G * D,
+                            NKV * G * D // 256)
         tl.store(dst, out.to(out_ptr.dtype.element_ty))
 
     # lengths, chunks and split counts change with the prompt and the bucket: not specialised (Triton would compile
@@ -68,13 +73,14 @@ def _attention_kernels():
                           START, SP0, splits, NKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                           BL: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False,
                           cnt_ptr=None, out_ptr=None, MERGE: tl.constexpr = False, SP: tl.constexpr = 1,
-                          ROT: tl.constexpr = False, FENCE: tl.constexpr = False):
+                          ROT: tl.constexpr = False, FENCE: tl.constexpr = False, q8_ptr=None, qs_ptr=None,
+                          QUANT: tl.constexpr = False):
         # one program = (row r, kv head, split sp): the G query heads of that kv head against cache positions
         # START + [sp·CHUNK, (sp+1)·CHUNK) ∩ [0, min(pos[r], L − 1)]; writes the running max m, sum l and
         # unnormalised o into split slot SP0 + sp of `splits` (START = SP0 = 0 unless a shared prefix is split apart).
         # MERGE: the last program of each (row, kv head) to finish — counted in cnt_ptr[r·NKV + kvh] (int32, zero
         # before the launch, zero again after it) — merges all `splits` slots of its G heads into out_ptr
-        # (`merge_store`; ROT needs G·D = 256), so no merge kernel runs. FENCE (CUDA): every thread fences its stores
+        # (`merge_store`; ROT needs G·D = 256; QUANT: int8 pair codes too), so no merge kernel runs. FENCE (CUDA): every thread fences its stores
         # at GPU scope before the count too (the CUDA "threadfence reduction" pattern; not in the CPU interpreter)
         pdl_prologue(PDL)
         r = tl.program_id(0)
@@ -94,7 +100,7 @@ def _attention_kernels():
             if arrive(cnt_ptr + r * NKV + kvh, FENCE) == tl.num_programs(2) - 1:
                 tl.debug_barrier()
                 merge_store(m_ptr, l_ptr, o_ptr, out_ptr, r, kvh * G + tl.arange(0, G), splits, NKV, G, D, SP, G,
-                            ROT, True)
+                            ROT, True, q8_ptr, qs_ptr, QUANT)
                 depart(cnt_ptr, r * NKV + kvh)
 
     @triton.jit(do_not_specialize=["CHUNK", "P", "R", "splits"])
@@ -124,11 +130,11 @@ def _attention_kernels():
     @triton.jit(do_not_specialize=["splits"])
     def attn_merge_kernel(m_ptr, l_ptr, o_ptr, out_ptr, splits, NKV: tl.constexpr, G: tl.constexpr,
                           D: tl.constexpr, SP: tl.constexpr, HG: tl.constexpr = 1, ROT: tl.constexpr = False,
-                          PDL: tl.constexpr = False):
+                          PDL: tl.constexpr = False, q8_ptr=None, qs_ptr=None, QUANT: tl.constexpr = False):
         # one program = (row r, query heads [hb·HG, (hb+1)·HG)): `merge_store` of those heads
         pdl_prologue(PDL)
         merge_store(m_ptr, l_ptr, o_ptr, out_ptr, tl.program_id(0), tl.program_id(1) * HG + tl.arange(0, HG), splits,
-                    NKV, G, D, SP, HG, ROT, False)
+                    NKV, G, D, SP, HG, ROT, False, q8_ptr, qs_ptr, QUANT)
 
     return triton, attn_split_kernel, attn_merge_kernel, attn_shared_kernel
 
@@ -158,11 +164,11 @@ def _rows_of(t) -> tuple[torch.Tensor, int, int]:
     return t, 1, 0
 
 
-def add_rmsnorm(x: torch.Tensor, delta, w: torch.Tensor, eps: float, rot: bool = False):
+def add_rmsnorm(x: torch.Tensor, delta, w: torch.Tensor, eps: float, rot: bool = False, quant: bool = False):
     """x [..., N] (+ delta) → (new x, RMSNorm(new x)·w), both in x's dtype; x is not modified in place. `delta`:
     a tensor shaped like x, or `gemv.Partials` [S, rows, N] (summed, then rounded to x's dtype as a product's
     output is). `rot`: the normed output is returned rotated (·H per 256-group, N % 256 == 0) for an int8
-    ConvRot product."""
+    ConvRot product; `quant` (with rot, ≤ 8 rows): (new x, y, `gemv.QAct` of y's int8 pair codes) is returned."""
     triton, kern, _, _ = _kernels()
     n = x.shape[-1]
     rows = x.numel() // n
@@ -171,11 +177,26 @@ def add_rmsnorm(x: torch.Tensor, delta, w: torch.Tensor, eps: float, rot: bool =
     d, splits, ps = _rows_of(delta) if delta is not None else (x, 1, 0)
     xo = torch.empty_like(x) if delta is not None else x
     y = torch.empty_like(x)
+    pack = _new_pack(rows, n, x.device, rot, quant)
     kern[(rows, n // 256 if rot else 1)](x, d, w, xo, y, n, ps, eps, HAS_D=delta is not None, S=splits,
                                          BLOCK=triton.next_power_of_2(n), ROT=rot,
                                          num_warps=8 if splits > 1 else 4,  # more loads in flight for partials
-                                         **_pdl(x))
-    return xo, y
+                                         **_pdl(x), **_pack_args(pack, "qs_ptr"))
+    return (xo, y, pack) if quant else (xo, y)
+
+
+def _new_pack(rows: int, k: int, device, rot: bool, quant: bool):
+    """An empty `gemv.QAct` for `quant` (which needs `rot`), else None."""
+    if not quant:
+        return None
+    if not rot:
+        raise ValueError("int8 pair codes (quant=True) are made of the rotated output: pass rot=True as well")
+    from .gemv import new_pack
+    return new_pack(rows, k, device)
+
+
+def _pack_args(pack, scale_name: str, codes_name: str = "q_ptr") -> dict:
+    return {codes_name: pack.q, scale_name: pack.s, "QUANT": True} if pack is not None else {}
 
 
 def qk_norm_rope_store(qkv, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tensor,
@@ -198,8 +219,9 @@ def qk_norm_rope_store(qkv, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tenso
 ROPE_ROW_BLOCK = 16  # rows per program of qk_norm_rope_store beyond this many rows (the NAR's frames + 2)
 
 
-def silu_mul(gate_up, rot: bool = False) -> torch.Tensor:
-    """gate‖up [R, 2F] (or `gemv.Partials` of it) → silu(gate)·up [R, F] (rotated ·H per 256-group with `rot`)."""
+def silu_mul(gate_up, rot: bool = False, quant: bool = False):
+    """gate‖up [R, 2F] (or `gemv.Partials` of it) → silu(gate)·up [R, F] (rotated ·H per 256-group with `rot`);
+    with `quant` (and rot, ≤ 8 rows): (that, `gemv.QAct` of its int8 pair codes)."""
     triton, _, _, kern = _kernels()
     t, splits, ps = _rows_of(gate_up)
     r, f2 = t.shape[-2], t.shape[-1]
@@ -208,8 +230,10 @@ def silu_mul(gate_up, rot: bool = False) -> torch.Tensor:
     dtype = gate_up.dtype
     out = torch.empty(r, f2 // 2, dtype=dtype, device=t.device)
     block = 256 if rot else 1024
-    kern[(r, triton.cdiv(f2 // 2, block))](t, out, f2 // 2, ps, S=splits, BLOCK=block, ROT=rot, **_pdl(t))
-    return out
+    pack = _new_pack(r, f2 // 2, t.device, rot, quant)
+    kern[(r, triton.cdiv(f2 // 2, block))](t, out, f2 // 2, ps, S=splits, BLOCK=block, ROT=rot, **_pdl(t),
+                                           **_pack_args(pack, "qs_ptr"))
+    return (out, pack) if quant else out
 
 
 # most splits the split kernel merges itself: its merging program loads all splits' partial sums at once, and
@@ -257,7 +281,7 @@ ATTN_CONFIG = AttnConfig(bl=64, warps=2, stages=3, per_sm=2)
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
                      attn_len: int, scale: float, sms: int | None = None,
                      cfg: AttnConfig | None = None, rot: bool = False, shared: int = 0,
-                     counters: torch.Tensor | None = None) -> torch.Tensor:
+                     counters: torch.Tensor | None = None, quant: bool = False):
     """GQA decode attention for one new token per row, split over the cache length (flash-decoding).
 
     q [R, nh, D] (query head h uses kv head h // (nh/nkv)); k_cache/v_cache [R, nkv, capacity, D]; pos [R] int64:
@@ -268,7 +292,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     p to the cache dtype), so results differ from the torch path by bf16 rounding only. Returns [R, nh·D] in q's
     dtype. `sms` (default: the device's multiprocessor count) and `cfg.per_sm` set the split count; `cfg`
     (default `ATTN_CONFIG`, from bench/decode_parts.py on an H200) the block size, warps and stages. `rot`: the
-    output is returned rotated (·H per 256-group, for an int8 ConvRot o_proj; nh·D % 256 == 0 and D ≤ 256).
+    output is returned rotated (·H per 256-group, for an int8 ConvRot o_proj; nh·D % 256 == 0 and D ≤ 256);
+    `quant` (with rot, ≤ 8 rows): (output, `gemv.QAct` of its int8 pair codes) is returned.
     `shared` = P > 0: cache positions [0, P) hold the same K/V in every row (a common prompt prefix, e.g. candidate
     songs of one request) and are read once, from row 0, for all rows' queries (one extra kernel; the caller must
     ensure P ≤ every pos[r], not checked: it would need a host sync); the result equals the unshared one within
@@ -325,6 +350,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                  NKV=nkv, G=g, QP=qp, D=d, BL=bl, IEEE=ieee, **_pdl(q),
                                  num_warps=min(32, max(cfg.warps, qp // 8)), num_stages=cfg.stages)
     out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
+    pack = _new_pack(r, nh * d, q.device, rot, quant)
     nvidia = q.is_cuda and torch.version.hip is None  # the fence is NVIDIA PTX; ROCm keeps the merge kernel
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     merge = (counters is not None and g & (g - 1) == 0 and (not rot or g * d == 256)
@@ -333,16 +359,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError(f"decode_attention: counters must be int32 with ≥ {r * nkv} zeros on {q.device}; got "
                          f"{counters.dtype} [{counters.numel()}] on {counters.device}")
     extra = (dict(cnt_ptr=counters, out_ptr=out, MERGE=True, SP=triton.next_power_of_2(splits), ROT=rot,
-                  FENCE=nvidia and not interpreted) if merge else {})
+                  FENCE=nvidia and not interpreted, **_pack_args(pack, "qs_ptr", "q8_ptr")) if merge else {})
     split_kern[(r, nkv, sp_s)](q, k_cache, v_cache, pos, m, l, o, k_cache.stride(0), k_cache.stride(1), scale,
                                chunk, attn_len, p, sp_p, splits, NKV=nkv, G=g, GP=max(16, triton.next_power_of_2(g)),
                                D=d, BL=bl, IEEE=ieee, **_pdl(q), **extra, num_warps=cfg.warps, num_stages=cfg.stages)
-    if merge:
-        return out
-    hg = 256 // d if rot else 1
-    merge_kern[(r, nh // hg)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits), HG=hg,
-                              ROT=rot, **_pdl(q))
-    return out
+    if not merge:
+        hg = 256 // d if rot else 1
+        merge_kern[(r, nh // hg)](m, l, o, out, splits, NKV=nkv, G=g, D=d, SP=triton.next_power_of_2(splits), HG=hg,
+                                  ROT=rot, **_pdl(q), **_pack_args(pack, "qs_ptr", "q8_ptr"))
+    return (out, pack) if quant else out
 
 
 @functools.lru_cache(maxsize=1)

@@ -50,6 +50,33 @@ class Partials:
         return self.t.shape[0]
 
 
+class QAct:
+    """An activation row block in the rotated basis as int8 *pair codes*, for the int8 × int8 products of
+    `gemv(xq=…)`: q [2M, K] int8 (row 2m: hi, row 2m + 1: lo of activation row m) and s [M, K/256] fp32, one per
+    256-group, so that x·H ≈ s · (hi + lo / 254) to within s/508 (s = the group's max |x·H| / 127; about 16 bits
+    of the group's range, against bf16's 8 bits per value). Written by the producer kernels with quant=True
+    (`fused.add_rmsnorm`, `fused.silu_mul`, `fused.decode_attention`) or by `rotate(x, quant=True)`."""
+    __slots__ = ("q", "s")
+
+    def __init__(self, q: torch.Tensor, s: torch.Tensor):
+        self.q, self.s = q, s
+
+    @property
+    def rows(self) -> int:
+        return self.s.shape[0]
+
+
+MAX_PAIR_ROWS = 8  # pair codes take two rows of the 16-row tensor-core tile per activation row
+
+
+def new_pack(m: int, k: int, device) -> QAct:
+    """Uninitialised pair codes for m ≤ 8 rows of K (K % 256 == 0). Raises ValueError otherwise."""
+    if not 0 < m <= MAX_PAIR_ROWS or k % 256:
+        raise ValueError(f"int8 pair codes hold 1–{MAX_PAIR_ROWS} rows of a multiple of 256; got {m} × {k}")
+    return QAct(torch.empty(2 * m, k, dtype=torch.int8, device=device),
+                torch.empty(m, k // 256, dtype=torch.float32, device=device))
+
+
 @functools.lru_cache(maxsize=1)
 def _kernels():
     from . import triton_modules
@@ -57,7 +84,7 @@ def _kernels():
         return None
     triton, tl = triton_modules()
     from . import _decode_triton as k
-    return triton, tl, k.gemv_kernel, k.reduce_kernel, k.rotate_kernel
+    return triton, tl, k.gemv_kernel, k.reduce_kernel, k.rotate_kernel, k.gemv_q_kernel
 
 
 def available() -> bool:
@@ -255,16 +282,21 @@ def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *, partial: bool = False,
-         cfg: Config | None = None) -> torch.Tensor | Partials:
+         cfg: Config | None = None, xq: QAct | None = None) -> torch.Tensor | Partials:
     """x [M ≤ 16, K] bf16 · w [N, K]ᵀ → y [M, N] bf16. w bf16, or int8 ConvRot codes with `scale` [N] fp32 —
     then x must already be rotated (`rotate`, or a producing kernel with rot=True). With `partial`, returns
     `Partials` (P [split, M, N] fp32) when the configuration (`choose`, made `usable`) splits K, else y.
+    `xq` (int8 w, M ≤ 8): the same x as int8 pair codes (`QAct`); the product then runs int8 × int8 on the tensor
+    cores (`_decode_triton.gemv_q_kernel`, `YUE2_INT8_DOT=int8` in the decode step) instead of converting every
+    weight to bf16 — y differs from the bf16-activation product by x's rounding (finer here).
     K % 256 == 0 (see `supported`). Raises ValueError for unsupported inputs."""
     x = x.contiguous()
     if not supported(x, w):
         raise ValueError(f"gemv needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
                          f"{tuple(x.shape)} {x.dtype} on {x.device}, w {tuple(w.shape)} {w.dtype}")
-    triton, _, kern, _, _ = _kernels()
+    if xq is not None:
+        return gemv_q(xq, w, scale, partial=partial, out_dtype=x.dtype, cfg=cfg)
+    triton, _, kern, _, _, _ = _kernels()
     m, k = x.shape
     n = w.shape[0]
     int8 = w.dtype == torch.int8
@@ -288,6 +320,57 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
     return p if partial else reduce(p)
 
 
+# per weight shape (N, K): the int8 × int8 products' configuration (bk is always one 256-group; `swap`: weights
+# as the left operand). Filled from bench/gemv_int8_dot.py on an H200.
+_Q_TABLE: dict[tuple[int, int], tuple[Config, bool]] = {}
+
+
+def choose_q(n: int, k: int) -> tuple[Config, bool]:
+    """(configuration, swap) of an int8 × int8 pair-code product: `_Q_TABLE`, else the W8A16 table's blocks and
+    split with 256-wide K tiles, weights on the right."""
+    if (n, k) in _Q_TABLE:
+        return _Q_TABLE[(n, k)]
+    base = _tables()[0].get((n, k, True)) or choose(n, k, 1, True)
+    return replace(base, bk=256, dot=True), False
+
+
+def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = False,
+           out_dtype: torch.dtype = torch.bfloat16, cfg: Config | None = None,
+           swap: bool | None = None) -> torch.Tensor | Partials:
+    """xq (`QAct`: M ≤ 8 rows of K as int8 pair codes) · int8 ConvRot codes w [N, K]ᵀ · scale [N] → y [M, N] in
+    `out_dtype`, or `Partials` with `partial` when the configuration splits K. Each 256-group is one int8 × int8
+    tensor-core product with int32 sums (exact), scaled by the group's activation scale; no weight is converted.
+    Raises ValueError for other shapes, dtypes or devices."""
+    m, k = xq.rows, xq.q.shape[1]
+    if (w.dtype != torch.int8 or w.dim() != 2 or w.shape[1] != k or w.stride() != (k, 1) or k % 256
+            or xq.q.shape[0] != 2 * m or not 0 < m <= MAX_PAIR_ROWS or xq.s.shape != (m, k // 256)
+            or xq.q.device != w.device or xq.s.device != w.device or scale is None or scale.numel() != w.shape[0]
+            or scale.dtype != torch.float32 or not scale.is_contiguous() or scale.device != w.device):
+        raise ValueError(f"gemv_q needs pair codes of ≤ {MAX_PAIR_ROWS} rows and K % 256 == 0, int8 w [N, K] "
+                         f"row-major and fp32 row scales [N], all on one device; got codes {tuple(xq.q.shape)}, "
+                         f"scales {tuple(xq.s.shape)}, w {tuple(w.shape)} {w.dtype}, "
+                         f"row scales {None if scale is None else tuple(scale.shape)}")
+    triton, _, _, _, _, kern = _kernels()
+    n = w.shape[0]
+    chosen, chosen_swap = choose_q(n, k)
+    cfg = cfg or chosen
+    swap = chosen_swap if swap is None else swap
+    limit = shared_limit(w.device)
+    if limit:
+        cfg = fit_shared(replace(cfg, bk=256), True, limit)
+    split = cfg.split if k % (cfg.split * 256) == 0 else 1
+    ks = k // split
+    out = (torch.empty(split, m, n, dtype=torch.float32, device=w.device) if split > 1
+           else torch.empty(m, n, dtype=out_dtype, device=w.device))
+    kern[(triton.cdiv(n, cfg.bn), split)](xq.q, xq.s, w, scale.view(-1), out, m, n, k, ks, BN=cfg.bn,
+                                          PARTIAL=split > 1, SWAP=swap, num_warps=cfg.warps,
+                                          num_stages=cfg.stages, **_pdl(w))
+    if split == 1:
+        return out
+    p = Partials(out, out_dtype)
+    return p if partial else reduce(p)
+
+
 def _pdl(t: torch.Tensor) -> dict:
     from .fused import _pdl as pdl
     return pdl(t)
@@ -295,7 +378,7 @@ def _pdl(t: torch.Tensor) -> dict:
 
 def reduce(p: Partials) -> torch.Tensor:
     """Σ over the split axis of P [split, M, N] → [M, N] in p.dtype."""
-    triton, _, _, kern, _ = _kernels()
+    triton, _, _, kern, _, _ = _kernels()
     s, m, n = p.t.shape
     y = torch.empty(m, n, dtype=p.dtype, device=p.t.device)
     block = 1024
@@ -303,14 +386,17 @@ def reduce(p: Partials) -> torch.Tensor:
     return y
 
 
-def rotate(x: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, quant: bool = False):
     """x [M, K] (K % 256 == 0) → x·H per 256-group, in x's dtype, one kernel (H = H16 ⊗ H16 applied as two
-    16-wide tensor-core products, `_decode_triton.rot_rows`; ≈ fp32 accuracy). Raises ValueError when K is not a
-    multiple of 256."""
-    triton, _, _, _, kern = _kernels()
+    16-wide tensor-core products, `_decode_triton.rot_rows`; ≈ fp32 accuracy). `quant` (M ≤ 8): returns (x·H,
+    `QAct` of its int8 pair codes, made from the fp32 rotation). Raises ValueError when K is not a multiple of 256
+    (or, with quant, M > 8)."""
+    triton, _, _, _, kern, _ = _kernels()
     m, k = x.shape
     if k % 256:
         raise ValueError(f"rotate works on 256-wide groups; the last axis is {k}")
     y = torch.empty_like(x)
-    kern[(m, triton.cdiv(k, 256))](x.contiguous(), y, k, BK=256, **_pdl(x))
-    return y
+    pack = new_pack(m, k, x.device) if quant else None
+    extra = dict(q_ptr=pack.q, s_ptr=pack.s, QUANT=True) if quant else {}
+    kern[(m, triton.cdiv(k, 256))](x.contiguous(), y, k, BK=256, **extra, **_pdl(x))
+    return (y, pack) if quant else y
