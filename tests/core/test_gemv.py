@@ -108,6 +108,85 @@ def test_gemv_and_partial_consumers_in_interpreter():
     _run_ok(code, interpret=True)
 
 
+def test_int8_pair_codes_and_products_in_interpreter():
+    """YUE2_INT8_DOT=int8's pieces in Triton's CPU interpreter: the pair codes (`gemv.QAct`) written by
+    `gemv.rotate(quant=True)`, add+RMSNorm, SiLU·up and both attention merges decode to the fp64 rotation of the
+    same (fp16-rounded) values within 2e-5 of each group's range — ≈ 16 bits, where the fp16/bf16 activation keeps
+    11/8 —, codes in [−127, 127], a group of zeros gives zero codes and scale; `gemv_q` (split or not, either
+    operand order) matches fp64 products of the decoded codes to fp32 rounding; refusals are ValueErrors."""
+    pytest.importorskip("triton")
+    code = (
+        "import math, torch\n"
+        "from yue2_core.fast import gemv as G, fused\n"
+        "from yue2_core.weights.quant import quantize, rotate\n"
+        "torch.manual_seed(0)\n"
+        "def decoded(p):\n"
+        "    m, k = p.s.shape[0], p.q.shape[1]\n"
+        "    c = p.q.view(m, 2, k).double()\n"
+        "    return ((c[:, 0] + c[:, 1] / 254).view(m, -1, 256) * p.s.double()[..., None]).view(m, k)\n"
+        "def check(y_plain, pack, what):\n"
+        "    want = rotate(y_plain.double())\n"
+        "    rng = want.view(want.shape[0], -1, 256).abs().amax(-1, keepdim=True).clamp_min(1e-30)\n"
+        "    err = ((decoded(pack) - want).view(rng.shape[0], -1, 256).abs() / rng).max().item()\n"
+        "    assert err < 2e-5, (what, err)\n"
+        "    assert pack.q.abs().max() <= 127 and pack.q.dtype == torch.int8, what\n"
+        "x = torch.randn(3, 768).half()\n"
+        "x[1, 256:512] = 0\n"
+        "y, pack = G.rotate(x, quant=True)\n"
+        "check(x, pack, 'rotate')\n"
+        "assert pack.q[2:4, 256:512].abs().max() == 0 and pack.s[1, 1] == 0\n"
+        "assert (y.float() - rotate(x.float())).abs().max() < 4e-3\n"
+        "for n, k, m in ((96, 512, 1), (64, 1024, 3), (40, 256, 8)):\n"
+        "    q, s = quantize(torch.randn(n, k) * 0.05)\n"
+        "    s = s.view(-1).float().contiguous()\n"
+        "    _, pk = G.rotate(torch.randn(m, k).half(), quant=True)\n"
+        "    ref = (decoded(pk) @ q.double().T) * s.double()\n"
+        "    for cfg in (G.Config(bn=32, bk=256, split=1), G.Config(bn=16, bk=256, split=2), None):\n"
+        "        for swap in (False, True):\n"
+        "            out = G.gemv_q(pk, q, s, cfg=cfg, swap=swap, out_dtype=torch.float32)\n"
+        "            assert out.shape == (m, n)\n"
+        "            assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5, (n, k, m, cfg, swap)\n"
+        "            part = G.gemv_q(pk, q, s, cfg=cfg, swap=swap, partial=True, out_dtype=torch.float16)\n"
+        "            if isinstance(part, G.Partials):\n"
+        "                assert ((part.t.sum(0).double() - ref).abs().max() / ref.abs().max()).item() < 1e-5\n"
+        "    via = G.gemv(torch.zeros(m, k).half(), q, s, xq=pk)\n"  # gemv(xq=) dispatches to gemv_q
+        "    assert via.dtype == torch.float16 and ((via.double() - ref).abs().max() / ref.abs().max()) < 2e-3\n"
+        "R, H, F = 3, 512, 512\n"
+        "xx = torch.randn(R, 1, H).half(); wn = (1 + 0.1 * torch.randn(H)).half()\n"
+        "p = G.Partials(torch.randn(4, R, H) * 0.3, torch.float16)\n"
+        "x1, y1 = fused.add_rmsnorm(xx, p, wn, 1e-6)\n"
+        "x3, y3, pk3 = fused.add_rmsnorm(xx, p, wn, 1e-6, rot=True, quant=True)\n"
+        "assert torch.equal(x3, x1) and (y3.float() - rotate(y1.float())).abs().max() < 4e-3\n"
+        "check(y1.view(R, H), pk3, 'add_rmsnorm')\n"
+        "gu = G.Partials(torch.randn(2, R, 2 * F), torch.float16)\n"
+        "a1 = fused.silu_mul(gu)\n"
+        "a3, pk4 = fused.silu_mul(gu, rot=True, quant=True)\n"
+        "assert (a3.float() - rotate(a1.float())).abs().max() < 4e-3\n"
+        "check(a1, pk4, 'silu_mul')\n"
+        "q = torch.randn(2, 4, 128).half()\n"
+        "kc, vc = torch.randn(2, 2, 40, 128).half(), torch.randn(2, 2, 40, 128).half()\n"
+        "pos = torch.tensor([5, 39])\n"
+        "plain = fused.decode_attention(q, kc, vc, pos, 40, 1 / math.sqrt(128), sms=4)\n"
+        "for counters in (None, torch.zeros(16, dtype=torch.int32)):  # merge kernel / merged by the last split\n"
+        "    o, pk5 = fused.decode_attention(q, kc, vc, pos, 40, 1 / math.sqrt(128), sms=4, rot=True, quant=True,\n"
+        "                                    counters=counters)\n"
+        "    assert (o.float() - rotate(plain.float())).abs().max() < 4e-3\n"
+        "    check(plain, pk5, 'attention merge')\n"
+        "qq, ss = quantize(torch.randn(64, 512) * 0.05)\n"
+        "for bad, words in ((lambda: G.new_pack(9, 512, 'cpu'), '1–8 rows'),\n"
+        "                   (lambda: G.rotate(torch.randn(9, 256).half(), quant=True), '1–8 rows'),\n"
+        "                   (lambda: fused.silu_mul(torch.randn(2, 512).half(), quant=True), 'rot=True'),\n"
+        "                   (lambda: G.gemv_q(pack, qq, ss.view(-1).float()), 'pair codes'),\n"
+        "                   (lambda: G.gemv_q(G.rotate(torch.randn(1, 512).half(), quant=True)[1], qq, None), 'scales')):\n"
+        "    try:\n"
+        "        bad()\n"
+        "        raise SystemExit(f'accepted: {words}')\n"
+        "    except ValueError as e:\n"
+        "        assert words in str(e), (words, e)\n"
+        "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
 def _decoders(path: str, int8: bool) -> str:
     return (tiny_fp16_ar(path) +
             "kind = fd._gemv_layers(ar)\n"

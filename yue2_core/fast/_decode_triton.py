@@ -47,7 +47,7 @@ def quant_store(q_ptr, s_ptr, y, row, group, K, NG):
     # s / 508 (≈ 16 bits of the group's range; bf16 keeps 8 bits of each value). Row 2·row of q [2M, K] gets hi,
     # row 2·row + 1 gets lo, s_ptr[row · NG + group] gets s (fp32)
     a = tl.max(tl.abs(y), axis=0)
-    inv = tl.where(a > 0, 127.0 / a, 0.0)
+    inv = tl.where(a > 0, 127.0 / tl.maximum(a, 1e-30), 0.0)
     t = y * inv
     hi = tl.minimum(tl.maximum(tl.floor(t + 0.5), -127.0), 127.0)
     lo = tl.minimum(tl.maximum(tl.floor((t - hi) * 254.0 + 0.5), -127.0), 127.0)
