@@ -290,6 +290,39 @@ def test_int8_rotation_switch(monkeypatch):
         fd._int8_rotation()
 
 
+def test_int8_dot_switch(monkeypatch, tiny_paths):
+    """YUE2_INT8_DOT: 'convert' or 'int8' (unset: the default), anything else a RequestError naming both — from the
+    decoder and from the up-front environment check; the decoder uses the pair-code products only for int8 layers
+    whose inputs the producing kernels rotate, with the Triton attention and ≤ 8 rows."""
+    pytest.importorskip("triton")
+    import torch
+
+    from yue2_core.errors import RequestError
+    from yue2_core.fast import decode as fd
+    from yue2_core.protocol import Sampling
+    from yue2_core.switch_check import check_environment
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar
+    monkeypatch.delenv("YUE2_INT8_DOT", raising=False)
+    assert fd._int8_dot() == fd.INT8_DOT_DEFAULT
+    for value in ("convert", "int8"):
+        monkeypatch.setenv("YUE2_INT8_DOT", value)
+        assert fd._int8_dot() == value
+    monkeypatch.setenv("YUE2_INT8_DOT", "w8a8")
+    for call in (fd._int8_dot, check_environment):
+        with pytest.raises(RequestError, match="YUE2_INT8_DOT must be 'convert' or 'int8'"):
+            call()
+    ar = load_ar(inspect_checkpoint(tiny_paths["int8"]), "cpu", torch.float16)
+    s = Sampling(temperature=0.0, min_tokens=2, max_tokens=2)
+    monkeypatch.setenv("YUE2_INT8_DOT", "int8")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the decoder takes the GPU kernels' decisions on the CPU
+    for rows, rot, want in ((1, "producers", True), (8, "producers", True), (9, "producers", False),
+                            (1, "cublas", False)):
+        monkeypatch.setenv("YUE2_INT8_ROT", rot)
+        dec = fd.PhaseDecoder(ar, [[151643, 151852]] * rows, s, list(range(rows)), "semantic", use_graph=False,
+                              fused=True)
+        assert dec.int8_layers and dec.attn_kernel and dec.int8_dot is want, (rows, rot, dec.int8_dot)
+
+
 @pytest.mark.parametrize("name", ["YUE2_FUSED_SAMPLER", "YUE2_GEMV_EPILOGUE"])
 def test_retired_switch_warns_once(monkeypatch, name):
     """A switch of a removed path (the fused sampling kernel, the GEMV epilogues) is not silently ignored: one
