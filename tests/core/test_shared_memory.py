@@ -42,6 +42,35 @@ def test_gemv_table_estimate_and_fit():
     assert big, "no table entry exceeds 99 KB any more: the fitting is untested against a real overflow"
 
 
+def _gemv_q_shared(cfg, swap: bool, cap: int) -> int:
+    from yue2_core.fast import _decode_triton as k
+    types = dict(q_ptr="*i8", xs_ptr="*fp32", w_ptr="*i8", s_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32",
+                 K="i32", KS="i32")
+    kern = _compiled(k.gemv_q_kernel, types, dict(BN=cfg.bn, PARTIAL=True, SWAP=swap, PDL=cap >= 90), cap=cap,
+                     aligned=("q_ptr", "xs_ptr", "w_ptr", "s_ptr", "out_ptr", "N", "K", "KS"),
+                     num_warps=cfg.warps, num_stages=cfg.stages)
+    return kern.metadata.shared
+
+
+def test_gemv_pair_code_estimate_and_fit():
+    """The int8 × int8 pair-code products (`gemv.gemv_q`, YUE2_INT8_DOT=int8), both operand orders: the estimate
+    `shared_bytes_q` bounds the compiled kernel on sm_90 (Hopper's asynchronous tensor-core path keeps every stage),
+    and a 128-wide 4-stage configuration fitted to 99 KB (sm_89) compiles within it."""
+    from yue2_core.fast import gemv as G
+    big = 0
+    for bn in (32, 64, 128):
+        for stages in (2, 3, 4):
+            cfg = G.Config(bn=bn, bk=256, stages=stages)
+            for swap in (False, True):
+                got = _gemv_q_shared(cfg, swap, 90)
+                assert got <= G.shared_bytes_q(cfg), (cfg, swap, got)
+                big += got > LIMITS[89]
+    assert big, "no pair-code configuration exceeds 99 KB: the fitting is untested against a real overflow"
+    fitted = G.fit_shared(G.Config(bn=128, bk=256, stages=4), True, LIMITS[89], G.shared_bytes_q)
+    for swap in (False, True):
+        assert _gemv_q_shared(fitted, swap, 89) <= LIMITS[89], (fitted, swap)
+
+
 def test_attention_estimate_and_fit():
     """The decode-attention split kernel and the shared-prefix kernel: the estimate bounds the compiled size, and the
     default configuration fitted to 64 KB (a T4) compiles within it (unfitted it takes 70 KB)."""

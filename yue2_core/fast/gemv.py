@@ -244,15 +244,24 @@ def shared_bytes(cfg: Config, int8: bool) -> int:
     return max(1, cfg.stages - 1) * cfg.bk * (cfg.bn * (1 if int8 else 2) + 16 * 2)
 
 
-def fit_shared(cfg: Config, int8: bool, limit: int) -> Config:
+def shared_bytes_q(cfg: Config) -> int:
+    """Shared memory of an int8 × int8 pair-code product (`gemv_q`), an upper bound (tests/core/test_shared_memory.py):
+    `stages` copies of the int8 weight tile [bn, 256] and the pair-code tile [16, 256] (the weights-left order, on
+    Hopper's asynchronous tensor-core instructions, keeps all `stages`; the other order stages − 1)."""
+    return max(1, cfg.stages) * 256 * (cfg.bn + 16)
+
+
+def fit_shared(cfg: Config, int8: bool, limit: int, estimate=None) -> Config:
     """cfg with fewer pipeline stages (down to 2), then narrower output blocks (down to 16), until its kernel fits
     `limit` bytes of shared memory per block less 1 KB of headroom. The table's H200 configurations take up to
     120 KB (bf16 qkv and down_proj, 4 stages): more than GPUs with 99 KB per block (RTX 30/40/50, sm_86/89/120)
-    or 64 KB (T4, sm_75) can give, where Triton would refuse the launch."""
+    or 64 KB (T4, sm_75) can give, where Triton would refuse the launch. `estimate`: the bytes of a configuration
+    (default `shared_bytes` of the W8A16/bf16 kernel; `shared_bytes_q` for the pair-code products)."""
+    size = estimate or (lambda c: shared_bytes(c, int8))
     budget = limit - 1024
-    while shared_bytes(cfg, int8) > budget and cfg.stages > 2:
+    while size(cfg) > budget and cfg.stages > 2:
         cfg = replace(cfg, stages=cfg.stages - 1)
-    while shared_bytes(cfg, int8) > budget and cfg.bn > 16:
+    while size(cfg) > budget and cfg.bn > 16:
         cfg = replace(cfg, bn=cfg.bn // 2)
     return cfg
 
@@ -357,7 +366,7 @@ def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = Fa
     swap = chosen_swap if swap is None else swap
     limit = shared_limit(w.device)
     if limit:
-        cfg = fit_shared(replace(cfg, bk=256), True, limit)
+        cfg = fit_shared(replace(cfg, bk=256), True, limit, shared_bytes_q)
     split = cfg.split if k % (cfg.split * 256) == 0 else 1
     ks = k // split
     out = (torch.empty(split, m, n, dtype=torch.float32, device=w.device) if split > 1
