@@ -169,7 +169,10 @@ def greedy(ar, mode, fused=True, n=256):
 def decode_part(path: str):
     from yue2_core.pipeline import YuE2Engine
     if not os.path.exists(path):
-        import bench.bench as B
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("yue2_bench", Path(__file__).with_name("bench.py"))
+        B = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(B)
         B.make_checkpoints(os.path.dirname(path), fmts=("int8",))
     eng = YuE2Engine.load(path, device="cuda", parts=("ar",))
     ar = eng.ar

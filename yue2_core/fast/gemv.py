@@ -331,7 +331,13 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
 
 # per weight shape (N, K): the int8 × int8 products' configuration (bk is always one 256-group; `swap`: weights
 # as the left operand). Filled from bench/gemv_int8_dot.py on an H200.
-_Q_TABLE: dict[tuple[int, int], tuple[Config, bool]] = {}
+_Q_TABLE: dict[tuple[int, int], tuple[Config, bool]] = {
+    (4096, 2048): (Config(bn=128, bk=256, split=4, stages=3), False),   # qkv_proj
+    (2048, 2048): (Config(bn=64, bk=256, split=8, stages=4), True),     # o_proj
+    (12288, 2048): (Config(bn=64, bk=256, split=2, stages=3), True),    # gate_up_proj
+    (2048, 6144): (Config(bn=128, bk=256, split=8, stages=3), False),   # down_proj
+    (32769, 2048): (Config(bn=128, bk=256, split=1, stages=3), True),   # LM head, codec slice
+}
 
 
 def choose_q(n: int, k: int) -> tuple[Config, bool]:
