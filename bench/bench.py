@@ -339,8 +339,8 @@ def ar_int8(eng, n, base_rates):
            "tok/s")
     ours1, t = ours_rate(eng.ar, [sem_p], s, "semantic")
     record("AR decode int8 batch 1", ours1, base_rates.get("base1"), "tok/s",
-           f"baseline = bf16 vendor loop; {t.get('execution')}; products={t.get('layer_products')}, rotation by "
-           f"{t.get('int8_rotation')}, pdl={t.get('pdl')}")
+           f"baseline = bf16 vendor loop; {t.get('execution')}; products={t.get('layer_products')} "
+           f"({t.get('int8_products')}), rotation by {t.get('int8_rotation')}, pdl={t.get('pdl')}")
     with env(YUE2_ATTN_MERGE="kernel"):
         warm(eng.ar, [[sem_p]], s, "semantic")
         ours_mk, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
@@ -361,6 +361,19 @@ def ar_int8(eng, n, base_rates):
     sa = fixed_len(ABC, min(n, 512))
     oursa, _ = ours_rate(eng.ar, [prompt_ids(500, "abc", 1)], sa, "abc")
     record("AR decode int8 ABC phase", oursa, base_rates.get("base_abc"), "tok/s")
+    # the previous products: every int8 code converted to bf16 for a bf16 tensor-core product (YUE2_INT8_DOT=convert)
+    # against the default int8 × int8 products on the activations' pair codes, same run
+    with env(YUE2_INT8_DOT="convert"):
+        warm(eng.ar, [[sem_p], [sem_p] * 8], s, "semantic")
+        warm(eng.ar, [[sem_p]], s, "semantic", cfg=1.5, negatives=[neg])
+        conv1, _ = ours_rate(eng.ar, [sem_p], s, "semantic")
+        convc, _ = ours_rate(eng.ar, [sem_p], s, "semantic", cfg=1.5, negatives=[neg])
+        conv8, _ = ours_rate(eng.ar, [sem_p] * 8, s, "semantic")
+    note = "YUE2_INT8_DOT=convert (the products before 2026-12-05)"
+    record("AR decode int8 batch 1, codes converted to bf16", conv1, base_rates.get("base1"), "tok/s", note)
+    record("AR decode int8 CFG pair, codes converted to bf16", convc, base_rates.get("basec"), "tok/s", note)
+    record("AR decode int8 8 candidates (total), codes converted to bf16", conv8 * 8, base_rates.get("base1"),
+           "tok/s", note)
     return {"b1": ours1, "cfg": oursc, "b8": ours8, "abc": oursa}
 
 
