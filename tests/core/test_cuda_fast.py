@@ -606,7 +606,9 @@ def test_cuda_layer_kernel_is_as_close_to_the_portable_step_as_the_fused_one(tin
     same fed tokens (the fused step's greedy stream), 24 eager steps of two rows — its logits' error against the
     portable (unfused torch) step stays within 1.5× the fused step's own, and its argmax equals the fused step's at
     ≥ 90 % of steps; then the graphed run uses it (no barrier timed out) and its first 2 tokens equal the fused
-    step's."""
+    step's. The fused step runs the products the layer kernel implements: int8 codes converted to bf16
+    (YUE2_INT8_DOT=convert; the default pair-code products round the activations differently)."""
+    monkeypatch.setenv("YUE2_INT8_DOT", "convert")
     from yue2_core.pipeline import YuE2Engine
     eng = YuE2Engine.load(tiny_paths[fmt], device="cuda", parts=("ar",))
     eng.wait_warm_up()
@@ -657,7 +659,9 @@ def test_cuda_layer_kernel_is_as_close_to_the_portable_step_as_the_fused_one(tin
 def test_layer_kernel_matches_the_fused_step(tiny_paths, fmt, mode, monkeypatch):
     """The one-launch decoder layer (YUE2_LAYER_KERNEL, experimental) in the CUDA graph against the per-kernel fused
     step, two rows: logits after one eager step within bf16 rounding, greedy streams (sharpened head) equal for
-    ≥ 64 of 128 tokens, no barrier timed out; then a residency the GPU cannot give falls back with one warning."""
+    ≥ 64 of 128 tokens, no barrier timed out; then a residency the GPU cannot give falls back with one warning.
+    The fused step runs the products the layer kernel implements (YUE2_INT8_DOT=convert)."""
+    monkeypatch.setenv("YUE2_INT8_DOT", "convert")
     from yue2_core.pipeline import YuE2Engine
     eng = YuE2Engine.load(tiny_paths[fmt], device="cuda", parts=("ar",))
     eng.wait_warm_up()
