@@ -46,7 +46,8 @@ def test_an_empty_mount_point_is_refused_before_loading(tmp_path, capsys, monkey
 
 
 @pytest.mark.parametrize("name,value", [("YUE2_FUSED", "false"), ("YUE2_NAR_ATTN", "fast"),
-                                        ("YUE2_SAMPLER", "cuda"), ("YUE2_GEMV_TABLE", "/nonexistent.json")])
+                                        ("YUE2_SAMPLER", "cuda"), ("YUE2_GEMV_TABLE", "/nonexistent.json"),
+                                        ("YUE2_INT8_DOT", "w8a8")])
 def test_every_switch_is_checked_before_loading(tmp_path, capsys, monkeypatch, name, value):
     """Before: these were read only when their stage started (after planning and sampling, or never on a CPU)."""
     monkeypatch.setenv(name, value)
