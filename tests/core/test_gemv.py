@@ -172,6 +172,13 @@ def test_int8_pair_codes_and_products_in_interpreter():
         "                                    counters=counters)\n"
         "    assert (o.float() - rotate(plain.float())).abs().max() < 4e-3\n"
         "    check(plain, pk5, 'attention merge')\n"
+        # a NaN activation reaches the products (and so the logits' NaN check) through its group's scale
+        "xn = torch.randn(2, 512).half(); xn[1, 300] = float('nan')\n"
+        "_, pn = G.rotate(xn, quant=True)\n"
+        "assert torch.isnan(pn.s[1, 1]) and not torch.isnan(pn.s[1, 0]) and not torch.isnan(pn.s[0]).any(), pn.s\n"
+        "qn, sn = quantize(torch.randn(32, 512) * 0.05)\n"
+        "yn = G.gemv_q(pn, qn, sn.view(-1).float(), cfg=G.Config(bn=32, bk=256, split=2))\n"
+        "assert torch.isnan(yn[1]).all() and torch.isfinite(yn[0]).all(), yn\n"
         "qq, ss = quantize(torch.randn(64, 512) * 0.05)\n"
         "for bad, words in ((lambda: G.new_pack(9, 512, 'cpu'), '1–8 rows'),\n"
         "                   (lambda: G.rotate(torch.randn(9, 256).half(), quant=True), '1–8 rows'),\n"

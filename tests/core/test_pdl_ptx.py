@@ -168,6 +168,18 @@ def test_no_global_load_before_the_pdl_wait(aligned):
         assert o["launch"] > o["wait"], (name, "the next grid released before the wait", o)
 
 
+def test_pair_codes_keep_nan_in_their_scale():
+    """The producers' pair codes (YUE2_INT8_DOT=int8) take each group's max with a NaN-keeping max (`max.NaN` in the
+    sm_90 PTX): the plain `max.f32` returns the other operand, so a NaN activation would become finite codes and
+    the logits' NaN check ("the AR weights look damaged") would never fire."""
+    pytest.importorskip("triton.backends.nvidia.compiler", reason="this Triton has no CUDA backend to compile for")
+    quant = [e for e in _kernels() if "pair codes" in e[0] and not e[0].startswith("gemv")]
+    assert len(quant) == 5, [e[0] for e in quant]
+    for name, fn, types, consts, opts in quant:
+        ptx = _compiled(fn, types, consts, aligned=_pointers(types), **opts).asm["ptx"]
+        assert "max.NaN.f32" in ptx or "max.NaN.ftz.f32" in ptx, name
+
+
 @pytest.mark.parametrize("aligned", [False, True], ids=["generic", "aligned"])
 def test_merging_program_counts_after_a_gpu_fence(aligned):
     """In the kernel whose last program per group consumes the others' results (the attention merged in its split

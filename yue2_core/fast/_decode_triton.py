@@ -41,12 +41,19 @@ def rot_rows(x, BM: tl.constexpr):
 
 
 @triton.jit
+def _max_keep_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def quant_store(q_ptr, s_ptr, y, row, group, K, NG):
     # y fp32 [256]: one rotated 256-group of activation row `row` → its int8 pair codes (`gemv.QAct`): with
     # s = max|y| / 127, hi = rint(y / s) and lo = rint((y / s − hi) · 254), so y ≈ s · (hi + lo / 254) to within
     # s / 508 (≈ 16 bits of the group's range; bf16 keeps 8 bits of each value). Row 2·row of q [2M, K] gets hi,
-    # row 2·row + 1 gets lo, s_ptr[row · NG + group] gets s (fp32)
-    a = tl.max(tl.abs(y), axis=0)
+    # row 2·row + 1 gets lo, s_ptr[row · NG + group] gets s (fp32). A NaN in the group makes s NaN (the max keeps
+    # NaN, which the hardware's plain max drops), so the products — and the logits' NaN check — see it as the
+    # bf16 activation would (the codes themselves are finite)
+    a = tl.reduce(tl.abs(y), 0, _max_keep_nan)
     inv = tl.where(a > 0, 127.0 / tl.maximum(a, 1e-30), 0.0)
     t = y * inv
     hi = tl.minimum(tl.maximum(tl.floor(t + 0.5), -127.0), 127.0)
