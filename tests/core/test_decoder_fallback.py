@@ -58,3 +58,54 @@ def test_fused_kernel_failure_falls_back_to_the_unfused_step(tiny_paths):
         print('ok')
     """)
     _run_ok(code, interpret=True)
+
+
+def test_int8_pair_code_failure_keeps_the_other_kernels(tiny_paths):
+    """The int8 × int8 products (YUE2_INT8_DOT=int8) are the newest path, so they go first: when one fails, the
+    step is redone with the int8 codes converted to bf16 — one warning, the sampling-tail and layer kernels kept —
+    and the tokens are those of a decoder started with YUE2_INT8_DOT=convert. With the torch decode attention
+    (YUE2_DECODE_ATTN=torch) the pair codes are not used and the fused int8 step runs without any fallback
+    (review finding: an empty code list was passed on as codes there)."""
+    pytest.importorskip("triton")
+    code = tiny_fp16_ar(str(tiny_paths["int8"])) + textwrap.dedent("""
+        import os, warnings
+        from yue2_core.fast import gemv as G
+        s = Sampling(temperature=0.0, min_tokens=2, max_tokens=2)
+        # the codec head (32,769 rows) in wide blocks: fewer interpreted programs
+        G.choose = lambda n, k, m, int8: G.Config(bn=32, bk=256, split=2) if n < 4096 else G.Config(bn=512)
+        G.choose_q = lambda n, k: (G.choose(n, k, 1, True), False)
+
+        def run(dot, attn='triton', fail=False):  # one row, two tokens: interpreted steps are slow
+            os.environ['YUE2_INT8_DOT'], os.environ['YUE2_DECODE_ATTN'] = dot, attn
+            d = fd.PhaseDecoder(ar, [sp], s, [1], 'semantic', use_graph=False, fused=True)
+            real = G.gemv_q
+            if fail:
+                def broken(*a, **kw):
+                    raise RuntimeError('int8 MMA not supported on this target')
+                G.gemv_q = broken
+            try:
+                with warnings.catch_warnings(record=True) as seen:
+                    warnings.simplefilter('always')
+                    res = d.run()
+            finally:
+                G.gemv_q = real
+            return d, res, [str(w.message) for w in seen]
+
+        ref, ref_res, _ = run('convert')
+        assert ref.fused and ref.gemv and ref.int8_layers and not ref.int8_dot
+        d, res, msgs = run('int8', fail=True)
+        assert d.fused and d.gemv and not d.int8_dot and d.kernel_error is None and d.tail_error is None, msgs
+        assert d.int8_dot_error.startswith('RuntimeError: int8 MMA'), d.int8_dot_error
+        assert sum('int8 × int8 decode products unavailable' in m for m in msgs) == 1, msgs
+        assert [r.tokens for r in res] == [r.tokens for r in ref_res]
+        assert res[0].timing['int8_products'] == 'codes converted to bf16'
+        assert res[0].timing['int8_products_fallback_reason'] == d.int8_dot_error
+        d, res, msgs = run('int8', attn='torch')
+        assert d.fused and d.gemv and not d.int8_dot and d.kernel_error is None and d.tail_error is None, msgs
+        assert not any('unavailable' in m for m in msgs), msgs
+        d, res, msgs = run('int8')
+        assert d.int8_dot and d.kernel_error is None and d.int8_dot_error is None and d.tail_error is None, msgs
+        assert res[0].timing['int8_products'] == 'int8 x int8 (pair codes)'
+        print('ok')
+    """)
+    _run_ok(code, interpret=True)

@@ -170,8 +170,10 @@ def test_no_global_load_before_the_pdl_wait(aligned):
 
 def test_pair_codes_keep_nan_in_their_scale():
     """The producers' pair codes (YUE2_INT8_DOT=int8) take each group's max with a NaN-keeping max (`max.NaN` in the
-    sm_90 PTX): the plain `max.f32` returns the other operand, so a NaN activation would become finite codes and
-    the logits' NaN check ("the AR weights look damaged") would never fire."""
+    sm_90 PTX), so a NaN activation makes its group's scale NaN and reaches the logits' NaN check ("the AR weights
+    look damaged"): the codes themselves are always finite (the clamp maps NaN to −127) and the plain `max.f32`
+    returns the other operand. (The rotation before it already spreads a NaN over its whole group; this keeps the
+    guarantee whatever the rotation does.)"""
     pytest.importorskip("triton.backends.nvidia.compiler", reason="this Triton has no CUDA backend to compile for")
     quant = [e for e in _kernels() if "pair codes" in e[0] and not e[0].startswith("gemv")]
     assert len(quant) == 5, [e[0] for e in quant]

@@ -652,7 +652,6 @@ class PhaseDecoder:
         groups, scale = d.heads // d.kv_heads, 1.0 / math.sqrt(d.head_dim)
         rot, R, qd = self.rot_fused, self.R, self.int8_dot
         lin = self._lin if self.gemv else (lambda mod, x2, rotated, xq=None: mod(x2))
-        pack = None
         head_rot = (rot and isinstance(ar.model.lm_head, ConvRotLinear) and ar.model.lm_head.group == 256
                     and ar.model.lm_head.lora_side is None)
         delta = None
@@ -679,7 +678,7 @@ class PhaseDecoder:
             att_mod = layer.self_attn
             at("start", i)
             x, y, *pack = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps, rot=rot, quant=qd)
-            qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot, *pack)
+            qkv = lin(att_mod.qkv_proj, y.view(R, -1), rot, *pack)  # pack: [QAct] with qd, else []
             at("qkv", i)
             q = fused.qk_norm_rope_store(qkv, att_mod.q_norm.weight, att_mod.k_norm.weight,
                                          cos, sin, self.pos, self.k[i], self.v[i], d.heads, d.kv_heads,
@@ -687,21 +686,22 @@ class PhaseDecoder:
             if self.attn_kernel:  # int8 (rot): the merge writes the o_proj input rotated
                 h = fused.decode_attention(q, self.k[i], self.v[i], self.pos, attn_len, scale, rot=rot,
                                            shared=self.shared, counters=self.attn_counters, quant=qd)
-                h, pack = h if qd else (h, None)
+                h, *pack = h if qd else (h,)
             else:
                 keys, values = self.k[i][:, :, :attn_len], self.v[i][:, :, :attn_len]
                 att = torch.add(bias, _scores(q.view(R, d.kv_heads, groups, d.head_dim), keys), alpha=scale)
                 h = (att.softmax(-1).to(self.dtype) @ values).reshape(R, d.heads * d.head_dim)
+                pack = []  # (int8 × int8 products need the Triton attention: qd is False here)
             at("attn", i)
-            o = lin(att_mod.o_proj, h, rot and self.attn_kernel, pack)
+            o = lin(att_mod.o_proj, h, rot and self.attn_kernel, *pack)
             at("o", i)
             x, y, *pack = fused.add_rmsnorm(x, o if self.gemv else o[:, None], layer.post_attention_layernorm.weight,
                                             d.eps, rot=rot, quant=qd)
             gu = lin(layer.mlp.gate_up_proj, y.view(R, -1), rot, *pack)
             at("gu", i)
             act = fused.silu_mul(gu, rot=rot, quant=qd)
-            act, pack = act if qd else (act, None)
-            delta = lin(layer.mlp.down_proj, act, rot, pack)
+            act, *pack = act if qd else (act,)
+            delta = lin(layer.mlp.down_proj, act, rot, *pack)
             at("down", i)
             if not self.gemv:
                 delta = delta[:, None]
@@ -786,7 +786,8 @@ class PhaseDecoder:
 
     def _eager_step(self, attn_len: int):
         """One step outside a graph. When a kernel of the fused step fails — e.g. a GPU this code never ran on refuses
-        a Triton launch configuration — the step is undone and run again with the PyTorch sampling tail instead of
+        a Triton launch configuration — the step is undone and run again without the int8 × int8 products (the int8
+        codes converted to bf16; kept and one warning if that runs), then with the PyTorch sampling tail instead of
         the sampling-tail kernels (one warning); if it fails again, the decoder switches to the unfused torch step
         (and library products) with one warning, and the step runs again; graphs are tried again from the next
         block. Out-of-memory errors are raised as they are (the unfused step needs more memory, not less)."""
@@ -796,18 +797,20 @@ class PhaseDecoder:
         error = self._attempt(attn_len, saved)
         if error is None:
             return
-        if self.tail is not None:  # first without the sampling-tail kernels only: the layer kernels may be fine
-            self.tail, self.tail_error = None, brief(error)
-            warnings.warn(f"sampling-tail kernels unavailable ({self.tail_error}); using the PyTorch sampling tail")
+        if self.int8_dot:  # first without the int8 × int8 products (an older Triton, a GPU without int8 MMA)
+            self.int8_dot = False
             self.graphs.clear()
             self.graph_error = None
-            error = self._attempt(attn_len, saved)
-            if error is None:
+            retry = self._attempt(attn_len, saved)
+            if retry is None:
+                self.int8_dot_error = brief(error)
+                warnings.warn(f"int8 × int8 decode products unavailable ({self.int8_dot_error}); converting the "
+                              "int8 codes to bf16 instead")
                 return
-        if self.int8_dot:  # then without the int8 × int8 products (an older Triton, a GPU without int8 MMA)
-            self.int8_dot, self.int8_dot_error = False, brief(error)
-            warnings.warn(f"int8 × int8 decode products unavailable ({self.int8_dot_error}); converting the int8 "
-                          "codes to bf16 instead")
+            self.int8_dot = True  # not their fault: keep them for the next tries
+        if self.tail is not None:  # then without the sampling-tail kernels only: the layer kernels may be fine
+            self.tail, self.tail_error = None, brief(error)
+            warnings.warn(f"sampling-tail kernels unavailable ({self.tail_error}); using the PyTorch sampling tail")
             self.graphs.clear()
             self.graph_error = None
             error = self._attempt(attn_len, saved)
@@ -896,7 +899,9 @@ class PhaseDecoder:
                 "layer_products": ("gemv_split_k_" + ("int8" if self.int8_layers else "bf16")
                                    if self.gemv and self.fns is None else "library"),
                 "int8_rotation": self.int8_rot if self.fns is None else None,
-                "int8_products": ("int8 x int8 (pair codes)" if self.int8_dot else "codes converted to bf16")
+                "int8_products": (("codes converted to bf16 in the layer kernel, int8 x int8 (pair codes) in the "
+                                   "head" if self.layer_kernel is not None else "int8 x int8 (pair codes)")
+                                  if self.int8_dot else "codes converted to bf16")
                 if self.int8_layers and self.fns is None else None,
                 **({"int8_products_fallback_reason": self.int8_dot_error} if self.int8_dot_error else {}),
                 "shared_prefix_positions": self.shared,

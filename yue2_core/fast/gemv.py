@@ -54,7 +54,8 @@ class QAct:
     """An activation row block in the rotated basis as int8 *pair codes*, for the int8 × int8 products of
     `gemv(xq=…)`: q [2M, K] int8 (row 2m: hi, row 2m + 1: lo of activation row m) and s [M, K/256] fp32, one per
     256-group, so that x·H ≈ s · (hi + lo / 254) to within s/508 (s = the group's max |x·H| / 127; about 16 bits
-    of the group's range, against bf16's 8 bits per value). Written by the producer kernels with quant=True
+    of the group's range: a smaller RMS error than the bf16 activation's 8 bits per value, though bf16's is smaller
+    for values below 1/126 of the group's max). A NaN in a group makes its s NaN. Written by the producer kernels with quant=True
     (`fused.add_rmsnorm`, `fused.silu_mul`, `fused.decode_attention`) or by `rotate(x, quant=True)`."""
     __slots__ = ("q", "s")
 
@@ -330,7 +331,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
 
 
 # per weight shape (N, K): the int8 × int8 products' configuration (bk is always one 256-group; `swap`: weights
-# as the left operand). Filled from bench/gemv_int8_dot.py on an H200.
+# as the left operand), from bench/int8_dot.py on an H200 (docs/experiments/int8_dot_shapes_h200_2026-12-05.log).
+# YUE2_GEMV_TABLE's int8 entries tune the converting products (YUE2_INT8_DOT=convert) and the shapes not listed here.
 _Q_TABLE: dict[tuple[int, int], tuple[Config, bool]] = {
     (4096, 2048): (Config(bn=128, bk=256, split=4, stages=3), False),   # qkv_proj
     (2048, 2048): (Config(bn=64, bk=256, split=8, stages=4), True),     # o_proj
@@ -346,7 +348,7 @@ def choose_q(n: int, k: int) -> tuple[Config, bool]:
     if (n, k) in _Q_TABLE:
         return _Q_TABLE[(n, k)]
     base = _tables()[0].get((n, k, True)) or choose(n, k, 1, True)
-    return replace(base, bk=256, dot=True), False
+    return replace(base, bk=256, dot=True, bn=max(16, base.bn)), False
 
 
 def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = False,
@@ -358,7 +360,8 @@ def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = Fa
     Raises ValueError for other shapes, dtypes or devices."""
     m, k = xq.rows, xq.q.shape[1]
     if (w.dtype != torch.int8 or w.dim() != 2 or w.shape[1] != k or w.stride() != (k, 1) or k % 256
-            or xq.q.shape[0] != 2 * m or not 0 < m <= MAX_PAIR_ROWS or xq.s.shape != (m, k // 256)
+            or xq.q.dtype != torch.int8 or xq.s.dtype != torch.float32 or not xq.q.is_contiguous()
+            or not xq.s.is_contiguous() or xq.q.shape[0] != 2 * m or not 0 < m <= MAX_PAIR_ROWS or xq.s.shape != (m, k // 256)
             or xq.q.device != w.device or xq.s.device != w.device or scale is None or scale.numel() != w.shape[0]
             or scale.dtype != torch.float32 or not scale.is_contiguous() or scale.device != w.device):
         raise ValueError(f"gemv_q needs pair codes of ≤ {MAX_PAIR_ROWS} rows and K % 256 == 0, int8 w [N, K] "
