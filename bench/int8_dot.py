@@ -25,37 +25,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
+from gemv_sweep import SHAPES, timed  # noqa: E402  (bench/gemv_sweep.py: the AR shapes, graph timing)
 from yue2_core.fast import gemv as G  # noqa: E402
 
-SHAPES = {"qkv": (4096, 2048), "o": (2048, 2048), "gate_up": (12288, 2048), "down": (2048, 6144),
-          "head_codec": (32769, 2048)}
 RESULTS: dict = {"shapes": [], "decode": [], "numerics": []}
-
-
-def timed(fn, calls: int, reps: int = 20) -> float:
-    """µs per call of `fn(i)` for i in range(calls), captured as one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(calls):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fn(i)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        g.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) * 1000 / (reps * calls)
 
 
 def q_configs(n: int, k: int):
@@ -73,8 +50,8 @@ def q_configs(n: int, k: int):
 def shapes_part(layers: int = 28):
     from yue2_core.weights.quant import quantize, rotate as rot_ref
     print(f"\n== products per shape: µs per call ({layers} weight sets per graph), weight TB/s, rel. error vs fp64")
-    print(f"{'shape':10s} {'rows':>4s} {'W8A16 µs':>9s} {'TB/s':>5s} {'err':>8s} | {'int8×int8 µs':>12s} {'TB/s':>5s} "
-          f"{'err':>8s} {'speed-up':>8s}  best configuration")
+    print(f"{'shape':10s} {'rows':>4s} {'W8A16 µs':>9s} {'TB/s':>5s} {'err':>8s} | {'int8×int8 µs':>12s} "
+          f"{'TB/s':>5s} {'err':>8s} {'speed-up':>8s}  best configuration")
     for name, (n, k) in SHAPES.items():
         torch.manual_seed(0)
         ws = []
@@ -169,10 +146,7 @@ def greedy(ar, mode, fused=True, n=256):
 def decode_part(path: str):
     from yue2_core.pipeline import YuE2Engine
     if not os.path.exists(path):
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("yue2_bench", Path(__file__).with_name("bench.py"))
-        B = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(B)
+        import bench as B  # bench/bench.py: the full-size synthetic checkpoints
         B.make_checkpoints(os.path.dirname(path), fmts=("int8",))
     eng = YuE2Engine.load(path, device="cuda", parts=("ar",))
     ar = eng.ar

@@ -9,7 +9,8 @@ import os
 # that decodes on the CPU they do nothing, and a user trying one there is told so (break-it finding)
 GPU_ONLY_SWITCHES = ("YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GRAPH", "YUE2_DECODE_ATTN",
                      "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL",
-                     "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
+                     "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH",
+                     "YUE2_L2_PREFETCH_GRID")
 
 
 def check_environment(device: str | None = None) -> list[str]:

@@ -55,8 +55,8 @@ class QAct:
     `gemv(xq=…)`: q [2M, K] int8 (row 2m: hi, row 2m + 1: lo of activation row m) and s [M, K/256] fp32, one per
     256-group, so that x·H ≈ s · (hi + lo / 254) to within s/508 (s = the group's max |x·H| / 127; about 16 bits
     of the group's range: a smaller RMS error than the bf16 activation's 8 bits per value, though bf16's is smaller
-    for values below 1/126 of the group's max). A NaN in a group makes its s NaN. Written by the producer kernels with quant=True
-    (`fused.add_rmsnorm`, `fused.silu_mul`, `fused.decode_attention`) or by `rotate(x, quant=True)`."""
+    for values below 1/126 of the group's max). A NaN in a group makes its s NaN. Written by the producer kernels
+    with quant=True (`fused.add_rmsnorm`, `fused.silu_mul`, `fused.decode_attention`) or by `rotate(x, quant=True)`."""
     __slots__ = ("q", "s")
 
     def __init__(self, q: torch.Tensor, s: torch.Tensor):
@@ -361,7 +361,8 @@ def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = Fa
     m, k = xq.rows, xq.q.shape[1]
     if (w.dtype != torch.int8 or w.dim() != 2 or w.shape[1] != k or w.stride() != (k, 1) or k % 256
             or xq.q.dtype != torch.int8 or xq.s.dtype != torch.float32 or not xq.q.is_contiguous()
-            or not xq.s.is_contiguous() or xq.q.shape[0] != 2 * m or not 0 < m <= MAX_PAIR_ROWS or xq.s.shape != (m, k // 256)
+            or not xq.s.is_contiguous() or xq.q.shape[0] != 2 * m or not 0 < m <= MAX_PAIR_ROWS
+            or xq.s.shape != (m, k // 256)
             or xq.q.device != w.device or xq.s.device != w.device or scale is None or scale.numel() != w.shape[0]
             or scale.dtype != torch.float32 or not scale.is_contiguous() or scale.device != w.device):
         raise ValueError(f"gemv_q needs pair codes of ≤ {MAX_PAIR_ROWS} rows and K % 256 == 0, int8 w [N, K] "
