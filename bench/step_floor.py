@@ -1,0 +1,230 @@
+"""The floor of the *per-kernel* decode step (issue #18 item 2): the launches of one batch-1 decode step — the same
+grids, warps and order as `fast.decode.PhaseDecoder`'s step, each kernel streaming the bytes its real counterpart
+reads (weights, K/V cache, partial sums) and computing nothing — captured in one CUDA graph with programmatic
+dependent launch, as the step is. What such a schedule costs before any arithmetic, latency chain or sampling:
+
+  step        the step's 9 kernels a layer (add+RMSNorm, qkv, QK-norm+RoPE, attention, o, add+RMSNorm, gate/up,
+              SiLU·up, down) + the final norm and the codec head: 254 launches, the real bytes
+  step-empty  the same launches reading nothing: the chain's cost per launch alone
+  step-nopdl  `step` without programmatic dependent launch
+  products    5 kernels a layer (the four products and the attention; norms, RoPE and SiLU fused into them) + head
+  layer       1 kernel a layer + head (the bytes of a layer in one launch, no barriers: a lower bound for any
+              one-launch-per-layer kernel)
+  one         every byte of the step in one launch of a few programs per SM (the streaming floor)
+
+Prints per schedule the launches, MB, ms a step, TB/s and the tok/s it would allow with the sampling tail's
+measured time added (`--tail-ms`, from bench/profile_decode.py: ≈ 0.08 ms on an H200), and µs per launch over
+`one`. If `step` alone is above a target step time, no kernel tuning of the current schedule reaches that target:
+only fewer launches can.
+
+    python bench/step_floor.py [--fmt int8|bf16] [--positions 2121] [--bucket 2256] [--reps 30] [--tail-ms 0.08]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NamedTuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+# the model (shared/reference/model.md: hidden 2048, 16 q / 8 kv heads of 128, SwiGLU 6144, 28 layers; the
+# codec head is the 32,769-row semantic slice the decode step computes, fast/decode.py)
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, LAYERS, HEAD_ROWS = 2048, 16, 8, 128, 6144, 28, 32769
+SMALL = 1 << 20  # bytes of the region the small kernels read (partial sums, written just before: L2-resident)
+
+
+class Launch(NamedTuple):
+    """One kernel of a schedule: name, programs, warps, bytes read (from the stream, or from the small L2 region
+    when `small`)."""
+    name: str
+    programs: int
+    warps: int
+    nbytes: int
+    small: bool = False
+
+
+def _product(name: str, n: int, k: int, int8: bool) -> Launch:
+    from yue2_core.fast import gemv as G
+    if int8:
+        cfg = G.choose_q(n, k)[0]
+    else:
+        cfg = G.choose(n, k, 1, False)
+    split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1
+    return Launch(name, -(-n // cfg.bn) * split, cfg.warps, n * k * (1 if int8 else 2) + (4 * n if int8 else 0))
+
+
+def _split(n: int, k: int, int8: bool) -> int:
+    from yue2_core.fast import gemv as G
+    cfg = G.choose_q(n, k)[0] if int8 else G.choose(n, k, 1, False)
+    return cfg.split if k % (cfg.split * cfg.bk) == 0 else 1
+
+
+def attention_launch(positions: int, bucket: int, sms: int) -> Launch:
+    """The split decode attention of one row (`fused.decode_attention`'s plan with `fused.ATTN_CONFIG`): kv heads ×
+    splits programs over the bucket; K and V of `positions` + 1 cached positions read (bf16)."""
+    from yue2_core.fast.fused import ATTN_CONFIG as C
+    target = max(1, min(128, (C.per_sm * sms) // KV_HEADS))
+    chunk = max(C.bl, -(-(-(-bucket // target)) // C.bl) * C.bl)
+    splits = -(-bucket // chunk)
+    return Launch("attention", KV_HEADS * splits, C.warps, (positions + 1) * KV_HEADS * HEAD_DIM * 2 * 2)
+
+
+def step_launches(int8: bool, positions: int, bucket: int, sms: int) -> list[Launch]:
+    """The per-kernel step's launches, in order (the sampling tail excluded)."""
+    qkv_n = (HEADS + 2 * KV_HEADS) * HEAD_DIM
+    s_qkv, s_o = _split(qkv_n, HIDDEN, int8), _split(HIDDEN, HIDDEN, int8)
+    s_gu, s_down = _split(2 * FFN, HIDDEN, int8), _split(HIDDEN, FFN, int8)
+    norm_programs = HIDDEN // 256 if int8 else 1  # rotated: one program per 256-group, each reading the whole row
+
+    def norm(splits: int) -> Launch:
+        return Launch("add+RMSNorm", norm_programs, 8 if splits > 1 else 4,
+                      norm_programs * (splits * HIDDEN * 4 + HIDDEN * 2), small=True)
+
+    out: list[Launch] = []
+    for _ in range(LAYERS):
+        out += [norm(s_down), _product("qkv", qkv_n, HIDDEN, int8),
+                Launch("QK-norm+RoPE", HEADS + 2 * KV_HEADS, 4, s_qkv * qkv_n * 4, small=True),
+                attention_launch(positions, bucket, sms), _product("o", HIDDEN, HIDDEN, int8), norm(s_o),
+                _product("gate_up", 2 * FFN, HIDDEN, int8),
+                Launch("SiLU·up", FFN // 256, 4, s_gu * 2 * FFN * 4, small=True),
+                _product("down", HIDDEN, FFN, int8)]
+    return out + [norm(s_down), _product("head", HEAD_ROWS, HIDDEN, int8)]
+
+
+def schedule(name: str, steps: list[Launch], sms: int) -> list[Launch]:
+    """A named schedule (module docstring) made of the step's launches."""
+    big = [x for x in steps if not x.small]
+    if name in ("step", "step-nopdl"):
+        return steps
+    if name == "step-empty":
+        return [Launch(x.name, x.programs, x.warps, 0, x.small) for x in steps]
+    if name == "products":
+        return big
+    if name == "layer":
+        per = 5  # qkv, attention, o, gate_up, down
+        layers = [big[i:i + per] for i in range(0, per * LAYERS, per)]
+        return [Launch("layer", 4 * sms, 4, sum(x.nbytes for x in g)) for g in layers] + big[per * LAYERS:]
+    if name == "one":
+        return [Launch("one", 4 * sms, 4, sum(x.nbytes for x in big))]
+    raise ValueError(f"unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")
+
+
+SCHEDULES = ("step", "step-empty", "step-nopdl", "products", "layer", "one")
+
+_KERNEL = None
+
+
+def _kernel():
+    global _KERNEL, pdl_prologue  # the kernel's callee is resolved from this module's globals
+    if _KERNEL is None:
+        import triton
+        import triton.language as tl
+        from yue2_core.fast._decode_triton import pdl_prologue
+
+        @triton.jit(do_not_specialize=["start", "per", "n"])
+        def floor_kernel(buf_ptr, out_ptr, start, per, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+            # program i: XOR of the int32 words [start + i·per, start + min((i+1)·per, n)) into out[i]
+            pdl_prologue(PDL)
+            i = tl.program_id(0)
+            lo = i * per
+            hi = tl.minimum(lo + per, n)
+            acc = tl.zeros([BLOCK], tl.int32)
+            for j in range(lo, hi, BLOCK):
+                o = j + tl.arange(0, BLOCK)
+                acc = acc ^ tl.load(buf_ptr + start + o, mask=o < hi, other=0)
+            tl.store(out_ptr + i, tl.xor_sum(acc, 0))
+
+        _KERNEL = floor_kernel
+    return _KERNEL
+
+
+def plan(launches: list[Launch], stream_words: int) -> list[tuple[Launch, int, int]]:
+    """(launch, first word, words per program) of each launch: the big kernels read consecutive, disjoint ranges of
+    the stream (nothing re-read within a step), the small ones the first SMALL bytes (recently written, as the
+    partial sums they stand for). Raises ValueError if the stream is too short."""
+    out, at = [], SMALL // 4
+    for x in launches:
+        words = x.nbytes // 4
+        start = 0 if x.small else at
+        if not x.small:
+            at += words
+        out.append((x, start, -(-words // x.programs) if words else 0))
+    if at > stream_words:
+        raise ValueError(f"the schedule reads {4 * at} bytes; the stream holds {4 * stream_words}")
+    return out
+
+
+def launch_all(buf: torch.Tensor, out: torch.Tensor, planned, pdl: bool, block: int = 2048) -> None:
+    """Launch every kernel of a planned schedule on the current stream."""
+    kern = _kernel()
+    extra = {"PDL": True, "launch_pdl": True} if pdl else {}
+    for x, start, per in planned:
+        words = x.nbytes // 4
+        kern[(x.programs,)](buf, out, start, per, words, BLOCK=block, num_warps=x.warps, **extra)
+
+
+def replay_ms(buf, out, planned, pdl: bool, reps: int) -> float:
+    """ms per replay of the schedule captured as one CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        launch_all(buf, out, planned, pdl)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        launch_all(buf, out, planned, pdl)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        g.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / reps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fmt", choices=("int8", "bf16"), default="int8")
+    ap.add_argument("--positions", type=int, default=2121, help="cached positions the attention reads (default: "
+                    "the profile's 2,121 of the 2,256-position bucket)")
+    ap.add_argument("--bucket", type=int, default=2256)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--tail-ms", type=float, default=0.08, help="the sampling tail's time a step (profile_decode)")
+    ap.add_argument("--schedules", default=",".join(SCHEDULES))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("step_floor.py needs a CUDA GPU")
+    from yue2_core.fast import pdl_enabled
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    pdl = pdl_enabled(dev)
+    steps = step_launches(args.fmt == "int8", args.positions, args.bucket, sms)
+    total = sum(x.nbytes for x in steps if not x.small)
+    buf = torch.randint(-2**31, 2**31 - 1, (total // 4 + SMALL // 4 + 4096,), dtype=torch.int32, device=dev)
+    out = torch.zeros(max(x.programs for x in steps) + 4 * sms, dtype=torch.int32, device=dev)
+    print(f"{torch.cuda.get_device_name()} · {sms} SMs · {args.fmt} step, {args.positions + 1} cached positions "
+          f"(bucket {args.bucket}) · PDL {'on' if pdl else 'unavailable'}")
+    print(f"{'schedule':12s} {'launches':>8s} {'MB':>8s} {'ms/step':>8s} {'TB/s':>6s} {'+tail tok/s':>11s} "
+          f"{'µs/launch over one':>18s}")
+    rows = {}
+    for name in args.schedules.split(","):
+        launches = schedule(name, steps, sms)
+        planned = plan(launches, buf.numel())
+        ms = replay_ms(buf, out, planned, pdl and name != "step-nopdl", args.reps)
+        mb = sum(x.nbytes for x in launches) / 1e6
+        rows[name] = (len(launches), mb, ms)
+    one = rows.get("one", (1, 0, 0.0))[2]
+    for name, (n, mb, ms) in rows.items():
+        over = (ms - one) * 1000 / max(1, n - 1) if "one" in rows and n > 1 else float("nan")
+        print(f"{name:12s} {n:8d} {mb:8.1f} {ms:8.3f} {mb / 1e3 / ms:6.2f} {1000 / (ms + args.tail_ms):11.0f} "
+              f"{over:18.2f}")
+
+
+if __name__ == "__main__":
+    main()

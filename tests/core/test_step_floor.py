@@ -1,0 +1,72 @@
+"""bench/step_floor.py (issue #18): the per-kernel decode step's launches as the decoder makes them, and its
+streaming kernel reading exactly the words each launch is given (Triton's CPU interpreter)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.core.bench_scripts import load
+from tests.core.test_fast_path import _run_ok
+
+
+def test_step_launches_mirror_the_decoder():
+    """254 launches a batch-1 step (9 a layer + final norm + head); the products read their weights (int8: codes +
+    fp32 row scales; bf16: 2 bytes an element) with the grids of the decoder's tables (`gemv.choose_q` /
+    `gemv.choose`), the attention the bucket's split plan (per_sm·SMs / kv heads ≈ 33 splits → 128-position
+    chunks → 18 splits at 2,256) and K/V of the cached positions; the schedules keep the big kernels' bytes."""
+    sf = load("step_floor")
+    from yue2_core.fast import gemv as G
+    steps = sf.step_launches(True, 2121, 2256, 132)
+    assert len(steps) == 9 * 28 + 2
+    names = [x.name for x in steps[:9]]
+    assert names == ["add+RMSNorm", "qkv", "QK-norm+RoPE", "attention", "o", "add+RMSNorm", "gate_up", "SiLU·up",
+                     "down"]
+    cfg, _ = G.choose_q(2 * 6144, 2048)
+    gu = steps[6]
+    assert gu.nbytes == 2 * 6144 * 2048 + 4 * 2 * 6144 and gu.programs == -(-2 * 6144 // cfg.bn) * cfg.split
+    att = steps[3]
+    assert att.programs == 8 * 18 and att.nbytes == 2122 * 8 * 128 * 4
+    big = sum(x.nbytes for x in steps if not x.small)
+    weights = 28 * (4096 + 2048 + 12288 + 2048 * 3) * 2048 + 32769 * 2048
+    assert big == weights + 4 * (28 * (4096 + 2048 + 12288 + 2048) + 32769) + 28 * att.nbytes
+    bf16 = sf.step_launches(False, 2121, 2256, 132)
+    assert sum(x.nbytes for x in bf16 if not x.small) == 2 * weights + 28 * att.nbytes
+    for name in sf.SCHEDULES:
+        s = sf.schedule(name, steps, 132)
+        want = 0 if name == "step-empty" else big
+        assert sum(x.nbytes for x in s if not x.small) == want, name
+    assert len(sf.schedule("products", steps, 132)) == 5 * 28 + 1
+    assert len(sf.schedule("layer", steps, 132)) == 28 + 1
+    with pytest.raises(ValueError, match="unknown schedule"):
+        sf.schedule("nope", steps, 132)
+    with pytest.raises(ValueError, match="the schedule reads"):
+        sf.plan(steps, 1000)
+
+
+def test_step_floor_kernel_reads_each_launch_range_in_interpreter():
+    """The streaming kernel XORs exactly the words planned for each launch: every launch's XOR over its programs
+    equals torch's XOR of its range (big launches on disjoint consecutive ranges, small ones on the L2 region),
+    with uneven shares and empty launches."""
+    pytest.importorskip("triton")
+    code = (
+        "import functools, operator, torch\n"
+        "import importlib.util, pathlib\n"
+        "root = pathlib.Path(__import__('yue2_core').__file__).resolve().parents[1]\n"
+        "spec = importlib.util.spec_from_file_location('sf', root / 'bench' / 'step_floor.py')\n"
+        "sf = importlib.util.module_from_spec(spec); spec.loader.exec_module(sf)\n"
+        "sf.SMALL = 4 * 300\n"
+        "torch.manual_seed(0)\n"
+        "L = sf.Launch\n"
+        "launches = [L('a', 3, 4, 4 * 1000), L('s', 2, 4, 4 * 77, small=True), L('e', 2, 4, 0),\n"
+        "            L('b', 5, 4, 4 * 4099)]\n"
+        "buf = torch.randint(-2**31, 2**31 - 1, (300 + 1000 + 4099 + 64,), dtype=torch.int32)\n"
+        "planned = sf.plan(launches, buf.numel())\n"
+        "assert [p[1] for p in planned] == [300, 0, 1300, 1300]\n"
+        "def x(t):\n"
+        "    return functools.reduce(operator.xor, t.tolist(), 0)\n"
+        "for lau, start, per in planned:\n"
+        "    out = torch.zeros(8, dtype=torch.int32)\n"
+        "    sf.launch_all(buf, out, [(lau, start, per)], False, block=64)\n"
+        "    want = x(buf[start:start + lau.nbytes // 4])\n"
+        "    assert x(out[:lau.programs]) == want, (lau, x(out), want)\n"
+        "print('ok')\n")
+    _run_ok(code, interpret=True)
