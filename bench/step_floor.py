@@ -126,7 +126,9 @@ def _kernel():
 
         @triton.jit(do_not_specialize=["start", "per", "n"])
         def floor_kernel(buf_ptr, out_ptr, start, per, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
-            # program i: XOR of the int32 words [start + i·per, start + min((i+1)·per, n)) into out[i]
+            # program i: XOR of the int32 words [start + i·per, start + min((i+1)·per, n)) into out[i]; a block of
+            # BLOCK words loaded at once (BLOCK·4 bytes in flight a program, as a pipelined product's stages hold),
+            # read once (evict-first)
             pdl_prologue(PDL)
             i = tl.program_id(0)
             lo = i * per
@@ -134,7 +136,7 @@ def _kernel():
             acc = tl.zeros([BLOCK], tl.int32)
             for j in range(lo, hi, BLOCK):
                 o = j + tl.arange(0, BLOCK)
-                acc = acc ^ tl.load(buf_ptr + start + o, mask=o < hi, other=0)
+                acc = acc ^ tl.load(buf_ptr + start + o, mask=o < hi, other=0, eviction_policy="evict_first")
             tl.store(out_ptr + i, tl.xor_sum(acc, 0))
 
         _KERNEL = floor_kernel
@@ -157,13 +159,15 @@ def plan(launches: list[Launch], stream_words: int) -> list[tuple[Launch, int, i
     return out
 
 
-def launch_all(buf: torch.Tensor, out: torch.Tensor, planned, pdl: bool, block: int = 2048) -> None:
-    """Launch every kernel of a planned schedule on the current stream."""
+def launch_all(buf: torch.Tensor, out: torch.Tensor, planned, pdl: bool, per_thread: int = 128) -> None:
+    """Launch every kernel of a planned schedule on the current stream; each thread loads `per_thread` words at
+    once (128 × 4 B = 512 B in flight a thread by default)."""
     kern = _kernel()
     extra = {"PDL": True, "launch_pdl": True} if pdl else {}
     for x, start, per in planned:
         words = x.nbytes // 4
-        kern[(x.programs,)](buf, out, start, per, words, BLOCK=block, num_warps=x.warps, **extra)
+        kern[(x.programs,)](buf, out, start, per, words, BLOCK=per_thread * 32 * x.warps, num_warps=x.warps,
+                            num_stages=1, **extra)
 
 
 def replay_ms(buf, out, planned, pdl: bool, reps: int) -> float:

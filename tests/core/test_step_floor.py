@@ -65,7 +65,7 @@ def test_step_floor_kernel_reads_each_launch_range_in_interpreter():
         "    return functools.reduce(operator.xor, t.tolist(), 0)\n"
         "for lau, start, per in planned:\n"
         "    out = torch.zeros(8, dtype=torch.int32)\n"
-        "    sf.launch_all(buf, out, [(lau, start, per)], False, block=64)\n"
+        "    sf.launch_all(buf, out, [(lau, start, per)], False, per_thread=1)\n"
         "    want = x(buf[start:start + lau.nbytes // 4])\n"
         "    assert x(out[:lau.programs]) == want, (lau, x(out), want)\n"
         "print('ok')\n")
