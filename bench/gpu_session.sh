@@ -22,6 +22,9 @@
 #                                      # step: tiny-model agreement, speed with in-kernel phase times, and the floor of
 #                                      # barrier-separated phases (bench/stream_floor.py: register and bulk-copy ring
 #                                      # schedules, fenced and relaxed barriers, barrier anatomy); ~4 min
+#   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only: the
+#                                      # floor of that schedule vs fewer launches; int8 and bf16) and bench/topk_gap.py
+#                                      # (the sampling tail's torch.topk alone in a graph, its memset gap); ~1 min
 #   bash bench/gpu_session.sh l2       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental): its GPU
 #                                      # test, then bench/profile_decode.py's int8 step with eight prefetch plans (L2_BF16=1:
 #                                      # bf16 too, given its checkpoint; L2_ARGS: more --l2 specs), and the 8-row step's
@@ -65,7 +68,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|floor|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -126,6 +129,10 @@ for part in "$@"; do
       "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda --phase-times --json "$OUT/layer.json" \
         2>&1 | tee "$OUT/layer_kernel.log"
       "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log" ;;
+    floor)
+      "$PY" bench/step_floor.py --fmt int8 2>&1 | tee "$OUT/step_floor_int8.log"
+      "$PY" bench/step_floor.py --fmt bf16 2>&1 | tee "$OUT/step_floor_bf16.log"
+      "$PY" bench/topk_gap.py 2>&1 | tee "$OUT/topk_gap.log" ;;
     l2)
       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental, off): its bit-identity GPU test, then the int8
       # and bf16 step profiles with the prefetch plans against the default in the same run (~3 min)
