@@ -184,6 +184,8 @@ def main():
     ap.add_argument("--gaps", action="store_true",
                     help="also trace graph replays and rank the idle gaps between kernels by the kernels around them")
     ap.add_argument("--only-l2", action="store_true", help="profile the default and the --l2 specs only")
+    ap.add_argument("--attn-merge", action="store_true",
+                    help="profile the default and the splits merged by a separate kernel (YUE2_ATTN_MERGE=kernel) only")
     ap.add_argument("--int8-dot", action="store_true",
                     help="profile the default and the int8 × int8 products (YUE2_INT8_DOT=int8) only")
     args = ap.parse_args()
@@ -203,6 +205,8 @@ def main():
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
     if args.only_l2:
         variants = variants[:1]
+    if args.attn_merge:
+        variants = [v for v in variants if not v[2] or v[2].get("YUE2_ATTN_MERGE")]
     if args.int8_dot:
         variants = [v for v in variants if not v[2] or v[2].get("YUE2_INT8_DOT")]
     for spec in args.l2:

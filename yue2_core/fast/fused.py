@@ -301,7 +301,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     `counters`: int32 [≥ R·nkv], all zero (and left zero): the last split program of each (row, kv head) merges the
     splits itself (an atomic count per pair) instead of a separate merge kernel — one launch fewer, the same
     arithmetic; used when the query heads per kv head are a power of two (and, with `rot`, G·D = 256) and there
-    are at most MERGE_MAX_SPLITS splits, not on ROCm builds of torch (the merge kernel runs otherwise). One
+    are at most MERGE_MAX_SPLITS splits, not on ROCm builds of torch (the merge kernel runs otherwise; with a
+    shared prefix whose planned splits would make more, the prefix gets fewer, longer splits instead). One
     counters array serves one launch at a time (a decoder's layers run one after another); two launches sharing
     it concurrently (other streams) would leave `out` unmerged.
     Raises ValueError for head counts, head sizes or cache layouts the kernels do not handle."""
@@ -339,8 +340,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         chunk = max(bl, triton.cdiv(triton.cdiv(length, target), bl) * bl)
         return chunk, triton.cdiv(length, chunk)
 
+    nvidia = q.is_cuda and torch.version.hip is None  # the fence is NVIDIA PTX; ROCm keeps the merge kernel
+    mergeable = (counters is not None and g & (g - 1) == 0 and (not rot or g * d == 256)
+                 and (nvidia or not q.is_cuda))
     chunk_p, sp_p = plan(p, nkv) if p else (0, 0)
     chunk, sp_s = plan(attn_len - p, r * nkv)
+    if mergeable and p and sp_p + sp_s > MERGE_MAX_SPLITS and sp_s < MERGE_MAX_SPLITS:
+        # fewer, longer prefix splits, so that the split kernel's last program merges them all: no merge kernel
+        chunk_p = max(bl, triton.cdiv(triton.cdiv(p, MERGE_MAX_SPLITS - sp_s), bl) * bl)
+        sp_p = triton.cdiv(p, chunk_p)
     splits = sp_p + sp_s
     m = torch.empty(r, nkv, splits, g, dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)
@@ -351,10 +359,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                  num_warps=min(32, max(cfg.warps, qp // 8)), num_stages=cfg.stages)
     out = torch.empty(r, nh * d, dtype=q.dtype, device=q.device)
     pack = _new_pack(r, nh * d, q.device, rot, quant)
-    nvidia = q.is_cuda and torch.version.hip is None  # the fence is NVIDIA PTX; ROCm keeps the merge kernel
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    merge = (counters is not None and g & (g - 1) == 0 and (not rot or g * d == 256)
-             and (nvidia or not q.is_cuda) and triton.next_power_of_2(splits) <= MERGE_MAX_SPLITS)
+    merge = mergeable and triton.next_power_of_2(splits) <= MERGE_MAX_SPLITS
     if merge and (counters.dtype != torch.int32 or counters.numel() < r * nkv or counters.device != q.device):
         raise ValueError(f"decode_attention: counters must be int32 with ≥ {r * nkv} zeros on {q.device}; got "
                          f"{counters.dtype} [{counters.numel()}] on {counters.device}")
