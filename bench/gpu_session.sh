@@ -22,8 +22,8 @@
 #                                      # step: tiny-model agreement, speed with in-kernel phase times, and the floor of
 #                                      # barrier-separated phases (bench/stream_floor.py: register and bulk-copy ring
 #                                      # schedules, fenced and relaxed barriers, barrier anatomy); ~4 min
-#   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only: the
-#                                      # floor of that schedule vs fewer launches; int8 and bf16) and bench/topk_gap.py
+#   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only, vs
+#                                      # the same bytes in fewer launches; int8 and bf16) and bench/topk_gap.py
 #                                      # (the sampling tail's torch.topk alone in a graph, its memset gap); ~1 min
 #   bash bench/gpu_session.sh l2       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental): its GPU
 #                                      # test, then bench/profile_decode.py's int8 step with eight prefetch plans (L2_BF16=1:

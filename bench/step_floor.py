@@ -1,7 +1,8 @@
-"""The floor of the *per-kernel* decode step (issue #18 item 2): the launches of one batch-1 decode step — the same
-grids, warps and order as `fast.decode.PhaseDecoder`'s step, each kernel streaming the bytes its real counterpart
-reads (weights, K/V cache, partial sums) and computing nothing — captured in one CUDA graph with programmatic
-dependent launch, as the step is. What such a schedule costs before any arithmetic, latency chain or sampling:
+"""The *per-kernel* decode step without its arithmetic (issue #18 item 2): the launches of one batch-1 decode step —
+the same grids, warps and order as `fast.decode.PhaseDecoder`'s step, each kernel streaming the bytes its real
+counterpart reads (weights, K/V cache, partial sums) and computing nothing — captured in one CUDA graph with
+programmatic dependent launch, as the step is. What such a schedule costs before any arithmetic, latency chain or
+sampling:
 
   step        the step's 9 kernels a layer (add+RMSNorm, qkv, QK-norm+RoPE, attention, o, add+RMSNorm, gate/up,
               SiLU·up, down) + the final norm and the codec head: 254 launches, the real bytes
@@ -14,8 +15,11 @@ dependent launch, as the step is. What such a schedule costs before any arithmet
 
 Prints per schedule the launches, MB, ms a step, TB/s and the tok/s it would allow with the sampling tail's
 measured time added (`--tail-ms`, from bench/profile_decode.py: ≈ 0.08 ms on an H200), and µs per launch over
-`one`. If `step` alone is above a target step time, no kernel tuning of the current schedule reaches that target:
-only fewer launches can.
+`one`. Compare rows within a run: they share one streaming kernel, which is weaker than the tuned products (on an
+H200 its `step` row took 1.60 ms where the real step takes 1.31; its `one` row shows how close it gets to the memory
+bandwidth), so a row is not a floor of the real kernels. `step-empty` is the PDL launch chain alone; `step` minus
+`products` is what the small kernels cost for their launch, wait and one read of the partial sums
+(docs/speed.md, "The per-kernel schedule without its arithmetic").
 
     python bench/step_floor.py [--fmt int8|bf16] [--positions 2121] [--bucket 2256] [--reps 30] [--tail-ms 0.08]
 """
