@@ -25,6 +25,8 @@
 #   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only, vs
 #                                      # the same bytes in fewer launches; int8 and bf16) and bench/topk_gap.py
 #                                      # (the sampling tail's torch.topk alone in a graph, its memset gap); ~1 min
+#   bash bench/gpu_session.sh splits   # the int8 step's profile with pair-code products split fewer ways (one
+#                                      # YUE2_GEMV_TABLE per variant, bench/split_tables.py) against the default; ~3 min
 #   bash bench/gpu_session.sh l2       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental): its GPU
 #                                      # test, then bench/profile_decode.py's int8 step with eight prefetch plans (L2_BF16=1:
 #                                      # bf16 too, given its checkpoint; L2_ARGS: more --l2 specs), and the 8-row step's
@@ -68,7 +70,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|floor|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|floor|splits|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -133,6 +135,12 @@ for part in "$@"; do
       "$PY" bench/step_floor.py --fmt int8 2>&1 | tee "$OUT/step_floor_int8.log"
       "$PY" bench/step_floor.py --fmt bf16 2>&1 | tee "$OUT/step_floor_bf16.log"
       "$PY" bench/topk_gap.py 2>&1 | tee "$OUT/topk_gap.log" ;;
+    splits)
+      [ -f /tmp/yue2bench/yue2_full_int8.safetensors ] || "$PY" -c "from yue2_core.weights.synthetic import \
+write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', profile='full', fmt='int8', device='cuda')"
+      # shellcheck disable=SC2046  # one --gemv-table option per variant
+      "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --only-l2 --top 6 \
+        $("$PY" bench/split_tables.py --out "$OUT/split_tables") 2>&1 | tee "$OUT/profile_int8_splits.log" ;;
     l2)
       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental, off): its bit-identity GPU test, then the int8
       # and bf16 step profiles with the prefetch plans against the default in the same run (~3 min)

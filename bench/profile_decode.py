@@ -178,7 +178,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=2000, help="prompt tokens (sets the attention length)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--all", action="store_true", help="also profile the unfused torch-ops step")
-    ap.add_argument("--gemv-table", default="", help="also profile with these GEMV configurations (YUE2_GEMV_TABLE)")
+    ap.add_argument("--gemv-table", action="append", default=[],
+                    help="also profile with these GEMV configurations (YUE2_GEMV_TABLE); repeatable")
     ap.add_argument("--l2", action="append", default=[], metavar="SPEC[@BLOCKS:KB]",
                     help="also profile with this YUE2_L2_PREFETCH spec (and grid); repeatable")
     ap.add_argument("--gaps", action="store_true",
@@ -213,8 +214,8 @@ def main():
         spec_, _, grid_ = spec.partition("@")
         env = {"YUE2_L2_PREFETCH": spec_, **({"YUE2_L2_PREFETCH_GRID": grid_} if grid_ else {})}
         variants.append((f"L2 prefetch {spec}", True, env))
-    if args.gemv_table:
-        variants.append((f"GEMV table {os.path.basename(args.gemv_table)}", True, {"YUE2_GEMV_TABLE": args.gemv_table}))
+    for table in args.gemv_table:
+        variants.append((f"GEMV table {os.path.basename(table)}", True, {"YUE2_GEMV_TABLE": table}))
     if args.all:
         variants.append(("torch ops", False, {"YUE2_DECODE_ATTN": "torch", "YUE2_GEMV": "0", "YUE2_PDL": "0"}))
     for label, fused, env in variants:

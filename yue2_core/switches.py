@@ -24,6 +24,7 @@ accepts — "false" or "off" are not silently read as on.
                           side branch of the step; experimental, not yet measured (fast/l2_prefetch.py)
     YUE2_L2_PREFETCH_GRID BLOCKS:PIECE_KB of that prefetch kernel (default 8:64)
     YUE2_GEMV_TABLE       a JSON file of GEMV launch configurations (bench/gemv_sweep.py --json) over the built-in ones
+                          ("pair": true entries for the int8 × int8 pair-code products; bench/split_tables.py)
     YUE2_LORA_INT8        side (default) | bf16: adapters on int8 AR layers as an exact fp32 side delta, or merged into
                           layers dequantized to bf16 (bf16 decode speed, bf16 rounding; weights.lora.apply, CLI/engine)
     YUE2_WARMUP=0         no background compilation of the fast path's kernels while a model loads (warmup.py; default

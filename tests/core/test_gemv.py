@@ -363,6 +363,30 @@ def test_gemv_table_file_overrides_the_built_in_configurations(monkeypatch, tmp_
         assert G.choose(4096, 2048, 1, False) == G.Config(bn=16, bk=128, split=8, warps=2, stages=3, dot=False)
         assert G.choose(4096, 2048, 2, False) == built_in  # only M = 1 was given
         assert G.choose(2048, 6144, 8, True) == G.Config(bn=32, bk=512, split=2, warps=8, stages=4)
+        assert G.choose_q(2048, 6144) == G._Q_TABLE[(2048, 6144)]  # a W8A16 entry leaves the pair-code table
+        # "pair" entries tune the int8 × int8 pair-code products (YUE2_INT8_DOT=int8), "swap" their operand order
+        f.write_text('{"configs": [{"n": 2048, "k": 6144, "int8": true, "m": 0, "pair": true, "swap": true,'
+                     ' "cfg": {"bn": 64, "bk": 256, "split": 2, "warps": 4, "stages": 4, "dot": true}}]}')
+        G._tables_from.cache_clear()
+        assert G.choose_q(2048, 6144) == (G.Config(bn=64, bk=256, split=2, warps=4, stages=4), True)
+        assert G.choose_q(2048, 2048) == G._Q_TABLE[(2048, 2048)] and G.choose(2048, 6144, 1, True) == G._TABLE.get(
+            (2048, 6144, True), G.choose(2048, 6144, 1, True))
+        pair = ('{"configs": [{"n": 2048, "k": 6144, "int8": %s, "m": %s, "pair": %s, "swap": %s,'
+                ' "cfg": {"bn": 64, "bk": %s, "split": 2, "warps": 4, "stages": 4, "dot": true}}]}')
+        for text in (pair % ("true", 0, "true", "false", 512),   # pair codes take 256-wide K tiles
+                     pair % ("false", 0, "true", "false", 256),  # bf16 weights have no pair-code product
+                     pair % ("true", 1, "true", "false", 256),   # m 1: pair entries serve 1–8 rows
+                     pair % ("true", 0, '"yes"', "false", 256),  # pair as a string
+                     pair % ("true", 0, "false", "true", 256)):  # swap without pair
+            f.write_text(text)
+            G._tables_from.cache_clear()
+            with pytest.raises(RequestError, match="entry 0: (a pair-code entry|pair and swap|swap)"):
+                G.choose_q(2048, 6144)
+        f.write_text('{"configs": [{"n": 4096, "k": 2048, "int8": false, "m": 1, "us": 3.0,'
+                     ' "cfg": {"bn": 16, "bk": 128, "split": 8, "warps": 2, "stages": 3, "dot": false}},'
+                     ' {"n": 2048, "k": 6144, "int8": true, "m": 0,'
+                     ' "cfg": {"bn": 32, "bk": 512, "split": 2, "warps": 8, "stages": 4, "dot": true}}]}')
+        G._tables_from.cache_clear()
         # a CUDA-core entry never serves more than 2 rows: the tensor-core table entry (or 64-row blocks) does
         assert G.usable(G.choose(4096, 2048, 1, False), 4096, 2048, 3, False).dot
         entry = ('{"configs": [{"n": 4096, "k": 2048, "int8": %s, "m": %s, "cfg": {"bn": %s, "bk": 256, "split": %s,'

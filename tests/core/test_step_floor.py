@@ -70,3 +70,23 @@ def test_step_floor_kernel_reads_each_launch_range_in_interpreter():
         "    assert x(out[:lau.programs]) == want, (lau, x(out), want)\n"
         "print('ok')\n")
     _run_ok(code, interpret=True)
+
+
+def test_split_tables_are_accepted_pair_code_entries(monkeypatch, tmp_path):
+    """bench/split_tables.py's files: each is a valid YUE2_GEMV_TABLE whose one pair-code entry `gemv.choose_q`
+    returns for its shape (the other shapes keep the built-in table), with fewer K splits than the built-in entry."""
+    st = load("split_tables")
+    from yue2_core.fast import gemv as G
+    monkeypatch.setattr("sys.argv", ["split_tables.py", "--out", str(tmp_path)])
+    st.main()
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == len(st.VARIANTS)
+    for (name, bn, split, stages, swap) in st.VARIANTS:
+        n, k = st.SHAPES[name]
+        monkeypatch.setenv("YUE2_GEMV_TABLE", str(tmp_path / f"{name}_bn{bn}_s{split}.json"))
+        G._tables_from.cache_clear()
+        assert G.choose_q(n, k) == (G.Config(bn=bn, bk=256, split=split, stages=stages), swap)
+        assert split < G._Q_TABLE[(n, k)][0].split
+        others = [s for s in st.SHAPES.values() if s != (n, k)]
+        assert all(G.choose_q(*s) == G._Q_TABLE[s] for s in others)
+    G._tables_from.cache_clear()

@@ -116,20 +116,27 @@ _SMALL_TABLE: dict[tuple[int, int, bool, int], Config] = {}
 
 
 def _tables() -> tuple[dict, dict]:
-    """`_tables_from` the current YUE2_GEMV_TABLE (read at every call: a process may change it)."""
-    return _tables_from(os.environ.get("YUE2_GEMV_TABLE", "").strip())
+    """(_TABLE, _SMALL_TABLE) with the current YUE2_GEMV_TABLE's entries on top (read at every call: a process may
+    change it)."""
+    return _tables_from(os.environ.get("YUE2_GEMV_TABLE", "").strip())[:2]
+
+
+def _pair_table() -> dict:
+    """_Q_TABLE with the current YUE2_GEMV_TABLE's pair-code entries on top."""
+    return _tables_from(os.environ.get("YUE2_GEMV_TABLE", "").strip())[2]
 
 
 MAX_TABLE_BYTES = 4 * 2 ** 20  # a YUE2_GEMV_TABLE file is a few kB; anything past this is not one
 
 
 @functools.lru_cache(maxsize=4)
-def _tables_from(path: str) -> tuple[dict, dict]:
-    """(_TABLE, _SMALL_TABLE), with the entries of the JSON file named by YUE2_GEMV_TABLE on top (the "configs"
-    list that `bench/gemv_sweep.py --json` writes: {"n", "k", "int8", "m" (1, 2, or 0 for any row count),
-    "cfg": {bn, bk, split, warps, stages, dot}}) — tuning for another GPU without editing the code.
-    Raises RequestError for a file that cannot be read or holds other entries."""
-    table, small = dict(_TABLE), dict(_SMALL_TABLE)
+def _tables_from(path: str) -> tuple[dict, dict, dict]:
+    """(_TABLE, _SMALL_TABLE, _Q_TABLE), with the entries of the JSON file named by YUE2_GEMV_TABLE on top (the
+    "configs" list that `bench/gemv_sweep.py --json` writes: {"n", "k", "int8", "m" (1, 2, or 0 for any row count),
+    "cfg": {bn, bk, split, warps, stages, dot}}; with "pair": true (int8, m 0, tensor cores, bk 256) an entry of
+    the int8 × int8 pair-code products, "swap": true putting the weights on the left) — tuning for another GPU
+    without editing the code. Raises RequestError for a file that cannot be read or holds other entries."""
+    table, small, pairs = dict(_TABLE), dict(_SMALL_TABLE), dict(_Q_TABLE)
     if path:
         import json
         from pathlib import Path
@@ -158,6 +165,14 @@ def _tables_from(path: str) -> tuple[dict, dict]:
                         raise ValueError(f"cfg is a JSON {_json_kind(e['cfg'])}, not an object")
                     cfg = Config(**e["cfg"])
                     problem = _config_problem(cfg, e["int8"], e["m"])
+                    pair, swap = e.get("pair", False), e.get("swap", False)
+                    if not problem and (not isinstance(pair, bool) or not isinstance(swap, bool)):
+                        problem = f"pair and swap must be true or false; got {pair!r}, {swap!r}"
+                    if not problem and swap and not pair:
+                        problem = "swap (the weights as the left operand) is an option of pair-code entries"
+                    if not problem and pair and not (e["int8"] and e["m"] == 0 and cfg.dot and cfg.bk == 256):
+                        problem = ("a pair-code entry (int8 × int8 products) needs int8 true, m 0, dot true and bk "
+                                   f"256; got int8 {e['int8']!r}, m {e['m']!r}, {cfg}")
                     if not all(isinstance(e[d], int) and not isinstance(e[d], bool) and e[d] > 0 for d in "nk"):
                         problem = f"n and k must be positive integers; got {e['n']!r}, {e['k']!r}"
                 except ValueError as exc:
@@ -167,7 +182,9 @@ def _tables_from(path: str) -> tuple[dict, dict]:
                 if problem:
                     raise ValueError(f"entry {i}: {problem}")
                 key = (e["n"], e["k"], e["int8"])
-                if e["m"] == 0:
+                if pair:
+                    pairs[(e["n"], e["k"])] = (cfg, swap)
+                elif e["m"] == 0:
                     table[key] = cfg
                 else:
                     small[key + (e["m"],)] = cfg
@@ -180,7 +197,7 @@ def _tables_from(path: str) -> tuple[dict, dict]:
             what = f"not JSON ({exc})" if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise RequestError(f"YUE2_GEMV_TABLE={path!r}: expected a JSON file with a \"configs\" list as "
                                f"bench/gemv_sweep.py --json writes it; {what}") from None
-    return table, small
+    return table, small, pairs
 
 
 def _json_kind(value) -> str:
@@ -343,10 +360,11 @@ _Q_TABLE: dict[tuple[int, int], tuple[Config, bool]] = {
 
 
 def choose_q(n: int, k: int) -> tuple[Config, bool]:
-    """(configuration, swap) of an int8 × int8 pair-code product: `_Q_TABLE`, else the W8A16 table's blocks and
-    split with 256-wide K tiles, weights on the right."""
-    if (n, k) in _Q_TABLE:
-        return _Q_TABLE[(n, k)]
+    """(configuration, swap) of an int8 × int8 pair-code product: `_Q_TABLE` (YUE2_GEMV_TABLE's "pair" entries on
+    top), else the W8A16 table's blocks and split with 256-wide K tiles, weights on the right."""
+    pairs = _pair_table()
+    if (n, k) in pairs:
+        return pairs[(n, k)]
     base = _tables()[0].get((n, k, True)) or choose(n, k, 1, True)
     return replace(base, bk=256, dot=True, bn=max(16, base.bn)), False
 

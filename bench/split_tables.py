@@ -1,0 +1,56 @@
+"""YUE2_GEMV_TABLE files that change how many ways the int8 × int8 pair-code products of the decode step split K
+(issue #18): each split-K product hands its consumer kernel (add+RMSNorm after o_proj and down_proj, QK-norm+RoPE
+after qkv_proj, SiLU·up after gate_up) S partial rows that the consumer sums — add+RMSNorm reads all S × 2,048 fp32
+in each of its programs —, and `fast.gemv._Q_TABLE` was swept on the products alone (bench/int8_dot.py). Measured
+without their arithmetic, the 113 consumer kernels cost 2.2–2.8 µs each for their launch, wait and that read
+(bench/step_floor.py, docs/speed.md), so fewer splits may win in the step even where the product alone loses.
+
+Writes one table per variant (the built-in configuration of every other shape kept) into --out and prints the
+bench/profile_decode.py command that profiles the int8 step with each of them against the default in one process:
+
+    python bench/split_tables.py --out /tmp/split_tables
+    python bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --only-l2 \
+        --gemv-table /tmp/split_tables/down_bn64_s4.json ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SHAPES = {"qkv": (4096, 2048), "o": (2048, 2048), "gate_up": (12288, 2048), "down": (2048, 6144)}
+# (shape, bn, split, stages, swap): about 128–256 programs each, fewer partial rows than the built-in table's
+VARIANTS = [("o", 32, 4, 4, True), ("o", 32, 2, 4, True), ("o", 16, 4, 4, True),
+            ("down", 64, 4, 3, False), ("down", 32, 4, 3, False), ("down", 32, 2, 3, False),
+            ("qkv", 64, 2, 3, False), ("gate_up", 32, 1, 3, True)]
+
+
+def table(name: str, bn: int, split: int, stages: int, swap: bool) -> dict:
+    """A YUE2_GEMV_TABLE document with one pair-code entry (`fast.gemv._tables_from`)."""
+    n, k = SHAPES[name]
+    return {"configs": [{"n": n, "k": k, "int8": True, "m": 0, "pair": True, "swap": swap,
+                         "cfg": {"bn": bn, "bk": 256, "split": split, "warps": 4, "stages": stages, "dot": True}}],
+            "note": f"{name}: bn {bn}, split {split}, stages {stages}, swap {swap} (bench/split_tables.py)"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="/tmp/split_tables")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    paths = []
+    for name, bn, split, stages, swap in VARIANTS:
+        path = os.path.join(args.out, f"{name}_bn{bn}_s{split}.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(table(name, bn, split, stages, swap), f, indent=1)
+        os.replace(tmp, path)
+        paths.append(path)
+    print(" ".join(f"--gemv-table {p}" for p in paths))
+
+
+if __name__ == "__main__":
+    main()
