@@ -149,12 +149,15 @@ def bandwidth_table(ar, rows: int, positions: int, prof, steps: int, sl) -> None
     by_name: dict = {}
     for e in prof.key_averages():
         by_name[e.key] = (e.count / steps, _dev_time(e) / 1e3 / steps)
-    print(f"   bandwidth per kernel class ({positions} cache positions × {rows} rows; target {STREAM_TBS} TB/s):")
+    print(f"   bandwidth per kernel class ({positions} cache positions × {rows} rows; target {STREAM_TBS} TB/s"
+          + ("; the attention's bytes count every row's prompt, which a shared prefix reads once" if rows > 1 else "")
+          + "):")
     print(f"   {'class':22s} {'launches':>9s} {'ms/step':>8s} {'MB/step':>9s} {'TB/s':>6s} {'ms at target':>13s} "
           f"{'fixed µs/launch':>16s}")
     total_ms = total_target = 0.0
     for cls, names, nbytes in (("GEMV (weights)", ("gemv_kernel", "gemv_q_kernel"), gemv_bytes),
-                               ("attention (KV cache)", ("attn_split_kernel", "attn_merge_kernel"), kv_bytes),
+                               ("attention (KV cache)",
+                                ("attn_split_kernel", "attn_merge_kernel", "attn_shared_kernel"), kv_bytes),
                                ("add+RMSNorm", ("add_rmsnorm_kernel",), 0),
                                ("QK-norm+RoPE+KV store", ("qk_rope_kernel",), 0),
                                ("SiLU·up", ("silu_mul_kernel",), 0)):

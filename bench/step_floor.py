@@ -9,17 +9,17 @@ sampling:
   step-empty  the same launches reading nothing: the chain's cost per launch alone
   step-nopdl  `step` without programmatic dependent launch
   products    5 kernels a layer (the four products and the attention; norms, RoPE and SiLU fused into them) + head
-  layer       1 kernel a layer + head (the bytes of a layer in one launch, no barriers: a lower bound for any
-              one-launch-per-layer kernel)
-  one         every byte of the step in one launch of a few programs per SM (the streaming floor)
+  layer       1 kernel a layer + head (the bytes of a layer in one launch, no barriers)
+  one         every byte of the step in one launch of 4 programs per SM
 
-Prints per schedule the launches, MB, ms a step, TB/s and the tok/s it would allow with the sampling tail's
-measured time added (`--tail-ms`, from bench/profile_decode.py: ≈ 0.08 ms on an H200), and µs per launch over
-`one`. Compare rows within a run: they share one streaming kernel, which is weaker than the tuned products (on an
-H200 its `step` row took 1.60 ms where the real step takes 1.31; its `one` row shows how close it gets to the memory
-bandwidth), so a row is not a floor of the real kernels. `step-empty` is the PDL launch chain alone; `step` minus
-`products` is what the small kernels cost for their launch, wait and one read of the partial sums
-(docs/speed.md, "The per-kernel schedule without its arithmetic").
+Prints per schedule the launches, the MB streamed from memory (the small kernels' L2 reads not counted), ms a step,
+TB/s, the tok/s it would allow with the sampling tail's measured time added (`--tail-ms`, from
+bench/profile_decode.py: ≈ 0.08 ms on an H200) and µs a launch on average. Compare rows within a run: they share
+one streaming kernel, which is weaker than the tuned products (its first version's `step` row took 1.60 ms on an
+H200 where the real step takes 1.31; this one, with 8× the loads in flight a thread, was measured on an H100 only),
+so a row is not a floor of the real kernels. `step-empty` is the PDL launch chain alone; `step` minus `products` is
+what the small kernels cost for their launch, wait and one read of their inputs (docs/speed.md, "The per-kernel
+schedule without its arithmetic").
 
     python bench/step_floor.py [--fmt int8|bf16] [--positions 2121] [--bucket 2256] [--reps 30] [--tail-ms 0.08]
 """
@@ -67,13 +67,21 @@ def _split(n: int, k: int, int8: bool) -> int:
 
 
 def attention_launch(positions: int, bucket: int, sms: int) -> Launch:
-    """The split decode attention of one row (`fused.decode_attention`'s plan with `fused.ATTN_CONFIG`): kv heads ×
-    splits programs over the bucket; K and V of `positions` + 1 cached positions read (bf16)."""
+    """The split decode attention of one row (`fused.decode_attention`'s plan with `fused.ATTN_CONFIG`, through
+    `warmup_jobs.split_count`, which tests/core/test_warmup.py checks against it): kv heads × splits programs over
+    the bucket; K and V of `positions` + 1 cached positions read (bf16). Raises ValueError unless positions <
+    bucket."""
     from yue2_core.fast.fused import ATTN_CONFIG as C
-    target = max(1, min(128, (C.per_sm * sms) // KV_HEADS))
-    chunk = max(C.bl, -(-(-(-bucket // target)) // C.bl) * C.bl)
-    splits = -(-bucket // chunk)
+    from yue2_core.warmup_jobs import split_count
+    if not 0 <= positions < bucket:
+        raise ValueError(f"the cached positions ({positions}) must lie in the attention bucket [0, {bucket})")
+    splits = split_count(bucket, 1, KV_HEADS, sms, C.bl, C.per_sm)
     return Launch("attention", KV_HEADS * splits, C.warps, (positions + 1) * KV_HEADS * HEAD_DIM * 2 * 2)
+
+
+def _partials(split: int, n: int) -> int:
+    """Bytes of a product's output row that its consumer reads: `split` fp32 partial rows, or one bf16 row."""
+    return split * n * 4 if split > 1 else n * 2
 
 
 def step_launches(int8: bool, positions: int, bucket: int, sms: int) -> list[Launch]:
@@ -83,17 +91,20 @@ def step_launches(int8: bool, positions: int, bucket: int, sms: int) -> list[Lau
     s_gu, s_down = _split(2 * FFN, HIDDEN, int8), _split(HIDDEN, FFN, int8)
     norm_programs = HIDDEN // 256 if int8 else 1  # rotated: one program per 256-group, each reading the whole row
 
-    def norm(splits: int) -> Launch:
+    def norm(splits: int | None) -> Launch:  # None: layer 0's norm of the embedding (no residual delta)
+        if splits is None:
+            return Launch("RMSNorm", norm_programs, 4, norm_programs * HIDDEN * 2, small=True)
         return Launch("add+RMSNorm", norm_programs, 8 if splits > 1 else 4,
-                      norm_programs * (splits * HIDDEN * 4 + HIDDEN * 2), small=True)
+                      norm_programs * (_partials(splits, HIDDEN) + HIDDEN * 2), small=True)
 
     out: list[Launch] = []
-    for _ in range(LAYERS):
-        out += [norm(s_down), _product("qkv", qkv_n, HIDDEN, int8),
-                Launch("QK-norm+RoPE", HEADS + 2 * KV_HEADS, 4, s_qkv * qkv_n * 4, small=True),
+    for i in range(LAYERS):
+        out += [norm(s_down if i else None), _product("qkv", qkv_n, HIDDEN, int8),
+                Launch("QK-norm+RoPE", HEADS + 2 * KV_HEADS, 4, _partials(s_qkv, qkv_n), small=True),
                 attention_launch(positions, bucket, sms), _product("o", HIDDEN, HIDDEN, int8), norm(s_o),
                 _product("gate_up", 2 * FFN, HIDDEN, int8),
-                Launch("SiLU·up", FFN // 256, 4, s_gu * 2 * FFN * 4, small=True),
+                # `fused.silu_mul`: 256-wide blocks when rotated (int8), else 1,024
+                Launch("SiLU·up", FFN // (256 if int8 else 1024), 4, _partials(s_gu, 2 * FFN), small=True),
                 _product("down", HIDDEN, FFN, int8)]
     return out + [norm(s_down), _product("head", HEAD_ROWS, HIDDEN, int8)]
 
@@ -219,19 +230,17 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()} · {sms} SMs · {args.fmt} step, {args.positions + 1} cached positions "
           f"(bucket {args.bucket}) · PDL {'on' if pdl else 'unavailable'}")
     print(f"{'schedule':12s} {'launches':>8s} {'MB':>8s} {'ms/step':>8s} {'TB/s':>6s} {'+tail tok/s':>11s} "
-          f"{'µs/launch over one':>18s}")
+          f"{'µs a launch':>11s}")
     rows = {}
     for name in args.schedules.split(","):
         launches = schedule(name, steps, sms)
         planned = plan(launches, buf.numel())
         ms = replay_ms(buf, out, planned, pdl and name != "step-nopdl", args.reps)
-        mb = sum(x.nbytes for x in launches) / 1e6
+        mb = sum(x.nbytes for x in launches if not x.small) / 1e6
         rows[name] = (len(launches), mb, ms)
-    one = rows.get("one", (1, 0, 0.0))[2]
     for name, (n, mb, ms) in rows.items():
-        over = (ms - one) * 1000 / max(1, n - 1) if "one" in rows and n > 1 else float("nan")
         print(f"{name:12s} {n:8d} {mb:8.1f} {ms:8.3f} {mb / 1e3 / ms:6.2f} {1000 / (ms + args.tail_ms):11.0f} "
-              f"{over:18.2f}")
+              f"{ms * 1000 / n:11.2f}")
 
 
 if __name__ == "__main__":

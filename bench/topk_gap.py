@@ -5,7 +5,7 @@ the tail's [rows, 32,769] fp32 scores alone, after a PDL Triton kernel writing t
 one graph: replay µs and the largest gaps, at 1, 2, 4 and 8 rows, and for the variants that could avoid the gap
 (one topk per row; the scores written by a non-PDL kernel; a row width padded to a multiple of 1,024).
 
-    python bench/topk_gap.py [--k 50] [--reps 50]
+    python bench/topk_gap.py [--k K] [--reps 50]
 """
 from __future__ import annotations
 
@@ -77,11 +77,16 @@ def run(rows: int, k: int, variant: str, reps: int, gaps: bool):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--k", type=int, default=50)
+    ap.add_argument("--k", type=int, default=0, help="candidates (default: the tail's K at the default sampling, "
+                    "top_k + TIE_PAD, as fast/decode.py takes them)")
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("topk_gap.py needs a CUDA GPU")
+    if args.k <= 0:
+        from yue2_core.fast.sampler import TIE_PAD
+        from yue2_core.protocol import Sampling
+        args.k = min(Sampling().top_k + TIE_PAD, WIDTH)
     print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · topk k={args.k} of {WIDTH} fp32 per row")
     for variant in ("default", "no-pdl", "padded", "per-row"):
         for rows in (1, 2, 4, 8):

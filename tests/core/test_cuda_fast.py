@@ -390,7 +390,7 @@ def test_decode_attention_shared_prefix_matches_per_row(rows, prefix, attn_len):
     pos = torch.linspace(attn_len - 1, prefix, rows, device="cuda").long()
     a = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128)).float()
     b = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128), shared=prefix).float()
-    cnt = torch.zeros(rows * 8, dtype=torch.int32, device="cuda")  # merged by the last split where ≤ 32 splits
+    cnt = torch.zeros(rows * 8, dtype=torch.int32, device="cuda")  # merged by the last split (prefix splits capped)
     c = fused.decode_attention(q, k, v, pos, attn_len, 1 / math.sqrt(128), shared=prefix, counters=cnt).float()
     assert (c - b).abs().max().item() <= 2 ** -7 * b.abs().max().item() and not cnt.any()
     err = (a - b).abs().max().item()

@@ -17,9 +17,13 @@ def test_step_launches_mirror_the_decoder():
     from yue2_core.fast import gemv as G
     steps = sf.step_launches(True, 2121, 2256, 132)
     assert len(steps) == 9 * 28 + 2
-    names = [x.name for x in steps[:9]]
+    names = [x.name for x in steps[9:18]]
     assert names == ["add+RMSNorm", "qkv", "QK-norm+RoPE", "attention", "o", "add+RMSNorm", "gate_up", "SiLU·up",
                      "down"]
+    # layer 0 norms the embedding (no residual delta: 4 warps reading the row); later norms read 8 fp32 partials
+    assert steps[0].name == "RMSNorm" and steps[0].warps == 4 and steps[0].nbytes == 8 * 2048 * 2
+    assert steps[9].nbytes == 8 * (8 * 2048 * 4 + 2048 * 2) and steps[9].warps == 8
+    assert steps[7].programs == 6144 // 256  # SiLU·up rotated for int8: 256-wide blocks
     cfg, _ = G.choose_q(2 * 6144, 2048)
     gu = steps[6]
     assert gu.nbytes == 2 * 6144 * 2048 + 4 * 2 * 6144 and gu.programs == -(-2 * 6144 // cfg.bn) * cfg.split
@@ -30,6 +34,12 @@ def test_step_launches_mirror_the_decoder():
     assert big == weights + 4 * (28 * (4096 + 2048 + 12288 + 2048) + 32769) + 28 * att.nbytes
     bf16 = sf.step_launches(False, 2121, 2256, 132)
     assert sum(x.nbytes for x in bf16 if not x.small) == 2 * weights + 28 * att.nbytes
+    silu = bf16[7]
+    assert silu.name == "SiLU·up" and silu.programs == 6144 // 1024  # unrotated: 1,024-wide blocks
+    s_gu = G.choose(2 * 6144, 2048, 1, False).split
+    assert silu.nbytes == (s_gu * 2 * 6144 * 4 if s_gu > 1 else 2 * 6144 * 2)  # bf16 output when not split
+    with pytest.raises(ValueError, match="bucket"):
+        sf.step_launches(True, 2256, 2256, 132)
     for name in sf.SCHEDULES:
         s = sf.schedule(name, steps, 132)
         want = 0 if name == "step-empty" else big
