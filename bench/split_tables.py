@@ -40,15 +40,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/tmp/split_tables")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
     paths = []
-    for name, bn, split, stages, swap in VARIANTS:
-        path = os.path.join(args.out, f"{name}_bn{bn}_s{split}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(table(name, bn, split, stages, swap), f, indent=1)
-        os.replace(tmp, path)
-        paths.append(path)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        for name, bn, split, stages, swap in VARIANTS:
+            path = os.path.join(args.out, f"{name}_bn{bn}_s{split}.json")
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(table(name, bn, split, stages, swap), f, indent=1)
+            os.replace(tmp, path)
+            paths.append(path)
+    except OSError as exc:  # break-it finding: a file or an unwritable place as --out gave a traceback
+        sys.exit(f"split_tables.py: cannot write the tables into --out {args.out!r}: "
+                 f"{exc.strerror or exc}{' (' + exc.filename + ')' if getattr(exc, 'filename', None) else ''}")
     print(" ".join(f"--gemv-table {p}" for p in paths))
 
 

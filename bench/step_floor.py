@@ -223,7 +223,13 @@ def main() -> None:
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     pdl = pdl_enabled(dev)
-    steps = step_launches(args.fmt == "int8", args.positions, args.bucket, sms)
+    from yue2_core.errors import YuE2Error
+    try:
+        steps = step_launches(args.fmt == "int8", args.positions, args.bucket, sms)
+        for name in args.schedules.split(","):
+            schedule(name, steps, sms)
+    except (ValueError, YuE2Error) as exc:  # a bad --positions/--bucket/--schedules or YUE2_GEMV_TABLE: one line
+        sys.exit(f"step_floor.py: {exc}")
     total = sum(x.nbytes for x in steps if not x.small)
     buf = torch.randint(-2**31, 2**31 - 1, (total // 4 + SMALL // 4 + 4096,), dtype=torch.int32, device=dev)
     out = torch.zeros(max(x.programs for x in steps) + 4 * sms, dtype=torch.int32, device=dev)

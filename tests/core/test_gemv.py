@@ -382,6 +382,18 @@ def test_gemv_table_file_overrides_the_built_in_configurations(monkeypatch, tmp_
             G._tables_from.cache_clear()
             with pytest.raises(RequestError, match="entry 0: (a pair-code entry|pair and swap|swap)"):
                 G.choose_q(2048, 6144)
+        # break-it findings: values a launch would have changed silently or spent hours on, a mistyped key
+        ok = pair % ("true", 0, "true", "false", 256)
+        for text, words in ((ok.replace('"split": 2', '"split": 32'), "does not divide 6144"),
+                            (ok.replace('"stages": 4', '"stages": 1000000000'), "stages an integer in 1–8"),
+                            (ok.replace('"bn": 64', '"bn": 4096'), "16 ≤ bn ≤ 1024"),
+                            (ok.replace('"pair"', '"Pair"'), "unknown key(s) Pair"),
+                            (pair % ("true", "0.0", "true", "false", 256), "m must be the integer 0")):
+            f.write_text(text)
+            G._tables_from.cache_clear()
+            with pytest.raises(RequestError) as e:
+                G.choose_q(2048, 6144)
+            assert "entry 0" in str(e.value) and words in str(e.value), str(e.value)
         f.write_text('{"configs": [{"n": 4096, "k": 2048, "int8": false, "m": 1, "us": 3.0,'
                      ' "cfg": {"bn": 16, "bk": 128, "split": 8, "warps": 2, "stages": 3, "dot": false}},'
                      ' {"n": 2048, "k": 6144, "int8": true, "m": 0,'

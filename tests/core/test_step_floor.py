@@ -100,3 +100,15 @@ def test_split_tables_are_accepted_pair_code_entries(monkeypatch, tmp_path):
         others = [s for s in st.SHAPES.values() if s != (n, k)]
         assert all(G.choose_q(*s) == G._Q_TABLE[s] for s in others)
     G._tables_from.cache_clear()
+
+
+def test_split_tables_refuse_an_unusable_out_in_one_line(monkeypatch, tmp_path):
+    """A file (or a path under one) as --out: one line naming --out and why, not a traceback (break-it finding)."""
+    st = load("split_tables")
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    for out in (taken, taken / "below"):
+        monkeypatch.setattr("sys.argv", ["split_tables.py", "--out", str(out)])
+        with pytest.raises(SystemExit) as e:
+            st.main()
+        assert "cannot write the tables into --out" in str(e.value) and str(out) in str(e.value), e.value

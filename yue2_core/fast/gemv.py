@@ -127,6 +127,10 @@ def _pair_table() -> dict:
 
 
 MAX_TABLE_BYTES = 4 * 2 ** 20  # a YUE2_GEMV_TABLE file is a few kB; anything past this is not one
+# what a YUE2_GEMV_TABLE entry may hold (bench/gemv_sweep.py --json writes n, k, int8, m, cfg, us;
+# bench/split_tables.py pair and swap) and the largest values a launch configuration may take there
+ENTRY_KEYS = ("n", "k", "int8", "m", "cfg", "pair", "swap", "us", "tbps", "note")
+MAX_STAGES, MAX_BLOCK, MAX_SPLIT = 8, 1024, 64
 
 
 @functools.lru_cache(maxsize=4)
@@ -161,6 +165,10 @@ def _tables_from(path: str) -> tuple[dict, dict, dict]:
                     missing = [f for f in ("n", "k", "int8", "m", "cfg") if f not in e]
                     if missing:
                         raise ValueError(f"no {', '.join(missing)}")
+                    unknown = sorted(str(f) for f in e if f not in ENTRY_KEYS)
+                    if unknown:  # break-it finding: "Pair": true was read as a plain W8A16 entry
+                        raise ValueError(f"unknown key(s) {', '.join(unknown)}; an entry takes "
+                                         f"{', '.join(ENTRY_KEYS)}")
                     if not isinstance(e["cfg"], dict):
                         raise ValueError(f"cfg is a JSON {_json_kind(e['cfg'])}, not an object")
                     cfg = Config(**e["cfg"])
@@ -175,6 +183,10 @@ def _tables_from(path: str) -> tuple[dict, dict, dict]:
                                    f"256; got int8 {e['int8']!r}, m {e['m']!r}, {cfg}")
                     if not all(isinstance(e[d], int) and not isinstance(e[d], bool) and e[d] > 0 for d in "nk"):
                         problem = f"n and k must be positive integers; got {e['n']!r}, {e['k']!r}"
+                    elif not problem and e["k"] % (cfg.split * cfg.bk):
+                        # break-it finding: the products then quietly ran one split instead
+                        problem = (f"split × bk must divide k: {cfg.split} × {cfg.bk} does not divide {e['k']} "
+                                   f"(K tiles of one split: k / (split · bk))")
                 except ValueError as exc:
                     problem = str(exc)
                 except TypeError as exc:  # a cfg field that Config does not have
@@ -196,7 +208,7 @@ def _tables_from(path: str) -> tuple[dict, dict, dict]:
         except (ValueError, KeyError, TypeError) as exc:
             what = f"not JSON ({exc})" if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise RequestError(f"YUE2_GEMV_TABLE={path!r}: expected a JSON file with a \"configs\" list as "
-                               f"bench/gemv_sweep.py --json writes it; {what}") from None
+                               f"bench/gemv_sweep.py --json or bench/split_tables.py writes it; {what}") from None
     return table, small, pairs
 
 
@@ -212,13 +224,16 @@ def _config_problem(cfg: Config, int8, m) -> str | None:
         return isinstance(v, int) and not isinstance(v, bool) and v >= lo and v & (v - 1) == 0
     if not isinstance(int8, bool) or not isinstance(cfg.dot, bool):
         return "int8 and dot must be true or false"
-    if m not in (0, 1, 2) or isinstance(m, bool):
-        return f"m must be 0 (any row count), 1 or 2; got {m!r}"
+    if type(m) is not int or m not in (0, 1, 2):
+        return f"m must be the integer 0 (any row count), 1 or 2; got {m!r}"
     if not (pow2(cfg.bn, 16 if cfg.dot else 1) and pow2(cfg.bk, 16) and pow2(cfg.split, 1)
             and pow2(cfg.warps, 1) and cfg.warps <= 16 and isinstance(cfg.stages, int)
-            and not isinstance(cfg.stages, bool) and cfg.stages >= 1):
-        return (f"bn, bk, split and warps must be powers of two (bn ≥ 16 for tensor cores, bk ≥ 16, warps ≤ 16) "
-                f"and stages an integer ≥ 1; got {cfg}")
+            and not isinstance(cfg.stages, bool) and 1 <= cfg.stages <= MAX_STAGES
+            and cfg.bn <= MAX_BLOCK and cfg.bk <= MAX_BLOCK and cfg.split <= MAX_SPLIT):
+        # break-it finding: stages 10⁹ made fit_shared step down a billion times on a GPU
+        return (f"bn, bk, split and warps must be powers of two (16 ≤ bn ≤ {MAX_BLOCK} for tensor cores, "
+                f"16 ≤ bk ≤ {MAX_BLOCK}, split ≤ {MAX_SPLIT}, warps ≤ 16) and stages an integer in 1–{MAX_STAGES}; "
+                f"got {cfg}")
     if not cfg.dot and m == 0:
         return "a CUDA-core (dot false) configuration serves 1–2 rows: give m 1 or 2"
     if not cfg.dot and m * cfg.bn * cfg.bk > 128 * 32 * cfg.warps:
