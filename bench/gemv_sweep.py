@@ -31,8 +31,9 @@ SHAPES = {"qkv": (4096, 2048), "o": (2048, 2048), "gate_up": (12288, 2048), "dow
           "head_codec": (32769, 2048)}
 
 
-def timed(fn, calls: int, reps: int = 20) -> float:
-    """µs per call of `fn(i)` for i in range(calls), captured as one CUDA graph."""
+def captured(fn, calls: int = 1) -> torch.cuda.CUDAGraph:
+    """`fn(i)` for i in range(calls), run once on a side stream (compilation, allocations), then captured as one
+    CUDA graph."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -43,7 +44,12 @@ def timed(fn, calls: int, reps: int = 20) -> float:
     with torch.cuda.graph(g):
         for i in range(calls):
             fn(i)
-    for _ in range(3):
+    return g
+
+
+def replay_us(g: torch.cuda.CUDAGraph, reps: int = 20, warm: int = 3) -> float:
+    """µs per replay of a captured graph (after `warm` untimed replays)."""
+    for _ in range(warm):
         g.replay()
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -52,7 +58,12 @@ def timed(fn, calls: int, reps: int = 20) -> float:
         g.replay()
     b.record()
     torch.cuda.synchronize()
-    return a.elapsed_time(b) * 1000 / (reps * calls)
+    return a.elapsed_time(b) * 1000 / reps
+
+
+def timed(fn, calls: int, reps: int = 20) -> float:
+    """µs per call of `fn(i)` for i in range(calls), captured as one CUDA graph."""
+    return replay_us(captured(fn, calls), reps) / calls
 
 
 def configs(quick: bool):

@@ -31,6 +31,7 @@ import sys
 from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/gemv_sweep.py's graph timing
 
 import torch  # noqa: E402
 
@@ -186,25 +187,9 @@ def launch_all(buf: torch.Tensor, out: torch.Tensor, planned, pdl: bool, per_thr
 
 
 def replay_ms(buf, out, planned, pdl: bool, reps: int) -> float:
-    """ms per replay of the schedule captured as one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        launch_all(buf, out, planned, pdl)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        launch_all(buf, out, planned, pdl)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        g.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps
+    """ms per replay of the schedule captured as one CUDA graph (bench/gemv_sweep.py's `timed`)."""
+    from gemv_sweep import timed
+    return timed(lambda _: launch_all(buf, out, planned, pdl), 1, reps) / 1000
 
 
 def main() -> None:

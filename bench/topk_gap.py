@@ -37,6 +37,7 @@ def _writer():
 
 
 def run(rows: int, k: int, variant: str, reps: int, gaps: bool):
+    from gemv_sweep import captured, replay_us
     from profile_decode import replay_gaps
     from yue2_core.fast import pdl_enabled
     triton, write = _writer()
@@ -53,24 +54,8 @@ def run(rows: int, k: int, variant: str, reps: int, gaps: bool):
             return [y[r:r + 1].topk(k, dim=1) for r in range(rows)]
         return y.topk(k, dim=1)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        tail()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        tail()
-    for _ in range(5):
-        g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        g.replay()
-    b.record()
-    torch.cuda.synchronize()
-    us = a.elapsed_time(b) * 1000 / reps
+    g = captured(lambda _: tail())
+    us = replay_us(g, reps, warm=5)
     lines = replay_gaps(g, 10, 3) if gaps else []
     return us, lines
 

@@ -81,7 +81,8 @@ def _attention_kernels():
         # MERGE: the last program of each (row, kv head) to finish — counted in cnt_ptr[r·NKV + kvh] (int32, zero
         # before the launch, zero again after it) — merges all `splits` slots of its G heads into out_ptr
         # (`merge_store`; ROT needs G·D = 256; QUANT: int8 pair codes too), so no merge kernel runs. FENCE (CUDA):
-        # every thread fences its stores at GPU scope before the count too (the CUDA "threadfence reduction" pattern; not in the CPU interpreter)
+        # every thread fences its stores at GPU scope before the count too (the CUDA "threadfence reduction"
+        # pattern; not in the CPU interpreter)
         pdl_prologue(PDL)
         r = tl.program_id(0)
         kvh = tl.program_id(1)

@@ -364,7 +364,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
 
 # per weight shape (N, K): the int8 × int8 products' configuration (bk is always one 256-group; `swap`: weights
 # as the left operand), from bench/int8_dot.py on an H200 (docs/experiments/int8_dot_shapes_h200_2026-12-05.log).
-# YUE2_GEMV_TABLE's int8 entries tune the converting products (YUE2_INT8_DOT=convert) and the shapes not listed here.
+# YUE2_GEMV_TABLE's "pair" entries replace these (bench/split_tables.py); its plain int8 entries tune the converting
+# products (YUE2_INT8_DOT=convert) and, with 256-wide K tiles, the pair-code shapes not listed here.
 _Q_TABLE: dict[tuple[int, int], tuple[Config, bool]] = {
     (4096, 2048): (Config(bn=128, bk=256, split=4, stages=3), False),   # qkv_proj
     (2048, 2048): (Config(bn=64, bk=256, split=8, stages=4), True),     # o_proj
