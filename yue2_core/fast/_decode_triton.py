@@ -208,64 +208,6 @@ def gemv_q_kernel(q_ptr, xs_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, BN: tl.cons
         tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit(do_not_specialize=["M"])
-def norm_gemv_q_kernel(x_ptr, d_ptr, nw_ptr, xo_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, PS,
-                       HAS_D: tl.constexpr, S: tl.constexpr, BN: tl.constexpr, PARTIAL: tl.constexpr,
-                       SWAP: tl.constexpr = False, PDL: tl.constexpr = False):
-    # add+RMSNorm folded into the int8 × int8 product that consumes it (`gemv.norm_gemv_q`): per 256-group of its
-    # K slice every program makes x ← bf16(x + bf16(Σ delta partials)) (program column 0 stores it to xo), y = x ⊙ w
-    # (the norm weight; fp32, *not* yet divided by the row's RMS), y·H and y's int8 pair codes (as `quant_store`),
-    # then the tensor-core product of `gemv_q_kernel`. The output is Σ_k (x ⊙ w)·H · q[n]ᵀ · s[n] — the consumer
-    # multiplies it by the row's 1/RMS (a scalar per row, computed from xo), which the product commutes with
-    pdl_prologue(PDL)
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    j = tl.arange(0, 16)
-    mm = tl.arange(0, 8)
-    m_ok = mm < M
-    offs_n = pid_n * BN + tl.arange(0, BN)
-    n_ok = offs_n < N
-    offs_kb = tl.arange(0, 256)
-    part = tl.where(j % 2 == 0, 1.0, 1.0 / 254.0)
-    k_lo = pid_k * KS
-    dt = xo_ptr.dtype.element_ty
-    if SWAP:
-        acc_t = tl.zeros((BN, 16), dtype=tl.float32)
-    else:
-        acc = tl.zeros((16, BN), dtype=tl.float32)
-    for k0 in range(k_lo, k_lo + KS, 256):
-        offs_k = k0 + offs_kb
-        xm = m_ok[:, None] & (offs_k < K)[None, :]
-        xo = mm[:, None] * K + offs_k[None, :]
-        x = tl.load(x_ptr + xo, mask=xm, other=0.0)
-        if HAS_D:
-            x = (x.to(tl.float32) + _load_sum(d_ptr, xo, xm, PS, S).to(dt).to(tl.float32)).to(dt)
-            tl.store(xo_ptr + xo, x, mask=xm & (pid_n == 0))
-        y = x.to(tl.float32) * tl.load(nw_ptr + offs_k).to(tl.float32)[None, :]
-        yr = rot_rows(y, 8)  # [8, 256]
-        a = tl.reduce(tl.abs(yr), 1, _max_keep_nan)  # [8]
-        inv = tl.where(a > 0, 127.0 / tl.maximum(a, 1e-30), 0.0)
-        t = yr * inv[:, None]
-        hi = tl.minimum(tl.maximum(tl.floor(t + 0.5), -127.0), 127.0)
-        lo = tl.minimum(tl.maximum(tl.floor((t - hi) * 254.0 + 0.5), -127.0), 127.0)
-        xq = tl.reshape(tl.permute(tl.join(hi, lo), (0, 2, 1)), (16, 256)).to(tl.int8)
-        sc = tl.reshape(tl.join(a, a), (16,)) * (part / 127.0)
-        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & (offs_k < K)[None, :],
-                    other=0)
-        if SWAP:
-            acc_t += tl.dot(w, tl.trans(xq), out_dtype=tl.int32).to(tl.float32) * sc[None, :]
-        else:
-            acc += tl.dot(xq, tl.trans(w), out_dtype=tl.int32).to(tl.float32) * sc[:, None]
-    if SWAP:
-        acc = tl.trans(acc_t)
-    y = tl.sum(tl.reshape(acc, (8, 2, BN)), 1) * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
-    mask = m_ok[:, None] & n_ok[None, :]
-    if PARTIAL:
-        tl.store(out_ptr + (pid_k * M + mm[:, None]) * N + offs_n[None, :], y, mask=mask)
-    else:
-        tl.store(out_ptr + mm[:, None] * N + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
 @triton.jit
 def reduce_kernel(p_ptr, y_ptr, MN, S: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

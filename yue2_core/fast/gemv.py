@@ -424,51 +424,6 @@ def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = Fa
     return p if partial else reduce(p)
 
 
-def norm_gemv_q(x: torch.Tensor, delta, norm_w: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *,
-                partial: bool = False, out_dtype: torch.dtype = torch.bfloat16, cfg: Config | None = None,
-                swap: bool | None = None):
-    """add+RMSNorm folded into the int8 × int8 product that follows it, less the division by the row's RMS.
-
-    x [M ≤ 8, K] (the residual stream, bf16; K % 256 == 0), `delta` None, a tensor like x or `Partials`
-    [S, M, K] (a product's split-K sums, rounded to x's dtype after summing as `fused.add_rmsnorm` does),
-    norm_w [K], int8 ConvRot codes w [N, K] with fp32 row scales [N]. Returns (xo, z): xo = x + delta [M, K] in
-    x's dtype (x itself when delta is None), z [M, N] (or `Partials` with `partial`) = ((xo ⊙ norm_w)·H) ·
-    codesᵀ · scale, the activation made into int8 pair codes per 256-group inside the product's K loop. The
-    product's result times the row's 1/RMS (rsqrt(mean xo² + eps), rounded as the reference rounds it) is the
-    product of RMSNorm(xo)·norm_w: the consumer applies it. Raises ValueError for other shapes or dtypes."""
-    m, k = x.shape
-    if (x.dim() != 2 or not 0 < m <= MAX_PAIR_ROWS or k % 256 or w.dtype != torch.int8 or w.shape[1] != k
-            or w.stride() != (k, 1) or norm_w.shape != (k,) or scale is None or scale.numel() != w.shape[0]
-            or scale.dtype != torch.float32 or not x.is_contiguous()):
-        raise ValueError(f"norm_gemv_q needs x [M ≤ {MAX_PAIR_ROWS}, K % 256 == 0] contiguous, norm_w [K], int8 w "
-                         f"[N, K] row-major and fp32 row scales [N]; got x {tuple(x.shape)}, norm_w "
-                         f"{tuple(norm_w.shape)}, w {tuple(w.shape)} {w.dtype}")
-    from . import _decode_triton as kd
-    triton = _kernels()[0]
-    if isinstance(delta, Partials):
-        d, s_d, ps = delta.t, delta.split, delta.t[0].numel()
-    else:
-        d, s_d, ps = (delta if delta is not None else x), 1, 0
-    n = w.shape[0]
-    chosen, chosen_swap = choose_q(n, k)
-    cfg = cfg or chosen
-    swap = chosen_swap if swap is None else swap
-    limit = shared_limit(w.device)
-    if limit:
-        cfg = fit_shared(replace(cfg, bk=256), True, limit, shared_bytes_q)
-    split = cfg.split if k % (cfg.split * 256) == 0 else 1
-    xo = torch.empty_like(x) if delta is not None else x
-    out = (torch.empty(split, m, n, dtype=torch.float32, device=w.device) if split > 1
-           else torch.empty(m, n, dtype=out_dtype, device=w.device))
-    kd.norm_gemv_q_kernel[(triton.cdiv(n, cfg.bn), split)](
-        x, d, norm_w, xo, w, scale.view(-1), out, m, n, k, k // split, ps, HAS_D=delta is not None, S=s_d,
-        BN=cfg.bn, PARTIAL=split > 1, SWAP=swap, num_warps=cfg.warps, num_stages=cfg.stages, **_pdl(w))
-    if split == 1:
-        return xo, out
-    p = Partials(out, out_dtype)
-    return xo, (p if partial else reduce(p))
-
-
 def _pdl(t: torch.Tensor) -> dict:
     from .fused import _pdl as pdl
     return pdl(t)
