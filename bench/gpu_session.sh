@@ -27,6 +27,9 @@
 #                                      # (the sampling tail's torch.topk alone in a graph, its memset gap); ~1 min
 #   bash bench/gpu_session.sh splits   # the int8 step's profile with pair-code products split fewer ways (one
 #                                      # YUE2_GEMV_TABLE per variant, bench/split_tables.py) against the default; ~3 min
+#   bash bench/gpu_session.sh attn     # bench/attn_plan.py (decode-attention launch configurations in the step's call,
+#                                      # outside the step) and bench/profile_decode.py --attn-cfg (the same ones in the
+#                                      # int8 step at 2,000 and 7,000 prompt positions); ~3 min
 #   bash bench/gpu_session.sh l2       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental): its GPU
 #                                      # test, then bench/profile_decode.py's int8 step with eight prefetch plans (L2_BF16=1:
 #                                      # bf16 too, given its checkpoint; L2_ARGS: more --l2 specs), and the 8-row step's
@@ -70,7 +73,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|floor|splits|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|floor|splits|attn|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -141,6 +144,14 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
       # shellcheck disable=SC2046  # one --gemv-table option per variant
       "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --only-l2 --top 6 \
         $("$PY" bench/split_tables.py --out "$OUT/split_tables") 2>&1 | tee "$OUT/profile_int8_splits.log" ;;
+    attn)
+      "$PY" bench/attn_plan.py 2>&1 | tee "$OUT/attn_plan.log"
+      [ -f /tmp/yue2bench/yue2_full_int8.safetensors ] || "$PY" -c "from yue2_core.weights.synthetic import \
+write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', profile='full', fmt='int8', device='cuda')"
+      for p in 2000 7000; do
+        "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --only-l2 --prompt "$p" \
+          --top 6 --attn-cfg 16,1,3,4 --attn-cfg 16,1,3,2 --attn-cfg 32,2,3,2 2>&1 | tee -a "$OUT/profile_attn_cfg.log"
+      done ;;
     l2)
       # the L2 weight prefetch branch (YUE2_L2_PREFETCH, experimental, off): its bit-identity GPU test, then the int8
       # and bf16 step profiles with the prefetch plans against the default in the same run (~3 min)
@@ -175,6 +186,6 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|floor|splits|attn|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done

@@ -187,12 +187,27 @@ def main():
                     help="also profile with this YUE2_L2_PREFETCH spec (and grid); repeatable")
     ap.add_argument("--gaps", action="store_true",
                     help="also trace graph replays and rank the idle gaps between kernels by the kernels around them")
-    ap.add_argument("--only-l2", action="store_true", help="profile the default and the --l2 specs only")
+    ap.add_argument("--only-l2", action="store_true",
+                    help="profile the default and the --l2, --gemv-table and --attn-cfg variants only")
     ap.add_argument("--attn-merge", action="store_true",
                     help="profile the default and the splits merged by a separate kernel (YUE2_ATTN_MERGE=kernel) only")
+    ap.add_argument("--attn-cfg", action="append", default=[], metavar="BL,WARPS,STAGES,PER_SM",
+                    help="also profile with this decode-attention launch configuration (fused.ATTN_CONFIG replaced "
+                         "in this process; repeatable; bench/attn_plan.py times them outside the step)")
     ap.add_argument("--int8-dot", action="store_true",
                     help="profile the default and the int8 × int8 products (YUE2_INT8_DOT=int8) only")
     args = ap.parse_args()
+    from yue2_core.fast import fused as fused_mod
+    attn_cfgs = []
+    for spec in args.attn_cfg:
+        try:
+            bl, warps, stages, per_sm = (int(v) for v in spec.split(","))
+            if min(bl, warps, stages, per_sm) < 1 or bl & (bl - 1) or warps & (warps - 1) or bl < 16 or stages > 8:
+                raise ValueError
+        except ValueError:
+            ap.error(f"--attn-cfg takes BL,WARPS,STAGES,PER_SM (BL a power of two ≥ 16, warps a power of two, stages "
+                     f"1–8, all ≥ 1); got {spec!r}")
+        attn_cfgs.append(fused_mod.AttnConfig(bl=bl, warps=warps, stages=stages, per_sm=per_sm))
     if not torch.cuda.is_available():
         sys.exit("profile_decode.py needs a CUDA GPU")
     from yue2_core.pipeline import YuE2Engine
@@ -221,8 +236,17 @@ def main():
         variants.append((f"GEMV table {os.path.basename(table)}", True, {"YUE2_GEMV_TABLE": table}))
     if args.all:
         variants.append(("torch ops", False, {"YUE2_DECODE_ATTN": "torch", "YUE2_GEMV": "0", "YUE2_PDL": "0"}))
+    for cfg in attn_cfgs:
+        variants.append((f"attention bl {cfg.bl}, {cfg.warps} warps, {cfg.stages} stages, {cfg.per_sm} programs/SM",
+                         True, {"__attn_cfg": cfg}))
+    saved = fused_mod.ATTN_CONFIG
     for label, fused, env in variants:
-        profile(eng.ar, args.rows, args.prompt, label, args.top, fused, env, args.gaps)
+        env = dict(env)
+        fused_mod.ATTN_CONFIG = env.pop("__attn_cfg", saved)  # decode_attention reads it at each call
+        try:
+            profile(eng.ar, args.rows, args.prompt, label, args.top, fused, env, args.gaps)
+        finally:
+            fused_mod.ATTN_CONFIG = saved
     for key in SWITCHES:
         os.environ.pop(key, None)
 
