@@ -27,6 +27,7 @@
 #                                      # (the sampling tail's torch.topk alone in a graph, its memset gap); ~1 min
 #   bash bench/gpu_session.sh splits   # the int8 step's profile with pair-code products split fewer ways (one
 #                                      # YUE2_GEMV_TABLE per variant, bench/split_tables.py) against the default; ~3 min
+#                                      # (SPLIT_FAMILY=pipeline: the built-in blocks with other warps and stages)
 #   bash bench/gpu_session.sh attn     # bench/attn_plan.py (decode-attention launch configurations in the step's call,
 #                                      # outside the step) and bench/profile_decode.py --attn-cfg (the same ones in the
 #                                      # int8 step at 2,000 and 7,000 prompt positions); ~3 min
@@ -143,7 +144,8 @@ for part in "$@"; do
 write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', profile='full', fmt='int8', device='cuda')"
       # shellcheck disable=SC2046  # one --gemv-table option per variant
       "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --only-l2 --top 6 \
-        $("$PY" bench/split_tables.py --out "$OUT/split_tables") 2>&1 | tee "$OUT/profile_int8_splits.log" ;;
+        $("$PY" bench/split_tables.py --out "$OUT/split_tables" --family "${SPLIT_FAMILY:-splits}") 2>&1 \
+        | tee "$OUT/profile_int8_${SPLIT_FAMILY:-splits}.log" ;;
     attn)
       "$PY" bench/attn_plan.py 2>&1 | tee "$OUT/attn_plan.log"
       [ -f /tmp/yue2bench/yue2_full_int8.safetensors ] || "$PY" -c "from yue2_core.weights.synthetic import \
