@@ -99,6 +99,19 @@ def test_split_tables_are_accepted_pair_code_entries(monkeypatch, tmp_path):
         assert split < G._Q_TABLE[(n, k)][0].split
         others = [s for s in st.SHAPES.values() if s != (n, k)]
         assert all(G.choose_q(*s) == G._Q_TABLE[s] for s in others)
+    # --family pipeline: the built-in blocks, splits and operand order with other stages or warps
+    pipe = tmp_path / "pipeline"
+    monkeypatch.setattr("sys.argv", ["split_tables.py", "--out", str(pipe), "--family", "pipeline"])
+    st.main()
+    assert len(list(pipe.glob("*.json"))) == len(st.PIPELINE)
+    for (name, bn, split, stages, swap, warps) in st.PIPELINE:
+        n, k = st.SHAPES[name]
+        monkeypatch.setenv("YUE2_GEMV_TABLE", str(pipe / f"{name}_bn{bn}_s{split}_st{stages}_w{warps}.json"))
+        G._tables_from.cache_clear()
+        cfg, sw = G.choose_q(n, k)
+        base, base_swap = G._Q_TABLE[(n, k)]
+        assert (cfg.bn, cfg.split, sw) == (base.bn, base.split, base_swap) and (cfg.stages, cfg.warps) == (
+            stages, warps) != (base.stages, base.warps), name
     G._tables_from.cache_clear()
 
 
