@@ -69,11 +69,13 @@ def main(argv=None) -> int:
     global SWEEP
     SWEEP = a.sweep
     t_end = time.perf_counter() + a.budget_s
-    if a.reps < 1:
-        ap.error(f"--reps takes a positive count; got {a.reps}")
+    if not 1 <= a.reps <= 100_000:
+        ap.error(f"--reps takes 1 to 100,000 graph replays; got {a.reps}")
+    if not (0 < a.budget_s < math.inf):  # also refuses nan (break-it finding: -1, 0, nan, inf were taken)
+        ap.error(f"--budget-s takes a positive, finite number of seconds; got {a.budget_s}")
     if not torch.cuda.is_available():
         print("attn_plan.py needs a CUDA GPU", file=sys.stderr)
-        return 2
+        return 1
     from gemv_sweep import captured, replay_us
     from yue2_core.fast import fused
     dev = torch.device("cuda")

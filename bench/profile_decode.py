@@ -197,16 +197,26 @@ def main():
     ap.add_argument("--int8-dot", action="store_true",
                     help="profile the default and the int8 × int8 products (YUE2_INT8_DOT=int8) only")
     args = ap.parse_args()
+    # break-it findings: rows, prompt and top were not checked, and --attn-cfg had no upper bounds (64 warps would
+    # have failed inside Triton after the checkpoint loaded; a huge BL or PER_SM was quietly fitted or capped)
+    if not 1 <= args.rows <= 64:
+        ap.error(f"--rows takes 1 to 64 rows; got {args.rows}")
+    if not 2 <= args.prompt <= 24000:
+        ap.error(f"--prompt takes 2 to 24,000 tokens (the context is 24,576 with 256 decoded after it); got "
+                 f"{args.prompt}")
+    if args.top < 1:
+        ap.error(f"--top takes a positive count of kernels to list; got {args.top}")
     from yue2_core.fast import fused as fused_mod
     attn_cfgs = []
     for spec in args.attn_cfg:
         try:
             bl, warps, stages, per_sm = (int(v) for v in spec.split(","))
-            if min(bl, warps, stages, per_sm) < 1 or bl & (bl - 1) or warps & (warps - 1) or bl < 16 or stages > 8:
+            if (not (16 <= bl <= 256 and 1 <= warps <= 32 and 1 <= stages <= 8 and 1 <= per_sm <= 32)
+                    or bl & (bl - 1) or warps & (warps - 1)):
                 raise ValueError
         except ValueError:
-            ap.error(f"--attn-cfg takes BL,WARPS,STAGES,PER_SM (BL a power of two ≥ 16, warps a power of two, stages "
-                     f"1–8, all ≥ 1); got {spec!r}")
+            ap.error(f"--attn-cfg takes BL,WARPS,STAGES,PER_SM: BL a power of two from 16 to 256, warps a power of "
+                     f"two from 1 to 32, stages 1–8, programs per SM 1–32 (e.g. 64,2,3,2); got {spec!r}")
         attn_cfgs.append(fused_mod.AttnConfig(bl=bl, warps=warps, stages=stages, per_sm=per_sm))
     if not torch.cuda.is_available():
         sys.exit("profile_decode.py needs a CUDA GPU")

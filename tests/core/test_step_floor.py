@@ -125,3 +125,25 @@ def test_split_tables_refuse_an_unusable_out_in_one_line(monkeypatch, tmp_path):
         with pytest.raises(SystemExit) as e:
             st.main()
         assert "cannot write the tables into --out" in str(e.value) and str(out) in str(e.value), e.value
+
+
+@pytest.mark.parametrize("script,argv,says", [
+    ("attn_plan", ["--budget-s", "nan"], "--budget-s takes a positive, finite number"),
+    ("attn_plan", ["--budget-s", "0"], "--budget-s takes a positive, finite number"),
+    ("attn_plan", ["--reps", "100001"], "--reps takes 1 to 100,000"),
+    ("profile_decode", ["--attn-cfg", "16,64,3,2"], "--attn-cfg takes BL,WARPS,STAGES,PER_SM"),
+    ("profile_decode", ["--attn-cfg", "512,2,3,2"], "--attn-cfg takes BL,WARPS,STAGES,PER_SM"),
+    ("profile_decode", ["--attn-cfg", "16,1,3"], "--attn-cfg takes BL,WARPS,STAGES,PER_SM"),
+    ("profile_decode", ["--rows", "0"], "--rows takes 1 to 64"),
+    ("profile_decode", ["--prompt", "30000"], "--prompt takes 2 to 24,000"),
+])
+def test_attention_bench_options_are_refused_in_one_line(script, argv, says, monkeypatch, capsys):
+    """bench/attn_plan.py and bench/profile_decode.py refuse an out-of-range option before any GPU work, in one
+    line naming it (break-it findings: a NaN or zero --budget-s measured nothing and exited 0, 64 warps would have
+    failed inside Triton after the checkpoint loaded, --rows 0 was taken)."""
+    mod = load(script)
+    monkeypatch.setattr("sys.argv", [f"{script}.py", *argv])
+    with pytest.raises(SystemExit) as e:
+        mod.main(argv) if script == "attn_plan" else mod.main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and says in err[-1] and "Traceback" not in "\n".join(err), err
