@@ -68,7 +68,6 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     global SWEEP
     SWEEP = a.sweep
-    t_end = time.perf_counter() + a.budget_s
     if not 1 <= a.reps <= 100_000:
         ap.error(f"--reps takes 1 to 100,000 graph replays; got {a.reps}")
     if not (0 < a.budget_s < math.inf):  # also refuses nan (break-it finding: -1, 0, nan, inf were taken)
@@ -76,6 +75,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("attn_plan.py needs a CUDA GPU", file=sys.stderr)
         return 1
+    t_end = time.perf_counter() + a.budget_s
     from gemv_sweep import captured, replay_us
     from yue2_core.fast import fused
     dev = torch.device("cuda")
