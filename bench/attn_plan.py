@@ -33,17 +33,6 @@ NH, NKV, D, LAYERS = 16, 8, 128, 28  # YuE2-3B attention (reference/model.md)
 SWEEP = False
 
 
-def reference(q, k, v, pos, scale):
-    out = []
-    for i in range(q.shape[0]):
-        n = int(pos[i]) + 1
-        kk = k[i, :, :n].float().repeat_interleave(NH // NKV, 0)
-        vv = v[i, :, :n].float().repeat_interleave(NH // NKV, 0)
-        p = torch.softmax((q[i].float()[:, None] @ kk.transpose(1, 2))[:, 0] * scale, -1)
-        out.append((p[:, None] @ vv)[:, 0].reshape(-1))
-    return torch.stack(out)
-
-
 def plans(fused):
     """ATTN_CONFIG (the speed-ups' base), the alternatives the sweep found fastest here, and with --sweep bl 16/32 ×
     warps × stages × programs per SM."""
@@ -76,6 +65,7 @@ def main(argv=None) -> int:
         print("attn_plan.py needs a CUDA GPU", file=sys.stderr)
         return 1
     t_end = time.perf_counter() + a.budget_s
+    from decode_parts import attn_reference  # the fp32 torch reference of the decode attention
     from gemv_sweep import captured, replay_us
     from yue2_core.fast import fused
     dev = torch.device("cuda")
@@ -92,7 +82,7 @@ def main(argv=None) -> int:
             k[:, :, :shared] = k[:1, :, :shared]
             v[:, :, :shared] = v[:1, :, :shared]
         pos = torch.tensor([2121 - 7 * i for i in range(r)], device=dev)
-        ref = reference(q, k, v, pos, scale)
+        ref = attn_reference(q, k, v, pos, scale)
         worst = 0.0
         for _, cfg in plans(fused):
             out = fused.decode_attention(q, k, v, pos, length, scale, cfg=cfg, counters=cnt, shared=shared).float()
