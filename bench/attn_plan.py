@@ -138,22 +138,17 @@ def main(argv=None) -> int:
 
 
 def _splits(fused, cfg, r, length, shared) -> str:
-    """The plan's splits per (row, kv head), as decode_attention computes them (prefix+suffix with a shared
-    prefix)."""
-    import triton
+    """The plan's splits per (row, kv head), as decode_attention computes them (`warmup_jobs.split_count` for the
+    prefix and the per-row part; prefix+suffix with a shared prefix, whose splits are capped so the kernel merges)."""
+    from yue2_core.warmup_jobs import split_count
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    bl = cfg.bl
+    bl, most = cfg.bl, fused.MERGE_MAX_SPLITS
     p = shared if r > 1 else 0
-
-    def plan(n, per):
-        target = max(1, min(128, (cfg.per_sm * sms) // max(1, per)))
-        c = max(bl, triton.cdiv(triton.cdiv(n, target), bl) * bl)
-        return c, triton.cdiv(n, c)
-    sp_p = plan(p, NKV)[1] if p else 0
-    sp_s = plan(length - p, r * NKV)[1]
-    if p and sp_p + sp_s > fused.MERGE_MAX_SPLITS and sp_s < fused.MERGE_MAX_SPLITS:
-        cp = max(bl, triton.cdiv(triton.cdiv(p, fused.MERGE_MAX_SPLITS - sp_s), bl) * bl)
-        sp_p = triton.cdiv(p, cp)
+    sp_p = split_count(p, 1, NKV, sms, bl, cfg.per_sm) if p else 0
+    sp_s = split_count(length - p, r, NKV, sms, bl, cfg.per_sm)
+    if p and sp_p + sp_s > most and sp_s < most:
+        chunk_p = max(bl, -(-(-(-p // (most - sp_s))) // bl) * bl)
+        sp_p = -(-p // chunk_p)
     return f"{sp_p}+{sp_s}" if p else str(sp_s)
 
 

@@ -23,7 +23,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-SHAPES = {"qkv": (4096, 2048), "o": (2048, 2048), "gate_up": (12288, 2048), "down": (2048, 6144)}
+SHAPES = {"qkv": (4096, 2048), "o": (2048, 2048), "gate_up": (12288, 2048), "down": (2048, 6144),
+          "head": (32769, 2048)}  # head: the codec head's slice
 # (shape, bn, split, stages, swap): about 128–256 programs each, fewer partial rows than the built-in table's
 VARIANTS = [("o", 32, 4, 4, True), ("o", 32, 2, 4, True), ("o", 16, 4, 4, True),
             ("down", 64, 4, 3, False), ("down", 32, 4, 3, False), ("down", 32, 2, 3, False),
@@ -34,7 +35,6 @@ PIPELINE = [("qkv", 128, 4, 4, False, 4), ("qkv", 128, 4, 3, False, 8), ("o", 64
             ("o", 64, 8, 4, True, 8), ("gate_up", 64, 2, 4, True, 4), ("gate_up", 64, 2, 3, True, 8),
             ("down", 128, 8, 4, False, 4), ("down", 128, 8, 3, False, 8), ("head", 128, 1, 4, True, 4),
             ("head", 128, 1, 3, True, 8)]
-SHAPES["head"] = (32769, 2048)  # the codec head's slice
 
 
 def table(name: str, bn: int, split: int, stages: int, swap: bool, warps: int = 4) -> dict:
