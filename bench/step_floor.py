@@ -11,6 +11,11 @@ sampling:
   products    5 kernels a layer (the four products and the attention; norms, RoPE and SiLU fused into them) + head
   layer       1 kernel a layer + head (the bytes of a layer in one launch, no barriers)
   one         every byte of the step in one launch of 4 programs per SM
+  step-pre    `step` with every big kernel (products, attention) loading its first block of bytes *before* its PDL
+              wait — the weights (and most of the K/V cache) do not depend on the previous kernel, so a kernel made
+              resident early by PDL can stream them while its predecessor finishes
+  step-early  `step-pre` with every kernel also releasing the next one before its own wait (a deeper chain resident)
+  products-pre `products` with the preload
 
 Prints per schedule the launches, the MB streamed from memory (the small kernels' L2 reads not counted), ms a step,
 TB/s, the tok/s it would allow with the sampling tail's measured time added (`--tail-ms`, from
@@ -49,6 +54,7 @@ class Launch(NamedTuple):
     warps: int
     nbytes: int
     small: bool = False
+    pre: bool = False  # load the first block before the PDL wait (big kernels of the *-pre/-early schedules)
 
 
 def _product(name: str, n: int, k: int, int8: bool) -> Launch:
@@ -115,6 +121,10 @@ def schedule(name: str, steps: list[Launch], sms: int) -> list[Launch]:
     big = [x for x in steps if not x.small]
     if name in ("step", "step-nopdl"):
         return steps
+    if name in ("step-pre", "step-early"):
+        return [x._replace(pre=not x.small) for x in steps]
+    if name == "products-pre":
+        return [x._replace(pre=True) for x in big]
     if name == "step-empty":
         return [Launch(x.name, x.programs, x.warps, 0, x.small) for x in steps]
     if name == "products":
@@ -128,29 +138,40 @@ def schedule(name: str, steps: list[Launch], sms: int) -> list[Launch]:
     raise ValueError(f"unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")
 
 
-SCHEDULES = ("step", "step-empty", "step-nopdl", "products", "layer", "one")
+SCHEDULES = ("step", "step-empty", "step-nopdl", "step-pre", "step-early", "products", "products-pre", "layer", "one")
 
 _KERNEL = None
 
 
 def _kernel():
-    global _KERNEL, pdl_prologue  # the kernel's callee is resolved from this module's globals
+    global _KERNEL, pdl_prologue, gdc_wait, gdc_launch_dependents  # callees resolve from this module's globals
     if _KERNEL is None:
         import triton
         import triton.language as tl
-        from yue2_core.fast._decode_triton import pdl_prologue
+        from yue2_core.fast._decode_triton import gdc_launch_dependents, gdc_wait, pdl_prologue
 
         @triton.jit(do_not_specialize=["start", "per", "n"])
-        def floor_kernel(buf_ptr, out_ptr, start, per, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+        def floor_kernel(buf_ptr, out_ptr, start, per, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
+                         PRE: tl.constexpr = False, EARLY: tl.constexpr = False):
             # program i: XOR of the int32 words [start + i·per, start + min((i+1)·per, n)) into out[i]; a block of
             # BLOCK words loaded at once (BLOCK·4 bytes in flight a program, as a pipelined product's stages hold),
-            # read once (evict-first)
-            pdl_prologue(PDL)
+            # read once (evict-first). PRE: the first block is loaded before the PDL wait (bytes that no earlier
+            # kernel writes); EARLY: the next kernel is released before this one's wait.
             i = tl.program_id(0)
             lo = i * per
             hi = tl.minimum(lo + per, n)
             acc = tl.zeros([BLOCK], tl.int32)
-            for j in range(lo, hi, BLOCK):
+            first = lo
+            if PRE:
+                o = lo + tl.arange(0, BLOCK)
+                acc = tl.load(buf_ptr + start + o, mask=o < hi, other=0, eviction_policy="evict_first")
+                first = lo + BLOCK
+            if EARLY and PDL:
+                gdc_launch_dependents()
+                gdc_wait()
+            else:
+                pdl_prologue(PDL)
+            for j in range(first, hi, BLOCK):
                 o = j + tl.arange(0, BLOCK)
                 acc = acc ^ tl.load(buf_ptr + start + o, mask=o < hi, other=0, eviction_policy="evict_first")
             tl.store(out_ptr + i, tl.xor_sum(acc, 0))
@@ -175,21 +196,23 @@ def plan(launches: list[Launch], stream_words: int) -> list[tuple[Launch, int, i
     return out
 
 
-def launch_all(buf: torch.Tensor, out: torch.Tensor, planned, pdl: bool, per_thread: int = 128) -> None:
+def launch_all(buf: torch.Tensor, out: torch.Tensor, planned, pdl: bool, per_thread: int = 128,
+               early: bool = False) -> None:
     """Launch every kernel of a planned schedule on the current stream; each thread loads `per_thread` words at
-    once (128 × 4 B = 512 B in flight a thread by default)."""
+    once (128 × 4 B = 512 B in flight a thread by default). `early`: every kernel releases the next before its
+    wait."""
     kern = _kernel()
-    extra = {"PDL": True, "launch_pdl": True} if pdl else {}
+    extra = {"PDL": True, "launch_pdl": True, "EARLY": early} if pdl else {}
     for x, start, per in planned:
         words = x.nbytes // 4
         kern[(x.programs,)](buf, out, start, per, words, BLOCK=per_thread * 32 * x.warps, num_warps=x.warps,
-                            num_stages=1, **extra)
+                            num_stages=1, PRE=x.pre, **extra)
 
 
-def replay_ms(buf, out, planned, pdl: bool, reps: int) -> float:
+def replay_ms(buf, out, planned, pdl: bool, reps: int, early: bool = False) -> float:
     """ms per replay of the schedule captured as one CUDA graph (bench/gemv_sweep.py's `timed`)."""
     from gemv_sweep import timed
-    return timed(lambda _: launch_all(buf, out, planned, pdl), 1, reps) / 1000
+    return timed(lambda _: launch_all(buf, out, planned, pdl, early=early), 1, reps) / 1000
 
 
 def main() -> None:
@@ -226,7 +249,7 @@ def main() -> None:
     for name in args.schedules.split(","):
         launches = schedule(name, steps, sms)
         planned = plan(launches, buf.numel())
-        ms = replay_ms(buf, out, planned, pdl and name != "step-nopdl", args.reps)
+        ms = replay_ms(buf, out, planned, pdl and name != "step-nopdl", args.reps, early=name == "step-early")
         mb = sum(x.nbytes for x in launches if not x.small) / 1e6
         rows[name] = (len(launches), mb, ms)
     for name, (n, mb, ms) in rows.items():

@@ -55,7 +55,7 @@ def test_step_launches_mirror_the_decoder():
 def test_step_floor_kernel_reads_each_launch_range_in_interpreter():
     """The streaming kernel XORs exactly the words planned for each launch: every launch's XOR over its programs
     equals torch's XOR of its range (big launches on disjoint consecutive ranges, small ones on the L2 region),
-    with uneven shares and empty launches."""
+    with uneven shares and empty launches, with and without the first block loaded before the PDL wait (`pre`)."""
     pytest.importorskip("triton")
     code = (
         "import functools, operator, torch\n"
@@ -73,7 +73,8 @@ def test_step_floor_kernel_reads_each_launch_range_in_interpreter():
         "assert [p[1] for p in planned] == [300, 0, 1300, 1300]\n"
         "def x(t):\n"
         "    return functools.reduce(operator.xor, t.tolist(), 0)\n"
-        "for lau, start, per in planned:\n"
+        "for (lau, start, per), pre in [(p, q) for p in planned for q in (False, True)]:\n"
+        "    lau = lau._replace(pre=pre)\n"
         "    out = torch.zeros(8, dtype=torch.int32)\n"
         "    sf.launch_all(buf, out, [(lau, start, per)], False, per_thread=1)\n"
         "    want = x(buf[start:start + lau.nbytes // 4])\n"
