@@ -24,7 +24,8 @@
 #                                      # schedules, fenced and relaxed barriers, barrier anatomy); ~4 min
 #   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only, vs
 #                                      # the same bytes in fewer launches; int8 and bf16) and bench/topk_gap.py
-#                                      # (the sampling tail's torch.topk alone in a graph, its memset gap); ~1 min
+#                                      # (the sampling tail's torch.topk alone in a graph, its memset gap) and
+#                                      # bench/capture_cost.py (a decode graph capture's cost in a warm process); ~2 min
 #   bash bench/gpu_session.sh splits   # the int8 step's profile with pair-code products split fewer ways (one
 #                                      # YUE2_GEMV_TABLE per variant, bench/split_tables.py) against the default; ~3 min
 #                                      # (SPLIT_FAMILY=pipeline: the built-in blocks with other warps and stages)
@@ -138,7 +139,10 @@ for part in "$@"; do
     floor)
       "$PY" bench/step_floor.py --fmt int8 2>&1 | tee "$OUT/step_floor_int8.log"
       "$PY" bench/step_floor.py --fmt bf16 2>&1 | tee "$OUT/step_floor_bf16.log"
-      "$PY" bench/topk_gap.py 2>&1 | tee "$OUT/topk_gap.log" ;;
+      "$PY" bench/topk_gap.py 2>&1 | tee "$OUT/topk_gap.log"
+      [ -f /tmp/yue2bench/yue2_full_int8.safetensors ] || "$PY" -c "from yue2_core.weights.synthetic import \
+write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', profile='full', fmt='int8', device='cuda')"
+      "$PY" bench/capture_cost.py --rounds 3 2>&1 | tee "$OUT/capture_cost.log" ;;
     splits)
       [ -f /tmp/yue2bench/yue2_full_int8.safetensors ] || "$PY" -c "from yue2_core.weights.synthetic import \
 write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', profile='full', fmt='int8', device='cuda')"

@@ -161,7 +161,7 @@ class YuE2Composer(io.ComfyNode):
             mm.soft_empty_cache()
         check_cancel()
         if the_score.abc and given is not None and the_score.source == "user":
-            notes += scores.given_score_notes(the_score.abc, max_seconds)  # the CLI's rule for --abc-file
+            notes += scores.given_score_notes(the_score.abc, max_seconds, request.cot)  # the CLI's rule
         report = _report(request, the_score, tokens, budget, abc_sampling, music_sampling, given_how, notes)
         return io.NodeOutput(the_score, tokens, the_score.abc or "", report, ui=ui.PreviewText(report))
 

@@ -165,13 +165,13 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None, **load):
     return engine, synthetic
 
 
-def _warn_score(text: str, what: str, max_seconds: float | None = None) -> None:
+def _warn_score(text: str, what: str, max_seconds: float | None = None, cot: str | None = None) -> None:
     """Print what the pack says of a user-supplied score (`protocol.score_notes`: the dialect check with the run's
     music budget, control characters). The score is used as given — the rule the Composer node follows too
     (docs/bad_inputs.md)."""
     import re
     from .protocol import score_notes
-    notes = score_notes(text, max_seconds)
+    notes = score_notes(text, max_seconds, cot=cot)
     if not notes:
         return
     grouped: dict[str, list[str]] = {}  # one line per finding, its line numbers gathered (new-user finding)
@@ -260,7 +260,8 @@ def cmd_generate(args) -> int:
     for note in notes + request.input_warnings():
         print(f"warning: {note}", file=sys.stderr)
     if request.abc is not None:
-        _warn_score(request.abc, "--abc-file", budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND)
+        _warn_score(request.abc, "--abc-file", budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND,
+                    cot=request.cot)
     engine, synthetic = _load_engine(args)
     if synthetic and args.max_seconds is None:
         _note_synthetic_music(budgets.semantic_sampling().max_tokens)
@@ -477,7 +478,7 @@ def cmd_render(args) -> int:
     if saved.score_edited:
         _warn_score(saved.score.abc or "", "edited score.abc",
                     Budgets(_render_seconds(args.max_seconds, saved.tokens.sampling)).semantic_sampling().max_tokens
-                    / FRAMES_PER_SECOND)
+                    / FRAMES_PER_SECOND, cot=saved.tokens.request.get("cot"))
     req = saved.tokens.request
     request = SongRequest(style=req["style"], lyrics=req["lyrics"], cot=req["cot"],
                           seed=args.seed if args.seed is not None else int(req["seed"]),

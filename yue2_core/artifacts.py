@@ -292,7 +292,7 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory") -> R
     text = os.fspath(path)
     if not text.strip() or os.path.basename(os.path.normpath(text)) in ("", ".", ".."):
         return Reservation(None)
-    out = Path(text).absolute()
+    out = _without_dotdot(Path(text)).absolute()
     lock = out.parent / f".{out.name}.yue2-lock"
     made = tuple(p for p in (out.parent, *out.parent.parents) if not os.path.lexists(p))  # deepest first
     for _ in range(5):
@@ -357,6 +357,15 @@ def _check_name_length(out: Path) -> None:
                             f"{limit - SAVE_NAME_EXTRA} bytes")
 
 
+def _without_dotdot(path: Path) -> Path:
+    """`path` with a ".." in its folders resolved (`os.path.realpath` of the parent, symlinks followed as the OS
+    would): "new/../song" names ./song, and making its parents as written would leave an empty "new" behind
+    (break-it finding). Other paths are returned as given."""
+    if ".." not in path.parts[:-1]:
+        return path
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
 def check_output_dir(out_dir: str | os.PathLike) -> Path:
     """The folder a song will be saved as, checked before any work: it must be named (not "", ".", ".." or a root:
     the song is written into a hidden sibling and renamed into place), new or empty (songs are never overwritten),
@@ -367,7 +376,7 @@ def check_output_dir(out_dir: str | os.PathLike) -> Path:
     if os.path.basename(os.path.normpath(text)) in ("", ".", "..") if text else True:
         raise ArtifactError(f"output {text!r} names no new folder (an empty path, '.', '..' or a root): a song is "
                             "saved as a folder of its own; give one, e.g. songs/my-song")
-    out = Path(text)
+    out = _without_dotdot(Path(text))
     try:
         _check_name_length(out)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -112,6 +112,17 @@ class Parent:
                                 f"got {steps!r}")
         return steps
 
+    @property
+    def method(self) -> str:
+        """config.json ode_method (else the release's "midpoint"): one of `nar.ODE_METHODS`; ArtifactError
+        otherwise. The child renders with it, so an "ab2" song stays an "ab2" song."""
+        from .nar import ODE_METHODS
+        method = self.settings.get("ode_method") or "midpoint"
+        if method not in ODE_METHODS:
+            raise ArtifactError(f"{self.name}: config.json ode_method must be one of {', '.join(ODE_METHODS)}, "
+                                f"got {method!r}")
+        return method
+
 
 def request_from_dict(d: dict) -> SongRequest:
     """SongRequest from a request.json / SemanticTokens.request dict."""
@@ -174,7 +185,7 @@ def _timeline_abc(p: Parent) -> str | None:
 
 
 def _check_parent(p: Parent):
-    p.render_seed, p.steps  # noqa: B018 — config.json values checked before any work (ArtifactError)
+    p.render_seed, p.steps, p.method  # noqa: B018 — config.json values checked before any work (ArtifactError)
     n = len(p.tokens.codes)
     if n < 1:
         raise RequestError("the song has no semantic codes to keep")
@@ -215,6 +226,12 @@ def check_checkpoint(recorded: dict | None, info=None, dims=None) -> list[str]:
         notes.append(f"the song was made with the {recorded.get('format')} file of this model and is now run with the "
                      f"{current.get('format')} file: what is computed anew follows this file's numerics (saved tokens "
                      "are kept as they are)")
+    elif info is not None and None not in (recorded.get("sample_sha256"), current.get("sample_sha256")) \
+            and recorded["sample_sha256"] != current["sample_sha256"]:  # break-it (stop 38): a swap went unnoticed
+        notes.append(f"the checkpoint {current.get('path')} is not the file this song was made with: its format and "
+                     "dimensions match, but its contents differ (another download, a fine-tune or merge, a re-made "
+                     "synthetic file?), so what is computed anew (render, new music tokens) follows these weights "
+                     "and the audio will differ from the song's; --checkpoint picks the file it was made with")
     return notes
 
 
@@ -446,14 +463,14 @@ def _render_noise(parent: Parent, frames: int, keep: int, render_seed: int) -> t
     return noise
 
 
-def _render(parts, prefix, codes, seed, steps, noise, progress):
+def _render(parts, prefix, codes, seed, steps, noise, progress, method: str = "midpoint"):
     from .fast import select_render
     from .nar import render as portable_render
     fn = select_render(parts.nar)
     if "noise" not in inspect.signature(fn).parameters:
         fn = portable_render
     on_step = None if progress is None else (lambda done, total: progress("render", done, total, {}))
-    return fn(parts.ar, parts.nar, list(prefix), list(codes), seed, steps, on_step, noise=noise)
+    return fn(parts.ar, parts.nar, list(prefix), list(codes), seed, steps, on_step, noise=noise, method=method)
 
 
 def _parent_media(parts, parent: Parent, steps: int, progress):
@@ -463,7 +480,7 @@ def _parent_media(parts, parent: Parent, steps: int, progress):
     if latents is None:
         from .nar import song_noise
         latents = _render(parts, parent.tokens.prefix, parent.codes, parent.render_seed, steps,
-                          song_noise(len(parent.codes), parent.render_seed), progress)
+                          song_noise(len(parent.codes), parent.render_seed), progress, parent.method)
     if audio is None:
         audio = decode(parts.vae, latents, progress=progress)
     return latents.float().cpu(), audio.float().cpu()
@@ -489,7 +506,8 @@ def _edit(parts, parent: Parent, score, changed: bool, request: SongRequest, sam
     render_seed = parent.render_seed
     if frames > keep:
         noise = _render_noise(parent, frames, keep, render_seed)
-        new_latents = _render(parts, tokens.prefix, tokens.codes, render_seed, steps, noise, progress)
+        new_latents = _render(parts, tokens.prefix, tokens.codes, render_seed, steps, noise, progress,
+                              parent.method)
         timing["render_seconds"] = time.perf_counter() - t
         t = time.perf_counter()
         new_audio = decode(parts.vae, new_latents, progress=progress)
@@ -510,7 +528,7 @@ def _edit(parts, parent: Parent, score, changed: bool, request: SongRequest, sam
     settings = {k: v for k, v in parent.settings.items() if k != "take"}
     settings.update({
         "protocol": PROTOCOL_VERSION, "cot": request.cot, "cfg_scale": request.guidance,
-        "semantic_sampling": sampling.to_dict(), "ode_steps": steps, "ode_method": "midpoint",
+        "semantic_sampling": sampling.to_dict(), "ode_steps": steps, "ode_method": parent.method,
         "model_dtype": str(parts.ar.dtype).split(".")[-1], "vae_dtype": "float32", "vae_decode": "halo_crop",
         "device": str(parts.ar.device), "render_seed": render_seed,
         "edit": {k: lineage[k] for k in ("operation", "parent", "cut_token", "cut_seconds", "kept_frames",
@@ -623,6 +641,9 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
                                                                              crossfade_s, crossfade_shape)
     frames = len(parent.codes)
     extra = seconds_to_tokens(extra_seconds)
+    if extra_seconds * FRAMES_PER_SECOND < 0.5:  # as generate's --max-seconds note (break-it finding, stop 38)
+        notes.append(f"continuing by {extra_seconds:g} s is less than half a frame: rounded up to one frame "
+                     f"({1 / FRAMES_PER_SECOND:g} s), the smallest continuation")
     room = CONTEXT - longest - frames
     if extra > room:
         most = max(room, 0)

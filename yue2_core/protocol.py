@@ -255,14 +255,15 @@ def control_notes(what: str, text: str, limit: int = 3) -> list[str]:
     return notes
 
 
-def score_notes(text: str, max_seconds: float | None = None, limit: int = 20) -> list[str]:
+def score_notes(text: str, max_seconds: float | None = None, limit: int = 20, cot: str | None = None) -> list[str]:
     """What the pack says about a score given from outside (CLI --abc-file, an edited score.abc, the Composer's
     score / abc_text inputs) — one rule everywhere: the score is used verbatim, as the vendor runtime uses it (the
     model reads any text), and every finding of the dialect check (`abc.validate`, with `max_seconds` for the
     too-long check; default the semantic preset's 360 s) and every control character is reported as a note
-    "line N: message [severity]". Only what the engine cannot run is refused, elsewhere: an empty score, a score with
-    cot off, a score over the context. The ABC Editor node, where scores are written, is stricter: it does not emit
-    a score with errors."""
+    "line N: message [severity]"; with cot "melody", chord symbols are named too (the melody mode's lead sheet is
+    melody-only and the vendor does not strip a given score's chords, runtime.md §1.4). Only what the engine cannot
+    run is refused, elsewhere: an empty score, a score with cot off, a score over the context. The ABC Editor node,
+    where scores are written, is stricter: it does not emit a score with errors."""
     from .abc import validate
     seconds = max_seconds if max_seconds is not None else SEMANTIC_PRESET.max_tokens / FRAMES_PER_SECOND
     issues = [i for i in validate(text, max_seconds=seconds)  # line ends: said once, by form_notes (new-user finding:
@@ -271,7 +272,26 @@ def score_notes(text: str, max_seconds: float | None = None, limit: int = 20) ->
              for i in issues[:limit]]
     if len(issues) > limit:
         lines.append(f"{len(issues) - limit} more findings not shown")
-    return lines + form_notes("score", text) + control_notes("score", text)
+    return lines + melody_notes(text, cot) + form_notes("score", text) + control_notes("score", text)
+
+
+def melody_notes(text: str, cot: str | None) -> list[str]:
+    """With cot "melody", a note naming the score's chord symbols (break-it finding, stop 38: none was given); []
+    otherwise, or when the score does not parse into bars."""
+    if cot != "melody":
+        return []
+    from .abc import parse
+    try:
+        score = parse(text)
+        chords = sum(len(bar.chords) for bars in score.voices.values() for bar in bars)
+    except Exception:  # noqa: BLE001 - a score the dialect check already reports; this note is an extra
+        return []
+    if not chords:
+        return []
+    return [f"the score has {chords} chord symbol{'s' if chords > 1 else ''}, but cot is \"melody\": that mode's "
+            "instruction asks for a melody-only transcription without chord symbols, and a given score is used as "
+            "written, chords included; strip them (the ABC Editor's \"Strip chords\" button, "
+            "abc.tools.strip_chords) or use cot \"full\" [warning]"]
 
 
 def form_notes(what: str, text: str) -> list[str]:

@@ -148,3 +148,20 @@ def test_attention_bench_options_are_refused_in_one_line(script, argv, says, mon
         mod.main(argv) if script == "attn_plan" else mod.main()
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and says in err[-1] and "Traceback" not in "\n".join(err), err
+
+
+def test_capture_cost_needs_a_gpu_and_restores_torch_cuda_graph(monkeypatch):
+    """bench/capture_cost.py (stop 38): exits with one line without a GPU (before loading anything), and its
+    capture variant B puts `torch.cuda.graph` back however the block ends."""
+    import torch
+    cc = load("capture_cost")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("sys.argv", ["capture_cost.py"])
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        cc.main()
+    real = torch.cuda.graph
+    with pytest.raises(RuntimeError, match="inside"):
+        with cc.light_graph():
+            assert torch.cuda.graph is not real
+            raise RuntimeError("inside")
+    assert torch.cuda.graph is real

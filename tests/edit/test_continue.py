@@ -67,3 +67,36 @@ def test_continuation_up_to_the_maximum_fills_but_never_exceeds(engine, parent, 
     assert child.tokens.codes[:60] == parent.tokens.codes and lineage["frames"] == 68
     end = 60 * HOP - 64
     assert torch.equal(child.audio[:, :end - 480], parent.audio[:, :end - 480])
+
+
+def test_continue_keeps_the_parents_ode_method(engine, parent, monkeypatch):
+    """A song rendered with the opt-in AB2 solver is continued with AB2 (and its steps), and says so in its
+    settings; before, the child silently went back to the midpoint solver. A method the engine does not know is an
+    ArtifactError before any work."""
+    import yue2_core.fast as fast
+    from yue2_core.errors import ArtifactError
+    from yue2_core.nar import render as portable_render
+    seen = []
+
+    def spy(*args, noise=None, method="midpoint"):
+        seen.append(method)
+        return portable_render(*args, noise=noise, method=method)
+    monkeypatch.setattr(fast, "select_render", lambda nar: spy)
+    ab2 = replace(parent, settings={**parent.settings, "ode_method": "ab2", "ode_steps": 4})
+    child, _ = edit.continue_song(engine, ab2, 0.2, seed=4)
+    assert seen == ["ab2"]
+    assert child.settings["ode_method"] == "ab2" and child.settings["ode_steps"] == 4
+    bad = replace(parent, settings={**parent.settings, "ode_method": "euler"})
+    with pytest.raises(ArtifactError, match="ode_method must be one of midpoint, ab2, got 'euler'"):
+        edit.continue_song(engine, bad, 0.2)
+    assert seen == ["ab2"]
+
+
+def test_continue_by_less_than_half_a_frame_says_it_is_rounded_up(engine, parent):
+    """Break-it finding (stop 38): continue_song(…, 0.001) silently added a whole frame (0.04 s), where generate
+    prints a note for the same --max-seconds."""
+    child, lineage = edit.continue_song(engine, parent, 0.001, seed=4)
+    assert len(child.tokens.codes) == 61 and lineage["extra_seconds_requested"] == 0.001
+    assert any("less than half a frame: rounded up to one frame (0.04 s)" in w for w in child.warnings), child.warnings
+    child, _ = edit.continue_song(engine, parent, 0.04, seed=4)
+    assert not any("half a frame" in w for w in child.warnings)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_helpers import assert_cli_error, copy, make_song, run_cli, snapshot
+from robust_helpers import REPO, assert_cli_error, copy, make_song, run_cli, snapshot
 from yue2_core.artifacts import save_song
 
 NO_CKPT = "/nonexistent/yue2.safetensors"  # reaching the checkpoint would print "checkpoint not found"
@@ -427,3 +427,22 @@ def test_cli_empty_paths_are_refused_not_taken_as_absent(tmp_path):
     req.write_text('{"id": "a", "style": "pop", "lyrics": "la"}\n')
     proc = run_cli("batch", req, "--output", "", "--checkpoint", tmp_path / "none.safetensors", timeout=60)
     assert_cli_error(proc, "--output '' names no folder")
+
+
+def test_cli_melody_mode_score_with_chords_is_named(tmp_path):
+    """Break-it finding (stop 38): `--cot melody --abc-file` with a score holding chord symbols said nothing — the
+    melody mode asks for a chord-free lead sheet and the vendor does not strip a given score's chords. The warning
+    comes with the score check, before the checkpoint is looked for; with cot full, or the chords stripped, none."""
+    from yue2_core.abc.tools import strip_chords
+    text = (REPO / "examples" / "text2music_lead_sheet.abc").read_text(encoding="utf-8")
+    with_chords, without = tmp_path / "chords.abc", tmp_path / "melody.abc"
+    with_chords.write_text(text, encoding="utf-8")
+    without.write_text(strip_chords(text), encoding="utf-8")
+    phrase = 'the score has 16 chord symbols, but cot is "melody"'
+    proc = gen(tmp_path, "--cot", "melody", "--abc-file", with_chords, "--max-seconds", "60")
+    assert_cli_error(proc, "checkpoint not found")
+    assert phrase in proc.stderr
+    for args in (("--cot", "full", "--abc-file", with_chords), ("--cot", "melody", "--abc-file", without)):
+        proc = gen(tmp_path, *args, "--max-seconds", "60")
+        assert_cli_error(proc, "checkpoint not found")
+        assert "chord symbol" not in proc.stderr, proc.stderr

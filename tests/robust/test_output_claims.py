@@ -145,3 +145,17 @@ def test_batch_stops_while_another_batch_works_on_its_folder(tmp_path, holder, t
                    timeout=120)
     assert_cli_error(proc, f"batch folder {out} is being written by another run (pid {live_pid}")
     assert not out.exists()
+
+
+def test_an_output_through_a_new_folder_and_dotdot_leaves_no_empty_folder(tmp_path):
+    """Break-it finding (stop 38): `--output new/../song` saved ./song but left an empty `new/` behind (the claim and
+    the save made the parents as written). The ".." is resolved first now: the song lands where the OS would put
+    it, and no folder is made that the song does not sit in."""
+    from robust_helpers import make_song
+    from yue2_core.artifacts import save_song
+    given = tmp_path / "new" / ".." / "song"
+    with reserve_output(given):
+        assert (tmp_path / ".song.yue2-lock").is_file()
+        save_song(make_song(), given)
+    assert (tmp_path / "song" / "result.json").is_file() and not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["song"]

@@ -631,3 +631,15 @@ def test_a_whole_checkpoint_given_as_an_adapter_is_named(tmp_path):
     raises(write(tmp_path / "ckpt.safetensors", t), "is a whole YuE2 checkpoint", "--checkpoint")
     t = {"model.diffusion_model.model.norm.weight": torch.ones(H), "vae.decoder.layers.0.weight_v": torch.ones(2)}
     raises(write(tmp_path / "ckpt2.safetensors", t), "is a whole YuE2 checkpoint")
+
+
+def test_layer_index_in_other_scripts_digits_is_unmatched(tmp_path, gen):
+    """A layer index written in non-ASCII digits ("layers.١." — Arabic-Indic one) names no module: Python's int()
+    and the regex digit class take it as layer 1, so it was applied to layer 1; now it is listed as unmatched."""
+    t = {"diffusion_model.model.layers.0.self_attn.o_proj.lora_A.weight": rnd(gen, 2, Q),
+         "diffusion_model.model.layers.0.self_attn.o_proj.lora_B.weight": rnd(gen, H, 2),
+         "diffusion_model.model.layers.\u0661.self_attn.o_proj.lora_A.weight": rnd(gen, 2, Q),
+         "diffusion_model.model.layers.\u0661.self_attn.o_proj.lora_B.weight": rnd(gen, H, 2)}
+    a = read_adapter(write(tmp_path / "digits.safetensors", t), TINY)
+    assert sorted(a.unmatched) == sorted(k for k in t if "\u0661" in k)
+    assert [p.module for p in a.patches] == ["model.layers.0.self_attn.o_proj"]

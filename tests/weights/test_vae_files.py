@@ -249,6 +249,37 @@ def test_vendor_config_refusals(tmp_path, field, value, fragment):
     _refused(folder, fragment)
 
 
+@pytest.mark.parametrize("change, fragment", [
+    ({"decoder.final_tanh": True}, "decoder.final_tanh is True; this decoder implements final_tanh = false"),
+    ({"decoder.snake_type": "bogus"},
+     "decoder.snake_type is 'bogus'; this decoder implements snake_type = \"vanilla\""),
+    ({"decoder.use_snake": False}, "decoder.use_snake is False"),
+    ({"decoder.use_snake": 1}, "decoder.use_snake is 1"),
+    ({"decoder.latent_dim": 32}, "decoder.latent_dim is 32"),
+    ({"decoder.out_channels": 1}, "decoder.out_channels is 1"),
+    ({"decoder.strides": [2, 2, 4, 4, 5, 7]}, "decoder.strides is [2, 2, 4, 4, 5, 7]; a YuE2 decoder's strides"),
+    ({"decoder.strides": "2x2"}, "decoder.strides is '2x2'"),
+    ({"decoder": [1]}, "config.json decoder must be an object, got list"),
+    ({"decode_core_frames": 0}, "decode_core_frames is 0; a positive whole number"),
+    ({"decode_core_frames": -5}, "decode_core_frames is -5"),
+    ({"decode_halo_frames": 1.5}, "decode_halo_frames is 1.5"),
+])
+def test_vendor_decoder_settings_this_decoder_does_not_implement(tmp_path, change, fragment):
+    """Break-it finding (stop 38): a VAE folder's config.json asking for a final tanh, another snake form, no snake,
+    other strides or channels, or absurd tiling hints was decoded with this decoder's math without a word."""
+    folder = tmp_path / "v"
+    write_vae(str(folder), layout="vendor-folder")
+    cfg = json.loads((folder / "config.json").read_text())
+    for key, value in change.items():
+        if "." in key:
+            top, sub = key.split(".")
+            cfg[top][sub] = value
+        else:
+            cfg[key] = value
+    (folder / "config.json").write_text(json.dumps(cfg))
+    _refused(folder, fragment)
+
+
 def test_vendor_folder_refusals(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

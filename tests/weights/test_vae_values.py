@@ -77,3 +77,30 @@ def test_load_checks_a_vae_file_not_opened_by_open_vae(tmp_path):
                        "sources": {k: (bad, k) for k in vae.sources}})
     with pytest.raises(CheckpointError, match=f"VAE {bad}: {KEY} holds NaN/inf"):
         other.load()
+
+
+@pytest.mark.parametrize("how, message", [("nan", "holds NaN/inf"), ("zero", "is all zero for")])
+def test_damaged_vae_inside_the_checkpoint_refused_at_load(tmp_path, how, message):
+    """Break-it finding (stop 38): the all-in-one checkpoint's own `vae.decoder.*` was not value-checked, so a NaN
+    or an all-zero weight_v there let the lead sheet, the music tokens and the render all run before the VAE decode
+    failed. `YuE2Engine.load` now refuses it, naming the file and the tensor, as it does a separate VAE file."""
+    import torch
+    from safetensors import safe_open
+    from yue2_core.errors import DamagedWeightsError
+    from yue2_core.pipeline import YuE2Engine
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    good = str(tmp_path / "good.safetensors")
+    write_synthetic_checkpoint(good, profile="micro", fmt="bf16", seed=0)
+    with safe_open(good, "pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    v = tensors[VAE + KEY].clone()
+    if how == "nan":
+        v.view(-1)[0] = float("nan")
+    else:
+        v.zero_()
+    bad = str(tmp_path / "bad.safetensors")
+    save_file({**tensors, VAE + KEY: v}, bad, metadata=meta)
+    with pytest.raises(DamagedWeightsError, match=f"VAE {bad}: vae.{KEY} {message}"):
+        YuE2Engine.load(bad, device="cpu", dtype=torch.float32, parts=("vae",))
+    engine = YuE2Engine.load(good, device="cpu", dtype=torch.float32, parts=("vae",))  # the intact file loads
+    assert engine.vae is not None

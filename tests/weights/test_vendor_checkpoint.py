@@ -381,8 +381,15 @@ def test_locate_accepts_folders(made, tmp_path, monkeypatch):
     shutil.copytree(made["vae"], ckpts / "YuE2-Vae")
     monkeypatch.setattr(locate, "comfy_checkpoint_dirs", lambda: [ckpts])
     path, how = locate.find_checkpoint(None, download=False)
-    assert path == str(ckpts / "YuE2-3B") and "ComfyUI folder" in how
+    assert path == str(ckpts / "YuE2-3B") and "ComfyUI folder" in how and "holds" not in how
     assert locate.vendor_folders(ckpts) == [ckpts / "YuE2-3B"]
+    # several YuE2 checkpoints there: the one taken and the others are named (break-it finding, stop 38)
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    write_synthetic_checkpoint(str(ckpts / "b_tiny.safetensors"), profile="micro", fmt="bf16", seed=0)
+    path, how = locate.find_checkpoint(None, download=False)
+    assert path == str(ckpts / "b_tiny.safetensors")
+    assert "holds 2 YuE2 checkpoints (b_tiny.safetensors, YuE2-3B): the first taken" in how, how
+    assert "--checkpoint picks another" in how
 
 
 def test_cli_inspect_describes_a_vendor_folder(made, tmp_path):

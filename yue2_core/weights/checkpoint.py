@@ -159,7 +159,8 @@ class CheckpointInfo:
                 f"AR {self.part_dtypes['ar']}, NAR {self.part_dtypes['nar']}, VAE {self.part_dtypes['vae']}; {tok}")
 
     def to_dict(self) -> dict:
-        """JSON-serialisable description (songs record it in config.json)."""
+        """JSON-serialisable description (songs record it in config.json). An all-in-one file also records
+        `sample_sha256` (`content_sample`), so a later run can tell another file of the same layout at that path."""
         out = {"path": os.path.abspath(self.path),  # absolute: a song re-renders from any folder
                "format": self.format, "layout": self.layout, "dims": self.dims.__dict__,
                "part_dtypes": self.part_dtypes, "tensors": self.tensors, "elements": self.elements,
@@ -168,7 +169,35 @@ class CheckpointInfo:
                "vae_blocks": [list(b) for b in self.vae.blocks]}
         if self.layout != "comfy":
             out["files"] = {k: os.path.abspath(v) for k, v in self.files.items()}
+        else:
+            out["sample_sha256"] = content_sample(self.path)
         return out
+
+
+SAMPLE_CHUNKS, SAMPLE_BYTES = 64, 4096
+_SAMPLES: dict = {}  # (abspath, size, mtime_ns) → content_sample's digest
+
+
+def content_sample(path: str) -> str | None:
+    """sha256 over the file's size and SAMPLE_CHUNKS reads of SAMPLE_BYTES spread evenly over the whole file
+    (256 KiB of a 3.7 GB checkpoint: milliseconds, where a full hash takes seconds). Two files of one layout (same
+    header) with other weights — another download, a fine-tune, a re-seeded synthetic file — differ here unless
+    they agree on every sampled byte. Cached per (path, size, mtime); None when the file cannot be read."""
+    try:
+        st = os.stat(path)
+        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+        if key not in _SAMPLES:
+            import hashlib
+            digest = hashlib.sha256(str(st.st_size).encode())
+            step = max(1, st.st_size // SAMPLE_CHUNKS)
+            with open(path, "rb") as f:
+                for i in range(SAMPLE_CHUNKS):
+                    f.seek(min(i * step, max(0, st.st_size - SAMPLE_BYTES)))
+                    digest.update(f.read(SAMPLE_BYTES))
+            _SAMPLES[key] = digest.hexdigest()
+        return _SAMPLES[key]
+    except OSError:
+        return None
 
 
 def read_header(path: str) -> tuple[dict, dict, int]:
@@ -474,7 +503,8 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
 
 
 _ADAPTER_WORDS = re.compile(r"lora_|\.lora\.|hada_w|lokr_w|dora_scale")
-_LAYER_NO = re.compile(r"^(text_encoders\.|model\.diffusion_model\.)model\.layers\.(\d+)\.")
+_LAYER_NO = re.compile(r"^(text_encoders\.|model\.diffusion_model\.)model\.layers\.(\d+)\.",
+                       re.ASCII)
 
 
 def _check_no_strangers(entries: dict, d: ModelDims, name: str) -> None:
@@ -657,11 +687,18 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16, float_lin
 
 
 def load_vae(info: CheckpointInfo, device="cpu") -> VAEDecoder:
-    """The VAE decoder in fp32 (the int8 file's F16 VAE is upcast, runtime.md §6.2)."""
+    """The VAE decoder in fp32 (the int8 file's F16 VAE is upcast, runtime.md §6.2). Its values are checked as a
+    separate VAE file's are (`vae_files.check_values`): NaN/inf, or a weight-norm `weight_v` with a channel of norm
+    0, raises DamagedWeightsError at load — before, a song's lead sheet, music tokens and render all ran first and
+    only its audio came out NaN (break-it finding, stop 38)."""
+    from .vae_files import check_values
     with torch.device("meta"):
         model = VAEDecoder(info.vae)
     keys = [k for k in info.entries if k.startswith(VAE + "decoder.")]
-    return _materialize(model, info, VAE, keys, device, torch.float32, "VAE decoder")
+    model = _materialize(model, info, VAE, keys, device, torch.float32, "VAE decoder")
+    params = dict(model.named_parameters())
+    check_values(params, lambda name: params[name].detach(), info.path, "comfy-prefixed")
+    return model
 
 
 def _set_embed_dtype(model: ARModel, dtype):

@@ -92,6 +92,10 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
         return env, "$YUE2_CHECKPOINT"
     for folder in comfy_checkpoint_dirs():
         found = yue2_files(folder) + vendor_folders(folder)
+        if len(found) > 1:  # break-it finding (stop 38): the choice among several was silent
+            names = ", ".join(p.name for p in found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+            return str(found[0]), (f"ComfyUI folder {folder}, which holds {len(found)} YuE2 checkpoints ({names}): "
+                                   "the first taken, int8 files first, then by name — --checkpoint picks another")
         if found:
             return str(found[0]), f"ComfyUI folder {folder}"
     snap = hf_vendor_snapshot()

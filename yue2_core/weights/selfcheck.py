@@ -54,7 +54,7 @@ DEFAULT_TOL = 0.05  # relative Frobenius error of the module forward vs the floa
 PROBE_TEXT = ("[Verse]\nHello, world — it's 9:41 AM & the tape rolls (x2)\n"
               "你好，世界！「こんにちは」。ＡＢＣ　１２３\nCafé naïve ①\n")
 _R4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.", re.ASCII)
 
 
 class _Module:

@@ -192,6 +192,42 @@ def _check_config(config, path: str) -> None:
         if name in config and config[name] != want:
             raise CheckpointError(f"{path}: config.json {name} is {config[name]!r}; YuE2 songs are fixed at "
                                   f"{want} {unit} (48 kHz stereo, 25 latent frames/s of 64 channels)")
+    _check_decoder_config(config, path)
+
+
+def _check_decoder_config(config: dict, path: str) -> None:
+    """The settings of config.json's "decoder" that this decoder implements (`vae.VAEDecoder`; the values every
+    YuE2 VAE release states, shared/reference/weights_and_lora.md §5): snake activations (use_snake true, snake_type
+    "vanilla"), no final tanh, 64 latent channels in, 2 audio channels out, strides whose product is 1920; and the
+    tiling hints decode_core_frames / decode_halo_frames, where given, positive integers (the pack tiles by its own
+    1,024 / 16 frames, which are the release's). A config asking for other math was decoded silently with this math
+    (break-it finding, stop 38): CheckpointError saying which setting and what is accepted."""
+    dec = config.get("decoder", {})
+    if not isinstance(dec, dict):
+        raise CheckpointError(f"{path}: config.json decoder must be an object, got {type(dec).__name__}")
+    implemented = {"use_snake": (True, "snake activations"), "snake_type": ("vanilla", "the SnakeBeta form"),
+                   "final_tanh": (False, "no tanh on the output"), "latent_dim": (LATENT_DIM, "latent channels in"),
+                   "out_channels": (AUDIO_CHANNELS, "audio channels out")}
+    for name, (want, what) in implemented.items():
+        if name in dec and (dec[name] != want or type(dec[name]) is not type(want)):
+            raise CheckpointError(f"{path}: config.json decoder.{name} is {dec[name]!r}; this decoder implements "
+                                  f"{name} = {json.dumps(want)} ({what}, as every YuE2 VAE release states) — a VAE "
+                                  "that needs other math is not one this pack can decode")
+    strides = dec.get("strides")
+    if strides is not None:
+        ok = isinstance(strides, list) and strides and all(type(x) is int and x > 0 for x in strides)
+        product = 1
+        for x in strides if ok else ():
+            product *= x
+        if not ok or product != HOP:
+            raise CheckpointError(f"{path}: config.json decoder.strides is {strides!r}; a YuE2 decoder's strides "
+                                  f"are positive integers multiplying to {HOP} samples per latent frame "
+                                  "([2, 2, 4, 4, 5, 6] in every release)")
+    for name in ("decode_core_frames", "decode_halo_frames"):
+        value = config.get(name)
+        if value is not None and (type(value) is not int or not 0 < value <= 1 << 20):
+            raise CheckpointError(f"{path}: config.json {name} is {value!r}; a positive whole number of latent "
+                                  "frames is accepted (the releases say 1024 and 16; this pack tiles by those)")
 
 
 def _variant(config: dict) -> str:

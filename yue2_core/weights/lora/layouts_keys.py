@@ -82,8 +82,10 @@ class Target:
 _PREFIXES = (("base_model.model.", None), ("model.base_model.model.", None), ("text_encoders.", "ar"),
              ("transformer.ar.", "ar"), ("model.diffusion_model.", "nar"), ("diffusion_model.", "nar"),
              ("transformer.nar.", "nar"))
-_LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.(.+)$")
-_HOT = re.compile(r"^yue2\.blk\.(\d+)\.(nar_)?(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)$")
+# ASCII digits only (re.ASCII): int() also takes other scripts' digits, so "layers.١." would be layer 1
+_LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.(.+)$", re.ASCII)
+_HOT = re.compile(r"^yue2\.blk\.(\d+)\.(nar_)?(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)$",
+                  re.ASCII)
 _HOT_SITES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
               "ffn_down": "mlp.down_proj"}
