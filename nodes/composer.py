@@ -8,7 +8,7 @@ from comfy_api.latest import io, ui
 from comfy_execution.graph_utils import ExecutionBlocker
 
 from yue2_core.constants import CONTEXT, DEFAULT_CFG, DEFAULT_SEED, FRAMES_PER_SECOND
-from yue2_core.pipeline import Budgets, Score, music_budget, plan, semantic
+from yue2_core.pipeline import Budgets, Score, music_budget, plan, plan_notes, semantic
 from yue2_core.protocol import ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, SongRequest, planning_prefix
 
 from . import memory, scores, takes, types
@@ -160,6 +160,7 @@ class YuE2Composer(io.ComfyNode):
             del ar
             mm.soft_empty_cache()
         check_cancel()
+        notes += plan_notes(the_score)  # a lead sheet budget lowered so the music fits
         if the_score.abc and given is not None and the_score.source == "user":
             notes += scores.given_score_notes(the_score.abc, max_seconds, request.cot)  # the CLI's rule
         report = _report(request, the_score, tokens, budget, abc_sampling, music_sampling, given_how, notes)

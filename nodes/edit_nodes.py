@@ -100,7 +100,8 @@ def _memory(model, song, max_tokens: int) -> int:
 
 def _parts(model, need: int) -> dict:
     ar, nar, vae = model.load(("ar", "nar", "vae"), need)
-    return {"ar": ar, "nar": nar, "vae": vae, "tokenizer": model.tokenizer, "info": model.info}
+    return {"ar": ar, "nar": nar, "vae": vae, "tokenizer": model.tokenizer, "info": model.info,
+            "weights": model.weights_record()}
 
 
 def _save(child, lineage: dict, prefix: str):
@@ -125,8 +126,9 @@ def _outputs(child, lineage: dict, path, report_lines: list[str]) -> io.NodeOutp
     latent = {"samples": child.latents.T.unsqueeze(0).float().contiguous(), "type": "audio",
               "downscale_ratio_temporal": HOP,
               "yue2_render": {"steps": child.settings.get("ode_steps"), "seed": lineage["render_seed"],
-                              **({"checkpoint": child.settings["checkpoint"]} if "checkpoint" in child.settings
-                                 else {})}}
+                              "method": child.settings.get("ode_method") or "midpoint",
+                              **{k: child.settings[k] for k in ("checkpoint", "weights")
+                                 if isinstance(child.settings.get(k), dict)}}}
     ui = {"text": [report], "song_dir": [rel],
           "audio": [{"filename": "audio.flac", "subfolder": rel, "type": "output"}]}
     return io.NodeOutput(audio, child.tokens, latent, child.score, rel, report, ui=ui)

@@ -9,7 +9,7 @@ import comfy.model_management as mm
 import folder_paths
 from comfy_api.latest import io, ui
 
-from yue2_core.weights.checkpoint import inspect_checkpoint, load_tokenizer
+from yue2_core.weights.checkpoint import file_state, inspect_checkpoint, load_tokenizer
 from yue2_core.weights.locate import HF_FILE, HF_REPO, hf_vendor_snapshot, vendor_folders
 from yue2_core.weights.vendor import MODEL_REPO, MODEL_TYPE, VAE_MODEL_TYPE, folder_model_type
 
@@ -103,6 +103,13 @@ class YuE2CheckpointLoader(io.ComfyNode):
         if ckpt_name in available:
             return True
         return missing_checkpoint_message(ckpt_name, available)
+
+    @classmethod
+    def fingerprint_inputs(cls, ckpt_name):
+        """A file replaced on disk (other size or mtime) re-runs the loader instead of reusing its cached model,
+        whose parts are read lazily — a mix of two files' parts otherwise (break-it finding, stop 38)."""
+        path = resolve_checkpoint(ckpt_name)
+        return (ckpt_name, file_state(path)) if path else ckpt_name
 
     @classmethod
     def execute(cls, ckpt_name) -> io.NodeOutput:

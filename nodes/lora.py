@@ -9,6 +9,7 @@ import os
 import folder_paths
 from comfy_api.latest import io, ui
 
+from yue2_core.weights.checkpoint import file_state
 from yue2_core.weights.lora.apply import STRENGTH_RANGE, Applied, check_strength
 from yue2_core.weights.lora.layouts import describe_adapter, read_adapter, unmatched_note
 
@@ -97,6 +98,13 @@ class YuE2LoRA(io.ComfyNode):
             return (f"LoRA {lora_name!r} is not in ComfyUI's loras folder ({', '.join(folders) or 'models/loras'}); "
                     "put the adapter file there and refresh (press R)")
         return True
+
+    @classmethod
+    def fingerprint_inputs(cls, lora_name, **kwargs):
+        """A file replaced on disk (other size or mtime) re-runs the node instead of reusing the cached adapter (break-it
+        finding, stop 38: the old adapter was applied and the new file's sha256 recorded)."""
+        path = lora_path(lora_name)
+        return (lora_name, file_state(path)) if path else lora_name
 
     @classmethod
     def execute(cls, model, lora_name, strength_ar=1.0, strength_nar=1.0) -> io.NodeOutput:

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from comfy.weight_adapter.base import WeightAdapterBase
-from yue2_core.weights.checkpoint import CheckpointInfo, load_ar, load_nar, load_vae
+from yue2_core.errors import CheckpointError
+from yue2_core.weights.checkpoint import CheckpointInfo, file_state, load_ar, load_nar, load_vae
 from yue2_core.weights.lora.apply import merge_into, plan_expert, set_side, side_deltas
 from yue2_core.weights.lora.model import BiasDiff, Replace
 from yue2_core.weights.lora.record import lora_record
@@ -97,6 +98,11 @@ class YuE2Delta(WeightAdapterBase):
         return merge_into(weight, self.items, bias=self.bias)
 
 
+def _checkpoint_state(info: CheckpointInfo) -> tuple:
+    """`file_state` of the checkpoint and of a vendor layout's other folders (its VAE, tokenizer)."""
+    return tuple(file_state(p) for p in (info.path, *sorted(set(info.files.values()) - {info.path})))
+
+
 class YuE2Model:
     """A YuE2 checkpoint for the nodes. `info` (CheckpointInfo), `tokenizer`, `dtype` (AR/NAR compute dtype; the VAE
     is fp32), `device` (where the stages run), `adapters` (LoRA stack: `Applied` entries, oldest first), `vae_file`
@@ -121,6 +127,7 @@ class YuE2Model:
             self.vae_offload_device = mm.vae_offload_device()
             self.dtype = compute_dtype(self.device)
             self._vae_patchers: dict = {}  # VAE file key → ModelPatcher (root only; shared by derived models)
+            self._file_state = _checkpoint_state(info)  # the file(s) as the loader read them (`_root_patcher`)
         else:
             for name in ("device", "offload_device", "vae_device", "vae_offload_device", "dtype"):
                 setattr(self, name, getattr(root, name))
@@ -169,8 +176,14 @@ class YuE2Model:
         return text
 
     def _root_patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
-        """The root's patcher of `part`, read from the checkpoint on first use."""
+        """The root's patcher of `part`, read from the checkpoint on first use. CheckpointError when the file changed
+        on disk since the loader read its header: the parts would come from two files (break-it finding, stop 38)."""
         if part not in self._patchers:
+            if _checkpoint_state(self.info) != self._file_state:
+                raise CheckpointError(f"the checkpoint {self.info.path} changed on disk since the YuE2 Checkpoint "
+                                      f"Loader read it (its size or modification time differ), so its {part.upper()} "
+                                      "part would come from another file than the parts already read; queue the "
+                                      "workflow again (the loader then reads the new file)")
             if part == "vae":
                 load_dev, offload_dev = self.vae_device, self.vae_offload_device
                 module = load_vae(self.info, offload_dev)

@@ -114,11 +114,24 @@ def _waveform(audio, frames: int, warnings: list) -> torch.Tensor | None:
     return wave[0].float().cpu().clamp(-1.0, 1.0)
 
 
+def _render_record(config: dict) -> dict:
+    """A saved song's render record as a latent carries it ("yue2_render": steps, seed, method, checkpoint, weights),
+    so that Save Song of Load Song's latent keeps it (break-it finding, stop 38: it saved nulls, and Regenerate /
+    Continue then refused the copy)."""
+    record = {"steps": config.get("ode_steps"), "seed": config.get("render_seed"),
+              "method": config.get("ode_method") or "midpoint"}
+    for key in ("checkpoint", "weights"):
+        if isinstance(config.get(key), dict):
+            record[key] = config[key]
+    return record
+
+
 def _settings(tokens, latent, audio=None) -> dict:
     render = latent.get("yue2_render", {}) if isinstance(latent, dict) else {}
     settings = {"protocol": PROTOCOL_VERSION, "cot": tokens.score.cot, "cfg_scale": tokens.cfg_scale,
                 "semantic_sampling": tokens.sampling, "ode_steps": render.get("steps"),
-                "render_seed": render.get("seed"), "ode_method": "midpoint", "vae_dtype": "float32",
+                "render_seed": render.get("seed"), "ode_method": render.get("method") or "midpoint",
+                "vae_dtype": "float32",
                 "vae_decode": "halo_crop", "saved_by": "ComfyUI-YuE2"}
     if isinstance(render.get("checkpoint"), dict):  # the Renderer's model: YuE2 Regenerate/Continue check it
         settings["checkpoint"] = render["checkpoint"]
@@ -126,6 +139,10 @@ def _settings(tokens, latent, audio=None) -> dict:
         settings["weights"] = dict(render["weights"])
     if isinstance(audio, dict) and "yue2_vae" in audio:  # the VAE of the VAE Decode that made the audio
         settings.setdefault("weights", {"loras": [], "vae": None})["vae"] = audio["yue2_vae"]
+    if latent is None:  # tokens only: nothing was rendered, so no render record (an edit renders them anew)
+        for key in ("ode_steps", "render_seed"):
+            if settings[key] is None:
+                del settings[key]
     return settings
 
 
@@ -164,6 +181,11 @@ class YuE2SaveSong(io.ComfyNode):
         warnings: list[str] = []
         latents = _latents(latent, frames)
         wave = _waveform(audio, frames, warnings)
+        render = latent.get("yue2_render") if isinstance(latent, dict) else None
+        if latent is not None and not (isinstance(render, dict) and render.get("seed") is not None):
+            warnings.append("the latent carries no YuE2 render record (ODE steps, render seed): the song is saved "
+                            "without one, and YuE2 Regenerate / Continue will refuse it (they keep the original's "
+                            "noise); connect the latent of a YuE2 Renderer, Load Song, Regenerate or Continue")
         req = tokens.request
         prefix = clean_name(name)
         request = SongRequest(style=req.get("style", ""), lyrics=req.get("lyrics", ""), cot=req.get("cot", "full"),
@@ -256,7 +278,7 @@ class YuE2LoadSong(io.ComfyNode):
         frames = len(saved.tokens.codes)
         if saved.latents is not None:
             latent = {"samples": saved.latents.T.unsqueeze(0).contiguous(), "type": "audio",
-                      "downscale_ratio_temporal": HOP}
+                      "downscale_ratio_temporal": HOP, "yue2_render": _render_record(saved.config)}
         else:
             latent = ExecutionBlocker(f"song {song} was saved without latents (latent.npy): render its tokens with "
                                       "YuE2 Renderer instead")

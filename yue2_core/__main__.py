@@ -273,6 +273,9 @@ def cmd_generate(args) -> int:
     progress = ProgressLine()
     song = engine.generate(request, budgets, steps=args.steps, progress=progress, method=args.ode_method)
     progress.close()
+    from .pipeline import plan_notes
+    for note in plan_notes(song.score):
+        print(f"warning: {note}", file=sys.stderr)
     folder = save_song(song, out)
     claim.release()
     _DONE["folder"] = folder  # a Ctrl-C from here on cancels nothing (main)

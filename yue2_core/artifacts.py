@@ -448,7 +448,8 @@ def vendor_weights(settings: dict) -> dict:
     the vendor folder's weight files with the sha256 of its weights_manifest.json), "vae" = the VAE file the song
     was decoded with (`weights.vae`) or, without one, the checkpoint's own decoder ("embedded": true, the same
     files); "loras" = the adapters (`weights.loras`). A sha256 is null where none was computed: hashing a 3.7 GB
-    checkpoint for every song would cost seconds, and the pack identifies it by path, size and dimensions."""
+    checkpoint for every song would cost seconds, and the pack identifies it by path, size, dimensions and a
+    sample hash (config.json "checkpoint"."sample_sha256", `weights.checkpoint.content_sample`)."""
     ckpt = settings.get("checkpoint") if isinstance(settings.get("checkpoint"), dict) else {}
     mine = settings.get("weights") if isinstance(settings.get("weights"), dict) else {}
     paths = ckpt.get("files") if isinstance(ckpt.get("files"), dict) and ckpt.get("files") else (

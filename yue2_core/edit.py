@@ -60,15 +60,20 @@ class CheckpointMismatch(RequestError):
 # ---------------------------------------------------------------------------------------------------------------------
 
 def model_parts(engine_or_parts, need=("ar", "nar", "vae", "tokenizer")) -> SimpleNamespace:
-    """A YuE2Engine, any object with .ar/.nar/.vae/.tokenizer (.info optional), a dict with those keys, or a tuple
-    (ar, nar, vae, tokenizer[, info]) → namespace(ar, nar, vae, tokenizer, info). RequestError names a missing part."""
+    """A YuE2Engine, any object with .ar/.nar/.vae/.tokenizer (.info, .weights optional), a dict with those keys, or
+    a tuple (ar, nar, vae, tokenizer[, info]) → namespace(ar, nar, vae, tokenizer, info, weights). `weights` is the
+    config.json "weights" record of the run's own LoRAs and VAE file (`YuE2Engine.weights`, the nodes'
+    `YuE2Model.weights_record()`), None when not given. RequestError names a missing part."""
     names = ("ar", "nar", "vae", "tokenizer", "info")
     if isinstance(engine_or_parts, dict):
-        got = {n: engine_or_parts.get(n) for n in names}
+        got = {n: engine_or_parts.get(n) for n in names + ("weights",)}
     elif isinstance(engine_or_parts, (tuple, list)):
         got = dict(zip(names, list(engine_or_parts) + [None] * (5 - len(engine_or_parts))))
+        got["weights"] = None
     else:
-        got = {n: getattr(engine_or_parts, n, None) for n in names}
+        got = {n: getattr(engine_or_parts, n, None) for n in names + ("weights",)}
+    if not isinstance(got["weights"], dict):  # what config.json records of the user's own weights, when known
+        got["weights"] = None
     missing = [n for n in need if got.get(n) is None]
     if missing:
         raise RequestError(f"this needs the model's {', '.join(missing)} loaded (got none); load the full checkpoint")
@@ -96,8 +101,17 @@ class Parent:
 
     @property
     def render_seed(self) -> int:
-        """config.json render_seed (else the tokens' seed): an integer in [0, SEED_MAX]; ArtifactError otherwise."""
-        seed = self.settings.get("render_seed", self.tokens.seed)
+        """config.json render_seed (absent — `generate` records none —, or null with no latents: the tokens' seed): an
+        integer in [0, SEED_MAX]; ArtifactError otherwise, and for latents saved with a null one."""
+        seed = self.settings.get("render_seed", self.tokens.seed)  # not recorded (generate): the tokens' seed
+        if seed is None and self.latents is None:  # null and nothing rendered (a tokens-only save): the same
+            seed = self.tokens.seed
+        if seed is None:  # break-it finding (stop 38): latents without a render record; the message read as damage
+            raise ArtifactError(f"{self.name}: config.json render_seed must be an integer in [0, {SEED_MAX}], got "
+                                "null: the song was saved without a render record (a YuE2 Save Song whose latent "
+                                "carried none), so the noise its latents were rendered from is unknown and an edit "
+                                "cannot keep it; render its tokens with YuE2 Renderer, save that song, and edit the "
+                                "new one")
         if type(seed) is not int or not 0 <= seed <= SEED_MAX:
             raise ArtifactError(f"{self.name}: config.json render_seed must be an integer in [0, {SEED_MAX}], "
                                 f"got {seed!r}")
@@ -106,7 +120,8 @@ class Parent:
     @property
     def steps(self) -> int:
         """config.json ode_steps (else the release's 32): an integer in [1, MAX_ODE_STEPS]; ArtifactError otherwise."""
-        steps = self.settings.get("ode_steps", ODE_STEPS)
+        steps = self.settings.get("ode_steps")
+        steps = ODE_STEPS if steps is None else steps  # not recorded (a tokens-only save): the release's 32
         if type(steps) is not int or not 1 <= steps <= MAX_ODE_STEPS:
             raise ArtifactError(f"{self.name}: config.json ode_steps must be an integer in [1, {MAX_ODE_STEPS}], "
                                 f"got {steps!r}")
@@ -535,10 +550,33 @@ def _edit(parts, parent: Parent, score, changed: bool, request: SongRequest, sam
                                          "crossfade_s", "crossfade_shape", "score_changed")}})
     if parts.info is not None:
         settings["checkpoint"] = parts.info.to_dict()
+    if parts.weights is not None:  # the weights this run used, not the parent's (break-it finding, stop 38)
+        settings["weights"] = parts.weights
+        if _weights_key(parent.settings.get("weights")) != _weights_key(parts.weights):
+            notes.append(f"the original was made with {_weights_words(parent.settings.get('weights'))} and this run "
+                         f"uses {_weights_words(parts.weights)}: the kept part keeps the original's sound, the new "
+                         "part follows this run's weights; the song records this run's")
     from .pipeline import Song
     song = Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,
                 settings=settings, warnings=request.input_warnings() + notes)
     return song, lineage
+
+
+def _weights_key(weights) -> tuple:
+    """What decides the sound in a "weights" record: each LoRA's sha256 and strengths, the VAE file's sha256."""
+    weights = weights if isinstance(weights, dict) else {}
+    loras = tuple((w.get("sha256"), w.get("strength_ar"), w.get("strength_nar"))
+                  for w in weights.get("loras") or [] if isinstance(w, dict))
+    vae = weights.get("vae") if isinstance(weights.get("vae"), dict) else {}
+    return loras, vae.get("sha256")
+
+
+def _weights_words(weights) -> str:
+    weights = weights if isinstance(weights, dict) else {}
+    loras = [w.get("file", "?") for w in weights.get("loras") or [] if isinstance(w, dict)]
+    vae = weights.get("vae") if isinstance(weights.get("vae"), dict) else None
+    return ((f"LoRA {', '.join(loras)}" if loras else "no LoRA") + " and "
+            + (f"the VAE {vae.get('file', '?')}" if vae else "the checkpoint's VAE"))
 
 
 def _prepare(engine_or_parts, song, new_score, seed, parent_name, operation, crossfade_s, crossfade_shape):

@@ -147,7 +147,11 @@ def plan(ar, tokenizer, request: SongRequest, sampling: Sampling = ABC_PRESET,
          progress: Progress | None = None, semantic_max_tokens: int = 0) -> Score:
     """Stage 1: the lead sheet. cot off → an empty "none" score; a request with `abc` → that text tokenized
     verbatim; otherwise the model writes ABC ids after the planning prefix with the ABC preset (no CFG).
-    `semantic_max_tokens` (optional) makes the budget check fail early when even an empty score leaves no room."""
+    `semantic_max_tokens` (optional): the music budget that must fit after the lead sheet. Even an empty score
+    leaving no room for it raises BudgetError before any work; a lead sheet budget that could leave too little is
+    lowered to what leaves room (`timing["abc_budget_lowered_from"]`, said by `plan_notes`) — before, a lead sheet
+    written to its full budget could make the music stage refuse after minutes of planning, and the score was lost
+    (break-it finding, stop 38). BudgetError when not even the ABC preset's minimum fits."""
     request.validate()
     if request.cot == "off":
         return Score(abc=None, abc_ids=[], cot="off", seed=request.seed, source="none")
@@ -156,12 +160,49 @@ def plan(ar, tokenizer, request: SongRequest, sampling: Sampling = ABC_PRESET,
     sampling = sampling.validate("abc")
     prefix = planning_prefix(request, tokenizer.encode)
     check_budget(len(prefix), sampling.max_tokens, "ABC")
+    asked = sampling.max_tokens
     if semantic_max_tokens:
         check_budget(len(prefix) + 2, semantic_max_tokens, "semantic")
+        sampling = fit_abc_budget(len(prefix), sampling, semantic_max_tokens)
     t0 = time.perf_counter()
     result = _phase(ar, prefix, sampling, request.seed, "abc", on_token=_token_progress(progress, "plan", t0))
     return Score(abc=tokenizer.decode(result.tokens), abc_ids=result.tokens, cot=request.cot, seed=request.seed,
-                 source="model", truncated=result.truncated, timing=result.timing)
+                 source="model", truncated=result.truncated, timing=abc_timing(result.timing, asked, sampling))
+
+
+def fit_abc_budget(prefix_len: int, sampling: Sampling, semantic_max_tokens: int) -> Sampling:
+    """`sampling` with max_tokens lowered, where needed, so that a lead sheet of that many tokens after a
+    `prefix_len`-token planning prompt still leaves `semantic_max_tokens` music tokens in the context (the semantic
+    prefix is the planning prompt + the ids + ABC_END, MUSIC_START). BudgetError when that leaves less than the
+    sampling's min_tokens (at least 1)."""
+    room = CONTEXT - prefix_len - 2 - semantic_max_tokens
+    if room >= sampling.max_tokens:
+        return sampling
+    if room < max(1, sampling.min_tokens):
+        raise BudgetError(f"{semantic_max_tokens} music tokens ({semantic_max_tokens / FRAMES_PER_SECOND:.2f} s) after "
+                          f"this {prefix_len}-token prompt leave {max(room, 0)} tokens of the {CONTEXT}-token context "
+                          f"for the lead sheet, below its minimum of {max(1, sampling.min_tokens)}; lower the music "
+                          "duration or shorten the lyrics")
+    return replace(sampling, max_tokens=room)
+
+
+def abc_timing(timing: dict, asked: int, sampling: Sampling) -> dict:
+    """A planning phase's timing, with the budget `fit_abc_budget` lowered from `asked` (what `plan_notes` says)."""
+    timing = dict(timing)
+    if sampling.max_tokens < asked:
+        timing["abc_budget_lowered_from"] = asked
+        timing["abc_budget"] = sampling.max_tokens
+    return timing
+
+
+def plan_notes(score: Score) -> list[str]:
+    """What a run says of its lead sheet budget: the note when `plan` lowered it so the music fits, [] otherwise."""
+    asked, used = score.timing.get("abc_budget_lowered_from"), score.timing.get("abc_budget")
+    if asked is None or used is None:
+        return []
+    return [f"the lead sheet budget was lowered from {asked} to {used} ABC tokens so that the music asked for fits "
+            f"the {CONTEXT}-token context after it" + ("; the lead sheet hit that budget and is cut off" if
+                                                       score.truncated else "; the lead sheet ended before it")]
 
 
 def music_budget(request: SongRequest, score: Score, tokenizer) -> dict:
@@ -427,8 +468,8 @@ class YuE2Engine:
                     "vae_dtype": "float32", "vae_decode": "halo_crop", "device": str(self.ar.device),
                     "checkpoint": self.info.to_dict(), "weights": self.weights}
         return Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,
-                    settings=settings, warnings=request.input_warnings())
+                    settings=settings, warnings=request.input_warnings() + plan_notes(score))
 
 
-__all__ = ["Score", "SemanticTokens", "Song", "plan", "semantic", "render", "decode", "music_budget", "Budgets",
+__all__ = ["Score", "SemanticTokens", "Song", "plan", "plan_notes", "semantic", "render", "decode", "music_budget", "Budgets",
            "YuE2Engine", "BudgetError"]

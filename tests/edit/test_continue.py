@@ -100,3 +100,20 @@ def test_continue_by_less_than_half_a_frame_says_it_is_rounded_up(engine, parent
     assert any("less than half a frame: rounded up to one frame (0.04 s)" in w for w in child.warnings), child.warnings
     child, _ = edit.continue_song(engine, parent, 0.04, seed=4)
     assert not any("half a frame" in w for w in child.warnings)
+
+
+def test_the_child_records_the_weights_of_this_run(engine, parent):
+    """Break-it finding (stop 38): Regenerate/Continue copied the parent's config.json "weights" (LoRAs, VAE file)
+    into the child, so a child made with a LoRA recorded none (and the reverse), and Load Song rebuilt the wrong
+    model. The child records the weights of the run now, with a note when they differ from the parent's."""
+    child, _ = edit.continue_song(engine, parent, 0.2, seed=4)
+    assert child.settings["weights"] == engine.weights and not any("the original was made with" in w
+                                                                   for w in child.warnings)
+    other = {"loras": [{"file": "mine.safetensors", "sha256": "ab" * 32, "strength_ar": 1.0, "strength_nar": 0.5}],
+             "vae": None}
+    parts = {"ar": engine.ar, "nar": engine.nar, "vae": engine.vae, "tokenizer": engine.tokenizer,
+             "info": engine.info, "weights": other}
+    child, _ = edit.continue_song(parts, parent, 0.2, seed=4)
+    assert child.settings["weights"] == other
+    assert any("the original was made with no LoRA and the checkpoint's VAE and this run uses LoRA "
+               "mine.safetensors and the checkpoint's VAE" in w for w in child.warnings), child.warnings

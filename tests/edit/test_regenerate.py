@@ -245,3 +245,21 @@ def test_bar_cut_follows_the_score_the_codes_were_sampled_after(engine, saved_pa
     assert "Q:1/4=60" in parent.score.abc  # the edit is what the new take is sampled after
     _, lineage = edit.regenerate(engine, song, "bar 2", seed=5, crossfade_s=0.02)
     assert lineage["cut_token"] == 25 and lineage["cut_seconds"] == 1.0, lineage
+
+
+def test_a_song_saved_without_a_render_record(engine, parent, tmp_path):
+    """Break-it finding (stop 38): Save Song of a latent without a render record wrote render_seed null, and an edit
+    then said "render_seed must be an integer … got None", which read as a damaged file. With latents the message
+    says what happened and what to do; a tokens-only song (nothing rendered) falls back to the tokens' seed, as a
+    song from `generate` (which records no render_seed) does."""
+    from dataclasses import replace
+    from yue2_core.errors import ArtifactError
+    with_latents = replace(parent, settings={**parent.settings, "render_seed": None})
+    with pytest.raises(ArtifactError, match="got null: the song was saved without a render record"):
+        edit.continue_song(engine, with_latents, 0.2)
+    tokens_only = edit.as_parent((parent.score, parent.tokens, None, None, parent.request,
+                                  {**parent.settings, "render_seed": None, "ode_steps": None}), engine.tokenizer)
+    assert tokens_only.render_seed == parent.tokens.seed and tokens_only.steps == 32
+    generated = edit.as_parent((parent.score, parent.tokens, parent.latents, parent.audio, parent.request,
+                                {k: v for k, v in parent.settings.items() if k != "render_seed"}), engine.tokenizer)
+    assert generated.render_seed == parent.tokens.seed

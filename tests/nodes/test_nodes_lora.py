@@ -154,3 +154,34 @@ def test_shipped_lora_workflow_runs(comfy, comfy_server, node_info, loras):
     assert any("ai-toolkit" in t for t in texts), texts
     rec = json.loads((song_dir / "config.json").read_text())["weights"]["loras"][0]
     assert rec["file"] == LORA and rec["strength_ar"] == 0.5
+
+
+def test_a_file_replaced_on_disk_is_read_again(comfy, comfy_server, checkpoints, loras):
+    """Break-it finding (stop 38): ComfyUI reused the cached Checkpoint Loader / LoRA output when a file of the same
+    name was replaced — the old adapter applied (and the new file's sha256 recorded), a checkpoint's parts read from
+    two files. Both nodes fingerprint the file (size, mtime) now: a replaced file is read again; an unchanged one is
+    not."""
+    import os
+    import shutil
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    ckpt, lora = "yue2_test_swap.safetensors", "yue2_test_swap_lora.safetensors"
+    shutil.copyfile(checkpoints[TINY], comfy_server.models_dir / ckpt)
+    shutil.copyfile(loras / LORA, loras / lora)
+    first, _ = _song(comfy, comfy_server, _compose(ckpt, 51, (lora, 1.0, 1.0), name="swap1"))
+    since = len(comfy_server.log_text())
+    again, _ = _song(comfy, comfy_server, _compose(ckpt, 51, (lora, 1.0, 1.0), name="swap2"))
+    log = comfy_server.log_text()[since:]
+    assert "LoRA read from" not in log and "AR expert read from" not in log, log[-2000:]
+    assert codes(again) == codes(first)
+    from safetensors.torch import load_file
+    t = load_file(str(loras / LORA))
+    save_file({k: (v.float() * -1).half() for k, v in t.items()}, str(loras / lora))  # another adapter, same name
+    st = os.stat(loras / lora)
+    os.utime(loras / lora, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
+    since = len(comfy_server.log_text())
+    _song(comfy, comfy_server, _compose(ckpt, 51, (lora, 1.0, 1.0), name="swap3"))
+    assert "LoRA read from" in comfy_server.log_text()[since:]
+    write_synthetic_checkpoint(str(comfy_server.models_dir / ckpt), "tiny", "bf16", seed=5)  # same layout
+    since = len(comfy_server.log_text())
+    _song(comfy, comfy_server, _compose(ckpt, 51, None, name="swap4"))
+    assert "AR expert read from" in comfy_server.log_text()[since:], comfy_server.log_text()[since:][-2000:]

@@ -185,3 +185,20 @@ def test_a_song_from_another_checkpoint_is_refused(comfy, parent):
     assert node == "YuE2Regenerate"
     assert "this song was made with a different model" in message and "vocab 184704 (song) vs 1024 (loaded)" in message
     assert "Load the checkpoint it was made with" in message
+
+
+def test_a_copy_saved_from_load_song_keeps_its_render_record_and_can_be_edited(comfy, comfy_server, node_info,
+                                                                               parent):
+    """Break-it finding (stop 38): Load Song → Save Song (its tokens and latent) saved ode_steps, render_seed and
+    checkpoint as null, and Regenerate / Continue then refused the copy with a message that read as damage. Load
+    Song's latent carries the song's render record now, so the copy records it and can be edited."""
+    entry = run(comfy, {"1": LOADER, "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0],
+                                                                                   "song": parent.name}},
+                        "3": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "latent": ["2", 2],
+                                                                       "name": "regen_copy"}}})
+    (copy,) = saved_dirs(entry, comfy_server.output_dir)
+    before, after = (json.loads((d / "config.json").read_text()) for d in (parent, copy))
+    for key in ("ode_steps", "render_seed", "checkpoint", "ode_method"):
+        assert after[key] == before[key] and after[key] is not None, key
+    _, child = _child(comfy, comfy_server, _regen_prompt(node_info, copy))
+    assert codes(child)[:25] == codes(copy)[:25]

@@ -78,6 +78,7 @@ class _Job:
         self.item, self.score, self.tokens, self.error, self.stage = item, None, None, None, "queued"
         self.timing: dict = {}
         self.rows = 1
+        self.abc_asked = None  # the ABC budget asked for, when `fit_abc_budget` lowered it for a batched plan
 
     def fail(self, stage: str, exc: BaseException) -> None:
         self.stage, self.error = stage, str(exc) if isinstance(exc, YuE2Error) else brief(exc)
@@ -198,7 +199,7 @@ def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter, rows: int | No
     """The planning phase of `jobs` (scores supplied, cot off, or written by the model). `rows`: continuous
     batching — the model-written scores of each sampling group decode in one `fast.refill.RefillDecoder` of that
     many rows (`continuous.py`)."""
-    from ..pipeline import plan
+    from ..pipeline import fit_abc_budget, plan
     from ..protocol import check_budget, planning_prefix
     ar, tok = engine.ar, engine.tokenizer
     model_jobs = []
@@ -211,7 +212,8 @@ def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter, rows: int | No
                 prefix = planning_prefix(req, tok.encode)
                 check_budget(len(prefix), abc.max_tokens, "ABC")  # plan()'s checks, before the batch
                 check_budget(len(prefix) + 2, sem.max_tokens, "semantic")
-                model_jobs.append((job, prefix, abc))
+                job.abc_asked = abc.max_tokens  # `score_of` records a budget lowered so the music fits
+                model_jobs.append((job, prefix, fit_abc_budget(len(prefix), abc, sem.max_tokens)))
                 continue
             job.stage = "plan"
             job.score = plan(ar, tok, req, b.abc_sampling(), meter.progress(req.id), b.semantic_sampling().max_tokens)
@@ -249,10 +251,11 @@ def _plan_phase(engine, jobs: list, batched: bool, meter: _Meter, rows: int | No
 
 def score_of(engine, entry, result):
     """The `Score` of a batched planning row: entry (job, prefix, sampling), result its `PhaseResult`."""
-    from ..pipeline import Score
+    from ..pipeline import Score, abc_timing
     req = entry[0].item.request
+    asked = entry[0].abc_asked or entry[2].max_tokens
     return Score(abc=engine.tokenizer.decode(result.tokens), abc_ids=result.tokens, cot=req.cot, seed=req.seed,
-                 source="model", truncated=result.truncated, timing=result.timing)
+                 source="model", truncated=result.truncated, timing=abc_timing(result.timing, asked, entry[2]))
 
 
 def _semantic_phase(engine, jobs: list, batched: bool, meter: _Meter) -> None:
@@ -383,7 +386,7 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
     """Render, decode and deliver one song (failures recorded on the job). `stop` (the render worker's): once set,
     the next ODE step or VAE tile raises `_Stopped`, and a finished song is not delivered. `save(job, song)` (the
     render worker's `_Saver.put`): hand the finished song over instead of delivering it here; returns True then."""
-    from ..pipeline import Song, decode, render
+    from ..pipeline import Song, decode, plan_notes, render
     req = job.item.request
     progress = meter.progress(req.id, stop=stop)
     try:
@@ -398,7 +401,7 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
         job.timing["total_seconds"] = sum(job.timing.values())
         song = Song(request=req, score=job.score, tokens=job.tokens, latents=latents, audio=audio,
                     timing=dict(job.timing), settings=song_settings(engine, job.item, steps, method),
-                    warnings=req.input_warnings())
+                    warnings=req.input_warnings() + plan_notes(job.score))
         job.stage = "save"
         if stop is not None and stop.is_set():
             raise _Stopped

@@ -174,6 +174,20 @@ class CheckpointInfo:
         return out
 
 
+def file_state(path: str) -> tuple:
+    """(size, mtime_ns) of a file, or of every file directly in a folder (a vendor model folder), by name; () when
+    it cannot be read. What the nodes compare to notice a checkpoint or adapter replaced on disk (ComfyUI reuses a
+    cached node output whose inputs, the file name, did not change)."""
+    try:
+        if os.path.isdir(path):
+            return tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns)
+                         for e in sorted(os.scandir(path), key=lambda e: e.name) if e.is_file())
+        st = os.stat(path)
+        return (st.st_size, st.st_mtime_ns)
+    except OSError:
+        return ()
+
+
 SAMPLE_CHUNKS, SAMPLE_BYTES = 64, 4096
 _SAMPLES: dict = {}  # (abspath, size, mtime_ns) → content_sample's digest
 
