@@ -101,8 +101,8 @@ class YuE2LoRA(io.ComfyNode):
 
     @classmethod
     def fingerprint_inputs(cls, lora_name, **kwargs):
-        """A file replaced on disk (other size or mtime) re-runs the node instead of reusing the cached adapter (break-it
-        finding, stop 38: the old adapter was applied and the new file's sha256 recorded)."""
+        """A file replaced on disk (other size or mtime) re-runs the node instead of reusing the cached adapter
+        (break-it finding, stop 38: the old adapter was applied and the new file's sha256 recorded)."""
         path = lora_path(lora_name)
         return (lora_name, file_state(path)) if path else lora_name
 

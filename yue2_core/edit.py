@@ -101,8 +101,8 @@ class Parent:
 
     @property
     def render_seed(self) -> int:
-        """config.json render_seed (absent — `generate` records none —, or null with no latents: the tokens' seed): an
-        integer in [0, SEED_MAX]; ArtifactError otherwise, and for latents saved with a null one."""
+        """config.json render_seed (absent — `generate` records none —, or null with no latents: the tokens'
+        seed): an integer in [0, SEED_MAX]; ArtifactError otherwise, and for latents saved with a null one."""
         seed = self.settings.get("render_seed", self.tokens.seed)  # not recorded (generate): the tokens' seed
         if seed is None and self.latents is None:  # null and nothing rendered (a tokens-only save): the same
             seed = self.tokens.seed

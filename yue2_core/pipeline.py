@@ -471,5 +471,6 @@ class YuE2Engine:
                     settings=settings, warnings=request.input_warnings() + plan_notes(score))
 
 
-__all__ = ["Score", "SemanticTokens", "Song", "plan", "plan_notes", "semantic", "render", "decode", "music_budget", "Budgets",
+__all__ = ["Score", "SemanticTokens", "Song", "plan", "plan_notes", "semantic", "render", "decode", "music_budget",
+           "Budgets",
            "YuE2Engine", "BudgetError"]
