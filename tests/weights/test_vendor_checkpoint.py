@@ -483,3 +483,44 @@ def test_config_numbers_in_range_are_taken(made, tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     dims = inspect_checkpoint(folder).dims
     assert (dims.rope_theta, dims.eps) == (10000.0, 1e-5) and type(dims.rope_theta) is float
+
+
+SWAP_HARNESS = PREAMBLE + r'''
+import shutil
+from yue2_core.errors import CheckpointError
+from yue2_core.weights.synthetic import write_synthetic_checkpoint
+from yue2_nodes.loader import YuE2CheckpointLoader
+path = os.path.join(ckpts, "swap.safetensors")
+before = YuE2CheckpointLoader.fingerprint_inputs("swap.safetensors")
+model = YuE2CheckpointLoader.execute("swap.safetensors").args[0]
+model._root_patcher("vae")  # one part read from the file as loaded
+st = os.stat(path)
+write_synthetic_checkpoint(path, profile="tiny", fmt="bf16", seed=9)  # replaced after the loader ran
+os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
+after = YuE2CheckpointLoader.fingerprint_inputs("swap.safetensors")
+try:
+    model._root_patcher("ar")
+    error = None
+except CheckpointError as exc:
+    error = str(exc)
+print("RESULT " + json.dumps({"changed": before != after, "error": error}))
+'''
+
+
+def test_a_checkpoint_replaced_after_the_loader_ran_is_refused_at_the_next_part(made, tmp_path, comfy_host):
+    """Break-it finding (stop 38): a checkpoint replaced on disk after the Checkpoint Loader ran had its remaining
+    parts read from the new file (a mix of two models). The loader's fingerprint changes with the file, and a part
+    first read after the change is refused, naming what to do."""
+    comfy_dir, python = comfy_host
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    shutil.copyfile(made["comfy"], ckpts / "swap.safetensors")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    run = subprocess.run([python, "-c", SWAP_HARNESS, str(comfy_dir), str(REPO), str(ckpts)], capture_output=True,
+                         text=True, env=env, timeout=300)
+    lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["changed"] is True
+    assert out["error"] and "changed on disk since the YuE2 Checkpoint Loader read it" in out["error"], out
+    assert "its AR part would come from another file" in out["error"] and "queue the workflow again" in out["error"]
