@@ -9,6 +9,7 @@ import os
 import folder_paths
 from comfy_api.latest import io, ui
 
+from yue2_core.weights.checkpoint import file_state
 from yue2_core.weights.vae_files import CONFIG, MODEL_TYPE, open_vae
 
 from . import types
@@ -106,12 +107,7 @@ class YuE2VAELoader(io.ComfyNode):
         path = vae_path(vae_name)
         if path is None:
             return None
-        target = os.path.join(path, "model.safetensors") if os.path.isdir(path) else path
-        try:
-            st = os.stat(target)
-        except OSError:
-            return path
-        return (path, st.st_size, st.st_mtime_ns)
+        return (path, file_state(path))  # a folder: every file in it (config.json, shards), not model.safetensors only
 
     @classmethod
     def execute(cls, model, vae_name) -> io.NodeOutput:
