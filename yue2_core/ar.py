@@ -25,6 +25,8 @@ class KVCache:
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store k, v [B, nkv, T, D] at positions [length, length+T) of `layer`; returns K, V views
+        [B, nkv, length+T, D]. Raises ValueError when length+T exceeds the capacity."""
         start, end = self.length, self.length + k.shape[2]
         if end > self.capacity:
             raise ValueError(f"KV cache capacity {self.capacity} exceeded ({end} positions)")
@@ -64,6 +66,7 @@ class ARModel(nn.Module):
         return self.model.norm.weight.device
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
+        """An empty KVCache for `batch` rows of `capacity` positions in the model's dtype and device."""
         d = self.dims
         return KVCache(d.layers, batch, d.kv_heads, capacity, d.head_dim, self.dtype, self.device)
 

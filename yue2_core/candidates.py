@@ -145,6 +145,8 @@ class Take:
     score_note: str = ""
 
     def report(self) -> dict:
+        """The take's line in takes.json: index, seed, ended, tokens, seconds (music, 25 tokens/s), audio_seconds
+        (samples / 48,000), and the lead sheet's duration and ratio to the audio where it has one."""
         return {"index": self.index, "seed": self.seed, "ended": self.ended, "tokens": self.token_count,
                 "seconds": self.seconds, "audio_seconds": self.song.audio.shape[-1] / SAMPLE_RATE,
                 "score_seconds": self.score_seconds, "score_to_audio": self.score_to_audio,

@@ -81,6 +81,7 @@ class SemanticTokens:
 
     @property
     def seconds(self) -> float:
+        """Duration of the codes in seconds (25 codec frames per second, constants.FRAMES_PER_SECOND)."""
         return len(self.codes) / FRAMES_PER_SECOND
 
     def to_dict(self) -> dict:
@@ -238,6 +239,8 @@ def semantic(ar, tokenizer, request: SongRequest, score: Score, sampling: Sampli
 
 
 def request_dict(request: SongRequest) -> dict:
+    """The request as recorded in result.json / request.json: style, lyrics, cot, seed, abc (a given lead sheet or
+    None), cfg_scale and id — the fields `SongRequest` is rebuilt from when a song is loaded."""
     return {"style": request.style, "lyrics": request.lyrics, "cot": request.cot, "seed": request.seed,
             "abc": request.abc, "cfg_scale": request.cfg_scale, "id": request.id}
 
@@ -307,6 +310,8 @@ class Budgets:
     semantic: Sampling = SEMANTIC_PRESET
 
     def abc_sampling(self) -> Sampling:
+        """The lead sheet's sampling with `max_abc_tokens` applied (min_tokens lowered to fit). Raises RequestError
+        for a budget that is not a positive integer or settings `Sampling.validate` refuses."""
         s = self.abc
         if self.max_abc_tokens is not None:
             if type(self.max_abc_tokens) is not int or self.max_abc_tokens < 1:
@@ -315,6 +320,8 @@ class Budgets:
         return s.validate("abc")
 
     def semantic_sampling(self) -> Sampling:
+        """The music's sampling with `max_seconds` turned into tokens at 25 per second (`protocol.semantic_budget`).
+        Raises RequestError for a duration or settings outside the accepted ranges."""
         from .protocol import semantic_budget
         return semantic_budget(self.max_seconds, self.semantic).validate("semantic")
 

@@ -325,6 +325,8 @@ def validate_abc_ids(abc_ids) -> list[int]:
 
 
 def base_ids(request: SongRequest, encode) -> list[int]:
+    """The prompt every phase starts from: EOD, then the encoded instruction + [Tags] style + [Lyrics] text
+    (`SongRequest.text`, runtime.md §1.3). `encode`: str → list of text token ids."""
     return [EOD] + list(encode(request.text()))
 
 
@@ -397,6 +399,8 @@ def codes_from_ids(ids) -> list[int]:
 
 
 def validate_codes(codes) -> list[int]:
+    """Semantic codes as plain ints, each in [0, 32768) (CODEC_SIZE: codec ids relative to the codec offset).
+    Raises RequestError naming the first code outside that range, or when there are none."""
     out = []
     for i, c in enumerate(codes):
         v = int(c)

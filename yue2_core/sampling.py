@@ -22,6 +22,7 @@ PHASES = ("abc", "semantic")
 
 
 def end_token(phase: str) -> int:
+    """The token that ends a phase: ABC_END for "abc" (the lead sheet), MUSIC_END for "semantic"."""
     return ABC_END if phase == "abc" else MUSIC_END
 
 

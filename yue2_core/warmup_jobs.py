@@ -210,6 +210,7 @@ def budgets_dict(budgets) -> dict:
 
 
 def budgets_from(d: dict | None):
+    """The `Budgets` a warm-up child receives as a dict (the inverse of `budgets_dict`); None stays None."""
     from .pipeline import Budgets
     from .protocol import Sampling
     if d is None:

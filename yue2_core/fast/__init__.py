@@ -13,10 +13,12 @@ from ..switches import flag
 
 
 def fast_enabled(device) -> bool:
+    """True on a CUDA device unless YUE2_FAST=0 (the switch is validated on every device)."""
     return flag("YUE2_FAST", True) and getattr(device, "type", str(device)) == "cuda"  # validated on any device
 
 
 def select_generate(ar):
+    """The AR phase runner for `ar`'s device: `fast.decode.generate` (CUDA graphs) or `sampling.generate`."""
     if fast_enabled(ar.device):
         from .decode import generate
         return generate
@@ -24,6 +26,8 @@ def select_generate(ar):
 
 
 def select_render(nar):
+    """The NAR render for `nar`: `nar.render` on every device (on CUDA it captures each evaluation in a CUDA
+    graph and picks FlashAttention-3 where it loads, `nar.graph_wanted`, `fast.flash_attn`)."""
     return portable_render
 
 

@@ -730,4 +730,5 @@ def is_synthetic(info: CheckpointInfo) -> bool:
 
 
 def dtype_histogram(info: CheckpointInfo) -> dict:
+    """How many tensors of each safetensors dtype ("BF16", "I8", "F32", …) the checkpoint holds."""
     return dict(Counter(e.dtype for e in info.entries.values()))

@@ -25,6 +25,7 @@ def mark(module, entries, replace: bool = False) -> None:
 
 
 def carried(module) -> tuple:
+    """The own-weight records (LoRA adapters, VAE file) `module` carries; () for None or a module without any."""
     return tuple(getattr(module, ATTR, ()) or ()) if module is not None else ()
 
 

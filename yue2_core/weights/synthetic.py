@@ -137,6 +137,8 @@ def profile_tokenizer_json(p: Profile) -> bytes:
 
 
 def get_profile(profile: str | Profile) -> Profile:
+    """The synthetic model profile named `profile` (a key of PROFILES, e.g. "tiny" or "full"); a Profile is
+    returned as it is. Raises ValueError naming the accepted profiles."""
     if isinstance(profile, Profile):
         return profile
     if profile not in PROFILES:
