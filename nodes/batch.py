@@ -140,7 +140,8 @@ def decode_batch(decode_one, samples: torch.Tensor, lengths: list[int]) -> list[
 
 def pick_audio(audio: dict, index: int, samples: int) -> dict:
     """Item `index` of an AUDIO batch, cut to `samples`."""
-    return {"waveform": audio["waveform"][index:index + 1, :, :samples].clone(), "sample_rate": SAMPLE_RATE}
+    return {"waveform": audio["waveform"][index:index + 1, :, :samples].clone(), "sample_rate": SAMPLE_RATE,
+            **{k: audio[k] for k in ("yue2_vae", "yue2_decoded_by") if k in audio}}
 
 
 def pick_latent_samples(samples: torch.Tensor, index: int, frames: int) -> torch.Tensor:

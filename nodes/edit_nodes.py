@@ -27,7 +27,7 @@ from yue2_core.errors import ArtifactError
 from yue2_core.pipeline import Budgets
 from yue2_core.protocol import SEED_MAX, SEMANTIC_PRESET, seconds_to_tokens
 
-from . import memory, scores, types
+from . import memory, records, scores, types
 from .progress import StageProgress, check_cancel, check_switches, user_errors
 from .songs import SUBFOLDER, clean_name, next_song_dir, songs_root
 
@@ -122,13 +122,15 @@ def _outputs(child, lineage: dict, path, report_lines: list[str]) -> io.NodeOutp
     report_lines.append(f"saved {rel}")
     report_lines += [f"warning: {w}" for w in child.warnings]
     report = "\n".join(f"- {line}" for line in report_lines)
-    audio = {"waveform": child.audio.unsqueeze(0).float().contiguous(), "sample_rate": child.sample_rate}
-    latent = {"samples": child.latents.T.unsqueeze(0).float().contiguous(), "type": "audio",
-              "downscale_ratio_temporal": HOP,
-              "yue2_render": {"steps": child.settings.get("ode_steps"), "seed": lineage["render_seed"],
-                              "method": child.settings.get("ode_method") or "midpoint",
-                              **{k: child.settings[k] for k in ("checkpoint", "weights")
-                                 if isinstance(child.settings.get(k), dict)}}}
+    checkpoint = child.settings.get("checkpoint")
+    audio = {"waveform": child.audio.unsqueeze(0).float().contiguous(), "sample_rate": child.sample_rate,
+             **({"yue2_decoded_by": records.identity(checkpoint)} if isinstance(checkpoint, dict) else {})}
+    samples = child.latents.T.unsqueeze(0).float().contiguous()
+    latent = {"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
+              "yue2_render": records.stamp({"steps": child.settings.get("ode_steps"), "seed": lineage["render_seed"],
+                                            "method": child.settings.get("ode_method") or "midpoint",
+                                            **{k: child.settings[k] for k in ("checkpoint", "weights")
+                                               if isinstance(child.settings.get(k), dict)}}, samples)}
     ui = {"text": [report], "song_dir": [rel],
           "audio": [{"filename": "audio.flac", "subfolder": rel, "type": "output"}]}
     return io.NodeOutput(audio, child.tokens, latent, child.score, rel, report, ui=ui)

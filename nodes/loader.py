@@ -9,7 +9,7 @@ import comfy.model_management as mm
 import folder_paths
 from comfy_api.latest import io, ui
 
-from yue2_core.weights.checkpoint import file_state, inspect_checkpoint, load_tokenizer
+from yue2_core.weights.checkpoint import file_state, inspect_checkpoint, load_tokenizer, not_a_file
 from yue2_core.weights.locate import HF_FILE, HF_REPO, hf_vendor_snapshot, vendor_folders
 from yue2_core.weights.vendor import MODEL_REPO, MODEL_TYPE, VAE_MODEL_TYPE, folder_model_type
 
@@ -54,7 +54,24 @@ def resolve_checkpoint(name: str) -> str | None:
     return folder_paths.get_full_path("checkpoints", name)
 
 
+def not_a_file_entry(ckpt_name: str) -> str | None:
+    """Why a listed entry that resolves to no checkpoint is unusable — it lies in a checkpoints folder but is a FIFO,
+    a device, a broken or looping symbolic link (`weights.checkpoint.not_a_file`) —; None when it is simply not
+    there. ComfyUI lists such names in the dropdown, and "not in the folder, download it" misled (break-it, stop 39)."""
+    for base in folder_paths.get_folder_paths("checkpoints"):
+        path = os.path.join(base, ckpt_name)
+        if os.path.lexists(path) and (kind := not_a_file(path)) is not None:
+            return (f"YuE2 checkpoint '{ckpt_name}' in {base} is {kind}, not a file: a checkpoint is a .safetensors "
+                    "file (or a vendor model folder); put the file itself there and refresh (press R)")
+    return None
+
+
 def missing_checkpoint_message(ckpt_name: str, available: list[str]) -> str:
+    """The Loader's message for an entry that resolves to no checkpoint: why a listed entry is unusable, or where to
+    download the release file and which folders were searched."""
+    unusable = not_a_file_entry(ckpt_name)
+    if unusable:
+        return unusable
     folders = folder_paths.get_folder_paths("checkpoints")
     where = folders[0] if folders else "ComfyUI/models/checkpoints"
     have = (f"Files there now: {', '.join(available[:10])}{' …' if len(available) > 10 else ''}." if available

@@ -92,7 +92,7 @@ class YuE2LoRA(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, lora_name, strength_ar=1.0, strength_nar=1.0, **kwargs) -> bool | str:
+    def validate_inputs(cls, lora_name) -> bool | str:
         if lora_path(lora_name) is None:
             folders = folder_paths.get_folder_paths("loras")
             return (f"LoRA {lora_name!r} is not in ComfyUI's loras folder ({', '.join(folders) or 'models/loras'}); "

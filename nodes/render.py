@@ -9,8 +9,8 @@ from yue2_core.constants import FRAMES_PER_SECOND, HOP, ODE_STEPS, SAMPLE_RATE, 
 from yue2_core.pipeline import decode, render
 from yue2_core.protocol import SEED_MAX
 
-from . import memory, types
-from .progress import StageProgress, check_cancel, check_switches, user_errors
+from . import memory, records, types
+from .progress import StageProgress, check_cancel, check_switches, log, user_errors
 from .batch import TakeBatch, decode_batch, latent_frames, padded_audio, padded_latent
 
 MIN_CORE = 32  # smallest VAE tile core (frames) worth running; the halo adds 2 × 16
@@ -67,9 +67,10 @@ class YuE2Renderer(io.ComfyNode):
         check_cancel()
         samples = latents.T.unsqueeze(0).float().contiguous().cpu()  # [T, 64] → [1, 64, T]
         used_seed = tokens.seed if seed < 0 else seed
+        record = {"steps": steps, "seed": used_seed, "checkpoint": model.info.to_dict(),
+                  "weights": model.weights_record()}
         return io.NodeOutput({"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
-                              "yue2_render": {"steps": steps, "seed": used_seed, "checkpoint": model.info.to_dict(),
-                                              "weights": model.weights_record()}})
+                              "yue2_render": records.stamp(record, samples)})
 
 
 def _render_batch(model, batch: TakeBatch, steps: int, seed: int) -> io.NodeOutput:
@@ -92,8 +93,10 @@ def _render_batch(model, batch: TakeBatch, steps: int, seed: int) -> io.NodeOutp
         del ar, nar
     mm.soft_empty_cache()
     check_cancel()
-    return io.NodeOutput(padded_latent(latents, steps, seeds, {"checkpoint": model.info.to_dict(),
-                                                                  "weights": model.weights_record()}))
+    latent = padded_latent(latents, steps, seeds, {"checkpoint": model.info.to_dict(),
+                                                   "weights": model.weights_record()})
+    latent["yue2_render"] = records.stamp(latent["yue2_render"], latent["samples"])
+    return io.NodeOutput(latent)
 
 
 def _latent_samples(latent, channels: int) -> torch.Tensor:
@@ -113,6 +116,20 @@ def _latent_samples(latent, channels: int) -> torch.Tensor:
     if not torch.isfinite(samples).all():
         raise ValueError("the latent contains NaN or infinite values; render it again")
     return samples
+
+
+def _note_foreign_latent(latent: dict, model) -> None:
+    """A console warning when the latent was not rendered by YuE2 (no render record: an empty or another model's
+    64-channel audio latent decodes to noise) or was rendered with another checkpoint than `model`'s."""
+    record = latent.get("yue2_render")
+    if not isinstance(record, dict):
+        log.warning("YuE2 VAE Decode: the latent carries no YuE2 render record (it did not come from YuE2 Renderer, "
+                    "Load Song, Regenerate or Continue — e.g. an empty latent or another model's audio latent): it "
+                    "is decoded as YuE2 latents anyway")
+    elif isinstance(record.get("checkpoint"), dict) and not records.same_checkpoint(
+            records.decoded_by(model.info), record["checkpoint"]):
+        log.warning(f"YuE2 VAE Decode: the latent was rendered with {record['checkpoint'].get('path', '?')}, and is "
+                    f"decoded by the VAE of {model.info.path} (another checkpoint file)")
 
 
 def tile_core(vae_cfg, frames: int, device: torch.device) -> int:
@@ -163,7 +180,9 @@ class YuE2VAEDecode(io.ComfyNode):
             del vae
         mm.soft_empty_cache()
         check_cancel()
-        vae_record = {"yue2_vae": model.weights_record()["vae"]}  # Save Song records the VAE that decoded
+        _note_foreign_latent(latent, model)
+        # Save Song records the VAE that decoded, and checks it against the latent's checkpoint
+        vae_record = {"yue2_vae": model.weights_record()["vae"], "yue2_decoded_by": records.decoded_by(model.info)}
         if "yue2_frames" in latent:
             return io.NodeOutput({**padded_audio(waves), **vae_record})
         waveform = torch.stack(waves).float().cpu()

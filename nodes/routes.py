@@ -249,14 +249,15 @@ def count_tokens(payload: dict) -> dict:
 def _checkpoint_path(name: str) -> str:
     """Full path of checkpoint `name`, only if the YuE2 checkpoint loader lists it (a file in ComfyUI's checkpoints
     folders, a vendor model folder "<name>/", or the Hugging Face cache entry — `nodes.loader.checkpoint_options`)."""
-    from .loader import checkpoint_options, resolve_checkpoint
+    from .loader import checkpoint_options, not_a_file_entry, resolve_checkpoint
 
     if name not in checkpoint_options():
         raise RequestRefused(f"No checkpoint named {_short(name)} in ComfyUI's checkpoints folders; pick one in the "
                              f"YuE2 checkpoint loader (refresh the page after adding files).", status=404)
     path = resolve_checkpoint(name)
     if path is None:
-        raise RequestRefused(f"The checkpoint {_short(name)} is listed but cannot be found on disk.", status=404)
+        raise RequestRefused(not_a_file_entry(name) or f"The checkpoint {_short(name)} is listed but cannot be found "
+                             "on disk.", status=404)
     return path
 
 

@@ -21,7 +21,7 @@ from yue2_core.errors import ArtifactError
 from yue2_core.pipeline import Song
 from yue2_core.protocol import SongRequest
 
-from . import types
+from . import records, types
 from .progress import user_errors
 
 SUBFOLDER = "yue2"
@@ -51,7 +51,11 @@ def next_song_dir(root: Path, prefix: str) -> Path:
     n = max(numbers, default=0) + 1
     while (root / f"{prefix}_{n:05d}").exists():
         n += 1
-    return root / safe_name(f"{prefix}_{n:05d}")
+    try:
+        return root / safe_name(f"{prefix}_{n:05d}")
+    except ArtifactError:  # a folder numbered past 10^15 makes the next number outgrow the name limit
+        raise ArtifactError(f"no free song number for the name {prefix[:40]!r}… in {root}: the next one, {n}, makes "
+                            "the folder name longer than 180 characters; choose a shorter name") from None
 
 
 def list_songs() -> list[str]:
@@ -59,8 +63,8 @@ def list_songs() -> list[str]:
     root = songs_root()
     if not root.is_dir():
         return []
-    found = [d for d in root.iterdir()
-             if d.is_dir() and _is_safe(d.name) and (d / "result.json").is_file()]
+    found = [d for d in root.iterdir()  # a symbolic link is not listed: song_path refuses it (break-it, stop 39)
+             if d.is_dir() and not d.is_symlink() and _is_safe(d.name) and (d / "result.json").is_file()]
     return [d.name for d in sorted(found, key=lambda d: (d.stat().st_mtime, d.name), reverse=True)]
 
 
@@ -110,7 +114,8 @@ def _waveform(audio, frames: int, warnings: list) -> torch.Tensor | None:
                          f"{wave.shape[1]} channel(s) at {rate} Hz")
     if wave.shape[2] != expected_samples(frames):
         warnings.append(f"audio has {wave.shape[2]} samples; {frames} frames decode to {expected_samples(frames)} "
-                        "(was it decoded by another VAE node?)")
+                        "(was it decoded by another VAE node?): it is saved as given, and YuE2 Regenerate / Continue "
+                        "will decode the song again from its latent for the part they keep")
     return wave[0].float().cpu().clamp(-1.0, 1.0)
 
 
@@ -126,8 +131,10 @@ def _render_record(config: dict) -> dict:
     return record
 
 
-def _settings(tokens, latent, audio=None) -> dict:
-    render = latent.get("yue2_render", {}) if isinstance(latent, dict) else {}
+def _settings(tokens, render: dict | None, has_latent: bool, audio=None) -> dict:
+    """config.json of a saved song: the tokens' settings, the render record `render` (None: the latent carried none
+    it still matches, `records.render_record`) and the VAE of the VAE Decode that made `audio`."""
+    render = render or {}
     settings = {"protocol": PROTOCOL_VERSION, "cot": tokens.score.cot, "cfg_scale": tokens.cfg_scale,
                 "semantic_sampling": tokens.sampling, "ode_steps": render.get("steps"),
                 "render_seed": render.get("seed"), "ode_method": render.get("method") or "midpoint",
@@ -139,7 +146,7 @@ def _settings(tokens, latent, audio=None) -> dict:
         settings["weights"] = dict(render["weights"])
     if isinstance(audio, dict) and "yue2_vae" in audio:  # the VAE of the VAE Decode that made the audio
         settings.setdefault("weights", {"loras": [], "vae": None})["vae"] = audio["yue2_vae"]
-    if latent is None:  # tokens only: nothing was rendered, so no render record (an edit renders them anew)
+    if not has_latent:  # tokens only: nothing was rendered, so no render record (an edit renders them anew)
         for key in ("ode_steps", "render_seed"):
             if settings[key] is None:
                 del settings[key]
@@ -177,15 +184,19 @@ class YuE2SaveSong(io.ComfyNode):
 
     @classmethod
     def execute(cls, tokens, name, latent=None, audio=None, audioUI=None) -> io.NodeOutput:
+        root = songs_root()
+        if root.exists() and not root.is_dir():  # break-it (stop 39): was "cannot write into …: File exists"
+            raise ValueError(f"{root} is a file, not a folder: YuE2 Save Song writes each song as a folder inside "
+                             "it; move or rename that file")
         frames = len(tokens.codes)
         warnings: list[str] = []
         latents = _latents(latent, frames)
         wave = _waveform(audio, frames, warnings)
-        render = latent.get("yue2_render") if isinstance(latent, dict) else None
-        if latent is not None and not (isinstance(render, dict) and render.get("seed") is not None):
-            warnings.append("the latent carries no YuE2 render record (ODE steps, render seed): the song is saved "
-                            "without one, and YuE2 Regenerate / Continue will refuse it (they keep the original's "
-                            "noise); connect the latent of a YuE2 Renderer, Load Song, Regenerate or Continue")
+        render, why = records.render_record(latent) if latent is not None else (None, None)
+        if why:
+            warnings.append(why)
+        if audio is not None and (note := records.decoder_warning(render, audio)):
+            warnings.append(note)
         req = tokens.request
         prefix = clean_name(name)
         request = SongRequest(style=req.get("style", ""), lyrics=req.get("lyrics", ""), cot=req.get("cot", "full"),
@@ -193,7 +204,8 @@ class YuE2SaveSong(io.ComfyNode):
                               cfg_scale=req.get("cfg_scale"), id=prefix)
         song = Song(request=request, score=tokens.score, tokens=tokens,
                     latents=latents, audio=wave,
-                    settings=_settings(tokens, latent, audio), warnings=request.input_warnings() + warnings)
+                    settings=_settings(tokens, render, latent is not None, audio),
+                    warnings=request.input_warnings() + warnings)
         root = songs_root()
         with user_errors():
             for _ in range(3):  # another save may take the number between the scan and the rename
@@ -252,7 +264,7 @@ class YuE2LoadSong(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, song, **kwargs) -> bool | str:
+    def validate_inputs(cls, song) -> bool | str:
         songs = list_songs()
         if song in songs:
             return True
@@ -277,13 +289,15 @@ class YuE2LoadSong(io.ComfyNode):
         model.check_tokens(saved.tokens)
         frames = len(saved.tokens.codes)
         if saved.latents is not None:
-            latent = {"samples": saved.latents.T.unsqueeze(0).contiguous(), "type": "audio",
-                      "downscale_ratio_temporal": HOP, "yue2_render": _render_record(saved.config)}
+            samples = saved.latents.T.unsqueeze(0).contiguous()
+            latent = {"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
+                      "yue2_render": records.stamp(_render_record(saved.config), samples)}
         else:
             latent = ExecutionBlocker(f"song {song} was saved without latents (latent.npy): render its tokens with "
                                       "YuE2 Renderer instead")
         lines = [(f"{SUBFOLDER}/{song}: {frames} frames = {frames / FRAMES_PER_SECOND:.2f} s, "
                   f"cot {saved.score.cot}, seed {saved.tokens.seed}, {len(saved.score.abc_ids)} ABC tokens")]
+        lines += [f"note: {n}" for n in _checkpoint_notes(saved.config.get("checkpoint"), model)]
         if saved.score_edited:
             lines.append("score.abc was edited: `score` is the edited text, re-tokenized; the saved `tokens` were "
                          "sampled from the original — connect `score` to a YuE2 Composer for music that follows "
@@ -295,6 +309,20 @@ class YuE2LoadSong(io.ComfyNode):
                          + (" and its VAE file" if song_model.vae_file is not None else ""))
         return io.NodeOutput(saved.score, saved.tokens, latent, saved, song_model,
                              ui={"text": ["\n".join(lines)]})
+
+
+def _checkpoint_notes(recorded, model) -> list[str]:
+    """What YuE2 Regenerate / Continue (and the command line's render) say of the song's recorded checkpoint against
+    `model`'s — another file of the same layout, the other format, another model — as notes: Load Song's outputs
+    are also used with other models (its score, for new music), so nothing is refused here (break-it, stop 39: a
+    render of Load Song's tokens with another same-layout file was silent)."""
+    from yue2_core.edit import CheckpointMismatch, check_checkpoint
+    if not recorded:
+        return []
+    try:
+        return check_checkpoint(recorded, model.info)
+    except CheckpointMismatch as exc:
+        return [f"{exc} (Regenerate and Continue refuse it; its score can still be composed anew)"]
 
 
 def _recorded_weights_state(path: Path) -> tuple:

@@ -35,6 +35,7 @@ from yue2_core.protocol import (check_budget, codes_from_ids, negative_prefix, p
                                 semantic_prefix)
 
 from . import memory, types
+from .records import restamp
 from .batch import (TakeBatch, as_takes, describe_take, latent_frames, pick_audio, pick_latent_samples,
                     take_reports)
 from .progress import check_cancel, user_errors
@@ -148,13 +149,13 @@ def _pick_latent(latent, n: int, i: int, frames: int, seed: int):
     if lengths[i] != frames:
         raise ValueError(f"take {i} has {frames} frames but latent item {i} has {lengths[i]}: connect the latent "
                          "rendered from these tokens")
-    render = dict(latent.get("yue2_render") or {})
+    picked = pick_latent_samples(samples, i, frames)
+    render = restamp(latent, picked)
     seeds = render.pop("seeds", None)
     if isinstance(seeds, list) and len(seeds) == n:
         render["seed"] = seeds[i]
     render.setdefault("seed", seed)
-    return {"samples": pick_latent_samples(samples, i, frames), "type": "audio", "downscale_ratio_temporal": HOP,
-            "yue2_render": render}
+    return {"samples": picked, "type": "audio", "downscale_ratio_temporal": HOP, "yue2_render": render}
 
 
 def _audio_lengths(audio, n: int) -> list[int]:

@@ -61,10 +61,18 @@ def vae_path(name: str) -> str | None:
 
 
 def missing_message(name: str) -> str:
+    """The VAE Loader's message for an entry that is not there: the entry meant when only the trailing "/" of a
+    vendor folder is missing (an API prompt written by hand, new-user review stop 39), else what is listed."""
     folders = folder_paths.get_folder_paths("vae")
+    names = vae_names()
+    if isinstance(name, str) and name.rstrip("/") + "/" in names:
+        return (f"VAE {name!r} is not an entry of the list: the vendor VAE folder is listed as "
+                f"{name.rstrip('/') + '/'!r} (folders end with '/'); pick that one")
+    listed = (f" Listed now: {', '.join(repr(n) for n in names[:8])}{' …' if len(names) > 8 else ''}." if names
+              else "")
     return (f"VAE {name!r} is not in ComfyUI's vae folder ({', '.join(folders) or 'models/vae'}). Put a YuE2 VAE "
             "there — the vendor folder (config.json + model.safetensors, e.g. m-a-p/YuE2-Vae-legacy) or a "
-            ".safetensors with decoder.* / vae.decoder.* tensors — and refresh (press R).")
+            f".safetensors with decoder.* / vae.decoder.* tensors — and refresh (press R).{listed}")
 
 
 class YuE2VAELoader(io.ComfyNode):
@@ -98,7 +106,7 @@ class YuE2VAELoader(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, vae_name, **kwargs) -> bool | str:
+    def validate_inputs(cls, vae_name) -> bool | str:
         return True if vae_path(vae_name) is not None else missing_message(vae_name)
 
     @classmethod

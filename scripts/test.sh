@@ -154,10 +154,28 @@ do_venv() {
     note="created with $("$VPY" -V 2>&1)"
 }
 
+# The tests run on the torch CI uses. A .venv that holds another one (a CPU build from the README's "No GPU?" route,
+# which scripts/song.sh keeps) gets it replaced — a CUDA build with its libraries, ≈ 5 GB —: say so first, and stop
+# before downloading where the disk cannot hold it (new-user review, stop 39: the download filled a shared disk and
+# left 19 half-installed packages behind).
+readonly TORCH_ROOM_GB=8
+check_torch_room() {
+    local have free_kb
+    have=$("$VPY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null) || return 0
+    [ "${have%%+*}" != "${TORCH_SPECS[0]#torch==}" ] || return 0
+    say "   .venv has torch $have; the tests run on ${TORCH_SPECS[*]} (the versions CI uses), which replace it:"
+    say "   a CUDA build with its libraries, ≈ 5 GB to download (scripts/song.sh works with either)"
+    free_kb=$(df -Pk "$VENV" 2>/dev/null | awk 'NR == 2 {print $4}')
+    if [ -n "$free_kb" ] && [ "$free_kb" -lt $((TORCH_ROOM_GB * 1024 * 1024)) ]; then
+        die "only $((free_kb / 1024 / 1024)) GB free where .venv lies; installing ${TORCH_SPECS[*]} over torch $have needs ≈ $TORCH_ROOM_GB GB (pip's download cache included): free some space and run again (nothing was downloaded), or run the tests in a clone of their own"
+    fi
+}
+
 do_torch() {
     local stamp="$VENV/.yue2-stamps/torch" want
     want="${TORCH_SPECS[*]} $(sha "$CONSTRAINTS")"
     if stamp_ok "$stamp" "$want"; then note="cached"; return; fi
+    check_torch_room
     pip_install "${TORCH_SPECS[@]}" || die "installing ${TORCH_SPECS[*]} failed (see pip's message above)"
     stamp_set "$stamp" "$want"
     note="installed ${TORCH_SPECS[*]}"

@@ -34,7 +34,7 @@ import inspect
 import math
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -94,6 +94,7 @@ class Parent:
     name: str
     path: Path | None = None
     edited_score: object = None  # a SavedSong whose score.abc was edited on disk: the edited Score
+    notes: list = field(default_factory=list)  # what normalising it changed (an audio that does not fit: dropped)
 
     @property
     def codes(self) -> list[int]:
@@ -208,9 +209,14 @@ def _check_parent(p: Parent):
         raise RequestError(f"the song's semantic codes must be in [0, {CODEC_SIZE})")
     if p.latents is not None and tuple(p.latents.shape) != (n, LATENT_DIM):
         raise RequestError(f"the song's latents are {list(p.latents.shape)}, expected [{n}, {LATENT_DIM}]")
-    if p.audio is not None and (p.audio.ndim != 2 or p.audio.shape[-1] != n * HOP - VAE_LENGTH_TRIM):
-        raise RequestError(f"the song's audio is {list(p.audio.shape)}, expected [2, {n * HOP - VAE_LENGTH_TRIM}] "
-                           f"for {n} frames")
+    want = [2, n * HOP - VAE_LENGTH_TRIM]
+    if p.audio is not None and list(p.audio.shape) != want:
+        # break-it (stop 39): YuE2 Save Song stores any 48 kHz stereo audio it is given (with a warning); an edit of
+        # such a song was refused with no way on. The kept part is decoded again from the latents instead.
+        p.notes.append(f"the song's audio is {list(p.audio.shape)} (channels, samples), not the {want} its {n} "
+                       "frames decode to — it was not decoded from this song's latents —, so the part before the "
+                       "cut is decoded again from them")
+        p.audio = None
 
 
 def check_checkpoint(recorded: dict | None, info=None, dims=None) -> list[str]:
@@ -584,7 +590,8 @@ def _prepare(engine_or_parts, song, new_score, seed, parent_name, operation, cro
     crossfade_weights(1, crossfade_shape)
     parts = model_parts(engine_or_parts)
     parent = as_parent(song, parts.tokenizer, parent_name)
-    notes = check_checkpoint(parent.settings.get("checkpoint"), parts.info, getattr(parts.ar, "dims", None))
+    notes = parent.notes + check_checkpoint(parent.settings.get("checkpoint"), parts.info,
+                                            getattr(parts.ar, "dims", None))
     score, changed = _new_score(parent, new_score, parts.tokenizer)
     request = _child_request(parent, score, changed, seed)
     prefix, longest = _prompt_lengths(request, score, parts.tokenizer)

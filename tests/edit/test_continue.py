@@ -117,3 +117,20 @@ def test_the_child_records_the_weights_of_this_run(engine, parent):
     assert child.settings["weights"] == other
     assert any("the original was made with no LoRA and the checkpoint's VAE and this run uses LoRA "
                "mine.safetensors and the checkpoint's VAE" in w for w in child.warnings), child.warnings
+
+
+def test_a_song_whose_audio_does_not_fit_its_frames_is_decoded_again(engine, parent):
+    """Break-it finding (stop 39): YuE2 Save Song stores any 48 kHz stereo audio it is given (a LoadAudio of another
+    file, with a warning), and Regenerate / Continue of that song then stopped with "the song's audio is [2, N],
+    expected …" and no way on. The kept part is now decoded again from the latents, with a note: the child equals
+    the child of the same song saved without audio."""
+    foreign = torch.zeros(2, 480_000)
+    odd = (parent.score, parent.tokens, parent.latents, foreign, parent.request, parent.settings)
+    bare = (parent.score, parent.tokens, parent.latents, None, parent.request, parent.settings)
+    child, _ = edit.continue_song(engine, odd, 0.2, seed=4)
+    assert any("the song's audio is [2, 480000] (channels, samples), not the [2, 115136] its 60 frames decode to"
+               in w for w in child.warnings), child.warnings
+    reference, _ = edit.continue_song(engine, bare, 0.2, seed=4)
+    assert torch.equal(child.audio, reference.audio) and not any("channels, samples" in w for w in reference.warnings)
+    mono, _ = edit.regenerate(engine, (*odd[:3], foreign[:1, :115_136], *odd[4:]), 1.0, seed=4)
+    assert any("[1, 115136]" in w for w in mono.warnings), mono.warnings

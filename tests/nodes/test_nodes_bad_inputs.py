@@ -162,3 +162,22 @@ def test_an_unknown_song_is_rejected_with_the_folder(comfy, comfy_server):
                             "3": preview(["2", 1])})
     message = str(body["node_errors"]["2"])
     assert "no saved song 'no_such_song_00001'" in message and str(comfy_server.output_dir / "yue2") in message
+
+
+def test_a_missing_file_is_reported_once(comfy, comfy_server):
+    """New-user finding (stop 39): a missing LoRA was reported four times — once per input of YuE2 LoRA (model,
+    lora_name, strength_ar, strength_nar) — because its `validate_inputs` took **kwargs, and ComfyUI repeats a custom
+    validation failure for every input that function receives (Load Song and the VAE Loader twice). Now once each,
+    on the file input."""
+    body = rejected(comfy, {
+        "1": LOADER, "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": "no_such_song_00001"}},
+        "3": {"class_type": "YuE2LoRA", "inputs": {"model": ["1", 0], "lora_name": "no_such_lora.safetensors",
+                                                   "strength_ar": 1.0, "strength_nar": 1.0}},
+        "4": {"class_type": "YuE2VAELoader", "inputs": {"model": ["1", 0], "vae_name": "no_such_vae/"}},
+        "5": preview(["2", 1]), "6": preview(["3", 1]), "7": preview(["4", 1])})
+    errors = body["node_errors"]
+    for node, name, what in (("2", "song", "no saved song"), ("3", "lora_name", "is not in ComfyUI's loras folder"),
+                             ("4", "vae_name", "is not in ComfyUI's vae folder")):
+        (error,) = errors[node]["errors"]
+        assert error["type"] == "custom_validation_failed" and error["details"].startswith(f"{name} - "), error
+        assert what in error["details"], error

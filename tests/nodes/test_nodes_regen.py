@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from nodes_testlib import (MICRO, SCORE_240, TINY, api, by_class, codes, run, run_error, saved_dirs, set_inputs,
-                          test_sized)
+from nodes_testlib import (MICRO, SCORE_240, TINY, TINY_INT8, api, by_class, codes, run, run_error, saved_dirs,
+                           set_inputs, test_sized)
 
 CONTEXT = 24576
 FADE = 2400  # 0.05 s at 48 kHz
@@ -202,3 +202,30 @@ def test_a_copy_saved_from_load_song_keeps_its_render_record_and_can_be_edited(c
         assert after[key] == before[key] and after[key] is not None, key
     _, child = _child(comfy, comfy_server, _regen_prompt(node_info, copy))
     assert codes(child)[:25] == codes(copy)[:25]
+
+
+def test_a_changed_latent_and_another_models_decode_are_said_at_save(comfy, comfy_server, parent):
+    """Break-it findings (stop 39): (1) a latent changed after the render (LatentMultiply between Load Song or the
+    Renderer and Save Song) kept its render record, so the saved song claimed a render it did not hold and an edit
+    jumped at the cut — the record now carries a digest of its samples, and Save Song drops a record that no longer
+    matches, saying so; (2) audio decoded by another checkpoint's VAE was saved without a word; (3) Load Song with
+    another checkpoint file than the song's said nothing (the edit nodes and the command line did)."""
+    loader = {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY_INT8}}
+    entry = run(comfy, {
+        "1": loader, "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": parent.name}},
+        "3": {"class_type": "LatentMultiply", "inputs": {"samples": ["2", 2], "multiplier": 10.0}},
+        "4": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "latent": ["3", 0],
+                                                       "name": "regen_changed"}},
+        "5": {"class_type": "YuE2VAEDecode", "inputs": {"model": ["1", 0], "latent": ["2", 2]}},
+        "6": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "latent": ["2", 2], "audio": ["5", 0],
+                                                       "name": "regen_mixed"}}})
+    loaded = entry["outputs"]["2"]["text"][0]
+    assert "note: the song was made with the bf16 file of this model and is now run with the int8 file" in loaded
+    changed, mixed = (comfy_server.output_dir / entry["outputs"][n]["song_dir"][0] for n in ("4", "6"))
+    assert "warning: the latent was changed after YuE2 rendered it" in entry["outputs"]["4"]["text"][0]
+    config = json.loads((changed / "config.json").read_text())
+    assert config["ode_steps"] is None and config["render_seed"] is None  # no record that would not describe it
+    assert np.allclose(np.load(changed / "latent.npy"), 10 * np.load(parent / "latent.npy"), rtol=1e-6)
+    text = entry["outputs"]["6"]["text"][0]
+    assert "warning: the audio was decoded by the VAE of" in text and TINY_INT8 in text, text
+    assert json.loads((mixed / "config.json").read_text())["checkpoint"]["path"].endswith(TINY)

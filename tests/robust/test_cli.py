@@ -350,6 +350,9 @@ def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path):
     assert report["kind"] == "song" and report["request"]["style"] == "pop" and report["request"]["cot"] == "off"
     assert report["music_frames"] == 5 and "audio.flac" in report["files"] and report["abc_tokens"] == 0
     assert "files verified against result.json" in proc.stderr
+    shutil.copytree(song, tmp_path / "renamed")  # the summary names the folder (it said the request id, 'song')
+    renamed = json.loads(run_cli("inspect", tmp_path / "renamed").stdout)["summary"]
+    assert renamed.startswith(f"song 'renamed' (request id {report['request']['id']!r}): "), renamed
     batch = tmp_path / "batch"
     batch.mkdir()
     (batch / "batch.json").write_text("{}")

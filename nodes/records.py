@@ -1,0 +1,97 @@
+"""What the YuE2 nodes stamp on the LATENT and AUDIO dicts they output, and what YuE2 Save Song checks of them.
+
+A LATENT's "yue2_render" record (ODE steps, render seed, method, checkpoint, weights) says how its samples were
+rendered; ComfyUI's own latent nodes (LatentMultiply, latent blends, …) copy the dict with its keys and change the
+samples, so the record also holds a digest of the samples it describes ("samples_sha256"): Save Song keeps the record
+only while the samples still match it. An AUDIO from YuE2 VAE Decode says which checkpoint's VAE decoded it
+("yue2_decoded_by": that checkpoint's path and sample hash), so Save Song can say when the latent was rendered with
+one checkpoint and decoded with another. (Break-it review, stop 39: both went unnoticed and the saved song described
+a render it did not hold.)
+"""
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+CHANGED = "changed after the render"  # a digest that matches no samples: the record no longer describes them
+
+
+def samples_digest(samples: torch.Tensor) -> str:
+    """sha256 over the shape and the float32 values of a LATENT's samples ([B, 64, frames]; any dtype or device)."""
+    t = samples.detach().to("cpu", torch.float32).contiguous()
+    h = hashlib.sha256(repr(tuple(t.shape)).encode())
+    h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def stamp(record: dict, samples: torch.Tensor) -> dict:
+    """`record` with the digest of `samples`, the samples it describes."""
+    return {**record, "samples_sha256": samples_digest(samples)}
+
+
+def restamp(latent: dict, samples_out: torch.Tensor) -> dict:
+    """The render record of a latent cut from `latent` (YuE2 Pick Take): the digest of `samples_out`, or `CHANGED`
+    when `latent`'s own samples no longer match its record (changed before the pick)."""
+    record = dict(latent.get("yue2_render") or {})
+    digest = record.get("samples_sha256")
+    if digest is not None and digest != samples_digest(latent["samples"]):
+        record["samples_sha256"] = CHANGED
+    else:
+        record["samples_sha256"] = samples_digest(samples_out)
+    return record
+
+
+def render_record(latent) -> tuple[dict | None, str | None]:
+    """(the latent's render record, None), or (None, why it is not used): no record, or samples that no longer
+    match the record's digest. A record without a digest (made by other code) is taken as it is."""
+    record = latent.get("yue2_render") if isinstance(latent, dict) else None
+    if not (isinstance(record, dict) and record.get("seed") is not None):
+        return None, ("the latent carries no YuE2 render record (ODE steps, render seed): the song is saved without "
+                      "one, and YuE2 Regenerate / Continue will refuse it (they keep the original's noise); connect "
+                      "the latent of a YuE2 Renderer, Load Song, Regenerate or Continue")
+    digest = record.get("samples_sha256")
+    if digest is not None and digest != samples_digest(latent["samples"]):
+        return None, ("the latent was changed after YuE2 rendered it (by a node between the Renderer and Save Song, "
+                      "e.g. a latent multiply or blend), so its render record (ODE steps, render seed) no longer "
+                      "describes it: the song is saved without one — its latent.npy is what you connected, and "
+                      "YuE2 Regenerate / Continue will refuse it, as rendering again would not give these latents; "
+                      "save the Renderer's latent itself to keep a song you can edit")
+    return record, None
+
+
+def identity(checkpoint: dict) -> dict:
+    """The part of a checkpoint record (`CheckpointInfo.to_dict`, config.json "checkpoint") that names the file:
+    its path, and its sample hash for an all-in-one file."""
+    return {k: checkpoint[k] for k in ("path", "sample_sha256") if k in checkpoint}
+
+
+def decoded_by(info) -> dict:
+    """What a YuE2 VAE Decode stamps on its AUDIO as "yue2_decoded_by": the `identity` of the checkpoint whose VAE
+    decoded it. `info`: the model's CheckpointInfo."""
+    return identity(info.to_dict())
+
+
+def same_checkpoint(a: dict, b: dict) -> bool:
+    """Whether two checkpoint records ({"path", "sample_sha256"?, …}) name the same file: by sample hash when both
+    have one, else by path."""
+    if a.get("sample_sha256") and b.get("sample_sha256"):
+        return a["sample_sha256"] == b["sample_sha256"]
+    return a.get("path") == b.get("path")
+
+
+def decoder_warning(record: dict | None, audio) -> str | None:
+    """A warning when `audio` was decoded by the VAE of another checkpoint than the one `record` (a latent's render
+    record) rendered with; None when they agree or either is unknown."""
+    by = audio.get("yue2_decoded_by") if isinstance(audio, dict) else None
+    rendered = record.get("checkpoint") if isinstance(record, dict) else None
+    if not (isinstance(by, dict) and isinstance(rendered, dict)) or same_checkpoint(by, rendered):
+        return None
+    return (f"the audio was decoded by the VAE of {by.get('path', '?')}, but the latent was rendered with "
+            f"{rendered.get('path', '?')} (another checkpoint file): the song records the latter, so YuE2 "
+            "Regenerate / Continue will join this audio before the cut to audio decoded by the edit model's VAE "
+            "after it; decode with the model that rendered the latent to keep the song consistent")
+
+
+__all__ = ["samples_digest", "stamp", "restamp", "render_record", "identity", "decoded_by", "same_checkpoint", "decoder_warning",
+           "CHANGED"]

@@ -1,0 +1,117 @@
+"""Odd entries in ComfyUI's folders and the render records the nodes stamp (break-it and new-user reviews, stop 39),
+run in the installed host's python with the pack loaded as ComfyUI loads it, no server (the cases change the
+checkpoints, vae and output folders, which the session's server shares with every other test):
+
+- a FIFO or a looping symbolic link listed in the checkpoints folder: the Loader (and the editor's token route) named
+  it "not in ComfyUI's checkpoints folder — download 3.7 GB";
+- `output/yue2` that is a file: Save Song said "cannot write into …: File exists";
+- a song folder symbolically linked into `output/yue2`: listed by Load Song, refused when picked;
+- a name whose next free number outgrows the 180-character limit: the generic "name not allowed";
+- a VAE folder asked for without its trailing "/" (an API prompt by hand): "put a YuE2 VAE there";
+- the records: a latent's samples changed after the render no longer match its record's digest (also through YuE2
+  Pick Take); an AUDIO decoded by another checkpoint's VAE is named against the latent's checkpoint."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from pack_in_host import PREAMBLE
+
+REPO = Path(__file__).resolve().parents[2]
+
+HARNESS = PREAMBLE + r'''
+import torch
+from pathlib import Path
+from yue2_nodes import loader, records, songs, vae_loader
+from yue2_nodes.routes import RequestRefused, _checkpoint_path
+work = Path(ckpts).parent
+out = {}
+
+def message(call):
+    try:
+        call()
+        return "ran"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+os.mkfifo(os.path.join(ckpts, "fifo.safetensors"))
+os.symlink("loop.safetensors", os.path.join(ckpts, "loop.safetensors"))
+out["listed"] = [n for n in loader.checkpoint_options() if n in ("fifo.safetensors", "loop.safetensors")]
+out["loader fifo"] = message(lambda: loader.YuE2CheckpointLoader.execute("fifo.safetensors"))
+out["loader loop"] = message(lambda: loader.YuE2CheckpointLoader.execute("loop.safetensors"))
+out["route fifo"] = message(lambda: _checkpoint_path("fifo.safetensors"))
+
+folder_paths.set_output_directory(str(work / "output"))
+(work / "output").mkdir()
+(work / "output" / "yue2").write_text("not a folder")
+out["save into a file"] = message(lambda: songs.YuE2SaveSong.execute(None, "x"))
+(work / "output" / "yue2").unlink()
+root = work / "output" / "yue2"
+(root / "mine_00001").mkdir(parents=True)
+(root / "mine_00001" / "result.json").write_text("{}")
+(work / "elsewhere").mkdir()
+(work / "elsewhere" / "result.json").write_text("{}")
+os.symlink(work / "elsewhere", root / "linked_00001")
+out["songs"] = songs.list_songs()
+prefix = "a" * 160
+(root / f"{prefix}_9999999999999999999").mkdir()
+out["next number"] = message(lambda: songs.next_song_dir(root, prefix))
+
+vaes = work / "vae"
+(vaes / "legacy").mkdir(parents=True)
+(vaes / "legacy" / "config.json").write_text(json.dumps({"model_type": "yue2_vae"}))
+folder_paths.folder_names_and_paths["vae"] = ([str(vaes)], folder_paths.supported_pt_extensions)
+out["vae without slash"] = vae_loader.missing_message("legacy")
+out["vae unknown"] = vae_loader.missing_message("other")
+
+samples = torch.randn(1, 64, 7)
+record = records.stamp({"steps": 8, "seed": 3, "checkpoint": {"path": "/m/a.safetensors", "sample_sha256": "1"}},
+                       samples)
+out["record kept"] = records.render_record({"samples": samples.clone(), "yue2_render": record})[0] == record
+changed = records.render_record({"samples": samples * 10, "yue2_render": record})
+out["record changed"] = [changed[0], changed[1]]
+batch = torch.randn(2, 64, 9)
+kept = records.restamp({"samples": batch, "yue2_render": records.stamp({"seed": 1}, batch)}, batch[1:, :, :5])
+out["pick kept"] = kept["samples_sha256"] == records.samples_digest(batch[1:, :, :5])
+moved = records.restamp({"samples": batch * 2, "yue2_render": records.stamp({"seed": 1}, batch)}, batch[1:, :, :5])
+out["pick changed"] = moved["samples_sha256"]
+other = {"yue2_decoded_by": {"path": "/m/b.safetensors", "sample_sha256": "2"}}
+same = {"yue2_decoded_by": {"path": "/elsewhere/a.safetensors", "sample_sha256": "1"}}
+out["decoder other"] = records.decoder_warning(record, other)
+out["decoder same"] = records.decoder_warning(record, same)
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_odd_folder_entries_and_render_records(comfy_host, tmp_path):
+    comfy_dir, python = comfy_host
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("YUE2_") or k in ("YUE2_TEST_CACHE",)}
+    run = subprocess.run([python, "-c", HARNESS, str(comfy_dir), str(REPO), str(ckpts)], capture_output=True,
+                         text=True, env={**env, "YUE2_WARMUP": "0"}, timeout=300)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["listed"] == ["fifo.safetensors", "loop.safetensors"]  # ComfyUI lists both
+    assert out["loader fifo"].startswith(f"ValueError: YuE2 checkpoint 'fifo.safetensors' in {ckpts} is a FIFO "
+                                         "(named pipe), not a file"), out["loader fifo"]
+    assert "is a symbolic-link loop, not a file" in out["loader loop"] and "Download" not in out["loader loop"]
+    assert "is a FIFO (named pipe), not a file" in out["route fifo"] and "RequestRefused" in out["route fifo"]
+    assert out["save into a file"] == (f"ValueError: {tmp_path / 'output' / 'yue2'} is a file, not a folder: YuE2 "
+                                       "Save Song writes each song as a folder inside it; move or rename that file")
+    assert out["songs"] == ["mine_00001"]
+    assert out["next number"].startswith("ArtifactError: no free song number for the name 'aaaa") and \
+        "the next one, 10000000000000000000, makes the folder name longer than 180 characters" in out["next number"]
+    assert out["vae without slash"] == ("VAE 'legacy' is not an entry of the list: the vendor VAE folder is listed as "
+                                        "'legacy/' (folders end with '/'); pick that one")
+    assert out["vae unknown"].endswith("and refresh (press R). Listed now: 'legacy/'.")
+    assert out["record kept"] is True
+    assert out["record changed"][0] is None and "the latent was changed after YuE2 rendered it" in \
+        out["record changed"][1]
+    assert out["pick kept"] is True and out["pick changed"] == "changed after the render"
+    assert out["decoder other"].startswith("the audio was decoded by the VAE of /m/b.safetensors, but the latent was "
+                                           "rendered with /m/a.safetensors")
+    assert out["decoder same"] is None  # the same file by its sample hash, wherever it lies now
