@@ -206,7 +206,6 @@ class YuE2SaveSong(io.ComfyNode):
                     latents=latents, audio=wave,
                     settings=_settings(tokens, render, latent is not None, audio),
                     warnings=request.input_warnings() + warnings)
-        root = songs_root()
         with user_errors():
             for _ in range(3):  # another save may take the number between the scan and the rename
                 out = next_song_dir(root, prefix)
