@@ -1,6 +1,8 @@
 """YuE2 ABC Editor: check (and, in the widget, edit) a lead sheet before the music is sampled from it."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from comfy_api.latest import io
 
 from yue2_core.abc.service import MAX_ABC_BYTES
@@ -44,8 +46,10 @@ class YuE2ABCEditor(io.ComfyNode):
             raise ValueError("both a score and an abc_text are connected; connect only one of them")
         incoming = score.abc if score is not None else abc_text
         hidden = getattr(cls, "hidden", None)  # set by ComfyUI's executor; absent when execute is called directly
-        stale = _holds_previous_score(abc, incoming, getattr(hidden, "extra_pnginfo", None),
-                                      getattr(hidden, "unique_id", None))
+        extra, unique_id = getattr(hidden, "extra_pnginfo", None), getattr(hidden, "unique_id", None)
+        stale = _holds_previous_score(abc, incoming, extra, unique_id)
+        if incoming and incoming.strip():
+            remember_source(extra, unique_id, incoming)
         text = abc if abc.strip() and not stale else incoming
         if text is None or not text.strip():
             what = ("the connected score is empty (cot off has no lead sheet)" if score is not None
@@ -57,6 +61,11 @@ class YuE2ABCEditor(io.ComfyNode):
             raise ValueError(f"the typed ABC score is {len(text.encode('utf-8', 'surrogatepass')):,} bytes; at most "
                              f"{MAX_ABC_BYTES:,} are accepted (a song's lead sheet is a few kB)")
         errors, warnings = scores.check(text)
+        if errors and text is incoming:  # the connected score is wrong: show it in the box, where it can be fixed
+            _offer_to_widget(unique_id, incoming)
+            raise ValueError(f"the connected score has {len(errors)} error(s) (the editor's box shows it when it "
+                             "was empty or held the previous score unedited: fix it there and run again):\n"
+                             f"{scores.describe(errors)}")
         if errors:
             raise ValueError(f"the ABC score has {len(errors)} error(s):\n{scores.describe(errors)}")
         unchanged = score is not None and text == score.abc
@@ -81,15 +90,82 @@ def _holds_previous_score(abc: str, incoming: str | None, extra_pnginfo, unique_
     itself already uses the new score instead of passing on a stale copy. The widget's record of that last score is
     the node property `yue2_composer_abc`, read from the workflow ComfyUI's frontend sends with each prompt
     (`extra_pnginfo`); API prompts without it, or nodes inside subgraphs, keep the plain rule (the box wins)."""
-    if not abc.strip() or not incoming or not incoming.strip() or incoming == abc:
+    if not abc.strip() or not incoming or not incoming.strip() or _lf(incoming) == _lf(abc):
         return False
+    node = _workflow_node(extra_pnginfo, unique_id)
+    props = node.get("properties") if node is not None else None
+    previous = props.get("yue2_composer_abc") if isinstance(props, dict) else None
+    return isinstance(previous, str) and _lf(previous) == _lf(abc)
+
+
+def _workflow_node(extra_pnginfo, unique_id) -> dict | None:
+    """The node `unique_id` in the workflow the frontend sent (`extra_pnginfo["workflow"]`), or None. A node inside
+    a subgraph has an id "5:3" (the subgraph node 5 of the top graph, its node 3): the path is followed through the
+    workflow's subgraph definitions (editor review, stop 39: such nodes were not found, so the run kept the box while
+    the widget showed the new score)."""
     workflow = extra_pnginfo.get("workflow") if isinstance(extra_pnginfo, dict) else None
-    nodes = workflow.get("nodes") if isinstance(workflow, dict) else None
-    if not isinstance(nodes, list) or unique_id is None:
-        return False
-    for node in nodes:
-        if isinstance(node, dict) and str(node.get("id")) == str(unique_id):
-            props = node.get("properties")
-            previous = props.get("yue2_composer_abc") if isinstance(props, dict) else None
-            return isinstance(previous, str) and previous == abc
-    return False
+    if not isinstance(workflow, dict) or unique_id is None:
+        return None
+    definitions = workflow.get("definitions")
+    subgraphs = definitions.get("subgraphs") if isinstance(definitions, dict) else None
+    by_id = {s.get("id"): s for s in subgraphs if isinstance(s, dict)} if isinstance(subgraphs, list) else {}
+    nodes = workflow.get("nodes")
+    *path, last = str(unique_id).split(":")
+    for part in path:
+        outer = _find(nodes, part)
+        inner = by_id.get(outer.get("type")) if outer is not None else None
+        nodes = inner.get("nodes") if isinstance(inner, dict) else None
+    return _find(nodes, last)
+
+
+def _find(nodes, node_id: str) -> dict | None:
+    if not isinstance(nodes, list):
+        return None
+    return next((n for n in nodes if isinstance(n, dict) and str(n.get("id")) == node_id), None)
+
+
+# The connected score each editor node last received, by (workflow id, node id): a run that ComfyUI answers wholly
+# from its cache never executes the node, so a widget whose box is empty asks for it (route /yue2/abc/last_source;
+# editor review, stop 39: the box stayed empty after such a run). Kept for the last 64 nodes, in memory only.
+_LAST_SOURCE: OrderedDict = OrderedDict()
+_LAST_SOURCE_MAX = 64
+
+
+def remember_source(extra_pnginfo, unique_id, text: str) -> None:
+    """Record `text` as the score node `unique_id` of the sent workflow received (nothing without a workflow id)."""
+    workflow = extra_pnginfo.get("workflow") if isinstance(extra_pnginfo, dict) else None
+    workflow_id = workflow.get("id") if isinstance(workflow, dict) else None
+    if not isinstance(workflow_id, str) or unique_id is None:
+        return
+    key = (workflow_id, str(unique_id))
+    _LAST_SOURCE[key] = text
+    _LAST_SOURCE.move_to_end(key)
+    while len(_LAST_SOURCE) > _LAST_SOURCE_MAX:
+        _LAST_SOURCE.popitem(last=False)
+
+
+def last_source(workflow_id: str, node_id: str) -> str | None:
+    """The score `remember_source` recorded for that workflow's node, or None."""
+    return _LAST_SOURCE.get((workflow_id, node_id))
+
+
+def _offer_to_widget(unique_id, text: str) -> None:
+    """Send the connected score to the node's widget before the run stops on its errors, as an execution result
+    would (event "yue2.abc_editor.source"): an empty or unedited box shows it with its marks, where it can be
+    fixed. Nothing outside a running ComfyUI server."""
+    try:
+        from server import PromptServer
+    except ImportError:
+        return
+    server = getattr(PromptServer, "instance", None)
+    if server is None or unique_id is None:
+        return
+    server.send_sync("yue2.abc_editor.source", {"node": str(unique_id), "source_abc": text},
+                     getattr(server, "client_id", None))
+
+
+def _lf(text: str) -> str:
+    """`text` with CR LF and CR line ends as LF: the widget's textarea holds LF only, so a score that arrived with
+    CR LF (a text file loader) is the same score in the box (editor review, stop 39: an unedited box read as edited
+    and kept the old score at every later change)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")

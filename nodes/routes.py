@@ -289,9 +289,25 @@ def _tokenizer_for(name: str):
     return tokenizer
 
 
+# --- /yue2/abc/last_source -----------------------------------------------------------------------------------------
+def last_source(payload: dict) -> dict:
+    """{"workflow": the workflow's id, "node": the editor node's id} → {"source_abc": the connected score that node
+    last received in this server, or null} (`nodes.editor.remember_source`): the widget of an empty box asks after
+    a run that ComfyUI answered from its cache without executing the node."""
+    from .editor import last_source as recorded
+    ids = []
+    for key in ("workflow", "node"):
+        value = payload.get(key)
+        if not isinstance(value, str) or not 0 < len(value) <= 200:
+            raise RequestRefused(f"'{key}' must be a string of 1–200 characters (the workflow's and the node's id), "
+                                 f"not {f'{len(value)} characters' if isinstance(value, str) else _json_type(value)}")
+        ids.append(value)
+    return {"source_abc": recorded(*ids)}
+
+
 # --- registration --------------------------------------------------------------------------------------------------
 ROUTES = {"/yue2/abc/analyze": (analyze, _SCORE_THREAD), "/yue2/abc/tool": (run_tool, _SCORE_THREAD),
-          "/yue2/abc/tokens": (count_tokens, _TOKEN_THREAD)}
+          "/yue2/abc/tokens": (count_tokens, _TOKEN_THREAD), "/yue2/abc/last_source": (last_source, _SCORE_THREAD)}
 
 
 def register(routes) -> None:

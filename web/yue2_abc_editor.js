@@ -4,8 +4,10 @@
 // a DOM widget of the same name whose value is the text of our editor (web/abc_editor/): the text is saved in the
 // workflow, restored on reload and sent to the server in the prompt exactly like the plain widget's, while the
 // editor adds the engraved score, issue markers, playback, a structure panel and the score tools.
+import { api } from "../../scripts/api.js";
 import { app } from "../../scripts/app.js";
 import { AbcEditor } from "./abc_editor/editor.js";
+import { callRoute } from "./abc_editor/server.js";
 
 const NODE_TYPE = "YuE2ABCEditor";
 const WIDGET = "abc";
@@ -64,11 +66,45 @@ function attachEditor(node) {
     return editor;
 }
 
+/** The editors of the open graph's top level, by node id. */
+function editors() {
+    return (app.graph?.nodes ?? app.graph?._nodes ?? []).filter((n) => n.yue2AbcEditor).map((n) => [String(n.id), n.yue2AbcEditor]);
+}
+
+/**
+ * Results that do not come as the node's own "executed" message (editor review, stop 39):
+ * - "yue2.abc_editor.source" (nodes/editor.py): the run stopped on errors in the connected score; an empty or
+ *   unedited box shows that score with its marks, where it can be fixed;
+ * - "execution_cached": ComfyUI answered the run from its cache without executing the node, so an empty box asks
+ *   the server for the score the node last received (/yue2/abc/last_source) — else it stayed empty.
+ */
+function listen() {
+    api.addEventListener("yue2.abc_editor.source", ({ detail }) => {
+        const found = editors().find(([id]) => id === String(detail?.node));
+        if (found && typeof detail.source_abc === "string") found[1].executed({ source_abc: [detail.source_abc] });
+    });
+    api.addEventListener("execution_cached", async ({ detail }) => {
+        const cached = new Set((detail?.nodes ?? []).map(String));
+        const workflow = app.graph?.id;
+        if (typeof workflow !== "string") return;
+        for (const [id, editor] of editors()) {
+            if (!cached.has(id) || editor.value.trim()) continue;
+            try {
+                const answer = await callRoute("last_source", { workflow, node: id });
+                if (typeof answer.source_abc === "string") editor.executed({ source_abc: [answer.source_abc] });
+            } catch (error) {
+                console.warn("[ComfyUI-YuE2] the editor could not fetch the cached score:", error);
+            }
+        }
+    });
+}
+
 app.registerExtension({
     name: "ComfyUI-YuE2.AbcEditor",
 
     init() {
         addStylesheet();
+        listen();
     },
 
     async beforeRegisterNodeDef(nodeType, nodeData) {

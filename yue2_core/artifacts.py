@@ -21,6 +21,7 @@ leaves nothing partial and never touches an existing song; a non-empty target di
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -104,11 +105,59 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 
 
 def flac_bytes(audio: torch.Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:
-    """audio [channels, samples] float in [−1, 1] → FLAC PCM_24 bytes."""
+    """audio [channels, samples] float in [−1, 1] → FLAC PCM_24 bytes, decoded back once to check them. Raises
+    ArtifactError when libsndfile wrote something that does not decode to the same frames and channels.
+
+    soundfile writes into memory through Python callbacks (cffi), and cffi prints and drops an exception raised
+    inside one — so a Ctrl+C or SIGTERM whose handler raised there was lost, and the encode could return broken bytes
+    that were then sealed as a complete song (break-it review, stop 39: 52 of 60 signals swallowed). On the main
+    thread SIGINT / SIGTERM / SIGHUP are held during the encode and delivered, to the program's own handlers, after
+    it."""
     import soundfile as sf
+    data = audio.detach().float().cpu().numpy().T
     buf = io.BytesIO()
-    sf.write(buf, audio.detach().float().cpu().numpy().T, sample_rate, format="FLAC", subtype="PCM_24")
-    return buf.getvalue()
+    with signals_held():
+        sf.write(buf, data, sample_rate, format="FLAC", subtype="PCM_24")
+    encoded = buf.getvalue()
+    try:
+        with signals_held():
+            info = sf.info(io.BytesIO(encoded))
+            frames = len(sf.read(io.BytesIO(encoded), dtype="int32", always_2d=True)[0])
+    except Exception as exc:  # libsndfile's own error types
+        raise ArtifactError(f"the FLAC encoder wrote audio that does not decode ({exc}); nothing was saved") from None
+    if (frames, info.channels, info.samplerate) != (data.shape[0], data.shape[1], sample_rate):
+        raise ArtifactError(f"the FLAC encoder wrote {frames} frames × {info.channels} channels at "
+                            f"{info.samplerate} Hz for {data.shape[0]} × {data.shape[1]} at {sample_rate}; nothing "
+                            "was saved")
+    return encoded
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold SIGINT, SIGTERM and SIGHUP while the block runs (main thread only: elsewhere Python runs no signal
+    handler), then deliver any that came to the handlers the program had (`signal.raise_signal`)."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    held = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            held[sig] = signal.signal(sig, lambda signum, frame: caught.append(signum))
+        except (ValueError, OSError, TypeError):  # not settable here
+            continue
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
 
 
 def _check_savable(song: Song) -> None:
@@ -277,14 +326,31 @@ def _holder(fd: int) -> str:
     return f"pid {pid}" if host == socket.gethostname() else f"pid {pid} on host {host}"
 
 
-def reserve_output(path: str | os.PathLike, what: str = "output directory") -> Reservation:
+INSIDE_LOCK = ".yue2-lock"  # the claim file inside an existing batch folder whose parent cannot be written
+
+
+def _claim_files(out: Path, inside_ok: bool) -> list[Path]:
+    """Where the claim on `out` may lie, in order: `.NAME.yue2-lock` beside it; for a name too long for that (the
+    lock adds 11 bytes), `.yue2-lock-<sha256 of the name>` beside it; with `inside_ok`, an existing folder's own
+    `.yue2-lock` (a parent the user cannot write). Break-it review, stop 39: in both cases the claim was skipped and
+    two `batch --resume` on one folder computed the same songs."""
+    digest = hashlib.sha256(os.fsencode(out.name)).hexdigest()[:24]
+    files = [out.parent / f".{out.name}.yue2-lock", out.parent / f".yue2-lock-{digest}"]
+    if inside_ok:
+        files.append(out / INSIDE_LOCK)
+    return files
+
+
+def reserve_output(path: str | os.PathLike, what: str = "output directory", inside_ok: bool = False) -> Reservation:
     """Claim `path` (a song folder or a batch folder, existing or not) for this process before any work, so that a
     second run given the same path at the same time stops at once instead of computing a song it cannot save. The
-    claim is an flock on `.NAME.yue2-lock` in the path's parent (made if missing); the kernel releases it when its
-    process ends, so a killed run's file is simply taken over. Raises ArtifactError naming the other run (its pid)
-    while it lives, or when the lock file cannot be used (a folder of that name, a full disk). A path that names no
-    folder ("", "/", "..") or a parent that cannot be written gives no claim (the output checks report those), as
-    does a system without flock."""
+    claim is an flock on `.NAME.yue2-lock` in the path's parent (made if missing; `_claim_files` gives the places
+    for a name too long for it and, with `inside_ok`, inside an existing folder whose parent cannot be written); the
+    kernel releases it when its process ends, so a killed run's file is simply taken over. Raises ArtifactError
+    naming the other run (its pid) while it lives, or when the lock file cannot be used (a folder of that name, a
+    full disk). A path that names no folder ("", "/", "..") or one with no place for a claim (a parent that cannot
+    be written, and no folder yet) gives no claim (the output checks report those), as does a system without
+    flock."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory file locks here; the save's own checks still never overwrite a song
@@ -293,17 +359,25 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory") -> R
     if not text.strip() or os.path.basename(os.path.normpath(text)) in ("", ".", ".."):
         return Reservation(None)
     out = _without_dotdot(Path(text)).absolute()
-    lock = out.parent / f".{out.name}.yue2-lock"
     made = tuple(p for p in (out.parent, *out.parent.parents) if not os.path.lexists(p))  # deepest first
     for _ in range(5):
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except IsADirectoryError:
-            raise ArtifactError(f"cannot claim {what} {Path(path)}: {lock} is a folder; remove it (it is in the way "
-                                "of the claim file of that name)") from None
-        except OSError:  # a read-only or missing parent, a name too long: no claim; the output checks that follow
-            _remove_empty(made)  # say what is wrong
+        except OSError:  # a read-only or missing parent: the output checks that follow say what is wrong
+            _remove_empty(made)
+            return Reservation(None)
+        fd = None
+        for lock in _claim_files(out, inside_ok and out.is_dir() and not out.is_symlink()):
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+                break
+            except IsADirectoryError:
+                raise ArtifactError(f"cannot claim {what} {Path(path)}: {lock} is a folder; remove it (it is in the "
+                                    "way of the claim file of that name)") from None
+            except OSError:  # a name too long, a parent that cannot be written: the next place
+                continue
+        if fd is None:  # nowhere (a read-only parent and no folder yet): the output checks that follow say why
+            _remove_empty(made)
             return Reservation(None)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -356,3 +356,82 @@ def test_a_utf16_request_file_is_named(tmp_path):
     path.write_text('{"id": "a", "style": "pop", "lyrics": "x"}\n', encoding="utf-16")
     with pytest.raises(RequestError, match="is UTF-16 LE text; the request file must be UTF-8"):
         read_requests(path)
+
+
+def test_resume_compares_each_songs_weights_with_this_run(tmp_path, engine, tiny_ckpt):
+    """Break-it finding (stop 39): --resume compared a song's request, steps and budgets, not what made it — a batch
+    stopped before its record counted a song (or with batch.json lost), resumed with another checkpoint or another
+    file at the same path, finished the album with two models. Each verified song's config.json is now compared
+    with this run's checkpoint (path and sample hash), --dtype, --lora and --vae."""
+    import os
+    from yue2_core.artifacts import save_song
+    from yue2_core.batch.driver import _made_otherwise, resume_state
+    from yue2_core.weights.checkpoint import content_sample
+    req = write_requests(tmp_path / "in")
+    made = {i.id: i for i in read_requests(req, max_abc_tokens=ABC_CAP)[0]}["off-cfg"]
+    folder = save_song(engine.generate(made.request, made.budgets, steps=1), tmp_path / "out" / "off-cfg")
+    same = {"checkpoint": os.path.abspath(tiny_ckpt), "dtype": "bf16", "loras": [], "vae": None}
+    assert resume_state(folder, made, 1, run=same) == ("done", None)
+    for change, words in (({"checkpoint": str(tmp_path / "other.safetensors")}, "it was made with the checkpoint"),
+                          ({"dtype": "fp32"}, "it was made in bfloat16, this run uses --dtype fp32"),
+                          ({"loras": [[str(tmp_path / "a.safetensors"), 1.0, 0.5]]}, "it was made with the LoRAs none"),
+                          ({"vae": str(tmp_path / "vae")}, "it was decoded with the checkpoint VAE, this run uses --vae")):
+        state, why = resume_state(folder, made, 1, run={**same, **change})
+        assert state == "refuse" and words in why and "Resume with the song's settings" in why, (change, why)
+    ck = tmp_path / "ck.safetensors"  # another file later put at the recorded path (same size)
+    ck.write_bytes(os.urandom(1 << 20))
+    cfg = {"checkpoint": {"path": str(ck), "sample_sha256": content_sample(str(ck))}}
+    assert _made_otherwise(cfg, {"checkpoint": str(ck)}) == []
+    stat = ck.stat()
+    ck.write_bytes(os.urandom(1 << 20))
+    os.utime(ck, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10 ** 9))
+    assert _made_otherwise(cfg, {"checkpoint": str(ck)}) == [
+        f"the checkpoint {ck} is not the file it was made with (the same path, other contents)"]
+
+
+def test_batch_folder_small_cases_from_the_stop_39_review(tmp_path, engine):
+    """Break-it findings (stop 39): a file manager's .DS_Store / Thumbs.db in a batch folder made --resume say
+    "choose a new folder" (abandoning every finished song); `batch --output` inside another batch's folder was
+    accepted (that batch's --resume then refused it); an invisible character (NUL, a DOS Ctrl+Z) in the request
+    file gave "column 42: Extra data" without naming it; a claim file name too long for the file system, or a parent
+    that cannot be written, ran the batch with no claim."""
+    import os
+    from yue2_core.artifacts import reserve_output
+    from yue2_core.batch.driver import check_output
+    out = tmp_path / "album"
+    (out / "a").mkdir(parents=True)
+    (out / "batch.json").write_text("{}")
+    for name in (".DS_Store", "Thumbs.db", "desktop.ini"):
+        (out / name).write_bytes(b"\0")
+    check_output(out, {"a"}, resume=True)  # accepted: only the file manager's files are extra
+    with pytest.raises(ArtifactError, match=r"--output .*nested is inside a batch output folder .* holds batch.json"):
+        check_output(out / "nested", {"x"}, resume=False)
+    req = tmp_path / "req.jsonl"
+    req.write_bytes(b'{"id": "a", "style": "s", "lyrics": "l"}\x1a\n\x00\x00\n')
+    _, bad = read_requests(req)
+    assert [b.message.split(";")[0] for b in bad] == [
+        "line 1 is not JSON (column 41: Extra data, at an invisible character U+001A)",
+        "line 2 is not JSON (column 1: Expecting value, at an invisible character U+0000)"]
+    long_name = tmp_path / ("L" * 250)  # the claim beside it would be 261 bytes: a hashed name instead
+    with reserve_output(long_name, "batch folder", inside_ok=True) as claim:
+        assert claim.lock is not None and claim.lock.name.startswith(".yue2-lock-"), claim.lock
+        with pytest.raises(ArtifactError, match="is being written by another run"):
+            reserve_output(long_name, "batch folder", inside_ok=True)
+    locked = tmp_path / "ro"  # a parent this user cannot write (os.open refuses there: root writes anywhere)
+    (locked / "album").mkdir(parents=True)
+    real_open = os.open
+
+    def refusing_open(path, *args, **kwargs):
+        if Path(path).parent == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+    os.open = refusing_open
+    try:
+        with reserve_output(locked / "album", "batch folder", inside_ok=True) as claim:
+            assert claim.lock == locked / "album" / ".yue2-lock"
+            check_output(locked / "album", set(), resume=True)  # the claim inside is the batch's own
+            with pytest.raises(ArtifactError, match="is being written by another run"):
+                reserve_output(locked / "album", "batch folder", inside_ok=True)
+        assert not reserve_output(locked / "new", "batch folder", inside_ok=True).lock  # no folder yet: no place
+    finally:
+        os.open = real_open

@@ -115,3 +115,60 @@ def test_odd_folder_entries_and_render_records(comfy_host, tmp_path):
     assert out["decoder other"].startswith("the audio was decoded by the VAE of /m/b.safetensors, but the latent was "
                                            "rendered with /m/a.safetensors")
     assert out["decoder same"] is None  # the same file by its sample hash, wherever it lies now
+
+
+EDITOR_HARNESS = PREAMBLE + r'''
+from yue2_nodes import editor, routes
+out = {}
+score = "X:1\nK:C\n"
+sub = {"id": "sg-1", "nodes": [{"id": 3, "type": "YuE2ABCEditor", "properties": {"yue2_composer_abc": score}}]}
+workflow = {"id": "wf-1", "nodes": [{"id": 5, "type": "sg-1"}, {"id": 3, "type": "Other", "properties": {}}],
+            "definitions": {"subgraphs": [sub]}}
+extra = {"workflow": workflow}
+out["inner"] = editor._workflow_node(extra, "5:3") is sub["nodes"][0]
+out["top"] = editor._workflow_node(extra, "3") is workflow["nodes"][1]
+out["missing"] = [editor._workflow_node(extra, uid) for uid in ("7:3", "5:9", "5:3:1")]
+out["stale in a subgraph"] = editor._holds_previous_score(score, "X:1\nK:D\n", extra, "5:3")
+out["crlf"] = editor._holds_previous_score(score.replace("\n", "\r\n"), "X:1\r\nK:D\r\n",
+                                             {"workflow": {"id": "w", "nodes": [{"id": 1, "properties":
+                                              {"yue2_composer_abc": score.replace("\n", "\r\n")}}]}}, "1")
+out["same modulo line ends"] = editor._holds_previous_score(score, score.replace("\n", "\r\n"), extra, "5:3")
+editor.remember_source(extra, "5:3", score)
+out["last"] = routes.last_source({"workflow": "wf-1", "node": "5:3"})
+out["other workflow"] = routes.last_source({"workflow": "wf-2", "node": "5:3"})
+try:
+    routes.last_source({"workflow": "", "node": 3})
+except routes.RequestRefused as exc:
+    out["refused"] = str(exc)
+for i in range(70):  # bounded: the oldest entries go
+    editor.remember_source({"workflow": {"id": f"w{i}"}}, "1", "x")
+out["kept"] = len(editor._LAST_SOURCE)
+try:
+    editor.YuE2ABCEditor.execute("", None, "X:1\nT:\nM:4/4\nL:1/16\nK:C\nV: Vocal\nc20|\n")
+except ValueError as exc:
+    out["connected errors"] = str(exc)
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_editor_records_subgraph_nodes_line_ends_and_cached_runs(comfy_host, tmp_path):
+    """The editor's server side (editor review, stop 39): a node inside a subgraph ("5:3") is found through the
+    workflow's subgraph definitions, so the run follows the same rule as the widget; line ends do not make an
+    unedited box read as edited; the last connected score per (workflow, node) is kept for the widget of a run answered
+    from the cache (route /yue2/abc/last_source, bounded); errors in a connected score are said to be there."""
+    comfy_dir, python = comfy_host
+    (tmp_path / "checkpoints").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("YUE2_")}
+    run = subprocess.run([python, "-c", EDITOR_HARNESS, str(comfy_dir), str(REPO), str(tmp_path / "checkpoints")],
+                         capture_output=True, text=True, env={**env, "YUE2_WARMUP": "0"}, timeout=300)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["inner"] is True and out["top"] is True and out["missing"] == [None, None, None]
+    assert out["stale in a subgraph"] is True  # was False: the record was not found, the box kept
+    assert out["crlf"] is True and out["same modulo line ends"] is False
+    assert out["last"] == {"source_abc": "X:1\nK:C\n"} and out["other workflow"] == {"source_abc": None}
+    assert out["refused"].startswith("'workflow' must be a string of 1–200 characters") and "0 characters" in \
+        out["refused"]
+    assert out["kept"] == 64
+    assert out["connected errors"].startswith("the connected score has 5 error(s) (the editor's box shows it when")

@@ -12,6 +12,7 @@ export const MAX_ABC_BYTES = 100_000; // nodes/routes.py refuses larger scores; 
 const ANALYZE_DELAY_MS = 400; // debounce while typing
 const TOKENS_DELAY_MS = 900;
 const CONTEXT_POLL_MS = 1500; // re-read max_seconds / checkpoint / lyrics from the graph
+const RETRY_MS = 5000; // check again while the server does not answer (it may be restarting)
 export const SOURCE_PROPERTY = "yue2_composer_abc"; // node property: the last score received from the composer
 export const CHANGED_PROPERTY = "yue2_composer_abc_changed"; // node property: true while the notice below is shown
 const CHANGED_NOTICE = "The composer's score changed — Revert to use it";
@@ -19,6 +20,9 @@ const CHANGED_NOTICE = "The composer's score changed — Revert to use it";
 // composer, or "" when none was connected]. Older results without it still tell us when the text passed through
 // unchanged ("unchanged": [true]); then "abc": [text] is that score.
 export const SOURCE_UI_KEY = "source_abc";
+// The textarea turns CR LF and CR into LF, so a score that arrives with other line ends is compared (and kept as the
+// Revert target) with LF ones — else a box never edited read as edited forever (editor review, stop 39).
+const lf = (text) => (typeof text === "string" ? text.replace(/\r\n?/g, "\n") : text);
 
 export class AbcEditor {
     /**
@@ -77,10 +81,10 @@ export class AbcEditor {
      */
     executed(output) {
         const first = (key) => (Array.isArray(output?.[key]) ? output[key][0] : output?.[key]);
-        const text = first(SOURCE_UI_KEY) ?? (first("unchanged") === true ? first("abc") : undefined);
+        const text = lf(first(SOURCE_UI_KEY) ?? (first("unchanged") === true ? first("abc") : undefined));
         if (typeof text !== "string" || !text.trim()) return;
         this.node.properties ??= {};
-        const previous = this.node.properties[SOURCE_PROPERTY];
+        const previous = lf(this.node.properties[SOURCE_PROPERTY]);
         const current = this.text.value;
         const edited = current.trim() !== "" && current !== previous && current !== text;
         this.sourceText = text;
@@ -98,7 +102,7 @@ export class AbcEditor {
 
     /** Node properties restored from a saved workflow (the composer's last score, whether the notice was shown). */
     restoredSource(properties) {
-        const text = properties?.[SOURCE_PROPERTY];
+        const text = lf(properties?.[SOURCE_PROPERTY]);
         if (typeof text === "string" && text.trim()) this.sourceText = text;
         this.showSourceChanged(properties?.[CHANGED_PROPERTY] === true && this.text.value !== this.sourceText);
         this.updateButtons();
@@ -211,6 +215,12 @@ export class AbcEditor {
         } catch (error) {
             if (error?.name === "AbortError" || seq !== this.requestSeq) return;
             this.showRefusal(error.message);
+            // no answer at all (a restart, a lost connection): check again until the server is back, so the marks
+            // and tools come back without a keystroke (editor review, stop 39)
+            if (error.status === undefined) {
+                clearTimeout(this.timers.analyze);
+                this.timers.analyze = setTimeout(() => this.analyze(), RETRY_MS);
+            }
         }
     }
 

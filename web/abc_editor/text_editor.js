@@ -7,6 +7,14 @@ const UNDO_LIMIT = 200;
 const TYPING_PAUSE_MS = 900; // typing after a pause this long starts a new undo step
 const GUTTER_MAX_LINES = 20000; // a pasted 200 kB blob must not build a million gutter rows
 
+/** UTF-16 code units of the `points` code points of `text` from `start`: the server counts columns in code points
+ * (Python's str), the textarea in UTF-16 units, so a line with an emoji put the caret one unit early per emoji. */
+export function utf16Length(text, start, points) {
+    let i = start;
+    for (let n = 0; n < points && i < text.length; n++) i += text.codePointAt(i) > 0xffff ? 2 : 1;
+    return i - start;
+}
+
 export class TextEditor {
     /** onChange(text, {source}) runs after every change: source "typing" | "tool" | "undo" | "external". */
     constructor({ onChange }) {
@@ -125,8 +133,11 @@ export class TextEditor {
     handleKey(event) {
         const key = event.key.toLowerCase();
         const mod = event.ctrlKey || event.metaKey;
-        // ComfyUI binds Ctrl+Z / Ctrl+Y / Ctrl+S and others on the document: keep keys typed here away from it.
-        event.stopPropagation();
+        // ComfyUI binds Ctrl+Z / Ctrl+Y / Ctrl+A / Delete and others on the document: keep keys typed here away from
+        // it — except Ctrl+S (save the workflow) and Ctrl+Enter (queue), which work in ComfyUI's own text boxes too
+        // (editor review, stop 39: swallowed here, Ctrl+S then opened the browser's "Save page as").
+        const passOn = mod && !event.altKey && (key === "s" || key === "enter");
+        if (!passOn) event.stopPropagation();
         if (mod && !event.altKey && (key === "z" || key === "y")) {
             event.preventDefault();
             if (key === "y" || event.shiftKey) this.redo();
@@ -201,7 +212,7 @@ export class TextEditor {
         let end = text.indexOf("\n", start);
         if (end === -1) end = text.length;
         t.focus({ preventScroll: true });
-        if (column && column > 1) t.setSelectionRange(Math.min(start + column - 1, end), end);
+        if (column && column > 1) t.setSelectionRange(Math.min(start + utf16Length(text, start, column - 1), end), end);
         else t.setSelectionRange(start, end);
         const lineHeight = parseFloat(getComputedStyle(t).lineHeight) || 16;
         t.scrollTop = Math.max(0, (line - 3) * lineHeight);

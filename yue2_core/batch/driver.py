@@ -46,7 +46,11 @@ class BatchOptions:
     #                          VAE), recorded in batch.json `settings` as given
 
 
-_TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp|\.(.+)\.set-aside-\d{8}T\d{6}(-\d+)?")
+_TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp|\.(.+)\.set-aside-\d{8}T\d{6}(-\d+)?"
+                   r"|\.yue2-lock")  # the last: the claim inside the folder (`artifacts.reserve_output`, inside_ok)
+
+
+_FILE_MANAGER_FILES = {".DS_Store", "._.DS_Store", "Thumbs.db", "desktop.ini", ".directory"}
 
 
 def check_output(out: Path, ids: set[str], resume: bool) -> None:
@@ -56,11 +60,18 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
     try:
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise ArtifactError(f"--output {out} is not a folder; give a new folder for the batch")
+        if (out.absolute().parent / BATCH_FILE).is_file():  # as `generate` (break-it, stop 39: that batch's
+            raise ArtifactError(f"--output {out} is inside a batch output folder ({out.absolute().parent} holds "
+                                f"{BATCH_FILE}): its --resume would then refuse the folder as not its own; give a "
+                                "path outside it")  # --resume then refused the nested folder)
         if not out.exists():
             return
         names = sorted(p.name for p in out.iterdir())
     except OSError as exc:
         raise ArtifactError(f"cannot use --output {out}: {exc.strerror or exc}") from None
+    # what file managers leave in any folder they show (Finder, Explorer): never a reason to give up a batch folder
+    # (break-it, stop 39: a .DS_Store made --resume say "choose a new folder", abandoning every finished song)
+    names = [n for n in names if n not in _FILE_MANAGER_FILES]
     foreign = [n for n in names if n != BATCH_FILE and n not in ids and not _TEMP.fullmatch(n)]
     foreign += [n for n in names if n in ids and not (out / n).is_dir()]
     if foreign:
@@ -135,9 +146,10 @@ def _score_edited(folder: Path) -> bool:
 
 
 def resume_state(folder: Path, item: BatchRequest, steps: int,
-                 method: str = "midpoint") -> tuple[str, str | None]:
+                 method: str = "midpoint", run: dict | None = None) -> tuple[str, str | None]:
     """What --resume does with the song folder of `item`: ("run", None) when there is none, ("done", None) when it
     verifies (every file's sha256, status complete) and holds this request with these budgets, steps and solver,
+    made with this run's weights (`run`: `BatchOptions.run`, compared by `_made_otherwise` where given),
     ("redo", why) when it is a song of this pack (result.json) that is incomplete or damaged and holds only song
     files (it is set aside, renamed `.ID.set-aside-<time>`, never deleted), ("refuse", why) otherwise (another
     request's song, a folder without result.json, or files that are not a song's: left alone, the row fails)."""
@@ -197,10 +209,51 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
         differ.append(f"its sampling settings differ from this row's: {', '.join(changed[:4])}"
                       f"{' …' if len(changed) > 4 else ''} (set by --max-seconds: 25 music tokens a second, "
                       "--max-abc-tokens, and the row's sampling fields)")
+    differ += _made_otherwise(cfg, run or {})
     if differ:
         return "refuse", (f"{folder} holds a verified song made otherwise: {'; '.join(differ)}. Resume with the "
                           "song's settings, give the row another id, or move the folder away")
     return "done", None
+
+
+def _made_otherwise(cfg: dict, run: dict) -> list[str]:
+    """How a verified song's config.json says it was made otherwise than this run (`BatchOptions.run`: checkpoint,
+    dtype, LoRAs, VAE file): another checkpoint path, another file at the same path (its sample hash,
+    `weights.checkpoint.content_sample`), another --dtype, other adapters or strengths, another VAE file. Each song
+    is checked, not only batch.json's record: a batch stopped before its record counted a song, or a record lost,
+    let a resume with another model finish an album made by two (break-it review, stop 39)."""
+    from ..weights.checkpoint import content_sample
+    differ = []
+    recorded = cfg.get("checkpoint") if isinstance(cfg.get("checkpoint"), dict) else {}
+    path = run.get("checkpoint")
+    if isinstance(path, str) and isinstance(recorded.get("path"), str):
+        if os.path.abspath(recorded["path"]) != os.path.abspath(path):
+            differ.append(f"it was made with the checkpoint {recorded['path']}, this run uses {path}")
+        elif recorded.get("sample_sha256") and content_sample(path) not in (None, recorded["sample_sha256"]):
+            differ.append(f"the checkpoint {path} is not the file it was made with (the same path, other contents)")
+    dtype = {"bf16": "bfloat16", "fp32": "float32"}.get(run.get("dtype"))
+    if dtype and isinstance(cfg.get("model_dtype"), str) and cfg["model_dtype"] != dtype:
+        differ.append(f"it was made in {cfg['model_dtype']}, this run uses --dtype {run['dtype']}")
+    weights = cfg.get("weights") if isinstance(cfg.get("weights"), dict) else None
+    if weights is not None and isinstance(run.get("loras"), (list, tuple)):
+        def _lora(path, ar, nar):
+            return os.path.abspath(str(path)), float(ar), float(nar)
+        try:
+            had = sorted(_lora(r.get("path", r.get("file", "?")), r.get("strength_ar", 1.0), r.get("strength_nar", 1.0))
+                         for r in weights.get("loras") or [])
+            now = sorted(_lora(*entry) for entry in run["loras"])
+        except (AttributeError, TypeError, ValueError):
+            had, now = None, []
+        if had != now:
+            shown = ", ".join(f"{os.path.basename(p)}:{a:g}:{n:g}" for p, a, n in (had or [])) or "none"
+            differ.append(f"it was made with the LoRAs {shown}, this run's --lora differ")
+    if weights is not None and "vae" in run:
+        old = weights.get("vae").get("path") if isinstance(weights.get("vae"), dict) else None
+        new = os.path.abspath(run["vae"]) if isinstance(run["vae"], str) else None
+        if (os.path.abspath(old) if isinstance(old, str) else None) != new:
+            differ.append(f"it was decoded with {'the VAE ' + old if old else 'the checkpoint VAE'}, this run uses "
+                          f"{'--vae ' + str(run['vae']) if new else 'the checkpoint VAE'}")
+    return differ
 
 
 # what a user may edit by hand without touching the song's tokens and latents: the settings, and the audio (a tag
@@ -393,7 +446,7 @@ def run_batch(options: BatchOptions, **kw) -> int:
     on the same folder at the same time — two `--resume`s, say — stops at once with an ArtifactError naming the
     first (its pid) instead of computing the same songs twice and overwriting batch.json."""
     from ..artifacts import reserve_output
-    with reserve_output(options.output, "batch folder"):
+    with reserve_output(options.output, "batch folder", inside_ok=True):
         return _run_batch(options, **kw)
 
 
@@ -444,7 +497,8 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         except YuE2Error as exc:
             summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
             continue
-        state, why = resume_state(out / item.id, item, options.steps, options.method) if options.resume else ("run", None)
+        state, why = (resume_state(out / item.id, item, options.steps, options.method, options.run)
+                      if options.resume else ("run", None))
         if state == "done":
             summary.add(item.line, item.id, "complete", resumed=True, stage="complete", output=str(out / item.id),
                         **_earlier_result(out / item.id))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,7 +129,14 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
                 bad.append(RowError(number, None, f"line {number} holds a number with thousands of digits; seeds "
                                                   "are integers below 2**63"))
                 continue
-            where = f" (column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+            where = ""
+            if isinstance(exc, json.JSONDecodeError):
+                at = exc.doc[exc.pos] if exc.pos < len(exc.doc) else ""
+                # an invisible character (NUL bytes, a DOS end-of-file Ctrl+Z, a zero-width space) is named
+                # (break-it, stop 39: "column 42: Extra data" for a trailing \x1a)
+                hidden = (f", at an invisible character U+{ord(at):04X}"
+                          if at and at != "\t" and unicodedata.category(at) in ("Cc", "Cf") else "")
+                where = f" (column {exc.colno}: {exc.msg}{hidden})"
             bad.append(RowError(number, None, f"line {number} is not JSON{where}; each line must be one JSON "
                                               'object such as {"id": "song1", "style": "…", "lyrics": "…"}'))
             continue

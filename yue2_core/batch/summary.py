@@ -45,11 +45,16 @@ class BatchSummary:
     def write(self, folder: str | os.PathLike) -> Path:
         """Write batch.json into `folder` atomically (temporary file + os.replace): a reader sees the previous or
         the new summary, never half of one."""
-        from ..artifacts import UMASK, _json_bytes
-        from ..errors import ArtifactError
+        from ..artifacts import _json_bytes, signals_held
         folder = Path(folder)
         data = _json_bytes(self.to_dict())
         why = ("(the songs already saved are intact; free space or fix the folder, then run again with --resume)")
+        with signals_held():  # a Ctrl+C between the temporary file's creation and its cleanup left it (break-it,
+            return self._write(folder, data, why)  # stop 39): delivered once the file is in place or removed
+
+    def _write(self, folder: Path, data: bytes, why: str) -> Path:
+        from ..artifacts import UMASK
+        from ..errors import ArtifactError
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{BATCH_FILE}.", suffix=".tmp", dir=folder)
         except OSError as exc:
