@@ -62,13 +62,13 @@ class YuE2ABCEditor(io.ComfyNode):
                              f"{MAX_ABC_BYTES:,} are accepted (a song's lead sheet is a few kB)")
         errors, warnings = scores.check(text)
         if errors and text is incoming:  # the connected score is wrong: show it in the box, where it can be fixed
-            _offer_to_widget(unique_id, incoming)
+            _offer_to_widget(extra, unique_id, incoming)
             raise ValueError(f"the connected score has {len(errors)} error(s) (the editor's box shows it when it "
                              "was empty or held the previous score unedited: fix it there and run again):\n"
                              f"{scores.describe(errors)}")
         if errors:
             raise ValueError(f"the ABC score has {len(errors)} error(s):\n{scores.describe(errors)}")
-        unchanged = score is not None and text == score.abc
+        unchanged = score is not None and isinstance(score.abc, str) and _lf(text) == _lf(score.abc)  # box: LF
         out = score if unchanged else scores.edited_score(text, score)
         source = ("input score, unchanged (exact ids kept)" if unchanged else
                   "edited in this node" if abc.strip() and not stale else "connected ABC text")
@@ -135,7 +135,7 @@ def remember_source(extra_pnginfo, unique_id, text: str) -> None:
     """Record `text` as the score node `unique_id` of the sent workflow received (nothing without a workflow id)."""
     workflow = extra_pnginfo.get("workflow") if isinstance(extra_pnginfo, dict) else None
     workflow_id = workflow.get("id") if isinstance(workflow, dict) else None
-    if not isinstance(workflow_id, str) or unique_id is None:
+    if not isinstance(workflow_id, str) or unique_id is None or len(text) > MAX_ABC_BYTES:
         return
     key = (workflow_id, str(unique_id))
     _LAST_SOURCE[key] = text
@@ -149,10 +149,11 @@ def last_source(workflow_id: str, node_id: str) -> str | None:
     return _LAST_SOURCE.get((workflow_id, node_id))
 
 
-def _offer_to_widget(unique_id, text: str) -> None:
+def _offer_to_widget(extra_pnginfo, unique_id, text: str) -> None:
     """Send the connected score to the node's widget before the run stops on its errors, as an execution result
-    would (event "yue2.abc_editor.source"): an empty or unedited box shows it with its marks, where it can be
-    fixed. Nothing outside a running ComfyUI server."""
+    would (event "yue2.abc_editor.source", with the workflow's id: a widget of another workflow with a node of that
+    id leaves it alone): an empty or unedited box shows it with its marks, where it can be fixed. Nothing outside a
+    running ComfyUI server."""
     try:
         from server import PromptServer
     except ImportError:
@@ -160,7 +161,9 @@ def _offer_to_widget(unique_id, text: str) -> None:
     server = getattr(PromptServer, "instance", None)
     if server is None or unique_id is None:
         return
-    server.send_sync("yue2.abc_editor.source", {"node": str(unique_id), "source_abc": text},
+    workflow = extra_pnginfo.get("workflow") if isinstance(extra_pnginfo, dict) else None
+    server.send_sync("yue2.abc_editor.source", {"node": str(unique_id), "source_abc": text,
+                                                "workflow": workflow.get("id") if isinstance(workflow, dict) else None},
                      getattr(server, "client_id", None))
 
 

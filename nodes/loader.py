@@ -58,9 +58,11 @@ def not_a_file_entry(ckpt_name: str) -> str | None:
     """Why a listed entry that resolves to no checkpoint is unusable — it lies in a checkpoints folder but is a FIFO,
     a device, a broken or looping symbolic link (`weights.checkpoint.not_a_file`) —; None when it is simply not
     there. ComfyUI lists such names in the dropdown, and "not in the folder, download it" misled (break-it, stop 39)."""
+    if ckpt_name.endswith("/"):  # a vendor model folder: the message below says what such a folder needs
+        return None
     for base in folder_paths.get_folder_paths("checkpoints"):
         path = os.path.join(base, ckpt_name)
-        if os.path.lexists(path) and (kind := not_a_file(path)) is not None:
+        if os.path.lexists(path) and (kind := not_a_file(path)) not in (None, "a directory"):
             return (f"YuE2 checkpoint '{ckpt_name}' in {base} is {kind}, not a file: a checkpoint is a .safetensors "
                     "file (or a vendor model folder); put the file itself there and refresh (press R)")
     return None

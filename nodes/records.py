@@ -11,6 +11,7 @@ a render it did not hold.)
 from __future__ import annotations
 
 import hashlib
+import os
 
 import torch
 
@@ -74,10 +75,12 @@ def decoded_by(info) -> dict:
 
 def same_checkpoint(a: dict, b: dict) -> bool:
     """Whether two checkpoint records ({"path", "sample_sha256"?, …}) name the same file: by sample hash when both
-    have one, else by path."""
+    have one, else by the file (or vendor folder) name — a song saved on another machine or before an install moved
+    names the same model by another path."""
     if a.get("sample_sha256") and b.get("sample_sha256"):
         return a["sample_sha256"] == b["sample_sha256"]
-    return a.get("path") == b.get("path")
+    name = lambda record: os.path.basename(os.path.normpath(str(record.get("path", ""))))  # noqa: E731
+    return name(a) == name(b)
 
 
 def decoder_warning(record: dict | None, audio) -> str | None:
@@ -93,5 +96,5 @@ def decoder_warning(record: dict | None, audio) -> str | None:
             "after it; decode with the model that rendered the latent to keep the song consistent")
 
 
-__all__ = ["samples_digest", "stamp", "restamp", "render_record", "identity", "decoded_by", "same_checkpoint", "decoder_warning",
-           "CHANGED"]
+__all__ = ["samples_digest", "stamp", "restamp", "render_record", "identity", "decoded_by", "same_checkpoint",
+           "decoder_warning", "CHANGED"]

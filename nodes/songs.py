@@ -115,7 +115,7 @@ def _waveform(audio, frames: int, warnings: list) -> torch.Tensor | None:
     if wave.shape[2] != expected_samples(frames):
         warnings.append(f"audio has {wave.shape[2]} samples; {frames} frames decode to {expected_samples(frames)} "
                         "(was it decoded by another VAE node?): it is saved as given, and YuE2 Regenerate / Continue "
-                        "will decode the song again from its latent for the part they keep")
+                        "will make the part they keep again from the song's latent (or its tokens)")
     return wave[0].float().cpu().clamp(-1.0, 1.0)
 
 

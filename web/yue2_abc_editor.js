@@ -68,7 +68,8 @@ function attachEditor(node) {
 
 /** The editors of the open graph's top level, by node id. */
 function editors() {
-    return (app.graph?.nodes ?? app.graph?._nodes ?? []).filter((n) => n.yue2AbcEditor).map((n) => [String(n.id), n.yue2AbcEditor]);
+    const nodes = app.graph?.nodes ?? app.graph?._nodes ?? [];
+    return nodes.filter((n) => n.yue2AbcEditor).map((n) => [String(n.id), n.yue2AbcEditor]);
 }
 
 /**
@@ -80,6 +81,7 @@ function editors() {
  */
 function listen() {
     api.addEventListener("yue2.abc_editor.source", ({ detail }) => {
+        if (detail?.workflow && typeof app.graph?.id === "string" && detail.workflow !== app.graph.id) return;
         const found = editors().find(([id]) => id === String(detail?.node));
         if (found && typeof detail.source_abc === "string") found[1].executed({ source_abc: [detail.source_abc] });
     });
@@ -91,7 +93,10 @@ function listen() {
             if (!cached.has(id) || editor.value.trim()) continue;
             try {
                 const answer = await callRoute("last_source", { workflow, node: id });
-                if (typeof answer.source_abc === "string") editor.executed({ source_abc: [answer.source_abc] });
+                // still empty: a cached result ComfyUI sent meanwhile ("executed") wins over the record
+                if (typeof answer.source_abc === "string" && !editor.value.trim()) {
+                    editor.executed({ source_abc: [answer.source_abc] });
+                }
             } catch (error) {
                 console.warn("[ComfyUI-YuE2] the editor could not fetch the cached score:", error);
             }

@@ -560,8 +560,10 @@ def _song_report(path: str) -> dict:
             "checkpoint": {"path": mot.get("path"), "format": mot.get("format"), "layout": mot.get("layout")},
             "loras": weights.get("loras") or [], "lineage": r.get("lineage") or {}, "warnings": r.get("warnings") or [],
             "files": sorted((r.get("artifacts") or {}).keys()),
-            "summary": (f"song {saved.path.name!r}"  # the folder (new-user review, stop 39: edits' ids read 'song')
-                        + (f" (request id {request.get('id')!r})" if request.get("id") not in (None, saved.path.name)
+            # the folder's name (new-user review, stop 39: an edit's child read "song 'song'", its request id)
+            "summary": (f"song {saved.path.absolute().name!r}"
+                        + (f" (request id {request.get('id')!r})"
+                           if request.get("id") not in (None, saved.path.absolute().name)
                            else "")
                         + f": {r.get('audio_seconds', 0):.2f} s of audio "
                         f"({r.get('frames')} frames), {len(saved.tokens.score.abc_ids)} ABC tokens, cot "

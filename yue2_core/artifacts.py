@@ -120,9 +120,9 @@ def flac_bytes(audio: torch.Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:
         sf.write(buf, data, sample_rate, format="FLAC", subtype="PCM_24")
     encoded = buf.getvalue()
     try:
-        with signals_held():
-            info = sf.info(io.BytesIO(encoded))
-            frames = len(sf.read(io.BytesIO(encoded), dtype="int32", always_2d=True)[0])
+        with signals_held(), sf.SoundFile(io.BytesIO(encoded)) as check:
+            info = check
+            frames = sum(len(block) for block in check.blocks(blocksize=1 << 16, dtype="int32", always_2d=True))
     except Exception as exc:  # libsndfile's own error types
         raise ArtifactError(f"the FLAC encoder wrote audio that does not decode ({exc}); nothing was saved") from None
     if (frames, info.channels, info.samplerate) != (data.shape[0], data.shape[1], sample_rate):
@@ -143,9 +143,9 @@ def signals_held():
         return
     caught: list = []
     held = {}
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+    for name in ("SIGTERM", "SIGHUP", "SIGINT"):  # delivered in this order: a KeyboardInterrupt ends the delivery
         sig = getattr(signal, name, None)
-        if sig is None:
+        if sig is None or signal.getsignal(sig) is None:  # a handler installed from C cannot be put back: not held
             continue
         try:
             held[sig] = signal.signal(sig, lambda signum, frame: caught.append(signum))
@@ -156,7 +156,7 @@ def signals_held():
     finally:
         for sig, handler in held.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        for sig in dict.fromkeys(caught):
+        for sig in sorted(set(caught), key=list(held).index):
             signal.raise_signal(sig)
 
 

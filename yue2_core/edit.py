@@ -215,7 +215,7 @@ def _check_parent(p: Parent):
         # such a song was refused with no way on. The kept part is decoded again from the latents instead.
         p.notes.append(f"the song's audio is {list(p.audio.shape)} (channels, samples), not the {want} its {n} "
                        "frames decode to — it was not decoded from this song's latents —, so the part before the "
-                       "cut is decoded again from them")
+                       "cut is made again from its latents (rendered first where the song has none)")
         p.audio = None
 
 

@@ -375,7 +375,8 @@ def test_resume_compares_each_songs_weights_with_this_run(tmp_path, engine, tiny
     for change, words in (({"checkpoint": str(tmp_path / "other.safetensors")}, "it was made with the checkpoint"),
                           ({"dtype": "fp32"}, "it was made in bfloat16, this run uses --dtype fp32"),
                           ({"loras": [[str(tmp_path / "a.safetensors"), 1.0, 0.5]]}, "it was made with the LoRAs none"),
-                          ({"vae": str(tmp_path / "vae")}, "it was decoded with the checkpoint VAE, this run uses --vae")):
+                          ({"vae": str(tmp_path / "vae")},
+                           "it was decoded with the checkpoint VAE, this run uses --vae")):
         state, why = resume_state(folder, made, 1, run={**same, **change})
         assert state == "refuse" and words in why and "Resume with the song's settings" in why, (change, why)
     ck = tmp_path / "ck.safetensors"  # another file later put at the recorded path (same size)

@@ -60,7 +60,8 @@ await withComfy("editor-results", async ({ page, pageErrors }) => {
     assert(entry.status?.completed, `the first run succeeded: ${JSON.stringify(entry.status)}`);
     await waitText(page, take(96));
     entry = await run(page, sourceId, crlf(take(100)));
-    assert(previewText(entry, previewId).includes("Q:1/4=100"), "the run used the new CR LF score, not the box's old one");
+    assert(previewText(entry, previewId).includes("Q:1/4=100"),
+           "the run used the new CR LF score, not the box's old one");
     await waitText(page, take(100));
     assert((await editorState(page)).sourceChanged === "false", "no 'score changed' notice for an unedited box");
     log("a CR LF score: filled, then followed");
@@ -104,7 +105,8 @@ await withComfy("editor-results", async ({ page, pageErrors }) => {
     });
     await page.locator(".yue2-abc-textarea").focus();
     const queued = Object.keys(await api("/history"));
-    for (const key of ["Control+z", "Control+Enter", "Control+s"]) await page.keyboard.press(key); // save last: it may open a dialog
+    // Ctrl+S last: the newest frontend opens a save dialog, which would take the keys after it
+    for (const key of ["Control+z", "Control+Enter", "Control+s"]) await page.keyboard.press(key);
     await page.keyboard.press("Escape"); // a save dialog, where the frontend opens one
     const seen = await page.evaluate(() => window.__yue2Keys);
     assert(seen.includes("C-s") && seen.includes("C-Enter") && !seen.includes("C-z"),

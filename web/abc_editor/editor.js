@@ -217,7 +217,7 @@ export class AbcEditor {
             this.showRefusal(error.message);
             // no answer at all (a restart, a lost connection): check again until the server is back, so the marks
             // and tools come back without a keystroke (editor review, stop 39)
-            if (error.status === undefined) {
+            if (error.network === true || [502, 503, 504].includes(error.status)) {
                 clearTimeout(this.timers.analyze);
                 this.timers.analyze = setTimeout(() => this.analyze(), RETRY_MS);
             }

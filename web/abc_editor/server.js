@@ -16,7 +16,9 @@ export async function callRoute(name, body, { signal } = {}) {
         });
     } catch (error) {
         if (error?.name === "AbortError") throw error;
-        throw new Error(`The ComfyUI server did not answer (${error?.message || error}).`);
+        const away = new Error(`The ComfyUI server did not answer (${error?.message || error}).`);
+        away.network = true; // no answer at all: the editor checks again later
+        throw away;
     }
     let answer = null;
     try {

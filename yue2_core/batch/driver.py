@@ -50,7 +50,13 @@ _TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp|\.(
                    r"|\.yue2-lock")  # the last: the claim inside the folder (`artifacts.reserve_output`, inside_ok)
 
 
-_FILE_MANAGER_FILES = {".DS_Store", "._.DS_Store", "Thumbs.db", "desktop.ini", ".directory"}
+_FILE_MANAGER_FILES = {".DS_Store", "Thumbs.db", "desktop.ini", ".directory"}
+
+
+def _file_manager_file(name: str) -> bool:
+    """Whether `name` is what a file manager leaves in folders it shows: Finder's .DS_Store and AppleDouble `._NAME`
+    siblings (on exFAT / network volumes), Explorer's Thumbs.db and desktop.ini, KDE's .directory."""
+    return name in _FILE_MANAGER_FILES or name.startswith("._")
 
 
 def check_output(out: Path, ids: set[str], resume: bool) -> None:
@@ -71,7 +77,7 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
         raise ArtifactError(f"cannot use --output {out}: {exc.strerror or exc}") from None
     # what file managers leave in any folder they show (Finder, Explorer): never a reason to give up a batch folder
     # (break-it, stop 39: a .DS_Store made --resume say "choose a new folder", abandoning every finished song)
-    names = [n for n in names if n not in _FILE_MANAGER_FILES]
+    names = [n for n in names if not _file_manager_file(n)]
     foreign = [n for n in names if n != BATCH_FILE and n not in ids and not _TEMP.fullmatch(n)]
     foreign += [n for n in names if n in ids and not (out / n).is_dir()]
     if foreign:
@@ -172,7 +178,7 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
         if "result.json" not in names:  # not a song this pack wrote (our saves are atomic): never ours to redo
             return "refuse", (f"{folder} holds no result.json, so it is not a song this pack wrote (or its record "
                               "is gone); move it away to make this song")
-        if names <= _song_names():
+        if {n for n in names if not _file_manager_file(n)} <= _song_names():
             unreadable = _unreadable(folder)
             if unreadable:  # a read error is not damage: never remove what could not be checked
                 return "refuse", (f"{folder} cannot be checked: cannot read {unreadable}; fix it (permissions, "
@@ -231,9 +237,11 @@ def _made_otherwise(cfg: dict, run: dict) -> list[str]:
             differ.append(f"it was made with the checkpoint {recorded['path']}, this run uses {path}")
         elif recorded.get("sample_sha256") and content_sample(path) not in (None, recorded["sample_sha256"]):
             differ.append(f"the checkpoint {path} is not the file it was made with (the same path, other contents)")
-    dtype = {"bf16": "bfloat16", "fp32": "float32"}.get(run.get("dtype"))
-    if dtype and isinstance(cfg.get("model_dtype"), str) and cfg["model_dtype"] != dtype:
-        differ.append(f"it was made in {cfg['model_dtype']}, this run uses --dtype {run['dtype']}")
+    dtype, made = {"bf16": "bfloat16", "fp32": "float32"}.get(run.get("dtype")), cfg.get("model_dtype")
+    # bf16 asked and float32 recorded on a GPU: what a GPU without native bf16 runs (`pipeline.compute_dtype`)
+    fallback = dtype == "bfloat16" and made == "float32" and str(cfg.get("device", "")).startswith("cuda")
+    if dtype and isinstance(made, str) and made != dtype and not fallback:
+        differ.append(f"it was made in {made}, this run uses --dtype {run['dtype']}")
     weights = cfg.get("weights") if isinstance(cfg.get("weights"), dict) else None
     if weights is not None and isinstance(run.get("loras"), (list, tuple)):
         def _lora(path, ar, nar):
