@@ -379,6 +379,10 @@ def test_resume_compares_each_songs_weights_with_this_run(tmp_path, engine, tiny
                            "it was decoded with the checkpoint VAE, this run uses --vae")):
         state, why = resume_state(folder, made, 1, run={**same, **change})
         assert state == "refuse" and words in why and "Resume with the song's settings" in why, (change, why)
+    # a GPU without native bf16 runs a bf16 request in float32 (pipeline.compute_dtype): the same choice, not refused
+    assert _made_otherwise({"model_dtype": "float32", "device": "cuda:0"}, {"dtype": "bf16"}) == []
+    assert _made_otherwise({"model_dtype": "float32", "device": "cpu"}, {"dtype": "bf16"}) == [
+        "it was made in float32, this run uses --dtype bf16"]
     ck = tmp_path / "ck.safetensors"  # another file later put at the recorded path (same size)
     ck.write_bytes(os.urandom(1 << 20))
     cfg = {"checkpoint": {"path": str(ck), "sample_sha256": content_sample(str(ck))}}

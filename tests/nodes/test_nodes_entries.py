@@ -42,6 +42,8 @@ out["listed"] = [n for n in loader.checkpoint_options() if n in ("fifo.safetenso
 out["loader fifo"] = message(lambda: loader.YuE2CheckpointLoader.execute("fifo.safetensors"))
 out["loader loop"] = message(lambda: loader.YuE2CheckpointLoader.execute("loop.safetensors"))
 out["route fifo"] = message(lambda: _checkpoint_path("fifo.safetensors"))
+os.mkdir(os.path.join(ckpts, "YuE2"))  # a vendor folder entry that no longer resolves: the folder message, not "a file"
+out["vendor folder"] = loader.not_a_file_entry("YuE2/")
 
 folder_paths.set_output_directory(str(work / "output"))
 (work / "output").mkdir()
@@ -100,6 +102,7 @@ def test_odd_folder_entries_and_render_records(comfy_host, tmp_path):
                                          "(named pipe), not a file"), out["loader fifo"]
     assert "is a symbolic-link loop, not a file" in out["loader loop"] and "Download" not in out["loader loop"]
     assert "is a FIFO (named pipe), not a file" in out["route fifo"] and "RequestRefused" in out["route fifo"]
+    assert out["vendor folder"] is None
     assert out["save into a file"] == (f"ValueError: {tmp_path / 'output' / 'yue2'} is a file, not a folder: YuE2 "
                                        "Save Song writes each song as a folder inside it; move or rename that file")
     assert out["songs"] == ["mine_00001"]
