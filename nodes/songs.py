@@ -352,7 +352,7 @@ def model_with_song_weights(model, weights):
     recorded none. Raises AdapterError naming a missing or changed file or companion, or a malformed "weights"
     entry (not an object, `loras` not a list, an entry not an object, a bad strength)."""
     from yue2_core.weights.lora.apply import Applied
-    from yue2_core.weights.lora.record import find_recorded, recorded_weights
+    from yue2_core.weights.lora.record import check_reread, find_recorded, lora_record, recorded_weights
 
     from .lora import cached_adapter
     loras, vae = recorded_weights(weights)  # AdapterError naming a malformed entry, never "no adapters"
@@ -361,7 +361,9 @@ def model_with_song_weights(model, weights):
     out = model.root
     for rec, strength_ar, strength_nar in loras:
         path = find_recorded(rec, folder_paths.get_folder_paths("loras"))
-        out = out.derive(adapter=Applied(cached_adapter(path, model.dims), strength_ar, strength_nar))
+        applied = Applied(cached_adapter(path, model.dims), strength_ar, strength_nar)
+        check_reread([rec], [lora_record(applied)])  # the same files as when the song was made (stop 39)
+        out = out.derive(adapter=applied)
     if vae:
         from yue2_core.weights.vae_files import open_vae
         out = out.derive(vae_file=open_vae(find_recorded(vae, folder_paths.get_folder_paths("vae"), what="VAE")))

@@ -474,6 +474,10 @@ def cmd_render(args) -> int:
     loras, vae = _song_weights(args)
     engine, synthetic = _load_engine(args, recorded, "recorded in the song's config.json" if recorded else None,
                                      loras=loras, vae=vae)
+    if not args.lora:  # the song's own adapters, read again: the same files as when it was made
+        from .weights.lora.record import check_reread, recorded_weights
+        song_loras, _ = recorded_weights(saved.config.get("weights"))
+        check_reread([rec for rec, _, _ in song_loras], (engine.weights or {}).get("loras") or [])
     saved = with_tokenizer(saved, engine.tokenizer)
     from .edit import check_checkpoint
     for warning in check_checkpoint(saved.config.get("checkpoint"), engine.info):  # another model: refused

@@ -191,3 +191,31 @@ def test_render_without_steps_uses_the_songs_own(files, capsys):
     config = json.loads((other / "config.json").read_text())
     assert config["ode_steps"] == 3 and config["ode_method"] == "ab2"
     assert not np.array_equal(np.load(song / "latent.npy"), np.load(other / "latent.npy"))
+
+
+def test_render_refuses_an_adapter_folder_that_now_reads_other_files(files, capsys):
+    """Break-it findings (stop 39): a song made with a PEFT weights file and no sidecar re-rendered with another
+    scale once an adapter_config.json was put beside it; a song made with a folder adapter re-rendered with another
+    adapter once a lora.safetensors was added to the folder (read first) — both without a word. `render` (and Load
+    Song) now compare the adapters as read again with the song's record (`record.check_reread`)."""
+    dims = inspect_checkpoint(str(files["ckpt"])).dims
+    peft = lora_synth.write_adapter("peft", files["root"] / "peft_src", dims, rank=4, seed=3)
+    bare = files["root"] / "bare"
+    bare.mkdir()
+    shutil.copy(peft / "adapter_model.safetensors", bare / "adapter_model.safetensors")  # no sidecar yet
+    song = _song(files, "bare_song", "--lora", f"{bare / 'adapter_model.safetensors'}:1:1")
+    assert _run("render", song, "--output", files["root"] / "bare_again") == 0  # unchanged: renders
+    shutil.copy(peft / "adapter_config.json", bare / "adapter_config.json")
+    capsys.readouterr()
+    assert _run("render", song, "--output", files["root"] / "bare_sidecar") != 0
+    err = capsys.readouterr().err
+    assert "now reads adapter_config.json, which the song was made without" in err, err[-2000:]
+    folder = files["root"] / "fold"
+    folder.mkdir()
+    shutil.copy(files["lora"], folder / "custom.safetensors")
+    song = _song(files, "fold_song", "--lora", f"{folder}:1:1")
+    shutil.copy(files["lora"], folder / "lora.safetensors")  # another weights file, read before custom.safetensors
+    capsys.readouterr()
+    assert _run("render", song, "--output", files["root"] / "fold_again") != 0
+    err = capsys.readouterr().err
+    assert "the LoRA folder fold now reads lora.safetensors, not the custom.safetensors" in err, err[-2000:]

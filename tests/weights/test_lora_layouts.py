@@ -487,6 +487,8 @@ def test_scale_precedence_alpha_tensor_then_metadata_then_sidecar_then_one(tmp_p
 
 @pytest.mark.parametrize("extra,meta,fragment", [
     ({"diffusion_model.model.layers.0.self_attn.o_proj.dora_scale": (1, Q)}, None, "DoRA"),
+    ({"diffusion_model.model.layers.0.self_attn.o_proj.lora_magnitude_vector": (Q,)}, None, "lora_magnitude_vector"),
+    ({"diffusion_model.model.layers.0.self_attn.o_proj.lora_magnitude_vector.weight": (Q,)}, None, "DoRA"),
     ({"diffusion_model.model.layers.0.self_attn.o_proj.hada_w1_a": (H, 2)}, None, "LoHa"),
     ({"diffusion_model.model.layers.0.self_attn.o_proj.lora_mid.weight": (2, 2)}, None, "lora_mid"),
     ({}, {"format": "yue2-artist-ar-v1", "scale": "1", "companion_sha256": "ab", "manifest": "manifest.json"},

@@ -34,6 +34,9 @@ _SIMPLE = {".alpha": "alpha", ".diff_b": "diff_b", ".diff": "diff", ".weight": "
 # roles no layout here implements; each is refused with its own message (layouts.py)
 REFUSED_ROLES = {
     "dora_scale": "DoRA (`.dora_scale`)",
+    # PEFT's DoRA key, refused whether or not an adapter_config.json says use_dora (break-it, stop 39: without the
+    # sidecar it was applied as a plain LoRA, its magnitudes listed as keys naming no module)
+    "lora_magnitude_vector": "DoRA (PEFT `.lora_magnitude_vector`)",
     "hada_": "LoHa (`.hada_w1_a` … `.hada_w2_b`)",
     "lora_mid": "Tucker / LoCon mid factor (`.lora_mid`)",
     "lokr_t1": "LoKr with a Tucker core (`.lokr_t1` / `.lokr_t2`)",

@@ -61,6 +61,36 @@ def lora_record(applied) -> dict:
     return out
 
 
+def check_reread(recorded: list, now: list) -> None:
+    """Refuse adapters read again for a song (render, Load Song) whose files are not what the song recorded:
+    `recorded` = the song's config.json "weights"."loras" entries, `now` = `lora_record` of the adapters as read
+    again, in the same order. A folder adapter that now reads another weights file than the recorded
+    `weights_file` (a lora.safetensors added beside it is read first), or an adapter that now reads a companion the
+    song was made without (an adapter_config.json added later changes the scale lora_alpha / r) or no longer reads
+    one, renders other music: AdapterError naming the file and what changed (break-it review, stop 39: both
+    re-rendered differently without a word)."""
+    for old, new in zip(recorded, now):
+        name = old.get("file") or new.get("file")
+        if old.get("weights_file") and new.get("weights_file") and old["weights_file"] != new["weights_file"]:
+            raise AdapterError(f"the LoRA folder {name} now reads {new['weights_file']}, not the "
+                               f"{old['weights_file']} the song was made with (another weights file was added to "
+                               "the folder); move it away, or give the file itself with --lora")
+        if old.get("sha256") and new.get("sha256") and old["sha256"] != new["sha256"]:
+            raise AdapterError(f"the LoRA {name} now reads other weights than the song was made with (sha256 "
+                               f"{new['sha256'][:12]}… against {old['sha256'][:12]}…); restore the file the song "
+                               "records")
+        had = {c.get("relpath", c.get("file")) for c in old.get("companions") or [] if isinstance(c, dict)}
+        has = {c.get("relpath", c.get("file")) for c in new.get("companions") or [] if isinstance(c, dict)}
+        if "companions" in old and had != has:
+            added, gone = sorted(has - had), sorted(had - has)
+            raise AdapterError(f"the LoRA {name} now reads "
+                               + (f"{', '.join(added)}, which the song was made without" if added else "")
+                               + (" and " if added and gone else "")
+                               + (f"no longer {', '.join(gone)}" if gone else "")
+                               + " (a sidecar such as adapter_config.json sets the adapter's scale): the music would "
+                               "differ; put the files back as they were when the song was made")
+
+
 def recorded_weights(weights) -> tuple[list, dict | None]:
     """A song's config.json "weights" entry, checked: ([(lora record, strength_ar, strength_nar)], VAE record or
     None). None / absent means no own weights (a song made without any, or before they were recorded). Raises
