@@ -19,3 +19,19 @@ module = importlib.util.module_from_spec(spec)
 sys.modules["yue2_nodes"] = module
 spec.loader.exec_module(module)
 '''
+
+
+def run_in_host(code: str, comfy_host: tuple, repo, checkpoints, env: dict | None = None) -> dict:
+    """Run `PREAMBLE + code` in the host's python (`comfy_host` = (ComfyUI dir, python)) and return the JSON the code
+    printed on its last line starting "RESULT "; an AssertionError with the end of stderr when it printed none.
+    YUE2_* variables are left out of the environment (but YUE2_TEST_CACHE), YUE2_WARMUP=0 added; `env` adds more."""
+    import json
+    import os
+    import subprocess
+    comfy_dir, python = comfy_host
+    base = {k: v for k, v in os.environ.items() if not k.startswith("YUE2_") or k == "YUE2_TEST_CACHE"}
+    run = subprocess.run([python, "-c", PREAMBLE + code, str(comfy_dir), str(repo), str(checkpoints)],
+                         capture_output=True, text=True, env={**base, "YUE2_WARMUP": "0", **(env or {})}, timeout=300)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])

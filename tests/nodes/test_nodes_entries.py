@@ -12,16 +12,13 @@ checkpoints, vae and output folders, which the session's server shares with ever
   Pick Take); an AUDIO decoded by another checkpoint's VAE is named against the latent's checkpoint."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
-from pack_in_host import PREAMBLE
+from pack_in_host import run_in_host
 
 REPO = Path(__file__).resolve().parents[2]
 
-HARNESS = PREAMBLE + r'''
+HARNESS = r'''
 import torch
 from pathlib import Path
 from yue2_nodes import loader, records, songs, vae_loader
@@ -88,15 +85,9 @@ print("RESULT " + json.dumps(out))
 
 
 def test_odd_folder_entries_and_render_records(comfy_host, tmp_path):
-    comfy_dir, python = comfy_host
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("YUE2_") or k in ("YUE2_TEST_CACHE",)}
-    run = subprocess.run([python, "-c", HARNESS, str(comfy_dir), str(REPO), str(ckpts)], capture_output=True,
-                         text=True, env={**env, "YUE2_WARMUP": "0"}, timeout=300)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    out = run_in_host(HARNESS, comfy_host, REPO, ckpts)
     assert out["listed"] == ["fifo.safetensors", "loop.safetensors"]  # ComfyUI lists both
     assert out["loader fifo"].startswith(f"ValueError: YuE2 checkpoint 'fifo.safetensors' in {ckpts} is a FIFO "
                                          "(named pipe), not a file"), out["loader fifo"]
@@ -120,7 +111,7 @@ def test_odd_folder_entries_and_render_records(comfy_host, tmp_path):
     assert out["decoder same"] is None  # the same file by its sample hash, wherever it lies now
 
 
-EDITOR_HARNESS = PREAMBLE + r'''
+EDITOR_HARNESS = r'''
 from yue2_nodes import editor, routes
 out = {}
 score = "X:1\nK:C\n"
@@ -159,14 +150,8 @@ def test_editor_records_subgraph_nodes_line_ends_and_cached_runs(comfy_host, tmp
     workflow's subgraph definitions, so the run follows the same rule as the widget; line ends do not make an
     unedited box read as edited; the last connected score per (workflow, node) is kept for the widget of a run answered
     from the cache (route /yue2/abc/last_source, bounded); errors in a connected score are said to be there."""
-    comfy_dir, python = comfy_host
     (tmp_path / "checkpoints").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("YUE2_")}
-    run = subprocess.run([python, "-c", EDITOR_HARNESS, str(comfy_dir), str(REPO), str(tmp_path / "checkpoints")],
-                         capture_output=True, text=True, env={**env, "YUE2_WARMUP": "0"}, timeout=300)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    out = run_in_host(EDITOR_HARNESS, comfy_host, REPO, tmp_path / "checkpoints")
     assert out["inner"] is True and out["top"] is True and out["missing"] == [None, None, None]
     assert out["stale in a subgraph"] is True  # was False: the record was not found, the box kept
     assert out["crlf"] is True and out["same modulo line ends"] is False
