@@ -118,16 +118,16 @@ def _latent_samples(latent, channels: int) -> torch.Tensor:
     return samples
 
 
-def _note_foreign_latent(latent: dict, model) -> None:
+def _note_foreign_latent(latent: dict, model, decoder: dict) -> None:
     """A console warning when the latent was not rendered by YuE2 (no render record: an empty or another model's
-    64-channel audio latent decodes to noise) or was rendered with another checkpoint than `model`'s."""
+    64-channel audio latent decodes to noise) or was rendered with another checkpoint than `decoder`
+    (`records.decoded_by` of `model`)."""
     record = latent.get("yue2_render")
     if not isinstance(record, dict):
         log.warning("YuE2 VAE Decode: the latent carries no YuE2 render record (it did not come from YuE2 Renderer, "
                     "Load Song, Regenerate or Continue — e.g. an empty latent or another model's audio latent): it "
                     "is decoded as YuE2 latents anyway")
-    elif isinstance(record.get("checkpoint"), dict) and not records.same_checkpoint(
-            records.decoded_by(model.info), record["checkpoint"]):
+    elif isinstance(record.get("checkpoint"), dict) and not records.same_checkpoint(decoder, record["checkpoint"]):
         log.warning(f"YuE2 VAE Decode: the latent was rendered with {record['checkpoint'].get('path', '?')}, and is "
                     f"decoded by the VAE of {model.info.path} (another checkpoint file)")
 
@@ -180,9 +180,10 @@ class YuE2VAEDecode(io.ComfyNode):
             del vae
         mm.soft_empty_cache()
         check_cancel()
-        _note_foreign_latent(latent, model)
+        decoder = records.decoded_by(model.info)
+        _note_foreign_latent(latent, model, decoder)
         # Save Song records the VAE that decoded, and checks it against the latent's checkpoint
-        vae_record = {"yue2_vae": model.weights_record()["vae"], "yue2_decoded_by": records.decoded_by(model.info)}
+        vae_record = {"yue2_vae": model.weights_record()["vae"], "yue2_decoded_by": decoder}
         if "yue2_frames" in latent:
             return io.NodeOutput({**padded_audio(waves), **vae_record})
         waveform = torch.stack(waves).float().cpu()
