@@ -162,3 +162,16 @@ def test_comment_only_score_is_not_said_to_have_a_header():
     assert "has a header" not in issues[1].message and issues[1].line == 1
     header_only = validate("X:1\nT:t\nM:4/4\nL:1/32\nQ:1/4=100\nV:Vocal\nV:Ins\nK:C\n")
     assert any(i.code == "empty" and "has a header but no music" in i.message for i in header_only)
+
+
+@pytest.mark.parametrize("old,new", [("M:4/4", "M:\u0664/4"), ("Q:1/4=120", "Q:1/4=\u0661\u0662\u0660"),
+                                     ("L:1/8", "L:1/\uff18"), ("X:1", "X:\u00b9")])
+def test_header_numbers_in_other_scripts_are_value_errors(old, new):
+    # Python's \d and int() take Arabic-Indic, full-width and superscript digits; ABC readers (and the model) do not
+    assert codes(GOOD.replace(old, new), "error")[:1] == ["header-value"]
+
+
+@pytest.mark.parametrize("music", ["C\u0668|", "Z\u0662|", "(\u0663CDE"])
+def test_lengths_in_other_scripts_are_not_read_as_numbers(music):
+    text = HEAD + f"V: Vocal\n{music}\nV: Ins\nC8|\n"
+    assert "token" in codes(text, "error")

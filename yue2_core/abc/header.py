@@ -25,9 +25,9 @@ from .model import Header, HeaderField
 
 FIELD_LINE = re.compile(r"([A-Za-z]):(.*)")
 VOICE_VALUE = re.compile(r"\s*(\S*)(.*)")
-_METER = re.compile(r"\s*(\d{1,6})\s*/\s*(\d{1,6})\s*")
-_UNIT = re.compile(r"\s*1\s*/\s*(\d{1,6})\s*")
-_TEMPO = re.compile(r"\s*(\d{1,6})\s*/\s*(\d{1,6})\s*=\s*(\d{1,6}(?:\.\d{1,6})?)\s*")
+_METER = re.compile(r"\s*([0-9]{1,6})\s*/\s*([0-9]{1,6})\s*")
+_UNIT = re.compile(r"\s*1\s*/\s*([0-9]{1,6})\s*")
+_TEMPO = re.compile(r"\s*([0-9]{1,6})\s*/\s*([0-9]{1,6})\s*=\s*([0-9]{1,6}(?:\.[0-9]{1,6})?)\s*")
 NATIVE_HEADER = "X:1, T:, M:4/4, L:1/32, Q:1/4=<BPM>, the V: Vocal and V: Ins definitions, then K:<key>"
 
 
@@ -164,7 +164,7 @@ def _decode_values(header: Header, err, warn) -> None:
     fields = header.fields
     if "X" in fields:
         x = fields["X"].value.strip()
-        if not x.isdigit():
+        if not (x.isascii() and x.isdigit()):
             err("header-value", f"X:{x} is not a tune number; write X:1.", fields["X"].line)
         elif fields["X"].raw != f"X:{NATIVE_X}":
             warn("The planner writes X:1 here; other text is unseen input for the model.", fields["X"].line)

@@ -19,14 +19,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_LENGTH = r"(?P<num>\d*)(?P<slash>/*)(?P<den>\d*)"
+_LENGTH = r"(?P<num>[0-9]*)(?P<slash>/*)(?P<den>[0-9]*)"
 MAX_DIGITS = 6  # longer numbers are refused (a length, count or tuplet that large is a typo, and int() of huge digit
                 # strings is slow or refused by Python)
 _NOTE = re.compile(r"(?P<acc>\^\^|\^|__|_|=)?(?P<letter>[A-Ga-g])(?P<oct>[,']*)" + _LENGTH + r"(?P<tie>-?)")
 _REST = re.compile(r"(?P<letter>[zx])" + _LENGTH)
-_BAR_REST = re.compile(r"(?P<letter>[ZX])(?P<count>\d{0,6})(?!\d)")
+_BAR_REST = re.compile(r"(?P<letter>[ZX])(?P<count>[0-9]{0,6})(?![0-9])")
 _BAR = re.compile(r":*\[?\|[\]|]?:*|::+")
-_TUPLET = re.compile(r"\((?P<p>\d{1,3})(?::(?P<q>\d{0,3}))?(?::(?P<r>\d{0,3}))?(?!\d)")
+_TUPLET = re.compile(r"\((?P<p>[0-9]{1,3})(?::(?P<q>[0-9]{0,3}))?(?::(?P<r>[0-9]{0,3}))?(?![0-9])")
 _BROKEN = re.compile(r">{1,3}|<{1,3}")
 _INLINE = re.compile(r"\[(?P<field>[A-Za-z]):(?P<value>[^\]\n]*)\]")
 
