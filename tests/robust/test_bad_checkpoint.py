@@ -274,3 +274,17 @@ def test_weights_at_a_path_that_is_not_utf8_load(tmp_path, micro_paths):
         key = next(iter(f.keys()))
         assert f.get_tensor(key).numel() > 0
     assert info.dims.layers >= 1
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "int8"])
+def test_nan_in_the_nar_weights_is_refused_at_load(micro_paths, tmp_path, fmt):
+    """Found only as non-finite latents after a whole song's AR work before (stop 39's list)."""
+    from yue2_core.errors import DamagedWeightsError
+    path = copy(micro_paths[fmt], tmp_path / "nan_nar.safetensors")
+    info = inspect_checkpoint(path)
+    key = next(k for k, e in info.entries.items() if k.startswith("model.diffusion_model.") and "norm" in k
+               and e.dtype in ("BF16", "F32", "F16"))
+    patch_tensor(path, key, lambda t: torch.where(torch.arange(t.numel()).reshape(t.shape) == 1, float("nan"), t))
+    with pytest.raises(DamagedWeightsError, match=f"NAR expert in {path}: {key} holds NaN/inf \\(1 of its"):
+        load_nar(inspect_checkpoint(path))
+    assert load_ar(inspect_checkpoint(path)) is not None  # the AR part is untouched
