@@ -239,6 +239,8 @@ def _join_companion(adapter: Adapter, path: str, rel: str, dims: ModelDims, stac
         raise AdapterError(f"{path}: its companion (metadata acoustic_adapter={rel!r}) changes the "
                            f"{'/'.join(w.upper() for w in wrong)} expert; an FL companion must be the NAR file "
                            f"(branch=nar). Name the FL NAR file there, or load the other file as its own LoRA.")
+    for p in other.patches:  # apply.check_unique: the companion given again as its own LoRA would apply twice
+        p.source = p.source or target
     adapter.patches += other.patches
     adapter.files += [f for f in other.files if f not in adapter.files]
     adapter.unmatched += [f"{os.path.basename(target)}: {k}" for k in other.unmatched]
