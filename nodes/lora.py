@@ -10,7 +10,8 @@ import folder_paths
 from comfy_api.latest import io, ui
 
 from yue2_core.weights.checkpoint import file_state
-from yue2_core.weights.lora.apply import STRENGTH_RANGE, Applied, check_strength
+from yue2_core.weights.lora.apply import (STRENGTH_RANGE, Applied, check_replacements, check_strength, check_unique,
+                                          idle_notes, replace_notes)
 from yue2_core.weights.lora.layouts import describe_adapter, read_adapter, unmatched_note
 
 from . import types
@@ -117,11 +118,21 @@ class YuE2LoRA(io.ComfyNode):
             adapter = cached_adapter(path, model.dims)
         applied = Applied(adapter, s_ar, s_nar)
         out = model.derive(adapter=applied)
+        stack = list(out.adapters)
+        # refused here, not at the first stage that loads the model (stop 40): an FL NAR file that its AR file already
+        # reads, two different replacements of one module
+        with user_errors():
+            check_unique(stack)
+            check_replacements(stack)
         text = f"{describe_adapter(adapter)}\nstrengths: AR ×{s_ar:g}, NAR ×{s_nar:g}"
-        note = unmatched_note(adapter)
-        if note:  # keys that patch nothing: said at the top of the report and in the log, not only listed below
+        # keys that patch nothing, an entry that changes nothing, deltas added to a replacement: said at the top of
+        # the report and in the log, not only listed below
+        earlier = replace_notes(list(model.adapters))
+        notes = [n for n in (unmatched_note(adapter), *idle_notes([applied]), *replace_notes(stack))
+                 if n and n not in earlier]
+        for note in notes:
             log.warning("[YuE2] %s", note)
-            text = f"warning: {note}\n{text}"
+        text = "".join(f"warning: {n}\n" for n in notes) + text
         if len(out.adapters) > 1:
             text += f"\nstacked on {len(out.adapters) - 1} earlier adapter(s): deltas add"
         return io.NodeOutput(out, text, ui=ui.PreviewText(text))

@@ -738,10 +738,19 @@ def _ascii_number(text: str) -> float:
     return float(text)
 
 
+def _is_number(text: str) -> bool:
+    try:
+        _ascii_number(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_lora(value: str) -> tuple[str, float, float]:
     """--lora PATH[:AR[:NAR]] → (path, strength_ar, strength_nar). Strengths are read from the right, so a path with
     colons (C:\\x.safetensors) works; one number sets both. Raises argparse.ArgumentTypeError for a strength outside
-    ±5, a missing file, or a path that is a FIFO / device / socket (named: reading one would block)."""
+    ±5, a strength that is not a number or is empty (PATH:1:), more than two strengths, a missing file, or a path
+    that is a FIFO / device / socket (named: reading one would block)."""
     from .errors import AdapterError
     from .weights.lora.apply import check_strength
     parts, nums = value.split(":"), []
@@ -763,16 +772,23 @@ def parse_lora(value: str) -> tuple[str, float, float]:
         raise argparse.ArgumentTypeError(f"LoRA {path!r} is {kind}, not a file (an adapter is a .safetensors or .pt "
                                          f"file, or a PEFT folder)")
     if not os.path.exists(path):
-        head, _, tail = path.rpartition(":")
-        if head and os.path.exists(head):  # PATH:abc or PATH:1:2:3 — the strengths are wrong, not the file
-            try:
-                _ascii_number(tail)
-                why = "more than two strengths (at most AR and NAR)"
-            except ValueError:
-                why = f"strength {tail!r} is not a number"
-            raise argparse.ArgumentTypeError(f"--lora {value!r}: {why} (form: PATH[:AR[:NAR]], e.g. "
-                                             "adapter.safetensors:0.8 or adapter.safetensors:1:0.5)")
         cut = value.split(":")
+        for k in range(1, len(cut)):  # PATH:abc, PATH:1:, PATH:1:2:3 — the strengths are wrong, not the file
+            if not os.path.exists(":".join(cut[:-k])):
+                continue
+            fields = cut[-k:]
+            bad = next((f for f in fields if f and not _is_number(f)), None)
+            if k > 2 and bad is None and "" not in fields:
+                why = "more than two strengths (at most AR and NAR)"
+            elif bad is not None:
+                why = f"strength {bad!r} is not a number"
+            elif "" in fields:  # break-it (stop 40): PATH:1: was looked for as a file named "PATH:1:"
+                why = "a strength after ':' is empty"
+            else:
+                continue  # PATH:1 where "PATH:1" exists too: said below
+            raise argparse.ArgumentTypeError(f"--lora {value!r}: {why} (forms: PATH, PATH:S for both experts, "
+                                             "PATH:AR:NAR; e.g. adapter.safetensors:0.8 or "
+                                             "adapter.safetensors:1:0.5)")
         for n in range(1, len(nums) + 1):  # a file whose own name ends in ":<number>" (x:1)
             longer = ":".join(cut[:len(cut) - len(nums) + n])
             if os.path.exists(longer):

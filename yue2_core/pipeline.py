@@ -385,8 +385,10 @@ class YuE2Engine:
         (the `batch` command): also the kernels of its decoder of that many rows (`batch_refill`: continuous
         batching's `fast.refill.RefillDecoder`, else static batches). Raises
         CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint, AdapterError for adapters
-        that do not apply (also the same adapter file twice, or one whose merged delta overflows:
-        `apply.check_stack`), RequestError for a bad YUE2_WARMUP."""
+        that do not apply (also the same adapter file twice past ±5, an FL NAR file given beside the AR file that
+        reads it, two different replacements of one module, or a merged delta that overflows: `apply.check_stack`),
+        RequestError for a bad YUE2_WARMUP. `engine.notes`: what the caller should say (unmatched keys,
+        `apply.stack_notes`)."""
         from .weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
         from .weights.lora.apply import Applied, apply_stack, check_stack, check_strength
         from .weights.lora.record import lora_record
@@ -399,7 +401,7 @@ class YuE2Engine:
             from .weights.lora.layouts import read_adapter
             stack = [Applied(read_adapter(p, info.dims), check_strength(a, "AR strength"),
                              check_strength(n, "NAR strength")) for p, a, n in loras]
-            check_stack(stack)  # the same file twice, a delta that overflows: refused before any weight is read
+            check_stack(stack)  # the same file twice, a companion twice, …: refused before any weight is read
         vae_file = None
         if vae is not None and "vae" in parts:
             from .weights.vae_files import open_vae
@@ -435,9 +437,9 @@ class YuE2Engine:
         weights = {"loras": [lora_record(a) for a in stack], "vae": None if vae_file is None else vae_file.record()}
         engine = cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
         from .weights.lora.layouts import unmatched_note
-        from .weights.lora.apply import repeat_notes
+        from .weights.lora.apply import stack_notes
         engine.notes = ([n for n in (unmatched_note(a.adapter) for a in stack) if n]  # the caller shows them
-                        + repeat_notes(stack))
+                        + stack_notes(stack))
         return engine
 
     def generate(self, request: SongRequest, budgets: Budgets | None = None, steps: int = ODE_STEPS,

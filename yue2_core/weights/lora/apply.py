@@ -18,7 +18,12 @@ on what it stores:
   products. Inside the fused CUDA decode step, where only the rotated activations x̃ = x·H exist, the same delta is
   x̃·Ãᵀ·Bᵀ with Ã = A·blkdiag(H) per 256-group (H is symmetric and orthogonal, so Ã·x̃ = A·x).
   LoKr / `.diff` patches on int8 layers become one dense fp32 ΔW side product; bias diffs an fp32 bias delta;
-  replacements (Mothersuperior's `vae2llm` / `llm2vae`) swap the layer's function for F.linear(x, W, b).
+  replacements (Mothersuperior's `vae2llm` / `llm2vae`) swap the layer's function for F.linear(x, W, b) plus the
+  other deltas.
+
+A replacement is applied before the deltas on its module, on both paths, so every delta adds to it and the order of
+the stack never decides the weights; two entries replacing one module differently are refused
+(`check_replacements`).
 
 Strength 0 on an expert drops every patch of that adapter on that expert (replacements included: the whole adapter
 is off, §1.1 F), so outputs are bit-identical to the base.
@@ -121,41 +126,115 @@ def check_magnitude(stack: list[Applied], experts=("ar", "nar")) -> None:
                            "again")
 
 
+def _file_identity(path: str) -> tuple[str, str] | None:
+    """(resolved path, sha256) of a file; None where there is no file (an in-memory adapter)."""
+    from .record import file_sha256
+    if not os.path.isfile(path):
+        return None
+    return os.path.realpath(path), file_sha256(path)
+
+
 def _identity(applied: Applied) -> tuple[str, str] | None:
     """What makes two stack entries the same adapter: (resolved path, sha256) of its weights file — the file a song
     records (`record._weights_file`; an FL file's companion and adapter_config.json are not part of it). None for an
     in-memory adapter."""
-    from .record import _weights_file, file_sha256
-    main = _weights_file(applied.adapter)
-    if not os.path.isfile(main):
-        return None
-    return os.path.realpath(main), file_sha256(main)
+    from .record import _weights_file
+    return _file_identity(_weights_file(applied.adapter))
+
+
+def _sources(applied: Applied, expert: str) -> dict[str, bool]:
+    """The files whose patches reach `expert` through this entry → True for a companion (an FL AR file's NAR file,
+    `Patch.source`), False for the adapter's own weights file."""
+    from .record import _weights_file
+    main, out = None, {}
+    for p in applied.adapter.patches:
+        if p.expert == expert:
+            if p.source is None and main is None:
+                main = _weights_file(applied.adapter)
+            out.setdefault(p.source or main, p.source is not None)
+    return out
+
+
+def _twice(expert: str, items: list) -> str:
+    """The refusal of one companion file reaching `expert` through two entries (`check_unique`)."""
+    e = expert.upper()
+    companion = next(path for _, _, path, via in items if via)
+    owner = next(a for a, _, _, via in items if via)
+    ways = ", ".join((f"as the companion of {a.adapter.path}" if via else f"as its own LoRA {a.adapter.path}")
+                     + f" ×{a.strength(expert):g}" for a, _, _, via in items)
+    return (f"the {e} adapter {os.path.basename(companion)} reaches the {e} {len(items)} times ({ways}): its deltas "
+            f"would apply twice. {owner.adapter.path} reads it itself (metadata acoustic_adapter): give that file "
+            f"alone, with the {e} strength you want (PATH:AR:NAR; node: strength_{expert}), or give all but one of "
+            f"these entries {e} strength 0")
 
 
 def check_unique(stack: list[Applied], experts=("ar", "nar")) -> None:
     """AdapterError when one adapter file reaches an expert through several entries whose strengths add up past
-    ±STRENGTH_RANGE (strengths of the same patch add, so repeating a file multiplies its effect past the limit).
-    Entries at strength 0 for an expert, or whose adapter has no patch for it, do not count; the same file within
-    the limit is allowed (songs made that way re-render as they were made)."""
+    ±STRENGTH_RANGE (strengths of the same patch add, so repeating a file multiplies its effect past the limit), and
+    whenever a companion file reaches it through another entry too — an FL AR file, which reads its NAR file
+    itself, given with that NAR file as a second LoRA (or two AR files naming one companion): its deltas would apply
+    twice (break-it review, stop 40). Entries at strength 0 for an expert, or whose adapter has no patch for it, do
+    not count; the same file within the limit is allowed (songs made that way re-render as they were made)."""
     if len(stack) < 2:
         return  # nothing to compare: no file is hashed
-    entries = [(a, _identity(a)) for a in stack]
+    mains = [_identity(a) for a in stack]
     for expert in experts:
         groups: dict = {}
-        for a, ident in entries:
-            if ident is None or a.strength(expert) == 0.0 or not any(p.expert == expert for p in a.adapter.patches):
+        for a, main in zip(stack, mains):
+            if a.strength(expert) == 0.0:
                 continue
-            key = next((k for k in groups if k[0] == ident[0] or k[1] == ident[1]), ident)
-            groups.setdefault(key, []).append(a)
+            for path, via in _sources(a, expert).items():
+                ident = _file_identity(path) if via else main
+                if ident is None:
+                    continue
+                key = next((k for k in groups if k[0] == ident[0] or k[1] == ident[1]), ident)
+                groups.setdefault(key, []).append((a, main, path, via))
         for items in groups.values():
-            total = sum(a.strength(expert) for a in items)
+            if len(items) > 1 and any(via for *_, via in items) and \
+                    len({None if m is None else m[1] for _, m, _, _ in items}) > 1:  # not one file given twice
+                raise AdapterError(_twice(expert, items))
+            total = sum(a.strength(expert) for a, *_ in items)
             if len(items) > 1 and abs(total) > STRENGTH_RANGE:
-                listed = " + ".join(f"{a.adapter.path} ×{a.strength(expert):g}" for a in items)
+                listed = " + ".join(f"{a.adapter.path} ×{a.strength(expert):g}" for a, *_ in items)
                 raise AdapterError(
-                    f"the LoRA {items[0].adapter.path} reaches the {expert.upper()} {len(items)} times ({listed}: "
+                    f"the LoRA {items[0][0].adapter.path} reaches the {expert.upper()} {len(items)} times ({listed}: "
                     f"the same weights file); strengths of the same file add up to {total:g}, beyond the "
                     f"{STRENGTH_RANGE:g} limit of one entry — give it once with a strength between "
                     f"-{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}")
+
+
+def _same_replacement(a: Replace, b: Replace) -> bool:
+    def same(x, y):
+        return (x is None and y is None) or (x is not None and y is not None and x.shape == y.shape
+                                             and torch.equal(x.float(), y.float()))
+    return same(a.weight, b.weight) and same(a.bias, b.bias)
+
+
+def check_replacements(stack: list[Applied], experts=("ar", "nar")) -> None:
+    """AdapterError naming both entries, their keys and the module when two entries replace one module with
+    different weights (Mothersuperior's `vae2llm` / `llm2vae` from two NAR adapters): a module takes one
+    replacement, and whichever came last would erase the other, so the order of the LoRAs would decide the song
+    (break-it review, stop 40). The same replacement twice (one file given twice) is allowed; entries at strength 0
+    for the expert do not count."""
+    for expert in experts:
+        first: dict = {}
+        for a in stack:
+            if a.strength(expert) == 0.0:
+                continue
+            for p in a.adapter.patches:
+                if p.expert != expert or not isinstance(p.delta, Replace):
+                    continue
+                if p.module not in first:
+                    first[p.module] = (a, p)
+                    continue
+                b, q = first[p.module]
+                if not _same_replacement(q.delta, p.delta):
+                    e = expert.upper()
+                    raise AdapterError(
+                        f"the LoRAs {b.adapter.path} and {a.adapter.path} both replace {e} {p.module} "
+                        f"({', '.join(q.keys) or 'no key'}; {', '.join(p.keys) or 'no key'}) with different weights: "
+                        f"a module takes one replacement, and the later would erase the earlier — give one of them "
+                        f"{e} strength 0 (PATH:AR:NAR; node: strength_{expert}), or leave it out")
 
 
 def repeat_notes(stack: list[Applied]) -> list[str]:
@@ -173,10 +252,65 @@ def repeat_notes(stack: list[Applied]) -> list[str]:
             for items in groups.values() if len(items) > 1]
 
 
+def replace_notes(stack: list[Applied]) -> list[str]:
+    """One note per module that one entry replaces and other entries' deltas reach: those deltas are added to the
+    replacement (replacements apply first, so the order of the entries does not matter) — said, since each adapter
+    was trained against another weight of that module."""
+    notes = []
+    for expert in ("ar", "nar"):
+        owners: dict = {}
+        adders: dict = {}
+        for a in stack:
+            if a.strength(expert) == 0.0:
+                continue
+            for p in a.adapter.patches:
+                if p.expert == expert:
+                    bucket = owners if isinstance(p.delta, Replace) else adders
+                    if not any(x is a for x in bucket.setdefault(p.module, [])):
+                        bucket[p.module].append(a)
+        for module, who in owners.items():
+            others = [a for a in adders.get(module, []) if not any(a is o for o in who)]
+            if others:
+                notes.append(f"the LoRA {who[0].adapter.path} replaces {expert.upper()} {module}; the deltas of "
+                             f"{', '.join(a.adapter.path for a in others)} on it are added to that replacement "
+                             "(replacements apply first: the order of the LoRAs does not matter)")
+    return notes
+
+
+def idle_notes(stack: list[Applied]) -> list[str]:
+    """One note per entry that patches nothing: every expert its adapter holds patches for has strength 0 (an
+    NAR-only file given as PATH:1:0, an AR-only one as PATH:0:1, or strength 0 on both) — what the file holds and
+    which strength is 0, since the song is then made as without it (break-it review, stop 40: said nothing)."""
+    notes = []
+    for a in stack:
+        held = [e for e in ("ar", "nar") if any(p.expert == e for p in a.adapter.patches)]
+        if any(a.strength(e) != 0.0 for e in held):
+            continue
+        if a.strength_ar == 0.0 and a.strength_nar == 0.0:
+            notes.append(f"the LoRA {a.adapter.path} has strength 0 on both experts: nothing to patch, this entry "
+                         "changes nothing")
+            continue
+        (e,) = held  # one expert held, at strength 0; the other strength is not 0
+        other = "nar" if e == "ar" else "ar"
+        modules = len({p.module for p in a.adapter.patches})
+        notes.append(f"the LoRA {a.adapter.path} holds only {e.upper()} patches ({modules} modules) and its "
+                     f"{e.upper()} strength is 0: nothing to patch, this entry changes nothing (its "
+                     f"{other.upper()} strength ×{a.strength(other):g} has no {other.upper()} patch to scale)")
+    return notes
+
+
+def stack_notes(stack: list[Applied]) -> list[str]:
+    """Every note on a whole stack, for the caller to show: files given more than once (`repeat_notes`), deltas
+    added to another entry's replacement (`replace_notes`), entries that patch nothing (`idle_notes`)."""
+    return repeat_notes(stack) + replace_notes(stack) + idle_notes(stack)
+
+
 def check_stack(stack: list[Applied], experts=("ar", "nar")) -> None:
-    """The checks of a whole stack before anything is applied: no adapter twice (`check_unique`), no module delta
-    beyond MAX_DELTA (`check_magnitude`). AdapterError otherwise."""
+    """The checks of a whole stack before anything is applied: no adapter twice and no companion given again as
+    its own entry (`check_unique`), no two different replacements of one module (`check_replacements`), no module
+    delta beyond MAX_DELTA (`check_magnitude`). AdapterError otherwise."""
     check_unique(stack, experts)
+    check_replacements(stack, experts)
     check_magnitude(stack, experts)
 
 
@@ -240,8 +374,12 @@ def check_fit(items: list[tuple[float, Patch]], name: str, out_features: int, in
 
 def merge_into(weight: torch.Tensor, items: list[tuple[float, Patch]], bias: bool = False) -> torch.Tensor:
     """Add the patches to `weight` in place (an fp32 tensor [out, in], or [out] with `bias`) and return it.
-    Low-rank products are formed in fp32 (`torch.mm`), scaled by strength·scale and added row slice by row slice, in
-    stack order. With `bias`, only BiasDiff / Replace biases apply; otherwise only weight deltas."""
+    A replacement (`Replace`) is applied first, whatever its place in `items`; then low-rank products are formed in
+    fp32 (`torch.mm`), scaled by strength·scale and added row slice by row slice, in stack order — so every delta
+    adds to the replaced weight and the order of the stack does not matter (break-it review, stop 40: a replacement
+    later in the stack erased the deltas before it). With `bias`, only BiasDiff / Replace biases apply; otherwise
+    only weight deltas."""
+    items = sorted(items, key=lambda item: not isinstance(item[1].delta, Replace))  # stable: the rest keep order
     for strength, p in items:
         d = p.delta
         start, count = _rows(p, weight.shape[0])
@@ -393,10 +531,13 @@ class SideDelta:
         return self._rotated[key]
 
     def apply(self, x: torch.Tensor, base_out) -> torch.Tensor:
-        """The linear's output with the delta: `base_out()` is called unless the layer is replaced."""
+        """The linear's output with the delta: `base_out()` is called unless the layer is replaced; a replaced layer
+        computes F.linear(x, W, b) of the replacement plus the other deltas (as `merge_into`: replacement first)."""
         if self.replace is not None:
             w, b = self.replace
-            return F.linear(x.float(), w, b).to(x.dtype)
+            y = F.linear(x.float(), w, b)
+            d = self.delta(x)
+            return (y if d is None else y + d).to(x.dtype)
         y = base_out()
         d = self.delta(x)
         return y if d is None else (y.float() + d).to(y.dtype)

@@ -75,15 +75,13 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
     Returns an `Adapter` whose patches target engine module names with split q/k/v and gate/up on row slices of
     the fused modules and the scale (module docstring) folded in; keys that name no module are listed in
     `Adapter.unmatched`. Raises AdapterError for a refused layout (the message names it and lists the supported
-    ones), a file that is not an adapter or not a YuE2 one, shapes that do not fit `dims`, NaN/inf, ranks of A and
-    B that disagree, a missing half of a pair, a layer index ≥ dims.layers, keys that match nothing, a malformed
-    adapter_config.json, a missing FL companion."""
+    ones), a file that is not an adapter or not a YuE2 one (a checkpoint, the vendor's model folder or a VAE is
+    named with the option it belongs to), shapes that do not fit `dims`, NaN/inf, ranks of A and B that disagree, a
+    missing half of a pair, a layer index ≥ dims.layers, keys that match nothing, a module given both fused and
+    split, a malformed adapter_config.json, a missing FL companion."""
     src = open_source(path)
     if not src.tensors:
         raise AdapterError(f"{path}: the file holds no tensors, so it is not an adapter. {SUPPORTED_TEXT}")
-    if "text_encoders.yue2_tokenizer_json" in src.tensors or any(k.startswith("vae.decoder.") for k in src.tensors):
-        raise AdapterError(f"{path} is a whole YuE2 checkpoint (it holds the tokenizer / VAE), not an adapter: give it "
-                           "as --checkpoint (nodes: YuE2 Checkpoint Loader), and an adapter file as --lora")
     _refusals(src)
     layout = detect_layout(src)
     ctx = _context(src, layout)
@@ -239,6 +237,8 @@ def _join_companion(adapter: Adapter, path: str, rel: str, dims: ModelDims, stac
         raise AdapterError(f"{path}: its companion (metadata acoustic_adapter={rel!r}) changes the "
                            f"{'/'.join(w.upper() for w in wrong)} expert; an FL companion must be the NAR file "
                            f"(branch=nar). Name the FL NAR file there, or load the other file as its own LoRA.")
+    for p in other.patches:  # apply.check_unique: the companion given again as its own LoRA would apply twice
+        p.source = p.source or target
     adapter.patches += other.patches
     adapter.files += [f for f in other.files if f not in adapter.files]
     adapter.unmatched += [f"{os.path.basename(target)}: {k}" for k in other.unmatched]

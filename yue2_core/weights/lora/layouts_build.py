@@ -163,7 +163,8 @@ def _shape(path: str, key: str, t: torch.Tensor, expected: tuple, what: str) -> 
 def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
     """Patches of one file. Returns (patches, unmatched keys, scale rule words, scale values). Raises AdapterError
     for a missing A or B, an alpha alone, ranks of A and B that disagree, a shape that does not fit `dims`, a
-    non-finite tensor, a layer index ≥ dims.layers, or two keys giving the same thing."""
+    non-finite tensor, a layer index ≥ dims.layers, two keys giving the same thing, or a fused module given both
+    fused and split."""
     groups: dict = {}
     unmatched = []
     for key in tensors:
@@ -211,8 +212,24 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
                                    f"{' rows ' + str(p.rows) if p.rows else ''} — two spellings of one module")
             seen[ident] = p.keys
         patches += made
+    _fused_and_split(path, patches)
     words, values = scale.rule()
     return patches, sorted(unmatched), words, values
+
+
+def _fused_and_split(path: str, patches: list) -> None:
+    """AdapterError naming the module and a key of each form when one file gives a fused module (`qkv_proj`,
+    `gate_up_proj`) both whole and by its split parts (q/k/v, gate/up): the two deltas would add up in silence
+    (break-it review, stop 40), which no trainer means."""
+    forms: dict = {}
+    for p in patches:
+        if p.module.endswith(("qkv_proj", "gate_up_proj")):
+            forms.setdefault((p.expert, p.module), {}).setdefault(p.rows is None, p)
+    for (expert, module), seen in forms.items():
+        if len(seen) == 2:
+            raise AdapterError(f"{path}: {expert.upper()} {module} is given both fused ({seen[True].keys[0]}) and "
+                               f"split ({seen[False].keys[0]}, …); their deltas would add up (a conversion that kept "
+                               "both forms?) — an adapter gives a module in one form: remove one of them")
 
 
 def _module_patches(path, tensors, base, roles, t, expert, dims, ctx, scale) -> list:

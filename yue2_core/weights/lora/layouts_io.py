@@ -45,8 +45,10 @@ def open_source(path: str) -> Source:
     """Open `path` (file or PEFT directory). Raises AdapterError for a missing path, a path that is a FIFO / device /
     other non-regular file (named before anything is opened: reading one would block), a directory without weights
     (or whose only `.safetensors` entry is not a file), a file that is neither safetensors nor a torch zip/pickle, a
-    truncated file, a `.pt` that needs unrestricted pickle, a `.pt` holding something other than tensors, or a
-    malformed adapter_config.json (also one that is a directory or a FIFO).
+    truncated file, a `.pt` that needs unrestricted pickle, a `.pt` holding something other than tensors, a
+    malformed adapter_config.json (also one that is a directory or a FIFO), or model weights rather than an adapter
+    — a checkpoint file or vendor model folder, a VAE file or folder (`refuse_model_weights`, said with the option
+    they belong to).
 
     The container: a file whose first 8 bytes and header parse as safetensors IS safetensors (whatever its first
     byte: a header length such as 0x…80 must not send it to torch.load, which would lose `__metadata__`); only
@@ -58,6 +60,7 @@ def open_source(path: str) -> Source:
     path = os.fspath(path)
     kind = not_a_file(path)
     if os.path.isdir(path):
+        _refuse_model_folder(path)
         weights = _dir_weights(path)
         sidecar_path = os.path.join(path, SIDECAR)
     elif kind is not None:
@@ -79,10 +82,12 @@ def open_source(path: str) -> Source:
             raise AdapterError(f"cannot read adapter {weights}: {err.strerror or err}") from None
         if magic[:2] == b"PK" or magic[:1] == b"\x80":
             src = _open_pt(weights)
+            refuse_model_weights(weights, src.tensors)
         else:
             raise AdapterError(f"adapter {exc} (an adapter is a .safetensors file, a torch .pt file or a PEFT "
                                f"folder)") from None
     else:
+        refuse_model_weights(weights, header[0])  # from the header: a 7 GB checkpoint is never read as an adapter
         src = _open_safetensors(weights, header)
     if sidecar_path is not None and os.path.lexists(sidecar_path):
         what = not_a_file(sidecar_path)
@@ -92,6 +97,70 @@ def open_source(path: str) -> Source:
         src.sidecar = read_sidecar(sidecar_path)
         src.files.append(sidecar_path)
     return src
+
+
+_ADAPTER_ROLE = re.compile(r"\.(lora_[A-Za-z]+|lokr_\w+|hada_\w+|alpha|diff|diff_b|dora_scale)(\.|$)")
+_VAE_PREFIXES = ("encoder.", "decoder.", "vae.encoder.", "vae.decoder.")
+_USE = {"checkpoint": "give it as --checkpoint (nodes: YuE2 Checkpoint Loader)",
+        "vae": "give it as --vae (nodes: YuE2 VAE Loader)"}
+
+
+def weights_kind(keys) -> tuple[str, str] | None:
+    """What a file of model weights (not an adapter) is, from its tensor names (a safetensors header's keys):
+    ("checkpoint", why) for a Comfy-Org all-in-one file (the tokenizer tensor, or transformer weights beside a
+    `vae.decoder.` tree), ("model", why) for plain Linear / norm / embedding weights without a single adapter role
+    (the vendor's model.safetensors or one of its shards), ("vae", why) for a VAE file (only `encoder.` / `decoder.`
+    tensors, optionally under `vae.`); None for anything else (adapters, other models' files)."""
+    keys = sorted(keys)
+    if not keys:
+        return None
+    if "text_encoders.yue2_tokenizer_json" in keys:
+        return "checkpoint", "it holds the tokenizer"
+    if all(k.startswith(_VAE_PREFIXES) for k in keys):
+        return "vae", f"only encoder / decoder tensors, such as {keys[0]}"
+    if any(k.startswith("vae.decoder.") for k in keys):
+        return "checkpoint", "it holds the VAE beside other weights"
+    if any(_ADAPTER_ROLE.search(k) for k in keys):
+        return None
+    plain = [k for k in keys if k.endswith(("embed_tokens.weight", "_proj.weight", "layernorm.weight",
+                                            "lm_head.weight"))]
+    return ("model", f"plain weights such as {plain[0]} and no LoRA factors") if plain else None
+
+
+def refuse_model_weights(path: str, keys) -> None:
+    """AdapterError saying what `path` is and which option takes it when its tensor names are model weights, not an
+    adapter (`weights_kind`): a checkpoint (--checkpoint), the vendor's model weights (their folder as
+    --checkpoint), a VAE (--vae) — a break-it finding (stop 40): they got "norm diffs are not supported" or "not a
+    YuE2 adapter"."""
+    kind = weights_kind(keys)
+    if kind is None:
+        return
+    what, why = kind
+    if what == "checkpoint":
+        raise AdapterError(f"{path} is a whole YuE2 checkpoint ({why}), not an adapter: {_USE['checkpoint']}, and an "
+                           "adapter file as --lora")
+    if what == "model":
+        raise AdapterError(f"{path} is a model checkpoint's weights, not an adapter ({why}; the vendor's "
+                           "model.safetensors or a shard of it): give its model folder as --checkpoint (nodes: YuE2 "
+                           "Checkpoint Loader), and an adapter file as --lora")
+    raise AdapterError(f"{path} is a VAE, not an adapter ({why}): {_USE['vae']}, and an adapter file as --lora")
+
+
+def _refuse_model_folder(path: str) -> None:
+    """AdapterError for a folder whose config.json says it is a YuE2 model (model_type "yue2": the vendor's
+    m-a-p/YuE2-3B layout) or a YuE2 VAE (model_type "yue2_vae") and that holds none of the PEFT weights names —
+    before any of its files is read (a model folder holds gigabytes)."""
+    from ..vendor import MODEL_TYPE, VAE_MODEL_TYPE, folder_model_type
+    if any(os.path.lexists(os.path.join(path, name)) for name in DIR_WEIGHTS):
+        return
+    model_type = folder_model_type(path)
+    if model_type == MODEL_TYPE:
+        raise AdapterError(f"{path} is a YuE2 model checkpoint folder (config.json model_type \"{MODEL_TYPE}\", the "
+                           f"m-a-p/YuE2-3B layout), not an adapter: {_USE['checkpoint']}, and an adapter file or "
+                           "PEFT folder as --lora")
+    if model_type == VAE_MODEL_TYPE:
+        raise AdapterError(f"{path} is a YuE2 VAE folder (config.json model_type \"{VAE_MODEL_TYPE}\"), not an "
+                           f"adapter: {_USE['vae']}, and an adapter file or PEFT folder as --lora")
 
 
 def _dir_weights(path: str) -> str:

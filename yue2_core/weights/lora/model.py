@@ -8,7 +8,8 @@ q/k/v or gate/up key becomes a patch of the fused module with `rows` = (first ro
 q (0, heads·head_dim), k (heads·head_dim, kv), v (heads·head_dim + kv, kv) with kv = kv_heads·head_dim,
 gate (0, ffn), up (ffn, ffn). The applier (`apply.py`) adds every patch as
 `W[rows] += strength · delta` where `strength` is the user's per-expert strength and `delta` already holds the
-layout's scale (alpha/rank, metadata alpha/rank, sidecar lora_alpha/r or /√r, or 1: §1.2).
+layout's scale (alpha/rank, metadata alpha/rank, sidecar lora_alpha/r or /√r, or 1: §1.2); a `Replace` sets the
+weight first and the deltas add to it.
 """
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ class BiasDiff:
 @dataclass
 class Replace:
     """The module's weight (and bias, when given) replaced outright — Mothersuperior's `vae2llm` / `llm2vae`
-    (§1.1 F): applied at full strength whatever the strength, unless the strength is 0, which disables it."""
+    (§1.1 F): applied at full strength whatever the strength, unless the strength is 0, which disables it. It is
+    applied before every delta on the same module, which then adds to it (whatever the order of the stack)."""
     weight: torch.Tensor
     bias: torch.Tensor | None = None
 
@@ -81,12 +83,15 @@ class Replace:
 @dataclass
 class Patch:
     """One change to one module. `expert` "ar" | "nar"; `module` the engine module name (see the module docstring);
-    `rows` (start, count) of a fused weight, or None for all rows; `keys` the file keys it came from."""
+    `rows` (start, count) of a fused weight, or None for all rows; `keys` the file keys it came from; `source` the
+    file it was read from when that is not the adapter's own weights file (an FL AR file's NAR companion), else
+    None."""
     expert: str
     module: str
     delta: LowRank | Kron | Diff | BiasDiff | Replace
     rows: tuple[int, int] | None = None
     keys: tuple[str, ...] = ()
+    source: str | None = None
 
 
 @dataclass

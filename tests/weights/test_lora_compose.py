@@ -1,0 +1,181 @@
+"""Adapters that meet (break-it review, stop 40): a replacement and another entry's deltas on one module give the same
+weights in either order; two different replacements of one module, an FL AR file given with its own NAR file, and a
+file holding both fused and split keys of one module are refused by name; an entry that patches nothing is said;
+model and VAE files given as adapters are named with the option they belong to; `--lora PATH:1:` is a parse error.
+Synthetic files on the tiny geometry (yue2_core/weights/lora/synthetic.py); the maths against fp64."""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from yue2_core.errors import AdapterError
+from yue2_core.weights.lora import synthetic as S
+from yue2_core.weights.lora.apply import Applied, SideDelta, check_stack, merge_into, module_items, stack_notes
+from yue2_core.weights.lora.layouts import read_adapter
+from yue2_core.weights.lora.model import BiasDiff, Diff, LowRank, Replace
+
+DIMS = S.profile_dims("tiny")
+
+
+def _read(layout, path, **kw):
+    return read_adapter(S.write_adapter(layout, path, DIMS, **kw), DIMS)
+
+
+def test_a_replacement_and_another_entrys_deltas_add_in_either_order(tmp_path):
+    """Mothersuperior's NAR joint replaces vae2llm / llm2vae; a Comfy-native file has a .diff / .diff_b on vae2llm and
+    a LoRA on llm2vae. Was: whichever came later won (the replacement's copy erased the deltas before it)."""
+    ms = _read("ms-raw-nar", tmp_path / "ms.safetensors")
+    cn = _read("comfy-native", tmp_path / "cn.safetensors")
+    g = torch.Generator().manual_seed(7)
+    base = {"vae2llm": torch.randn(DIMS.hidden, DIMS.latent_dim, generator=g) * 0.02,
+            "llm2vae": torch.randn(DIMS.latent_dim, DIMS.hidden, generator=g) * 0.02}
+    merged = []
+    for order in ((ms, cn), (cn, ms)):  # merge_into: the float layers' arithmetic (CLI and ComfyUI's patcher)
+        items = module_items([Applied(a, 1.0, 0.7) for a in order], "nar")
+        merged.append({**{f"{m}.weight": merge_into(w.clone(), items[m]) for m, w in base.items()},
+                       **{f"{m}.bias": merge_into(torch.zeros(w.shape[0]), items[m], bias=True)
+                          for m, w in base.items()}})
+    assert all(torch.equal(merged[0][k], merged[1][k]) for k in merged[0])
+    rep = {p.module: p.delta for p in ms.patches if isinstance(p.delta, Replace)}
+    want_w = {m: d.weight.double() for m, d in rep.items()}
+    want_b = {m: d.bias.double() for m, d in rep.items()}
+    for p in cn.patches:
+        if p.module in want_w and isinstance(p.delta, BiasDiff):
+            want_b[p.module] += 0.7 * p.delta.delta.double() * p.delta.scale
+        elif p.module in want_w:
+            want_w[p.module] += 0.7 * p.delta.dense()
+    for module in want_w:
+        assert torch.allclose(merged[0][f"{module}.weight"].double(), want_w[module], atol=1e-6)
+        assert torch.allclose(merged[0][f"{module}.bias"].double(), want_b[module], atol=1e-6)
+    # the int8 path (a replaced layer's SideDelta): the replacement plus the deltas, in either order
+    x = torch.randn(3, DIMS.hidden, generator=torch.Generator().manual_seed(8))
+    outs = []
+    for order in ((ms, cn), (cn, ms)):
+        items = module_items([Applied(a, 1.0, 0.7) for a in order], "nar")["llm2vae"]
+        side = SideDelta.build(items, DIMS.latent_dim, DIMS.hidden)
+        outs.append(side.apply(x, lambda: pytest.fail("a replaced layer has no base output")).double())
+    want = x.double() @ want_w["llm2vae"].T + want_b["llm2vae"]
+    assert torch.allclose(outs[0], outs[1], atol=1e-6) and torch.allclose(outs[0], want, atol=1e-5)
+    notes = stack_notes([Applied(cn, 1.0, 0.7), Applied(ms, 1.0, 0.7)])
+    assert any(f"{ms.path} replaces NAR vae2llm; the deltas of {cn.path} on it are added to that replacement" in n
+               for n in notes), notes
+    assert isinstance(next(p for p in cn.patches if p.module == "vae2llm").delta, (Diff, BiasDiff))
+    assert isinstance(next(p for p in cn.patches if p.module == "llm2vae").delta, LowRank)
+
+
+def test_two_different_replacements_of_one_module_are_refused(tmp_path):
+    ms = _read("ms-raw-nar", tmp_path / "ms.safetensors")
+    other = _read("ms-raw-nar", tmp_path / "other.safetensors", seed=3)
+    with pytest.raises(AdapterError) as exc:
+        check_stack([Applied(ms, 1.0, 1.0), Applied(other, 1.0, 1.0)])
+    message = str(exc.value)
+    for fragment in (str(ms.path), str(other.path), "both replace NAR llm2vae", "llm2vae.weight",
+                     "different weights", "strength 0"):
+        assert fragment in message, (fragment, message)
+    check_stack([Applied(ms, 1.0, 1.0), Applied(other, 1.0, 0.0)])  # the other one off on the NAR
+    check_stack([Applied(ms, 1.0, 1.0), Applied(ms, 1.0, 0.5)])  # one file twice: the same replacement
+
+
+def test_an_fl_ar_file_with_its_own_nar_file_as_a_second_lora_is_refused(tmp_path):
+    """The FL AR file reads its NAR file (metadata acoustic_adapter); giving that file too applied it twice, and
+    strengths 1 + 1 passed the ±5 check of one file."""
+    fl = _read("fl", tmp_path / "fl-ar.safetensors")
+    nar = read_adapter(str(tmp_path / "fl-nar.safetensors"), DIMS)
+    shutil.copyfile(tmp_path / "fl-nar.safetensors", tmp_path / "copy.safetensors")
+    copy = read_adapter(str(tmp_path / "copy.safetensors"), DIMS)
+    for stack in ([Applied(fl, 1.0, 1.0), Applied(nar, 1.0, 1.0)], [Applied(nar, 1.0, 0.5), Applied(fl, 1.0, 1.0)],
+                  [Applied(fl, 1.0, 1.0), Applied(copy, 1.0, 1.0)]):
+        with pytest.raises(AdapterError) as exc:
+            check_stack(stack)
+        message = str(exc.value)
+        for fragment in (str(fl.path), str(stack[1 if stack[0].adapter is fl else 0].adapter.path),
+                         "reaches the NAR 2 times", "would apply twice", "acoustic_adapter", "NAR strength 0"):
+            assert fragment in message, (fragment, message)
+    check_stack([Applied(fl, 1.0, 0.0), Applied(nar, 1.0, 1.0)])  # the AR file's NAR off: the NAR file once
+    check_stack([Applied(fl, 1.0, 1.0), Applied(fl, 0.5, 0.5)])  # one file twice: allowed, with its note
+    assert any("is given 2 times" in n for n in stack_notes([Applied(fl, 1.0, 1.0), Applied(fl, 0.5, 0.5)]))
+
+
+@pytest.mark.parametrize("fused, split", [("self_attn.qkv_proj", "self_attn.k_proj"),
+                                          ("mlp.gate_up_proj", "mlp.up_proj")])
+def test_a_file_with_fused_and_split_keys_of_one_module_is_refused(tmp_path, fused, split):
+    g = torch.Generator().manual_seed(9)
+    out_f, in_f = S.fused_shape(DIMS, fused)
+    part_out, _ = S.split_shape(DIMS, split.split(".")[1])
+    stem = "text_encoders.model.layers.1."
+    t = {f"{stem}{fused}.lora_A.weight": torch.randn(4, in_f, generator=g),
+         f"{stem}{fused}.lora_B.weight": torch.randn(out_f, 4, generator=g),
+         f"{stem}{split}.lora_A.weight": torch.randn(4, in_f, generator=g),
+         f"{stem}{split}.lora_B.weight": torch.randn(part_out, 4, generator=g)}
+    path = tmp_path / "both.safetensors"
+    save_file(t, str(path))
+    with pytest.raises(AdapterError) as exc:
+        read_adapter(str(path), DIMS)
+    message = str(exc.value)
+    for fragment in (f"AR model.layers.1.{fused}", f"{stem}{fused}.lora_A.weight", f"{stem}{split}.lora_A.weight",
+                     "would add up"):
+        assert fragment in message, (fragment, message)
+
+
+def test_an_entry_that_patches_nothing_is_said(tmp_path):
+    """`--lora NAR_ONLY:1:0` patched nothing and said nothing; the same for an AR-only file at AR strength 0."""
+    from yue2_core.pipeline import YuE2Engine
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    ckpt = tmp_path / "micro.safetensors"
+    write_synthetic_checkpoint(str(ckpt), "micro", "bf16", seed=0)
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    dims = inspect_checkpoint(str(ckpt)).dims
+    nar = S.write_adapter("ms-raw-nar", tmp_path / "nar.safetensors", dims)
+    ar = S.write_adapter("ms-raw-ar", tmp_path / "ar.safetensors", dims)
+    both = S.write_adapter("aitk", tmp_path / "both.safetensors", dims)
+    engine = YuE2Engine.load(str(ckpt), device="cpu", parts=("ar",), warm_up=False,
+                             loras=[(str(nar), 1.0, 0.0), (str(ar), 0.0, 0.8), (str(both), 1.0, 0.0)])
+    notes = "\n".join(engine.notes)
+    assert (f"the LoRA {nar} holds only NAR patches (" in notes and "its NAR strength is 0: nothing to patch, this "
+            "entry changes nothing (its AR strength ×1 has no AR patch to scale)" in notes), notes
+    assert f"the LoRA {ar} holds only AR patches (" in notes and "its AR strength is 0: nothing to patch" in notes
+    assert str(both) not in notes  # it patches the AR
+    zero = stack_notes([Applied(read_adapter(str(both), dims), 0.0, 0.0)])
+    assert zero == [f"the LoRA {both} has strength 0 on both experts: nothing to patch, this entry changes nothing"]
+
+
+def test_model_and_vae_files_given_as_adapters_say_where_they_belong(tmp_path):
+    """A vendor checkpoint folder said "adapter folder …: expected one of adapter_model.safetensors …" (or, for its
+    model.safetensors, "norm diffs are not supported"); a VAE folder or file "not a YuE2 adapter"."""
+    from yue2_core.weights.synthetic_vae import write_vae
+    folder = tmp_path / "YuE2-3B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "yue2", "hidden_size": 256}))
+    save_file({"model.embed_tokens.weight": torch.zeros(8, 4), "model.layers.0.input_layernorm.weight": torch.ones(4),
+               "model.layers.0.self_attn.q_proj.weight": torch.zeros(4, 4), "lm_head.weight": torch.zeros(8, 4),
+               "vae2llm.weight": torch.zeros(4, 2)}, str(folder / "model.safetensors"))
+    cases = [(folder, "is a YuE2 model checkpoint folder", "--checkpoint"),
+             (folder / "model.safetensors", "is a model checkpoint's weights, not an adapter", "--checkpoint"),
+             (write_vae(str(tmp_path / "vae"), layout="vendor-folder", profile="tiny"), "is a YuE2 VAE folder",
+              "--vae"),
+             (write_vae(str(tmp_path / "v.safetensors"), layout="vendor-file", profile="tiny"), "is a VAE", "--vae"),
+             (write_vae(str(tmp_path / "c.safetensors"), layout="comfy-prefixed", profile="tiny"), "is a VAE",
+              "--vae")]
+    for path, what, option in cases:
+        with pytest.raises(AdapterError) as exc:
+            read_adapter(str(path), DIMS)
+        message = str(exc.value)
+        assert message.startswith(str(path)) and what in message and option in message, message
+        assert "YuE2 Checkpoint Loader" in message or "YuE2 VAE Loader" in message, message
+
+
+def test_an_empty_lora_strength_is_a_parse_error(tmp_path):
+    from yue2_core.__main__ import parse_lora
+    adapter = tmp_path / "a.safetensors"
+    adapter.write_bytes(b"")
+    for value in (f"{adapter}:1:", f"{adapter}:", f"{adapter}::1"):
+        with pytest.raises(argparse.ArgumentTypeError) as exc:
+            parse_lora(value)
+        message = str(exc.value)
+        assert "a strength after ':' is empty" in message and "PATH:AR:NAR" in message, message
+    assert parse_lora(f"{adapter}:1:0") == (str(adapter), 1.0, 0.0)
