@@ -138,12 +138,9 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None, **load):
     arguments) and say which file it is, what adapters were applied and whether its weights are synthetic
     (stderr)."""
     import torch
-    from .weights.locate import find_checkpoint
     from .pipeline import YuE2Engine
     if checkpoint is None:
-        checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
-        if args.checkpoint and getattr(args, "checkpoint_how", None):
-            how = args.checkpoint_how  # scripts/song.sh says which file it picked, not "given path"
+        checkpoint, how = _find_checkpoint(args)
     print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
     loras = args.lora if loras is None else loras
     vae = args.vae if vae is None else vae
@@ -163,6 +160,16 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None, **load):
     if synthetic:
         print("NOTE: these are SYNTHETIC random weights — the audio is noise-like, not music.", file=sys.stderr)
     return engine, synthetic
+
+
+def _find_checkpoint(args) -> tuple[str, str]:
+    """(checkpoint path, how it was found) for --checkpoint / $YUE2_CHECKPOINT / the usual search
+    (`locate.find_checkpoint`; never a download with --offline). CheckpointError when none is found."""
+    from .weights.locate import find_checkpoint
+    checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
+    if args.checkpoint and getattr(args, "checkpoint_how", None):
+        how = args.checkpoint_how  # scripts/song.sh says which file it picked, not "given path"
+    return checkpoint, how
 
 
 def _warn_score(text: str, what: str, max_seconds: float | None = None, cot: str | None = None) -> None:
@@ -408,6 +415,81 @@ def _song_weights(args) -> tuple[list, str | None]:
     return loras, vae
 
 
+def _song_vendor_vae(record, checkpoint: str):
+    """The VAE folder of the vendor model folder `checkpoint` for a re-render of a song whose config.json
+    "checkpoint" entry is `record`: the one the song was decoded with, found again by its sample hash
+    (`vendor.recorded_vae_folder`: its recorded path, the folders beside the model, ComfyUI's vae folders), with a
+    note when the model folder alone would now take another; None for a checkpoint file or a song not made from a
+    vendor folder (the folder's usual choice, `vendor.find_vae_folder`). Raises CheckpointError naming the recorded
+    folder when it is gone or holds other weights; an older song without the sample hash gets a warning instead."""
+    from .errors import CheckpointError
+    from .weights.locate import comfy_checkpoint_dirs
+    from .weights.vendor import find_vae_folder, recorded_vae_folder
+    if not os.path.isdir(checkpoint):
+        return None
+    found, note = recorded_vae_folder(record, checkpoint, [d.parent / "vae" for d in comfy_checkpoint_dirs()])
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+    if found is not None:
+        try:
+            usual = find_vae_folder(checkpoint)
+        except CheckpointError:
+            usual = None
+        if usual is None or os.path.realpath(usual) != os.path.realpath(found):
+            now = f"not {usual}, which the model folder would take now" if usual else "the model folder finds none"
+            print(f"note: decoding with the VAE folder the song was made with ({found}), {now}; --vae picks another",
+                  file=sys.stderr)
+    return found
+
+
+def _note_replaced_vae(config: dict, used: dict, given: str) -> None:
+    """`render --vae`: a note naming the VAE the song was decoded with (its VAE file, its vendor VAE folder or the
+    checkpoint's own decoder) and the one `used` now (`VAEFile.record()` of `given`), when they are not the same
+    weights (same sha256; a vendor folder: same sample hash or path). The new song records the new one."""
+    weights = config.get("weights") if isinstance(config.get("weights"), dict) else {}
+    old = weights.get("vae") if isinstance(weights.get("vae"), dict) else None
+    ckpt = config.get("checkpoint") if isinstance(config.get("checkpoint"), dict) else {}
+    folder = (ckpt.get("files") or {}).get("vae") if isinstance(ckpt.get("files"), dict) else None
+    if old:
+        if old.get("sha256") == used.get("sha256"):
+            return
+        was = f"the VAE {old.get('path') or old.get('file')}" + (f" ({old['variant']})" if old.get("variant") else "")
+    elif ckpt.get("layout") == "vendor" and isinstance(folder, str):
+        from .weights.vendor import vae_folder_sample
+        sample = ckpt.get("vae_sample_sha256")
+        if (os.path.realpath(given) == os.path.realpath(folder) and not sample) or (
+                sample and os.path.isdir(given) and vae_folder_sample(given) == sample):
+            return
+        was = f"the vendor VAE folder {folder}"
+    else:
+        was = f"the checkpoint's own VAE ({ckpt.get('path') or 'the checkpoint'})"
+    print(f"note: --vae replaces the VAE this song was decoded with — {was} — by {used.get('path') or given}"
+          f"{' (' + used['variant'] + ')' if used.get('variant') else ''}: the audio will differ unless they hold "
+          "the same weights; the new song records the new one", file=sys.stderr)
+
+
+def _song_lora_int8(weights) -> str | None:
+    """How a re-render applies LoRAs to int8 layers (`YuE2Engine.load`'s `lora_int8`): the mode the song records
+    (config.json "weights"."lora_int8", "side" | "bf16"), said on stderr when it is "bf16"; when $YUE2_LORA_INT8
+    asks for the other one, that one (a choice, as --steps is), with a note naming both — the new song records it.
+    None when the song records no mode ($YUE2_LORA_INT8, else "side"). AdapterError for a malformed record."""
+    from .weights.lora.record import recorded_int8_mode
+    made = recorded_int8_mode(weights)
+    asked = os.environ.get("YUE2_LORA_INT8", "").strip()  # checked by _check_switches
+    words = {"side": "as exact side deltas beside the int8 codes",
+             "bf16": "merged into layers dequantized to bf16"}
+    if made is None:
+        return None
+    if asked and asked != made:
+        print(f"note: YUE2_LORA_INT8={asked} applies the LoRAs to int8 layers {words[asked]}; this song was made "
+              f"with {made} ({words[made]}): the audio will differ slightly — unset YUE2_LORA_INT8 to render it as "
+              f"it was made; the new song records {asked}", file=sys.stderr)
+        return asked
+    if made == "bf16":
+        print(f"render: LoRAs on int8 layers {words[made]} (YUE2_LORA_INT8=bf16, the song's own)", file=sys.stderr)
+    return made
+
+
 def _num(x: float) -> str:
     """A strength as typed on the command line: 0.8, 1, -0.5."""
     return f"{x:g}"
@@ -472,8 +554,13 @@ def cmd_render(args) -> int:
               f"{f'({gone}) is gone' if gone else 'is missing'}; looking for a YuE2 checkpoint elsewhere — it must "
               "be the same model: pass --checkpoint with that model's file where it lies now", file=sys.stderr)
     loras, vae = _song_weights(args)
-    engine, synthetic = _load_engine(args, recorded, "recorded in the song's config.json" if recorded else None,
-                                     loras=loras, vae=vae)
+    checkpoint, how = (recorded, "recorded in the song's config.json") if recorded else _find_checkpoint(args)
+    # a vendor folder's VAE: the one the song was decoded with, not the one the folder prefers now (break-it, stop 40)
+    vendor_vae = _song_vendor_vae(saved.config.get("checkpoint"), checkpoint) if vae is None else None
+    engine, synthetic = _load_engine(args, checkpoint, how, loras=loras, vae=vae, vendor_vae=vendor_vae,
+                                     lora_int8=_song_lora_int8(saved.config.get("weights")))
+    if args.vae:
+        _note_replaced_vae(saved.config, engine.weights.get("vae") or {}, args.vae)
     if not args.lora:  # the song's own adapters, read again: the same files as when it was made
         from .weights.lora.record import check_reread, recorded_weights
         song_loras, _ = recorded_weights(saved.config.get("weights"))

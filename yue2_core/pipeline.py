@@ -374,28 +374,32 @@ class YuE2Engine:
     @classmethod
     def load(cls, path, device="auto", dtype=torch.bfloat16, parts=("ar", "nar", "vae"), loras=(),
              vae=None, warm_up: bool | None = None, budgets: "Budgets | None" = None, batch_rows: int = 0,
-             batch_refill: bool = False) -> "YuE2Engine":
+             batch_refill: bool = False, vendor_vae=None, lora_int8: str | None = None) -> "YuE2Engine":
         """Read the parts of the checkpoint at `path` onto `device` ("auto": CUDA when available) in `dtype` (the AR
         and NAR; the VAE is always float32). bf16 on a GPU without native bf16 becomes float32 (`compute_dtype`).
         `loras`: (adapter path, strength_ar, strength_nar) tuples, applied in order (`weights.lora.apply`: float
-        layers merged, int8 layers with an exact side delta); `vae`: a VAE file or folder replacing the checkpoint's
-        decoder (`weights.vae_files`). `warm_up` (default: on for CUDA with the fast path, unless YUE2_WARMUP=0):
-        compile the fast path's kernels for `budgets` (default presets) in a background thread while the weights
-        load (`warmup.py`); the parts wait for it on first use (`wait_warm_up`, `cancel_warm_up`); `batch_rows` > 1
-        (the `batch` command): also the kernels of its decoder of that many rows (`batch_refill`: continuous
-        batching's `fast.refill.RefillDecoder`, else static batches). Raises
+        layers merged, int8 layers with an exact side delta — or, `lora_int8` "bf16", merged into int8 layers
+        dequantized to bf16; default: $YUE2_LORA_INT8, else "side"; `weights["lora_int8"]` records the mode used when
+        int8 layers were patched); `vae`: a VAE file or folder replacing the checkpoint's decoder
+        (`weights.vae_files`); `vendor_vae`: the VAE folder of a vendor model folder `path` (default: found by
+        `vendor.find_vae_folder`; render passes the one the song recorded). `warm_up` (default: on for CUDA with the
+        fast path, unless YUE2_WARMUP=0): compile the fast path's kernels for `budgets` (default presets) in a
+        background thread while the weights load (`warmup.py`); the parts wait for it on first use (`wait_warm_up`,
+        `cancel_warm_up`); `batch_rows` > 1 (the `batch` command): also the kernels of its decoder of that many rows
+        (`batch_refill`: continuous batching's `fast.refill.RefillDecoder`, else static batches). Raises
         CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint, AdapterError for adapters
         that do not apply (also the same adapter file twice past ±5, an FL NAR file given beside the AR file that
         reads it, two different replacements of one module, or a merged delta that overflows: `apply.check_stack`),
-        RequestError for a bad YUE2_WARMUP. `engine.notes`: what the caller should say (unmatched keys,
-        `apply.stack_notes`)."""
+        RequestError for a bad YUE2_WARMUP, YUE2_LORA_INT8 or `lora_int8`. `engine.notes`: what the caller should
+        say (unmatched keys, `apply.stack_notes`)."""
         from .weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
-        from .weights.lora.apply import Applied, apply_stack, check_stack, check_strength
+        from .weights.lora.apply import Applied, apply_stack, check_stack, check_strength, int8_mode
         from .weights.lora.record import lora_record
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = compute_dtype(torch.device(device), dtype)
-        info = inspect_checkpoint(path)
+        info = inspect_checkpoint(path, vae_path=vendor_vae)
+        mode = int8_mode(lora_int8) if loras else None  # a bad value fails before any weight is read
         stack = []
         if loras:  # bad adapters fail here, before the weights load
             from .weights.lora.layouts import read_adapter
@@ -411,8 +415,7 @@ class YuE2Engine:
         from . import warmup
         if warmup.skip_reason(torch.device(device)) is None and warm_up is not False:  # before any weight is read
             import os
-            from .switches import choice
-            bf16_layers = bool(stack) and choice("YUE2_LORA_INT8", ("side", "bf16"), "side") == "bf16"
+            bf16_layers = mode == "bf16"
             plan = warmup.Plan.from_info(info, dtype, parts, vae_cfg=getattr(vae_file, "config", None),
                                          budgets=budgets, int8_layers=not bf16_layers,
                                          batch_rows=batch_rows if batch_rows > 1 else 0, batch_refill=batch_refill,
@@ -423,11 +426,12 @@ class YuE2Engine:
         try:
             ar = load_ar(info, device, dtype) if "ar" in parts else None
             nar = load_nar(info, device, dtype) if "nar" in parts else None
+            used = []  # the int8 mode of each expert whose int8 layers got adapters
             if stack:
                 if ar is not None:
-                    apply_stack(ar, stack, "ar")
+                    used.append(apply_stack(ar, stack, "ar", mode)["int8_mode"])
                 if nar is not None:
-                    apply_stack(nar, stack, "nar")
+                    used.append(apply_stack(nar, stack, "nar", mode)["int8_mode"])
             vae_mod = (vae_file.load(device) if vae_file is not None else load_vae(info, device)) \
                 if "vae" in parts else None
         except BaseException:
@@ -435,6 +439,8 @@ class YuE2Engine:
                 warm.cancel()
             raise
         weights = {"loras": [lora_record(a) for a in stack], "vae": None if vae_file is None else vae_file.record()}
+        if any(used):  # LoRAs on int8 layers: how they were applied decides the numbers (a re-render applies it)
+            weights["lora_int8"] = mode
         engine = cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
         from .weights.lora.layouts import unmatched_note
         from .weights.lora.apply import stack_notes

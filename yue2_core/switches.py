@@ -26,7 +26,8 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_GEMV_TABLE       a JSON file of GEMV launch configurations (bench/gemv_sweep.py --json) over the built-in ones
                           ("pair": true entries for the int8 × int8 pair-code products; bench/split_tables.py)
     YUE2_LORA_INT8        side (default) | bf16: adapters on int8 AR layers as an exact fp32 side delta, or merged into
-                          layers dequantized to bf16 (bf16 decode speed, bf16 rounding; weights.lora.apply, CLI/engine)
+                          layers dequantized to bf16 (bf16 decode speed, bf16 rounding; weights.lora.apply, CLI/engine);
+                          songs record the mode (weights.lora_int8), `render` applies it unless this asks otherwise
     YUE2_WARMUP=0         no background compilation of the fast path's kernels while a model loads (warmup.py; default
                           on for CUDA with the fast path)
     YUE2_WARMUP_PROCS     an integer in [0, 64]: child processes that compile the warm-up's kernels when Triton's cache lacks

@@ -211,7 +211,7 @@ def test_opt_in_bf16_merge_of_int8_layers(monkeypatch):
     w_deq = m.model.layers[0].q.dequantized(torch.float64)
     monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
     counts = apply_stack(m, [Applied(_adapter([Patch("ar", "model.layers.0.q", lr)]), 1.0, 1.0)], "ar")
-    assert counts == {"merged": 1, "side": 0}
+    assert counts == {"merged": 1, "side": 0, "int8_mode": "bf16"}
     assert all(not isinstance(l.q, ConvRotLinear) for l in m.model.layers)  # both layers: one kernel kind
     want = w_deq + lr.dense()
     err = (m.model.layers[0].q.weight.double() - want).abs()

@@ -219,3 +219,50 @@ def test_render_refuses_an_adapter_folder_that_now_reads_other_files(files, caps
     assert _run("render", song, "--output", files["root"] / "fold_again") != 0
     err = capsys.readouterr().err
     assert "the LoRA folder fold now reads lora.safetensors, not the custom.safetensors" in err, err[-2000:]
+
+
+def test_render_vae_flag_names_the_songs_vae_and_records_the_new_one(files, capsys):
+    """Break-it finding (stop 40): `render --vae X` of a song decoded with another VAE replaced it without a word.
+    It still does (the user's choice), with a note naming the song's VAE and the one used; the new song records the
+    new one. The same file again gets no note."""
+    from yue2_core.weights.synthetic_vae import write_vae
+    legacy = files["root"] / "legacy"
+    if not legacy.exists():
+        legacy = _song(files, "legacy", "--vae", files["vae"])
+    std = write_vae(str(files["root"] / "std_vae.safetensors"), layout="vendor-file", variant="standard",
+                    profile="tiny", seed=0)
+    capsys.readouterr()
+    out = files["root"] / "legacy_std"
+    assert _run("render", legacy, "--vae", std, "--device", "cpu", "--offline", "--output", out) == 0
+    err = capsys.readouterr().err
+    assert (f"note: --vae replaces the VAE this song was decoded with — the VAE {files['vae']} (legacy) — by {std} "
+            "(standard): the audio will differ") in err, err
+    assert json.loads((out / "config.json").read_text())["weights"]["vae"]["path"] == std
+    assert _run("render", legacy, "--vae", files["vae"], "--device", "cpu", "--offline", "--output",
+                files["root"] / "legacy_same") == 0
+    assert "--vae replaces" not in capsys.readouterr().err
+
+
+def test_render_applies_the_lora_int8_mode_the_song_records(files, capsys, monkeypatch):
+    """Break-it finding (stop 40): YUE2_LORA_INT8=bf16 (LoRAs merged into int8 layers dequantized to bf16) was not
+    recorded, so a song made with it re-rendered without the switch got its LoRA as side deltas — other latents.
+    Songs record the mode; render applies the song's; YUE2_LORA_INT8 asking for the other one is used, with a note
+    naming both, and recorded."""
+    one = files["root"] / "one"
+    if not one.exists():
+        one = _song(files, "one", "--lora", f"{files['lora']}:1:0.5")
+    assert json.loads((one / "config.json").read_text())["weights"]["lora_int8"] == "side"
+    monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
+    capsys.readouterr()
+    merged = files["root"] / "one_bf16"
+    assert _run("render", one, "--device", "cpu", "--offline", "--output", merged) == 0
+    err = capsys.readouterr().err
+    assert "note: YUE2_LORA_INT8=bf16 applies the LoRAs to int8 layers merged into layers dequantized to bf16" in err
+    assert "this song was made with side" in err and "the new song records bf16" in err, err
+    assert json.loads((merged / "config.json").read_text())["weights"]["lora_int8"] == "bf16"
+    assert not np.array_equal(np.load(one / "latent.npy"), np.load(merged / "latent.npy"))
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    again = files["root"] / "one_bf16_again"
+    assert _run("render", merged, "--device", "cpu", "--offline", "--output", again) == 0
+    assert "render: LoRAs on int8 layers merged into layers dequantized to bf16" in capsys.readouterr().err
+    assert _same(merged, again)

@@ -160,7 +160,9 @@ class CheckpointInfo:
 
     def to_dict(self) -> dict:
         """JSON-serialisable description (songs record it in config.json). An all-in-one file also records
-        `sample_sha256` (`content_sample`), so a later run can tell another file of the same layout at that path."""
+        `sample_sha256` (`content_sample`), so a later run can tell another file of the same layout at that path; a
+        vendor folder records `vae_sample_sha256` (`vendor.vae_folder_sample`) of its VAE folder, so a re-render finds
+        that VAE again (`vendor.recorded_vae_folder`) and tells another one at its path."""
         out = {"path": os.path.abspath(self.path),  # absolute: a song re-renders from any folder
                "format": self.format, "layout": self.layout, "dims": self.dims.__dict__,
                "part_dtypes": self.part_dtypes, "tensors": self.tensors, "elements": self.elements,
@@ -169,6 +171,9 @@ class CheckpointInfo:
                "vae_blocks": [list(b) for b in self.vae.blocks]}
         if self.layout != "comfy":
             out["files"] = {k: os.path.abspath(v) for k, v in self.files.items()}
+            if self.files.get("vae"):
+                from .vendor import vae_folder_sample
+                out["vae_sample_sha256"] = vae_folder_sample(self.files["vae"])
         else:
             out["sample_sha256"] = content_sample(self.path)
         return out

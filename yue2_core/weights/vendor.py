@@ -13,6 +13,8 @@ rest of the engine does not know which layout it loaded.
     inspect_vendor(folder, vae_path)  → CheckpointInfo (layout "vendor")
     load_vendor_tokenizer(info)       → TiktokenTokenizer (same ids as the embedded JSON tokenizer)
     find_vae_folder(folder, vae_path) → the VAE folder (vae/, a yue2_vae sibling, vae_path, the HF cache)
+    vae_folder_sample(folder)         → the sample hash of a VAE folder's weights (what a song records of it)
+    recorded_vae_folder(record, folder, search_dirs) → the VAE folder a song records, found again by its sample hash
     hf_snapshot(repo_id)              → a cached snapshot folder of m-a-p/YuE2-3B or -Vae (never downloads)
     verify_file(path, expected)       → manifest size + sha256 check, remembered per (size, mtime_ns, inode)
     vendor_pairs(layers)              → [(Comfy key, (vendor keys …))], the key table (both directions use it)
@@ -28,7 +30,8 @@ from pathlib import Path
 
 from ..errors import CheckpointError, DamagedWeightsError, TokenizerError
 from ..switches import flag
-from .checkpoint import AR, NAR, VAE, SplitSource, TensorEntry, build_info, check_entries, read_header
+from .checkpoint import (AR, NAR, VAE, SplitSource, TensorEntry, build_info, check_entries, content_sample,
+                         read_header)
 
 MODEL_REPO = "m-a-p/YuE2-3B"  # vendor defaults (weights_and_lora.md §4, VEN-P)
 VAE_REPO = "m-a-p/YuE2-Vae"
@@ -160,16 +163,13 @@ def hf_snapshot(repo_id: str, cache_dir: str | None = None) -> Path | None:
     return None
 
 
-def find_vae_folder(folder, vae_path=None) -> Path:
-    """The VAE folder of vendor model `folder`: `vae_path` when given, else `folder/vae`, else a sibling folder whose
-    config.json has model_type "yue2_vae" (release_variant "standard" first), else the Hugging Face cache of
-    m-a-p/YuE2-Vae. CheckpointError saying where it looked when none is found."""
-    if vae_path is not None:
-        read_config(vae_path, VAE_MODEL_TYPE)
-        return Path(vae_path)
+def _vae_folders(folder):
+    """The VAE folders of vendor model `folder` in the order `find_vae_folder` prefers them: `folder/vae`, the
+    sibling folders whose config.json has model_type "yue2_vae" (release_variant "standard" first, then by name),
+    the Hugging Face cache of m-a-p/YuE2-Vae (looked at only when the earlier ones are used up)."""
     folder = Path(folder)
     if folder_model_type(folder / "vae") == VAE_MODEL_TYPE:
-        return folder / "vae"
+        yield folder / "vae"
     siblings = []
     try:
         for d in sorted(folder.resolve().parent.iterdir()):
@@ -178,15 +178,107 @@ def find_vae_folder(folder, vae_path=None) -> Path:
                 siblings.append((variant != "standard", d.name, d))
     except OSError:
         pass
-    if siblings:
-        return min(siblings)[2]
+    for *_, d in sorted(siblings):
+        yield d
     cached = hf_snapshot(VAE_REPO)
     if cached is not None and folder_model_type(cached) == VAE_MODEL_TYPE:
-        return cached
+        yield cached
+
+
+def find_vae_folder(folder, vae_path=None) -> Path:
+    """The VAE folder of vendor model `folder`: `vae_path` when given, else `folder/vae`, else a sibling folder whose
+    config.json has model_type "yue2_vae" (release_variant "standard" first), else the Hugging Face cache of
+    m-a-p/YuE2-Vae. CheckpointError saying where it looked when none is found."""
+    if vae_path is not None:
+        read_config(vae_path, VAE_MODEL_TYPE)
+        return Path(vae_path)
+    folder = Path(folder)
+    found = next(_vae_folders(folder), None)
+    if found is not None:
+        return found
     raise CheckpointError(f"no VAE folder for the vendor model {folder}: looked for {folder / 'vae'}, a folder beside "
                           f"it whose {CONFIG} has model_type {VAE_MODEL_TYPE!r}, and {VAE_REPO} in the Hugging Face "
                           f"cache ({hf_cache_dir()}). Download {VAE_REPO} next to the model folder (or pass its path "
                           "as vae_path).")
+
+
+def vae_folder_sample(folder) -> str | None:
+    """The sample hash of a vendor VAE folder's weights: sha256 over each weights file's name and `content_sample`
+    (64 × 4 KiB read evenly over the file: milliseconds for the 530 MB release), in `weight_files` order. A song made
+    from a vendor folder records it (config.json "checkpoint"."vae_sample_sha256") so that a re-render can tell the
+    same VAE from another one at that path. None when the folder has no readable weights."""
+    try:
+        names = weight_files(folder)
+    except CheckpointError:
+        return None
+    digest = hashlib.sha256()
+    for name in names:
+        sample = content_sample(str(Path(folder) / name))
+        if sample is None:
+            return None
+        digest.update(f"{name}\0{sample}\n".encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _children(dirs) -> list[Path]:
+    """The entries of each folder of `dirs`, by name (a folder that cannot be listed adds none)."""
+    out = []
+    for root in dirs:
+        try:
+            out += sorted(Path(root).iterdir())
+        except OSError:
+            continue
+    return out
+
+
+def recorded_vae_folder(record, folder, search_dirs=()) -> tuple[Path | None, str | None]:
+    """The VAE folder a song made from a vendor model folder was decoded with, found again for a re-render of it
+    with the vendor model `folder`. `record` = the song's config.json "checkpoint" entry (`CheckpointInfo.to_dict`:
+    layout "vendor", files.vae = the VAE folder's path, vae_sample_sha256 = `vae_folder_sample`). Looked for, in this
+    order: the recorded path, the folders `find_vae_folder(folder)` would take (folder/vae, its yue2_vae siblings,
+    the Hugging Face cache), the yue2_vae folders in `search_dirs` (ComfyUI's vae folders); the first whose sample
+    hash is the recorded one is returned. Returns (folder or None, note or None): (None, None) for a song not made
+    from a vendor folder (nothing to find); for a song saved before the sample hash was recorded, the recorded path
+    when it is still a VAE folder, else (None, a note naming the recorded folder and the one used now).
+
+    Raises CheckpointError (one line: the recorded folder, whether it is gone or holds other weights now, the
+    folder the model would use instead, what to do) when no folder with the recorded weights is found — a re-render
+    decodes with the VAE the song was made with, or says why it cannot."""
+    if not isinstance(record, dict) or record.get("layout") != "vendor":
+        return None, None
+    files = record.get("files")
+    path = files.get("vae") if isinstance(files, dict) else None
+    if not isinstance(path, str) or not path:
+        return None, None
+    sample = record.get("vae_sample_sha256")
+
+    def now() -> str:
+        try:
+            return str(find_vae_folder(folder))
+        except CheckpointError:
+            return "no VAE folder at all"
+
+    if not isinstance(sample, str):  # a song saved before the sample hash: its path is all there is to go by
+        if folder_model_type(path) == VAE_MODEL_TYPE:
+            return Path(path), None
+        return None, (f"the VAE folder this song records ({path}) is gone, and the song is older than the record "
+                      f"that tells a VAE by its weights: decoding with {now()}, which may be another VAE — "
+                      "--vae FOLDER picks the one it was made with")
+    seen = []
+    for cand in (Path(path), *_vae_folders(folder), *_children(search_dirs)):
+        key = os.path.realpath(cand)
+        if key in seen or folder_model_type(cand) != VAE_MODEL_TYPE:
+            continue
+        seen.append(key)
+        if vae_folder_sample(cand) == sample:
+            return cand, None
+    state = ("now holds other weights" if folder_model_type(path) == VAE_MODEL_TYPE
+             else "is gone" if not os.path.exists(path) else "is no longer a YuE2 VAE folder")
+    searched = ", ".join(str(d) for d in search_dirs) or "no other folder"
+    raise CheckpointError(f"this song was decoded with the VAE folder {path} (sample sha256 {sample[:16]}…), which "
+                          f"{state}; no folder with those weights is beside the model {folder} or in {searched}, "
+                          f"and the model would now decode with {now()}: put the song's VAE folder back, or pass "
+                          "--vae FOLDER to render with another VAE (the audio will differ)")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

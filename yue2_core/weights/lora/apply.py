@@ -590,19 +590,37 @@ def set_side(root: nn.Module, sides: dict) -> int:
     return n
 
 
+INT8_MODES = ("side", "bf16")  # how adapters apply to int8 ConvRot layers (YUE2_LORA_INT8; songs record it)
+
+
+def int8_mode(mode: str | None = None) -> str:
+    """`mode` ("side" | "bf16") when given, else the switch YUE2_LORA_INT8 (default "side"). RequestError for
+    another value of either."""
+    from ...switches import choice
+    if mode is None:
+        return choice("YUE2_LORA_INT8", INT8_MODES, "side")
+    if mode not in INT8_MODES:
+        from ...errors import RequestError
+        raise RequestError(f"the LoRA int8 mode must be {' or '.join(repr(m) for m in INT8_MODES)}, got {mode!r}")
+    return mode
+
+
 @torch.no_grad()
-def apply_stack(root: nn.Module, stack: list[Applied], expert: str) -> dict:
+def apply_stack(root: nn.Module, stack: list[Applied], expert: str, mode: str | None = None) -> dict:
     """Apply a stack to one engine module (ARModel / NARModel) in place — the command line's path, where the base
     model is not needed afterwards. Float linears are merged (`merge_into`), int8 ones get side deltas; `root`
-    remembers the adapters (`own.mark`). Returns counts {"merged": n, "side": n}.
+    remembers the adapters (`own.mark`). Returns {"merged": n, "side": n, "int8_mode": "side" | "bf16" | None} —
+    the mode used when int8 linears were patched, None when none was (what a song records: `pipeline`).
 
-    `YUE2_LORA_INT8=bf16` (opt-in; default `side`): when int8 layer linears would get side deltas, every int8 layer
-    linear of the expert's transformer layers is first dequantized to a bf16 nn.Linear (as the int8 file's NAR is on
-    CUDA) and the adapters merged into it — the bf16 decode speed, for 2 bytes per weight instead of 1 and the
-    bf16 rounding of the dequantized weights (the int8 exactness rule no longer holds; the default keeps it)."""
-    from ...switches import choice
+    `mode` "bf16" (default: `int8_mode()`, i.e. `YUE2_LORA_INT8=bf16`, opt-in; else `side`): when int8 layer linears
+    would get side deltas, every int8 layer linear of the expert's transformer layers is first dequantized to a bf16
+    nn.Linear (as the int8 file's NAR is on CUDA) and the adapters merged into it — the bf16 decode speed, for 2
+    bytes per weight instead of 1 and the bf16 rounding of the dequantized weights (the int8 exactness rule no
+    longer holds; the default keeps it). RequestError for a mode other than "side" / "bf16"."""
+    mode = int8_mode(mode)
     floats, ints = plan_expert(root, stack, expert)
-    if ints and choice("YUE2_LORA_INT8", ("side", "bf16"), "side") == "bf16":
+    used = mode if ints else None
+    if ints and mode == "bf16":
         dequantize_layers(root)
         floats, ints = plan_expert(root, stack, expert)
     for name, items in floats.items():
@@ -619,7 +637,7 @@ def apply_stack(root: nn.Module, stack: list[Applied], expert: str) -> dict:
     from ..own import mark  # a NaN the model produces later names these adapters (own.blame)
     mark(root, [("lora", a.adapter.path, expert, a.strength(expert)) for a in stack if a.strength(expert) != 0.0
                 and any(p.expert == expert for p in a.adapter.patches)])  # only adapters that patch this expert
-    return {"merged": len(floats), "side": len(sides)}
+    return {"merged": len(floats), "side": len(sides), "int8_mode": used}
 
 
 def dequantize_layers(root: nn.Module, dtype=torch.bfloat16) -> int:

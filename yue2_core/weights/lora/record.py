@@ -7,6 +7,8 @@ weights" part 7).
     file_sha256(path) -> str                hex digest, cached per (path, size, mtime) for the process
     recorded_weights(weights) -> (loras, vae)   config.json "weights" checked: [(record, strength_ar, strength_nar)]
                                             and the VAE record or None; AdapterError naming what is malformed
+    recorded_int8_mode(weights) -> str | None   "weights"."lora_int8": how the song's LoRAs were applied to int8
+                                            layers ("side" | "bf16"), None when it records none
     find_recorded(record, search_dirs) -> str   the recorded file: its path if it still holds the same bytes (and
                                             its companions theirs), else a file of that name and hash in
                                             `search_dirs`; AdapterError naming the file (or companion), its sha256
@@ -122,6 +124,22 @@ def recorded_weights(weights) -> tuple[list, dict | None]:
         raise AdapterError(f"the song's config.json \"weights\": `vae` must be an object {{\"file\", \"sha256\", "
                            f"…}} or null; found {type(vae).__name__} {str(vae)[:80]!r}")
     return out, vae or None
+
+
+def recorded_int8_mode(weights) -> str | None:
+    """How a song's adapters were applied to int8 layers: config.json "weights"."lora_int8" ("side": exact side
+    deltas, "bf16": merged into layers dequantized to bf16 — `apply.apply_stack`, YUE2_LORA_INT8), written when
+    LoRAs were applied to an int8 checkpoint. None when the song records none (no LoRA, a bf16 checkpoint, a song
+    saved before the field). AdapterError naming the value when it is neither."""
+    from .apply import INT8_MODES
+    mode = weights.get("lora_int8") if isinstance(weights, dict) else None
+    if mode is None:
+        return None
+    if not isinstance(mode, str) or mode not in INT8_MODES:
+        raise AdapterError(f"the song's config.json \"weights\": `lora_int8` must be "
+                           f"{' or '.join(repr(m) for m in INT8_MODES)} (how its LoRAs were applied to int8 layers); "
+                           f"found {str(mode)[:80]!r}")
+    return mode
 
 
 def _inside(rel) -> bool:
