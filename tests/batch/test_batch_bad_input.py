@@ -394,6 +394,22 @@ def test_resume_compares_each_songs_weights_with_this_run(tmp_path, engine, tiny
         f"the checkpoint {ck} is not the file it was made with (the same path, other contents)"]
 
 
+
+def test_resume_compares_how_loras_went_onto_int8_layers(monkeypatch):
+    """Stop 40: songs record YUE2_LORA_INT8's mode ("weights"."lora_int8"); a --resume under the other mode would
+    finish an album whose songs were made two ways."""
+    from yue2_core.batch.driver import _made_otherwise
+    lora = ["/a.safetensors", 1.0, 1.0]
+    cfg = {"weights": {"loras": [{"path": "/a.safetensors", "strength_ar": 1.0, "strength_nar": 1.0}],
+                       "lora_int8": "side"}}
+    monkeypatch.delenv("YUE2_LORA_INT8", raising=False)
+    assert _made_otherwise(cfg, {"loras": [lora]}) == []
+    monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
+    assert _made_otherwise(cfg, {"loras": [lora]}) == [
+        "its LoRAs were applied to the int8 layers as 'side', this run applies them as 'bf16' (YUE2_LORA_INT8)"]
+    assert _made_otherwise({"weights": {"loras": []}}, {"loras": []}) == []  # no LoRA: the mode means nothing
+
+
 def test_batch_folder_small_cases_from_the_stop_39_review(tmp_path, engine):
     """Break-it findings (stop 39): a file manager's .DS_Store / Thumbs.db in a batch folder made --resume say
     "choose a new folder" (abandoning every finished song); `batch --output` inside another batch's folder was

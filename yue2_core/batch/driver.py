@@ -225,7 +225,8 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
 def _made_otherwise(cfg: dict, run: dict) -> list[str]:
     """How a verified song's config.json says it was made otherwise than this run (`BatchOptions.run`: checkpoint,
     dtype, LoRAs, VAE file): another checkpoint path, another file at the same path (its sample hash,
-    `weights.checkpoint.content_sample`), another --dtype, other adapters or strengths, another VAE file. Each song
+    `weights.checkpoint.content_sample`), another --dtype, other adapters or strengths, another way of applying them
+    to int8 layers (YUE2_LORA_INT8, "weights"."lora_int8"), another VAE file. Each song
     is checked, not only batch.json's record: a batch stopped before its record counted a song, or a record lost,
     let a resume with another model finish an album made by two (break-it review, stop 39)."""
     from ..weights.checkpoint import content_sample
@@ -255,6 +256,11 @@ def _made_otherwise(cfg: dict, run: dict) -> list[str]:
         if had != now:
             shown = ", ".join(f"{os.path.basename(p)}:{a:g}:{n:g}" for p, a, n in (had or [])) or "none"
             differ.append(f"it was made with the LoRAs {shown}, this run's --lora differ")
+    if weights is not None and run.get("loras") and isinstance(weights.get("lora_int8"), str):
+        from ..weights.lora.apply import int8_mode  # how LoRAs go onto int8 layers decides the numbers
+        if weights["lora_int8"] != int8_mode(run.get("lora_int8")):
+            differ.append(f"its LoRAs were applied to the int8 layers as {weights['lora_int8']!r}, this run applies "
+                          f"them as {int8_mode(run.get('lora_int8'))!r} (YUE2_LORA_INT8)")
     if weights is not None and "vae" in run:
         old = weights.get("vae").get("path") if isinstance(weights.get("vae"), dict) else None
         new = os.path.abspath(run["vae"]) if isinstance(run["vae"], str) else None
