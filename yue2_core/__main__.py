@@ -567,7 +567,8 @@ def cmd_render(args) -> int:
         check_reread([rec for rec, _, _ in song_loras], (engine.weights or {}).get("loras") or [])
     saved = with_tokenizer(saved, engine.tokenizer)
     from .edit import check_checkpoint
-    for warning in check_checkpoint(saved.config.get("checkpoint"), engine.info):  # another model: refused
+    for warning in check_checkpoint(saved.config.get("checkpoint"), engine.info,  # another model: refused
+                                    checkpoint_vae=not engine.weights.get("vae")):
         print(f"warning: {warning}", file=sys.stderr)
     if saved.score_edited:
         _warn_score(saved.score.abc or "", "edited score.abc",

@@ -44,6 +44,7 @@ import torch
 from .constants import (CODEC_OFFSET, CODEC_SIZE, CONTEXT, FRAMES_PER_SECOND, HOP, LATENT_DIM, MAX_ODE_STEPS,
                         ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_LENGTH_TRIM)
 from .errors import ArtifactError, BudgetError, RequestError
+from .weights.own import carried
 from .protocol import (SEED_MAX, _finite_number, SEMANTIC_PRESET, Sampling, SongRequest, negative_prefix, seconds_to_tokens,
                        semantic_prefix)
 
@@ -219,11 +220,13 @@ def _check_parent(p: Parent):
         p.audio = None
 
 
-def check_checkpoint(recorded: dict | None, info=None, dims=None) -> list[str]:
+def check_checkpoint(recorded: dict | None, info=None, dims=None, checkpoint_vae: bool = True) -> list[str]:
     """Refuse a song made with another model. `recorded` = the song's config.json "checkpoint" entry; compared with
     the loaded model's `info` (CheckpointInfo) or, without one, its `dims` (ModelDims): every ModelDims field, the
     VAE blocks and synthetic-vs-release must match; the file format may differ (the bf16 and int8 files of one model
-    are the same model). Raises CheckpointMismatch naming each difference; returns warnings (e.g. nothing recorded)."""
+    are the same model). Raises CheckpointMismatch naming each difference; returns warnings (e.g. nothing recorded,
+    another file of the same layout, a vendor folder's VAE folder with other weights than the song's — the latter
+    only when `checkpoint_vae`, i.e. that VAE decodes, not a VAE file the caller loaded instead)."""
     if not recorded:
         return ["the song does not record its checkpoint; assuming it was made with the loaded model"]
     if not isinstance(recorded, dict) or not isinstance(recorded.get("dims", {}), dict):
@@ -253,6 +256,12 @@ def check_checkpoint(recorded: dict | None, info=None, dims=None) -> list[str]:
                      "dimensions match, but its contents differ (another download, a fine-tune or merge, a re-made "
                      "synthetic file?), so what is computed anew (render, new music tokens) follows these weights "
                      "and the audio will differ from the song's; --checkpoint picks the file it was made with")
+    old_vae, new_vae = recorded.get("vae_sample_sha256"), current.get("vae_sample_sha256")
+    if checkpoint_vae and info is not None and None not in (old_vae, new_vae) and old_vae != new_vae:
+        was = (recorded.get("files") or {}).get("vae", "?") if isinstance(recorded.get("files"), dict) else "?"
+        notes.append(f"the VAE folder {(current.get('files') or {}).get('vae', '?')} holds other weights than the one "
+                     f"this song was decoded with ({was}): audio decoded anew follows this VAE and will differ from "
+                     "the song's; `python -m yue2_core render` finds the recorded VAE folder again")
     return notes
 
 
@@ -591,7 +600,8 @@ def _prepare(engine_or_parts, song, new_score, seed, parent_name, operation, cro
     parts = model_parts(engine_or_parts)
     parent = as_parent(song, parts.tokenizer, parent_name)
     notes = parent.notes + check_checkpoint(parent.settings.get("checkpoint"), parts.info,
-                                            getattr(parts.ar, "dims", None))
+                                            getattr(parts.ar, "dims", None),
+                                            checkpoint_vae=not any(e[0] == "vae" for e in carried(parts.vae)))
     score, changed = _new_score(parent, new_score, parts.tokenizer)
     request = _child_request(parent, score, changed, seed)
     prefix, longest = _prompt_lengths(request, score, parts.tokenizer)

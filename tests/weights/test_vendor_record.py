@@ -131,3 +131,19 @@ def test_an_older_vendor_song_without_the_sample_hash(vendor_song):
     assert found is None and "is gone" in note and f"decoding with {v['standard']}" in note, note
     assert recorded_vae_folder({"layout": "comfy", "path": "x"}, v["folder"]) == (None, None)
     assert recorded_vae_folder("malformed", v["folder"]) == (None, None)
+
+
+def test_edits_note_a_vendor_vae_folder_with_other_weights(vendor_song):
+    """Regenerate / Continue / Load Song (`edit.check_checkpoint`) say when the vendor folder's VAE folder now in use
+    holds other weights than the song was decoded with; not when a VAE file decodes instead (`checkpoint_vae`)."""
+    from yue2_core.edit import check_checkpoint
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    v = vendor_song
+    record = json.loads((v["song"] / "config.json").read_text())["checkpoint"]
+    now = inspect_checkpoint(str(v["folder"]))  # finds the "standard" folder put beside the model later
+    assert now.files["vae"] == str(v["standard"])
+    notes = check_checkpoint(record, now)
+    assert len(notes) == 1 and f"the VAE folder {v['standard']} holds other weights" in notes[0], notes
+    assert str(v["legacy"]) in notes[0]
+    assert check_checkpoint(record, now, checkpoint_vae=False) == []
+    assert check_checkpoint(record, inspect_checkpoint(str(v["folder"]), vae_path=str(v["legacy"]))) == []
