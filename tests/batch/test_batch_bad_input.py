@@ -440,3 +440,34 @@ def test_batch_folder_small_cases_from_the_stop_39_review(tmp_path, engine):
         assert not reserve_output(locked / "new", "batch folder", inside_ok=True).lock  # no folder yet: no place
     finally:
         os.open = real_open
+
+
+def test_a_song_path_past_the_file_systems_limits_fails_its_row_before_any_work(tmp_path, engine):
+    """Review finding (stop 40): an output path longer than PATH_MAX (or holding a name longer than NAME_MAX) was
+    found only when the song was saved, after it was computed. Each row's song folder is checked with the other
+    validation now: that row fails naming its line and the limit, the others run; a name too long in --output
+    itself stops the whole batch with the limit named; `generate`'s output check says the same."""
+    import os
+    from yue2_core.artifacts import check_output_dir
+    from yue2_core.batch.driver import check_output
+    long_id = "s" * 180  # the longest id a row may have
+    req = tmp_path / "r.jsonl"
+    req.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la"}) + "\n"
+                   + json.dumps({"id": long_id, "style": "pop", "lyrics": "la"}) + "\n", "utf-8")
+    out = tmp_path
+    while len(os.fsencode(str(out))) < 3950 - 201:  # "a" saves within PATH_MAX (4096), the long id does not
+        out = out / ("d" * 200)
+    out = out / ("o" * (3950 - len(os.fsencode(str(out))) - 1))
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+    with pytest.raises(AssertionError, match="must not load"):  # row "a" still runs
+        run_batch(BatchOptions(str(req), str(out), max_abc_tokens=ABC_CAP), **kw)
+    rows_ = {r["id"]: r for r in json.loads((out / "batch.json").read_text("utf-8"))["results"]}
+    assert rows_["a"]["status"] == "pending"
+    bad = rows_[long_id]
+    assert bad["status"] == "failed" and bad["stage"] == "validate", bad
+    assert bad["error"].startswith("line 2: song folder ") and "(PATH_MAX 4096)" in bad["error"], bad["error"]
+    assert "limit of 4095 bytes for a path" in bad["error"] and len(bad["error"]) < 500, bad["error"]
+    with pytest.raises(ArtifactError, match=r"holds a name of 300 bytes \(LLL.*255-byte limit for a name"):
+        check_output(tmp_path / ("L" * 300) / "album", {"a"}, resume=False)
+    with pytest.raises(ArtifactError, match=r"\(PATH_MAX 4096\)"):
+        check_output_dir(out / long_id)

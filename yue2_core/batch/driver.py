@@ -61,8 +61,10 @@ def _file_manager_file(name: str) -> bool:
 
 def check_output(out: Path, ids: set[str], resume: bool) -> None:
     """The batch folder may be new, or hold only batch.json, folders named after this file's ids and our hidden
-    temporaries; songs already there need `resume`. Raises ArtifactError naming the foreign entries, or saying
-    to add --resume."""
+    temporaries; songs already there need `resume`. Raises ArtifactError naming the foreign entries, saying to add
+    --resume, or naming a name on the path longer than the file system takes (`artifacts.check_name_limits`)."""
+    from ..artifacts import check_name_limits
+    check_name_limits(out)  # a name over NAME_MAX on the way: said with the limit, not "File name too long"
     try:
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise ArtifactError(f"--output {out} is not a folder; give a new folder for the batch")
@@ -499,9 +501,11 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                            "chunks of --max-batch songs (one AR batch each), so there is nothing to refill: leave "
                            "out --continuous or --ray")
     todo, sizes, stages, redo = [], [], [], []
+    from ..artifacts import check_path_limits
     for item in items:
         try:
             counts = check_context(item, tokenizer.encode)
+            check_path_limits(out / item.id)  # a path past PATH_MAX / NAME_MAX: now, not when the song is saved
         except YuE2Error as exc:
             summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
             continue
