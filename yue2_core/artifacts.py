@@ -22,6 +22,7 @@ leaves nothing partial and never touches an existing song; a non-empty target di
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 
 from .constants import FRAMES_PER_SECOND, MAX_ODE_STEPS, SAMPLE_RATE
-from .errors import ArtifactError
+from .errors import ArtifactError, DiskFullError
 from .pipeline import Score, SemanticTokens, Song
 from .protocol import valid_song_id
 
@@ -521,17 +522,27 @@ def check_output_dir(out_dir: str | os.PathLike) -> Path:
     return out
 
 
+FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # no space left; the user's quota exceeded
+
+
+def write_error(exc: OSError, what: str, after: str = "") -> ArtifactError:
+    """The error of a failed write: "`what`: reason`after`", a `DiskFullError` when the device or the user's quota is
+    full (`FULL_ERRNOS`; `batch` stops computing songs then), else an ArtifactError."""
+    kind = DiskFullError if exc.errno in FULL_ERRNOS else ArtifactError
+    return kind(f"{what}: {exc.strerror or exc}{after}")
+
+
 def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict) -> Path:
     """Write `files` + result.json (with sha256 of each file) into `out_dir` atomically. Refuses an output that
     cannot receive it (`check_output_dir`: a non-empty folder, ".", a mount point …); on any error (disk full,
-    read-only) nothing is left behind. Returns the directory path."""
+    read-only) nothing is left behind (`DiskFullError` when the disk or quota is full). Returns the directory path."""
     out = check_output_dir(out_dir)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _sweep_stale_partials(out.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     except OSError as exc:
-        raise ArtifactError(f"cannot write into {out.parent}: {exc.strerror or exc}") from None
+        raise write_error(exc, f"cannot write into {out.parent}") from None
     try:
         (tmp / PARTIAL_MARKER).write_bytes(_marker_bytes())
         manifest = {}
@@ -549,7 +560,7 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         os.rename(tmp, out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ArtifactError(f"could not save the song to {out}: {exc.strerror or exc} (nothing was written)") from None
+        raise write_error(exc, f"could not save the song to {out}", " (nothing was written)") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -20,7 +20,7 @@ from typing import Callable
 from ..constants import FRAMES_PER_SECOND
 from ..errors import ArtifactError, RequestError, YuE2Error, brief
 from .requests import BatchRequest, check_context, read_requests
-from .summary import BATCH_FILE, BatchProgress, BatchSummary
+from .summary import BATCH_FILE, BatchProgress, BatchSummary, failure_line
 
 
 @dataclass
@@ -583,18 +583,20 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         print(f"[{item.id}] redoing: {why}; the damaged folder is kept as {kept} (delete it when you no longer "
               "need it)", file=stream)
 
+    progress = BatchProgress(stream)
+
     def record(result) -> None:
         fields = result.to_dict()
-        fields.pop("id"), fields.pop("line")
+        fields.pop("id"), fields.pop("line"), fields.pop("disk_full", None)
         status = fields.pop("status")
-        if status == "failed":
-            print(f"[{result.id}] failed at {result.stage}: {result.error}", file=stream)
+        if status == "failed" and result.id not in progress.failed:  # once: the progress line said it already
+            print(failure_line(result.id, result.stage, result.error), file=stream)  # (stop 40 review: twice)
         summary.add(result.line, result.id, status, **fields)
 
-    songs = None
+    songs = full = None
     try:
         if todo:
-            kw = dict(max_batch=max_batch, steps=options.steps, on_event=BatchProgress(stream), batched=batched,
+            kw = dict(max_batch=max_batch, steps=options.steps, on_event=progress, batched=batched,
                       overlap=overlap, method=options.method)
             if runner is None:
                 deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
@@ -603,7 +605,12 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                 songs = runner.songs(todo, out, **kw)
             for result in songs:
                 record(result)
+                if getattr(result, "disk_full", False):
+                    full = result
+                    break
                 summary.write(out)
+        if full is not None:  # no room to save songs: compute no more (stop 40 review: every later song was
+            _stop_on_full_disk(songs, record, summary, full, stream)  # computed, then failed at its save)
     except KeyboardInterrupt:
         if songs is not None:  # a Ctrl-C between two songs (e.g. while writing batch.json) reaches the generator
             _drain(songs, record, stream)  # too (one that came from inside it has ended it: this returns at once)
@@ -617,6 +624,18 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
           + ("; after fixing the failed rows, finish it with --resume" if summary.count("failed") else ""),
           file=stream)
     return 1 if summary.count("failed") else 0
+
+
+def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream) -> None:
+    """After a song's save failed for lack of space (`full`: its outcome, `errors.DiskFullError`): stop the songs as
+    a Ctrl-C does (`_drain`: the render worker stops, songs written meanwhile are recorded, nothing half-written),
+    mark the batch `stopped` and say how many songs are left and that --resume continues."""
+    _drain(songs, record, stream)
+    summary.stopped = "the disk is full"
+    left = summary.count("pending")
+    print(f"stopped: the disk is full (the save of {full.id!r} failed); {left} song{'s' if left != 1 else ''} left "
+          f"not computed, the {summary.count('complete')} saved stay as they are: free space, then run the same "
+          "command with --resume to continue", file=stream)
 
 
 def _drain(songs, record, stream) -> None:
