@@ -171,7 +171,7 @@ def _warn_score(text: str, what: str, max_seconds: float | None = None, cot: str
     (docs/bad_inputs.md)."""
     import re
     from .protocol import score_notes
-    notes = score_notes(text, max_seconds, cot=cot)
+    notes = score_notes(text, max_seconds, cot=cot, duration_setting="--max-seconds")
     if not notes:
         return
     grouped: dict[str, list[str]] = {}  # one line per finding, its line numbers gathered (new-user finding)

@@ -570,7 +570,8 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         if item.request.abc is not None:  # a given score: the same check as `generate --abc-file` (used as given)
             from ..protocol import score_notes
             seconds = item.budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND
-            for note in score_notes(item.request.abc, seconds, limit=5, cot=item.request.cot):
+            for note in score_notes(item.request.abc, seconds, limit=5, cot=item.request.cot,
+                                    duration_setting="--max-seconds, or the row's semantic_sampling max_tokens"):
                 print(f"[{item.id}] warning: {'score ' if note.startswith('line ') else ''}{note}", file=stream)
     for item, why in redo:
         try:
