@@ -120,7 +120,11 @@ def read_state(path: str, _seen: tuple = ()) -> tuple:
     if companion:
         folder = os.path.dirname(os.path.abspath(weights))
         target = os.path.normpath(os.path.join(folder, companion))
-        inside = os.path.commonpath([os.path.realpath(folder), os.path.realpath(target)]) == os.path.realpath(folder)
+        real = os.path.realpath(folder)
+        try:
+            inside = os.path.commonpath([real, os.path.realpath(target)]) == real
+        except ValueError:  # another drive (Windows): outside
+            inside = False
         if inside and target not in _seen and target != os.path.abspath(path):  # as `read_adapter` follows it
             state.append((companion, read_state(target, (*_seen, os.path.abspath(path)))))
     return tuple(state)
