@@ -1,6 +1,7 @@
 """YuE2 LoRA: an adapter file from ComfyUI's `loras` folders on both experts → a new YUE2_MODEL (the input stays
-unpatched). The file is parsed once per (path, size, mtime) in this process, so changing a strength re-runs the node
-without reading the adapter or the checkpoint again."""
+unpatched). The file is parsed once per version of the files it reads (`layouts_io.read_state`: its size and mtime,
+and those of an adapter_config.json or FL companion beside it) in this process, so changing a strength re-runs the
+node without reading the adapter or the checkpoint again."""
 from __future__ import annotations
 
 import logging
@@ -9,22 +10,22 @@ import os
 import folder_paths
 from comfy_api.latest import io, ui
 
-from yue2_core.weights.checkpoint import file_state
 from yue2_core.weights.lora.apply import (STRENGTH_RANGE, Applied, check_replacements, check_strength, check_unique,
                                           idle_notes, replace_notes)
 from yue2_core.weights.lora.layouts import describe_adapter, read_adapter, unmatched_note
+from yue2_core.weights.lora.layouts_io import read_state
 
 from . import types
 from .progress import user_errors
 
 log = logging.getLogger("ComfyUI-YuE2")
-_PARSED: dict = {}  # (abs path, size, mtime_ns, dims) → Adapter
+_PARSED: dict = {}  # (abs path, read_state, dims) → Adapter
 
 
 def cached_adapter(path: str, dims):
-    """The parsed adapter at `path` for a model of `dims`, read once per file version (AdapterError on bad input)."""
-    st = os.stat(path)
-    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, tuple(sorted(vars(dims).items())))
+    """The parsed adapter at `path` for a model of `dims`, read once per version of every file it reads
+    (`read_state`: a sidecar or companion added, changed or removed reads it again; AdapterError on bad input)."""
+    key = (os.path.abspath(path), read_state(path), tuple(sorted(vars(dims).items())))
     if key not in _PARSED:
         adapter = read_adapter(path, dims)
         log.info("[YuE2] LoRA read from %s: %s, %d patches", path, adapter.layout, len(adapter.patches))
@@ -103,9 +104,11 @@ class YuE2LoRA(io.ComfyNode):
     @classmethod
     def fingerprint_inputs(cls, lora_name, **kwargs):
         """A file replaced on disk (other size or mtime) re-runs the node instead of reusing the cached adapter
-        (break-it finding, stop 38: the old adapter was applied and the new file's sha256 recorded)."""
+        (break-it finding, stop 38: the old adapter was applied and the new file's sha256 recorded) — the adapter's
+        main file and every other file it reads (`read_state`: an adapter_config.json beside a PEFT file, an FL
+        companion; stop 40: a sidecar added later was not seen, and `render` then refused the song)."""
         path = lora_path(lora_name)
-        return (lora_name, file_state(path)) if path else lora_name
+        return (lora_name, read_state(path)) if path else lora_name
 
     @classmethod
     def execute(cls, model, lora_name, strength_ar=1.0, strength_nar=1.0) -> io.NodeOutput:

@@ -12,6 +12,7 @@ from yue2_core.pipeline import Score
 from yue2_core.protocol import score_notes
 
 MAX_LISTED = 8
+DURATION_INPUT = "the Composer's max_seconds input"  # what the too-long advice names in ComfyUI (not --max-seconds)
 
 
 def edited_score(text: str, base: Score | None) -> Score:
@@ -44,7 +45,8 @@ def given_score_notes(text: str, max_seconds: float | None, cot: str | None = No
     lines as the command line's --abc-file (`protocol.score_notes`: used as given, every dialect finding with its
     line and severity, the too-long check against `max_seconds`, control characters named, chords with cot
     "melody")."""
-    return [f"the given score {note}" for note in score_notes(text, max_seconds, limit=MAX_LISTED, cot=cot)]
+    return [f"the given score {note}" for note in score_notes(text, max_seconds, limit=MAX_LISTED, cot=cot,
+                                                               duration_setting=DURATION_INPUT)]
 
 
 def describe(issues, limit: int = MAX_LISTED) -> str:

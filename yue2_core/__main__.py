@@ -178,7 +178,7 @@ def _warn_score(text: str, what: str, max_seconds: float | None = None, cot: str
     (docs/bad_inputs.md)."""
     import re
     from .protocol import score_notes
-    notes = score_notes(text, max_seconds, cot=cot)
+    notes = score_notes(text, max_seconds, cot=cot, duration_setting="--max-seconds")
     if not notes:
         return
     grouped: dict[str, list[str]] = {}  # one line per finding, its line numbers gathered (new-user finding)
@@ -610,7 +610,9 @@ def cmd_render(args) -> int:
         settings["semantic_sampling"] = tokens.sampling if tokens.sampling else settings.get("semantic_sampling")
     song = Song(request=request, score=tokens.score, tokens=tokens, latents=latents, audio=audio, timing=timing,
                 settings=settings)
-    folder = save_song(song, args.output, lineage={"parent": parent, "score_edited": saved.score_edited})
+    # "parent_score_edited": the parent's score.abc was edited, so this song's music was sampled for that edit (was
+    # "score_edited", which `inspect` showed beside the song's own, opposite-looking score_edited: stop 40 review)
+    folder = save_song(song, args.output, lineage={"parent": parent, "parent_score_edited": saved.score_edited})
     claim.release()
     _DONE["folder"] = folder  # a Ctrl-C from here on cancels nothing (main)
     print(json.dumps({"output": str(Path(folder).resolve()), "seed": request.seed,
@@ -636,12 +638,19 @@ def _check_not_inside(output: str, song: str) -> None:
 def _song_report(path: str) -> dict:
     """What `inspect` says of a song folder (generate/render/batch output): its files verified against their hashes
     (`artifacts.load_song`, ArtifactError naming a damaged file), the request, the lengths (ABC tokens; music frames
-    at 25/s and seconds; audio samples at 48 kHz), whether budgets cut it, the weights it was made with."""
+    at 25/s and seconds; audio samples at 48 kHz), whether budgets cut it, the weights it was made with.
+    `score_edited`: this folder's score.abc was edited after the song was saved (render samples new music for it);
+    `lineage.parent_score_edited`: the song was rendered from a parent whose score.abc had been edited (a song saved
+    before 2026-12-06 records it as lineage "score_edited", shown under the new name)."""
     from .artifacts import load_song
     saved = load_song(path, edited_ok=True)
     r, request = saved.result, saved.tokens.request
     weights = r.get("weights") or {}
     mot = weights.get("mot") or {}
+    lineage = dict(r["lineage"]) if isinstance(r.get("lineage"), dict) else {}
+    if "score_edited" in lineage and "parent_score_edited" not in lineage:  # `render`'s record before 2026-12-06
+        lineage["parent_score_edited"] = lineage.pop("score_edited")
+    from_edit = lineage.get("parent_score_edited") is True and isinstance(lineage.get("parent"), str)
     return {"kind": "song", "path": str(saved.path), "status": r.get("status"),
             "request": {"style": request.get("style"), "lyrics_chars": len(request.get("lyrics") or ""),
                         "cot": request.get("cot"), "seed": request.get("seed"), "cfg_scale": request.get("cfg_scale"),
@@ -650,7 +659,7 @@ def _song_report(path: str) -> dict:
             "music_frames": r.get("frames"), "audio_seconds": r.get("audio_seconds"),
             "sample_rate": r.get("sample_rate"), "truncated_by_budget": r.get("truncated"),
             "checkpoint": {"path": mot.get("path"), "format": mot.get("format"), "layout": mot.get("layout")},
-            "loras": weights.get("loras") or [], "lineage": r.get("lineage") or {}, "warnings": r.get("warnings") or [],
+            "loras": weights.get("loras") or [], "lineage": lineage, "warnings": r.get("warnings") or [],
             "files": sorted((r.get("artifacts") or {}).keys()),
             # the folder's name (new-user review, stop 39: an edit's child read "song 'song'", its request id)
             "summary": (f"song {saved.path.absolute().name!r}"
@@ -661,7 +670,9 @@ def _song_report(path: str) -> dict:
                         f"({r.get('frames')} frames), {len(saved.tokens.score.abc_ids)} ABC tokens, cot "
                         f"{request.get('cot')}, seed {request.get('seed')}; files verified against result.json"
                         + ("; score.abc edited since the song was made (render samples new music for it)"
-                           if saved.score_edited else ""))}
+                           if saved.score_edited else "")
+                        + (f"; rendered from {lineage['parent']}, whose edited score.abc it sampled its music for"
+                           if from_edit else ""))}
 
 
 def _base_model_keys(path: str) -> bool:

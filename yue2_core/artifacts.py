@@ -22,6 +22,7 @@ leaves nothing partial and never touches an existing song; a non-empty target di
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 
 from .constants import FRAMES_PER_SECOND, MAX_ODE_STEPS, SAMPLE_RATE
-from .errors import ArtifactError
+from .errors import ArtifactError, DiskFullError
 from .pipeline import Score, SemanticTokens, Song
 from .protocol import valid_song_id
 
@@ -431,6 +432,62 @@ def _check_name_length(out: Path) -> None:
                             f"{limit - SAVE_NAME_EXTRA} bytes")
 
 
+def _limit(folder: Path, name: str, default: int) -> int:
+    """`os.pathconf(folder, name)` (PC_NAME_MAX, PC_PATH_MAX), or `default` where there is no answer (Windows)."""
+    try:
+        return int(os.pathconf(folder, name))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return default
+
+
+def _shown(path: Path | str, keep: int = 50) -> str:
+    """A path for a one-line message: whole when short, else its start and end around "…"."""
+    text = str(path)
+    return text if len(text) <= 2 * keep + 1 else f"{text[:keep]}…{text[-keep:]}"
+
+
+def _existing(path: Path) -> Path:
+    """`path` or its nearest folder above that exists (what pathconf can be asked about)."""
+    while not os.path.exists(path) and path != path.parent:  # os.path: False for a name too long too, no OSError
+        path = path.parent
+    return path
+
+
+def check_name_limits(path: str | os.PathLike) -> Path:
+    """The absolute `path` when every name on it (its folders and its own) fits the file system's NAME_MAX (255 bytes
+    on most); ArtifactError naming the first that does not and the limit (was: "File name too long", or nothing
+    until a save failed)."""
+    absolute = _without_dotdot(Path(path)).absolute()
+    name_max = _limit(_existing(absolute), "PC_NAME_MAX", 255)
+    for part in absolute.parts[1:]:
+        if len(os.fsencode(part)) > name_max:
+            raise ArtifactError(f"the path {_shown(absolute)} holds a name of {len(os.fsencode(part))} bytes "
+                                f"({part[:30]}…), more than this file system's {name_max}-byte limit for a name; "
+                                "give a shorter path")
+    return absolute
+
+
+def check_path_limits(out: str | os.PathLike) -> None:
+    """ArtifactError when saving a song as the folder `out` would pass a limit of the file system it goes to: a
+    folder name on its way longer than NAME_MAX bytes (`check_name_limits`), its own name with the save's hidden
+    sibling `.NAME.XXXXXXXX.partial` (`_check_name_length`), or the longest path the save writes — a song file inside
+    that sibling, absolute (Python 3.12's `tempfile.mkdtemp` makes it so) — of PATH_MAX bytes or more (4096 on
+    Linux, the ending NUL included). For `check_output_dir` and `batch`'s per-row checks, before any work (stop 40
+    review: a batch found a path too long only when the computed song was saved)."""
+    absolute = _without_dotdot(Path(out)).absolute()
+    check_name_limits(absolute.parent)
+    longest = max((*FILES, *PLAN_FILES, "plan_manifest.json", "result.json", PARTIAL_MARKER), key=len)
+    size = len(os.fsencode(str(absolute.parent / f".{absolute.name}.XXXXXXXX.partial" / longest)))
+    path_max = _limit(_existing(absolute), "PC_PATH_MAX", 4096)
+    if size >= path_max:
+        room = max(0, len(os.fsencode(str(absolute))) - (size - path_max + 1))
+        raise ArtifactError(f"song folder {_shown(absolute)}: the save writes paths of up to {size} bytes (its files "
+                            f"in the hidden .NAME.XXXXXXXX.partial folder beside it), more than this file system's "
+                            f"limit of {path_max - 1} bytes for a path (PATH_MAX {path_max}); a song folder's "
+                            f"absolute path may be at most {room} bytes here — give a shorter path")
+    _check_name_length(absolute)
+
+
 def _without_dotdot(path: Path) -> Path:
     """`path` with a ".." in its folders resolved (`os.path.realpath` of the parent, symlinks followed as the OS
     would): "new/../song" names ./song, and making its parents as written would leave an empty "new" behind
@@ -444,7 +501,7 @@ def check_output_dir(out_dir: str | os.PathLike) -> Path:
     """The folder a song will be saved as, checked before any work: it must be named (not "", ".", ".." or a root:
     the song is written into a hidden sibling and renamed into place), new or empty (songs are never overwritten),
     and, when it exists, on the same file system as its parent and not a mount point (the rename cannot replace
-    one); its name short enough for the save's hidden sibling (`_check_name_length`). Raises ArtifactError saying
+    one); its names and paths within the file system's limits (`check_path_limits`). Raises ArtifactError saying
     which and what to give instead."""
     text = os.fspath(out_dir)
     if os.path.basename(os.path.normpath(text)) in ("", ".", "..") if text else True:
@@ -452,7 +509,7 @@ def check_output_dir(out_dir: str | os.PathLike) -> Path:
                             "saved as a folder of its own; give one, e.g. songs/my-song")
     out = _without_dotdot(Path(text))
     try:
-        _check_name_length(out)
+        check_path_limits(out)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise ArtifactError(f"output directory {out} exists and is not empty; choose a new name (songs are "
                                 "never overwritten)")
@@ -465,17 +522,27 @@ def check_output_dir(out_dir: str | os.PathLike) -> Path:
     return out
 
 
+FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # no space left; the user's quota exceeded
+
+
+def write_error(exc: OSError, what: str, after: str = "") -> ArtifactError:
+    """The error of a failed write: "`what`: reason`after`", a `DiskFullError` when the device or the user's quota is
+    full (`FULL_ERRNOS`; `batch` stops computing songs then), else an ArtifactError."""
+    kind = DiskFullError if exc.errno in FULL_ERRNOS else ArtifactError
+    return kind(f"{what}: {exc.strerror or exc}{after}")
+
+
 def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict) -> Path:
     """Write `files` + result.json (with sha256 of each file) into `out_dir` atomically. Refuses an output that
     cannot receive it (`check_output_dir`: a non-empty folder, ".", a mount point …); on any error (disk full,
-    read-only) nothing is left behind. Returns the directory path."""
+    read-only) nothing is left behind (`DiskFullError` when the disk or quota is full). Returns the directory path."""
     out = check_output_dir(out_dir)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _sweep_stale_partials(out.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     except OSError as exc:
-        raise ArtifactError(f"cannot write into {out.parent}: {exc.strerror or exc}") from None
+        raise write_error(exc, f"cannot write into {out.parent}") from None
     try:
         (tmp / PARTIAL_MARKER).write_bytes(_marker_bytes())
         manifest = {}
@@ -493,7 +560,7 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         os.rename(tmp, out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ArtifactError(f"could not save the song to {out}: {exc.strerror or exc} (nothing was written)") from None
+        raise write_error(exc, f"could not save the song to {out}", " (nothing was written)") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

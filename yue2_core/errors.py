@@ -38,6 +38,11 @@ class ArtifactError(YuE2Error):
     """A song directory cannot be written or read (exists, unwritable, hash mismatch, unsafe name)."""
 
 
+class DiskFullError(ArtifactError):
+    """A write failed for lack of space on the device (ENOSPC) or of the user's quota (EDQUOT): `batch` stops
+    computing songs it could not save (the songs already saved stay; `--resume` continues once there is room)."""
+
+
 class NumericalError(YuE2Error, FloatingPointError):
     """The model produced non-finite numbers (NaN/inf logits, latents or audio): the weights are damaged or do not
     belong to this model. Raised instead of sampling or saving garbage."""

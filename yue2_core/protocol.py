@@ -255,7 +255,8 @@ def control_notes(what: str, text: str, limit: int = 3) -> list[str]:
     return notes
 
 
-def score_notes(text: str, max_seconds: float | None = None, limit: int = 20, cot: str | None = None) -> list[str]:
+def score_notes(text: str, max_seconds: float | None = None, limit: int = 20, cot: str | None = None,
+                duration_setting: str | None = None) -> list[str]:
     """What the pack says about a score given from outside (CLI --abc-file, an edited score.abc, the Composer's
     score / abc_text inputs) — one rule everywhere: the score is used verbatim, as the vendor runtime uses it (the
     model reads any text), and every finding of the dialect check (`abc.validate`, with `max_seconds` for the
@@ -263,11 +264,13 @@ def score_notes(text: str, max_seconds: float | None = None, limit: int = 20, co
     "line N: message [severity]"; with cot "melody", chord symbols are named too (the melody mode's lead sheet is
     melody-only and the vendor does not strip a given score's chords, runtime.md §1.4). Only what the engine cannot
     run is refused, elsewhere: an empty score, a score with cot off, a score over the context. The ABC Editor node,
-    where scores are written, is stricter: it does not emit a score with errors."""
+    where scores are written, is stricter: it does not emit a score with errors. `duration_setting`: how the caller
+    sets the music's duration ("--max-seconds", the Composer's max_seconds input), named in the too-long advice."""
     from .abc import validate
     seconds = max_seconds if max_seconds is not None else SEMANTIC_PRESET.max_tokens / FRAMES_PER_SECOND
-    issues = [i for i in validate(text, max_seconds=seconds)  # line ends: said once, by form_notes (new-user finding:
-              if i.code != "line-ends"]  # the same CRLF warning came twice in two wordings)
+    issues = [i for i in validate(text, max_seconds=seconds, duration_setting=duration_setting)
+              if i.code != "line-ends"]  # said once, by form_notes (new-user finding: the same CRLF warning came
+    #                                     twice in two wordings)
     lines = [(f"line {i.line}: " if getattr(i, "line", None) else "") + f"{i.message} [{i.severity}]"
              for i in issues[:limit]]
     if len(issues) > limit:

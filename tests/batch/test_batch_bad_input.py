@@ -456,3 +456,91 @@ def test_batch_folder_small_cases_from_the_stop_39_review(tmp_path, engine):
         assert not reserve_output(locked / "new", "batch folder", inside_ok=True).lock  # no folder yet: no place
     finally:
         os.open = real_open
+
+
+def test_a_song_path_past_the_file_systems_limits_fails_its_row_before_any_work(tmp_path, engine):
+    """Review finding (stop 40): an output path longer than PATH_MAX (or holding a name longer than NAME_MAX) was
+    found only when the song was saved, after it was computed. Each row's song folder is checked with the other
+    validation now: that row fails naming its line and the limit, the others run; a name too long in --output
+    itself stops the whole batch with the limit named; `generate`'s output check says the same."""
+    import os
+    from yue2_core.artifacts import check_output_dir
+    from yue2_core.batch.driver import check_output
+    long_id = "s" * 180  # the longest id a row may have
+    req = tmp_path / "r.jsonl"
+    req.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la"}) + "\n"
+                   + json.dumps({"id": long_id, "style": "pop", "lyrics": "la"}) + "\n", "utf-8")
+    out = tmp_path
+    while len(os.fsencode(str(out))) < 3950 - 201:  # "a" saves within PATH_MAX (4096), the long id does not
+        out = out / ("d" * 200)
+    out = out / ("o" * (3950 - len(os.fsencode(str(out))) - 1))
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+    with pytest.raises(AssertionError, match="must not load"):  # row "a" still runs
+        run_batch(BatchOptions(str(req), str(out), max_abc_tokens=ABC_CAP), **kw)
+    rows_ = {r["id"]: r for r in json.loads((out / "batch.json").read_text("utf-8"))["results"]}
+    assert rows_["a"]["status"] == "pending"
+    bad = rows_[long_id]
+    assert bad["status"] == "failed" and bad["stage"] == "validate", bad
+    assert bad["error"].startswith("line 2: song folder ") and "(PATH_MAX 4096)" in bad["error"], bad["error"]
+    assert "limit of 4095 bytes for a path" in bad["error"] and len(bad["error"]) < 500, bad["error"]
+    with pytest.raises(ArtifactError, match=r"holds a name of 300 bytes \(LLL.*255-byte limit for a name"):
+        check_output(tmp_path / ("L" * 300) / "album", {"a"}, resume=False)
+    with pytest.raises(ArtifactError, match=r"\(PATH_MAX 4096\)"):
+        check_output_dir(out / long_id)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["in-turn", "overlap"])
+def test_a_full_disk_stops_the_batch_after_the_first_failed_save(tmp_path, engine, monkeypatch, capsys, overlap):
+    """Review finding (stop 40): on a full disk every later song was still computed, each then failing at its save,
+    and each failure was printed twice (the progress line and the driver's). A save that fails for lack of space
+    (ENOSPC / EDQUOT: `errors.DiskFullError`) now stops the batch — with the overlap the render worker stops at
+    once and the main thread starts no further AR phase —, says how many songs are left and that --resume
+    continues; each failure is printed once; the saved song stays intact and --resume finishes the rest."""
+    import errno
+    import yue2_core.artifacts as artifacts
+    import yue2_core.pipeline as pipeline
+    from yue2_core.artifacts import load_song
+    req = tmp_path / "r.jsonl"
+    req.write_text("".join(json.dumps({"id": i, "style": "pop", "lyrics": "la", "cot": "off", "seed": n,
+                                       "semantic_sampling": {"max_tokens": 4, "min_tokens": 1}}) + "\n"
+                           for n, i in enumerate("abcd")), "utf-8")
+    out = tmp_path / "out"
+    saves, renders, real_save, real_render, real_write = [], [], artifacts.save_song, pipeline.render, Path.write_bytes
+
+    def save_song(song, folder, *a, **k):
+        saves.append(Path(folder).name)
+        return real_save(song, folder, *a, **k)
+
+    def write_bytes(self, data):  # the disk fills up after the first song
+        if len(saves) > 1 and self.parent.name.endswith(".partial"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, data)
+
+    def render(*a, **k):
+        renders.append(1)
+        return real_render(*a, **k)
+    monkeypatch.setattr(artifacts, "save_song", save_song)
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    monkeypatch.setattr(pipeline, "render", render)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=lambda: engine)
+    options = dict(steps=1, max_batch=1, overlap=overlap)
+    assert run_batch(BatchOptions(str(req), str(out), **options), **kw) == 1
+    err = capsys.readouterr().err
+    assert saves == ["a", "b"] and len(renders) == 2, (saves, len(renders))  # c and d never rendered
+    assert err.count("[b] failed") == 1 and "[b] failed at save: could not save the song to" in err, err
+    assert "No space left on device (nothing was written)" in err
+    assert "stopped: the disk is full (the save of 'b' failed); 2 songs left not computed, the 1 saved stay as " \
+           "they are: free space, then run the same command with --resume to continue" in err, err
+    assert "2 not run (the disk is full)" in err
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    assert summary["stopped"] == "the disk is full" and not summary["interrupted"]
+    assert [(r["id"], r["status"], r["stage"]) for r in summary["results"]] == [
+        ("a", "complete", "complete"), ("b", "failed", "save"), ("c", "pending", None), ("d", "pending", None)]
+    assert "disk_full" not in summary["results"][1]
+    assert sorted(p.name for p in out.iterdir()) == ["a", "batch.json"]  # nothing half-written
+    load_song(out / "a")  # intact
+    if overlap:
+        return
+    monkeypatch.setattr(Path, "write_bytes", real_write)  # space freed
+    assert run_batch(BatchOptions(str(req), str(out), resume=True, **options), **kw) == 0
+    assert saves == ["a", "b", "b", "c", "d"]

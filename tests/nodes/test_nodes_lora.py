@@ -185,3 +185,39 @@ def test_a_file_replaced_on_disk_is_read_again(comfy, comfy_server, checkpoints,
     since = len(comfy_server.log_text())
     _song(comfy, comfy_server, _compose(ckpt, 51, None, name="swap4"))
     assert "AR expert read from" in comfy_server.log_text()[since:], comfy_server.log_text()[since:][-2000:]
+
+
+def test_a_sidecar_added_beside_the_adapter_is_read_again(comfy, comfy_server, checkpoints, loras, tmp_path):
+    """Review finding (stop 40): the node's fingerprint and parse cache covered the adapter's main file only, so an
+    adapter_config.json put beside a PEFT adapter_model.safetensors after a run left the cached adapter (no sidecar,
+    scale 1) in place — the song then recorded no sidecar and `render` refused it as one that now reads other files.
+    Both now cover every file the adapter reads (`layouts_io.read_state`): the node re-runs and reads the adapter
+    with its sidecar (its report lists the files read); unchanged files are not read again."""
+    import shutil
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora import synthetic as lora_synth
+    dims = inspect_checkpoint(str(checkpoints[TINY])).dims
+    made = lora_synth.write_adapter("peft", tmp_path / "peft", dims, rank=4, seed=3)
+    sub = loras / "yue2_test_peft"
+    sub.mkdir(exist_ok=True)
+    shutil.copyfile(made / "adapter_model.safetensors", sub / "adapter_model.safetensors")  # no sidecar yet
+    prompt = {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+              "2": {"class_type": "YuE2LoRA", "inputs": {"model": ["1", 0], "strength_ar": 1.0, "strength_nar": 1.0,
+                                                         "lora_name": "yue2_test_peft/adapter_model.safetensors"}},
+              "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}}}
+
+    def report():
+        since = len(comfy_server.log_text())
+        entry = run(comfy, prompt)
+        return json.dumps(entry["outputs"].get("2")), comfy_server.log_text()[since:]
+    try:
+        text, log = report()
+        assert "LoRA read from" in log and "adapter_config.json" not in text, text
+        text, log = report()
+        assert "LoRA read from" not in log, log[-2000:]  # nothing changed: not read again
+        shutil.copyfile(made / "adapter_config.json", sub / "adapter_config.json")
+        text, log = report()
+        assert "LoRA read from" in log, log[-2000:]
+        assert "adapter_config.json" in text, text
+    finally:
+        shutil.rmtree(sub, ignore_errors=True)

@@ -336,6 +336,34 @@ def test_cli_inspect_says_when_the_score_was_edited(tmp_path):
     assert "score.abc edited since the song was made" in proc.stderr
 
 
+def test_cli_inspect_tells_the_songs_own_edit_from_its_parents(tmp_path, tiny_paths, capsys):
+    """Review finding (stop 40): `inspect` of a song rendered from an edited score.abc printed `"score_edited": false`
+    and `"lineage": {"score_edited": true}` — two meanings under one name, read as a contradiction. The song's own
+    (its score.abc edited after it was saved) keeps the top-level name; `render` records the parent's as
+    `lineage.parent_score_edited` (a song saved before shows its old `score_edited` under that name) and the summary
+    says it in words."""
+    from yue2_core.__main__ import main
+    song = save_song(make_song(frames=4), tmp_path / "song")
+    score = Path(song) / "score.abc"
+    score.write_text(score.read_text("utf-8").replace("M:4/4", "M:3/4"), "utf-8")
+    rc, err = main_inprocess(capsys, "render", song, "--checkpoint", tiny_paths["bf16"], "--max-seconds", "0.12",
+                             "--steps", "1", "--device", "cpu", "--offline", "--output", tmp_path / "child")
+    assert rc == 0 and "score.abc was edited: sampling new music tokens for it" in err, err[-2000:]
+
+    def inspect(folder):
+        assert main(["inspect", str(folder)]) == 0
+        out = capsys.readouterr()
+        return json.loads(out.out), out.err
+    child, err = inspect(tmp_path / "child")
+    assert child["score_edited"] is False and child["lineage"]["parent_score_edited"] is True, child
+    assert "score_edited" not in child["lineage"]
+    assert f"rendered from {Path(song).absolute()}, whose edited score.abc it sampled its music for" in err, err
+    assert "score.abc edited since the song was made" not in err
+    old = save_song(make_song(), tmp_path / "old", lineage={"parent": str(song), "score_edited": True})
+    report, _ = inspect(old)  # render's record before the rename
+    assert report["lineage"] == {"parent": str(song), "parent_score_edited": True}, report["lineage"]
+
+
 def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path):
     """inspect of a song folder describes the song from its verified files (new-user/break-it finding: it said
     "config.json is the config of another model"); a damaged file is named; a batch output folder (inspect or

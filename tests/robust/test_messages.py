@@ -98,11 +98,35 @@ def test_an_invalid_score_gets_one_rule_in_the_cli_and_the_composer(tmp_path, ca
     for note in composer:  # the same findings (the CLI gathers the line numbers of a repeated one, new-user finding)
         m = re.match(r"line (\d+): (.*) \[(\w+)\]$", note)
         message = m.group(2) if m else note.rsplit(" [", 1)[0]
+        # each names its own duration setting (stop 40 review), the finding is the same
+        message = message.replace("(the Composer's max_seconds input)", "(--max-seconds)")
         assert message in err, (message, err)
         if m:
             assert re.search(rf"lines? (\d+, )*{m.group(1)}\b", err), (note, err)
     rule = (REPO / "docs" / "bad_inputs.md").read_text("utf-8")
     assert "used as given" in rule and "test_an_invalid_score_gets_one_rule_in_the_cli_and_the_composer" in rule
+
+
+def test_the_too_long_advice_names_the_callers_own_setting(tmp_path, capsys):
+    """Review finding (stop 40): the ABC check's too-long warning said "--max-seconds on the command line,
+    max_seconds on the Composer node" wherever it was shown. The command line names its option, the Composer and
+    the editor (whose duration is the Composer's widget) the node's input, `batch` its option and the row's field."""
+    from yue2_core.abc.service import analyze
+    from yue2_core.protocol import score_notes
+    text = CORPUS.read_text("utf-8")
+    long = text + text.split("K:", 1)[1].split("\n", 1)[1] * 40
+    path = tmp_path / "long.abc"
+    path.write_text(long, "utf-8")
+    rc, err = main_inprocess(capsys, *GEN, "--style", "pop", "--lyrics", "la", "--abc-file", path,
+                             "--max-seconds", "10", "--output", tmp_path / "o")
+    assert "the song will be cut. Shorten the score or raise the duration (--max-seconds)." in err, err
+    assert "Composer" not in err and "max_seconds" not in err, err
+    composer = " ".join(_scores_module().given_score_notes(long, 10.0))
+    assert "raise the duration (the Composer's max_seconds input)." in composer, composer
+    assert "--max-seconds" not in composer and "command line" not in composer, composer
+    editor = [i["message"] for i in analyze({"abc": long, "max_seconds": 10})["issues"] if i["code"] == "too-long"]
+    assert editor and editor[0].endswith("raise the duration (the Composer's max_seconds input)."), editor
+    assert score_notes(long, 10.0)[0].endswith("raise the duration. [warning]")  # a caller that names none
 
 
 # --- item 22 -------------------------------------------------------------------------------------------------------

@@ -337,3 +337,54 @@ def test_pt_factors_that_are_sparse_or_meta_are_refused_by_name(tmp_path, gen, k
     _refused(path, str(path), key, words, "must be dense float tensors")
     torch.save({"state_dict": tensors}, path)  # the same inside a trainer's {"state_dict": …}
     _refused(path, key, words)
+
+
+# ------------------------------------------------------------------------------------ what the LoRA node fingerprints
+
+def test_read_state_covers_every_file_the_adapter_reads(tmp_path, gen):
+    """Review finding (stop 40): the YuE2 LoRA node fingerprinted and cached its adapter by the main file only, so an
+    adapter_config.json put beside a PEFT file, another weights file added to a folder adapter or an FL companion
+    replaced left the cached adapter in place (and `render` then refused the song). `read_state` — what the node's
+    fingerprint and parse cache use — changes with every file `read_adapter` reads; an unrelated file does not."""
+    from yue2_core.weights.lora.layouts_io import read_state
+
+    def bump(path):  # another version of the file: new bytes and a later mtime (a copy within the same tick)
+        st = os.stat(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
+    d = _peft(tmp_path, gen, None)
+    main = str(d / "adapter_model.safetensors")
+    before = read_state(main)
+    assert read_state(main) == before  # stable while nothing changes
+    (d / "notes.txt").write_text("not read by the adapter")
+    assert read_state(main) == before
+    (d / "adapter_config.json").write_text(json.dumps(CFG))  # a sidecar added: the adapter's scale changes
+    with_sidecar = read_state(main)
+    assert with_sidecar != before and len(read_adapter(main, TINY).files) == 2
+    (d / "adapter_config.json").write_text(json.dumps({**CFG, "lora_alpha": 16}))
+    bump(d / "adapter_config.json")
+    assert read_state(main) not in (before, with_sidecar)  # the sidecar changed
+    (d / "adapter_config.json").unlink()
+    assert read_state(main) == before  # removed again
+    loose = _write(tmp_path / "aitk.safetensors", _pair(gen))  # no PEFT name: a sidecar beside it is never read
+    alone = read_state(loose)
+    (tmp_path / "adapter_config.json").write_text(json.dumps(CFG))
+    assert read_state(loose) == alone
+    folder = tmp_path / "fold"
+    folder.mkdir()
+    shutil.copy(loose, folder / "custom.safetensors")
+    in_folder = read_state(str(folder))
+    shutil.copy(loose, folder / "lora.safetensors")  # read before custom.safetensors
+    assert read_state(str(folder)) != in_folder
+    fl = syn.write_adapter("fl", tmp_path / "fl" / "fl-ar.safetensors", TINY, seed=1)
+    companion = next(f for f in read_adapter(str(fl), TINY).files if os.path.abspath(f) != os.path.abspath(fl))
+    fl_before = read_state(str(fl))
+    with open(companion, "r+b") as fh:  # the NAR companion replaced, the AR file untouched
+        fh.seek(-4, os.SEEK_END)
+        fh.write(b"\0\0\0\1")
+    bump(companion)
+    assert read_state(str(fl)) != fl_before
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "adapter_model.safetensors")
+    with no_hang():  # never opens what would block; the read itself names it
+        assert read_state(str(fifo / "adapter_model.safetensors"))

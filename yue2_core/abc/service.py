@@ -13,6 +13,7 @@ from .timeline import play
 from .validate import check
 
 MAX_ABC_BYTES = 100_000  # 100 kB of UTF-8; a generated 6-minute score is about 10 kB
+EDITOR_DURATION = "the Composer's max_seconds input"  # the editor's max_seconds comes from the Composer's widget
 LOG = logging.getLogger(__name__)
 
 
@@ -70,7 +71,7 @@ def _finite(x) -> bool:
 
 def _analyze(abc: str, instrumental: bool, max_seconds, want_svg: bool) -> dict:
     score = scan(abc)  # read once; every part of the answer comes from this one parse
-    issues = check(score, instrumental=instrumental, max_seconds=max_seconds)
+    issues = check(score, instrumental=instrumental, max_seconds=max_seconds, duration_setting=EDITOR_DURATION)
     result = {"ok": not any(i.severity == "error" for i in issues), "issues": [i.to_dict() for i in issues],
               "structure": None, "timeline": None, "svg": None, "svg_error": None, "time_map": None}
     try:

@@ -63,6 +63,8 @@ def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver
     pending: list = []
     try:
         for part in waves(len(jobs), max_batch):
+            if stage is not None and stage.stop.is_set():  # the writer found the disk full: no more AR work
+                break
             wave, finished = jobs[part.start:part.stop], []
             for job in _ar_phases(engine, wave, max_batch, meter, stage):
                 if job.error is not None:
@@ -73,6 +75,8 @@ def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver
                     pending.append(stage.submit([job]))
                 if stage is not None:
                     yield from _ready(pending, stage)
+                    if stage.stop.is_set():
+                        break
             if stage is None:  # without the overlap: this wave's AR memory is free before its songs render
                 _release(engine)
                 for job in finished:

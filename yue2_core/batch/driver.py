@@ -20,7 +20,7 @@ from typing import Callable
 from ..constants import FRAMES_PER_SECOND
 from ..errors import ArtifactError, RequestError, YuE2Error, brief
 from .requests import BatchRequest, check_context, read_requests
-from .summary import BATCH_FILE, BatchProgress, BatchSummary
+from .summary import BATCH_FILE, BatchProgress, BatchSummary, failure_line
 
 
 @dataclass
@@ -61,8 +61,10 @@ def _file_manager_file(name: str) -> bool:
 
 def check_output(out: Path, ids: set[str], resume: bool) -> None:
     """The batch folder may be new, or hold only batch.json, folders named after this file's ids and our hidden
-    temporaries; songs already there need `resume`. Raises ArtifactError naming the foreign entries, or saying
-    to add --resume."""
+    temporaries; songs already there need `resume`. Raises ArtifactError naming the foreign entries, saying to add
+    --resume, or naming a name on the path longer than the file system takes (`artifacts.check_name_limits`)."""
+    from ..artifacts import check_name_limits
+    check_name_limits(out)  # a name over NAME_MAX on the way: said with the limit, not "File name too long"
     try:
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise ArtifactError(f"--output {out} is not a folder; give a new folder for the batch")
@@ -505,9 +507,11 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                            "chunks of --max-batch songs (one AR batch each), so there is nothing to refill: leave "
                            "out --continuous or --ray")
     todo, sizes, stages, redo = [], [], [], []
+    from ..artifacts import check_path_limits
     for item in items:
         try:
             counts = check_context(item, tokenizer.encode)
+            check_path_limits(out / item.id)  # a path past PATH_MAX / NAME_MAX: now, not when the song is saved
         except YuE2Error as exc:
             summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
             continue
@@ -572,7 +576,8 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         if item.request.abc is not None:  # a given score: the same check as `generate --abc-file` (used as given)
             from ..protocol import score_notes
             seconds = item.budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND
-            for note in score_notes(item.request.abc, seconds, limit=5, cot=item.request.cot):
+            for note in score_notes(item.request.abc, seconds, limit=5, cot=item.request.cot,
+                                    duration_setting="--max-seconds, or the row's semantic_sampling max_tokens"):
                 print(f"[{item.id}] warning: {'score ' if note.startswith('line ') else ''}{note}", file=stream)
     for item, why in redo:
         try:
@@ -585,18 +590,20 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         print(f"[{item.id}] redoing: {why}; the damaged folder is kept as {kept} (delete it when you no longer "
               "need it)", file=stream)
 
+    progress = BatchProgress(stream)
+
     def record(result) -> None:
         fields = result.to_dict()
-        fields.pop("id"), fields.pop("line")
+        fields.pop("id"), fields.pop("line"), fields.pop("disk_full", None)
         status = fields.pop("status")
-        if status == "failed":
-            print(f"[{result.id}] failed at {result.stage}: {result.error}", file=stream)
+        if status == "failed" and result.id not in progress.failed:  # once: the progress line said it already
+            print(failure_line(result.id, result.stage, result.error), file=stream)  # (stop 40 review: twice)
         summary.add(result.line, result.id, status, **fields)
 
-    songs = None
+    songs = full = None
     try:
         if todo:
-            kw = dict(max_batch=max_batch, steps=options.steps, on_event=BatchProgress(stream), batched=batched,
+            kw = dict(max_batch=max_batch, steps=options.steps, on_event=progress, batched=batched,
                       overlap=overlap, method=options.method)
             if runner is None:
                 deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
@@ -605,7 +612,12 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                 songs = runner.songs(todo, out, **kw)
             for result in songs:
                 record(result)
+                if getattr(result, "disk_full", False):
+                    full = result
+                    break
                 summary.write(out)
+        if full is not None:  # no room to save songs: compute no more (stop 40 review: every later song was
+            _stop_on_full_disk(songs, record, summary, full, stream)  # computed, then failed at its save)
     except KeyboardInterrupt:
         if songs is not None:  # a Ctrl-C between two songs (e.g. while writing batch.json) reaches the generator
             _drain(songs, record, stream)  # too (one that came from inside it has ended it: this returns at once)
@@ -619,6 +631,18 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
           + ("; after fixing the failed rows, finish it with --resume" if summary.count("failed") else ""),
           file=stream)
     return 1 if summary.count("failed") else 0
+
+
+def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream) -> None:
+    """After a song's save failed for lack of space (`full`: its outcome, `errors.DiskFullError`): stop the songs as
+    a Ctrl-C does (`_drain`: the render worker stops, songs written meanwhile are recorded, nothing half-written),
+    mark the batch `stopped` and say how many songs are left and that --resume continues."""
+    _drain(songs, record, stream)
+    summary.stopped = "the disk is full"
+    left = summary.count("pending")
+    print(f"stopped: the disk is full (the save of {full.id!r} failed); {left} song{'s' if left != 1 else ''} left "
+          f"not computed, the {summary.count('complete')} saved stay as they are: free space, then run the same "
+          "command with --resume to continue", file=stream)
 
 
 def _drain(songs, record, stream) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
-from ..errors import ArtifactError, YuE2Error, brief
+from ..errors import ArtifactError, DiskFullError, YuE2Error, brief
 from .runner import SongOutcome, _batch_key
 
 MAX_ATTEMPTS = 3  # a song is tried on at most this many workers that died under it
@@ -480,7 +480,7 @@ class RayRunner:
                 result_row.worker = {k: slot.info.get(k) for k in ("index", "pid", "node", "device", "gpu_ids")}
                 result_row.attempts, result_row.lost_seconds = attempts[item.id], round(lost[item.id], 3)
                 result_row.finished_at, result_row.peak_vram_bytes = round(finished, 3), peak
-                event(item.id, result_row.status, error=result_row.error)
+                event(item.id, result_row.status, error=result_row.error, at=result_row.stage)
                 if self.on_song is not None:
                     self.on_song(self, result_row)
                 yield result_row
@@ -496,6 +496,7 @@ class RayRunner:
         except ArtifactError as exc:
             row.status, row.stage, row.error = "failed", "save", str(exc)
             row.output = row.audio_seconds = row.truncated = None
+            row.disk_full = isinstance(exc, DiskFullError)  # the driver stops the batch
         return row
 
     def _lost(self, slot: _Slot, exc: BaseException, now: float) -> str:

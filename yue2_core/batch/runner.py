@@ -54,7 +54,8 @@ Event = Callable[[str, str, dict], None]  # (song id, stage, info: done, total, 
 @dataclass
 class SongOutcome:
     """What happened to one request: `status` "complete" or "failed"; `stage` the last stage reached (where it
-    failed); `output` where `deliver` put the song; `rows` how many songs its semantic phase decoded with."""
+    failed); `output` where `deliver` put the song; `rows` how many songs its semantic phase decoded with;
+    `disk_full` its save failed for lack of space (`errors.DiskFullError`): the driver stops the batch."""
 
     id: str
     line: int
@@ -68,8 +69,10 @@ class SongOutcome:
     truncated: dict | None = None
     rows: int = 1
     timing: dict = field(default_factory=dict)
+    disk_full: bool = False
 
     def to_dict(self) -> dict:
+        """The outcome's fields as a dict (what a Ray worker sends back)."""
         return asdict(self)
 
 
@@ -79,6 +82,7 @@ class _Job:
         self.timing: dict = {}
         self.rows = 1
         self.abc_asked = None  # the ABC budget asked for, when `fit_abc_budget` lowered it for a batched plan
+        self.disk_full = False  # its save failed for lack of space (`errors.DiskFullError`)
 
     def fail(self, stage: str, exc: BaseException) -> None:
         self.stage, self.error = stage, str(exc) if isinstance(exc, YuE2Error) else brief(exc)
@@ -407,7 +411,7 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
             raise _Stopped
     except Exception as exc:  # noqa: BLE001
         job.fail(job.stage, exc)
-        meter.emit(req.id, "failed", error=job.error)
+        meter.emit(req.id, "failed", error=job.error, at=job.stage)
         return False
     if save is not None:
         save(job, song)
@@ -419,6 +423,7 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
 def _deliver(job: _Job, song, deliver: Deliver, meter: _Meter) -> None:
     """Write a rendered song (`deliver`: FLAC encoding, hashes, the atomic song folder) and mark the job complete, or
     failed at "save"."""
+    from ..errors import DiskFullError
     req = job.item.request
     try:
         job.output = str(deliver(job.item, song))
@@ -427,7 +432,8 @@ def _deliver(job: _Job, song, deliver: Deliver, meter: _Meter) -> None:
         meter.emit(req.id, "complete")
     except Exception as exc:  # noqa: BLE001
         job.fail(job.stage, exc)
-        meter.emit(req.id, "failed", error=job.error)
+        job.disk_full = isinstance(exc, DiskFullError)
+        meter.emit(req.id, "failed", error=job.error, at=job.stage)
 
 
 class _Saver:
@@ -469,6 +475,8 @@ class _Saver:
             try:
                 if kind == "song" and not self.broken:
                     _deliver(job, song, self.deliver, self.meter)
+                    if job.disk_full:  # no room for songs: the worker renders no more (the driver stops the batch)
+                        self.stop.set()
                 if kind in ("song", "outcome") and not self.broken:
                     handoff.outcomes.append(_outcome(job))
             except BaseException as exc:  # noqa: BLE001 - not a song's failure (a bug, SystemExit from deliver):
@@ -533,7 +541,7 @@ def _outcome(job: _Job) -> SongOutcome:
         semantic_tokens=len(job.tokens.codes) if job.tokens is not None else None,
         abc_tokens=len(job.score.abc_ids) if job.score is not None else None,
         truncated={"abc": job.score.truncated, "semantic": job.tokens.truncated} if ok else None,
-        rows=job.rows, timing={k: round(v, 4) for k, v in job.timing.items()})
+        rows=job.rows, timing={k: round(v, 4) for k, v in job.timing.items()}, disk_full=job.disk_full)
 
 
 def _release(engine) -> None:
@@ -696,12 +704,16 @@ def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliv
     pending: _Handoff | None = None
     try:
         for batch in batches:
+            if stage.stop.is_set():  # the writer found the disk full: no more AR work (the driver stops the batch)
+                break
             jobs = [_Job(item) for item in batch]
             with stage.ar_context():
                 _plan_phase(engine, jobs, batched, meter)
             if pending is not None:  # the previous batch's songs finished so far
                 yield from pending.take(False, stage.finisher)
                 pending.check()
+            if stage.stop.is_set():
+                break
             with stage.ar_context():
                 _semantic_phase(engine, jobs, batched, meter)
             # no `_release` here: its cudaFree synchronises the device, i.e. waits for the worker's queued render
@@ -709,8 +721,9 @@ def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliv
                 yield from pending.take(True, stage.finisher)
                 pending.check()
             pending = stage.submit(jobs)
-        yield from pending.take(True, stage.finisher)
-        pending.check()
+        if pending is not None:
+            yield from pending.take(True, stage.finisher)
+            pending.check()
     except KeyboardInterrupt:
         try:
             stage.close()  # the worker stops at its next step; the songs it finished are still reported

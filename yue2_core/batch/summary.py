@@ -3,6 +3,7 @@
 batch.json (the vendor's summary, runtime.md §7.4, plus our details), rewritten atomically after every song:
 
     {"complete": int, "expected": int, "failed": int, "pending": int, "interrupted": bool,
+     "stopped": why the run stopped before its pending rows (only then: "the disk is full"),
      "settings": {...the command's options...},
      "results": [{"id", "line", "status": "complete" | "failed" | "pending", "resumed", "stage", "output", "error",
                   "audio_seconds", "semantic_tokens", "abc_tokens", "truncated", "rows", "timing"}, … in file order]}
@@ -28,6 +29,7 @@ class BatchSummary:
         self.rows: dict[int, dict] = {}
         self.settings = dict(settings or {})
         self.interrupted = False
+        self.stopped: str | None = None  # why the run stopped before its pending rows (the disk is full)
 
     def add(self, line: int, id: str | None, status: str, **fields) -> None:
         """Record (or replace) the result of the row on `line`."""
@@ -38,9 +40,13 @@ class BatchSummary:
         return sum(1 for r in self.rows.values() if r["status"] == status)
 
     def to_dict(self) -> dict:
-        return {"complete": self.count("complete"), "expected": len(self.rows), "failed": self.count("failed"),
-                "pending": self.count("pending"), "interrupted": self.interrupted, "settings": self.settings,
-                "results": [self.rows[k] for k in sorted(self.rows)]}
+        """batch.json's content (module docstring); "stopped" only when the run stopped early (the disk is full)."""
+        out = {"complete": self.count("complete"), "expected": len(self.rows), "failed": self.count("failed"),
+               "pending": self.count("pending"), "interrupted": self.interrupted, "settings": self.settings,
+               "results": [self.rows[k] for k in sorted(self.rows)]}
+        if self.stopped:
+            out["stopped"] = self.stopped
+        return out
 
     def write(self, folder: str | os.PathLike) -> Path:
         """Write batch.json into `folder` atomically (temporary file + os.replace): a reader sees the previous or
@@ -53,12 +59,11 @@ class BatchSummary:
             return self._write(folder, data, why)  # stop 39): delivered once the file is in place or removed
 
     def _write(self, folder: Path, data: bytes, why: str) -> Path:
-        from ..artifacts import UMASK
-        from ..errors import ArtifactError
+        from ..artifacts import UMASK, write_error
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{BATCH_FILE}.", suffix=".tmp", dir=folder)
         except OSError as exc:
-            raise ArtifactError(f"cannot write {folder / BATCH_FILE}: {exc.strerror or exc} {why}") from None
+            raise write_error(exc, f"cannot write {folder / BATCH_FILE}", f" {why}") from None
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -72,7 +77,7 @@ class BatchSummary:
             except OSError:
                 pass
             if isinstance(exc, OSError):
-                raise ArtifactError(f"cannot write {folder / BATCH_FILE}: {exc.strerror or exc} {why}") from None
+                raise write_error(exc, f"cannot write {folder / BATCH_FILE}", f" {why}") from None
             raise
         return folder / BATCH_FILE
 
@@ -94,7 +99,7 @@ class BatchSummary:
         fmt = lambda cols: "  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip()  # noqa: E731
         d = self.to_dict()
         foot = f"{d['complete']} of {d['expected']} complete, {d['failed']} failed" + (
-            f", {d['pending']} not run (interrupted)" if d["pending"] else "")
+            f", {d['pending']} not run ({self.stopped or 'interrupted'})" if d["pending"] else "")
         # errors cut in the table come whole below it (batch.json has them too)
         cut = [f"line {r['line']} ({r['id'] or '-'}): {_without_line(r['error'], r['line'])}"
                for r in (self.rows[k] for k in sorted(self.rows))
@@ -111,17 +116,25 @@ def _without_line(error: str, line) -> str:
 class BatchProgress:
     """Progress on a stream: a line when a song enters a stage and when it ends it (count = total), and at most every
     0.2 s (terminal) / 5 s (log) an update with its count; the AR stages (plan, semantic) with the aggregate AR
-    rate (tokens per second over all songs)."""
+    rate (tokens per second over all songs). A "failed" event (info "at": the stage, "error") is one line
+    `failure_line`, and its song is remembered in `failed` so that the driver does not print it again."""
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.stage: dict[str, str] = {}
         self.last = 0.0
+        self.failed: set[str] = set()  # songs whose failure is printed (the driver does not print it again)
 
     def __call__(self, song_id: str, stage: str, info: dict) -> None:
         if info.get("note"):  # a line about the whole batch (e.g. where the overlapped stages run)
             self.stream.write(f"{info['note']}\n")
+            self.stream.flush()
+            return
+        if stage == "failed":  # as soon as it happens, once (stop 40 review: this line and the driver's, twice)
+            self.failed.add(song_id)
+            self.stage[song_id] = stage
+            self.stream.write(failure_line(song_id, info.get("at"), info.get("error")) + "\n")
             self.stream.flush()
             return
         now = time.time()
@@ -140,6 +153,11 @@ class BatchProgress:
         self.stream.flush()
 
 
+def failure_line(song_id: str, stage: str | None, error: str | None) -> str:
+    """How the terminal says that a song failed: "[id] failed at STAGE: error"."""
+    return f"[{song_id}] failed" + (f" at {stage}" if stage else "") + (f": {error}" if error else "")
+
+
 def load_summary(folder: str | os.PathLike) -> dict | None:
     """A batch.json read back (None when absent or unreadable)."""
     try:
@@ -149,5 +167,5 @@ def load_summary(folder: str | os.PathLike) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
-__all__ = ["BatchSummary", "BatchProgress", "load_summary", "BATCH_FILE"]
+__all__ = ["BatchSummary", "BatchProgress", "load_summary", "failure_line", "BATCH_FILE"]
 

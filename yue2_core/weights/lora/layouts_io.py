@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import AdapterError, CheckpointError
-from ..checkpoint import not_a_file, open_tensors, read_header
+from ..checkpoint import file_state, not_a_file, open_tensors, read_header
 
 SIDECAR = "adapter_config.json"
 # a single file given by name reads the adapter_config.json beside it only under these names (PEFT's
@@ -161,6 +161,42 @@ def _refuse_model_folder(path: str) -> None:
     if model_type == VAE_MODEL_TYPE:
         raise AdapterError(f"{path} is a YuE2 VAE folder (config.json model_type \"{VAE_MODEL_TYPE}\"), not an "
                            f"adapter: {_USE['vae']}, and an adapter file or PEFT folder as --lora")
+
+
+def read_state(path: str, _seen: tuple = ()) -> tuple:
+    """What a node fingerprints of the adapter at `path` (`checkpoint.file_state` of every file `read_adapter` reads
+    or would read there): the file itself — for a folder every file in it, which covers the weights file it picks
+    (a lora.safetensors added beside custom.safetensors) and its adapter_config.json —, the adapter_config.json beside
+    a file named as PEFT saves its weights (`()` while there is none), and the FL companion the weights file's
+    metadata `acoustic_adapter` names, with its own. Any of them added, changed, replaced or removed changes the
+    result (stop 40 review: only the main file counted, so a sidecar added later left the node's cached adapter in
+    place, and `render` then refused the song). Never raises: what cannot be read is `()` (reading it says why)."""
+    path = os.fspath(path)
+    state: list = [(os.path.basename(path), file_state(path))]
+    try:
+        if os.path.isdir(path):
+            weights = _dir_weights(path)
+        elif os.path.isfile(path):
+            weights = path
+            if os.path.basename(path) in PEFT_FILE_NAMES:
+                sidecar = os.path.join(os.path.dirname(os.path.abspath(path)), SIDECAR)
+                state.append((SIDECAR, file_state(sidecar) if os.path.lexists(sidecar) else ()))
+        else:
+            return tuple(state)
+        companion = read_header(weights)[1].get("acoustic_adapter")
+    except (AdapterError, CheckpointError, OSError):
+        return tuple(state)
+    if companion:
+        folder = os.path.dirname(os.path.abspath(weights))
+        target = os.path.normpath(os.path.join(folder, companion))
+        real = os.path.realpath(folder)
+        try:
+            inside = os.path.commonpath([real, os.path.realpath(target)]) == real
+        except ValueError:  # another drive (Windows): outside
+            inside = False
+        if inside and target not in _seen and target != os.path.abspath(path):  # as `read_adapter` follows it
+            state.append((companion, read_state(target, (*_seen, os.path.abspath(path)))))
+    return tuple(state)
 
 
 def _dir_weights(path: str) -> str:
