@@ -696,11 +696,12 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16, float_lin
         model = NARModel(info.dims, info.quant_nar, dtype)
     keys = [k for k in info.entries if k.startswith(NAR)]
     model = _materialize(model, info, NAR, keys, device, dtype, "NAR expert")
+    if info.quant_nar:
+        from .selfcheck import check_int8
+        check_int8(model)  # first: its message names damaged int8 codes / scales more precisely
     check_finite(model, NAR if info.layout == "comfy" else "(the vendor folder's NAR, as Comfy names it) ", info.path,
                  "NAR expert")
     if info.quant_nar:
-        from .selfcheck import check_int8
-        check_int8(model)
         if float_linears if float_linears is not None else torch.device(device).type == "cuda":
             from ..nar import float_linears as to_float
             to_float(model)
