@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -148,9 +149,15 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None, **load):
                              dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype], loras=loras, vae=vae,
                              **load)
     print(engine.info.summary(), file=sys.stderr)
+    from .weights.own import carried
+    patched = {(os.path.abspath(e[1]), e[2]) for m in (engine.ar, engine.nar) for e in carried(m) if e[0] == "lora"}
     for rec in engine.weights["loras"]:
-        print(f"LoRA: {rec['path']} ({rec['layout']}) AR ×{rec['strength_ar']:g}, NAR ×{rec['strength_nar']:g}",
-              file=sys.stderr)
+        # an expert the file has no patch for (or at strength 0) is said as such (new-user finding, stop 40: an
+        # AR-only file printed "NAR ×1")
+        parts = [f"{e.upper()} ×{rec['strength_' + e]:g}" if (rec["path"], e) in patched else
+                 f"{e.upper()} not patched" + (" (strength 0)" if rec["strength_" + e] == 0 else " (no patch for it)")
+                 for e in ("ar", "nar")]
+        print(f"LoRA: {rec['path']} ({rec['layout']}) {', '.join(parts)}", file=sys.stderr)
     for note in engine.notes:  # adapter keys that name no module: not applied
         print(f"warning: {note}", file=sys.stderr)
     if engine.weights["vae"]:
@@ -388,31 +395,72 @@ def _song_weights(args) -> tuple[list, str | None]:
     except (OSError, ValueError):
         config = {}
     loras, vae = args.lora, args.vae
-    if loras and vae is not None:  # both given: the record is not used
+    if getattr(args, "no_lora", False):  # the song without its adapters (new-user finding, stop 40: no way but :0)
+        if loras:
+            raise AdapterError("--no-lora and --lora exclude each other: --no-lora renders without any adapter, "
+                               "--lora with the ones given")
+        loras = []
+        if vae is not None:
+            return loras, vae
+    elif loras and vae is not None:  # both given: the record is not used
         return loras, vae
     # a malformed "weights" entry (a string, `loras` not a list, an entry not an object, a strength "abc") is an
     # AdapterError naming it, never "no adapters"
     recorded, recorded_vae = recorded_weights(config.get("weights") if isinstance(config, dict) else None)
     models = [d.parent for d in comfy_checkpoint_dirs()]
     as_given = [f"{rec.get('file')}:{_num(ar)}:{_num(nar)}" for rec, ar, nar in recorded]
-    if not loras and recorded:
-        try:
-            loras = [(find_recorded(rec, [m / "loras" for m in models]), ar, nar) for rec, ar, nar in recorded]
-        except AdapterError as exc:
+    if getattr(args, "no_lora", False):
+        if recorded:
+            print(f"note: --no-lora renders without the adapters this song was made with ({', '.join(as_given)}): "
+                  "the music will differ", file=sys.stderr)
+    elif not loras and recorded:
+        found, missing = [], None
+        for rec, ar, nar in recorded:
+            try:
+                found.append((find_recorded(rec, [m / "loras" for m in models]), ar, nar))
+            except AdapterError as exc:
+                found.append((rec.get("path") or rec.get("file"), ar, nar))
+                missing = missing or exc
+        if missing is not None:
             if len(recorded) < 2:
-                raise
-            # review finding: giving only the missing file with --lora dropped the other adapters silently
-            raise AdapterError(f"{exc} --lora replaces every recorded adapter: give all {len(recorded)} with their "
-                               f"strengths, as the song has them: --lora {' --lora '.join(as_given)}") from None
+                raise missing
+            # review finding: giving only the missing file with --lora dropped the other adapters silently; the
+            # options as paths (new-user finding, stop 40: bare names could not be pasted) — the missing one where
+            # the song had it
+            options = " ".join(shlex.quote(f"--lora={p}:{_num(ar)}:{_num(nar)}") for p, ar, nar in found)
+            raise AdapterError(f"{missing} --lora replaces every recorded adapter: give all {len(recorded)} with "
+                               f"their strengths, as the song has them (the missing one where it lies now): "
+                               f"{options}") from None
+        loras = found
     elif loras and recorded:
         given = [f"{Path(p).name}:{_num(ar)}:{_num(nar)}" for p, ar, nar in loras]
-        if sorted(given) != sorted(as_given):  # review finding: a partial --lora changed the song without a word
+        if not _same_adapters(recorded, loras):  # review finding: a partial --lora changed the song without a word
             print(f"warning: --lora replaces the adapters this song was made with ({', '.join(as_given)}; now "
                   f"{', '.join(given)}): the music will differ unless these are the same files and strengths",
                   file=sys.stderr)
     if vae is None and recorded_vae:
         vae = find_recorded(recorded_vae, [m / "vae" for m in models], what="VAE")
     return loras, vae
+
+
+def _same_adapters(recorded: list, given: list) -> bool:
+    """Whether --lora entries `given` [(path, AR, NAR)] are the song's recorded adapters [(record, AR, NAR)]: the
+    same weights files (sha256 of the file a song records — the file itself, or the weights file a folder adapter
+    reads) with the same strengths, in any order and under any name (new-user finding, stop 40: a byte-identical
+    copy under another name was warned about)."""
+    from .errors import AdapterError
+    from .weights.lora.layouts_io import _dir_weights
+    from .weights.lora.record import file_sha256
+
+    def sha(path) -> str | None:
+        try:
+            path = _dir_weights(str(path)) if os.path.isdir(path) else str(path)
+            return file_sha256(path) if os.path.isfile(path) else None
+        except (AdapterError, OSError):
+            return None
+    had = sorted((str(rec.get("sha256")), float(ar), float(nar)) for rec, ar, nar in recorded)
+    now = sorted((str(sha(p)), float(ar), float(nar)) for p, ar, nar in given)
+    return had == now and "None" not in {h for h, _, _ in had}
 
 
 def _song_vendor_vae(record, checkpoint: str):
@@ -561,7 +609,7 @@ def cmd_render(args) -> int:
                                      lora_int8=_song_lora_int8(saved.config.get("weights")))
     if args.vae:
         _note_replaced_vae(saved.config, engine.weights.get("vae") or {}, args.vae)
-    if not args.lora:  # the song's own adapters, read again: the same files as when it was made
+    if not args.lora and not args.no_lora:  # the song's own adapters, read again: the same files as when it was made
         from .weights.lora.record import check_reread, recorded_weights
         song_loras, _ = recorded_weights(saved.config.get("weights"))
         check_reread([rec for rec, _, _ in song_loras], (engine.weights or {}).get("loras") or [])
@@ -1015,6 +1063,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="apply a LoRA/LoKr adapter (any published YuE2 layout; repeat to stack); one number sets "
                              "both strengths, two set AR then NAR (default 1)"
                              + ("; replaces the adapters the song was made with" if render else ""))
+        if render:
+            sp.add_argument("--no-lora", action="store_true",
+                            help="render without any adapter, not the ones the song was made with")
         sp.add_argument("--checkpoint-how", help=argparse.SUPPRESS)  # scripts/song.sh: how it picked --checkpoint
         sp.add_argument("--vae", metavar="PATH", help="a VAE decoder file or vendor VAE folder to use instead of "
                         + ("the one the song was made with" if render else "the checkpoint's"))

@@ -52,14 +52,23 @@ def _same(a, b) -> bool:
 
 def test_lora_strength_zero_one_and_render_reapplies(files, capsys):
     base = _song(files, "base")
+    capsys.readouterr()
     zero = _song(files, "zero", "--lora", f"{files['lora']}:0")
+    # an expert left alone is said so (new-user finding, stop 40: "AR ×1, NAR ×1" for a file without NAR patches)
+    assert f"LoRA: {files['lora']} (ai-toolkit) AR not patched (strength 0), NAR not patched (strength 0)" in \
+        capsys.readouterr().err
     one = _song(files, "one", "--lora", f"{files['lora']}:1:0.5")
+    assert f"LoRA: {files['lora']} (ai-toolkit) AR ×1, NAR ×0.5" in capsys.readouterr().err
+    ar_only = lora_synth.write_adapter("hot-split-ar", files["root"] / "ar_only.safetensors",
+                                       inspect_checkpoint(str(files["ckpt"])).dims, rank=2, seed=4)
+    _song(files, "ar_only", "--lora", ar_only)
+    err = capsys.readouterr().err
+    assert f"LoRA: {ar_only} (" in err and "AR ×1, NAR not patched (no patch for it)" in err, err
     assert _same(base, zero)
     assert not _same(base, one)
     rec = json.loads((one / "config.json").read_text())["weights"]["loras"][0]
     assert rec["file"] == "aitk.safetensors" and rec["strength_ar"] == 1.0 and rec["strength_nar"] == 0.5
     assert rec["layout"] == "ai-toolkit" and len(rec["sha256"]) == 64
-    assert "LoRA:" in capsys.readouterr().err
     # render re-applies the recorded adapter: the saved tokens give the same latents and audio
     again = files["root"] / "one_again"
     assert _run("render", one, "--steps", "2", "--device", "cpu", "--offline", "--output", again) == 0
@@ -93,7 +102,8 @@ def test_render_of_a_two_adapter_song_names_every_adapter_and_warns_of_a_partial
         assert _run("render", two, "--steps", "2", "--device", "cpu", "--offline", "--output", out) == 2
         err = capsys.readouterr().err
         assert "give all 2 with their strengths" in err, err
-        assert "--lora aitk.safetensors:0.8:0.8 --lora second.safetensors:1:0" in err, err
+        # paths, pasteable (new-user finding, stop 40: bare names were not found from another folder)
+        assert f"--lora={files['lora']}:0.8:0.8 --lora={second}:1:0" in err, err
         out = files["root"] / "two_partial"
         assert _run("render", two, "--lora", moved, "--steps", "2", "--device", "cpu", "--offline",
                     "--output", out) == 0
@@ -103,7 +113,10 @@ def test_render_of_a_two_adapter_song_names_every_adapter_and_warns_of_a_partial
         out = files["root"] / "two_all"
         assert _run("render", two, "--lora", f"{moved}:0.8", "--lora", f"{second}:1:0", "--steps", "2",
                     "--device", "cpu", "--offline", "--output", out) == 0
-        assert "--lora replaces" in capsys.readouterr().err  # another file name: the record cannot vouch for it
+        # the same bytes under another name, the same strengths: the song's adapters (new-user finding, stop 40:
+        # was warned about as "the music will differ")
+        assert "--lora replaces" not in capsys.readouterr().err
+        assert _same(two, out)
     finally:
         shutil.move(moved, files["lora"])
     same = files["root"] / "two_same"
@@ -111,6 +124,17 @@ def test_render_of_a_two_adapter_song_names_every_adapter_and_warns_of_a_partial
                 "--device", "cpu", "--offline", "--output", same) == 0
     assert "--lora replaces" not in capsys.readouterr().err
     assert _same(two, same)
+    # --no-lora: the song without its adapters (new-user finding, stop 40: only `--lora FILE:0` did it, with two
+    # warnings), said; the new song records none
+    bare = files["root"] / "two_bare"
+    assert _run("render", two, "--no-lora", "--steps", "2", "--device", "cpu", "--offline", "--output", bare) == 0
+    assert "note: --no-lora renders without the adapters this song was made with (aitk.safetensors:0.8:0.8, " \
+           "second.safetensors:1:0)" in capsys.readouterr().err
+    assert json.loads((bare / "config.json").read_text())["weights"]["loras"] == []
+    assert not np.array_equal(np.load(two / "latent.npy"), np.load(bare / "latent.npy"))
+    assert _run("render", two, "--no-lora", "--lora", files["lora"], "--device", "cpu", "--offline", "--output",
+                files["root"] / "two_both") == 2
+    assert "--no-lora and --lora exclude each other" in capsys.readouterr().err
 
 
 def test_vae_flag_changes_audio_not_tokens_and_is_recorded(files):

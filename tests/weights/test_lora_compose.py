@@ -179,3 +179,16 @@ def test_an_empty_lora_strength_is_a_parse_error(tmp_path):
         message = str(exc.value)
         assert "a strength after ':' is empty" in message and "PATH:AR:NAR" in message, message
     assert parse_lora(f"{adapter}:1:0") == (str(adapter), 1.0, 0.0)
+
+
+def test_a_layer_past_the_model_says_another_model_size(tmp_path):
+    """New-user finding (stop 40): an adapter made for the full-size model read for the tiny one said only "names
+    layer 27; the model has 2 layers", without the hint `inspect` gives for the same problem."""
+    from safetensors.torch import load_file
+    from yue2_core.errors import AdapterGeometryError
+    src = S.write_adapter("aitk", tmp_path / "src.safetensors", DIMS, rank=2, seed=1)
+    deep = {k.replace("layers.0.", f"layers.{DIMS.layers + 25}."): v for k, v in load_file(str(src)).items()}
+    save_file(deep, str(tmp_path / "deep.safetensors"))
+    with pytest.raises(AdapterGeometryError, match=f"names layer {DIMS.layers + 25}; the model has {DIMS.layers} "
+                                                   "layers .* made for another model size"):
+        read_adapter(str(tmp_path / "deep.safetensors"), DIMS)

@@ -215,6 +215,11 @@ def test_negative_files(tmp_path):
     other = tmp_path / "other.safetensors"
     save_file({"model.embed.weight": torch.zeros(2, 2)}, str(other))
     _refused(other, "holds no VAE tensors", "model.embed.weight")
+    lora = tmp_path / "a_lora.safetensors"  # new-user finding (stop 40): a LoRA given as --vae, named as one
+    save_file({"diffusion_model.model.layers.0.mlp.down_proj.lora_A.weight": torch.zeros(2, 2),
+               "diffusion_model.model.layers.0.mlp.down_proj.lora_B.weight": torch.zeros(2, 2)}, str(lora))
+    _refused(lora, "is a LoRA / LoKr adapter (tensors such as diffusion_model.model.layers.0.mlp.down_proj.lora_A",
+             "not a VAE: give it as --lora")
 
 
 def test_prefixed_names_in_messages(tmp_path):

@@ -308,6 +308,12 @@ def _decoder_keys(tensors: dict, path: str) -> tuple[str, dict]:
                               "file holds one of the two")
     if not plain and not prefixed:
         sample = ", ".join(sorted(tensors)[:5]) or "no tensors at all"
+        from .lora.layouts_io import _ADAPTER_ROLE
+        adapter = next((k for k in sorted(tensors) if _ADAPTER_ROLE.search(k)), None)
+        if adapter is not None:  # new-user finding (stop 40): a LoRA given as --vae was not named as one
+            raise CheckpointError(f"{path} is a LoRA / LoKr adapter (tensors such as {adapter}), not a VAE: give it "
+                                  "as --lora (nodes: YuE2 LoRA), and a YuE2 VAE file or folder as --vae (nodes: YuE2 "
+                                  "VAE Loader)")
         raise CheckpointError(f"{path} holds no VAE tensors (found {sample}); a YuE2 VAE has decoder.* tensors "
                               "(vendor m-a-p/YuE2-Vae layout) or vae.decoder.* (Comfy checkpoint layout)")
     layout = "vendor-file" if plain else "comfy-prefixed"

@@ -190,7 +190,8 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
     for base, t in targets.items():  # layer indices first: a file for a deeper model says so before any shape
         if t is not None and t.layer is not None and t.layer >= dims.layers:
             raise AdapterGeometryError(f"{path}: {next(iter(groups[base].values()))[0]} names layer {t.layer}; the "
-                                       f"model has {dims.layers} layers (0…{dims.layers - 1})")
+                                       f"model has {dims.layers} layers (0…{dims.layers - 1}) — made for another "
+                                       "model size (a deeper one), or not a YuE2 adapter")
     patches, seen = [], {}
     for base, roles in groups.items():
         t = targets[base]
