@@ -524,3 +524,22 @@ def test_a_checkpoint_replaced_after_the_loader_ran_is_refused_at_the_next_part(
     assert out["changed"] is True
     assert out["error"] and "changed on disk since the YuE2 Checkpoint Loader read it" in out["error"], out
     assert "its AR part would come from another file" in out["error"] and "queue the workflow again" in out["error"]
+
+
+def test_a_fifo_json_file_is_named_not_read(tmp_path):
+    """Break-it review (stop 40): a `config.json` FIFO in a folder given as --lora, or among ComfyUI's vae folders,
+    hung `generate` / `render` / `inspect` (opening a FIFO blocks until a writer comes)."""
+    import os
+
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights.vae_files import _read_json
+    from yue2_core.weights.vendor import folder_model_type, read_config, read_manifest
+    os.mkfifo(tmp_path / "config.json")
+    os.mkfifo(tmp_path / "weights_manifest.json")
+    assert folder_model_type(tmp_path) is None  # a folder scan passes it by
+    with pytest.raises(CheckpointError, match="config.json is a FIFO \\(named pipe\\), not a file"):
+        read_config(tmp_path)
+    with pytest.raises(CheckpointError, match="weights_manifest.json is a FIFO \\(named pipe\\), not a file"):
+        read_manifest(tmp_path)
+    with pytest.raises(CheckpointError, match="is a FIFO \\(named pipe\\), not a file"):
+        _read_json(str(tmp_path / "config.json"), "the VAE config")

@@ -169,6 +169,10 @@ def _file_key(files) -> tuple:
 
 
 def _read_json(path: str, what: str):
+    from .checkpoint import not_a_file
+    kind = not_a_file(str(path))
+    if kind is not None:  # a FIFO or device blocks the read forever (break-it review, stop 40)
+        raise CheckpointError(f"{what} {path} is {kind}, not a file")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)

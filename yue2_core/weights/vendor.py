@@ -87,12 +87,24 @@ def vendor_pairs(layers: int) -> list[tuple[str, tuple[str, ...]]]:
 # folders and configs
 # ---------------------------------------------------------------------------------------------------------------------
 
+def _json_text(path: Path) -> str:
+    """The text of the JSON file `path`, refused without opening it when it is not a regular file (a FIFO or a
+    device would block the read forever — break-it review, stop 40: a `config.json` FIFO in a folder given as
+    --lora or in ComfyUI's vae folder hung `generate` / `render`). FileNotFoundError when absent; CheckpointError
+    naming what it is otherwise."""
+    from .checkpoint import not_a_file
+    what = not_a_file(str(path))
+    if what is not None:
+        raise CheckpointError(f"{path} is {what}, not a file: a YuE2 folder's JSON files are regular files")
+    return path.read_text("utf-8")
+
+
 def read_config(folder, expect: str = MODEL_TYPE) -> dict:
     """`folder/config.json` as a dict whose model_type is `expect`. CheckpointError naming the file otherwise."""
     path = Path(folder) / CONFIG
     what = "m-a-p/YuE2-3B" if expect == MODEL_TYPE else "m-a-p/YuE2-Vae"
     try:
-        config = json.loads(path.read_text("utf-8"))
+        config = json.loads(_json_text(path))
     except FileNotFoundError:
         raise CheckpointError(f"{folder} is a folder without {CONFIG}: a YuE2 vendor folder ({what}) has one with "
                               f"model_type {expect!r}") from None
@@ -115,8 +127,8 @@ def read_config(folder, expect: str = MODEL_TYPE) -> dict:
 def folder_model_type(folder) -> str | None:
     """The model_type of `folder/config.json` ("yue2", "yue2_vae", another model's), None without a readable one."""
     try:
-        config = json.loads((Path(folder) / CONFIG).read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        config = json.loads(_json_text(Path(folder) / CONFIG))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, CheckpointError):
         return None
     return config.get("model_type") if isinstance(config, dict) else None
 
@@ -292,7 +304,7 @@ def read_manifest(folder) -> dict | None:
     if not path.exists():
         return None
     try:
-        doc = json.loads(path.read_text("utf-8"))
+        doc = json.loads(_json_text(path))
         files = doc["files"]
         ok = isinstance(files, dict) and all(
             isinstance(v, dict) and isinstance(v.get("sha256"), str) and type(v.get("bytes")) is int
@@ -416,7 +428,7 @@ def weight_files(folder) -> list[str]:
     index = folder / INDEX
     if index.exists():
         try:
-            weight_map = json.loads(index.read_text("utf-8"))["weight_map"]
+            weight_map = json.loads(_json_text(index))["weight_map"]
             ok = isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
         except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
             ok = False
@@ -449,7 +461,7 @@ def _read_tensors(folder, names: list[str]) -> dict:
             out[key] = (path, e)
     index = Path(folder) / INDEX
     if index.exists():
-        weight_map = json.loads(index.read_text("utf-8"))["weight_map"]
+        weight_map = json.loads(_json_text(index))["weight_map"]
         for key, shard in weight_map.items():
             if key not in out or out[key][0] != str(Path(folder) / shard):
                 raise CheckpointError(f"{index} says {key} is in {shard}, but that shard does not hold it")
