@@ -434,20 +434,27 @@ def _song_weights(args) -> tuple[list, str | None]:
         loras = found
     elif loras and recorded:
         given = [f"{Path(p).name}:{_num(ar)}:{_num(nar)}" for p, ar, nar in loras]
-        if not _same_adapters(recorded, loras):  # review finding: a partial --lora changed the song without a word
+        same = _same_adapters(recorded, loras)
+        if same is None:  # review finding: a partial --lora changed the song without a word
             print(f"warning: --lora replaces the adapters this song was made with ({', '.join(as_given)}; now "
                   f"{', '.join(given)}): the music will differ unless these are the same files and strengths",
+                  file=sys.stderr)
+        elif not same:  # break-it review (stop 40): deltas are summed in stack order
+            print(f"warning: --lora gives the song's adapters in another order ({', '.join(given)}; the song: "
+                  f"{', '.join(as_given)}): their deltas are summed in the order given, so the weights differ by "
+                  "rounding and the music may differ — give them in the song's order, or leave --lora out",
                   file=sys.stderr)
     if vae is None and recorded_vae:
         vae = find_recorded(recorded_vae, [m / "vae" for m in models], what="VAE")
     return loras, vae
 
 
-def _same_adapters(recorded: list, given: list) -> bool:
+def _same_adapters(recorded: list, given: list) -> bool | None:
     """Whether --lora entries `given` [(path, AR, NAR)] are the song's recorded adapters [(record, AR, NAR)]: the
     same weights files (sha256 of the file a song records — the file itself, or the weights file a folder adapter
-    reads) with the same strengths, in any order and under any name (new-user finding, stop 40: a byte-identical
-    copy under another name was warned about)."""
+    reads) with the same strengths under any name (new-user finding, stop 40: a byte-identical copy under another
+    name was warned about) — True in the song's order, False in another order (the deltas are summed in stack
+    order: the weights then differ by rounding), None when they are other adapters or strengths."""
     from .errors import AdapterError
     from .weights.lora.layouts_io import _dir_weights
     from .weights.lora.record import file_sha256
@@ -458,9 +465,11 @@ def _same_adapters(recorded: list, given: list) -> bool:
             return file_sha256(path) if os.path.isfile(path) else None
         except (AdapterError, OSError):
             return None
-    had = sorted((str(rec.get("sha256")), float(ar), float(nar)) for rec, ar, nar in recorded)
-    now = sorted((str(sha(p)), float(ar), float(nar)) for p, ar, nar in given)
-    return had == now and "None" not in {h for h, _, _ in had}
+    had = [(str(rec.get("sha256")), float(ar), float(nar)) for rec, ar, nar in recorded]
+    now = [(str(sha(p)), float(ar), float(nar)) for p, ar, nar in given]
+    if sorted(had) != sorted(now) or "None" in {h for h, _, _ in had}:
+        return None
+    return had == now
 
 
 def _song_vendor_vae(record, checkpoint: str):

@@ -124,6 +124,13 @@ def test_render_of_a_two_adapter_song_names_every_adapter_and_warns_of_a_partial
                 "--device", "cpu", "--offline", "--output", same) == 0
     assert "--lora replaces" not in capsys.readouterr().err
     assert _same(two, same)
+    # the same adapters in another order: said (break-it review, stop 40: deltas are summed in stack order, so the
+    # weights differ by rounding)
+    assert _run("render", two, "--lora", f"{second}:1:0", "--lora", f"{files['lora']}:0.8", "--steps", "2",
+                "--device", "cpu", "--offline", "--output", files["root"] / "two_swapped") == 0
+    assert "warning: --lora gives the song's adapters in another order (second.safetensors:1:0, " \
+           "aitk.safetensors:0.8:0.8; the song: aitk.safetensors:0.8:0.8, second.safetensors:1:0)" in \
+           capsys.readouterr().err
     # --no-lora: the song without its adapters (new-user finding, stop 40: only `--lora FILE:0` did it, with two
     # warnings), said; the new song records none
     bare = files["root"] / "two_bare"

@@ -21,8 +21,9 @@ on what it stores:
   replacements (Mothersuperior's `vae2llm` / `llm2vae`) swap the layer's function for F.linear(x, W, b) plus the
   other deltas.
 
-A replacement is applied before the deltas on its module, on both paths, so every delta adds to it and the order of
-the stack never decides the weights; two entries replacing one module differently are refused
+A replacement is applied before the deltas on its module, on both paths, so every delta adds to it — a replacement
+no longer erases the deltas before it; the deltas are summed in fp32 in stack order (another order: the same up to
+one rounding, which is why a song records its order); two entries replacing one module differently are refused
 (`check_replacements`).
 
 Strength 0 on an expert drops every patch of that adapter on that expert (replacements included: the whole adapter
@@ -254,7 +255,7 @@ def repeat_notes(stack: list[Applied]) -> list[str]:
 
 def replace_notes(stack: list[Applied]) -> list[str]:
     """One note per module that one entry replaces and other entries' deltas reach: those deltas are added to the
-    replacement (replacements apply first, so the order of the entries does not matter) — said, since each adapter
+    replacement (replacements apply first, wherever they are in the stack) — said, since each adapter
     was trained against another weight of that module."""
     notes = []
     for expert in ("ar", "nar"):
@@ -273,7 +274,7 @@ def replace_notes(stack: list[Applied]) -> list[str]:
             if others:
                 notes.append(f"the LoRA {who[0].adapter.path} replaces {expert.upper()} {module}; the deltas of "
                              f"{', '.join(a.adapter.path for a in others)} on it are added to that replacement "
-                             "(replacements apply first: the order of the LoRAs does not matter)")
+                             "(replacements apply first, wherever they are in the stack)")
     return notes
 
 
@@ -376,7 +377,7 @@ def merge_into(weight: torch.Tensor, items: list[tuple[float, Patch]], bias: boo
     """Add the patches to `weight` in place (an fp32 tensor [out, in], or [out] with `bias`) and return it.
     A replacement (`Replace`) is applied first, whatever its place in `items`; then low-rank products are formed in
     fp32 (`torch.mm`), scaled by strength·scale and added row slice by row slice, in stack order — so every delta
-    adds to the replaced weight and the order of the stack does not matter (break-it review, stop 40: a replacement
+    adds to the replaced weight wherever the replacement is in the stack (break-it review, stop 40: a replacement
     later in the stack erased the deltas before it). With `bias`, only BiasDiff / Replace biases apply; otherwise
     only weight deltas."""
     items = sorted(items, key=lambda item: not isinstance(item[1].delta, Replace))  # stable: the rest keep order
