@@ -257,7 +257,13 @@ def check_checkpoint(recorded: dict | None, info=None, dims=None, checkpoint_vae
                      "synthetic file?), so what is computed anew (render, new music tokens) follows these weights "
                      "and the audio will differ from the song's; --checkpoint picks the file it was made with")
     old_vae, new_vae = recorded.get("vae_sample_sha256"), current.get("vae_sample_sha256")
-    if checkpoint_vae and info is not None and None not in (old_vae, new_vae) and old_vae != new_vae:
+    was_vae = (recorded.get("files") or {}).get("vae") if isinstance(recorded.get("files"), dict) else None
+    if checkpoint_vae and info is not None and recorded.get("layout") == "vendor" and isinstance(was_vae, str) \
+            and current.get("layout") != "vendor":  # break-it review (stop 40): the VAE changed without a word
+        notes.append(f"the song was decoded with the vendor VAE folder {was_vae}; the checkpoint "
+                     f"{current.get('path')} decodes with its own VAE, so audio decoded anew will differ unless they "
+                     f"hold the same weights — --vae {was_vae} keeps the song's")
+    elif checkpoint_vae and info is not None and None not in (old_vae, new_vae) and old_vae != new_vae:
         was = (recorded.get("files") or {}).get("vae", "?") if isinstance(recorded.get("files"), dict) else "?"
         notes.append(f"the VAE folder {(current.get('files') or {}).get('vae', '?')} holds other weights than the one "
                      f"this song was decoded with ({was}): audio decoded anew follows this VAE and will differ from "

@@ -147,3 +147,17 @@ def test_edits_note_a_vendor_vae_folder_with_other_weights(vendor_song):
     assert str(v["legacy"]) in notes[0]
     assert check_checkpoint(record, now, checkpoint_vae=False) == []
     assert check_checkpoint(record, inspect_checkpoint(str(v["folder"]), vae_path=str(v["legacy"]))) == []
+
+
+def test_a_vendor_song_run_with_an_all_in_one_file_names_the_vae_change(vendor_song, tmp_path):
+    """Break-it review (stop 40): `render SONG --checkpoint FILE.safetensors` of a song made from a vendor folder
+    decoded with the file's embedded VAE instead of the song's VAE folder, without a word."""
+    from yue2_core.edit import check_checkpoint
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    v = vendor_song
+    record = json.loads((v["song"] / "config.json").read_text())["checkpoint"]
+    comfy = inspect_checkpoint(str(v["root"] / "tiny_bf16.safetensors"))
+    notes = check_checkpoint(record, comfy)
+    assert any(f"decoded with the vendor VAE folder {v['legacy']}" in n and f"--vae {v['legacy']}" in n
+               for n in notes), notes
+    assert not any("vendor VAE folder" in n for n in check_checkpoint(record, comfy, checkpoint_vae=False))
