@@ -1,7 +1,7 @@
 """YuE2 LoRA: an adapter file from ComfyUI's `loras` folders on both experts → a new YUE2_MODEL (the input stays
-unpatched). The file is parsed once per version of the files it reads (`layouts_io.read_state`: its size and mtime,
-and those of an adapter_config.json or FL companion beside it) in this process, so changing a strength re-runs the
-node without reading the adapter or the checkpoint again."""
+unpatched). The file is parsed once per version of the files it reads (`layouts_io.read_state`: its size, mtime,
+inode and ctime, and those of an adapter_config.json or FL companion beside it) in this process, so changing a
+strength re-runs the node without reading the adapter or the checkpoint again."""
 from __future__ import annotations
 
 import logging

@@ -912,7 +912,8 @@ def parse_lora(value: str) -> tuple[str, float, float]:
     parts, nums = value.split(":"), []
     while len(parts) > 1 and len(nums) < 2:
         try:
-            nums.insert(0, _ascii_number(parts[-1]))
+            _ascii_number(parts[-1])
+            nums.insert(0, parts[-1])  # the text: check_strength tells 1e-400 (underflows to 0) from 0
         except ValueError:
             break
         parts.pop()

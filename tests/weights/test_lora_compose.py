@@ -192,3 +192,120 @@ def test_a_layer_past_the_model_says_another_model_size(tmp_path):
     with pytest.raises(AdapterGeometryError, match=f"names layer {DIMS.layers + 25}; the model has {DIMS.layers} "
                                                    "layers .* made for another model size"):
         read_adapter(str(tmp_path / "deep.safetensors"), DIMS)
+
+
+def test_a_nul_byte_in_the_fl_companion_name_is_an_adapter_error(tmp_path):
+    """Break-it (stop 40): an FL file whose metadata acoustic_adapter holds a NUL byte raised `ValueError: embedded
+    null byte` from os.path.realpath (`generate --lora`, `inspect FILE --model CKPT`)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    from yue2_core.weights.lora.layouts_io import read_state
+    src = S.write_adapter("fl", tmp_path / "fl-ar.safetensors", DIMS)
+    with safe_open(str(src), "pt") as f:
+        meta = dict(f.metadata())
+    bad = tmp_path / "nul.safetensors"
+    save_file(load_file(str(src)), str(bad), {**meta, "acoustic_adapter": "a\x00b"})
+    with pytest.raises(AdapterError) as exc:
+        read_adapter(str(bad), DIMS)
+    message = str(exc.value)
+    assert "acoustic_adapter='a\\x00b'" in message and "NUL byte" in message and "\n" not in message, message
+    assert read_state(str(bad))  # the node's fingerprint does not raise either
+
+
+def test_copies_and_hard_links_of_one_adapter_say_their_strengths_add(tmp_path):
+    """Break-it (stop 40): the "given N times: strengths add up" note grouped by path only, so a copy or a hard link
+    under another name stacked in silence (check_unique already grouped them by sha256)."""
+    import os
+    a = S.write_adapter("aitk", tmp_path / "a.safetensors", DIMS, rank=2)
+    shutil.copy(a, tmp_path / "copy.safetensors")
+    os.link(a, tmp_path / "link.safetensors")
+    other = S.write_adapter("aitk", tmp_path / "other.safetensors", DIMS, rank=2, seed=5)
+    stack = [Applied(read_adapter(str(p), DIMS), s, s) for p, s in
+             ((a, 1.0), (tmp_path / "copy.safetensors", 0.5), (tmp_path / "link.safetensors", 0.25), (other, 1.0))]
+    notes = [n for n in stack_notes(stack) if "given" in n]
+    assert notes == [f"the LoRA {a} is given 3 times (also as {tmp_path / 'copy.safetensors'}, "
+                     f"{tmp_path / 'link.safetensors'}: the same weights under other names): its strengths add up "
+                     "(AR ×1.75, NAR ×1.75)"], notes
+
+
+def _two_forms(form: str) -> dict:
+    """Tensors of one module in two weight-delta forms (`form`), or a LoRA with a bias diff ("lora+diff_b")."""
+    g = torch.Generator().manual_seed(11)
+    stem = "text_encoders.model.layers.0."
+    if form == "lora+diff_b":
+        out_f, in_f = S.io_shape(DIMS, "vae2llm")
+        return {"diffusion_model.vae2llm.lora_A.weight": torch.randn(2, in_f, generator=g),
+                "diffusion_model.vae2llm.lora_B.weight": torch.randn(out_f, 2, generator=g),
+                "diffusion_model.vae2llm.diff_b": torch.randn(out_f, generator=g)}
+    module, second = form.split("+")
+    out_f, in_f = S.fused_shape(DIMS, f"self_attn.{module}") if module in ("qkv_proj", "o_proj") else \
+        S.split_shape(DIMS, module)
+    key = f"{stem}{'self_attn.' + module}"
+    t = {f"{key}.lora_A.weight": torch.randn(2, in_f, generator=g),
+         f"{key}.lora_B.weight": torch.randn(out_f, 2, generator=g)}
+    if second == "lokr":
+        (a, c), (b, d) = S.lokr_factors(out_f), S.lokr_factors(in_f)
+        t.update({f"{key}.lokr_w1": torch.randn(a, b, generator=g), f"{key}.lokr_w2": torch.randn(c, d, generator=g)})
+    else:
+        t[f"{key}.diff"] = torch.randn(out_f, in_f, generator=g) * 0.01
+    return t
+
+
+@pytest.mark.parametrize("form, second_key", [("o_proj+lokr", "o_proj.lokr_w"), ("qkv_proj+diff", "qkv_proj.diff"),
+                                              ("q_proj+diff", "q_proj.diff")])
+def test_one_module_in_two_delta_forms_is_refused(tmp_path, form, second_key):
+    """Break-it (stop 40): a LoRA and a LoKr on one module, a LoRA and a .diff on a fused or a split module, added up
+    in silence (only fused + split was refused). A LoRA with a bias diff on one io module stays fine."""
+    path = tmp_path / "two.safetensors"
+    save_file(_two_forms(form), str(path))
+    with pytest.raises(AdapterError) as exc:
+        read_adapter(str(path), DIMS)
+    message = str(exc.value)
+    module = form.split("+")[0]
+    assert "AR model.layers.0.self_attn." in message and "would add up" in message, message
+    assert f"{module}.lora_A.weight" in message and second_key in message, message
+    ok = tmp_path / "ok.safetensors"
+    save_file(_two_forms("lora+diff_b"), str(ok))
+    kinds = sorted(type(p.delta).__name__ for p in read_adapter(str(ok), DIMS).patches)
+    assert kinds == ["BiasDiff", "LowRank"], kinds
+
+
+def test_read_state_marks_one_bad_folder_entry_and_sees_a_same_size_same_mtime_replacement(tmp_path):
+    """Break-it (stop 40): one folder entry whose stat fails (a symlink loop) made the folder's whole state (), so
+    a later change of adapter_config.json went unnoticed; a replacement with the same size and a preserved mtime
+    (`cp -p`) was not seen at all."""
+    import os
+    import time
+    from yue2_core.weights.lora.layouts_io import read_state
+    folder = tmp_path / "peft"
+    S.write_adapter("peft", folder, DIMS)
+    os.symlink("loop", folder / "loop")
+    before = read_state(str(folder))
+    assert before[0][1] != () and any(e[0] == "loop" and e[1] == "unreadable" for e in before[0][1]), before
+    cfg = folder / "adapter_config.json"
+    cfg.write_text(cfg.read_text().replace(" ", "  ") + " ")
+    assert read_state(str(folder)) != before
+    a = S.write_adapter("aitk", tmp_path / "a.safetensors", DIMS, rank=2, seed=1)
+    b = S.write_adapter("aitk", tmp_path / "b.safetensors", DIMS, rank=2, seed=2)
+    assert a.stat().st_size == b.stat().st_size and a.read_bytes() != b.read_bytes()
+    st = a.stat()
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+    first = read_state(str(a))
+    time.sleep(0.05)  # past the file system's timestamp tick
+    shutil.copy2(b, a)  # cp -p: same inode, same size, the mtime kept
+    assert (a.stat().st_size, a.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert read_state(str(a)) != first
+
+
+def test_a_strength_that_underflows_to_zero_is_too_small(tmp_path):
+    """Break-it (stop 40): `--lora X:1e-400` read as 0.0 and said "strength 0 on both experts", while 1e-320 was
+    refused as too small."""
+    from yue2_core.__main__ import parse_lora
+    adapter = tmp_path / "a.safetensors"
+    adapter.write_bytes(b"")
+    for value, what in ((f"{adapter}:1e-400", "AR strength 1e-400"), (f"{adapter}:1:-2.5e-999", "NAR strength "
+                                                                                              "-2.5e-999")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"--lora {what} is too small to change any weight"):
+            parse_lora(value)
+    assert parse_lora(f"{adapter}:0e-400:0.000") == (str(adapter), 0.0, 0.0)
+    assert parse_lora(f"{adapter}:1:1e-3") == (str(adapter), 1.0, 0.001)

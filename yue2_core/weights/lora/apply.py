@@ -60,17 +60,28 @@ MIN_STRENGTH = 1e-6  # below it a delta disappears under bf16/fp32 rounding of a
 
 def check_strength(value, what: str) -> float:
     """A finite float in [−5, 5], 0 or at least MIN_STRENGTH in size; AdapterError otherwise (names `what`)."""
+    shown = value if isinstance(value, str) else repr(value)  # the text as typed (--lora X:1e-400)
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise AdapterError(f"{what} must be a number between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}; got "
                            f"{value!r}") from None
     if not (abs(v) <= STRENGTH_RANGE):  # also NaN
-        raise AdapterError(f"{what} must be between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}; got {value!r}")
-    if 0 < abs(v) < MIN_STRENGTH:  # 1e-320 was recorded as "×9.99989e-321" and changed nothing (break-it, stop 32)
-        raise AdapterError(f"{what} {value!r} is too small to change any weight (a nonzero strength must be at least "
+        raise AdapterError(f"{what} must be between -{STRENGTH_RANGE:g} and {STRENGTH_RANGE:g}; got {shown}")
+    if 0 < abs(v) < MIN_STRENGTH or (v == 0 and _underflowed(value)):  # 1e-320 was recorded as "×9.99989e-321"
+        # and changed nothing (break-it, stop 32); "1e-400" became 0 and was said to be "strength 0" (stop 40)
+        raise AdapterError(f"{what} {shown} is too small to change any weight (a nonzero strength must be at least "
                            f"{MIN_STRENGTH:g} in size); 0 turns the adapter off")
     return 0.0 if v == 0 else v  # -0.0 is 0
+
+
+def _underflowed(value) -> bool:
+    """True for a number written as text with a nonzero digit before its exponent that float() reads as 0 (1e-400:
+    below the smallest double) — a nonzero strength, too small, not the strength 0 that turns an adapter off."""
+    if not isinstance(value, str):
+        return False
+    mantissa = value.strip().lower().partition("e")[0]
+    return any(c in "123456789" for c in mantissa)
 
 
 # the largest |ΔW| a module's merged patches may reach: bf16's largest finite value (fp32's is barely larger). A
@@ -239,18 +250,35 @@ def check_replacements(stack: list[Applied], experts=("ar", "nar")) -> None:
 
 
 def repeat_notes(stack: list[Applied]) -> list[str]:
-    """One note per adapter file given more than once (the same path): allowed within ±STRENGTH_RANGE, its strengths
-    add — said, so a doubled effect is not a surprise (new-user finding: it stacked in silence)."""
-    from .record import _weights_file
-    groups: dict[str, list[Applied]] = {}
+    """One note per adapter file given more than once — the same path, or files of the same content (copies, hard
+    links: `_identity`'s sha256, as `check_unique` groups them): allowed within ±STRENGTH_RANGE, its strengths add —
+    said, so a doubled effect is not a surprise (new-user finding: it stacked in silence; break-it: a copy under
+    another name stacked in silence too)."""
+    if len(stack) < 2:
+        return []  # nothing to compare: no file is hashed
+    groups: list[tuple[list, list[Applied]]] = []  # ([(realpath, sha256), …], entries)
     for a in stack:
         try:
-            groups.setdefault(os.path.realpath(_weights_file(a.adapter)), []).append(a)
+            ident = _identity(a)
         except (OSError, TypeError, AttributeError):  # an in-memory adapter: no file to compare
             continue
-    return [f"the LoRA {items[0].adapter.path} is given {len(items)} times: its strengths add up (AR "
-            f"×{sum(a.strength('ar') for a in items):g}, NAR ×{sum(a.strength('nar') for a in items):g})"
-            for items in groups.values() if len(items) > 1]
+        if ident is None:
+            continue
+        group = next((g for g in groups if any(i[0] == ident[0] or i[1] == ident[1] for i in g[0])), None)
+        if group is None:
+            groups.append(([ident], [a]))
+        else:
+            group[0].append(ident)
+            group[1].append(a)
+    notes = []
+    for idents, items in groups:
+        if len(items) < 2:
+            continue
+        others = sorted({a.adapter.path for a, i in zip(items, idents) if i[0] != idents[0][0]})
+        also = (f" (also as {', '.join(others)}: the same weights under other names)" if others else "")
+        notes.append(f"the LoRA {items[0].adapter.path} is given {len(items)} times{also}: its strengths add up (AR "
+                     f"×{sum(a.strength('ar') for a in items):g}, NAR ×{sum(a.strength('nar') for a in items):g})")
+    return notes
 
 
 def replace_notes(stack: list[Applied]) -> list[str]:

@@ -213,7 +213,12 @@ def _join_companion(adapter: Adapter, path: str, rel: str, dims: ModelDims, stac
     """FL (§1.1 C): the AR file's metadata `acoustic_adapter` names its NAR file relative to the AR file's folder;
     its patches join the same Adapter. The companion must resolve (links followed) inside that folder: an absolute
     path, `../…` or a link out of it is refused (a file would otherwise make the pack open any path), as is a
-    companion that is a FIFO / directory / device."""
+    companion that is a FIFO / directory / device, or a value holding a NUL byte (no path can: os.path would raise
+    ValueError "embedded null byte")."""
+    if "\x00" in rel:
+        raise AdapterError(f"{path}: its metadata acoustic_adapter={_shorten(rel)} holds a NUL byte, which no file "
+                           f"name can; it names the FL NAR companion file relative to this file — fix the metadata "
+                           f"or load the NAR file as its own LoRA")
     folder = os.path.dirname(os.path.abspath(path))
     target = os.path.normpath(os.path.join(folder, rel))
     real_folder, real_target = os.path.realpath(folder), os.path.realpath(target)
@@ -245,6 +250,12 @@ def _join_companion(adapter: Adapter, path: str, rel: str, dims: ModelDims, stac
     if other.scale_rule not in adapter.scale_rule:
         adapter.scale_rule += f"; companion: {other.scale_rule}"
     adapter.scales = sorted(set(adapter.scales) | set(other.scales))
+
+
+def _shorten(value: str, limit: int = 60) -> str:
+    """repr(value) cut to about `limit` characters for a one-line message (a metadata value may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 20]}…{text[-12:]} ({len(value)} characters)"
 
 
 def _look(keys: list) -> str:

@@ -163,8 +163,8 @@ def _shape(path: str, key: str, t: torch.Tensor, expected: tuple, what: str) -> 
 def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
     """Patches of one file. Returns (patches, unmatched keys, scale rule words, scale values). Raises AdapterError
     for a missing A or B, an alpha alone, ranks of A and B that disagree, a shape that does not fit `dims`, a
-    non-finite tensor, a layer index ≥ dims.layers, two keys giving the same thing, or a fused module given both
-    fused and split."""
+    non-finite tensor, a layer index ≥ dims.layers, two keys giving the same thing, a fused module given both
+    fused and split, or one module given two weight-delta forms (LoRA, LoKr, .diff: `_one_form`)."""
     groups: dict = {}
     unmatched = []
     for key in tensors:
@@ -214,6 +214,7 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
             seen[ident] = p.keys
         patches += made
     _fused_and_split(path, patches)
+    _one_form(path, patches)
     words, values = scale.rule()
     return patches, sorted(unmatched), words, values
 
@@ -233,6 +234,28 @@ def _fused_and_split(path: str, patches: list) -> None:
                                "both forms?) — an adapter gives a module in one form: remove one of them")
 
 
+_FORMS = {LowRank: "a LoRA", Kron: "a LoKr", Diff: "a full difference (.diff)"}
+
+
+def _one_form(path: str, patches: list) -> None:
+    """AdapterError naming the module and a key of each form when one file gives one module (or one split part of
+    a fused module) two weight deltas of different forms — a LoRA and a LoKr (`o_proj.lora_A` + `o_proj.lokr_w1`),
+    a LoRA and a `.diff` (fused `qkv_proj` or split `q_proj` alike): they would add up in silence (break-it review,
+    stop 40), which no published layout does. A weight delta with a bias difference (`.diff_b`: ai-toolkit's
+    FullModule, Comfy-native io) or a replacement is not a second form of the weight and stays allowed."""
+    forms: dict = {}
+    for p in patches:
+        if type(p.delta) in _FORMS:
+            forms.setdefault((p.expert, p.module, p.rows), {}).setdefault(type(p.delta), p)
+    for (expert, module, rows), seen in forms.items():
+        if len(seen) > 1:
+            (ta, a), (tb, b) = list(seen.items())[:2]
+            part = f" rows {rows[0]}:{rows[0] + rows[1]}" if rows else ""
+            raise AdapterError(f"{path}: {expert.upper()} {module}{part} is given both as {_FORMS[ta]} ({a.keys[0]}) "
+                               f"and as {_FORMS[tb]} ({b.keys[0]}); their deltas would add up (a conversion that "
+                               "kept both forms?) — an adapter gives a module in one form: remove one of them")
+
+
 def _module_patches(path, tensors, base, roles, t, expert, dims, ctx, scale) -> list:
     rows = part_rows(t.part, dims)
     full = module_shape(t.module, dims)
@@ -247,7 +270,7 @@ def _module_patches(path, tensors, base, roles, t, expert, dims, ctx, scale) -> 
             have, miss = ("down", "up (lora_B / lora_up)") if "down" in roles else ("up", "down (lora_A / lora_down)")
             raise AdapterError(f"{path}: {roles[have][0]} has no {miss} partner for module {base}; a LoRA pair "
                                f"needs both")
-        (dk, name), (uk, _) = roles["down"], roles["up"]
+        (dk, _), (uk, _) = roles["down"], roles["up"]
         down, up = _float(path, dk, tensors[dk]), _float(path, uk, tensors[uk])
         if len(full) != 2 or down.dim() != 2 or up.dim() != 2:
             raise AdapterError(f"{path}: {dk} / {uk}: a LoRA pair needs 2-D A [r, in] and B [out, r] on a Linear "

@@ -8,13 +8,14 @@ import math
 import os
 import pickle
 import re
+import stat
 import warnings
 from dataclasses import dataclass, field
 
 import torch
 
 from ...errors import AdapterError, CheckpointError
-from ..checkpoint import file_state, not_a_file, open_tensors, read_header
+from ..checkpoint import not_a_file, open_tensors, read_header
 
 SIDECAR = "adapter_config.json"
 # a single file given by name reads the adapter_config.json beside it only under these names (PEFT's
@@ -164,15 +165,18 @@ def _refuse_model_folder(path: str) -> None:
 
 
 def read_state(path: str, _seen: tuple = ()) -> tuple:
-    """What a node fingerprints of the adapter at `path` (`checkpoint.file_state` of every file `read_adapter` reads
+    """What a node fingerprints of the adapter at `path` (`_path_state` of every file `read_adapter` reads
     or would read there): the file itself — for a folder every file in it, which covers the weights file it picks
     (a lora.safetensors added beside custom.safetensors) and its adapter_config.json —, the adapter_config.json beside
     a file named as PEFT saves its weights (`()` while there is none), and the FL companion the weights file's
     metadata `acoustic_adapter` names, with its own. Any of them added, changed, replaced or removed changes the
     result (stop 40 review: only the main file counted, so a sidecar added later left the node's cached adapter in
-    place, and `render` then refused the song). Never raises: what cannot be read is `()` (reading it says why)."""
+    place, and `render` then refused the song). Each file is `_stat_state` — size, mtime, inode and ctime, so an
+    in-place replacement with the same size and a preserved mtime (`cp -p`) is seen too; a folder's entries are
+    each their own, so one unreadable entry (a symlink loop) marks only itself. Never raises: what cannot be read
+    is `()` or an `("unreadable", errno)` entry (reading it says why)."""
     path = os.fspath(path)
-    state: list = [(os.path.basename(path), file_state(path))]
+    state: list = [(os.path.basename(path), _path_state(path))]
     try:
         if os.path.isdir(path):
             weights = _dir_weights(path)
@@ -180,7 +184,7 @@ def read_state(path: str, _seen: tuple = ()) -> tuple:
             weights = path
             if os.path.basename(path) in PEFT_FILE_NAMES:
                 sidecar = os.path.join(os.path.dirname(os.path.abspath(path)), SIDECAR)
-                state.append((SIDECAR, file_state(sidecar) if os.path.lexists(sidecar) else ()))
+                state.append((SIDECAR, _path_state(sidecar) if os.path.lexists(sidecar) else ()))
         else:
             return tuple(state)
         companion = read_header(weights)[1].get("acoustic_adapter")
@@ -197,6 +201,33 @@ def read_state(path: str, _seen: tuple = ()) -> tuple:
         if inside and target not in _seen and target != os.path.abspath(path):  # as `read_adapter` follows it
             state.append((companion, read_state(target, (*_seen, os.path.abspath(path)))))
     return tuple(state)
+
+
+def _stat_state(st: os.stat_result) -> tuple:
+    """What `read_state` compares of one file: size, mtime, inode and ctime (ns). `checkpoint.file_state` keeps
+    (size, mtime) for its other users; a `cp -p` over an adapter keeps both, but changes the ctime."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+def _path_state(path: str) -> tuple:
+    """`_stat_state` of a file, or of every entry directly in a folder by name (regular files, links followed; an
+    entry whose stat fails — a symlink loop, a dangling link — is `(name, "unreadable", errno)`, so the others
+    still count); `()` when `path` itself cannot be read."""
+    try:
+        if os.path.isdir(path):
+            out = []
+            for e in sorted(os.scandir(path), key=lambda e: e.name):
+                try:
+                    st = e.stat()
+                except OSError as exc:
+                    out.append((e.name, "unreadable", exc.errno))
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    out.append((e.name, *_stat_state(st)))
+            return tuple(out)
+        return _stat_state(os.stat(path))
+    except OSError:
+        return ()
 
 
 def _dir_weights(path: str) -> str:
