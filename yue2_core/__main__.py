@@ -536,6 +536,12 @@ def _song_lora_int8(weights) -> str | None:
     words = {"side": "as exact side deltas beside the int8 codes",
              "bf16": "merged into layers dequantized to bf16"}
     if made is None:
+        loras = weights.get("loras") if isinstance(weights, dict) else None
+        if asked == "bf16" and loras:  # break-it review (stop 40): songs of the nodes and of earlier versions
+            print("note: this song does not record how its LoRAs went onto int8 layers (the ComfyUI nodes and "
+                  "versions before 2026-12-06 apply them as side deltas, the default); YUE2_LORA_INT8=bf16 merges "
+                  f"them into layers dequantized to bf16: with an int8 checkpoint the audio will differ slightly — "
+                  "unset YUE2_LORA_INT8 to render it as it was most likely made", file=sys.stderr)
         return None
     if asked and asked != made:
         print(f"note: YUE2_LORA_INT8={asked} applies the LoRAs to int8 layers {words[asked]}; this song was made "

@@ -297,3 +297,17 @@ def test_render_applies_the_lora_int8_mode_the_song_records(files, capsys, monke
     assert _run("render", merged, "--device", "cpu", "--offline", "--output", again) == 0
     assert "render: LoRAs on int8 layers merged into layers dequantized to bf16" in capsys.readouterr().err
     assert _same(merged, again)
+
+
+def test_render_of_a_song_without_the_int8_mode_notes_the_switch(capsys, monkeypatch):
+    """Break-it review (stop 40): a song that records no `lora_int8` (made by the nodes, or before the field) rendered
+    under YUE2_LORA_INT8=bf16 changed without a word."""
+    from yue2_core.__main__ import _song_lora_int8
+    weights = {"loras": [{"file": "a.safetensors", "strength_ar": 1.0, "strength_nar": 1.0}]}
+    monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
+    assert _song_lora_int8(weights) is None
+    assert "note: this song does not record how its LoRAs went onto int8 layers" in capsys.readouterr().err
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    assert _song_lora_int8(weights) is None and capsys.readouterr().err == ""
+    monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
+    assert _song_lora_int8({"loras": []}) is None and capsys.readouterr().err == ""  # no LoRA: nothing to say
