@@ -975,6 +975,8 @@ def cmd_batch(args) -> int:
     if not args.output.strip():  # `--output "$UNSET"` ran the batch in the current folder (break-it, stop 32)
         raise YuE2Error(f"--output {args.output!r} names no folder (an unset shell variable?); give the batch's "
                         "folder, e.g. runs/album")
+    from .artifacts import check_name_limits
+    check_name_limits(args.output)  # a name over NAME_MAX: the limit said now (was: a traceback from the claim)
     if args.ray is None:
         _check_device(args.device)
         if args.ray_cpu_workers is not None:
@@ -1016,12 +1018,17 @@ def cmd_batch(args) -> int:
         if largest > 10 * FRAMES_PER_SECOND:
             _note_synthetic_music(largest)
     fp32 = args.dtype == "fp32"
+    from .batch.driver import vendor_vae_record
+    from .weights.lora.apply import int8_mode
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
                            continuous=args.continuous,
                            run={"checkpoint": os.path.abspath(checkpoint), "device": args.device, "dtype": args.dtype,
                                 "loras": [[os.path.abspath(p), a, n] for p, a, n in args.lora],
-                                "vae": os.path.abspath(args.vae) if args.vae else None})
+                                "vae": os.path.abspath(args.vae) if args.vae else None,
+                                # how LoRAs go onto int8 layers (YUE2_LORA_INT8): recorded, a --resume compares it
+                                "lora_int8": int8_mode() if args.lora and info.format == "int8" else None,
+                                "vendor_vae": vendor_vae_record(info, args.vae)})
     shape = {}  # the batch decoder's rows, known once run_batch sized the batch: the warm-up compiles its kernels
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(
               args, checkpoint, how, batch_rows=shape.get("rows", 0), batch_refill=shape.get("refill", False))[0],

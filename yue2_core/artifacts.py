@@ -368,7 +368,11 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
             _remove_empty(made)
             return Reservation(None)
         fd = None
-        for lock in _claim_files(out, inside_ok and out.is_dir() and not out.is_symlink()):
+        try:
+            inside = inside_ok and out.is_dir() and not out.is_symlink()
+        except OSError:  # e.g. a name too long for the file system: no folder there to claim inside
+            inside = False
+        for lock in _claim_files(out, inside):
             try:
                 fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
                 break

@@ -544,3 +544,119 @@ def test_a_full_disk_stops_the_batch_after_the_first_failed_save(tmp_path, engin
     monkeypatch.setattr(Path, "write_bytes", real_write)  # space freed
     assert run_batch(BatchOptions(str(req), str(out), resume=True, **options), **kw) == 0
     assert saves == ["a", "b", "b", "c", "d"]
+
+
+def test_resume_under_another_lora_int8_mode_is_refused_as_a_whole(tmp_path, engine):
+    """Break-it finding: `batch --resume` under another YUE2_LORA_INT8 refused only the finished songs and computed
+    the rows left in the other mode — an album made two ways. batch.json `settings` records the mode (`lora_int8`,
+    for --lora on an int8 checkpoint) and a resume under the other one stops before any work; a batch.json without
+    the key (older) compares nothing."""
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    (out / rows()[0]["id"]).mkdir(parents=True)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+    made = {"checkpoint": "/m/a.safetensors", "dtype": "bf16", "loras": [["/m/l.safetensors", 1.0, 1.0]],
+            "vae": None, "lora_int8": "side"}
+
+    def resume(settings, **run):
+        (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": {"steps": 2, **settings}}), "utf-8")
+        run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_abc_tokens=ABC_CAP,
+                               run={**made, **run}), **kw)
+    with pytest.raises(RequestError, match=r"was made with YUE2_LORA_INT8=side \(its batch.json\)"):
+        resume(made, lora_int8="bf16")
+    for settings in (made, {k: v for k, v in made.items() if k != "lora_int8"}):  # the same mode; an older record
+        with pytest.raises(AssertionError, match="must not load"):
+            resume(settings)
+    with pytest.raises(RequestError, match="settings.lora_int8 is 5"):
+        resume({**made, "lora_int8": 5})
+
+
+def test_resume_compares_the_vendor_vae_folder(tmp_path, engine):
+    """Break-it finding: a batch made from a vendor model folder, resumed after another VAE folder appeared beside
+    the model (which `find_vae_folder` then prefers), finished with no note — songs decoded by two VAEs. Each song's
+    recorded VAE folder (sample hash, else path) is compared with the one this run uses, and batch.json's record
+    stops the whole batch before any work."""
+    from types import SimpleNamespace
+    from yue2_core.batch.driver import _made_otherwise, vendor_vae_record
+    legacy, standard = {"path": "/m/YuE2-Vae-legacy", "sample_sha256": "a" * 64}, {"path": "/m/YuE2-Vae",
+                                                                                    "sample_sha256": "b" * 64}
+    cfg = {"checkpoint": {"layout": "vendor", "path": "/m/YuE2-3B", "files": {"vae": legacy["path"]},
+                          "vae_sample_sha256": legacy["sample_sha256"]}, "weights": {"loras": [], "vae": None}}
+    assert _made_otherwise(cfg, {"vendor_vae": legacy}) == []
+    assert _made_otherwise(cfg, {"vendor_vae": standard}) == [
+        "it was decoded with the VAE folder /m/YuE2-Vae-legacy, this run would decode with /m/YuE2-Vae (found "
+        "beside the model now)"]
+    assert _made_otherwise(cfg, {"vendor_vae": {**legacy, "sample_sha256": "c" * 64}})[0].endswith("(other weights)")
+    older = {"checkpoint": {**cfg["checkpoint"], "vae_sample_sha256": None}, "weights": cfg["weights"]}
+    assert _made_otherwise(older, {"vendor_vae": {**legacy, "sample_sha256": "c" * 64}}) == []  # by path
+    assert _made_otherwise(older, {"vendor_vae": standard}) != []
+    assert vendor_vae_record(SimpleNamespace(layout="comfy", files={})) is None
+    assert vendor_vae_record(SimpleNamespace(layout="vendor", files={"vae": "/m/v"}), "/x/vae.safetensors") is None
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    (out / rows()[0]["id"]).mkdir(parents=True)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+    (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": {"steps": 2, "vendor_vae": legacy}}))
+
+    def resume(vae):
+        run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_abc_tokens=ABC_CAP,
+                               run={"vendor_vae": vae}), **kw)
+    with pytest.raises(RequestError, match=r"was decoded with the VAE folder /m/YuE2-Vae-legacy \(its batch.json\), "
+                                           "this run would decode with /m/YuE2-Vae: put that VAE folder back"):
+        resume(standard)
+    with pytest.raises(AssertionError, match="must not load"):
+        resume(legacy)
+
+
+@pytest.mark.parametrize("name", ["a" * 256, "あ" * 86], ids=["ascii", "utf8"])
+def test_a_batch_output_name_over_name_max_is_one_line_before_any_work(tmp_path, engine, name):
+    """Break-it finding: `batch --output DIR` whose last name is over 255 bytes died with a traceback
+    (`OSError: [Errno 36] File name too long` from the claim, `reserve_output`); it is refused with the limit named,
+    as `generate` refuses such a path, before any work."""
+    from yue2_core.artifacts import reserve_output
+    req = write_requests(tmp_path / "in")
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+    with pytest.raises(ArtifactError, match=r"holds a name of 25[68] bytes .*255-byte limit for a name; give a "
+                                            "shorter path"):
+        run_batch(BatchOptions(str(req), str(tmp_path / name), max_abc_tokens=ABC_CAP), **kw)
+    with reserve_output(tmp_path / name, "batch folder", inside_ok=True):  # no traceback from the claim itself
+        pass
+
+
+def test_batch_json_write_advice_follows_the_error_and_a_refused_load_may_run_again(tmp_path, engine, monkeypatch):
+    """Break-it findings: batch.json that could not be written for a path too long said "the songs already saved
+    are intact; free space … --resume" (nothing saved; not a space problem) — the advice follows the error now; a
+    batch refused when the engine loads (a refused LoRA stack) left batch.json, and the same command, corrected,
+    failed with "already holds a batch … add --resume": a folder holding batch.json and no song runs again."""
+    import errno
+    import tempfile
+    from yue2_core.batch.summary import BatchSummary
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+
+    def refused():
+        raise RequestError("the LoRAs a and b both replace NAR llm2vae")
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=refused)
+    options = BatchOptions(str(req), str(out), max_abc_tokens=ABC_CAP)
+    for _ in range(2):  # the same command again: refused at load again, not "add --resume"
+        with pytest.raises(RequestError, match="both replace"):
+            run_batch(options, **kw)
+    assert sorted(p.name for p in out.iterdir()) == ["batch.json"]
+
+    def mkstemp(*a, errno_=errno.ENAMETOOLONG, **k):
+        raise OSError(errno_, os.strerror(errno_))
+    import os
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(ArtifactError) as e:
+        BatchSummary().write(out)
+    assert str(e.value) == (f"cannot write {out / 'batch.json'}: File name too long (the path is longer than this file "
+                            "system takes: give a shorter --output)"), str(e.value)
+    summary = BatchSummary()
+    summary.add(1, "a", "complete")
+    monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: mkstemp(errno_=errno.EACCES))
+    with pytest.raises(ArtifactError, match=r"Permission denied \(the 1 song already saved is intact; make the folder "
+                                            r"writable, then run the same command with --resume\)"):
+        summary.write(out)
+    monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: mkstemp(errno_=errno.ENOSPC))
+    with pytest.raises(ArtifactError, match=r"\(no song of it is saved yet; free space, then run the same command "):
+        BatchSummary().write(out)

@@ -61,7 +61,8 @@ def _file_manager_file(name: str) -> bool:
 
 def check_output(out: Path, ids: set[str], resume: bool) -> None:
     """The batch folder may be new, or hold only batch.json, folders named after this file's ids and our hidden
-    temporaries; songs already there need `resume`. Raises ArtifactError naming the foreign entries, saying to add
+    temporaries; songs already there need `resume` (batch.json alone, no song folder, does not: a run that started
+    no song may run again). Raises ArtifactError naming the foreign entries, saying to add
     --resume, or naming a name on the path longer than the file system takes (`artifacts.check_name_limits`)."""
     from ..artifacts import check_name_limits
     check_name_limits(out)  # a name over NAME_MAX on the way: said with the limit, not "File name too long"
@@ -95,6 +96,8 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
         raise ArtifactError(f"output folder {out} holds files that are not this batch's: {shown}. A batch folder "
                             "holds only batch.json and one folder per request id; choose a new folder")
     mine = [n for n in names if n == BATCH_FILE or n in ids]
+    if mine == [BATCH_FILE] and not resume:  # a record, no song: a run refused at load (a LoRA stack), or one whose
+        return  # rows all failed validation — the same command runs again (nothing to lose; was: "add --resume")
     if mine and not resume:
         if BATCH_FILE not in names:  # folders named like this file's ids, but no batch ever ran here
             raise ArtifactError(f"output folder {out} holds folders named like this file's ids ("
@@ -228,7 +231,8 @@ def _made_otherwise(cfg: dict, run: dict) -> list[str]:
     """How a verified song's config.json says it was made otherwise than this run (`BatchOptions.run`: checkpoint,
     dtype, LoRAs, VAE file): another checkpoint path, another file at the same path (its sample hash,
     `weights.checkpoint.content_sample`), another --dtype, other adapters or strengths, another way of applying them
-    to int8 layers (YUE2_LORA_INT8, "weights"."lora_int8"), another VAE file. Each song
+    to int8 layers (YUE2_LORA_INT8, "weights"."lora_int8"), another VAE file, another vendor VAE folder (`run`
+    "vendor_vae": `_vendor_vae_differs`). Each song
     is checked, not only batch.json's record: a batch stopped before its record counted a song, or a record lost,
     let a resume with another model finish an album made by two (break-it review, stop 39)."""
     from ..weights.checkpoint import content_sample
@@ -263,6 +267,7 @@ def _made_otherwise(cfg: dict, run: dict) -> list[str]:
         if weights["lora_int8"] != int8_mode(run.get("lora_int8")):
             differ.append(f"its LoRAs were applied to the int8 layers as {weights['lora_int8']!r}, this run applies "
                           f"them as {int8_mode(run.get('lora_int8'))!r} (YUE2_LORA_INT8)")
+    differ += _vendor_vae_differs(recorded, weights, run)
     if weights is not None and "vae" in run:
         old = weights.get("vae").get("path") if isinstance(weights.get("vae"), dict) else None
         new = os.path.abspath(run["vae"]) if isinstance(run["vae"], str) else None
@@ -270,6 +275,43 @@ def _made_otherwise(cfg: dict, run: dict) -> list[str]:
             differ.append(f"it was decoded with {'the VAE ' + old if old else 'the checkpoint VAE'}, this run uses "
                           f"{'--vae ' + str(run['vae']) if new else 'the checkpoint VAE'}")
     return differ
+
+
+def vendor_vae_record(info, vae_flag=None) -> dict | None:
+    """The VAE folder a run from the vendor model folder of `info` (`CheckpointInfo`, layout "vendor") decodes with
+    — {"path": absolute path, "sample_sha256": `vendor.vae_folder_sample` or None} —, None for an all-in-one file or
+    when `vae_flag` (--vae) decodes instead. What `BatchOptions.run` "vendor_vae" holds: a batch compares it with the
+    one its songs (and batch.json) record, since `find_vae_folder` may pick another folder later (one put beside
+    the model)."""
+    files = getattr(info, "files", None) or {}
+    if getattr(info, "layout", "comfy") != "vendor" or vae_flag or not files.get("vae"):
+        return None
+    from ..weights.vendor import vae_folder_sample
+    return {"path": os.path.abspath(files["vae"]), "sample_sha256": vae_folder_sample(files["vae"])}
+
+
+def _same_vendor_vae(old: dict, new: dict) -> bool:
+    """Whether two vendor VAE records name the same weights: by sample hash when both have one, else by path."""
+    if isinstance(old.get("sample_sha256"), str) and isinstance(new.get("sample_sha256"), str):
+        return old["sample_sha256"] == new["sample_sha256"]
+    return os.path.abspath(str(old.get("path"))) == os.path.abspath(str(new.get("path")))
+
+
+def _vendor_vae_differs(recorded: dict, weights: dict | None, run: dict) -> list[str]:
+    """`_made_otherwise`'s VAE-folder part: a song made from a vendor model folder (config.json "checkpoint":
+    layout "vendor", files.vae, vae_sample_sha256) decoded with its VAE folder, while this run (`run`
+    "vendor_vae", `vendor_vae_record`) would decode with another one (break-it: a VAE folder put beside the model
+    later is preferred by `find_vae_folder`, and a resume finished the album with two VAEs)."""
+    now = run.get("vendor_vae")
+    files = recorded.get("files") if isinstance(recorded.get("files"), dict) else {}
+    if (not isinstance(now, dict) or recorded.get("layout") != "vendor" or not isinstance(files.get("vae"), str)
+            or (weights is not None and weights.get("vae"))):  # a VAE file decoded it: the --vae check says so
+        return []
+    made = {"path": files["vae"], "sample_sha256": recorded.get("vae_sample_sha256")}
+    if _same_vendor_vae(made, now):
+        return []
+    return [f"it was decoded with the VAE folder {made['path']}, this run would decode with {now['path']} "
+            f"({'other weights' if made['path'] == now['path'] else 'found beside the model now'})"]
 
 
 # what a user may edit by hand without touching the song's tokens and latents: the settings, and the audio (a tag
@@ -353,7 +395,27 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
     if differ:
         raise RequestError(f"{out} was made with {' '.join(differ)} (its batch.json); resume it with the same "
                            f"option{'s' if len(differ) > 1 else ''}, or give a new --output folder")
+    _vendor_vae_refused(out, settings, options.run or {})
     return made, settings
+
+
+def _vendor_vae_refused(out: Path, settings: dict, run: dict) -> None:
+    """RequestError, before any work, when batch.json records the vendor VAE folder its songs were decoded with
+    (`settings` "vendor_vae", `vendor_vae_record`) and this run would decode with another one — a VAE folder put
+    beside the vendor model later, which `find_vae_folder` prefers — or other weights at its path: the rows left
+    would be decoded by another VAE. A record without the key (older batch.json) compares nothing."""
+    old, new = settings.get("vendor_vae"), run.get("vendor_vae")
+    if "vendor_vae" not in settings or "vendor_vae" not in run or old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict) and _same_vendor_vae(old, new):
+        return
+    if not isinstance(old, dict) or not isinstance(new, dict):  # a VAE file, an all-in-one file: --vae /
+        return  # --checkpoint differ (`_run_differs`)
+    now = ("other weights at that path" if old.get("path") == new["path"]
+           else f"this run would decode with {new['path']}")
+    raise RequestError(f"{out} was decoded with the VAE folder {old.get('path')} (its batch.json), {now}: "
+                       "put that VAE folder back beside the model (or move the new one away), or give a new "
+                       "--output folder")
 
 
 def _check_recorded_values(path: Path, settings: dict) -> None:
@@ -374,10 +436,13 @@ def _check_recorded_values(path: Path, settings: dict) -> None:
         value = settings.get(key)
         if value is not None and not (math.isfinite(value) and value > 0):
             problems.append(f"settings.{key} is {json.dumps(value)}, not a positive number")
-    for key in ("checkpoint", "dtype", "vae"):
+    for key in ("checkpoint", "dtype", "vae", "lora_int8"):
         value = settings.get(key)
         if value is not None and not isinstance(value, str):
             problems.append(f"settings.{key} is {json.dumps(value)}, not a path or name")
+    vendor = settings.get("vendor_vae")
+    if vendor is not None and not (isinstance(vendor, dict) and isinstance(vendor.get("path"), str)):
+        problems.append(f"settings.vendor_vae is {json.dumps(vendor)[:80]}, not a VAE folder record")
     if problems:
         raise RequestError(f"{path}: {'; '.join(problems)} — the file was edited or damaged; restore it (or give a "
                            "new --output folder)")
@@ -391,13 +456,19 @@ def _lora_text(loras) -> str:
 def _run_differs(settings: dict, run: dict) -> list[str]:
     """The weights options of this run (`BatchOptions.run`: --checkpoint, --dtype, --lora, --vae) that differ from
     those batch.json `settings` recorded (a key recorded since 2026-12-04, compared when both sides have it): the
-    songs of one batch come from one model. The device is not compared (the same model on another device)."""
+    songs of one batch come from one model. The device is not compared (the same model on another device). Also
+    `lora_int8` (YUE2_LORA_INT8's mode, recorded for --lora on an int8 checkpoint: side and bf16 give other
+    numbers; a batch.json without it compares nothing). The vendor VAE folder: `_vendor_vae_refused`."""
     differ = []
-    for key, flag in (("checkpoint", "--checkpoint"), ("dtype", "--dtype"), ("vae", "--vae"), ("loras", "--lora")):
+    for key, flag in (("checkpoint", "--checkpoint"), ("dtype", "--dtype"), ("vae", "--vae"), ("loras", "--lora"),
+                      ("lora_int8", "YUE2_LORA_INT8")):
         if key not in settings or key not in run:
             continue
         old, new = settings[key], run[key]
-        if key == "loras":  # JSON gives lists of [path, AR, NAR]
+        if key == "lora_int8":  # the mode LoRAs go onto int8 layers with: an environment switch, not an option
+            if old != new:
+                differ.append(f"YUE2_LORA_INT8={old}" if old is not None else "no LoRAs on int8 layers")
+        elif key == "loras":  # JSON gives lists of [path, AR, NAR]
             new = [list(x) for x in new]
             triples = isinstance(old, list) and all(isinstance(x, list) and len(x) == 3 for x in old)
             if old != new:
@@ -460,8 +531,12 @@ def choose_batching(continuous: bool | None, *, made: bool | None = None, on_cud
 def run_batch(options: BatchOptions, **kw) -> int:
     """`_run_batch` (below) while this process holds the batch folder (`artifacts.reserve_output`): a second batch
     on the same folder at the same time — two `--resume`s, say — stops at once with an ArtifactError naming the
-    first (its pid) instead of computing the same songs twice and overwriting batch.json."""
-    from ..artifacts import reserve_output
+    first (its pid) instead of computing the same songs twice and overwriting batch.json. A name on the --output
+    path longer than the file system takes is refused first (`artifacts.check_name_limits`, as `generate` does):
+    the claim asked the OS about that path and failed with a traceback (`OSError: File name too long`)."""
+    from ..artifacts import check_name_limits, reserve_output
+    if str(options.output).strip():
+        check_name_limits(options.output)
     with reserve_output(options.output, "batch folder", inside_ok=True):
         return _run_batch(options, **kw)
 
@@ -687,7 +762,7 @@ def _overlap_note(overlap: bool | None, continuous: bool, rows: int, songs: int,
     return "; renders overlap the next songs' AR phases"
 
 
-__all__ = ["BatchOptions", "run_batch", "check_output", "resume_state"]
+__all__ = ["BatchOptions", "run_batch", "check_output", "resume_state", "vendor_vae_record"]
 
 
 def _earlier_result(folder: Path) -> dict:

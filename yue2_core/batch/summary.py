@@ -54,16 +54,40 @@ class BatchSummary:
         from ..artifacts import _json_bytes, signals_held
         folder = Path(folder)
         data = _json_bytes(self.to_dict())
-        why = ("(the songs already saved are intact; free space or fix the folder, then run again with --resume)")
         with signals_held():  # a Ctrl+C between the temporary file's creation and its cleanup left it (break-it,
-            return self._write(folder, data, why)  # stop 39): delivered once the file is in place or removed
+            return self._write(folder, data)  # stop 39): delivered once the file is in place or removed
 
-    def _write(self, folder: Path, data: bytes, why: str) -> Path:
+    def _advice(self, exc: OSError) -> str:
+        """What to do when batch.json could not be written, by the error: free space (ENOSPC / EDQUOT), a shorter
+        --output (a name or path too long), the folder's permissions, else fix the folder — and whether saved
+        songs wait for --resume (was: "the songs already saved are intact; free space …" for any error, also
+        before any song and for a path too long)."""
+        import errno
+        from ..artifacts import FULL_ERRNOS
+        saved = self.count("complete")
+        if exc.errno in FULL_ERRNOS:
+            fix = "free space"
+        elif exc.errno == errno.ENAMETOOLONG:
+            fix = "the path is longer than this file system takes: give a shorter --output"
+        elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            fix = "make the folder writable"
+        else:
+            fix = "fix the folder"
+        if exc.errno == errno.ENAMETOOLONG:
+            return f" ({fix}{'; the songs already saved are intact' if saved else ''})"
+        if saved:
+            return (f" (the {saved} song{'s' if saved != 1 else ''} already saved {'are' if saved != 1 else 'is'} "
+                    f"intact; {fix}, then run the same command with --resume)")
+        if self.settings.get("resume"):  # the folder's songs (refused, set aside, pending) stay as they were
+            return f" (the song folders there are left as they were; {fix}, then run the same command with --resume)"
+        return f" (no song of it is saved yet; {fix}, then run the same command again)"
+
+    def _write(self, folder: Path, data: bytes) -> Path:
         from ..artifacts import UMASK, write_error
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{BATCH_FILE}.", suffix=".tmp", dir=folder)
         except OSError as exc:
-            raise write_error(exc, f"cannot write {folder / BATCH_FILE}", f" {why}") from None
+            raise write_error(exc, f"cannot write {folder / BATCH_FILE}", self._advice(exc)) from None
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -77,7 +101,7 @@ class BatchSummary:
             except OSError:
                 pass
             if isinstance(exc, OSError):
-                raise write_error(exc, f"cannot write {folder / BATCH_FILE}", f" {why}") from None
+                raise write_error(exc, f"cannot write {folder / BATCH_FILE}", self._advice(exc)) from None
             raise
         return folder / BATCH_FILE
 
