@@ -286,9 +286,9 @@ def recorded_vae_folder(record, folder, search_dirs=()) -> tuple[Path | None, st
             return cand, None
     state = ("now holds other weights" if folder_model_type(path) == VAE_MODEL_TYPE
              else "is gone" if not os.path.exists(path) else "is no longer a YuE2 VAE folder")
-    searched = ", ".join(str(d) for d in search_dirs) or "no other folder"
+    searched = f" or in {', '.join(str(d) for d in search_dirs)}" if search_dirs else ""
     raise CheckpointError(f"this song was decoded with the VAE folder {path} (sample sha256 {sample[:16]}…), which "
-                          f"{state}; no folder with those weights is beside the model {folder} or in {searched}, "
+                          f"{state}; no folder with those weights is beside the model {folder}{searched}, "
                           f"and the model would now decode with {now()}: put the song's VAE folder back, or pass "
                           "--vae FOLDER to render with another VAE (the audio will differ)")
 
