@@ -262,7 +262,7 @@ def test_malformed_weights_entry_is_named(tmp_path, weights, message):
         recorded_weights(weights)
 
 
-@pytest.mark.parametrize("strength", ["abc", None, 9])
+@pytest.mark.parametrize("strength", ["abc", None, 9, True, "1"])  # true / "1": stop 40 break-it
 def test_bad_recorded_strength_is_an_adapter_error(tmp_path, gen, strength):
     path = _write(tmp_path / "aitk.safetensors", _pair(gen))
     rec = {**_record(path), "strength_ar": strength}

@@ -309,3 +309,14 @@ def test_a_strength_that_underflows_to_zero_is_too_small(tmp_path):
             parse_lora(value)
     assert parse_lora(f"{adapter}:0e-400:0.000") == (str(adapter), 0.0, 0.0)
     assert parse_lora(f"{adapter}:1:1e-3") == (str(adapter), 1.0, 0.001)
+
+
+def test_a_long_stack_of_one_file_is_refused_in_one_short_line(tmp_path):
+    """Break-it (stop 40): 501 entries of one file made the refusal one 15 KB line; it lists 3, the count, the last."""
+    from yue2_core.weights.lora.apply import check_unique
+    a = S.write_adapter("aitk", tmp_path / "a.safetensors", DIMS, rank=2)
+    adapter = read_adapter(str(a), DIMS)
+    with pytest.raises(AdapterError) as err:
+        check_unique([Applied(adapter, 1.0, 1.0) for _ in range(8)])
+    text = str(err.value)
+    assert "reaches the AR 8 times" in text and "… 4 more …" in text and len(text) < 1000, text

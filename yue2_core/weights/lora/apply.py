@@ -207,7 +207,10 @@ def check_unique(stack: list[Applied], experts=("ar", "nar")) -> None:
                 raise AdapterError(_twice(expert, items))
             total = sum(a.strength(expert) for a, *_ in items)
             if len(items) > 1 and abs(total) > STRENGTH_RANGE:
-                listed = " + ".join(f"{a.adapter.path} ×{a.strength(expert):g}" for a, *_ in items)
+                parts = [f"{a.adapter.path} ×{a.strength(expert):g}" for a, *_ in items]
+                if len(parts) > 6:  # 501 entries made one 15 KB line (break-it, stop 40)
+                    parts = parts[:3] + [f"… {len(parts) - 4} more …"] + parts[-1:]
+                listed = " + ".join(parts)
                 raise AdapterError(
                     f"the LoRA {items[0][0].adapter.path} reaches the {expert.upper()} {len(items)} times ({listed}: "
                     f"the same weights file); strengths of the same file add up to {total:g}, beyond the "

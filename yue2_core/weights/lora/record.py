@@ -117,6 +117,11 @@ def recorded_weights(weights) -> tuple[list, dict | None]:
             raise AdapterError(f"the song's config.json \"weights\": loras[{i}] must be an object {{\"file\", "
                                f"\"sha256\", \"strength_ar\", …}}; found {type(rec).__name__} {str(rec)[:80]!r}")
         name = rec.get("file", f"loras[{i}]")
+        for key in ("strength_ar", "strength_nar"):  # JSON numbers only: true or "1" are not what the pack writes
+            if key in rec and (isinstance(rec[key], bool) or not isinstance(rec[key], (int, float))):
+                raise AdapterError(f"the song's config.json \"weights\": recorded {key} of {name} must be a number "
+                                   f"between -5 and 5 (as the pack writes it); found {type(rec[key]).__name__} "
+                                   f"{str(rec[key])[:40]!r}")
         out.append((rec, check_strength(rec.get("strength_ar", 1.0), f"recorded strength_ar of {name}"),
                     check_strength(rec.get("strength_nar", 1.0), f"recorded strength_nar of {name}")))
     vae = weights.get("vae")
