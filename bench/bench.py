@@ -593,6 +593,35 @@ def whole_song(path, abc_n, sem_n):
     record("peak VRAM whole song int8 (GiB, allocator)", peak, None, "GiB")
     if handle is not None:
         record("peak VRAM whole song int8 (GiB, NVML)", nvml_peak[0] / 2 ** 30, None, "GiB", "sampled per progress")
+    # the next attention bucket's graph captured on a worker thread while the current one replays (fast/side_capture)
+    # vs every capture in the main thread (YUE2_SIDE_CAPTURE=0): two more warm songs, off then on
+    again = {}
+    for side in ("0", "1"):
+        old_env = os.environ.get("YUE2_SIDE_CAPTURE")
+        os.environ["YUE2_SIDE_CAPTURE"] = side
+        try:
+            t = time.perf_counter()
+            got = eng.generate(SongRequest("synthetic benchmark", "[Verse]\nla la", cot="full", seed=1), b)
+            sync()
+            again[side] = (time.perf_counter() - t, got)
+        finally:
+            if old_env is None:
+                os.environ.pop("YUE2_SIDE_CAPTURE", None)
+            else:
+                os.environ["YUE2_SIDE_CAPTURE"] = old_env
+
+    def captures(got):
+        parts = []
+        for name, ph in (("ABC", got.score.timing), ("music", got.tokens.timing)):
+            if ph:
+                why = ph.get("side_capture_fallback_reason")
+                parts.append(f"{name} capture on the path {ph.get('graph_capture_seconds', 0):.3f} s, "
+                             f"{ph.get('side_captures', 0)} side captures ({ph.get('side_capture_seconds', 0):.3f} "
+                             f"s on the worker){', fallback: ' + why if why else ''}")
+        return "; ".join(parts)
+    record("whole song int8, next bucket's graph captured beside the replays vs in the main thread (s)",
+           again["1"][0], again["0"][0], "s", f"same process, warm; side: {captures(again['1'][1])}; main thread: "
+           f"{captures(again['0'][1])}")
     del eng
     torch.cuda.empty_cache()
     return wall

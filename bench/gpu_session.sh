@@ -98,7 +98,7 @@ for part in "$@"; do
       # every GPU test file (each skips without CUDA); soundfile (batch song folders) from carried wheels if present
       [ -d .gpuwheels ] && "$PY" -m pip install --no-index --find-links .gpuwheels soundfile >/dev/null 2>&1
       gpu_files=(tests/core/test_cuda_fast.py); for f in tests/core/test_render_gpu.py tests/batch/test_batch_gpu.py \
-          tests/weights/test_lora_gpu.py; do [ -f "$f" ] && gpu_files+=("$f"); done
+          tests/weights/test_lora_gpu.py tests/core/test_side_capture_gpu.py; do [ -f "$f" ] && gpu_files+=("$f"); done
       YUE2_PARITY_DIR=${YUE2_PARITY_DIR:-.gpuparity} "$PY" -m pytest "${gpu_files[@]}" -s -q \
         -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" ;;
     parts)

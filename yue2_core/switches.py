@@ -20,6 +20,8 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_NAR_ATTN         auto (fa3 on Hopper when installed, else gqa) | gqa | fa3 | cudnn | flash | efficient | math:
                           attention backend of the NAR (nar.py, fast/flash_attn.py)
     YUE2_NAR_GRAPH=0      the NAR velocity eagerly instead of replayed from a CUDA graph per chunk (nar.py)
+    YUE2_SIDE_CAPTURE=0   every decode graph captured in the main thread (default: the next attention bucket's graph is
+                          captured on a worker thread while the current one replays; fast/side_capture.py)
     YUE2_L2_PREFETCH      off (default) | POINT:W[,W…][;…]: weights pulled into L2 ahead of the decode products on a
                           side branch of the step; experimental, not yet measured (fast/l2_prefetch.py)
     YUE2_L2_PREFETCH_GRID BLOCKS:PIECE_KB of that prefetch kernel (default 8:64)

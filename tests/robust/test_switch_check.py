@@ -25,6 +25,7 @@ def test_every_documented_switch_is_known(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("name,value,words", [("YUE2_WARMUP", "maybe", "0 or 1"),
+                                              ("YUE2_SIDE_CAPTURE", "on", "0 or 1"),
                                               ("YUE2_WARMUP_PROCS", "-1", "integer"),
                                               ("YUE2_WARMUP_PROCS", "two", "integer"),
                                               ("YUE2_LAYER_KERNEL", "on", "grid"),

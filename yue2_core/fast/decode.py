@@ -385,6 +385,12 @@ class PhaseDecoder:
         self.seeds = [int(x) for x in seeds]
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.capture_s = 0.0
+        # the next attention bucket's graph captured on a worker thread while this one replays (`fast.side_capture`)
+        from . import side_capture
+        self.side_ok = side_capture.enabled()  # validated on every device
+        self._side = None  # the pending side_capture.SideCapture
+        self.side_captures, self.side_capture_s = 0, 0.0
+        self.side_capture_error: str | None = None
         self.graph_error: str | None = None
         self.kernel_error: str | None = None  # set when the fused step failed and the unfused one took over
         from . import fused as fused_mod
@@ -741,7 +747,37 @@ class PhaseDecoder:
         for t, v in zip(self._state(), saved):
             t.copy_(v)
 
+    def _take_side(self) -> None:
+        """Wait for the pending side capture, if any, and keep its graph (`fast.side_capture`); its wait counts as
+        capture time. A failed one is recorded and turns side captures off for this phase."""
+        side, self._side = self._side, None
+        if side is None:
+            return
+        graph = side.take()
+        self.capture_s += side.waited
+        self.side_capture_s += side.seconds
+        if graph is None:
+            self.side_capture_error = self.side_capture_error or side.error
+        elif self.graph_error is None and side.attn_len not in self.graphs:
+            self.graphs[side.attn_len] = graph
+            self.side_captures += 1
+
+    def _start_side(self, attn_len: int) -> None:
+        """Capture `attn_len`'s graph on the worker thread while the graphs already captured replay — only once a
+        graph of this phase exists (its eager step compiled the step's kernels), with the per-kernel step and none
+        of the experimental branches, and not beside the batch command's render worker (`fast.side_capture`)."""
+        if (not self.side_ok or self.side_capture_error is not None or self._side is not None or not self.graphs
+                or attn_len in self.graphs or not self.use_graph or self.graph_error is not None
+                or self.device.type != "cuda" or self.layer_kernel is not None or self.prefetch is not None
+                or self.fns is not None or _CONCURRENT[0]):
+            return
+        from . import side_capture
+        pool = next(iter(self.graphs.values())).pool()
+        self._side = side_capture.start(self._step, attn_len, self.device, _capture_stream(self.device), pool,
+                                        capture_on_stream)
+
     def _graph(self, attn_len: int):
+        self._take_side()
         if attn_len in self.graphs:
             return self.graphs[attn_len]
         t0 = time.perf_counter()
@@ -850,27 +886,32 @@ class PhaseDecoder:
         s, steps, reported = self.s, len(self.forced), 0  # the forced tokens are already in the cache
         max_prefix = max(len(r) for r in self.rows)
         first_s = None
-        while steps < s.max_tokens:
-            n = min(self.block, s.max_tokens - steps)
-            attn_len = min(self.capacity, math.ceil((max_prefix + steps + n) / BUCKET) * BUCKET)
-            self._run_block(n, attn_len)
-            steps += n
-            flags = torch.stack([self.done.all(), torch.isnan(self.logits).any()]).cpu()  # the block's one sync
-            if bool(flags[1]):
-                from ..errors import NumericalError
-                raise NumericalError("the model produced NaN logits: the AR weights look damaged — download the "
-                                     "checkpoint again")
-            if first_s is None:
-                first_s = time.perf_counter() - t0
-            if on_token is not None:
-                row = self.out[0, reported:steps].cpu().tolist()
-                for i, tok in enumerate(row):
-                    on_token(self.phase, reported + i, s.max_tokens, tok)
-                    if tok == self.slice.start + self.slice.end_col:
-                        break
-                reported = steps
-            if bool(flags[0]):
-                break
+        try:
+            while steps < s.max_tokens:
+                n = min(self.block, s.max_tokens - steps)
+                attn_len = min(self.capacity, math.ceil((max_prefix + steps + n) / BUCKET) * BUCKET)
+                self._run_block(n, attn_len)
+                steps += n
+                if max_prefix + s.max_tokens > attn_len:  # the next bucket may be reached: its graph meanwhile
+                    self._start_side(min(self.capacity, attn_len + BUCKET))
+                flags = torch.stack([self.done.all(), torch.isnan(self.logits).any()]).cpu()  # the block's one sync
+                if bool(flags[1]):
+                    from ..errors import NumericalError
+                    raise NumericalError("the model produced NaN logits: the AR weights look damaged — download the "
+                                         "checkpoint again")
+                if first_s is None:
+                    first_s = time.perf_counter() - t0
+                if on_token is not None:
+                    row = self.out[0, reported:steps].cpu().tolist()
+                    for i, tok in enumerate(row):
+                        on_token(self.phase, reported + i, s.max_tokens, tok)
+                        if tok == self.slice.start + self.slice.end_col:
+                            break
+                    reported = steps
+                if bool(flags[0]):
+                    break
+        finally:
+            self._take_side()  # a pending side capture ends before the buffers it recorded are freed
         if self.layer_kernel is not None:
             self.layer_kernel.check()  # a grid barrier that gave up means wrong tokens: an error, not a song
         out = self.out[:, :steps].cpu().tolist()
@@ -886,6 +927,8 @@ class PhaseDecoder:
             results.append(PhaseResult(content, ended, {
                 "seconds": seconds, "prefill_seconds": prefill_s, "ttft_seconds": first_s, "output_tokens": count,
                 "graph_capture_seconds": self.capture_s,
+                "side_captures": self.side_captures, "side_capture_seconds": round(self.side_capture_s, 4),
+                **({"side_capture_fallback_reason": self.side_capture_error} if self.side_capture_error else {}),
                 "decode_tokens_per_second": steps / steady if steady > 0 else 0.0,
                 "content_tokens": len(content), "tokens_per_second": count / seconds if seconds > 0 else 0.0,
                 "prefix_tokens": len(self.rows[g]), "cfg_branches": 2 if self.cfg != 1.0 else 1,
@@ -916,6 +959,7 @@ class PhaseDecoder:
 
     def release(self):
         """Free the static buffers and graphs (called at the end of `run`)."""
+        self._take_side()
         self.graphs.clear()
         for name in ("k", "v", "logits", "noise", "out", "tail"):
             setattr(self, name, None)

@@ -1,0 +1,68 @@
+"""The side capture's bookkeeping on the CPU (`yue2_core.fast.side_capture`, `PhaseDecoder._take_side`): a finished
+capture's graph is kept for its bucket, a failed one is recorded and turns side captures off, the switch is
+validated at construction, and a CPU decoder never starts one. The captures themselves need CUDA:
+tests/core/test_side_capture_gpu.py."""
+import concurrent.futures
+
+import pytest
+
+from yue2_core.errors import RequestError
+from yue2_core.fast import decode as fd
+from yue2_core.fast import side_capture
+from yue2_core.protocol import Sampling, SongRequest, semantic_prefix
+
+
+def _decoder(eng, steps=40):
+    sp = semantic_prefix(SongRequest("pop", "la la", cot="full"), [], eng.tokenizer.encode)
+    return fd.PhaseDecoder(eng.ar, [sp], Sampling(min_tokens=steps, max_tokens=steps), [1], "semantic")
+
+
+def _pending(attn_len, result=None, error=None):
+    future = concurrent.futures.Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result((result, 0.25))
+    return side_capture.SideCapture(attn_len, future)
+
+
+def test_a_finished_side_capture_is_kept_for_its_bucket(tiny_engine):
+    dec = _decoder(tiny_engine)
+    graph = object()  # what the worker returned; the bookkeeping never calls it
+    dec._side = _pending(2048, result=graph)
+    dec._take_side()
+    assert dec.graphs == {2048: graph} and dec.side_captures == 1 and dec.side_capture_s == 0.25
+    assert dec._side is None and dec.side_capture_error is None
+
+
+def test_a_failed_side_capture_is_recorded_and_turns_them_off(tiny_engine):
+    dec = _decoder(tiny_engine)
+    dec._side = _pending(2048, error=RuntimeError("operation not permitted when stream is capturing"))
+    dec._take_side()
+    assert dec.graphs == {} and dec.side_captures == 0
+    assert "not permitted" in dec.side_capture_error
+    dec.graphs[1024] = object()  # even with a graph replaying, no further side capture is started
+    dec.use_graph, dec.device = True, __import__("torch").device("cuda")
+    dec._start_side(3072)
+    assert dec._side is None
+
+
+def test_a_side_capture_after_a_graph_failure_is_dropped(tiny_engine):
+    """The decoder went eager (graph_error) while a capture was pending: its graph is not kept."""
+    dec = _decoder(tiny_engine)
+    dec.graph_error = "capture failed"
+    dec._side = _pending(2048, result=object())
+    dec._take_side()
+    assert dec.graphs == {} and dec.side_captures == 0
+
+
+def test_the_switch_is_checked_when_a_decoder_is_made(tiny_engine, monkeypatch):
+    monkeypatch.setenv("YUE2_SIDE_CAPTURE", "on")
+    with pytest.raises(RequestError) as e:
+        _decoder(tiny_engine)
+    assert "YUE2_SIDE_CAPTURE" in str(e.value) and "0 or 1" in str(e.value)
+
+
+def test_a_cpu_decoder_starts_no_side_capture(tiny_engine):
+    res = _decoder(tiny_engine, steps=24).run()[0]
+    assert res.timing["side_captures"] == 0 and "side_capture_fallback_reason" not in res.timing
