@@ -104,7 +104,8 @@ def start(step, attn_len: int, device, stream, pool, capture) -> SideCapture:
 
     def job():
         t0 = time.perf_counter()
-        with torch.inference_mode(), torch.cuda.device(device):
+        # the stream's own device: "cuda" without an index would be the worker thread's current device (0)
+        with torch.inference_mode(), torch.cuda.device(stream.device):
             _prime(stream)
             graph = torch.cuda.CUDAGraph()
             capture(graph, pool, stream, lambda: step(attn_len), "thread_local")
