@@ -66,3 +66,22 @@ def test_the_switch_is_checked_when_a_decoder_is_made(tiny_engine, monkeypatch):
 def test_a_cpu_decoder_starts_no_side_capture(tiny_engine):
     res = _decoder(tiny_engine, steps=24).run()[0]
     assert res.timing["side_captures"] == 0 and "side_capture_fallback_reason" not in res.timing
+
+
+def test_a_first_bucket_waits_for_a_main_thread_capture_in_the_process(tiny_engine, monkeypatch):
+    """The phase's first bucket is side-captured (no eager step before it) only once a main-thread capture has
+    succeeded on the device in this process; before that, `_graph` captures it the old way."""
+    import torch
+    dec = _decoder(tiny_engine)
+    dec.use_graph, dec.device = True, torch.device("cuda")
+    monkeypatch.setattr(fd, "_CAPTURED", set())
+    started = []
+    monkeypatch.setattr(side_capture, "start", lambda *a: started.append(a[1]) or "pending")
+    monkeypatch.setattr(fd, "_capture_stream", lambda device: "stream")  # no CUDA here
+    dec._start_side(1024, first=True)
+    assert started == [] and dec._side is None
+    dec._start_side(1024)  # a later bucket needs a graph of this phase
+    assert started == []
+    fd._CAPTURED.add("cuda")
+    dec._start_side(1024, first=True)
+    assert started == [1024] and dec._side == "pending"
