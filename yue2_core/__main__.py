@@ -527,30 +527,43 @@ def _note_replaced_vae(config: dict, used: dict, given: str) -> None:
 
 def _song_lora_int8(weights) -> str | None:
     """How a re-render applies LoRAs to int8 layers (`YuE2Engine.load`'s `lora_int8`): the mode the song records
-    (config.json "weights"."lora_int8", "side" | "bf16"), said on stderr when it is "bf16"; when $YUE2_LORA_INT8
-    asks for the other one, that one (a choice, as --steps is), with a note naming both — the new song records it.
-    None when the song records no mode ($YUE2_LORA_INT8, else "side"). AdapterError for a malformed record."""
+    (config.json "weights"."lora_int8", "side" | "bf16"); when $YUE2_LORA_INT8 asks for the other one, that one (a
+    choice, as --steps is) — the new song records it. None when the song records no mode ($YUE2_LORA_INT8, else
+    "side"). AdapterError for a malformed record. What is said of it comes after the load (`_say_lora_int8`): only
+    when int8 layers got LoRAs."""
     from .weights.lora.record import recorded_int8_mode
     made = recorded_int8_mode(weights)
     asked = os.environ.get("YUE2_LORA_INT8", "").strip()  # checked by _check_switches
-    words = {"side": "as exact side deltas beside the int8 codes",
-             "bf16": "merged into layers dequantized to bf16"}
+    return asked if made is not None and asked and asked != made else made
+
+
+_INT8_WORDS = {"side": "as exact side deltas beside the int8 codes", "bf16": "merged into layers dequantized to bf16"}
+
+
+def _say_lora_int8(weights, used: str | None) -> None:
+    """Say on stderr how a re-render applied the LoRAs to int8 layers against what the song records (`weights`, its
+    config.json "weights"): `used` is the mode the loaded engine records (`engine.weights["lora_int8"]`), None when
+    no int8 layer got a LoRA — a bf16 checkpoint, adapters on float layers only, --no-lora —, where the mode changes
+    nothing and nothing is said (review, stop 41: "LoRAs on int8 layers merged …" was said for a bf16 checkpoint)."""
+    if used is None:
+        return
+    from .weights.lora.record import recorded_int8_mode
+    made = recorded_int8_mode(weights)
+    asked = os.environ.get("YUE2_LORA_INT8", "").strip()
     if made is None:
-        loras = weights.get("loras") if isinstance(weights, dict) else None
-        if asked == "bf16" and loras:  # break-it review (stop 40): songs of the nodes and of earlier versions
-            print("note: this song does not record how its LoRAs went onto int8 layers (the ComfyUI nodes and "
-                  "versions before 2026-12-06 apply them as side deltas, the default); YUE2_LORA_INT8=bf16 merges "
-                  f"them into layers dequantized to bf16: with an int8 checkpoint the audio will differ slightly — "
-                  "unset YUE2_LORA_INT8 to render it as it was most likely made", file=sys.stderr)
-        return None
-    if asked and asked != made:
-        print(f"note: YUE2_LORA_INT8={asked} applies the LoRAs to int8 layers {words[asked]}; this song was made "
-              f"with {made} ({words[made]}): the audio will differ slightly — unset YUE2_LORA_INT8 to render it as "
-              f"it was made; the new song records {asked}", file=sys.stderr)
-        return asked
-    if made == "bf16":
-        print(f"render: LoRAs on int8 layers {words[made]} (YUE2_LORA_INT8=bf16, the song's own)", file=sys.stderr)
-    return made
+        if asked == "bf16" and isinstance(weights, dict) and weights.get("loras"):  # stop 40: older songs
+            print("note: this song does not record how its LoRAs went onto int8 layers (earlier versions, the "
+                  "ComfyUI nodes' included, applied them as side deltas, the default); "
+                  "YUE2_LORA_INT8=bf16 merges them into layers dequantized to bf16: the audio will differ slightly "
+                  "— unset YUE2_LORA_INT8 to render it as it was most likely made", file=sys.stderr)
+        return
+    if used != made:
+        print(f"note: YUE2_LORA_INT8={used} applies the LoRAs to int8 layers {_INT8_WORDS[used]}; this song was made "
+              f"with {made} ({_INT8_WORDS[made]}): the audio will differ slightly — unset YUE2_LORA_INT8 to render it "
+              f"as it was made; the new song records {used}", file=sys.stderr)
+    elif made == "bf16":
+        print(f"render: LoRAs on int8 layers {_INT8_WORDS[made]} (YUE2_LORA_INT8=bf16, the song's own)",
+              file=sys.stderr)
 
 
 def _num(x: float) -> str:
@@ -622,6 +635,7 @@ def cmd_render(args) -> int:
     vendor_vae = _song_vendor_vae(saved.config.get("checkpoint"), checkpoint) if vae is None else None
     engine, synthetic = _load_engine(args, checkpoint, how, loras=loras, vae=vae, vendor_vae=vendor_vae,
                                      lora_int8=_song_lora_int8(saved.config.get("weights")))
+    _say_lora_int8(saved.config.get("weights"), (engine.weights or {}).get("lora_int8"))
     if args.vae:
         _note_replaced_vae(saved.config, engine.weights.get("vae") or {}, args.vae)
     if not args.lora and not args.no_lora:  # the song's own adapters, read again: the same files as when it was made

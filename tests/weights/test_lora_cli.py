@@ -300,14 +300,48 @@ def test_render_applies_the_lora_int8_mode_the_song_records(files, capsys, monke
 
 
 def test_render_of_a_song_without_the_int8_mode_notes_the_switch(capsys, monkeypatch):
-    """Break-it review (stop 40): a song that records no `lora_int8` (made by the nodes, or before the field) rendered
-    under YUE2_LORA_INT8=bf16 changed without a word."""
-    from yue2_core.__main__ import _song_lora_int8
+    """Break-it review (stop 40): a song that records no `lora_int8` (made by the nodes before they recorded it, or
+    before the field) rendered under YUE2_LORA_INT8=bf16 changed without a word. Said after the load, only when
+    int8 layers got LoRAs (review, stop 41: `used` None — a bf16 checkpoint — says nothing)."""
+    from yue2_core.__main__ import _say_lora_int8, _song_lora_int8
     weights = {"loras": [{"file": "a.safetensors", "strength_ar": 1.0, "strength_nar": 1.0}]}
     monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
-    assert _song_lora_int8(weights) is None
-    assert "note: this song does not record how its LoRAs went onto int8 layers" in capsys.readouterr().err
-    monkeypatch.delenv("YUE2_LORA_INT8")
     assert _song_lora_int8(weights) is None and capsys.readouterr().err == ""
+    _say_lora_int8(weights, "bf16")
+    assert "note: this song does not record how its LoRAs went onto int8 layers" in capsys.readouterr().err
+    _say_lora_int8(weights, None)  # no int8 layer got a LoRA: the mode changed nothing
+    _say_lora_int8({"loras": []}, "bf16")  # no LoRA of the song's: nothing to say of it
+    _say_lora_int8({**weights, "lora_int8": "bf16"}, None)
+    assert capsys.readouterr().err == ""
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    _say_lora_int8(weights, "side")
+    assert capsys.readouterr().err == ""
+
+
+def test_render_says_nothing_of_the_int8_mode_where_no_int8_layer_gets_a_lora(files, capsys, monkeypatch):
+    """Review (stop 41): `render: LoRAs on int8 layers merged into layers dequantized to bf16 …` (and the notes on
+    YUE2_LORA_INT8) were said for a bf16 checkpoint too, which has no int8 layer. Said only when int8 layers got
+    LoRAs; the new song then records no mode."""
+    bf16 = files["root"] / "tiny_bf16.safetensors"
+    if not bf16.exists():
+        write_synthetic_checkpoint(str(bf16), "tiny", "bf16", seed=0)
     monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
-    assert _song_lora_int8({"loras": []}) is None and capsys.readouterr().err == ""  # no LoRA: nothing to say
+    made = _song(files, "int8_bf16", "--lora", f"{files['lora']}:1:0.5")
+    assert json.loads((made / "config.json").read_text())["weights"]["lora_int8"] == "bf16"
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    capsys.readouterr()
+    out = files["root"] / "int8_bf16_on_bf16"
+    assert _run("render", made, "--checkpoint", bf16, "--device", "cpu", "--offline", "--output", out) == 0
+    err = capsys.readouterr().err
+    assert "int8 layers" not in err and "YUE2_LORA_INT8" not in err, err
+    assert "lora_int8" not in json.loads((out / "config.json").read_text())["weights"]
+    monkeypatch.setenv("YUE2_LORA_INT8", "side")  # the other mode asked: nothing to apply it to, nothing said
+    out = files["root"] / "int8_bf16_on_bf16_side"
+    assert _run("render", made, "--checkpoint", bf16, "--device", "cpu", "--offline", "--output", out) == 0
+    err = capsys.readouterr().err
+    assert "int8 layers" not in err and "YUE2_LORA_INT8" not in err, err
+    # the int8 file still says it (the song's own mode)
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    out = files["root"] / "int8_bf16_again"
+    assert _run("render", made, "--device", "cpu", "--offline", "--output", out) == 0
+    assert "render: LoRAs on int8 layers merged into layers dequantized to bf16" in capsys.readouterr().err
