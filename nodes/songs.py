@@ -303,11 +303,26 @@ class YuE2LoadSong(io.ComfyNode):
                          "the edit")
         with user_errors():
             song_model = model_with_song_weights(model, saved.config.get("weights"))
+            lines += int8_mode_notes(saved.config.get("weights"), song_model)
         if song_model is not model:
             lines.append(f"model output: the checkpoint with the song's {len(song_model.adapters)} LoRA(s)"
                          + (" and its VAE file" if song_model.vae_file is not None else ""))
         return io.NodeOutput(saved.score, saved.tokens, latent, saved, song_model,
                              ui={"text": ["\n".join(lines)]})
+
+
+def int8_mode_notes(weights, model) -> list[str]:
+    """A note when the song's LoRAs went onto int8 layers merged into bf16 (config.json "weights"."lora_int8"
+    "bf16": YUE2_LORA_INT8=bf16 on the command line) and `model` (an int8 checkpoint with adapters) applies them as
+    the nodes always do, as exact side deltas: what it renders anew differs slightly (review, stop 41). AdapterError
+    for a malformed record, as `render` refuses it."""
+    from yue2_core.weights.lora.record import recorded_int8_mode
+    if recorded_int8_mode(weights) != "bf16" or not model.adapters or model.info.format != "int8":
+        return []
+    return ["note: this song's LoRAs were merged into its int8 layers dequantized to bf16 (YUE2_LORA_INT8=bf16 on "
+            "the command line); the nodes apply them as exact side deltas beside the int8 codes, so what the model "
+            "output renders anew differs slightly from the song — `python -m yue2_core render` renders it as it "
+            "was made"]
 
 
 def _checkpoint_notes(recorded, model) -> list[str]:

@@ -221,3 +221,36 @@ def test_a_sidecar_added_beside_the_adapter_is_read_again(comfy, comfy_server, c
         assert "adapter_config.json" in text, text
     finally:
         shutil.rmtree(sub, ignore_errors=True)
+
+
+def test_node_songs_record_the_int8_mode_and_load_song_says_a_bf16_one(comfy, comfy_server, checkpoints, loras,
+                                                                       monkeypatch, capsys):
+    """Review (stop 41): songs of the nodes recorded no `weights.lora_int8`, though the nodes always apply LoRAs on
+    int8 layers as side deltas — a command-line `render` under YUE2_LORA_INT8=bf16 could only guess. They record
+    "side" (an int8 checkpoint; none for bf16, whose layers are all float), so `render` says what the switch
+    changes; Load Song of a song whose LoRAs were merged into bf16 (YUE2_LORA_INT8=bf16 on the command line) says
+    that its model output applies them as side deltas."""
+    from yue2_core.__main__ import main
+    int8, _ = _song(comfy, comfy_server, _compose(TINY_INT8, 61, (LORA, 1.0, 1.0), name="i8mode", render=True))
+    assert json.loads((int8 / "config.json").read_text())["weights"]["lora_int8"] == "side"
+    plain, _ = _song(comfy, comfy_server, _compose(TINY, 61, (LORA, 1.0, 1.0), name="bfmode", render=True))
+    assert "lora_int8" not in json.loads((plain / "config.json").read_text())["weights"]
+    monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
+    capsys.readouterr()
+    made = comfy_server.output_dir / "yue2" / "cli_bf16_00001"
+    assert main(["render", str(int8), "--device", "cpu", "--offline", "--output", str(made)]) == 0
+    err = capsys.readouterr().err
+    assert "note: YUE2_LORA_INT8=bf16 applies the LoRAs to int8 layers" in err, err
+    assert "this song was made with side" in err and "does not record" not in err, err
+    assert json.loads((made / "config.json").read_text())["weights"]["lora_int8"] == "bf16"
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    texts = {}
+    for ckpt in (TINY_INT8, TINY):
+        p = {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": ckpt}},
+             "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": made.name}},
+             "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}}}
+        entry = run(comfy, p)
+        texts[ckpt] = json.dumps(entry["outputs"]["2"])
+    assert "merged into its int8 layers dequantized to bf16" in texts[TINY_INT8], texts[TINY_INT8]
+    assert "exact side deltas" in texts[TINY_INT8]
+    assert "dequantized to bf16" not in texts[TINY], texts[TINY]  # a bf16 checkpoint: no int8 layer
