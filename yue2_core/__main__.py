@@ -1005,11 +1005,12 @@ def cmd_batch(args) -> int:
     _check_budget_fits(args.max_seconds, args.max_abc_tokens)
     checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
     info = inspect_checkpoint(checkpoint)
+    stack = []
     if args.lora or args.vae:  # own weights checked before batch.json is written (else a rerun needs --resume);
         # the engine reads the adapters again when it loads: once per batch, the price of failing before any output
+        from .weights.lora.apply import Applied
         from .weights.lora.layouts import read_adapter
-        for path, _, _ in args.lora:
-            read_adapter(path, info.dims)
+        stack = [Applied(read_adapter(path, info.dims), a, n) for path, a, n in args.lora]
         if args.vae:
             from .weights.vae_files import open_vae
             open_vae(args.vae)
@@ -1033,15 +1034,19 @@ def cmd_batch(args) -> int:
             _note_synthetic_music(largest)
     fp32 = args.dtype == "fp32"
     from .batch.driver import vendor_vae_record
-    from .weights.lora.apply import int8_mode
+    from .weights.lora.apply import int8_mode, reaches_int8
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    # the NAR keeps int8 layers only on a CPU (Ray: CPU actors with --ray-cpu-workers, else one GPU each)
+    nar_float = args.ray_cpu_workers is None if args.ray is not None else device.type == "cuda"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
                            continuous=args.continuous,
                            run={"checkpoint": os.path.abspath(checkpoint), "device": args.device, "dtype": args.dtype,
                                 "loras": [[os.path.abspath(p), a, n] for p, a, n in args.lora],
                                 "vae": os.path.abspath(args.vae) if args.vae else None,
-                                # how LoRAs go onto int8 layers (YUE2_LORA_INT8): recorded, a --resume compares it
-                                "lora_int8": int8_mode() if args.lora and info.format == "int8" else None,
+                                # how LoRAs go onto int8 layers (YUE2_LORA_INT8): recorded when they reach one
+                                # (stop 41: not for adapters on float layers only); a --resume compares it
+                                "lora_int8": int8_mode() if reaches_int8(info, stack, nar_float) else None,
                                 "vendor_vae": vendor_vae_record(info, args.vae)})
     shape = {}  # the batch decoder's rows, known once run_batch sized the batch: the warm-up compiles its kernels
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(
@@ -1059,7 +1064,6 @@ def cmd_batch(args) -> int:
             return run_batch(options, runner=runner, **kw)
         finally:
             runner.close()
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     return run_batch(options, on_cuda=device.type == "cuda", free_bytes=device_free_bytes(device), **kw)
 
 

@@ -622,6 +622,28 @@ def set_side(root: nn.Module, sides: dict) -> int:
     return n
 
 
+def reaches_int8(info, stack: list[Applied], nar_float: bool) -> bool:
+    """Whether `stack` patches an int8 ConvRot linear of the checkpoint `info` (`CheckpointInfo`) — when
+    `YuE2Engine.load` records how it applied them (`weights["lora_int8"]`, `apply_stack`'s `int8_mode`): the AR's
+    quantized linears everywhere, the NAR's only where it keeps them (`nar_float`: on CUDA `load_nar` turns them
+    into bf16 layers). The experts are built on the meta device from the header's quantization maps: no weight is
+    read. Entries at strength 0 on an expert do not count (review, stop 41: `batch` recorded a mode for adapters on
+    float layers only, and a --resume under the other YUE2_LORA_INT8 was refused for nothing)."""
+    if not getattr(info, "quantized_modules", 0):
+        return False
+    from ...ar import ARModel
+    from ...nar import NARModel
+    for expert, quant, cls in (("ar", info.quant_ar, ARModel), ("nar", info.quant_nar, NARModel)):
+        names = {n for n in module_items(stack, expert) if n in quant}
+        if not names or (expert == "nar" and nar_float):
+            continue
+        with torch.device("meta"):
+            root = cls(info.dims, quant, torch.bfloat16)
+        if any(_is_int8(_module(root, n, expert)) for n in names):
+            return True
+    return False
+
+
 INT8_MODES = ("side", "bf16")  # how adapters apply to int8 ConvRot layers (YUE2_LORA_INT8; songs record it)
 
 
