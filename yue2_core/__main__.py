@@ -1049,8 +1049,10 @@ def cmd_batch(args) -> int:
                                 "lora_int8": int8_mode() if reaches_int8(info, stack, nar_float) else None,
                                 "vendor_vae": vendor_vae_record(info, args.vae)})
     shape = {}  # the batch decoder's rows, known once run_batch sized the batch: the warm-up compiles its kernels
+    vendor_vae = options.run["vendor_vae"]  # the VAE folder batch.json records is the one the engines decode with
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(
-              args, checkpoint, how, batch_rows=shape.get("rows", 0), batch_refill=shape.get("refill", False))[0],
+              args, checkpoint, how, batch_rows=shape.get("rows", 0), batch_refill=shape.get("refill", False),
+              vendor_vae=vendor_vae["path"] if vendor_vae else None)[0],
               weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=info.vae,
               on_batching=lambda rows, refill: shape.update(rows=rows, refill=refill))
     if args.ray is not None:  # docs/batch.md "Ray": the workers' devices size the batch (runner.prepare)
@@ -1058,7 +1060,7 @@ def cmd_batch(args) -> int:
         print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
         absolute = os.path.abspath  # the workers may run in another folder, or on another node
         spec = EngineSpec(absolute(checkpoint), args.dtype, tuple((absolute(p), a, n) for p, a, n in args.lora),
-                          absolute(args.vae) if args.vae else None, yue2_env())
+                          absolute(args.vae) if args.vae else None, yue2_env(), vendor_vae=vendor_vae)
         runner = RayRunner(args.ray, spec, cpu_workers=args.ray_cpu_workers)
         try:
             return run_batch(options, runner=runner, **kw)
