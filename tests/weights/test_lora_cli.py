@@ -345,3 +345,35 @@ def test_render_says_nothing_of_the_int8_mode_where_no_int8_layer_gets_a_lora(fi
     out = files["root"] / "int8_bf16_again"
     assert _run("render", made, "--device", "cpu", "--offline", "--output", out) == 0
     assert "render: LoRAs on int8 layers merged into layers dequantized to bf16" in capsys.readouterr().err
+
+
+def test_weights_at_paths_that_are_not_utf8_are_found_again_by_render(tmp_path, monkeypatch):
+    """Review (stop 41): a checkpoint and a LoRA whose names hold bytes that are not UTF-8 (a Latin-1 `é`, `\\xff`)
+    were recorded in config.json as `\\xNN` text, so `render` reported both missing. They are written as JSON
+    `\\udcNN` escapes (valid UTF-8 JSON) that read back as the same path: render finds them, the same song."""
+    import io
+    import os
+    import sys
+    raw_err = io.BytesIO()  # as Python's own stderr (capsys' refuses surrogates)
+    err = io.TextIOWrapper(raw_err, encoding="utf-8", errors="backslashreplace", write_through=True)
+    monkeypatch.setattr(sys, "stderr", err)
+    root = os.fsencode(str(tmp_path))
+    ckpt = os.fsdecode(root + b"/tiny\xff.safetensors")
+    write_synthetic_checkpoint(ckpt, "tiny", "int8", seed=0)
+    lora = os.fsdecode(root + b"/lo\xe9ra.safetensors")
+    lora_synth.write_adapter("aitk", lora, inspect_checkpoint(ckpt).dims, rank=2, seed=1)
+    song = tmp_path / "song"
+    assert _run("generate", "--style", "pop", "--lyrics", "la", "--seed", "5", "--checkpoint", ckpt, *SMALL,
+                "--lora", lora, "--output", song) == 0
+    raw = (song / "config.json").read_bytes()
+    raw.decode("utf-8")  # still UTF-8 text
+    assert b"tiny\\udcff.safetensors" in raw and b"\\\\x" not in raw
+    config = json.loads(raw)
+    assert config["checkpoint"]["path"] == ckpt and config["weights"]["loras"][0]["path"] == lora
+    assert config["weights"]["loras"][0]["file"] == os.path.basename(lora)
+    start = len(raw_err.getvalue())
+    again = tmp_path / "again"
+    assert _run("render", song, "--device", "cpu", "--offline", "--output", again) == 0
+    said = raw_err.getvalue()[start:].decode("utf-8")
+    assert "missing" not in said and "gone" not in said and "recorded in the song's config.json" in said, said
+    assert _same(song, again)
