@@ -21,7 +21,7 @@ from yue2_core.errors import CheckpointError
 from yue2_core.weights.checkpoint import CheckpointInfo, file_state, load_ar, load_nar, load_vae
 from yue2_core.weights.lora.apply import merge_into, plan_expert, set_side, side_deltas
 from yue2_core.weights.lora.model import BiasDiff, Replace
-from yue2_core.weights.lora.record import lora_record
+from yue2_core.weights.lora.record import STACK_RULES, lora_record
 from yue2_core.weights import own
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
 from yue2_core.nar import float_linears
@@ -169,6 +169,8 @@ class YuE2Model:
                "vae": None if self.vae_file is None else self.vae_file.record()}
         if self.int8_patched():
             out["lora_int8"] = "side"
+        if self.adapters:  # the stacking rule (a replacement first), as `YuE2Engine.load` records it
+            out["stack_rules"] = STACK_RULES
         return out
 
     def int8_patched(self) -> bool:

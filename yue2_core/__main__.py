@@ -432,6 +432,7 @@ def _song_weights(args) -> tuple[list, str | None]:
                                f"their strengths, as the song has them (the missing one where it lies now): "
                                f"{options}") from None
         loras = found
+        _refuse_old_fl_stack(recorded, found)
     elif loras and recorded:
         given = [f"{Path(p).name}:{_num(ar)}:{_num(nar)}" for p, ar, nar in loras]
         same = _same_adapters(recorded, loras)
@@ -523,6 +524,57 @@ def _note_replaced_vae(config: dict, used: dict, given: str) -> None:
     print(f"note: --vae replaces the VAE this song was decoded with — {was} — by {used.get('path') or given}"
           f"{' (' + used['variant'] + ')' if used.get('variant') else ''}: the audio will differ unless they hold "
           "the same weights; the new song records the new one", file=sys.stderr)
+
+
+def _note_old_stack_rule(weights, old_rule: list, loras: list) -> None:
+    """A note on stderr when a re-render with the song's own adapters (`loras`: (path, AR, NAR) in the song's
+    order) meets a stack where the rule before 2026-12-06 gave other weights (`engine.old_rule`: a replacement
+    erased the deltas of an entry before it) and the song may come from that rule (`record.may_predate_stack_rules`:
+    no "stack_rules" / "lora_int8" recorded): what changed, and the --lora options that give the old weights when
+    one entry's deltas on that expert were all erased (review, stop 41)."""
+    from .weights.lora.record import may_predate_stack_rules
+    if not old_rule or not may_predate_stack_rules(weights):
+        return
+    for item in old_rule:
+        e, rep, gone = item["expert"], loras[item["replacer"]][0], loras[item["erased"]][0]
+        how = "no --lora gives the old weights exactly: keep its audio.flac"
+        if len(old_rule) == 1 and item["whole"]:
+            options = [shlex.quote(f"--lora={p}:{_num(0.0 if k == item['erased'] and e == 'ar' else ar)}:"
+                                   f"{_num(0.0 if k == item['erased'] and e == 'nar' else nar)}")
+                       for k, (p, ar, nar) in enumerate(loras)]
+            how = f"{' '.join(options)} renders it as the old rule did"
+        print(f"note: this song records no stacking rule (saved before 2026-12-06, or that day): if it was made "
+              f"before then, {rep} replaced {e.upper()} {', '.join(item['modules'])} and erased the deltas {gone}, "
+              "before it in the stack, had put on them; replacements now apply first and those deltas add to them "
+              f"(docs/lora.md, Stacking), so this render differs from its audio.flac — {how}", file=sys.stderr)
+
+
+def _refuse_old_fl_stack(recorded: list, found: list) -> None:
+    """AdapterError, before any weight is read, for a song made before 2026-12-06 with an FL AR file and its own NAR
+    file as two adapters (`record.fl_companion_twice`): the NAR deltas applied twice then, the stack is refused now
+    — said as such, with the --lora options that give the same NAR deltas once (their NAR strengths summed) where
+    that fits ±5 (review, stop 41: refused with the general message only). `found`: (path, AR, NAR) where the
+    song's adapters lie now."""
+    from .errors import AdapterError
+    from .weights.lora.apply import STRENGTH_RANGE
+    from .weights.lora.record import fl_companion_twice
+    pair = fl_companion_twice(recorded)
+    if pair is None:
+        return
+    i, j = pair
+    (a, a_ar, a_nar), (b, _, b_nar) = found[i], found[j]
+    total = a_nar + b_nar
+    if abs(total) <= STRENGTH_RANGE:
+        options = [shlex.quote(f"--lora={p}:{_num(ar)}:{_num(nar)}") for p, ar, nar in
+                   [(a, a_ar, 0.0) if k == i else (b, 0.0, total) if k == j else e for k, e in enumerate(found)]]
+        how = (f"{' '.join(options)} applies the same NAR deltas once, at their summed strength (the same song up "
+               "to rounding)")
+    else:
+        how = f"their NAR strengths add up to {_num(total)}, past ±{STRENGTH_RANGE:g}: no --lora renders it as made"
+    raise AdapterError(f"this song was made before 2026-12-06 with the FL adapter {a} and its own NAR file {b} as "
+                       f"two LoRAs: both reached the NAR, so that file's deltas applied twice (×{_num(a_nar)} as the "
+                       f"companion, ×{_num(b_nar)} as its own entry); the stacking rules changed and refuse that "
+                       f"stack now — {how}; or give the --lora stack you want, or --no-lora")
 
 
 def _song_lora_int8(weights) -> str | None:
@@ -636,6 +688,8 @@ def cmd_render(args) -> int:
     engine, synthetic = _load_engine(args, checkpoint, how, loras=loras, vae=vae, vendor_vae=vendor_vae,
                                      lora_int8=_song_lora_int8(saved.config.get("weights")))
     _say_lora_int8(saved.config.get("weights"), (engine.weights or {}).get("lora_int8"))
+    if not args.lora and not args.no_lora:  # the song's own stack: a rule older than the song's record?
+        _note_old_stack_rule(saved.config.get("weights"), getattr(engine, "old_rule", []), loras)
     if args.vae:
         _note_replaced_vae(saved.config, engine.weights.get("vae") or {}, args.vae)
     if not args.lora and not args.no_lora:  # the song's own adapters, read again: the same files as when it was made

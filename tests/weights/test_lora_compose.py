@@ -349,3 +349,17 @@ def test_one_file_replacing_and_changing_one_module_is_refused(tmp_path, delta, 
     assert "\n" not in message
     kinds = {type(p.delta).__name__ for p in read_adapter(str(plain), DIMS).patches if p.module == "vae2llm"}
     assert kinds == {"Replace"}, kinds
+
+
+def test_the_old_stacking_rule_is_told_apart_by_order(tmp_path):
+    """Review (stop 41): where the rule before 2026-12-06 (each patch in stack order, a replacement erasing the
+    deltas before it) gave other weights — a replacement after another entry's deltas on its module; not before
+    it, not at strength 0 — which a re-render of an older song then notes (`old_rule_summary`)."""
+    from yue2_core.weights.lora.apply import old_rule_summary
+    ms = _read("ms-raw-nar", tmp_path / "ms.safetensors")
+    cn = _read("comfy-native", tmp_path / "cn.safetensors")
+    assert old_rule_summary([Applied(cn), Applied(ms)]) == [
+        {"expert": "nar", "replacer": 1, "erased": 0, "modules": ["llm2vae", "vae2llm"], "whole": False}]
+    assert old_rule_summary([Applied(ms), Applied(cn)]) == []  # the deltas came after: added under both rules
+    assert old_rule_summary([Applied(cn), Applied(ms, 1.0, 0.0)]) == []  # the replacement off
+    assert old_rule_summary([Applied(cn, 1.0, 0.0), Applied(ms)]) == []  # the deltas off
