@@ -611,8 +611,8 @@ def _say_lora_int8(weights, used: str | None) -> None:
         return
     if used != made:
         print(f"note: YUE2_LORA_INT8={used} applies the LoRAs to int8 layers {_INT8_WORDS[used]}; this song was made "
-              f"with {made} ({_INT8_WORDS[made]}): the audio will differ slightly — unset YUE2_LORA_INT8 to render it "
-              f"as it was made; the new song records {used}", file=sys.stderr)
+              f"with {made} ({_INT8_WORDS[made]}): the audio will differ slightly — unset YUE2_LORA_INT8 to render "
+              f"it as it was made; the new song records {used}", file=sys.stderr)
     elif made == "bf16":
         print(f"render: LoRAs on int8 layers {_INT8_WORDS[made]} (YUE2_LORA_INT8=bf16, the song's own)",
               file=sys.stderr)

@@ -460,7 +460,8 @@ def _run_differs(settings: dict, run: dict) -> list[str]:
     those batch.json `settings` recorded (a key recorded since 2026-12-04, compared when both sides have it): the
     songs of one batch come from one model. The device is not compared (the same model on another device). Also
     `lora_int8` (YUE2_LORA_INT8's mode, recorded when --lora reaches int8 layers: side and bf16 give other
-    numbers; a batch.json without it, or either side None, compares nothing). The vendor VAE folder: `_vendor_vae_refused`."""
+    numbers; a batch.json without it, or either side None, compares nothing). The vendor VAE folder:
+    `_vendor_vae_refused`."""
     differ = []
     for key, flag in (("checkpoint", "--checkpoint"), ("dtype", "--dtype"), ("vae", "--vae"), ("loras", "--lora"),
                       ("lora_int8", "YUE2_LORA_INT8")):
