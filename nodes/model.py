@@ -21,7 +21,7 @@ from yue2_core.errors import CheckpointError
 from yue2_core.weights.checkpoint import CheckpointInfo, file_state, load_ar, load_nar, load_vae
 from yue2_core.weights.lora.apply import merge_into, plan_expert, set_side, side_deltas
 from yue2_core.weights.lora.model import BiasDiff, Replace
-from yue2_core.weights.lora.record import lora_record
+from yue2_core.weights.lora.record import STACK_RULES, lora_record
 from yue2_core.weights import own
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
 from yue2_core.nar import float_linears
@@ -161,9 +161,22 @@ class YuE2Model:
 
     def weights_record(self) -> dict:
         """What a song records of this model's own weights (config.json "weights"): every adapter (file, sha256,
-        strengths, layout) and the VAE file, if any."""
-        return {"loras": [lora_record(a) for a in self.adapters],
-                "vae": None if self.vae_file is None else self.vae_file.record()}
+        strengths, layout) and the VAE file, if any; `lora_int8` "side" when int8 layers of the parts loaded so far
+        got the adapters (the nodes always apply them as exact side deltas), as the command line records its mode
+        (`YuE2Engine.load`), so a `render` under YUE2_LORA_INT8=bf16 says that it changes the song (review, stop 41:
+        node songs recorded none)."""
+        out = {"loras": [lora_record(a) for a in self.adapters],
+               "vae": None if self.vae_file is None else self.vae_file.record()}
+        if self.int8_patched():
+            out["lora_int8"] = "side"
+        if self.adapters:  # the stacking rule (a replacement first), as `YuE2Engine.load` records it
+            out["stack_rules"] = STACK_RULES
+        return out
+
+    def int8_patched(self) -> bool:
+        """Whether this model's adapters reach int8 layers of the AR / NAR parts made so far (`patcher`: the side
+        deltas planned with their clones; the NAR on CUDA has float layers, `float_linears`)."""
+        return any(self._sides.get(p) for p in ("ar", "nar"))
 
     def describe(self) -> str:
         text = (f"{self.info.summary()}\n\ncompute: AR/NAR {str(self.dtype).split('.')[-1]} on {self.device}, "

@@ -303,11 +303,63 @@ class YuE2LoadSong(io.ComfyNode):
                          "the edit")
         with user_errors():
             song_model = model_with_song_weights(model, saved.config.get("weights"))
+            lines += int8_mode_notes(saved.config.get("weights"), song_model)
+            lines += stacking_notes(saved.config.get("weights"), song_model)
         if song_model is not model:
             lines.append(f"model output: the checkpoint with the song's {len(song_model.adapters)} LoRA(s)"
                          + (" and its VAE file" if song_model.vae_file is not None else ""))
         return io.NodeOutput(saved.score, saved.tokens, latent, saved, song_model,
                              ui={"text": ["\n".join(lines)]})
+
+
+def int8_mode_notes(weights, model) -> list[str]:
+    """A note when the song's LoRAs went onto int8 layers merged into bf16 (config.json "weights"."lora_int8"
+    "bf16": YUE2_LORA_INT8=bf16 on the command line) and `model` (an int8 checkpoint with adapters) applies them as
+    the nodes always do, as exact side deltas: what it renders anew differs slightly (review, stop 41). AdapterError
+    for a malformed record, as `render` refuses it."""
+    from yue2_core.weights.lora.record import recorded_int8_mode
+    if recorded_int8_mode(weights) != "bf16" or not model.adapters or model.info.format != "int8":
+        return []
+    return ["note: this song's LoRAs were merged into its int8 layers dequantized to bf16 (YUE2_LORA_INT8=bf16 on "
+            "the command line); the nodes apply them as exact side deltas beside the int8 codes, so what the model "
+            "output renders anew differs slightly from the song — `python -m yue2_core render` renders it as it "
+            "was made"]
+
+
+def stacking_notes(weights, model) -> list[str]:
+    """Notes for a song whose LoRA stack the stacking rules of 2026-12-06 treat otherwise (review, stop 41): an FL AR
+    file and its own NAR file as two adapters (both reached the NAR then; refused now — the Renderer refuses the
+    model output), or, for a song that may come from the rule before (`record.may_predate_stack_rules`), a
+    replacement after another adapter's deltas on its module (it erased them then; they add to it now).
+    `model`: the song's model (`model_with_song_weights`, its adapters in the song's order)."""
+    from yue2_core.weights.lora.apply import STRENGTH_RANGE, old_rule_summary
+    from yue2_core.weights.lora.record import fl_companion_twice, may_predate_stack_rules, recorded_weights
+    recorded, _ = recorded_weights(weights)
+    notes = []
+    pair = fl_companion_twice(recorded)
+    if pair is not None:
+        (a, _, a_nar), (b, _, b_nar) = recorded[pair[0]], recorded[pair[1]]
+        total = a_nar + b_nar
+        notes.append(f"note: this song was made before 2026-12-06 with the FL adapter {a.get('file')} and its own NAR "
+                     f"file {b.get('file')} as two LoRAs: both reached the NAR, so its deltas applied twice; the "
+                     "stacking rules refuse that stack now (the Renderer refuses the model output) — "
+                     + (f"chain {a.get('file')} with strength_nar 0 and {b.get('file')} with strength_nar "
+                        f"{total:g}: the same NAR deltas once (the same song up to rounding)"
+                        if abs(total) <= STRENGTH_RANGE else
+                        f"their NAR strengths add up to {total:g}, past ±{STRENGTH_RANGE:g}: no stack renders it "
+                        "as it was made"))
+    adapters = list(getattr(model, "adapters", ()))
+    if may_predate_stack_rules(weights) and len(adapters) == len(recorded):
+        for item in old_rule_summary(adapters):
+            rep, gone = recorded[item["replacer"]][0].get("file"), recorded[item["erased"]][0].get("file")
+            e = item["expert"]
+            notes.append(f"note: this song records no stacking rule (saved before 2026-12-06, or that day): if it was "
+                         f"made before then, {rep} replaced {e.upper()} {', '.join(item['modules'])} and erased the "
+                         f"deltas {gone}, before it in the stack, had put on them; replacements now apply first and "
+                         "those deltas add to them, so what the model output renders differs from the song"
+                         + (f" — {gone} at strength_{e} 0 renders it as the old rule did"
+                            if len(old_rule_summary(adapters)) == 1 and item["whole"] else ""))
+    return notes
 
 
 def _checkpoint_notes(recorded, model) -> list[str]:

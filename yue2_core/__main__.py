@@ -432,6 +432,7 @@ def _song_weights(args) -> tuple[list, str | None]:
                                f"their strengths, as the song has them (the missing one where it lies now): "
                                f"{options}") from None
         loras = found
+        _refuse_old_fl_stack(recorded, found)
     elif loras and recorded:
         given = [f"{Path(p).name}:{_num(ar)}:{_num(nar)}" for p, ar, nar in loras]
         same = _same_adapters(recorded, loras)
@@ -525,32 +526,96 @@ def _note_replaced_vae(config: dict, used: dict, given: str) -> None:
           "the same weights; the new song records the new one", file=sys.stderr)
 
 
+def _note_old_stack_rule(weights, old_rule: list, loras: list) -> None:
+    """A note on stderr when a re-render with the song's own adapters (`loras`: (path, AR, NAR) in the song's
+    order) meets a stack where the rule before 2026-12-06 gave other weights (`engine.old_rule`: a replacement
+    erased the deltas of an entry before it) and the song may come from that rule (`record.may_predate_stack_rules`:
+    no "stack_rules" / "lora_int8" recorded): what changed, and the --lora options that give the old weights when
+    one entry's deltas on that expert were all erased (review, stop 41)."""
+    from .weights.lora.record import may_predate_stack_rules
+    if not old_rule or not may_predate_stack_rules(weights):
+        return
+    for item in old_rule:
+        e, rep, gone = item["expert"], loras[item["replacer"]][0], loras[item["erased"]][0]
+        how = "no --lora gives the old weights exactly: keep its audio.flac"
+        if len(old_rule) == 1 and item["whole"]:
+            options = [shlex.quote(f"--lora={p}:{_num(0.0 if k == item['erased'] and e == 'ar' else ar)}:"
+                                   f"{_num(0.0 if k == item['erased'] and e == 'nar' else nar)}")
+                       for k, (p, ar, nar) in enumerate(loras)]
+            how = f"{' '.join(options)} renders it as the old rule did"
+        print(f"note: this song records no stacking rule (saved before 2026-12-06, or that day): if it was made "
+              f"before then, {rep} replaced {e.upper()} {', '.join(item['modules'])} and erased the deltas {gone}, "
+              "before it in the stack, had put on them; replacements now apply first and those deltas add to them "
+              f"(docs/lora.md, Stacking), so this render differs from its audio.flac — {how}", file=sys.stderr)
+
+
+def _refuse_old_fl_stack(recorded: list, found: list) -> None:
+    """AdapterError, before any weight is read, for a song made before 2026-12-06 with an FL AR file and its own NAR
+    file as two adapters (`record.fl_companion_twice`): the NAR deltas applied twice then, the stack is refused now
+    — said as such, with the --lora options that give the same NAR deltas once (their NAR strengths summed) where
+    that fits ±5 (review, stop 41: refused with the general message only). `found`: (path, AR, NAR) where the
+    song's adapters lie now."""
+    from .errors import AdapterError
+    from .weights.lora.apply import STRENGTH_RANGE
+    from .weights.lora.record import fl_companion_twice
+    pair = fl_companion_twice(recorded)
+    if pair is None:
+        return
+    i, j = pair
+    (a, a_ar, a_nar), (b, _, b_nar) = found[i], found[j]
+    total = a_nar + b_nar
+    if abs(total) <= STRENGTH_RANGE:
+        options = [shlex.quote(f"--lora={p}:{_num(ar)}:{_num(nar)}") for p, ar, nar in
+                   [(a, a_ar, 0.0) if k == i else (b, 0.0, total) if k == j else e for k, e in enumerate(found)]]
+        how = (f"{' '.join(options)} applies the same NAR deltas once, at their summed strength (the same song up "
+               "to rounding)")
+    else:
+        how = f"their NAR strengths add up to {_num(total)}, past ±{STRENGTH_RANGE:g}: no --lora renders it as made"
+    raise AdapterError(f"this song was made before 2026-12-06 with the FL adapter {a} and its own NAR file {b} as "
+                       f"two LoRAs: both reached the NAR, so that file's deltas applied twice (×{_num(a_nar)} as the "
+                       f"companion, ×{_num(b_nar)} as its own entry); the stacking rules changed and refuse that "
+                       f"stack now — {how}; or give the --lora stack you want, or --no-lora")
+
+
 def _song_lora_int8(weights) -> str | None:
     """How a re-render applies LoRAs to int8 layers (`YuE2Engine.load`'s `lora_int8`): the mode the song records
-    (config.json "weights"."lora_int8", "side" | "bf16"), said on stderr when it is "bf16"; when $YUE2_LORA_INT8
-    asks for the other one, that one (a choice, as --steps is), with a note naming both — the new song records it.
-    None when the song records no mode ($YUE2_LORA_INT8, else "side"). AdapterError for a malformed record."""
+    (config.json "weights"."lora_int8", "side" | "bf16"); when $YUE2_LORA_INT8 asks for the other one, that one (a
+    choice, as --steps is) — the new song records it. None when the song records no mode ($YUE2_LORA_INT8, else
+    "side"). AdapterError for a malformed record. What is said of it comes after the load (`_say_lora_int8`): only
+    when int8 layers got LoRAs."""
     from .weights.lora.record import recorded_int8_mode
     made = recorded_int8_mode(weights)
     asked = os.environ.get("YUE2_LORA_INT8", "").strip()  # checked by _check_switches
-    words = {"side": "as exact side deltas beside the int8 codes",
-             "bf16": "merged into layers dequantized to bf16"}
+    return asked if made is not None and asked and asked != made else made
+
+
+_INT8_WORDS = {"side": "as exact side deltas beside the int8 codes", "bf16": "merged into layers dequantized to bf16"}
+
+
+def _say_lora_int8(weights, used: str | None) -> None:
+    """Say on stderr how a re-render applied the LoRAs to int8 layers against what the song records (`weights`, its
+    config.json "weights"): `used` is the mode the loaded engine records (`engine.weights["lora_int8"]`), None when
+    no int8 layer got a LoRA — a bf16 checkpoint, adapters on float layers only, --no-lora —, where the mode changes
+    nothing and nothing is said (review, stop 41: "LoRAs on int8 layers merged …" was said for a bf16 checkpoint)."""
+    if used is None:
+        return
+    from .weights.lora.record import recorded_int8_mode
+    made = recorded_int8_mode(weights)
+    asked = os.environ.get("YUE2_LORA_INT8", "").strip()
     if made is None:
-        loras = weights.get("loras") if isinstance(weights, dict) else None
-        if asked == "bf16" and loras:  # break-it review (stop 40): songs of the nodes and of earlier versions
-            print("note: this song does not record how its LoRAs went onto int8 layers (the ComfyUI nodes and "
-                  "versions before 2026-12-06 apply them as side deltas, the default); YUE2_LORA_INT8=bf16 merges "
-                  f"them into layers dequantized to bf16: with an int8 checkpoint the audio will differ slightly — "
-                  "unset YUE2_LORA_INT8 to render it as it was most likely made", file=sys.stderr)
-        return None
-    if asked and asked != made:
-        print(f"note: YUE2_LORA_INT8={asked} applies the LoRAs to int8 layers {words[asked]}; this song was made "
-              f"with {made} ({words[made]}): the audio will differ slightly — unset YUE2_LORA_INT8 to render it as "
-              f"it was made; the new song records {asked}", file=sys.stderr)
-        return asked
-    if made == "bf16":
-        print(f"render: LoRAs on int8 layers {words[made]} (YUE2_LORA_INT8=bf16, the song's own)", file=sys.stderr)
-    return made
+        if asked == "bf16" and isinstance(weights, dict) and weights.get("loras"):  # stop 40: older songs
+            print("note: this song does not record how its LoRAs went onto int8 layers (earlier versions, the "
+                  "ComfyUI nodes' included, applied them as side deltas, the default); "
+                  "YUE2_LORA_INT8=bf16 merges them into layers dequantized to bf16: the audio will differ slightly "
+                  "— unset YUE2_LORA_INT8 to render it as it was most likely made", file=sys.stderr)
+        return
+    if used != made:
+        print(f"note: YUE2_LORA_INT8={used} applies the LoRAs to int8 layers {_INT8_WORDS[used]}; this song was made "
+              f"with {made} ({_INT8_WORDS[made]}): the audio will differ slightly — unset YUE2_LORA_INT8 to render "
+              f"it as it was made; the new song records {used}", file=sys.stderr)
+    elif made == "bf16":
+        print(f"render: LoRAs on int8 layers {_INT8_WORDS[made]} (YUE2_LORA_INT8=bf16, the song's own)",
+              file=sys.stderr)
 
 
 def _num(x: float) -> str:
@@ -622,6 +687,9 @@ def cmd_render(args) -> int:
     vendor_vae = _song_vendor_vae(saved.config.get("checkpoint"), checkpoint) if vae is None else None
     engine, synthetic = _load_engine(args, checkpoint, how, loras=loras, vae=vae, vendor_vae=vendor_vae,
                                      lora_int8=_song_lora_int8(saved.config.get("weights")))
+    _say_lora_int8(saved.config.get("weights"), (engine.weights or {}).get("lora_int8"))
+    if not args.lora and not args.no_lora:  # the song's own stack: a rule older than the song's record?
+        _note_old_stack_rule(saved.config.get("weights"), getattr(engine, "old_rule", []), loras)
     if args.vae:
         _note_replaced_vae(saved.config, engine.weights.get("vae") or {}, args.vae)
     if not args.lora and not args.no_lora:  # the song's own adapters, read again: the same files as when it was made
@@ -991,11 +1059,12 @@ def cmd_batch(args) -> int:
     _check_budget_fits(args.max_seconds, args.max_abc_tokens)
     checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
     info = inspect_checkpoint(checkpoint)
+    stack = []
     if args.lora or args.vae:  # own weights checked before batch.json is written (else a rerun needs --resume);
         # the engine reads the adapters again when it loads: once per batch, the price of failing before any output
+        from .weights.lora.apply import Applied
         from .weights.lora.layouts import read_adapter
-        for path, _, _ in args.lora:
-            read_adapter(path, info.dims)
+        stack = [Applied(read_adapter(path, info.dims), a, n) for path, a, n in args.lora]
         if args.vae:
             from .weights.vae_files import open_vae
             open_vae(args.vae)
@@ -1019,19 +1088,25 @@ def cmd_batch(args) -> int:
             _note_synthetic_music(largest)
     fp32 = args.dtype == "fp32"
     from .batch.driver import vendor_vae_record
-    from .weights.lora.apply import int8_mode
+    from .weights.lora.apply import int8_mode, reaches_int8
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    # the NAR keeps int8 layers only on a CPU (Ray: CPU actors with --ray-cpu-workers, else one GPU each)
+    nar_float = args.ray_cpu_workers is None if args.ray is not None else device.type == "cuda"
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
                            continuous=args.continuous,
                            run={"checkpoint": os.path.abspath(checkpoint), "device": args.device, "dtype": args.dtype,
                                 "loras": [[os.path.abspath(p), a, n] for p, a, n in args.lora],
                                 "vae": os.path.abspath(args.vae) if args.vae else None,
-                                # how LoRAs go onto int8 layers (YUE2_LORA_INT8): recorded, a --resume compares it
-                                "lora_int8": int8_mode() if args.lora and info.format == "int8" else None,
+                                # how LoRAs go onto int8 layers (YUE2_LORA_INT8): recorded when they reach one
+                                # (stop 41: not for adapters on float layers only); a --resume compares it
+                                "lora_int8": int8_mode() if reaches_int8(info, stack, nar_float) else None,
                                 "vendor_vae": vendor_vae_record(info, args.vae)})
     shape = {}  # the batch decoder's rows, known once run_batch sized the batch: the warm-up compiles its kernels
+    vendor_vae = options.run["vendor_vae"]  # the VAE folder batch.json records is the one the engines decode with
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(
-              args, checkpoint, how, batch_rows=shape.get("rows", 0), batch_refill=shape.get("refill", False))[0],
+              args, checkpoint, how, batch_rows=shape.get("rows", 0), batch_refill=shape.get("refill", False),
+              vendor_vae=vendor_vae["path"] if vendor_vae else None)[0],
               weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=info.vae,
               on_batching=lambda rows, refill: shape.update(rows=rows, refill=refill))
     if args.ray is not None:  # docs/batch.md "Ray": the workers' devices size the batch (runner.prepare)
@@ -1039,13 +1114,12 @@ def cmd_batch(args) -> int:
         print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
         absolute = os.path.abspath  # the workers may run in another folder, or on another node
         spec = EngineSpec(absolute(checkpoint), args.dtype, tuple((absolute(p), a, n) for p, a, n in args.lora),
-                          absolute(args.vae) if args.vae else None, yue2_env())
+                          absolute(args.vae) if args.vae else None, yue2_env(), vendor_vae=vendor_vae)
         runner = RayRunner(args.ray, spec, cpu_workers=args.ray_cpu_workers)
         try:
             return run_batch(options, runner=runner, **kw)
         finally:
             runner.close()
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     return run_batch(options, on_cuda=device.type == "cuda", free_bytes=device_free_bytes(device), **kw)
 
 

@@ -72,24 +72,30 @@ def _only_escapes(value: str) -> bool:
     return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in value)
 
 
-def json_safe(obj):
+def json_safe(obj, fs_names: bool = False):
     """A copy of a JSON-able object whose strings (keys included) are all valid UTF-8 (`text_of`) and whose numpy
-    scalars are Python numbers (an np.int64 setting would otherwise stop the save after the work: break-it)."""
+    scalars are Python numbers (an np.int64 setting would otherwise stop the save after the work: break-it).
+    `fs_names`: a string whose only non-UTF-8 characters are the surrogate escapes of file-system bytes (a path
+    with a Latin-1 name, os.fsdecode) is kept as it is, for `_json_bytes` to write losslessly."""
     if isinstance(obj, str):
-        return text_of(obj)
+        return obj if fs_names and _only_escapes(obj) else text_of(obj)
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, dict):
-        return {json_safe(k) if isinstance(k, str) else k: json_safe(v) for k, v in obj.items()}
+        return {json_safe(k, fs_names) if isinstance(k, str) else k: json_safe(v, fs_names) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
+        return [json_safe(v, fs_names) for v in obj]
     return obj
 
 
 def _json_bytes(obj) -> bytes:
-    """Indent 2, ensure_ascii=False, allow_nan=False, trailing newline (runtime.md §7.3); paths with non-UTF-8 bytes
-    are written with `\\xNN` escapes (`text_of`) instead of failing after the song was computed."""
-    return (json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    """Indent 2, ensure_ascii=False, allow_nan=False, trailing newline (runtime.md §7.3). A path holding bytes that
+    are not UTF-8 (Python keeps each as a surrogate escape U+DC80–U+DCFF) is written with a JSON `\\udcNN` escape
+    per such byte, so `json.loads` gives back the same string and the os functions the same bytes (review, stop 41:
+    `\\xNN` text named another file, reported missing on render); other text that is not valid Unicode gets
+    `\\xNN` escapes (`text_of`) instead of failing after the song was computed. Everything else is UTF-8."""
+    text = json.dumps(json_safe(obj, fs_names=True), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return text.encode("utf-8", "backslashreplace")  # only a lone surrogate fails: written as its \\uXXXX escape
 
 
 def canonical_sha256(obj) -> str:

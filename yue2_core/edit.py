@@ -577,6 +577,12 @@ def _edit(parts, parent: Parent, score, changed: bool, request: SongRequest, sam
             notes.append(f"the original was made with {_weights_words(parent.settings.get('weights'))} and this run "
                          f"uses {_weights_words(parts.weights)}: the kept part keeps the original's sound, the new "
                          "part follows this run's weights; the song records this run's")
+        was = parent.settings.get("weights") if isinstance(parent.settings.get("weights"), dict) else {}
+        made, now = was.get("lora_int8"), parts.weights.get("lora_int8")
+        if isinstance(made, str) and isinstance(now, str) and made != now:  # review, stop 41
+            notes.append(f"the original's LoRAs went onto int8 layers as {made} (YUE2_LORA_INT8), this run's as "
+                         f"{now}: the new part's numbers differ slightly from what the original's way would give; "
+                         "the song records this run's")
     from .pipeline import Song
     song = Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,
                 settings=settings, warnings=request.input_warnings() + notes)

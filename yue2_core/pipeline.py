@@ -339,6 +339,7 @@ class YuE2Engine:
 
     def __init__(self, info, tokenizer, ar=None, nar=None, vae=None, weights=None, warm=None):
         self.notes: list[str] = []  # load-time warnings for the caller to show (adapter keys that patch nothing)
+        self.old_rule: list[dict] = []  # `apply.old_rule_summary` of the LoRA stack (render's note on older songs)
         self.warm = warm  # a running `warmup.WarmUp` (set by `load`), or None
         self.info, self.tokenizer, self.ar, self.nar, self.vae = info, tokenizer, ar, nar, vae
         self.weights = weights or {"loras": [], "vae": None}  # what config.json records of the user's own weights
@@ -441,7 +442,12 @@ class YuE2Engine:
         weights = {"loras": [lora_record(a) for a in stack], "vae": None if vae_file is None else vae_file.record()}
         if any(used):  # LoRAs on int8 layers: how they were applied decides the numbers (a re-render applies it)
             weights["lora_int8"] = mode
+        if stack:  # the stacking rule (a replacement first): a re-render can tell a song of the rule before
+            from .weights.lora.record import STACK_RULES
+            weights["stack_rules"] = STACK_RULES
         engine = cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
+        from .weights.lora.apply import old_rule_summary
+        engine.old_rule = old_rule_summary(stack)  # where the rule before 2026-12-06 gave other weights
         from .weights.lora.layouts import unmatched_note
         from .weights.lora.apply import stack_notes
         engine.notes = ([n for n in (unmatched_note(a.adapter) for a in stack) if n]  # the caller shows them

@@ -408,6 +408,8 @@ def test_resume_compares_how_loras_went_onto_int8_layers(monkeypatch):
     assert _made_otherwise(cfg, {"loras": [lora]}) == [
         "its LoRAs were applied to the int8 layers as 'side', this run applies them as 'bf16' (YUE2_LORA_INT8)"]
     assert _made_otherwise({"weights": {"loras": []}}, {"loras": []}) == []  # no LoRA: the mode means nothing
+    # this run's LoRAs reach no int8 layer (stop 41: float layers only, or a float NAR): the mode changes nothing
+    assert _made_otherwise(cfg, {"loras": [lora], "lora_int8": None}) == []
 
 
 def test_batch_folder_small_cases_from_the_stop_39_review(tmp_path, engine):
@@ -569,6 +571,9 @@ def test_resume_under_another_lora_int8_mode_is_refused_as_a_whole(tmp_path, eng
             resume(settings)
     with pytest.raises(RequestError, match="settings.lora_int8 is 5"):
         resume({**made, "lora_int8": 5})
+    for settings, now in ((made, None), ({**made, "lora_int8": None}, "bf16")):  # one side on float layers only
+        with pytest.raises(AssertionError, match="must not load"):  # (stop 41): nothing to compare
+            resume(settings, lora_int8=now)
 
 
 def test_resume_compares_the_vendor_vae_folder(tmp_path, engine):
@@ -660,3 +665,62 @@ def test_batch_json_write_advice_follows_the_error_and_a_refused_load_may_run_ag
     monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: mkstemp(errno_=errno.ENOSPC))
     with pytest.raises(ArtifactError, match=r"\(no song of it is saved yet; free space, then run the same command "):
         BatchSummary().write(out)
+
+
+def _float_only_adapter(path, dims):
+    """A NAR adapter on vae2llm only (a LoRA and a bias diff): a float layer in every checkpoint."""
+    import torch
+    from safetensors.torch import save_file
+    g = torch.Generator().manual_seed(5)
+    out_f, in_f = dims.hidden, dims.latent_dim
+    save_file({"diffusion_model.vae2llm.lora_A.weight": torch.randn(2, in_f, generator=g) * 0.1,
+               "diffusion_model.vae2llm.lora_B.weight": torch.randn(out_f, 2, generator=g) * 0.1,
+               "diffusion_model.vae2llm.diff_b": torch.randn(out_f, generator=g) * 0.01}, str(path))
+    return path
+
+
+def test_a_lora_on_float_layers_only_records_no_int8_mode_and_resumes_under_either(tmp_path, tiny_int8_ckpt,
+                                                                                    monkeypatch, capsys):
+    """Review (stop 41): batch.json recorded `lora_int8` whenever --lora met an int8 checkpoint, also for adapters
+    that patch only float layers (the NAR's vae2llm), so `batch --resume` under the other YUE2_LORA_INT8 was
+    refused for nothing. Recorded only when an int8 layer is patched (`apply.reaches_int8`, which agrees with what
+    the engine records), compared only when both sides have a mode — a batch.json of the old rule is resumed too."""
+    import torch
+    from yue2_core.__main__ import main
+    from yue2_core.pipeline import YuE2Engine
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora import synthetic as S
+    from yue2_core.weights.lora.apply import Applied, reaches_int8
+    from yue2_core.weights.lora.layouts import read_adapter
+    info = inspect_checkpoint(tiny_int8_ckpt)
+    floats = _float_only_adapter(tmp_path / "vae2llm_only.safetensors", info.dims)
+    both = S.write_adapter("aitk", tmp_path / "aitk.safetensors", info.dims, rank=2, seed=1)
+    nar = S.write_adapter("ms-raw-nar", tmp_path / "ms.safetensors", info.dims, rank=2, seed=2)
+    for path, strengths, cpu in ((floats, (1.0, 1.0), False), (both, (1.0, 1.0), True), (nar, (1.0, 1.0), True),
+                                 (both, (0.0, 1.0), True)):
+        engine = YuE2Engine.load(tiny_int8_ckpt, device="cpu", dtype=torch.bfloat16, loras=[(path, *strengths)],
+                                 warm_up=False)
+        stack = [Applied(read_adapter(str(path), info.dims), *strengths)]
+        assert reaches_int8(info, stack, nar_float=False) is cpu, path
+        assert ("lora_int8" in engine.weights) is cpu, (path, engine.weights.get("lora_int8"))
+    assert not reaches_int8(info, [Applied(read_adapter(str(nar), info.dims))], nar_float=True)  # CUDA: float NAR
+    assert not reaches_int8(info, [Applied(read_adapter(str(both), info.dims), 0.0, 1.0)], nar_float=True)
+    req = tmp_path / "in.jsonl"
+    req.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la", "seed": 3, "cot": "off",
+                               "semantic_sampling": {"max_tokens": 5, "min_tokens": 2}}) + "\n", "utf-8")
+    out = tmp_path / "out"
+    argv = ["batch", str(req), "--output", str(out), "--checkpoint", tiny_int8_ckpt, "--device", "cpu",
+            "--steps", "2", "--max-abc-tokens", str(ABC_CAP), "--lora", str(floats)]
+    monkeypatch.delenv("YUE2_LORA_INT8", raising=False)
+    assert main(argv) == 0
+    settings = json.loads((out / "batch.json").read_text("utf-8"))["settings"]
+    assert settings["lora_int8"] is None and settings["loras"], settings
+    assert "lora_int8" not in json.loads((out / "a" / "config.json").read_text("utf-8"))["weights"]
+    monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 0, capsys.readouterr().err
+    record = json.loads((out / "batch.json").read_text("utf-8"))
+    record["settings"]["lora_int8"] = "side"  # what the old rule wrote for the same run
+    (out / "batch.json").write_text(json.dumps(record), "utf-8")
+    assert main(argv + ["--resume"]) == 0, capsys.readouterr().err
+    assert json.loads((out / "batch.json").read_text("utf-8"))["results"][0]["status"] == "complete"

@@ -288,3 +288,56 @@ def test_one_actor_per_whole_gpu(gpus, free, want):
 def test_parse_address(address, parsed):
     from yue2_core.batch.ray_runner import parse_address
     assert parse_address(address) == parsed
+
+
+def test_workers_decode_with_the_drivers_vendor_vae_folder(tmp_path, monkeypatch, capsys):
+    """Review (stop 41): with --ray each worker chose the vendor model folder's VAE folder itself
+    (`find_vae_folder`), while batch.json recorded the driver's choice — a node where another VAE folder lies beside
+    the model (a "standard" one, which it prefers) decoded with that one, and the songs recorded what decoded them,
+    not what batch.json says. The driver's folder (path and sample hash) now travels in `EngineSpec.vendor_vae`:
+    a worker decodes with it, and refuses it when its weights on that node differ. Tested without a Ray cluster:
+    the spec the CLI gives the runner, loaded as a worker loads it."""
+    import shutil
+    from yue2_core.__main__ import main
+    from yue2_core.batch import ray_runner
+    from yue2_core.errors import CheckpointError, YuE2Error
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic_vae import write_vae
+    from yue2_core.weights.synthetic_vendor import write_vendor_folder
+    from yue2_core.weights.vendor import find_vae_folder, vae_folder_sample
+    comfy = tmp_path / "tiny_bf16.safetensors"
+    write_synthetic_checkpoint(str(comfy), "tiny", "bf16", seed=0)
+    folder, legacy, standard = tmp_path / "YuE2-3B", tmp_path / "YuE2-Vae-legacy", tmp_path / "YuE2-Vae"
+    write_vendor_folder(str(comfy), str(folder), vae_dir=str(legacy))
+    config = json.loads((legacy / "config.json").read_text())
+    (legacy / "config.json").write_text(json.dumps({**config, "release_variant": "legacy"}))
+    specs = []
+
+    class Captured(YuE2Error):
+        pass
+
+    class FakeRunner:
+        def __init__(self, address, spec, cpu_workers=None):
+            specs.append(spec)
+            raise Captured("the spec is taken; no cluster in this test")
+    monkeypatch.setattr(ray_runner, "check_options", lambda *a: None)
+    monkeypatch.setattr(ray_runner, "RayRunner", FakeRunner)
+    req = write_requests(tmp_path / "in")
+    assert main(_args(req, tmp_path / "out", str(folder), "--ray", "auto", "--ray-cpu-workers", "1")) == 2
+    assert "the spec is taken" in capsys.readouterr().err
+    (spec,) = specs
+    assert spec.vendor_vae == {"path": str(legacy), "sample_sha256": vae_folder_sample(str(legacy))}
+    write_vae(str(standard), variant="standard", profile="tiny", seed=1)  # this node now has another folder beside
+    assert find_vae_folder(folder) == standard
+    assert ray_runner.EngineSpec(str(folder)).load("cpu").info.files["vae"] == str(standard)  # a worker's own pick
+    worker = ray_runner.SongWorker(spec, "cpu", 0)
+    worker.load()
+    assert worker.engine.info.files["vae"] == str(legacy)  # the driver's, as batch.json records
+    shutil.rmtree(legacy)
+    shutil.copytree(standard, legacy)  # other weights at the driver's path on this node
+    with pytest.raises(CheckpointError, match=rf"the VAE folder {legacy} holds other weights on this node than on "
+                                              "the driver .*: every node needs the same VAE folder at the same path"):
+        spec.load("cpu")
+    shutil.rmtree(legacy)
+    with pytest.raises(CheckpointError, match="is missing or unreadable on this node"):
+        spec.load("cpu")

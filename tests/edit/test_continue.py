@@ -117,6 +117,15 @@ def test_the_child_records_the_weights_of_this_run(engine, parent):
     assert child.settings["weights"] == other
     assert any("the original was made with no LoRA and the checkpoint's VAE and this run uses LoRA "
                "mine.safetensors and the checkpoint's VAE" in w for w in child.warnings), child.warnings
+    # review (stop 41): the way the LoRAs went onto int8 layers (the nodes: side; the command line may merge them
+    # into bf16 under YUE2_LORA_INT8=bf16) is said when the original records another one
+    merged = replace(parent, settings={**parent.settings, "weights": {**other, "lora_int8": "bf16"}})
+    child, _ = edit.continue_song({**parts, "weights": {**other, "lora_int8": "side"}}, merged, 0.2, seed=4)
+    assert child.settings["weights"]["lora_int8"] == "side"
+    assert any("the original's LoRAs went onto int8 layers as bf16 (YUE2_LORA_INT8), this run's as side" in w
+               for w in child.warnings), child.warnings
+    child, _ = edit.continue_song({**parts, "weights": {**other, "lora_int8": "bf16"}}, merged, 0.2, seed=4)
+    assert not any("went onto int8 layers" in w for w in child.warnings), child.warnings
 
 
 def test_a_song_whose_audio_does_not_fit_its_frames_is_decoded_again(engine, parent):

@@ -221,3 +221,99 @@ def test_a_sidecar_added_beside_the_adapter_is_read_again(comfy, comfy_server, c
         assert "adapter_config.json" in text, text
     finally:
         shutil.rmtree(sub, ignore_errors=True)
+
+
+def test_node_songs_record_the_int8_mode_and_load_song_says_a_bf16_one(comfy, comfy_server, checkpoints, loras,
+                                                                       monkeypatch, capsys):
+    """Review (stop 41): songs of the nodes recorded no `weights.lora_int8`, though the nodes always apply LoRAs on
+    int8 layers as side deltas — a command-line `render` under YUE2_LORA_INT8=bf16 could only guess. They record
+    "side" (an int8 checkpoint; none for bf16, whose layers are all float), so `render` says what the switch
+    changes; Load Song of a song whose LoRAs were merged into bf16 (YUE2_LORA_INT8=bf16 on the command line) says
+    that its model output applies them as side deltas."""
+    from yue2_core.__main__ import main
+    int8, _ = _song(comfy, comfy_server, _compose(TINY_INT8, 61, (LORA, 1.0, 1.0), name="i8mode", render=True))
+    assert json.loads((int8 / "config.json").read_text())["weights"]["lora_int8"] == "side"
+    plain, _ = _song(comfy, comfy_server, _compose(TINY, 61, (LORA, 1.0, 1.0), name="bfmode", render=True))
+    assert "lora_int8" not in json.loads((plain / "config.json").read_text())["weights"]
+    monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
+    capsys.readouterr()
+    made = comfy_server.output_dir / "yue2" / "cli_bf16_00001"
+    assert main(["render", str(int8), "--device", "cpu", "--offline", "--output", str(made)]) == 0
+    err = capsys.readouterr().err
+    assert "note: YUE2_LORA_INT8=bf16 applies the LoRAs to int8 layers" in err, err
+    assert "this song was made with side" in err and "does not record" not in err, err
+    assert json.loads((made / "config.json").read_text())["weights"]["lora_int8"] == "bf16"
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    texts = {}
+    for ckpt in (TINY_INT8, TINY):
+        p = {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": ckpt}},
+             "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": made.name}},
+             "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}}}
+        entry = run(comfy, p)
+        texts[ckpt] = json.dumps(entry["outputs"]["2"])
+    assert "merged into its int8 layers dequantized to bf16" in texts[TINY_INT8], texts[TINY_INT8]
+    assert "exact side deltas" in texts[TINY_INT8]
+    assert "dequantized to bf16" not in texts[TINY], texts[TINY]  # a bf16 checkpoint: no int8 layer
+
+
+def _older(song, dst, edit):
+    """A copy of `song` with its config.json edited and resealed (manifest, result.json's seal): an older song."""
+    import hashlib
+    import shutil
+    from yue2_core.artifacts import seal_result
+    shutil.copytree(song, dst)
+    config = json.loads((dst / "config.json").read_text("utf-8"))
+    edit(config)
+    data = json.dumps(config, indent=2).encode("utf-8")
+    (dst / "config.json").write_bytes(data)
+    result = json.loads((dst / "result.json").read_text("utf-8"))
+    result["artifacts"]["config.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (dst / "result.json").write_text(json.dumps(seal_result(result)), "utf-8")
+    return dst
+
+
+def test_load_song_says_what_the_stacking_change_does_to_an_older_song(comfy, comfy_server, checkpoints, loras,
+                                                                      tmp_path):
+    """Review (stop 41): Load Song of a song made before the stacking change (2026-12-06) — an FL AR file and its own
+    NAR file as two LoRAs; a replacement after another adapter's deltas on its module — gave no word (the Renderer
+    then refused the first with the general message, and rendered the second otherwise). Its report says what
+    changed and which strengths give the song again; a song recording `stack_rules` gets no such note."""
+    import shutil
+    from yue2_core.__main__ import main
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora import synthetic as S
+    from yue2_core.weights.lora.apply import Applied
+    from yue2_core.weights.lora.layouts import read_adapter
+    from yue2_core.weights.lora.record import lora_record
+    dims = inspect_checkpoint(str(checkpoints[TINY])).dims
+    fl = S.write_adapter("fl", loras / "yue2_test_fl" / "fl-ar.safetensors", dims, rank=2, seed=4)
+    nar = fl.parent / "fl-nar.safetensors"
+    cn = S.write_adapter("comfy-native", loras / "yue2_test_cn.safetensors", dims, rank=2, seed=5)
+    ms = S.write_adapter("ms-raw-nar", loras / "yue2_test_ms.safetensors", dims, rank=2, seed=6)
+    small = ["--style", "pop", "--lyrics", "la", "--max-seconds", "1", "--max-abc-tokens", "8", "--steps", "2",
+             "--device", "cpu", "--offline", "--checkpoint", str(checkpoints[TINY])]
+    songs = comfy_server.output_dir / "yue2"
+    try:
+        assert main(["generate", *small, "--lora", f"{fl}:1:0.75", "--output", str(tmp_path / "fl")]) == 0
+        extra = lora_record(Applied(read_adapter(str(nar), dims), 1.0, 0.5))
+        _older(tmp_path / "fl", songs / "old_fl_00001",
+               lambda c: (c["weights"]["loras"].append(extra), c["weights"].pop("stack_rules")))
+        assert main(["generate", *small, "--lora", str(cn), "--lora", str(ms), "--output", str(tmp_path / "rep")]) == 0
+        shutil.copytree(tmp_path / "rep", songs / "new_rep_00001")
+        _older(tmp_path / "rep", songs / "old_rep_00001", lambda c: c["weights"].pop("stack_rules"))
+        texts = {}
+        for name in ("old_fl_00001", "old_rep_00001", "new_rep_00001"):
+            p = {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+                 "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0], "song": name}},
+                 "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}}}
+            texts[name] = json.dumps(run(comfy, p)["outputs"]["2"])
+        assert ("this song was made before 2026-12-06 with the FL adapter fl-ar.safetensors and its own NAR file "
+                "fl-nar.safetensors as two LoRAs") in texts["old_fl_00001"], texts["old_fl_00001"]
+        assert "with strength_nar 1.25" in texts["old_fl_00001"]
+        assert ("if it was made before then, yue2_test_ms.safetensors replaced NAR llm2vae, vae2llm and erased the "
+                "deltas yue2_test_cn.safetensors") in texts["old_rep_00001"], texts["old_rep_00001"]
+        assert "stacking rule" not in texts["new_rep_00001"], texts["new_rep_00001"]
+    finally:
+        shutil.rmtree(fl.parent, ignore_errors=True)
+        for f in (cn, ms):
+            f.unlink(missing_ok=True)

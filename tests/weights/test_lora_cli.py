@@ -300,14 +300,151 @@ def test_render_applies_the_lora_int8_mode_the_song_records(files, capsys, monke
 
 
 def test_render_of_a_song_without_the_int8_mode_notes_the_switch(capsys, monkeypatch):
-    """Break-it review (stop 40): a song that records no `lora_int8` (made by the nodes, or before the field) rendered
-    under YUE2_LORA_INT8=bf16 changed without a word."""
-    from yue2_core.__main__ import _song_lora_int8
+    """Break-it review (stop 40): a song that records no `lora_int8` (made by the nodes before they recorded it, or
+    before the field) rendered under YUE2_LORA_INT8=bf16 changed without a word. Said after the load, only when
+    int8 layers got LoRAs (review, stop 41: `used` None — a bf16 checkpoint — says nothing)."""
+    from yue2_core.__main__ import _say_lora_int8, _song_lora_int8
     weights = {"loras": [{"file": "a.safetensors", "strength_ar": 1.0, "strength_nar": 1.0}]}
     monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
-    assert _song_lora_int8(weights) is None
-    assert "note: this song does not record how its LoRAs went onto int8 layers" in capsys.readouterr().err
-    monkeypatch.delenv("YUE2_LORA_INT8")
     assert _song_lora_int8(weights) is None and capsys.readouterr().err == ""
+    _say_lora_int8(weights, "bf16")
+    assert "note: this song does not record how its LoRAs went onto int8 layers" in capsys.readouterr().err
+    _say_lora_int8(weights, None)  # no int8 layer got a LoRA: the mode changed nothing
+    _say_lora_int8({"loras": []}, "bf16")  # no LoRA of the song's: nothing to say of it
+    _say_lora_int8({**weights, "lora_int8": "bf16"}, None)
+    assert capsys.readouterr().err == ""
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    _say_lora_int8(weights, "side")
+    assert capsys.readouterr().err == ""
+
+
+def test_render_says_nothing_of_the_int8_mode_where_no_int8_layer_gets_a_lora(files, capsys, monkeypatch):
+    """Review (stop 41): `render: LoRAs on int8 layers merged into layers dequantized to bf16 …` (and the notes on
+    YUE2_LORA_INT8) were said for a bf16 checkpoint too, which has no int8 layer. Said only when int8 layers got
+    LoRAs; the new song then records no mode."""
+    bf16 = files["root"] / "tiny_bf16.safetensors"
+    if not bf16.exists():
+        write_synthetic_checkpoint(str(bf16), "tiny", "bf16", seed=0)
     monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
-    assert _song_lora_int8({"loras": []}) is None and capsys.readouterr().err == ""  # no LoRA: nothing to say
+    made = _song(files, "int8_bf16", "--lora", f"{files['lora']}:1:0.5")
+    assert json.loads((made / "config.json").read_text())["weights"]["lora_int8"] == "bf16"
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    capsys.readouterr()
+    out = files["root"] / "int8_bf16_on_bf16"
+    assert _run("render", made, "--checkpoint", bf16, "--device", "cpu", "--offline", "--output", out) == 0
+    err = capsys.readouterr().err
+    assert "int8 layers" not in err and "YUE2_LORA_INT8" not in err, err
+    assert "lora_int8" not in json.loads((out / "config.json").read_text())["weights"]
+    monkeypatch.setenv("YUE2_LORA_INT8", "side")  # the other mode asked: nothing to apply it to, nothing said
+    out = files["root"] / "int8_bf16_on_bf16_side"
+    assert _run("render", made, "--checkpoint", bf16, "--device", "cpu", "--offline", "--output", out) == 0
+    err = capsys.readouterr().err
+    assert "int8 layers" not in err and "YUE2_LORA_INT8" not in err, err
+    # the int8 file still says it (the song's own mode)
+    monkeypatch.delenv("YUE2_LORA_INT8")
+    out = files["root"] / "int8_bf16_again"
+    assert _run("render", made, "--device", "cpu", "--offline", "--output", out) == 0
+    assert "render: LoRAs on int8 layers merged into layers dequantized to bf16" in capsys.readouterr().err
+
+
+def test_weights_at_paths_that_are_not_utf8_are_found_again_by_render(tmp_path, monkeypatch):
+    """Review (stop 41): a checkpoint and a LoRA whose names hold bytes that are not UTF-8 (a Latin-1 `é`, `\\xff`)
+    were recorded in config.json as `\\xNN` text, so `render` reported both missing. They are written as JSON
+    `\\udcNN` escapes (valid UTF-8 JSON) that read back as the same path: render finds them, the same song."""
+    import io
+    import os
+    import sys
+    raw_err = io.BytesIO()  # as Python's own stderr (capsys' refuses surrogates)
+    err = io.TextIOWrapper(raw_err, encoding="utf-8", errors="backslashreplace", write_through=True)
+    monkeypatch.setattr(sys, "stderr", err)
+    root = os.fsencode(str(tmp_path))
+    ckpt = os.fsdecode(root + b"/tiny\xff.safetensors")
+    write_synthetic_checkpoint(ckpt, "tiny", "int8", seed=0)
+    lora = os.fsdecode(root + b"/lo\xe9ra.safetensors")
+    lora_synth.write_adapter("aitk", lora, inspect_checkpoint(ckpt).dims, rank=2, seed=1)
+    song = tmp_path / "song"
+    assert _run("generate", "--style", "pop", "--lyrics", "la", "--seed", "5", "--checkpoint", ckpt, *SMALL,
+                "--lora", lora, "--output", song) == 0
+    raw = (song / "config.json").read_bytes()
+    raw.decode("utf-8")  # still UTF-8 text
+    assert b"tiny\\udcff.safetensors" in raw and b"\\\\x" not in raw
+    config = json.loads(raw)
+    assert config["checkpoint"]["path"] == ckpt and config["weights"]["loras"][0]["path"] == lora
+    assert config["weights"]["loras"][0]["file"] == os.path.basename(lora)
+    start = len(raw_err.getvalue())
+    again = tmp_path / "again"
+    assert _run("render", song, "--device", "cpu", "--offline", "--output", again) == 0
+    said = raw_err.getvalue()[start:].decode("utf-8")
+    assert "missing" not in said and "gone" not in said and "recorded in the song's config.json" in said, said
+    assert _same(song, again)
+
+
+def _as_older_song(song, dst, edit):
+    """A copy of `song` whose config.json `edit` changed, resealed (manifest and result.json's seal recomputed):
+    what a song of an earlier version records."""
+    import hashlib
+    from yue2_core.artifacts import seal_result
+    shutil.copytree(song, dst)
+    config = json.loads((dst / "config.json").read_text("utf-8"))
+    edit(config)
+    data = json.dumps(config, indent=2).encode("utf-8")
+    (dst / "config.json").write_bytes(data)
+    result = json.loads((dst / "result.json").read_text("utf-8"))
+    result["artifacts"]["config.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (dst / "result.json").write_text(json.dumps(seal_result(result)), "utf-8")
+    return dst
+
+
+def test_songs_of_the_stacking_rule_before_2026_12_06_get_a_specific_note(files, capsys):
+    """Review (stop 41): songs made before the stacking change (2026-12-06) re-rendered differently — a replacement
+    used to erase the deltas of the adapters before it in the stack, now they add to it — or were refused (an FL
+    AR file and its own NAR file, whose NAR deltas applied twice) with only the general messages. Songs now record
+    `weights.stack_rules` (2); a song that records neither it nor `lora_int8` gets a note naming the modules, the
+    adapters and the --lora options that give the old weights where they exist; the FL stack's refusal says that
+    the rules changed and gives the options that apply the NAR deltas once at the summed strength."""
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "batch"))
+    from test_batch_bad_input import _float_only_adapter
+    from yue2_core.weights.lora.apply import Applied
+    from yue2_core.weights.lora.layouts import read_adapter
+    from yue2_core.weights.lora.record import lora_record
+    dims = inspect_checkpoint(str(files["ckpt"])).dims
+    root = files["root"] / "rules"
+    root.mkdir()
+    io_only = _float_only_adapter(root / "io.safetensors", dims)  # deltas on NAR vae2llm only
+    ms = lora_synth.write_adapter("ms-raw-nar", root / "ms.safetensors", dims, rank=2, seed=3)  # replaces it
+    song = _song(files, "rules/new", "--lora", f"{io_only}:1:0.5", "--lora", ms)
+    weights = json.loads((song / "config.json").read_text())["weights"]
+    assert weights["stack_rules"] == 2
+    capsys.readouterr()
+    assert _run("render", song, "--device", "cpu", "--offline", "--output", root / "new_again") == 0
+    assert "stacking rule" not in capsys.readouterr().err  # recorded: made under today's rule
+    older = _as_older_song(song, root / "older", lambda c: [c["weights"].pop(k) for k in ("stack_rules",
+                                                                                            "lora_int8")])
+    assert _run("render", older, "--device", "cpu", "--offline", "--output", root / "older_again") == 0
+    err = capsys.readouterr().err
+    assert (f"note: this song records no stacking rule (saved before 2026-12-06, or that day): if it was made "
+            f"before then, {ms} replaced NAR vae2llm and erased the deltas {io_only}, before it in the stack, had "
+            "put on them; replacements now apply first and those deltas add to them") in err, err
+    assert f"--lora={io_only}:1:0 --lora={ms}:1:1 renders it as the old rule did" in err, err
+    assert _run("render", older, "--lora", f"{io_only}:1:0", "--lora", ms, "--device", "cpu", "--offline",
+                "--output", root / "older_old_rule") == 0  # the options it gives are accepted
+    # an FL AR file and its own NAR file as two entries (the NAR deltas twice): refused now, and said why
+    fl = lora_synth.write_adapter("fl", root / "fl" / "fl-ar.safetensors", dims, rank=2, seed=4)
+    nar = root / "fl" / "fl-nar.safetensors"
+    alone = _song(files, "rules/fl_song", "--lora", f"{fl}:1:0.75")
+    extra = lora_record(Applied(read_adapter(str(nar), dims), 1.0, 0.5))
+    twice = _as_older_song(alone, root / "fl_twice", lambda c: (c["weights"]["loras"].append(extra),
+                                                                [c["weights"].pop(k) for k in ("stack_rules",
+                                                                                               "lora_int8")]))
+    capsys.readouterr()
+    assert _run("render", twice, "--device", "cpu", "--offline", "--output", root / "fl_again") == 2
+    err = capsys.readouterr().err
+    assert (f"this song was made before 2026-12-06 with the FL adapter {fl} and its own NAR file {nar} as two "
+            "LoRAs: both reached the NAR, so that file's deltas applied twice (×0.75 as the companion, ×0.5 as its "
+            "own entry); the stacking rules changed and refuse that stack now") in err, err
+    assert f"--lora={fl}:1:0 --lora={nar}:0:1.25 applies the same NAR deltas once" in err, err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]  # one line, no traceback
+    assert "--no-lora" in line and "Traceback" not in err and not (root / "fl_again").exists()
+    assert _run("render", twice, "--lora", f"{fl}:1:0", "--lora", f"{nar}:0:1.25", "--device", "cpu", "--offline",
+                "--output", root / "fl_once") == 0

@@ -320,3 +320,46 @@ def test_a_long_stack_of_one_file_is_refused_in_one_short_line(tmp_path):
         check_unique([Applied(adapter, 1.0, 1.0) for _ in range(8)])
     text = str(err.value)
     assert "reaches the AR 8 times" in text and "… 4 more …" in text and len(text) < 1000, text
+
+
+@pytest.mark.parametrize("delta, key", [("lora", "vae2llm.lora_A"), ("diff", "vae2llm.diff"),
+                                        ("diff_b", "vae2llm.diff_b")])
+def test_one_file_replacing_and_changing_one_module_is_refused(tmp_path, delta, key):
+    """Break-it (stop 41): one file giving NAR vae2llm its full weight (a replacement) and a delta was accepted — the
+    delta was added to the replacement (before 2026-12-06 the replacement erased it), though nothing says which
+    weight it was trained against. Refused, naming the file, the module and both keys, like the other one-file
+    refusals; the same file without the delta reads."""
+    from safetensors import safe_open
+    plain = S.write_adapter("ms-raw-nar", tmp_path / "ms.safetensors", DIMS)
+    with safe_open(str(plain), "pt") as f:
+        meta, t = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    out_f, in_f = t["vae2llm.weight"].shape
+    g = torch.Generator().manual_seed(12)
+    extra = {"lora": {"vae2llm.lora_A": torch.randn(2, in_f, generator=g),
+                      "vae2llm.lora_B": torch.randn(out_f, 2, generator=g)},
+             "diff": {"vae2llm.diff": torch.randn(out_f, in_f, generator=g) * 0.01},
+             "diff_b": {"vae2llm.diff_b": torch.randn(out_f, generator=g) * 0.01}}[delta]
+    both = tmp_path / "both.safetensors"
+    save_file({**t, **extra}, str(both), meta)
+    with pytest.raises(AdapterError) as exc:
+        read_adapter(str(both), DIMS)
+    message = str(exc.value)
+    for fragment in (str(both), "NAR vae2llm", "vae2llm.weight", key, "both a replacement"):
+        assert fragment in message, (fragment, message)
+    assert "\n" not in message
+    kinds = {type(p.delta).__name__ for p in read_adapter(str(plain), DIMS).patches if p.module == "vae2llm"}
+    assert kinds == {"Replace"}, kinds
+
+
+def test_the_old_stacking_rule_is_told_apart_by_order(tmp_path):
+    """Review (stop 41): where the rule before 2026-12-06 (each patch in stack order, a replacement erasing the
+    deltas before it) gave other weights — a replacement after another entry's deltas on its module; not before
+    it, not at strength 0 — which a re-render of an older song then notes (`old_rule_summary`)."""
+    from yue2_core.weights.lora.apply import old_rule_summary
+    ms = _read("ms-raw-nar", tmp_path / "ms.safetensors")
+    cn = _read("comfy-native", tmp_path / "cn.safetensors")
+    assert old_rule_summary([Applied(cn), Applied(ms)]) == [
+        {"expert": "nar", "replacer": 1, "erased": 0, "modules": ["llm2vae", "vae2llm"], "whole": False}]
+    assert old_rule_summary([Applied(ms), Applied(cn)]) == []  # the deltas came after: added under both rules
+    assert old_rule_summary([Applied(cn), Applied(ms, 1.0, 0.0)]) == []  # the replacement off
+    assert old_rule_summary([Applied(cn, 1.0, 0.0), Applied(ms)]) == []  # the deltas off

@@ -262,7 +262,9 @@ def _made_otherwise(cfg: dict, run: dict) -> list[str]:
         if had != now:
             shown = ", ".join(f"{os.path.basename(p)}:{a:g}:{n:g}" for p, a, n in (had or [])) or "none"
             differ.append(f"it was made with the LoRAs {shown}, this run's --lora differ")
-    if weights is not None and run.get("loras") and isinstance(weights.get("lora_int8"), str):
+    if weights is not None and run.get("loras") and isinstance(weights.get("lora_int8"), str) \
+            and ("lora_int8" not in run or run["lora_int8"] is not None):  # None: this run's LoRAs reach no
+        # int8 layer (stop 41), the mode changes nothing
         from ..weights.lora.apply import int8_mode  # how LoRAs go onto int8 layers decides the numbers
         if weights["lora_int8"] != int8_mode(run.get("lora_int8")):
             differ.append(f"its LoRAs were applied to the int8 layers as {weights['lora_int8']!r}, this run applies "
@@ -457,17 +459,20 @@ def _run_differs(settings: dict, run: dict) -> list[str]:
     """The weights options of this run (`BatchOptions.run`: --checkpoint, --dtype, --lora, --vae) that differ from
     those batch.json `settings` recorded (a key recorded since 2026-12-04, compared when both sides have it): the
     songs of one batch come from one model. The device is not compared (the same model on another device). Also
-    `lora_int8` (YUE2_LORA_INT8's mode, recorded for --lora on an int8 checkpoint: side and bf16 give other
-    numbers; a batch.json without it compares nothing). The vendor VAE folder: `_vendor_vae_refused`."""
+    `lora_int8` (YUE2_LORA_INT8's mode, recorded when --lora reaches int8 layers: side and bf16 give other
+    numbers; a batch.json without it, or either side None, compares nothing). The vendor VAE folder:
+    `_vendor_vae_refused`."""
     differ = []
     for key, flag in (("checkpoint", "--checkpoint"), ("dtype", "--dtype"), ("vae", "--vae"), ("loras", "--lora"),
                       ("lora_int8", "YUE2_LORA_INT8")):
         if key not in settings or key not in run:
             continue
         old, new = settings[key], run[key]
-        if key == "lora_int8":  # the mode LoRAs go onto int8 layers with: an environment switch, not an option
-            if old != new:
-                differ.append(f"YUE2_LORA_INT8={old}" if old is not None else "no LoRAs on int8 layers")
+        if key == "lora_int8":  # the mode LoRAs go onto int8 layers with: an environment switch, not an option;
+            # compared only when both runs put LoRAs on int8 layers (stop 41: None — float layers only, or a
+            # batch.json that recorded a mode for float layers — the mode changes nothing)
+            if old != new and old is not None and new is not None:
+                differ.append(f"YUE2_LORA_INT8={old}")
         elif key == "loras":  # JSON gives lists of [path, AR, NAR]
             new = [list(x) for x in new]
             triples = isinstance(old, list) and all(isinstance(x, list) and len(x) == 3 for x in old)

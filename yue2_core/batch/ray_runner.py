@@ -22,7 +22,8 @@ sizes the batch, owns the output folder and batch.json. `RayRunner` replaces onl
   workers that cannot be placed: `RayUnavailable` (a `YuE2Error`: the CLI prints one line and exits 2).
 
 Every worker needs this pack installed and the checkpoint (and any --lora / --vae file) at the same path as on the
-driver. YUE2_* environment switches of the driver are passed to the workers.
+driver. YUE2_* environment switches of the driver are passed to the workers, and so is the VAE folder the driver found
+for a vendor model folder (`EngineSpec.vendor_vae`, checked by its sample hash on each node).
 """
 from __future__ import annotations
 
@@ -119,20 +120,44 @@ def check_options(address: str, cpu_workers: int | None, device: str) -> None:
 @dataclass(frozen=True)
 class EngineSpec:
     """What a worker loads: the checkpoint path (the same on every node), the AR/NAR compute dtype ("bf16" /
-    "fp32"), the adapters as (path, strength_ar, strength_nar) and a VAE file; `env` the YUE2_* switches."""
+    "fp32"), the adapters as (path, strength_ar, strength_nar) and a VAE file; `env` the YUE2_* switches;
+    `vendor_vae` the VAE folder the driver resolved for a vendor model folder (`driver.vendor_vae_record`: path and
+    sample hash; None for an all-in-one file or --vae), which the worker decodes with instead of choosing its own
+    (review, stop 41: the workers ran `find_vae_folder` themselves, while batch.json recorded the driver's)."""
 
     checkpoint: str
     dtype: str = "bf16"
     loras: tuple = ()
     vae: str | None = None
     env: dict = field(default_factory=dict)
+    vendor_vae: dict | None = None
+
+    def vendor_vae_folder(self) -> str | None:
+        """The driver's VAE folder, checked on this node: CheckpointError when its weights here are not those the
+        driver found (its sample hash, `vendor.vae_folder_sample`) — every node needs the same folder at the same
+        path, as for the checkpoint."""
+        if not self.vendor_vae:
+            return None
+        from ..errors import CheckpointError
+        from ..weights.vendor import vae_folder_sample
+        folder, want = self.vendor_vae.get("path"), self.vendor_vae.get("sample_sha256")
+        if want is not None:
+            got = vae_folder_sample(folder)
+            if got != want:
+                raise CheckpointError(
+                    f"the VAE folder {folder} {'holds other weights' if got else 'is missing or unreadable'} on this "
+                    f"node than on the driver (sample sha256 {(got or 'none')[:12]}… against {want[:12]}…): every "
+                    "node needs the same VAE folder at the same path as the driver")
+        return folder
 
     def load(self, device: str):
-        """`YuE2Engine.load` on `device` (what `python -m yue2_core` loads for the same options)."""
+        """`YuE2Engine.load` on `device` (what `python -m yue2_core` loads for the same options), decoding with the
+        driver's vendor VAE folder (`vendor_vae_folder`)."""
         import torch
         from ..pipeline import YuE2Engine
         dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[self.dtype]
-        return YuE2Engine.load(self.checkpoint, device=device, dtype=dtype, loras=list(self.loras), vae=self.vae)
+        return YuE2Engine.load(self.checkpoint, device=device, dtype=dtype, loras=list(self.loras), vae=self.vae,
+                               vendor_vae=self.vendor_vae_folder())
 
 
 def yue2_env() -> dict:

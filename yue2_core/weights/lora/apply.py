@@ -346,6 +346,50 @@ def check_stack(stack: list[Applied], experts=("ar", "nar")) -> None:
     check_magnitude(stack, experts)
 
 
+def erased_by_old_rule(stack: list[Applied]) -> list[tuple[str, str, Applied, list[Applied]]]:
+    """Where the stacking rule before 2026-12-06 gave other weights than `merge_into` / `SideDelta` give now: each
+    patch was applied in stack order, so a replacement erased the deltas the entries before it had put on its module
+    (now it applies first and they add to it). (expert, module, the replacing entry, the entries whose deltas on it
+    it erased), in stack order; [] when the order never met that case. Entries at strength 0 on an expert do not
+    count (their patches were dropped then too)."""
+    out = []
+    for expert in ("ar", "nar"):
+        deltas: dict = {}  # module → entries whose deltas are on it since its last replacement
+        for a in stack:
+            if a.strength(expert) == 0.0:
+                continue
+            for p in a.adapter.patches:
+                if p.expert != expert:
+                    continue
+                if isinstance(p.delta, Replace):
+                    if deltas.get(p.module):
+                        out.append((expert, p.module, a, deltas[p.module]))
+                    deltas[p.module] = []
+                elif not any(b is a for b in deltas.setdefault(p.module, [])):
+                    deltas[p.module].append(a)
+    return out
+
+
+def old_rule_summary(stack: list[Applied]) -> list[dict]:
+    """`erased_by_old_rule` by pair of entries, without the tensors (what an engine keeps for a re-render's note):
+    {"expert", "replacer": index in `stack`, "erased": index of the entry whose deltas it erased, "modules": sorted
+    names, "whole": every patch of that entry on the expert was erased — then giving it strength 0 on that expert
+    gives the old weights}."""
+    pairs: dict = {}
+    for expert, module, rep, before in erased_by_old_rule(stack):
+        i = next(k for k, a in enumerate(stack) if a is rep)
+        for b in before:
+            j = next(k for k, a in enumerate(stack) if a is b)
+            pairs.setdefault((expert, i, j), set()).add(module)
+    out = []
+    for (expert, i, j), modules in pairs.items():
+        held = {p.module for p in stack[j].adapter.patches if p.expert == expert}
+        erased = set().union(*(m for (e, _, k), m in pairs.items() if e == expert and k == j))
+        out.append({"expert": expert, "replacer": i, "erased": j, "modules": sorted(modules),
+                    "whole": held <= erased})
+    return out
+
+
 def module_items(stack: list[Applied], expert: str) -> dict[str, list[tuple[float, Patch]]]:
     """module name → [(strength, patch)] of `expert`, in stack order; patches at strength 0 are left out."""
     out: dict[str, list[tuple[float, Patch]]] = {}
@@ -620,6 +664,28 @@ def set_side(root: nn.Module, sides: dict) -> int:
             mod.lora_side = side
             n += side is not None
     return n
+
+
+def reaches_int8(info, stack: list[Applied], nar_float: bool) -> bool:
+    """Whether `stack` patches an int8 ConvRot linear of the checkpoint `info` (`CheckpointInfo`) — when
+    `YuE2Engine.load` records how it applied them (`weights["lora_int8"]`, `apply_stack`'s `int8_mode`): the AR's
+    quantized linears everywhere, the NAR's only where it keeps them (`nar_float`: on CUDA `load_nar` turns them
+    into bf16 layers). The experts are built on the meta device from the header's quantization maps: no weight is
+    read. Entries at strength 0 on an expert do not count (review, stop 41: `batch` recorded a mode for adapters on
+    float layers only, and a --resume under the other YUE2_LORA_INT8 was refused for nothing)."""
+    if not getattr(info, "quantized_modules", 0):
+        return False
+    from ...ar import ARModel
+    from ...nar import NARModel
+    for expert, quant, cls in (("ar", info.quant_ar, ARModel), ("nar", info.quant_nar, NARModel)):
+        names = {n for n in module_items(stack, expert) if n in quant}
+        if not names or (expert == "nar" and nar_float):
+            continue
+        with torch.device("meta"):
+            root = cls(info.dims, quant, torch.bfloat16)
+        if any(_is_int8(_module(root, n, expert)) for n in names):
+            return True
+    return False
 
 
 INT8_MODES = ("side", "bf16")  # how adapters apply to int8 ConvRot layers (YUE2_LORA_INT8; songs record it)

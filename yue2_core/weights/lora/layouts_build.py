@@ -215,6 +215,7 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
         patches += made
     _fused_and_split(path, patches)
     _one_form(path, patches)
+    _replaced_and_changed(path, patches)
     words, values = scale.rule()
     return patches, sorted(unmatched), words, values
 
@@ -254,6 +255,26 @@ def _one_form(path: str, patches: list) -> None:
             raise AdapterError(f"{path}: {expert.upper()} {module}{part} is given both as {_FORMS[ta]} ({a.keys[0]}) "
                                f"and as {_FORMS[tb]} ({b.keys[0]}); their deltas would add up (a conversion that "
                                "kept both forms?) — an adapter gives a module in one form: remove one of them")
+
+
+_DELTAS = {**_FORMS, BiasDiff: "a bias difference (.diff_b)"}
+
+
+def _replaced_and_changed(path: str, patches: list) -> None:
+    """AdapterError naming the module and both keys when one file gives one module a replacement (its full weight:
+    Mothersuperior's `vae2llm.weight` / `llm2vae.weight`) and a delta (`.lora_A/B`, `.lokr_*`, `.diff`, `.diff_b`):
+    whether the delta was trained against the replaced weight or the base one the file does not say, and the
+    stacking rule (a replacement first, every delta added to it) would apply it to the replacement in silence —
+    before 2026-12-06 the replacement erased a delta read before it (break-it review, stop 41). No published
+    layout writes both."""
+    replaced = {(p.expert, p.module): p for p in patches if isinstance(p.delta, Replace)}
+    for p in patches:
+        r = replaced.get((p.expert, p.module))
+        if r is not None and type(p.delta) in _DELTAS:
+            raise AdapterError(f"{path}: {p.expert.upper()} {p.module} is given both a replacement ({r.keys[0]}) "
+                               f"and {_DELTAS[type(p.delta)]} ({p.keys[0]}): one file either replaces a module or "
+                               "changes it — remove one of them (or give the delta as a second LoRA, which then "
+                               "adds to the replacement)")
 
 
 def _module_patches(path, tensors, base, roles, t, expert, dims, ctx, scale) -> list:

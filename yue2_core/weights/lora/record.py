@@ -131,6 +131,34 @@ def recorded_weights(weights) -> tuple[list, dict | None]:
     return out, vae or None
 
 
+STACK_RULES = 2  # config.json "weights"."stack_rules" (since 2026-12-06, stop 41): how the stack was applied — a
+# replacement first, every delta added to it; an FL file's NAR companion given again as its own entry refused. Rule 1
+# (before 2026-12-06, unrecorded): each patch in stack order, a replacement erasing the deltas before it.
+
+
+def may_predate_stack_rules(weights) -> bool:
+    """Whether a song with LoRAs may have been made under the stacking rule before 2026-12-06: it records neither
+    "stack_rules" nor "lora_int8" (both written only since that day's change). Such a song can still come from the
+    same day (the command line recorded no marker on a bf16 checkpoint until stop 41): callers say "if"."""
+    return (isinstance(weights, dict) and bool(weights.get("loras")) and "stack_rules" not in weights
+            and "lora_int8" not in weights)
+
+
+def fl_companion_twice(recorded: list) -> tuple[int, int] | None:
+    """(i, j) when entry i of a song's adapters (`recorded_weights`' [(record, strength_ar, strength_nar)]) is an FL
+    AR file whose NAR companion is entry j too (its sha256 among i's companions), both at a NAR strength other than
+    0: a stack made before 2026-12-06, when both reached the NAR (the companion's deltas applied twice), refused
+    since (`apply.check_unique`). None otherwise."""
+    for i, (a, _, a_nar) in enumerate(recorded):
+        shas = {c.get("sha256") for c in a.get("companions") or [] if isinstance(c, dict) and c.get("sha256")}
+        if not shas or a_nar == 0.0:
+            continue
+        for j, (b, _, b_nar) in enumerate(recorded):
+            if j != i and b_nar != 0.0 and b.get("sha256") in shas:
+                return i, j
+    return None
+
+
 def recorded_int8_mode(weights) -> str | None:
     """How a song's adapters were applied to int8 layers: config.json "weights"."lora_int8" ("side": exact side
     deltas, "bf16": merged into layers dequantized to bf16 — `apply.apply_stack`, YUE2_LORA_INT8), written when
