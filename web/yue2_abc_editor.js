@@ -24,6 +24,16 @@ function addStylesheet() {
     document.head.append(link);
 }
 
+/**
+ * The name of a node's undo history (abc_editor/history.js): the open workflow's path, the node's graph's id and the
+ * node's id — all three kept when ComfyUI's undo re-creates the node — or null while the node has no id.
+ */
+function historyKey(node) {
+    if (node.id == null || node.id === -1) return null;
+    const workflow = app.extensionManager?.workflow?.activeWorkflow;
+    return JSON.stringify([workflow?.path ?? workflow?.key ?? "", node.graph?.id ?? app.graph?.id ?? "", node.id]);
+}
+
 /** Replace the node's plain `abc` textarea by the editor; returns the editor (or null when there is no such widget). */
 function attachEditor(node) {
     const index = node.widgets?.findIndex((w) => w.name === WIDGET) ?? -1;
@@ -47,6 +57,7 @@ function attachEditor(node) {
             persist();
         },
         persist,
+        historyKey: () => historyKey(node),
     });
 
     // Take the plain widget out (and its textarea out of ComfyUI's DOM widget layer), then add ours in its place.

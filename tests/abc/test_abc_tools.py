@@ -106,6 +106,60 @@ def test_transpose_writes_accidentals_where_the_bar_needs_them():
     assert midis(up)["Vocal"] == [68, 68, 80, 67]
 
 
+DOUBLE = re.compile(r"(?:\^\^|__)[A-Ga-g]|\"[A-G](?:##|bb)")  # a double sharp/flat on a note or a chord root
+
+
+def _blues(key: str = "F") -> str:
+    """A score in F major with blue notes (lowered 3rd and 7th: Ab, Eb) in the melody and the chords."""
+    head = read("song.abc").split("% intro")[0].replace("K:G", f"K:{key}")
+    return head + ('V: Vocal\n"F"F4_A4=A4c4|"Eb"_e4d4c4_A4|"Bb7"B4d4f4_a4|"F"f16|\n'
+                   'V: Ins\nF,4C4F4C4|_E,4B,4_E4B,4|B,,4F,4_A,4F,4|F,16|\n')
+
+
+@pytest.mark.parametrize("step", [1, -1])
+def test_semitone_steps_do_not_drift_into_double_accidentals(step):
+    """Twelve ±1 steps from F with blue notes: no step writes a double sharp or flat (keeping the old key's side at
+    F#/Gb took Gb from F and wrote the blue notes as Bbb and Fb), and each step spells like the direct
+    transposition."""
+    text = _blues()
+    assert transpose(text, step) == transpose(text, step)  # deterministic
+    moved = text
+    for n in range(1, 13):
+        moved = transpose(moved, step)
+        assert DOUBLE.findall(moved) == [], (n, [l for l in moved.split("\n") if l.startswith("K:")])
+        assert moved == transpose(text, n * step), n  # the path does not change the spelling
+    assert moved == transpose(text, 12 * step)
+
+
+def test_alternating_semitone_steps_give_the_text_back(song):
+    """-1 then +1 (and the reverse) from G and from F: each pair gives the original text, and the middle step spells
+    the raised tonic / the blue notes without double accidentals (was: G# became F## in F# major)."""
+    for text in (song, _blues(), transpose(song, -1), transpose(_blues(), 1)):
+        moved = text
+        for step in (-1, 1, 1, -1) * 3:
+            moved = transpose(moved, step)
+            assert DOUBLE.findall(moved) == []
+        assert moved == text
+    assert "K:Gb" in transpose(song, -1).split("\n")  # G# = G natural in Gb; F# major would need F##
+
+
+@pytest.mark.parametrize("name", PARSEABLE)
+def test_repeated_steps_spell_like_one_transposition(name):
+    """For every corpus score, a walk of ±1 steps ends with the spelling of the direct transposition — or, where
+    a deliberately odd spelling needs the three-accidental fallback on the way, with no more double accidentals."""
+    text = read(name)
+    for walk in ([1] * 12, [-1] * 12, [1, -1] * 6, [-1, 1] * 6, [1, 1, -1, 1, -1, -1, -1, 1, 1, 1]):
+        moved = text
+        for step in walk:
+            moved = transpose(moved, step)
+        direct = transpose(text, sum(walk))
+        if name == "gen_4_4_Fsharp_ties.abc":  # holds _f (Fb) in F# major: two below its key letter
+            assert len(DOUBLE.findall(moved)) <= len(DOUBLE.findall(direct))
+            assert midis(moved) == midis(direct)
+        else:
+            assert moved == direct, walk
+
+
 def test_transpose_refuses():
     high = read("song.abc").replace('"G"g12z4|', "\"G\"c''12z4|")
     with pytest.raises(AbcError, match="outside MIDI 0..127") as caught:

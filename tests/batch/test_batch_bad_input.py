@@ -536,8 +536,11 @@ def test_a_full_disk_stops_the_batch_after_the_first_failed_save(tmp_path, engin
     assert "2 not run (the disk is full)" in err
     summary = json.loads((out / "batch.json").read_text("utf-8"))
     assert summary["stopped"] == "the disk is full" and not summary["interrupted"]
+    c_stage = summary["results"][2]["stage"]  # with the overlap c's AR phases run while b is written (stop 41)
+    assert c_stage in (("plan", "semantic") if overlap else (None,)), c_stage
     assert [(r["id"], r["status"], r["stage"]) for r in summary["results"]] == [
-        ("a", "complete", "complete"), ("b", "failed", "save"), ("c", "pending", None), ("d", "pending", None)]
+        ("a", "complete", "complete"), ("b", "failed", "save"), ("c", "pending", c_stage), ("d", "pending", None)]
+    assert summary["left_for_resume"] == ["b", "c", "d"]
     assert "disk_full" not in summary["results"][1]
     assert sorted(p.name for p in out.iterdir()) == ["a", "batch.json"]  # nothing half-written
     load_song(out / "a")  # intact
@@ -546,6 +549,70 @@ def test_a_full_disk_stops_the_batch_after_the_first_failed_save(tmp_path, engin
     monkeypatch.setattr(Path, "write_bytes", real_write)  # space freed
     assert run_batch(BatchOptions(str(req), str(out), resume=True, **options), **kw) == 0
     assert saves == ["a", "b", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["in-turn", "overlap"])
+def test_a_full_disk_reports_every_song_as_saved_failed_or_left(tmp_path, engine, monkeypatch, capsys, overlap):
+    """Known gap (stop 41): when the disk filled while an AR phase ran, that phase's songs were left "pending" with
+    nothing saying they had been computed, and a song that had failed earlier in the stopped batch ("f" at plan
+    here) showed as "pending" too. Now batch.json and the report say which songs were saved, which failed (stage
+    and error) and which are left for --resume — a pending row with the last AR phase it finished and a note."""
+    import errno
+    import yue2_core.artifacts as artifacts
+    import yue2_core.pipeline as pipeline
+    req = tmp_path / "r.jsonl"
+    req.write_text("".join(json.dumps({"id": i, "style": "pop", "lyrics": "la", "cot": "off", "seed": n,
+                                       "semantic_sampling": {"max_tokens": 4, "min_tokens": 1}}) + "\n"
+                           for n, i in enumerate("abcdef")), "utf-8")
+    out = tmp_path / "out"
+    saves, real_save, real_plan, real_write = [], artifacts.save_song, pipeline.plan, Path.write_bytes
+
+    def save_song(song, folder, *a, **k):
+        saves.append(Path(folder).name)
+        return real_save(song, folder, *a, **k)
+
+    def write_bytes(self, data):  # the disk fills up at d's save (the first of the second batch)
+        if "d" in saves and self.parent.name.endswith(".partial"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, data)
+
+    def plan(ar, tok, request, *a, **k):
+        if request.id == "f":
+            raise RuntimeError("f's plan broke")
+        return real_plan(ar, tok, request, *a, **k)
+    monkeypatch.setattr(artifacts, "save_song", save_song)
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    monkeypatch.setattr(pipeline, "plan", plan)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=lambda: engine)
+    options = dict(steps=1, max_batch=3, overlap=overlap)
+    assert run_batch(BatchOptions(str(req), str(out), **options), **kw) == 1
+    err = capsys.readouterr().err
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    rows_ = {r["id"]: r for r in summary["results"]}
+    assert [rows_[i]["status"] for i in "abc"] == ["complete"] * 3
+    assert (rows_["d"]["status"], rows_["d"]["stage"]) == ("failed", "save")
+    assert (rows_["f"]["status"], rows_["f"]["stage"]) == ("failed", "plan"), rows_["f"]  # was: "pending"
+    assert "f's plan broke" in rows_["f"]["error"] and err.count("[f] failed at plan") == 1, err
+    e = rows_["e"]
+    if e["status"] == "pending":  # its AR phases ran in the batch the disk filled in; it was never saved
+        assert e["stage"] == "semantic", e  # was: null, as if never started
+        assert e["note"] == ("its lead sheet and music tokens were computed but it was not rendered or saved (the "
+                             "disk is full); --resume computes it from the start"), e
+    else:  # with the overlap the writer may reach e's save before the render worker stops: the disk is full there
+        assert (e["status"], e["stage"]) == ("failed", "save") and overlap, e
+    assert summary["stopped"] == "the disk is full"
+    assert summary["left_for_resume"] == ["d", "e", "f"]
+    assert (summary["complete"], summary["failed"], summary["pending"]) == (3, 2 + (e["status"] == "failed"),
+                                                                            int(e["status"] == "pending"))
+    assert "  saved: a, b, c\n  failed: d (at save), " in err and "f (at plan)" in err, err
+    assert "  left for --resume: d, e, f" in err, err
+    if e["status"] == "pending":
+        assert "— not computed: e (after semantic, not rendered)" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b", "batch.json", "c"]  # nothing half-written
+    monkeypatch.setattr(Path, "write_bytes", real_write)  # space freed, f's plan mended
+    monkeypatch.setattr(pipeline, "plan", real_plan)
+    assert run_batch(BatchOptions(str(req), str(out), resume=True, **options), **kw) == 0
+    assert saves[-3:] == ["d", "e", "f"] and "left_for_resume" not in json.loads((out / "batch.json").read_text())
 
 
 def test_resume_under_another_lora_int8_mode_is_refused_as_a_whole(tmp_path, engine):

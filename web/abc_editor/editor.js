@@ -2,6 +2,7 @@
 // It owns no state outside this object; web/yue2_abc_editor.js creates one per node and wires it to the node.
 import { el, formatTime, utf8Bytes } from "./dom.js";
 import { graphContext } from "./graph.js";
+import { keepHistory, takeHistory } from "./history.js";
 import { IssueList, StructurePanel } from "./panels.js";
 import { ScoreView } from "./score_view.js";
 import { callRoute } from "./server.js";
@@ -28,11 +29,15 @@ export class AbcEditor {
     /**
      * node: the LiteGraph node. notify(): called after the text changed (the widget tells ComfyUI: dirty canvas,
      * change tracker, widget callback). persist(): called after only the node's properties changed (change tracker).
+     * historyKey(): names this node in its workflow (or null while it has no id), under which the undo history
+     * outlives the node being re-created (history.js).
      */
-    constructor(node, { notify, persist = () => {} }) {
+    constructor(node, { notify, persist = () => {}, historyKey = () => null }) {
         this.node = node;
         this.notify = notify;
         this.persist = persist;
+        this.historyKeyOf = historyKey;
+        this.historyKey = null; // the key as last read while the node was in its graph (a cleared graph has no id)
         this.analysis = null; // last /analyze answer
         this.context = {};
         this.sourceText = null; // the composer's score (from the node's execution) or the first text we were given
@@ -102,6 +107,7 @@ export class AbcEditor {
 
     /** Node properties restored from a saved workflow (the composer's last score, whether the notice was shown). */
     restoredSource(properties) {
+        this.restoreHistory();
         const text = lf(properties?.[SOURCE_PROPERTY]);
         if (typeof text === "string" && text.trim()) this.sourceText = text;
         this.showSourceChanged(properties?.[CHANGED_PROPERTY] === true && this.text.value !== this.sourceText);
@@ -117,7 +123,30 @@ export class AbcEditor {
         else delete this.node.properties[CHANGED_PROPERTY];
     }
 
+    /** The node was configured (a workflow load, or ComfyUI's undo re-creating it): take back its undo history. */
+    restoreHistory() {
+        this.rememberHistoryKey();
+        const kept = takeHistory(this.historyKey);
+        if (!kept) return;
+        this.text.importHistory(kept);
+        this.updateButtons();
+    }
+
+    rememberHistoryKey() {
+        let key = null;
+        try {
+            key = this.historyKeyOf();
+        } catch {
+            /* the graph is being rebuilt */
+        }
+        if (key) this.historyKey = key;
+    }
+
     dispose() {
+        // The node is removed — deleted, or about to be made again by ComfyUI's undo or a workflow switch: keep its
+        // undo history for the editor of the node that comes back (history.js).
+        if (this.text.canUndo || this.text.canRedo) keepHistory(this.historyKey, this.text.exportHistory());
+        this.text.cancelFrame(); // typing's last frame would tell a node that is gone
         for (const timer of Object.values(this.timers)) {
             clearTimeout(timer);
             clearInterval(timer);
@@ -180,6 +209,7 @@ export class AbcEditor {
 
     // --- text changes --------------------------------------------------------------------------------------------
     changed(text, source) {
+        this.rememberHistoryKey();
         if (!this.notice.hidden && text === this.sourceText) this.showSourceChanged(false); // reverted / undone to it
         if (source !== "external") this.notify(text);
         this.updateButtons();

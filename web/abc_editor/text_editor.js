@@ -23,6 +23,7 @@ export class TextEditor {
         this.redoStack = [];
         this.lastText = "";
         this.lastInputAt = 0;
+        this.frame = 0; // a requestAnimationFrame id while typing's gutter and onChange wait for the next frame
         this.marks = new Map(); // line -> {level, messages}
         this.onGutterClick = null;
 
@@ -57,6 +58,7 @@ export class TextEditor {
     setExternal(text) {
         text = typeof text === "string" ? text : text == null ? "" : String(text);
         if (text === this.textarea.value) return;
+        this.cancelFrame();
         this.textarea.value = text;
         this.lastText = text;
         this.undoStack = [];
@@ -88,6 +90,40 @@ export class TextEditor {
         return true;
     }
 
+    /** The undo history with the text it leads to (web/abc_editor/history.js keeps it while the node is re-made). */
+    exportHistory() {
+        return { text: this.textarea.value, undo: this.undoStack.slice(), redo: this.redoStack.slice() };
+    }
+
+    /**
+     * Take back a history `exportHistory` gave for this node's previous editor. The text may have moved meanwhile:
+     * a canvas Ctrl+Z (ComfyUI's graph undo re-creates the node) restores an earlier text. When that text is the
+     * last undo step (or the next redo step), the history steps there, so ↶ / ↷ go on from it; any other text is
+     * one more step after the kept ones, so ↶ brings back the text the node had — nothing of the history is lost.
+     */
+    importHistory({ text, undo, redo }) {
+        const current = this.textarea.value;
+        const at = { text, start: 0, end: 0 };
+        undo = Array.isArray(undo) ? undo.slice() : [];
+        redo = Array.isArray(redo) ? redo.slice() : [];
+        if (current !== text) {
+            if (undo.length && undo[undo.length - 1].text === current) {
+                undo.pop();
+                redo.push(at);
+            } else if (redo.length && redo[redo.length - 1].text === current) {
+                redo.pop();
+                undo.push(at);
+            } else {
+                undo.push(at);
+                redo = [];
+            }
+        }
+        this.undoStack = undo.slice(-UNDO_LIMIT);
+        this.redoStack = redo;
+        this.lastText = current;
+        this.lastInputAt = 0;
+    }
+
     get canUndo() {
         return this.undoStack.length > 0;
     }
@@ -107,6 +143,7 @@ export class TextEditor {
     }
 
     apply(state, source) {
+        this.cancelFrame();
         const t = this.textarea;
         t.value = state.text;
         const at = Math.min(state.start ?? 0, state.text.length);
@@ -126,8 +163,29 @@ export class TextEditor {
         }
         this.lastInputAt = now;
         this.lastText = this.textarea.value;
-        this.renderGutter();
+        // The gutter and onChange (ComfyUI's widget callback, change tracker — a serialisation of the whole graph —
+        // and the analysis timer) once per frame, not per key: in a 50–90 kB score each key paid for all of them
+        // and a forced layout (the gutter's scrollTop read). The undo bookkeeping above stays per key.
+        if (this.frame) return;
+        if (document.hidden || typeof requestAnimationFrame !== "function") {
+            this.flushInput(); // no frames come to a hidden page
+            return;
+        }
+        this.frame = requestAnimationFrame(() => this.flushInput());
+    }
+
+    /** What typing changed, drawn and told once per frame (handleInput). */
+    flushInput() {
+        this.frame = 0;
+        this.renderGutter({ scroll: false });
         this.onChange(this.textarea.value, { source: "typing" });
+    }
+
+    /** Drop typing's pending frame: the caller draws and tells the change itself. */
+    cancelFrame() {
+        if (!this.frame) return;
+        cancelAnimationFrame(this.frame);
+        this.frame = 0;
     }
 
     handleKey(event) {
@@ -161,16 +219,21 @@ export class TextEditor {
         return n;
     }
 
-    /** Rebuild the gutter rows when the number of lines changed; re-apply the markers. */
-    renderGutter() {
+    /**
+     * Rebuild the gutter rows when the number of lines changed and re-apply the markers then; match the textarea's
+     * scroll position. `scroll` false (typing): only when the rows were rebuilt — otherwise the textarea's own
+     * scroll event keeps the gutter in step, and reading its scrollTop here forced a layout of the whole text.
+     */
+    renderGutter({ scroll = true } = {}) {
         const lines = this.lineCount();
-        if (this.gutter.childElementCount !== lines) {
+        const rebuilt = this.gutter.childElementCount !== lines;
+        if (rebuilt) {
             const rows = [];
             for (let i = 1; i <= lines; i++) rows.push(el("div", { textContent: String(i), dataset: { line: i } }));
             this.gutter.replaceChildren(...rows);
+            this.paintMarks();
         }
-        this.paintMarks();
-        this.gutter.scrollTop = this.textarea.scrollTop;
+        if (scroll || rebuilt) this.gutter.scrollTop = this.textarea.scrollTop;
     }
 
     /** issues: [{severity, line, message}] from /analyze; errors win over warnings on the same line. */

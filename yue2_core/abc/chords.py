@@ -48,23 +48,21 @@ def chord_midis(root: str, quality: str, bass: str = "") -> list[int]:
     return pitches
 
 
-def transpose_name(name: str, semitones: int, steps: int, fallback) -> str:
-    """Respell a root/bass name `steps` letters up, `semitones` higher in pitch class. If that letter would need more
-    than two accidentals, `fallback(pitch_class) -> (letter, alter)` chooses the spelling."""
+def transpose_name(name: str, semitones: int, steps: int, choose) -> str:
+    """Respell a root/bass name `steps` letters up, `semitones` higher in pitch class.
+    `choose(name, pitch_class, letter, alter) -> (letter, alter)` has the last word on that spelling (alter None:
+    that letter would need more than two accidentals)."""
     target = name_pitch_class(name) + semitones
     letter = shift_letter(name[0], steps)
     spelled = spell(60 + target % 12, letter)
-    if spelled is None:
-        letter, alter = fallback(target % 12)
-    else:
-        alter = spelled[1]
+    letter, alter = choose(name, target % 12, letter, None if spelled is None else spelled[1])
     return pitch_class_name(letter, alter)
 
 
-def transpose_chord(text: str, semitones: int, steps: int, fallback) -> str:
+def transpose_chord(text: str, semitones: int, steps: int, choose) -> str:
     """Chord symbol text moved by `semitones` (root and bass), letters moved by `steps`; quality kept."""
     root, quality, bass = split_chord(text)
-    out = transpose_name(root, semitones, steps, fallback) + quality
+    out = transpose_name(root, semitones, steps, choose) + quality
     if bass:
-        out += "/" + transpose_name(bass, semitones, steps, fallback)
+        out += "/" + transpose_name(bass, semitones, steps, choose)
     return out

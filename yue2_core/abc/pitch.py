@@ -50,15 +50,21 @@ def tonic(key: str) -> tuple[str, int]:
     return letter, (NATURAL_PC[letter] + alter) % 12
 
 
-def transpose_key(key: str, semitones: int) -> str:
+def transpose_key(key: str, semitones: int, tie: str | None = None) -> str:
     """The key name a transposition by `semitones` lands on: same mode, tonic moved, spelled with the fewest
-    accidentals; on a tie (6 or 7 either way) keep the side (sharps/flats) of the original key, sharps from C/Am."""
+    accidentals; on a tie (6 or 7 either way) keep the side (sharps/flats) of the original key, sharps from C/Am —
+    or the side `tie` names ("sharps" / "flats"), which `transpose` picks by the spelling of the notes."""
     minor = key in MINOR_KEYS
     table = MINOR_KEYS if minor else MAJOR_KEYS
     target = (tonic(key)[1] + semitones) % 12
     candidates = [name for name in table if tonic(name)[1] == target]
-    prefer_flats = KEYS[key] < 0
+    prefer_flats = KEYS[key] < 0 if tie is None else tie == "flats"
     return min(candidates, key=lambda name: (abs(KEYS[name]), (KEYS[name] > 0) == prefer_flats))
+
+
+def is_tie_key(key: str) -> bool:
+    """True for the keys a transposition may spell either way (F#/Gb major, D#/Eb minor: 6 accidentals)."""
+    return abs(KEYS[key]) == 6
 
 
 def spell(midi: int, letter: str) -> tuple[int, int] | None:
@@ -84,6 +90,16 @@ def simplest_spelling(midi: int, key: str) -> tuple[str, int, int]:
             if spelled and spelled[1] == alter:
                 return letter, spelled[0], alter
     raise AssertionError("every pitch has a spelling")  # pragma: no cover
+
+
+def scale_spelling(midi: int, key: str) -> tuple[str, int, int] | None:
+    """(letter, octave, alteration) of `midi` as a note of `key`'s scale (its signature), or None when it is not."""
+    sig = signature(key)
+    for letter in LETTERS:
+        spelled = spell(midi, letter)
+        if spelled and spelled[1] == sig[letter]:
+            return letter, spelled[0], spelled[1]
+    return None
 
 
 def shift_letter(letter: str, steps: int) -> str:

@@ -55,10 +55,10 @@ def waves(count: int, max_batch: int) -> list[range]:
 
 
 def continuous_songs(engine, queue: list, *, max_batch: int, steps: int, deliver, meter: _Meter, method: str,
-                     overlap: bool) -> Iterator:
+                     overlap: bool, make_job=_Job) -> Iterator:
     """Yield a `SongOutcome` per request of `queue` (validated `BatchRequest`s) as its song is delivered or fails
-    (module docstring)."""
-    jobs = [_Job(item) for item in queue]
+    (module docstring). `make_job(item)`: makes each song's job (`iter_songs` records them)."""
+    jobs = [make_job(item) for item in queue]
     stage = _RenderStage(engine, steps, deliver, meter, method) if overlap else None
     pending: list = []
     try:

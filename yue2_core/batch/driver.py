@@ -681,13 +681,14 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         summary.add(result.line, result.id, status, **fields)
 
     songs = full = None
+    jobs: dict = {}  # each song's job by id (`iter_songs`): how far the songs a stopped run did not yield got
     try:
         if todo:
             kw = dict(max_batch=max_batch, steps=options.steps, on_event=progress, batched=batched,
                       overlap=overlap, method=options.method)
             if runner is None:
                 deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
-                songs = iter_songs(engine_factory, todo, deliver=deliver, continuous=continuous, **kw)
+                songs = iter_songs(engine_factory, todo, deliver=deliver, continuous=continuous, jobs=jobs, **kw)
             else:
                 songs = runner.songs(todo, out, **kw)
             for result in songs:
@@ -697,10 +698,11 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                     break
                 summary.write(out)
         if full is not None:  # no room to save songs: compute no more (stop 40 review: every later song was
-            _stop_on_full_disk(songs, record, summary, full, stream)  # computed, then failed at its save)
+            _stop_on_full_disk(songs, record, summary, full, stream, jobs)  # computed, then failed at its save)
     except KeyboardInterrupt:
         if songs is not None:  # a Ctrl-C between two songs (e.g. while writing batch.json) reaches the generator
             _drain(songs, record, stream)  # too (one that came from inside it has ended it: this returns at once)
+        _account_left(summary, jobs, record, "interrupted")
         summary.interrupted = True
         summary.write(out)
         print(summary.table(), file=stream)
@@ -713,16 +715,42 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     return 1 if summary.count("failed") else 0
 
 
-def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream) -> None:
+def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs: dict) -> None:
     """After a song's save failed for lack of space (`full`: its outcome, `errors.DiskFullError`): stop the songs as
     a Ctrl-C does (`_drain`: the render worker stops, songs written meanwhile are recorded, nothing half-written),
-    mark the batch `stopped` and say how many songs are left and that --resume continues."""
+    record how far every song not yielded got (`_account_left`), mark the batch `stopped` and say how many songs
+    are left, which were saved, failed and are left, and that --resume continues."""
     _drain(songs, record, stream)
+    _account_left(summary, jobs, record, "the disk is full")
     summary.stopped = "the disk is full"
     left = summary.count("pending")
     print(f"stopped: the disk is full (the save of {full.id!r} failed); {left} song{'s' if left != 1 else ''} left "
           f"not computed, the {summary.count('complete')} saved stay as they are: free space, then run the same "
           "command with --resume to continue", file=stream)
+    print(summary.outcome_lines(), file=stream)
+
+
+def _account_left(summary: BatchSummary, jobs: dict, record, why: str) -> None:
+    """After a run stopped early (`why`: "the disk is full", "interrupted"): the rows still "pending" whose song
+    the run had started get their real outcome (`runner.left_outcome`, printed like any other through `record`):
+    a song that had failed before the stop is failed with its stage and error, one saved is complete (was: both
+    left "pending"), and one whose AR phases ran but that was not rendered stays pending with the last phase it
+    finished and a note saying so; every pending row says that --resume computes it."""
+    from .runner import left_outcome
+    for row in list(summary.rows.values()):
+        if row["status"] != "pending" or row["id"] is None:
+            continue
+        job = jobs.get(row["id"])
+        outcome = left_outcome(job) if job is not None else None
+        if outcome is not None and outcome.status != "pending":
+            record(outcome)
+            continue
+        stage = outcome.stage if outcome is not None else None
+        done = {"plan": "its lead sheet was written", "semantic": "its lead sheet and music tokens were computed"}
+        note = (f"{done[stage]} but it was not rendered or saved" if stage else "not started") + (
+            f" ({why}); --resume computes it from the start")
+        summary.add(row["line"], row["id"], "pending", stage=stage, note=note,
+                    **({"timing": outcome.timing} if outcome is not None and outcome.timing else {}))
 
 
 def _drain(songs, record, stream) -> None:

@@ -143,7 +143,7 @@ def _batch_key(item) -> tuple:
 def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, steps: int = ODE_STEPS,
                on_event: Event | None = None, batched: bool | None = None,
                overlap: bool | None = None, method: str = "midpoint",
-               continuous: bool = False) -> Iterator[SongOutcome]:
+               continuous: bool = False, jobs: dict | None = None) -> Iterator[SongOutcome]:
     """Run `items` (validated `BatchRequest`s) on `engine` (a `YuE2Engine`, or a callable returning one) in
     batches of up to `max_batch`; yield each song's `SongOutcome` after `deliver(item, song)` wrote it, in the
     queue's order. `batched`: decode each phase's rows in one `PhaseDecoder` batch (default: `default_batched`);
@@ -153,8 +153,10 @@ def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, ste
     release's, or the opt-in "ab2": `nar.solve`). `continuous`: continuous batching — each phase decodes the whole
     queue on `max_batch` rows, a finished song's row refilled with the next song (`continuous.py`; implies `batched`
     unless it is False, which is refused); outcomes then come as songs finish. `deliver` runs on the worker
-    thread with the overlap. Raises RequestError for a bad `max_batch` or `method`, or `continuous` with `batched`
-    False; KeyboardInterrupt and errors outside a song propagate (with the overlap, after the worker stopped)."""
+    thread with the overlap. `jobs`: a dict this run fills with each request's job by id as the job is made, which
+    `left_outcome` reads once a stopped run ended (a full disk, Ctrl-C): how far each song not yielded got. Raises
+    RequestError for a bad `max_batch` or `method`, or `continuous` with `batched` False; KeyboardInterrupt and
+    errors outside a song propagate (with the overlap, after the worker stopped)."""
     if not hasattr(engine, "ar") and callable(engine):
         engine = engine()
     if type(max_batch) is not int or max_batch < 1:
@@ -171,19 +173,25 @@ def iter_songs(engine, items: list, *, deliver: Deliver, max_batch: int = 8, ste
                            "one of them")
     batched = (True if continuous else default_batched(engine.ar)) if batched is None else bool(batched)
     overlap = default_overlap(engine.ar.device) if overlap is None else bool(overlap)
+    ledger = {} if jobs is None else jobs
+
+    def make_job(item) -> _Job:
+        ledger[item.id] = job = _Job(item)
+        return job
     if continuous:
         from .continuous import continuous_songs
         yield from continuous_songs(engine, list(items), max_batch=max_batch, steps=steps,
-                                    deliver=deliver, meter=_Meter(on_event), method=method, overlap=overlap)
+                                    deliver=deliver, meter=_Meter(on_event), method=method, overlap=overlap,
+                                    make_job=make_job)
         return
     queue = sorted(items, key=_batch_key) if batched else list(items)
     batches = [queue[start:start + max_batch] for start in range(0, len(queue), max_batch)]
     meter = _Meter(on_event)
     if overlap and len(batches) > 1:
-        yield from _overlapped(engine, batches, batched, steps, deliver, meter, method)
+        yield from _overlapped(engine, batches, batched, steps, deliver, meter, method, make_job)
         return
     for batch in batches:
-        jobs = [_Job(item) for item in batch]
+        jobs = [make_job(item) for item in batch]
         _plan_phase(engine, jobs, batched, meter)
         _semantic_phase(engine, jobs, batched, meter)
         for job in jobs:
@@ -544,6 +552,17 @@ def _outcome(job: _Job) -> SongOutcome:
         rows=job.rows, timing={k: round(v, 4) for k, v in job.timing.items()}, disk_full=job.disk_full)
 
 
+def left_outcome(job: _Job) -> SongOutcome:
+    """The outcome of a song a stopped run did not yield (`iter_songs`' `jobs`): complete or failed as far as it
+    got — a failure before the stop is one (was: left "pending") —, else "pending" with `stage` the last AR phase
+    it finished ("plan": its lead sheet; "semantic": its music tokens too, not rendered), None if none."""
+    if job.error is not None or job.stage == "complete":
+        return _outcome(job)
+    done = "semantic" if job.tokens is not None else "plan" if job.score is not None else None
+    return SongOutcome(id=job.item.id, line=job.item.line, status="pending", stage=done, rows=job.rows,
+                       timing={k: round(v, 4) for k, v in job.timing.items()})
+
+
 def _release(engine) -> None:
     """Return the caching allocator's free blocks (the working sets of the AR batch and the render stage differ).
     Under `fast.decode.CAPTURE_LOCK`: never while the other thread captures a decode graph."""
@@ -698,7 +717,7 @@ class _RenderStage:
 
 
 def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliver,
-                meter: _Meter, method: str = "midpoint") -> Iterator[SongOutcome]:
+                meter: _Meter, method: str = "midpoint", make_job=_Job) -> Iterator[SongOutcome]:
     """`iter_songs` with the render stage on a worker thread (module docstring)."""
     stage = _RenderStage(engine, steps, deliver, meter, method)
     pending: _Handoff | None = None
@@ -706,7 +725,7 @@ def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliv
         for batch in batches:
             if stage.stop.is_set():  # the writer found the disk full: no more AR work (the driver stops the batch)
                 break
-            jobs = [_Job(item) for item in batch]
+            jobs = [make_job(item) for item in batch]
             with stage.ar_context():
                 _plan_phase(engine, jobs, batched, meter)
             if pending is not None:  # the previous batch's songs finished so far
@@ -735,4 +754,5 @@ def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliv
         stage.close()
 
 
-__all__ = ["iter_songs", "run_songs", "SongOutcome", "song_settings", "default_batched", "default_overlap"]
+__all__ = ["iter_songs", "run_songs", "SongOutcome", "song_settings", "default_batched", "default_overlap",
+           "left_outcome"]

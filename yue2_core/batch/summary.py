@@ -4,9 +4,15 @@ batch.json (the vendor's summary, runtime.md §7.4, plus our details), rewritten
 
     {"complete": int, "expected": int, "failed": int, "pending": int, "interrupted": bool,
      "stopped": why the run stopped before its pending rows (only then: "the disk is full"),
+     "left_for_resume": [ids --resume computes: the pending rows and those failed at a computing stage, in file
+                         order] (only when the run stopped or was interrupted),
      "settings": {...the command's options...},
      "results": [{"id", "line", "status": "complete" | "failed" | "pending", "resumed", "stage", "output", "error",
                   "audio_seconds", "semantic_tokens", "abc_tokens", "truncated", "rows", "timing"}, … in file order]}
+
+A "pending" row of a run that stopped early has "stage": the last AR phase its song finished ("plan", "semantic";
+null: not started) and "note": what became of it (e.g. "its lead sheet and music tokens were computed but it was
+not rendered or saved (the disk is full); --resume computes it from the start").
 
 A row without a readable id (not JSON, no id) has "id": null and is found by its line.
 """
@@ -46,7 +52,27 @@ class BatchSummary:
                "results": [self.rows[k] for k in sorted(self.rows)]}
         if self.stopped:
             out["stopped"] = self.stopped
+        if self.stopped or self.interrupted:
+            out["left_for_resume"] = self.left_for_resume()
         return out
+
+    def left_for_resume(self) -> list:
+        """Ids of the rows `--resume` computes: pending, or failed at a stage that computes (not a row refused as
+        read — "validate" — or by the resume checks, which fail the same way again until fixed)."""
+        return [r["id"] for r in (self.rows[k] for k in sorted(self.rows)) if r["id"] is not None and (
+            r["status"] == "pending" or (r["status"] == "failed" and r.get("stage") not in ("validate", "resume")))]
+
+    def outcome_lines(self) -> str:
+        """Which songs were saved, which failed (at which stage) and which are left for --resume, one line each."""
+        rows = [self.rows[k] for k in sorted(self.rows)]
+        saved = [r["id"] or f"line {r['line']}" for r in rows if r["status"] == "complete"]
+        failed = [f"{r['id'] or 'line ' + str(r['line'])} (at {r.get('stage') or '?'})" for r in rows
+                  if r["status"] == "failed"]
+        left = [r["id"] + (f" (after {r['stage']}, not rendered)" if r.get("stage") else "") for r in rows
+                if r["status"] == "pending" and r["id"] is not None]
+        return "\n".join([f"  saved: {', '.join(saved) or 'none'}", f"  failed: {', '.join(failed) or 'none'}",
+                          f"  left for --resume: {', '.join(self.left_for_resume()) or 'none'}"
+                          + (f" — not computed: {', '.join(left)}" if left else "")])
 
     def write(self, folder: str | os.PathLike) -> Path:
         """Write batch.json into `folder` atomically (temporary file + os.replace): a reader sees the previous or
@@ -112,7 +138,7 @@ class BatchSummary:
         lines = []
         for r in (self.rows[k] for k in sorted(self.rows)):
             note = (r.get("error") or "").splitlines()[0][:90] if r.get("error") else (
-                "resumed (verified)" if r.get("resumed") else "")
+                "resumed (verified)" if r.get("resumed") else (r.get("note") or "")[:90])
             audio = r.get("audio_seconds")
             lines.append((str(r["line"]), str(r["id"] or "-"), r["status"], str(r.get("stage") or "-"),
                           f"{audio:.2f}" if isinstance(audio, (int, float)) else "-",
