@@ -5,7 +5,7 @@
 
 Each graph below is described by node types, positions, widget values by name and links by input/output name; the
 node definitions (/object_info) supply socket types, slot numbers and the positional order of `widgets_values`, so
-the files always match the nodes' schemas. tests/nodes/test_workflows.py rebuilds them from the test server's
+the files always match the nodes' schemas. tests/nodes/test_nodes_workflows.py rebuilds them from the test server's
 /object_info and fails when the shipped files differ (run this script to update them).
 
 Output: example_workflows/<name>.json (the folder ComfyUI lists in its template browser).
@@ -94,8 +94,9 @@ NOTES = {
             "strengths): YuE2 Load Song's model output re-applies them.",
     "int8": "Low VRAM (int8)\n\nThe int8 ConvRot checkpoint (3.7 GB) halves the weights. The AR, NAR and VAE are "
             "three ComfyUI models loaded one at a time: each stage offloads the others when memory is short. A "
-            "shorter max_seconds also shrinks the AR's KV cache (≈ 0.11 MB per token per branch). For very small "
-            "GPUs start ComfyUI with --lowvram.",
+            "shorter max_seconds also shrinks the AR's KV cache (≈ 0.11 MB per token per branch). Each part is "
+            "loaded whole (ComfyUI's --lowvram partial loading does not apply to it): the GPU must hold the part in "
+            "use, about 2.0 GiB for the int8 AR and 2.7 GiB for the NAR, plus its working memory.",
 }
 
 

@@ -282,7 +282,7 @@ def cmd_generate(args) -> int:
     if synthetic and args.max_abc_tokens is None and request.cot != "off" and request.abc is None:
         budgets.max_abc_tokens = SYNTHETIC_ABC_TOKENS
         print(f"NOTE: synthetic weights never end a lead sheet by themselves: it is capped at {SYNTHETIC_ABC_TOKENS} "
-              "ABC tokens (the release budget, 4,096, takes ~10 minutes on a CPU); --max-abc-tokens sets another cap",
+              "ABC tokens (the release budget, 4,096, takes minutes on a CPU); --max-abc-tokens sets another cap",
               file=sys.stderr)
     progress = ProgressLine()
     song = engine.generate(request, budgets, steps=args.steps, progress=progress, method=args.ode_method)
