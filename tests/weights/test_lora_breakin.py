@@ -272,6 +272,22 @@ def test_bad_recorded_strength_is_an_adapter_error(tmp_path, gen, strength):
     assert _song_weights(_song(tmp_path, {"loras": [good]}))[0] == [(path, 0.5, 1.0)]
 
 
+@pytest.mark.parametrize("rules", [3, 1, "2", None, True, 2.0, [2]])
+def test_an_unknown_stack_rules_record_is_an_adapter_error(tmp_path, gen, rules):
+    """Break-it (stop 41): a song's `weights.stack_rules` was only tested for presence, so 3 (a newer pack's rule),
+    "2", null or 1 were all read as today's rule and rendered without a word. Any value but 2 is named, as a bad
+    `lora_int8` is; 2 and no key are read as before."""
+    from yue2_core.weights.lora.record import recorded_weights
+    path = _write(tmp_path / "aitk.safetensors", _pair(gen))
+    rec = _record(path)
+    with pytest.raises(AdapterError, match=r"`stack_rules` must be 2 \(the LoRA stacking rule .*found "):
+        _song_weights(_song(tmp_path, {"loras": [rec], "stack_rules": rules}))
+    with pytest.raises(AdapterError, match="stack_rules"):
+        recorded_weights({"loras": [], "stack_rules": rules})
+    for ok in ({"loras": [rec], "stack_rules": 2}, {"loras": [rec]}):
+        assert _song_weights(_song(tmp_path, ok))[0] == [(path, 1.0, 1.0)]
+
+
 # ------------------------------------------------------------------------------------ 12. FL companion containment
 
 def test_fl_companion_must_stay_in_the_ar_files_folder(tmp_path):

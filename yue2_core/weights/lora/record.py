@@ -97,8 +97,8 @@ def recorded_weights(weights) -> tuple[list, dict | None]:
     """A song's config.json "weights" entry, checked: ([(lora record, strength_ar, strength_nar)], VAE record or
     None). None / absent means no own weights (a song made without any, or before they were recorded). Raises
     AdapterError naming what is malformed — "weights" not an object, "loras" not a list, an entry not an object, a
-    strength that is not a number in [−5, 5] (`apply.check_strength`), "vae" not an object — instead of silently
-    re-rendering without the adapters."""
+    strength that is not a number in [−5, 5] (`apply.check_strength`), "vae" not an object, a "stack_rules" other
+    than `STACK_RULES` (a newer pack's rule, an edit) — instead of silently re-rendering otherwise."""
     from .apply import check_strength
     if weights is None:
         return [], None
@@ -124,6 +124,13 @@ def recorded_weights(weights) -> tuple[list, dict | None]:
                                    f"{str(rec[key])[:40]!r}")
         out.append((rec, check_strength(rec.get("strength_ar", 1.0), f"recorded strength_ar of {name}"),
                     check_strength(rec.get("strength_nar", 1.0), f"recorded strength_nar of {name}")))
+    rules = weights.get("stack_rules", STACK_RULES)
+    if type(rules) is not int or rules != STACK_RULES:  # break-it (stop 41): any value was read as today's rule
+        raise AdapterError(f"the song's config.json \"weights\": `stack_rules` must be {STACK_RULES} (the LoRA "
+                           f"stacking rule the song was made under: a replacement first, every delta added to it); "
+                           f"found {type(rules).__name__} {str(rules)[:40]!r} — a song of a newer version of the "
+                           "pack (update it), or an edited record (remove the key for a song made before "
+                           "2026-12-06)")
     vae = weights.get("vae")
     if vae is not None and not isinstance(vae, dict):
         raise AdapterError(f"the song's config.json \"weights\": `vae` must be an object {{\"file\", \"sha256\", "
