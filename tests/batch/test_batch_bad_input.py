@@ -791,3 +791,30 @@ def test_a_lora_on_float_layers_only_records_no_int8_mode_and_resumes_under_eith
     (out / "batch.json").write_text(json.dumps(record), "utf-8")
     assert main(argv + ["--resume"]) == 0, capsys.readouterr().err
     assert json.loads((out / "batch.json").read_text("utf-8"))["results"][0]["status"] == "complete"
+
+
+def test_a_stopped_ray_batch_does_not_call_songs_on_the_workers_not_started(tmp_path, engine):
+    """Break-it (stop 41): after a Ctrl-C (or a full disk) under --ray every row left pending got the note "not
+    started (interrupted)" — the Ray workers report no job to the driver, so songs they were computing looked
+    untouched. Such a row now says that how far it got is not known; --resume still computes it."""
+    class Runner:  # the workers were computing when the user pressed Ctrl-C
+        settings = {"address": "fake", "workers": []}
+
+        def prepare(self):
+            return 1 << 40, False
+
+        def songs(self, todo, out, **kw):
+            raise KeyboardInterrupt
+            yield  # a generator, as RayRunner.songs
+
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(BatchOptions(str(req), str(out), steps=1, max_abc_tokens=ABC_CAP), tokenizer=engine.tokenizer,
+                  dims=engine.info.dims, engine_factory=None, runner=Runner())
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    pending = [r for r in summary["results"] if r["status"] == "pending"]
+    assert pending and summary["interrupted"] and summary["left_for_resume"] == [r["id"] for r in pending]
+    for r in pending:
+        assert r["note"] == ("not saved; how far the Ray workers got with it is not known here (interrupted); "
+                             "--resume computes it from the start"), r

@@ -698,11 +698,12 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                     break
                 summary.write(out)
         if full is not None:  # no room to save songs: compute no more (stop 40 review: every later song was
-            _stop_on_full_disk(songs, record, summary, full, stream, jobs)  # computed, then failed at its save)
+            _stop_on_full_disk(songs, record, summary, full, stream, jobs,  # computed, then failed at its save)
+                               tracked=runner is None)
     except KeyboardInterrupt:
         if songs is not None:  # a Ctrl-C between two songs (e.g. while writing batch.json) reaches the generator
             _drain(songs, record, stream)  # too (one that came from inside it has ended it: this returns at once)
-        _account_left(summary, jobs, record, "interrupted")
+        _account_left(summary, jobs, record, "interrupted", tracked=runner is None)
         summary.interrupted = True
         summary.write(out)
         print(summary.table(), file=stream)
@@ -715,13 +716,13 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     return 1 if summary.count("failed") else 0
 
 
-def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs: dict) -> None:
+def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs: dict, tracked: bool = True) -> None:
     """After a song's save failed for lack of space (`full`: its outcome, `errors.DiskFullError`): stop the songs as
     a Ctrl-C does (`_drain`: the render worker stops, songs written meanwhile are recorded, nothing half-written),
     record how far every song not yielded got (`_account_left`), mark the batch `stopped` and say how many songs
     are left, which were saved, failed and are left, and that --resume continues."""
     _drain(songs, record, stream)
-    _account_left(summary, jobs, record, "the disk is full")
+    _account_left(summary, jobs, record, "the disk is full", tracked)
     summary.stopped = "the disk is full"
     left = summary.count("pending")
     print(f"stopped: the disk is full (the save of {full.id!r} failed); {left} song{'s' if left != 1 else ''} left "
@@ -730,12 +731,14 @@ def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs:
     print(summary.outcome_lines(), file=stream)
 
 
-def _account_left(summary: BatchSummary, jobs: dict, record, why: str) -> None:
+def _account_left(summary: BatchSummary, jobs: dict, record, why: str, tracked: bool = True) -> None:
     """After a run stopped early (`why`: "the disk is full", "interrupted"): the rows still "pending" whose song
     the run had started get their real outcome (`runner.left_outcome`, printed like any other through `record`):
     a song that had failed before the stop is failed with its stage and error, one saved is complete (was: both
     left "pending"), and one whose AR phases ran but that was not rendered stays pending with the last phase it
-    finished and a note saying so; every pending row says that --resume computes it."""
+    finished and a note saying so; every pending row says that --resume computes it. `tracked` False (--ray: the
+    workers report no job, `jobs` stays empty): a row without a job says that how far it got is not known — it may
+    have been running on a worker (break-it, stop 41: "not started" for songs the workers were computing)."""
     from .runner import left_outcome
     for row in list(summary.rows.values()):
         if row["status"] != "pending" or row["id"] is None:
@@ -747,7 +750,9 @@ def _account_left(summary: BatchSummary, jobs: dict, record, why: str) -> None:
             continue
         stage = outcome.stage if outcome is not None else None
         done = {"plan": "its lead sheet was written", "semantic": "its lead sheet and music tokens were computed"}
-        note = (f"{done[stage]} but it was not rendered or saved" if stage else "not started") + (
+        untold = "not saved; how far the Ray workers got with it is not known here"
+        note = (f"{done[stage]} but it was not rendered or saved" if stage else
+                "not started" if tracked or outcome is not None else untold) + (
             f" ({why}); --resume computes it from the start")
         summary.add(row["line"], row["id"], "pending", stage=stage, note=note,
                     **({"timing": outcome.timing} if outcome is not None and outcome.timing else {}))
