@@ -41,7 +41,7 @@ def test_side_captured_graphs_give_the_same_tokens(engine, monkeypatch):
           f"({stats['side_capture_seconds']:.3f} s on the worker)")
     assert base_stats["execution"] == stats["execution"] == "cuda_graph"
     assert base_stats["side_captures"] == 0
-    assert stats["side_captures"] == 3, stats
+    assert stats["side_captures"] == 3, {k: v for k, v in stats.items() if "capture" in k or "fallback" in k}
     assert "side_capture_fallback_reason" not in stats, stats
     assert len(got) == len(base) == STEPS
     assert got == base
@@ -69,4 +69,5 @@ def test_a_phase_ending_with_a_side_capture_pending(engine, monkeypatch):
     3,072 one never started (beyond the budget) — no hang, same tokens."""
     base, _ = _decode(engine, monkeypatch, "0", steps=1_200, seed=3)
     got, stats = _decode(engine, monkeypatch, "1", steps=1_200, seed=3)
-    assert got == base and stats["side_captures"] == 2, stats
+    assert stats["side_captures"] == 2, {k: v for k, v in stats.items() if "capture" in k or "fallback" in k}
+    assert got == base
