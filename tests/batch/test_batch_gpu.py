@@ -163,8 +163,11 @@ def test_overlap_gives_the_same_songs_on_cuda(int8_path, monkeypatch):
             assert {"thread_local, no device sync", "thread_local, no device sync (render)"} <= set(beside), beside
             assert set(beside) <= {"thread_local", "thread_local, no device sync",
                                    "thread_local, no device sync (render)"}, set(beside)
-        else:
-            assert {mode for mode, _ in modes} == {"global"}
+        else:  # main-thread captures (AR buckets not side-captured, NAR) in global mode; none beside a worker
+            assert {mode for mode, _ in modes} <= {"global"}
+        for song in songs.values():  # the AR's side captures (fast/side_capture.py) did not fail
+            for timing in (song.score.timing, song.tokens.timing):
+                assert "side_capture_fallback_reason" not in (timing or {}), timing
     assert not any(t.name in ("yue2-render", "yue2-save") and t.is_alive() for t in threading.enumerate())
     try:
         import soundfile  # noqa: F401 - FLAC bytes need it (the GPU image may lack it)

@@ -76,7 +76,7 @@ def test_a_first_bucket_waits_for_a_main_thread_capture_in_the_process(tiny_engi
     dec.use_graph, dec.device = True, torch.device("cuda")
     monkeypatch.setattr(fd, "_CAPTURED", set())
     started = []
-    monkeypatch.setattr(side_capture, "start", lambda *a: started.append(a[1]) or "pending")
+    monkeypatch.setattr(side_capture, "start", lambda *a, **k: started.append(a[1]) or "pending")
     monkeypatch.setattr(fd, "_capture_stream", lambda device: "stream")  # no CUDA here
     dec._start_side(1024, first=True)
     assert started == [] and dec._side is None
@@ -85,3 +85,20 @@ def test_a_first_bucket_waits_for_a_main_thread_capture_in_the_process(tiny_engi
     fd._CAPTURED.add("cuda")
     dec._start_side(1024, first=True)
     assert started == [1024] and dec._side == "pending"
+
+
+def test_the_collector_is_held_off_during_a_capture_and_restored():
+    import gc
+    assert gc.isenabled()
+    with side_capture._no_collection():
+        with side_capture._no_collection():  # nested (two devices' workers)
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with side_capture._no_collection():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()

@@ -51,10 +51,10 @@ def test_a_failing_side_capture_falls_back_to_the_main_thread(engine, monkeypatc
     base, _ = _decode(engine, monkeypatch, "0", seed=11)
     real = side_capture.start
 
-    def broken(step, attn_len, device, stream, pool, capture):
+    def broken(step, attn_len, device, stream, pool, capture, collect=False):
         def refuse(graph, pool, stream, fn, mode):
             raise RuntimeError("operation not permitted when stream is capturing (test)")
-        return real(step, attn_len, device, stream, pool, refuse)
+        return real(step, attn_len, device, stream, pool, refuse, collect)
 
     monkeypatch.setattr(side_capture, "start", broken)
     got, stats = _decode(engine, monkeypatch, "1", seed=11)

@@ -759,7 +759,7 @@ class PhaseDecoder:
         self.capture_s += side.waited
         self.side_capture_s += side.seconds
         if graph is None:
-            self.side_capture_error = self.side_capture_error or side.error
+            self.side_capture_error = self.side_capture_error or f"bucket {side.attn_len}: {side.error}"
         elif self.graph_error is None and side.attn_len not in self.graphs:
             self.graphs[side.attn_len] = graph
             self.side_captures += 1
@@ -780,7 +780,7 @@ class PhaseDecoder:
         from . import side_capture
         pool = next(iter(self.graphs.values())).pool() if self.graphs else None
         self._side = side_capture.start(self._step, attn_len, self.device, _capture_stream(self.device), pool,
-                                        capture_on_stream)
+                                        capture_on_stream, collect=not self.graphs)
 
     def _graph(self, attn_len: int):
         self._take_side()

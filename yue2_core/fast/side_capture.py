@@ -27,6 +27,8 @@ Switch: YUE2_SIDE_CAPTURE=0 captures every bucket in the main thread (the behavi
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import gc
 import threading
 import time
 
@@ -71,6 +73,30 @@ def _prime(stream) -> None:
     seen.add(id(stream))
 
 
+_GC = {"depth": 0, "enabled": True}  # open `_no_collection` blocks; whether the collector was on before the first
+
+
+@contextlib.contextmanager
+def _no_collection():
+    """Python's cyclic garbage collector held off while a capture is open: a collection in this thread (or the main
+    one) could destroy an earlier decoder's CUDA graph or free its memory in the middle of the capture, which
+    invalidates it ("operation failed due to a previous error during capture"); `torch.cuda.graph` collects before
+    every capture for the same reason (`start` collects once per phase, before its first bucket). Re-enabled after
+    the capture when it was enabled before."""
+    with _LOCK:
+        if _GC["depth"] == 0:
+            _GC["enabled"] = gc.isenabled()
+            gc.disable()
+        _GC["depth"] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _GC["depth"] -= 1
+            if _GC["depth"] == 0 and _GC["enabled"]:
+                gc.enable()
+
+
 class SideCapture:
     """One pending capture of `attn_len`'s graph on the device's worker thread (`start`); `take` waits for it.
 
@@ -96,11 +122,15 @@ class SideCapture:
         return self.graph
 
 
-def start(step, attn_len: int, device, stream, pool, capture) -> SideCapture:
+def start(step, attn_len: int, device, stream, pool, capture, collect: bool = False) -> SideCapture:
     """Capture `step(attn_len)` into a new CUDAGraph on the worker thread of `device`: on `stream`, into `pool` (a
     graph pool handle, or None for a new one), via `capture(graph, pool, stream, fn, mode)`
     (`decode.capture_on_stream`, which takes `decode.CAPTURE_LOCK`), in capture_error_mode "thread_local", under
-    torch.inference_mode. Returns at once; `SideCapture.take` waits."""
+    torch.inference_mode. `collect`: a garbage collection first, in the calling thread (a phase's first bucket:
+    the garbage of earlier decoders, their graphs included, goes before any capture of this phase). Returns at once
+    after that; `SideCapture.take` waits."""
+    if collect:
+        gc.collect()
 
     def job():
         t0 = time.perf_counter()
@@ -108,7 +138,8 @@ def start(step, attn_len: int, device, stream, pool, capture) -> SideCapture:
         with torch.inference_mode(), torch.cuda.device(stream.device):
             _prime(stream)
             graph = torch.cuda.CUDAGraph()
-            capture(graph, pool, stream, lambda: step(attn_len), "thread_local")
+            with _no_collection():
+                capture(graph, pool, stream, lambda: step(attn_len), "thread_local")
         return graph, time.perf_counter() - t0
 
     return SideCapture(attn_len, _executor(device).submit(job))
