@@ -288,7 +288,7 @@ def test_batch_command_with_continuous(tmp_path, tiny_ckpt, capsys, monkeypatch)
                "--steps", str(STEPS), "--max-abc-tokens", str(ABC_CAP), "--max-batch", "2", "--continuous"])
     err = capsys.readouterr().err
     assert rc == 0, err[-2000:]
-    assert loads == [{"batch_rows": 2, "batch_refill": True}]
+    assert loads == [{"batch_rows": 2, "batch_refill": True, "vendor_vae": None}]  # no vendor folder: no VAE folder
     assert "batching: continuous on 2 rows (a row takes the next song as soon as its song ends)" in err
     assert f"summary: {out / 'batch.json'}" in err
     summary = json.loads((out / "batch.json").read_text("utf-8"))
