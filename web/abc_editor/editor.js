@@ -145,7 +145,7 @@ export class AbcEditor {
     dispose() {
         // The node is removed — deleted, or about to be made again by ComfyUI's undo or a workflow switch: keep its
         // undo history for the editor of the node that comes back (history.js).
-        if (this.text.canUndo || this.text.canRedo) keepHistory(this.historyKey, this.text.exportHistory());
+        keepHistory(this.historyKey, this.text.canUndo || this.text.canRedo ? this.text.exportHistory() : null);
         this.text.cancelFrame(); // typing's last frame would tell a node that is gone
         for (const timer of Object.values(this.timers)) {
             clearTimeout(timer);
