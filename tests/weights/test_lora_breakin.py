@@ -404,3 +404,14 @@ def test_read_state_covers_every_file_the_adapter_reads(tmp_path, gen):
     os.mkfifo(fifo / "adapter_model.safetensors")
     with no_hang():  # never opens what would block; the read itself names it
         assert read_state(str(fifo / "adapter_model.safetensors"))
+
+
+def test_fl_companion_check_takes_odd_sha256_records():
+    """`record.fl_companion_twice` on hand-edited records: a sha256 that is a list or dict (unhashable) is no match,
+    not a TypeError (break-it, stop 41); a real pair is still found."""
+    from yue2_core.weights.lora.record import fl_companion_twice
+    odd = [({"sha256": "a", "companions": [{"sha256": ["b"]}, {"sha256": {"x": 1}}]}, 1.0, 1.0),
+           ({"sha256": ["b"]}, 1.0, 1.0), ({"sha256": {"x": 1}}, 1.0, 1.0)]
+    assert fl_companion_twice(odd) is None
+    pair = [({"sha256": "a", "companions": [{"sha256": "b"}]}, 1.0, 1.0), ({"sha256": "b"}, 0.0, 1.0)]
+    assert fl_companion_twice(pair) == (0, 1)

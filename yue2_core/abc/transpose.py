@@ -8,7 +8,8 @@ the new key's own degree needs one (a raised 5th in B major is F##). When the ne
 fewer accidentals, then the old key's side —, so the side follows the score's spelling, not the path: twelve +1
 steps equal one octave up, and a -1 step after a +1 step gives the text back, where keeping the old key's side
 flipped F# to Gb (writing every lowered note as a double flat) and back. A spelling that would need more than two
-accidentals falls back to the plainest spelling in the new key. Accidentals are written where the new key and the
+accidentals falls back to the plainest spelling in the new key — so a score that itself writes double accidentals
+(K:F with ^^C) can come back respelled from a round trip through such a key (=D: the same pitch). Accidentals are written where the new key and the
 dialect's bar-wide, across-octave accidental rule [V] need them, and kept where the original wrote one (courtesy
 accidentals survive).
 """

@@ -157,11 +157,12 @@ def fl_companion_twice(recorded: list) -> tuple[int, int] | None:
     0: a stack made before 2026-12-06, when both reached the NAR (the companion's deltas applied twice), refused
     since (`apply.check_unique`). None otherwise."""
     for i, (a, _, a_nar) in enumerate(recorded):
-        shas = {c.get("sha256") for c in a.get("companions") or [] if isinstance(c, dict) and c.get("sha256")}
+        shas = {c.get("sha256") for c in a.get("companions") or []
+                if isinstance(c, dict) and isinstance(c.get("sha256"), str) and c.get("sha256")}
         if not shas or a_nar == 0.0:
             continue
         for j, (b, _, b_nar) in enumerate(recorded):
-            if j != i and b_nar != 0.0 and b.get("sha256") in shas:
+            if j != i and b_nar != 0.0 and isinstance(b.get("sha256"), str) and b.get("sha256") in shas:
                 return i, j
     return None
 
