@@ -120,11 +120,11 @@ class YuE2LoRA(io.ComfyNode):
             s_nar = check_strength(strength_nar, "strength_nar")
             adapter = cached_adapter(path, model.dims)
         applied = Applied(adapter, s_ar, s_nar)
-        out = model.derive(adapter=applied)
-        stack = list(out.adapters)
         # refused here, not at the first stage that loads the model (stop 40): an FL NAR file that its AR file already
         # reads, two different replacements of one module
         with user_errors():
+            out = model.derive(adapter=applied)
+            stack = list(out.adapters)
             check_unique(stack)
             check_replacements(stack)
         text = f"{describe_adapter(adapter)}\nstrengths: AR ×{s_ar:g}, NAR ×{s_nar:g}"

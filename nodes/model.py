@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from comfy.weight_adapter.base import WeightAdapterBase
-from yue2_core.errors import CheckpointError
+from yue2_core.errors import AdapterError, CheckpointError
 from yue2_core.weights.checkpoint import CheckpointInfo, file_state, load_ar, load_nar, load_vae
 from yue2_core.weights.lora.apply import merge_into, plan_expert, set_side, side_deltas
 from yue2_core.weights.lora.model import BiasDiff, Replace
@@ -131,6 +131,11 @@ class YuE2Model:
         else:
             for name in ("device", "offload_device", "vae_device", "vae_offload_device", "dtype"):
                 setattr(self, name, getattr(root, name))
+        # what a song records of the adapters and the VAE file, taken when each was added (`derive`), so a file
+        # deleted or replaced on disk later neither fails the Renderer after its work nor records the new file's
+        # sha256 beside the old file's weights (break-it, stop 41)
+        self._lora_records: tuple = ()
+        self._vae_record = None
         self._warm = None  # the root's background warm-up (yue2_core.warmup), started by the Checkpoint Loader
         self._patchers: dict[str, comfy.model_patcher.ModelPatcher] = {}
         self._sides: dict = {}  # part → {module: SideDelta} (int8 layers), made with the patchers
@@ -138,10 +143,25 @@ class YuE2Model:
 
     def derive(self, *, adapter=None, vae_file=None) -> "YuE2Model":
         """A new model sharing this one's weights, with `adapter` (an `Applied`) added on top of this model's stack
-        and/or `vae_file` replacing the VAE."""
-        return YuE2Model(self.info, self.tokenizer, root=self.root,
-                         adapters=self.adapters + ((adapter,) if adapter is not None else ()),
-                         vae_file=vae_file if vae_file is not None else self.vae_file)
+        and/or `vae_file` replacing the VAE. Their records (file, sha256, …) are taken now, from the files as the
+        node read them; AdapterError / CheckpointError when a file can no longer be read."""
+        out = YuE2Model(self.info, self.tokenizer, root=self.root,
+                        adapters=self.adapters + ((adapter,) if adapter is not None else ()),
+                        vae_file=vae_file if vae_file is not None else self.vae_file)
+        out._lora_records, out._vae_record = self._lora_records, self._vae_record
+        if adapter is not None:
+            try:
+                out._lora_records += (lora_record(adapter),)
+            except OSError as exc:
+                raise AdapterError(f"LoRA {adapter.adapter.path} can no longer be read ({exc.strerror or exc}): it "
+                                   "was moved or deleted after it was opened; put it back and queue again") from None
+        if vae_file is not None:
+            try:
+                out._vae_record = vae_file.record()
+            except OSError as exc:
+                raise CheckpointError(f"VAE {vae_file.path} can no longer be read ({exc.strerror or exc}): it was "
+                                      "moved or deleted after it was opened; put it back and queue again") from None
+        return out
 
     def start_warm_up(self) -> None:
         """Compile the fast path's kernels in the background while nothing is loaded yet (CUDA only; YUE2_WARMUP=0
@@ -165,8 +185,8 @@ class YuE2Model:
         got the adapters (the nodes always apply them as exact side deltas), as the command line records its mode
         (`YuE2Engine.load`), so a `render` under YUE2_LORA_INT8=bf16 says that it changes the song (review, stop 41:
         node songs recorded none)."""
-        out = {"loras": [lora_record(a) for a in self.adapters],
-               "vae": None if self.vae_file is None else self.vae_file.record()}
+        out = {"loras": [dict(r) for r in self._lora_records],  # taken by `derive`, when each file was read
+               "vae": None if self._vae_record is None else dict(self._vae_record)}
         if self.int8_patched():
             out["lora_int8"] = "side"
         if self.adapters:  # the stacking rule (a replacement first), as `YuE2Engine.load` records it

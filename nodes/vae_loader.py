@@ -124,7 +124,7 @@ class YuE2VAELoader(io.ComfyNode):
             raise ValueError(missing_message(vae_name))
         with user_errors():
             vae = open_vae(path)
-        out = model.derive(vae_file=vae)
+            out = model.derive(vae_file=vae)
         text = f"VAE decoder: {vae.describe()}"
         own = model.info.vae
         if vae.config != own:

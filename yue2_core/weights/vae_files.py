@@ -140,7 +140,13 @@ class VAEFile:
                 f"{cfg.out_channels} audio channels; tensors {dts}")
 
     def _check_unchanged(self):
-        if _file_key(self.weights) != self.key:
+        try:
+            key = _file_key(self.weights)
+        except OSError as exc:  # break-it (stop 41): was a FileNotFoundError traceback from os.stat
+            raise CheckpointError(f"VAE {self.path} can no longer be read since it was opened ({exc.strerror or exc}: "
+                                  f"{exc.filename or self.path}): it was moved or deleted; put it back, or load it "
+                                  "again (press R in ComfyUI or re-run)") from None
+        if key != self.key:
             raise CheckpointError(f"VAE {self.path} changed on disk since it was opened; load it again (press R in "
                                   "ComfyUI or re-run)")
 
