@@ -65,6 +65,10 @@ def not_a_file_entry(ckpt_name: str) -> str | None:
         if os.path.lexists(path) and (kind := not_a_file(path)) not in (None, "a directory"):
             return (f"YuE2 checkpoint '{ckpt_name}' in {base} is {kind}, not a file: a checkpoint is a .safetensors "
                     "file (or a vendor model folder); put the file itself there and refresh (press R)")
+        if os.path.isdir(path):  # break-it (stop 41): was "not in ComfyUI's checkpoints folder … Download …"
+            return (f"YuE2 checkpoint '{ckpt_name}' in {base} is a folder, not a checkpoint file, and not a vendor "
+                    "model folder either (listed as 'NAME/' when it holds config.json with model_type yue2 and its "
+                    "weights): put the .safetensors file itself there and refresh (press R)")
     return None
 
 

@@ -181,3 +181,14 @@ def test_a_missing_file_is_reported_once(comfy, comfy_server):
         (error,) = errors[node]["errors"]
         assert error["type"] == "custom_validation_failed" and error["details"].startswith(f"{name} - "), error
         assert what in error["details"], error
+
+
+def test_a_folder_with_a_checkpoints_name_is_called_a_folder(comfy, comfy_server, checkpoints):
+    """Break-it (stop 41): a folder named like a checkpoint file (an archive unpacked under the file's name) was
+    reported as missing, with the download advice."""
+    (comfy_server.models_dir / "unpacked.safetensors").mkdir(exist_ok=True)
+    loader = {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": "unpacked.safetensors"}}
+    body = rejected(comfy, {"1": loader, "2": preview(["1", 1])})
+    (error,) = body["node_errors"]["1"]["errors"]
+    assert error["details"].startswith("ckpt_name - YuE2 checkpoint 'unpacked.safetensors' in "), error
+    assert "is a folder, not a checkpoint file" in error["details"] and "Download" not in error["details"], error
