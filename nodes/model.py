@@ -217,6 +217,7 @@ class YuE2Model:
                                       f"Loader read it (its size or modification time differ), so its {part.upper()} "
                                       "part would come from another file than the parts already read; queue the "
                                       "workflow again (the loader then reads the new file)")
+            self.info.to_dict()  # its content samples, taken now: the song records the file read, not a later one
             if part == "vae":
                 load_dev, offload_dev = self.vae_device, self.vae_offload_device
                 module = load_vae(self.info, offload_dev)

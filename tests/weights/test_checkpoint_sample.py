@@ -32,3 +32,16 @@ def test_another_file_at_the_recorded_path_is_named(tmp_path):
 
 def test_content_sample_of_an_unreadable_path_is_none(tmp_path):
     assert content_sample(str(tmp_path / "missing.safetensors")) is None
+
+
+def test_the_sample_is_taken_once_per_read(tmp_path):
+    """`CheckpointInfo.to_dict` keeps the sample of its first call: a record made later from the same read (the
+    ComfyUI Renderer saving a song after its render) names the file that was read, not one put at its path since
+    (break-it, stop 41); a new read samples the new file."""
+    path = str(tmp_path / "m.safetensors")
+    write_synthetic_checkpoint(path, profile="micro", fmt="bf16", seed=0)
+    info = inspect_checkpoint(path)
+    first = info.to_dict()["sample_sha256"]
+    write_synthetic_checkpoint(path, profile="micro", fmt="bf16", seed=1)  # replaced after the read
+    assert info.to_dict()["sample_sha256"] == first
+    assert inspect_checkpoint(path).to_dict()["sample_sha256"] == content_sample(path) != first

@@ -141,6 +141,9 @@ class CheckpointInfo:
     layout: str = "comfy"
     files: dict = field(default_factory=dict)  # vendor: {"model", "vae", "tokenizer"} paths
     source: object = field(default=None, repr=False)
+    # the content samples `to_dict` records, taken once per read: a record made later (a song saved after its
+    # render) names the file that was read, not one put at its path since (break-it, stop 41)
+    samples: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         if self.source is None:
@@ -162,7 +165,9 @@ class CheckpointInfo:
         """JSON-serialisable description (songs record it in config.json). An all-in-one file also records
         `sample_sha256` (`content_sample`), so a later run can tell another file of the same layout at that path; a
         vendor folder records `vae_sample_sha256` (`vendor.vae_folder_sample`) of its VAE folder, so a re-render finds
-        that VAE again (`vendor.recorded_vae_folder`) and tells another one at its path."""
+        that VAE again (`vendor.recorded_vae_folder`) and tells another one at its path. Each sample is taken on the
+        first call and kept (`samples`): call it when the file is read (the ComfyUI loader does, before reading a
+        part)."""
         out = {"path": os.path.abspath(self.path),  # absolute: a song re-renders from any folder
                "format": self.format, "layout": self.layout, "dims": self.dims.__dict__,
                "part_dtypes": self.part_dtypes, "tensors": self.tensors, "elements": self.elements,
@@ -173,9 +178,13 @@ class CheckpointInfo:
             out["files"] = {k: os.path.abspath(v) for k, v in self.files.items()}
             if self.files.get("vae"):
                 from .vendor import vae_folder_sample
-                out["vae_sample_sha256"] = vae_folder_sample(self.files["vae"])
+                if "vae_sample_sha256" not in self.samples:
+                    self.samples["vae_sample_sha256"] = vae_folder_sample(self.files["vae"])
+                out["vae_sample_sha256"] = self.samples["vae_sample_sha256"]
         else:
-            out["sample_sha256"] = content_sample(self.path)
+            if "sample_sha256" not in self.samples:
+                self.samples["sample_sha256"] = content_sample(self.path)
+            out["sample_sha256"] = self.samples["sample_sha256"]
         return out
 
 
