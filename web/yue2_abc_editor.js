@@ -24,14 +24,60 @@ function addStylesheet() {
     document.head.append(link);
 }
 
+// Each open workflow's own name in the history keys: its path changes when it is renamed or saved under another
+// name (a temporary workflow's "Save As" renames it), so a history kept under the old path was looked up under the
+// new one after a canvas Ctrl+Z and lost (known gap, stop 41). ComfyUI keeps the same workflow object through a
+// rename; two tabs of one workflow (a duplicate keeps the graph id and node ids) are two objects, so neither takes
+// the other's histories.
+const workflowNames = new WeakMap();
+let workflowCount = 0;
+
+function workflowName(workflow) {
+    if (!workflow || typeof workflow !== "object") return "";
+    const raw = workflow.__v_raw ?? workflow; // the store hands out Vue proxies: name the object behind them
+    if (!workflowNames.has(raw)) workflowNames.set(raw, `workflow ${++workflowCount}`);
+    return workflowNames.get(raw);
+}
+
 /**
- * The name of a node's undo history (abc_editor/history.js): the open workflow's path, the node's graph's id and the
- * node's id — all three kept when ComfyUI's undo re-creates the node — or null while the node has no id.
+ * The name of a node's undo history (abc_editor/history.js): the open workflow (by object, not by its path: see
+ * workflowName), the node's graph's id and the node's id — all three kept when ComfyUI's undo re-creates the node —
+ * or null while the node has no id.
  */
 function historyKey(node) {
     if (node.id == null || node.id === -1) return null;
-    const workflow = app.extensionManager?.workflow?.activeWorkflow;
-    return JSON.stringify([workflow?.path ?? workflow?.key ?? "", node.graph?.id ?? app.graph?.id ?? "", node.id]);
+    const workflow = workflowName(app.extensionManager?.workflow?.activeWorkflow);
+    return JSON.stringify([workflow, node.graph?.id ?? app.graph?.id ?? "", node.id]);
+}
+
+// A graph load (a canvas Ctrl+Z, a tab switch) configures its nodes before it makes its workflow the active one
+// (the frontend's afterLoadNewGraph → the workflow store's openWorkflow), so an editor configured then waits for that
+// before it reads its history key: on a switch to a duplicate tab (the same graph id and node ids) it would take the
+// histories of the tab being left. Without a workflow store to watch, the history is taken at once, as before.
+let loads = 0; // graph loads begun (beforeConfigureGraph)
+let loading = false;
+let watching = null; // whether the store's openWorkflow is watched (null: not tried yet)
+const waiting = new Set();
+
+function watchLoads() {
+    if (watching === null) {
+        const store = app.extensionManager?.workflow;
+        watching = typeof store?.$onAction === "function";
+        if (watching) store.$onAction(({ name, after }) => name === "openWorkflow" && after(() => loaded()));
+    }
+    return watching;
+}
+
+function loaded() {
+    loading = false;
+    const restores = [...waiting];
+    waiting.clear();
+    for (const restore of restores) restore();
+}
+
+function afterLoad(restore) {
+    if (loading) waiting.add(restore);
+    else restore();
 }
 
 /** Replace the node's plain `abc` textarea by the editor; returns the editor (or null when there is no such widget). */
@@ -58,6 +104,7 @@ function attachEditor(node) {
         },
         persist,
         historyKey: () => historyKey(node),
+        afterLoad,
     });
 
     // Take the plain widget out (and its textarea out of ComfyUI's DOM widget layer), then add ours in its place.
@@ -121,6 +168,17 @@ app.registerExtension({
     init() {
         addStylesheet();
         listen();
+    },
+
+    beforeConfigureGraph() {
+        loads += 1;
+        loading = watchLoads();
+    },
+
+    afterConfigureGraph() {
+        // a load that never opens its workflow (it failed, or a newer load replaced it) must not keep editors waiting
+        const load = loads;
+        if (loading) setTimeout(() => load === loads && loading && loaded(), 3000);
     },
 
     async beforeRegisterNodeDef(nodeType, nodeData) {

@@ -356,8 +356,14 @@ def resolve_cut(cut, frames: int, abc: str | None = None) -> CutPoint:
         score_problem = str(exc).splitlines()[0]
     if kind == "bar":
         if not starts:
-            why = score_problem or "the song has no score (cot off)"
-            raise RequestError(f"cannot cut at bar {int(value)}: {why}; give the cut in seconds instead")
+            if score_problem:
+                why = (f"the song's score does not parse, so its bars have no times ({score_problem.rstrip('.')}). "
+                       "A song made with synthetic weights has random token soup there, not a lead sheet; a real "
+                       "model writes its lead sheet token by token, and that may not parse either")
+            else:
+                why = "the song has no score (made with cot off, which writes no lead sheet)"
+            raise RequestError(f"cannot cut at bar {int(value)}: {why}. Give the cut in seconds instead (\"12.5s\"): "
+                               "a cut in seconds works on any song")
         table = dict(starts)
         if int(value) not in table:
             raise RequestError(f"bar {int(value)} is not in the score (bars 1 … {starts[-1][0]}); "

@@ -43,7 +43,7 @@ await withComfy("editor-history", async ({ page, pageErrors }) => {
     await page.keyboard.press("Control+z");
     await page.waitForFunction((id) => {
         const editor = window.app.graph.getNodeById(id)?.yue2AbcEditor;
-        return editor && editor !== window.__yue2OldEditor;
+        return editor && editor !== window.__yue2OldEditor && !editor.historyPending; // its history taken back
     }, editorId, { timeout: 15000, polling: 100 });
     log("the canvas Ctrl+Z re-created the editor node");
     await showNode(page, editorId);

@@ -30,14 +30,17 @@ export class AbcEditor {
      * node: the LiteGraph node. notify(): called after the text changed (the widget tells ComfyUI: dirty canvas,
      * change tracker, widget callback). persist(): called after only the node's properties changed (change tracker).
      * historyKey(): names this node in its workflow (or null while it has no id), under which the undo history
-     * outlives the node being re-created (history.js).
+     * outlives the node being re-created (history.js). afterLoad(restore): runs `restore` once the graph load that
+     * configures the node has made its workflow the active one (at once when no load is under way).
      */
-    constructor(node, { notify, persist = () => {}, historyKey = () => null }) {
+    constructor(node, { notify, persist = () => {}, historyKey = () => null, afterLoad = (restore) => restore() }) {
         this.node = node;
         this.notify = notify;
         this.persist = persist;
         this.historyKeyOf = historyKey;
         this.historyKey = null; // the key as last read while the node was in its graph (a cleared graph has no id)
+        this.afterLoad = afterLoad;
+        this.historyPending = false; // configured, waiting for its workflow to take its history back (restoreHistory)
         this.analysis = null; // last /analyze answer
         this.context = {};
         this.sourceText = null; // the composer's score (from the node's execution) or the first text we were given
@@ -123,16 +126,26 @@ export class AbcEditor {
         else delete this.node.properties[CHANGED_PROPERTY];
     }
 
-    /** The node was configured (a workflow load, or ComfyUI's undo re-creating it): take back its undo history. */
+    /**
+     * The node was configured (a workflow load, or ComfyUI's undo re-creating it): take back its undo history — once
+     * the load has made the node's workflow the active one: a load configures the nodes first, and the key read
+     * then would name the workflow being left (on a switch to a duplicate tab, the other tab's histories).
+     */
     restoreHistory() {
-        this.rememberHistoryKey();
-        const kept = takeHistory(this.historyKey);
-        if (!kept) return;
-        this.text.importHistory(kept);
-        this.updateButtons();
+        this.historyPending = true;
+        this.afterLoad(() => {
+            if (!this.historyPending) return; // removed meanwhile
+            this.historyPending = false;
+            this.rememberHistoryKey();
+            const kept = takeHistory(this.historyKey);
+            if (!kept) return;
+            this.text.importHistory(kept);
+            this.updateButtons();
+        });
     }
 
     rememberHistoryKey() {
+        if (this.historyPending) return; // the active workflow may not be the node's yet
         let key = null;
         try {
             key = this.historyKeyOf();
@@ -144,8 +157,12 @@ export class AbcEditor {
 
     dispose() {
         // The node is removed — deleted, or about to be made again by ComfyUI's undo or a workflow switch: keep its
-        // undo history for the editor of the node that comes back (history.js).
-        keepHistory(this.historyKey, this.text.canUndo || this.text.canRedo ? this.text.exportHistory() : null);
+        // undo history for the editor of the node that comes back (history.js). A node removed before it took its
+        // own history back leaves the store as it is.
+        if (!this.historyPending) {
+            keepHistory(this.historyKey, this.text.canUndo || this.text.canRedo ? this.text.exportHistory() : null);
+        }
+        this.historyPending = false;
         this.text.cancelFrame(); // typing's last frame would tell a node that is gone
         for (const timer of Object.values(this.timers)) {
             clearTimeout(timer);
