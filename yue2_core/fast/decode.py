@@ -783,6 +783,8 @@ class PhaseDecoder:
                                         capture_on_stream, collect=not self.graphs)
 
     def _graph(self, attn_len: int):
+        if attn_len in self.graphs:  # a pending side capture (the next bucket) goes on while this graph replays
+            return self.graphs[attn_len]
         self._take_side()
         if attn_len in self.graphs:
             return self.graphs[attn_len]
