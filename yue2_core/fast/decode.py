@@ -819,6 +819,7 @@ class PhaseDecoder:
                     graph.replay()
                 return
             except Exception as exc:  # capture failure or OOM: eager from here on, one warning
+                self._take_side()  # a pending side capture ends before the graphs and cache are released
                 if saved is not None:  # the warm-up step may have sampled before failing: undo it
                     self._restore(saved)
                 self.graph_error = brief(exc)
