@@ -4,38 +4,21 @@
 // history over (web/abc_editor/history.js, keyed by workflow, graph and node id) and the new one takes it back.
 import { withComfy, assert, log } from "./lib.mjs";
 import {
-    caretAt, corpus, editorState, editorText, pasteText, setUpGraph, showNode, waitAnalyzed,
+    caretAt, corpus, editorState, editorText, setUpGraph, showNode, threeEdits, toolButton, walkHistory,
 } from "./editor_lib.mjs";
 
 const song = corpus("song.abc");
 const edited = `${song}\n% my edit`;
-const button = (page, tool) => page.locator(`.yue2-abc-toolbar button[data-tool="${tool}"]`);
+const button = toolButton;
 
-/** Press ↶ (or ↷) until it is disabled; the texts it went through. */
-async function walk(page, tool) {
-    const texts = [];
-    for (let i = 0; i < 10 && await button(page, tool).isEnabled(); i++) {
-        await button(page, tool).click();
-        texts.push(await editorText(page));
-    }
-    return texts;
-}
+const walk = walkHistory;
 
 await withComfy("editor-history", async ({ page, pageErrors }) => {
     const { editorId } = await setUpGraph(page, { preferShipped: false });
     await showNode(page, editorId);
 
     // Three undo steps: the paste, a typed edit, a transposition.
-    let state = await pasteText(page, song);
-    await page.waitForTimeout(1000); // past the typing pause: the edit below is a step of its own
-    await caretAt(page, song.length);
-    await page.keyboard.type("\n% my edit");
-    state = await waitAnalyzed(page, Number(state.analyzed));
-    assert(await editorText(page) === edited, "typed");
-    await button(page, "up").click();
-    state = await waitAnalyzed(page, Number(state.analyzed));
-    const transposed = await editorText(page);
-    assert(transposed !== edited && transposed.includes("\nK:Ab\n"), "transposed up to A flat");
+    const { transposed } = await threeEdits(page, song);
 
     // Ctrl+Z on the canvas (focus outside the box): ComfyUI's graph undo re-creates the node.
     await page.evaluate((id) => { window.__yue2OldEditor = window.app.graph.getNodeById(id).yue2AbcEditor; }, editorId);

@@ -4,21 +4,15 @@
 // the workflow object, which a rename keeps. Two tabs of one workflow (a duplicate: the same graph id and node ids)
 // still keep their own histories: the copy starts with none, and the original gets its own back.
 import { withComfy, assert, log } from "./lib.mjs";
-import { caretAt, corpus, editorText, pasteText, setUpGraph, showNode, waitAnalyzed } from "./editor_lib.mjs";
+import {
+    corpus, editorText, setUpGraph, showNode, threeEdits, toolButton, walkHistory,
+} from "./editor_lib.mjs";
 
 const song = corpus("song.abc");
 const edited = `${song}\n% my edit`;
-const button = (page, tool) => page.locator(`.yue2-abc-toolbar button[data-tool="${tool}"]`);
+const button = toolButton;
 
-/** Press ↶ (or ↷) until it is disabled; the texts it went through. */
-async function walk(page, tool) {
-    const texts = [];
-    for (let i = 0; i < 10 && await button(page, tool).isEnabled(); i++) {
-        await button(page, tool).click();
-        texts.push(await editorText(page));
-    }
-    return texts;
-}
+const walk = walkHistory;
 
 /** Run `action` in the page (a graph load) and wait for the editor node made anew, its history taken back. */
 async function reloaded(page, editorId, action, arg) {
@@ -40,17 +34,8 @@ await withComfy("editor-history-rename", async ({ page, pageErrors }) => {
     const { editorId } = await setUpGraph(page, { preferShipped: false });
     await showNode(page, editorId);
 
-    // Three undo steps: the paste, a typed edit, a transposition (the last change is one step of the graph's undo).
-    let state = await pasteText(page, song);
-    await page.waitForTimeout(1000); // past the typing pause: the edit below is a step of its own
-    await caretAt(page, song.length);
-    await page.keyboard.type("\n% my edit");
-    state = await waitAnalyzed(page, Number(state.analyzed));
-    assert(await editorText(page) === edited, "typed");
-    await button(page, "up").click();
-    state = await waitAnalyzed(page, Number(state.analyzed));
-    const transposed = await editorText(page);
-    assert(transposed !== edited && transposed.includes("\nK:Ab\n"), "transposed up to A flat");
+    // Three undo steps: the paste, a typed edit, a transposition.
+    const { transposed } = await threeEdits(page, song);
 
     // Rename the open workflow through the frontend's workflow store (the sidebar's rename; "Save As" of a
     // temporary workflow does the same), then Ctrl+Z on the canvas: ComfyUI's graph undo re-creates the node.

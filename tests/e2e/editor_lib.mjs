@@ -173,3 +173,33 @@ export async function shootEditor(page, file) {
     await page.locator(".yue2-abc").first().screenshot({ path: file });
     log("screenshot", file);
 }
+
+/** The toolbar button of `tool` (undo, redo, up, down, …). */
+export const toolButton = (page, tool) => page.locator(`.yue2-abc-toolbar button[data-tool="${tool}"]`);
+
+/** Press ↶ (or ↷: `tool` "undo" / "redo") until it is disabled; the texts it went through (at most 10). */
+export async function walkHistory(page, tool) {
+    const texts = [];
+    for (let i = 0; i < 10 && await toolButton(page, tool).isEnabled(); i++) {
+        await toolButton(page, tool).click();
+        texts.push(await editorText(page));
+    }
+    return texts;
+}
+
+/** Three undo steps in the shown editor: paste `song`, type "\n% my edit" at its end, transpose up a semitone
+ *  (a score in G: to A flat). Returns { edited, transposed } (the texts after the 2nd and 3rd steps). */
+export async function threeEdits(page, song) {
+    const edited = `${song}\n% my edit`;
+    let state = await pasteText(page, song);
+    await page.waitForTimeout(1000); // past the typing pause: the edit below is a step of its own
+    await caretAt(page, song.length);
+    await page.keyboard.type("\n% my edit");
+    state = await waitAnalyzed(page, Number(state.analyzed));
+    if (await editorText(page) !== edited) throw new Error("typed: the edit did not land");
+    await toolButton(page, "up").click();
+    await waitAnalyzed(page, Number(state.analyzed));
+    const transposed = await editorText(page);
+    if (transposed === edited || !transposed.includes("\nK:Ab\n")) throw new Error("not transposed up to A flat");
+    return { edited, transposed };
+}
