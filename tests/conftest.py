@@ -81,3 +81,27 @@ def comfy_server(comfy_host, tmp_path_factory):
 @pytest.fixture(scope="session")
 def comfy(comfy_server) -> ComfyClient:
     return ComfyClient(comfy_server.url)
+
+
+def _older_song(song, dst, edit):
+    """A copy of the song folder `song` at `dst` whose config.json `edit(config)` changed, resealed (the manifest
+    entry and result.json's seal recomputed): what a song of an earlier version records. Returns dst."""
+    import hashlib
+    import json
+    import shutil
+    from yue2_core.artifacts import seal_result
+    shutil.copytree(song, dst)
+    config = json.loads((dst / "config.json").read_text("utf-8"))
+    edit(config)
+    data = json.dumps(config, indent=2).encode("utf-8")
+    (dst / "config.json").write_bytes(data)
+    result = json.loads((dst / "result.json").read_text("utf-8"))
+    result["artifacts"]["config.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (dst / "result.json").write_text(json.dumps(seal_result(result)), "utf-8")
+    return dst
+
+
+@pytest.fixture
+def older_song():
+    """`_older_song`: (song, dst, edit) → a resealed copy of a song whose config.json was edited."""
+    return _older_song

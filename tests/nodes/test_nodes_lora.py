@@ -256,24 +256,8 @@ def test_node_songs_record_the_int8_mode_and_load_song_says_a_bf16_one(comfy, co
     assert "dequantized to bf16" not in texts[TINY], texts[TINY]  # a bf16 checkpoint: no int8 layer
 
 
-def _older(song, dst, edit):
-    """A copy of `song` with its config.json edited and resealed (manifest, result.json's seal): an older song."""
-    import hashlib
-    import shutil
-    from yue2_core.artifacts import seal_result
-    shutil.copytree(song, dst)
-    config = json.loads((dst / "config.json").read_text("utf-8"))
-    edit(config)
-    data = json.dumps(config, indent=2).encode("utf-8")
-    (dst / "config.json").write_bytes(data)
-    result = json.loads((dst / "result.json").read_text("utf-8"))
-    result["artifacts"]["config.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    (dst / "result.json").write_text(json.dumps(seal_result(result)), "utf-8")
-    return dst
-
-
 def test_load_song_says_what_the_stacking_change_does_to_an_older_song(comfy, comfy_server, checkpoints, loras,
-                                                                      tmp_path):
+                                                                      tmp_path, older_song):
     """Review (stop 41): Load Song of a song made before the stacking change (2026-12-06) — an FL AR file and its own
     NAR file as two LoRAs; a replacement after another adapter's deltas on its module — gave no word (the Renderer
     then refused the first with the general message, and rendered the second otherwise). Its report says what
@@ -296,11 +280,11 @@ def test_load_song_says_what_the_stacking_change_does_to_an_older_song(comfy, co
     try:
         assert main(["generate", *small, "--lora", f"{fl}:1:0.75", "--output", str(tmp_path / "fl")]) == 0
         extra = lora_record(Applied(read_adapter(str(nar), dims), 1.0, 0.5))
-        _older(tmp_path / "fl", songs / "old_fl_00001",
+        older_song(tmp_path / "fl", songs / "old_fl_00001",
                lambda c: (c["weights"]["loras"].append(extra), c["weights"].pop("stack_rules")))
         assert main(["generate", *small, "--lora", str(cn), "--lora", str(ms), "--output", str(tmp_path / "rep")]) == 0
         shutil.copytree(tmp_path / "rep", songs / "new_rep_00001")
-        _older(tmp_path / "rep", songs / "old_rep_00001", lambda c: c["weights"].pop("stack_rules"))
+        older_song(tmp_path / "rep", songs / "old_rep_00001", lambda c: c["weights"].pop("stack_rules"))
         texts = {}
         for name in ("old_fl_00001", "old_rep_00001", "new_rep_00001"):
             p = {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},

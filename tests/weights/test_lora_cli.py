@@ -379,23 +379,7 @@ def test_weights_at_paths_that_are_not_utf8_are_found_again_by_render(tmp_path, 
     assert _same(song, again)
 
 
-def _as_older_song(song, dst, edit):
-    """A copy of `song` whose config.json `edit` changed, resealed (manifest and result.json's seal recomputed):
-    what a song of an earlier version records."""
-    import hashlib
-    from yue2_core.artifacts import seal_result
-    shutil.copytree(song, dst)
-    config = json.loads((dst / "config.json").read_text("utf-8"))
-    edit(config)
-    data = json.dumps(config, indent=2).encode("utf-8")
-    (dst / "config.json").write_bytes(data)
-    result = json.loads((dst / "result.json").read_text("utf-8"))
-    result["artifacts"]["config.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    (dst / "result.json").write_text(json.dumps(seal_result(result)), "utf-8")
-    return dst
-
-
-def test_songs_of_the_stacking_rule_before_2026_12_06_get_a_specific_note(files, capsys):
+def test_songs_of_the_stacking_rule_before_2026_12_06_get_a_specific_note(files, capsys, older_song):
     """Review (stop 41): songs made before the stacking change (2026-12-06) re-rendered differently — a replacement
     used to erase the deltas of the adapters before it in the stack, now they add to it — or were refused (an FL
     AR file and its own NAR file, whose NAR deltas applied twice) with only the general messages. Songs now record
@@ -419,7 +403,7 @@ def test_songs_of_the_stacking_rule_before_2026_12_06_get_a_specific_note(files,
     capsys.readouterr()
     assert _run("render", song, "--device", "cpu", "--offline", "--output", root / "new_again") == 0
     assert "stacking rule" not in capsys.readouterr().err  # recorded: made under today's rule
-    older = _as_older_song(song, root / "older", lambda c: [c["weights"].pop(k) for k in ("stack_rules",
+    older = older_song(song, root / "older", lambda c: [c["weights"].pop(k) for k in ("stack_rules",
                                                                                             "lora_int8")])
     assert _run("render", older, "--device", "cpu", "--offline", "--output", root / "older_again") == 0
     err = capsys.readouterr().err
@@ -434,7 +418,7 @@ def test_songs_of_the_stacking_rule_before_2026_12_06_get_a_specific_note(files,
     nar = root / "fl" / "fl-nar.safetensors"
     alone = _song(files, "rules/fl_song", "--lora", f"{fl}:1:0.75")
     extra = lora_record(Applied(read_adapter(str(nar), dims), 1.0, 0.5))
-    twice = _as_older_song(alone, root / "fl_twice", lambda c: (c["weights"]["loras"].append(extra),
+    twice = older_song(alone, root / "fl_twice", lambda c: (c["weights"]["loras"].append(extra),
                                                                 [c["weights"].pop(k) for k in ("stack_rules",
                                                                                                "lora_int8")]))
     capsys.readouterr()
