@@ -36,6 +36,25 @@ PREFIXES = {"ar": "text_encoders", "nar": "model.diffusion_model", "vae": "vae"}
 NAMES = {"ar": "AR expert", "nar": "NAR expert", "vae": "VAE decoder"}
 
 
+def load_whole(patcher) -> None:
+    """Finish a load that ComfyUI left partial: under `--novram` (VRAMState.NO_VRAM) `load_models_gpu` gives every
+    model a budget of 0.1 bytes even with `force_full_load=True` (comfy/model_management.py, 0.3.75), and a
+    ModelPatcher then moves none of the modules that lack ComfyUI's cast-on-the-fly ops — all of ours — while it
+    sets the model's `device` to the GPU. The stages follow their weights, so every song ran on the CPU without a
+    word (H100, tiny checkpoint: music 48 instead of 359 tok/s;
+    docs/experiments/gpu_nodes_novram_h100_2026-12-06.json). Loaded whole instead (weights on the load device,
+    ComfyUI's accounting says so), with one log line; the next stage's load unloads it as usual when memory is
+    short. A no-op for a load that is already whole."""
+    size = patcher.model_size()
+    if patcher.loaded_size() >= size:
+        return
+    if not getattr(load_whole, "said", False):
+        load_whole.said = True
+        log.info("[YuE2] ComfyUI loaded a YuE2 part partially (--novram?); its parts run only whole, so each is "
+                 "loaded whole for its stage and unloaded by the next stage's load when memory is short")
+    patcher.partially_load(patcher.load_device, size + 1)  # more than the model: ModelPatcher's full-load path
+
+
 class PartModule(nn.Module):
     """One engine module registered under its checkpoint prefix, with the plain `device` attribute ModelPatcher
     reads and writes (the engine modules expose `device` as a read-only property)."""
@@ -289,6 +308,8 @@ class YuE2Model:
         self.wait_warm_up()
         mm.load_models_gpu(patchers, memory_required=int(memory_required) + self.side_bytes(parts),
                            force_full_load=True)
+        for patcher in patchers:
+            load_whole(patcher)
         modules = [p.model.engine_module for p in patchers]
         for part, module in zip(parts, modules):
             if part == "vae":

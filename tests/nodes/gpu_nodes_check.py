@@ -3,6 +3,7 @@ GPU, and a CPU host cannot observe offload, comfyui_host.md §8).
 
     python tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out /tmp/out [--full] [--reserve-gb N]
     python tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out /tmp/out --diagnose 5.5 [--one-stream]
+    python tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out /tmp/out --novram [--without-load-whole]
 
 On the project's GPU machine (no PyAV or torchsde in its image, both imported by ComfyUI at module level but never
 called here) put the import stubs first: PYTHONPATH=tests/nodes/gpu_stubs, and carry .comfyhost/comfyui.
@@ -39,12 +40,13 @@ def save(out: Path) -> None:
     (out / "gpu_nodes_check.json").write_text(json.dumps(results, indent=1, default=str))
 
 
-def setup_comfy(comfy: Path, workdir: Path, reserve_gb: float | None, cpu: bool = False):
+def setup_comfy(comfy: Path, workdir: Path, reserve_gb: float | None, cpu: bool = False, novram: bool = False):
     sys.path.insert(0, str(comfy))
     os.chdir(comfy)
     import utils.extra_config  # noqa: F401  (before any comfy.* import, comfyui_host.md §6.2)
     from comfy.cli_args import args
     args.cpu = cpu
+    args.novram = novram  # read when comfy.model_management is imported (by the pack, below)
     if reserve_gb is not None:
         args.reserve_vram = reserve_gb
     import folder_paths
@@ -304,13 +306,19 @@ def main() -> int:
     ap.add_argument("--diagnose", type=float, default=None, metavar="FREE_GB",
                     help="instead: reuse one model over runs, drop it, then run on a GPU with FREE_GB free")
     ap.add_argument("--one-stream", action="store_true", help="with --diagnose: one graph-capture stream per device")
+    ap.add_argument("--novram", action="store_true", help="ComfyUI's --novram (VRAMState.NO_VRAM): the tiny songs, "
+                    "Cancel and placement under it (nodes.model.load_whole)")
+    ap.add_argument("--without-load-whole", action="store_true",
+                    help="with --novram: nodes.model.load_whole turned off, to show what it fixes")
     a = ap.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "yue2_gpu_check"
     t_start = time.perf_counter()
     try:
-        pack = setup_comfy(Path(a.comfy).resolve(), work, a.reserve_gb, a.cpu)
+        pack = setup_comfy(Path(a.comfy).resolve(), work, a.reserve_gb, a.cpu, a.novram)
+        if a.without_load_whole:
+            sys.modules["yue2_nodes.model"].load_whole = lambda patcher: None
         import comfy.model_management as mm
         import torch
         from yue2_core.weights.synthetic import write_synthetic_checkpoint
@@ -318,6 +326,7 @@ def main() -> int:
         results["env"] = {"torch": torch.__version__, "device": str(mm.get_torch_device()),
                           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                           "vram_state": str(mm.vram_state), "reserve_gb": a.reserve_gb,
+                          "load_whole": not a.without_load_whole,
                           "free_mb": round(mm.get_free_memory() / 2 ** 20)}
         save(out)
         if a.diagnose is not None:

@@ -1,0 +1,66 @@
+"""ComfyUI's `--novram` (VRAMState.NO_VRAM) and the YuE2 parts, in the installed host's python with the pack loaded as
+ComfyUI loads it, no server (the VRAM state is process-wide).
+
+Under NO_VRAM `comfy.model_management.load_models_gpu` gives every model 0.1 bytes of VRAM even with
+`force_full_load=True`, and a ModelPatcher then moves none of the modules without ComfyUI's cast-on-the-fly ops — all
+of the YuE2 parts' — while it records the model as loaded on the GPU: every song ran on the CPU without a word
+(new-user review, stop 41; shown on an H100 in stop 42, docs/experiments/gpu_nodes_novram_h100_2026-12-06.json).
+`nodes.model.load_whole` finishes such a load. This host has no GPU, so the harness makes ComfyUI take its GPU branch
+for the CPU device (`is_device_cpu` answering False, the only change to ComfyUI) and checks ComfyUI's own accounting:
+loaded bytes against the model's size, before and after. The GPU machine's check of the same path with real placement:
+tests/nodes/gpu_nodes_check.py --novram."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodes_testlib import TINY
+from pack_in_host import run_in_host
+
+REPO = Path(__file__).resolve().parents[2]
+
+HARNESS = r'''
+import torch
+import comfy.model_management as mm
+import comfy.model_patcher
+from yue2_nodes import loader
+from yue2_nodes import model as ym
+out = {}
+mm.vram_state = mm.VRAMState.NO_VRAM
+mm.is_device_cpu = lambda device: False  # ComfyUI's GPU branch of load_models_gpu for this host's only device
+
+# ComfyUI alone: what load_models_gpu leaves (the case load_whole finishes)
+holder = ym.PART_CLASSES["vae"]("vae", torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)),
+                                torch.device("cpu"))
+plain = comfy.model_patcher.ModelPatcher(holder, load_device=torch.device("cpu"), offload_device=torch.device("cpu"),
+                                         size=mm.module_size(holder))
+mm.load_models_gpu([plain], memory_required=0, force_full_load=True)
+out["comfy alone"] = [plain.loaded_size(), plain.model_size()]
+ym.load_whole(plain)
+out["finished"] = [plain.loaded_size(), plain.model_size()]
+ym.load_whole(plain)  # already whole: nothing moves
+out["again"] = plain.loaded_size()
+mm.unload_all_models()
+
+# the nodes' path: YuE2Model.load of each part, then a stage that uses them
+model = loader.YuE2CheckpointLoader.execute(os.listdir(ckpts)[0]).args[0]  # the one file there
+loaded = {}
+for part in ("ar", "nar", "vae"):
+    model.load((part,), 0)
+    p = model.patcher(part)
+    loaded[part] = [p.loaded_size(), p.model_size()]
+out["parts"] = loaded
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_novram_loads_each_part_whole(comfy_host, tmp_path):
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
+    out = run_in_host(HARNESS, comfy_host, REPO, ckpts)
+    loaded, size = out["comfy alone"]
+    assert size > 0 and loaded < size, f"ComfyUI now loads whole under --novram ({out}); load_whole may be dropped"
+    assert out["finished"] == [size, size] and out["again"] == size
+    for part, (loaded, size) in out["parts"].items():
+        assert size > 0 and loaded == size, (part, loaded, size)
