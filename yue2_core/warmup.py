@@ -554,6 +554,23 @@ def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = 
     return report
 
 
+_STREAMS: dict = {}  # device → the warm-up threads' stream (see `_warm_up_stream`)
+
+
+def _warm_up_stream(device) -> "torch.cuda.Stream":
+    """One side stream per device for every warm-up thread of the process. A new `torch.cuda.Stream` per warm-up
+    (the code before 2026-12-06) gave PyTorch's cuBLAS a new (handle, stream) pair each time, and PyTorch keeps one
+    cuBLAS workspace per pair for the life of the process (32 MiB each on Hopper; a stream pool of 32 per
+    priority): each Checkpoint Loader run grew allocated CUDA memory by 32 MiB (H100: five warm-ups 32 → 160 MiB,
+    now flat; tests/nodes/gpu_nodes_check.py's songs, each through a new loader call, 588.6 → 620.6 → 652.6 MiB,
+    now flat; docs/experiments/warmup_stream_h100_2026-12-06.log, gpu_nodes_novram_h100_2026-12-06.json)."""
+    key = str(torch.device(device))
+    with _CACHE_LOCK:
+        if key not in _STREAMS:
+            _STREAMS[key] = torch.cuda.Stream(device)
+        return _STREAMS[key]
+
+
 @dataclass
 class WarmUp:
     """A warm-up running in a daemon thread on its own CUDA stream. `wait()` blocks until it ended (done, failed
@@ -585,7 +602,7 @@ class WarmUp:
             work = self.work or warm_up
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)  # Triton and torch read the current device per thread
-                with torch.cuda.stream(torch.cuda.Stream(self.device)):
+                with torch.cuda.stream(_warm_up_stream(self.device)):
                     self.report = work(self.plan, self.device, self._stopped)
             else:
                 self.report = work(self.plan, self.device, self._stopped)
