@@ -617,8 +617,12 @@ def whole_song(path, abc_n, sem_n):
                 why = ph.get("side_capture_fallback_reason")
                 parts.append(f"{name} capture on the path {ph.get('graph_capture_seconds', 0):.3f} s, "
                              f"{ph.get('side_captures', 0)} side captures ({ph.get('side_capture_seconds', 0):.3f} "
-                             f"s on the worker){', fallback: ' + why if why else ''}")
-        return "; ".join(parts)
+                             f"s on the worker){', fallback: ' + why if why else ''}, phase "
+                             f"{ph.get('seconds', 0):.3f} s (prefill {ph.get('prefill_seconds', 0):.3f} s, steady "
+                             f"{ph.get('decode_tokens_per_second', 0):.1f} tok/s over {ph.get('decoded_steps', 0)} "
+                             "steps)")
+        stages = ", ".join(f"{k} {v:.3f}" for k, v in got.timing.items())
+        return "; ".join(parts) + f"; stages {stages}"
     record("whole song int8, next bucket's graph captured beside the replays vs in the main thread (s)",
            again["1"][0], again["0"][0], "s", f"same process, warm; side: {captures(again['1'][1])}; main thread: "
            f"{captures(again['0'][1])}")

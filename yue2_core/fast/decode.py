@@ -146,8 +146,6 @@ def _capture_stream(device) -> "torch.cuda.Stream":
 # CAPTURE_LOCK, which that thread takes around its own device-wide syncs and torch.cuda.empty_cache().
 CAPTURE_LOCK = threading.RLock()
 _CONCURRENT = [0]  # how many `concurrent_capture` blocks are open
-_CAPTURED: set = set()  # devices (str) on which a decode graph was captured in the main thread: side captures of a
-#                         phase's first bucket are tried only then (`PhaseDecoder._start_side`)
 
 
 def _capture_beside_worker(graph, pool, stream, fn) -> None:
@@ -764,23 +762,23 @@ class PhaseDecoder:
             self.graphs[side.attn_len] = graph
             self.side_captures += 1
 
-    def _start_side(self, attn_len: int, first: bool = False) -> None:
+    def _start_side(self, attn_len: int) -> None:
         """Capture `attn_len`'s graph on the worker thread while the graphs already captured replay — once a graph
-        of this phase exists (its eager step compiled the step's kernels), or with `first` (the phase's first bucket,
-        while the prompt is prefilled) once a main-thread capture succeeded in this process on this device; with the
-        per-kernel step and none of the experimental branches, and not beside the batch command's render worker
-        (`fast.side_capture`)."""
+        of this phase exists (its eager step compiled the step's kernels); with the per-kernel step and none of the
+        experimental branches, and not beside the batch command's render worker (`fast.side_capture`). Never a
+        phase's first bucket beside its prefill: measured, that stretched the prefill by about the capture's length
+        (`fast.side_capture`, "the first bucket")."""
         if (not self.side_ok or self.side_capture_error is not None or self._side is not None
                 or attn_len in self.graphs or not self.use_graph or self.graph_error is not None
                 or self.device.type != "cuda" or self.layer_kernel is not None or self.prefetch is not None
                 or self.fns is not None or _CONCURRENT[0]):
             return
-        if not (self.graphs or (first and str(self.device) in _CAPTURED)):
+        if not self.graphs:
             return
         from . import side_capture
-        pool = next(iter(self.graphs.values())).pool() if self.graphs else None
+        pool = next(iter(self.graphs.values())).pool()
         self._side = side_capture.start(self._step, attn_len, self.device, _capture_stream(self.device), pool,
-                                        capture_on_stream, collect=not self.graphs)
+                                        capture_on_stream)
 
     def _graph(self, attn_len: int):
         if attn_len in self.graphs:  # a pending side capture (the next bucket) goes on while this graph replays
@@ -806,7 +804,6 @@ class PhaseDecoder:
                 self._step(attn_len)
             torch.cuda.synchronize(self.device)
         self.graphs[attn_len] = graph
-        _CAPTURED.add(str(self.device))
         self.capture_s += time.perf_counter() - t0
         return graph
 
@@ -891,14 +888,7 @@ class PhaseDecoder:
         self._allocate()
         s, steps, reported = self.s, len(self.forced), 0  # the forced tokens are already in the cache
         max_prefix = max(len(r) for r in self.rows)
-        if steps < s.max_tokens:  # the first bucket's graph captured on the worker while the prompt is prefilled
-            n = min(self.block, s.max_tokens - steps)
-            self._start_side(min(self.capacity, math.ceil((max_prefix + steps + n) / BUCKET) * BUCKET), first=True)
-        try:
-            self._prefill()
-        except BaseException:
-            self._take_side()
-            raise
+        self._prefill()
         if self.device.type == "cuda":  # this stream only: a render worker's queued kernels are not ours to wait for
             torch.cuda.current_stream(self.device).synchronize()
         prefill_s = time.perf_counter() - t0

@@ -6,7 +6,14 @@ about half of that the eager step run before each capture; docs/speed.md and
 
 `PhaseDecoder.run` captures a phase's first bucket as before: an eager step (kernels chosen, Triton variants compiled
 and loaded, workspaces made), then the capture in the main thread. While that graph replays, `start` hands the next
-bucket's capture to one worker thread per device (`concurrent.futures`, one job at a time). The worker captures the
+bucket's capture to one worker thread per device (`concurrent.futures`, one job at a time).
+
+The first bucket: from 2026-12-06 (stop 41) until stop 42 it too was captured on the worker, while the phase's
+prompt was prefilled. Measured on an H100 (bench/bench.py's song pair row with the phase stats, 2026-12-06,
+`docs/experiments/side_capture_phases_h100_2026-12-06.log`) that cost more than it saved: the prefill, itself a few
+hundred launches from Python, took 0.156 instead of 0.039 s (ABC) and 0.169 instead of 0.052 s (music) beside the
+capture, while the later buckets' captures beside the replays cost the decode ≈ 2 ms each (steady 668.0 vs 669.1
+and 649.9 vs 650.7 tok/s; the music phase's decode 8.265 vs 8.253 s with 0.215 s of captures taken off its path). The worker captures the
 same step with the longer attention *directly* — no eager step first, which would write the live KV cache and state
 that the replays are using — in capture_error_mode "thread_local" (the main thread's per-block sync stays legal),
 on the decoder's capture stream (idle meanwhile: replays run on the current stream), into the decoder's graph pool,
@@ -81,7 +88,8 @@ def _no_collection():
     """Python's cyclic garbage collector held off while a capture is open: a collection in this thread (or the main
     one) could destroy an earlier decoder's CUDA graph or free its memory in the middle of the capture, which
     invalidates it ("operation failed due to a previous error during capture"); `torch.cuda.graph` collects before
-    every capture for the same reason (`start` collects once per phase, before its first bucket). Re-enabled after
+    every capture for the same reason (the phase's first capture, in the main thread, has collected by then).
+    Re-enabled after
     the capture when it was enabled before."""
     with _LOCK:
         if _GC["depth"] == 0:
@@ -122,16 +130,12 @@ class SideCapture:
         return self.graph
 
 
-def start(step, attn_len: int, device, stream, pool, capture, collect: bool = False) -> SideCapture:
-    """Capture `step(attn_len)` into a new CUDAGraph on the worker thread of `device`: on `stream`, into `pool` (a
-    graph pool handle, or None for a new one), via `capture(graph, pool, stream, fn, mode)`
-    (`decode.capture_on_stream`, which takes `decode.CAPTURE_LOCK`), in capture_error_mode "thread_local", under
-    torch.inference_mode. `collect`: a garbage collection first, in the calling thread (a phase's first bucket:
-    the garbage of earlier decoders, their graphs included, goes before any capture of this phase). Returns at once
-    after that; `SideCapture.take` waits."""
-    if collect:
-        gc.collect()
-
+def start(step, attn_len: int, device, stream, pool, capture) -> SideCapture:
+    """Capture `step(attn_len)` into a new CUDAGraph on the worker thread of `device`: on `stream`, into `pool` (the
+    phase's graph pool handle), via `capture(graph, pool, stream, fn, mode)` (`decode.capture_on_stream`, which
+    takes `decode.CAPTURE_LOCK`), in capture_error_mode "thread_local", under torch.inference_mode. Returns at
+    once; `SideCapture.take` waits. (The garbage of earlier decoders, their graphs included, was collected by the
+    phase's first capture, in the main thread through `torch.cuda.graph`.)"""
     def job():
         t0 = time.perf_counter()
         # the stream's own device: "cuda" without an index would be the worker thread's current device (0)
