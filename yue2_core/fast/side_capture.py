@@ -6,20 +6,20 @@ about half of that the eager step run before each capture; docs/speed.md and
 
 `PhaseDecoder.run` captures a phase's first bucket as before: an eager step (kernels chosen, Triton variants compiled
 and loaded, workspaces made), then the capture in the main thread. While that graph replays, `start` hands the next
-bucket's capture to one worker thread per device (`concurrent.futures`, one job at a time).
-
-The first bucket: from 2026-12-06 (stop 41) until stop 42 it too was captured on the worker, while the phase's
-prompt was prefilled. Measured on an H100 (bench/bench.py's song pair row with the phase stats, 2026-12-06,
-`docs/experiments/side_capture_phases_h100_2026-12-06.log`) that cost more than it saved: the prefill, itself a few
-hundred launches from Python, took 0.156 instead of 0.039 s (ABC) and 0.169 instead of 0.052 s (music) beside the
-capture, while the later buckets' captures beside the replays cost the decode ≈ 2 ms each (steady 668.0 vs 669.1
-and 649.9 vs 650.7 tok/s; the music phase's decode 8.265 vs 8.253 s with 0.215 s of captures taken off its path). The worker captures the
+bucket's capture to one worker thread per device (`concurrent.futures`, one job at a time). The worker captures the
 same step with the longer attention *directly* — no eager step first, which would write the live KV cache and state
 that the replays are using — in capture_error_mode "thread_local" (the main thread's per-block sync stays legal),
 on the decoder's capture stream (idle meanwhile: replays run on the current stream), into the decoder's graph pool,
 under `decode.CAPTURE_LOCK`. A capture records kernels without running them, so the live buffers are untouched.
 When the decode reaches that bucket, `take` returns the graph (the worker has usually long finished: a bucket is
 ≈ 1,024 steps, ≈ 1.4 s of replays at batch 1); only the wait, if any, counts as the phase's capture time.
+
+The first bucket: from 2026-12-06 (stop 41) until stop 42 it too was captured on the worker, while the phase's
+prompt was prefilled. Measured on an H100 (bench/bench.py's song pair row with the phase stats, 2026-12-06,
+`docs/experiments/side_capture_phases_h100_2026-12-06.log`) that cost more than it saved: the prefill, itself a few
+hundred launches from Python, took 0.156 instead of 0.039 s (ABC) and 0.169 instead of 0.052 s (music) beside the
+capture, while the later buckets' captures beside the replays cost the decode ≈ 2 ms each (steady 668.0 vs 669.1 and
+649.9 vs 650.7 tok/s; the music phase's decode 8.265 vs 8.253 s with 0.215 s of captures taken off its path).
 
 A side capture that fails — e.g. a kernel variant that no warm-up compiled, whose first launch (module load) the
 capture refuses, or anything else — is recorded on the decoder (`side_capture_error`, in the phase stats) and that
