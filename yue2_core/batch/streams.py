@@ -67,6 +67,20 @@ def _green(sms: int, device_index: int, label: str) -> Place:
     return Place(ctx.Stream(), ctx.Stream(), label, keep=ctx)
 
 
+_PLAIN: dict = {}  # (device, priority) → the process's stream of that priority
+
+
+def _stream(device, priority: int):
+    """One stream per (device, priority) for the process: PyTorch keeps a cuBLAS workspace per (handle, stream) for
+    the life of the process (32 MiB each on Hopper), so new streams per batch run would leave one behind each time
+    (as the warm-up's did: `warmup._warm_up_stream`)."""
+    import torch
+    key = (str(device), priority)
+    if key not in _PLAIN:
+        _PLAIN[key] = torch.cuda.Stream(device, priority=priority)
+    return _PLAIN[key]
+
+
 def placements(device) -> tuple[Place, Place, str]:
     """(AR place, render place, a line saying which) for the overlap on CUDA `device`. A green context that cannot
     be made (a K outside 8 … SMs − 8, no cuda-bindings, an old driver or torch) falls back to the low-priority
@@ -76,7 +90,7 @@ def placements(device) -> tuple[Place, Place, str]:
     setting = render_sms_setting()
     index = device.index if device.index is not None else torch.cuda.current_device()
     total = torch.cuda.get_device_properties(index).multi_processor_count
-    ar = Place(torch.cuda.Stream(device, priority=-1), label="high-priority stream")
+    ar = Place(_stream(device, -1), label="high-priority stream")
     k = AUTO if setting == "auto" else int(setting)
     if k:
         why = None
@@ -91,7 +105,7 @@ def placements(device) -> tuple[Place, Place, str]:
         if "split" not in _WARNED:
             _WARNED.add("split")
             warnings.warn(f"{SWITCH}={setting}: {why}; the render runs on a low-priority stream over every SM")
-    render = Place(torch.cuda.Stream(device, priority=0), label="low-priority stream")
+    render = Place(_stream(device, 0), label="low-priority stream")
     return ar, render, "render and AR share every SM (streams of low and high priority)"
 
 
