@@ -340,6 +340,11 @@ def test_no_checkpoint_message_gives_a_download_link_and_where_the_cli_looks(tmp
         url = "https://huggingface.co/Comfy-Org/YuE2/resolve/main/checkpoints/yue2_3b_int8_convrot.safetensors"
         assert f"curl -L -o yue2_3b_int8_convrot.safetensors {url}," in msg and "/blob/" not in msg, msg
         assert "YUE2_CHECKPOINT=PATH" in msg and "only when this pack sits in ComfyUI/custom_nodes" in msg, msg
+    from yue2_core.__main__ import build_parser
+    for command in ("generate", "render", "batch"):  # --help: a vendor folder is accepted too; the download's size
+        sub = build_parser()._subparsers._group_actions[0].choices[command]
+        text = next(a.help for a in sub._actions if "--checkpoint" in a.option_strings)
+        assert "m-a-p/YuE2-3B folder" in text and "3.7 GB" in text and "custom_nodes" in text, (command, text)
 
 
 def test_cli_inspect_says_when_the_score_was_edited(tmp_path):
