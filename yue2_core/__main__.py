@@ -1207,7 +1207,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("render", help="re-render a saved song directory (exact ids, or an edited score.abc)",
                        description="Render a saved song again into a new directory. Unchanged, its saved music tokens "
-                                   "are rendered as they are (the same audio with the same seed and weights; a song "
+                                   "are rendered as they are (the same audio with the same seed and weights — on a "
+                                   "CPU bit for bit with the same thread count: another OMP_NUM_THREADS changes the "
+                                   "last bits of the VAE decode, not the tokens or latents; a song "
                                    "made by the Regenerate / Continue nodes gets one fresh render of its tokens, not "
                                    "their splice); with "
                                    "--seed, new music tokens are sampled after the same lead sheet; if you edited its "
