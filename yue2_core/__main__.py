@@ -1143,9 +1143,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = lambda *a, **kw: add_parser(*a, allow_abbrev=False, **kw)  # --check is not --checkpoint
 
     def common(sp, render: bool = False):
-        sp.add_argument("--checkpoint", type=_named("checkpoint file"), help="YuE2 all-in-one .safetensors (default: " + (
-            "the checkpoint the song's config.json records, when it still exists; else " if render else "") +
-            "$YUE2_CHECKPOINT, ComfyUI models/checkpoints, else download Comfy-Org/YuE2 int8)")
+        sp.add_argument("--checkpoint", type=_named("checkpoint file"),
+                        help="YuE2 all-in-one .safetensors, or the vendor's m-a-p/YuE2-3B folder (default: " + (
+                            "the checkpoint the song's config.json records, when it still exists; else "
+                            if render else "") +
+                        "$YUE2_CHECKPOINT, ComfyUI models/checkpoints when this pack sits in ComfyUI/custom_nodes "
+                        "or $COMFYUI_PATH is set, else download Comfy-Org/YuE2's int8 file, 3.7 GB)")
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
         sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
                         help="LM compute dtype (default bf16, the release's; the VAE is always fp32)")
@@ -1204,7 +1207,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("render", help="re-render a saved song directory (exact ids, or an edited score.abc)",
                        description="Render a saved song again into a new directory. Unchanged, its saved music tokens "
-                                   "are rendered as they are (the same audio with the same seed and weights; a song "
+                                   "are rendered as they are (the same audio with the same seed and weights — on a "
+                                   "CPU bit for bit with the same thread count: another OMP_NUM_THREADS changes the "
+                                   "last bits of the VAE decode, not the tokens or latents; a song "
                                    "made by the Regenerate / Continue nodes gets one fresh render of its tokens, not "
                                    "their splice); with "
                                    "--seed, new music tokens are sampled after the same lead sheet; if you edited its "

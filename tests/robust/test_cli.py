@@ -323,6 +323,30 @@ def test_no_checkpoint_message_names_song_sh_file_first_and_counts_the_rest(tmp_
     assert "(and 1 more in models/)" in str(e.value)
 
 
+def test_no_checkpoint_message_gives_a_download_link_and_where_the_cli_looks(tmp_path, monkeypatch):
+    """New-user finding (review 42): the link was the file's web page (huggingface.co/…/blob/…: curl or wget fetch
+    HTML), $YUE2_CHECKPOINT went unnamed, and "put it in ComfyUI/models/checkpoints" did nothing for a standalone
+    clone (that folder is searched only from ComfyUI/custom_nodes or with $COMFYUI_PATH)."""
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights import locate
+    monkeypatch.delenv("YUE2_CHECKPOINT", raising=False)
+    monkeypatch.setattr(locate, "comfy_checkpoint_dirs", lambda: [])
+    monkeypatch.setattr(locate, "hf_vendor_snapshot", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    for explicit in (None, str(tmp_path / "missing.safetensors")):
+        with pytest.raises(CheckpointError) as e:
+            locate.find_checkpoint(explicit, download=False)
+        msg = str(e.value)
+        url = "https://huggingface.co/Comfy-Org/YuE2/resolve/main/checkpoints/yue2_3b_int8_convrot.safetensors"
+        assert f"curl -L -o yue2_3b_int8_convrot.safetensors {url}," in msg and "/blob/" not in msg, msg
+        assert "YUE2_CHECKPOINT=PATH" in msg and "only when this pack sits in ComfyUI/custom_nodes" in msg, msg
+    from yue2_core.__main__ import build_parser
+    for command in ("generate", "render", "batch"):  # --help: a vendor folder is accepted too; the download's size
+        sub = build_parser()._subparsers._group_actions[0].choices[command]
+        text = next(a.help for a in sub._actions if "--checkpoint" in a.option_strings)
+        assert "m-a-p/YuE2-3B folder" in text and "3.7 GB" in text and "custom_nodes" in text, (command, text)
+
+
 def test_cli_inspect_says_when_the_score_was_edited(tmp_path):
     """New-user finding: the summary of an edited song said only "files verified"; the edit is named there too."""
     song = save_song(make_song(), tmp_path / "song")

@@ -166,10 +166,14 @@ def where_to_get() -> str:
     return WHERE_TO_GET
 
 
-WHERE_TO_GET = (f"The release file is yue2_3b_int8_convrot.safetensors (https://huggingface.co/{HF_REPO}/blob/main/"
-                f"{HF_FILE}): put it in ComfyUI/models/checkpoints, or pass --checkpoint PATH (a file, or the folder "
-                "of the vendor's m-a-p/YuE2-3B with m-a-p/YuE2-Vae beside it). For a test run without "
-                "the real weights: bash scripts/song.sh writes and uses a synthetic one (random weights), or "
-                "python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors, then --checkpoint "
-                "models/yue2_tiny_bf16.safetensors --max-abc-tokens 128 --max-seconds 10 (synthetic weights never "
-                "end a song)")
+HF_URL = f"https://huggingface.co/{HF_REPO}/resolve/main/{HF_FILE}"  # the file itself (blob/ is its web page)
+
+WHERE_TO_GET = (f"The release file is yue2_3b_int8_convrot.safetensors (3.7 GB; its page: https://huggingface.co/"
+                f"{HF_REPO}/tree/main/checkpoints). Download it, e.g. curl -L -o yue2_3b_int8_convrot.safetensors "
+                f"{HF_URL}, then pass --checkpoint PATH or set YUE2_CHECKPOINT=PATH (a file, or the folder of the "
+                "vendor's m-a-p/YuE2-3B with m-a-p/YuE2-Vae beside it); ComfyUI/models/checkpoints is searched "
+                "only when this pack sits in ComfyUI/custom_nodes or $COMFYUI_PATH names that ComfyUI. For a test "
+                "run without the real weights: bash scripts/song.sh writes and uses a synthetic one (random "
+                "weights), or python -m yue2_core make-synthetic --output models/yue2_tiny_bf16.safetensors, then "
+                "--checkpoint models/yue2_tiny_bf16.safetensors --max-abc-tokens 128 --max-seconds 10 (synthetic "
+                "weights never end a song)")
