@@ -1,0 +1,45 @@
+"""Findings of the 2026-12-06 break-it review (stop 42), docs/bad_inputs.md §19."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from robust_helpers import make_song
+from yue2_core.artifacts import load_song, save_song, seal_result
+from yue2_core.errors import ArtifactError
+
+
+def _tampered(src: Path, dst: Path, name: str, edit) -> Path:
+    """A copy of song `src` with `edit` applied to its JSON file `name`, the manifest and the seal recomputed (so
+    the check after them is reached)."""
+    shutil.copytree(src, dst)
+    doc = json.loads((dst / name).read_text("utf-8"))
+    edit(doc)
+    text = json.dumps(doc)
+    (dst / name).write_text(text, "utf-8")
+    result = json.loads((dst / "result.json").read_text("utf-8"))
+    if name != "result.json":
+        result["artifacts"][name] = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "bytes": len(text.encode())}
+    (dst / "result.json").write_text(json.dumps(seal_result(result)), "utf-8")
+    return dst
+
+
+@pytest.mark.parametrize("where", ["config", "result"])
+def test_a_cfg_scale_past_2_to_the_64_is_read_as_a_number(tmp_path, where):
+    """config.json cfg_scale / result.json semantic.cfg_scale = 2**70 (an integer numpy cannot hold) made
+    np.isfinite raise TypeError: a traceback from render, inspect and Load Song. Now it is a number like any other,
+    and one too large for a float is refused by name."""
+    song = save_song(make_song(), tmp_path / "song")
+
+    def set_cfg(value):
+        if where == "config":
+            return "config.json", lambda doc: doc.__setitem__("cfg_scale", value)
+        return "result.json", lambda doc: doc["semantic"].__setitem__("cfg_scale", value)
+
+    load_song(_tampered(song, tmp_path / "big", *set_cfg(2 ** 70)))  # finite as a float: loads
+    with pytest.raises(ArtifactError, match="cfg_scale must be a finite number"):
+        load_song(_tampered(song, tmp_path / "huge", *set_cfg(10 ** 400)))
