@@ -43,3 +43,17 @@ def test_a_cfg_scale_past_2_to_the_64_is_read_as_a_number(tmp_path, where):
     load_song(_tampered(song, tmp_path / "big", *set_cfg(2 ** 70)))  # finite as a float: loads
     with pytest.raises(ArtifactError, match="cfg_scale must be a finite number"):
         load_song(_tampered(song, tmp_path / "huge", *set_cfg(10 ** 400)))
+
+
+@pytest.mark.parametrize("loras", [True, 5, -0.5])
+def test_an_edit_of_a_song_whose_weights_record_is_malformed_is_refused_by_name(tmp_path, loras):
+    """Regenerate / Continue (engine) of a song directory whose config.json says `"weights": {"loras": true}`: it
+    loaded, and the edit ended in `TypeError: 'bool' object is not iterable` once the music was made. Now refused
+    before any work, as render and Load Song refuse it."""
+    from yue2_core.edit import as_parent
+    from yue2_core.errors import AdapterError
+    song = save_song(make_song(), tmp_path / "song")
+    bad = _tampered(song, tmp_path / "bad", "config.json",
+                    lambda doc: doc.setdefault("weights", {}).__setitem__("loras", loras))
+    with pytest.raises(AdapterError, match="`loras` must be a list of adapter entries"):
+        as_parent(bad)
