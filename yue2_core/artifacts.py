@@ -873,6 +873,28 @@ def _check_prefix(root: Path, prefix: list[int], codes: list[int], abc_ids: list
                                 "(abc_tokens.npy) between ABC_START and ABC_END: the files do not belong together")
 
 
+def batch_folder_above(path: Path) -> Path | None:
+    """The folder above `path` that holds a batch's batch.json, or None: the parent when it holds a batch.json file,
+    a folder further up when its batch.json is a batch summary (a JSON object with "settings" and "results"; other
+    files named so are not ours). Break-it (stop 42): only the parent was looked at, so `--output B/ID/take` made
+    the folder of song ID inside the batch folder B — where a running batch then could not save that song."""
+    absolute = Path(os.path.abspath(path))
+    for depth, folder in enumerate(absolute.parents):
+        summary = folder / "batch.json"
+        try:
+            if not summary.is_file():
+                continue
+            if depth == 0:
+                return folder
+            if summary.stat().st_size <= 64 * 2 ** 20:
+                doc = json.loads(summary.read_bytes())
+                if isinstance(doc, dict) and "settings" in doc and "results" in doc:
+                    return folder
+        except (OSError, ValueError, RecursionError):
+            continue
+    return None
+
+
 def batch_folder_hint(root: Path) -> str:
     """For a folder the batch command wrote (it holds batch.json): the sentence naming its song subfolders (one per
     request id) to use instead; "" for any other path."""

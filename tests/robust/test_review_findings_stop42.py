@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import shutil
 from pathlib import Path
@@ -57,3 +58,25 @@ def test_an_edit_of_a_song_whose_weights_record_is_malformed_is_refused_by_name(
                     lambda doc: doc.setdefault("weights", {}).__setitem__("loras", loras))
     with pytest.raises(AdapterError, match="`loras` must be a list of adapter entries"):
         as_parent(bad)
+
+
+def test_an_output_deeper_inside_a_batch_folder_is_refused(tmp_path):
+    """`generate --output B/ID/take` (or `batch --output B/ID/x`) made B/ID inside the batch folder B: a running
+    batch then could not save song ID there (its folder existed and was not empty). Only B/x was refused."""
+    from robust_helpers import assert_cli_error, run_cli
+    from yue2_core.artifacts import batch_folder_above
+    from yue2_core.batch.driver import check_output
+    batch = tmp_path / "B"
+    batch.mkdir()
+    (batch / "batch.json").write_text(json.dumps({"settings": {}, "results": []}))
+    proc = run_cli("generate", "--style", "pop", "--lyrics", "la", "--checkpoint", "/nonexistent.safetensors",
+                   "--output", batch / "s1" / "take")
+    assert_cli_error(proc, "is inside a batch output folder")
+    assert sorted(os.listdir(batch)) == ["batch.json"]  # no s1/ made
+    with pytest.raises(ArtifactError, match="is inside a batch output folder"):
+        check_output(batch / "s1" / "more", {"a"}, resume=False)
+    # a file named batch.json higher up that is not a batch summary is not ours: no refusal for it
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "batch.json").write_text('{"my": "notes"}')
+    assert batch_folder_above(tmp_path / "other" / "songs" / "x") is None
+    assert batch_folder_above(batch / "s1" / "take") == batch
