@@ -308,7 +308,7 @@ def _check_output(output: str) -> Path:
     """The output directory must be new or empty (songs are never overwritten), a folder of its own (not "" or ".",
     not a mount point: `artifacts.check_output_dir`) and its parent writable (a test folder is made and removed
     there); checked before any work. Raises YuE2Error saying which."""
-    from .artifacts import check_output_dir
+    from .artifacts import batch_folder_above, check_output_dir
     from .protocol import RESERVED_NAMES
     out = Path(output)
     try:
@@ -322,8 +322,9 @@ def _check_output(output: str) -> Path:
                             "(give a new path, e.g. songs/my-song)")
         if out.exists() and any(out.iterdir()):
             raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
-        if (out.absolute().parent / "batch.json").is_file():  # break-it finding: a running batch then lost that song
-            raise YuE2Error(f"--output {out} is inside a batch output folder ({out.absolute().parent} holds "
+        batch = batch_folder_above(out)
+        if batch is not None:  # break-it finding: a running batch then lost that song (stop 42: at any depth)
+            raise YuE2Error(f"--output {out} is inside a batch output folder ({batch} holds "
                             "batch.json): the batch command writes its songs there, one folder per request id; give "
                             "a path outside it")
         out = check_output_dir(output)  # "", ".", a mount point: refused before any work

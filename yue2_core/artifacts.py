@@ -40,7 +40,7 @@ import torch
 from .constants import FRAMES_PER_SECOND, MAX_ODE_STEPS, SAMPLE_RATE
 from .errors import ArtifactError, DiskFullError
 from .pipeline import Score, SemanticTokens, Song
-from .protocol import valid_song_id
+from .protocol import _finite_number, valid_song_id
 
 FILES = ("score.abc", "abc_tokens.npy", "prefix.npy", "semantic.npy", "latent.npy", "audio.flac", "request.json",
          "config.json")
@@ -766,7 +766,8 @@ def _check_config(config: dict, root: Path) -> None:
     Raises ArtifactError naming the key, its value and what is accepted."""
     from .constants import MAX_ODE_STEPS
     from .nar import ODE_METHODS
-    rules = {"cfg_scale": (lambda v: type(v) in (int, float) and bool(np.isfinite(v)), "a finite number or null"),
+    # _finite_number: an int past 2**64 made np.isfinite raise TypeError (break-it finding, stop 42)
+    rules = {"cfg_scale": (lambda v: _finite_number(v), "a finite number or null"),
              "ode_steps": (lambda v: type(v) is int and 1 <= v <= MAX_ODE_STEPS, f"an integer 1–{MAX_ODE_STEPS}"),
              "ode_method": (lambda v: v in ODE_METHODS, " or ".join(ODE_METHODS)),
              "model_dtype": (lambda v: v in _DTYPES, ", ".join(_DTYPES)),
@@ -870,6 +871,28 @@ def _check_prefix(root: Path, prefix: list[int], codes: list[int], abc_ids: list
         if prefix[-len(tail):] != tail:
             raise ArtifactError(f"{root}: prefix.npy does not end with the score's {len(abc_ids)} ABC ids "
                                 "(abc_tokens.npy) between ABC_START and ABC_END: the files do not belong together")
+
+
+def batch_folder_above(path: Path) -> Path | None:
+    """The folder above `path` that holds a batch's batch.json, or None: the parent when it holds a batch.json file,
+    a folder further up when its batch.json is a batch summary (a JSON object with "settings" and "results"; other
+    files named so are not ours). Break-it (stop 42): only the parent was looked at, so `--output B/ID/take` made
+    the folder of song ID inside the batch folder B — where a running batch then could not save that song."""
+    absolute = Path(os.path.abspath(path))
+    for depth, folder in enumerate(absolute.parents):
+        summary = folder / "batch.json"
+        try:
+            if not summary.is_file():
+                continue
+            if depth == 0:
+                return folder
+            if summary.stat().st_size <= 64 * 2 ** 20:
+                doc = json.loads(summary.read_bytes())
+                if isinstance(doc, dict) and "settings" in doc and "results" in doc:
+                    return folder
+        except (OSError, ValueError, RecursionError):
+            continue
+    return None
 
 
 def batch_folder_hint(root: Path) -> str:
@@ -1011,7 +1034,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     _check_prefix(root, prefix, codes, abc_ids, cot)
     cfg = sem.get("cfg_scale", request.get("cfg_scale") if request.get("cfg_scale") is not None else
                   DEFAULT_CFG.get(cot, 1.0))
-    if isinstance(cfg, bool) or not isinstance(cfg, (int, float)) or not np.isfinite(cfg):
+    if not _finite_number(cfg):  # an int past 2**64: np.isfinite raised TypeError (break-it finding, stop 42)
         raise ArtifactError(f"{root}: result.json semantic.cfg_scale must be a finite number, got {cfg!r}")
     sampling = sem.get("sampling")  # absent or null: not recorded; anything else must be what save_song writes
     cap = sampling.get("max_tokens") if isinstance(sampling, dict) else None

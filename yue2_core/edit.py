@@ -202,7 +202,11 @@ def _timeline_abc(p: Parent) -> str | None:
 
 
 def _check_parent(p: Parent):
+    from .weights.lora.record import recorded_weights
     p.render_seed, p.steps, p.method  # noqa: B018 — config.json values checked before any work (ArtifactError)
+    # the weights record as render / Load Song check it (break-it, stop 42: `"loras": true` ended the edit in a
+    # TypeError after the model work)
+    recorded_weights(p.settings.get("weights"))
     n = len(p.tokens.codes)
     if n < 1:
         raise RequestError("the song has no semantic codes to keep")

@@ -266,3 +266,16 @@ def test_set_tempo_keeps_the_spelling_around_the_number():
 def test_title_is_data_not_markup():
     info = structure(read("script_title.abc"))
     assert info["title"] == '<script>alert("x")</script>'
+
+
+@pytest.mark.parametrize("tail", ["8", "7", "/", "-", "'", ","])
+def test_strip_chords_before_the_cut_off_end_of_the_last_bar(tail):
+    """A chord symbol followed by the unfinished end of a cut-off last bar (`C8"C"8`): removing it must not join
+    `C8` and `8` into another note `C88` (break-it finding, stop 42: the tool failed its own check, and the editor's
+    Strip chords answered HTTP 500 "internal error")."""
+    head = "X:1\nT:\nM:4/4\nL:1/16\nQ:1/4=96\nV: Vocal\nV: Ins\nK:C\nV: Vocal\nC16|\nV: Ins\n"
+    text = head + f'C16|C8"C"{tail}'
+    result = strip_chords(text)
+    assert result == head + f"C16|C8 {tail}"
+    assert midis(result) == midis(text)
+    assert not any(bar.chords for bars in parse(result).voices.values() for bar in bars)

@@ -308,3 +308,17 @@ def test_vendor_folder_refusals(tmp_path):
     vae = open_vae(str(folder))
     with pytest.raises(CheckpointError, match="has sha256 .* says 0000"):
         vae.load()
+
+
+@pytest.mark.parametrize("prefix", ["module.", "first_stage_model.", "model.", "vae.vae."])
+def test_a_decoder_under_another_prefix_is_named_not_called_a_lora(tmp_path, prefix):
+    """A YuE2 VAE re-saved by another tool with its keys under a prefix (`module.decoder.…`): its snake `…alpha`
+    tensors made the refusal say "is a LoRA / LoKr adapter … give it as --lora" (break-it finding, stop 42)."""
+    plain = load_file(write_vae(_path(tmp_path, "vendor-file", "plain"), layout="vendor-file", encoder=False))
+    path = str(tmp_path / "prefixed.safetensors")
+    save_file({prefix + k: v for k, v in plain.items()}, path)
+    with pytest.raises(CheckpointError) as refused:
+        open_vae(path)
+    message = str(refused.value)
+    assert f"holds the YuE2 VAE decoder's tensors under the prefix '{prefix}'" in message, message
+    assert "LoRA" not in message, message

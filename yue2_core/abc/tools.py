@@ -9,7 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .dialect import NATIVE_LENGTHS, VOICES
-from .edits import Edit, apply_edits
+from .edits import Edit, apply_edits, split_lines
 from .errors import AbcError
 from .parser import parse
 
@@ -32,12 +32,19 @@ def set_tempo(text: str, bpm: int) -> str:
     return result
 
 
+_JOINS = tuple("0123456789/,'-")  # characters that would join the text before a removed chord symbol
+
+
 def strip_chords(text: str) -> str:
     """`text` without any quoted chord symbol (what melody mode conditions on [V]: `cot="melody"` expects a chord-free
     score and does not strip chords itself). Notes, rests, bar lines, spaces and headers are kept; header quotes
     such as name="Vocal Melody" are not chord symbols and stay."""
     score = parse(text)
-    edits = [Edit(c.line, c.span[0], c.span[1], "") for v in VOICES for bar in score.voices[v] for c in bar.chords]
+    lines = split_lines(text)
+    # A chord symbol followed by a digit, /, ', comma or - (the unfinished end of a cut-off last bar, `C8"C"8`) is
+    # replaced by a space, not removed: `C88` would be another note (break-it finding: an "internal error").
+    edits = [Edit(c.line, c.span[0], c.span[1], " " if lines[c.line - 1][c.span[1] - 1:c.span[1]] in _JOINS else "")
+             for v in VOICES for bar in score.voices[v] for c in bar.chords]
     result = apply_edits(text, edits)
     after = parse(result)
     if _music(after) != _music(score) or any(bar.chords for v in VOICES for bar in after.voices[v]):

@@ -64,13 +64,14 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
     temporaries; songs already there need `resume` (batch.json alone, no song folder, does not: a run that started
     no song may run again). Raises ArtifactError naming the foreign entries, saying to add
     --resume, or naming a name on the path longer than the file system takes (`artifacts.check_name_limits`)."""
-    from ..artifacts import check_name_limits
+    from ..artifacts import batch_folder_above, check_name_limits
     check_name_limits(out)  # a name over NAME_MAX on the way: said with the limit, not "File name too long"
     try:
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise ArtifactError(f"--output {out} is not a folder; give a new folder for the batch")
-        if (out.absolute().parent / BATCH_FILE).is_file():  # as `generate` (break-it, stop 39: that batch's
-            raise ArtifactError(f"--output {out} is inside a batch output folder ({out.absolute().parent} holds "
+        batch = batch_folder_above(out)
+        if batch is not None:  # as `generate` (break-it, stop 39: that batch's; stop 42: at any depth)
+            raise ArtifactError(f"--output {out} is inside a batch output folder ({batch} holds "
                                 f"{BATCH_FILE}): its --resume would then refuse the folder as not its own; give a "
                                 "path outside it")  # --resume then refused the nested folder)
         if not out.exists():

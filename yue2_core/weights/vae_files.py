@@ -318,6 +318,15 @@ def _decoder_keys(tensors: dict, path: str) -> tuple[str, dict]:
                               "file holds one of the two")
     if not plain and not prefixed:
         sample = ", ".join(sorted(tensors)[:5]) or "no tensors at all"
+        # the YuE2 decoder under another prefix (`module.`, `first_stage_model.`, `model.`): its snake `…alpha`
+        # tensors made it "a LoRA / LoKr adapter" (break-it finding, stop 42)
+        other = next((k[:-len(PROBES[0])] for k in sorted(tensors) if k.endswith("." + PROBES[0])
+                      and all(k[:-len(PROBES[0])] + probe in tensors for probe in PROBES)), None)
+        if other is not None:
+            raise CheckpointError(f"{path} holds the YuE2 VAE decoder's tensors under the prefix {other!r} "
+                                  f"({other}{PROBES[0]} …); the pack reads them as decoder.* (vendor m-a-p/YuE2-Vae "
+                                  "layout) or vae.decoder.* (Comfy checkpoint layout): save the file again with the "
+                                  f"keys renamed ({other}decoder.… → decoder.…)")
         from .lora.layouts_io import _ADAPTER_ROLE
         adapter = next((k for k in sorted(tensors) if _ADAPTER_ROLE.search(k)), None)
         if adapter is not None:  # new-user finding (stop 40): a LoRA given as --vae was not named as one

@@ -1,0 +1,82 @@
+"""Findings of the 2026-12-06 break-it review (stop 42), docs/bad_inputs.md §19."""
+from __future__ import annotations
+
+import hashlib
+import os
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from robust_helpers import make_song
+from yue2_core.artifacts import load_song, save_song, seal_result
+from yue2_core.errors import ArtifactError
+
+
+def _tampered(src: Path, dst: Path, name: str, edit) -> Path:
+    """A copy of song `src` with `edit` applied to its JSON file `name`, the manifest and the seal recomputed (so
+    the check after them is reached)."""
+    shutil.copytree(src, dst)
+    doc = json.loads((dst / name).read_text("utf-8"))
+    edit(doc)
+    text = json.dumps(doc)
+    (dst / name).write_text(text, "utf-8")
+    result = json.loads((dst / "result.json").read_text("utf-8"))
+    if name != "result.json":
+        result["artifacts"][name] = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "bytes": len(text.encode())}
+    (dst / "result.json").write_text(json.dumps(seal_result(result)), "utf-8")
+    return dst
+
+
+@pytest.mark.parametrize("where", ["config", "result"])
+def test_a_cfg_scale_past_2_to_the_64_is_read_as_a_number(tmp_path, where):
+    """config.json cfg_scale / result.json semantic.cfg_scale = 2**70 (an integer numpy cannot hold) made
+    np.isfinite raise TypeError: a traceback from render, inspect and Load Song. Now it is a number like any other,
+    and one too large for a float is refused by name."""
+    song = save_song(make_song(), tmp_path / "song")
+
+    def set_cfg(value):
+        if where == "config":
+            return "config.json", lambda doc: doc.__setitem__("cfg_scale", value)
+        return "result.json", lambda doc: doc["semantic"].__setitem__("cfg_scale", value)
+
+    load_song(_tampered(song, tmp_path / "big", *set_cfg(2 ** 70)))  # finite as a float: loads
+    with pytest.raises(ArtifactError, match="cfg_scale must be a finite number"):
+        load_song(_tampered(song, tmp_path / "huge", *set_cfg(10 ** 400)))
+
+
+@pytest.mark.parametrize("loras", [True, 5, -0.5])
+def test_an_edit_of_a_song_whose_weights_record_is_malformed_is_refused_by_name(tmp_path, loras):
+    """Regenerate / Continue (engine) of a song directory whose config.json says `"weights": {"loras": true}`: it
+    loaded, and the edit ended in `TypeError: 'bool' object is not iterable` once the music was made. Now refused
+    before any work, as render and Load Song refuse it."""
+    from yue2_core.edit import as_parent
+    from yue2_core.errors import AdapterError
+    song = save_song(make_song(), tmp_path / "song")
+    bad = _tampered(song, tmp_path / "bad", "config.json",
+                    lambda doc: doc.setdefault("weights", {}).__setitem__("loras", loras))
+    with pytest.raises(AdapterError, match="`loras` must be a list of adapter entries"):
+        as_parent(bad)
+
+
+def test_an_output_deeper_inside_a_batch_folder_is_refused(tmp_path):
+    """`generate --output B/ID/take` (or `batch --output B/ID/x`) made B/ID inside the batch folder B: a running
+    batch then could not save song ID there (its folder existed and was not empty). Only B/x was refused."""
+    from robust_helpers import assert_cli_error, run_cli
+    from yue2_core.artifacts import batch_folder_above
+    from yue2_core.batch.driver import check_output
+    batch = tmp_path / "B"
+    batch.mkdir()
+    (batch / "batch.json").write_text(json.dumps({"settings": {}, "results": []}))
+    proc = run_cli("generate", "--style", "pop", "--lyrics", "la", "--checkpoint", "/nonexistent.safetensors",
+                   "--output", batch / "s1" / "take")
+    assert_cli_error(proc, "is inside a batch output folder")
+    assert sorted(os.listdir(batch)) == ["batch.json"]  # no s1/ made
+    with pytest.raises(ArtifactError, match="is inside a batch output folder"):
+        check_output(batch / "s1" / "more", {"a"}, resume=False)
+    # a file named batch.json higher up that is not a batch summary is not ours: no refusal for it
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "batch.json").write_text('{"my": "notes"}')
+    assert batch_folder_above(tmp_path / "other" / "songs" / "x") is None
+    assert batch_folder_above(batch / "s1" / "take") == batch
