@@ -44,10 +44,17 @@ def load_whole(patcher) -> None:
     word (H100, tiny checkpoint: music 48 instead of 359 tok/s;
     docs/experiments/gpu_nodes_novram_h100_2026-12-06.json). Loaded whole instead (weights on the load device,
     ComfyUI's accounting says so), with one log line; the next stage's load unloads it as usual when memory is
-    short. A no-op for a load that is already whole."""
+    short. A no-op for a load that is already whole.
+
+    A part that ComfyUI unloaded partially under memory pressure (`partially_unload`) and then reloads under
+    `--novram` is left with only some modules on the device and `model_lowvram` False, the flag `partially_load`
+    reads as "loaded completely" (it returns at once when bytes are loaded): marked partial first, so the full-load
+    path runs (review 42; tests/nodes/test_nodes_novram.py)."""
     size = patcher.model_size()
     if patcher.loaded_size() >= size:
         return
+    if patcher.loaded_size() > 0:
+        patcher.model.model_lowvram = True  # what it is: partly loaded (ComfyUI's `load` cleared it)
     if not getattr(load_whole, "said", False):
         load_whole.said = True
         log.info("[YuE2] ComfyUI loaded a YuE2 part partially (--novram?); its parts run only whole, so each is "

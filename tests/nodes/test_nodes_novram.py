@@ -41,6 +41,22 @@ ym.load_whole(plain)  # already whole: nothing moves
 out["again"] = plain.loaded_size()
 mm.unload_all_models()
 
+# ComfyUI unloads a whole part partially under memory pressure (free_memory -> LoadedModel.model_unload(bytes)), then
+# the next stage reloads it: ComfyUI's --novram load leaves it partial with model_lowvram False (review 42)
+holder = ym.PART_CLASSES["vae"]("vae", torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)]),
+                                torch.device("cpu"))
+squeezed = comfy.model_patcher.ModelPatcher(holder, load_device=torch.device("cpu"),
+                                            offload_device=torch.device("cpu"), size=mm.module_size(holder))
+mm.load_models_gpu([squeezed], memory_required=0, force_full_load=True)
+ym.load_whole(squeezed)
+mm.current_loaded_models[0].model_unload(3 * mm.module_size(holder) // 8)
+out["squeezed"] = [squeezed.loaded_size(), squeezed.model.model_lowvram]
+mm.load_models_gpu([squeezed], memory_required=0, force_full_load=True)
+ym.load_whole(squeezed)
+out["reloaded"] = [squeezed.loaded_size(), squeezed.model_size(), squeezed.model.model_lowvram,
+                   [m.model is squeezed for m in mm.current_loaded_models]]
+mm.unload_all_models()
+
 # the nodes' path: YuE2Model.load of each part, then a stage that uses them
 model = loader.YuE2CheckpointLoader.execute(os.listdir(ckpts)[0]).args[0]  # the one file there
 loaded = {}
@@ -62,5 +78,8 @@ def test_novram_loads_each_part_whole(comfy_host, tmp_path):
     loaded, size = out["comfy alone"]
     assert size > 0 and loaded < size, f"ComfyUI now loads whole under --novram ({out}); load_whole may be dropped"
     assert out["finished"] == [size, size] and out["again"] == size
+    assert 0 < out["squeezed"][0] and out["squeezed"][1], out  # ComfyUI's partial unload happened
+    loaded, size, lowvram, listed = out["reloaded"]
+    assert loaded == size and lowvram is False and listed == [True], out
     for part, (loaded, size) in out["parts"].items():
         assert size > 0 and loaded == size, (part, loaded, size)
