@@ -128,3 +128,53 @@ def test_the_current_bucket_replays_without_waiting_for_the_next_ones_capture(ti
         timer.join()
     dec._take_side()  # the decode reaches 2,048: now it waits for (here: takes) the finished capture
     assert 2048 in dec.graphs and dec.side_captures == 1
+
+
+@pytest.mark.parametrize("beside_worker", [False, True])
+def test_a_main_thread_capture_runs_with_the_collector_held_off(tiny_engine, monkeypatch, beside_worker):
+    """A phase's first bucket is captured in the main thread (stop 42). A cyclic collection during that capture
+    could destroy an earlier decoder's graph ("operation not permitted when stream is capturing (function reset)",
+    docs/experiments/side_capture_gpu_tests_h200_2026-12-06_a7d1e8e_before_gc_fix.log) and the phase would go eager;
+    `torch.cuda.graph` of the pinned torch does not collect first (only with torch.compiler.config
+    .force_cudagraph_gc). The collector is off during the capture, as on the worker (review 42). CUDA faked."""
+    import contextlib
+    import gc
+    import torch
+    dec = _decoder(tiny_engine)
+    dec.use_graph = True
+    seen = []
+
+    class Stream:
+        device = torch.device("cpu")
+
+        def wait_stream(self, other):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Graph:
+        def pool(self):
+            return "pool"
+
+    @contextlib.contextmanager
+    def graph(g, pool=None, capture_error_mode=None):
+        seen.append(gc.isenabled())
+        yield
+
+    def beside(g, pool, stream, fn):
+        seen.append(gc.isenabled())
+        fn()
+
+    monkeypatch.setattr(fd, "_capture_stream", lambda device: Stream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(fd, "_capture_beside_worker", beside)
+    monkeypatch.setattr(fd, "_CONCURRENT", [int(beside_worker)])
+    dec._allocate()
+    assert gc.isenabled()
+    assert isinstance(dec._graph(dec.capacity), Graph)
+    assert seen == [False] and gc.isenabled()

@@ -796,11 +796,15 @@ class PhaseDecoder:
         self._restore(saved)
         graph = torch.cuda.CUDAGraph()
         pool = next(iter(self.graphs.values())).pool() if self.graphs else None
+        # no cyclic collection during the capture (as on the side-capture worker): it could destroy an earlier
+        # decoder's graph mid-capture and the phase would go eager; torch.cuda.graph does not collect first
+        from .side_capture import _no_collection
         if _CONCURRENT[0]:
-            _capture_beside_worker(graph, pool, stream, lambda: self._step(attn_len))
+            with _no_collection():
+                _capture_beside_worker(graph, pool, stream, lambda: self._step(attn_len))
             stream.synchronize()
         else:
-            with CAPTURE_LOCK, torch.cuda.graph(graph, pool=pool, capture_error_mode="global"):
+            with CAPTURE_LOCK, _no_collection(), torch.cuda.graph(graph, pool=pool, capture_error_mode="global"):
                 self._step(attn_len)
             torch.cuda.synchronize(self.device)
         self.graphs[attn_len] = graph

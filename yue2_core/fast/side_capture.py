@@ -87,10 +87,10 @@ _GC = {"depth": 0, "enabled": True}  # open `_no_collection` blocks; whether the
 def _no_collection():
     """Python's cyclic garbage collector held off while a capture is open: a collection in this thread (or the main
     one) could destroy an earlier decoder's CUDA graph or free its memory in the middle of the capture, which
-    invalidates it ("operation failed due to a previous error during capture"); `torch.cuda.graph` collects before
-    every capture for the same reason (the phase's first capture, in the main thread, has collected by then).
-    Re-enabled after
-    the capture when it was enabled before."""
+    invalidates it ("operation failed due to a previous error during capture"). Also held off around the main
+    thread's captures (`decode.PhaseDecoder._graph`): `torch.cuda.graph` of torch 2.14 collects first only with
+    `torch.compiler.config.force_cudagraph_gc`, so the garbage of earlier decoders can still be there. Re-enabled
+    after the capture when it was enabled before."""
     with _LOCK:
         if _GC["depth"] == 0:
             _GC["enabled"] = gc.isenabled()
@@ -134,8 +134,8 @@ def start(step, attn_len: int, device, stream, pool, capture) -> SideCapture:
     """Capture `step(attn_len)` into a new CUDAGraph on the worker thread of `device`: on `stream`, into `pool` (the
     phase's graph pool handle), via `capture(graph, pool, stream, fn, mode)` (`decode.capture_on_stream`, which
     takes `decode.CAPTURE_LOCK`), in capture_error_mode "thread_local", under torch.inference_mode. Returns at
-    once; `SideCapture.take` waits. (The garbage of earlier decoders, their graphs included, was collected by the
-    phase's first capture, in the main thread through `torch.cuda.graph`.)"""
+    once; `SideCapture.take` waits. No collection runs during the capture (`_no_collection`), so the garbage of
+    earlier decoders, their graphs included, is not freed in the middle of it."""
     def job():
         t0 = time.perf_counter()
         # the stream's own device: "cuda" without an index would be the worker thread's current device (0)
