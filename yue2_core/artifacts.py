@@ -877,21 +877,23 @@ def batch_folder_above(path: Path) -> Path | None:
     """The folder above `path` that holds a batch's batch.json, or None: the parent when it holds a batch.json file,
     a folder further up when its batch.json is a batch summary (a JSON object with "settings" and "results"; other
     files named so are not ours). Break-it (stop 42): only the parent was looked at, so `--output B/ID/take` made
-    the folder of song ID inside the batch folder B — where a running batch then could not save that song."""
-    absolute = Path(os.path.abspath(path))
-    for depth, folder in enumerate(absolute.parents):
-        summary = folder / "batch.json"
-        try:
-            if not summary.is_file():
-                continue
-            if depth == 0:
-                return folder
-            if summary.stat().st_size <= 64 * 2 ** 20:
-                doc = json.loads(summary.read_bytes())
-                if isinstance(doc, dict) and "settings" in doc and "results" in doc:
+    the folder of song ID inside the batch folder B — where a running batch then could not save that song. The
+    path as given and with its symlinks resolved are both looked at (review 42: `songs/take` with `songs` a link
+    to B/ID was accepted)."""
+    for absolute in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):
+        for depth, folder in enumerate(absolute.parents):
+            summary = folder / "batch.json"
+            try:
+                if not summary.is_file():
+                    continue
+                if depth == 0:
                     return folder
-        except (OSError, ValueError, RecursionError):
-            continue
+                if summary.stat().st_size <= 64 * 2 ** 20:
+                    doc = json.loads(summary.read_bytes())
+                    if isinstance(doc, dict) and "settings" in doc and "results" in doc:
+                        return folder
+            except (OSError, ValueError, RecursionError):
+                continue
     return None
 
 

@@ -80,3 +80,19 @@ def test_an_output_deeper_inside_a_batch_folder_is_refused(tmp_path):
     (tmp_path / "other" / "batch.json").write_text('{"my": "notes"}')
     assert batch_folder_above(tmp_path / "other" / "songs" / "x") is None
     assert batch_folder_above(batch / "s1" / "take") == batch
+
+
+def test_an_output_through_a_symlink_into_a_batch_folder_is_refused(tmp_path):
+    """`--output songs/take` where `songs` is a symlink to B/ID inside a batch folder B: the folder is made in B/ID
+    all the same, but only the path as typed was looked at (review 42)."""
+    from yue2_core.artifacts import batch_folder_above
+    from yue2_core.batch.driver import check_output
+    batch = tmp_path / "B"
+    (batch / "s1").mkdir(parents=True)
+    (batch / "batch.json").write_text(json.dumps({"settings": {}, "results": []}))
+    (tmp_path / "songs").symlink_to(batch / "s1")
+    (tmp_path / "elsewhere").mkdir()
+    assert batch_folder_above(tmp_path / "songs" / "take") == batch
+    with pytest.raises(ArtifactError, match="is inside a batch output folder"):
+        check_output(tmp_path / "songs" / "more", {"a"}, resume=False)
+    assert batch_folder_above(tmp_path / "elsewhere" / "take") is None
