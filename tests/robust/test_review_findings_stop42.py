@@ -80,3 +80,31 @@ def test_an_output_deeper_inside_a_batch_folder_is_refused(tmp_path):
     (tmp_path / "other" / "batch.json").write_text('{"my": "notes"}')
     assert batch_folder_above(tmp_path / "other" / "songs" / "x") is None
     assert batch_folder_above(batch / "s1" / "take") == batch
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("dtype", [1], 'settings.dtype is [1], not one of "bf16", "fp32"'),
+    ("dtype", "fp16", 'settings.dtype is "fp16", not one of "bf16", "fp32"'),
+    ("lora_int8", 5, 'settings.lora_int8 is 5, not one of "side", "bf16" or null'),
+    ("loras", "x", 'settings.loras is "x", not a list of [path, AR strength, NAR strength] entries'),
+    ("loras", [["/m/l.safetensors", "1", 1]], "settings.loras is [["),
+    ("checkpoint", 5, "settings.checkpoint is 5, not a path (text)"),
+    ("vae", 5, "settings.vae is 5, not a path (text) or null"),
+])
+def test_a_resume_names_each_damaged_weights_setting_and_what_it_accepts(tmp_path, key, value, words):
+    """`batch --resume` of a folder whose batch.json settings hold `"dtype": [1]` or `"lora_int8": 5` said
+    "not a path or name" (neither field is a path), and `"loras": "x"` said the batch "was made with --lora "x"" —
+    as if it were an option to resume with. Each is now named with what the field accepts, as a damaged file."""
+    from yue2_core.batch.driver import BatchOptions, _check_resume_settings
+    from yue2_core.errors import RequestError
+    out = tmp_path / "out"
+    (out / "a").mkdir(parents=True)
+    made = {"checkpoint": "/m/a.safetensors", "dtype": "bf16", "loras": [["/m/l.safetensors", 1.0, 0.5]],
+            "vae": None, "lora_int8": "side"}
+    (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": {"steps": 2, **made, key: value}}))
+    options = BatchOptions("r.jsonl", str(out), steps=2, resume=True, run=dict(made))
+    with pytest.raises(RequestError, match="the file was edited or damaged") as e:
+        _check_resume_settings(out, options, {"a"})
+    assert words in str(e.value) and "was made with" not in str(e.value), str(e.value)
+    (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": {"steps": 2, **made}}))
+    _check_resume_settings(out, options, {"a"})  # the record as a command line writes it passes
