@@ -108,3 +108,19 @@ def test_a_resume_names_each_damaged_weights_setting_and_what_it_accepts(tmp_pat
     assert words in str(e.value) and "was made with" not in str(e.value), str(e.value)
     (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": {"steps": 2, **made}}))
     _check_resume_settings(out, options, {"a"})  # the record as a command line writes it passes
+
+
+@pytest.mark.parametrize("tail", ["x" * 3000, "missing.abc"])
+def test_a_long_abc_path_is_quoted_by_its_start_and_end(tmp_path, tail):
+    """A batch row whose `abc_path` is 5,000 characters long quoted the whole path twice (as given and resolved) in
+    its error: 10,000 characters for one row. Now each is cut to its start and end with the length."""
+    from yue2_core.batch.requests import read_requests
+    value = "deep/" * ((5000 - len(tail)) // 5) + tail
+    req = tmp_path / "r.jsonl"
+    req.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la", "abc_path": value}) + "\n", "utf-8")
+    items, bad = read_requests(req)
+    assert not items and len(bad) == 1
+    message = bad[0].message
+    assert len(message) < 400, message
+    assert message.startswith("line 1: abc_path 'deep/deep/") and f"({len(value):,} characters)" in message, message
+    assert tail[-20:] in message  # the end: which file
