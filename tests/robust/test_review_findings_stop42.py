@@ -124,3 +124,15 @@ def test_a_long_abc_path_is_quoted_by_its_start_and_end(tmp_path, tail):
     assert len(message) < 400, message
     assert message.startswith("line 1: abc_path 'deep/deep/") and f"({len(value):,} characters)" in message, message
     assert tail[-20:] in message  # the end: which file
+
+
+@pytest.mark.parametrize("seed", ["-1", str(10 ** 23)])
+def test_make_synthetic_takes_the_seeds_every_seed_option_takes(tmp_path, seed):
+    """`make-synthetic --seed -1` (in ComfyUI -1 means "random") and `--seed 10**23` wrote a checkpoint: its
+    weights hash the seed, so each gave one fixed file. Now refused, as generate's and render's --seed, with the
+    range; nothing is written."""
+    from robust_helpers import assert_cli_error, run_cli
+    out = tmp_path / "s.safetensors"
+    proc = run_cli("make-synthetic", "--output", out, "--seed", seed)
+    assert_cli_error(proc, f"--seed must be an integer in [0, {2 ** 63 - 1}], got {seed}")
+    assert not out.exists()
