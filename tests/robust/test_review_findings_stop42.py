@@ -136,3 +136,26 @@ def test_make_synthetic_takes_the_seeds_every_seed_option_takes(tmp_path, seed):
     proc = run_cli("make-synthetic", "--output", out, "--seed", seed)
     assert_cli_error(proc, f"--seed must be an integer in [0, {2 ** 63 - 1}], got {seed}")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["\ufeff", "\ufeff \r\n\t", "\ufeff\ufeff\n"])
+def test_a_score_of_only_a_byte_order_mark_is_empty(tmp_path, tokenizer, text):
+    """An edited score.abc holding only a byte-order mark (an editor saving "nothing" as UTF-8 with BOM) counted as
+    a score: `str.strip` keeps U+FEFF, so the song loaded with a BOM warning and the semantic stage got a score of
+    one invisible character. A BOM with whitespace is now empty, refused as an empty score is — also as a request's
+    score, a Score's text and in the editor's parse."""
+    from yue2_core.abc.errors import AbcError
+    from yue2_core.abc.parser import parse
+    from yue2_core.errors import ScoreError
+    from yue2_core.pipeline import Score
+    from yue2_core.protocol import SongRequest
+    song = save_song(make_song(), tmp_path / "song")
+    (song / "score.abc").write_bytes(text.encode("utf-8"))
+    with pytest.raises(ScoreError, match=r"the ABC score is empty: .*score.abc was edited to nothing"):
+        load_song(song, tokenizer)
+    with pytest.raises(ScoreError, match="the ABC score is empty or whitespace"):
+        SongRequest(style="pop", lyrics="la", abc=text).validate()
+    with pytest.raises(ScoreError, match="the ABC score is empty"):
+        Score.from_text(text, tokenizer)
+    with pytest.raises(AbcError, match="The score is empty; paste a score"):  # was "has no ABC header"
+        parse(text)
