@@ -159,3 +159,33 @@ def test_a_score_of_only_a_byte_order_mark_is_empty(tmp_path, tokenizer, text):
         Score.from_text(text, tokenizer)
     with pytest.raises(AbcError, match="The score is empty; paste a score"):  # was "has no ABC header"
         parse(text)
+
+
+def test_a_zero_padded_layer_index_is_that_layer_and_a_huge_one_is_named(tmp_path):
+    """`layers.00` is read as layer 0: no layout pads its indices (state-dict, PEFT, Comfy, ai-toolkit and HOT
+    `yue2.blk.N` names all print the plain integer), the module is named `model.layers.0…` everywhere after, and a
+    file holding both `layers.0` and `layers.00` of one module is refused as two spellings of it — so it is left
+    as it is. What was wrong: an index of 5,000 digits reached int(), whose "Exceeds the limit (4300 digits) … use
+    sys.set_int_max_str_digits()" became the message, after the 5,000-character key quoted whole."""
+    from safetensors.torch import load_file, save_file
+    from yue2_core.errors import AdapterError
+    from yue2_core.weights.lora.layouts import read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    tensors = load_file(str(write_adapter("aitk", tmp_path / "a.safetensors", dims)))
+
+    def saved(name, edit):
+        path = tmp_path / name
+        save_file({k: v.clone() for k, v in edit(tensors).items()}, str(path))
+        return str(path)
+    padded = saved("pad.safetensors", lambda t: {k.replace(".layers.0.", ".layers.00."): v for k, v in t.items()})
+    assert read_adapter(padded, dims).modules("ar") == read_adapter(str(tmp_path / "a.safetensors"), dims).modules("ar")
+    both = saved("both.safetensors", lambda t: {**t, **{k.replace(".layers.0.", ".layers.00."): v
+                                                         for k, v in t.items() if ".layers.0." in k}})
+    with pytest.raises(AdapterError, match="two spellings of one module"):
+        read_adapter(both, dims)
+    huge = saved("huge.safetensors", lambda t: {k.replace(".layers.0.", ".layers." + "1" * 5000 + "."): v
+                                                for k, v in t.items()})
+    with pytest.raises(AdapterError, match=r"layer index 1{12}… \(5,000 digits\) is no layer of any model") as e:
+        read_adapter(huge, dims)
+    assert len(str(e.value)) < 400 and "set_int_max_str_digits" not in str(e.value), str(e.value)
