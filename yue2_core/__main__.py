@@ -938,7 +938,12 @@ def _inspect_other(path: str, dims=None) -> tuple[dict | None, dict]:
 
 
 def cmd_make_synthetic(args) -> int:
+    from .errors import RequestError
+    from .protocol import SEED_MAX
     from .weights.synthetic import write_synthetic_checkpoint
+    if not 0 <= args.seed <= SEED_MAX:  # the range every --seed takes (stop 42: -1 — "random" in ComfyUI — and
+        # 10**23 were accepted; the weights hash the seed, so any integer gave some file, never a random one)
+        raise RequestError(f"--seed must be an integer in [0, {SEED_MAX}], got {args.seed}")
     try:  # Python 3.11's pathlib raises for a name too long or a folder without permission (break-it finding)
         if Path(args.output).is_dir():
             raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")

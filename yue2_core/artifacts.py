@@ -40,7 +40,7 @@ import torch
 from .constants import FRAMES_PER_SECOND, MAX_ODE_STEPS, SAMPLE_RATE
 from .errors import ArtifactError, DiskFullError
 from .pipeline import Score, SemanticTokens, Song
-from .protocol import _finite_number, valid_song_id
+from .protocol import _finite_number, blank_score, valid_song_id
 
 FILES = ("score.abc", "abc_tokens.npy", "prefix.npy", "semantic.npy", "latent.npy", "audio.flac", "request.json",
          "config.json")
@@ -1010,7 +1010,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         if len(abc) > MAX_TEXT_CHARS:
             raise BudgetError(f"{root}: score.abc is {len(abc):,} characters: far beyond what the 24,576-token "
                               f"context holds (at most {MAX_TEXT_CHARS:,} characters are accepted)")
-        if edited and not abc.strip():
+        if edited and blank_score(abc):  # a byte-order mark and whitespace: nothing (stop 42)
             raise ScoreError(f"the ABC score is empty: {root}/score.abc was edited to nothing; write a score (or "
                              "restore the saved one)")
     abc_ids = _load_ids(root / "abc_tokens.npy", 0, EOD)

@@ -17,8 +17,8 @@ import torch
 from .constants import (CONTEXT, FRAMES_PER_SECOND, ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_CORE_FRAMES,
                         VAE_HALO_FRAMES)
 from .errors import BudgetError, NumericalError, RequestError, ScoreError
-from .protocol import (ABC_PRESET, SEMANTIC_PRESET, Sampling, SongRequest, check_budget, negative_prefix,
-                       planning_prefix, semantic_prefix, validate_abc_ids, validate_codes)
+from .protocol import (ABC_PRESET, SEMANTIC_PRESET, Sampling, SongRequest, blank_score, check_budget,
+                       negative_prefix, planning_prefix, semantic_prefix, validate_abc_ids, validate_codes)
 from .vae import to_waveform
 
 Progress = Callable[[str, int, int, dict], None]  # (stage, done, total, info); may raise to cancel
@@ -41,7 +41,7 @@ class Score:
     @classmethod
     def from_text(cls, text: str, tokenizer, cot: str = "full", seed: int = 0) -> "Score":
         """A user-supplied score: tokenized verbatim (NFC, no stripping). Raises ScoreError for empty text."""
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or blank_score(text):  # whitespace and byte-order marks only
             raise ScoreError("the ABC score is empty; write a score or connect the composer's score")
         if cot == "off":
             raise RequestError("a score cannot be used with cot='off'; choose full or melody")

@@ -48,6 +48,12 @@ def _check_text(name: str, text: str) -> None:
                            f"{exc.start}; it is not valid Unicode text — remove it") from None
 
 
+def blank_score(text: str) -> bool:
+    """Whether a score holds nothing but whitespace and byte-order marks: `str.strip` keeps U+FEFF, so an editor's
+    "empty" file saved as UTF-8 with a BOM counted as a score of one invisible character (break-it review, stop 42)."""
+    return not text.replace("\ufeff", "").strip()
+
+
 def _finite_number(value) -> bool:
     """An int or float (not bool) with a finite value. An int too large for a float is not finite (math.isfinite
     would raise OverflowError on it)."""
@@ -160,7 +166,7 @@ class SongRequest:
             if len(self.abc) > MAX_TEXT_CHARS:
                 raise BudgetError(f"the ABC score is {len(self.abc):,} characters: far beyond what the {CONTEXT}-token "
                                   f"context holds (at most {MAX_TEXT_CHARS:,} characters are accepted)")
-            if not self.abc.strip():
+            if blank_score(self.abc):
                 raise ScoreError("the ABC score is empty or whitespace; give a score or leave it unset to let the "
                                  "model write one")
         if self.cfg_scale is not None:

@@ -239,7 +239,7 @@ def test_resume_with_other_caps_than_recorded_is_refused_as_a_whole(tmp_path, en
     for settings, words in (({"steps": 10 ** 30}, "settings.steps is 1000000000000000000000000000000, outside 1–1000"),
                             ({"steps": 2, "max_seconds": float("nan")}, "settings.max_seconds is NaN, not a positive"),
                             ({"steps": 2, "ode_method": "rk4"}, 'settings.ode_method is "rk4", not one of midpoint'),
-                            ({"steps": 2, "checkpoint": 5}, "settings.checkpoint is 5, not a path or name")):
+                            ({"steps": 2, "checkpoint": 5}, "settings.checkpoint is 5, not a path (text)")):
         record(settings)
         with pytest.raises(RequestError, match="the file was edited or damaged") as e:
             run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_seconds=2.0, max_abc_tokens=16),

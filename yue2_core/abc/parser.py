@@ -47,7 +47,8 @@ def scan(text: str) -> AbcScore:
         raise AbcError(f"The score must be text (str), not {type(text).__name__}.", code="type")
     lines = split_lines(text)
     clean = lines
-    header, body_start, issues = parse_header(clean) if text.strip() else (None, 0, [])
+    blank = not text.replace("\ufeff", "").strip()  # a byte-order mark alone is empty (protocol.blank_score)
+    header, body_start, issues = parse_header(clean) if not blank else (None, 0, [])
     if header is None:
         from .model import Header
         score = AbcScore(text, lines, Header())

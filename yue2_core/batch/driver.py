@@ -439,16 +439,38 @@ def _check_recorded_values(path: Path, settings: dict) -> None:
         value = settings.get(key)
         if value is not None and not (math.isfinite(value) and value > 0):
             problems.append(f"settings.{key} is {json.dumps(value)}, not a positive number")
-    for key in ("checkpoint", "dtype", "vae", "lora_int8"):
+    # each weights field named with what it holds and what a command line writes there (stop 42: `"dtype": [1]`
+    # was called "not a path or name", `"loras": "x"` an option to resume "with")
+    for key in ("checkpoint", "vae"):
         value = settings.get(key)
         if value is not None and not isinstance(value, str):
-            problems.append(f"settings.{key} is {json.dumps(value)}, not a path or name")
+            problems.append(f"settings.{key} is {json.dumps(value)[:80]}, not a path (text)"
+                            + (" or null" if key == "vae" else ""))
+    from ..weights.lora.apply import INT8_MODES
+    for key, names, none_ok in (("dtype", ("bf16", "fp32"), False), ("lora_int8", INT8_MODES, True)):
+        value = settings.get(key)
+        if value is not None and value not in names:  # (a list or dict is never `in` a tuple of str: no TypeError)
+            problems.append(f"settings.{key} is {json.dumps(value)[:80]}, not one of "
+                            f"{', '.join(json.dumps(n) for n in names)}{' or null' if none_ok else ''}")
+    loras = settings.get("loras")
+    if loras is not None and not _lora_triples(loras):
+        problems.append(f"settings.loras is {json.dumps(loras)[:80]}, not a list of [path, AR strength, NAR "
+                        "strength] entries")
     vendor = settings.get("vendor_vae")
     if vendor is not None and not (isinstance(vendor, dict) and isinstance(vendor.get("path"), str)):
         problems.append(f"settings.vendor_vae is {json.dumps(vendor)[:80]}, not a VAE folder record")
     if problems:
         raise RequestError(f"{path}: {'; '.join(problems)} — the file was edited or damaged; restore it (or give a "
                            "new --output folder)")
+
+
+def _lora_triples(loras) -> bool:
+    """Whether batch.json `settings.loras` is as the command line records it: a list of [path, AR, NAR] (a path
+    text, two numbers)."""
+    def number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+    return isinstance(loras, list) and all(isinstance(e, list) and len(e) == 3 and isinstance(e[0], str)
+                                           and number(e[1]) and number(e[2]) for e in loras)
 
 
 def _lora_text(loras) -> str:

@@ -264,34 +264,46 @@ def _preset(base, overrides, name: str):
         raise RequestError(f"{name}: {message}{hint}") from None
 
 
+def _quoted(text, quote: bool = True, limit: int = 120) -> str:
+    """`text` (repr'd when `quote`) for a message: a longer one keeps its first and last characters around "…" and
+    says its length — the start says where a path is, the end which file."""
+    shown = repr(text) if quote else str(text)
+    if len(shown) <= limit:
+        return shown
+    size = len(text) if isinstance(text, str) else len(shown)
+    return f"{shown[:limit * 2 // 3]}…{shown[-(limit // 3):]} ({size:,} characters)"
+
+
 def read_score_file(value, root: Path) -> str:
     """The text of an `abc_path` (relative to the request file's folder `root`, or absolute but inside it): a regular
-    UTF-8 file of at most 1 MiB within `root`'s tree after resolving links. Raises RequestError otherwise."""
+    UTF-8 file of at most 1 MiB within `root`'s tree after resolving links. Raises RequestError otherwise; a long
+    path is quoted by its start and end (`_quoted`: a 5,000-character abc_path was quoted whole, twice)."""
     if not isinstance(value, str) or not value:
-        raise RequestError(f"'abc_path' must be a file path (text), got {value!r}")
+        raise RequestError(f"'abc_path' must be a file path (text), got {_quoted(value)}")
+    name = f"abc_path {_quoted(value)}"
     if "\x00" in value:
-        raise RequestError(f"abc_path {value!r} contains a NUL character; give a file path")
+        raise RequestError(f"{name} contains a NUL character; give a file path")
     try:
         target = (root / value).resolve()
     except (RuntimeError, OSError) as exc:  # a symbolic-link loop (RuntimeError before Python 3.13), a name too long
-        raise RequestError(f"abc_path {value!r}: cannot follow it "
-                           f"({'a symbolic-link loop' if 'loop' in str(exc).lower() else exc})") from None
+        why = "a symbolic-link loop" if "loop" in str(exc).lower() else getattr(exc, "strerror", None) or exc
+        raise RequestError(f"{name}: cannot follow it ({why})") from None
+    shown = _quoted(target, quote=False)
     try:
         target.relative_to(root)
     except ValueError:
-        raise RequestError(f"abc_path {value!r} points outside the request file's folder {root} (to {target}); "
-                           "score files must lie in that folder or below it") from None
+        raise RequestError(f"{name} points outside the request file's folder {_quoted(root, quote=False)} (to "
+                           f"{shown}); score files must lie in that folder or below it") from None
     try:
         if not target.is_file():
-            raise RequestError(f"abc_path {value!r}: {target} does not exist or is not a regular file")
+            raise RequestError(f"{name}: {shown} does not exist or is not a regular file")
         if target.stat().st_size > MAX_SCORE_FILE:
-            raise RequestError(f"abc_path {value!r} is {target.stat().st_size:,} bytes; at most {MAX_SCORE_FILE:,} "
-                               "are accepted")
+            raise RequestError(f"{name} is {target.stat().st_size:,} bytes; at most {MAX_SCORE_FILE:,} are accepted")
         return target.read_bytes().decode("utf-8")  # as --abc-file: nothing rewritten (a BOM, CRLF stay; warned)
     except UnicodeDecodeError:
-        raise RequestError(f"abc_path {value!r} is not UTF-8 text") from None
+        raise RequestError(f"{name} is not UTF-8 text") from None
     except OSError as exc:
-        raise RequestError(f"abc_path {value!r}: cannot read {target} ({exc.strerror or exc})") from None
+        raise RequestError(f"{name}: cannot read {shown} ({exc.strerror or exc})") from None
 
 
 def prompt_tokens(item: BatchRequest, encode) -> dict:

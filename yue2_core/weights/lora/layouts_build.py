@@ -185,8 +185,10 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
     for base in groups:
         try:
             targets[base] = parse_target(base)
-        except ValueError as exc:  # contradictory prefixes / names (layouts_keys.parse_target)
-            raise AdapterError(f"{path}: {next(iter(groups[base].values()))[0]}: {exc}") from None
+        except ValueError as exc:  # contradictory prefixes / names, a layer index of 7+ digits (parse_target)
+            key = next(iter(groups[base].values()))[0]
+            key = key if len(key) <= 120 else f"{key[:80]}…{key[-30:]} ({len(key):,} characters)"
+            raise AdapterError(f"{path}: {key}: {exc}") from None
     for base, t in targets.items():  # layer indices first: a file for a deeper model says so before any shape
         if t is not None and t.layer is not None and t.layer >= dims.layers:
             raise AdapterGeometryError(f"{path}: {next(iter(groups[base].values()))[0]} names layer {t.layer}; the "

@@ -136,7 +136,11 @@ def parse_target(base: str) -> Target | None:
         base = f"model.layers.{m.group(1)}.{'nar_' if m.group(2) else ''}{_HOT_SITES[m.group(3)]}"
     m = _LAYER.match(base)
     if m:
-        layer, rest = int(m.group(1)), m.group(2)
+        digits, rest = m.group(1).lstrip("0") or "0", m.group(2)  # `layers.00` is layer 0, as int() reads it
+        if len(digits) > 6:  # int() of over 4,300 digits raised "Exceeds the limit … sys.set_int_max_str_digits()"
+            shown = digits if len(digits) <= 12 else digits[:12] + "…"
+            raise ValueError(f"its layer index {shown} ({len(digits):,} digits) is no layer of any model")
+        layer = int(digits)
         vendor_nar = False
         for vendor, engine in _VENDOR_NAR.items():
             if rest.startswith(vendor):
