@@ -45,7 +45,8 @@
 #                                      # without --overlap; fits one 10-minute call (runs past 540 s are skipped)
 #   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
 #   bash bench/gpu_session.sh nodescold # tests/nodes/gpu_nodes_cold.py: the nodes' first song vs second in fresh
-#                                      # processes (empty Triton cache, then kept), full-size int8, ~2 min
+#                                      # processes (empty Triton cache, then kept, then kept without the background
+#                                      # reads of the later parts), full-size int8, ~4 min
 #   bash bench/gpu_session.sh takes    # tests/nodes/gpu_takes_check.py (candidates, Pick Take, Regenerate, Continue;
 #                                      # needs soundfile, which the GPU machine's image lacks: carry its wheels)
 #   bash bench/gpu_session.sh scale    # bench/scale_ray.py (issue #17): batch --ray on 1, 2, 4 GPUs (those the machine
@@ -180,7 +181,7 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
         --full --budget-s 420 2>&1 | tail -c 3000 ;;
     nodescold)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_cold.py --comfy .comfyhost/comfyui --out "$OUT" \
-        2>&1 | tail -c 3000 ;;
+        --compare-reads 2>&1 | tail -c 3000 ;;
     takes)
       PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_takes_check.py \
         --comfy .comfyhost/comfyui --out "$OUT" 2>&1 | tail -c 3000 ;;
