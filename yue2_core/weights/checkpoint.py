@@ -717,18 +717,32 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16, float_lin
     return model
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """True when every value of the float tensor `t` is finite: one fp32 sum (finite only if every value is: NaN and
+    ±inf propagate; ≈ 15× faster than `isfinite(t).all()` on a CPU), and the exact test only when that sum is not
+    finite (it may have overflowed from finite values)."""
+    return bool(torch.isfinite(t.sum(dtype=torch.float32))) or bool(torch.isfinite(t).all())
+
+
 def check_finite(model: torch.nn.Module, prefix: str, path: str, what: str) -> None:
     """DamagedWeightsError naming the first float tensor of `model` (`prefix` + its name) that
     holds NaN/inf. Used for the NAR expert at load: its NaN would otherwise surface only as non-finite latents after a
     whole song's lead sheet and music tokens were generated (the AR's own NaN shows in its first step's logits, the
-    VAE's in `vae_files.check_values`). One device sync for all tensors; ≈ 2 s a GB on a CPU, ≈ 1 ms on a GPU."""
+    VAE's in `vae_files.check_values`). One device sync for all tensors (one fp32 sum each, as `all_finite`);
+    ≈ 0.2 s a GB of bf16 on a 2-core CPU."""
     items = [(n, t) for n, t in model.state_dict().items() if t.is_floating_point() and t.numel()]
     if not items:
         return
-    flags = torch.stack([torch.isfinite(t).all() for _, t in items]).cpu()
+    # one fp32 sum a tensor: finite only if every value is (NaN and ±inf propagate); a sum that overflowed from
+    # finite values is settled by the exact test below
+    flags = torch.isfinite(torch.stack([t.sum(dtype=torch.float32) for _, t in items])).cpu()
     if bool(flags.all()):
         return
-    name, t = items[int((~flags).nonzero()[0])]
+    suspects = [items[int(i)] for i in (~flags).nonzero().flatten()]
+    exact = [(n, t) for n, t in suspects if not bool(torch.isfinite(t).all())]
+    if not exact:
+        return
+    name, t = exact[0]
     bad = int((~torch.isfinite(t)).sum())
     raise DamagedWeightsError(f"{what} in {path}: {prefix}{name} holds NaN/inf ({bad:,} of its {t.numel():,} values) "
                               "— the file is damaged (download it again) or was saved from a diverged training run; "

@@ -403,15 +403,22 @@ def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
     conv's `weight_v` has norm 0 for some channel along dim 0 — g·v/‖v‖ is then 0/0, NaN audio after
     a whole song's AR and NAR work. `names`: the decoder parameter names ("decoder.…"); `get(name)` → its fp32
     tensor (read one at a time at open, the loaded state at load). `layout` spells the names as the file does."""
+    from .checkpoint import all_finite
     names = set(names)
     for name in sorted(names):
         t = get(name)
-        if not bool(torch.isfinite(t).all()):
+        if not all_finite(t):
             bad = int((~torch.isfinite(t)).sum())
             raise DamagedWeightsError(f"VAE {path}: {_stored_name(name, layout)} holds NaN/inf ({bad:,} of its "
                                   f"{t.numel():,} values) — the file is damaged (download it again) or was saved "
                                   "from a diverged training run; a YuE2 VAE's weights are finite")
         if name.endswith(".weight_v") and name[:-1] + "g" in names:
+            # g·v/‖v‖ along dim 0 is finite when every channel's norm is (v and g are finite, checked): |g·v_i/‖v‖|
+            # ≤ |g|. Only a zero, non-finite or tiny norm (g/‖v‖ may overflow) needs the whole product built.
+            if t.ndim >= 2:
+                norms = torch.linalg.vector_norm(t.flatten(1), dim=1)
+                if bool(torch.isfinite(norms).all()) and bool((norms > 1e-30).all()):
+                    continue
             if not bool(torch.isfinite(torch._weight_norm(t, get(name[:-1] + "g"), 0)).all()):
                 norms = torch.linalg.vector_norm(t.flatten(1).double(), dim=1)
                 zero = torch.nonzero(norms == 0).flatten().tolist()
