@@ -328,6 +328,44 @@ class ChunkRenderer:
         return nar.llm2vae(y)[0, 1:-1]
 
 
+class _PinnedStaging:
+    """Page-locked buffers for `float_linears`' copies between a CPU module and a CUDA work device, grown as needed.
+    Copies from and to pageable memory are staged by the driver and synchronous; on the GPU machine they made the
+    conversion of the full-size NAR 3.84 s instead of 2.04 s while the Composer's music decode ran beside it, and the
+    decode 1.1 s slower (H100, tests/nodes/gpu_nodes_cold.py, 2026-12-06). Pinned copies run on the stream."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.bufs = device, {}
+
+    def get(self, name: str, nbytes: int) -> torch.Tensor:
+        buf = self.bufs.get(name)
+        if buf is None or buf.numel() < nbytes:
+            buf = self.bufs[name] = torch.empty(max(nbytes, 2 ** 20), dtype=torch.uint8, pin_memory=True)
+        return buf[:nbytes]
+
+
+def _dequantize_on(work: torch.device, child, dtype, staging: "_PinnedStaging | None") -> torch.Tensor:
+    """`child.dequantized(dtype)` computed on `work` and returned on the child's device, bit-equal to
+    `dequantize(weight.to(work), scale.to(work), …).to(child's device)`."""
+    from .weights.quant import dequantize
+    home = child.weight.device
+    if staging is None or home.type != "cpu":
+        return dequantize(child.weight.to(work), child.weight_scale.to(work), child.group, dtype).to(home)
+    q = child.weight.detach().contiguous()
+    src = staging.get("codes", q.numel() * q.element_size())
+    src.copy_(q.view(-1).view(torch.uint8))
+    on_work = src.to(work, non_blocking=True).view(q.dtype).view(q.shape)
+    s = child.weight_scale.detach().contiguous()
+    s_src = staging.get("scales", s.numel() * s.element_size())
+    s_src.copy_(s.reshape(-1).view(torch.uint8))
+    scale = s_src.to(work, non_blocking=True).view(s.dtype).view(s.shape)
+    w = dequantize(on_work, scale, child.group, dtype)
+    dst = staging.get("weight", w.numel() * w.element_size())
+    dst.copy_(w.view(-1).view(torch.uint8), non_blocking=True)
+    torch.cuda.current_stream(work).synchronize()  # dst holds the weight; src may be refilled
+    return dst.clone().view(dtype).view(w.shape)
+
+
 def float_linears(nar: NARModel, work_device: torch.device | str | None = None) -> int:
     """Replace the NAR's int8 ConvRot linears by bf16 nn.Linear layers holding the dequantized weights (done once,
     in place, on GPUs: the NAR's ~5k-row GEMMs run faster in bf16 than through int8 kernels, performance.md §6.2;
@@ -335,8 +373,9 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None) 
     dequantization there one layer at a time — about 20× faster than the CPU's fp32 Hadamard products for the
     full-size NAR — and falls back to the module's device when it runs out of memory. Returns how many layers were
     converted."""
-    from .weights.quant import ConvRotLinear, dequantize
+    from .weights.quant import ConvRotLinear
     work = None if work_device is None else torch.device(work_device)
+    staging = _PinnedStaging(work) if work is not None and work.type == "cuda" else None
     count = 0
     for parent in list(nar.modules()):
         for name, child in list(parent.named_children()):
@@ -348,8 +387,7 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None) 
                 weight = None
                 if work is not None and work != child.weight.device:
                     try:
-                        weight = dequantize(child.weight.to(work), child.weight_scale.to(work), child.group,
-                                            nar.dtype).to(child.weight.device)
+                        weight = _dequantize_on(work, child, nar.dtype, staging)
                     except (torch.cuda.OutOfMemoryError, RuntimeError):  # out of memory, cuBLAS workspace
                         weight = None
                         if torch.cuda.is_available():

@@ -417,6 +417,31 @@ def test_float_linears_on_the_gpu_for_a_cpu_module(tiny_paths):
     assert worst <= 1e-2
 
 
+def test_float_linears_pinned_copies_equal_the_plain_ones_on_a_side_stream(tiny_paths):
+    """float_linears' copies through page-locked buffers (`nar._PinnedStaging`, the nodes' background read on the
+    warm-up's side stream) give bit for bit the weights of the plain copies `dequantize(w.cuda(), s.cuda()).cpu()`,
+    layer after layer (a buffer refilled before its copy finished would mix two layers), biases included."""
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.weights.quant import ConvRotLinear, dequantize
+    from yue2_core.nar import float_linears
+    from yue2_core.warmup import side_stream
+    info = inspect_checkpoint(tiny_paths["int8"])
+    nar = load_nar(info, "cpu", torch.bfloat16, float_linears=False)
+    expect = {n: (dequantize(m.weight.cuda(), m.weight_scale.cuda(), m.group, torch.bfloat16).cpu(),
+                  None if m.bias is None else m.bias.detach().to(torch.bfloat16))
+              for n, m in nar.named_modules() if isinstance(m, ConvRotLinear)}
+    assert len(expect) > 4
+    stream = side_stream("cuda")
+    with torch.cuda.stream(stream):
+        assert float_linears(nar, work_device="cuda") == len(expect)
+    mods = dict(nar.named_modules())
+    for name, (w, b) in expect.items():
+        got = mods[name]
+        assert got.weight.device.type == "cpu" and got.weight.dtype == torch.bfloat16, name
+        assert torch.equal(got.weight, w), name
+        assert (b is None) == (got.bias is None) and (b is None or torch.equal(got.bias, b)), name
+
+
 @pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
 @pytest.mark.parametrize("n,k", [(4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (32769, 2048)])
 def test_gemv_matches_fp32_products(n, k):
