@@ -8,8 +8,10 @@ for that one call; nothing else keeps a reference to them.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 
 import comfy.model_management as mm
 import comfy.model_patcher
@@ -34,6 +36,21 @@ log = logging.getLogger("ComfyUI-YuE2")
 # ComfyUI weight patches (LoRA) keyed like the file can address them.
 PREFIXES = {"ar": "text_encoders", "nar": "model.diffusion_model", "vae": "vae"}
 NAMES = {"ar": "AR expert", "nar": "NAR expert", "vae": "VAE decoder"}
+
+
+LATER = {"ar": ("nar", "vae"), "nar": ("vae",)}  # the parts the stages after one using a part will load
+
+
+def reads_ahead(device: torch.device) -> bool:
+    """Whether `YuE2Model.load` starts reading the later stages' parts in the background (`prefetch`): on CUDA
+    devices, where the stage then runs on the GPU and the CPU is idle. Not on a CPU device: the read would take the
+    cores the stage computes on."""
+    return device.type == "cuda"
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
 
 
 def load_whole(patcher) -> None:
@@ -143,7 +160,8 @@ class YuE2Model:
                  adapters: tuple = (), vae_file=None):
         self.info = info
         self.tokenizer = tokenizer
-        self.root = root or self
+        self._root = root  # None for a root: `root` is then the model itself, with no reference cycle, so a root
+        # nothing uses any more is freed at once with its parts' GPU memory (not at the next full collection)
         self.adapters = tuple(adapters)
         self.vae_file = vae_file
         if root is None:
@@ -153,6 +171,9 @@ class YuE2Model:
             self.vae_offload_device = mm.vae_offload_device()
             self.dtype = compute_dtype(self.device)
             self._vae_patchers: dict = {}  # VAE file key → ModelPatcher (root only; shared by derived models)
+            # held while any model of this root builds a patcher, by the stages and by `prefetch`'s thread
+            self._build_lock = threading.RLock()
+            self._prefetch_thread = None
             self._file_state = _checkpoint_state(info)  # the file(s) as the loader read them (`_root_patcher`)
         else:
             for name in ("device", "offload_device", "vae_device", "vae_offload_device", "dtype"):
@@ -166,6 +187,11 @@ class YuE2Model:
         self._patchers: dict[str, comfy.model_patcher.ModelPatcher] = {}
         self._sides: dict = {}  # part → {module: SideDelta} (int8 layers), made with the patchers
         self._side_cache: dict = {}  # (part, device) → the same on that device
+
+    @property
+    def root(self) -> "YuE2Model":
+        """The model the Checkpoint Loader made (itself for a root), which owns the parts' patchers."""
+        return self if self._root is None else self._root
 
     def derive(self, *, adapter=None, vae_file=None) -> "YuE2Model":
         """A new model sharing this one's weights, with `adapter` (an `Applied`) added on top of this model's stack
@@ -267,7 +293,36 @@ class YuE2Model:
 
     def patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
         """The part's ModelPatcher: the root's (read on first use), a VAE file's, or a clone with this model's
-        adapters as weight patches."""
+        adapters as weight patches. Waits while `prefetch`'s thread builds a part."""
+        with self.root._build_lock:
+            return self._patcher(part)
+
+    def prefetch(self, parts) -> None:
+        """Build `parts`' patchers (the file read into CPU memory and checked; the NAR's int8 linears turned into
+        bf16 on the GPU, on the warm-up's side stream) in a background thread, while the stage that called this works
+        on the GPU. `load` starts it on CUDA for the parts after its own — the Composer's music decode then hides
+        the Renderer's and VAE Decode's reading. A failure is dropped: the stage that needs the part reads it again
+        and raises the error itself. One prefetch thread a root at a time (a running one is left to finish)."""
+        root, todo = self.root, list(parts)
+        if not todo or (root._prefetch_thread is not None and root._prefetch_thread.is_alive()):
+            return
+
+        def run():
+            stream = warmup.side_stream(self.device) if self.device.type == "cuda" else None
+            for part in todo:
+                try:
+                    with torch.cuda.stream(stream) if stream is not None else _nothing():
+                        self.patcher(part)
+                    if stream is not None:
+                        stream.synchronize()
+                except Exception as exc:  # the stage that needs the part reads it again and raises this itself
+                    log.debug("[YuE2] background read of the %s failed (%s); its stage reads it again",
+                              NAMES[part], exc)
+                    return
+        root._prefetch_thread = threading.Thread(target=run, name="yue2-prefetch", daemon=True)
+        root._prefetch_thread.start()
+
+    def _patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
         root = self.root
         if part == "vae":
             if self.vae_file is None:
@@ -317,6 +372,8 @@ class YuE2Model:
                            force_full_load=True)
         for patcher in patchers:
             load_whole(patcher)
+        if reads_ahead(self.device):  # the later stages' parts read while this one computes
+            self.prefetch([p for p in LATER.get(parts[-1], ()) if p not in parts])
         modules = [p.model.engine_module for p in patchers]
         for part, module in zip(parts, modules):
             if part == "vae":

@@ -554,11 +554,12 @@ def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = 
     return report
 
 
-_STREAMS: dict = {}  # device → the warm-up threads' stream (see `_warm_up_stream`)
+_STREAMS: dict = {}  # device → the warm-up threads' stream (see `side_stream`)
 
 
-def _warm_up_stream(device) -> "torch.cuda.Stream":
-    """One side stream per device for every warm-up thread of the process. A new `torch.cuda.Stream` per warm-up
+def side_stream(device) -> "torch.cuda.Stream":
+    """One side stream per device for every warm-up thread of the process (and the nodes' background reads of the
+    later stages' parts, `nodes.model.YuE2Model.prefetch`). A new `torch.cuda.Stream` per warm-up
     (the code before 2026-12-06) gave PyTorch's cuBLAS a new (handle, stream) pair each time, and PyTorch keeps one
     cuBLAS workspace per pair for the life of the process (32 MiB each on Hopper; a stream pool of 32 per
     priority): each Checkpoint Loader run grew allocated CUDA memory by 32 MiB (H100: five warm-ups 32 → 160 MiB,
@@ -602,7 +603,7 @@ class WarmUp:
             work = self.work or warm_up
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)  # Triton and torch read the current device per thread
-                with torch.cuda.stream(_warm_up_stream(self.device)):
+                with torch.cuda.stream(side_stream(self.device)):
                     self.report = work(self.plan, self.device, self._stopped)
             else:
                 self.report = work(self.plan, self.device, self._stopped)

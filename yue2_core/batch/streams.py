@@ -73,7 +73,7 @@ _PLAIN: dict = {}  # (device, priority) → the process's stream of that priorit
 def _stream(device, priority: int):
     """One stream per (device, priority) for the process: PyTorch keeps a cuBLAS workspace per (handle, stream) for
     the life of the process (32 MiB each on Hopper), so new streams per batch run would leave one behind each time
-    (as the warm-up's did: `warmup._warm_up_stream`)."""
+    (as the warm-up's did: `warmup.side_stream`)."""
     import torch
     key = (str(device), priority)
     if key not in _PLAIN:

@@ -1,0 +1,146 @@
+"""The nodes read the later stages' parts in the background (`nodes.model.YuE2Model.prefetch`), in the installed host's
+python with the pack loaded as ComfyUI loads it, no server.
+
+On a GPU the Composer's `load(("ar",))` starts a thread that builds the NAR's and the VAE's patchers (the file read,
+checked, the NAR's int8 linears turned into bf16) while the music decodes, so the first Renderer and VAE Decode do
+not read the file themselves (an H100 measured the first song's render 7.86 s against 3.54 s for the second, the
+first VAE Decode 0.88 against 0.61 s; tests/nodes/gpu_nodes_cold.py). This host has no GPU: the harness answers
+`reads_ahead` with True for the CPU device (the only change) and checks which thread built each part, that a stage
+waits for a part being built instead of reading it again, and that a failure of the background read reaches the
+stage that needs the part as that stage's own error."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodes_testlib import TINY
+from pack_in_host import run_in_host
+
+REPO = Path(__file__).resolve().parents[2]
+
+HARNESS = r'''
+import threading, time
+import torch
+from yue2_core.errors import CheckpointError
+from yue2_nodes import loader
+from yue2_nodes import model as ym
+out = {}
+built = []  # (part, thread name) per read of a part from the file
+real = {"nar": ym.load_nar, "vae": ym.load_vae, "ar": ym.load_ar}
+gate = threading.Event()
+fail = {"nar": False}
+
+
+def watch(part):
+    def read(*args, **kwargs):
+        built.append((part, threading.current_thread().name))
+        if part == "nar":
+            gate.wait(30)  # the background read of the NAR holds here until the main thread asked for it
+            if fail["nar"]:
+                raise CheckpointError("the NAR could not be read (test)")
+        return real[part](*args, **kwargs)
+    return read
+
+
+ym.load_ar, ym.load_nar, ym.load_vae = watch("ar"), watch("nar"), watch("vae")
+ym.reads_ahead = lambda device: True
+name = os.listdir(ckpts)[0]
+
+# 1. the Composer's load of the AR starts the background read of the NAR and the VAE; the Renderer's patcher waits
+model = loader.YuE2CheckpointLoader.execute(name).args[0]
+model.load(("ar",), 0)
+thread = model.root._prefetch_thread
+out["thread"] = None if thread is None else thread.name
+time.sleep(0.2)  # the background thread is inside load_nar, held by the gate
+waited = {}
+
+
+def ask():
+    t = time.perf_counter()
+    waited["patcher"] = model.patcher("nar")
+    waited["seconds"] = time.perf_counter() - t
+
+
+asker = threading.Thread(target=ask)
+asker.start()
+time.sleep(0.3)
+out["asker_blocked"] = asker.is_alive()
+gate.set()
+asker.join(30)
+thread.join(30)
+out["built"] = built[:]
+out["same_patcher"] = waited["patcher"] is model.patcher("nar")
+out["waited"] = waited["seconds"]
+out["vae_built"] = "vae" in model.root._patchers
+model.load(("nar",), 0)  # the Renderer: nothing read again
+out["built_after_load"] = built[:]
+
+# 2. a failed background read: the stage that needs the part gets the error itself, then a later try reads it
+built.clear()
+gate.clear()
+fail["nar"] = True
+other = ym.YuE2Model(model.info, model.tokenizer)  # a new root: nothing read yet
+other.prefetch(("nar",))
+gate.set()
+other._prefetch_thread.join(30)
+try:
+    other.patcher("nar")
+    out["error"] = None
+except CheckpointError as exc:
+    out["error"] = str(exc)
+fail["nar"] = False
+out["retried"] = other.patcher("nar") is other.patcher("nar")
+out["built_failing"] = built[:]
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_later_parts_are_read_in_the_background_and_waited_for(comfy_host, tmp_path):
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "int8")
+    out = run_in_host(HARNESS, comfy_host, REPO, ckpts)
+    assert out["thread"] == "yue2-prefetch", out
+    # the AR by the stage itself, the NAR and the VAE once each, by the background thread
+    assert out["built"] == [["ar", "MainThread"], ["nar", "yue2-prefetch"], ["vae", "yue2-prefetch"]], out
+    assert out["asker_blocked"] and out["same_patcher"] and out["vae_built"], out
+    assert out["built_after_load"] == out["built"], "the Renderer's load read the NAR again"
+    # the failing background read, then the stage's own read: the stage raised the error, a later call read it
+    assert out["error"] == "the NAR could not be read (test)", out
+    assert out["built_failing"] == [["nar", "yue2-prefetch"], ["nar", "MainThread"], ["nar", "MainThread"]], out
+    assert out["retried"], out
+
+
+FREED = r'''
+import gc, weakref
+from yue2_nodes import loader
+from yue2_nodes import model as ym
+ym.reads_ahead = lambda device: True
+gc.disable()  # no cyclic collection: a root must be freed by reference counting alone
+name = os.listdir(ckpts)[0]
+refs = []
+for i in range(2):
+    m = loader.YuE2CheckpointLoader.execute(name).args[0]
+    lora_free = m.derive()  # a derived model holds its root; both go together
+    m.load(("ar",), 0)
+    m.root._prefetch_thread.join()
+    m.load(("nar",), 0)
+    m.root._prefetch_thread.join()
+    refs.append((weakref.ref(m.root), weakref.ref(m.patcher("nar"))))
+    del m, lora_free
+print("RESULT " + json.dumps({"alive": [[r() is not None for r in pair] for pair in refs]}))
+'''
+
+
+def test_a_root_nothing_uses_is_freed_at_once(comfy_host, tmp_path):
+    """A root the graph no longer uses (each new Checkpoint Loader run makes one) must free its parts — ComfyUI
+    holds them only weakly — as soon as the last reference goes, not at the next full garbage collection: the root
+    referred to itself (`root = self`), and once the background read kept roots alive a little longer they reached
+    the oldest generation and stayed, their AR and NAR on the GPU (+197 MiB a song, tiny bf16, H100,
+    tests/nodes/gpu_nodes_check.py, 2026-12-06)."""
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
+    out = run_in_host(FREED, comfy_host, REPO, ckpts)
+    assert out["alive"] == [[False, False], [False, False]], out
