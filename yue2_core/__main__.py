@@ -766,7 +766,7 @@ def _check_not_inside(output: str, song: str) -> None:
         out, src = Path(output).resolve(), Path(song).resolve()
     except (OSError, RuntimeError):
         return
-    if out == src or src in out.parents:
+    if (out == src or src in out.parents) and (src / "result.json").is_file():  # not a song: load_song says so
         raise YuE2Error(f"--output {output} is inside the song folder {song} that render reads; a song folder holds "
                         "only its own files — give a folder outside it")
 

@@ -539,3 +539,22 @@ def test_cli_text_file_errors_say_what_the_path_is(tmp_path, capsys):
     rc, err = main_inprocess(capsys, "generate", "--style-file", tmp_path, "--lyrics", "la", "--offline",
                              "--checkpoint", NO_CKPT, "--output", tmp_path / "b")
     assert rc == 2 and f"cannot read the style file {tmp_path}: it is a directory, not a regular file" in err, err
+
+
+def test_cli_render_of_a_folder_of_songs_or_a_file_says_what_to_give(tmp_path, capsys):
+    """New-user review 43: `render out --output out/v2` (the folder the songs are in) was refused as "--output out/v2
+    is inside the song folder out" — out is no song; and `render x.safetensors` said only "no result.json". Now the
+    folder of songs names the songs in it, a file or another folder says what a song folder is."""
+    out = tmp_path / "out"
+    for name in ("b_song", "a_song"):
+        save_song(make_song(), out / name)
+    rc, err = main_inprocess(capsys, "render", out, "--checkpoint", NO_CKPT, "--output", out / "v2")
+    assert rc == 2 and err == (f"error: {out} is not a song directory (no result.json); it holds song folders, "
+                               f"give one of them: {out / 'a_song'}, {out / 'b_song'}\n"), err
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"x")
+    rc, err = main_inprocess(capsys, "render", weights, "--checkpoint", NO_CKPT, "--output", tmp_path / "v3")
+    assert rc == 2 and err.endswith("no result.json); give the folder generate or render wrote, the one holding "
+                                    "result.json, not a file\n"), err
+    rc, err = main_inprocess(capsys, "render", out / "a_song", "--checkpoint", NO_CKPT, "--output", out / "a_song/v")
+    assert rc == 2 and "is inside the song folder" in err, err  # a real song folder: still refused as before
