@@ -57,8 +57,12 @@ def read_text_file(path: str, what: str) -> tuple[str, list[str]]:
     that are not UTF-8 (the offset and byte named), each with "save the file as UTF-8"."""
     p = Path(path)
     try:
-        if not p.is_file():
-            raise YuE2Error(f"cannot read the {what} file {path}: it is not a regular file (or does not exist)")
+        if not p.is_file():  # what the path is instead (review 43: "not a regular file (or does not exist)")
+            from .weights.checkpoint import not_a_file
+            other = not_a_file(path)
+            raise YuE2Error(f"cannot read the {what} file {path}: " + (
+                f"it is {other}, not a regular file" if other else f"no such file ({p.absolute()})")
+                + "; give the path of a UTF-8 text file")
         size = p.stat().st_size
         if size > MAX_TEXT_FILE:
             raise YuE2Error(f"the {what} file {path} is {size:,} bytes; at most {MAX_TEXT_FILE:,} are accepted (the "
@@ -762,7 +766,7 @@ def _check_not_inside(output: str, song: str) -> None:
         out, src = Path(output).resolve(), Path(song).resolve()
     except (OSError, RuntimeError):
         return
-    if out == src or src in out.parents:
+    if (out == src or src in out.parents) and (src / "result.json").is_file():  # not a song: load_song says so
         raise YuE2Error(f"--output {output} is inside the song folder {song} that render reads; a song folder holds "
                         "only its own files — give a folder outside it")
 
@@ -1141,9 +1145,42 @@ def _named(what: str):
     return check
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (new-user review 43: a mistyped option printed the top-level usage and
+    "unrecognized arguments: --max-second 5", naming neither the subcommand nor the option meant; `--cot ful`
+    printed ten lines of usage before its error). The error names the subcommand, the closest option for an
+    unknown one, and where the accepted options are listed."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; {self.prog} --help lists what is accepted\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # reported by the subcommand's parser (its prog, its options), not the top-level one
+            parser = self
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    parser = action.choices.get(getattr(parsed, action.dest, None), self)
+            parser.error(_unrecognized(parser, extra))
+        return parsed
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """argparse's "unrecognized arguments: …", with the closest option of `parser` for each unknown one."""
+    import difflib
+    known = [s for a in parser._actions for s in a.option_strings if a.help != argparse.SUPPRESS]
+    hints = []
+    for word in extra:
+        if word.startswith("-"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if close and close[0] not in hints:
+                hints.append(close[0])
+    text = "unrecognized arguments: " + " ".join(extra)
+    return text + (f" (did you mean {' / '.join(hints)}?)" if hints else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m yue2_core", description="YuE2-3B songs from a style and lyrics.",
-                                allow_abbrev=False)
+    p = _Parser(prog="python -m yue2_core", description="YuE2-3B songs from a style and lyrics.", allow_abbrev=False)
     sub = p.add_subparsers(dest="command", required=True)
     add_parser = sub.add_parser
     sub.add_parser = lambda *a, **kw: add_parser(*a, allow_abbrev=False, **kw)  # --check is not --checkpoint

@@ -897,6 +897,21 @@ def batch_folder_above(path: Path) -> Path | None:
     return None
 
 
+def _songs_hint(root: Path) -> str:
+    """What to give instead of `root`, which is no song folder (new-user review 43: `render out` and `render
+    x.safetensors` said only "no result.json"): the song folders directly inside it, else what a song folder is."""
+    try:
+        songs = sorted(p.name for p in root.iterdir() if (p / "result.json").is_file()) if root.is_dir() else []
+    except OSError:
+        songs = []
+    if songs:
+        shown = ", ".join(str(root / name) for name in songs[:3]) + (f" … ({len(songs)} in all)" if len(songs) > 3
+                                                                       else "")
+        return f"; it holds song folders, give one of them: {shown}"
+    return "; give the folder generate or render wrote, the one holding result.json" + (
+        ", not a file" if root.is_file() else "")
+
+
 def batch_folder_hint(root: Path) -> str:
     """For a folder the batch command wrote (it holds batch.json): the sentence naming its song subfolders (one per
     request id) to use instead; "" for any other path."""
@@ -937,7 +952,8 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         if not os.path.lexists(root):  # review finding: a mistyped path was called "not a song directory"
             raise ArtifactError(f"song folder {root} does not exist (give the folder generate or render wrote, the "
                                 "one holding result.json)")
-        raise ArtifactError(f"{root} is not a song directory (no result.json){batch_folder_hint(root)}")
+        hint = batch_folder_hint(root) or _songs_hint(root)
+        raise ArtifactError(f"{root} is not a song directory (no result.json){hint}")
     result = _load_json(root / "result.json", "a song result")
     manifest = result.get("artifacts")
     if not isinstance(manifest, dict):

@@ -501,3 +501,60 @@ def test_cli_melody_mode_score_with_chords_is_named(tmp_path):
         proc = gen(tmp_path, *args, "--max-seconds", "60")
         assert_cli_error(proc, "checkpoint not found")
         assert "chord symbol" not in proc.stderr, proc.stderr
+
+
+def test_cli_usage_mistakes_are_one_line_naming_the_subcommand(tmp_path, capsys):
+    """New-user review 43: a mistyped option (`--max-second 5`) was reported by the top-level parser — its usage,
+    then "unrecognized arguments" without the subcommand or the option meant; `--cot ful` and a missing `--output`
+    printed ten lines of usage before the error. Now each is one line from the subcommand's parser that names the
+    closest option and where the accepted ones are listed."""
+    proc = gen(tmp_path, "--max-second", "5")
+    assert_cli_error(proc, "python -m yue2_core generate: error: unrecognized arguments: --max-second 5 (did you "
+                           "mean --max-seconds?); python -m yue2_core generate --help lists what is accepted")
+    assert proc.stderr.count("\n") == 1 and "usage:" not in proc.stderr, proc.stderr
+    cases = [
+        (("generate", "--check", NO_CKPT, "--output", tmp_path / "a"), "(did you mean --checkpoint?)"),
+        (("generate", "--cot", "ful", "--output", tmp_path / "a"),
+         "generate: error: argument --cot: invalid choice: 'ful' (choose from 'full', 'melody', 'off'); "),
+        (("generate", "--style", "pop"), "generate: error: the following arguments are required: --output; "),
+        (("batch", "x.jsonl", "--output", tmp_path / "b", "--max-batchs", "2"), "(did you mean --max-batch?)"),
+        (("render", tmp_path, "surplus", "--output", tmp_path / "c"),
+         "render: error: unrecognized arguments: surplus;"),
+        (("genrate",), "python -m yue2_core: error: argument command: invalid choice: 'genrate'"),
+    ]
+    for args, phrase in cases:
+        rc, err = main_inprocess(capsys, *args)
+        assert rc == 2 and phrase in err and err.count("\n") == 1 and "usage:" not in err, (args, err)
+        assert err.rstrip().endswith("--help lists what is accepted"), err
+
+
+def test_cli_text_file_errors_say_what_the_path_is(tmp_path, capsys):
+    """New-user review 43: a missing `--lyrics-file` and a folder given as one both read "it is not a regular file (or
+    does not exist)". Now the message says which, with the full path of a missing file (relative paths are taken
+    from where the command runs)."""
+    rc, err = main_inprocess(capsys, "generate", "--style", "pop", "--lyrics-file", "no_such_lyrics.txt", "--offline",
+                             "--checkpoint", NO_CKPT, "--output", tmp_path / "a")
+    assert rc == 2 and err == (f"error: cannot read the lyrics file no_such_lyrics.txt: no such file "
+                               f"({Path.cwd() / 'no_such_lyrics.txt'}); give the path of a UTF-8 text file\n"), err
+    rc, err = main_inprocess(capsys, "generate", "--style-file", tmp_path, "--lyrics", "la", "--offline",
+                             "--checkpoint", NO_CKPT, "--output", tmp_path / "b")
+    assert rc == 2 and f"cannot read the style file {tmp_path}: it is a directory, not a regular file" in err, err
+
+
+def test_cli_render_of_a_folder_of_songs_or_a_file_says_what_to_give(tmp_path, capsys):
+    """New-user review 43: `render out --output out/v2` (the folder the songs are in) was refused as "--output out/v2
+    is inside the song folder out" — out is no song; and `render x.safetensors` said only "no result.json". Now the
+    folder of songs names the songs in it, a file or another folder says what a song folder is."""
+    out = tmp_path / "out"
+    for name in ("b_song", "a_song"):
+        save_song(make_song(), out / name)
+    rc, err = main_inprocess(capsys, "render", out, "--checkpoint", NO_CKPT, "--output", out / "v2")
+    assert rc == 2 and err == (f"error: {out} is not a song directory (no result.json); it holds song folders, "
+                               f"give one of them: {out / 'a_song'}, {out / 'b_song'}\n"), err
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"x")
+    rc, err = main_inprocess(capsys, "render", weights, "--checkpoint", NO_CKPT, "--output", tmp_path / "v3")
+    assert rc == 2 and err.endswith("no result.json); give the folder generate or render wrote, the one holding "
+                                    "result.json, not a file\n"), err
+    rc, err = main_inprocess(capsys, "render", out / "a_song", "--checkpoint", NO_CKPT, "--output", out / "a_song/v")
+    assert rc == 2 and "is inside the song folder" in err, err  # a real song folder: still refused as before
