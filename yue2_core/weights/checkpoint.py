@@ -202,6 +202,12 @@ def file_state(path: str) -> tuple:
         return ()
 
 
+def checkpoint_state(info) -> tuple:
+    """`file_state` of a checkpoint (`CheckpointInfo`) and of a vendor layout's other folders (its VAE, tokenizer):
+    what a loader compares before and after reading parts, so the parts never come from two files."""
+    return tuple(file_state(p) for p in (info.path, *sorted(set(info.files.values()) - {info.path})))
+
+
 SAMPLE_CHUNKS, SAMPLE_BYTES = 64, 4096
 _SAMPLES: dict = {}  # (abspath, size, mtime_ns) → content_sample's digest
 
