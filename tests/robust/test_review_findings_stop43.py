@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from robust_helpers import make_song
+from yue2_core.artifacts import load_song, save_song
 from yue2_core.errors import AdapterError, CheckpointError
 
 
@@ -99,3 +101,37 @@ def test_the_checkpoint_a_song_records_is_the_file_loaded(tmp_path, tiny_paths, 
     os.replace(shutil.copyfile(other_tiny, tmp_path / "tmp"), ckpt)
     assert content_sample(str(ckpt)) != loaded
     assert engine.info.to_dict()["sample_sha256"] == loaded
+
+
+def test_a_score_saved_while_the_song_folder_is_checked_is_never_taken_as_the_saved_one(tmp_path, monkeypatch):
+    """load_song hashed score.abc, then (after hashing the other files, the audio among them) read it again to use
+    it: an editor saving score.abc in between gave the new text as the unedited score, beside the saved ids — and
+    `render` sealed that pair into a new song whose score.abc did not match its tokens. Now every parsed file is
+    hashed and parsed from the same bytes."""
+    import yue2_core.artifacts as artifacts
+    song = save_song(make_song(), tmp_path / "song")
+    saved_text = (song / "score.abc").read_text("utf-8")
+    edited = saved_text + "% my edit\n"
+    real = artifacts._sha256_file
+
+    def sha256_file(path):
+        if Path(path).name == "audio.flac":  # hashed after score.abc: the editor saves now
+            (song / "score.abc").write_text(edited, "utf-8")
+        return real(path)
+    monkeypatch.setattr(artifacts, "_sha256_file", sha256_file)
+    loaded = load_song(song, edited_ok=True)
+    assert (loaded.score.abc, loaded.score_edited) == (saved_text, False)
+    monkeypatch.setattr(artifacts, "_sha256_file", real)
+    again = load_song(song, edited_ok=True)  # the next read sees the edit as an edit
+    assert (again.score.abc, again.score_edited) == (edited, True)
+
+
+def test_render_reads_the_weights_record_load_song_verified(tmp_path, monkeypatch):
+    """render read config.json a second time (after load_song checked it) for the checkpoint and the adapters it
+    records: one saved in between was used unchecked. Now render passes the verified record."""
+    from yue2_core import __main__ as cli
+    song = save_song(make_song(), tmp_path / "song")
+    config = {"checkpoint": {"path": str(tmp_path / "verified.safetensors")}, "weights": {"loras": []}}
+    (song / "config.json").write_text('{"checkpoint": {"path": "/elsewhere.safetensors"}}', "utf-8")
+    assert cli._recorded_checkpoint(str(song), config) == str(tmp_path / "verified.safetensors")
+    assert cli._recorded_checkpoint(str(song)) == "/elsewhere.safetensors"  # without one: the file, as before
