@@ -135,3 +135,60 @@ def test_render_reads_the_weights_record_load_song_verified(tmp_path, monkeypatc
     (song / "config.json").write_text('{"checkpoint": {"path": "/elsewhere.safetensors"}}', "utf-8")
     assert cli._recorded_checkpoint(str(song), config) == str(tmp_path / "verified.safetensors")
     assert cli._recorded_checkpoint(str(song)) == "/elsewhere.safetensors"  # without one: the file, as before
+
+
+CUT_WHILE_READ = r'''
+import contextlib, os, sys
+import safetensors
+real = safetensors.safe_open
+
+
+@contextlib.contextmanager
+def cut_after_open(name, *args, **kwargs):
+    with real(name, *args, **kwargs) as handle:
+        os.truncate(sys.argv[1], 4096)  # `cp other.safetensors model.safetensors` truncates in place first
+        yield handle
+
+
+safetensors.safe_open = cut_after_open
+from yue2_core.errors import CheckpointError
+from yue2_core.pipeline import YuE2Engine
+try:
+    YuE2Engine.load(sys.argv[1], device="cpu", warm_up=False)
+except CheckpointError as exc:
+    print("ERROR " + str(exc))
+'''
+
+
+def test_a_checkpoint_cut_short_while_its_tensors_are_read_is_an_error_not_sigbus(tmp_path, tiny_paths):
+    """The safetensors reader maps the file into memory; a file truncated in place after it was opened (a copy over
+    it, a download tool writing in place) made the next tensor read end the process with SIGBUS — no message, and in
+    ComfyUI the server with its queue. Tensors are now read with ordinary reads: a short read is a CheckpointError."""
+    import subprocess
+    import sys
+    from robust_helpers import REPO
+    ckpt = tmp_path / "model.safetensors"
+    shutil.copyfile(tiny_paths["bf16"], ckpt)
+    run = subprocess.run([sys.executable, "-c", CUT_WHILE_READ, str(ckpt)], capture_output=True, text=True,
+                         cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])  # was -7 (SIGBUS)
+    assert "ERROR " in run.stdout and "but the file is 4,096 bytes now: it was cut short or is being rewritten" \
+        in run.stdout, run.stdout
+
+
+def test_tensors_read_without_the_memory_map_equal_the_readers_own(tiny_paths):
+    """Every tensor (and a row slice) read by `open_tensors` equals what the safetensors reader gives, dtype and all,
+    and owns its memory."""
+    import torch
+    from safetensors import safe_open
+    from yue2_core.weights.checkpoint import open_tensors, read_header
+    path = tiny_paths["int8"]
+    entries, _, _ = read_header(path)
+    with open_tensors(path) as ours, safe_open(path, framework="pt") as theirs:
+        for key in entries:
+            a, b = ours.get_tensor(key), theirs.get_tensor(key)
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
+        key = next(k for k, e in entries.items() if len(e.shape) == 2 and e.shape[0] > 3)
+        assert torch.equal(ours.get_slice(key)[1:3], theirs.get_slice(key)[1:3])
+        first = ours.get_tensor(key)
+        assert first.data_ptr() != ours.get_tensor(key).data_ptr()  # a new buffer per read, never a shared map
