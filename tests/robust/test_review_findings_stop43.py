@@ -192,3 +192,34 @@ def test_tensors_read_without_the_memory_map_equal_the_readers_own(tiny_paths):
         assert torch.equal(ours.get_slice(key)[1:3], theirs.get_slice(key)[1:3])
         first = ours.get_tensor(key)
         assert first.data_ptr() != ours.get_tensor(key).data_ptr()  # a new buffer per read, never a shared map
+
+
+def _valid_score() -> str:
+    return ("X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=88\nV: Vocal clef=treble name=\"Vocal Melody\" snm=\"Vocal\"\n"
+            "V: Ins clef=treble name=\"Ins Melody\" snm=\"Inst.\"\nK:C\n% verse\nV: Vocal\n\"C\"z8E8G8c8|\"G\"d16B16|\n"
+            "V: Ins\nC,16G,16|Z|\n")
+
+
+@pytest.mark.parametrize("case", ["comment", "voice", "header-voice", "key", "meter", "tempo", "unit", "tune",
+                                  "one-line"])
+def test_a_very_long_line_of_a_score_is_quoted_by_its_start_and_length(case):
+    """A score with one very long line (a pasted paragraph as a section comment, a voice or key name run on): the
+    check's warning quoted it whole — a 190 kB comment gave a 190 kB warning line on the terminal (CLI
+    `--abc-file`, render of an edited score.abc), in the Composer's report and the editor. Now the quoted text is
+    its first 40 characters and its length, as chord symbols were already."""
+    from yue2_core.protocol import score_notes
+    long = "w" * 100_000
+    score = _valid_score()
+    text = {"comment": score + f"% {long}\n",
+            "voice": score.replace("V: Ins\nC,", f"V: {long}\nC,"),
+            "header-voice": score.replace('V: Ins clef', f"V: I{long} clef"),
+            "key": score.replace("K:C\n", f"K:{long}\n"),
+            "meter": score.replace("M:4/4\n", f"M:{long}\n"),
+            "tempo": score.replace("Q:1/4=88\n", f"Q:{long}\n"),
+            "unit": score.replace("L:1/32\n", f"L:{long}\n"),
+            "tune": score.replace("X:1\n", f"X:{long}\n"),
+            "one-line": "X:1 " * 40_000}[case]
+    notes = score_notes(text, 10)
+    assert notes and max(len(n) for n in notes) < 600, [n[:120] for n in notes if len(n) >= 600]
+    if case != "one-line":
+        assert any("characters)" in n for n in notes), notes
