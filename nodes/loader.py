@@ -9,9 +9,10 @@ import comfy.model_management as mm
 import folder_paths
 from comfy_api.latest import io, ui
 
+from yue2_core.errors import YuE2Error
 from yue2_core.weights.checkpoint import file_state, inspect_checkpoint, load_tokenizer, not_a_file
 from yue2_core.weights.locate import HF_FILE, HF_REPO, hf_vendor_snapshot, vendor_folders
-from yue2_core.weights.vendor import MODEL_REPO, MODEL_TYPE, VAE_MODEL_TYPE, folder_model_type
+from yue2_core.weights.vendor import MODEL_REPO, MODEL_TYPE, VAE_MODEL_TYPE, find_vae_folder, folder_model_type
 
 from . import types
 from .model import YuE2Model
@@ -130,9 +131,21 @@ class YuE2CheckpointLoader(io.ComfyNode):
     @classmethod
     def fingerprint_inputs(cls, ckpt_name):
         """A file replaced on disk (other size or mtime) re-runs the loader instead of reusing its cached model,
-        whose parts are read lazily — a mix of two files' parts otherwise (break-it finding, stop 38)."""
+        whose parts are read lazily — a mix of two files' parts otherwise (break-it finding, stop 38). A vendor
+        model folder: also the VAE folder it decodes with (`find_vae_folder`: its `vae/`, a sibling, the HF cache) —
+        break-it review, stop 43: a VAE replaced there was not seen, so the cached model decoded with the old one, or
+        (its VAE not read yet) every later run failed with "changed on disk … queue the workflow again"."""
         path = resolve_checkpoint(ckpt_name)
-        return (ckpt_name, file_state(path)) if path else ckpt_name
+        if not path:
+            return ckpt_name
+        state = (ckpt_name, file_state(path))
+        if os.path.isdir(path):
+            try:
+                vae = find_vae_folder(path)
+            except (YuE2Error, OSError):  # none found: the loader says so when it runs
+                return state
+            state += (str(vae), file_state(str(vae)))
+        return state
 
     @classmethod
     def execute(cls, ckpt_name) -> io.NodeOutput:

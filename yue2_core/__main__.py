@@ -362,18 +362,21 @@ def _check_steps(steps) -> None:
         raise RequestError(f"--steps must be between 1 and {MAX_ODE_STEPS} (the release uses 32), got {steps}")
 
 
-def _recorded_checkpoint(song_dir: str) -> str | None:
-    """The checkpoint path recorded in a song directory's config.json (existing or not), or None."""
+def _recorded_checkpoint(song_dir: str, config: dict | None = None) -> str | None:
+    """The checkpoint path recorded in a song directory's config.json (existing or not), or None. `config`: the
+    config.json `load_song` verified (render passes it: the file is not read again)."""
     try:
-        path = json.loads((Path(song_dir) / "config.json").read_text("utf-8")).get("checkpoint", {}).get("path")
+        if config is None:
+            config = json.loads((Path(song_dir) / "config.json").read_text("utf-8"))
+        path = config.get("checkpoint", {}).get("path")
     except (OSError, ValueError, AttributeError):
         return None
     return path if isinstance(path, str) and path else None
 
 
-def _song_checkpoint(song_dir: str) -> str | None:
+def _song_checkpoint(song_dir: str, config: dict | None = None) -> str | None:
     """The checkpoint path recorded in a song directory's config.json, when that file still exists."""
-    path = _recorded_checkpoint(song_dir)
+    path = _recorded_checkpoint(song_dir, config)
     return path if path and Path(path).exists() else None  # a file, or a vendor folder
 
 
@@ -386,7 +389,7 @@ def _render_seconds(given: float | None, parent_sampling: dict) -> float | None:
     return cap / FRAMES_PER_SECOND if type(cap) is int and cap >= 1 else None
 
 
-def _song_weights(args) -> tuple[list, str | None]:
+def _song_weights(args, config: dict | None = None) -> tuple[list, str | None]:
     """The adapters and VAE a re-render uses: --lora / --vae when given, else those the song's config.json records
     (found by name and sha256, companions included: their recorded path, then the ComfyUI loras / vae folders).
     AdapterError names a recorded file or companion that is missing or changed (with several recorded adapters:
@@ -395,10 +398,11 @@ def _song_weights(args) -> tuple[list, str | None]:
     from .errors import AdapterError
     from .weights.locate import comfy_checkpoint_dirs
     from .weights.lora.record import find_recorded, recorded_weights
-    try:
-        config = json.loads((Path(args.song) / "config.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        config = {}
+    if config is None:  # render passes the config.json load_song verified: a file saved since is not read
+        try:
+            config = json.loads((Path(args.song) / "config.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            config = {}
     loras, vae = args.lora, args.vae
     if getattr(args, "no_lora", False):  # the song without its adapters (new-user finding, stop 40: no way but :0)
         if loras:
@@ -676,17 +680,17 @@ def cmd_render(args) -> int:
                            "score.abc); without them the saved tokens are re-rendered exactly as they are")
     # the checkpoint: --checkpoint, else the one the song records (when it still exists), else $YUE2_CHECKPOINT and
     # the usual search (new-user finding: $YUE2_CHECKPOINT used to win over the song's own file)
-    recorded = None if args.checkpoint else _song_checkpoint(args.song)
+    recorded = None if args.checkpoint else _song_checkpoint(args.song, saved.config)
     env = os.environ.get("YUE2_CHECKPOINT", "").strip()
     if recorded and env and os.path.realpath(env) != os.path.realpath(recorded):
         print(f"note: rendering with the checkpoint the song records ({recorded}), not $YUE2_CHECKPOINT ({env}); "
               "--checkpoint picks another file", file=sys.stderr)
     if not (args.checkpoint or recorded):
-        gone = _recorded_checkpoint(args.song)
+        gone = _recorded_checkpoint(args.song, saved.config)
         print(f"warning: the checkpoint recorded in {args.song}/config.json "
               f"{f'({gone}) is gone' if gone else 'is missing'}; looking for a YuE2 checkpoint elsewhere — it must "
               "be the same model: pass --checkpoint with that model's file where it lies now", file=sys.stderr)
-    loras, vae = _song_weights(args)
+    loras, vae = _song_weights(args, saved.config)
     checkpoint, how = (recorded, "recorded in the song's config.json") if recorded else _find_checkpoint(args)
     # a vendor folder's VAE: the one the song was decoded with, not the one the folder prefers now (break-it, stop 40)
     vendor_vae = _song_vendor_vae(saved.config.get("checkpoint"), checkpoint) if vae is None else None

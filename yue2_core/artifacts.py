@@ -695,27 +695,28 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _load_npy(path: Path) -> np.ndarray:
+def _load_npy(path: Path, data: bytes | None = None) -> np.ndarray:
     """A .npy array (never unpickled), after checking that its header's shape × dtype fits the file's size (a damaged
-    header cannot make the reader allocate terabytes)."""
+    header cannot make the reader allocate terabytes). `data`: the file's bytes, already read (`load_song` parses
+    the bytes it hashed)."""
     try:
-        with open(path, "rb") as fh:
+        with (io.BytesIO(data) if data is not None else open(path, "rb")) as fh:
             version = np.lib.format.read_magic(fh)
             shape, _, dtype = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
                                else np.lib.format.read_array_header_2_0(fh))
             need = int(np.prod(shape, dtype=object)) * dtype.itemsize
-            have = path.stat().st_size - fh.tell()
+            have = (len(data) if data is not None else path.stat().st_size) - fh.tell()
         if dtype.hasobject or need != have:
             raise ValueError(f"its header describes {dtype} {list(shape)} ({need:,} bytes) but {have:,} bytes follow"
                              if not dtype.hasobject else "object arrays are not accepted")
-        return np.load(path, allow_pickle=False)
+        return np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False)
     except (OSError, ValueError, EOFError, MemoryError) as exc:
         raise ArtifactError(f"{path.name} is not a readable .npy array ({exc})") from None
 
 
-def _load_ids(path: Path, low: int, high: int) -> list[int]:
+def _load_ids(path: Path, low: int, high: int, data: bytes | None = None) -> list[int]:
     """A 1-D integer array with every value in [low, high) → list of int."""
-    arr = _load_npy(path)
+    arr = _load_npy(path, data)
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise ArtifactError(f"{path.name} must be a 1-D integer array, got {arr.dtype} {list(arr.shape)}")
     if arr.size and (int(arr.min()) < low or int(arr.max()) >= high):
@@ -727,13 +728,16 @@ MAX_SONG_FILE_BYTES = 2 ** 31  # an hour of 48 kHz stereo PCM_24 FLAC is < 1.1 G
 MAX_JSON_BYTES = 16 * 2 ** 20  # request/config/result files are a few kB; anything this large is not ours
 
 
-def _load_json(path: Path, what: str) -> dict:
+def _load_json(path: Path, what: str, data: bytes | None = None) -> dict:
+    """The JSON object in `path` (or in `data`, its bytes already read)."""
     try:
-        if path.is_symlink():
-            raise ArtifactError(f"{path} is a symbolic link; a song directory holds plain files only")
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise ArtifactError(f"{path} is {path.stat().st_size:,} bytes: too large to be {what}")
-        obj = json.loads(path.read_text("utf-8"), parse_constant=_no_constant)
+        if data is None:
+            if path.is_symlink():
+                raise ArtifactError(f"{path} is a symbolic link; a song directory holds plain files only")
+            if path.stat().st_size > MAX_JSON_BYTES:
+                raise ArtifactError(f"{path} is {path.stat().st_size:,} bytes: too large to be {what}")
+        text = path.read_text("utf-8") if data is None else data.decode("utf-8")
+        obj = json.loads(text, parse_constant=_no_constant)
     except _NotFinite as exc:  # written with allow_nan=False (ours and the vendor's): an edit or damage
         raise ArtifactError(f"{path} holds {exc} where a number belongs; song files hold finite numbers only "
                             "(restore the file)") from None
@@ -962,6 +966,10 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         if name not in manifest:
             raise ArtifactError(f"{root}/result.json does not list {name}: the song directory is incomplete")
     edited = False
+    # every listed file but the audio is read once, hashed and parsed from those bytes: a file saved meanwhile (an
+    # editor saving score.abc while render checks the folder) is never parsed unhashed (break-it, stop 43: the new
+    # score.abc was read after the old one's hash matched, and a re-render sealed it beside the old score's ids)
+    read: dict[str, bytes] = {}
     for name, meta in manifest.items():
         if not valid_song_id(name):
             raise ArtifactError(f"result.json lists an unsafe file name {name!r}")
@@ -985,7 +993,15 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
             if name != "score.abc" and type(meta.get("bytes")) is int and meta["bytes"] != size:
                 raise ArtifactError(f"{root}: {name} is {size:,} bytes but result.json lists {meta['bytes']:,} "
                                     f"(modified or damaged){_restore_hint(root, name, manifest)}")
-            digest = _sha256_file(path)  # streamed: never the whole file in memory
+            if name == "audio.flac":  # not parsed here: streamed, never the whole file in memory
+                digest = _sha256_file(path)
+            else:
+                limit = _max_score_bytes() if name == "score.abc" else cap
+                with open(path, "rb") as fh:
+                    read[name] = fh.read(limit + 1)
+                if len(read[name]) > limit:
+                    raise ArtifactError(f"{root}: {name} grew past {limit:,} bytes while it was read; read it again")
+                digest = hashlib.sha256(read[name]).hexdigest()
         except OSError as exc:
             raise ArtifactError(f"{root}: cannot read {name} ({exc.strerror or exc})") from None
         if digest != meta["sha256"]:
@@ -995,16 +1011,16 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
             raise ArtifactError(f"{root}: {name} does not match its sha256 in result.json (modified or damaged)"
                                 + (_restore_hint(root, name, manifest) or ". To use an edited score, edit score.abc "
                                    "and load with the model's tokenizer."))
-    request = _load_json(root / "request.json", "a song request")
+    request = _load_json(root / "request.json", "a song request", read.get("request.json"))
     _check_request(request, root)
-    config = _load_json(root / "config.json", "a song config")
+    config = _load_json(root / "config.json", "a song config", read.get("config.json"))
     _check_config(config, root)
     missing = [k for k in ("style", "lyrics", "cot", "seed") if k not in request]
     if missing:
         raise ArtifactError(f"{root}/request.json lacks {', '.join(missing)}")
     sc, sem = _section(result, "score"), _section(result, "semantic")
     if not sc and not sem and "plan.json" in manifest:  # a vendor-written folder: its plan says what was cut off
-        plan = _load_json(root / "plan.json", "a song plan")
+        plan = _load_json(root / "plan.json", "a song plan", read.get("plan.json"))
         sc = {"truncated": plan.get("truncated") is True}
         cut = result.get("truncated") if isinstance(result.get("truncated"), dict) else {}
         sem = {"ended": cut.get("semantic") is not True}
@@ -1013,10 +1029,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         raise ArtifactError(f"{root}: cot {cot!r} is not one of {', '.join(COT_MODES)}")
     abc = None
     if "score.abc" in manifest:
-        try:
-            data = (root / "score.abc").read_bytes()
-        except OSError as exc:
-            raise ArtifactError(f"{root}: cannot read score.abc: {exc.strerror or exc}") from None
+        data = read["score.abc"]  # the bytes hashed above
         try:
             abc = data.decode("utf-8")  # exact: CRLF stays CRLF (runtime.md §7.3)
         except UnicodeDecodeError as exc:
@@ -1029,7 +1042,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         if edited and blank_score(abc):  # a byte-order mark and whitespace: nothing (stop 42)
             raise ScoreError(f"the ABC score is empty: {root}/score.abc was edited to nothing; write a score (or "
                              "restore the saved one)")
-    abc_ids = _load_ids(root / "abc_tokens.npy", 0, EOD)
+    abc_ids = _load_ids(root / "abc_tokens.npy", 0, EOD, read.get("abc_tokens.npy"))
     has_score = abc is not None or bool(abc_ids)
     if request.get("cot") == "off" and (cot != "off" or has_score):
         raise ArtifactError(f"{root}: request.json says cot 'off' but the song has a score (score.abc / "
@@ -1047,8 +1060,8 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         original = replace(score, abc=None)
         score = Score(abc=abc, abc_ids=[], cot=score.cot if score.cot != "off" else "full", seed=score.seed,
                       source="user", timing={"edited": True})
-    codes = _load_ids(root / "semantic.npy", 0, CODEC_SIZE)
-    prefix = _load_ids(root / "prefix.npy", 0, VOCAB_SIZE)
+    codes = _load_ids(root / "semantic.npy", 0, CODEC_SIZE, read.get("semantic.npy"))
+    prefix = _load_ids(root / "prefix.npy", 0, VOCAB_SIZE, read.get("prefix.npy"))
     _check_prefix(root, prefix, codes, abc_ids, cot)
     cfg = sem.get("cfg_scale", request.get("cfg_scale") if request.get("cfg_scale") is not None else
                   DEFAULT_CFG.get(cot, 1.0))
@@ -1068,7 +1081,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
                             timing=sem.get("timing") if isinstance(sem.get("timing"), dict) else {})
     latents = None
     if "latent.npy" in manifest:
-        arr = _load_npy(root / "latent.npy")
+        arr = _load_npy(root / "latent.npy", read.get("latent.npy"))
         if arr.ndim != 2 or arr.shape != (len(codes), LATENT_DIM) or not np.issubdtype(arr.dtype, np.floating):
             raise ArtifactError(f"{root}: latent.npy has {arr.dtype} {list(arr.shape)}, expected float "
                                 f"[{len(codes)}, {LATENT_DIM}]")

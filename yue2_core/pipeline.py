@@ -393,19 +393,39 @@ class YuE2Engine:
         reads it, two different replacements of one module, or a merged delta that overflows: `apply.check_stack`),
         RequestError for a bad YUE2_WARMUP, YUE2_LORA_INT8 or `lora_int8`. `engine.notes`: what the caller should
         say (unmatched keys, `apply.stack_notes`)."""
-        from .weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
+        from .errors import AdapterError, CheckpointError
+        from .weights.checkpoint import (checkpoint_state, inspect_checkpoint, load_ar, load_nar, load_tokenizer,
+                                         load_vae)
         from .weights.lora.apply import Applied, apply_stack, check_stack, check_strength, int8_mode
         from .weights.lora.record import lora_record
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = compute_dtype(torch.device(device), dtype)
         info = inspect_checkpoint(path, vae_path=vendor_vae)
+        # the file(s) as they are now, and their content samples (`to_dict`) taken now: the parts are read from this
+        # file and a song records it, not one put at its path while the parts load or the song is made (break-it,
+        # stop 43: the sample was taken when the song was saved, and a replaced file was recorded as the one used)
+        state = checkpoint_state(info)
+        info.to_dict()
         mode = int8_mode(lora_int8) if loras else None  # a bad value fails before any weight is read
-        stack = []
+        stack, records = [], []
         if loras:  # bad adapters fail here, before the weights load
             from .weights.lora.layouts import read_adapter
-            stack = [Applied(read_adapter(p, info.dims), check_strength(a, "AR strength"),
-                             check_strength(n, "NAR strength")) for p, a, n in loras]
+            from .weights.lora.layouts_io import read_state
+            for p, a, n in loras:
+                before = read_state(p)
+                stack.append(Applied(read_adapter(p, info.dims), check_strength(a, "AR strength"),
+                                     check_strength(n, "NAR strength")))
+                # its record (sha256 …) taken now, from the files as read: one replaced while the checkpoint loads
+                # is not recorded beside the weights read before (break-it, stop 43; the nodes' `derive` does so)
+                try:
+                    records.append(lora_record(stack[-1]))
+                except OSError as exc:
+                    raise AdapterError(f"LoRA {p} can no longer be read ({exc.strerror or exc}): it was moved or "
+                                       "deleted while it was being read; put it back and run again") from None
+                if read_state(p) != before:
+                    raise AdapterError(f"LoRA {p} changed on disk while it was being read (its size or modification "
+                                       "time differ); run again once it is written")
             check_stack(stack)  # the same file twice, a companion twice, …: refused before any weight is read
         vae_file = None
         if vae is not None and "vae" in parts:
@@ -435,11 +455,15 @@ class YuE2Engine:
                     used.append(apply_stack(nar, stack, "nar", mode)["int8_mode"])
             vae_mod = (vae_file.load(device) if vae_file is not None else load_vae(info, device)) \
                 if "vae" in parts else None
+            if checkpoint_state(info) != state:  # replaced while its parts were read: they may come from two files
+                raise CheckpointError(f"the checkpoint {info.path} changed on disk while it was being loaded (its size "
+                                      "or modification time differ), so its parts may come from two files; run "
+                                      "again once it is written")
         except BaseException:
             if warm is not None:  # a load that fails (or is interrupted) leaves no warm-up behind
                 warm.cancel()
             raise
-        weights = {"loras": [lora_record(a) for a in stack], "vae": None if vae_file is None else vae_file.record()}
+        weights = {"loras": records, "vae": None if vae_file is None else vae_file.record()}
         if any(used):  # LoRAs on int8 layers: how they were applied decides the numbers (a re-render applies it)
             weights["lora_int8"] = mode
         if stack:  # the stacking rule (a replacement first): a re-render can tell a song of the rule before

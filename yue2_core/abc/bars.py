@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from .chords import is_native_quality, split_chord
 from .dialect import ACCIDENTALS, MAX_BARS_PER_LINE, NATIVE_LENGTHS, TUPLET_DEFAULT_Q
-from .errors import Issue
+from .errors import Issue, shown as _shown  # shown: a user's text quoted by its start and length
 from .header import parse_key
 from .lexer import Token, parse_length
 from .model import Bar, ChordSymbol, InlineKey, Note
@@ -23,10 +23,6 @@ from .pitch import natural_midi, signature, written_octave
 MAX_MEASURE_REST = 64  # a larger Zn is refused instead of expanded (Z999999 would be a million bars)
 
 
-def _shown(text: str, limit: int = 40) -> str:
-    """A user's chord text as a message quotes it: at most `limit` characters, the rest elided with its length
-    (break-it finding: a 10 kB chord symbol was echoed whole in the warning)."""
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 @dataclass

@@ -7,6 +7,12 @@ from dataclasses import asdict, dataclass
 from ..errors import ScoreError
 
 
+def shown(text: str, limit: int = 40) -> str:
+    """A user's text as a message quotes it: at most `limit` characters, the rest elided with its length (break-it
+    findings: a 10 kB chord symbol, stop 43: a 190 kB comment line, voice name or K: value, echoed whole)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 @dataclass(frozen=True)
 class Issue:
     """One finding about a score.

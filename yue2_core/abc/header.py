@@ -20,7 +20,7 @@ from .dialect import (
     VOICE_DEFINITIONS,
     VOICES,
 )
-from .errors import Issue
+from .errors import Issue, shown as _shown  # shown: a user's text quoted by its start and length
 from .model import Header, HeaderField
 
 FIELD_LINE = re.compile(r"([A-Za-z]):(.*)")
@@ -50,7 +50,7 @@ def parse_meter(value: str) -> tuple[tuple[int, int] | None, str]:
     match = _METER.fullmatch(value)
     if match and int(match[1]) > 0 and power_of_two(int(match[2])):
         return (int(match[1]), int(match[2])), ""
-    return None, (f"M:{text} is not a meter the dialect accepts; write n/d with d a power of two up to "
+    return None, (f"M:{_shown(text)} is not a meter the dialect accepts; write n/d with d a power of two up to "
                   f"{MAX_DENOMINATOR}, e.g. M:4/4 or M:6/8")
 
 
@@ -59,8 +59,8 @@ def parse_unit(value: str) -> tuple[Fraction | None, str]:
     match = _UNIT.fullmatch(value)
     if match and power_of_two(int(match[1])):
         return Fraction(1, int(match[1])), ""
-    return None, (f"L:{value.strip()} is not a unit length the dialect accepts; write L:1/n with n a power of two, "
-                  f"usually L:1/32")
+    return None, (f"L:{_shown(value.strip())} is not a unit length the dialect accepts; write L:1/n with n a power "
+                  f"of two, usually L:1/32")
 
 
 def parse_tempo(value: str) -> tuple[tuple[Fraction, Fraction] | None, str]:
@@ -68,8 +68,8 @@ def parse_tempo(value: str) -> tuple[tuple[Fraction, Fraction] | None, str]:
     match = _TEMPO.fullmatch(value)
     if match and int(match[1]) > 0 and int(match[2]) > 0 and 0 < Fraction(match[3]) <= 1000:
         return (Fraction(int(match[1]), int(match[2])), Fraction(match[3])), ""
-    return None, (f"Q:{value.strip()} is not a tempo the dialect accepts; write Q:1/4=<BPM> with BPM a whole number "
-                  f"from 1 to 1000")
+    return None, (f"Q:{_shown(value.strip())} is not a tempo the dialect accepts; write Q:1/4=<BPM> with BPM a "
+                  f"whole number from 1 to 1000")
 
 
 def parse_key(value: str) -> tuple[str | None, str]:
@@ -77,8 +77,8 @@ def parse_key(value: str) -> tuple[str | None, str]:
     key = value.strip()
     if key in KEYS:
         return key, ""
-    return None, (f"K:{key} is not a key the dialect uses; write one of the major keys {', '.join(MAJOR_KEYS)} or "
-                  f"the minor keys {', '.join(MINOR_KEYS)}")
+    return None, (f"K:{_shown(key)} is not a key the dialect uses; write one of the major keys "
+                  f"{', '.join(MAJOR_KEYS)} or the minor keys {', '.join(MINOR_KEYS)}")
 
 
 def parse_header(lines: list[str]) -> tuple[Header, int, list[Issue]]:
@@ -129,8 +129,8 @@ def _check_fields(seen: list[HeaderField], header: Header, issues: list[Issue], 
     for item in seen:
         if item.name == "V:?":
             voice = VOICE_VALUE.match(item.value).group(1)
-            err("unknown-voice", f"Voice {voice!r} is not part of the dialect; the only voices are Vocal and Ins "
-                                 f"(V: Vocal, V: Ins).", item.line)
+            err("unknown-voice", f"Voice '{_shown(voice)}' is not part of the dialect; the only voices are Vocal and "
+                                 f"Ins (V: Vocal, V: Ins).", item.line)
         elif item.name in header.fields:
             err("duplicate-header", f"The header has a second {_label(item.name)} line (the first is on line "
                                     f"{header.fields[item.name].line}); keep one.", item.line)
@@ -165,7 +165,7 @@ def _decode_values(header: Header, err, warn) -> None:
     if "X" in fields:
         x = fields["X"].value.strip()
         if not (x.isascii() and x.isdigit()):
-            err("header-value", f"X:{x} is not a tune number; write X:1.", fields["X"].line)
+            err("header-value", f"X:{_shown(x)} is not a tune number; write X:1.", fields["X"].line)
         elif fields["X"].raw != f"X:{NATIVE_X}":
             warn("The planner writes X:1 here; other text is unseen input for the model.", fields["X"].line)
     if "T" in fields:
@@ -183,7 +183,7 @@ def _decode_values(header: Header, err, warn) -> None:
                 if reason:
                     warn(reason[0].upper() + reason[1:] + "; the planner always does.", fields[name].line)
                 elif fields[name].raw != f"{name}:{fields[name].value.strip()}":
-                    warn(f"Write {name}:{fields[name].value.strip()} without spaces, as the planner does.",
+                    warn(f"Write {name}:{_shown(fields[name].value.strip())} without spaces, as the planner does.",
                          fields[name].line)
     if "Q" in fields:
         tempo, reason = parse_tempo(fields["Q"].value)

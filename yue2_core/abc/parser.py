@@ -15,7 +15,7 @@ import re
 
 from .bars import BarBuilder, VoiceState
 from .dialect import VOICES
-from .errors import AbcError, Issue
+from .errors import AbcError, Issue, shown as _shown
 from .header import VOICE_VALUE, is_field_line, parse_header, parse_key, parse_meter
 from .lexer import tokenize
 from .model import AbcScore, FieldChange, Group, LyricsLine, MusicLine, Section
@@ -210,8 +210,8 @@ class _Body:
             if index == self.last and any(f"V: {v}".startswith(text.strip()) for v in VOICES):
                 self.truncated(number, "The score ends inside a voice selector line.")
             else:
-                self.issue("error", "unknown-voice", f"Voice {name!r} is not part of the dialect; the only voices "
-                           f"are Vocal and Ins (V: Vocal, V: Ins).", number)
+                self.issue("error", "unknown-voice", f"Voice '{_shown(name)}' is not part of the dialect; the only "
+                           f"voices are Vocal and Ins (V: Vocal, V: Ins).", number)
             self.voice = "?"
             return
         if text != f"V: {name}":
@@ -337,8 +337,8 @@ class _Body:
                                f"continued; the score ends while it is open.", note.line, note.column, voice=voice)
         if self.pending_sections and not score.truncated:
             label, line = self.pending_sections[0]
-            self.issue("warning", "dialect", f"Section comment '% {label}' is not followed by any music; a section "
-                       f"comment opens the group after it.", line)
+            self.issue("warning", "dialect", f"Section comment '% {_shown(label)}' is not followed by any music; a "
+                       f"section comment opens the group after it.", line)
         if not any(score.voices.values()):
             if score.header.fields:
                 self.issue("error", "empty", "The score has a header but no music; add groups of V: Vocal and V: "

@@ -202,6 +202,12 @@ def file_state(path: str) -> tuple:
         return ()
 
 
+def checkpoint_state(info) -> tuple:
+    """`file_state` of a checkpoint (`CheckpointInfo`) and of a vendor layout's other folders (its VAE, tokenizer):
+    what a loader compares before and after reading parts, so the parts never come from two files."""
+    return tuple(file_state(p) for p in (info.path, *sorted(set(info.files.values()) - {info.path})))
+
+
 SAMPLE_CHUNKS, SAMPLE_BYTES = 64, 4096
 _SAMPLES: dict = {}  # (abspath, size, mtime_ns) → content_sample's digest
 
@@ -287,7 +293,11 @@ def read_header(path: str) -> tuple[dict, dict, int]:
 @contextlib.contextmanager
 def open_tensors(path: str, device: str = "cpu"):
     """`safetensors.safe_open` whose own refusals (its stricter layout rules, I/O errors while reading) become
-    CheckpointError instead of escaping as SafetensorError."""
+    CheckpointError instead of escaping as SafetensorError. It yields a handle (`_ReadTensors`) whose tensors are read
+    from the file with ordinary reads into memory they own, never from the reader's memory map: a file cut short or
+    rewritten in place while it is read (`cp other.safetensors model.safetensors` over it) gives a CheckpointError
+    — with a memory map the read ended the process with SIGBUS, a ComfyUI server and its queue with it (break-it
+    review, stop 43)."""
     from safetensors import SafetensorError, safe_open
     fd = None
     try:
@@ -298,14 +308,101 @@ def open_tensors(path: str, device: str = "cpu"):
             if not os.path.exists(name):
                 raise CheckpointError(f"{path!r}: the path holds bytes that are not UTF-8 and the safetensors reader "
                                       "needs a UTF-8 path: rename the file or its folder")
-        with safe_open(name, framework="pt", device=device) as f:
-            yield f
+        with safe_open(name, framework="pt", device=device) as f, open(name, "rb", buffering=0) as raw:
+            yield _ReadTensors(f, raw, path, device)
     except (SafetensorError, OSError) as exc:
         raise CheckpointError(f"{path}: not a valid safetensors file — the safetensors reader refuses it "
                               f"({exc}). Download it again.") from None
     finally:
         if fd is not None:
             os.close(fd)
+
+
+_TORCH_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+                 "I8": torch.int8, "U8": torch.uint8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
+                 "BOOL": torch.bool, "F8_E4M3": getattr(torch, "float8_e4m3fn", None),
+                 "F8_E5M2": getattr(torch, "float8_e5m2", None)}
+_READ_CHUNK = 1 << 30  # bytes per read call (Linux reads at most ~2 GiB at once)
+
+
+class _ReadTensors:
+    """What `open_tensors` yields: `get_tensor(key)` and `get_slice(key)[a:b]` (rows of dim 0) as safetensors'
+    handle gives them, read with ordinary reads from `raw` (the file opened beside the reader) at the offsets of the
+    header read from that same file. A read that comes up short (the file was cut short meanwhile) is a
+    CheckpointError. A dtype torch has no type for here is read by the safetensors handle and copied."""
+
+    def __init__(self, handle, raw, path, device):
+        self._handle, self._raw, self._path, self._device = handle, raw, path, device
+        (n,) = struct.unpack("<Q", self._read_at(0, 8, "the header").numpy().tobytes())
+        try:
+            if not 2 <= n <= MAX_HEADER:
+                raise ValueError(f"header length {n}")
+            header = json.loads(self._read_at(8, n, "the header").numpy().tobytes().decode("utf-8"))
+            header.pop("__metadata__", None)
+        except (ValueError, AttributeError, RecursionError) as exc:  # rewritten since the reader opened it
+            raise CheckpointError(f"{path}: its header changed while it was read ({type(exc).__name__}): the file "
+                                  "is being rewritten (a copy or download over it?) — run again once it is written, "
+                                  "or download it again") from None
+        self._base, self._entries = 8 + n, header
+
+    def _read_at(self, offset: int, size: int, what: str) -> torch.Tensor:
+        """`size` bytes of the file from `offset`, as a new uint8 tensor; CheckpointError when the file ends
+        before them."""
+        buf = torch.empty(size, dtype=torch.uint8)
+        view, done = memoryview(buf.numpy()), 0
+        while done < size:
+            self._raw.seek(offset + done)
+            got = self._raw.readinto(view[done:done + _READ_CHUNK])
+            if not got:
+                now = os.fstat(self._raw.fileno()).st_size
+                raise CheckpointError(f"{self._path}: {what} lies at bytes {offset:,}–{offset + size:,}, but the "
+                                      f"file is {now:,} bytes now: it was cut short or is being rewritten while it "
+                                      "was read (a copy or download over it?) — run again once it is written, or "
+                                      "download it again")
+            done += got
+        return buf
+
+    def _typed(self, key: str):
+        e = self._entries.get(key)
+        dtype = _TORCH_DTYPES.get(e.get("dtype")) if isinstance(e, dict) else None
+        return e, dtype
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        e, dtype = self._typed(key)
+        if dtype is None:  # unknown key (the handle raises as before) or a dtype without a torch type here
+            t = self._handle.get_tensor(key)
+            return t.clone() if t.device.type == "cpu" else t
+        start, end = e["data_offsets"]
+        t = self._read_at(self._base + start, end - start, key).view(dtype).reshape(tuple(e["shape"]))
+        return t if torch.device(self._device).type == "cpu" else t.to(self._device)
+
+    def get_slice(self, key: str):
+        return _Rows(self, key)
+
+    def __getattr__(self, name):  # keys(), metadata(): the safetensors handle's own
+        return getattr(self._handle, name)
+
+
+class _Rows:
+    """`get_slice(key)`: `[a:b]` reads rows a..b of dim 0 alone; anything else goes to the safetensors handle."""
+
+    def __init__(self, owner: _ReadTensors, key: str):
+        self._owner, self._key = owner, key
+
+    def __getitem__(self, index):
+        owner = self._owner
+        e, dtype = owner._typed(self._key)
+        shape = tuple(e["shape"]) if e is not None else ()
+        if dtype is None or not shape or not isinstance(index, slice) or index.step not in (None, 1):
+            t = owner._handle.get_slice(self._key)[index]
+            return t.clone() if t.device.type == "cpu" else t
+        a, b, _ = index.indices(shape[0])
+        b = max(a, b)
+        start, end = e["data_offsets"]
+        row = (end - start) // shape[0] if shape[0] else 0
+        t = owner._read_at(owner._base + start + a * row, (b - a) * row, self._key)
+        t = t.view(dtype).reshape((b - a, *shape[1:]))
+        return t if torch.device(owner._device).type == "cpu" else t.to(owner._device)
 
 
 def _utf8(name: str) -> bool:
@@ -652,7 +749,7 @@ def _materialize(module: torch.nn.Module, info: CheckpointInfo, prefix: str, key
             name = key[len(prefix):]
             if name not in names:
                 continue
-            t = stored = get(key)
+            t = get(key)
             target = names[name]
             if t.dtype.is_floating_point and target.dtype.is_floating_point and name.endswith("weight_scale"):
                 t = t.to(torch.float32)
@@ -665,12 +762,10 @@ def _materialize(module: torch.nn.Module, info: CheckpointInfo, prefix: str, key
                 else:
                     raise CheckpointError(f"shape mismatch for {key}: expected {list(target.shape)}, "
                                           f"got {list(t.shape)}")
-            t = t.to(dev)
-            if t.device.type == "cpu" and t.data_ptr() == stored.data_ptr():
-                # still a view of the file's memory map: own the bytes, so a file truncated or overwritten in place
-                # while the model is loaded cannot reach the model (a SIGBUS would kill the process, ComfyUI too)
-                t = t.clone()
-            state[name] = t
+            # `open_tensors` reads into memory the tensor owns (never a view of the file's memory map), so a file
+            # truncated or overwritten in place once the model is loaded cannot reach the model (a SIGBUS would
+            # kill the process, ComfyUI too)
+            state[name] = t.to(dev)
     missing = [n for n in names if n not in state]
     if missing:
         raise CheckpointError(f"{what}: tensors missing from the file: {[prefix + m for m in missing[:5]]}")

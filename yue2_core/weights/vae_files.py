@@ -98,10 +98,9 @@ class VAEFile:
                 file, stored = self.sources[name]
                 if file not in handles:
                     handles[file] = stack.enter_context(open_tensors(file, read_dev))
-                raw = handles[file].get_tensor(stored)
-                t = raw.to(dtype=torch.float32).to(dev)
-                # own the bytes (not a view of the memory map): a file changed in place cannot crash the process
-                state[name] = t.clone() if t.device.type == "cpu" and t.data_ptr() == raw.data_ptr() else t
+                # `open_tensors` reads into memory the tensor owns (not a view of the memory map): a file changed
+                # in place cannot crash the process
+                state[name] = handles[file].get_tensor(stored).to(dtype=torch.float32).to(dev)
         if self.key not in _FINITE:  # a VAEFile not made by open_vae (which checks the values once)
             check_values(state, state.__getitem__, self.path, self.layout)
             _FINITE.add(self.key)

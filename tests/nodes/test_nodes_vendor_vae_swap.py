@@ -1,0 +1,59 @@
+"""A vendor model folder's VAE replaced on disk between two queue runs (break-it review, stop 43; docs/bad_inputs.md
+§20), against the session's real ComfyUI server.
+
+The Checkpoint Loader fingerprinted the model folder's own files only, not the VAE folder the model decodes with
+(`vae/` inside it, a sibling folder, the Hugging Face cache), so ComfyUI reused the cached model: a VAE read before
+the change kept decoding every later song, and one not read yet failed every later run with "changed on disk … queue
+the workflow again" — queueing again changed nothing."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from nodes_testlib import TINY, VALID_ABC, saved_dirs
+
+
+def _prompt(seed: int, name: str, ckpt: str, decode: bool = True) -> dict:
+    """Loader → Composer (a given score, 1 s) → Save Song; with `decode`, Renderer (2 steps) and VAE Decode too."""
+    model = ["1", 0]
+    prompt = {
+        "1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": ckpt}},
+        "6": {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}},
+        "2": {"class_type": "YuE2Composer", "inputs": {"model": model, "style": "pop", "lyrics": "[verse]\nla",
+                                                       "cot": "full", "seed": seed, "max_seconds": 1.0,
+                                                       "abc_text": ["6", 0]}},
+        "5": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "name": name}},
+    }
+    if decode:
+        prompt["3"] = {"class_type": "YuE2Renderer", "inputs": {"model": model, "tokens": ["2", 1], "steps": 2,
+                                                                "seed": -1}}
+        prompt["4"] = {"class_type": "YuE2VAEDecode", "inputs": {"model": model, "latent": ["3", 0]}}
+        prompt["5"]["inputs"].update(latent=["3", 0], audio=["4", 0])
+    return prompt
+
+
+@pytest.mark.parametrize("first_decodes", [True, False], ids=["vae-read-before", "vae-not-read-yet"])
+def test_a_vendor_vae_replaced_between_runs_is_read_again(comfy, comfy_server, checkpoints, tmp_path,
+                                                          first_decodes):
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    from yue2_core.weights.synthetic_vendor import write_vendor_folder
+    from yue2_core.weights.vendor import vae_folder_sample
+    other = tmp_path / "other.safetensors"
+    write_synthetic_checkpoint(str(other), "tiny", "bf16", seed=5)
+    write_vendor_folder(str(other), str(tmp_path / "other"))  # its vae/ holds other decoder weights
+    name = f"YuE2vaeswap{int(first_decodes)}"
+    folder = comfy_server.models_dir / name
+    write_vendor_folder(str(checkpoints[TINY]), str(folder))
+    first = comfy.wait(comfy.queue(_prompt(31, f"{name}_a", f"{name}/", first_decodes)), timeout=480, check=False)
+    assert first["status"]["status_str"] == "success", first["status"]
+    for file in ("model.safetensors", "weights_manifest.json"):  # a new VAE download, file by file
+        shutil.copyfile(tmp_path / "other" / "vae" / file, folder / "vae" / f"{file}.tmp")
+        os.replace(folder / "vae" / f"{file}.tmp", folder / "vae" / file)
+    entry = comfy.wait(comfy.queue(_prompt(32, f"{name}_b", f"{name}/")), timeout=480, check=False)
+    assert entry["status"]["status_str"] == "success", entry["status"]  # was: "changed on disk …", every time
+    (song,) = saved_dirs(entry, comfy_server.output_dir)
+    recorded = json.loads((song / "config.json").read_text())["checkpoint"]["vae_sample_sha256"]
+    assert recorded == vae_folder_sample(folder / "vae")  # decoded with the new VAE (was: the cached old one)
