@@ -18,6 +18,7 @@ import os
 import re
 import stat
 import struct
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -323,6 +324,19 @@ _TORCH_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.floa
                  "BOOL": torch.bool, "F8_E4M3": getattr(torch, "float8_e4m3fn", None),
                  "F8_E5M2": getattr(torch, "float8_e5m2", None)}
 _READ_CHUNK = 1 << 30  # bytes per read call (Linux reads at most ~2 GiB at once)
+_PARALLEL_BYTES = 64 << 20  # tensors from this size are read by `_READERS` threads
+_READERS = max(1, min(4, os.cpu_count() or 1))
+_POOL: list = []
+_POOL_LOCK = threading.Lock()
+
+
+def _reader_pool():
+    """The threads that read a large tensor's ranges (made on first use, kept for the process)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            from concurrent.futures import ThreadPoolExecutor
+            _POOL.append(ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="yue2-read"))
+        return _POOL[0]
 
 
 class _ReadTensors:
@@ -347,20 +361,31 @@ class _ReadTensors:
 
     def _read_at(self, offset: int, size: int, what: str) -> torch.Tensor:
         """`size` bytes of the file from `offset`, as a new uint8 tensor; CheckpointError when the file ends
-        before them."""
+        before them. A large tensor is read as `_READERS` ranges by as many threads (positional reads of one file
+        descriptor; the memory copies from the page cache then use several cores, as the map's multi-threaded
+        clone did)."""
         buf = torch.empty(size, dtype=torch.uint8)
-        view, done = memoryview(buf.numpy()), 0
-        while done < size:
-            self._raw.seek(offset + done)
-            got = self._raw.readinto(view[done:done + _READ_CHUNK])
+        view, fd = memoryview(buf.numpy()), self._raw.fileno()
+        if size >= _PARALLEL_BYTES and _READERS > 1:
+            step = -(-size // _READERS)
+            list(_reader_pool().map(lambda a: self._fill(fd, view, offset, a, min(size, a + step), size, what),
+                                    range(0, size, step)))
+        else:
+            self._fill(fd, view, offset, 0, size, size, what)
+        return buf
+
+    def _fill(self, fd: int, view: memoryview, offset: int, a: int, b: int, size: int, what: str) -> None:
+        """Bytes [a, b) of the `size` bytes at `offset` into `view[a:b]`."""
+        done = a
+        while done < b:
+            got = os.preadv(fd, [view[done:min(b, done + _READ_CHUNK)]], offset + done)
             if not got:
-                now = os.fstat(self._raw.fileno()).st_size
+                now = os.fstat(fd).st_size
                 raise CheckpointError(f"{self._path}: {what} lies at bytes {offset:,}–{offset + size:,}, but the "
                                       f"file is {now:,} bytes now: it was cut short or is being rewritten while it "
                                       "was read (a copy or download over it?) — run again once it is written, or "
                                       "download it again")
             done += got
-        return buf
 
     def _typed(self, key: str):
         e = self._entries.get(key)
