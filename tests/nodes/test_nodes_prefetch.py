@@ -202,3 +202,30 @@ def test_the_background_read_makes_no_device_call_during_a_graph_capture(comfy_h
     done = {"built": True, "synced_under_lock": [True]}
     assert out["cpu"] == {"read_during": 1, "syncs_during": 0, **done}, out
     assert out["meta"] == {"read_during": 0, "syncs_during": 0, **done}, out
+
+
+TIMERS = r'''
+sys.path.insert(0, os.path.join(repo, "tests", "nodes"))
+import gpu_nodes_cold
+from yue2_nodes import loader
+from yue2_nodes import model as ym
+timers = gpu_nodes_cold._time_loading()
+ym.reads_ahead = lambda device: True
+model = loader.YuE2CheckpointLoader.execute(os.listdir(ckpts)[0]).args[0]
+model.load(("ar",), 0)
+model.root._prefetch_thread.join(30)
+print("RESULT " + json.dumps(timers))
+'''
+
+
+def test_cold_script_times_the_background_read_apart_from_the_song(comfy_host, tmp_path):
+    """tests/nodes/gpu_nodes_cold.py splits a song's loading by step; the background read's own `patcher` calls are
+    off the song's path and must not count in its `patcher` seconds (a part of `load`), as they did (review 43)."""
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
+    out = run_in_host(TIMERS, comfy_host, REPO, ckpts)
+    assert "patcher@yue2-prefetch" in out and "load_nar@yue2-prefetch" in out, out
+    assert out["patcher"] <= out["load"], out
+    assert out["patcher@yue2-prefetch"] >= out["load_nar@yue2-prefetch"], out
