@@ -308,13 +308,23 @@ class YuE2Model:
             return
 
         def run():
+            from yue2_core.fast.decode import CAPTURE_LOCK
             stream = warmup.side_stream(self.device) if self.device.type == "cuda" else None
             for part in todo:
+                # No CUDA call of this thread while the stage captures a graph (every capture holds CAPTURE_LOCK;
+                # in mode "global" another thread's cudaMalloc, copy or sync invalidates it): the NAR's conversion
+                # takes the lock layer by layer (`nar.float_linears`), a part read straight onto a GPU (an offload
+                # device that is not the CPU: --highvram, --gpu-only) holds it for the whole read, and so does the
+                # stream sync below. The root's build lock first, as the stages take the two (no lock-order cycle).
+                offload = self.vae_offload_device if part == "vae" else self.offload_device
+                on_gpu = stream is not None and torch.device(offload).type != "cpu"
                 try:
-                    with torch.cuda.stream(stream) if stream is not None else _nothing():
+                    with root._build_lock, CAPTURE_LOCK if on_gpu else _nothing(), \
+                            torch.cuda.stream(stream) if stream is not None else _nothing():
                         self.patcher(part)
                     if stream is not None:
-                        stream.synchronize()
+                        with CAPTURE_LOCK:
+                            stream.synchronize()
                 except Exception as exc:  # the stage that needs the part reads it again and raises this itself
                     log.debug("[YuE2] background read of the %s failed (%s); its stage reads it again",
                               NAMES[part], exc)

@@ -348,22 +348,30 @@ def _dequantize_on(work: torch.device, child, dtype, staging: "_PinnedStaging | 
     """`child.dequantized(dtype)` computed on `work` and returned on the child's device, bit-equal to
     `dequantize(weight.to(work), scale.to(work), …).to(child's device)`."""
     from .weights.quant import dequantize
+    from .fast.decode import CAPTURE_LOCK
     home = child.weight.device
-    if staging is None or home.type != "cpu":
-        return dequantize(child.weight.to(work), child.weight_scale.to(work), child.group, dtype).to(home)
-    q = child.weight.detach().contiguous()
-    src = staging.get("codes", q.numel() * q.element_size())
-    src.copy_(q.view(-1).view(torch.uint8))
-    on_work = src.to(work, non_blocking=True).view(q.dtype).view(q.shape)
-    s = child.weight_scale.detach().contiguous()
-    s_src = staging.get("scales", s.numel() * s.element_size())
-    s_src.copy_(s.reshape(-1).view(torch.uint8))
-    scale = s_src.to(work, non_blocking=True).view(s.dtype).view(s.shape)
-    w = dequantize(on_work, scale, child.group, dtype)
-    dst = staging.get("weight", w.numel() * w.element_size())
-    dst.copy_(w.view(-1).view(torch.uint8), non_blocking=True)
-    torch.cuda.current_stream(work).synchronize()  # dst holds the weight; src may be refilled
-    return dst.clone().view(dtype).view(w.shape)
+    # Under CAPTURE_LOCK, which every graph capture holds: the nodes run this on a background thread beside the
+    # Composer (`nodes.model.YuE2Model.prefetch`), whose captures in mode "global" the runtime invalidates on any
+    # other thread's cudaMalloc, pinned allocation or stream sync (review 43). One layer at a time: a capture waits
+    # for at most one layer's conversion.
+    with CAPTURE_LOCK:
+        if staging is None or home.type != "cpu":
+            return dequantize(child.weight.to(work), child.weight_scale.to(work), child.group, dtype).to(home)
+        q = child.weight.detach().contiguous()
+        src = staging.get("codes", q.numel() * q.element_size())
+        src.copy_(q.view(-1).view(torch.uint8))
+        on_work = src.to(work, non_blocking=True).view(q.dtype).view(q.shape)
+        s = child.weight_scale.detach().contiguous()
+        s_src = staging.get("scales", s.numel() * s.element_size())
+        s_src.copy_(s.reshape(-1).view(torch.uint8))
+        scale = s_src.to(work, non_blocking=True).view(s.dtype).view(s.shape)
+        w = dequantize(on_work, scale, child.group, dtype)
+        dst = staging.get("weight", w.numel() * w.element_size())
+        dst.copy_(w.view(-1).view(torch.uint8), non_blocking=True)
+        torch.cuda.current_stream(work).synchronize()  # dst holds the weight; src may be refilled
+        shape = w.shape
+        del on_work, scale, w  # the device blocks freed under the lock too
+        return dst.clone().view(dtype).view(shape)
 
 
 def float_linears(nar: NARModel, work_device: torch.device | str | None = None) -> int:
@@ -391,7 +399,9 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None) 
                     except (torch.cuda.OutOfMemoryError, RuntimeError):  # out of memory, cuBLAS workspace
                         weight = None
                         if torch.cuda.is_available():
-                            torch.cuda.empty_cache()
+                            from .fast.decode import CAPTURE_LOCK
+                            with CAPTURE_LOCK:  # cudaFree: never beside a graph capture (`_dequantize_on`)
+                                torch.cuda.empty_cache()
                 if weight is None:
                     weight = child.dequantized(nar.dtype)
                 lin.weight = nn.Parameter(weight.contiguous(), requires_grad=False)
@@ -399,6 +409,10 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None) 
                     lin.bias = nn.Parameter(child.bias.detach().to(nar.dtype).clone(), requires_grad=False)
                 setattr(parent, name, lin)
                 count += 1
+    if staging is not None:
+        from .fast.decode import CAPTURE_LOCK
+        with CAPTURE_LOCK:  # the page-locked buffers go back to PyTorch's host cache (events recorded): not mid-capture
+            staging.bufs.clear()
     return count
 
 

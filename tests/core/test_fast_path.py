@@ -526,3 +526,43 @@ def test_prompt_continuing_a_cached_prefix_equals_one_prefill(fp32):
     assert torch.allclose(tail, full[:, 25:], atol=1e-4, rtol=1e-4), (tail - full[:, 25:]).abs().max()
     for i in range(eng.ar.dims.layers):
         assert torch.allclose(part_cache.k[i][:, :, :41], full_cache.k[i][:, :, :41], atol=1e-4, rtol=1e-4)
+
+
+def test_float_linears_device_work_waits_for_a_graph_capture(monkeypatch):
+    """The nodes convert the NAR on a background thread beside the Composer (`nodes.model.YuE2Model.prefetch`), whose
+    first-bucket captures run in mode "global": another thread's cudaMalloc, pinned allocation or stream sync then
+    invalidates the capture. `_dequantize_on` (one layer) runs under `fast.decode.CAPTURE_LOCK`, which every capture
+    holds: while another thread holds it, nothing of a layer's device work starts (review 43: it did at once).
+    CPU stand-ins: the staging hands out plain buffers, the stream's sync is recorded."""
+    import threading
+    import time
+    from yue2_core import nar as nar_mod
+    from yue2_core.fast.decode import CAPTURE_LOCK
+    from yue2_core.weights.quant import ConvRotLinear, quantize
+    child = ConvRotLinear(256, 8)
+    q, s = quantize(torch.randn(8, 256, generator=torch.Generator().manual_seed(0)))
+    child.weight.copy_(q)
+    child.weight_scale.copy_(s)
+    seen = []
+
+    class Staging(nar_mod._PinnedStaging):
+        def get(self, name, nbytes):
+            seen.append(("get", name, CAPTURE_LOCK._is_owned()))
+            return torch.empty(nbytes, dtype=torch.uint8)
+
+    class Stream:
+        def synchronize(self):
+            seen.append(("sync", None, CAPTURE_LOCK._is_owned()))
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("w", nar_mod._dequantize_on(
+        torch.device("cpu"), child, torch.bfloat16, Staging(torch.device("cpu")))))
+    with CAPTURE_LOCK:  # a capture in progress on this thread
+        worker.start()
+        time.sleep(0.3)
+        during = list(seen)
+    worker.join(10)
+    assert during == [], f"device work began during a capture: {during}"
+    assert [k for k, _, _ in seen] == ["get", "get", "get", "sync"] and all(owned for _, _, owned in seen), seen
+    assert torch.equal(out["w"], child.dequantized(torch.bfloat16))

@@ -144,3 +144,88 @@ def test_a_root_nothing_uses_is_freed_at_once(comfy_host, tmp_path):
     write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
     out = run_in_host(FREED, comfy_host, REPO, ckpts)
     assert out["alive"] == [[False, False], [False, False]], out
+
+
+CAPTURE = r'''
+import contextlib, threading, time
+import torch
+from yue2_core.fast.decode import CAPTURE_LOCK
+from yue2_nodes import loader
+from yue2_nodes import model as ym
+out = {"syncs": [], "reads": []}
+
+
+class Stream:  # the warm-up's side stream, on this CPU host
+    def synchronize(self):
+        out["syncs"].append(CAPTURE_LOCK._is_owned())
+
+
+ym.reads_ahead = lambda device: True
+ym.warmup.side_stream = lambda device: Stream()
+torch.cuda.stream = lambda stream: contextlib.nullcontext()
+real = ym.load_vae
+
+
+def read(info, device, *args):
+    out["reads"].append((str(device), CAPTURE_LOCK._is_owned()))
+    return real(info, "cpu", *args)
+
+
+ym.load_vae = read
+name = os.listdir(ckpts)[0]
+for offload in ("cpu", "meta"):  # "meta": a VAE read straight onto the device (--gpu-only), as far as the lock goes
+    model = loader.YuE2CheckpointLoader.execute(name).args[0]
+    model.device, model.vae_offload_device = torch.device("cuda"), torch.device(offload)
+    with CAPTURE_LOCK:  # the stage captures a graph meanwhile
+        model.prefetch(("vae",))
+        time.sleep(0.5)
+        out[offload] = {"read_during": len(out["reads"]), "syncs_during": len(out["syncs"])}
+    model.root._prefetch_thread.join(30)
+    out[offload]["built"] = "vae" in model.root._patchers
+    out[offload]["synced_under_lock"] = out["syncs"][:]
+    out["reads"].clear()
+    out["syncs"].clear()
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_the_background_read_makes_no_device_call_during_a_graph_capture(comfy_host, tmp_path):
+    """Every graph capture holds `fast.decode.CAPTURE_LOCK`; in mode "global" (the Composer's first bucket of each
+    phase, the Renderer's NAR captures) another thread's cudaMalloc, copy or sync invalidates it. The background
+    read syncs the side stream only under that lock, and reads a part straight onto a device (an offload device
+    that is not the CPU) under it; a part read into CPU memory is read meanwhile (review 43)."""
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
+    out = run_in_host(CAPTURE, comfy_host, REPO, ckpts)
+    done = {"built": True, "synced_under_lock": [True]}
+    assert out["cpu"] == {"read_during": 1, "syncs_during": 0, **done}, out
+    assert out["meta"] == {"read_during": 0, "syncs_during": 0, **done}, out
+
+
+TIMERS = r'''
+sys.path.insert(0, os.path.join(repo, "tests", "nodes"))
+import gpu_nodes_cold
+from yue2_nodes import loader
+from yue2_nodes import model as ym
+timers = gpu_nodes_cold._time_loading()
+ym.reads_ahead = lambda device: True
+model = loader.YuE2CheckpointLoader.execute(os.listdir(ckpts)[0]).args[0]
+model.load(("ar",), 0)
+model.root._prefetch_thread.join(30)
+print("RESULT " + json.dumps(timers))
+'''
+
+
+def test_cold_script_times_the_background_read_apart_from_the_song(comfy_host, tmp_path):
+    """tests/nodes/gpu_nodes_cold.py splits a song's loading by step; the background read's own `patcher` calls are
+    off the song's path and must not count in its `patcher` seconds (a part of `load`), as they did (review 43)."""
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
+    out = run_in_host(TIMERS, comfy_host, REPO, ckpts)
+    assert "patcher@yue2-prefetch" in out and "load_nar@yue2-prefetch" in out, out
+    assert out["patcher"] <= out["load"], out
+    assert out["patcher@yue2-prefetch"] >= out["load_nar@yue2-prefetch"], out

@@ -54,3 +54,19 @@ def test_vae_weight_norm_check_finds_zero_and_tiny_channels():
     else:
         with pytest.raises(DamagedWeightsError, match="non-finite"):
             call()
+
+
+def test_vae_weight_norm_check_refuses_a_factor_that_overflows():
+    """The fast path skipped the product when every norm was finite and > 1e-30, but the engine computes
+    v·(g/‖v‖) (`torch._weight_norm`): a finite gain over a small finite norm overflows the factor, inf/NaN weights
+    (review 43: g 1e25 over ‖v‖ 3.9e-15 passed, the exact test before 2026-12-06 refused it)."""
+    names = ["decoder.c.weight_g", "decoder.c.weight_v"]
+    v = torch.randn(4, 3, 5)
+    g = torch.rand(4, 1, 1) + 0.5
+    v[1] = 1e-15
+    g[1] = 1e25
+    assert not bool(torch.isfinite(torch._weight_norm(v, g, 0)).all())
+    with pytest.raises(DamagedWeightsError, match="non-finite"):
+        check_values(names, {"decoder.c.weight_g": g, "decoder.c.weight_v": v}.__getitem__, "vae.safetensors")
+    ok = torch.full((4, 1, 1), 1e30)  # large finite gains over normal norms: finite weights, still accepted
+    check_values(names, {"decoder.c.weight_g": ok, "decoder.c.weight_v": torch.randn(4, 3, 5)}.__getitem__, "x")
