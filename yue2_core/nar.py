@@ -330,18 +330,29 @@ class ChunkRenderer:
 
 class _PinnedStaging:
     """Page-locked buffers for `float_linears`' copies between a CPU module and a CUDA work device, grown as needed.
-    Copies from and to pageable memory are staged by the driver and synchronous; on the GPU machine they made the
-    conversion of the full-size NAR 3.84 s instead of 2.04 s while the Composer's music decode ran beside it, and the
-    decode 1.1 s slower (H100, tests/nodes/gpu_nodes_cold.py, 2026-12-06). Pinned copies run on the stream."""
+    Copies from and to pageable memory are staged by the driver and synchronous: the full-size NAR's conversion took
+    2.04 s alone and 3.84 s beside the Composer's music decode (which it slowed by ≈ 1.1 s); through these buffers
+    0.38 s alone and 2.29 s beside it (H100, separate processes, tests/nodes/gpu_nodes_cold.py, 2026-12-06)."""
 
     def __init__(self, device: torch.device):
-        self.device, self.bufs = device, {}
+        self.device, self.bufs, self.refused = device, {}, False
 
     def get(self, name: str, nbytes: int) -> torch.Tensor:
         buf = self.bufs.get(name)
         if buf is None or buf.numel() < nbytes:
             buf = self.bufs[name] = torch.empty(max(nbytes, 2 ** 20), dtype=torch.uint8, pin_memory=True)
         return buf[:nbytes]
+
+    def take(self, codes: int, scales: int, weight: int):
+        """(codes, scales, weight) buffers of these byte sizes, or None — for good — once page-locked memory was
+        refused (a machine or container that limits it): the plain copies then, not the CPU's slow conversion."""
+        if self.refused:
+            return None
+        try:
+            return self.get("codes", codes), self.get("scales", scales), self.get("weight", weight)
+        except RuntimeError:  # cudaHostAlloc refused
+            self.refused = True
+            return None
 
 
 def _dequantize_on(work: torch.device, child, dtype, staging: "_PinnedStaging | None") -> torch.Tensor:
@@ -355,18 +366,18 @@ def _dequantize_on(work: torch.device, child, dtype, staging: "_PinnedStaging | 
     # other thread's cudaMalloc, pinned allocation or stream sync (review 43). One layer at a time: a capture waits
     # for at most one layer's conversion.
     with CAPTURE_LOCK:
-        if staging is None or home.type != "cpu":
+        q, s = child.weight.detach().contiguous(), child.weight_scale.detach().contiguous()
+        bufs = None if staging is None or home.type != "cpu" else staging.take(
+            q.numel() * q.element_size(), s.numel() * s.element_size(),
+            q.numel() * torch.empty((), dtype=dtype).element_size())
+        if bufs is None:  # not a CPU module, or page-locked memory refused: the plain copies (slower, same bits)
             return dequantize(child.weight.to(work), child.weight_scale.to(work), child.group, dtype).to(home)
-        q = child.weight.detach().contiguous()
-        src = staging.get("codes", q.numel() * q.element_size())
+        src, s_src, dst = bufs
         src.copy_(q.view(-1).view(torch.uint8))
         on_work = src.to(work, non_blocking=True).view(q.dtype).view(q.shape)
-        s = child.weight_scale.detach().contiguous()
-        s_src = staging.get("scales", s.numel() * s.element_size())
         s_src.copy_(s.reshape(-1).view(torch.uint8))
         scale = s_src.to(work, non_blocking=True).view(s.dtype).view(s.shape)
         w = dequantize(on_work, scale, child.group, dtype)
-        dst = staging.get("weight", w.numel() * w.element_size())
         dst.copy_(w.view(-1).view(torch.uint8), non_blocking=True)
         torch.cuda.current_stream(work).synchronize()  # dst holds the weight; src may be refilled
         shape = w.shape

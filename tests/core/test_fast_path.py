@@ -566,3 +566,27 @@ def test_float_linears_device_work_waits_for_a_graph_capture(monkeypatch):
     assert during == [], f"device work began during a capture: {during}"
     assert [k for k, _, _ in seen] == ["get", "get", "get", "sync"] and all(owned for _, _, owned in seen), seen
     assert torch.equal(out["w"], child.dequantized(torch.bfloat16))
+
+
+def test_float_linears_without_page_locked_memory_takes_the_plain_copies(tiny_paths):
+    """Where page-locked memory is refused (a container limiting it), `_PinnedStaging.take` says so once and for
+    good, and each layer is converted through the plain copies on the work device — not on the CPU, ~20× slower
+    for the full-size NAR (review 43)."""
+    import torch
+    import yue2_core.nar as N
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.weights.quant import ConvRotLinear
+    staging = N._PinnedStaging(torch.device("cuda"))
+    calls = []
+
+    def refuse(name, nbytes):
+        calls.append(name)
+        raise RuntimeError("cudaHostAlloc: out of memory")
+
+    staging.get = refuse
+    assert staging.take(8, 8, 16) is None and staging.refused and calls == ["codes"]
+    assert staging.take(8, 8, 16) is None and calls == ["codes"]  # not asked again
+    nar = load_nar(inspect_checkpoint(tiny_paths["int8"]), "cpu", torch.bfloat16, float_linears=False)
+    child = next(m for m in nar.modules() if isinstance(m, ConvRotLinear))
+    got = N._dequantize_on(torch.device("cpu"), child, torch.bfloat16, staging)  # the work device: this CPU
+    assert got.dtype == torch.bfloat16 and torch.equal(got, child.dequantized(torch.bfloat16))
