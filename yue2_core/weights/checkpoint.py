@@ -326,17 +326,26 @@ _TORCH_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.floa
 _READ_CHUNK = 1 << 30  # bytes per read call (Linux reads at most ~2 GiB at once)
 _PARALLEL_BYTES = 64 << 20  # tensors from this size are read by `_READERS` threads
 _READERS = max(1, min(4, os.cpu_count() or 1))
-_POOL: list = []
-_POOL_LOCK = threading.Lock()
 
 
-def _reader_pool():
-    """The threads that read a large tensor's ranges (made on first use, kept for the process)."""
-    with _POOL_LOCK:
-        if not _POOL:
-            from concurrent.futures import ThreadPoolExecutor
-            _POOL.append(ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="yue2-read"))
-        return _POOL[0]
+def _on_threads(fn, items) -> None:
+    """`fn(item)` for each item, each on a daemon thread of its own, joined; the first exception is raised here.
+    Threads of a call, not a pool: the command line joins every non-daemon thread before it exits, and a pool's
+    idle workers would wait there for ever (CI, stop 43)."""
+    errors: list = []
+
+    def run(item):
+        try:
+            fn(item)
+        except BaseException as exc:  # handed to the caller
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(item,), name="yue2-read", daemon=True) for item in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 class _ReadTensors:
@@ -368,8 +377,8 @@ class _ReadTensors:
         view, fd = memoryview(buf.numpy()), self._raw.fileno()
         if size >= _PARALLEL_BYTES and _READERS > 1:
             step = -(-size // _READERS)
-            list(_reader_pool().map(lambda a: self._fill(fd, view, offset, a, min(size, a + step), size, what),
-                                    range(0, size, step)))
+            _on_threads(lambda a: self._fill(fd, view, offset, a, min(size, a + step), size, what),
+                        range(0, size, step))
         else:
             self._fill(fd, view, offset, 0, size, size, what)
         return buf
