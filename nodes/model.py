@@ -14,6 +14,7 @@ import os
 import threading
 
 import comfy.model_management as mm
+from comfy.cli_args import args as comfy_args
 import comfy.model_patcher
 import torch
 from torch import nn
@@ -280,7 +281,8 @@ class YuE2Model:
                     # The engine renders on CUDA with the NAR's int8 linears dequantized to bf16 (faster GEMMs) and
                     # converts them in place on first use; do it here, before ComfyUI sizes the model, so its memory
                     # accounting matches what it moves. The arithmetic runs on the GPU (seconds on a CPU).
-                    float_linears(module, work_device=load_dev)
+                    float_linears(module, work_device=load_dev,
+                                  pinned=not getattr(comfy_args, "disable_pinned_memory", False))
             self._patchers[part] = self._wrap(part, module, load_dev, offload_dev, self.info.path)
         return self._patchers[part]
 

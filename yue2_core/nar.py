@@ -385,16 +385,17 @@ def _dequantize_on(work: torch.device, child, dtype, staging: "_PinnedStaging | 
         return dst.clone().view(dtype).view(shape)
 
 
-def float_linears(nar: NARModel, work_device: torch.device | str | None = None) -> int:
+def float_linears(nar: NARModel, work_device: torch.device | str | None = None, pinned: bool = True) -> int:
     """Replace the NAR's int8 ConvRot linears by bf16 nn.Linear layers holding the dequantized weights (done once,
     in place, on GPUs: the NAR's ~5k-row GEMMs run faster in bf16 than through int8 kernels, performance.md §6.2;
     memory: 2 bytes per weight instead of 1). `work_device` (e.g. the GPU while the module sits on the CPU) does the
     dequantization there one layer at a time — about 20× faster than the CPU's fp32 Hadamard products for the
-    full-size NAR — and falls back to the module's device when it runs out of memory. Returns how many layers were
-    converted."""
+    full-size NAR — and falls back to the module's device when it runs out of memory. A CUDA work device for a CPU
+    module copies through page-locked buffers (`_PinnedStaging`) unless `pinned` is False (ComfyUI's
+    `--disable-pinned-memory`). Returns how many layers were converted."""
     from .weights.quant import ConvRotLinear
     work = None if work_device is None else torch.device(work_device)
-    staging = _PinnedStaging(work) if work is not None and work.type == "cuda" else None
+    staging = _PinnedStaging(work) if pinned and work is not None and work.type == "cuda" else None
     count = 0
     for parent in list(nar.modules()):
         for name, child in list(parent.named_children()):

@@ -590,3 +590,24 @@ def test_float_linears_without_page_locked_memory_takes_the_plain_copies(tiny_pa
     child = next(m for m in nar.modules() if isinstance(m, ConvRotLinear))
     got = N._dequantize_on(torch.device("cpu"), child, torch.bfloat16, staging)  # the work device: this CPU
     assert got.dtype == torch.bfloat16 and torch.equal(got, child.dequantized(torch.bfloat16))
+
+
+def test_float_linears_pinned_false_uses_no_page_locked_buffers(tiny_paths, monkeypatch):
+    """`pinned=False` (the nodes pass ComfyUI's `--disable-pinned-memory`) converts every layer without staging
+    buffers; the default stages through them for a CUDA work device."""
+    import torch
+    import yue2_core.nar as N
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
+    seen = []
+
+    def record(work, child, dtype, staging):
+        seen.append(staging)
+        return child.dequantized(dtype)
+
+    monkeypatch.setattr(N, "_dequantize_on", record)
+    info = inspect_checkpoint(tiny_paths["int8"])
+    n = N.float_linears(load_nar(info, "cpu", torch.bfloat16, float_linears=False), work_device="cuda", pinned=False)
+    assert n == len(seen) > 0 and all(s is None for s in seen)
+    seen.clear()
+    N.float_linears(load_nar(info, "cpu", torch.bfloat16, float_linears=False), work_device="cuda")
+    assert seen and all(isinstance(s, N._PinnedStaging) for s in seen) and len({id(s) for s in seen}) == 1
