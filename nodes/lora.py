@@ -103,7 +103,8 @@ class YuE2LoRA(io.ComfyNode):
 
     @classmethod
     def fingerprint_inputs(cls, lora_name, **kwargs):
-        """A file replaced on disk (other size or mtime) re-runs the node instead of reusing the cached adapter
+        """A file replaced on disk (another `stat_identity`: size, mtime, inode, ctime) re-runs the node instead of
+        reusing the cached adapter
         (break-it finding, stop 38: the old adapter was applied and the new file's sha256 recorded) — the adapter's
         main file and every other file it reads (`read_state`: an adapter_config.json beside a PEFT file, an FL
         companion; stop 40: a sidecar added later was not seen, and `render` then refused the song)."""

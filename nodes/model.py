@@ -142,6 +142,9 @@ class YuE2Delta(WeightAdapterBase):
         return merge_into(weight, self.items, bias=self.bias)
 
 
+BUILD_WAIT_POLL_S = 0.05  # how often a stage waiting for the background read looks at ComfyUI's Cancel (seconds)
+
+
 def _checkpoint_state(info: CheckpointInfo) -> tuple:
     """`file_state` of the checkpoint and of a vendor layout's other folders (its VAE, tokenizer)."""
     return tuple(file_state(p) for p in (info.path, *sorted(set(info.files.values()) - {info.path})))
@@ -267,8 +270,9 @@ class YuE2Model:
         if part not in self._patchers:
             if _checkpoint_state(self.info) != self._file_state:
                 raise CheckpointError(f"the checkpoint {self.info.path} changed on disk since the YuE2 Checkpoint "
-                                      f"Loader read it (its size or modification time differ), so its {part.upper()} "
-                                      "part would come from another file than the parts already read; queue the "
+                                      f"Loader read it (its size, times or inode differ), so its "
+                                      f"{part.upper()} part would come from another file than the parts already read; "
+                                      "queue the "
                                       "workflow again (the loader then reads the new file)")
             self.info.to_dict()  # its content samples, taken now: the song records the file read, not a later one
             if part == "vae":
@@ -295,9 +299,15 @@ class YuE2Model:
 
     def patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
         """The part's ModelPatcher: the root's (read on first use), a VAE file's, or a clone with this model's
-        adapters as weight patches. Waits while `prefetch`'s thread builds a part."""
-        with self.root._build_lock:
+        adapters as weight patches. Waits while `prefetch`'s thread builds a part; ComfyUI's Cancel ends that wait
+        at once (InterruptProcessingException; the thread finishes its part for the next run)."""
+        lock = self.root._build_lock
+        while not lock.acquire(timeout=BUILD_WAIT_POLL_S):
+            mm.throw_exception_if_processing_interrupted()
+        try:
             return self._patcher(part)
+        finally:
+            lock.release()
 
     def prefetch(self, parts) -> None:
         """Build `parts`' patchers (the file read into CPU memory and checked; the NAR's int8 linears turned into

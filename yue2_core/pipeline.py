@@ -424,8 +424,8 @@ class YuE2Engine:
                     raise AdapterError(f"LoRA {p} can no longer be read ({exc.strerror or exc}): it was moved or "
                                        "deleted while it was being read; put it back and run again") from None
                 if read_state(p) != before:
-                    raise AdapterError(f"LoRA {p} changed on disk while it was being read (its size or modification "
-                                       "time differ); run again once it is written")
+                    raise AdapterError(f"LoRA {p} changed on disk while it was being read (its size, times or inode "
+                                       "differ); run again once it is written")
             check_stack(stack)  # the same file twice, a companion twice, …: refused before any weight is read
         vae_file = None
         if vae is not None and "vae" in parts:
@@ -456,8 +456,8 @@ class YuE2Engine:
             vae_mod = (vae_file.load(device) if vae_file is not None else load_vae(info, device)) \
                 if "vae" in parts else None
             if checkpoint_state(info) != state:  # replaced while its parts were read: they may come from two files
-                raise CheckpointError(f"the checkpoint {info.path} changed on disk while it was being loaded (its size "
-                                      "or modification time differ), so its parts may come from two files; run "
+                raise CheckpointError(f"the checkpoint {info.path} changed on disk while it was being loaded (its size, "
+                                      "times or inode differ), so its parts may come from two files; run "
                                       "again once it is written")
         except BaseException:
             if warm is not None:  # a load that fails (or is interrupted) leaves no warm-up behind

@@ -229,3 +229,58 @@ def test_cold_script_times_the_background_read_apart_from_the_song(comfy_host, t
     assert "patcher@yue2-prefetch" in out and "load_nar@yue2-prefetch" in out, out
     assert out["patcher"] <= out["load"], out
     assert out["patcher@yue2-prefetch"] >= out["load_nar@yue2-prefetch"], out
+
+
+CANCEL = r'''
+import threading, time
+import comfy.model_management as mm
+from yue2_nodes import loader
+from yue2_nodes import model as ym
+out = {}
+gate = threading.Event()
+reads = []
+real = ym.load_nar
+
+
+def held(*args, **kwargs):
+    reads.append(threading.current_thread().name)
+    gate.wait(30)  # the background read of the NAR takes long (a large file, a slow disk)
+    return real(*args, **kwargs)
+
+
+ym.load_nar = held
+ym.reads_ahead = lambda device: True
+name = os.listdir(ckpts)[0]
+model = loader.YuE2CheckpointLoader.execute(name).args[0]
+model.prefetch(("nar",))
+time.sleep(0.2)  # the thread is inside load_nar, holding the root's build lock
+mm.interrupt_current_processing(True)  # the user presses Cancel while the Renderer waits for the NAR
+t = time.perf_counter()
+try:
+    model.patcher("nar")
+    out["raised"] = None
+except mm.InterruptProcessingException:
+    out["raised"] = "InterruptProcessingException"
+out["seconds"] = time.perf_counter() - t
+out["flag_cleared"] = not mm.processing_interrupted()
+gate.set()
+model.root._prefetch_thread.join(30)
+out["next_run_same"] = model.patcher("nar") is model.root._patchers["nar"]
+out["reads"] = reads
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_cancel_ends_a_stage_waiting_for_the_background_read(comfy_host, tmp_path):
+    """A stage whose part the background thread is still reading waited for it even after Cancel (≤ ≈ 3 s on the
+    full-size file; review 43): `patcher` now polls ComfyUI's interrupt flag while it waits, raises
+    InterruptProcessingException at once, and the part the thread finishes is there for the next run."""
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
+    out = run_in_host(CANCEL, comfy_host, REPO, ckpts)
+    assert out["raised"] == "InterruptProcessingException", out
+    assert out["seconds"] < 5, out  # the held read lasts 30 s: the wait ended by the Cancel, not by the read
+    assert out["flag_cleared"] and out["next_run_same"], out
+    assert out["reads"] == ["yue2-prefetch"], out  # read once, by the thread; the next run did not read it again

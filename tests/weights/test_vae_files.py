@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from yue2_core.errors import CheckpointError
 from yue2_core.vae import VAEDecoder
-from yue2_core.weights.checkpoint import inspect_checkpoint, load_vae
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_vae, stat_identity
 from yue2_core.weights.lora import record as lora_record
 from yue2_core.weights.synthetic import write_synthetic_checkpoint
 from yue2_core.weights.synthetic_vae import (MERGE, vae_config, vae_tensors, write_negative, write_vae,
@@ -163,7 +163,7 @@ def test_record_describe_and_key(tmp_path):
     assert rec == {"file": "v.safetensors", "path": os.path.abspath(path), "sha256": digest,
                    "bytes": os.path.getsize(path), "layout": "vendor-file", "variant": "legacy"}
     st = os.stat(path)
-    assert (os.path.abspath(path), st.st_size, st.st_mtime_ns) in lora_record._HASHES  # cached per file version
+    assert (os.path.abspath(path), *stat_identity(st)) in lora_record._HASHES  # cached per file version
     line = vae.describe()
     assert "\n" not in line and line.startswith("legacy VAE (vendor-file") and "v.safetensors" in line
     assert "6 blocks" in line and "1920 samples/frame" in line

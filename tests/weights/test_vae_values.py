@@ -10,6 +10,7 @@ from safetensors.torch import save_file
 
 from yue2_core.errors import CheckpointError
 from yue2_core.weights import vae_files
+from yue2_core.weights.checkpoint import stat_identity
 from yue2_core.weights.synthetic_vae import VAE, vae_config, vae_tensors, write_vendor_folder
 from yue2_core.weights.vae_files import VAEFile, open_vae
 
@@ -73,7 +74,7 @@ def test_load_checks_a_vae_file_not_opened_by_open_vae(tmp_path):
     save_file({k: v.contiguous() for k, v in _damaged("nan").items()}, bad)
     st = os.stat(bad)
     other = VAEFile(**{**vae.__dict__, "path": bad, "weights": (bad,),
-                       "key": ((os.path.abspath(bad), st.st_size, st.st_mtime_ns),),
+                       "key": ((os.path.abspath(bad), *stat_identity(st)),),
                        "sources": {k: (bad, k) for k in vae.sources}})
     with pytest.raises(CheckpointError, match=f"VAE {bad}: {KEY} holds NaN/inf"):
         other.load()

@@ -189,16 +189,23 @@ class CheckpointInfo:
         return out
 
 
+def stat_identity(st: os.stat_result) -> tuple:
+    """(size, mtime_ns, inode, ctime_ns) of a stat result: what tells one file's bytes from a replacement's. Size and
+    modification time alone miss a file swapped for one of the same size whose time was kept (`cp -p`, `rsync -t`,
+    `mv` of a copy made with `touch -r`; break-it review, stop 43): the swap by rename has another inode, the copy
+    over the old file a new change time (which only the kernel sets)."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
 def file_state(path: str) -> tuple:
-    """(size, mtime_ns) of a file, or of every file directly in a folder (a vendor model folder), by name; () when
+    """`stat_identity` of a file, or of every file directly in a folder (a vendor model folder), by name; () when
     it cannot be read. What the nodes compare to notice a checkpoint or adapter replaced on disk (ComfyUI reuses a
     cached node output whose inputs, the file name, did not change)."""
     try:
         if os.path.isdir(path):
-            return tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns)
+            return tuple((e.name, *stat_identity(e.stat()))
                          for e in sorted(os.scandir(path), key=lambda e: e.name) if e.is_file())
-        st = os.stat(path)
-        return (st.st_size, st.st_mtime_ns)
+        return stat_identity(os.stat(path))
     except OSError:
         return ()
 
@@ -210,17 +217,17 @@ def checkpoint_state(info) -> tuple:
 
 
 SAMPLE_CHUNKS, SAMPLE_BYTES = 64, 4096
-_SAMPLES: dict = {}  # (abspath, size, mtime_ns) → content_sample's digest
+_SAMPLES: dict = {}  # (abspath, *stat_identity) → content_sample's digest
 
 
 def content_sample(path: str) -> str | None:
     """sha256 over the file's size and SAMPLE_CHUNKS reads of SAMPLE_BYTES spread evenly over the whole file
     (256 KiB of a 3.7 GB checkpoint: milliseconds, where a full hash takes seconds). Two files of one layout (same
     header) with other weights — another download, a fine-tune, a re-seeded synthetic file — differ here unless
-    they agree on every sampled byte. Cached per (path, size, mtime); None when the file cannot be read."""
+    they agree on every sampled byte. Cached per (path, `stat_identity`); None when the file cannot be read."""
     try:
         st = os.stat(path)
-        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+        key = (os.path.abspath(path), *stat_identity(st))
         if key not in _SAMPLES:
             import hashlib
             digest = hashlib.sha256(str(st.st_size).encode())

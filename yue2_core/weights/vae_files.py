@@ -32,7 +32,7 @@ import torch
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
 from ..errors import CheckpointError, DamagedWeightsError
 from ..vae import VAEConfig, VAEDecoder
-from .checkpoint import _vae_config, not_a_file, open_tensors, read_header
+from .checkpoint import _vae_config, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
 
 LAYOUTS = ("vendor-folder", "vendor-file", "comfy-prefixed")
@@ -169,7 +169,7 @@ def _file_key(files) -> tuple:
     out = []
     for f in files:
         st = os.stat(f)
-        out.append((os.path.abspath(f), st.st_size, st.st_mtime_ns))
+        out.append((os.path.abspath(f), *stat_identity(st)))
     return tuple(out)
 
 

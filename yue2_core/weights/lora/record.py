@@ -20,16 +20,17 @@ import hashlib
 import os
 
 from ...errors import AdapterError
+from ..checkpoint import stat_identity
 
 _HASHES: dict = {}
 
 
 def file_sha256(path: str) -> str:
     """sha256 of a file's bytes (for a directory adapter, of its weights file), cached for the process by
-    (absolute path, size, mtime_ns)."""
+    (absolute path, `stat_identity`)."""
     path = os.path.abspath(path)
     st = os.stat(path)
-    key = (path, st.st_size, st.st_mtime_ns)
+    key = (path, *stat_identity(st))
     if key not in _HASHES:
         h = hashlib.sha256()
         with open(path, "rb") as f:
