@@ -29,7 +29,7 @@ from ..constants import CONTEXT, CONVROT_GROUP, LATENT_DIM
 from ..errors import CheckpointError, DamagedWeightsError
 from ..layers import ModelDims
 from ..nar import NARModel
-from .quant import parse_marker
+from .quant import MAX_GROUP, parse_marker
 from .tokenizer import YuE2Tokenizer
 from ..vae import VAEConfig, VAEDecoder
 
@@ -651,6 +651,12 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
             groups = {k: parse_marker(f.get_tensor(k), k) for k in markers}
         for k, g in groups.items():
             module = k[:-len(".comfy_quant")]
+            columns = entries[module + ".weight"].shape[1]
+            if g > MAX_GROUP or columns % g:  # before any Hadamard matrix is built (4^8: 34 GB; stop 44 review)
+                raise CheckpointError(f"{k}: convrot_groupsize {g} does not fit {module}.weight, which has {columns} "
+                                      f"input columns: a ConvRot group is a power of 4 that divides them (at most "
+                                      f"{MAX_GROUP:,}; the Comfy-Org int8 file uses {CONVROT_GROUP}) — a damaged "
+                                      "or foreign quantization marker")
             target = quant_ar if module.startswith(AR) else quant_nar
             target[module[len(AR) if module.startswith(AR) else len(NAR):]] = g
     info = build_info(path, entries, meta, dims, vae, quant_ar=quant_ar, quant_nar=quant_nar,
