@@ -516,6 +516,10 @@ def _dims(entries: dict) -> ModelDims:
                               f"model.diffusion_model): layer {layers} of the AR expert is missing, or one expert has "
                               "more layers than the other — a damaged or edited file; download it again")
     (head_dim,) = _shape(entries, AR + "model.layers.0.self_attn.q_norm.weight", 1)
+    if head_dim < 2 or head_dim % 2:  # 0 divided the shapes below by zero (stop 44 review); RoPE rotates pairs
+        raise CheckpointError(f"{AR}model.layers.0.self_attn.q_norm.weight has {head_dim} values, so head_dim "
+                              f"{head_dim}: a head is a positive even number of dimensions (128 in the release) — a "
+                              "damaged or edited file")
     qkv_rows, _ = _shape(entries, AR + "model.layers.0.self_attn.qkv_proj.weight", 2)
     _, o_in = _shape(entries, AR + "model.layers.0.self_attn.o_proj.weight", 2)
     _, ffn = _shape(entries, AR + "model.layers.0.mlp.down_proj.weight", 2)
