@@ -771,12 +771,19 @@ def _count(shape) -> int:
 
 def load_tokenizer(info: CheckpointInfo):
     """The text tokenizer: the embedded JSON of an all-in-one file (`YuE2Tokenizer`), or a vendor folder's
-    `qwen.tiktoken` (`TiktokenTokenizer`, same interface and ids). TokenizerError / CheckpointError when unusable."""
+    `qwen.tiktoken` (`TiktokenTokenizer`, same interface and ids). TokenizerError / CheckpointError when unusable —
+    also when it loads but a probe text does not come back from encode + decode (`selfcheck.check_tokenizer`: a few
+    ms): a tokenizer with an empty vocabulary encoded every prompt to no tokens, and songs were made from the
+    protocol ids alone, style and lyrics dropped without a word (break-it review, stop 44)."""
+    from .selfcheck import check_tokenizer
     if info.layout == "vendor":
         from .vendor import load_vendor_tokenizer
-        return load_vendor_tokenizer(info)
-    with open_tensors(info.path) as f:
-        return YuE2Tokenizer.from_tensor(f.get_tensor(TOKENIZER_KEY))
+        tok = load_vendor_tokenizer(info)
+    else:
+        with open_tensors(info.path) as f:
+            tok = YuE2Tokenizer.from_tensor(f.get_tensor(TOKENIZER_KEY))
+    check_tokenizer(tok)
+    return tok
 
 
 def _materialize(module: torch.nn.Module, info: CheckpointInfo, prefix: str, keys: list[str], device, float_dtype,
