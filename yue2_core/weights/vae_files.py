@@ -46,6 +46,9 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
 MANIFEST = "weights_manifest.json"
+#: the largest log-scale snake frequency `check_values` accepts: exp(50) ≈ 5e21, so x·exp(α) overflows float32 only
+#: for |x| > 6e16; a trained snake's log frequency is a few units (exp(α) past ~88.7 is inf: NaN audio)
+SNAKE_LOG_MAX = 50.0
 _CHECKED: set = set()  # (file key, manifest sha256) pairs whose hash matched in this process
 _FINITE: set = set()  # file keys (`VAEFile.key`) whose decoder values passed `check_values` in this process
 
@@ -400,7 +403,7 @@ def _stored_name(name: str, layout: str) -> str:
 def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
     """CheckpointError naming the VAE `path` and the tensor when a decoder tensor holds NaN/inf, or a weight-norm
     conv's `weight_v` has norm 0 for some channel along dim 0 — g·v/‖v‖ is then 0/0, NaN audio after
-    a whole song's AR and NAR work. `names`: the decoder parameter names ("decoder.…"); `get(name)` → its fp32
+    a whole song's AR and NAR work —, or a snake's log-scale `alpha` is above SNAKE_LOG_MAX (exp overflows). `names`: the decoder parameter names ("decoder.…"); `get(name)` → its fp32
     tensor (read one at a time at open, the loaded state at load). `layout` spells the names as the file does."""
     from .checkpoint import all_finite
     names = set(names)
@@ -411,6 +414,15 @@ def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
             raise DamagedWeightsError(f"VAE {path}: {_stored_name(name, layout)} holds NaN/inf ({bad:,} of its "
                                   f"{t.numel():,} values) — the file is damaged (download it again) or was saved "
                                   "from a diverged training run; a YuE2 VAE's weights are finite")
+        if name.endswith(".alpha") and t.numel() and float(t.max()) > SNAKE_LOG_MAX:
+            # a snake's frequency is exp(alpha): finite values past ~88 are inf in float32, and x·inf, sin(inf) NaN
+            # audio — after a whole song's work (break-it review, stop 44)
+            top = float(t.max())
+            raise DamagedWeightsError(f"VAE {path}: {_stored_name(name, layout)} holds a log-scale snake frequency "
+                                      f"of {top:.4g}; the decoder computes exp({top:.4g}), "
+                                      f"{'inf' if top > 88.7 else 'far too large'} in float32, so the audio comes "
+                                      f"out NaN — the file is damaged or not a trained VAE (a snake's log frequency "
+                                      f"is a few units; at most {SNAKE_LOG_MAX:g} is accepted)")
         if name.endswith(".weight_v") and name[:-1] + "g" in names:
             # g·v/‖v‖ along dim 0 is computed as v·(g/‖v‖): finite when every channel's norm is finite and not tiny
             # and its factor g/‖v‖ is finite (v and g are finite, checked): then |v_i·g/‖v‖| ≤ |g|. A finite g
