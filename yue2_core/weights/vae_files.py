@@ -329,8 +329,21 @@ def _decoder_keys(tensors: dict, path: str) -> tuple[str, dict]:
                                   f"({other}{PROBES[0]} …); the pack reads them as decoder.* (vendor m-a-p/YuE2-Vae "
                                   "layout) or vae.decoder.* (Comfy checkpoint layout): save the file again with the "
                                   f"keys renamed ({other}decoder.… → decoder.…)")
+        # another model's Oobleck-style decoder under a prefix (Stable Audio Open: `pretransform.model.decoder.…`,
+        # five stride blocks): its snake `alpha` tensors made it "a LoRA / LoKr adapter" (break-it review, stop 44)
+        first = PROBES[0]
+        foreign = next((k[:-len(first)] for k in sorted(tensors) if k.endswith("." + first)), None)
+        if foreign is not None:
+            lacks = ", ".join(foreign + p for p in PROBES if foreign + p not in tensors)
+            raise CheckpointError(f"{path} holds a VAE decoder under the prefix {foreign!r} ({foreign}{first} …), but "
+                                  f"not the YuE2 one: it lacks {lacks} (the YuE2 Oobleck decoder has six stride "
+                                  "blocks and its output conv at decoder.layers.8) — a VAE of another model (Stable "
+                                  "Audio Open's has five stride blocks); a YuE2 VAE is m-a-p/YuE2-Vae's decoder.* or "
+                                  "a Comfy checkpoint's vae.decoder.*")
         from .lora.layouts_io import _ADAPTER_ROLE
-        adapter = next((k for k in sorted(tensors) if _ADAPTER_ROLE.search(k)), None)
+        snake = {k[:-len(".alpha")] for k in tensors if k.endswith(".alpha") and k[:-len("alpha")] + "beta" in tensors}
+        adapter = next((k for k in sorted(tensors) if _ADAPTER_ROLE.search(k)
+                        and not (k.endswith(".alpha") and k[:-len(".alpha")] in snake)), None)
         if adapter is not None:  # new-user finding (stop 40): a LoRA given as --vae was not named as one
             raise CheckpointError(f"{path} is a LoRA / LoKr adapter (tensors such as {adapter}), not a VAE: give it "
                                   "as --lora (nodes: YuE2 LoRA), and a YuE2 VAE file or folder as --vae (nodes: YuE2 "
