@@ -102,8 +102,8 @@ def test_the_checkpoints_own_vae_with_an_overflowing_snake_is_refused_at_load(tm
 
 def test_a_vae_of_another_model_with_snake_alphas_is_not_called_a_lora(tmp_path):
     """A Stable Audio Open VAE (the Oobleck decoder with five stride blocks, under `pretransform.model.`) given as
-    --vae was called `a LoRA / LoKr adapter (tensors such as ….alpha) … give it as --lora`: its snake `alpha` tensors
-    were taken for LoRA alphas. Now it is named as a VAE decoder of another model."""
+    --vae was called `a LoRA / LoKr adapter (tensors such as ….alpha) … give it as --lora`: its snake `alpha`
+    tensors were taken for LoRA alphas. Now it is named as a VAE decoder of another model."""
     from yue2_core.weights.vae_files import open_vae
 
     def five_blocks(t):

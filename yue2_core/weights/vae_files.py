@@ -335,8 +335,8 @@ def _decoder_keys(tensors: dict, path: str) -> tuple[str, dict]:
         foreign = next((k[:-len(first)] for k in sorted(tensors) if k.endswith("." + first)), None)
         if foreign is not None:
             lacks = ", ".join(foreign + p for p in PROBES if foreign + p not in tensors)
-            raise CheckpointError(f"{path} holds a VAE decoder under the prefix {foreign!r} ({foreign}{first} …), but "
-                                  f"not the YuE2 one: it lacks {lacks} (the YuE2 Oobleck decoder has six stride "
+            raise CheckpointError(f"{path} holds a VAE decoder under the prefix {foreign!r} ({foreign}{first} …), "
+                                  f"but not the YuE2 one: it lacks {lacks} (the YuE2 Oobleck decoder has six stride "
                                   "blocks and its output conv at decoder.layers.8) — a VAE of another model (Stable "
                                   "Audio Open's has five stride blocks); a YuE2 VAE is m-a-p/YuE2-Vae's decoder.* or "
                                   "a Comfy checkpoint's vae.decoder.*")
@@ -416,7 +416,8 @@ def _stored_name(name: str, layout: str) -> str:
 def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
     """CheckpointError naming the VAE `path` and the tensor when a decoder tensor holds NaN/inf, or a weight-norm
     conv's `weight_v` has norm 0 for some channel along dim 0 — g·v/‖v‖ is then 0/0, NaN audio after
-    a whole song's AR and NAR work —, or a snake's log-scale `alpha` is above SNAKE_LOG_MAX (exp overflows). `names`: the decoder parameter names ("decoder.…"); `get(name)` → its fp32
+    a whole song's AR and NAR work —, or a snake's log-scale `alpha` is above SNAKE_LOG_MAX (exp overflows).
+    `names`: the decoder parameter names ("decoder.…"); `get(name)` → its fp32
     tensor (read one at a time at open, the loaded state at load). `layout` spells the names as the file does."""
     from .checkpoint import all_finite
     names = set(names)
