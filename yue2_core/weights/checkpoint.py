@@ -29,7 +29,7 @@ from ..constants import CONTEXT, CONVROT_GROUP, LATENT_DIM
 from ..errors import CheckpointError, DamagedWeightsError
 from ..layers import ModelDims
 from ..nar import NARModel
-from .quant import parse_marker
+from .quant import MAX_GROUP, parse_marker
 from .tokenizer import YuE2Tokenizer
 from ..vae import VAEConfig, VAEDecoder
 
@@ -523,6 +523,10 @@ def _dims(entries: dict) -> ModelDims:
                               f"model.diffusion_model): layer {layers} of the AR expert is missing, or one expert has "
                               "more layers than the other — a damaged or edited file; download it again")
     (head_dim,) = _shape(entries, AR + "model.layers.0.self_attn.q_norm.weight", 1)
+    if head_dim < 2 or head_dim % 2:  # 0 divided the shapes below by zero (stop 44 review); RoPE rotates pairs
+        raise CheckpointError(f"{AR}model.layers.0.self_attn.q_norm.weight has {head_dim} values, so head_dim "
+                              f"{head_dim}: a head is a positive even number of dimensions (128 in the release) — a "
+                              "damaged or edited file")
     qkv_rows, _ = _shape(entries, AR + "model.layers.0.self_attn.qkv_proj.weight", 2)
     _, o_in = _shape(entries, AR + "model.layers.0.self_attn.o_proj.weight", 2)
     _, ffn = _shape(entries, AR + "model.layers.0.mlp.down_proj.weight", 2)
@@ -658,6 +662,12 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
             groups = {k: parse_marker(f.get_tensor(k), k) for k in markers}
         for k, g in groups.items():
             module = k[:-len(".comfy_quant")]
+            columns = entries[module + ".weight"].shape[1]
+            if g > MAX_GROUP or columns % g:  # before any Hadamard matrix is built (4^8: 34 GB; stop 44 review)
+                raise CheckpointError(f"{k}: convrot_groupsize {g} does not fit {module}.weight, which has {columns} "
+                                      f"input columns: a ConvRot group is a power of 4 that divides them (at most "
+                                      f"{MAX_GROUP:,}; the Comfy-Org int8 file uses {CONVROT_GROUP}) — a damaged "
+                                      "or foreign quantization marker")
             target = quant_ar if module.startswith(AR) else quant_nar
             target[module[len(AR) if module.startswith(AR) else len(NAR):]] = g
     info = build_info(path, entries, meta, dims, vae, quant_ar=quant_ar, quant_nar=quant_nar,
@@ -768,12 +778,19 @@ def _count(shape) -> int:
 
 def load_tokenizer(info: CheckpointInfo):
     """The text tokenizer: the embedded JSON of an all-in-one file (`YuE2Tokenizer`), or a vendor folder's
-    `qwen.tiktoken` (`TiktokenTokenizer`, same interface and ids). TokenizerError / CheckpointError when unusable."""
+    `qwen.tiktoken` (`TiktokenTokenizer`, same interface and ids). TokenizerError / CheckpointError when unusable —
+    also when it loads but a probe text does not come back from encode + decode (`selfcheck.check_tokenizer`: a few
+    ms): a tokenizer with an empty vocabulary encoded every prompt to no tokens, and songs were made from the
+    protocol ids alone, style and lyrics dropped without a word (break-it review, stop 44)."""
+    from .selfcheck import check_tokenizer
     if info.layout == "vendor":
         from .vendor import load_vendor_tokenizer
-        return load_vendor_tokenizer(info)
-    with open_tensors(info.path) as f:
-        return YuE2Tokenizer.from_tensor(f.get_tensor(TOKENIZER_KEY))
+        tok = load_vendor_tokenizer(info)
+    else:
+        with open_tensors(info.path) as f:
+            tok = YuE2Tokenizer.from_tensor(f.get_tensor(TOKENIZER_KEY))
+    check_tokenizer(tok)
+    return tok
 
 
 def _materialize(module: torch.nn.Module, info: CheckpointInfo, prefix: str, keys: list[str], device, float_dtype,

@@ -24,10 +24,29 @@ from ..errors import CheckpointError
 R4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))  # regular 4×4 Hadamard (checkpoint_format.md §2.1)
 
 
+# the largest ConvRot group whose Hadamard matrix is ever built (4^6: a 4,096² matrix, 128 MB in float64 while it is
+# made). The release uses 256; a group must also divide the layer's input columns (checked at inspect). A marker
+# saying 4^8 or 4^20 had the check build the matrix itself: 34 GB and more (break-it review, stop 44).
+MAX_GROUP = 4 ** 6
+
+
+def check_group(group: int, key: str = "", limit: bool = True) -> int:
+    """`group` when it is a power of 4 from 4 (to MAX_GROUP with `limit`), by arithmetic alone (no matrix is built);
+    else CheckpointError naming `key` (the marker) and the value. `parse_marker` leaves the limit to inspect, which
+    names the layer's input columns the group must divide."""
+    where = f"{key}: " if key else ""
+    if group < 4 or group & (group - 1) or (group.bit_length() - 1) % 2:
+        raise CheckpointError(f"{where}convrot_groupsize must be a power of 4 (≥ 4); got {group}")
+    if limit and group > MAX_GROUP:
+        raise CheckpointError(f"{where}convrot_groupsize {group} is larger than any layer's group can be (at most "
+                              f"{MAX_GROUP:,}; the Comfy-Org int8 file uses {CONVROT_GROUP}): a damaged or foreign "
+                              "quantization marker")
+    return group
+
+
 @functools.lru_cache(maxsize=16)
 def _hadamard_cpu(group: int) -> torch.Tensor:
-    if group < 4 or group & (group - 1) or (group.bit_length() - 1) % 2:
-        raise CheckpointError(f"convrot_groupsize must be a power of 4 (≥ 4); got {group}")
+    check_group(group)
     r4 = torch.tensor(R4, dtype=torch.float64)
     h = r4
     while h.shape[0] < group:
@@ -100,8 +119,7 @@ def parse_marker(raw: bytes | torch.Tensor, key: str = "") -> int:
             '{"format": "int8_tensorwise", "convrot": true} (the Comfy-Org int8 ConvRot file)')
     if not isinstance(group, int) or isinstance(group, bool):
         raise CheckpointError(f"{key}: convrot_groupsize must be an integer, got {group!r}")
-    hadamard(group)  # validates the size
-    return group
+    return check_group(group, key, limit=False)  # arithmetic only: building H to check it took 34 GB for 4^8
 
 
 class ConvRotLinear(nn.Module):

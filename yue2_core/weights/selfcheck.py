@@ -425,7 +425,11 @@ def check_tokenizer(tokenizer_or_info, probe: str = PROBE_TEXT) -> dict:
         raise
     except Exception as exc:  # a tokenizer that loads but fails on text
         raise TokenizerError(f"the embedded tokenizer fails on a probe text: {type(exc).__name__}: {exc}") from None
-    if not ids or any(not 0 <= i < EOD for i in ids):
+    if not ids:
+        raise TokenizerError(f"the embedded tokenizer encodes the probe text ({len(probe)} characters) to no tokens: "
+                             "its vocabulary is empty or damaged, and every prompt would lose its style and lyrics "
+                             "— the tokenizer JSON is not the YuE2 tokenizer; download the checkpoint again")
+    if any(not 0 <= i < EOD for i in ids):
         bad = [i for i in ids if not 0 <= i < EOD][:3]
         raise TokenizerError(f"the embedded tokenizer maps plain text to ids outside [0, {EOD}) (e.g. {bad}); it is "
                              "not the YuE2 text tokenizer")

@@ -46,6 +46,9 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
 MANIFEST = "weights_manifest.json"
+#: the largest log-scale snake frequency `check_values` accepts: exp(50) ≈ 5e21, so x·exp(α) overflows float32 only
+#: for |x| > 6e16; a trained snake's log frequency is a few units (exp(α) past ~88.7 is inf: NaN audio)
+SNAKE_LOG_MAX = 50.0
 _CHECKED: set = set()  # (file key, manifest sha256) pairs whose hash matched in this process
 _FINITE: set = set()  # file keys (`VAEFile.key`) whose decoder values passed `check_values` in this process
 
@@ -326,8 +329,21 @@ def _decoder_keys(tensors: dict, path: str) -> tuple[str, dict]:
                                   f"({other}{PROBES[0]} …); the pack reads them as decoder.* (vendor m-a-p/YuE2-Vae "
                                   "layout) or vae.decoder.* (Comfy checkpoint layout): save the file again with the "
                                   f"keys renamed ({other}decoder.… → decoder.…)")
+        # another model's Oobleck-style decoder under a prefix (Stable Audio Open: `pretransform.model.decoder.…`,
+        # five stride blocks): its snake `alpha` tensors made it "a LoRA / LoKr adapter" (break-it review, stop 44)
+        first = PROBES[0]
+        foreign = next((k[:-len(first)] for k in sorted(tensors) if k.endswith("." + first)), None)
+        if foreign is not None:
+            lacks = ", ".join(foreign + p for p in PROBES if foreign + p not in tensors)
+            raise CheckpointError(f"{path} holds a VAE decoder under the prefix {foreign!r} ({foreign}{first} …), "
+                                  f"but not the YuE2 one: it lacks {lacks} (the YuE2 Oobleck decoder has six stride "
+                                  "blocks and its output conv at decoder.layers.8) — a VAE of another model (Stable "
+                                  "Audio Open's has five stride blocks); a YuE2 VAE is m-a-p/YuE2-Vae's decoder.* or "
+                                  "a Comfy checkpoint's vae.decoder.*")
         from .lora.layouts_io import _ADAPTER_ROLE
-        adapter = next((k for k in sorted(tensors) if _ADAPTER_ROLE.search(k)), None)
+        snake = {k[:-len(".alpha")] for k in tensors if k.endswith(".alpha") and k[:-len("alpha")] + "beta" in tensors}
+        adapter = next((k for k in sorted(tensors) if _ADAPTER_ROLE.search(k)
+                        and not (k.endswith(".alpha") and k[:-len(".alpha")] in snake)), None)
         if adapter is not None:  # new-user finding (stop 40): a LoRA given as --vae was not named as one
             raise CheckpointError(f"{path} is a LoRA / LoKr adapter (tensors such as {adapter}), not a VAE: give it "
                                   "as --lora (nodes: YuE2 LoRA), and a YuE2 VAE file or folder as --vae (nodes: YuE2 "
@@ -400,7 +416,8 @@ def _stored_name(name: str, layout: str) -> str:
 def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
     """CheckpointError naming the VAE `path` and the tensor when a decoder tensor holds NaN/inf, or a weight-norm
     conv's `weight_v` has norm 0 for some channel along dim 0 — g·v/‖v‖ is then 0/0, NaN audio after
-    a whole song's AR and NAR work. `names`: the decoder parameter names ("decoder.…"); `get(name)` → its fp32
+    a whole song's AR and NAR work —, or a snake's log-scale `alpha` is above SNAKE_LOG_MAX (exp overflows).
+    `names`: the decoder parameter names ("decoder.…"); `get(name)` → its fp32
     tensor (read one at a time at open, the loaded state at load). `layout` spells the names as the file does."""
     from .checkpoint import all_finite
     names = set(names)
@@ -411,6 +428,15 @@ def check_values(names, get, path: str, layout: str = "vendor-file") -> None:
             raise DamagedWeightsError(f"VAE {path}: {_stored_name(name, layout)} holds NaN/inf ({bad:,} of its "
                                   f"{t.numel():,} values) — the file is damaged (download it again) or was saved "
                                   "from a diverged training run; a YuE2 VAE's weights are finite")
+        if name.endswith(".alpha") and t.numel() and float(t.max()) > SNAKE_LOG_MAX:
+            # a snake's frequency is exp(alpha): finite values past ~88 are inf in float32, and x·inf, sin(inf) NaN
+            # audio — after a whole song's work (break-it review, stop 44)
+            top = float(t.max())
+            raise DamagedWeightsError(f"VAE {path}: {_stored_name(name, layout)} holds a log-scale snake frequency "
+                                      f"of {top:.4g}; the decoder computes exp({top:.4g}), "
+                                      f"{'inf' if top > 88.7 else 'far too large'} in float32, so the audio comes "
+                                      f"out NaN — the file is damaged or not a trained VAE (a snake's log frequency "
+                                      f"is a few units; at most {SNAKE_LOG_MAX:g} is accepted)")
         if name.endswith(".weight_v") and name[:-1] + "g" in names:
             # g·v/‖v‖ along dim 0 is computed as v·(g/‖v‖): finite when every channel's norm is finite and not tiny
             # and its factor g/‖v‖ is finite (v and g are finite, checked): then |v_i·g/‖v‖| ≤ |g|. A finite g

@@ -424,8 +424,14 @@ def verify_file(path: str, expected: dict) -> str:
 def weight_files(folder) -> list[str]:
     """Names (relative to `folder`) of the weight files: the shards of `model.safetensors.index.json` when present,
     else `model.safetensors`. CheckpointError for no weights, a malformed index or a shard that is missing."""
+    from .checkpoint import not_a_file
     folder = Path(folder)
     index = folder / INDEX
+    for name in (INDEX, WEIGHTS):  # a link loop / dangling link "did not exist": "has no weights" (stop 44 review)
+        what = not_a_file(str(folder / name)) if os.path.islink(folder / name) else None
+        if what is not None:
+            raise CheckpointError(f"{folder / name} is {what}, not a file: the vendor folder's weights must be "
+                                  "files (or links to files) — download the folder again")
     if index.exists():
         try:
             weight_map = json.loads(_json_text(index))["weight_map"]
@@ -439,8 +445,10 @@ def weight_files(folder) -> list[str]:
             if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
                 raise CheckpointError(f"{index} names the shard {shard!r}; shards are files beside the index")
             if not (folder / shard).is_file():
-                raise CheckpointError(f"{index} names the shard {shard}, which is not in {folder} (an incomplete "
-                                      "download: download the folder again)")
+                what = not_a_file(str(folder / shard))
+                state = f"which is {what}" if what else f"which is not in {folder}"
+                raise CheckpointError(f"{index} names the shard {shard}, {state} (an incomplete download: download "
+                                      "the folder again)")
         return shards
     if (folder / WEIGHTS).is_file():
         return [WEIGHTS]

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 from ...errors import AdapterError
 from ...layers import ModelDims
@@ -162,14 +163,20 @@ def _refusals(src: Source) -> None:
                "Linear [out, in])", "adapter_config.json")
 
 
+_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_INT = re.compile(r"[+-]?\d{1,18}", re.ASCII)
+
+
 def _number(src: Source, name: str, kind=float, positive: bool = False):
     """Metadata field `name` as a float (finite; > 0 when `positive`, the rule of adapter_config.json's lora_alpha)
     or an int ≥ 1; None when absent. AdapterError naming the field otherwise."""
     raw = src.metadata.get(name)
     if raw is None:
         return None
-    try:
-        v = kind(raw.strip()) if kind is float else int(raw.strip())
+    text = raw.strip()
+    try:  # ASCII digits only: float() / int() also read "٨" (Arabic-Indic), "８" (full width) and "1_6" (stop 44)
+        v = None if not (_FLOAT if kind is float else _INT).fullmatch(text) else \
+            kind(text) if kind is float else int(text)
     except ValueError:
         v = None
     if v is None or (kind is float and not math.isfinite(v)) or (kind is int and v < 1) or \
@@ -198,10 +205,11 @@ def _context(src: Source, layout: str) -> FileContext:
     elif layout == "mothersuperior-pt":
         default = "nar"
     meta_scale = None
-    if _number(src, "lora_scale") is not None:
-        meta_scale = ("lora_scale", _number(src, "lora_scale"))
-    elif fmt == "pt" and _number(src, "scale") is not None:
-        meta_scale = ("scale", _number(src, "scale"))
+    # positive, as an alpha is: a negative scale inverted the adapter without a word (break-it review, stop 44)
+    if _number(src, "lora_scale", positive=True) is not None:
+        meta_scale = ("lora_scale", _number(src, "lora_scale", positive=True))
+    elif fmt == "pt" and _number(src, "scale", positive=True) is not None:
+        meta_scale = ("scale", _number(src, "scale", positive=True))
     rank_field = None if src.container == "pt-mothersuperior" else _number(src, "rank", int)
     return FileContext(layout=layout, path=src.path, forced=forced, default=default,
                        replace_ok=layout in ("mothersuperior-raw", "mothersuperior-pt"),

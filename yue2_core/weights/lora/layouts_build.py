@@ -151,6 +151,14 @@ def _float(path: str, key: str, t: torch.Tensor) -> torch.Tensor:
         t = t.float()
     if not bool(torch.isfinite(t).all()):
         raise AdapterError(f"{path}: {key} holds NaN or inf values — the adapter is damaged; download it again")
+    if t.dtype == torch.float64 and t.numel():
+        # deltas are formed in float32 (merge and side delta): an F64 factor past its range became inf there — 1e200
+        # beside 1e-202 passed the product bound and gave NaN logits or latents after the work (stop 44 review)
+        peak = float(t.abs().max())
+        if peak > torch.finfo(torch.float32).max:
+            raise AdapterError(f"{path}: {key} is F64 with values up to {peak:.3g}, beyond float32's range "
+                               f"({torch.finfo(torch.float32).max:.3g}), in which the pack forms every delta — the "
+                               "adapter is damaged or was scaled wrongly; a trained LoRA's factors are small numbers")
     return t
 
 
