@@ -275,8 +275,8 @@ def score_notes(text: str, max_seconds: float | None = None, limit: int = 20, co
     from .abc import validate
     seconds = max_seconds if max_seconds is not None else SEMANTIC_PRESET.max_tokens / FRAMES_PER_SECOND
     issues = [i for i in validate(text, max_seconds=seconds, duration_setting=duration_setting)
-              if i.code != "line-ends"]  # said once, by form_notes (new-user finding: the same CRLF warning came
-    #                                     twice in two wordings)
+              if i.code not in ("line-ends", "control-character")]  # said once, by form_notes / control_notes
+    #                                     (new-user finding: the same CRLF warning came twice in two wordings)
     lines = [(f"line {i.line}: " if getattr(i, "line", None) else "") + f"{i.message} [{i.severity}]"
              for i in issues[:limit]]
     if len(issues) > limit:

@@ -1,6 +1,8 @@
 """Issue #20 item 15: what the editor's analyze route says agrees with what the Composer and the command line do.
 
 - A score with an unpaired surrogate (a JSON "\\ud800" escape) is not "ok": the Composer refuses such text.
+- A control character (a stray NUL after the score, an ESC inside a bar) is one finding that names it; the rules read
+  it as a space, so it makes no phantom music line or "cut off" bar (review 43).
 - Lines ending in a lone CR read as lines (as the vendor's `str.splitlines` and the command line read them), with a
   warning; tools keep every line end byte for byte.
 - Engraving inside the stated limits (engrave.MAX_NOTES_PER_BAR, MAX_NOTES) takes under 3 s of CPU (measured as the
@@ -102,3 +104,19 @@ def test_one_note_past_a_limit_is_refused_before_engraving():
     result = analyze({"abc": _busy_score(bars, 32), "engrave": True})
     assert result["svg"] is None and f"at most {MAX_NOTES}" in result["svg_error"]
     assert result["structure"] is not None and time.process_time() - t0 < 1.5  # checked, not engraved
+
+
+def test_a_control_character_is_one_finding_naming_it():
+    assert [i.code for i in validate(SCORE)] == []
+    for text, where in ((SCORE + "\x00", (14, 1)), (SCORE.replace("C16E16|", "C16\x1bE16|"), (11, 7))):
+        issues = validate(text)
+        assert [i.code for i in issues if i.severity == "error"] == ["control-character"], issues
+        [issue] = [i for i in issues if i.code == "control-character"]
+        assert (issue.line, issue.column) == where and "U+00" in issue.message, issue
+        assert not [i for i in issues if i.code in ("truncated", "dialect") and i.line != where[0]], issues
+        assert analyze({"abc": text})["ok"] is False
+    issues = validate(SCORE.replace("% verse", "% v\x7fe\x00rse"))
+    [issue] = [i for i in issues if i.code == "control-character"]
+    assert "U+007F (DEL)" in issue.message and "2 control characters" in issue.message
+    notes = __import__("yue2_core.protocol", fromlist=["score_notes"]).score_notes(SCORE + "\x00")
+    assert sum("U+0000" in n for n in notes) == 1, notes  # said once (control_notes), not twice

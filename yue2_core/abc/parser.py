@@ -26,6 +26,8 @@ SYNTAX_CODES = frozenset({"empty", "missing-header", "duplicate-header", "header
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# control characters (Unicode category Cc) other than tab; line ends are split off before: NUL, ESC, DEL, C1 …
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 LINE_END = re.compile(r"\r\n|\r|\n")  # what the vendor's str.splitlines() and Python's universal newlines split at
 
 
@@ -46,7 +48,9 @@ def scan(text: str) -> AbcScore:
     if not isinstance(text, str):
         raise AbcError(f"The score must be text (str), not {type(text).__name__}.", code="type")
     lines = split_lines(text)
-    clean = lines
+    # the rules read control characters as spaces, so one stray NUL (an editor's bad save) is one finding
+    # (`_control_issue`), not a phantom music line and a "cut off" last bar too; columns are unchanged
+    clean = [_CONTROL.sub(" ", line) for line in lines]
     blank = not text.replace("\ufeff", "").strip()  # a byte-order mark alone is empty (protocol.blank_score)
     header, body_start, issues = parse_header(clean) if not blank else (None, 0, [])
     if header is None:
@@ -58,6 +62,7 @@ def scan(text: str) -> AbcScore:
     score = AbcScore(text, lines, header, issues=issues)
     _line_end_issue(text, score.issues)
     _surrogate_issue(lines, score.issues)
+    _control_issue(lines, score.issues)
     _Body(score, clean, body_start).run()
     score.issues.sort(key=lambda i: (i.line or 0, i.column or 0))
     return score
@@ -78,6 +83,21 @@ def _surrogate_issue(lines: list[str], issues: list[Issue]) -> None:
                         f"valid Unicode text{more}: the score cannot be encoded as UTF-8 or tokenized, and the "
                         f"Composer refuses it. Delete it (it comes from a broken \\u escape or from bytes that were "
                         f"not UTF-8).", number, column))
+
+
+def _control_issue(lines: list[str], issues: list[Issue]) -> None:
+    """An error for the first control character (category Cc but tab; NUL, ESC, DEL …) with the count of all: it is
+    invisible in an editor, the model reads it as text, and no ABC tool writes it. The rules read it as a space."""
+    found = [(number, match.start() + 1) for number, line in enumerate(lines, 1) for match in _CONTROL.finditer(line)]
+    if not found:
+        return
+    number, column = found[0]
+    code = ord(lines[number - 1][column - 1])
+    name = {0: " (NUL)", 27: " (ESC)", 127: " (DEL)"}.get(code, "")
+    more = f" ({len(found)} control characters in all)" if len(found) > 1 else ""
+    issues.append(Issue("error", "control-character", f"Control character U+{code:04X}{name}{more}: invisible in an "
+                        "editor, but the model would read it as text. Delete it (a broken save or a paste from a "
+                        "terminal leaves such bytes).", number, column))
 
 
 def _line_end_issue(text: str, issues: list[Issue]) -> None:
