@@ -43,7 +43,7 @@
 #   bash bench/gpu_session.sh batch    # bench/batch.py (issue #19 rows): 16 different 3.6-min songs (cot full, 1,500
 #                                      # ABC tokens) through `batch`, --max-batch 1 (first 4 songs) / 4 / 8, with and
 #                                      # without --overlap; fits one 10-minute call (runs past 540 s are skipped)
-#   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management)
+#   bash bench/gpu_session.sh nodes    # tests/nodes/gpu_nodes_check.py --full (nodes under ComfyUI's model management); with --own-weights
 #   bash bench/gpu_session.sh nodescold # tests/nodes/gpu_nodes_cold.py: the nodes' first song vs second in fresh
 #                                      # processes (empty Triton cache, then kept, then kept without the background
 #                                      # reads of the later parts), full-size int8, ~4 min
@@ -178,7 +178,7 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
         --top 10 --l2 'qkv:o,gu;o:down,qkv+' 2>&1 | tee "$OUT/profile_gaps_rows8.log" ;;
     nodes)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out "$OUT" \
-        --full --budget-s 420 2>&1 | tail -c 3000 ;;
+        --full --own-weights --budget-s 420 2>&1 | tail -c 3000 ;;
     nodescold)
       PYTHONPATH=tests/nodes/gpu_stubs "$PY" tests/nodes/gpu_nodes_cold.py --comfy .comfyhost/comfyui --out "$OUT" \
         --compare-reads 2>&1 | tail -c 3000 ;;

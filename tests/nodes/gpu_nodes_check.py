@@ -2,6 +2,7 @@
 GPU, and a CPU host cannot observe offload, comfyui_host.md §8).
 
     python tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out /tmp/out [--full] [--reserve-gb N]
+        [--own-weights]
     python tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out /tmp/out --diagnose 5.5 [--one-stream]
     python tests/nodes/gpu_nodes_check.py --comfy .comfyhost/comfyui --out /tmp/out --novram [--without-load-whole]
 
@@ -18,7 +19,9 @@ every phase so a timeout still reports):
   - CUDA memory after each of several runs (flat), and after a Cancel during composing (back to the baseline);
   - a Cancel inside each stage (planning, music tokens, NAR, VAE) via the progress callback, then a full song:
     the Cancel raises ComfyUI's InterruptProcessingException, the next song runs, memory returns to the baseline;
-  - --full: the same on a full-size synthetic int8 checkpoint (the release's dimensions): tokens/s and peaks.
+  - --full: the same on a full-size synthetic int8 checkpoint (the release's dimensions): tokens/s and peaks;
+  - --own-weights: a LoRA and a VAE file on the model, the later parts read in the background or not: the same
+    tokens, latent and audio bit for bit, and the LoRA changes the song.
 """
 from __future__ import annotations
 
@@ -295,6 +298,61 @@ def diagnose(pack, work: Path, out: Path, hog_free_gb: float, one_stream: bool =
     del hog
 
 
+def own_weights(pack, work: Path) -> dict:
+    """A LoRA stack and a VAE file on the model, on the GPU, with the later parts read in the background (the
+    default on CUDA, `YuE2Model.prefetch` through the derived model) and without (`reads_ahead` off): the same music
+    tokens, latent and audio bit for bit; and the LoRA changes the song (it was applied). Tiny int8 and bf16."""
+    import folder_paths
+    import torch
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora.synthetic import write_adapter
+    from yue2_core.weights.synthetic_vae import write_vae
+    ym = sys.modules["yue2_nodes.model"]
+    n = {c.__name__: c for c in pack.NODE_LIST}
+    for kind in ("loras", "vae"):
+        (work / kind).mkdir(parents=True, exist_ok=True)
+        folder_paths.add_model_folder_path(kind, str(work / kind), is_default=True)
+    out = {}
+    for fmt in ("int8", "bf16"):
+        name = f"tiny_{fmt}.safetensors"
+        dims = inspect_checkpoint(str(work / "ckpt" / name)).dims
+        lora = f"aitk_{fmt}.safetensors"
+        write_adapter("aitk", work / "loras" / lora, dims, rank=4, seed=3)
+        write_vae(str(work / "vae" / "vae_file.safetensors"), layout="vendor-file", seed=5, encoder=False)
+        runs = {}
+        for label, ahead, with_lora in (("background reads", None, True), ("no background reads", False, True),
+                                        ("no LoRA", None, False)):
+            real = ym.reads_ahead
+            ym.reads_ahead = lambda device, on=ahead is not False: on  # on: what CUDA does (forced for --cpu)
+            try:
+                model = n["YuE2CheckpointLoader"].execute(name).args[0]
+                if with_lora:
+                    model = n["YuE2LoRA"].execute(model, lora, 1.0, 1.0).args[0]
+                model = n["YuE2VAELoader"].execute(model, "vae_file.safetensors").args[0]
+                _, tokens, _, _ = n["YuE2Composer"].execute(model, "synth pop", "[verse]\nla la", "full", 11, 4.0,
+                                                           max_abc_tokens=32).args
+                thread = model.root._prefetch_thread
+                latent = n["YuE2Renderer"].execute(model, tokens, 32, -1).args[0]
+                audio = n["YuE2VAEDecode"].execute(model, latent).args[0]
+            finally:
+                ym.reads_ahead = real
+            runs[label] = {"codes": tokens.codes, "latent": latent["samples"].float().cpu(),
+                           "audio": audio["waveform"].float().cpu(), "thread": None if thread is None else thread.name,
+                           "placement": placement(model.root)}
+        a, b, c = runs["background reads"], runs["no background reads"], runs["no LoRA"]
+        out[fmt] = {
+            "prefetch_thread": [a["thread"], b["thread"]],
+            "codes_equal": list(a["codes"]) == list(b["codes"]),
+            "latent_equal": bool(torch.equal(a["latent"], b["latent"])),
+            "audio_equal": bool(torch.equal(a["audio"], b["audio"])),
+            "lora_changes_song": not (list(a["codes"]) == list(c["codes"])
+                                      and bool(torch.equal(a["latent"], c["latent"]))),
+            "placement": a["placement"]}
+        out[fmt]["ok"] = (a["thread"] == "yue2-prefetch" and b["thread"] is None and out[fmt]["codes_equal"]
+                          and out[fmt]["latent_equal"] and out[fmt]["audio_equal"] and out[fmt]["lora_changes_song"])
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--comfy", required=True)
@@ -308,6 +366,8 @@ def main() -> int:
     ap.add_argument("--one-stream", action="store_true", help="with --diagnose: one graph-capture stream per device")
     ap.add_argument("--novram", action="store_true", help="ComfyUI's --novram (VRAMState.NO_VRAM): the tiny songs, "
                     "Cancel and placement under it (nodes.model.load_whole)")
+    ap.add_argument("--own-weights", action="store_true", help="also: a LoRA and a VAE file on the model, with and "
+                    "without the background reads of the later parts (same tokens, latent, audio)")
     ap.add_argument("--without-load-whole", action="store_true",
                     help="with --novram: nodes.model.load_whole turned off, to show what it fixes")
     a = ap.parse_args()
@@ -365,6 +425,11 @@ def main() -> int:
         save(out)
         results["phases"]["cancel_each_stage"] = cancel_each_stage(pack, "tiny_bf16.safetensors")
         save(out)
+        if a.own_weights:
+            rec = results["phases"]["own_weights"] = own_weights(pack, work)
+            save(out)
+            if not all(r["ok"] for r in rec.values()):
+                raise RuntimeError(f"own weights: {json.dumps(rec, default=str)[:2000]}")
         if a.full and time.perf_counter() - t_start < a.budget_s * 0.3:
             path = work / "ckpt" / "full_int8.safetensors"
             t0 = time.perf_counter()
