@@ -77,7 +77,8 @@ NOTES = {
              "seed + i, so take i is exactly the song of that seed). The Renderer and VAE Decode handle the batch; "
              "the takes report lists each take's seed, whether it ended on its own end token, its length and its "
              "score-to-audio ratio. Set Pick Take's index (0 … 3) to the take you like and run again: only Pick Take "
-             "and Save Song run, the rest comes from ComfyUI's cache.",
+             "and Save Song run, the rest comes from ComfyUI's cache — the Composer's seed is fixed for that (its "
+             "control is 'fixed'); type another seed for four new takes.",
     "vae": "Custom VAE decoder\n\nYuE2 VAE Loader swaps the checkpoint's VAE decoder for another YuE2 VAE: "
            "m-a-p/YuE2-Vae (standard), m-a-p/YuE2-Vae-legacy or Mothersuperior/YuE2-Vae-merge-0.666. Put the "
            "release's folder (config.json + model.safetensors, about 530 MB) in ComfyUI/models/vae, press R and pick "
@@ -296,8 +297,9 @@ def four_candidates(info: dict) -> dict:
     g = Graph(info)
     g.note(f"{NOTES['takes']}\n\n{WHERE}", (0, 180), (400, 460))
     loader = _loader(g, INT8)
+    # the seed fixed: 'randomize' changes it after every queue, so the run after choosing a take composed new takes
     composer = g.node("YuE2Composer", (450, 0), (440, 860), style=STYLE, lyrics=LYRICS, cot="full", seed=831001,
-                      seed_control="randomize", max_seconds=60.0, candidates=4)
+                      seed_control="fixed", max_seconds=60.0, candidates=4)
     composer_report = g.node("PreviewAny", (450, 910), (440, 260), title="Composer report")
     render = g.node("YuE2Renderer", (950, 0), (330, 130))
     decode = g.node("YuE2VAEDecode", (950, 200), (330, 80))

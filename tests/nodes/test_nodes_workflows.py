@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from comfy_client import PACK_NAME
-from nodes_testlib import (EXAMPLES, REPO, TINY, TINY_INT8, VALID_ABC, api, by_class, codes, run, saved_dirs,
-                           set_inputs, test_sized)
+from comfy_client import PACK_NAME, widget_names
+from nodes_testlib import (EXAMPLES, REPO, TINY, TINY_INT8, VALID_ABC, api, by_class, codes, load_example, run,
+                           saved_dirs, set_inputs, test_sized)
 
 NAMES = ["yue2_text_to_song_full", "yue2_text_to_song_melody", "yue2_text_to_song_off", "yue2_edit_and_rerender",
          "yue2_load_and_rerender", "yue2_int8_low_vram", "yue2_regenerate_from_bar", "yue2_continue",
@@ -63,6 +63,22 @@ def test_templates_are_listed_once_and_served(comfy):
     for name in NAMES:
         served = comfy.get_bytes(f"/api/workflow_templates/{PACK_NAME}/{name}.json")
         assert json.loads(served) == json.loads((EXAMPLES / f"{name}.json").read_text())
+
+
+def test_the_candidates_workflow_keeps_its_takes_when_the_index_changes(node_info):
+    """Review, stop 44: the Composer's seed control was 'randomize', which the frontend applies after every queue
+    (setting Comfy.WidgetControlMode, default 'after') — so the run after choosing Pick Take's index composed four new
+    takes with a new seed instead of picking among the ones just heard, against what the workflow's note says."""
+    workflow = load_example("yue2_four_candidates")
+    (composer,) = [n for n in workflow["nodes"] if n["type"] == "YuE2Composer"]
+    at = 0
+    for name, has_control in widget_names(node_info["YuE2Composer"], composer):
+        if name == "seed":
+            break
+        at += 2 if has_control else 1
+    assert composer["widgets_values"][at + 1] == "fixed"  # the value after the seed is its control
+    (note,) = [n for n in workflow["nodes"] if n["type"] == "Note"]
+    assert "only Pick Take and Save Song run" in note["widgets_values"][0] and "fixed" in note["widgets_values"][0]
 
 
 @pytest.mark.parametrize("name", NAMES)
