@@ -65,11 +65,15 @@ def test_templates_are_listed_once_and_served(comfy):
         assert json.loads(served) == json.loads((EXAMPLES / f"{name}.json").read_text())
 
 
-def test_the_candidates_workflow_keeps_its_takes_when_the_index_changes(node_info):
+@pytest.mark.parametrize("name, promise", [("yue2_four_candidates", "only Pick Take and Save Song run"),
+                                           ("yue2_custom_vae_decoder", "the same music tokens and latents"),
+                                           ("yue2_song_with_lora", "a strength change gives the same song")])
+def test_the_comparing_workflows_keep_their_seed(node_info, name, promise):
     """Review, stop 44: the Composer's seed control was 'randomize', which the frontend applies after every queue
     (setting Comfy.WidgetControlMode, default 'after') — so the run after choosing Pick Take's index composed four new
-    takes with a new seed instead of picking among the ones just heard, against what the workflow's note says."""
-    workflow = load_example("yue2_four_candidates")
+    takes with a new seed instead of picking among the ones just heard, and a VAE or LoRA strength swapped for a
+    comparison came with a different song, against what each workflow's note says."""
+    workflow = load_example(name)
     (composer,) = [n for n in workflow["nodes"] if n["type"] == "YuE2Composer"]
     at = 0
     for name, has_control in widget_names(node_info["YuE2Composer"], composer):
@@ -78,7 +82,7 @@ def test_the_candidates_workflow_keeps_its_takes_when_the_index_changes(node_inf
         at += 2 if has_control else 1
     assert composer["widgets_values"][at + 1] == "fixed"  # the value after the seed is its control
     (note,) = [n for n in workflow["nodes"] if n["type"] == "Note"]
-    assert "only Pick Take and Save Song run" in note["widgets_values"][0] and "fixed" in note["widgets_values"][0]
+    assert promise in note["widgets_values"][0] and "fixed" in note["widgets_values"][0]
 
 
 @pytest.mark.parametrize("name", NAMES)
