@@ -14,7 +14,9 @@ from yue2_core.protocol import ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, SongReques
 from . import memory, scores, takes, types
 from .progress import StageProgress, check_cancel, check_switches, user_errors
 
-MAX_SECONDS = 900
+# the whole context (983.04 s), as Regenerate's max_seconds and Continue's extra_seconds: the node says what really
+# fits after the prompt (review, stop 44: 900, below the "room for 971.92 s" its own report stated)
+MAX_SECONDS = CONTEXT / FRAMES_PER_SECOND
 
 
 def _sampling_inputs() -> list:

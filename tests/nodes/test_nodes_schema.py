@@ -79,7 +79,9 @@ def test_widget_defaults_ranges_and_units(node_info):
     seed = composer["required"]["seed"][1]
     assert seed["control_after_generate"] is True and seed["min"] == 0 and seed["max"] == 2 ** 63 - 1
     seconds = composer["required"]["max_seconds"][1]
-    assert (seconds["default"], seconds["min"], seconds["max"], seconds["step"]) == (120.0, 1.0, 900.0, 1.0)
+    # up to the whole context, as Regenerate / Continue: was 900, below the "room for 971.92 s" the report states
+    assert (seconds["default"], seconds["min"], seconds["max"], seconds["step"]) == (120.0, 1.0, 983.04, 1.0)
+    assert node_info["YuE2Regenerate"]["input"]["optional"]["max_seconds"][1]["max"] == seconds["max"]
     assert "seconds" in seconds["tooltip"] and "25" in seconds["tooltip"]
     assert composer["required"]["cot"][1]["options"] == ["full", "melody", "off"]
     assert composer["required"]["style"][1]["multiline"] and composer["required"]["lyrics"][1]["multiline"]
