@@ -109,6 +109,10 @@ def test_text_to_song_full(full_song, node_info):
     report = entry["outputs"][composer]["text"][0]
     assert "lead sheet: 8 ABC tokens" in report and "hit its budget of 8 tokens" in report
     assert f"music: {frames} tokens = {frames / 25:.2f} s" in report and "tok/s" in report
+    # the synthetic checkpoint's random weights run every phase to its budget: said, as the command line says it
+    assert ("warning: synthetic (random) weights never end a lead sheet or the music on their own end token, so each "
+            "phase runs to its budget: the lead sheet to 8 tokens (`max_abc_tokens`) and the music to 25 tokens "
+            "(`max_seconds`)") in report
     (preview,) = by_class(prompt, "PreviewAny")
     assert entry["outputs"][preview]["text"] == [report]  # the report output reaches a stock preview node
     (save,) = by_class(prompt, "YuE2SaveSong")
