@@ -327,11 +327,13 @@ def _check_music_budget(request, score, tok, max_seconds, music_tokens, planned:
         what = ("after this prompt, before any lead sheet is written (the lead sheet takes more)" if planned else
                 f"after this {budget['prefix_tokens']}-token prompt"
                 + (f" (of which {budget['score_tokens']} are the lead sheet)" if budget["score_tokens"] else ""))
+        over = budget["prefix_tokens"] + FRAMES_PER_SECOND - CONTEXT  # what to cut for one second of music
         raise ValueError(f"max_seconds = {max_seconds:g} s ({music_tokens} music tokens) does not fit the "
                          f"{CONTEXT}-token context: at most {fit:.2f} s ({budget['music_tokens_max']} tokens) fit "
                          f"{what}. " + (f"Lower max_seconds to {int(fit)} or less, or shorten the lyrics/style/score."
-                                         if fit >= 1 else "Not even 1 s of music fits: shorten the lyrics, style or "
-                                         "score."))
+                                         if fit >= 1 else "Not even 1 s of music fits: the prompt alone is "
+                                         f"{budget['prefix_tokens']:,} tokens; shorten the lyrics, style or score by "
+                                         f"at least {over:,} tokens."))
     return budget
 
 
