@@ -23,10 +23,6 @@ _SINGLE_FIELDS = ("codes", "prefix", "score", "request", "seed", "cfg_scale", "s
                   "seconds", "truncated")
 
 
-class BatchNotPicked(ValueError):
-    """A node that needs one song got a batch of takes."""
-
-
 @dataclass
 class TakeBatch:
     """N candidate takes on a YUE2_TOKENS socket: `takes[i]` is take i's SemanticTokens (seed `seeds[i]`).
@@ -50,7 +46,9 @@ class TakeBatch:
 
 def _refuse(name):
     def get(self):
-        raise BatchNotPicked(self.message())
+        # a plain ValueError: ComfyUI names an exception by its module, and a class of the pack's own showed the user
+        # "/…/custom_nodes/ComfyUI-YuE2.nodes.batch.BatchNotPicked" as the error's type (review, stop 44)
+        raise ValueError(self.message())
     return property(get)
 
 

@@ -10,11 +10,14 @@ from comfy_execution.graph_utils import ExecutionBlocker
 from yue2_core.constants import CONTEXT, DEFAULT_CFG, DEFAULT_SEED, FRAMES_PER_SECOND
 from yue2_core.pipeline import Budgets, Score, music_budget, plan, plan_notes, semantic
 from yue2_core.protocol import ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, SongRequest, planning_prefix
+from yue2_core.weights.checkpoint import is_synthetic
 
 from . import memory, scores, takes, types
-from .progress import StageProgress, check_cancel, check_switches, user_errors
+from .progress import StageProgress, check_cancel, check_switches, log, user_errors
 
-MAX_SECONDS = 900
+# the whole context (983.04 s), as Regenerate's max_seconds and Continue's extra_seconds: the node says what really
+# fits after the prompt (review, stop 44: 900, below the "room for 971.92 s" its own report stated)
+MAX_SECONDS = CONTEXT / FRAMES_PER_SECOND
 
 
 def _sampling_inputs() -> list:
@@ -137,6 +140,8 @@ class YuE2Composer(io.ComfyNode):
                                 music_sampling.max_tokens, planned=given is None and cot != "off")
         progress = StageProgress("YuE2 Composer")
         notes = list(request.input_warnings())
+        notes += _synthetic_note(model, request, given, abc_sampling.max_tokens,
+                                 music_sampling.max_tokens if sample_music else 0)
         on_cuda = model.device.type == "cuda"
         with user_errors():
             the_score = given or _plan(model, request, abc_sampling, music_sampling.max_tokens if sample_music else 0,
@@ -192,6 +197,7 @@ def _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc
     tok = model.tokenizer
     progress = StageProgress("YuE2 Composer")
     notes = list(request.input_warnings())
+    notes += _synthetic_note(model, request, given, abc_sampling.max_tokens, music_sampling.max_tokens)
     with user_errors():
         batch = takes.compose_takes(model, request, given, n, abc_sampling, music_sampling, max_seconds, progress)
     check_cancel()
@@ -231,6 +237,24 @@ def _takes_report(request, batch, budget, abc_sampling, music_sampling, given: s
         lines.append(f"take {i}: seed {t.seed} · {frames} tokens = {frames / FRAMES_PER_SECOND:.2f} s; {end}{sheet}")
     lines += [f"warning: {note}" for note in notes]
     return _bullets(lines)
+
+
+def _synthetic_note(model, request, given, abc_tokens: int, music_tokens: int) -> list[str]:
+    """[a note, also logged before the work] for a synthetic checkpoint, whose random weights never end a phase by
+    themselves — as the command line says it (review, stop 44: the shipped workflows on the tiny synthetic file ran
+    4,096 + 3,000 tokens, minutes on a CPU, with nothing saying why)."""
+    if not is_synthetic(model.info):
+        return []
+    phases = [f"the lead sheet to {abc_tokens} tokens (`max_abc_tokens`)"] if request.cot != "off" and given is None \
+        else []
+    phases += [f"the music to {music_tokens} tokens (`max_seconds`)"] if music_tokens else []
+    if not phases:
+        return []
+    note = ("synthetic (random) weights never end a lead sheet or the music on their own end token, so each phase "
+            "runs to its budget: " + " and ".join(phases) + "; for a quick try lower max_abc_tokens (≈ 64) and "
+            "max_seconds")
+    log.warning("[YuE2] YuE2 Composer: %s", note)
+    return [note]
 
 
 def _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds) -> None:
@@ -303,11 +327,13 @@ def _check_music_budget(request, score, tok, max_seconds, music_tokens, planned:
         what = ("after this prompt, before any lead sheet is written (the lead sheet takes more)" if planned else
                 f"after this {budget['prefix_tokens']}-token prompt"
                 + (f" (of which {budget['score_tokens']} are the lead sheet)" if budget["score_tokens"] else ""))
+        over = budget["prefix_tokens"] + FRAMES_PER_SECOND - CONTEXT  # what to cut for one second of music
         raise ValueError(f"max_seconds = {max_seconds:g} s ({music_tokens} music tokens) does not fit the "
                          f"{CONTEXT}-token context: at most {fit:.2f} s ({budget['music_tokens_max']} tokens) fit "
                          f"{what}. " + (f"Lower max_seconds to {int(fit)} or less, or shorten the lyrics/style/score."
-                                         if fit >= 1 else "Not even 1 s of music fits: shorten the lyrics, style or "
-                                         "score."))
+                                         if fit >= 1 else "Not even 1 s of music fits: the prompt alone is "
+                                         f"{budget['prefix_tokens']:,} tokens; shorten the lyrics, style or score by "
+                                         f"at least {over:,} tokens."))
     return budget
 
 

@@ -75,6 +75,8 @@ def _new_score(score, song):
     """The connected score as the engine reads it (an edited one is tokenized by the engine from its text)."""
     if score is None:
         return None
+    if score.cot == "off" and not (score.abc or "").strip() and song.score.cot == "off":
+        return None  # a cot-off song's own empty score, passed on by an ABC Editor: no new score (review, stop 44)
     if scores.needs_tokens(score):
         return score.abc
     return score

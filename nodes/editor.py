@@ -51,6 +51,14 @@ class YuE2ABCEditor(io.ComfyNode):
         if incoming and incoming.strip():
             remember_source(extra, unique_id, incoming)
         text = abc if abc.strip() and not stale else incoming
+        if not abc.strip() and score is not None and score.cot == "off" and not (score.abc or "").strip():
+            # the "score" of a song or Composer with cot off (no lead sheet), the box empty: passed on as it is, so
+            # yue2_regenerate_from_bar / Continue work on a song of yue2_text_to_song_off (review, stop 44: refused as
+            # an empty score, and a lead sheet typed instead was then refused by Regenerate)
+            summary = ("input score: none (cot off: no lead sheet), passed on unchanged; a lead sheet typed here "
+                       "only works for a Composer with cot full or melody, not for a song made with cot off")
+            return io.NodeOutput(score, "", ui={"text": [summary], "abc": [""], "source_abc": [""],
+                                                "unchanged": [True], "issues": []})
         if text is None or not text.strip():
             what = ("the connected score is empty (cot off has no lead sheet)" if score is not None
                     else "the connected abc_text is empty" if abc_text is not None

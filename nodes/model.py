@@ -254,6 +254,11 @@ class YuE2Model:
         deltas planned with their clones; the NAR on CUDA has float layers, `float_linears`)."""
         return any(self._sides.get(p) for p in ("ar", "nar"))
 
+    def __str__(self) -> str:
+        """What ComfyUI's Preview as Text shows for a model socket: the loader's description, not "<…custom_nodes/
+        ComfyUI-YuE2.nodes.model.YuE2Model object at 0x…>" (review, stop 44)."""
+        return self.describe()
+
     def describe(self) -> str:
         text = (f"{self.info.summary()}\n\ncompute: AR/NAR {str(self.dtype).split('.')[-1]} on {self.device}, "
                 f"VAE float32 on {self.vae_device}; weights are read on first use and offloaded by ComfyUI")

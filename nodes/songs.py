@@ -258,8 +258,11 @@ class YuE2LoadSong(io.ComfyNode):
                                    tooltip="The input model's checkpoint with the LoRAs (same files by sha256, same "
                                            "strengths) and VAE the song was made with, found in ComfyUI's loras "
                                            "and vae folders; the input model itself for a song that recorded "
-                                           "none. Render or decode with it to reproduce the song."),
+                                           "none. Render or decode with it to reproduce the song. When such a "
+                                           "file is missing, Load Song stops and names it only if this output is "
+                                           "connected; the other outputs work without it."),
             ],
+            hidden=[io.Hidden.prompt, io.Hidden.unique_id],
         )
 
     @classmethod
@@ -301,10 +304,22 @@ class YuE2LoadSong(io.ComfyNode):
             lines.append("score.abc was edited: `score` is the edited text, re-tokenized; the saved `tokens` were "
                          "sampled from the original — connect `score` to a YuE2 Composer for music that follows "
                          "the edit")
-        with user_errors():
-            song_model = model_with_song_weights(model, saved.config.get("weights"))
-            lines += int8_mode_notes(saved.config.get("weights"), song_model)
-            lines += stacking_notes(saved.config.get("weights"), song_model)
+        try:
+            with user_errors():
+                song_model = model_with_song_weights(model, saved.config.get("weights"))
+                lines += int8_mode_notes(saved.config.get("weights"), song_model)
+                lines += stacking_notes(saved.config.get("weights"), song_model)
+        except ValueError as exc:
+            # only the model output needs the song's LoRA / VAE files: a moved or deleted one stops the node only when
+            # that output is connected (review, stop 44: the whole node failed, so the score, tokens and latent of a
+            # song whose LoRA was gone could not be rendered with the plain checkpoint, continued or regenerated)
+            hidden = getattr(cls, "hidden", None)  # set by ComfyUI's executor
+            if _output_linked(getattr(hidden, "prompt", None), getattr(hidden, "unique_id", None), MODEL_SLOT):
+                raise
+            lines.append(f"warning: no model output — {exc}")
+            blocked = ExecutionBlocker(f"YuE2 Load Song's model output (the song's own weights) is unavailable: "
+                                       f"{exc}")
+            return io.NodeOutput(saved.score, saved.tokens, latent, saved, blocked, ui={"text": ["\n".join(lines)]})
         if song_model is not model:
             lines.append(f"model output: the checkpoint with the song's {len(song_model.adapters)} LoRA(s)"
                          + (" and its VAE file" if song_model.vae_file is not None else ""))
@@ -374,6 +389,21 @@ def _checkpoint_notes(recorded, model) -> list[str]:
         return check_checkpoint(recorded, model.info)
     except CheckpointMismatch as exc:
         return [f"{exc} (Regenerate and Continue refuse it; its score can still be composed anew)"]
+
+
+MODEL_SLOT = 4  # Load Song's `model` output
+
+
+def _output_linked(prompt, node_id, slot: int) -> bool:
+    """Whether a node of the API prompt takes output `slot` of node `node_id`; True when the prompt is unknown."""
+    if not isinstance(prompt, dict) or node_id is None:
+        return True
+    for node in prompt.values():
+        inputs = node.get("inputs") if isinstance(node, dict) else None
+        for value in (inputs or {}).values() if isinstance(inputs, dict) else ():
+            if isinstance(value, list) and len(value) == 2 and str(value[0]) == str(node_id) and value[1] == slot:
+                return True
+    return False
 
 
 def _recorded_weights_state(path: Path) -> tuple:

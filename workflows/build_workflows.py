@@ -77,18 +77,22 @@ NOTES = {
              "seed + i, so take i is exactly the song of that seed). The Renderer and VAE Decode handle the batch; "
              "the takes report lists each take's seed, whether it ended on its own end token, its length and its "
              "score-to-audio ratio. Set Pick Take's index (0 … 3) to the take you like and run again: only Pick Take "
-             "and Save Song run, the rest comes from ComfyUI's cache.",
+             "and Save Song run, the rest comes from ComfyUI's cache — the Composer's seed is fixed for that (its "
+             "control is 'fixed'); type another seed for four new takes.",
     "vae": "Custom VAE decoder\n\nYuE2 VAE Loader swaps the checkpoint's VAE decoder for another YuE2 VAE: "
            "m-a-p/YuE2-Vae (standard), m-a-p/YuE2-Vae-legacy or Mothersuperior/YuE2-Vae-merge-0.666. Put the "
            "release's folder (config.json + model.safetensors, about 530 MB) in ComfyUI/models/vae, press R and pick "
            "it as \"name/\"; a .safetensors with decoder.* (or vae.decoder.*) tensors works as well, decoder-only "
-           "included. Only the decoding changes: the same music tokens and latents give a different timbre. The "
+           "included. Only the decoding changes: the same music tokens and latents give a different timbre (the "
+           "Composer's seed is fixed for that comparison, its control 'fixed'; type another seed for a new song). The "
            "info output says which release the folder's config.json names. The Checkpoint Loader's own model still "
            "decodes with the checkpoint's VAE if you wire it to another VAE Decode.",
     "lora": "Song with a LoRA\n\nYuE2 LoRA adds an adapter to both experts: put the file in ComfyUI/models/loras "
             "(any published YuE2 layout — ai-toolkit, Comfy-native, Mothersuperior, FL, HOT-Step, Starnodes, PEFT "
             "with its adapter_config.json, LoKr), press R and pick it. strength_ar changes the lead sheet and the "
-            "music tokens, strength_nar the rendering; 0 turns the adapter off on that expert. The report says what "
+            "music tokens, strength_nar the rendering; 0 turns the adapter off on that expert (the Composer's seed "
+            "is fixed, so a strength change gives the same song otherwise; type another seed for a new song). The "
+            "report says what "
             "was detected and applied, and lists every key that matched nothing. Chain more LoRA nodes to stack "
             "adapters; the loader's own model stays unpatched. A saved song records its adapters (sha256, "
             "strengths): YuE2 Load Song's model output re-applies them.",
@@ -296,8 +300,9 @@ def four_candidates(info: dict) -> dict:
     g = Graph(info)
     g.note(f"{NOTES['takes']}\n\n{WHERE}", (0, 180), (400, 460))
     loader = _loader(g, INT8)
+    # the seed fixed: 'randomize' changes it after every queue, so the run after choosing a take composed new takes
     composer = g.node("YuE2Composer", (450, 0), (440, 860), style=STYLE, lyrics=LYRICS, cot="full", seed=831001,
-                      seed_control="randomize", max_seconds=60.0, candidates=4)
+                      seed_control="fixed", max_seconds=60.0, candidates=4)
     composer_report = g.node("PreviewAny", (450, 910), (440, 260), title="Composer report")
     render = g.node("YuE2Renderer", (950, 0), (330, 130))
     decode = g.node("YuE2VAEDecode", (950, 200), (330, 80))
@@ -326,7 +331,7 @@ def custom_vae_decoder(info: dict) -> dict:
     vae = g.node("YuE2VAELoader", (0, 160), (380, 110), vae_name="YuE2-Vae-legacy/")
     vae_info = g.node("PreviewAny", (0, 860), (400, 200), title="VAE info")
     composer = g.node("YuE2Composer", (450, 0), (440, 820), style=STYLE, lyrics=LYRICS, cot="full", seed=831001,
-                      seed_control="randomize", max_seconds=120.0)
+                      seed_control="fixed", max_seconds=120.0)
     report = g.node("PreviewAny", (450, 870), (440, 220), title="Composer report")
     g.link(loader, "model", vae, "model")
     g.link(vae, "info", vae_info, "source")
@@ -344,7 +349,7 @@ def song_with_lora(info: dict) -> dict:
                   strength_nar=1.0)
     lora_report = g.node("PreviewAny", (0, 950), (400, 260), title="LoRA report")
     composer = g.node("YuE2Composer", (450, 0), (440, 820), style=STYLE, lyrics=LYRICS, cot="full", seed=831001,
-                      seed_control="randomize", max_seconds=120.0)
+                      seed_control="fixed", max_seconds=120.0)
     report = g.node("PreviewAny", (450, 870), (440, 220), title="Composer report")
     g.link(loader, "model", lora, "model")
     g.link(lora, "report", lora_report, "source")

@@ -114,7 +114,7 @@ def test_empty_style_and_lyrics_warn_but_run(comfy):
     assert "music: not sampled" in report
 
 
-@pytest.mark.parametrize("seconds", [0.0, -5.0, 901.0])
+@pytest.mark.parametrize("seconds", [0.0, -5.0, 984.0])  # the max: the context, 983.04 s
 def test_max_seconds_outside_the_widget_range_is_rejected(comfy, seconds):
     body = rejected(comfy, {"1": LOADER, "2": composer(max_seconds=seconds), "3": preview(["2", 3])})
     details = str(body["node_errors"]["2"])
@@ -131,6 +131,13 @@ def test_max_seconds_above_what_fits_says_the_maximum(comfy):
     assert "max_seconds = 900 s (22500 music tokens) does not fit the 24576-token context" in message
     fits = float(message.split("at most ")[1].split(" s")[0])
     assert 700 < fits < 900 and f"Lower max_seconds to {int(fits)} or less" in message
+    # a prompt longer than the context: how long it is and how much to cut (review, stop 44: "at most 0.00 s (0
+    # tokens) fit … shorten the lyrics, style or score", with no size to aim for)
+    node, _, message = _traceback_of(comfy, {"1": LOADER, "2": composer(cot="off", lyrics="la la la\n" * 7000,
+                                                                           max_seconds=10.0),
+                                                "3": preview(["2", 3])})
+    prompt = int(message.split("the prompt alone is ")[1].split(" tokens")[0].replace(",", ""))
+    assert prompt > 24576 and f"by at least {prompt + 25 - 24576:,} tokens" in message, message
 
 
 @pytest.mark.parametrize("abc, expected", [

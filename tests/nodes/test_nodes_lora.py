@@ -128,11 +128,18 @@ def test_song_records_its_lora_and_load_song_reapplies_it(comfy, comfy_server, c
     saved = np.load(song / "latent.npy")
     assert np.array_equal(np.load(dirs["again"] / "latent.npy"), saved)
     assert not np.array_equal(np.load(dirs["plain"] / "latent.npy"), saved)
-    # the adapter gone: Load Song says which file is missing
+    # the adapter gone: with its model output connected, Load Song says which file is missing ...
     (loras / LORA).rename(loras / (LORA + ".moved"))
     try:
         node, _, message = run_error(comfy, {k: v for k, v in p.items() if k in ("1", "2", "3", "5")})
         assert node == "YuE2LoadSong" and LORA in message and "missing" in message, message
+        # ... and without it the song still loads (review, stop 44: Load Song failed as a whole, so a song whose LoRA
+        # was moved could not even be rendered with the plain checkpoint or continued)
+        entry = run(comfy, {k: v for k, v in p.items() if k in ("1", "2", "4", "6")})
+        (plain,) = saved_dirs(entry, comfy_server.output_dir)
+        assert np.array_equal(np.load(plain / "latent.npy"), np.load(dirs["plain"] / "latent.npy"))
+        text = entry["outputs"]["2"]["text"][0]
+        assert "warning: no model output" in text and LORA in text, text
     finally:
         (loras / (LORA + ".moved")).rename(loras / LORA)
 

@@ -118,6 +118,26 @@ def test_regenerate_under_an_edited_score(comfy, comfy_server, node_info, parent
     assert got["score_changed"] is True and got["seed"] == 7 and got["cut_requested"] == "1s"
 
 
+def test_a_cot_off_song_goes_through_the_shipped_regenerate_workflow(comfy, comfy_server, node_info):
+    """Review, stop 44: a song of yue2_text_to_song_off in yue2_regenerate_from_bar (Load Song → ABC Editor →
+    Regenerate, the editor's box empty) stopped at the editor ("the ABC score is empty … Type a lead sheet"), and a
+    lead sheet typed there was refused by Regenerate (a cot-off song takes no new score): the workflow could not
+    edit such a song without rewiring. The editor now passes the empty cot-off score on, and Regenerate keeps the
+    song's own (no) score."""
+    entry = run(comfy, test_sized(api("yue2_text_to_song_off", node_info), max_seconds=2.0))
+    (off_song,) = saved_dirs(entry, comfy_server.output_dir)
+    prompt = _regen_prompt(node_info, off_song, cut="1s")
+    entry, child = _child(comfy, comfy_server, prompt)
+    assert codes(child)[:25] == codes(off_song)[:25] and not (child / "score.abc").exists()
+    assert lineage(child)["score_changed"] is False
+    (editor,) = by_class(prompt, "YuE2ABCEditor")
+    assert "input score: none (cot off" in entry["outputs"][editor]["text"][0]
+    # a lead sheet typed into the box is still refused, by Regenerate, saying why
+    set_inputs(prompt, "YuE2ABCEditor", abc=SCORE)
+    node, _, message = run_error(comfy, prompt)
+    assert node == "YuE2Regenerate" and "made with cot='off' and has no score" in message
+
+
 def test_continue_keeps_the_song_and_states_the_maximum(comfy, comfy_server, node_info, parent):
     prompt = test_sized(api("yue2_continue", node_info))
     set_inputs(prompt, "YuE2LoadSong", song=parent.name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from comfy_client import PACK_NAME
-from nodes_testlib import PACK_NODES, TINY, rejected
+from nodes_testlib import PACK_NODES, TINY, rejected, run
 
 DISPLAY = {"YuE2CheckpointLoader": "YuE2 Checkpoint Loader", "YuE2LoRA": "YuE2 LoRA",
            "YuE2VAELoader": "YuE2 VAE Loader", "YuE2Composer": "YuE2 Composer",
@@ -79,7 +79,9 @@ def test_widget_defaults_ranges_and_units(node_info):
     seed = composer["required"]["seed"][1]
     assert seed["control_after_generate"] is True and seed["min"] == 0 and seed["max"] == 2 ** 63 - 1
     seconds = composer["required"]["max_seconds"][1]
-    assert (seconds["default"], seconds["min"], seconds["max"], seconds["step"]) == (120.0, 1.0, 900.0, 1.0)
+    # up to the whole context, as Regenerate / Continue: was 900, below the "room for 971.92 s" the report states
+    assert (seconds["default"], seconds["min"], seconds["max"], seconds["step"]) == (120.0, 1.0, 983.04, 1.0)
+    assert node_info["YuE2Regenerate"]["input"]["optional"]["max_seconds"][1]["max"] == seconds["max"]
     assert "seconds" in seconds["tooltip"] and "25" in seconds["tooltip"]
     assert composer["required"]["cot"][1]["options"] == ["full", "melody", "off"]
     assert composer["required"]["style"][1]["multiline"] and composer["required"]["lyrics"][1]["multiline"]
@@ -128,3 +130,12 @@ def test_a_prompt_linking_wrong_types_is_rejected(comfy, node_info):
                  "2": {"class_type": "YuE2ABCEditor", "inputs": {"abc": "", "score": ["1", 0]}},
                  "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}}},):
         assert "received_type(YUE2_MODEL) mismatch input_type(YUE2_SCORE)" in str(rejected(comfy, bad))
+
+
+def test_a_model_socket_previews_as_its_description(comfy, checkpoints):
+    """Preview as Text on a YUE2_MODEL output (what a user wires to see what a socket holds) shows what the loader
+    detected (review, stop 44: "</…/custom_nodes/ComfyUI-YuE2.nodes.model.YuE2Model object at 0x7f…>")."""
+    entry = run(comfy, {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+                        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}})
+    (text,) = entry["outputs"]["2"]["text"]
+    assert text.startswith("YuE2 bf16 all-in-one") and "object at 0x" not in text, text

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from comfy_client import PACK_NAME
-from nodes_testlib import (EXAMPLES, REPO, TINY, TINY_INT8, VALID_ABC, api, by_class, codes, run, saved_dirs,
-                           set_inputs, test_sized)
+from comfy_client import PACK_NAME, widget_names
+from nodes_testlib import (EXAMPLES, REPO, TINY, TINY_INT8, VALID_ABC, api, by_class, codes, load_example, run,
+                           saved_dirs, set_inputs, test_sized)
 
 NAMES = ["yue2_text_to_song_full", "yue2_text_to_song_melody", "yue2_text_to_song_off", "yue2_edit_and_rerender",
          "yue2_load_and_rerender", "yue2_int8_low_vram", "yue2_regenerate_from_bar", "yue2_continue",
@@ -65,6 +65,26 @@ def test_templates_are_listed_once_and_served(comfy):
         assert json.loads(served) == json.loads((EXAMPLES / f"{name}.json").read_text())
 
 
+@pytest.mark.parametrize("name, promise", [("yue2_four_candidates", "only Pick Take and Save Song run"),
+                                           ("yue2_custom_vae_decoder", "the same music tokens and latents"),
+                                           ("yue2_song_with_lora", "a strength change gives the same song")])
+def test_the_comparing_workflows_keep_their_seed(node_info, name, promise):
+    """Review, stop 44: the Composer's seed control was 'randomize', which the frontend applies after every queue
+    (setting Comfy.WidgetControlMode, default 'after') — so the run after choosing Pick Take's index composed four new
+    takes with a new seed instead of picking among the ones just heard, and a VAE or LoRA strength swapped for a
+    comparison came with a different song, against what each workflow's note says."""
+    workflow = load_example(name)
+    (composer,) = [n for n in workflow["nodes"] if n["type"] == "YuE2Composer"]
+    at = 0
+    for name, has_control in widget_names(node_info["YuE2Composer"], composer):
+        if name == "seed":
+            break
+        at += 2 if has_control else 1
+    assert composer["widgets_values"][at + 1] == "fixed"  # the value after the seed is its control
+    (note,) = [n for n in workflow["nodes"] if n["type"] == "Note"]
+    assert promise in note["widgets_values"][0] and "fixed" in note["widgets_values"][0]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_workflow_converts_with_every_node_known(node_info, name):
     prompt = api(name, node_info)  # raises on node types /object_info does not know
@@ -89,6 +109,10 @@ def test_text_to_song_full(full_song, node_info):
     report = entry["outputs"][composer]["text"][0]
     assert "lead sheet: 8 ABC tokens" in report and "hit its budget of 8 tokens" in report
     assert f"music: {frames} tokens = {frames / 25:.2f} s" in report and "tok/s" in report
+    # the synthetic checkpoint's random weights run every phase to its budget: said, as the command line says it
+    assert ("warning: synthetic (random) weights never end a lead sheet or the music on their own end token, so each "
+            "phase runs to its budget: the lead sheet to 8 tokens (`max_abc_tokens`) and the music to 25 tokens "
+            "(`max_seconds`)") in report
     (preview,) = by_class(prompt, "PreviewAny")
     assert entry["outputs"][preview]["text"] == [report]  # the report output reaches a stock preview node
     (save,) = by_class(prompt, "YuE2SaveSong")
