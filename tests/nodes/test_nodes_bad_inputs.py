@@ -95,7 +95,7 @@ def test_missing_parts_block_what_needs_them(comfy, tokens_song):
     assert "music: not sampled" in entry["outputs"]["5"]["text"][0]
 
 
-def test_a_latent_of_the_wrong_shape_names_the_shape(comfy):
+def test_a_latent_of_the_wrong_shape_names_the_shape(comfy, checkpoints):
     prompt = {"1": LOADER,
               "2": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}},
               "3": {"class_type": "YuE2VAEDecode", "inputs": {"model": ["1", 0], "latent": ["2", 0]}},
@@ -105,7 +105,7 @@ def test_a_latent_of_the_wrong_shape_names_the_shape(comfy):
     assert "[1, 4, 64, 64]" in message and "[B, 64, frames]" in message and "image latent" in message
 
 
-def test_empty_style_and_lyrics_warn_but_run(comfy):
+def test_empty_style_and_lyrics_warn_but_run(comfy, checkpoints):
     entry = run(comfy, {"1": LOADER, "2": composer(style="", lyrics="", sample_music=False),
                         "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 3]}}})
     report = entry["outputs"]["2"]["text"][0]
@@ -122,7 +122,7 @@ def test_max_seconds_outside_the_widget_range_is_rejected(comfy, seconds):
     assert "max_seconds" in details
 
 
-def test_max_seconds_above_what_fits_says_the_maximum(comfy):
+def test_max_seconds_above_what_fits_says_the_maximum(comfy, checkpoints):  # the tiny file in place when run alone
     lyrics = "la la la\n" * 1000  # about 4,000 prompt tokens: less than 900 s of music fit after them
     node, _, message = _traceback_of(comfy, {"1": LOADER, "2": composer(cot="off", lyrics=lyrics,
                                                                            max_seconds=900.0),
@@ -152,7 +152,7 @@ def test_the_editor_refuses_an_invalid_score_with_its_line(comfy, abc, expected)
     assert node == "YuE2ABCEditor" and expected in message
 
 
-def test_conflicting_score_inputs_are_refused(comfy):
+def test_conflicting_score_inputs_are_refused(comfy, checkpoints):
     text = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}}
     editor = {"class_type": "YuE2ABCEditor", "inputs": {"abc": "", "abc_text": ["2", 0]}}
     _, _, message = _traceback_of(comfy, {"1": LOADER, "2": text, "3": editor,
