@@ -415,3 +415,30 @@ def test_fl_companion_check_takes_odd_sha256_records():
     assert fl_companion_twice(odd) is None
     pair = [({"sha256": "a", "companions": [{"sha256": "b"}]}, 1.0, 1.0), ({"sha256": "b"}, 0.0, 1.0)]
     assert fl_companion_twice(pair) == (0, 1)
+
+
+def test_a_renamed_adapter_or_vae_file_is_found_by_size_and_sha256(tmp_path):
+    """ComfyUI-user review (stop 44): a LoRA renamed in the loras folder made Load Song and `render` say "missing";
+    a file of the recorded size with the recorded sha256 is the same file. A file of that size with other bytes is
+    not taken, and the message says what was searched."""
+    loras = tmp_path / "loras"
+    loras.mkdir()
+    a = syn.write_adapter("aitk", loras / "mine.safetensors", TINY, rank=2, seed=1)
+    rec = _record(a)
+    other = syn.write_adapter("aitk", loras / "other.safetensors", TINY, rank=2, seed=2)
+    assert other.stat().st_size == a.stat().st_size  # same size, other bytes: never taken for it
+    renamed = loras / "sub" / "mine v2.safetensors"
+    renamed.parent.mkdir()
+    shutil.move(str(a), renamed)
+    assert find_recorded(rec, [loras]) == str(renamed)
+    os.remove(renamed)
+    with pytest.raises(AdapterError, match=r"by name, and by size and sha256"):
+        find_recorded(rec, [loras])
+    vae = tmp_path / "v.safetensors"
+    from yue2_core.weights.synthetic_vae import write_vae
+    write_vae(str(vae), layout="vendor-file", encoder=False)
+    vrec = open_vae(str(vae)).record()
+    vaes = tmp_path / "vae"
+    vaes.mkdir()
+    shutil.move(str(vae), vaes / "decoder.safetensors")
+    assert find_recorded(vrec, [vaes], what="VAE") == str(vaes / "decoder.safetensors")

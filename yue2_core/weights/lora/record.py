@@ -239,8 +239,9 @@ def find_recorded(record: dict, search_dirs=(), what: str = "LoRA") -> str:
     adapter: its recorded `weights_file`, or for older records adapter_model / lora / model .safetensors) and every
     recorded companion (FL NAR file, adapter_config.json) and shard still has its sha256 at its recorded place
     relative to it, else the first file named `record["file"]` under `search_dirs` (searched recursively) for which
-    all of that holds. AdapterError saying exactly which file is missing or changed — the weights file, or the
-    companion (name, sha256, where it was, the folders searched) — otherwise."""
+    all of that holds, else (a single-file record with its `bytes`) the first file of that size under `search_dirs`
+    for which it holds — the same file renamed. AdapterError saying exactly which file is missing or changed — the
+    weights file, or the companion (name, sha256, where it was, the folders searched) — otherwise."""
     if not isinstance(record, dict) or not isinstance(record.get("file"), str) or not isinstance(
             record.get("sha256"), str):
         raise AdapterError(f"the song's config.json has a malformed {what} entry: {str(record)[:200]!r}")
@@ -262,6 +263,21 @@ def find_recorded(record: dict, search_dirs=(), what: str = "LoRA") -> str:
             for n in (*filenames, *dirnames):
                 if n == name and matches(os.path.join(dirpath, n)):
                     return os.path.join(dirpath, n)
+    size = record.get("bytes")
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0 and not record.get("weights_file") \
+            and not (isinstance(recorded, str) and os.path.isdir(recorded)):
+        # renamed (or moved under another name): a file of the recorded size whose sha256 and companions match —
+        # only files of that exact size are hashed (ComfyUI-user review, stop 44: a renamed LoRA was "missing")
+        for folder in search_dirs:
+            for dirpath, _, filenames in os.walk(folder):
+                for n in filenames:
+                    path = os.path.join(dirpath, n)
+                    try:
+                        same_size = os.path.getsize(path) == size
+                    except OSError:
+                        continue
+                    if same_size and matches(path):
+                        return path
     where = f" (it was at {recorded})" if isinstance(recorded, str) else ""
     searched = ", ".join(str(d) for d in search_dirs) or "no other folder"
     if bad_companion is not None:
@@ -270,6 +286,6 @@ def find_recorded(record: dict, search_dirs=(), what: str = "LoRA") -> str:
                            f"{searched}. Put the same companion back: a song is re-rendered only with the weights "
                            f"it was made with.")
     raise AdapterError(f"this song was made with the {what} {name} (sha256 {want[:16]}…){where}, which is missing or "
-                       f"has changed; searched {searched}. Put the same file back (the command line also takes it "
-                       f"with --{'lora' if what == 'LoRA' else 'vae'} PATH): a song is re-rendered only with the "
-                       "weights it was made with.")
+                       f"has changed; searched {searched} (by name, and by size and sha256). Put the same file back "
+                       f"(the command line also takes it with --{'lora' if what == 'LoRA' else 'vae'} PATH): a song "
+                       "is re-rendered only with the weights it was made with.")
