@@ -16,7 +16,8 @@ run() {  # label, env assignment ("" or OMP_NUM_THREADS=1), extra args...
   local label=$1 envs=$2; shift 2
   local t0 t1
   t0=$(date +%s.%N)
-  env $envs bash scripts/song.sh --output "$OUT/$(echo "$label" | tr -c 'a-z0-9' _)" "$@" >"$OUT/last.log" 2>&1
+  local dir; dir="$OUT/run${#rows[@]}_$(echo "$label" | tr -c 'a-z0-9' _)"
+  env $envs bash scripts/song.sh --output "$dir" "$@" >"$dir.log" 2>&1
   local rc=$?
   t1=$(date +%s.%N)
   rows+=("| $label | ${envs:-(unset)} | $(python3 -c "print(f'{$t1 - $t0:.1f}')") s | rc $rc |")
