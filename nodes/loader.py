@@ -130,8 +130,9 @@ class YuE2CheckpointLoader(io.ComfyNode):
 
     @classmethod
     def fingerprint_inputs(cls, ckpt_name):
-        """A file replaced on disk (another `stat_identity`: size, mtime, inode, ctime) re-runs the loader instead
-        of reusing its cached model, whose parts are read lazily — a mix of two files' parts otherwise (break-it finding, stop 38). A vendor
+        """A file replaced on disk (another `file_identity`: size, mtime, inode, sampled bytes) re-runs the loader
+        instead of reusing its cached model, whose parts are read lazily — a mix of two files' parts otherwise
+        (break-it finding, stop 38). A vendor
         model folder: also the VAE folder it decodes with (`find_vae_folder`: its `vae/`, a sibling, the HF cache) —
         break-it review, stop 43: a VAE replaced there was not seen, so the cached model decoded with the old one, or
         (its VAE not read yet) every later run failed with "changed on disk … queue the workflow again"."""

@@ -275,10 +275,9 @@ class YuE2Model:
         if part not in self._patchers:
             if _checkpoint_state(self.info) != self._file_state:
                 raise CheckpointError(f"the checkpoint {self.info.path} changed on disk since the YuE2 Checkpoint "
-                                      f"Loader read it (its size, times or inode differ), so its "
-                                      f"{part.upper()} part would come from another file than the parts already read; "
-                                      "queue the "
-                                      "workflow again (the loader then reads the new file)")
+                                      "Loader read it (its size, modification time, inode or sampled bytes differ), so "
+                                      f"its {part.upper()} part would come from another file than the parts already "
+                                      "read; queue the workflow again (the loader then reads the new file)")
             self.info.to_dict()  # its content samples, taken now: the song records the file read, not a later one
             if part == "vae":
                 load_dev, offload_dev = self.vae_device, self.vae_offload_device

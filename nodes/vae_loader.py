@@ -111,8 +111,8 @@ class YuE2VAELoader(io.ComfyNode):
 
     @classmethod
     def fingerprint_inputs(cls, vae_name, **kwargs):
-        """A replaced file (another `stat_identity`: size, mtime, inode, ctime) re-runs the node instead of reusing
-        the cached model."""
+        """A replaced file (another `file_identity`: size, mtime, inode, sampled bytes) re-runs the node instead of
+        reusing the cached model."""
         path = vae_path(vae_name)
         if path is None:
             return None

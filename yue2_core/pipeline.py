@@ -457,8 +457,8 @@ class YuE2Engine:
                 if "vae" in parts else None
             if checkpoint_state(info) != state:  # replaced while its parts were read: they may come from two files
                 raise CheckpointError(f"the checkpoint {info.path} changed on disk while it was being loaded (its size, "
-                                      "times or inode differ), so its parts may come from two files; run "
-                                      "again once it is written")
+                                      "modification time, inode or sampled bytes differ), so its parts may come from "
+                                      "two files; run again once it is written")
         except BaseException:
             if warm is not None:  # a load that fails (or is interrupted) leaves no warm-up behind
                 warm.cancel()

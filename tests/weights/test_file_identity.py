@@ -1,11 +1,12 @@
 """A weights file swapped for another of the same size with its modification time kept is seen (break-it review,
-stop 43: the loaders' and hash caches' (size, mtime) keys missed it): `file_state`, `content_sample` and
-`file_sha256` key on `stat_identity` (size, mtime, inode, ctime)."""
+stop 43: the loaders' and hash caches' (size, mtime) keys missed it): `content_sample` and
+`file_sha256` key on `stat_identity` (size, mtime, inode, ctime); `file_state` on `file_identity` (a chmod or hard
+link, the ctime alone, is no change)."""
 import os
 import shutil
 import time
 
-from yue2_core.weights.checkpoint import content_sample, file_state, stat_identity
+from yue2_core.weights.checkpoint import content_sample, file_identity, file_state
 from yue2_core.weights.lora.record import file_sha256
 
 
@@ -41,5 +42,19 @@ def test_a_rename_over_the_file_with_its_time_kept_is_a_new_state(tmp_path):
 def test_a_folder_state_lists_each_file_identity(tmp_path):
     a, b, _ = _pair(tmp_path)
     state = file_state(str(tmp_path))
-    assert state == (("a.bin", *stat_identity(a.stat())), ("b.bin", *stat_identity(b.stat())))
+    assert state == (("a.bin", *file_identity(str(a))), ("b.bin", *file_identity(str(b))))
     assert file_state(str(tmp_path / "missing")) == ()
+
+
+def test_a_chmod_or_hard_link_is_no_change_of_the_file(tmp_path):
+    """Only the ctime moves (a permissions fix, a backup / sync tool's xattrs, a dedup tool's hard link): the same
+    bytes, so no "changed on disk" in the middle of a run (the VAE file's key, the checkpoint's `file_state`)."""
+    from yue2_core.weights.vae_files import _file_key
+    a, _, st = _pair(tmp_path)
+    state, folder, key = file_state(str(a)), file_state(str(tmp_path)), _file_key([str(a)])
+    time.sleep(0.05)  # past the file system's timestamp tick
+    os.chmod(a, 0o600)
+    os.link(a, tmp_path / "a-link.bin")
+    assert a.stat().st_ctime_ns != st.st_ctime_ns
+    assert file_state(str(a)) == state and _file_key([str(a)]) == key
+    assert [e for e in file_state(str(tmp_path)) if e[0] != "a-link.bin"] == list(folder)

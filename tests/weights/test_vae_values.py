@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 from yue2_core.errors import CheckpointError
 from yue2_core.weights import vae_files
-from yue2_core.weights.checkpoint import stat_identity
+from yue2_core.weights.checkpoint import file_identity
 from yue2_core.weights.synthetic_vae import VAE, vae_config, vae_tensors, write_vendor_folder
 from yue2_core.weights.vae_files import VAEFile, open_vae
 
@@ -72,9 +72,8 @@ def test_load_checks_a_vae_file_not_opened_by_open_vae(tmp_path):
     vae = open_vae(good)
     bad = str(tmp_path / "bad.safetensors")
     save_file({k: v.contiguous() for k, v in _damaged("nan").items()}, bad)
-    st = os.stat(bad)
     other = VAEFile(**{**vae.__dict__, "path": bad, "weights": (bad,),
-                       "key": ((os.path.abspath(bad), *stat_identity(st)),),
+                       "key": ((os.path.abspath(bad), *file_identity(bad)),),
                        "sources": {k: (bad, k) for k in vae.sources}})
     with pytest.raises(CheckpointError, match=f"VAE {bad}: {KEY} holds NaN/inf"):
         other.load()
@@ -105,3 +104,26 @@ def test_damaged_vae_inside_the_checkpoint_refused_at_load(tmp_path, how, messag
         YuE2Engine.load(bad, device="cpu", dtype=torch.float32, parts=("vae",))
     engine = YuE2Engine.load(good, device="cpu", dtype=torch.float32, parts=("vae",))  # the intact file loads
     assert engine.vae is not None
+
+
+def test_a_damaged_copy_over_a_checked_vae_is_checked_again(tmp_path, monkeypatch):
+    """The value check's cache keys on `stat_identity` (ctime included), not the lenient `file_identity` that
+    tells "changed on disk": a same-size copy with its time kept (`cp -p`) whose sampled bytes happen to match —
+    a damaged tensor between the samples — is checked again, so a NaN there is refused, not decoded to NaN audio."""
+    import shutil
+    import time
+    from yue2_core.weights import checkpoint
+    monkeypatch.setattr(checkpoint, "SAMPLE_CHUNKS", 1)  # the sample sees only the header: the tensor lies past it
+    path = _write(tmp_path, "vendor-file", dict(vae_tensors("tiny", encoder=False)))
+    open_vae(path)
+    bad = str(tmp_path / "bad.safetensors")
+    save_file({k: v.contiguous() for k, v in _damaged("nan").items()}, bad)
+    st = os.stat(path)
+    assert os.path.getsize(bad) == st.st_size
+    time.sleep(0.05)
+    shutil.copyfile(bad, path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    sample = checkpoint.content_sample(path)
+    assert vae_files._file_key([path])[0][1:] == (st.st_size, st.st_mtime_ns, st.st_ino, sample)  # no "change"
+    with pytest.raises(CheckpointError, match=f"{KEY} holds NaN/inf"):
+        open_vae(path)

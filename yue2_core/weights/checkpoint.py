@@ -197,15 +197,26 @@ def stat_identity(st: os.stat_result) -> tuple:
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
+def file_identity(path: str, st: os.stat_result | None = None) -> tuple:
+    """(size, mtime_ns, inode, `content_sample`) of a file: what tells its bytes from a replacement's without taking
+    a change of its metadata alone for one. A copy over the file with its size and time kept (`cp -p`) changes
+    the sampled bytes, a rename over it the inode; a chmod, chown, hard link, xattr or ACL (a backup or sync tool, a
+    permissions fix) moves only the ctime and is not a change — with the ctime compared, such a file was "changed on
+    disk" in the middle of a run, its VAE or NAR refused after the whole AR work. The sample is cached per
+    `stat_identity` (taken again, milliseconds, only when the ctime moved)."""
+    st = os.stat(path) if st is None else st
+    return (st.st_size, st.st_mtime_ns, st.st_ino, content_sample(path))
+
+
 def file_state(path: str) -> tuple:
-    """`stat_identity` of a file, or of every file directly in a folder (a vendor model folder), by name; () when
+    """`file_identity` of a file, or of every file directly in a folder (a vendor model folder), by name; () when
     it cannot be read. What the nodes compare to notice a checkpoint or adapter replaced on disk (ComfyUI reuses a
     cached node output whose inputs, the file name, did not change)."""
     try:
         if os.path.isdir(path):
-            return tuple((e.name, *stat_identity(e.stat()))
+            return tuple((e.name, *file_identity(e.path, e.stat()))
                          for e in sorted(os.scandir(path), key=lambda e: e.name) if e.is_file())
-        return stat_identity(os.stat(path))
+        return file_identity(path)
     except OSError:
         return ()
 

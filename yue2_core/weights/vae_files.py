@@ -32,7 +32,7 @@ import torch
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
 from ..errors import CheckpointError, DamagedWeightsError
 from ..vae import VAEConfig, VAEDecoder
-from .checkpoint import _vae_config, not_a_file, open_tensors, read_header, stat_identity
+from .checkpoint import _vae_config, file_identity, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
 
 LAYOUTS = ("vendor-folder", "vendor-file", "comfy-prefixed")
@@ -49,8 +49,8 @@ MANIFEST = "weights_manifest.json"
 #: the largest log-scale snake frequency `check_values` accepts: exp(50) ≈ 5e21, so x·exp(α) overflows float32 only
 #: for |x| > 6e16; a trained snake's log frequency is a few units (exp(α) past ~88.7 is inf: NaN audio)
 SNAKE_LOG_MAX = 50.0
-_CHECKED: set = set()  # (file key, manifest sha256) pairs whose hash matched in this process
-_FINITE: set = set()  # file keys (`VAEFile.key`) whose decoder values passed `check_values` in this process
+_CHECKED: set = set()  # (`_stat_key`, manifest sha256) pairs whose hash matched in this process
+_FINITE: set = set()  # `_stat_key`s of the files whose decoder values passed `check_values` in this process
 
 
 @dataclass
@@ -104,9 +104,10 @@ class VAEFile:
                 # `open_tensors` reads into memory the tensor owns (not a view of the memory map): a file changed
                 # in place cannot crash the process
                 state[name] = handles[file].get_tensor(stored).to(dtype=torch.float32).to(dev)
-        if self.key not in _FINITE:  # a VAEFile not made by open_vae (which checks the values once)
+        strict = _stat_key(self.weights)
+        if strict not in _FINITE:  # a VAEFile not made by open_vae (which checks the values once), or a ctime moved
             check_values(state, state.__getitem__, self.path, self.layout)
-            _FINITE.add(self.key)
+            _FINITE.add(strict)
         try:
             module.load_state_dict(state, strict=True, assign=True)
         except RuntimeError as exc:
@@ -157,7 +158,7 @@ class VAEFile:
             want = self.manifest.get(os.path.basename(file))
             if want is None:
                 continue
-            key = (_file_key((file,)), want)
+            key = (_stat_key((file,)), want)
             if key in _CHECKED:
                 continue
             got = file_sha256(file)
@@ -169,11 +170,14 @@ class VAEFile:
 
 
 def _file_key(files) -> tuple:
-    out = []
-    for f in files:
-        st = os.stat(f)
-        out.append((os.path.abspath(f), *stat_identity(st)))
-    return tuple(out)
+    """(path, *`checkpoint.file_identity`) of each file: a chmod or hard link (the ctime alone) is no change."""
+    return tuple((os.path.abspath(f), *file_identity(f)) for f in files)
+
+
+def _stat_key(files) -> tuple:
+    """(path, *`checkpoint.stat_identity`) of each file: the key of the value and manifest checks' caches, stricter
+    than `_file_key` (a copy over the file whose sampled bytes match is checked again; a chmod costs one more check)."""
+    return tuple((os.path.abspath(f), *stat_identity(os.stat(f))) for f in files)
 
 
 def _read_json(path: str, what: str):
@@ -505,8 +509,8 @@ def open_vae(path: str) -> VAEFile:
     cfg = _geometry(found, path, prefix)
     dtypes = dict(Counter(e.dtype for _, _, e in found.values()))
     sources = {k: (f, stored) for k, (f, stored, _) in found.items() if k.startswith("decoder.")}
-    key = _file_key(files)
-    if key not in _FINITE:
+    key, strict = _file_key(files), _stat_key(files)
+    if strict not in _FINITE:
         with contextlib.ExitStack() as stack:
             handles = {}
 
@@ -517,7 +521,7 @@ def open_vae(path: str) -> VAEFile:
                 return handles[file].get_tensor(stored).to(torch.float32)
 
             check_values(sources, read, path, layout)
-        _FINITE.add(key)
+        _FINITE.add(strict)
     return VAEFile(path=path, layout=layout, variant=_variant(config), config=cfg, dtypes=dtypes,
                    key=key, weights=tuple(files),
                    encoder=any(k.startswith("encoder.") for k in found),
