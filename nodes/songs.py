@@ -408,16 +408,19 @@ def _output_linked(prompt, node_id, slot: int) -> bool:
 
 def _recorded_weights_state(path: Path) -> tuple:
     """(file, exists, size, mtime) of the adapters and VAE a song's config.json records at their recorded paths, so
-    Load Song re-runs (and says what is missing) when one of them moves or changes."""
+    Load Song re-runs (and says what is missing) when one of them moves or changes; for one missing there, the
+    (path, mtime) of every file of its recorded size in ComfyUI's loras / vae folders — where `find_recorded` finds
+    it renamed —, so a renamed copy moved away again is noticed too."""
     import json
     import os
     try:
         weights = json.loads((path / "config.json").read_text("utf-8")).get("weights") or {}
-        recs = list(weights.get("loras") or []) + ([weights["vae"]] if weights.get("vae") else [])
+        recs = [(r, "loras") for r in list(weights.get("loras") or [])]
+        recs += [(weights["vae"], "vae")] if weights.get("vae") else []
     except (OSError, ValueError, AttributeError, TypeError):
         return ()
     state = []
-    for rec in recs:
+    for rec, kind in recs:
         p = rec.get("path") if isinstance(rec, dict) else None
         if isinstance(p, str):
             try:
@@ -425,7 +428,24 @@ def _recorded_weights_state(path: Path) -> tuple:
                 state.append((p, True, st.st_size, st.st_mtime_ns))
             except OSError:
                 state.append((p, False, 0, 0))
+                size = rec.get("bytes")
+                if isinstance(size, int) and size > 0:
+                    state.append(tuple(_files_of_size(folder_paths.get_folder_paths(kind), size)))
     return tuple(state)
+
+
+def _files_of_size(folders, size: int):
+    import os
+    for folder in folders:
+        for dirpath, _, names in os.walk(folder):
+            for n in names:
+                f = os.path.join(dirpath, n)
+                try:
+                    st = os.stat(f)
+                except OSError:
+                    continue
+                if st.st_size == size:
+                    yield (f, st.st_mtime_ns)
 
 
 def model_with_song_weights(model, weights):

@@ -128,8 +128,17 @@ def test_song_records_its_lora_and_load_song_reapplies_it(comfy, comfy_server, c
     saved = np.load(song / "latent.npy")
     assert np.array_equal(np.load(dirs["again"] / "latent.npy"), saved)
     assert not np.array_equal(np.load(dirs["plain"] / "latent.npy"), saved)
-    # the adapter gone: with its model output connected, Load Song says which file is missing ...
-    (loras / LORA).rename(loras / (LORA + ".moved"))
+    # the adapter renamed in the loras folder: found by its size and sha256, the same latents (review, stop 44)
+    (loras / LORA).rename(loras / ("renamed " + LORA))
+    try:
+        entry = run(comfy, {k: v for k, v in p.items() if k in ("1", "2", "3", "5")})
+        (again,) = saved_dirs(entry, comfy_server.output_dir)
+        assert np.array_equal(np.load(again / "latent.npy"), saved)
+    finally:
+        (loras / ("renamed " + LORA)).rename(loras / LORA)
+    # the adapter gone (moved out of the loras folder): with its model output connected, Load Song says which file
+    # is missing ...
+    (loras / LORA).rename(loras.parent / (LORA + ".moved"))
     try:
         node, _, message = run_error(comfy, {k: v for k, v in p.items() if k in ("1", "2", "3", "5")})
         assert node == "YuE2LoadSong" and LORA in message and "missing" in message, message
@@ -141,7 +150,7 @@ def test_song_records_its_lora_and_load_song_reapplies_it(comfy, comfy_server, c
         text = entry["outputs"]["2"]["text"][0]
         assert "warning: no model output" in text and LORA in text, text
     finally:
-        (loras / (LORA + ".moved")).rename(loras / LORA)
+        (loras.parent / (LORA + ".moved")).rename(loras / LORA)
 
 
 def test_lora_of_another_model_is_refused_by_name(comfy, comfy_server, checkpoints, loras):
