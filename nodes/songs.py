@@ -430,22 +430,9 @@ def _recorded_weights_state(path: Path) -> tuple:
                 state.append((p, False, 0, 0))
                 size = rec.get("bytes")
                 if isinstance(size, int) and size > 0:
-                    state.append(tuple(_files_of_size(folder_paths.get_folder_paths(kind), size)))
+                    from yue2_core.weights.lora.record import files_of_size
+                    state.append(tuple(files_of_size(folder_paths.get_folder_paths(kind), size)))
     return tuple(state)
-
-
-def _files_of_size(folders, size: int):
-    import os
-    for folder in folders:
-        for dirpath, _, names in os.walk(folder):
-            for n in names:
-                f = os.path.join(dirpath, n)
-                try:
-                    st = os.stat(f)
-                except OSError:
-                    continue
-                if st.st_size == size:
-                    yield (f, st.st_mtime_ns)
 
 
 def model_with_song_weights(model, weights):

@@ -234,6 +234,22 @@ def _check_at(record: dict, candidate: str, want: str) -> tuple[bool, str | None
         return False, None
 
 
+def files_of_size(folders, size: int):
+    """(path, mtime_ns) of every file of exactly `size` bytes under `folders` (searched recursively; unreadable
+    entries skipped): where a recorded adapter or VAE file may sit renamed (`find_recorded`, Load Song's
+    fingerprint)."""
+    for folder in folders:
+        for dirpath, _, names in os.walk(folder):
+            for n in names:
+                path = os.path.join(dirpath, n)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                if st.st_size == size:
+                    yield path, st.st_mtime_ns
+
+
 def find_recorded(record: dict, search_dirs=(), what: str = "LoRA") -> str:
     """The adapter a song recorded: `record["path"]` when it still has the recorded sha256 (for a directory
     adapter: its recorded `weights_file`, or for older records adapter_model / lora / model .safetensors) and every
@@ -268,16 +284,9 @@ def find_recorded(record: dict, search_dirs=(), what: str = "LoRA") -> str:
             and not (isinstance(recorded, str) and os.path.isdir(recorded)):
         # renamed (or moved under another name): a file of the recorded size whose sha256 and companions match —
         # only files of that exact size are hashed (ComfyUI-user review, stop 44: a renamed LoRA was "missing")
-        for folder in search_dirs:
-            for dirpath, _, filenames in os.walk(folder):
-                for n in filenames:
-                    path = os.path.join(dirpath, n)
-                    try:
-                        same_size = os.path.getsize(path) == size
-                    except OSError:
-                        continue
-                    if same_size and matches(path):
-                        return path
+        for path, _ in files_of_size(search_dirs, size):
+            if matches(path):
+                return path
     where = f" (it was at {recorded})" if isinstance(recorded, str) else ""
     searched = ", ".join(str(d) for d in search_dirs) or "no other folder"
     if bad_companion is not None:
