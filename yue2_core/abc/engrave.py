@@ -34,7 +34,8 @@ def engrave(text: str, *, page_width: int = 2100, scale: int = 40) -> dict:
     """Engrave a score that parses (raises `AbcError` otherwise, or when verovio is missing).
 
     page_width in Verovio units (tenths of a staff space at scale 100); scale in percent. Returns
-    {"svg": all pages' sanitised SVG joined by newlines, "pages": [svg per page], "time_map": [{id, voice, kind
+    {"svg": the sanitised SVG — one document, one page of at most `PAGE_HEIGHT` units (a score that needs more
+    raises AbcError code "too-large-to-engrave") —, "pages": [that svg], "time_map": [{id, voice, kind
     ("note"/"rest"), start_s, dur_s, line, col}] with ids that exist in the SVG (see `musicxml`), "engine":
     "verovio <version>"}. Times use the score's Q: tempo and actual bar lengths, like `timeline`.
     """
@@ -48,6 +49,11 @@ def engrave(text: str, *, page_width: int = 2100, scale: int = 40) -> dict:
 # all up to 3.3 s (tests/abc/test_abc_editor_inputs.py).
 MAX_NOTES_PER_BAR = 48  # a bar at L:1/32 holds one native note per unit: 32 in 4/4, 48 in 6/4 or 12/8
 MAX_NOTES = 3000  # both voices; a generated 6-minute song has ~2,000 (≈ 130 bars × 2 voices × ~8 notes)
+# Verovio's tallest page (its maximum pageHeight; adjustPageHeight trims it to the music). The default, 2,970 (A4),
+# broke a score of ≥ ~50 bars into pages, and the pages joined by newlines were no SVG document the editor could show
+# ("The score could not be engraved."; break-it review, stop 45). At this height the longest scores within
+# MAX_NOTES (1,500 one-note bars per voice, each with a chord symbol) take ~22,000 of the 24,000 units at scale 40.
+PAGE_HEIGHT = 60_000
 
 
 def check_size(score) -> None:
@@ -77,13 +83,18 @@ def render(score, *, page_width: int = 2100, scale: int = 40) -> dict:
         # Verovio's default resource path is set per thread at import time: set it for this toolkit explicitly so
         # engraving works from any thread (ComfyUI runs nodes and routes outside the importing thread)
         toolkit.setResourcePath(os.path.join(os.path.dirname(verovio.__file__), "data"))
-        toolkit.setOptions({"pageWidth": page_width, "scale": scale, "adjustPageHeight": True,
-                            "header": "none", "footer": "none", "svgViewBox": True, "breaks": "auto"})
+        toolkit.setOptions({"pageWidth": page_width, "pageHeight": PAGE_HEIGHT, "scale": scale,
+                            "adjustPageHeight": True, "header": "none", "footer": "none", "svgViewBox": True,
+                            "breaks": "auto"})
         if not toolkit.loadData(xml):
             raise AbcError(f"Verovio could not read the score: {toolkit.getLog()[:300]}", code="engrave")
-        pages = [sanitize_svg(toolkit.renderToSVG(page)) for page in range(1, toolkit.getPageCount() + 1)]
+        count = toolkit.getPageCount()
+        if count != 1:  # the editor shows one SVG document: pages joined were not one (break-it review, stop 45)
+            raise AbcError(f"the score needs {count} pages of engraving; the editor draws one page ({PAGE_HEIGHT:,} "
+                           "Verovio units tall) — the text is still checked and plays", code="too-large-to-engrave")
+        pages = [sanitize_svg(toolkit.renderToSVG(1))]
         version = toolkit.getVersion()
-    return {"svg": "\n".join(pages), "pages": pages, "time_map": time_map(score), "engine": f"verovio {version}"}
+    return {"svg": pages[0], "pages": pages, "time_map": time_map(score), "engine": f"verovio {version}"}
 
 
 def time_map(score) -> list[dict]:
