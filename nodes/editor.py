@@ -116,12 +116,17 @@ def _workflow_node(extra_pnginfo, unique_id) -> dict | None:
         return None
     definitions = workflow.get("definitions")
     subgraphs = definitions.get("subgraphs") if isinstance(definitions, dict) else None
-    by_id = {s.get("id"): s for s in subgraphs if isinstance(s, dict)} if isinstance(subgraphs, list) else {}
+    # a subgraph's id and a node's type are strings (the frontend's UUIDs); anything else in a hand-edited workflow
+    # is no match — a list or object there was an unhashable dict key, and the node stopped with "TypeError:
+    # unhashable type: 'list'" (break-it review, stop 45)
+    by_id = {s["id"]: s for s in subgraphs if isinstance(s, dict) and isinstance(s.get("id"), str)} \
+        if isinstance(subgraphs, list) else {}
     nodes = workflow.get("nodes")
     *path, last = str(unique_id).split(":")
     for part in path:
         outer = _find(nodes, part)
-        inner = by_id.get(outer.get("type")) if outer is not None else None
+        kind = outer.get("type") if outer is not None else None
+        inner = by_id.get(kind) if isinstance(kind, str) else None
         nodes = inner.get("nodes") if isinstance(inner, dict) else None
     return _find(nodes, last)
 

@@ -54,3 +54,52 @@ def test_a_score_taller_than_one_page_is_said_not_joined(monkeypatch):
     answer = analyze({"abc": _score(128, '"C"e16d8c8', "C16G16"), "engrave": True})
     assert answer["svg"] is None and answer["structure"] is not None
     assert answer["svg_error"].startswith("the score needs 3 pages of engraving; the editor draws one page (2,970 "), answer
+
+
+EDITOR_HARNESS = r'''
+from types import SimpleNamespace
+from yue2_nodes import editor
+score, new = "X:1\nK:C\n", "X:1\nK:D\n"
+out = {}
+shapes = {"subgraph id a list": {"definitions": {"subgraphs": [{"id": [1], "nodes": []}]}, "nodes": []},
+          "subgraph id an object": {"definitions": {"subgraphs": [{"id": {"a": 1}}]}, "nodes": []},
+          "node type a list": {"nodes": [{"id": 5, "type": ["sg-1"]}]},
+          "node type an object": {"definitions": {"subgraphs": []}, "nodes": [{"id": 5, "type": {}}]}}
+for name, workflow in shapes.items():
+    try:
+        out[name] = editor._holds_previous_score(score, new, {"workflow": {"id": "w", **workflow}}, "5:3")
+    except Exception as exc:
+        out[name] = f"{type(exc).__name__}: {exc}"
+# the good subgraph is still found beside a malformed entry
+sub = {"id": "sg-1", "nodes": [{"id": 3, "properties": {"yue2_composer_abc": score}}]}
+good = {"workflow": {"id": "w", "nodes": [{"id": 5, "type": "sg-1"}],
+                     "definitions": {"subgraphs": [{"id": [1]}, sub]}}}
+out["found beside"] = editor._holds_previous_score(score, new, good, "5:3")
+# the node itself, as ComfyUI's executor runs it: the box holds a score, another one arrives
+editor.YuE2ABCEditor.hidden = SimpleNamespace(extra_pnginfo={"workflow": {"id": "w", **shapes["subgraph id a list"]}},
+                                              unique_id="5:3")
+head = "X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=100\nV: Vocal clef=treble\nV: Ins clef=treble\n"
+try:
+    result = editor.YuE2ABCEditor.execute(head + "K:C\n% verse\nV: Vocal\nc32|\nV: Ins\nC32|\n", None,
+                                          head + "K:D\n% verse\nV: Vocal\nd32|\nV: Ins\nD32|\n")
+    out["node"] = result.result[1]
+except Exception as exc:
+    out["node"] = f"{type(exc).__name__}: {exc}"
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_a_workflow_with_malformed_subgraph_entries_does_not_stop_the_editor(comfy_host, tmp_path):
+    """The workflow ComfyUI's frontend sends with a prompt (extra_pnginfo) is read by the ABC Editor node to tell a
+    stale box from an edited one. A hand-edited or generated workflow whose `definitions.subgraphs` holds an entry
+    with a list or object `id` (or a node whose `type` is one) stopped the node whenever its box held a score and
+    another arrived: `TypeError: unhashable type: 'list'` — the whole run lost over metadata. Now such entries are
+    no match (the plain rule, the box wins), and a well-formed subgraph beside them is still found."""
+    from pack_in_host import run_in_host
+
+    (tmp_path / "checkpoints").mkdir()
+    out = run_in_host(EDITOR_HARNESS, comfy_host, REPO, tmp_path / "checkpoints")
+    for name in ("subgraph id a list", "subgraph id an object", "node type a list", "node type an object"):
+        assert out[name] is False, (name, out[name])  # was: "TypeError: unhashable type: 'list'" / 'dict'
+    assert out["found beside"] is True
+    assert "K:C\n" in out["node"], out["node"]  # the box's score (was: TypeError, the run stopped)
