@@ -565,6 +565,7 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
                 os.fsync(fh.fileno())
         (tmp / PARTIAL_MARKER).unlink()  # after the (slow) syncs: a save killed during them is still swept later
         os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes 0700; a song folder gets the usual permissions
+        fsync_folder(tmp)  # the folder's entries, as the files' data: the rename must not publish a folder lost later
         if out.exists():
             out.rmdir()
         os.rename(tmp, out)
@@ -574,7 +575,30 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    try:  # the rename itself, so the song outlives a crash or power cut (the song is in place: never an error now)
+        fsync_folder(out.parent)
+    except OSError:
+        pass
     return out
+
+
+def fsync_folder(folder: Path) -> None:
+    """fsync a folder: its entries (files made in it, a rename into it) reach the disk as fsync of a file's data
+    does. Without it a crash or power cut soon after a save could lose the renamed song folder — or leave it without
+    its files — although every file's data had been synced (break-it review, stop 45). Where a folder cannot be opened
+    or synced (Windows, some network file systems: EINVAL, ENOTSUP, EACCES on open) nothing is done; other errors
+    (EIO) are raised as OSError."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except (PermissionError, IsADirectoryError):  # Windows opens no folder
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
 
 
 RESULT_SEAL = "result_sha256"

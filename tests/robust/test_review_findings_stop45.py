@@ -103,3 +103,45 @@ def test_a_workflow_with_malformed_subgraph_entries_does_not_stop_the_editor(com
         assert out[name] is False, (name, out[name])  # was: "TypeError: unhashable type: 'list'" / 'dict'
     assert out["found beside"] is True
     assert "K:C\n" in out["node"], out["node"]  # the box's score (was: TypeError, the run stopped)
+
+
+def test_a_saved_song_folder_and_its_rename_are_synced_to_disk(tmp_path, monkeypatch):
+    """A song is written into a hidden sibling, each file fsynced, then renamed into place — but neither the new
+    folder's entries nor the rename were synced: after a crash or power cut soon after "saved", the folder could be
+    gone (or hold entries without their files) although every file's data was on disk. Now the folder is fsynced
+    before the rename and its parent after it; a file system that cannot sync a folder (EINVAL) still saves."""
+    import errno
+    import os
+
+    from robust_helpers import make_song
+    from yue2_core.artifacts import load_song, save_song
+
+    events = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if os.path.isdir(path):
+            events.append(("fsync folder", path))
+        return real_fsync(fd)
+
+    def rename(src, dst):
+        events.append(("rename", str(dst)))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    out = save_song(make_song(), tmp_path / "songs" / "mine")
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["fsync folder", "rename", "fsync folder"], events  # was: ["rename"]
+    assert events[0][1].startswith(str(tmp_path / "songs" / ".mine.")) and events[0][1].endswith(".partial")
+    assert events[2][1] == str(tmp_path / "songs")
+
+    def no_folder_sync(fd):
+        if os.path.isdir(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", no_folder_sync)
+    assert load_song(save_song(make_song(), tmp_path / "songs" / "other")).tokens.codes
+    assert load_song(out).tokens.codes
