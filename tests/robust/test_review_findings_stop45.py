@@ -53,7 +53,8 @@ def test_a_score_taller_than_one_page_is_said_not_joined(monkeypatch):
     monkeypatch.setattr(engrave, "PAGE_HEIGHT", 2970)
     answer = analyze({"abc": _score(128, '"C"e16d8c8', "C16G16"), "engrave": True})
     assert answer["svg"] is None and answer["structure"] is not None
-    assert answer["svg_error"].startswith("the score needs 3 pages of engraving; the editor draws one page (2,970 "), answer
+    assert answer["svg_error"].startswith("the score needs 3 pages of engraving; the editor draws one page "
+                                          "(2,970 "), answer
 
 
 EDITOR_HARNESS = r'''
