@@ -239,20 +239,27 @@ def _takes_report(request, batch, budget, abc_sampling, music_sampling, given: s
     return _bullets(lines)
 
 
+QUICK_ABC_TOKENS, QUICK_SECONDS = 64, 10  # a quick try on synthetic weights (docs/comfyui.md)
+
+
 def _synthetic_note(model, request, given, abc_tokens: int, music_tokens: int) -> list[str]:
     """[a note, also logged before the work] for a synthetic checkpoint, whose random weights never end a phase by
     themselves — as the command line says it (review, stop 44: the shipped workflows on the tiny synthetic file ran
     4,096 + 3,000 tokens, minutes on a CPU, with nothing saying why)."""
     if not is_synthetic(model.info):
         return []
-    phases = [f"the lead sheet to {abc_tokens} tokens (`max_abc_tokens`)"] if request.cot != "off" and given is None \
-        else []
+    plans = request.cot != "off" and given is None
+    phases = [f"the lead sheet to {abc_tokens} tokens (`max_abc_tokens`)"] if plans else []
     phases += [f"the music to {music_tokens} tokens (`max_seconds`)"] if music_tokens else []
     if not phases:
         return []
+    # advice only for a budget a quick try would lower (new-user finding, stop 45: "lower max_abc_tokens (≈ 64)"
+    # was said at 32 tokens, and with a connected score, where no lead sheet is written)
+    lower = [f"max_abc_tokens (≈ {QUICK_ABC_TOKENS})"] if plans and abc_tokens > QUICK_ABC_TOKENS else []
+    lower += [f"max_seconds (≈ {QUICK_SECONDS})"] if music_tokens > QUICK_SECONDS * FRAMES_PER_SECOND else []
     note = ("synthetic (random) weights never end a lead sheet or the music on their own end token, so each phase "
-            "runs to its budget: " + " and ".join(phases) + "; for a quick try lower max_abc_tokens (≈ 64) and "
-            "max_seconds")
+            "runs to its budget: " + " and ".join(phases)
+            + ("; for a quick try lower " + " and ".join(lower) if lower else ""))
     log.warning("[YuE2] YuE2 Composer: %s", note)
     return [note]
 

@@ -147,6 +147,9 @@ def _load_engine(args, checkpoint=None, how=None, loras=None, vae=None, **load):
     if checkpoint is None:
         checkpoint, how = _find_checkpoint(args)
     print(f"checkpoint: {checkpoint} ({how})", file=sys.stderr)
+    device = getattr(args, "device", "auto")
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        _note_busy_cpu()
     loras = args.lora if loras is None else loras
     vae = args.vae if vae is None else vae
     engine = YuE2Engine.load(checkpoint, device=args.device,
@@ -205,6 +208,24 @@ def _warn_score(text: str, what: str, max_seconds: float | None = None, cot: str
 
 
 SYNTHETIC_ABC_TOKENS = 256  # a random-weights lead sheet never ends; 256 tokens take seconds on a CPU
+
+
+def _note_busy_cpu() -> None:
+    """On a CPU other jobs already keep busy, without OMP_NUM_THREADS: say that PyTorch's threads will fight them
+    (new-user finding, stop 45: `bash scripts/song.sh` beside the test suite sampled 6 tokens/s, 221 s for the
+    default song, with nothing pointing at the README's `OMP_NUM_THREADS=1`, which makes it several times faster).
+    The load is read before this run's work, so it counts the other jobs only."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this platform
+        return
+    cores = os.cpu_count() or 1
+    if load >= cores:
+        print(f"NOTE: this CPU is busy (load {load:.1f} on {cores} cores) and OMP_NUM_THREADS is not set: PyTorch's "
+              "threads then compete with the other jobs, which can make sampling several times slower; put "
+              "OMP_NUM_THREADS=1 before the command (README, \"A CPU another job shares?\")", file=sys.stderr)
 
 
 def _note_synthetic_music(max_tokens: int) -> None:
@@ -961,6 +982,10 @@ def cmd_make_synthetic(args) -> int:
         if (Path(args.output).exists() or Path(args.output).is_symlink()) and not args.force:
             raise YuE2Error(f"--output {args.output} exists; a synthetic checkpoint (random weights) never replaces "
                             "a file unless --force is given")
+        # the first folder of the path that does not exist yet: the writer creates it (new-user finding, stop 45:
+        # `../../models/checkpoints/…` run inside a pack folder that is a symbolic link made /models/checkpoints
+        # without a word, and ComfyUI never listed the file)
+        missing = next((p for p in reversed(Path(args.output).absolute().parents) if not p.exists()), None)
     except OSError as exc:
         shown = args.output if len(args.output) <= 120 else args.output[:100] + "…"
         raise YuE2Error(f"--output {shown}: cannot use this path ({exc.strerror or exc})") from None
@@ -969,6 +994,9 @@ def cmd_make_synthetic(args) -> int:
     except OSError as exc:
         raise YuE2Error(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(json.dumps(report, indent=2, default=str))
+    if missing is not None:
+        print(f"note: created the folder {missing.resolve()}, which did not exist, for {Path(report['path']).name}; "
+              "for ComfyUI the file belongs in its models/checkpoints folder", file=sys.stderr)
     return 0
 
 
