@@ -33,7 +33,8 @@ def _dev_time(evt) -> float:
     return 0.0
 
 
-SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE",
+SWITCHES = ("YUE2_DECODE_ATTN", "YUE2_GEMV", "YUE2_PDL", "YUE2_GEMV_PRE", "YUE2_INT8_ROT", "YUE2_INT8_DOT",
+            "YUE2_ATTN_MERGE",
             "YUE2_GEMV_TABLE", "YUE2_SAMPLER", "YUE2_L2_PREFETCH", "YUE2_L2_PREFETCH_GRID")
 
 
@@ -194,6 +195,9 @@ def main():
     ap.add_argument("--attn-cfg", action="append", default=[], metavar="BL,WARPS,STAGES,PER_SM",
                     help="also profile with this decode-attention launch configuration (fused.ATTN_CONFIG replaced "
                          "in this process; repeatable; bench/attn_plan.py times them outside the step)")
+    ap.add_argument("--gemv-pre", action="store_true",
+                    help="profile the default and the GEMVs loading their first weight tile before the PDL wait "
+                         "(YUE2_GEMV_PRE=1) only")
     ap.add_argument("--int8-dot", action="store_true",
                     help="profile the default and the int8 × int8 products (YUE2_INT8_DOT=int8) only")
     args = ap.parse_args()
@@ -231,11 +235,15 @@ def main():
         ("int8 inputs rotated by cuBLAS", True, {"YUE2_INT8_ROT": "cublas"}),
         ("int8 × int8 products on pair codes (YUE2_INT8_DOT=int8)", True, {"YUE2_INT8_DOT": "int8"}),
         ("default without PDL", True, {"YUE2_PDL": "0"}),
+        ("GEMVs loading their first weight tile before the PDL wait (YUE2_GEMV_PRE=1)", True,
+         {"YUE2_GEMV_PRE": "1"}),
         ("fused + split attention, library GEMV", True, {"YUE2_GEMV": "0", "YUE2_PDL": "0"})]
     if args.only_l2:
         variants = variants[:1]
     if args.attn_merge:
         variants = [v for v in variants if not v[2] or v[2].get("YUE2_ATTN_MERGE")]
+    if args.gemv_pre:
+        variants = [v for v in variants if not v[2] or v[2].get("YUE2_GEMV_PRE")]
     if args.int8_dot:
         variants = [v for v in variants if not v[2] or v[2].get("YUE2_INT8_DOT")]
     for spec in args.l2:

@@ -10,7 +10,7 @@ import os
 GPU_ONLY_SWITCHES = ("YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GRAPH", "YUE2_DECODE_ATTN",
                      "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL",
                      "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH",
-                     "YUE2_L2_PREFETCH_GRID", "YUE2_SIDE_CAPTURE")
+                     "YUE2_L2_PREFETCH_GRID", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE")
 
 
 def check_environment(device: str | None = None) -> list[str]:
@@ -23,7 +23,7 @@ def check_environment(device: str | None = None) -> list[str]:
     from .switches import choice, flag
     from .layers import UNMASKED_BACKENDS
     flags = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
-             "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP", "YUE2_SIDE_CAPTURE")
+             "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE")
     choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
                "YUE2_INT8_DOT": ("convert", "int8"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),

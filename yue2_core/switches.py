@@ -6,6 +6,8 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_FUSED=0          unfused torch ops instead of the fused Triton decode/NAR kernels
     YUE2_GEMV=0           library products (cuBLAS / W8A16) instead of the split-K Triton GEMV
     YUE2_PDL=0            no programmatic dependent launch
+    YUE2_GEMV_PRE=1       the decode GEMVs load their first weight tile before the PDL wait (experimental, off:
+                          fast/_decode_triton.py PRE; bench/profile_decode.py --gemv-pre)
     YUE2_COMPILE=1        torch.compile'd layer halves in the decode step (plain bf16 only)
     YUE2_SHARED_PREFIX=0  no shared-prompt decode attention for candidate batches (default on for ≥ 4 rows)
     YUE2_DECODE_ATTN      triton (default) | torch: decode attention of the fused step

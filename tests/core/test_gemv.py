@@ -30,6 +30,10 @@ def test_gemv_and_partial_consumers_in_interpreter():
         "        assert yb.shape == (m, n) and yb.dtype == torch.float16\n"
         "        assert (yb.float() - rb).abs().max() / rb.abs().max() < 2e-3, (n, k, m, cfg)\n"
         "        assert (yq.float() - rq).abs().max() / rq.abs().max() < 2e-3, (n, k, m, cfg)\n"
+        # YUE2_GEMV_PRE: the first weight tile loaded before the PDL wait gives the same bits (tensor cores)
+        "        if cfg.dot:\n"
+        "            assert torch.equal(G.gemv(x, w.half(), cfg=cfg, pre=True), yb), (n, k, m, cfg)\n"
+        "            assert torch.equal(G.gemv(G.rotate(x), q, s.view(-1), cfg=cfg, pre=True), yq), (n, k, m, cfg)\n"
         "        p = G.gemv(x, w.half(), cfg=cfg, partial=True)\n"
         "        split = cfg.split if k % (cfg.split * cfg.bk) == 0 else 1\n"
         "        assert isinstance(p, G.Partials) == (split > 1), (cfg, type(p))\n"
@@ -113,7 +117,8 @@ def test_int8_pair_codes_and_products_in_interpreter():
     `gemv.rotate(quant=True)`, add+RMSNorm, SiLU·up and both attention merges decode to the fp64 rotation of the
     same (fp16-rounded) values within 2e-5 of each group's range — ≈ 16 bits, where the fp16/bf16 activation keeps
     11/8 —, codes in [−127, 127], a group of zeros gives zero codes and scale; `gemv_q` (split or not, either
-    operand order) matches fp64 products of the decoded codes to fp32 rounding; refusals are ValueErrors."""
+    operand order) matches fp64 products of the decoded codes to fp32 rounding, and bit for bit with its first weight
+    group loaded before the PDL wait (YUE2_GEMV_PRE); refusals are ValueErrors."""
     pytest.importorskip("triton")
     code = (
         "import math, torch\n"
@@ -146,6 +151,8 @@ def test_int8_pair_codes_and_products_in_interpreter():
         "            out = G.gemv_q(pk, q, s, cfg=cfg, swap=swap, out_dtype=torch.float32)\n"
         "            assert out.shape == (m, n)\n"
         "            assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5, (n, k, m, cfg, swap)\n"
+        "            pre = G.gemv_q(pk, q, s, cfg=cfg, swap=swap, out_dtype=torch.float32, pre=True)\n"
+        "            assert torch.equal(pre, out), ('first group before the wait', n, k, m, cfg, swap)\n"
         "            part = G.gemv_q(pk, q, s, cfg=cfg, swap=swap, partial=True, out_dtype=torch.float16)\n"
         "            if isinstance(part, G.Partials):\n"
         "                assert ((part.t.sum(0).double() - ref).abs().max() / ref.abs().max()).item() < 1e-5\n"

@@ -168,6 +168,33 @@ def test_no_global_load_before_the_pdl_wait(aligned):
         assert o["launch"] > o["wait"], (name, "the next grid released before the wait", o)
 
 
+@pytest.mark.parametrize("kernel", ["pair codes", "pair codes, weights left", "bf16", "int8 W8A16"])
+def test_pre_loads_only_the_first_weight_tile_before_the_wait(kernel):
+    """YUE2_GEMV_PRE (PRE of gemv_q_kernel and of gemv_kernel's tensor-core path): the program's first weight tile
+    [BN, 256] is loaded before the PDL wait — as many 16-byte loads a thread as that tile takes at BN 64 and 4 warps
+    (64·256 / (128 · 16) = 8 for int8 codes, 16 for bf16), no more: the activations, scales and row scales (written
+    or reusable by earlier kernels) are loaded after it, and nothing is stored or released before it."""
+    pytest.importorskip("triton.backends.nvidia.compiler", reason="this Triton has no CUDA backend to compile for")
+    from yue2_core.fast import _decode_triton as k
+    if kernel.startswith("pair"):
+        fn, loads = k.gemv_q_kernel, 8
+        types = dict(q_ptr="*i8", xs_ptr="*fp32", w_ptr="*i8", s_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32",
+                     K="i32", KS="i32")
+        consts = dict(BN=64, PARTIAL=True, SWAP=kernel.endswith("left"), PDL=True, PRE=True)
+    else:
+        int8 = kernel.startswith("int8")
+        fn, loads = k.gemv_kernel, 8 if int8 else 16
+        types = dict(x_ptr="*bf16", w_ptr="*i8" if int8 else "*bf16", s_ptr="*fp32", out_ptr="*fp32", M="i32",
+                     N="i32", K="i32", KS="i32", stride_xm="i32")
+        consts = dict(BM=16, BN=64, BK=256, INT8=int8, PARTIAL=True, PDL=True, PRE=True)
+    lines = [line.strip() for line in _compiled(fn, types, consts, aligned=_pointers(types) + ("N", "K", "KS"),
+                                                num_stages=3).asm["ptx"].splitlines()]
+    o = _order("\n".join(lines))
+    early = [s for s in lines[:o["wait"]] if "ld.global" in s or "cp.async" in s]
+    assert len(early) == loads and all(".v4." in s for s in early), early
+    assert o["store"] > o["wait"] and o["launch"] > o["wait"], o
+
+
 def test_pair_codes_keep_nan_in_their_scale():
     """The producers' pair codes (YUE2_INT8_DOT=int8) take each group's max with a NaN-keeping max (`max.NaN` in the
     sm_90 PTX), so a NaN activation makes its group's scale NaN and reaches the logits' NaN check ("the AR weights

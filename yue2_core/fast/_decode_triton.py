@@ -111,12 +111,12 @@ def _weights_f32(w, INT8: tl.constexpr):
 @triton.jit(do_not_specialize=["M"])
 def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PARTIAL: tl.constexpr,
-                PDL: tl.constexpr = False, DOT: tl.constexpr = True):
+                PDL: tl.constexpr = False, DOT: tl.constexpr = True, PRE: tl.constexpr = False):
     # program (n block pid_n, K split pid_k): out[split, m, n] (PARTIAL) or out[m, n] = Σ_{k in split} x[m, k] · w[n, k]
     # (· s[n] for int8 codes; x is already in the rotated basis). DOT: tensor-core tiles (BM = 16 rows, padded);
     # otherwise (BM = 1 or 2 rows) fp32 products on the CUDA cores, summed over K once after the loop — no shared
-    # memory round trip of the converted int8 tile and no padded rows
-    pdl_prologue(PDL)
+    # memory round trip of the converted int8 tile and no padded rows. PRE (DOT; YUE2_GEMV_PRE, `gemv.gemv`): the
+    # first weight tile loaded before the PDL wait, as `gemv_q_kernel` says; the same sums in the same order
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BM)
@@ -125,9 +125,21 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
     m_ok = offs_m < M
     n_ok = offs_n < N
     k_lo = pid_k * KS
+    if PRE:
+        tl.static_assert(DOT, "PRE is an option of the tensor-core configurations")
+        k_ok0 = (k_lo + offs_kb) < K
+        w_first = tl.load(w_ptr + offs_n[:, None] * K + (k_lo + offs_kb)[None, :], mask=n_ok[:, None] & k_ok0[None, :],
+                          other=0)
+    pdl_prologue(PDL)
     if DOT:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k0 in range(k_lo, k_lo + KS, BK):
+        k_start = k_lo
+        if PRE:  # the first tile, peeled: its weights are already here
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k_lo + offs_kb)[None, :],
+                        mask=m_ok[:, None] & k_ok0[None, :], other=0.0)
+            acc += tl.dot(x, tl.trans(w_first.to(x.dtype)))
+            k_start = k_lo + BK
+        for k0 in range(k_start, k_lo + KS, BK):
             offs_k = k0 + offs_kb
             k_ok = offs_k < K
             x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
@@ -163,16 +175,31 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, stride_xm,
         tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _q_group(acc, xq_ptrs, j_ok, w, sc, k_ok, SWAP: tl.constexpr):
+    # one 256-group of `gemv_q_kernel`: the pair codes' int8 × int8 product with the weight tile w [BN, 256], int32
+    # (exact), scaled by the group's activation scales sc [16] and added to acc ([BN, 16] with SWAP, else [16, BN])
+    xq = tl.load(xq_ptrs, mask=j_ok[:, None] & k_ok[None, :], other=0)
+    if SWAP:
+        acc += tl.dot(w, tl.trans(xq), out_dtype=tl.int32).to(tl.float32) * sc[None, :]
+    else:
+        acc += tl.dot(xq, tl.trans(w), out_dtype=tl.int32).to(tl.float32) * sc[:, None]
+    return acc
+
+
 @triton.jit(do_not_specialize=["M"])
 def gemv_q_kernel(q_ptr, xs_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, BN: tl.constexpr, PARTIAL: tl.constexpr,
-                  SWAP: tl.constexpr = False, PDL: tl.constexpr = False):
+                  SWAP: tl.constexpr = False, PDL: tl.constexpr = False, PRE: tl.constexpr = False):
     # int8 ConvRot codes w [N, K] times an activation given as int8 pair codes (`gemv.QAct`: q [2M ≤ 16, K], row
     # 2m = hi and 2m + 1 = lo of row m, scales xs [M, K/256]): per 256-group one int8 × int8 tensor-core product
     # (int32, exact: |Σ| ≤ 256·127² < 2²⁴), scaled in fp32 by the group's s (hi rows) or s/254 (lo rows); the two
     # rows of each m are added at the end, times the weight row scales s_ptr[n]. No weight element is converted.
     # SWAP: the weights are the product's left operand ([BN, 256] · [256, 16]), else its right one. Writes
-    # out[split, m, n] fp32 (PARTIAL) or out[m, n] in out's dtype
-    pdl_prologue(PDL)
+    # out[split, m, n] fp32 (PARTIAL) or out[m, n] in out's dtype.
+    # PRE (YUE2_GEMV_PRE, `gemv.gemv_q`): the program's first weight group is loaded *before* the PDL wait — the
+    # weights never depend on the previous kernel (nor does any buffer the CUDA-graph allocator reuses alias them),
+    # so a grid made resident early by PDL fetches them while its predecessor finishes; everything else (the pair
+    # codes, the scales, every store) stays after the wait. The same sums in the same order as without it.
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     j = tl.arange(0, 16)
@@ -180,25 +207,31 @@ def gemv_q_kernel(q_ptr, xs_ptr, w_ptr, s_ptr, out_ptr, M, N, K, KS, BN: tl.cons
     offs_n = pid_n * BN + tl.arange(0, BN)
     n_ok = offs_n < N
     offs_kb = tl.arange(0, 256)
+    k_lo = pid_k * KS
+    if PRE:
+        k_ok0 = (k_lo + offs_kb) < K
+        w_first = tl.load(w_ptr + offs_n[:, None] * K + (k_lo + offs_kb)[None, :], mask=n_ok[:, None] & k_ok0[None, :],
+                          other=0)
+    pdl_prologue(PDL)
     ng = K // 256
     part = tl.where(j % 2 == 0, 1.0, 1.0 / 254.0)
-    k_lo = pid_k * KS
     if SWAP:
-        acc_t = tl.zeros((BN, 16), dtype=tl.float32)
+        acc = tl.zeros((BN, 16), dtype=tl.float32)
     else:
         acc = tl.zeros((16, BN), dtype=tl.float32)
-    for k0 in range(k_lo, k_lo + KS, 256):
+    k_start = k_lo
+    if PRE:  # the first group, peeled: its weights are already here
+        sc = tl.load(xs_ptr + (j // 2) * ng + k_lo // 256, mask=j_ok & (k_lo < K), other=0.0) * part
+        acc = _q_group(acc, q_ptr + j[:, None] * K + (k_lo + offs_kb)[None, :], j_ok, w_first, sc, k_ok0, SWAP)
+        k_start = k_lo + 256
+    for k0 in range(k_start, k_lo + KS, 256):
         offs_k = k0 + offs_kb
         k_ok = offs_k < K
-        xq = tl.load(q_ptr + j[:, None] * K + offs_k[None, :], mask=j_ok[:, None] & k_ok[None, :], other=0)
         w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0)
         sc = tl.load(xs_ptr + (j // 2) * ng + k0 // 256, mask=j_ok & (k0 < K), other=0.0) * part
-        if SWAP:
-            acc_t += tl.dot(w, tl.trans(xq), out_dtype=tl.int32).to(tl.float32) * sc[None, :]
-        else:
-            acc += tl.dot(xq, tl.trans(w), out_dtype=tl.int32).to(tl.float32) * sc[:, None]
+        acc = _q_group(acc, q_ptr + j[:, None] * K + offs_k[None, :], j_ok, w, sc, k_ok, SWAP)
     if SWAP:
-        acc = tl.trans(acc_t)
+        acc = tl.trans(acc)
     y = tl.sum(tl.reshape(acc, (8, 2, BN)), 1) * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
     offs_m = tl.arange(0, 8)
     mask = (offs_m < M)[:, None] & n_ok[None, :]

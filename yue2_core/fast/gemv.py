@@ -324,20 +324,21 @@ def supported(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *, partial: bool = False,
-         cfg: Config | None = None, xq: QAct | None = None) -> torch.Tensor | Partials:
+         cfg: Config | None = None, xq: QAct | None = None, pre: bool | None = None) -> torch.Tensor | Partials:
     """x [M ≤ 16, K] bf16 · w [N, K]ᵀ → y [M, N] bf16. w bf16, or int8 ConvRot codes with `scale` [N] fp32 —
     then x must already be rotated (`rotate`, or a producing kernel with rot=True). With `partial`, returns
     `Partials` (P [split, M, N] fp32) when the configuration (`choose`, made `usable`) splits K, else y.
     `xq` (int8 w, M ≤ 8): the same x as int8 pair codes (`QAct`); the product then runs int8 × int8 on the tensor
     cores (`_decode_triton.gemv_q_kernel`, `YUE2_INT8_DOT=int8` in the decode step) instead of converting every
     weight to bf16 — y differs from the bf16-activation product by x's rounding (finer here).
-    K % 256 == 0 (see `supported`). Raises ValueError for unsupported inputs."""
+    `pre`: a tensor-core configuration's first weight tile loaded before the PDL wait (the same sums; None:
+    YUE2_GEMV_PRE where PDL is on). K % 256 == 0 (see `supported`). Raises ValueError for unsupported inputs."""
     x = x.contiguous()
     if not supported(x, w):
         raise ValueError(f"gemv needs CUDA bf16 x [M ≤ {MAX_ROWS}, K % 256 == 0] and bf16/int8 w [N, K]; got x "
                          f"{tuple(x.shape)} {x.dtype} on {x.device}, w {tuple(w.shape)} {w.dtype}")
     if xq is not None:
-        return gemv_q(xq, w, scale, partial=partial, out_dtype=x.dtype, cfg=cfg)
+        return gemv_q(xq, w, scale, partial=partial, out_dtype=x.dtype, cfg=cfg, pre=pre)
     triton, _, kern, _, _, _ = _kernels()
     m, k = x.shape
     n = w.shape[0]
@@ -352,10 +353,14 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
     ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
     out = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
            else torch.empty(m, n, dtype=x.dtype, device=x.device))
+    pdl = _pdl(x)
+    if pre is None:
+        pre = bool(pdl) and pre_wait()  # YUE2_GEMV_PRE (experimental, off)
+    extra = {"PRE": True} if pre and cfg.dot else {}
     kern[(triton.cdiv(n, cfg.bn), split)](x, w, scale.view(-1) if int8 else x, out, m, n, k, ks, x.stride(0),
                                           BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk,
                                           INT8=int8, PARTIAL=split > 1, DOT=cfg.dot, num_warps=cfg.warps,
-                                          num_stages=cfg.stages, **_pdl(x))
+                                          num_stages=cfg.stages, **pdl, **extra)
     if split == 1:
         return out
     p = Partials(out, x.dtype)
@@ -387,10 +392,11 @@ def choose_q(n: int, k: int) -> tuple[Config, bool]:
 
 def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = False,
            out_dtype: torch.dtype = torch.bfloat16, cfg: Config | None = None,
-           swap: bool | None = None) -> torch.Tensor | Partials:
+           swap: bool | None = None, pre: bool | None = None) -> torch.Tensor | Partials:
     """xq (`QAct`: M ≤ 8 rows of K as int8 pair codes) · int8 ConvRot codes w [N, K]ᵀ · scale [N] → y [M, N] in
     `out_dtype`, or `Partials` with `partial` when the configuration splits K. Each 256-group is one int8 × int8
     tensor-core product with int32 sums (exact), scaled by the group's activation scale; no weight is converted.
+    `pre`: the first weight group loaded before the PDL wait (same sums; None: YUE2_GEMV_PRE where PDL is on).
     Raises ValueError for other shapes, dtypes or devices."""
     m, k = xq.rows, xq.q.shape[1]
     if (w.dtype != torch.int8 or w.dim() != 2 or w.shape[1] != k or w.stride() != (k, 1) or k % 256
@@ -415,13 +421,26 @@ def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = Fa
     ks = k // split
     out = (torch.empty(split, m, n, dtype=torch.float32, device=w.device) if split > 1
            else torch.empty(m, n, dtype=out_dtype, device=w.device))
+    pdl = _pdl(w)
+    if pre is None:
+        pre = bool(pdl) and pre_wait()  # YUE2_GEMV_PRE (experimental, off)
+    extra = {"PRE": True} if pre else {}
     kern[(triton.cdiv(n, cfg.bn), split)](xq.q, xq.s, w, scale.view(-1), out, m, n, k, ks, BN=cfg.bn,
                                           PARTIAL=split > 1, SWAP=swap, num_warps=cfg.warps,
-                                          num_stages=cfg.stages, **_pdl(w))
+                                          num_stages=cfg.stages, **pdl, **extra)
     if split == 1:
         return out
     p = Partials(out, out_dtype)
     return p if partial else reduce(p)
+
+
+def pre_wait() -> bool:
+    """YUE2_GEMV_PRE (0 / 1, default 0): whether the decode GEMVs' programs (`gemv_q`, and `gemv`'s tensor-core
+    configurations) load their first weight tile before the PDL wait (`_decode_triton.gemv_q_kernel` /
+    `gemv_kernel` PRE: the same sums; only when PDL is on). Read at each call, so a decode
+    graph keeps the setting it was captured with. RequestError for another value."""
+    from ..switches import flag
+    return flag("YUE2_GEMV_PRE", False)
 
 
 def _pdl(t: torch.Tensor) -> dict:
