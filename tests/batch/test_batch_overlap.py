@@ -358,14 +358,15 @@ def test_default_overlap_follows_the_device():
 def test_a_song_folder_keeps_its_marker_through_the_syncs(tmp_path, engine, monkeypatch):
     """Break-it finding: the save removed its temporary folder's marker before the fsyncs, so a save killed during
     them (SIGKILL, a slow disk) left a folder the next save's sweep could not recognise. The marker now stays until
-    the files are synced."""
+    the files are synced (the folder and its parent are synced after it, stop 45)."""
     import os as os_
     from yue2_core import artifacts
     seen, real = [], os_.fsync
 
     def fsync(fd):
-        folder = Path(os_.readlink(f"/proc/self/fd/{fd}")).parent
-        seen.append(artifacts.PARTIAL_MARKER in {p.name for p in folder.iterdir()})
+        path = Path(os_.readlink(f"/proc/self/fd/{fd}"))
+        if path.is_file():  # the files' syncs; the folder syncs (artifacts.fsync_folder) come after the marker's end
+            seen.append(artifacts.PARTIAL_MARKER in {p.name for p in path.parent.iterdir()})
         return real(fd)
     item = _items()[0]
     song = engine.generate(item.request, item.budgets, steps=1)
