@@ -170,6 +170,33 @@ def test_triton_w8a16_matches_dequantized(n, k, m):
     assert rel < 1e-2, rel
 
 
+@pytest.mark.skipif(not triton_available(), reason="Triton is not importable")
+@pytest.mark.parametrize("rows", [1, 2, 8])
+def test_weights_loaded_before_the_pdl_wait_give_the_same_bits(rows, monkeypatch):
+    """YUE2_GEMV_PRE (experimental): the decode GEMVs with their first weight tile loaded before the PDL wait give
+    the bits of the default, on the AR's five product shapes — int8 × int8 pair codes and bf16, plain and as
+    partial sums — launched with PDL after the producer of their input (as in the step)."""
+    from yue2_core.fast import gemv as G
+    from yue2_core.fast import pdl_enabled
+    if not pdl_enabled(torch.device("cuda")):
+        pytest.skip("no programmatic dependent launch on this GPU (PRE only applies with it)")
+    torch.manual_seed(0)
+    for n, k in ((4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (32769, 2048)):
+        q, s = quantize(torch.randn(n, k) * 0.05)
+        q, s = q.cuda(), s.view(-1).float().contiguous().cuda()
+        w = (torch.randn(n, k, device="cuda") * 0.05).to(torch.bfloat16)
+        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        xr, pack = G.rotate(x, quant=True)
+        for partial in (False, True):
+            for want, got in ((G.gemv_q(pack, q, s, partial=partial, pre=False),
+                               G.gemv_q(pack, q, s, partial=partial, pre=True)),
+                              (G.gemv(x, w, partial=partial, pre=False), G.gemv(x, w, partial=partial, pre=True))):
+                want, got = (t.t if isinstance(t, G.Partials) else t for t in (want, got))
+                assert torch.equal(want, got), (n, k, rows, partial)
+    monkeypatch.setenv("YUE2_GEMV_PRE", "1")
+    assert G.pre_wait()
+
+
 def test_int8_engine_song_on_cuda(engines):
     _, eng = engines
     from yue2_core.pipeline import Budgets
