@@ -66,13 +66,15 @@ def check_environment(device: str | None = None) -> list[str]:
         return warnings
     import torch
     on_cuda = torch.cuda.is_available() if device == "auto" else torch.device(device).type == "cuda"
+    from .fast.decode import INT8_DOT_DEFAULT
+    defaults = {"YUE2_INT8_DOT": INT8_DOT_DEFAULT}  # the choices whose default is not the first value listed
     for name in GPU_ONLY_SWITCHES:
         value = os.environ.get(name, "").strip()
         if name in flags:
             default = name not in FLAGS_OFF_BY_DEFAULT
             changed = flag(name, default) != default
         elif name in choices:
-            changed = value not in ("", choices[name][0])
+            changed = value not in ("", defaults.get(name, choices[name][0]))
         elif name == "YUE2_L2_PREFETCH":
             changed = bool(l2_prefetch.parse(value))
         elif name == "YUE2_L2_PREFETCH_GRID":
