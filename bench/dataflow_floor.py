@@ -17,7 +17,7 @@ multiplies on the int8 tensor cores (one `tl.dot`, int32) and stores 16 fp32 par
                itself (release). Tasks wait only on lower tickets, so there is no deadlock whatever the residency
   dataflow-pid the same with the program id as the index (no ticket round trip; relies on in-order dispatch; a
                poll limit turns a stall into a reported error instead of a hang)
-  layers       `dataflow` in one launch a layer (28 launches, PDL between them)
+  layers       `dataflow` in one launch a layer (28 launches in sequence, without PDL)
   stream       one launch, the same tasks with no waits (inputs as they happen to be): the floor of this task shape
 
 Options: --one (hand-offs by thread 0 alone: an acquire poll, then a block barrier; a barrier, then one fence and
@@ -59,9 +59,10 @@ def _kernels():
                                   is_pure=False, pack=1)
 
     @triton.jit
-    def poll_one(c_ptr, target, LIMIT: tl.constexpr):
+    def poll_one(c_ptr, target, err_ptr, LIMIT: tl.constexpr):
         # thread 0 alone polls the counter with acquire loads (the others wait at the block barrier after): one
-        # poller a program instead of every thread hammering one L2 line; gives up after LIMIT polls
+        # poller a program instead of every thread hammering one L2 line; gives up after LIMIT polls and then sets
+        # the error flag, as the every-thread poll does (a stall is reported, not timed as a fast schedule)
         tl.inline_asm_elementwise(
             """{
             .reg .pred %p_skip, %p_wait, %p_lim;
@@ -77,9 +78,10 @@ def _kernels():
             add.u32 %r_n, %r_n, 1;
             setp.lt.u32 %p_lim, %r_n, $3;
             @%p_lim bra SPIN${:uid};
+            red.global.or.b32 [$4], 1;
             DONE${:uid}:
             mov.u32 $0, %r_n;
-            }""", "=r,l,r,r", [c_ptr, target, LIMIT], dtype=tl.int32, is_pure=False, pack=1)
+            }""", "=r,l,r,r,l", [c_ptr, target, LIMIT, err_ptr], dtype=tl.int32, is_pure=False, pack=1)
         tl.debug_barrier()
 
     @triton.jit
@@ -105,7 +107,7 @@ def _kernels():
                     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr, S4: tl.constexpr,
                     MODE: tl.constexpr, TICKET: tl.constexpr, PRE: tl.constexpr, PDL: tl.constexpr,
                     NM: tl.constexpr, LIMIT: tl.constexpr, BN_: tl.constexpr = 16, KC_: tl.constexpr = 2048,
-                    ONE: tl.constexpr = False, FINE: tl.constexpr = False):
+                    ONE: tl.constexpr = False, FINE: tl.constexpr = False, CS: tl.constexpr = 16):
         # MODE 0: per-kernel (task = task_base + program id; PDL wait first unless PRE); 1: dataflow (waits on the
         # phase counters); 2: stream (no waits)
         NTL: tl.constexpr = T0 + T1 + T2 + T3 + T4
@@ -139,18 +141,18 @@ def _kernels():
         j = u - start
         tile = j % n_tiles
         chunk = j // n_tiles
-        # counters: 16 a (layer, phase); FINE: one per 2,048-wide (KC) chunk of the phase's output — a task waits
-        # only for the tiles (and splits) that produced the chunk it reads; else one a phase (all its tasks)
+        # counters: CS a (layer, phase) (`counter_slots`); FINE: one per KC-wide chunk of the phase's output — a
+        # task waits only for the tiles (and splits) that produced the chunk it reads; else one a phase (all its tasks)
         if FINE:
-            c_ptr = cnt_ptr + (layer * 5 + phase - 1) * 16 + chunk
+            c_ptr = cnt_ptr + (layer * 5 + phase - 1) * CS + chunk
             target = (KC_ // BN_) * in_s
         else:
-            c_ptr = cnt_ptr + (layer * 5 + phase - 1) * 16
+            c_ptr = cnt_ptr + (layer * 5 + phase - 1) * CS
             target = prev_tasks
         if MODE == 1:
             if ONE:
                 if (layer > 0) | (phase > 0):
-                    poll_one(c_ptr, target, LIMIT)
+                    poll_one(c_ptr, target, err_ptr, LIMIT)
             elif (layer > 0) | (phase > 0):
                 c = tl.load(c_ptr, volatile=True)
                 spins = 0
@@ -173,9 +175,9 @@ def _kernels():
         y = tl.sum(tl.where(r[:, None] == 0, acc, 0), 0).to(tl.float32) * (xs / (127.0 * 45.0))
         tl.store(p_ptr + phase * (8 * NM) + chunk * NM + tile * BN_ + r, y)
         if FINE:
-            out_ptr = cnt_ptr + (layer * 5 + phase) * 16 + (tile * BN_) // KC_
+            out_ptr = cnt_ptr + (layer * 5 + phase) * CS + (tile * BN_) // KC_
         else:
-            out_ptr = cnt_ptr + (layer * 5 + phase) * 16
+            out_ptr = cnt_ptr + (layer * 5 + phase) * CS
         if MODE == 1 and ONE:
             release_one(out_ptr)
         elif MODE == 1:
@@ -187,10 +189,23 @@ def _kernels():
     return triton, task_kernel
 
 
-def plan():
-    tasks = [(n // BN) * (k // KC) for _, n, k in PHASES]
-    splits = [k // KC for _, _, k in PHASES]
+def plan(kc: int | None = None):
+    """(tasks, splits) of each phase for tasks of BN × kc weights (default KC); ValueError for a kc that does not
+    divide every phase's N and K (the tasks would leave weights out)."""
+    kc = KC if kc is None else kc
+    if kc <= 0 or any(n % kc or k % kc for _, n, k in PHASES):
+        raise ValueError(f"--kc {kc} must divide every phase's outputs and inputs "
+                         f"({', '.join(f'{n} × {k}' for _, n, k in PHASES)})")
+    tasks = [(n // BN) * (k // kc) for _, n, k in PHASES]
+    splits = [k // kc for _, _, k in PHASES]
     return tasks, splits
+
+
+def counter_slots(kc: int) -> int:
+    """Counters a (layer, phase) takes: with --fine one per kc-wide chunk of the phase's output, so the widest
+    output (gate/up, 12,288) needs 12,288 / kc — 24 at kc 512, where 16 slots let gate/up's chunks 16–23 count into
+    the down phase's counters and the next layer's qkv start before the down products it reads; at least 16."""
+    return max(16, -(-NMAX // kc))
 
 
 def main() -> int:
@@ -210,9 +225,13 @@ def main() -> int:
         print("needs a CUDA GPU")
         return 2
     KC = args.kc
+    try:
+        tasks, splits = plan()
+    except ValueError as exc:
+        print(exc)
+        return 2
     triton, kern = _kernels()
     dev = torch.device("cuda")
-    tasks, splits = plan()
     ntl = sum(tasks)
     total = LAYERS * ntl
     wbytes = total * BN * KC
@@ -224,13 +243,14 @@ def main() -> int:
     w = torch.randint(-127, 128, (total * BN * KC,), dtype=torch.int8, device=dev, generator=g)
     p = torch.zeros(5, 8, NMAX, dtype=torch.float32, device=dev)
     x0 = torch.randn(8, NMAX, device=dev, generator=g)
-    base = LAYERS * 5 * 16  # phase counters (16 a phase), then the ticket, the error flag and the layer tickets
+    slots = counter_slots(KC)
+    base = LAYERS * 5 * slots  # phase counters (`slots` a phase), then the ticket, the error flag, the layer tickets
     cnt = torch.zeros(base + 2 + LAYERS, dtype=torch.int32, device=dev)
     ticket = cnt[base:base + 1]
     err = cnt[base + 1:base + 2]
     consts = dict(T0=tasks[0], T1=tasks[1], T2=tasks[2], T3=tasks[3], T4=tasks[4], S0=splits[0], S1=splits[1],
                   S2=splits[2], S3=splits[3], S4=splits[4], NM=NMAX, LIMIT=POLL_LIMIT, BN_=BN, KC_=KC,
-                  ONE=args.one, FINE=args.fine, num_warps=args.warps)
+                  ONE=args.one, FINE=args.fine, CS=slots, num_warps=args.warps)
     starts = [sum(tasks[:i]) for i in range(5)]
 
     def launch(mode: str):

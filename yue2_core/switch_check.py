@@ -11,6 +11,8 @@ GPU_ONLY_SWITCHES = ("YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GR
                      "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL",
                      "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH",
                      "YUE2_L2_PREFETCH_GRID", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE")
+# the boolean switches whose default is off (the others' is on): for the CPU-run warning, "changed" is from this
+FLAGS_OFF_BY_DEFAULT = ("YUE2_COMPILE", "YUE2_GEMV_PRE")
 
 
 def check_environment(device: str | None = None) -> list[str]:
@@ -64,12 +66,15 @@ def check_environment(device: str | None = None) -> list[str]:
         return warnings
     import torch
     on_cuda = torch.cuda.is_available() if device == "auto" else torch.device(device).type == "cuda"
+    from .fast.decode import INT8_DOT_DEFAULT
+    defaults = {"YUE2_INT8_DOT": INT8_DOT_DEFAULT}  # the choices whose default is not the first value listed
     for name in GPU_ONLY_SWITCHES:
         value = os.environ.get(name, "").strip()
         if name in flags:
-            changed = not flag(name, True)
+            default = name not in FLAGS_OFF_BY_DEFAULT
+            changed = flag(name, default) != default
         elif name in choices:
-            changed = value not in ("", choices[name][0])
+            changed = value not in ("", defaults.get(name, choices[name][0]))
         elif name == "YUE2_L2_PREFETCH":
             changed = bool(l2_prefetch.parse(value))
         elif name == "YUE2_L2_PREFETCH_GRID":

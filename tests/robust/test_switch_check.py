@@ -26,6 +26,7 @@ def test_every_documented_switch_is_known(monkeypatch, capsys):
 
 @pytest.mark.parametrize("name,value,words", [("YUE2_WARMUP", "maybe", "0 or 1"),
                                               ("YUE2_SIDE_CAPTURE", "on", "0 or 1"),
+                                              ("YUE2_GEMV_PRE", "yes", "0 or 1"),
                                               ("YUE2_WARMUP_PROCS", "-1", "integer"),
                                               ("YUE2_WARMUP_PROCS", "two", "integer"),
                                               ("YUE2_LAYER_KERNEL", "on", "grid"),
@@ -68,7 +69,9 @@ def test_gemv_table_contents_are_checked_before_work(monkeypatch, tmp_path):
                                                ("YUE2_WARMUP", "0", False), ("YUE2_L2_PREFETCH", "qkv:o", True),
                                                ("YUE2_L2_PREFETCH", "0", False), ("YUE2_L2_PREFETCH", "off", False),
                                                ("YUE2_L2_PREFETCH_GRID", "8:64", False),
-                                               ("YUE2_L2_PREFETCH_GRID", "16:64", True)])
+                                               ("YUE2_L2_PREFETCH_GRID", "16:64", True),
+                                               ("YUE2_GEMV_PRE", "1", True), ("YUE2_GEMV_PRE", "0", False),
+                                               ("YUE2_INT8_DOT", "convert", True), ("YUE2_INT8_DOT", "int8", False)])
 def test_gpu_only_switch_on_a_cpu_run_is_warned(monkeypatch, capsys, name, value, warned):
     """A switch of the CUDA paths set to something other than its default on a --device cpu run does nothing there,
     and says so (break-it finding: YUE2_LAYER_KERNEL=cuda was silently ignored on the CPU); defaults, CPU-relevant

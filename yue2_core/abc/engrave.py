@@ -52,7 +52,9 @@ MAX_NOTES = 3000  # both voices; a generated 6-minute song has ~2,000 (≈ 130 b
 # Verovio's tallest page (its maximum pageHeight; adjustPageHeight trims it to the music). The default, 2,970 (A4),
 # broke a score of ≥ ~50 bars into pages, and the pages joined by newlines were no SVG document the editor could show
 # ("The score could not be engraved."; break-it review, stop 45). At this height the longest scores within
-# MAX_NOTES (1,500 one-note bars per voice, each with a chord symbol) take ~22,000 of the 24,000 units at scale 40.
+# MAX_NOTES (1,500 one-note bars per voice, each with a chord symbol) take ~22,000 of the 24,000 units at scale 40
+# with notes on the staff; notes far off it make every system taller (1,500 bars of "Cmaj7"c'' over C,: two pages, said
+# in svg_error — review rd45), so a score that long may still not be drawn.
 PAGE_HEIGHT = 60_000
 
 

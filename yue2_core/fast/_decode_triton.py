@@ -19,7 +19,8 @@ def pdl_prologue(PDL: tl.constexpr):
     # The wait must stay the first thing every PDL kernel does: no load or store may move above it. That is what
     # makes reading data of kernels further back safe (each earlier kernel finished before its successor's wait
     # returned) and what makes buffer reuse by the CUDA-graph allocator safe (no early write over a buffer the
-    # previous kernel still reads).
+    # previous kernel still reads). The one exception: PRE of `gemv_kernel` / `gemv_q_kernel` (YUE2_GEMV_PRE) loads
+    # the first weight tile before it — weights, which no kernel of a step writes and the allocator never hands out.
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
