@@ -353,14 +353,10 @@ def gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, *,
     ks = triton.cdiv(triton.cdiv(k, split), cfg.bk) * cfg.bk
     out = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
            else torch.empty(m, n, dtype=x.dtype, device=x.device))
-    pdl = _pdl(x)
-    if pre is None:
-        pre = bool(pdl) and pre_wait()  # YUE2_GEMV_PRE (experimental, off)
-    extra = {"PRE": True} if pre and cfg.dot else {}
     kern[(triton.cdiv(n, cfg.bn), split)](x, w, scale.view(-1) if int8 else x, out, m, n, k, ks, x.stride(0),
                                           BM=16 if cfg.dot else triton.next_power_of_2(m), BN=cfg.bn, BK=cfg.bk,
                                           INT8=int8, PARTIAL=split > 1, DOT=cfg.dot, num_warps=cfg.warps,
-                                          num_stages=cfg.stages, **pdl, **extra)
+                                          num_stages=cfg.stages, **_launch(x, pre, cfg.dot))
     if split == 1:
         return out
     p = Partials(out, x.dtype)
@@ -421,13 +417,9 @@ def gemv_q(xq: QAct, w: torch.Tensor, scale: torch.Tensor, *, partial: bool = Fa
     ks = k // split
     out = (torch.empty(split, m, n, dtype=torch.float32, device=w.device) if split > 1
            else torch.empty(m, n, dtype=out_dtype, device=w.device))
-    pdl = _pdl(w)
-    if pre is None:
-        pre = bool(pdl) and pre_wait()  # YUE2_GEMV_PRE (experimental, off)
-    extra = {"PRE": True} if pre else {}
     kern[(triton.cdiv(n, cfg.bn), split)](xq.q, xq.s, w, scale.view(-1), out, m, n, k, ks, BN=cfg.bn,
                                           PARTIAL=split > 1, SWAP=swap, num_warps=cfg.warps,
-                                          num_stages=cfg.stages, **pdl, **extra)
+                                          num_stages=cfg.stages, **_launch(w, pre))
     if split == 1:
         return out
     p = Partials(out, out_dtype)
@@ -441,6 +433,15 @@ def pre_wait() -> bool:
     graph keeps the setting it was captured with. RequestError for another value."""
     from ..switches import flag
     return flag("YUE2_GEMV_PRE", False)
+
+
+def _launch(t: torch.Tensor, pre: bool | None, dot: bool = True) -> dict:
+    """A GEMV's launch arguments on t's device: PDL where it is on (`_pdl`), and PRE for a tensor-core (`dot`)
+    configuration when `pre` is true, or when it is None and YUE2_GEMV_PRE asks for it with PDL on."""
+    pdl = _pdl(t)
+    if pre is None:
+        pre = bool(pdl) and pre_wait()  # YUE2_GEMV_PRE (experimental, off)
+    return {**pdl, "PRE": True} if pre and dot else pdl
 
 
 def _pdl(t: torch.Tensor) -> dict:
