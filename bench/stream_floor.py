@@ -32,7 +32,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 SOURCE = r'''
-typedef unsigned int u32;
 __device__ __forceinline__ uint4 ldw(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -118,10 +117,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) stream(const uint4* buf, co
   }
   atomicXor(out, acc);
 }
-// ---- the ring schedule: a producer thread streams the block's shares of every phase into a shared-memory ring of
-// S stages × STAGE bytes by bulk copies (cp.async.bulk, completion counted on an mbarrier a stage); the consumer
-// warps read each stage from shared memory, free it, and meet the other blocks at a grid barrier between phases.
-// The producer never waits for a barrier, only for a free stage: the stream runs ahead across the barriers.
+'''
+
+# typedef u32 and the bulk-copy ring's helpers (also bench/cluster_floor.py's)
+HEAD = r'''
+typedef unsigned int u32;
+'''
+RING_HELPERS = r'''
 __device__ __forceinline__ u32 sa(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mb_init(u32 b, u32 n) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(n) : "memory");
@@ -148,6 +150,14 @@ __device__ __forceinline__ unsigned long long now() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   return t;
 }
+'''
+
+SOURCE = HEAD + SOURCE + r'''
+// ---- the ring schedule: a producer thread streams the block's shares of every phase into a shared-memory ring of
+// S stages × STAGE bytes by bulk copies (cp.async.bulk, completion counted on an mbarrier a stage); the consumer
+// warps read each stage from shared memory, free it, and meet the other blocks at a grid barrier between phases.
+// The producer never waits for a barrier, only for a free stage: the stream runs ahead across the barriers.
+''' + RING_HELPERS + r'''
 // tim (when given): this block's arrival and release times (ns) at the barrier. backoff: ns slept between polls.
 // flags (spread): the last block to arrive writes `gen` into every block's own release flag (a 128-byte line
 // each), which that block polls — no line polled by all 132 blocks at once; else every block polls the counter.
