@@ -1,0 +1,96 @@
+"""Leftovers of the stop-45 break-it reviews, fixed in stop 46 (docs/bad_inputs.md §25): JSON with an integer past
+Python's 4,300-digit cap called "not valid JSON", batch.json's rename not synced to disk, a control character at the
+end of a header line reported twice, and the busy-CPU note counting the host's cores under an affinity limit."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from yue2_core.errors import (AdapterError, ArtifactError, CheckpointError, TokenizerError, YuE2Error,
+                              json_number_too_long)
+
+HUGE = "1" + "0" * 5000  # past Python's 4,300-digit cap for int(str)
+TOO_LONG = "a number too long to read: an integer of more than 4,300 digits"
+
+
+# ---------------------------------------------------------------------------------------------- numbers too long
+
+def _tokenizer(tmp_path: Path):
+    from yue2_core.weights.tokenizer import YuE2Tokenizer
+    YuE2Tokenizer('{"model": {"x": ' + HUGE + "}}")
+
+
+def _vae_config(tmp_path: Path):
+    from yue2_core.weights.vae_files import open_vae
+    (tmp_path / "config.json").write_text('{"model_type": "yue2_vae", "x": ' + HUGE + "}")
+    open_vae(str(tmp_path))
+
+
+def _vendor_config(tmp_path: Path):
+    from yue2_core.weights.vendor import read_config
+    (tmp_path / "config.json").write_text('{"model_type": "yue2", "x": ' + HUGE + "}")
+    read_config(str(tmp_path))
+
+
+def _safetensors_header(tmp_path: Path):
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    raw = ('{"a":{"dtype":"F32","shape":[' + HUGE + '],"data_offsets":[0,4]}}').encode()
+    (tmp_path / "x.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
+    inspect_checkpoint(str(tmp_path / "x.safetensors"))
+
+
+def _quant_marker(tmp_path: Path):
+    from yue2_core.weights.quant import parse_marker
+    parse_marker(('{"format": "int8_tensorwise", "convrot_groupsize": ' + HUGE + "}").encode(), "w.comfy_quant")
+
+
+def _adapter_config(tmp_path: Path):
+    from yue2_core.weights.lora.layouts_io import read_sidecar
+    (tmp_path / "adapter_config.json").write_text('{"r": 4, "lora_alpha": ' + HUGE + "}")
+    read_sidecar(str(tmp_path / "adapter_config.json"))
+
+
+def _song_result(tmp_path: Path):
+    from yue2_core.artifacts import load_song
+    (tmp_path / "result.json").write_text('{"seed": ' + HUGE + "}")
+    load_song(tmp_path)
+
+
+@pytest.mark.parametrize("read, kind, words", [
+    (_tokenizer, TokenizerError, "the embedded tokenizer JSON holds"),
+    (_vae_config, CheckpointError, "config.json: config.json holds"),
+    (_vendor_config, CheckpointError, "config.json holds"),
+    (_safetensors_header, CheckpointError, "not a safetensors file (its header holds"),
+    (_quant_marker, CheckpointError, "w.comfy_quant: the comfy_quant marker holds"),
+    (_adapter_config, AdapterError, "not a readable JSON file ("),
+    (_song_result, ArtifactError, "result.json is damaged or not a song result: it holds"),
+], ids=["tokenizer", "vae-config", "vendor-config", "safetensors-header", "quant-marker", "adapter-config",
+        "song-result"])
+def test_an_integer_past_the_digit_cap_is_named_not_called_invalid_json(tmp_path, read, kind, words):
+    """An integer of 5,000 digits is valid JSON, but json.loads raises ValueError("Exceeds the limit (4300 digits) for
+    integer string conversion … use sys.set_int_max_str_digits()"): it was reported as "not valid JSON", "cannot be
+    read as JSON (ValueError)" or with Python's advice to change an interpreter setting. Now what is wrong is said."""
+    with pytest.raises(kind) as caught:
+        read(tmp_path)
+    message = str(caught.value)
+    assert words in message and TOO_LONG in message, message
+    assert "not valid JSON" not in message and "set_int_max_str_digits" not in message, message
+
+
+def test_json_number_too_long_names_only_the_digit_cap():
+    """The helper answers for Python's int-string limit only: JSON syntax errors, bad UTF-8 and others stay theirs."""
+    for text in ("1" * 4301, "[" + HUGE + "]", '{"a": -' + HUGE + "}"):
+        with pytest.raises(ValueError) as caught:
+            json.loads(text)
+        assert json_number_too_long(caught.value) == TOO_LONG
+    for bad in (b'{"a": 1', b"\xff{}", b"[1,]"):
+        with pytest.raises(ValueError) as caught:
+            json.loads(bad.decode("utf-8"))
+        assert json_number_too_long(caught.value) is None
+    assert json.loads("1" * 4300) and json.loads("1." + "0" * 5000) == 1.0  # at the cap, and floats: read as before
+    assert json_number_too_long(YuE2Error("integer string conversion")) is None
