@@ -94,3 +94,43 @@ def test_json_number_too_long_names_only_the_digit_cap():
         assert json_number_too_long(caught.value) is None
     assert json.loads("1" * 4300) and json.loads("1." + "0" * 5000) == 1.0  # at the cap, and floats: read as before
     assert json_number_too_long(YuE2Error("integer string conversion")) is None
+
+
+# ---------------------------------------------------------------------------------------------- batch.json on disk
+
+def test_batch_json_and_its_rename_are_synced_to_disk(tmp_path, monkeypatch):
+    """batch.json was written to a temporary file, fsynced and renamed into place, but the folder was not synced
+    after the rename: a crash soon after could lose the new batch.json although its data was on disk. Now the folder
+    is fsynced after the rename (`artifacts.fsync_folder`), as a saved song's; a file system that cannot sync a
+    folder (EINVAL) still writes it."""
+    from yue2_core.batch.summary import BatchSummary, load_summary
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        events.append(("fsync folder" if os.path.isdir(path) else "fsync file", path))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(dst)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    summary = BatchSummary({"requests": "songs.jsonl"})
+    summary.add(1, "song1", "complete")
+    assert summary.write(tmp_path) == tmp_path / "batch.json"
+    assert [kind for kind, _ in events] == ["fsync file", "replace", "fsync folder"], events  # was: no folder sync
+    assert events[1][1] == str(tmp_path / "batch.json") and events[2][1] == str(tmp_path)
+
+    def no_folder_sync(fd):
+        if os.path.isdir(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", no_folder_sync)
+    summary.add(2, "song2", "failed", stage="render", error="boom")
+    summary.write(tmp_path)
+    assert load_summary(tmp_path)["failed"] == 1 and sorted(os.listdir(tmp_path)) == ["batch.json"]
