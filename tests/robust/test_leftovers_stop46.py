@@ -134,3 +134,25 @@ def test_batch_json_and_its_rename_are_synced_to_disk(tmp_path, monkeypatch):
     summary.add(2, "song2", "failed", stage="render", error="boom")
     summary.write(tmp_path)
     assert load_summary(tmp_path)["failed"] == 1 and sorted(os.listdir(tmp_path)) == ["batch.json"]
+
+
+# ---------------------------------------------------------------------------------------------- ABC header lines
+
+HEAD = ('X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=88\nV: Vocal clef=treble name="Vocal Melody" snm="Vocal"\n'
+        'V: Ins clef=treble name="Ins Melody" snm="Inst."\nK:C\n')
+SCORE = HEAD + '% verse\nV: Vocal\n"C"C16E16|"G"D32|\nV: Ins\nC,32|G,,32|\n'
+
+
+@pytest.mark.parametrize("number", range(1, 14))
+@pytest.mark.parametrize("char", ["\x00", "\x1b", "\x7f", "\x1b\x00"], ids=["NUL", "ESC", "DEL", "ESC+NUL"])
+def test_a_control_character_ending_a_line_is_one_finding(number, char):
+    """`M:4/4<ESC>` (an editor's bad save, a paste from a terminal): the rules read the control character as a
+    space, so besides the control-character error came "Write M:4/4 without spaces" (X:, T:, L:, K:, a section
+    comment and a V: selector alike). Now control characters that end a line are dropped before the rules: one
+    finding, at the first of them."""
+    from yue2_core.abc import validate
+    lines = SCORE.split("\n")
+    column = len(lines[number - 1]) + 1
+    lines[number - 1] += char
+    issues = validate("\n".join(lines))
+    assert [(i.code, i.line, i.column) for i in issues] == [("control-character", number, column)], issues
