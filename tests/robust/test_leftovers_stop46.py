@@ -156,3 +156,24 @@ def test_a_control_character_ending_a_line_is_one_finding(number, char):
     lines[number - 1] += char
     issues = validate("\n".join(lines))
     assert [(i.code, i.line, i.column) for i in issues] == [("control-character", number, column)], issues
+
+
+# ---------------------------------------------------------------------------------------------- the busy-CPU note
+
+@pytest.mark.parametrize("affinity, load, said", [({0, 1}, 3.0, "load 3.0 on 2 cores"), ({0, 1}, 1.5, None),
+                                                  (None, 3.0, None), (None, 70.0, "load 70.0 on 64 cores")])
+def test_the_busy_cpu_note_counts_the_cores_this_process_may_use(monkeypatch, capsys, affinity, load, said):
+    """Under `taskset -c 0,1` or a cpuset on a 64-core host, the note counted os.cpu_count() (64) and stayed quiet at
+    load 3 on the 2 cores the run may use. Now os.sched_getaffinity counts them; without it (macOS, Windows) the
+    host's os.cpu_count() is used, as before."""
+    import yue2_core.__main__ as cli
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cli.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: 64)
+    if affinity is None:
+        monkeypatch.delattr(cli.os, "sched_getaffinity", raising=False)
+    else:
+        monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: set(affinity), raising=False)
+    cli._note_busy_cpu()
+    err = capsys.readouterr().err
+    assert (said in err and err.startswith("NOTE: this CPU is busy")) if said else err == "", err
