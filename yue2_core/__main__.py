@@ -214,14 +214,19 @@ def _note_busy_cpu() -> None:
     """On a CPU other jobs already keep busy, without OMP_NUM_THREADS: say that PyTorch's threads will fight them
     (new-user finding, stop 45: `bash scripts/song.sh` beside the test suite sampled 6 tokens/s, 221 s for the
     default song, with nothing pointing at the README's `OMP_NUM_THREADS=1`, which makes it several times faster).
-    The load is read before this run's work, so it counts the other jobs only."""
+    The load is read before this run's work, so it counts the other jobs only. Cores are those this process may
+    run on (`os.sched_getaffinity`: `taskset`, a cpuset such as `docker --cpuset-cpus`), else the host's
+    (`os.cpu_count`: macOS, Windows)."""
     if os.environ.get("OMP_NUM_THREADS"):
         return
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):  # no load average on this platform
         return
-    cores = os.cpu_count() or 1
+    try:  # under an affinity limit the host's count made 2 usable cores of 64 look idle at load 8
+        cores = len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # macOS and Windows have no sched_getaffinity
+        cores = os.cpu_count() or 1
     if load >= cores:
         print(f"NOTE: this CPU is busy (load {load:.1f} on {cores} cores) and OMP_NUM_THREADS is not set: PyTorch's "
               "threads then compete with the other jobs, which can make sampling several times slower; put "

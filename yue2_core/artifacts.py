@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .constants import FRAMES_PER_SECOND, MAX_ODE_STEPS, SAMPLE_RATE
-from .errors import ArtifactError, DiskFullError
+from .errors import ArtifactError, DiskFullError, json_number_too_long
 from .pipeline import Score, SemanticTokens, Song
 from .protocol import _finite_number, blank_score, valid_song_id
 
@@ -768,6 +768,8 @@ def _load_json(path: Path, what: str, data: bytes | None = None) -> dict:
     except OSError as exc:  # unreadable (permissions, I/O) is not damage: say which
         raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:  # ValueError covers JSON and UTF-8 decoding errors
+        if json_number_too_long(exc):  # song files hold seeds and budgets of a few digits: an edit or damage
+            raise ArtifactError(f"{path} is damaged or not {what}: it holds {json_number_too_long(exc)}") from None
         raise ArtifactError(f"{path} is damaged or not {what} ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
         raise ArtifactError(f"{path} is not {what} (a JSON object was expected)")

@@ -1,5 +1,6 @@
 """Typed errors of the engine. Every error a user can cause is one of these, with a message that says what was
 wrong and what is accepted. Callers (the CLI, the ComfyUI nodes) catch `YuE2Error` and show its text."""
+import sys
 import traceback
 
 
@@ -56,6 +57,17 @@ def brief(exc: BaseException) -> str:
     """"Type: first line of the message", at most 200 characters — how a fallback names the failure it recovered
     from (in a warning and in the result's timing)."""
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+
+
+def json_number_too_long(exc: BaseException) -> str | None:
+    """For an exception json.load / json.loads raised: "a number too long to read: an integer of more than 4,300
+    digits" when it is Python's int-string conversion limit (`sys.get_int_max_str_digits()`, 4,300 by default:
+    an integer with more digits in valid JSON raises a plain ValueError, "Exceeds the limit … use
+    sys.set_int_max_str_digits()"), else None. Callers name it instead of "not valid JSON" (leftover of the stop-45
+    break-it reviews)."""
+    if type(exc) is not ValueError or "integer string conversion" not in str(exc):  # JSONDecodeError: a subclass
+        return None
+    return f"a number too long to read: an integer of more than {sys.get_int_max_str_digits():,} digits"
 
 
 def release_frames(exc: BaseException) -> None:

@@ -105,6 +105,8 @@ def test_analyze_keeps_markup_in_the_title_as_text(comfy_server):
 
 @pytest.mark.parametrize("body, status, words", [
     (b"this is not json", 400, ["not valid JSON"]),
+    (b'{"abc": "X:1", "max_seconds": 1' + b"0" * 5000 + b"}", 400,
+     ["number too long to read: an integer of more than 4,300 digits"]),  # was "not valid JSON" (stop 46)
     (b"", 400, ["empty"]),
     (b"\xff\xfe\x00garbage", 400, ["UTF-8"]),
     (b"[1, 2]", 400, ["JSON object", "array"]),
@@ -115,8 +117,8 @@ def test_analyze_keeps_markup_in_the_title_as_text(comfy_server):
     (b'{"abc": "X:1", "engrave": "yes"}', 400, ["engrave", "true or false"]),
     (b'{"abc": "X:1", "max_seconds": -5}', 400, ["max_seconds", "positive"]),
     (b'{"abc": "X:1", "instrumental": 1}', 400, ["instrumental"]),
-], ids=["text", "empty", "binary", "array", "string", "no-abc", "abc-number", "abc-array", "engrave-type",
-        "max-seconds", "instrumental-type"])
+], ids=["text", "huge-integer", "empty", "binary", "array", "string", "no-abc", "abc-number", "abc-array",
+        "engrave-type", "max-seconds", "instrumental-type"])
 def test_analyze_refuses_bad_requests_with_json(comfy_server, body, status, words):
     got, answer = post(comfy_server, "analyze", body, raw=True)
     assert_refused(got, answer, status, *words, server=comfy_server)

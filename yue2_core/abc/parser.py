@@ -28,6 +28,7 @@ SYNTAX_CODES = frozenset({"empty", "missing-header", "duplicate-header", "header
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # control characters (Unicode category Cc) other than tab; line ends are split off before: NUL, ESC, DEL, C1 …
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_TRAILING_CONTROL = re.compile(f"{_CONTROL.pattern}+\\Z")  # control characters that end a line
 LINE_END = re.compile(r"\r\n|\r|\n")  # what the vendor's str.splitlines() and Python's universal newlines split at
 
 
@@ -49,8 +50,10 @@ def scan(text: str) -> AbcScore:
         raise AbcError(f"The score must be text (str), not {type(text).__name__}.", code="type")
     lines = split_lines(text)
     # the rules read control characters as spaces, so one stray NUL (an editor's bad save) is one finding
-    # (`_control_issue`), not a phantom music line and a "cut off" last bar too; columns are unchanged
-    clean = [_CONTROL.sub(" ", line) for line in lines]
+    # (`_control_issue`), not a phantom music line and a "cut off" last bar too; columns are unchanged. Those that
+    # end a line are dropped: as a space they were a second finding, "Write M:4/4 without spaces" for `M:4/4<ESC>`
+    # (leftover of the stop-45 break-it review); no column before them moves
+    clean = [_CONTROL.sub(" ", _TRAILING_CONTROL.sub("", line)) for line in lines]
     blank = not text.replace("\ufeff", "").strip()  # a byte-order mark alone is empty (protocol.blank_score)
     header, body_start, issues = parse_header(clean) if not blank else (None, 0, [])
     if header is None:

@@ -75,8 +75,8 @@ class BatchSummary:
                           + (f" — not computed: {', '.join(left)}" if left else "")])
 
     def write(self, folder: str | os.PathLike) -> Path:
-        """Write batch.json into `folder` atomically (temporary file + os.replace): a reader sees the previous or
-        the new summary, never half of one."""
+        """Write batch.json into `folder` atomically (temporary file fsynced + os.replace, then the folder fsynced):
+        a reader sees the previous or the new summary, never half of one, and the rename outlives a crash."""
         from ..artifacts import _json_bytes, signals_held
         folder = Path(folder)
         data = _json_bytes(self.to_dict())
@@ -109,7 +109,7 @@ class BatchSummary:
         return f" (no song of it is saved yet; {fix}, then run the same command again)"
 
     def _write(self, folder: Path, data: bytes) -> Path:
-        from ..artifacts import UMASK, write_error
+        from ..artifacts import UMASK, fsync_folder, write_error
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{BATCH_FILE}.", suffix=".tmp", dir=folder)
         except OSError as exc:
@@ -129,6 +129,10 @@ class BatchSummary:
             if isinstance(exc, OSError):
                 raise write_error(exc, f"cannot write {folder / BATCH_FILE}", self._advice(exc)) from None
             raise
+        try:  # the rename itself, as a song folder's (artifacts.write_song_dir): batch.json outlives a crash or power
+            fsync_folder(folder)  # cut soon after it; the file is in place, so never an error now
+        except OSError:
+            pass
         return folder / BATCH_FILE
 
     def table(self) -> str:

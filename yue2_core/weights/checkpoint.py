@@ -26,7 +26,7 @@ import torch
 
 from ..ar import ARModel
 from ..constants import CONTEXT, CONVROT_GROUP, LATENT_DIM
-from ..errors import CheckpointError, DamagedWeightsError
+from ..errors import CheckpointError, DamagedWeightsError, json_number_too_long
 from ..layers import ModelDims
 from ..nar import NARModel
 from .quant import MAX_GROUP, parse_marker
@@ -271,7 +271,10 @@ def read_header(path: str) -> tuple[dict, dict, int]:
         raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
+        if json_number_too_long(exc):
+            raise CheckpointError(f"{path}: not a safetensors file (its header holds "
+                                  f"{json_number_too_long(exc)})") from None
         raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a safetensors file (header is not a JSON object)")

@@ -18,7 +18,7 @@ import unicodedata
 import torch
 
 from ..constants import EOD, MUSIC_START
-from ..errors import RequestError, TokenizerError
+from ..errors import RequestError, TokenizerError, json_number_too_long
 
 #: Pre-tokenizer regex of the vendor tokenizer, verbatim (weights_and_lora.md §4; checkpoint_format.md §5).
 QWEN_PATTERN = (
@@ -76,6 +76,8 @@ class YuE2Tokenizer:
         try:
             doc = json.loads(json_text)
         except (ValueError, RecursionError) as exc:  # also a number past Python's digit cap, absurd nesting
+            if json_number_too_long(exc):
+                raise TokenizerError(f"the embedded tokenizer JSON holds {json_number_too_long(exc)}") from None
             where = (f"{exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError)
                      else str(exc).splitlines()[0][:120])
             raise TokenizerError(f"the embedded tokenizer is not valid JSON ({where})") from None

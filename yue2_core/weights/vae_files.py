@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
-from ..errors import CheckpointError, DamagedWeightsError
+from ..errors import CheckpointError, DamagedWeightsError, json_number_too_long
 from ..vae import VAEConfig, VAEDecoder
 from .checkpoint import _vae_config, file_identity, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
@@ -190,7 +190,9 @@ def _read_json(path: str, what: str):
             return json.load(f)
     except OSError as exc:
         raise CheckpointError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError):  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
+        if json_number_too_long(exc):
+            raise CheckpointError(f"{path}: {what} holds {json_number_too_long(exc)}") from None
         raise CheckpointError(f"{path}: {what} is not valid JSON") from None
 
 

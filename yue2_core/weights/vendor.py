@@ -28,7 +28,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import CheckpointError, DamagedWeightsError, TokenizerError
+from ..errors import CheckpointError, DamagedWeightsError, TokenizerError, json_number_too_long
 from ..switches import flag
 from .checkpoint import (AR, NAR, VAE, SplitSource, TensorEntry, build_info, check_entries, content_sample,
                          read_header)
@@ -109,6 +109,9 @@ def read_config(folder, expect: str = MODEL_TYPE) -> dict:
         raise CheckpointError(f"{folder} is a folder without {CONFIG}: a YuE2 vendor folder ({what}) has one with "
                               f"model_type {expect!r}") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if json_number_too_long(exc):
+            raise CheckpointError(f"{path} holds {json_number_too_long(exc)}; a {what} folder's {CONFIG} is a JSON "
+                                  f"object with model_type {expect!r}") from None
         raise CheckpointError(f"{path} cannot be read as JSON ({type(exc).__name__}); a {what} folder's "
                               f"{CONFIG} is a JSON object with model_type {expect!r}") from None
     if not isinstance(config, dict):

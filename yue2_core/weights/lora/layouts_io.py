@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...errors import AdapterError, CheckpointError
+from ...errors import AdapterError, CheckpointError, json_number_too_long
 from ..checkpoint import not_a_file, open_tensors, read_header
 
 SIDECAR = "adapter_config.json"
@@ -341,7 +341,8 @@ def read_sidecar(path: str) -> dict:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8 / JSON, a number past the digit cap
-        raise AdapterError(f"{where}: not a readable JSON file ({str(exc).splitlines()[0][:120]}); a PEFT "
+        fault = json_number_too_long(exc) or str(exc).splitlines()[0][:120]
+        raise AdapterError(f"{where}: not a readable JSON file ({fault}); a PEFT "
                            f"adapter_config.json is a JSON object with at least \"r\" and \"lora_alpha\"") from None
     if not isinstance(cfg, dict):
         raise AdapterError(f"{where}: expected a JSON object, found {type(cfg).__name__}")
