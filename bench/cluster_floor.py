@@ -19,20 +19,23 @@ scope; a hardware path that never leaves the GPC). With CL = 8 (the portable clu
 head: its blocks compute k_j / v_j and stream j's K/V as the sibling cluster does (the same addresses at about the
 same time: L2 hits, not DRAM), 16 clusters.
 
-Nothing is computed but an XOR of the loaded bytes (or, `+work`, two dp4a a word: the int8 pair-code products on
-CUDA cores), so rows are floors of their schedules, comparable within a run:
+Nothing is computed but an XOR of the loaded bytes, or (`+math`) a cost model of the arithmetic: the products as
+rows of int8 codes against the activation's pair codes in shared memory (two dp4a a word, each 256-group summed
+over 16 lanes by shuffles, scaled and added to its row's sum by a shared-memory atomic), the K/V rows against two
+query heads (bf16 → fp32, 16 FMAs a 16-byte word, a 16-lane reduction and two exp a K row) — the work a real
+kernel's consumers do per byte, not its results. Rows are floors of their schedules, comparable within a run:
   stream        no hand-off at all: the streaming floor
   grid5         a grid barrier after every phase: the one-launch layout measured before (fast/_layer_cuda.cu)
   grid2         only the cluster design's 2 grid barriers a layer
   grid2+part    … and every block reading the clusters' partial rows (8 × 2,048 fp32) after each
   cluster       … and the 4 cluster hand-offs with their pushes: the design
-  cluster+work  … with the products' arithmetic
+  cluster+math  … with the arithmetic's cost model
   cluster8      the design with clusters of 8 (one query head each, 16 clusters)
   empty-*       the same schedule with 0 bytes a phase: the hand-off chain alone
 Prints ms a step, TB/s of the bytes the blocks request, and where block time goes (µs a layer, mean over blocks):
 waiting for ring stages, at grid barriers, at cluster hand-offs, reading partials.
 
-    python bench/cluster_floor.py [--reps 30] [--positions 2122 7000] [--stages 12] [--stage-kb 16]
+    python bench/cluster_floor.py [--reps 30] [--positions 2122 7000] [--stages 11] [--stage-kb 16] [--schedules …]
 """
 from __future__ import annotations
 
@@ -129,13 +132,14 @@ __device__ __forceinline__ float gather(const float* rx, int q) {
   return a;
 }
 // mode bits: 1 the design's 2 grid barriers a layer, 2 its 4 cluster hand-offs, 4 the partial rows written and read
-// around the grid barriers, 8 a grid barrier after every phase instead (grid5), 16 two dp4a a loaded word
+// around the grid barriers, 8 a grid barrier after every phase instead (grid5), 16 the arithmetic's cost model
+// (krow[kind]: a product's row length in bytes)
 // segs [6][G][2][2] (kind: qkv, K/V, o, gate/up, down, head; two segments (offset, length) in uint4s, offsets from
 // the layer's base, the head's from 0); q[4]: floats pushed to each rank at the 4 hand-offs; np partial rows of HIDc
 // floats read after a grid barrier, ps of them written by each block. tim [G][4] ns: ring waits, grid barriers,
 // cluster hand-offs, partial reads.
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NC + 32, 1)
-cstep(const uint4* buf, const int* segs, int layers, int layer_u4, int S, int stage_u4, int mode, int q1, int q2,
+cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_u4, int S, int stage_u4, int mode, int q1, int q2,
       int q3, int q4, int np, int ps, float* part, u32* bar, int* err, u32* out, unsigned long long* tim) {
   extern __shared__ uint4 dyn[];
   __shared__ unsigned long long full[32], empty[32], cmb[4];
@@ -144,12 +148,19 @@ cstep(const uint4* buf, const int* segs, int layers, int layer_u4, int S, int st
   float* rx2 = rx1 + CL * q1;
   float* rx3 = rx2 + CL * q2;
   float* rx4 = rx3 + CL * q3;
+  float* rowacc = rx4 + CL * q4;                   // 256 row sums of a product phase
+  float* xsc = rowacc + 256;                       // 24 group scales of the activation's pair codes
+  signed char* xhi = (signed char*)(xsc + 32);     // the activation's pair codes (6,144 each: the ffn width)
+  signed char* xlo = xhi + 6144;
   const int G = gridDim.x, b = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int i = 0; i < S; ++i) { mb_init(sa(full + i), 1); mb_init(sa(empty + i), NCW); }
     for (int i = 0; i < 4; ++i) mb_init(sa(cmb + i), CL);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) rowacc[i] = 0.f;
+  for (int i = threadIdx.x; i < 24; i += blockDim.x) xsc[i] = 1.f / (i + 1);
+  for (int i = threadIdx.x; i < 6144; i += blockDim.x) { xhi[i] = (signed char)(i * 37); xlo[i] = (signed char)(i * 11); }
   cluster_all_sync();
   const int nk = 5 * layers + 1;
   if (warp == NCW) {  // the producer: every phase's segments, stage by stage, never waiting for a hand-off
@@ -176,7 +187,8 @@ cstep(const uint4* buf, const int* segs, int layers, int layer_u4, int S, int st
     int k = 0, nb = 0;
     unsigned long long tr = 0, tg = 0, tc = 0, tp = 0;
     const int grid5 = mode & 8, gsy = (mode & 1) && !grid5, csy = (mode & 2) && !grid5, prt = (mode & 4) && !grid5;
-    const int work = mode & 16, HIDc = HID_;
+    const int math = mode & 16, HIDc = HID_;
+    const float q0 = 0.01f * (b + 1), q1 = -0.02f * (b + 1);
     for (int ph = 0; ph < nk; ++ph) {
       const int kind = ph < 5 * layers ? ph % 5 : 5, layer = ph / 5;
       if ((kind == 0 && layer > 0 && gsy) || (kind == 5 && gsy)) {
@@ -197,22 +209,59 @@ cstep(const uint4* buf, const int* segs, int layers, int layer_u4, int S, int st
           const unsigned long long t0 = threadIdx.x == 0 ? now() : 0;
           mb_wait_lim(sa(full + st), (k / S) & 1, err);
           if (threadIdx.x == 0) tr += now() - t0;
-          for (int i = threadIdx.x; i < n; i += NC) {
-            const uint4 v = ring[st * stage_u4 + i];
-            if (work) {
-              const int a = (int)acc | 0x01010101;
-              int s = __dp4a((int)v.x, a, 0);
-              s = __dp4a((int)v.y, a, s); s = __dp4a((int)v.z, a, s); s = __dp4a((int)v.w, a, s);
-              s = __dp4a((int)v.x, a ^ 0x7f, s); s = __dp4a((int)v.y, a ^ 0x7f, s);
-              s = __dp4a((int)v.z, a ^ 0x7f, s); s = __dp4a((int)v.w, a ^ 0x7f, s);
-              acc += (u32)s;
-            } else {
+          if (math) {  // warp-uniform trip counts (the shuffles need every lane); lanes past n read zeros
+            for (int i0 = warp * 32; i0 < n; i0 += NC) {
+              const int i = i0 + lane;
+              const uint4 v = i < n ? ring[st * stage_u4 + i] : make_uint4(0, 0, 0, 0);
+              const int by = (c + i) * 16;  // byte of this lane's 16 in the segment
+              if (kind == 1) {  // K/V rows of 256 B (128 bf16): 2 query heads' dot (K) or weighted sum (V)
+                float d0 = 0.f, d1 = 0.f;
+                const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const float lo = __uint_as_float(w[e] << 16), hi = __uint_as_float(w[e] & 0xffff0000u);
+                  d0 = fmaf(lo, q0, fmaf(hi, q0, d0));
+                  d1 = fmaf(lo, q1, fmaf(hi, q1, d1));
+                }
+                if (j == 0) {
+#pragma unroll
+                  for (int m = 8; m; m >>= 1) {
+                    d0 += __shfl_xor_sync(0xffffffffu, d0, m);
+                    d1 += __shfl_xor_sync(0xffffffffu, d1, m);
+                  }
+                  if ((lane & 15) == 0) facc += __expf(d0 - 8.f) + __expf(d1 - 8.f);
+                } else {
+                  facc += d0 + d1;
+                }
+              } else {  // a product: rows of kr bytes (int8 codes) against the pair codes, 256-groups over 16 lanes
+                const int kr = krow[kind], kb = by % kr;
+                const uint4 h = *(const uint4*)(xhi + kb), l = *(const uint4*)(xlo + kb);
+                int sh = __dp4a((int)v.x, (int)h.x, 0), sl = __dp4a((int)v.x, (int)l.x, 0);
+                sh = __dp4a((int)v.y, (int)h.y, sh); sl = __dp4a((int)v.y, (int)l.y, sl);
+                sh = __dp4a((int)v.z, (int)h.z, sh); sl = __dp4a((int)v.z, (int)l.z, sl);
+                sh = __dp4a((int)v.w, (int)h.w, sh); sl = __dp4a((int)v.w, (int)l.w, sl);
+#pragma unroll
+                for (int m = 8; m; m >>= 1) {
+                  sh += __shfl_xor_sync(0xffffffffu, sh, m);
+                  sl += __shfl_xor_sync(0xffffffffu, sl, m);
+                }
+                if ((lane & 15) == 0 && i < n)
+                  atomicAdd(rowacc + (by / kr) % 256, xsc[(kb >> 8) % 24] * ((float)sh + (float)sl * (1.f / 254)));
+              }
+            }
+          } else {
+            for (int i = threadIdx.x; i < n; i += NC) {
+              const uint4 v = ring[st * stage_u4 + i];
               acc ^= v.x ^ v.y ^ v.z ^ v.w;
             }
           }
           __syncwarp();
           if (lane == 0) mb_arrive(sa(empty + st));
         }
+      }
+      if (math && kind != 1) {  // the phase's row sums (each output's scale) folded in, the slots cleared
+        asm volatile("bar.sync 1, %0;" ::"r"(NC) : "memory");
+        if (threadIdx.x < 256) { facc += rowacc[threadIdx.x] * 1e-3f; rowacc[threadIdx.x] = 0.f; }
       }
       if (grid5) {
         if (ph + 1 < nk) grid_sync(bar + nb++, err, &tg);
@@ -256,7 +305,10 @@ SOURCE = HEAD + RING_HELPERS + KERNEL
 
 HID, QKV_ROWS, FF, HEAD_ROWS, KV_HEADS, HEAD_DIM = 2048, 4096, 6144, 32_769, 8, 128  # model.md: int8 rows of 2,048 B
 LAYERS = 28
-NCW = 16  # consumer warps a block
+NCW = 16
+# the math model's row length (bytes) of each phase kind's products: qkv and gate/up rows of the hidden width, o over
+# a cluster's 256 input columns, down over its 768, the head's rows (the K/V kind reads 256-byte positions)
+KROW = (HID, 256, 256, HID, 768, HID)  # consumer warps a block
 
 
 def layer_bytes(positions: int) -> dict:
@@ -312,8 +364,8 @@ def segments(cl: int, blocks: int, positions: int) -> tuple[torch.Tensor, dict]:
 
 SCHEDULES = {  # name: (cluster size, mode bits, bytes on)
     "stream": (16, 0, True), "grid5": (16, 8, True), "grid2": (16, 1, True), "grid2+part": (16, 5, True),
-    "cluster": (16, 7, True), "cluster+work": (16, 23, True), "grid5+work": (16, 24, True),
-    "cluster8": (8, 7, True), "cluster8+work": (8, 23, True),
+    "cluster": (16, 7, True), "stream+math": (16, 16, True), "grid5+math": (16, 24, True),
+    "cluster+math": (16, 23, True), "cluster8": (8, 7, True), "cluster8+math": (8, 23, True),
     "empty-grid5": (16, 8, False), "empty-cluster": (16, 7, False), "empty-cluster8": (8, 7, False),
 }
 
@@ -337,7 +389,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--positions", type=int, nargs="+", default=[2122, 7000])
-    ap.add_argument("--stages", type=int, default=12)
+    ap.add_argument("--stages", type=int, default=11)
     ap.add_argument("--stage-kb", type=int, default=16)
     ap.add_argument("--schedules", nargs="+", default=list(SCHEDULES), choices=list(SCHEDULES))
     a = ap.parse_args()
@@ -373,7 +425,8 @@ def main():
                 seg[..., 1] = 0
             kern, reset = mods[cl]["cstep"], mods[cl]["reset"]
             stage_u4 = a.stage_kb * 1024 // 16
-            smem = a.stages * a.stage_kb * 1024 + 4 * cl * (lay["q1"] + lay["q2"] + lay["q3"] + lay["q4"])
+            smem = (a.stages * a.stage_kb * 1024 + 4 * cl * (lay["q1"] + lay["q2"] + lay["q3"] + lay["q4"])
+                    + 4 * (256 + 32) + 2 * FF)
             kern.set_shared_memory_config(smem)
             if cl > 8:  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
                 lib.cuFuncSetAttribute(kern.func, 14, 1)
@@ -386,6 +439,7 @@ def main():
             if buf is None or buf.numel() < need:
                 buf = main._buf = torch.randint(0, 2 ** 31 - 1, (need,), dtype=torch.int32, device=dev)
             segs = seg.to(dev)
+            krow = torch.tensor(KROW, dtype=torch.int32, device=dev)
             part = torch.zeros(lay["np"] * HID, dtype=torch.float32, device=dev)
             bar = torch.zeros(LAYERS * 5 + 2, dtype=torch.int32, device=dev)
             err = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -395,7 +449,7 @@ def main():
             def step():
                 reset(grid=(1, 1, 1), block=(256, 1, 1), args=[bar, bar.numel()])
                 kern(grid=(blocks, 1, 1), block=(threads, 1, 1),
-                     args=[buf, segs, LAYERS, lay["layer_u4"], a.stages, stage_u4, mode,
+                     args=[buf, segs, krow, LAYERS, lay["layer_u4"], a.stages, stage_u4, mode,
                            lay["q1"], lay["q2"], lay["q3"], lay["q4"], lay["np"], lay["ps"], part, bar, err, out,
                            tim], shared_mem=smem)
             step()
