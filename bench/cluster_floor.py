@@ -4,36 +4,34 @@ bench/stream_floor.py's `ring`), and the layer's hand-offs placed where a cluste
 
 Why clusters. A one-launch layer so far needed a grid barrier between each of its 5 phases (qkv → attention → o →
 gate/up → down → next qkv): 140 a step, ≈ 2–3 µs each over the stream (stream_floor.py). Three of the five are
-local to a slice of the model if the blocks are grouped right:
-  - a cluster of CL blocks per kv head j (CL = 16: 8 clusters × 16 = 128 blocks) computes the qkv rows of j's
-    2 query heads, k_j and v_j, and then the attention of those heads: qkv → attention is a hop inside the cluster;
-  - the attention's splits (each block a range of positions) merge inside the cluster, and the cluster computes
-    the o_proj partial over its heads' 256 input columns (one 256-group of ConvRot's rotation): attention → o is
-    local too; the o partials of the 8 clusters meet at a grid barrier (the RMSNorm needs the whole row);
-  - every block owns 48 ffn columns: gate/up and then down_proj over those 48 inputs, the down partials summed
-    inside the cluster (and the int8 input's 256-groups rotated from the cluster's blocks): gate/up → down is local;
-    the 8 cluster partials meet at the next layer's grid barrier.
-So 2 grid barriers a layer and 4 cluster hand-offs (each: the producing blocks push their few values into the
-consumers' shared memory with st.shared::cluster, then arrive on each block's mbarrier with release at cluster
-scope; a hardware path that never leaves the GPC). With CL = 8 (the portable cluster size) a cluster is one query
-head: its blocks compute k_j / v_j and stream j's K/V as the sibling cluster does (the same addresses at about the
-same time: L2 hits, not DRAM), 16 clusters.
+local to a slice of the model if the blocks are grouped right — one cluster per kv head j (8 clusters):
+  - cluster j computes the qkv rows of j's 2 query heads, k_j and v_j (512 rows) and then the attention of those
+    heads over j's K/V, each block a range of positions: qkv → attention is a hop inside the cluster;
+  - the splits' partial softmax sums merge inside the cluster, and the cluster computes the o_proj over its heads'
+    256 input columns (one 256-group of ConvRot's rotation): attention → o is local; the 8 clusters' o partial rows
+    meet at a grid barrier (the RMSNorm needs the whole row);
+  - cluster j owns ffn columns 768j… (3 rotation groups): their gate/up rows, SiLU·up, then the down_proj over
+    those 768 inputs, each block whole output rows: gate/up → down is a hop inside the cluster; the 8 clusters'
+    down partial rows meet at the next layer's grid barrier.
+So 2 grid barriers a layer and 3 cluster hand-offs (each: the producing blocks push their few values into every
+block's shared memory with st.shared::cluster, then arrive on each block's mbarrier with release at cluster scope;
+a path that never leaves the GPC). Every block must be resident at once (grid barriers): clusters of 16 need 8 GPCs
+with ≥ 16 free SMs each — the first H100 tried fits 7 (`cuOccupancyMaxActiveClusters`), so clusters of 12 (96
+blocks) and 8 (64) are measured too, against the same bytes over 132 / 128 / 96 blocks without clusters.
 
 Nothing is computed but an XOR of the loaded bytes, or (`+math`) a cost model of the arithmetic: the products as
 rows of int8 codes against the activation's pair codes in shared memory (two dp4a a word, each 256-group summed
 over 16 lanes by shuffles, scaled and added to its row's sum by a shared-memory atomic), the K/V rows against two
 query heads (bf16 → fp32, 16 FMAs a 16-byte word, a 16-lane reduction and two exp a K row) — the work a real
 kernel's consumers do per byte, not its results. Rows are floors of their schedules, comparable within a run:
-  stream        no hand-off at all: the streaming floor
-  grid5         a grid barrier after every phase: the one-launch layout measured before (fast/_layer_cuda.cu)
-  grid2         only the cluster design's 2 grid barriers a layer
-  grid2+part    … and every block reading the clusters' partial rows (8 × 2,048 fp32) after each
-  cluster       … and the 4 cluster hand-offs with their pushes: the design
-  cluster+math  … with the arithmetic's cost model
-  cluster8      the design with clusters of 8 (one query head each, 16 clusters)
+  stream-N      N blocks without clusters, no hand-off at all: the streaming floor
+  grid5-132     a grid barrier after every phase: the one-launch layout measured before (fast/_layer_cuda.cu)
+  grid2-cK      clusters of K: only the design's 2 grid barriers a layer (+part: and every block reading the 8
+                partial rows of 2,048 fp32 after each)
+  cluster-cK    … and the 3 cluster hand-offs with their pushes: the design (+math: with the arithmetic model)
   empty-*       the same schedule with 0 bytes a phase: the hand-off chain alone
-Prints ms a step, TB/s of the bytes the blocks request, and where block time goes (µs a layer, mean over blocks):
-waiting for ring stages, at grid barriers, at cluster hand-offs, reading partials.
+Prints ms a step, TB/s of the bytes the blocks request, and where block 0 of each block's time goes (µs a layer,
+mean over blocks): waiting for ring stages, at grid barriers, at cluster hand-offs, reading partials.
 
     python bench/cluster_floor.py [--reps 30] [--positions 2122 7000] [--stages 11] [--stage-kb 16] [--schedules …]
 """
@@ -286,7 +284,7 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
       }
       if (kind == 3 && csy) { push(rx3, q3, v); cluster_handoff(cmb, 2, layer, err, &tc); facc += gather(rx3, q3); }
       if (kind == 4) {
-        if (csy) { push(rx4, q4, v); cluster_handoff(cmb, 3, layer, err, &tc); facc += gather(rx4, q4); }
+        if (csy && q4) { push(rx4, q4, v); cluster_handoff(cmb, 3, layer, err, &tc); facc += gather(rx4, q4); }
         if (prt) for (int i = threadIdx.x; i < ps; i += NC) part[b * ps + i] = facc + i;  // the cluster's down sums
       }
     }
@@ -317,56 +315,83 @@ def layer_bytes(positions: int) -> dict:
                 down=HID * FF)
 
 
-def segments(cl: int, blocks: int, positions: int) -> tuple[torch.Tensor, dict]:
-    """The blocks' byte segments of every phase kind [6, blocks, 2, 2] (uint4 offset from the layer's base, length)
-    and the layout (the layer's size in uint4s, the hand-offs' push sizes). cl 16: cluster = kv head (8 × 16
-    blocks), its qkv rows and K/V split over its blocks; cl 8: cluster = query head (16 × 8), its q rows plus its
-    kv head's k/v rows and K/V (the same bytes as the sibling cluster's). o, gate/up, down, head: a block's equal
-    share, contiguous (the weights tiled so at load)."""
-    if (cl, blocks) not in ((16, 128), (8, 128)):
-        raise ValueError(f"cluster size {cl} with {blocks} blocks: expected 16 or 8 with 128 blocks")
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """n items in `parts` nearly equal consecutive runs (the first n % parts one longer): [(start, count)]."""
+    q, r = divmod(n, parts)
+    out, at = [], 0
+    for i in range(parts):
+        c = q + (i < r)
+        out.append((at, c))
+        at += c
+    return out
+
+
+def segments(cl: int, clusters: int, positions: int) -> tuple[torch.Tensor, dict]:
+    """The blocks' byte segments of every phase kind [6, blocks, 2, 2] (uint4 offset from the layer's base, length;
+    blocks = cl × clusters) and the layout: the layer's size in uint4s, the hand-offs' push sizes.
+    clusters 8 (one a kv head j; any cl): cluster j's blocks split by rows the qkv rows of j's 2 query heads, k_j
+    and v_j (512 rows), j's K and V positions, the o_proj over j's 256 input columns (2,048 rows of 256 B, the
+    weights tiled so at load), the gate/up rows of ffn columns 768j… (768 + 768 rows) and the down_proj over those
+    768 inputs (2,048 rows of 768 B); the head's rows over every block. cl 1 (no clusters, any count): every phase
+    split by rows over all blocks (K/V by positions of 256 B). Rows are whole, so a segment starts on a row."""
+    blocks = cl * clusters
+    if cl < 1 or clusters < 1 or (cl > 1 and clusters != KV_HEADS):
+        raise ValueError(f"{clusters} clusters of {cl}: expected {KV_HEADS} clusters (one a kv head) of any size, "
+                         f"or blocks without clusters (cluster size 1)")
     nb = layer_bytes(positions)
     u = 16
     seg = torch.zeros(6, blocks, 2, 2, dtype=torch.int64)
-    qkv0, kv0 = 0, nb["qkv"]
-    o0 = kv0 + nb["kv"]
-    gu0 = o0 + nb["o"]
-    dn0 = gu0 + nb["gu"]
-    end = dn0 + nb["down"]
+    base = {}
+    at = 0
+    for key in ("qkv", "kv", "o", "gu", "down"):
+        base[key] = at
+        at += nb[key]
+    row_b = {"qkv": HID, "kv": HEAD_DIM * 2, "o": 2 * HEAD_DIM, "gu": HID, "down": 3 * 2 * HEAD_DIM}
     per_head = positions * HEAD_DIM * 2  # K (or V) bytes of one kv head
     for b in range(blocks):
         c, r = divmod(b, cl)
-        if cl == 16:
-            grp = c
-            seg[0, b, 0] = torch.tensor([qkv0 + b * (nb["qkv"] // blocks), nb["qkv"] // blocks])
+        if cl == 1:
+            for kind, key in enumerate(("qkv", "kv", "o", "gu", "down")):
+                rb = row_b[key] if key != "o" else HID
+                start, cnt = _split(nb[key] // rb, blocks)[b]
+                seg[kind, b, 0] = torch.tensor([base[key] + start * rb, cnt * rb])
         else:
-            grp = c // 2
-            q_rows = HID // (2 * KV_HEADS)  # 128 rows: one query head
-            own = q_rows * HID // cl
-            kvw = 2 * HEAD_DIM * HID // cl
-            seg[0, b, 0] = torch.tensor([qkv0 + c * q_rows * HID + r * own, own])
-            seg[0, b, 1] = torch.tensor([qkv0 + HID * HID + grp * 2 * HEAD_DIM * HID + r * kvw, kvw])
-        pos = -(-positions // cl)
-        lo, hi = r * pos, min(positions, (r + 1) * pos)
-        ln = max(0, hi - lo) * HEAD_DIM * 2
-        seg[1, b, 0] = torch.tensor([kv0 + grp * 2 * per_head + lo * HEAD_DIM * 2, ln])
-        seg[1, b, 1] = torch.tensor([kv0 + grp * 2 * per_head + per_head + lo * HEAD_DIM * 2, ln])
-        for kind, base, n in ((2, o0, nb["o"]), (3, gu0, nb["gu"]), (4, dn0, nb["down"])):
-            seg[kind, b, 0] = torch.tensor([base + b * (n // blocks), n // blocks])
-        hb = -(-HEAD_ROWS * HID // blocks // u) * u
-        seg[5, b, 0] = torch.tensor([b * hb, max(0, min(hb, HEAD_ROWS * HID - b * hb))])
+            start, cnt = _split(4 * HEAD_DIM, cl)[r]  # the kv head's 512 qkv rows (tiled contiguous at load)
+            seg[0, b, 0] = torch.tensor([base["qkv"] + (c * 4 * HEAD_DIM + start) * HID, cnt * HID])
+            start, cnt = _split(positions, cl)[r]
+            for j in range(2):  # K, then V
+                seg[1, b, j] = torch.tensor([base["kv"] + (2 * c + j) * per_head + start * HEAD_DIM * 2,
+                                             cnt * HEAD_DIM * 2])
+            start, cnt = _split(HID, cl)[r]
+            seg[2, b, 0] = torch.tensor([base["o"] + (c * HID + start) * row_b["o"], cnt * row_b["o"]])
+            start, cnt = _split(2 * FF // KV_HEADS, cl)[r]
+            seg[3, b, 0] = torch.tensor([base["gu"] + (c * 2 * FF // KV_HEADS + start) * HID, cnt * HID])
+            start, cnt = _split(HID, cl)[r]
+            seg[4, b, 0] = torch.tensor([base["down"] + (c * HID + start) * row_b["down"], cnt * row_b["down"]])
+        start, cnt = _split(HEAD_ROWS, blocks)[b]
+        seg[5, b, 0] = torch.tensor([start * HID, cnt * HID])
     assert bool((seg % u == 0).all()), "every segment 16-byte aligned"
-    heads_per = 2 * KV_HEADS // (blocks // cl)  # query heads a cluster owns
-    q = dict(q1=(heads_per + 2) * HEAD_DIM // cl, q2=heads_per * (HEAD_DIM + 2), q3=FF // blocks, q4=HID // cl)
-    lay = dict(layer_u4=end // u, head_u4=-(-HEAD_ROWS * HID // u), np=blocks // cl, ps=HID // cl, **q)
+    heads_per = 2 * KV_HEADS // KV_HEADS  # query heads a kv head (a cluster) has
+    # pushes to each rank: the block's qkv outputs, its attention split's 2 heads' (max, sum, 128 sums), its
+    # SiLU·up values of the cluster's 768 ffn columns; no fourth hand-off (each block owns whole down rows)
+    q = dict(q1=-(-4 * HEAD_DIM // cl), q2=heads_per * (HEAD_DIM + 2), q3=-(-FF // KV_HEADS // cl), q4=0)
+    lay = dict(layer_u4=at // u, head_u4=-(-HEAD_ROWS * HID // u), np=KV_HEADS, ps=-(-HID // cl),
+               blocks=blocks, **q)
     return (seg // u).to(torch.int32), lay
 
 
-SCHEDULES = {  # name: (cluster size, mode bits, bytes on)
-    "stream": (16, 0, True), "grid5": (16, 8, True), "grid2": (16, 1, True), "grid2+part": (16, 5, True),
-    "cluster": (16, 7, True), "stream+math": (16, 16, True), "grid5+math": (16, 24, True),
-    "cluster+math": (16, 23, True), "cluster8": (8, 7, True), "cluster8+math": (8, 23, True),
-    "empty-grid5": (16, 8, False), "empty-cluster": (16, 7, False), "empty-cluster8": (8, 7, False),
+# name: (cluster size, clusters, mode bits, bytes on). Mode bits: 1 the 2 grid barriers a layer, 2 the cluster
+# hand-offs, 4 partial rows around the grid barriers, 8 a grid barrier after every phase, 16 the arithmetic model
+SCHEDULES = {
+    "stream-132": (1, 132, 0, True), "stream-128": (1, 128, 0, True), "stream-96": (1, 96, 0, True),
+    "grid5-132": (1, 132, 8, True), "grid5-132+math": (1, 132, 24, True), "stream-132+math": (1, 132, 16, True),
+    "empty-grid5-132": (1, 132, 8, False),
+    "stream-c16": (16, 8, 0, True), "grid2-c16": (16, 8, 1, True), "cluster-c16": (16, 8, 7, True),
+    "cluster-c16+math": (16, 8, 23, True), "empty-cluster-c16": (16, 8, 7, False),
+    "stream-c12": (12, 8, 0, True), "grid2-c12": (12, 8, 1, True), "grid2+part-c12": (12, 8, 5, True),
+    "cluster-c12": (12, 8, 7, True), "cluster-c12+math": (12, 8, 23, True), "grid5-c12": (12, 8, 8, True),
+    "empty-cluster-c12": (12, 8, 7, False),
+    "stream-c8": (8, 8, 0, True), "cluster-c8": (8, 8, 7, True), "cluster-c8+math": (8, 8, 23, True),
 }
 
 
@@ -402,7 +427,7 @@ def main():
     if cc[0] < 9:
         sys.exit(f"thread-block clusters need compute capability 9.0 or newer; this GPU has {cc[0]}.{cc[1]}")
     lib = cu._get_gpu_runtime_library()
-    blocks, threads = 128, NCW * 32 + 32
+    threads = NCW * 32 + 32
     mods = {}
     for cl in sorted({SCHEDULES[s][0] for s in a.schedules}):
         cubin, log = nvrtc_compile(SOURCE, dict(CL=cl, NCW=NCW, HID_=HID), f"sm_{cc[0]}{cc[1]}")
@@ -410,17 +435,22 @@ def main():
         regs = [ln.strip() for ln in log.splitlines() if "registers" in ln]
         print(f"cluster {cl}: {regs[:1]}")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    print(f"{torch.cuda.get_device_name()} · {sms} SMs · {blocks} blocks of {threads} threads · ring {a.stages} × "
+    print(f"{torch.cuda.get_device_name()} · {sms} SMs · blocks of {threads} threads, one an SM · ring {a.stages} × "
           f"{a.stage_kb} KB")
+    if any(SCHEDULES[s][0] * SCHEDULES[s][1] > sms for s in a.schedules):
+        print(f"(schedules of more blocks than the GPU's {sms} SMs are skipped)")
     for positions in a.positions:
         total = LAYERS * sum(layer_bytes(positions).values()) + HEAD_ROWS * HID
         print(f"\n== {positions} cached positions: {total / 1e9:.3f} GB a step (int8 weights, bf16 K/V)")
-        print(f"{'schedule':15} {'ms/step':>8} {'TB/s':>6} {'vs grid5':>8}   µs a layer: {'ring':>6} {'grid':>6} "
-              f"{'cluster':>7} {'partial':>7}")
+        print(f"{'schedule':18} {'blocks':>6} {'ms/step':>8} {'TB/s':>6} {'vs grid5-132':>12}   µs a layer: "
+              f"{'ring':>6} {'grid':>6} {'cluster':>7} {'partial':>7}")
         res = {}
         for name in a.schedules:
-            cl, mode, on = SCHEDULES[name]
-            seg, lay = segments(cl, blocks, positions)
+            cl, ncl, mode, on = SCHEDULES[name]
+            seg, lay = segments(cl, ncl, positions)
+            blocks = lay["blocks"]
+            if blocks > sms:
+                continue
             if not on:
                 seg[..., 1] = 0
             kern, reset = mods[cl]["cstep"], mods[cl]["reset"]
@@ -431,8 +461,8 @@ def main():
             if cl > 8:  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
                 lib.cuFuncSetAttribute(kern.func, 14, 1)
             fit = max_active_clusters(kern, blocks, threads, smem)
-            if 0 <= fit < blocks // cl:
-                print(f"{name:15} skipped: {fit} clusters of {cl} fit at once, the schedule needs {blocks // cl}")
+            if 0 <= fit < ncl:
+                print(f"{name:18} {blocks:6} skipped: {fit} clusters of {cl} fit at once, the schedule needs {ncl}")
                 continue
             buf = getattr(main, "_buf", None)
             need = max(lay["layer_u4"] * LAYERS, lay["head_u4"]) * 4
@@ -440,7 +470,7 @@ def main():
                 buf = main._buf = torch.randint(0, 2 ** 31 - 1, (need,), dtype=torch.int32, device=dev)
             segs = seg.to(dev)
             krow = torch.tensor(KROW, dtype=torch.int32, device=dev)
-            part = torch.zeros(lay["np"] * HID, dtype=torch.float32, device=dev)
+            part = torch.zeros(lay["np"] * HID + blocks * lay["ps"], dtype=torch.float32, device=dev)
             bar = torch.zeros(LAYERS * 5 + 2, dtype=torch.int32, device=dev)
             err = torch.zeros(1, dtype=torch.int32, device=dev)
             out = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -467,10 +497,10 @@ def main():
             res[name] = ms
             tb = (tim.view(blocks, 4).double().mean(0) / 1e3 / LAYERS).tolist()  # the last replay's stamps
             bad = " INVALID (a wait hit its poll limit)" if int(err.item()) else ""
-            ratio = f"{res['grid5'] / ms:7.2f}×" if "grid5" in res and not name.startswith("empty") else " " * 8
+            ratio = f"{res['grid5-132'] / ms:11.2f}×" if "grid5-132" in res and on else " " * 12
             streamed = total if on else 0
-            print(f"{name:15} {ms:8.3f} {streamed / ms / 1e9:6.2f} {ratio}   {'':12}{tb[0]:6.2f} {tb[1]:6.2f} "
-                  f"{tb[2]:7.2f} {tb[3]:7.2f}{bad}")
+            print(f"{name:18} {blocks:6} {ms:8.3f} {streamed / ms / 1e9:6.2f} {ratio}   {'':12}{tb[0]:6.2f} "
+                  f"{tb[1]:6.2f} {tb[2]:7.2f} {tb[3]:7.2f}{bad}")
 
 
 if __name__ == "__main__":
