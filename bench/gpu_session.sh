@@ -21,7 +21,9 @@
 #   bash bench/gpu_session.sh layer    # the one-launch decoder layer in CUDA (YUE2_LAYER_KERNEL=cuda) vs the per-kernel
 #                                      # step: tiny-model agreement, speed with in-kernel phase times, and the floor of
 #                                      # barrier-separated phases (bench/stream_floor.py: register and bulk-copy ring
-#                                      # schedules, fenced and relaxed barriers, barrier anatomy); ~4 min
+#                                      # schedules, fenced and relaxed barriers, barrier anatomy) and of a cluster
+#                                      # partition (bench/cluster_floor.py: 2 grid barriers + 3 cluster hand-offs a
+#                                      # layer, clusters of 16/12/8 where they fit at once); ~4 min
 #   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only, vs
 #                                      # the same bytes in fewer launches; int8 and bf16) and bench/topk_gap.py
 #                                      # (the sampling tail's torch.topk alone in a graph, its memset gap) and
@@ -136,7 +138,8 @@ for part in "$@"; do
       "$PY" bench/layer_kernel.py --tiny 2>&1 | tee "$OUT/layer_tiny.log"
       "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda --phase-times --json "$OUT/layer.json" \
         2>&1 | tee "$OUT/layer_kernel.log"
-      "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log" ;;
+      "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log"
+      "$PY" bench/cluster_floor.py 2>&1 | tee "$OUT/cluster_floor.log" ;;
     floor)
       "$PY" bench/step_floor.py --fmt int8 2>&1 | tee "$OUT/step_floor_int8.log"
       "$PY" bench/step_floor.py --fmt bf16 2>&1 | tee "$OUT/step_floor_bf16.log"
