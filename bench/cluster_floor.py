@@ -28,7 +28,9 @@ kernel's consumers do per byte, not its results. Rows are floors of their schedu
   grid5-132     a grid barrier after every phase: the one-launch layout measured before (fast/_layer_cuda.cu)
   grid2-cK      clusters of K: only the design's 2 grid barriers a layer (+part: and every block reading the 8
                 partial rows of 2,048 fp32 after each)
-  cluster-cK    … and the 3 cluster hand-offs with their pushes: the design (+math: with the arithmetic model)
+  cluster-cK    … and the 3 cluster hand-offs with their pushes: the design (+math: with the arithmetic model;
+                +lean: with a lighter one — each lane sums its scaled 16-byte products over the stage, one warp
+                reduction and one shared-memory atomic a stage, as a GEMV that accumulates over K would)
   empty-*       the same schedule with 0 bytes a phase: the hand-off chain alone
 Prints ms a step, TB/s of the bytes the blocks request, and where block 0 of each block's time goes (µs a layer,
 mean over blocks): waiting for ring stages, at grid barriers, at cluster hand-offs, reading partials.
@@ -131,6 +133,7 @@ __device__ __forceinline__ float gather(const float* rx, int q) {
 }
 // mode bits: 1 the design's 2 grid barriers a layer, 2 its 4 cluster hand-offs, 4 the partial rows written and read
 // around the grid barriers, 8 a grid barrier after every phase instead (grid5), 16 the arithmetic's cost model
+// (32: its lean form — each lane sums its scaled groups over the stage, one warp reduction a stage)
 // (krow[kind]: a product's row length in bytes)
 // segs [6][G][2][2] (kind: qkv, K/V, o, gate/up, down, head; two segments (offset, length) in uint4s, offsets from
 // the layer's base, the head's from 0); q[4]: floats pushed to each rank at the 4 hand-offs; np partial rows of HIDc
@@ -185,7 +188,8 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
     int k = 0, nb = 0;
     unsigned long long tr = 0, tg = 0, tc = 0, tp = 0;
     const int grid5 = mode & 8, gsy = (mode & 1) && !grid5, csy = (mode & 2) && !grid5, prt = (mode & 4) && !grid5;
-    const int math = mode & 16, HIDc = HID_;
+    const int math = mode & 48, lean = mode & 32, HIDc = HID_;
+    float lsum = 0.f;
     const float q0 = 0.01f * (b + 1), q1 = -0.02f * (b + 1);
     for (int ph = 0; ph < nk; ++ph) {
       const int kind = ph < 5 * layers ? ph % 5 : 5, layer = ph / 5;
@@ -230,6 +234,20 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
                   if ((lane & 15) == 0) facc += __expf(d0 - 8.f) + __expf(d1 - 8.f);
                 } else {
                   facc += d0 + d1;
+                }
+              } else if (lean) {  // a product, summed per lane over the stage and reduced once a warp a stage
+                const int kr = krow[kind], kb = by % kr;
+                const uint4 h = *(const uint4*)(xhi + kb), l = *(const uint4*)(xlo + kb);
+                int sh = __dp4a((int)v.x, (int)h.x, 0), sl = __dp4a((int)v.x, (int)l.x, 0);
+                sh = __dp4a((int)v.y, (int)h.y, sh); sl = __dp4a((int)v.y, (int)l.y, sl);
+                sh = __dp4a((int)v.z, (int)h.z, sh); sl = __dp4a((int)v.z, (int)l.z, sl);
+                sh = __dp4a((int)v.w, (int)h.w, sh); sl = __dp4a((int)v.w, (int)l.w, sl);
+                lsum = fmaf(xsc[(kb >> 8) % 24], (float)sh + (float)sl * (1.f / 254), lsum);
+                if (i0 + NC >= n) {  // the warp's last word of this stage: one reduction, one atomic
+#pragma unroll
+                  for (int m = 16; m; m >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, m);
+                  if (lane == 0) atomicAdd(rowacc + (by / kr) % 256, lsum);
+                  lsum = 0.f;
                 }
               } else {  // a product: rows of kr bytes (int8 codes) against the pair codes, 256-groups over 16 lanes
                 const int kr = krow[kind], kb = by % kr;
@@ -381,7 +399,8 @@ def segments(cl: int, clusters: int, positions: int) -> tuple[torch.Tensor, dict
 
 
 # name: (cluster size, clusters, mode bits, bytes on). Mode bits: 1 the 2 grid barriers a layer, 2 the cluster
-# hand-offs, 4 partial rows around the grid barriers, 8 a grid barrier after every phase, 16 the arithmetic model
+# hand-offs, 4 partial rows around the grid barriers, 8 a grid barrier after every phase, 16 the arithmetic model,
+# 32 its lean form
 SCHEDULES = {
     "stream-132": (1, 132, 0, True), "stream-128": (1, 128, 0, True), "stream-96": (1, 96, 0, True),
     "grid5-132": (1, 132, 8, True), "grid5-132+math": (1, 132, 24, True), "stream-132+math": (1, 132, 16, True),
@@ -391,6 +410,8 @@ SCHEDULES = {
     "stream-c12": (12, 8, 0, True), "grid2-c12": (12, 8, 1, True), "grid2+part-c12": (12, 8, 5, True),
     "cluster-c12": (12, 8, 7, True), "cluster-c12+math": (12, 8, 23, True), "grid5-c12": (12, 8, 8, True),
     "empty-cluster-c12": (12, 8, 7, False),
+    "stream-132+lean": (1, 132, 32, True), "grid5-132+lean": (1, 132, 40, True),
+    "cluster-c16+lean": (16, 8, 39, True), "cluster-c12+lean": (12, 8, 39, True),
     "stream-c8": (8, 8, 0, True), "cluster-c8": (8, 8, 7, True), "cluster-c8+math": (8, 8, 23, True),
 }
 
