@@ -112,7 +112,7 @@ def detect_layout(src: Source) -> str:
         return "fl"
     if fmt == "comfyui-native-lora":
         return "comfy-native"
-    if fmt == "pt" and meta.get("yue2_lora_branch", "").strip().lower() in EXPERTS:
+    if fmt == "pt" and _branch(src) in EXPERTS:
         return "mothersuperior-comfyui"
     if fmt == "pt" and any(k.startswith("layers.") for k in keys):
         return "mothersuperior-raw"
@@ -187,10 +187,38 @@ def _number(src: Source, name: str, kind=float, positive: bool = False):
     return v
 
 
+BRANCH_KEYS = ("branch", "yue2_lora_branch")
+# `ar+nar`: a file for both experts whose keys say which is which (the Comfy-native files write it)
+BRANCHES = EXPERTS + ("ar+nar",)
+
+
+def _branch(src: Source) -> str | None:
+    """The expert the metadata names (`branch` / `yue2_lora_branch`, stripped, lower case), read once for
+    `detect_layout` and `_context`; None when neither key is there. AdapterError for a value that is not one of
+    BRANCHES (it fell through to another layout and patched the AR) and for two keys that disagree (break-it
+    review, stop 46)."""
+    found = {}
+    for key in BRANCH_KEYS:
+        raw = src.metadata.get(key)
+        if raw is None:
+            continue
+        value = raw.strip().lower()
+        if value not in BRANCHES:
+            raise AdapterError(f"{src.path}: metadata {key}={_shorten(raw)} names no expert; accepted: "
+                               f"{', '.join(BRANCHES)} (ar+nar: the keys' text_encoders./diffusion_model. prefixes "
+                               f"decide)")
+        found[key] = value
+    if len(set(found.values())) > 1:
+        said = " and ".join(f"{k}={src.metadata[k]!r}" for k in found)
+        raise AdapterError(f"{src.path}: metadata {said} disagree, so the file names two experts; keep one key "
+                           f"(accepted: {', '.join(BRANCHES)})")
+    return next(iter(found.values()), None)
+
+
 def _context(src: Source, layout: str) -> FileContext:
     meta = src.metadata
     fmt = meta.get("format", "").strip().lower()
-    branch = (meta.get("branch") or meta.get("yue2_lora_branch") or "").strip().lower()
+    branch = _branch(src) or ""
     default = branch if branch in EXPERTS else None
     forced = None
     if layout == "mothersuperior-comfyui":
