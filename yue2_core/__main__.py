@@ -49,8 +49,9 @@ MAX_TEXT_FILE = 1 << 20  # style, lyrics and score files: 1 MiB is ~40× what th
 def read_text_file(path: str, what: str) -> tuple[str, list[str]]:
     """A --style-file / --lyrics-file / --abc-file as the vendor's CLI reads it (runtime.md §7.4): the file's bytes
     decoded as UTF-8, nothing rewritten — CRLF and lone CR line endings and a byte-order mark stay in the text, so the
-    same file gives the same token ids as `yue2 generate`. Returns (text, warnings): CR line endings, a byte-order
-    mark and NUL characters are warned about, not changed.
+    same file gives the same token ids as `yue2 generate`. Returns (text, warnings); warnings is empty: CR line
+    endings, a byte-order mark and NUL characters are named, not changed, by the checks of the text itself
+    (`SongRequest.input_warnings`, `protocol.score_notes`), inline or from a file alike.
 
     Raises YuE2Error before reading anything for a path that is not a regular file or is over MAX_TEXT_FILE bytes;
     for UTF-16 and UTF-32 text (with or without a byte-order mark — NUL-interleaved text is never taken as lyrics) and for bytes
@@ -82,10 +83,9 @@ def read_text_file(path: str, what: str) -> tuple[str, list[str]]:
     except UnicodeDecodeError as exc:
         raise YuE2Error(f"cannot read the {what} file {path}: byte 0x{data[exc.start]:02X} at offset {exc.start} is "
                         "not UTF-8 (a Latin-1 or Windows-1252 file?); save the file as UTF-8") from None
-    if what == "ABC":  # a score's mark and line endings are named by the score check (`protocol.form_notes`)
-        return text, []
-    from .protocol import form_notes
-    return text, form_notes(f"{what} file {path}", text)
+    # a mark and CR line endings are named once, by the score check or SongRequest.input_warnings
+    # (`protocol.form_notes`), which see inline text too (break-it review, stop 46)
+    return text, []
 
 
 def _read_text(path: str | None, inline: str | None, what: str, notes: list | None = None) -> str:

@@ -215,10 +215,23 @@ class SongRequest:
                 notes.append("lyrics contain parenthesised lines (stage directions?): the model may sing them")
         for name in ("style", "lyrics"):  # new-user finding: '[verse]\nla' typed in a shell is one line
             text = getattr(self, name)
+            # one rule for inline text and --*-file text (break-it review, stop 46: CR from a node or a batch row
+            # was not named): a byte-order mark and CR / CRLF line ends, and line breaks the model reads as a
+            # character, U+2028 / U+2029, which an editor shows as new lines
+            notes += form_notes(f"{name} text", text)
+            seps = [f"U+{ord(ch):04X} ({n})" for ch, n in (("\u2028", "LINE SEPARATOR"),
+                                                           ("\u2029", "PARAGRAPH SEPARATOR")) if ch in text]
+            if seps:
+                notes.append(f"the {name} text has {' and '.join(seps)} characters: an editor shows a line break, "
+                             "but the model reads one character, not a new line; use LF (Unix) line breaks")
             if "\\n" in text and "\n" not in text:
                 notes.append(f"{name} contains the two characters \\n but no line break: the model gets them as "
                              "typed, not as a new line (a shell passes '\\n' literally, where a JSON request file "
                              f"makes it a line break) — use real line breaks: --{name}-file, or $'…\\n…' in bash")
+        if "\n" in self.style.strip():  # e.g. 'pop\n\n[verse]\nrock' looks like lyrics structure inside the tags
+            notes.append(f"style spans {self.style.strip().count(chr(10)) + 1} lines: the prompt has one line for "
+                         "the style (after '[Tags]'), so the model gets its line breaks inside the tags — write the "
+                         "style on one line")
         return notes
 
 

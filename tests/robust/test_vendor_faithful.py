@@ -25,14 +25,18 @@ ABC = "X:1\r\nT:\r\nM:4/4\r\nL:1/16\r\nQ:1/4=96\r\nK:C\r\nV:Vocal\r\nC4 D4 E4 F4
 
 def test_text_files_are_read_as_the_vendor_reads_them(tmp_path):
     """Bytes decoded as UTF-8, nothing rewritten: CRLF, lone CR and a BOM stay (same ids as `yue2 generate`), and
-    each is warned about; before the fix CRLF became LF and the BOM was dropped silently."""
+    each is warned about; before the fix CRLF became LF and the BOM was dropped silently. The warnings come from
+    SongRequest.input_warnings, which sees inline text too (stop 46), not from the file reader."""
     from yue2_core.__main__ import read_text_file
+    from yue2_core.protocol import SongRequest
     cases = {"crlf.txt": b"[Verse]\r\nla la\r\n", "cr.txt": b"[Verse]\rla la\r", "bom.txt": b"\xef\xbb\xbfsmooth jazz",
              "lf.txt": "[Verse]\n你好\n".encode()}
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         text, notes = read_text_file(str(tmp_path / name), "lyrics")
         assert text == data.decode("utf-8"), name  # the vendor: Path.read_bytes().decode("utf-8")
+        assert notes == []  # said once, by input_warnings
+        notes = SongRequest(style="pop", lyrics=text).input_warnings()
         joined = " ".join(notes)
         if name == "crlf.txt":
             assert "CRLF (Windows) line endings: kept" in joined and "lone CR" not in joined
