@@ -1,6 +1,6 @@
 """Findings of the stop-46 break-it review of bad input (docs/bad_inputs.md §26): a NAR adapter whose branch
 metadata was not recognised patched the AR without a word; line breaks the model does not see as new lines, in
-inline text, were not named."""
+inline text, were not named; long ABC tuplets were called slurs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -107,3 +107,29 @@ def test_a_style_over_several_lines_is_named():
     notes = SongRequest(style="pop\n\n[verse]\nrock", lyrics="la").input_warnings()
     assert any(n.startswith("style spans 4 lines: the prompt has one line for the style") for n in notes), notes
     assert not any("spans" in n for n in SongRequest(style="pop, rock\n", lyrics="la").input_warnings())
+
+
+# ---------------------------------------------------------------------------------- 3. long tuplets and Z<n>
+
+_SCORE = ('X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=88\nV: Vocal clef=treble name="Vocal Melody" snm="Vocal"\n'
+          'V: Ins clef=treble name="Ins Melody" snm="Inst."\nK:C\n% verse\nV: Vocal\n{} C8|\nV: Ins\nZ|\n')
+
+
+@pytest.mark.parametrize("mark, said", [
+    ("(1000", "(1000 is not a tuplet (2-9)."),
+    ("(99999", "(99999 is not a tuplet (2-9)."),
+    ("(" + "9" * 5000, "(999999999999999999999999999999999999999… (5,001 characters) is not a tuplet (2-9)."),
+    ("(3:99999999999999999999:3", "'(3:99999999999999999999:3': tuplet counts q and r are 1 to 999"),
+    ("(3::1000", "'(3::1000': tuplet counts q and r are 1 to 999"),
+    ("Z99999999999999", "Z99999999999999 is more bars than a music line holds; the dialect writes Z2…Z4."),
+    ("Z" + "9" * 5000, "Z999999999999999999999999999999999999999… (5,001 characters) is more bars than a music "
+                       "line holds")])
+def test_long_tuplets_and_bar_rests_get_their_own_message(mark, said):
+    """A tuplet of 1000 or more was called a slur, and a Z with more than 6 digits (or a tuplet's q/r of more than
+    3) 'not a note, rest, chord symbol or bar line'."""
+    from yue2_core.abc import analyze
+
+    messages = [i["message"] for i in analyze({"abc": _SCORE.format(mark)})["issues"] if i["code"] == "token"]
+    assert any(m.startswith(said) for m in messages), messages
+    assert not any("slur" in m or "not a note, rest" in m for m in messages), messages
+    assert all(len(m) < 300 for m in messages), messages

@@ -16,7 +16,7 @@ from .chords import is_native_quality, split_chord
 from .dialect import ACCIDENTALS, MAX_BARS_PER_LINE, NATIVE_LENGTHS, TUPLET_DEFAULT_Q
 from .errors import Issue, shown as _shown  # shown: a user's text quoted by its start and length
 from .header import parse_key
-from .lexer import Token, parse_length
+from .lexer import MAX_DIGITS, Token, parse_length
 from .model import Bar, ChordSymbol, InlineKey, Note
 from .pitch import natural_midi, signature, written_octave
 
@@ -85,17 +85,17 @@ class BarBuilder:
     def _measure_rests(self, tokens, line, span, barline, complete) -> list[Bar]:
         state = self.state
         first = tokens[0]
-        count = int(first.groups["count"]) if first.groups.get("count") else 1
+        written = first.groups.get("count") or ""  # any number of digits (lexer): never int() of a huge one
+        count = int(written) if written and len(written) <= MAX_DIGITS else MAX_MEASURE_REST + 1 if written else 1
         if count > MAX_MEASURE_REST:
-            self.issues.append(Issue("error", "token", f"Z{count} is more bars than a music line holds; the dialect "
-                                     f"writes Z2…Z{MAX_BARS_PER_LINE}.", line, first.start + 1,
+            self.issues.append(Issue("error", "token", f"{_shown(first.text)} is more bars than a music line holds; "
+                                     f"the dialect writes Z2…Z{MAX_BARS_PER_LINE}.", line, first.start + 1,
                                      len(state.bars) + 1, state.name))
             count = 1
-        written = first.groups.get("count") or ""
         if written and (count == 1 or count > MAX_BARS_PER_LINE) and count <= MAX_MEASURE_REST:
-            self._issue("warning", "dialect", f"{first.text!r} is not a bar rest the planner writes; it writes Z for "
-                        f"one bar and Z2…Z{MAX_BARS_PER_LINE} for several (the vendor's checker refuses "
-                        f"{first.text}).", line, first.start + 1)
+            self._issue("warning", "dialect", f"{_shown(first.text)!r} is not a bar rest the planner writes; it "
+                        f"writes Z for one bar and Z2…Z{MAX_BARS_PER_LINE} for several (the vendor's checker refuses "
+                        f"{_shown(first.text)}).", line, first.start + 1)
         if len(tokens) != 1 or first.kind != "bar-rest" or count == 0:
             where = next(t for t in tokens if t.kind == "bar-rest")
             self.issues.append(Issue("error", "token", "Z fills whole bars on its own (Z, or Z2…Z4 for several); "
@@ -293,13 +293,20 @@ class BarBuilder:
 
     def _tuplet(self, token: Token, bar: Bar, active, warned):
         column = token.start + 1
-        p = int(token.groups["p"])
-        if active is not None or not 2 <= p <= 9:
-            problem = "nested tuplets are not supported" if active is not None else f"({p} is not a tuplet (2-9)"
+        p_text = token.groups["p"]  # any number of digits (lexer): never int() of a huge one
+        p = int(p_text) if len(p_text) <= MAX_DIGITS else None
+        if active is not None or p is None or not 2 <= p <= 9:
+            problem = "nested tuplets are not supported" if active is not None else \
+                f"({p} is not a tuplet (2-9)" if p is not None else f"{_shown('(' + p_text)} is not a tuplet (2-9)"
             self._issue("error", "token", f"{problem}.", bar.line, column, bar)
             bar.readable = False
             return active
         q_text, r_text = token.groups.get("q"), token.groups.get("r")
+        if len(q_text or "") > 3 or len(r_text or "") > 3:
+            self._issue("error", "token", f"{_shown(token.text)!r}: tuplet counts q and r are 1 to 999 "
+                        "(p:q:r, e.g. (3:2:3)).", bar.line, column, bar)
+            bar.readable = False
+            return None
         if q_text:
             q = int(q_text)
         else:

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 _LENGTH = r"(?P<num>[0-9]*)(?P<slash>/*)(?P<den>[0-9]*)"
 MAX_DIGITS = 6  # longer numbers are refused (a length, count or tuplet that large is a typo, and int() of huge digit
-                # strings is slow or refused by Python)
+                # strings is slow or refused by Python); a bar rest's count and a tuplet's digits are matched
+                # whatever their length, so that bars.py names them ("(1000 is not a tuplet", not a slur)
 _NOTE = re.compile(r"(?P<acc>\^\^|\^|__|_|=)?(?P<letter>[A-Ga-g])(?P<oct>[,']*)" + _LENGTH + r"(?P<tie>-?)")
 _REST = re.compile(r"(?P<letter>[zx])" + _LENGTH)
-_BAR_REST = re.compile(r"(?P<letter>[ZX])(?P<count>[0-9]{0,6})(?![0-9])")
+_BAR_REST = re.compile(r"(?P<letter>[ZX])(?P<count>[0-9]*)")  # any digits: bars.py words the range
 _BAR = re.compile(r":*\[?\|[\]|]?:*|::+")
-_TUPLET = re.compile(r"\((?P<p>[0-9]{1,3})(?::(?P<q>[0-9]{0,3}))?(?::(?P<r>[0-9]{0,3}))?(?![0-9])")
+_TUPLET = re.compile(r"\((?P<p>[0-9]+)(?::(?P<q>[0-9]*))?(?::(?P<r>[0-9]*))?")  # any digits: as _BAR_REST
 _BROKEN = re.compile(r">{1,3}|<{1,3}")
 _INLINE = re.compile(r"\[(?P<field>[A-Za-z]):(?P<value>[^\]\n]*)\]")
 
