@@ -337,40 +337,44 @@ def cmd_generate(args) -> int:
 def _check_output(output: str) -> Path:
     """The output directory must be new or empty (songs are never overwritten), a folder of its own (not "" or ".",
     not a mount point: `artifacts.check_output_dir`) and its parent writable (a test folder is made and removed
-    there); checked before any work. Raises YuE2Error saying which."""
+    there); checked before any work. Raises YuE2Error saying which; a long path is quoted by its start and end
+    (`errors.quoted`, as a batch row's abc_path: a 6,000-character --output was quoted whole, stop 46)."""
     from .artifacts import batch_folder_above, check_output_dir
+    from .errors import quoted
     from .protocol import RESERVED_NAMES
     out = Path(output)
+    shown = quoted(out, quote=False)
     try:
         if out.is_symlink():
-            raise YuE2Error(f"--output {out} is a symbolic link; give the path of a new folder")
+            raise YuE2Error(f"--output {shown} is a symbolic link; give the path of a new folder")
         if out.name.split(".")[0].upper() in RESERVED_NAMES:
-            raise YuE2Error(f"--output {out}: {out.name} is a reserved device name on Windows; songs keep names "
+            raise YuE2Error(f"--output {shown}: {out.name} is a reserved device name on Windows; songs keep names "
                             "that copy everywhere")
         if out.exists() and not out.is_dir():
-            raise YuE2Error(f"--output {out} is a file, not a folder; a song is saved as a new folder of its own "
+            raise YuE2Error(f"--output {shown} is a file, not a folder; a song is saved as a new folder of its own "
                             "(give a new path, e.g. songs/my-song)")
         if out.exists() and any(out.iterdir()):
-            raise YuE2Error(f"output directory {out} exists and is not empty; choose a new one")
+            raise YuE2Error(f"output directory {shown} exists and is not empty; choose a new one")
         batch = batch_folder_above(out)
         if batch is not None:  # break-it finding: a running batch then lost that song (stop 42: at any depth)
-            raise YuE2Error(f"--output {out} is inside a batch output folder ({batch} holds "
+            raise YuE2Error(f"--output {shown} is inside a batch output folder ({quoted(batch, quote=False)} holds "
                             "batch.json): the batch command writes its songs there, one folder per request id; give "
                             "a path outside it")
         out = check_output_dir(output)  # "", ".", a mount point: refused before any work
+        shown = quoted(out, quote=False)
         parent = out.absolute().parent
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise YuE2Error(f"cannot create {out}: {parent} is not a writable folder")
+            raise YuE2Error(f"cannot create {shown}: {quoted(parent, False)} is not a writable folder")
         try:  # os.access can say yes where a write fails (read-only mounts seen by root, ACLs, quotas, FUSE)
             import tempfile
             os.rmdir(tempfile.mkdtemp(prefix=".yue2-write-test.", dir=parent))
         except OSError as exc:
-            raise YuE2Error(f"cannot create {out}: a test folder in {parent} could not be made "
+            raise YuE2Error(f"cannot create {shown}: a test folder in {quoted(parent, False)} could not be made "
                             f"({exc.strerror or exc})") from None
     except OSError as exc:  # a name too long for the file system, a path through a file, …
-        raise YuE2Error(f"cannot use --output {output}: {exc.strerror or exc}") from None
+        raise YuE2Error(f"cannot use --output {quoted(output, quote=False)}: {exc.strerror or exc}") from None
     return out
 
 
@@ -797,8 +801,9 @@ def _check_not_inside(output: str, song: str) -> None:
     except (OSError, RuntimeError):
         return
     if (out == src or src in out.parents) and (src / "result.json").is_file():  # not a song: load_song says so
-        raise YuE2Error(f"--output {output} is inside the song folder {song} that render reads; a song folder holds "
-                        "only its own files — give a folder outside it")
+        from .errors import quoted
+        raise YuE2Error(f"--output {quoted(output, False)} is inside the song folder {quoted(song, False)} that "
+                        "render reads; a song folder holds only its own files — give a folder outside it")
 
 
 def _song_report(path: str) -> dict:

@@ -59,6 +59,17 @@ def brief(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
 
 
+def quoted(text, quote: bool = True, limit: int = 120) -> str:
+    """`text` (repr'd when `quote`) for a message: a longer one keeps its first and last characters around "…" and
+    says its length — the start says where a path is, the end which file (a batch row's abc_path, stop 42;
+    --output, stop 46)."""
+    shown = repr(text) if quote else str(text)
+    if len(shown) <= limit:
+        return shown
+    size = len(text) if isinstance(text, str) else len(shown)
+    return f"{shown[:limit * 2 // 3]}…{shown[-(limit // 3):]} ({size:,} characters)"
+
+
 def json_number_too_long(exc: BaseException) -> str | None:
     """For an exception json.load / json.loads raised: "a number too long to read: an integer of more than 4,300
     digits" when it is Python's int-string conversion limit (`sys.get_int_max_str_digits()`, 4,300 by default:

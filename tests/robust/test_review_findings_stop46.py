@@ -1,6 +1,6 @@
 """Findings of the stop-46 break-it review of bad input (docs/bad_inputs.md §26): a NAR adapter whose branch
 metadata was not recognised patched the AR without a word; line breaks the model does not see as new lines, in
-inline text, were not named; long ABC tuplets were called slurs."""
+inline text, were not named; long ABC tuplets were called slurs; a long --output was quoted whole."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +8,14 @@ from pathlib import Path
 import pytest
 
 from yue2_core.errors import AdapterError
+
+
+def _main_inprocess():
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_cli import main_inprocess
+    return main_inprocess
+
 
 # ------------------------------------------------------------------------------------- 1. LoRA branch metadata
 
@@ -90,10 +98,7 @@ def test_line_breaks_the_model_does_not_see_are_named_in_inline_text(name, text,
 
 def test_a_crlf_file_is_named_once(tmp_path, capsys):
     """The file reader's note and input_warnings' note were two rules: now one note, from input_warnings."""
-    import sys
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_cli import main_inprocess
-
+    main_inprocess = _main_inprocess()
     lyrics = tmp_path / "l.txt"
     lyrics.write_bytes(b"[Verse]\r\nla\r\n")
     rc, err = main_inprocess(capsys, "generate", "--style", "pop", "--lyrics-file", lyrics, "--offline",
@@ -133,3 +138,18 @@ def test_long_tuplets_and_bar_rests_get_their_own_message(mark, said):
     assert any(m.startswith(said) for m in messages), messages
     assert not any("slur" in m or "not a note, rest" in m for m in messages), messages
     assert all(len(m) < 300 for m in messages), messages
+
+
+# ------------------------------------------------------------------------------------------ 4. a long --output
+
+@pytest.mark.parametrize("command", ["generate", "render"])
+@pytest.mark.parametrize("tail", ["b/" * 3000 + "x", "b" * 300])
+def test_a_long_output_path_is_quoted_by_its_start_and_end(tmp_path, capsys, command, tail):
+    """A 6,000-character --output (or one 300-character name) was printed whole in 'cannot use --output …'."""
+    main_inprocess = _main_inprocess()
+    out = f"{tmp_path}/{tail}"
+    args = ["--style", "pop", "--lyrics", "hi"] if command == "generate" else [str(tmp_path / "song")]
+    rc, err = main_inprocess(capsys, command, *args, "--checkpoint", "/nonexistent/x.safetensors", "--offline",
+                             "--output", out)
+    assert rc == 2 and "cannot use --output " in err and f"({len(out):,} characters)" in err, err[:500]
+    assert len(err) < 400 and err.rstrip().endswith("File name too long") and "x.safetensors" not in err, err

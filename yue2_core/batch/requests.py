@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..constants import DEFAULT_SEED
-from ..errors import BudgetError, RequestError, YuE2Error
+from ..errors import BudgetError, RequestError, YuE2Error, quoted as _quoted
 from ..protocol import (ABC_PRESET, SEMANTIC_PRESET, SongRequest, check_budget, planning_prefix, seconds_to_tokens,
                         semantic_prefix, valid_song_id)
 
@@ -262,16 +262,6 @@ def _preset(base, overrides, name: str):
             hint = (f" — the preset's min_tokens is {base.min_tokens} (the release's default); give min_tokens "
                     f"too, e.g. {{\"min_tokens\": 0, \"max_tokens\": {overrides['max_tokens']}}}")
         raise RequestError(f"{name}: {message}{hint}") from None
-
-
-def _quoted(text, quote: bool = True, limit: int = 120) -> str:
-    """`text` (repr'd when `quote`) for a message: a longer one keeps its first and last characters around "…" and
-    says its length — the start says where a path is, the end which file."""
-    shown = repr(text) if quote else str(text)
-    if len(shown) <= limit:
-        return shown
-    size = len(text) if isinstance(text, str) else len(shown)
-    return f"{shown[:limit * 2 // 3]}…{shown[-(limit // 3):]} ({size:,} characters)"
 
 
 def read_score_file(value, root: Path) -> str:
