@@ -1,6 +1,7 @@
 """Findings of the stop-46 break-it review of bad input (docs/bad_inputs.md §26): a NAR adapter whose branch
 metadata was not recognised patched the AR without a word; line breaks the model does not see as new lines, in
-inline text, were not named; long ABC tuplets were called slurs; a long --output was quoted whole."""
+inline text, were not named; long ABC tuplets were called slurs; a long --output was quoted whole;
+200,000 failed batch rows printed 200,000 "errors in full" lines."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -153,3 +154,25 @@ def test_a_long_output_path_is_quoted_by_its_start_and_end(tmp_path, capsys, com
                              "--output", out)
     assert rc == 2 and "cannot use --output " in err and f"({len(out):,} characters)" in err, err[:500]
     assert len(err) < 400 and err.rstrip().endswith("File name too long") and "x.safetensors" not in err, err
+
+
+# ------------------------------------------------------------------------------- 5. "errors in full" is capped
+
+def test_the_errors_in_full_of_a_batch_are_capped_with_a_pointer_to_batch_json():
+    """200,000 rows that all failed validation printed 200,000 lines of "errors in full" after the table; now at
+    most FULL_ERROR_LINES, then how many more and where they are (batch.json keeps every error whole)."""
+    from yue2_core.batch.summary import FULL_ERROR_LINES, BatchSummary
+
+    s = BatchSummary()
+    rows = 2000
+    for i in range(1, rows + 1):
+        s.add(i, f"r{i}", "failed", stage="validate", error=f"line {i}: unknown field 'x'; " + "y" * 100)
+    lines = s.table().splitlines()
+    full = lines[lines.index("errors in full:") + 1:]
+    assert FULL_ERROR_LINES <= 300 and len(full) == FULL_ERROR_LINES + 1, len(full)
+    assert full[-1] == (f"… {rows - FULL_ERROR_LINES:,} more errors not shown here: every row's error is whole in "
+                        'batch.json ("results": "error")'), full[-1]
+    assert all(r["error"].endswith("y" * 100) for r in s.to_dict()["results"])  # batch.json: every error, whole
+    few = BatchSummary()
+    few.add(1, "a", "failed", stage="validate", error="line 1: " + "z" * 200)
+    assert few.table().splitlines()[-1] == "line 1 (a): " + "z" * 200  # a short list: whole, no pointer

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 BATCH_FILE = "batch.json"
+FULL_ERROR_LINES = 300  # the most lines of "errors in full" the table prints
 
 
 class BatchSummary:
@@ -158,7 +159,17 @@ class BatchSummary:
         cut = [f"line {r['line']} ({r['id'] or '-'}): {_without_line(r['error'], r['line'])}"
                for r in (self.rows[k] for k in sorted(self.rows))
                if r.get("error") and r["error"].splitlines()[0][:90] != r["error"]]
-        errors = ["", "errors in full:", *cut] if cut else []
+        errors = ["", "errors in full:"] if cut else []
+        shown = 0
+        for entry in cut:  # at most FULL_ERROR_LINES lines (break-it review, stop 46: 200,000 bad rows printed
+            size = entry.count("\n") + 1  # 400,000 lines); batch.json keeps every error whole
+            if shown + size > FULL_ERROR_LINES and entry is not cut[0]:
+                rest = len(cut) - (len(errors) - 2)
+                errors.append(f"… {rest:,} more error{'s' if rest != 1 else ''} not shown here: every row's error "
+                              f"is whole in {BATCH_FILE} (\"results\": \"error\")")
+                break
+            errors.append(entry)
+            shown += size
         return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), foot, *errors])
 
 
