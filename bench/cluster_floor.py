@@ -43,14 +43,13 @@ import argparse
 import ctypes
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stream_floor import HEAD, RING_HELPERS  # noqa: E402
+from stream_floor import HEAD, RING_HELPERS, graph_ms  # noqa: E402
 
 KERNEL = r'''
 #define NC (NCW * 32)
@@ -120,6 +119,17 @@ __device__ __forceinline__ void cluster_handoff(unsigned long long* cmb, int k, 
     *t += now() - t0;
   }
   asm volatile("bar.sync 1, %0;" ::"r"(NC) : "memory");
+}
+// every consumer thread's share of the n partial-row floats the clusters wrote (past L1), summed; thread 0 times it
+__device__ __forceinline__ float read_partials(const float* part, int n, unsigned long long* t) {
+  const unsigned long long t0 = now();
+  float a = 0.f;
+  for (int i = threadIdx.x * 4; i < n; i += NC * 4) {
+    const float4 v = __ldcg((const float4*)(part + i));
+    a += v.x + v.y + v.z + v.w;
+  }
+  if (threadIdx.x == 0) *t += now() - t0;
+  return a;
 }
 // push q values of this block to every block of the cluster: rank s's slot of their buffer rx [CL][q]
 __device__ __forceinline__ void push(float* rx, int q, float v) {
@@ -195,14 +205,7 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
       const int kind = ph < 5 * layers ? ph % 5 : 5, layer = ph / 5;
       if ((kind == 0 && layer > 0 && gsy) || (kind == 5 && gsy)) {
         grid_sync(bar + nb++, err, &tg);
-        if (prt) {
-          const unsigned long long t0 = now();
-          for (int i = threadIdx.x * 4; i < np * HIDc; i += NC * 4) {
-            const float4 v = __ldcg((const float4*)(part + i));
-            facc += v.x + v.y + v.z + v.w;
-          }
-          if (threadIdx.x == 0) tp += now() - t0;
-        }
+        if (prt) facc += read_partials(part, np * HIDc, &tp);
       }
       for (int j = 0; j < 2; ++j) {
         const int len = segs[((kind * G + b) * 2 + j) * 2 + 1];
@@ -290,14 +293,7 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
         if (prt) for (int i = threadIdx.x; i < ps; i += NC) part[b * ps + i] = v + i;  // this block's o sums
         if (gsy) {
           grid_sync(bar + nb++, err, &tg);
-          if (prt) {
-            const unsigned long long t0 = now();
-            for (int i = threadIdx.x * 4; i < np * HIDc; i += NC * 4) {
-              const float4 w = __ldcg((const float4*)(part + i));
-              facc += w.x + w.y + w.z + w.w;
-            }
-            if (threadIdx.x == 0) tp += now() - t0;
-          }
+          if (prt) facc += read_partials(part, np * HIDc, &tp);
         }
       }
       if (kind == 3 && csy) { push(rx3, q3, v); cluster_handoff(cmb, 2, layer, err, &tc); facc += gather(rx3, q3); }
@@ -503,19 +499,7 @@ def main():
                      args=[buf, segs, krow, LAYERS, lay["layer_u4"], a.stages, stage_u4, mode,
                            lay["q1"], lay["q2"], lay["q3"], lay["q4"], lay["np"], lay["ps"], part, bar, err, out,
                            tim], shared_mem=smem)
-            step()
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                step()
-            g.replay()
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(a.reps):
-                g.replay()
-            torch.cuda.synchronize()
-            ms = (time.perf_counter() - t) / a.reps * 1e3
-            res[name] = ms
+            ms = res[name] = graph_ms(step, a.reps)
             tb = (tim.view(blocks, 4).double().mean(0) / 1e3 / LAYERS).tolist()  # the last replay's stamps
             bad = " INVALID (a wait hit its poll limit)" if int(err.item()) else ""
             ratio = f"{res['grid5-132'] / ms:11.2f}×" if "grid5-132" in res and on else " " * 12

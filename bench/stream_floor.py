@@ -381,19 +381,7 @@ def main():
     res = {}
     for mode in ("stream", "barriers", "preloaded", "split", "one-launch", "one-launch-split", "one-launch-relaxed",
                  *a.ring):
-        step(mode)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step(mode)
-        g.replay()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(a.reps):
-            g.replay()
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - t) / a.reps * 1e3
-        res[mode] = ms
+        ms = res[mode] = graph_ms(lambda: step(mode), a.reps)
         n_bar = LAYERS * P - 1 if mode.startswith(("one-launch", "ring", "empty")) else LAYERS * (P - 1)
         if mode.startswith(("ring", "empty")):
             n_bar = sum(1 for p in range(LAYERS * P - 1) if (ring_args(mode)[3] >> (p % P)) & 1)
@@ -407,6 +395,22 @@ def main():
             step(mode)
         torch.cuda.synchronize()
         print(f"{mode:22} {anatomy_table(tim, blocks, len(sizes))}")
+
+
+def graph_ms(step, reps: int) -> float:
+    """ms of one replay of `step` captured in a CUDA graph (after an eager run and one warm replay; mean of reps)."""
+    step()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    g.replay()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        g.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / reps * 1e3
 
 
 def anatomy_table(t: torch.Tensor, blocks: int, n_phases: int) -> str:
