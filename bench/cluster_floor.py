@@ -150,8 +150,9 @@ __device__ __forceinline__ float gather(const float* rx, int q) {
 // floats read after a grid barrier, ps of them written by each block. tim [G][4] ns: ring waits, grid barriers,
 // cluster hand-offs, partial reads.
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NC + 32, 1)
-cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_u4, int S, int stage_u4, int mode, int q1, int q2,
-      int q3, int q4, int np, int ps, float* part, u32* bar, int* err, u32* out, unsigned long long* tim) {
+cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_u4, int S, int stage_u4, int mode,
+      int q1, int q2, int q3, int q4, int np, int ps, float* part, u32* bar, int* err, u32* out,
+      unsigned long long* tim) {
   extern __shared__ uint4 dyn[];
   __shared__ unsigned long long full[32], empty[32], cmb[4];
   uint4* ring = dyn;
@@ -171,7 +172,10 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
   }
   for (int i = threadIdx.x; i < 256; i += blockDim.x) rowacc[i] = 0.f;
   for (int i = threadIdx.x; i < 24; i += blockDim.x) xsc[i] = 1.f / (i + 1);
-  for (int i = threadIdx.x; i < 6144; i += blockDim.x) { xhi[i] = (signed char)(i * 37); xlo[i] = (signed char)(i * 11); }
+  for (int i = threadIdx.x; i < 6144; i += blockDim.x) {
+    xhi[i] = (signed char)(i * 37);
+    xlo[i] = (signed char)(i * 11);
+  }
   cluster_all_sync();
   const int nk = 5 * layers + 1;
   if (warp == NCW) {  // the producer: every phase's segments, stage by stage, never waiting for a hand-off
