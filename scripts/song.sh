@@ -12,8 +12,8 @@
 # (Comfy-Org/YuE2 on Hugging Face) cannot be downloaded on every machine. The song directory is written under the
 # repository's out/ folder unless --output says otherwise, and its path printed. Relative paths in the options are
 # relative to where you run this. First run: creates .venv in the repository and installs torch (a CUDA build where
-# pip picks one: ~5 GB) and the engine's dependencies, printing pip's progress (each package as it is downloaded
-# and installed).
+# pip picks one: ~5 GB) and the engine's dependencies, printing pip's progress while it downloads; installing the
+# downloaded packages then takes about a minute without output (a line says so).
 # The seed is the release's default (831001) unless --seed is given: the same inputs give the same song every run.
 # The last lines name the song folder and its audio.flac. (SONG_SH_VENV=DIR uses another virtual environment.)
 set -euo pipefail
@@ -77,10 +77,17 @@ for name in ('torch', 'torchvision', 'torchaudio'):
         printf '%s\n' "$pins" > "$constraints"
         echo "[song.sh] keeping the installed $(printf '%s' "$pins" | tr '\n' ' '): pip is told to change none of them"
     fi
+    # pip says "Installing collected packages: …" and nothing more until all are installed (a minute for torch)
+    if [[ "$pins" == torch==* ]]; then
+        quiet="[song.sh] installing the downloaded packages: pip prints nothing until it is done"
+    else
+        quiet="[song.sh] installing ≈ 5 GB of packages (torch with CUDA): about a minute without output"
+    fi
     start=$SECONDS
     "$PY" -m pip install --disable-pip-version-check --progress-bar on -c "$constraints" \
         -e "$REPO" 2>&1 | grep --line-buffered -v "is ignored: it is neither a file nor a directory" \
-        | sed -u 's/^/[pip] /' || true
+        | awk -v quiet="$quiet" '{ print "[pip] " $0 } /^Installing collected packages/ { print quiet } { fflush() }' \
+        || true
     "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" || { echo "[song.sh] install failed" >&2; exit 1; }
     echo "[song.sh] installed in $((SECONDS - start)) s"
 fi

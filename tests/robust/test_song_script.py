@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from robust_helpers import REPO
 
 
@@ -70,20 +72,22 @@ SONG_SH = REPO / "scripts" / "song.sh"
 
 # A virtual environment for scripts/song.sh whose python records the options `-m yue2_core generate` gets (and does
 # not run it), answers `-m pip` with the lines pip prints, and runs everything else (song.sh's checks) with this
-# interpreter; with the file `fresh` beside it, every `-c` check fails until "pip install" has run.
+# interpreter; with the file `fresh` beside it, every `-c` check fails until "pip install" has run (with
+# `keeps_torch` too, except the one listing the installed torch: this interpreter's).
 FAKE_PYTHON = """#!/bin/bash
 d=$(dirname "$0")
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
     echo "Collecting torch"; echo "Installing collected packages: torch, numpy"; echo "Successfully installed torch"
     touch "$d/installed"; exit 0
 fi
+if [ "$1" = "-c" ] && [ -f "$d/keeps_torch" ] && [[ "$2" == *importlib.metadata* ]]; then exec {real} "$@"; fi
 if [ "$1" = "-c" ] && [ -f "$d/fresh" ] && [ ! -f "$d/installed" ]; then exit 1; fi
 if [ "$1" = "-m" ] && [ "$2" = "yue2_core" ]; then shift 2; printf '%s\\n' "$@" > "$d/generate_args"; exit 0; fi
 exec {real} "$@"
 """
 
 
-def _song_env(tmp_path, fresh=False, **extra):
+def _song_env(tmp_path, fresh=False, keeps_torch=False, **extra):
     """(environment, bin folder) for scripts/song.sh with the fake python above, HOME and the Hugging Face cache in
     `tmp_path`, no ComfyUI and no $YUE2_CHECKPOINT; `extra` added."""
     bin_dir = tmp_path / "venv" / "bin"
@@ -92,6 +96,8 @@ def _song_env(tmp_path, fresh=False, **extra):
     (bin_dir / "python").chmod(0o755)
     if fresh:
         (bin_dir / "fresh").touch()
+    if keeps_torch:
+        (bin_dir / "keeps_torch").touch()
     env = {k: v for k, v in os.environ.items() if k not in ("YUE2_CHECKPOINT", "COMFYUI_PATH", "COMFYUI_DIR",
                                                             "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE")}
     env.update(SONG_SH_VENV=str(tmp_path / "venv"), HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO),
@@ -166,3 +172,24 @@ def test_song_sh_help_names_the_search(tmp_path):
     text = " ".join(proc.stdout.split())
     assert "vendor YuE2-3B folder in ComfyUI's models/checkpoints" in text, text[:2000]
     assert "m-a-p/YuE2-3B in the Hugging Face cache" in text and "When none is found" in text, text[:2000]
+
+
+@pytest.mark.parametrize("keeps_torch", [False, True])
+def test_song_sh_says_that_installing_prints_nothing_for_a_while(tmp_path, keeps_torch):
+    """First run: after pip's "Installing collected packages: …" nothing was printed for about a minute (5 GB of
+    torch), though the header promised progress for each package. Now a line says the quiet step is coming."""
+    env, bin_dir = _song_env(tmp_path, fresh=True, keeps_torch=keeps_torch, YUE2_CHECKPOINT="mine.safetensors")
+    proc = subprocess.run(["bash", str(SONG_SH), "--output", "out"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    at = lines.index("[pip] Installing collected packages: torch, numpy")
+    said = ("[song.sh] installing the downloaded packages: pip prints nothing until it is done" if keeps_torch else
+            "[song.sh] installing ≈ 5 GB of packages (torch with CUDA): about a minute without output")
+    assert lines[at + 1:at + 3] == [said, "[pip] Successfully installed torch"], lines
+    assert (bin_dir / "generate_args").is_file()
+    helped = subprocess.run(["bash", str(SONG_SH), "--help"], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, SONG_SH_VENV=str(tmp_path / "none")))
+    text = " ".join(helped.stdout.split())
+    assert "each package as it is downloaded and installed" not in text
+    assert "installing the downloaded packages then takes about a minute without output" in text, text[:2000]
