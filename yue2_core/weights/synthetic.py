@@ -428,6 +428,13 @@ def metadata_for(profile: Profile, fmt: str, seed: int) -> dict[str, str]:
     return meta
 
 
+def mode_as_created(path) -> None:
+    """Give `path` the mode a newly created file gets (0666 less the umask, `artifacts.UMASK`): safetensors'
+    `save_file` leaves 0600, where the JSON files written beside it are 0644 (new-user review, stop 46)."""
+    from ..artifacts import UMASK
+    os.chmod(path, 0o666 & ~UMASK)
+
+
 def refuse_overwrite(paths, force: bool = False) -> str | None:
     """make-synthetic's rule for the test-file writers' command lines (synthetic_vae, synthetic_vendor,
     lora.synthetic): the message refusing to replace a file, naming the first of `paths` that exists (a dangling

@@ -89,10 +89,14 @@ def _sha256(path: str) -> str:
 
 
 def _save(tensors: dict, path: str, metadata: dict | None = None) -> str:
-    """safetensors.torch.save_file through a temporary file renamed over `path` (§6)."""
+    """safetensors.torch.save_file through a temporary file renamed over `path` (§6), with a new file's mode (0644
+    under umask 022; save_file leaves 0600)."""
     from safetensors.torch import save_file
+
+    from .synthetic import mode_as_created
     tmp = f"{path}.{os.getpid()}.tmp"
     save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata or {})
+    mode_as_created(tmp)
     os.replace(tmp, path)
     return path
 

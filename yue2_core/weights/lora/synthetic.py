@@ -194,9 +194,12 @@ class _Tensors:
 
 
 def _save(tensors: dict, path: Path, metadata: dict | None = None) -> Path:
-    """safetensors.save_file with every metadata value a string (§6)."""
+    """safetensors.save_file with every metadata value a string (§6), with a new file's mode (0644 under umask 022;
+    save_file leaves 0600)."""
+    from ..synthetic import mode_as_created
     meta = None if metadata is None else {str(k): str(v) for k, v in metadata.items()}
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=meta)
+    mode_as_created(path)
     return path
 
 
