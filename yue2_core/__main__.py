@@ -1228,7 +1228,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "the checkpoint the song's config.json records, when it still exists; else "
                             if render else "") +
                         "$YUE2_CHECKPOINT, ComfyUI models/checkpoints when this pack sits in ComfyUI/custom_nodes "
-                        "or $COMFYUI_PATH is set, else download Comfy-Org/YuE2's int8 file, 3.7 GB)")
+                        "or $COMFYUI_PATH is set, the vendor's m-a-p/YuE2-3B in the Hugging Face cache, else "
+                        "download Comfy-Org/YuE2's int8 file, 3.7 GB)")
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
         sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
                         help="LM compute dtype (default bf16, the release's; the VAE is always fp32)")

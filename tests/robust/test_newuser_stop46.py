@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import stat
 
+from robust_helpers import REPO
+
 
 # --- the test-file writers' safetensors are 0600, the JSON beside them 0644 -----------------------------------------
 
@@ -22,3 +24,21 @@ def test_synthetic_lora_and_vae_files_get_a_new_files_mode(tmp_path):
     assert len(files) > 20 and any(f.endswith(".json") for f in files)
     modes = {f: stat.S_IMODE(os.stat(f).st_mode) for f in files}
     assert {f: m for f, m in modes.items() if m != want} == {}, want
+
+
+# --- the search order as documented: the Hugging Face cache step was left out ---------------------------------------
+
+def test_the_checkpoint_search_order_names_the_hugging_face_cache():
+    """`find_checkpoint` looks for m-a-p/YuE2-3B in the Hugging Face cache before it downloads; the --checkpoint
+    help of generate / render / batch, WHERE_TO_GET and the README's "On the command line" did not say so."""
+    from yue2_core.__main__ import build_parser
+    from yue2_core.weights.locate import WHERE_TO_GET
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for name in ("generate", "render", "batch"):
+        helped = " ".join(next(a for a in sub[name]._actions if a.dest == "checkpoint").help.split())
+        assert ("is set, the vendor's m-a-p/YuE2-3B in the Hugging Face cache, else download Comfy-Org/YuE2's int8 "
+                "file" in helped), (name, helped)
+    assert "then the Hugging Face cache for the vendor's m-a-p/YuE2-3B" in WHERE_TO_GET
+    readme = " ".join((REPO / "README.md").read_text("utf-8").split())
+    assert ("is set), then the vendor's m-a-p/YuE2-3B folder in the Hugging Face cache (where the vendor runtime "
+            "downloaded it; never downloaded here), then downloads the 3.7 GB int8 file") in readme
