@@ -42,3 +42,19 @@ def test_the_checkpoint_search_order_names_the_hugging_face_cache():
     readme = " ".join((REPO / "README.md").read_text("utf-8").split())
     assert ("is set), then the vendor's m-a-p/YuE2-3B folder in the Hugging Face cache (where the vendor runtime "
             "downloaded it; never downloaded here), then downloads the 3.7 GB int8 file") in readme
+
+
+# --- docs: commands with the system python, which has no torch ------------------------------------------------------
+
+def test_docs_run_the_engine_with_the_packs_python():
+    """`python -m yue2_core …` in README / docs/lora.md / docs/batch.md failed where `python` is the system's (no
+    torch); the pack's environment is `.venv/bin/python` (scripts/song.sh makes it). Headings naming the command
+    (`# Many songs at once: \\`python -m yue2_core batch\\``) and ComfyUI's own python are fine."""
+    import re
+    bare = re.compile(r"(?<![/\w.-])python3? -m yue2_core")
+    found = []
+    for name in ("README.md", "docs/lora.md", "docs/batch.md", "docs/comfyui.md", "docs/editor.md"):
+        for no, line in enumerate((REPO / name).read_text("utf-8").splitlines(), 1):
+            if not line.startswith("#") and bare.search(line.replace("<ComfyUI's python>", "")):
+                found.append(f"{name}:{no}: {line.strip()[:80]}")
+    assert found == []
