@@ -58,3 +58,21 @@ def test_docs_run_the_engine_with_the_packs_python():
             if not line.startswith("#") and bare.search(line.replace("<ComfyUI's python>", "")):
                 found.append(f"{name}:{no}: {line.strip()[:80]}")
     assert found == []
+
+
+def test_readme_batch_try_on_a_cpu_is_a_block_that_copies():
+    """README's "To try it on a CPU" batch command was inline code wrapped over four lines: pasted, the shell ran
+    its first line alone. Now a fenced block whose lines end in `\\`, which the batch command line parses."""
+    import shlex
+    from yue2_core.__main__ import build_parser
+    readme = (REPO / "README.md").read_text("utf-8")
+    after = readme.split("To try\nit on a CPU with the synthetic model", 1)[1]
+    block = after.split("```\n", 2)[1]
+    lines = block.rstrip("\n").splitlines()
+    assert lines[0].startswith(".venv/bin/python -m yue2_core batch ") and len(lines) > 1
+    assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\"), lines
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[:3] == [".venv/bin/python", "-m", "yue2_core"]
+    args = build_parser().parse_args(argv[3:])
+    assert (args.command, args.output, args.max_abc_tokens, args.steps) == ("batch", "runs/try", 16, 4)
+    assert (REPO / args.requests).is_file() and args.offline and args.device == "cpu"
