@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 from robust_helpers import REPO
 
 
@@ -76,3 +78,36 @@ def test_readme_batch_try_on_a_cpu_is_a_block_that_copies():
     args = build_parser().parse_args(argv[3:])
     assert (args.command, args.output, args.max_abc_tokens, args.steps) == ("batch", "runs/try", 16, 4)
     assert (REPO / args.requests).is_file() and args.offline and args.device == "cpu"
+
+
+# --- a LoRA given as --checkpoint ------------------------------------------------------------------------------------
+
+def test_a_lora_given_as_the_checkpoint_is_named_with_its_option(tmp_path, capsys):
+    """`--checkpoint aitk.safetensors` said "not a YuE2 all-in-one checkpoint … First keys: text_encoders…lora_A…",
+    while a checkpoint given as --lora names --checkpoint. Now the layout is detected from the header and --lora
+    named; a PEFT folder too. Another model's file keeps the general message."""
+    from test_cli import main_inprocess
+
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    aitk = write_adapter("aitk", tmp_path / "aitk.safetensors", dims)
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", aitk, "--style", "pop", "--lyrics", "la",
+                             "--cot", "off", "--device", "cpu", "--output", tmp_path / "song")
+    assert rc == 2 and not (tmp_path / "song").exists(), err
+    assert ("aitk.safetensors is a LoRA adapter (ai-toolkit layout), not a YuE2 checkpoint: pass it with --lora (or "
+            "the YuE2 LoRA node in ComfyUI), and the base YuE2 checkpoint with --checkpoint (the YuE2 Checkpoint "
+            "Loader)") in " ".join(err.split()), err
+    assert "First keys" not in err
+    for layout, said in (("hot-split-ar", "(hot-step-split layout)"), ("peft", "is a PEFT LoRA adapter folder")):
+        path = write_adapter(layout, tmp_path / layout, dims)
+        with pytest.raises(CheckpointError, match="pass it with --lora") as info:
+            inspect_checkpoint(str(path))
+        assert said in str(info.value)
+    from safetensors.torch import save_file
+    import torch
+    other = tmp_path / "sd.safetensors"
+    save_file({"model.diffusion_model.input_blocks.0.0.weight": torch.zeros(2, 2)}, str(other))
+    with pytest.raises(CheckpointError, match="is not a YuE2 all-in-one checkpoint: .* First keys"):
+        inspect_checkpoint(str(other))

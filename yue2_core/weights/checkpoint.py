@@ -619,6 +619,10 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
     naming what is missing or inconsistent."""
     path = os.fspath(path)
     if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "config.json")) and \
+                os.path.isfile(os.path.join(path, "adapter_config.json")):
+            raise CheckpointError(f"{path} is a PEFT LoRA adapter folder (adapter_config.json), not a YuE2 "
+                                  f"checkpoint: {LORA_HINT}")
         if not os.path.isfile(os.path.join(path, "config.json")):
             raise CheckpointError(f"checkpoint not found: {path} is a folder without config.json, neither a "
                                   "checkpoint file nor a vendor model folder (m-a-p/YuE2-3B: config.json with "
@@ -643,6 +647,11 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
                                       "of the YuE2 tensor groups, but vendor-named tensors (m-a-p/YuE2-3B layout: "
                                       "lm_head.weight, model.layers.N.self_attn.q_proj …): pass its FOLDER (with "
                                       "config.json, qwen.tiktoken and weights_manifest.json), not the weights file")
+            layout = lora_layout(entries, meta)
+            if layout is not None:  # new-user review, stop 46: "First keys: …lora_A…" did not say what to do
+                shown = "" if layout == "unlabelled" else f" ({layout} layout)"
+                raise CheckpointError(f"{os.path.basename(path)} is a LoRA adapter{shown}, not a YuE2 checkpoint: "
+                                      f"{LORA_HINT}")
             sample = ", ".join(sorted(entries)[:3])
             raise CheckpointError(f"{os.path.basename(path)} is not a YuE2 all-in-one checkpoint: it has none of "
                                   f"the YuE2 tensor groups ({'; '.join(GROUPS)}). First keys: {sample or '(none)'}. "
@@ -690,6 +699,23 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
     if tok.dtype != "U8" or len(tok.shape) != 1:
         raise CheckpointError(f"{TOKENIZER_KEY} must be a rank-1 U8 tensor, got {tok.dtype} {list(tok.shape)}")
     return info
+
+
+LORA_HINT = ("pass it with --lora (or the YuE2 LoRA node in ComfyUI), and the base YuE2 checkpoint with "
+             "--checkpoint (the YuE2 Checkpoint Loader)")
+
+
+def lora_layout(entries: dict, meta: dict) -> str | None:
+    """The LoRA layout (`lora.layouts.detect_layout`: "ai-toolkit", "peft", …, "unlabelled") of a safetensors file
+    whose header (`entries`, `meta`) holds adapter tensors — LoRA A/B or down/up, LoKr factors, `.diff` — and no
+    model weights' names only; None for any other file. Header only: no tensor is read."""
+    from .lora.layouts_keys import split_role
+    if not any((role := split_role(k)) and role[1] not in ("weight", "bias", "alpha") for k in entries):
+        return None
+    from .lora.layouts import detect_layout
+    from .lora.layouts_io import Source
+    return detect_layout(Source(path="", tensors=dict.fromkeys(entries), metadata=dict(meta or {}),
+                                container="safetensors"))
 
 
 _ADAPTER_WORDS = re.compile(r"lora_|\.lora\.|hada_w|lokr_w|dora_scale")
