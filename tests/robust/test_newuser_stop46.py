@@ -111,3 +111,82 @@ def test_a_lora_given_as_the_checkpoint_is_named_with_its_option(tmp_path, capsy
     save_file({"model.diffusion_model.input_blocks.0.0.weight": torch.zeros(2, 2)}, str(other))
     with pytest.raises(CheckpointError, match="is not a YuE2 all-in-one checkpoint: .* First keys"):
         inspect_checkpoint(str(other))
+
+
+# --- a vendor model folder without its vae/, with --vae -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def vendor_without_vae(tmp_path_factory, tiny_paths):
+    """{"model": a vendor YuE2-3B folder of the tiny bf16 file with its vae/ removed, "vae": that VAE folder moved
+    elsewhere (not beside the model), "file": a comfy-prefixed VAE file}."""
+    import shutil
+
+    from yue2_core.weights.synthetic_vae import write_vae
+    from yue2_core.weights.synthetic_vendor import write_vendor_folder
+    root = tmp_path_factory.mktemp("novae")
+    model = root / "models" / "YuE2-3B"
+    write_vendor_folder(tiny_paths["bf16"], str(model))
+    (root / "vaes").mkdir()
+    shutil.move(str(model / "vae"), str(root / "vaes" / "YuE2-Vae"))
+    vae_file = write_vae(str(root / "vaes" / "legacy.safetensors"), layout="comfy-prefixed", variant="legacy")
+    return {"model": model, "vae": root / "vaes" / "YuE2-Vae", "file": vae_file}
+
+
+@pytest.fixture
+def _no_hf_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no_hf_cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("YUE2_CHECKPOINT", raising=False)
+
+
+SONG = ("--style", "pop", "--lyrics", "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device",
+        "cpu", "--offline")
+
+
+def test_a_vendor_folder_without_its_vae_folder_runs_with_vae(tmp_path, capsys, vendor_without_vae, _no_hf_cache,
+                                                                single_thread):
+    """`generate --checkpoint YuE2-3B --vae PATH` where YuE2-3B has no vae/: "no VAE folder for the vendor model …
+    (or pass its path as vae_path)", though --vae replaces that decoder. Now the folder's own VAE is not looked for
+    when a VAE is given (a folder or a file); without one the message names --vae PATH; render re-applies the VAE
+    the song records."""
+    import json
+
+    from test_cli import main_inprocess
+    model = vendor_without_vae["model"]
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", model, *SONG, "--output", tmp_path / "none")
+    assert rc == 2 and not (tmp_path / "none").exists(), err
+    assert "no VAE folder for the vendor model" in err and "vae_path" not in err, err
+    assert "or give a VAE: --vae PATH on the command line (a VAE folder or file)" in " ".join(err.split()), err
+    for name, vae in (("folder", vendor_without_vae["vae"]), ("file", vendor_without_vae["file"])):
+        out = tmp_path / name
+        rc, err = main_inprocess(capsys, "generate", "--checkpoint", model, "--vae", vae, *SONG, "--output", out)
+        assert rc == 0, err[-3000:]
+        config = json.loads((out / "config.json").read_text())
+        assert config["weights"]["vae"]["path"] == str(vae), config["weights"]
+        assert "vae" not in config["checkpoint"]["files"] and "vae_blocks" not in config["checkpoint"]
+        assert (out / "audio.flac").is_file()
+    rc, err = main_inprocess(capsys, "render", tmp_path / "file", "--device", "cpu", "--offline", "--output",
+                             tmp_path / "again")
+    assert rc == 0 and (tmp_path / "again" / "audio.flac").is_file(), err[-3000:]
+    requests = tmp_path / "r.jsonl"
+    requests.write_text(json.dumps({"id": "one", "style": "pop", "lyrics": "la", "cot": "off"}) + "\n")
+    rc, err = main_inprocess(capsys, "batch", requests, "--checkpoint", model, "--vae", vendor_without_vae["vae"],
+                             "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--offline", "--output",
+                             tmp_path / "batch")
+    assert rc == 0 and (tmp_path / "batch" / "one" / "audio.flac").is_file(), err[-3000:]
+
+
+def test_inspect_describes_a_vendor_folder_without_its_vae(capsys, vendor_without_vae, _no_hf_cache):
+    """`inspect YuE2-3B` of such a folder failed with the same error; now it describes the model and says the VAE
+    is missing."""
+    import json
+
+    from yue2_core.__main__ import main
+    rc = main(["inspect", str(vendor_without_vae["model"])])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    report = json.loads(captured.out)
+    assert report["kind"] == "checkpoint" and report["layout"] == "vendor" and report["dims"]["layers"] >= 1
+    assert "vae" not in report["files"] and "VAE missing (no VAE folder found; give one: --vae PATH" in \
+        report["summary"], report["summary"]
+    assert "warning: the VAE is missing:" in captured.err and "--vae PATH" in captured.err
