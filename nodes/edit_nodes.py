@@ -97,7 +97,7 @@ def _memory(model, song, max_tokens: int) -> int:
     frames = max(max_tokens, len(song.tokens.codes))
     return max(memory.ar_phase(model.dims, model.dtype, prefix, max_tokens, rows, on_cuda=on_cuda),
                memory.render(model.dims, model.dtype, prefix, frames, on_cuda),
-               memory.vae_tile(model.info.vae, frames, VAE_CORE_FRAMES, VAE_HALO_FRAMES))
+               memory.vae_tile(model.decoder_config(), frames, VAE_CORE_FRAMES, VAE_HALO_FRAMES))
 
 
 def _parts(model, need: int) -> dict:

@@ -155,7 +155,9 @@ class YuE2CheckpointLoader(io.ComfyNode):
         if path is None:
             raise ValueError(missing_checkpoint_message(ckpt_name, checkpoint_options()))
         with user_errors():
-            info = inspect_checkpoint(path)
+            # a vendor folder without a VAE folder loads: a YuE2 VAE Loader after this node gives its decoder (VAE
+            # Decode says so without one; new-user review, stop 46)
+            info = inspect_checkpoint(path, own_vae="optional")
             tokenizer = load_tokenizer(info)
             model = YuE2Model(info, tokenizer)
             model.start_warm_up()  # kernels compile in the background; the stages wait for it before GPU work

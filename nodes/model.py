@@ -21,7 +21,8 @@ from torch import nn
 
 from comfy.weight_adapter.base import WeightAdapterBase
 from yue2_core.errors import AdapterError, CheckpointError
-from yue2_core.weights.checkpoint import CheckpointInfo, file_state, load_ar, load_nar, load_vae
+from yue2_core.weights.checkpoint import (CheckpointInfo, file_state, load_ar, load_nar, load_vae,
+                                         missing_vae_message)
 from yue2_core.weights.lora.apply import merge_into, plan_expert, set_side, side_deltas
 from yue2_core.weights.lora.model import BiasDiff, Replace
 from yue2_core.weights.lora.record import STACK_RULES, lora_record
@@ -268,6 +269,16 @@ class YuE2Model:
         if self.vae_file is not None:
             text += f"\nVAE decoder from {self.vae_file.describe()}"
         return text
+
+    def decoder_config(self):
+        """The geometry of the VAE this model decodes with: its VAE file's (a VAE Loader), else the checkpoint's.
+        CheckpointError for a vendor model folder without a VAE folder and no VAE Loader (the Checkpoint Loader
+        accepts one: new-user review, stop 46)."""
+        if self.vae_file is not None:
+            return self.vae_file.config
+        if self.info.vae is None:
+            raise CheckpointError(missing_vae_message(self.info.path))
+        return self.info.vae
 
     def _root_patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
         """The root's patcher of `part`, read from the checkpoint on first use. CheckpointError when the file changed

@@ -166,7 +166,8 @@ class YuE2VAEDecode(io.ComfyNode):
 
     @classmethod
     def execute(cls, model, latent) -> io.NodeOutput:
-        cfg = model.vae_file.config if model.vae_file is not None else model.info.vae
+        with user_errors():  # a vendor folder without a VAE and no VAE Loader: said before anything is read
+            cfg = model.decoder_config()
         samples = _latent_samples(latent, cfg.latent_dim)
         batch, _, frames = samples.shape
         lengths = latent_frames(latent, batch, frames)  # a batch of takes: each decoded over its own frames

@@ -282,7 +282,7 @@ def _tokenizer_for(name: str):
             _TOKENIZERS.move_to_end(key)
             return _TOKENIZERS[key]
     try:
-        tokenizer = load_tokenizer(inspect_checkpoint(path))
+        tokenizer = load_tokenizer(inspect_checkpoint(path, own_vae="optional"))  # the tokenizer only
     except YuE2Error as error:  # not a YuE2 file, truncated, bad tokenizer blob: say so without the server's paths
         message = str(error).replace(path, name).replace(os.path.dirname(path), "<checkpoints>")
         raise RequestRefused(f"Cannot count tokens with {_short(name)}: {message}", status=422) from None

@@ -128,7 +128,9 @@ class YuE2VAELoader(io.ComfyNode):
             out = model.derive(vae_file=vae)
         text = f"VAE decoder: {vae.describe()}"
         own = model.info.vae
-        if vae.config != own:
+        if own is None:  # a vendor model folder without a VAE folder: this one is its decoder
+            text += "\nThe checkpoint has no VAE of its own (a vendor folder without one): this one decodes."
+        elif vae.config != own:
             text += ("\nIts geometry differs from the checkpoint's VAE (channels "
                      f"{own.first_channels} → {vae.config.first_channels}); it decodes the same 64-channel latents.")
         if model.vae_file is not None:

@@ -5,13 +5,15 @@
 #   bash scripts/song.sh --checkpoint yue2_3b_int8_convrot.safetensors --max-seconds 120
 #   bash scripts/song.sh --style "lo-fi hip hop, mellow piano" --lyrics-file my_lyrics.txt
 #
-# Any option of `python -m yue2_core generate` can be given (see --help). Without --checkpoint (or $YUE2_CHECKPOINT,
-# or a YuE2 file in ComfyUI's models/checkpoints) it writes and uses a tiny SYNTHETIC checkpoint with random weights:
-# the pipeline runs end to end, but the audio is noise, not music — the real weights (Comfy-Org/YuE2 on Hugging Face)
-# cannot be downloaded on every machine. The song directory is written under the repository's out/ folder unless
-# --output says otherwise, and its path printed. Relative paths in the options are relative to where you run this.
-# First run: creates .venv in the repository and installs torch (a CUDA build where pip picks one: ~5 GB) and the
-# engine's dependencies, printing pip's progress (each package as it is downloaded and installed).
+# Any option of `python -m yue2_core generate` can be given (see --help). The checkpoint is found as generate finds
+# it, without its download: --checkpoint, $YUE2_CHECKPOINT, a YuE2 file or vendor YuE2-3B folder in ComfyUI's
+# models/checkpoints, m-a-p/YuE2-3B in the Hugging Face cache. When none is found it writes and uses a tiny SYNTHETIC
+# checkpoint with random weights: the pipeline runs end to end, but the audio is noise, not music — the real weights
+# (Comfy-Org/YuE2 on Hugging Face) cannot be downloaded on every machine. The song directory is written under the
+# repository's out/ folder unless --output says otherwise, and its path printed. Relative paths in the options are
+# relative to where you run this. First run: creates .venv in the repository and installs torch (a CUDA build where
+# pip picks one: ~5 GB) and the engine's dependencies, printing pip's progress while it downloads; installing the
+# downloaded packages then takes about a minute without output (a line says so).
 # The seed is the release's default (831001) unless --seed is given: the same inputs give the same song every run.
 # The last lines name the song folder and its audio.flac. (SONG_SH_VENV=DIR uses another virtual environment.)
 set -euo pipefail
@@ -21,7 +23,7 @@ PY="$VENV/bin/python"
 want_help=0
 for a in "$@"; do [ "$a" = --help ] || [ "$a" = -h ] && want_help=1; done
 if [ "$want_help" = 1 ]; then
-    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     echo
     echo "Defaults song.sh adds when the option is not given: --max-seconds 20, --output out/song-DATE-TIME, the"
     echo "example --style-file / --lyrics-file (examples/), and with no checkpoint found its synthetic file with"
@@ -75,18 +77,37 @@ for name in ('torch', 'torchvision', 'torchaudio'):
         printf '%s\n' "$pins" > "$constraints"
         echo "[song.sh] keeping the installed $(printf '%s' "$pins" | tr '\n' ' '): pip is told to change none of them"
     fi
+    # pip says "Installing collected packages: …" and nothing more until all are installed (a minute for torch)
+    if [[ "$pins" == torch==* ]]; then
+        quiet="[song.sh] installing the downloaded packages: pip prints nothing until it is done"
+    else
+        quiet="[song.sh] installing ≈ 5 GB of packages (torch with CUDA): about a minute without output"
+    fi
     start=$SECONDS
     "$PY" -m pip install --disable-pip-version-check --progress-bar on -c "$constraints" \
         -e "$REPO" 2>&1 | grep --line-buffered -v "is ignored: it is neither a file nor a directory" \
-        | sed -u 's/^/[pip] /' || true
+        | awk -v quiet="$quiet" '{ print "[pip] " $0 } /^Installing collected packages/ { print quiet } { fflush() }' \
+        || true
     "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" || { echo "[song.sh] install failed" >&2; exit 1; }
     echo "[song.sh] installed in $((SECONDS - start)) s"
 fi
 
 args=("$@")
 has() { local a; for a in "${args[@]}"; do [ "$a" = "$1" ] || [[ "$a" == "$1="* ]] && return 0; done; return 1; }  # --opt v, --opt=v
-if ! has --checkpoint && [ -z "${YUE2_CHECKPOINT:-}" ] && \
-   ! "$PY" -c "from yue2_core.weights.locate import comfy_checkpoint_dirs, yue2_files; import sys; sys.exit(0 if any(yue2_files(d) for d in comfy_checkpoint_dirs()) else 1)" 2>/dev/null; then
+# the CLI's own search without the download (yue2_core/weights/locate.py find_checkpoint): a YuE2 file or vendor
+# folder in ComfyUI's models/checkpoints, then m-a-p/YuE2-3B in the Hugging Face cache; the synthetic file only when
+# that finds nothing
+found_checkpoint() {
+    "$PY" -c "
+import sys
+from yue2_core.errors import CheckpointError
+from yue2_core.weights.locate import find_checkpoint
+try:
+    find_checkpoint(download=False)
+except CheckpointError:
+    sys.exit(1)" 2>/dev/null
+}
+if ! has --checkpoint && [ -z "${YUE2_CHECKPOINT:-}" ] && ! found_checkpoint; then
     ckpt="$REPO/models/yue2_tiny_bf16.safetensors"
     if [ ! -f "$ckpt" ]; then
         mkdir -p "$REPO/models"

@@ -883,9 +883,9 @@ def cmd_inspect(args) -> int:
                               f"folder (the release file is {HF_FILE} from https://huggingface.co/{HF_REPO})")
     dims = None
     if getattr(args, "model", None):
-        dims = inspect_checkpoint(args.model).dims
-    try:
-        info = inspect_checkpoint(args.checkpoint)
+        dims = inspect_checkpoint(args.model, own_vae="optional").dims
+    try:  # a vendor folder without a VAE folder is described, the VAE said missing (new-user review, stop 46)
+        info = inspect_checkpoint(args.checkpoint, own_vae="optional")
     except CheckpointError as exc:
         from .errors import DamagedWeightsError
         # a damaged all-in-one file or vendor folder, not a VAE or adapter (break-it: inspect said "VAE decoder")
@@ -917,6 +917,11 @@ def cmd_inspect(args) -> int:
         print(_json_lines(other))
         return 0
     tok = load_tokenizer(info)
+    if info.vae is None:
+        print(f"warning: the VAE is missing: {args.checkpoint} has no VAE folder (looked for its vae/, a "
+              "m-a-p/YuE2-Vae folder beside it and the Hugging Face cache); to make songs with it give one with "
+              "--vae PATH (a VAE folder or file), or put m-a-p/YuE2-Vae next to it or into its vae/ subfolder",
+              file=sys.stderr)
     report = {"kind": "checkpoint", **info.to_dict()}
     report["dtype_histogram"] = dtype_histogram(info)
     report["tokenizer_vocab"] = tok.vocab_size
@@ -1110,8 +1115,9 @@ def cmd_batch(args) -> int:
     Budgets(args.max_seconds, args.max_abc_tokens).abc_sampling()
     _check_budget_fits(args.max_seconds, args.max_abc_tokens)
     checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
-    info = inspect_checkpoint(checkpoint)
-    stack = []
+    # with --vae, a vendor folder's own VAE is not looked for (it may have none: new-user review, stop 46)
+    info = inspect_checkpoint(checkpoint, own_vae="skip" if args.vae else "required")
+    stack, vae_cfg = [], info.vae
     if args.lora or args.vae:  # own weights checked before batch.json is written (else a rerun needs --resume);
         # the engine reads the adapters again when it loads: once per batch, the price of failing before any output
         from .weights.lora.apply import Applied
@@ -1119,7 +1125,7 @@ def cmd_batch(args) -> int:
         stack = [Applied(read_adapter(path, info.dims), a, n) for path, a, n in args.lora]
         if args.vae:
             from .weights.vae_files import open_vae
-            open_vae(args.vae)
+            vae_cfg = open_vae(args.vae).config
     synthetic = "yue2_synthetic" in info.metadata
     rows = []
     if synthetic and (args.max_abc_tokens is None or args.max_seconds is None):
@@ -1159,7 +1165,7 @@ def cmd_batch(args) -> int:
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(
               args, checkpoint, how, batch_rows=shape.get("rows", 0), batch_refill=shape.get("refill", False),
               vendor_vae=vendor_vae["path"] if vendor_vae else None)[0],
-              weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=info.vae,
+              weights_bytes=weights_bytes(info, fp32), dtype_bytes=4 if fp32 else 2, vae=vae_cfg,
               on_batching=lambda rows, refill: shape.update(rows=rows, refill=refill))
     if args.ray is not None:  # docs/batch.md "Ray": the workers' devices size the batch (runner.prepare)
         from .batch.ray_runner import EngineSpec, RayRunner, yue2_env
@@ -1233,7 +1239,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "the checkpoint the song's config.json records, when it still exists; else "
                             if render else "") +
                         "$YUE2_CHECKPOINT, ComfyUI models/checkpoints when this pack sits in ComfyUI/custom_nodes "
-                        "or $COMFYUI_PATH is set, else download Comfy-Org/YuE2's int8 file, 3.7 GB)")
+                        "or $COMFYUI_PATH is set, the vendor's m-a-p/YuE2-3B in the Hugging Face cache, else "
+                        "download Comfy-Org/YuE2's int8 file, 3.7 GB)")
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
         sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
                         help="LM compute dtype (default bf16, the release's; the VAE is always fp32)")

@@ -382,8 +382,9 @@ class YuE2Engine:
         layers merged, int8 layers with an exact side delta — or, `lora_int8` "bf16", merged into int8 layers
         dequantized to bf16; default: $YUE2_LORA_INT8, else "side"; `weights["lora_int8"]` records the mode used when
         int8 layers were patched); `vae`: a VAE file or folder replacing the checkpoint's decoder
-        (`weights.vae_files`); `vendor_vae`: the VAE folder of a vendor model folder `path` (default: found by
-        `vendor.find_vae_folder`; render passes the one the song recorded). `warm_up` (default: on for CUDA with the
+        (`weights.vae_files`; a vendor model folder's own VAE is then not looked for: it may have none);
+        `vendor_vae`: the VAE folder of a vendor model folder `path` (default: found by `vendor.find_vae_folder`;
+        render passes the one the song recorded). `warm_up` (default: on for CUDA with the
         fast path, unless YUE2_WARMUP=0): compile the fast path's kernels for `budgets` (default presets) in a
         background thread while the weights load (`warmup.py`); the parts wait for it on first use (`wait_warm_up`,
         `cancel_warm_up`); `batch_rows` > 1 (the `batch` command): also the kernels of its decoder of that many rows
@@ -401,7 +402,10 @@ class YuE2Engine:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = compute_dtype(torch.device(device), dtype)
-        info = inspect_checkpoint(path, vae_path=vendor_vae)
+        # a vendor folder's own VAE is not looked for when another one decodes (new-user review, stop 46: a folder
+        # without vae/ failed even with --vae), nor needed when no part decodes
+        own_vae = "skip" if vae is not None and vendor_vae is None else "required" if "vae" in parts else "optional"
+        info = inspect_checkpoint(path, vae_path=vendor_vae, own_vae=own_vae)
         # the file(s) as they are now, and their content samples (`to_dict`) taken now: the parts are read from this
         # file and a song records it, not one put at its path while the parts load or the song is made (break-it,
         # stop 43: the sample was taken when the song was saved, and a replaced file was recorded as the one used)

@@ -244,7 +244,7 @@ def plan_from_spec(spec: dict):
     import torch
     from .warmup import Plan
     from .weights.checkpoint import inspect_checkpoint
-    info = inspect_checkpoint(spec["path"])
+    info = inspect_checkpoint(spec["path"], own_vae="skip" if spec.get("vae") else "required")
     vae_cfg = None
     if spec.get("vae"):
         from .weights.vae_files import open_vae

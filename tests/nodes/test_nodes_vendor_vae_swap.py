@@ -57,3 +57,35 @@ def test_a_vendor_vae_replaced_between_runs_is_read_again(comfy, comfy_server, c
     (song,) = saved_dirs(entry, comfy_server.output_dir)
     recorded = json.loads((song / "config.json").read_text())["checkpoint"]["vae_sample_sha256"]
     assert recorded == vae_folder_sample(folder / "vae")  # decoded with the new VAE (was: the cached old one)
+
+
+def test_a_vendor_folder_without_its_vae_loads_and_decodes_through_a_vae_loader(comfy, comfy_server, checkpoints):
+    """New-user review, stop 46 (docs/bad_inputs.md §27): a vendor model folder without its vae/ could not be loaded
+    at all ("no VAE folder … (or pass its path as vae_path)"), so a YuE2 VAE Loader could not give it a decoder. Now
+    the Checkpoint Loader loads it (its info says the VAE is missing), VAE Decode without a VAE Loader stops with
+    what to do, and with one the song decodes and records that VAE."""
+    import shutil
+
+    from yue2_core.weights.synthetic_vae import write_vae
+    from yue2_core.weights.synthetic_vendor import write_vendor_folder
+    name = "YuE2novae"
+    folder = comfy_server.models_dir / name
+    write_vendor_folder(str(checkpoints[TINY]), str(folder))
+    shutil.rmtree(folder / "vae")
+    write_vae(str(comfy_server.models_root / "vae" / "NoVaeStd"), layout="vendor-folder", variant="standard")
+    prompt = _prompt(41, f"{name}_a", f"{name}/")
+    entry = comfy.wait(comfy.queue(prompt), timeout=480, check=False)
+    assert entry["status"]["status_str"] == "error", entry["status"]
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    assert error["node_type"] == "YuE2VAEDecode" and error["exception_type"] == "ValueError", error
+    assert (f"the vendor model folder {folder} has no VAE folder, so it cannot decode audio" in
+            error["exception_message"] and "a YuE2 VAE Loader node in ComfyUI" in error["exception_message"]), error
+    prompt = _prompt(42, f"{name}_b", f"{name}/")
+    prompt["7"] = {"class_type": "YuE2VAELoader", "inputs": {"model": ["1", 0], "vae_name": "NoVaeStd/"}}
+    prompt["4"]["inputs"]["model"] = ["7", 0]
+    entry = comfy.wait(comfy.queue(prompt), timeout=480, check=False)
+    assert entry["status"]["status_str"] == "success", entry["status"]
+    (song,) = saved_dirs(entry, comfy_server.output_dir)
+    config = json.loads((song / "config.json").read_text())
+    assert config["weights"]["vae"]["path"].endswith("NoVaeStd") and "vae" not in config["checkpoint"]["files"]
+    assert (song / "audio.flac").is_file()

@@ -70,3 +70,56 @@ def test_vendor_cli_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     r = _run("yue2_core.weights.synthetic_vendor", vae, str(tmp_path / "out"))
     assert r.returncode == 1
     assert r.stderr.startswith("error: ") and "vae.safetensors" in r.stderr and "Traceback" not in r.stderr
+
+
+# --- stop-46 new-user review (docs/bad_inputs.md §27): the writers refused nothing, make-synthetic refuses ------------
+
+def _tree(root) -> dict:
+    """{relative path: (size, mtime_ns)} of every file under `root`."""
+    out = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            st = os.stat(os.path.join(folder, name))
+            out[os.path.relpath(os.path.join(folder, name), root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["vendor-folder", "vendor-file"])
+def test_vae_cli_refuses_to_replace_a_file_without_force(tmp_path, layout):
+    out = str(tmp_path / ("vae" if layout == "vendor-folder" else "vae.safetensors"))
+    assert _run("yue2_core.weights.synthetic_vae", out, "--layout", layout).returncode == 0
+    before = _tree(tmp_path)
+    r = _run("yue2_core.weights.synthetic_vae", out, "--layout", layout, "--variant", "legacy")
+    assert r.returncode == 1 and _tree(tmp_path) == before, r.stderr
+    first = os.path.join(out, "config.json") if layout == "vendor-folder" else out
+    more = " (and 2 more of the files this writes)" if layout == "vendor-folder" else ""
+    assert r.stderr == (f"error: {first} exists{more}; synthetic test files (random weights) never replace a file "
+                        "unless --force is given\n"), r.stderr
+    r = _run("yue2_core.weights.synthetic_vae", out, "--layout", layout, "--variant", "legacy", "--force")
+    assert r.returncode == 0 and open_vae(out).variant == "legacy", r.stderr
+
+
+def test_vendor_cli_refuses_to_replace_a_file_without_force(tmp_path):
+    ckpt = str(tmp_path / "tiny_bf16.safetensors")
+    write_synthetic_checkpoint(ckpt, "tiny", "bf16", seed=0)
+    out = tmp_path / "YuE2-3B"
+    (out / "vae").mkdir(parents=True)
+    (out / "vae" / "config.json").write_text("{}")  # one file of the many it writes is enough
+    r = _run("yue2_core.weights.synthetic_vendor", ckpt, str(out))
+    assert r.returncode == 1 and sorted(_tree(out)) == [os.path.join("vae", "config.json")], r.stderr
+    assert f"error: {out / 'vae' / 'config.json'} exists; " in r.stderr and "--force" in r.stderr
+    assert _run("yue2_core.weights.synthetic_vendor", ckpt, str(out), "--force").returncode == 0
+    assert inspect_checkpoint(str(out)).layout == "vendor"
+
+
+def test_lora_cli_refuses_to_replace_a_file_without_force(tmp_path):
+    out = tmp_path / "loras"
+    out.mkdir()
+    (out / "fl-nar.safetensors").write_bytes(b"mine")  # the fl file's companion, not a layout's own name
+    r = _run("yue2_core.weights.lora.synthetic", str(out))
+    assert r.returncode == 1 and sorted(os.listdir(out)) == ["fl-nar.safetensors"], r.stderr
+    assert f"error: {out / 'fl-nar.safetensors'} exists; " in r.stderr and "--force" in r.stderr
+    r = _run("yue2_core.weights.lora.synthetic", str(out), "--force")
+    assert r.returncode == 0 and (out / "fl-nar.safetensors").read_bytes() != b"mine", r.stderr
+    from yue2_core.weights.lora.synthetic import planned_files
+    assert sorted(_tree(out)) == sorted(os.path.relpath(p, out) for p in planned_files(out))

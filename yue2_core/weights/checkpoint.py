@@ -128,7 +128,7 @@ class CheckpointInfo:
     path: str
     format: str
     dims: ModelDims
-    vae: VAEConfig
+    vae: VAEConfig | None  # None: a vendor folder read without its VAE (`vendor.inspect_vendor` own_vae)
     part_dtypes: dict
     tensors: int
     elements: int
@@ -156,7 +156,8 @@ class CheckpointInfo:
         synth = " — SYNTHETIC random weights" if "yue2_synthetic" in self.metadata else ""
         kind = "all-in-one" if self.layout == "comfy" else "vendor split folder (m-a-p/YuE2-3B layout)"
         tok = (f"tokenizer {self.tokenizer_bytes} bytes" if self.layout == "comfy" else
-               f"tokenizer qwen.tiktoken ({self.tokenizer_bytes} bytes); VAE {self.files.get('vae')}")
+               f"tokenizer qwen.tiktoken ({self.tokenizer_bytes} bytes)"
+               + (f"; VAE {self.files['vae']}" if self.files.get("vae") else ""))
         return (f"YuE2 {self.format} {kind} ({params} elements, {self.tensors} tensors, "
                 f"{self.quantized_modules} int8 modules){synth}: hidden {d.hidden}, {d.layers} layers, "
                 f"{d.heads}/{d.kv_heads} heads × {d.head_dim}, FFN {d.ffn}, vocab {d.vocab}; "
@@ -173,8 +174,9 @@ class CheckpointInfo:
                "format": self.format, "layout": self.layout, "dims": self.dims.__dict__,
                "part_dtypes": self.part_dtypes, "tensors": self.tensors, "elements": self.elements,
                "data_bytes": self.data_bytes, "quantized_modules": self.quantized_modules,
-               "tokenizer_bytes": self.tokenizer_bytes, "synthetic": "yue2_synthetic" in self.metadata,
-               "vae_blocks": [list(b) for b in self.vae.blocks]}
+               "tokenizer_bytes": self.tokenizer_bytes, "synthetic": "yue2_synthetic" in self.metadata}
+        if self.vae is not None:  # None: a vendor folder read without its VAE (another one decodes)
+            out["vae_blocks"] = [list(b) for b in self.vae.blocks]
         if self.layout != "comfy":
             out["files"] = {k: os.path.abspath(v) for k, v in self.files.items()}
             if self.files.get("vae"):
@@ -612,19 +614,24 @@ def not_a_file(path: str) -> str | None:
     return "not a regular file"
 
 
-def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo:
+def inspect_checkpoint(path: str, vae_path: str | None = None, own_vae: str = "required") -> CheckpointInfo:
     """Identify and check a YuE2 checkpoint from its headers (no tensor data is read except the quantization
     markers): a Comfy-Org all-in-one `.safetensors` file, or a vendor model FOLDER (m-a-p/YuE2-3B layout, see
-    `vendor.inspect_vendor`; `vae_path` names its VAE folder when it is not found by itself). Raises CheckpointError
-    naming what is missing or inconsistent."""
+    `vendor.inspect_vendor`; `vae_path` names its VAE folder when it is not found by itself; `own_vae` "required" |
+    "optional" | "skip" says whether its VAE folder is needed — "skip" when another VAE decodes). Raises
+    CheckpointError naming what is missing or inconsistent."""
     path = os.fspath(path)
     if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "config.json")) and \
+                os.path.isfile(os.path.join(path, "adapter_config.json")):
+            raise CheckpointError(f"{path} is a PEFT LoRA adapter folder (adapter_config.json), not a YuE2 "
+                                  f"checkpoint: {LORA_HINT}")
         if not os.path.isfile(os.path.join(path, "config.json")):
             raise CheckpointError(f"checkpoint not found: {path} is a folder without config.json, neither a "
                                   "checkpoint file nor a vendor model folder (m-a-p/YuE2-3B: config.json with "
                                   "model_type 'yue2', weights, qwen.tiktoken, weights_manifest.json)")
         from .vendor import inspect_vendor
-        return inspect_vendor(path, vae_path=vae_path)
+        return inspect_vendor(path, vae_path=vae_path, own_vae=own_vae)
     if vae_path is not None:
         raise CheckpointError(f"vae_path is for a vendor model folder; {path} is an all-in-one file, which holds its "
                               "own VAE")
@@ -643,6 +650,11 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
                                       "of the YuE2 tensor groups, but vendor-named tensors (m-a-p/YuE2-3B layout: "
                                       "lm_head.weight, model.layers.N.self_attn.q_proj …): pass its FOLDER (with "
                                       "config.json, qwen.tiktoken and weights_manifest.json), not the weights file")
+            layout = lora_layout(entries, meta)
+            if layout is not None:  # new-user review, stop 46: "First keys: …lora_A…" did not say what to do
+                shown = "" if layout == "unlabelled" else f" ({layout} layout)"
+                raise CheckpointError(f"{os.path.basename(path)} is a LoRA adapter{shown}, not a YuE2 checkpoint: "
+                                      f"{LORA_HINT}")
             sample = ", ".join(sorted(entries)[:3])
             raise CheckpointError(f"{os.path.basename(path)} is not a YuE2 all-in-one checkpoint: it has none of "
                                   f"the YuE2 tensor groups ({'; '.join(GROUPS)}). First keys: {sample or '(none)'}. "
@@ -692,6 +704,23 @@ def inspect_checkpoint(path: str, vae_path: str | None = None) -> CheckpointInfo
     return info
 
 
+LORA_HINT = ("pass it with --lora (or the YuE2 LoRA node in ComfyUI), and the base YuE2 checkpoint with "
+             "--checkpoint (the YuE2 Checkpoint Loader)")
+
+
+def lora_layout(entries: dict, meta: dict) -> str | None:
+    """The LoRA layout (`lora.layouts.detect_layout`: "ai-toolkit", "peft", …, "unlabelled") of a safetensors file
+    whose header (`entries`, `meta`) holds adapter tensors — LoRA A/B or down/up, LoKr factors, `.diff` — and no
+    model weights' names only; None for any other file. Header only: no tensor is read."""
+    from .lora.layouts_keys import split_role
+    if not any((role := split_role(k)) and role[1] not in ("weight", "bias", "alpha") for k in entries):
+        return None
+    from .lora.layouts import detect_layout
+    from .lora.layouts_io import Source
+    return detect_layout(Source(path="", tensors=dict.fromkeys(entries), metadata=dict(meta or {}),
+                                container="safetensors"))
+
+
 _ADAPTER_WORDS = re.compile(r"lora_|\.lora\.|hada_w|lokr_w|dora_scale")
 _LAYER_NO = re.compile(r"^(text_encoders\.|model\.diffusion_model\.)model\.layers\.(\d+)\.",
                        re.ASCII)
@@ -727,11 +756,14 @@ def _check_no_strangers(entries: dict, d: ModelDims, name: str) -> None:
                           "(checkpoint_format.md §1.1) — a file of another model, or edited")
 
 
-def check_entries(entries: dict) -> tuple[ModelDims, VAEConfig]:
+def check_entries(entries: dict, vae: bool = True) -> tuple[ModelDims, VAEConfig | None]:
     """Dimensions and VAE geometry from the shapes of Comfy-named `entries` ({key: TensorEntry}), every layer's
-    shapes checked against them. CheckpointError for a missing tensor or an inconsistent shape."""
+    shapes checked against them. CheckpointError for a missing tensor or an inconsistent shape. `vae` False: the
+    entries hold no VAE (a vendor folder whose VAE another decoder replaces): the geometry returned is None."""
     dims = _dims(entries)
     _check_shapes(entries, dims)
+    if not vae:
+        return dims, None
     vae = _vae_config(entries)
     if vae.latent_dim != dims.latent_dim:
         raise CheckpointError(f"VAE latent channels {vae.latent_dim} differ from the NAR latent width "
@@ -916,12 +948,22 @@ def check_finite(model: torch.nn.Module, prefix: str, path: str, what: str) -> N
                               "its weights must be finite")
 
 
+def missing_vae_message(path: str) -> str:
+    """What decoding with the vendor model folder `path` says when it has no VAE folder and no other VAE was given
+    (`load_vae`, the ComfyUI VAE Decode / edit nodes)."""
+    from .vendor import VAE_GIVEN
+    return (f"the vendor model folder {path} has no VAE folder, so it cannot decode audio: download m-a-p/YuE2-Vae "
+            f"next to it or into its vae/ subfolder, or give a VAE: {VAE_GIVEN}")
+
+
 def load_vae(info: CheckpointInfo, device="cpu") -> VAEDecoder:
     """The VAE decoder in fp32 (the int8 file's F16 VAE is upcast, runtime.md §6.2). Its values are checked as a
     separate VAE file's are (`vae_files.check_values`): NaN/inf, or a weight-norm `weight_v` with a channel of norm
     0, raises DamagedWeightsError at load — before, a song's lead sheet, music tokens and render all ran first and
     only its audio came out NaN (break-it finding, stop 38)."""
     from .vae_files import check_values
+    if info.vae is None:  # a vendor folder inspected without its VAE (`vendor.inspect_vendor` own_vae)
+        raise CheckpointError(missing_vae_message(info.path))
     with torch.device("meta"):
         model = VAEDecoder(info.vae)
     keys = [k for k in info.entries if k.startswith(VAE + "decoder.")]

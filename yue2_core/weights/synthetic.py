@@ -428,6 +428,27 @@ def metadata_for(profile: Profile, fmt: str, seed: int) -> dict[str, str]:
     return meta
 
 
+def mode_as_created(path) -> None:
+    """Give `path` the mode a newly created file gets (0666 less the umask, `artifacts.UMASK`): safetensors'
+    `save_file` leaves 0600, where the JSON files written beside it are 0644 (new-user review, stop 46)."""
+    from ..artifacts import UMASK
+    os.chmod(path, 0o666 & ~UMASK)
+
+
+def refuse_overwrite(paths, force: bool = False) -> str | None:
+    """make-synthetic's rule for the test-file writers' command lines (synthetic_vae, synthetic_vendor,
+    lora.synthetic): the message refusing to replace a file, naming the first of `paths` that exists (a dangling
+    link counts) and how many more do; None when none exists or `force` is set."""
+    if force:
+        return None
+    there = [str(p) for p in paths if os.path.lexists(p)]
+    if not there:
+        return None
+    more = f" (and {len(there) - 1} more of the files this writes)" if len(there) > 1 else ""
+    return (f"{there[0]} exists{more}; synthetic test files (random weights) never replace a file unless --force is "
+            "given")
+
+
 def write_synthetic_checkpoint(path: str, profile: str | Profile = "tiny", fmt: str = "bf16", seed: int = 0,
                                progress: Callable[[int, int, str], None] | None = None,
                                device: str | torch.device = "cpu") -> dict:

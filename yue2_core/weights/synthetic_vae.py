@@ -7,6 +7,7 @@ spellings, the three releases as distinct decoders, and files a loader must refu
     write_vae(out, layout=…, variant=…)           one of the accepted layouts
     write_negative(out, kind)                     encoder-only, SD-VAE-like, 32-channel latents, int8 decoder
     main(argv)                                    command line: python -m yue2_core.weights.synthetic_vae OUT …
+                                                  (refuses to replace files unless --force)
 
 Values follow `synthetic.py` exactly: the "standard" release of seed S holds the same VAE tensors as the synthetic
 checkpoint of seed S (same key-seeded generators), so a standard file of the tiny profile decodes a tiny model's
@@ -88,10 +89,14 @@ def _sha256(path: str) -> str:
 
 
 def _save(tensors: dict, path: str, metadata: dict | None = None) -> str:
-    """safetensors.torch.save_file through a temporary file renamed over `path` (§6)."""
+    """safetensors.torch.save_file through a temporary file renamed over `path` (§6), with a new file's mode (0644
+    under umask 022; save_file leaves 0600)."""
     from safetensors.torch import save_file
+
+    from .synthetic import mode_as_created
     tmp = f"{path}.{os.getpid()}.tmp"
     save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata or {})
+    mode_as_created(tmp)
     os.replace(tmp, path)
     return path
 
@@ -154,7 +159,7 @@ def write_negative(out: str, kind: str, profile="tiny", seed: int = 0) -> str:
 
 def main(argv=None) -> int:
     """Command line: write one synthetic VAE release (`write_vae`) at OUT and print its layout, variant and path.
-    Returns 0; argparse exits 2 on a bad option."""
+    Returns 0; 1 when a file it would write exists and --force is not given; argparse exits 2 on a bad option."""
     ap = argparse.ArgumentParser(prog="python -m yue2_core.weights.synthetic_vae",
                                  description="Write a synthetic YuE2 VAE (random weights, not a model) in one of the "
                                              "layouts a VAE loader accepts.")
@@ -167,7 +172,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0,
                     help="the synthetic checkpoint's seed: a standard VAE of the same seed holds its VAE tensors")
     ap.add_argument("--decoder-only", action="store_true", help="leave out the encoder.* tensors")
+    ap.add_argument("--force", action="store_true", help="replace the files if they exist (refused otherwise)")
     args = ap.parse_args(argv)
+    from .synthetic import refuse_overwrite
+    planned = ([os.path.join(args.output, n) for n in ("config.json", "model.safetensors", "weights_manifest.json")]
+               if args.layout == "vendor-folder" else [args.output])
+    refused = refuse_overwrite(planned, args.force)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
     out = write_vae(args.output, layout=args.layout, variant=args.variant, profile=args.profile, seed=args.seed,
                     encoder=not args.decoder_only)
     print(f"{args.layout} {args.variant} ({args.profile}, seed {args.seed}): {os.path.abspath(out)}")

@@ -6,6 +6,7 @@ for test fixtures: no real vendor folder can be downloaded where this project is
     tiktoken_text(json_vocab)                 the JSON tokenizer's vocabulary → `qwen.tiktoken` text
     tokenizer_json_from_ranks(ranks)          `qwen.tiktoken` ranks → a `tokenizers` JSON giving the same ids
     main(argv)                                command line: python -m yue2_core.weights.synthetic_vendor CKPT OUT
+                                              (refuses to replace files unless --force)
 
 Every file is streamed tensor by tensor (`synthetic.write_safetensors_stream`), so the full-size bf16 file converts
 without holding it twice. The vendor `model.safetensors` has the upstream names (runtime.md §4.3): split
@@ -275,10 +276,22 @@ def _then(items, last):
     yield last
 
 
+def planned_files(out_dir: str, vae_dir: str | None = None) -> list[Path]:
+    """The files `write_vendor_folder(…, out_dir, vae_dir)` may write — the weights as one file or as shards +
+    index, so both names and any shards already there — which its command line refuses to replace without --force."""
+    out, vae_out = Path(out_dir), Path(vae_dir) if vae_dir is not None else Path(out_dir) / "vae"
+    names = [CONFIG, WEIGHTS, INDEX, TIKTOKEN, MANIFEST, *_generation_configs()]
+    try:
+        shards = sorted(out.glob("model-*-of-*.safetensors"))
+    except OSError:
+        shards = []
+    return [out / n for n in names] + shards + [vae_out / n for n in (CONFIG, WEIGHTS, MANIFEST)]
+
+
 def main(argv=None) -> int:
     """Command line: `write_vendor_folder(CHECKPOINT, OUT_DIR)` and print the folders and files written. Returns 0,
     or 1 with the message on stderr when the checkpoint is refused (CheckpointError / TokenizerError: an int8 file,
-    not a YuE2 file …)."""
+    not a YuE2 file …) or a file it would write exists and --force is not given (`planned_files`)."""
     ap = argparse.ArgumentParser(prog="python -m yue2_core.weights.synthetic_vendor",
                                  description="Write the vendor (m-a-p/YuE2-3B) folder layout of a bf16 Comfy-Org "
                                              "all-in-one checkpoint, e.g. the synthetic tiny one, with its VAE "
@@ -288,7 +301,13 @@ def main(argv=None) -> int:
     ap.add_argument("--vae-dir", default=None, help="where the VAE folder goes (default OUT_DIR/vae)")
     ap.add_argument("--max-shard-bytes", type=int, default=None,
                     help="split model.safetensors into shards of at most this many bytes, with an index")
+    ap.add_argument("--force", action="store_true", help="replace the files if they exist (refused otherwise)")
     args = ap.parse_args(argv)
+    from .synthetic import refuse_overwrite
+    refused = refuse_overwrite(planned_files(args.out_dir, args.vae_dir), args.force)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
     try:
         done = write_vendor_folder(args.checkpoint, args.out_dir, args.vae_dir, args.max_shard_bytes)
     except (CheckpointError, TokenizerError) as e:

@@ -10,7 +10,7 @@ under the NAR tree, the VAE under `vae.`) and a `SplitSource` that reads each fr
 rest of the engine does not know which layout it loaded.
 
     is_vendor_folder(path)            → bool
-    inspect_vendor(folder, vae_path)  → CheckpointInfo (layout "vendor")
+    inspect_vendor(folder, vae_path, own_vae) → CheckpointInfo (layout "vendor"; own_vae: whether its VAE is needed)
     load_vendor_tokenizer(info)       → TiktokenTokenizer (same ids as the embedded JSON tokenizer)
     find_vae_folder(folder, vae_path) → the VAE folder (vae/, a yue2_vae sibling, vae_path, the HF cache)
     vae_folder_sample(folder)         → the sample hash of a VAE folder's weights (what a song records of it)
@@ -213,8 +213,14 @@ def find_vae_folder(folder, vae_path=None) -> Path:
         return found
     raise CheckpointError(f"no VAE folder for the vendor model {folder}: looked for {folder / 'vae'}, a folder beside "
                           f"it whose {CONFIG} has model_type {VAE_MODEL_TYPE!r}, and {VAE_REPO} in the Hugging Face "
-                          f"cache ({hf_cache_dir()}). Download {VAE_REPO} next to the model folder (or pass its path "
-                          "as vae_path).")
+                          f"cache ({hf_cache_dir()}). Download {VAE_REPO} next to the model folder or into its vae/ "
+                          f"subfolder — or give a VAE: {VAE_GIVEN}.")
+
+
+#: how a VAE is given for a vendor folder without one (new-user review, stop 46: the message named the internal
+#: `vae_path`)
+VAE_GIVEN = "--vae PATH on the command line (a VAE folder or file), a YuE2 VAE Loader node in ComfyUI"
+OWN_VAE = ("required", "optional", "skip")
 
 
 def vae_folder_sample(folder) -> str | None:
@@ -589,12 +595,20 @@ def _dims_with_config(dims, config: dict, path: Path):
     return replace(dims, **changes)
 
 
-def inspect_vendor(folder, vae_path=None):
+def inspect_vendor(folder, vae_path=None, own_vae: str = "required"):
     """Check a vendor model folder and its VAE folder from their headers and return a CheckpointInfo with layout
     "vendor", format "bf16", Comfy-named `entries` and a `SplitSource`. File sizes are checked against the
     manifests now; sha256 hashes on first read (`verify_file`). CheckpointError for: a config of another model, no
     weights, a missing shard, no qwen.tiktoken, a missing/unlisted/short file, missing or unexpected tensors,
-    inconsistent shapes or dtypes, a config that disagrees with the weights, no VAE folder."""
+    inconsistent shapes or dtypes, a config that disagrees with the weights, no VAE folder.
+
+    `own_vae` (one of OWN_VAE; `vae_path` given: always its VAE): "required" — no VAE folder found is an error;
+    "optional" — the info has no VAE when none is found (`inspect` describes such a folder); "skip" — the folder's
+    VAE is not looked for, another VAE decodes (--vae, the VAE Loader node; new-user review, stop 46: a folder
+    without its vae/ could not be used even with --vae). An info without a VAE has `vae` None, no `vae.*` entries
+    and no `files["vae"]`; `checkpoint.load_vae` refuses it, naming how to give one."""
+    if own_vae not in OWN_VAE:
+        raise ValueError(f"own_vae must be one of {OWN_VAE}, got {own_vae!r}")
     folder = Path(folder)
     config = read_config(folder)
     names = weight_files(folder)
@@ -625,12 +639,16 @@ def inspect_vendor(folder, vae_path=None):
         found = [tensors[k] for k in keys]
         entries[comfy] = _fuse(comfy, found, keys)
         parts[comfy] = tuple((path, k) for k, (path, _) in zip(keys, found))
-    vae_folder = find_vae_folder(folder, vae_path)
-    vae_names, vae_parts, vae_entries = _vae_parts(vae_folder)
-    expected.update(_checked_files(vae_folder, vae_names))
-    parts.update(vae_parts)
-    entries.update(vae_entries)
-    dims, vae = check_entries(entries)
+    if vae_path is not None or own_vae == "required":
+        vae_folder = find_vae_folder(folder, vae_path)
+    else:
+        vae_folder = next(_vae_folders(folder), None) if own_vae == "optional" else None
+    if vae_folder is not None:
+        vae_names, vae_parts, vae_entries = _vae_parts(vae_folder)
+        expected.update(_checked_files(vae_folder, vae_names))
+        parts.update(vae_parts)
+        entries.update(vae_entries)
+    dims, vae = check_entries(entries, vae=vae_folder is not None)
     dims = _dims_with_config(dims, config, folder / CONFIG)
     metadata = {k: str(v) for k, v in config.items() if k.startswith("yue2_")}
     metadata["model_type"] = MODEL_TYPE
@@ -639,9 +657,15 @@ def inspect_vendor(folder, vae_path=None):
         if file in expected:
             verify_file(file, expected[file])
 
-    return build_info(str(folder), entries, metadata, dims, vae, tokenizer_bytes=os.path.getsize(tokenizer),
-                      layout="vendor", source=SplitSource(parts, before_read),
-                      files={"model": str(folder), "vae": str(vae_folder), "tokenizer": str(tokenizer)})
+    files = {"model": str(folder), "tokenizer": str(tokenizer)}
+    if vae_folder is not None:
+        files["vae"] = str(vae_folder)
+    info = build_info(str(folder), entries, metadata, dims, vae, tokenizer_bytes=os.path.getsize(tokenizer),
+                      layout="vendor", source=SplitSource(parts, before_read), files=files)
+    if vae_folder is None:
+        info.part_dtypes["vae"] = ("not read (another VAE decodes)" if own_vae == "skip" else
+                                   f"missing (no VAE folder found; give one: {VAE_GIVEN})")
+    return info
 
 
 def load_vendor_tokenizer(info):

@@ -9,7 +9,7 @@ here is a trained adapter.
     write_adapter(layout, out, dims, *, rank, layers, seed, dtype) → Path   one positive layout (LAYOUTS)
     write_all(out_dir, dims, *, profile, seed)                      → {layout: Path}
     write_negative(kind, out_dir, dims)                             → Path   one refusal case (NEGATIVES)
-    python -m yue2_core.weights.lora.synthetic OUT_DIR [--profile tiny|full]
+    python -m yue2_core.weights.lora.synthetic OUT_DIR [--profile tiny|full] [--force]
 
 Layout ids (LAYOUTS), what the file holds, and the scale a reader must apply (§1.2). "Fused" modules are
 `self_attn.qkv_proj`, `self_attn.o_proj`, `mlp.gate_up_proj`, `mlp.down_proj` of `model.layers.N`; "split" are the
@@ -194,9 +194,12 @@ class _Tensors:
 
 
 def _save(tensors: dict, path: Path, metadata: dict | None = None) -> Path:
-    """safetensors.save_file with every metadata value a string (§6)."""
+    """safetensors.save_file with every metadata value a string (§6), with a new file's mode (0644 under umask 022;
+    save_file leaves 0600)."""
+    from ..synthetic import mode_as_created
     meta = None if metadata is None else {str(k): str(v) for k, v in metadata.items()}
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=meta)
+    mode_as_created(path)
     return path
 
 
@@ -412,6 +415,22 @@ def write_all(out_dir: str | Path, dims: ModelDims, *, profile: str = "tiny", se
     return paths
 
 
+def planned_files(out_dir: str | Path) -> list[Path]:
+    """The files `write_all(out_dir, …)` writes: one per layout, the `fl` file's NAR companion, each PEFT folder's
+    weights and config (what its command line refuses to overwrite without --force)."""
+    out_dir, files = Path(out_dir), []
+    for layout in LAYOUTS:
+        name = _FILE_NAMES.get(layout, f"{layout}.safetensors")
+        if layout.startswith("peft"):
+            files += [out_dir / name / "adapter_model.safetensors", out_dir / name / "adapter_config.json"]
+            continue
+        files.append(out_dir / name)
+        if layout == "fl":
+            stem = Path(name).stem
+            files.append(out_dir / ((stem[:-3] if stem.endswith("-ar") else stem) + "-nar.safetensors"))
+    return files
+
+
 # ---------------------------------------------------------------------------------------------------- negatives
 
 def write_negative(kind: str, out_dir: str | Path, dims: ModelDims) -> Path:
@@ -525,7 +544,13 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", choices=("tiny", "full"), default="tiny",
                     help="tiny: the tiny checkpoint geometry, every layer; full: release shapes, layers 0 and 27")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--force", action="store_true", help="replace the files if they exist (refused otherwise)")
     args = ap.parse_args(argv)
+    from ..synthetic import refuse_overwrite
+    refused = refuse_overwrite(planned_files(args.out_dir), args.force)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
     for layout, path in write_all(args.out_dir, profile_dims(args.profile), profile=args.profile,
                                   seed=args.seed).items():
         print(f"{layout:16s} {path}")
