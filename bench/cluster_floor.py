@@ -204,7 +204,9 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
     const int grid5 = mode & 8, gsy = (mode & 1) && !grid5, csy = (mode & 2) && !grid5, prt = (mode & 4) && !grid5;
     const int math = mode & 48, lean = mode & 32, HIDc = HID_;
     float lsum = 0.f;
-    const float q0 = 0.01f * (b + 1), q1 = -0.02f * (b + 1);
+    // the two query heads' stand-in values (not q1: a float q1 here hid the push size q1 below, whose
+    // pushes then truncated to 0 or less — no values sent at the first hand-off)
+    const float qh0 = 0.01f * (b + 1), qh1 = -0.02f * (b + 1);
     for (int ph = 0; ph < nk; ++ph) {
       const int kind = ph < 5 * layers ? ph % 5 : 5, layer = ph / 5;
       if ((kind == 0 && layer > 0 && gsy) || (kind == 5 && gsy)) {
@@ -229,8 +231,8 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                   const float lo = __uint_as_float(w[e] << 16), hi = __uint_as_float(w[e] & 0xffff0000u);
-                  d0 = fmaf(lo, q0, fmaf(hi, q0, d0));
-                  d1 = fmaf(lo, q1, fmaf(hi, q1, d1));
+                  d0 = fmaf(lo, qh0, fmaf(hi, qh0, d0));
+                  d1 = fmaf(lo, qh1, fmaf(hi, qh1, d1));
                 }
                 if (j == 0) {
 #pragma unroll
@@ -393,6 +395,9 @@ def segments(cl: int, clusters: int, positions: int) -> tuple[torch.Tensor, dict
     # pushes to each rank: the block's qkv outputs, its attention split's 2 heads' (max, sum, 128 sums), its
     # SiLU·up values of the cluster's 768 ffn columns; no fourth hand-off (each block owns whole down rows)
     q = dict(q1=-(-4 * HEAD_DIM // cl), q2=heads_per * (HEAD_DIM + 2), q3=-(-FF // KV_HEADS // cl), q4=0)
+    if cl * sum(q.values()) % 4:  # the pair codes after the push buffers are read as 16-byte words (+math)
+        raise ValueError(f"clusters of {cl}: the push buffers ({cl * sum(q.values())} floats) would misalign the "
+                         f"kernel's shared-memory pair codes; sizes 1, 2, 4, 6–8, 12–14 and 16 fit")
     lay = dict(layer_u4=at // u, head_u4=-(-HEAD_ROWS * HID // u), np=KV_HEADS, ps=-(-HID // cl),
                blocks=blocks, **q)
     return (seg // u).to(torch.int32), lay
@@ -414,6 +419,14 @@ SCHEDULES = {
     "cluster-c16+lean": (16, 8, 39, True), "cluster-c12+lean": (12, 8, 39, True),
     "stream-c8": (8, 8, 0, True), "cluster-c8": (8, 8, 7, True), "cluster-c8+math": (8, 8, 23, True),
 }
+
+
+def kernel_resources(log: str, name: str) -> str:
+    """ptxas's "Used N registers, …" line of kernel `name` in an NVRTC -v log ("?" without one). The log lists
+    every entry function (`reset` first): the first such line of the log is not cstep's."""
+    part = log.split(f"'{name}'", 1)[1] if f"'{name}'" in log else ""
+    regs = [ln.split(":", 1)[-1].strip() for ln in part.splitlines() if "registers" in ln]
+    return regs[0] if regs else "?"
 
 
 def max_active_clusters(kern, blocks: int, threads: int, smem: int) -> int:
@@ -439,6 +452,8 @@ def main():
     ap.add_argument("--stage-kb", type=int, default=16)
     ap.add_argument("--schedules", nargs="+", default=list(SCHEDULES), choices=list(SCHEDULES))
     a = ap.parse_args()
+    if not 1 <= a.stages <= 32:  # the kernel's full/empty mbarrier arrays hold 32 stages
+        sys.exit(f"--stages {a.stages}: the ring holds 1 to 32 stages")
     if not torch.cuda.is_available():
         sys.exit("bench/cluster_floor.py measures an NVIDIA GPU; none is visible here")
     from torch.cuda import _utils as cu
@@ -453,8 +468,7 @@ def main():
     for cl in sorted({SCHEDULES[s][0] for s in a.schedules}):
         cubin, log = nvrtc_compile(SOURCE, dict(CL=cl, NCW=NCW, HID_=HID), f"sm_{cc[0]}{cc[1]}")
         mods[cl] = cu._cuda_load_module(cubin, ["cstep", "reset"])
-        regs = [ln.strip() for ln in log.splitlines() if "registers" in ln]
-        print(f"cluster {cl}: {regs[:1]}")
+        print(f"cluster {cl}: cstep {kernel_resources(log, 'cstep')}")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     print(f"{torch.cuda.get_device_name()} · {sms} SMs · blocks of {threads} threads, one an SM · ring {a.stages} × "
           f"{a.stage_kb} KB")

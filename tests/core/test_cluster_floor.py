@@ -76,3 +76,39 @@ def test_cluster_kernel_compiles_for_hopper_without_spills():
         assert cubin[:4] == b"\x7fELF"
         body = log.split("'cstep'")[1]
         assert " 0 bytes spill stores" in body.split("Compile time")[0], log
+
+
+def test_no_kernel_parameter_is_declared_again_in_its_body():
+    """Review finding (stop 46): `const float q0 = …, q1 = …` in the consumers' block hid the parameter q1 (the
+    first hand-off's floats pushed to each rank), so push(rx1, q1, …) and gather(rx1, q1) took the float truncated
+    to 0 or less: the measured cluster rows sent no values at their first hand-off."""
+    import re
+    cf = _cf()
+    head, body = cf.KERNEL.split("cstep(", 1)[1].split(")", 1)[0], cf.KERNEL.split("cstep(", 1)[1].split("{", 1)[1]
+    params = [p.split()[-1].lstrip("*") for p in head.replace("\n", " ").split(",")]
+    assert "q1" in params and "S" in params, params
+    again = [p for p in params if re.search(rf"(?:\b(?:int|float|u32|long)\b[^;(]*?[\s,*]|,\s*){p}\s*=(?!=)", body)]
+    assert not again, again
+
+
+def test_the_printed_register_line_is_cstep_s():
+    """The probe printed the log's first 'Used N registers' line, which is `reset`'s (10 registers, 0 barriers),
+    as each cluster size's kernel resources."""
+    cf = _cf()
+    log = ("ptxas info    : Compiling entry function 'reset' for 'sm_90'\n"
+           "ptxas info    : Used 10 registers, used 0 barriers\n"
+           "ptxas info    : Compiling entry function 'cstep' for 'sm_90'\n"
+           "ptxas info    : Used 96 registers, used 2 barriers, 544 bytes smem\n")
+    assert cf.kernel_resources(log, "cstep") == "Used 96 registers, used 2 barriers, 544 bytes smem"
+    assert cf.kernel_resources(log, "nope") == "?"
+
+
+def test_a_cluster_size_that_misaligns_the_pair_codes_is_refused():
+    """The +math consumers read the pair codes after the push buffers as 16-byte words: a cluster size whose push
+    floats are not a multiple of 4 (3, 5, 9–11, 15) would fault there."""
+    cf = _cf()
+    with pytest.raises(ValueError, match="misalign"):
+        cf.segments(3, 8, 100)
+    for cl in (1, 8, 12, 16):
+        seg, lay = cf.segments(cl, 8 if cl > 1 else 132, 100)
+        assert cl * (lay["q1"] + lay["q2"] + lay["q3"] + lay["q4"]) % 4 == 0
