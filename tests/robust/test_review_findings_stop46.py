@@ -176,3 +176,18 @@ def test_the_errors_in_full_of_a_batch_are_capped_with_a_pointer_to_batch_json()
     few = BatchSummary()
     few.add(1, "a", "failed", stage="validate", error="line 1: " + "z" * 200)
     assert few.table().splitlines()[-1] == "line 1 (a): " + "z" * 200  # a short list: whole, no pointer
+
+
+@pytest.mark.parametrize("meta", [dict(yue2_lora_branch="acoustic"), dict(branch="ar", yue2_lora_branch="nar")])
+def test_a_lora_with_a_refused_branch_in_the_checkpoints_folder_is_skipped(tmp_path, meta):
+    """Review of stop 46: `_branch` raised AdapterError inside detect_layout, which `checkpoint.lora_layout` calls
+    for a file given or found as a checkpoint; the folder scan (`locate.yue2_files`) skips CheckpointError only, so
+    one such LoRA in ComfyUI's models/checkpoints ended the checkpoint search (': metadata … names no expert')."""
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.locate import yue2_files
+
+    lora = _ms_fused_nar(tmp_path, **meta)
+    assert yue2_files(tmp_path) == []
+    with pytest.raises(CheckpointError, match="is a LoRA adapter, not a YuE2 checkpoint"):
+        inspect_checkpoint(str(lora))

@@ -715,10 +715,14 @@ def lora_layout(entries: dict, meta: dict) -> str | None:
     from .lora.layouts_keys import split_role
     if not any((role := split_role(k)) and role[1] not in ("weight", "bias", "alpha") for k in entries):
         return None
+    from ..errors import AdapterError
     from .lora.layouts import detect_layout
     from .lora.layouts_io import Source
-    return detect_layout(Source(path="", tensors=dict.fromkeys(entries), metadata=dict(meta or {}),
-                                container="safetensors"))
+    try:
+        return detect_layout(Source(path="", tensors=dict.fromkeys(entries), metadata=dict(meta or {}),
+                                    container="safetensors"))
+    except AdapterError:  # metadata the LoRA reader refuses (an unknown or disagreeing branch, stop 46): still a
+        return "unlabelled"  # LoRA here, and a CheckpointError for inspect — a folder scan skips it, not stops
 
 
 _ADAPTER_WORDS = re.compile(r"lora_|\.lora\.|hada_w|lokr_w|dora_scale")
