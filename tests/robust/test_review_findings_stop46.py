@@ -191,3 +191,16 @@ def test_a_lora_with_a_refused_branch_in_the_checkpoints_folder_is_skipped(tmp_p
     assert yue2_files(tmp_path) == []
     with pytest.raises(CheckpointError, match="is a LoRA adapter, not a YuE2 checkpoint"):
         inspect_checkpoint(str(lora))
+
+
+@pytest.mark.parametrize("mark, dialect", [("Z65", 0), ("Z" + "9" * 5000, 0), ("Z1", 1), ("Z5", 1), ("Z2", 0)])
+def test_a_bar_rest_over_the_limit_is_named_once(mark, dialect):
+    """Review of stop 46: a Z over MAX_MEASURE_REST got its error and then, its count reset to 1, the warning
+    "'Z65' is not a bar rest the planner writes …" for the same token; Z1 and Z5 keep that warning."""
+    from yue2_core.abc import analyze
+
+    score = _SCORE.replace("V: Ins\nZ|", f"V: Ins\n{mark}|")
+    issues = analyze({"abc": score})["issues"]
+    said = [i["message"] for i in issues if "is not a bar rest the planner writes" in i["message"]]
+    assert len(said) == dialect, issues
+    assert sum("more bars than a music line holds" in i["message"] for i in issues) == (dialect == 0 and mark != "Z2")

@@ -87,12 +87,14 @@ class BarBuilder:
         first = tokens[0]
         written = first.groups.get("count") or ""  # any number of digits (lexer): never int() of a huge one
         count = int(written) if written and len(written) <= MAX_DIGITS else MAX_MEASURE_REST + 1 if written else 1
-        if count > MAX_MEASURE_REST:
+        too_many = count > MAX_MEASURE_REST
+        if too_many:
             self.issues.append(Issue("error", "token", f"{_shown(first.text)} is more bars than a music line holds; "
                                      f"the dialect writes Z2…Z{MAX_BARS_PER_LINE}.", line, first.start + 1,
                                      len(state.bars) + 1, state.name))
             count = 1
-        if written and (count == 1 or count > MAX_BARS_PER_LINE) and count <= MAX_MEASURE_REST:
+        # not after that error too: the same token named twice (review, stop 46: Z65 got both)
+        if written and not too_many and (count == 1 or count > MAX_BARS_PER_LINE):
             self._issue("warning", "dialect", f"{_shown(first.text)!r} is not a bar rest the planner writes; it "
                         f"writes Z for one bar and Z2…Z{MAX_BARS_PER_LINE} for several (the vendor's checker refuses "
                         f"{_shown(first.text)}).", line, first.start + 1)
