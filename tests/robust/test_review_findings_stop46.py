@@ -204,3 +204,39 @@ def test_a_bar_rest_over_the_limit_is_named_once(mark, dialect):
     said = [i["message"] for i in issues if "is not a bar rest the planner writes" in i["message"]]
     assert len(said) == dialect, issues
     assert sum("more bars than a music line holds" in i["message"] for i in issues) == (dialect == 0 and mark != "Z2")
+
+
+# ------------------------------------------------------------------ diff review: where the keys decide the expert
+
+
+def _with_meta(tmp_path: Path, layout: str, **meta) -> Path:
+    """A synthetic adapter of `layout` (one file) with metadata keys added (a value of None drops the key)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+
+    src = write_adapter(layout, tmp_path / f"{layout}-src.safetensors", profile_dims("tiny"))
+    with safe_open(str(src), "pt") as f:
+        md = dict(f.metadata() or {})
+    md.update(meta)
+    out = tmp_path / f"{layout}.safetensors"
+    save_file(load_file(str(src)), str(out), metadata={k: v for k, v in md.items() if v is not None})
+    return out
+
+
+@pytest.mark.parametrize("value", ["main", "", "v2"])
+def test_an_unknown_branch_is_ignored_where_the_keys_prefixes_decide(tmp_path, value):
+    """ai-toolkit files (text_encoders./diffusion_model. keys) with a trainer's `branch=main` loaded before the
+    stop-46 branch check and load again, each key on the expert its prefix names (diff review, stop 46)."""
+    plain = _read(_with_meta(tmp_path, "aitk"))
+    tagged = _read(_with_meta(tmp_path, "aitk", branch=value))
+    assert sorted((p.expert, p.module, p.rows or (0, 0)) for p in tagged.patches) \
+        == sorted((p.expert, p.module, p.rows or (0, 0)) for p in plain.patches)
+    assert {p.expert for p in tagged.patches} == {"ar", "nar"}
+
+
+def test_an_empty_branch_beside_a_named_one_counts_as_absent(tmp_path):
+    """`branch=""` + `yue2_lora_branch=nar` on the Mothersuperior fused file: the NAR, as before the check."""
+    adapter = _read(_ms_fused_nar(tmp_path, branch=""))
+    assert {p.expert for p in adapter.patches} == {"nar"}

@@ -102,8 +102,7 @@ def detect_layout(src: Source) -> str:
     """The layout id of an opened file, from its keys, metadata and container (module docstring)."""
     meta, keys = src.metadata, list(src.tensors)
     fmt = meta.get("format", "").strip().lower()
-    prefixed = any(k.startswith(("text_encoders.", "diffusion_model.", "model.diffusion_model.", "transformer."))
-                   for k in keys)
+    prefixed = any(k.startswith(EXPERT_PREFIXES) for k in keys)
     if src.container == "pt-mothersuperior":
         return "mothersuperior-pt"
     if any((split_role(k) or ("", ""))[1].startswith("lokr_") for k in keys):
@@ -192,22 +191,31 @@ BRANCH_KEYS = ("branch", "yue2_lora_branch")
 BRANCHES = EXPERTS + ("ar+nar",)
 
 
+EXPERT_PREFIXES = ("text_encoders.", "diffusion_model.", "model.diffusion_model.", "transformer.")
+
+
 def _branch(src: Source) -> str | None:
     """The expert the metadata names (`branch` / `yue2_lora_branch`, stripped, lower case), read once for
-    `detect_layout` and `_context`; None when neither key is there. AdapterError for a value that is not one of
-    BRANCHES (it fell through to another layout and patched the AR) and for two keys that disagree (break-it
-    review, stop 46)."""
+    `detect_layout` and `_context`; None when no key names one. An empty value counts as absent when the other key
+    is set. Where the metadata decides the expert — `format=pt` (Mothersuperior ComfyUI), FL, or no key carrying an
+    expert prefix — AdapterError for a value that is not one of BRANCHES (an unknown one fell through to another
+    layout and patched the AR) and for two keys that disagree (break-it review, stop 46). Where every key's
+    `text_encoders.` / `diffusion_model.` prefix decides, an unknown value is ignored, as it always was (a trainer's
+    `branch=main` names a git branch, not an expert); two experts named still disagree."""
+    fmt = src.metadata.get("format", "").strip().lower()
+    decides = fmt in ("pt", "fl-yue2-lora-v1") or not any(k.startswith(EXPERT_PREFIXES) for k in src.tensors)
+    raw = {k: src.metadata[k] for k in BRANCH_KEYS if src.metadata.get(k) is not None}
+    if len(raw) > 1 and any(v.strip() for v in raw.values()):
+        raw = {k: v for k, v in raw.items() if v.strip()}
     found = {}
-    for key in BRANCH_KEYS:
-        raw = src.metadata.get(key)
-        if raw is None:
-            continue
-        value = raw.strip().lower()
-        if value not in BRANCHES:
-            raise AdapterError(f"{src.path}: metadata {key}={_shorten(raw)} names no expert; accepted: "
+    for key, value in raw.items():
+        value = value.strip().lower()
+        if value in BRANCHES:
+            found[key] = value
+        elif decides:
+            raise AdapterError(f"{src.path}: metadata {key}={_shorten(raw[key])} names no expert; accepted: "
                                f"{', '.join(BRANCHES)} (ar+nar: the keys' text_encoders./diffusion_model. prefixes "
                                f"decide)")
-        found[key] = value
     if len(set(found.values())) > 1:
         said = " and ".join(f"{k}={src.metadata[k]!r}" for k in found)
         raise AdapterError(f"{src.path}: metadata {said} disagree, so the file names two experts; keep one key "
