@@ -141,12 +141,13 @@ __device__ __forceinline__ float gather(const float* rx, int q) {
   for (int i = threadIdx.x; i < CL * q; i += NC) a += rx[i];
   return a;
 }
-// mode bits: 1 the design's 2 grid barriers a layer, 2 its 4 cluster hand-offs, 4 the partial rows written and read
+// mode bits: 1 the design's 2 grid barriers a layer, 2 its cluster hand-offs, 4 the partial rows written and read
 // around the grid barriers, 8 a grid barrier after every phase instead (grid5), 16 the arithmetic's cost model
 // (32: its lean form — each lane sums its scaled groups over the stage, one warp reduction a stage)
 // (krow[kind]: a product's row length in bytes)
 // segs [6][G][2][2] (kind: qkv, K/V, o, gate/up, down, head; two segments (offset, length) in uint4s, offsets from
-// the layer's base, the head's from 0); q[4]: floats pushed to each rank at the 4 hand-offs; np partial rows of HIDc
+// the layer's base, the head's from 0); q1..q4: floats pushed to each rank at the hand-offs after qkv, attention,
+// gate/up and down (0: no hand-off; the kv-head partition has none after down); np partial rows of HIDc
 // floats read after a grid barrier, ps of them written by each block. tim [G][4] ns: ring waits, grid barriers,
 // cluster hand-offs, partial reads.
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NC + 32, 1)
