@@ -131,6 +131,16 @@ __device__ __forceinline__ float read_partials(const float* part, int n, unsigne
   if (threadIdx.x == 0) *t += now() - t0;
   return a;
 }
+// a 16-byte word of int8 weight codes against the activation's two pair-code rows (hi, lo) at the same 16 k
+__device__ __forceinline__ void pair_dots(const uint4& v, const signed char* hi, const signed char* lo, int& sh,
+                                          int& sl) {
+  const uint4 h = *(const uint4*)hi, l = *(const uint4*)lo;
+  sh = __dp4a((int)v.x, (int)h.x, 0);
+  sl = __dp4a((int)v.x, (int)l.x, 0);
+  sh = __dp4a((int)v.y, (int)h.y, sh); sl = __dp4a((int)v.y, (int)l.y, sl);
+  sh = __dp4a((int)v.z, (int)h.z, sh); sl = __dp4a((int)v.z, (int)l.z, sl);
+  sh = __dp4a((int)v.w, (int)h.w, sh); sl = __dp4a((int)v.w, (int)l.w, sl);
+}
 // push q values of this block to every block of the cluster: rank s's slot of their buffer rx [CL][q]
 __device__ __forceinline__ void push(float* rx, int q, float v) {
   const u32 s = cl_rank();
@@ -247,11 +257,8 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
                 }
               } else if (lean) {  // a product, summed per lane over the stage and reduced once a warp a stage
                 const int kr = krow[kind], kb = by % kr;
-                const uint4 h = *(const uint4*)(xhi + kb), l = *(const uint4*)(xlo + kb);
-                int sh = __dp4a((int)v.x, (int)h.x, 0), sl = __dp4a((int)v.x, (int)l.x, 0);
-                sh = __dp4a((int)v.y, (int)h.y, sh); sl = __dp4a((int)v.y, (int)l.y, sl);
-                sh = __dp4a((int)v.z, (int)h.z, sh); sl = __dp4a((int)v.z, (int)l.z, sl);
-                sh = __dp4a((int)v.w, (int)h.w, sh); sl = __dp4a((int)v.w, (int)l.w, sl);
+                int sh, sl;
+                pair_dots(v, xhi + kb, xlo + kb, sh, sl);
                 lsum = fmaf(xsc[(kb >> 8) % 24], (float)sh + (float)sl * (1.f / 254), lsum);
                 if (i0 + NC >= n) {  // the warp's last word of this stage: one reduction, one atomic
 #pragma unroll
@@ -261,11 +268,8 @@ cstep(const uint4* buf, const int* segs, const int* krow, int layers, int layer_
                 }
               } else {  // a product: rows of kr bytes (int8 codes) against the pair codes, 256-groups over 16 lanes
                 const int kr = krow[kind], kb = by % kr;
-                const uint4 h = *(const uint4*)(xhi + kb), l = *(const uint4*)(xlo + kb);
-                int sh = __dp4a((int)v.x, (int)h.x, 0), sl = __dp4a((int)v.x, (int)l.x, 0);
-                sh = __dp4a((int)v.y, (int)h.y, sh); sl = __dp4a((int)v.y, (int)l.y, sl);
-                sh = __dp4a((int)v.z, (int)h.z, sh); sl = __dp4a((int)v.z, (int)l.z, sl);
-                sh = __dp4a((int)v.w, (int)h.w, sh); sl = __dp4a((int)v.w, (int)l.w, sl);
+                int sh, sl;
+                pair_dots(v, xhi + kb, xlo + kb, sh, sl);
 #pragma unroll
                 for (int m = 8; m; m >>= 1) {
                   sh += __shfl_xor_sync(0xffffffffu, sh, m);
