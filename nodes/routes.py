@@ -87,8 +87,8 @@ async def read_json_object(request: web.Request, limit: int = MAX_BODY_BYTES) ->
         raise RequestRefused("The request body is not UTF-8 text; send a JSON object.") from None
     except (ValueError, RecursionError) as exc:
         from yue2_core.errors import json_number_too_long
-        if json_number_too_long(exc):  # valid JSON Python cannot read: say so, not "not valid JSON"
-            raise RequestRefused(f"The request body holds {json_number_too_long(exc)}; send a JSON object such as "
+        if too_long := json_number_too_long(exc):  # valid JSON Python cannot read: say so, not "not valid JSON"
+            raise RequestRefused(f"The request body holds {too_long}; send a JSON object such as "
                                  "{\"abc\": \"X:1 ...\"} whose numbers have at most a few digits.") from None
         raise RequestRefused("The request body is not valid JSON (or is nested too deeply); send a JSON object such "
                              "as {\"abc\": \"X:1 ...\"} with Content-Type: application/json.") from None

@@ -768,8 +768,9 @@ def _load_json(path: Path, what: str, data: bytes | None = None) -> dict:
     except OSError as exc:  # unreadable (permissions, I/O) is not damage: say which
         raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:  # ValueError covers JSON and UTF-8 decoding errors
-        if json_number_too_long(exc):  # song files hold seeds and budgets of a few digits: an edit or damage
-            raise ArtifactError(f"{path} is damaged or not {what}: it holds {json_number_too_long(exc)}") from None
+        # song files hold seeds and budgets of a few digits: an edit or damage
+        if too_long := json_number_too_long(exc):
+            raise ArtifactError(f"{path} is damaged or not {what}: it holds {too_long}") from None
         raise ArtifactError(f"{path} is damaged or not {what} ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
         raise ArtifactError(f"{path} is not {what} (a JSON object was expected)")

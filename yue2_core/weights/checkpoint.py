@@ -274,9 +274,9 @@ def read_header(path: str) -> tuple[dict, dict, int]:
     try:
         header = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
-        if json_number_too_long(exc):
+        if too_long := json_number_too_long(exc):
             raise CheckpointError(f"{path}: not a safetensors file (its header holds "
-                                  f"{json_number_too_long(exc)})") from None
+                                  f"{too_long})") from None
         raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a safetensors file (header is not a JSON object)")

@@ -105,8 +105,8 @@ def parse_marker(raw: bytes | torch.Tensor, key: str = "") -> int:
     try:
         marker = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors; also a
-        if json_number_too_long(exc):
-            raise CheckpointError(f"{key}: the comfy_quant marker holds {json_number_too_long(exc)}") from None
+        if too_long := json_number_too_long(exc):
+            raise CheckpointError(f"{key}: the comfy_quant marker holds {too_long}") from None
         raise CheckpointError(f"{key}: the comfy_quant marker is not JSON "  # number past Python's digit cap
                               f"({str(exc).splitlines()[0][:120]})") from None
     if not isinstance(marker, dict):

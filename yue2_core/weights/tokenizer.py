@@ -76,8 +76,8 @@ class YuE2Tokenizer:
         try:
             doc = json.loads(json_text)
         except (ValueError, RecursionError) as exc:  # also a number past Python's digit cap, absurd nesting
-            if json_number_too_long(exc):
-                raise TokenizerError(f"the embedded tokenizer JSON holds {json_number_too_long(exc)}") from None
+            if too_long := json_number_too_long(exc):
+                raise TokenizerError(f"the embedded tokenizer JSON holds {too_long}") from None
             where = (f"{exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError)
                      else str(exc).splitlines()[0][:120])
             raise TokenizerError(f"the embedded tokenizer is not valid JSON ({where})") from None

@@ -191,8 +191,8 @@ def _read_json(path: str, what: str):
     except OSError as exc:
         raise CheckpointError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
-        if json_number_too_long(exc):
-            raise CheckpointError(f"{path}: {what} holds {json_number_too_long(exc)}") from None
+        if too_long := json_number_too_long(exc):
+            raise CheckpointError(f"{path}: {what} holds {too_long}") from None
         raise CheckpointError(f"{path}: {what} is not valid JSON") from None
 
 

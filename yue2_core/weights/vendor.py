@@ -109,8 +109,8 @@ def read_config(folder, expect: str = MODEL_TYPE) -> dict:
         raise CheckpointError(f"{folder} is a folder without {CONFIG}: a YuE2 vendor folder ({what}) has one with "
                               f"model_type {expect!r}") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        if json_number_too_long(exc):
-            raise CheckpointError(f"{path} holds {json_number_too_long(exc)}; a {what} folder's {CONFIG} is a JSON "
+        if too_long := json_number_too_long(exc):
+            raise CheckpointError(f"{path} holds {too_long}; a {what} folder's {CONFIG} is a JSON "
                                   f"object with model_type {expect!r}") from None
         raise CheckpointError(f"{path} cannot be read as JSON ({type(exc).__name__}); a {what} folder's "
                               f"{CONFIG} is a JSON object with model_type {expect!r}") from None
