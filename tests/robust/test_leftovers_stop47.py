@@ -1,8 +1,126 @@
-"""Leftovers of the stop-46 reviews, fixed in stop 47 (docs/bad_inputs.md §28): the busy-CPU note compared the
-host-wide load average with the cores of this process's affinity mask."""
+"""Leftovers of the stop-46 reviews, fixed in stop 47 (docs/bad_inputs.md §28): a batch whose every row fails before
+any work made a folder holding only batch.json, and the busy-CPU note compared the host-wide load average with the
+cores of this process's affinity mask."""
 from __future__ import annotations
 
+import json
+
 import pytest
+
+# ---------------------------------------------------------------------------------- a batch whose every row fails
+
+def _batch_kw(tokenizer, dims, **extra):
+    def never():
+        raise AssertionError("no engine is loaded for a batch with nothing to run")
+    return dict(tokenizer=tokenizer, dims=dims, engine_factory=never, **extra)
+
+
+@pytest.fixture(scope="module")
+def tiny_bf16(ckpt_dir) -> str:
+    """The tiny synthetic bf16 checkpoint (robust/conftest.py's folder and name; the int8 one is not needed)."""
+    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    path = ckpt_dir / "yue2_tiny_bf16.safetensors"
+    if not path.exists():
+        write_synthetic_checkpoint(str(path), profile="tiny", fmt="bf16", seed=0)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_dims(tiny_bf16):
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    return inspect_checkpoint(tiny_bf16).dims
+
+
+BAD_ROWS = ['{"id": "a", "style": "pop", "bogus": 1}', '{"id": "b", "cot": "nope"}', "not json"]
+
+
+def test_a_batch_whose_every_row_fails_validation_makes_no_folder(tmp_path, tokenizer, tiny_dims):
+    """Every row refused as read (unknown field, bad cot, not JSON): the run made runs/album/ holding only a
+    batch.json of errors, and its last line said "after fixing the failed rows, finish it with --resume". Now
+    nothing is written — no folder, no parent folder — the errors are printed and the exit status is 1."""
+    import io
+    from yue2_core.batch import BatchOptions, run_batch
+    req = tmp_path / "r.jsonl"
+    req.write_text("\n".join(BAD_ROWS) + "\n", "utf-8")
+    out = tmp_path / "runs" / "album"
+    stream = io.StringIO()
+    rc = run_batch(BatchOptions(str(req), str(out)), **_batch_kw(tokenizer, tiny_dims, stream=stream))
+    text = stream.getvalue()
+    assert rc == 1 and not (tmp_path / "runs").exists(), sorted(p.name for p in tmp_path.iterdir())
+    assert "unknown field(s) 'bogus'" in text and "cot must be one of" in text and "line 3 is not JSON" in text
+    assert "0 of 3 complete, 3 failed" in text and "--resume" not in text
+    assert text.rstrip().endswith(f"nothing ran: every row failed before any work, so no batch folder was made "
+                                  f"({out}); fix the rows above and run the same command again"), text[-300:]
+
+
+def test_a_folder_that_exists_still_gets_its_record(tmp_path, tokenizer, tiny_dims):
+    """An output folder given that exists (made by the user, or a --resume's) gets batch.json as before: its record
+    of the refusals; the last line no longer sends a folder without any song to --resume."""
+    import io
+    from yue2_core.batch import BatchOptions, run_batch
+    req = tmp_path / "r.jsonl"
+    req.write_text("\n".join(BAD_ROWS) + "\n", "utf-8")
+    out = tmp_path / "album"
+    out.mkdir()
+    stream = io.StringIO()
+    rc = run_batch(BatchOptions(str(req), str(out)), **_batch_kw(tokenizer, tiny_dims, stream=stream))
+    record = json.loads((out / "batch.json").read_text("utf-8"))
+    assert rc == 1 and (record["failed"], record["complete"]) == (3, 0)
+    assert stream.getvalue().rstrip().endswith("after fixing the failed rows, run the same command again")
+
+
+def test_rows_that_fail_while_computing_keep_their_record(tmp_path, tokenizer, tiny_dims):
+    """Rows that failed during the work (here every one, at its plan) are a record worth keeping: the folder and
+    batch.json are written as before, exit 1."""
+    import io
+    from yue2_core.batch import BatchOptions, run_batch
+    from yue2_core.batch.runner import SongOutcome
+
+    class Runner:  # the driver's runner interface (ray_runner.RayRunner): every song fails at its plan
+        settings: dict = {}
+
+        def prepare(self):
+            return None, False
+
+        def songs(self, todo, out, **kw):
+            for item in todo:
+                yield SongOutcome(item.id, item.line, "failed", "plan", error="NaN logits")
+
+    req = tmp_path / "r.jsonl"
+    req.write_text('{"id": "a", "style": "pop"}\n{"id": "b", "style": "rock"}\n', "utf-8")
+    out = tmp_path / "runs" / "album"
+    stream = io.StringIO()
+    rc = run_batch(BatchOptions(str(req), str(out), max_seconds=1.0, max_abc_tokens=8),
+                   **_batch_kw(tokenizer, tiny_dims, stream=stream, runner=Runner()))
+    record = json.loads((out / "batch.json").read_text("utf-8"))
+    assert rc == 1 and [(r["id"], r["stage"], r["error"]) for r in record["results"]] == [
+        ("a", "plan", "NaN logits"), ("b", "plan", "NaN logits")]
+    assert sorted(p.name for p in out.iterdir()) == ["batch.json"]
+
+
+def test_the_capped_error_list_does_not_point_at_a_batch_json_never_written():
+    """The "errors in full" cap (§26) pointed at batch.json for the rest; when every row failed before any work no
+    batch.json is written, so the pointer says so."""
+    from yue2_core.batch.summary import FULL_ERROR_LINES, BatchSummary
+    s = BatchSummary()
+    for i in range(1, FULL_ERROR_LINES + 50):
+        s.add(i, f"r{i}", "failed", stage="validate", error=f"line {i}: unknown field 'x'; " + "y" * 100)
+    assert s.table().splitlines()[-1].endswith('every row\'s error is whole in batch.json ("results": "error")')
+    assert s.table(written=False).splitlines()[-1] == (
+        "… 49 more errors not shown here: nothing ran, so no batch.json keeps them; fix the rows above and run again "
+        "to see the rest")
+
+
+def test_the_cli_batch_of_bad_rows_exits_1_and_leaves_nothing(tmp_path, capsys, tiny_bf16):
+    """The command line as a user runs it: `batch` on a request file of bad rows, exit 1, no folder."""
+    from test_cli import main_inprocess
+    req = tmp_path / "r.jsonl"
+    req.write_text("\n".join(BAD_ROWS) + "\n", "utf-8")
+    rc, err = main_inprocess(capsys, "batch", req, "--output", tmp_path / "runs" / "album", "--checkpoint", tiny_bf16,
+                             "--offline", "--device", "cpu", "--max-seconds", "1", "--max-abc-tokens", "8")
+    assert rc == 1 and not (tmp_path / "runs").exists(), err
+    assert "nothing ran: every row failed before any work, so no batch folder was made" in err
+
 
 # ---------------------------------------------------------------------------------------------- the busy-CPU note
 
