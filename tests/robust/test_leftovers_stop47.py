@@ -1,11 +1,142 @@
-"""Leftovers of the stop-46 reviews, fixed in stop 47 (docs/bad_inputs.md §28): a batch whose every row fails before
-any work made a folder holding only batch.json, and the busy-CPU note compared the host-wide load average with the
-cores of this process's affinity mask."""
+"""Leftovers of the stop-46 reviews, fixed in stop 47 (docs/bad_inputs.md §28): the docs' commands checked against
+the real command-line parsers (the synthetic writers' second paste stops with a message the guide now shows), a batch
+whose every row fails before any work made a folder holding only batch.json, and the busy-CPU note compared the
+host-wide load average with the cores of this process's affinity mask."""
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
+import re
+import shlex
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = ["README.md", "yue2_core/abc/README.md", *sorted(  # not the bad-input catalogue: its commands are wrong on
+    str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md") if p.name != "bad_inputs.md")]  # purpose
+
+
+# ---------------------------------------------------------------------------------- the docs' commands vs argparse
+
+class _Parser(Exception):
+    """Raised by the patched parse_args with the parser a module's `main` built."""
+
+
+def _parser(module: str, monkeypatch) -> argparse.ArgumentParser:
+    """The ArgumentParser of `python -m MODULE` (`yue2_core`: `build_parser`; the synthetic writers build theirs
+    inside `main`, which is stopped at its parse_args)."""
+    if module == "yue2_core":
+        from yue2_core.__main__ import build_parser
+        return build_parser()
+    with monkeypatch.context() as m:
+        m.setattr(argparse.ArgumentParser, "parse_args", lambda self, *a, **k: (_ for _ in ()).throw(_Parser(self)))
+        try:
+            importlib.import_module(module).main([])
+        except _Parser as stop:
+            return stop.args[0]
+    raise AssertionError(f"{module}.main never parsed its arguments")
+
+
+def _sub(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and words and words[0] in action.choices:
+            return action.choices[words[0]]
+    return parser
+
+
+PY = r"(?:\S*python3?|<ComfyUI's python>) -m (yue2_core[\w.]*)"
+
+
+def _doc_commands() -> list[tuple[str, int, str, str, bool]]:
+    """(file, line, module, the command's words after `-m MODULE` as text, whether it is a whole command a shell runs
+    — from a code block, without synopsis brackets or placeholders) for every `python -m yue2_core…` in the docs:
+    code blocks (fenced or indented; `\\`-continued lines and a synopsis' `[…]` lines joined) and inline code."""
+    found = []
+    for name in DOCS:
+        lines = (REPO / name).read_text("utf-8").splitlines()
+        fenced, i = False, 0
+        while i < len(lines):
+            line, no = lines[i], i + 1
+            i += 1
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+                continue
+            if fenced or line.startswith("    "):
+                text = line
+                while text.endswith("\\") and i < len(lines):  # a continued command
+                    text, i = text[:-1] + " " + lines[i].strip(), i + 1
+                while fenced and i < len(lines) and lines[i].lstrip().startswith("["):  # a synopsis' next line
+                    text, i = text + " " + lines[i].strip(), i + 1
+                if text.lstrip().startswith("#"):
+                    continue
+                m = re.search(PY + r"(.*)", text)
+                if m:
+                    words = re.split(r"\s(?:&&|\|\||;|\|)\s", m.group(2))[0]
+                    whole = not re.search(r"\[|…|\.\.\.|<", words.split(" #")[0])  # a trailing comment may
+                    found.append((name, no, m.group(1), words, whole))  # hold them
+            else:
+                for m in re.finditer(r"`" + PY + r"([^`]*)`", line):
+                    found.append((name, no, m.group(1), m.group(2), False))
+    return found
+
+
+def test_every_command_in_the_docs_parses_with_the_real_options(monkeypatch, capsys, tmp_path):
+    """Leftover of the stop-46 reviews: the docs' commands are written by hand. Every `python -m yue2_core …` of the
+    README and docs/ names only options its parser has; the whole commands of code blocks parse as they stand (in a
+    folder holding the adapters their --lora names, which the parser checks exist)."""
+    monkeypatch.chdir(tmp_path)
+    commands = _doc_commands()
+    assert len(commands) >= 25 and {c[2] for c in commands} >= {
+        "yue2_core", "yue2_core.weights.lora.synthetic", "yue2_core.weights.synthetic_vae",
+        "yue2_core.weights.synthetic_vendor"}, commands
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    wrong = []
+    for name, no, module, text, whole in commands:
+        parser = parsers.setdefault(module, _parser(module, monkeypatch))
+        shell = shlex.shlex(text, posix=True)  # a trailing `# comment` dropped
+        shell.whitespace_split = True
+        words = list(shell) if whole else text.split()
+        sub = _sub(parser, words)
+        known = {o for a in sub._actions for o in a.option_strings}
+        for option in re.findall(r"(?<![\w-])--[a-z][\w-]*", text.split(" #")[0]):
+            if option not in known:
+                wrong.append(f"{name}:{no}: {option} is no option of {sub.prog}")
+        if whole:
+            for value in (words[k + 1] for k, w in enumerate(words[:-1]) if w == "--lora"):
+                path = tmp_path / value.split(":")[0]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch() if path.suffix in (".safetensors", ".pt") else path.mkdir(exist_ok=True)
+            try:
+                parser.parse_args(words)
+            except SystemExit:
+                wrong.append(f"{name}:{no}: {' '.join(words)[:80]} — {capsys.readouterr().err.strip()[-160:]}")
+    assert wrong == []
+
+
+def test_the_comfyui_guide_shows_what_a_second_paste_of_the_synthetic_writers_says(tmp_path, capsys):
+    """docs/comfyui.md's commands that write the synthetic LoRAs / VAE / checkpoint into ComfyUI's folders have no
+    --force (--force would replace a real file of the same name there), so a second paste stops; the guide said
+    nothing of it. Now it quotes each message, which must be what the writers print, and says what to do."""
+    from yue2_core.weights.lora import synthetic as lora_synthetic
+    from yue2_core.weights import synthetic_vae
+    guide = " ".join((REPO / "docs" / "comfyui.md").read_text("utf-8").split())
+    lora_dir, vae_dir = tmp_path / "loras", tmp_path / "vae" / "YuE2-Vae-legacy"
+    for _ in range(2):
+        lora_rc = lora_synthetic.main([str(lora_dir), "--profile", "tiny"])
+        vae_rc = synthetic_vae.main([str(vae_dir), "--variant", "legacy", "--profile", "tiny"])
+    err = capsys.readouterr().err.replace(str(tmp_path), "../../models")
+    assert (lora_rc, vae_rc) == (1, 1) and len(lora_synthetic.planned_files(lora_dir)) == 22
+    said = [line.removeprefix("error: ") for line in err.splitlines()]
+    assert said[0] in guide and said[1].split("; ")[0] in guide, (said, guide)
+    assert ("a synthetic checkpoint (random weights) never replaces a file unless --force is given" in guide
+            and "(`make-synthetic`: 2)" in guide)
+    assert "The files of the first paste are still there: nothing needs doing. Add `--force` only" in guide
+    from yue2_core.__main__ import build_parser
+    sub = _sub(build_parser(), ["make-synthetic"])
+    assert "--force" in {o for a in sub._actions for o in a.option_strings}
+
 
 # ---------------------------------------------------------------------------------- a batch whose every row fails
 
