@@ -160,16 +160,19 @@ def test_a_control_character_ending_a_line_is_one_finding(number, char):
 
 # ---------------------------------------------------------------------------------------------- the busy-CPU note
 
-@pytest.mark.parametrize("affinity, load, said", [({0, 1}, 3.0, "load 3.0 on 2 cores"), ({0, 1}, 1.5, None),
-                                                  (None, 3.0, None), (None, 70.0, "load 70.0 on 64 cores")])
-def test_the_busy_cpu_note_counts_the_cores_this_process_may_use(monkeypatch, capsys, affinity, load, said):
+@pytest.mark.parametrize("affinity, load, share, said", [
+    ({0, 1}, 3.0, 1.0, "the 2 cores this process may use 100% busy"), ({0, 1}, 3.0, 0.1, None),
+    ({0, 1}, 1.5, 0.0, None), (None, 3.0, None, None), (None, 70.0, None, "load 70.0 on 64 cores")])
+def test_the_busy_cpu_note_counts_the_cores_this_process_may_use(monkeypatch, capsys, affinity, load, share, said):
     """Under `taskset -c 0,1` or a cpuset on a 64-core host, the note counted os.cpu_count() (64) and stayed quiet at
-    load 3 on the 2 cores the run may use. Now os.sched_getaffinity counts them; without it (macOS, Windows) the
-    host's os.cpu_count() is used, as before."""
+    load 3 on the 2 cores the run may use. Now the cores of os.sched_getaffinity are looked at: since stop 47 their
+    own /proc/stat counters (`_busy_share`, tests/robust/test_leftovers_stop47.py), not the host-wide load; without
+    it (macOS, Windows) the host's os.cpu_count() is used, as before."""
     import yue2_core.__main__ as cli
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cli.os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(cli.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(cli, "_busy_share", lambda cpus: share)
     if affinity is None:
         monkeypatch.delattr(cli.os, "sched_getaffinity", raising=False)
     else:

@@ -660,6 +660,14 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     summary.settings["continuous"] = continuous
     if not todo and saved_settings is not None:  # nothing ran (all verified or refused): the record of how the
         summary.settings = {**saved_settings, "resume": True}  # songs were made stays (a later resume reads it)
+    if not todo and not summary.count("complete") and not os.path.lexists(out):  # every row failed before any
+        # work (read, validated): nothing ran, so no folder is made for a batch.json of errors (leftover, stop 46:
+        # a folder holding only batch.json, the last line saying "finish it with --resume"); an existing folder
+        # still gets its record (a --resume's refusals name what to fix in each song folder)
+        print(summary.table(written=False), file=stream)
+        print(f"nothing ran: every row failed before any work, so no batch folder was made ({out}); fix the rows "
+              "above and run the same command again", file=stream)
+        return 1
     if on_batching is not None and todo and runner is None:
         on_batching(max_batch, continuous)
     try:
@@ -733,9 +741,10 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         raise
     summary.write(out)
     print(summary.table(), file=stream)
+    again = ("finish it with --resume" if summary.count("complete") or options.resume else  # no song saved: the
+             "run the same command again")  # folder holds only batch.json, which a new run may replace
     print(f"songs: {out}/<id>/ (audio.flac, score.abc, …); summary: {out / BATCH_FILE}"
-          + ("; after fixing the failed rows, finish it with --resume" if summary.count("failed") else ""),
-          file=stream)
+          + (f"; after fixing the failed rows, {again}" if summary.count("failed") else ""), file=stream)
     return 1 if summary.count("failed") else 0
 
 

@@ -136,9 +136,10 @@ class BatchSummary:
             pass
         return folder / BATCH_FILE
 
-    def table(self) -> str:
+    def table(self, written: bool = True) -> str:
         """A plain-text table of every row: id, status, stage, audio seconds, lead-sheet (ABC) and music tokens, rows
-        decoded together and the error (first line, shortened)."""
+        decoded together and the error (first line, shortened). `written`: whether batch.json holds these rows (not
+        when every row failed before any work: the pointer past the capped "errors in full" then says so)."""
         head = ("line", "id", "status", "stage", "audio s", "abc", "music", "rows", "note")
         lines = []
         for r in (self.rows[k] for k in sorted(self.rows)):
@@ -165,8 +166,9 @@ class BatchSummary:
             size = entry.count("\n") + 1  # 400,000 lines); batch.json keeps every error whole
             if shown + size > FULL_ERROR_LINES and entry is not cut[0]:
                 rest = len(cut) - (len(errors) - 2)
-                errors.append(f"… {rest:,} more error{'s' if rest != 1 else ''} not shown here: every row's error "
-                              f"is whole in {BATCH_FILE} (\"results\": \"error\")")
+                errors.append(f"… {rest:,} more error{'s' if rest != 1 else ''} not shown here: " + (
+                    f"every row's error is whole in {BATCH_FILE} (\"results\": \"error\")" if written else
+                    f"nothing ran, so no {BATCH_FILE} keeps them; fix the rows above and run again to see the rest"))
                 break
             errors.append(entry)
             shown += size
