@@ -705,12 +705,14 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
 
     songs = full = None
     jobs: dict = {}  # each song's job by id (`iter_songs`): how far the songs a stopped run did not yield got
+    saved: dict = {}  # id → folder of each song renamed into place, noted under held interrupts (`save_song`)
     try:
         if todo:
             kw = dict(max_batch=max_batch, steps=options.steps, on_event=progress, batched=batched,
                       overlap=overlap, method=options.method)
             if runner is None:
-                deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
+                def deliver(item, song):
+                    return save_song(song, out / item.id, on_saved=lambda path: saved.__setitem__(item.id, path))
                 songs = iter_songs(engine_factory, todo, deliver=deliver, continuous=continuous, jobs=jobs, **kw)
             else:
                 songs = runner.songs(todo, out, **kw)
@@ -722,11 +724,11 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                 summary.write(out)
         if full is not None:  # no room to save songs: compute no more (stop 40 review: every later song was
             _stop_on_full_disk(songs, record, summary, full, stream, jobs,  # computed, then failed at its save)
-                               tracked=runner is None)
+                               tracked=runner is None, saved=saved)
     except KeyboardInterrupt:
         if songs is not None:  # a Ctrl-C between two songs (e.g. while writing batch.json) reaches the generator
             _drain(songs, record, stream)  # too (one that came from inside it has ended it: this returns at once)
-        _account_left(summary, jobs, record, "interrupted", tracked=runner is None)
+        _account_left(summary, jobs, record, "interrupted", tracked=runner is None, saved=saved)
         summary.interrupted = True
         summary.write(out)
         print(summary.table(), file=stream)
@@ -739,13 +741,14 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     return 1 if summary.count("failed") else 0
 
 
-def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs: dict, tracked: bool = True) -> None:
+def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs: dict, tracked: bool = True,
+                       saved: dict | None = None) -> None:
     """After a song's save failed for lack of space (`full`: its outcome, `errors.DiskFullError`): stop the songs as
     a Ctrl-C does (`_drain`: the render worker stops, songs written meanwhile are recorded, nothing half-written),
     record how far every song not yielded got (`_account_left`), mark the batch `stopped` and say how many songs
     are left, which were saved, failed and are left, and that --resume continues."""
     _drain(songs, record, stream)
-    _account_left(summary, jobs, record, "the disk is full", tracked)
+    _account_left(summary, jobs, record, "the disk is full", tracked, saved)
     summary.stopped = "the disk is full"
     left = summary.count("pending")
     print(f"stopped: the disk is full (the save of {full.id!r} failed); {left} song{'s' if left != 1 else ''} left "
@@ -754,17 +757,25 @@ def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs:
     print(summary.outcome_lines(), file=stream)
 
 
-def _account_left(summary: BatchSummary, jobs: dict, record, why: str, tracked: bool = True) -> None:
+def _account_left(summary: BatchSummary, jobs: dict, record, why: str, tracked: bool = True,
+                  saved: dict | None = None) -> None:
     """After a run stopped early (`why`: "the disk is full", "interrupted"): the rows still "pending" whose song
     the run had started get their real outcome (`runner.left_outcome`, printed like any other through `record`):
     a song that had failed before the stop is failed with its stage and error, one saved is complete (was: both
     left "pending"), and one whose AR phases ran but that was not rendered stays pending with the last phase it
     finished and a note saying so; every pending row says that --resume computes it. `tracked` False (--ray: the
     workers report no job, `jobs` stays empty): a row without a job says that how far it got is not known — it may
-    have been running on a worker (break-it, stop 41: "not started" for songs the workers were computing)."""
+    have been running on a worker (break-it, stop 41: "not started" for songs the workers were computing). A row
+    whose song was renamed into place (`saved`: id → folder) is complete, though the stop came before its outcome
+    (stop-47 review: "computed but it was not rendered or saved" beside the complete song folder)."""
     from .runner import left_outcome
     for row in list(summary.rows.values()):
         if row["status"] != "pending" or row["id"] is None:
+            continue
+        if saved and row["id"] in saved:
+            folder = Path(saved[row["id"]])
+            summary.add(row["line"], row["id"], "complete", stage="complete", output=str(folder),
+                        **_earlier_result(folder))
             continue
         job = jobs.get(row["id"])
         outcome = left_outcome(job) if job is not None else None

@@ -1,0 +1,94 @@
+"""Found by the stop-47 interruption review (docs/bad_inputs.md §29): interrupts, kills, full and read-only disks
+around the song folders, batch.json and the files the commands write."""
+from __future__ import annotations
+
+import os
+import signal
+
+from test_cli import main_inprocess
+from yue2_core.artifacts import load_song
+
+
+def _signal_after_rename(monkeypatch, sig=signal.SIGINT):
+    """The song folder's rename into place succeeds, then `sig` arrives (a Ctrl-C, `timeout`'s SIGTERM) before the
+    command has noted the save."""
+    real = os.rename
+
+    def rename(src, dst, *a, **k):
+        real(src, dst, *a, **k)
+        if str(src).endswith(".partial"):
+            signal.raise_signal(sig)
+    monkeypatch.setattr(os, "rename", rename)
+
+
+def test_an_interrupt_just_after_the_rename_reports_the_saved_song(tmp_path, tiny_paths, capsys, monkeypatch):
+    """Was: exit 130 and `cancelled` — which says no song folder exists — with the complete song in place (a wrapper
+    read the run as cancelled; running it again met `exists and is not empty`)."""
+    _signal_after_rename(monkeypatch)
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
+                             "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                             "--offline", "--output", tmp_path / "song")
+    load_song(tmp_path / "song")  # the song is complete
+    assert rc == 0 and "interrupted after the song was saved" in err and "cancelled" not in err, (rc, err)
+
+
+def test_a_batch_interrupted_just_after_a_rename_records_the_song_as_saved(tmp_path, tiny_paths, capsys,
+                                                                            monkeypatch):
+    """Was: the row stayed "pending" in batch.json and the table with `… was not rendered or saved (interrupted)`
+    while its complete song folder was in place."""
+    import json
+    requests = tmp_path / "req.jsonl"
+    requests.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la", "cot": "off", "seed": 1}) + "\n"
+                        + json.dumps({"id": "b", "style": "rock", "lyrics": "na", "cot": "off", "seed": 2}) + "\n")
+    _signal_after_rename(monkeypatch)
+    rc, err = main_inprocess(capsys, "batch", requests, "--output", tmp_path / "album", "--checkpoint",
+                             tiny_paths["bf16"], "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                             "--offline")
+    assert rc == 130, err
+    load_song(tmp_path / "album" / "a")
+    rows = {r["id"]: r for r in json.loads((tmp_path / "album" / "batch.json").read_text())["results"]}
+    assert rows["a"]["status"] == "complete" and rows["a"]["output"], (rows["a"], err)
+    assert rows["b"]["status"] == "pending", rows["b"]
+    assert "not rendered or saved" not in err.split("line  id")[-1].splitlines()[2], err
+
+
+def _tiny_song(capsys, tiny_paths, out):
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
+                             "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                             "--offline", "--output", out)
+    assert rc == 0, err
+    return out
+
+
+def _retag(flac):
+    """What a tag editor does to audio.flac: the same samples, a title in its metadata — other bytes."""
+    import soundfile as sf
+    data, rate = sf.read(str(flac), dtype="int32", always_2d=True)
+    with sf.SoundFile(str(flac) + ".new", "w", rate, data.shape[1], "PCM_24", format="FLAC") as fh:
+        fh.title = "My song"
+        fh.write(data)
+    os.replace(str(flac) + ".new", flac)
+
+
+def test_a_song_whose_audio_was_tagged_or_moved_away_still_renders(tmp_path, tiny_paths, capsys):
+    """Was: `render` refused the song — `audio.flac is … bytes but result.json lists … (modified or damaged)` /
+    `audio.flac is missing` — though render never reads the audio and its tokens, score and latents verify: a song
+    tagged in a music player (or whose audio went into a DAW project) could no longer be re-rendered or re-sampled
+    after an edited score.abc. Every other file is still held to its hash."""
+    import pytest
+    from yue2_core.errors import ArtifactError
+    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    _retag(song / "audio.flac")
+    with pytest.raises(ArtifactError, match="audio.flac"):  # Load Song, regenerate, continue: as before
+        load_song(song)
+    assert load_song(song, audio_ok=True).audio_changed == "changed"
+    rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again", "--steps", "1", "--device", "cpu")
+    assert rc == 0 and "audio.flac has changed since the song was saved" in err, err
+    load_song(tmp_path / "again")
+    (song / "audio.flac").unlink()
+    rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again2", "--seed", "3", "--steps", "1",
+                             "--device", "cpu")
+    assert rc == 0 and "audio.flac is missing" in err, err
+    (song / "latent.npy").write_bytes(b"x")  # the files render reads stay checked
+    rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again3", "--device", "cpu")
+    assert rc == 2 and "latent.npy" in err, err
