@@ -92,3 +92,34 @@ def test_a_song_whose_audio_was_tagged_or_moved_away_still_renders(tmp_path, tin
     (song / "latent.npy").write_bytes(b"x")  # the files render reads stay checked
     rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again3", "--device", "cpu")
     assert rc == 2 and "latent.npy" in err, err
+
+
+def test_a_killed_checkpoint_write_leaves_no_hidden_copy_for_ever(tmp_path):
+    """`make-synthetic` (scripts/song.sh runs it; the test fixtures too) killed by SIGKILL, the OOM killer or a
+    container stop left `.NAME.PID.XXXXXXXX.tmp` — up to the whole file, 7.8 GB for the full profile — hidden beside
+    it for ever, and a rerun needed the room twice. The next write of that file removes it; a file another writer
+    still holds (its flock), a live writer's, and look-alikes stay."""
+    import fcntl
+    import subprocess
+    import sys
+    import torch
+    from yue2_core.weights.synthetic import TensorSpec, write_safetensors_stream
+    target = tmp_path / "t.safetensors"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    killed = tmp_path / f".t.safetensors.{dead}.0123abcd.tmp"
+    killed.write_bytes(b"\0" * 4096)
+    held = tmp_path / f".t.safetensors.{dead}.4567abcd.tmp"  # a writer elsewhere (another pid namespace) holds it
+    held.write_bytes(b"\0" * 4096)
+    live = tmp_path / f".t.safetensors.{os.getpid()}.89abcdef.tmp"  # this process is alive: not swept
+    live.write_bytes(b"\0" * 16)
+    other = tmp_path / ".t.safetensors.mine.tmp"
+    other.write_bytes(b"x")
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        spec = TensorSpec("w", (2, 2), "F32", "normal", "w")
+        write_safetensors_stream(str(target), [spec], [torch.zeros(2, 2)], {})
+    finally:
+        os.close(fd)
+    assert not killed.exists() and held.exists() and live.exists() and other.exists() and target.is_file()
