@@ -123,3 +123,20 @@ def test_a_killed_checkpoint_write_leaves_no_hidden_copy_for_ever(tmp_path):
     finally:
         os.close(fd)
     assert not killed.exists() and held.exists() and live.exists() and other.exists() and target.is_file()
+
+
+def test_an_unwritable_triton_cache_without_a_temporary_folder_is_said(tmp_path, monkeypatch):
+    """Triton's cache directory not writable (a read-only home in a container) and no temporary folder to fall back
+    to (a read-only root file system): was an OSError traceback out of the model's load (`WarmUp.start`, GPUs only);
+    now a RequestError naming both and the fixes."""
+    import tempfile
+    import pytest
+    from yue2_core import warmup
+    from yue2_core.errors import RequestError
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(warmup, "_CACHE_CHECKED", {})
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    with pytest.raises(RequestError, match="set TRITON_CACHE_DIR to a writable folder"):
+        warmup.ensure_cache_dir()
