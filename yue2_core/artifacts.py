@@ -703,7 +703,8 @@ def save_song(song: Song, out_dir: str | os.PathLike, lineage: dict | None = Non
     """Save a Song as a song directory (layout in the module docstring; latents/audio may be None). Raises
     ArtifactError when `out_dir` is not empty or cannot be written; nothing partial is ever left. `on_saved`:
     `write_song_dir`'s."""
-    return write_song_dir(out_dir, song_files(song), song_result(song, lineage), on_saved)
+    extra = {"on_saved": on_saved} if on_saved is not None else {}
+    return write_song_dir(out_dir, song_files(song), song_result(song, lineage), **extra)
 
 
 @dataclass
