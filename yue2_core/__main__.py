@@ -388,9 +388,8 @@ def cmd_generate(args) -> int:
     from .pipeline import plan_notes
     for note in plan_notes(song.score):
         print(f"warning: {note}", file=sys.stderr)
-    folder = save_song(song, out)
+    folder = save_song(song, out, on_saved=_saved)  # an interrupt from the rename on cancels nothing (main)
     claim.release()
-    _DONE["folder"] = folder  # a Ctrl-C from here on cancels nothing (main)
     summary = {"output": str(Path(folder).resolve()), "seed": request.seed,
                "audio_seconds": round(song.audio.shape[-1] / song.sample_rate, 3),
                "semantic_tokens": len(song.tokens.codes), "abc_tokens": len(song.score.abc_ids),
@@ -752,7 +751,13 @@ def cmd_render(args) -> int:
         raise RequestError(f"--seed must be an integer in [0, {SEED_MAX}], got {args.seed}")
     Budgets(args.max_seconds).semantic_sampling()  # a bad --max-seconds fails before loading
     _check_budget_fits(args.max_seconds, None)
-    saved = load_song(args.song, edited_ok=True)  # the song folder checked before any checkpoint is looked for
+    saved = load_song(args.song, edited_ok=True, audio_ok=True)  # the song folder checked before any checkpoint is
+    # looked for; its audio.flac is not read (a tag editor's rewrite, a file moved away: stop-47 review)
+    if saved.audio_changed:
+        how = ("is missing" if saved.audio_changed == "missing"
+               else "has changed since the song was saved (a tag editor?)")
+        print(f"note: {Path(args.song) / 'audio.flac'} {how}; render does not use it: the music tokens, score and "
+              "latents it renders from verify", file=sys.stderr)
     if args.steps is None or args.ode_method is None:  # the song's own render settings: unchanged, the same audio
         from .constants import ODE_STEPS
         args.steps = saved.config.get("ode_steps") or ODE_STEPS if args.steps is None else args.steps
@@ -850,9 +855,9 @@ def cmd_render(args) -> int:
                 settings=settings)
     # "parent_score_edited": the parent's score.abc was edited, so this song's music was sampled for that edit (was
     # "score_edited", which `inspect` showed beside the song's own, opposite-looking score_edited: stop 40 review)
-    folder = save_song(song, args.output, lineage={"parent": parent, "parent_score_edited": saved.score_edited})
+    folder = save_song(song, args.output, lineage={"parent": parent, "parent_score_edited": saved.score_edited},
+                       on_saved=_saved)  # an interrupt from the rename on cancels nothing (main)
     claim.release()
-    _DONE["folder"] = folder  # a Ctrl-C from here on cancels nothing (main)
     print(json.dumps({"output": str(Path(folder).resolve()), "seed": request.seed,
                       "semantic_tokens": len(tokens.codes),
                       "resampled": resample, "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3),
@@ -1471,6 +1476,13 @@ def _exit_on_next_interrupt(status: int = 130) -> None:
 
 _DONE: dict = {}  # set by generate / render once the song is saved: a later Ctrl-C ends the command with 0; "status":
 # the command's exit status once it returned
+
+
+def _saved(folder) -> None:
+    """`save_song`'s `on_saved` for generate / render: the song is in place, so a later Ctrl-C ends the command with
+    0 (main). Called with the interrupts held from the rename on (stop-47 review: one landing just after the rename
+    ended the command with 130, "cancelled", beside the complete song)."""
+    _DONE["folder"] = folder
 
 
 def _terminate(signum, frame):

@@ -33,6 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -542,10 +543,14 @@ def write_error(exc: OSError, what: str, after: str = "") -> ArtifactError:
     return kind(f"{what}: {exc.strerror or exc}{after}")
 
 
-def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict) -> Path:
+def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict,
+                   on_saved: Callable[[Path], None] | None = None) -> Path:
     """Write `files` + result.json (with sha256 of each file) into `out_dir` atomically. Refuses an output that
     cannot receive it (`check_output_dir`: a non-empty folder, ".", a mount point …); on any error (disk full,
-    read-only) nothing is left behind (`DiskFullError` when the disk or quota is full). Returns the directory path."""
+    read-only) nothing is left behind (`DiskFullError` when the disk or quota is full). Returns the directory path.
+    `on_saved(path)` is called right after the rename into place, with Ctrl-C / SIGTERM / SIGHUP held from the rename
+    until it returns (`signals_held`), so a caller always knows of a song that is in place: an interrupt landing just
+    after the rename reached the caller as "cancelled" while the complete song was there (stop-47 review)."""
     out = check_output_dir(out_dir)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -568,7 +573,10 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         fsync_folder(tmp)  # the folder's entries, as the files' data: the rename must not publish a folder lost later
         if out.exists():
             out.rmdir()
-        os.rename(tmp, out)
+        with signals_held():  # an interrupt is delivered once the caller knows the song is in place
+            os.rename(tmp, out)
+            if on_saved is not None:
+                on_saved(out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise write_error(exc, f"could not save the song to {out}", " (nothing was written)") from None
@@ -690,10 +698,13 @@ def song_result(song: Song, lineage: dict | None = None) -> dict:
     }
 
 
-def save_song(song: Song, out_dir: str | os.PathLike, lineage: dict | None = None) -> Path:
+def save_song(song: Song, out_dir: str | os.PathLike, lineage: dict | None = None,
+              on_saved: Callable[[Path], None] | None = None) -> Path:
     """Save a Song as a song directory (layout in the module docstring; latents/audio may be None). Raises
-    ArtifactError when `out_dir` is not empty or cannot be written; nothing partial is ever left."""
-    return write_song_dir(out_dir, song_files(song), song_result(song, lineage))
+    ArtifactError when `out_dir` is not empty or cannot be written; nothing partial is ever left. `on_saved`:
+    `write_song_dir`'s."""
+    extra = {"on_saved": on_saved} if on_saved is not None else {}
+    return write_song_dir(out_dir, song_files(song), song_result(song, lineage), **extra)
 
 
 @dataclass
@@ -709,6 +720,7 @@ class SavedSong:
     result: dict
     config: dict
     score_edited: bool = False
+    audio_changed: str | None = None  # with `load_song(audio_ok=True)`: "missing" / "changed" (audio.flac), else None
 
 
 def _sha256_file(path: Path) -> str:
@@ -959,7 +971,8 @@ def batch_folder_hint(root: Path) -> str:
             f"e.g. {root / songs[0]} (songs here: {shown})")
 
 
-def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = False) -> SavedSong:
+def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = False,
+              audio_ok: bool = False) -> SavedSong:
     """Read a song directory, verifying every file against the sha256 in result.json (and result.json against its
     own `result_sha256`).
 
@@ -970,7 +983,10 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     contradicts the score raises ArtifactError naming the file. Sizes are checked before anything is read: a
     score.abc over 800,000 bytes (or 200,000 characters) raises BudgetError at once. score.abc is read as its exact
     bytes decoded as UTF-8 (CRLF kept), so it tokenizes to the ids saved with it. Arrays are read with
-    allow_pickle=False; only files listed in the manifest are read."""
+    allow_pickle=False; only files listed in the manifest are read. `audio_ok` (for `render`, which never reads the
+    audio): an audio.flac that is missing or changed — a tag editor rewrites it, a user moves it into a DAW project —
+    is no error; `audio_changed` says which (stop-47 review: such a song could not be re-rendered, though its tokens,
+    score and latents verify)."""
     from .constants import CODEC_SIZE, CONTEXT, COT_MODES, DEFAULT_CFG, EOD, LATENT_DIM, VOCAB_SIZE
     from .errors import BudgetError, ScoreError
     from .protocol import MAX_TEXT_CHARS, SEED_MAX
@@ -993,6 +1009,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         if name not in manifest:
             raise ArtifactError(f"{root}/result.json does not list {name}: the song directory is incomplete")
     edited = False
+    audio_changed = None
     # every listed file but the audio is read once, hashed and parsed from those bytes: a file saved meanwhile (an
     # editor saving score.abc while render checks the folder) is never parsed unhashed (break-it, stop 43: the new
     # score.abc was read after the old one's hash matched, and a re-render sealed it beside the old score's ids)
@@ -1003,6 +1020,9 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
             raise ArtifactError(f"result.json: the entry for {name} has no sha256")
         path = root / name
+        if audio_ok and name == "audio.flac" and (path.is_symlink() or not path.is_file()):
+            audio_changed = "missing"
+            continue
         if path.is_symlink() or not path.is_file():
             what = ("missing (a symbolic link is not accepted)" if path.is_symlink() else
                     "a folder, not a file (restore the file)" if path.is_dir() else
@@ -1017,6 +1037,9 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
             cap = MAX_JSON_BYTES if name.endswith(".json") else MAX_SONG_FILE_BYTES
             if size > cap:
                 raise ArtifactError(f"{root}: {name} is {size:,} bytes, more than such a file can be ({cap:,})")
+            if audio_ok and name == "audio.flac" and type(meta.get("bytes")) is int and meta["bytes"] != size:
+                audio_changed = "changed"
+                continue
             if name != "score.abc" and type(meta.get("bytes")) is int and meta["bytes"] != size:
                 raise ArtifactError(f"{root}: {name} is {size:,} bytes but result.json lists {meta['bytes']:,} "
                                     f"(modified or damaged){_restore_hint(root, name, manifest)}")
@@ -1034,6 +1057,9 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         if digest != meta["sha256"]:
             if name == "score.abc" and (tokenizer is not None or edited_ok):
                 edited = True
+                continue
+            if name == "audio.flac" and audio_ok:
+                audio_changed = "changed"
                 continue
             raise ArtifactError(f"{root}: {name} does not match its sha256 in result.json (modified or damaged)"
                                 + (_restore_hint(root, name, manifest) or ". To use an edited score, edit score.abc "
@@ -1116,7 +1142,7 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
             raise ArtifactError(f"{root}: latent.npy holds NaN or infinite values")
         latents = torch.from_numpy(arr.astype(np.float32))
     _check_result_seal(root, result, manifest)  # last: a value of the wrong type is named by its own check first
-    saved = SavedSong(root, score, tokens, latents, result, config, edited)
+    saved = SavedSong(root, score, tokens, latents, result, config, edited, audio_changed)
     return with_tokenizer(saved, tokenizer) if tokenizer is not None else saved
 
 

@@ -137,7 +137,14 @@ def ensure_cache_dir() -> str:
         problem = cache_problem(path)
         use = path
         if problem is not None:
-            use = tempfile.mkdtemp(prefix="yue2-triton-cache-")
+            try:
+                use = tempfile.mkdtemp(prefix="yue2-triton-cache-")
+            except OSError as exc:  # no writable temporary folder either (a read-only container): said, not an
+                from .errors import RequestError  # OSError traceback out of the model's load (stop-47 review)
+                raise RequestError(f"Triton's cache directory {path} is {problem}, and no temporary folder can be "
+                                   f"made instead ({exc.strerror or exc}): Triton compiles the GPU kernels into "
+                                   "it — set TRITON_CACHE_DIR to a writable folder (or TMPDIR), or YUE2_FAST=0 to "
+                                   "run without the Triton kernels") from None
             os.environ["TRITON_CACHE_DIR"] = use
             atexit.register(shutil.rmtree, use, True)  # this process's alone: removed when it exits
             warnings.warn(f"Triton's cache directory {path} is {problem}: kernels compiled by this process are "

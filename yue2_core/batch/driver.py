@@ -730,11 +730,11 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                 summary.write(out)
         if full is not None:  # no room to save songs: compute no more (stop 40 review: every later song was
             _stop_on_full_disk(songs, record, summary, full, stream, jobs,  # computed, then failed at its save)
-                               tracked=runner is None)
+                               tracked=runner is None, out=out)
     except KeyboardInterrupt:
         if songs is not None:  # a Ctrl-C between two songs (e.g. while writing batch.json) reaches the generator
             _drain(songs, record, stream)  # too (one that came from inside it has ended it: this returns at once)
-        _account_left(summary, jobs, record, "interrupted", tracked=runner is None)
+        _account_left(summary, jobs, record, "interrupted", tracked=runner is None, out=out)
         summary.interrupted = True
         summary.write(out)
         print(summary.table(), file=stream)
@@ -748,13 +748,14 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     return 1 if summary.count("failed") else 0
 
 
-def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs: dict, tracked: bool = True) -> None:
+def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs: dict, tracked: bool = True,
+                       out: Path | None = None) -> None:
     """After a song's save failed for lack of space (`full`: its outcome, `errors.DiskFullError`): stop the songs as
     a Ctrl-C does (`_drain`: the render worker stops, songs written meanwhile are recorded, nothing half-written),
     record how far every song not yielded got (`_account_left`), mark the batch `stopped` and say how many songs
     are left, which were saved, failed and are left, and that --resume continues."""
     _drain(songs, record, stream)
-    _account_left(summary, jobs, record, "the disk is full", tracked)
+    _account_left(summary, jobs, record, "the disk is full", tracked, out)
     summary.stopped = "the disk is full"
     left = summary.count("pending")
     print(f"stopped: the disk is full (the save of {full.id!r} failed); {left} song{'s' if left != 1 else ''} left "
@@ -763,19 +764,27 @@ def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs:
     print(summary.outcome_lines(), file=stream)
 
 
-def _account_left(summary: BatchSummary, jobs: dict, record, why: str, tracked: bool = True) -> None:
+def _account_left(summary: BatchSummary, jobs: dict, record, why: str, tracked: bool = True,
+                  out: Path | None = None) -> None:
     """After a run stopped early (`why`: "the disk is full", "interrupted"): the rows still "pending" whose song
     the run had started get their real outcome (`runner.left_outcome`, printed like any other through `record`):
     a song that had failed before the stop is failed with its stage and error, one saved is complete (was: both
     left "pending"), and one whose AR phases ran but that was not rendered stays pending with the last phase it
     finished and a note saying so; every pending row says that --resume computes it. `tracked` False (--ray: the
     workers report no job, `jobs` stays empty): a row without a job says that how far it got is not known — it may
-    have been running on a worker (break-it, stop 41: "not started" for songs the workers were computing)."""
+    have been running on a worker (break-it, stop 41: "not started" for songs the workers were computing). A row
+    whose song this run started and whose folder `out`/ID now holds a result.json (a save renames the whole folder
+    into place, so it is complete) is complete, though the stop came between the rename and its outcome (stop-47
+    review: "computed but it was not rendered or saved" beside the complete song folder)."""
     from .runner import left_outcome
     for row in list(summary.rows.values()):
         if row["status"] != "pending" or row["id"] is None:
             continue
         job = jobs.get(row["id"])
+        if job is not None and out is not None and _saved_now(out / row["id"]):
+            summary.add(row["line"], row["id"], "complete", stage="complete", output=str(out / row["id"]),
+                        **_earlier_result(out / row["id"]))
+            continue
         outcome = left_outcome(job) if job is not None else None
         if outcome is not None and outcome.status != "pending":
             record(outcome)
@@ -788,6 +797,14 @@ def _account_left(summary: BatchSummary, jobs: dict, record, why: str, tracked: 
             f" ({why}); --resume computes it from the start")
         summary.add(row["line"], row["id"], "pending", stage=stage, note=note,
                     **({"timing": outcome.timing} if outcome is not None and outcome.timing else {}))
+
+
+def _saved_now(folder: Path) -> bool:
+    """Whether a song folder is in place at `folder` (its result.json: saves are atomic)."""
+    try:
+        return not folder.is_symlink() and (folder / "result.json").is_file()
+    except OSError:
+        return False
 
 
 def _drain(songs, record, stream) -> None:

@@ -1,0 +1,142 @@
+"""Found by the stop-47 interruption review (docs/bad_inputs.md §29): interrupts, kills, full and read-only disks
+around the song folders, batch.json and the files the commands write."""
+from __future__ import annotations
+
+import os
+import signal
+
+from test_cli import main_inprocess
+from yue2_core.artifacts import load_song
+
+
+def _signal_after_rename(monkeypatch, sig=signal.SIGINT):
+    """The song folder's rename into place succeeds, then `sig` arrives (a Ctrl-C, `timeout`'s SIGTERM) before the
+    command has noted the save."""
+    real = os.rename
+
+    def rename(src, dst, *a, **k):
+        real(src, dst, *a, **k)
+        if str(src).endswith(".partial"):
+            signal.raise_signal(sig)
+    monkeypatch.setattr(os, "rename", rename)
+
+
+def test_an_interrupt_just_after_the_rename_reports_the_saved_song(tmp_path, tiny_paths, capsys, monkeypatch):
+    """Was: exit 130 and `cancelled` — which says no song folder exists — with the complete song in place (a wrapper
+    read the run as cancelled; running it again met `exists and is not empty`)."""
+    _signal_after_rename(monkeypatch)
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
+                             "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                             "--offline", "--output", tmp_path / "song")
+    load_song(tmp_path / "song")  # the song is complete
+    assert rc == 0 and "interrupted after the song was saved" in err and "cancelled" not in err, (rc, err)
+
+
+def test_a_batch_interrupted_just_after_a_rename_records_the_song_as_saved(tmp_path, tiny_paths, capsys,
+                                                                            monkeypatch):
+    """Was: the row stayed "pending" in batch.json and the table with `… was not rendered or saved (interrupted)`
+    while its complete song folder was in place."""
+    import json
+    requests = tmp_path / "req.jsonl"
+    requests.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la", "cot": "off", "seed": 1}) + "\n"
+                        + json.dumps({"id": "b", "style": "rock", "lyrics": "na", "cot": "off", "seed": 2}) + "\n")
+    _signal_after_rename(monkeypatch)
+    rc, err = main_inprocess(capsys, "batch", requests, "--output", tmp_path / "album", "--checkpoint",
+                             tiny_paths["bf16"], "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                             "--offline")
+    assert rc == 130, err
+    load_song(tmp_path / "album" / "a")
+    rows = {r["id"]: r for r in json.loads((tmp_path / "album" / "batch.json").read_text())["results"]}
+    assert rows["a"]["status"] == "complete" and rows["a"]["output"], (rows["a"], err)
+    assert rows["b"]["status"] == "pending", rows["b"]
+    assert "not rendered or saved" not in err.split("line  id")[-1].splitlines()[2], err
+
+
+def _tiny_song(capsys, tiny_paths, out):
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
+                             "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                             "--offline", "--output", out)
+    assert rc == 0, err
+    return out
+
+
+def _retag(flac):
+    """What a tag editor does to audio.flac: the same samples, a title in its metadata — other bytes."""
+    import soundfile as sf
+    data, rate = sf.read(str(flac), dtype="int32", always_2d=True)
+    with sf.SoundFile(str(flac) + ".new", "w", rate, data.shape[1], "PCM_24", format="FLAC") as fh:
+        fh.title = "My song"
+        fh.write(data)
+    os.replace(str(flac) + ".new", flac)
+
+
+def test_a_song_whose_audio_was_tagged_or_moved_away_still_renders(tmp_path, tiny_paths, capsys):
+    """Was: `render` refused the song — `audio.flac is … bytes but result.json lists … (modified or damaged)` /
+    `audio.flac is missing` — though render never reads the audio and its tokens, score and latents verify: a song
+    tagged in a music player (or whose audio went into a DAW project) could no longer be re-rendered or re-sampled
+    after an edited score.abc. Every other file is still held to its hash."""
+    import pytest
+    from yue2_core.errors import ArtifactError
+    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    _retag(song / "audio.flac")
+    with pytest.raises(ArtifactError, match="audio.flac"):  # Load Song, regenerate, continue: as before
+        load_song(song)
+    assert load_song(song, audio_ok=True).audio_changed == "changed"
+    rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again", "--steps", "1", "--device", "cpu")
+    assert rc == 0 and "audio.flac has changed since the song was saved" in err, err
+    load_song(tmp_path / "again")
+    (song / "audio.flac").unlink()
+    rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again2", "--seed", "3", "--steps", "1",
+                             "--device", "cpu")
+    assert rc == 0 and "audio.flac is missing" in err, err
+    (song / "latent.npy").write_bytes(b"x")  # the files render reads stay checked
+    rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again3", "--device", "cpu")
+    assert rc == 2 and "latent.npy" in err, err
+
+
+def test_a_killed_checkpoint_write_leaves_no_hidden_copy_for_ever(tmp_path):
+    """`make-synthetic` (scripts/song.sh runs it; the test fixtures too) killed by SIGKILL, the OOM killer or a
+    container stop left `.NAME.PID.XXXXXXXX.tmp` — up to the whole file, 7.8 GB for the full profile — hidden beside
+    it for ever, and a rerun needed the room twice. The next write of that file removes it; a file another writer
+    still holds (its flock), a live writer's, and look-alikes stay."""
+    import fcntl
+    import subprocess
+    import sys
+    import torch
+    from yue2_core.weights.synthetic import TensorSpec, write_safetensors_stream
+    target = tmp_path / "t.safetensors"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    killed = tmp_path / f".t.safetensors.{dead}.0123abcd.tmp"
+    killed.write_bytes(b"\0" * 4096)
+    held = tmp_path / f".t.safetensors.{dead}.4567abcd.tmp"  # a writer elsewhere (another pid namespace) holds it
+    held.write_bytes(b"\0" * 4096)
+    live = tmp_path / f".t.safetensors.{os.getpid()}.89abcdef.tmp"  # this process is alive: not swept
+    live.write_bytes(b"\0" * 16)
+    other = tmp_path / ".t.safetensors.mine.tmp"
+    other.write_bytes(b"x")
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        spec = TensorSpec("w", (2, 2), "F32", "normal", "w")
+        write_safetensors_stream(str(target), [spec], [torch.zeros(2, 2)], {})
+    finally:
+        os.close(fd)
+    assert not killed.exists() and held.exists() and live.exists() and other.exists() and target.is_file()
+
+
+def test_an_unwritable_triton_cache_without_a_temporary_folder_is_said(tmp_path, monkeypatch):
+    """Triton's cache directory not writable (a read-only home in a container) and no temporary folder to fall back
+    to (a read-only root file system): was an OSError traceback out of the model's load (`WarmUp.start`, GPUs only);
+    now a RequestError naming both and the fixes."""
+    import tempfile
+    import pytest
+    from yue2_core import warmup
+    from yue2_core.errors import RequestError
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(warmup, "_CACHE_CHECKED", {})
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    with pytest.raises(RequestError, match="set TRITON_CACHE_DIR to a writable folder"):
+        warmup.ensure_cache_dir()
