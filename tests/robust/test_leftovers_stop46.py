@@ -168,7 +168,7 @@ def test_the_busy_cpu_note_counts_the_cores_this_process_may_use(monkeypatch, ca
     load 3 on the 2 cores the run may use. Now the cores of os.sched_getaffinity are looked at: since stop 47 their
     own /proc/stat counters (`_busy_share`, tests/robust/test_leftovers_stop47.py), not the host-wide load; without
     it (macOS, Windows) the host's os.cpu_count() is used, as before."""
-    import yue2_core.__main__ as cli
+    import yue2_core.cli.busy_cpu as cli
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cli.os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(cli.os, "cpu_count", lambda: 64)

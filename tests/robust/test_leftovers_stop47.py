@@ -265,7 +265,7 @@ def _stat(*cores) -> str:
 @pytest.fixture
 def cpu(monkeypatch, tmp_path):
     """The busy-CPU note's inputs, set per test: load, host cores, affinity mask, and two /proc/stat samples."""
-    import yue2_core.__main__ as cli
+    import yue2_core.cli.busy_cpu as cli
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cli, "BUSY_SAMPLE_S", 0)
     state = {"samples": []}
@@ -346,7 +346,7 @@ def test_a_container_proc_stat_of_its_own_cores_is_read(cpu, capsys):
 
 
 def test_proc_stat_is_read_per_cpu(tmp_path):
-    from yue2_core.__main__ import _cpu_ticks
+    from yue2_core.cli.busy_cpu import _cpu_ticks
     path = tmp_path / "stat"
     path.write_text("cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 1 2 3 40 5 6 7 8 0 0\ncpu1 1 0 0 10\nintr 5\n")
     assert _cpu_ticks(str(path)) == {0: (1 + 2 + 3 + 6 + 7 + 8, 72), 1: (1, 11)}

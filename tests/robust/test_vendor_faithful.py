@@ -27,7 +27,7 @@ def test_text_files_are_read_as_the_vendor_reads_them(tmp_path):
     """Bytes decoded as UTF-8, nothing rewritten: CRLF, lone CR and a BOM stay (same ids as `yue2 generate`), and
     each is warned about; before the fix CRLF became LF and the BOM was dropped silently. The warnings come from
     SongRequest.input_warnings, which sees inline text too (stop 46), not from the file reader."""
-    from yue2_core.__main__ import read_text_file
+    from yue2_core.cli.text_input import read_text_file
     from yue2_core.protocol import SongRequest
     cases = {"crlf.txt": b"[Verse]\r\nla la\r\n", "cr.txt": b"[Verse]\rla la\r", "bom.txt": b"\xef\xbb\xbfsmooth jazz",
              "lf.txt": "[Verse]\n你好\n".encode()}
@@ -58,7 +58,7 @@ def test_text_files_are_read_as_the_vendor_reads_them(tmp_path):
 def test_utf16_text_files_are_refused_with_save_as_utf8(tmp_path, data, kind):
     """NUL-interleaved text is never taken as lyrics (before: a UTF-16 file without BOM decoded 'fine' as UTF-8 with
     a NUL after every letter; a UTF-32 one without BOM still did, break-it 2026-12-04)."""
-    from yue2_core.__main__ import read_text_file
+    from yue2_core.cli.text_input import read_text_file
     path = tmp_path / "lyrics.txt"
     path.write_bytes(data)
     with pytest.raises(YuE2Error) as exc:

@@ -1,0 +1,184 @@
+"""`python -m yue2_core inspect`: what a checkpoint, vendor folder, LoRA, VAE file or song folder holds."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..errors import YuE2Error
+
+
+def _song_report(path: str) -> dict:
+    """What `inspect` says of a song folder (generate/render/batch output): its files verified against their hashes
+    (`artifacts.load_song`, ArtifactError naming a damaged file), the request, the lengths (ABC tokens; music frames
+    at 25/s and seconds; audio samples at 48 kHz), whether budgets cut it, the weights it was made with.
+    `score_edited`: this folder's score.abc was edited after the song was saved (render samples new music for it);
+    `lineage.parent_score_edited`: the song was rendered from a parent whose score.abc had been edited (a song saved
+    before 2026-12-06 records it as lineage "score_edited", shown under the new name)."""
+    from ..artifacts import load_song
+    saved = load_song(path, edited_ok=True)
+    r, request = saved.result, saved.tokens.request
+    weights = r.get("weights") or {}
+    mot = weights.get("mot") or {}
+    lineage = dict(r["lineage"]) if isinstance(r.get("lineage"), dict) else {}
+    if "score_edited" in lineage and "parent_score_edited" not in lineage:  # `render`'s record before 2026-12-06
+        lineage["parent_score_edited"] = lineage.pop("score_edited")
+    from_edit = lineage.get("parent_score_edited") is True and isinstance(lineage.get("parent"), str)
+    return {"kind": "song", "path": str(saved.path), "status": r.get("status"),
+            "request": {"style": request.get("style"), "lyrics_chars": len(request.get("lyrics") or ""),
+                        "cot": request.get("cot"), "seed": request.get("seed"), "cfg_scale": request.get("cfg_scale"),
+                        "id": request.get("id")},
+            "abc_tokens": len(saved.tokens.score.abc_ids), "score_edited": saved.score_edited,
+            "music_frames": r.get("frames"), "audio_seconds": r.get("audio_seconds"),
+            "sample_rate": r.get("sample_rate"), "truncated_by_budget": r.get("truncated"),
+            "checkpoint": {"path": mot.get("path"), "format": mot.get("format"), "layout": mot.get("layout")},
+            "loras": weights.get("loras") or [], "lineage": lineage, "warnings": r.get("warnings") or [],
+            "files": sorted((r.get("artifacts") or {}).keys()),
+            # the folder's name (new-user review, stop 39: an edit's child read "song 'song'", its request id)
+            "summary": (f"song {saved.path.absolute().name!r}"
+                        + (f" (request id {request.get('id')!r})"
+                           if request.get("id") not in (None, saved.path.absolute().name)
+                           else "")
+                        + f": {r.get('audio_seconds', 0):.2f} s of audio "
+                        f"({r.get('frames')} frames), {len(saved.tokens.score.abc_ids)} ABC tokens, cot "
+                        f"{request.get('cot')}, seed {request.get('seed')}; files verified against result.json"
+                        + ("; score.abc edited since the song was made (render samples new music for it)"
+                           if saved.score_edited else "")
+                        + (f"; rendered from {lineage['parent']}, whose edited score.abc it sampled its music for"
+                           if from_edit else ""))}
+
+
+def _base_model_keys(path: str) -> bool:
+    """Whether the safetensors file at `path` holds the embedded tokenizer or a base tensor of the AR/NAR experts
+    (exact checkpoint names, as no adapter has them): then it is an all-in-one checkpoint, damaged if it does not
+    load — not a VAE decoder because its vae.* tensors are there (break-it: `inspect` said "VAE decoder", exit 0)."""
+    import re
+    from ..weights.checkpoint import TOKENIZER_KEY, read_header
+    if not os.path.isfile(path):
+        return False
+    try:
+        entries = read_header(path)[0]
+    except YuE2Error:
+        return False
+    base = re.compile(r"(text_encoders\.model|model\.diffusion_model)\."
+                      r"(layers\.\d+\.(self_attn|mlp)\.[a-z_]+|embed_tokens)\.weight")
+    return TOKENIZER_KEY in entries or any(base.fullmatch(k) for k in entries)
+
+
+def cmd_inspect(args) -> int:
+    from ..errors import CheckpointError
+    from ..weights.checkpoint import dtype_histogram, inspect_checkpoint, load_tokenizer
+    if os.path.isdir(args.checkpoint) and (os.path.isfile(os.path.join(args.checkpoint, "result.json"))
+                                           or os.path.isfile(os.path.join(args.checkpoint, "batch.json"))):
+        if not os.path.isfile(os.path.join(args.checkpoint, "result.json")):  # a batch folder: name its songs
+            from ..artifacts import batch_folder_hint
+            raise YuE2Error(f"{args.checkpoint} is not a song folder{batch_folder_hint(Path(args.checkpoint))}; "
+                            "inspect one of those")
+        report = _song_report(args.checkpoint)
+        print(report["summary"], file=sys.stderr)
+        print(_json_lines(report))
+        return 0
+    if not os.path.exists(args.checkpoint):
+        from ..weights.locate import HF_FILE, HF_REPO
+        raise CheckpointError(f"checkpoint not found: {args.checkpoint} — no such file or folder; inspect takes the "
+                              "path of a checkpoint (or the vendor's folder), a LoRA, a VAE file or folder, or a song "
+                              f"folder (the release file is {HF_FILE} from https://huggingface.co/{HF_REPO})")
+    dims = None
+    if getattr(args, "model", None):
+        dims = inspect_checkpoint(args.model, own_vae="optional").dims
+    try:  # a vendor folder without a VAE folder is described, the VAE said missing (new-user review, stop 46)
+        info = inspect_checkpoint(args.checkpoint, own_vae="optional")
+    except CheckpointError as exc:
+        from ..errors import DamagedWeightsError
+        # a damaged all-in-one file or vendor folder, not a VAE or adapter (break-it: inspect said "VAE decoder")
+        if isinstance(exc, DamagedWeightsError) or _base_model_keys(args.checkpoint):
+            raise CheckpointError(f"{args.checkpoint} is a YuE2 checkpoint that does not load: {exc}") from None
+        other, reasons = _inspect_other(args.checkpoint, dims)  # a LoRA or a VAE file?
+        if other is None and reasons.get("vae_damaged"):  # break-it: "neither …", the reason on a later line
+            raise CheckpointError(f"{args.checkpoint} is a YuE2 VAE decoder that is refused: "
+                                  f"{reasons['vae']}") from None
+        if other is None:
+            if _looks_like_adapter(args.checkpoint):
+                why = reasons["lora"]
+                if not reasons.get("lora_geometry"):  # the file's own fault, not another model's geometry
+                    raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but is refused: "
+                                          f"{why}") from None
+                geometry = "--model's geometry" if dims is not None else (
+                    "the release geometry (hidden 2048, 28 layers; pass --model CHECKPOINT to check it against "
+                    "another model, e.g. a synthetic one)")
+                raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but does not fit {geometry}: "
+                                      f"{why}") from None
+            folder = os.path.isdir(args.checkpoint)  # a folder may also be a song (new-user finding: not named)
+            raise CheckpointError(f"{args.checkpoint} is neither a YuE2 checkpoint, a VAE decoder"
+                                  f"{', a LoRA adapter nor a song folder' if folder else ' nor a LoRA adapter'}:"
+                                  f"\n  as a checkpoint: {exc}\n  as a VAE decoder: {reasons['vae']}\n"
+                                  f"  as a LoRA adapter: {reasons['lora']}"
+                                  + ("\n  as a song folder: it holds no result.json" if folder else "")) from None
+        if other.get("report"):
+            print(other["report"], file=sys.stderr)  # the human-readable report; JSON on stdout
+        print(_json_lines(other))
+        return 0
+    tok = load_tokenizer(info)
+    if info.vae is None:
+        print(f"warning: the VAE is missing: {args.checkpoint} has no VAE folder (looked for its vae/, a "
+              "m-a-p/YuE2-Vae folder beside it and the Hugging Face cache); to make songs with it give one with "
+              "--vae PATH (a VAE folder or file), or put m-a-p/YuE2-Vae next to it or into its vae/ subfolder",
+              file=sys.stderr)
+    report = {"kind": "checkpoint", **info.to_dict()}
+    report["dtype_histogram"] = dtype_histogram(info)
+    report["tokenizer_vocab"] = tok.vocab_size
+    report["summary"] = info.summary()
+    print(_json_lines(report))
+    return 0
+
+
+def _json_lines(obj) -> str:
+    """JSON with indent 2, lists of plain numbers kept on one line (the VAE's block geometry took 40 lines)."""
+    import re
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+    return re.sub(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]",
+                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+
+
+def _looks_like_adapter(path: str) -> bool:
+    """A folder with adapter_config.json, or a safetensors file whose keys carry LoRA/LoKr/diff roles."""
+    if os.path.isdir(path):
+        return os.path.isfile(os.path.join(path, "adapter_config.json"))
+    try:
+        from ..weights.checkpoint import read_header
+        entries, _, _ = read_header(path)
+    except Exception:  # noqa: BLE001 - only a hint for the message
+        return False
+    roles = ("lora_A", "lora_B", "lora_down", "lora_up", "lokr_w1", "lokr_w2", ".diff")
+    return any(role in k for k in entries for role in roles)
+
+
+def _inspect_other(path: str, dims=None) -> tuple[dict | None, dict]:
+    """`inspect` of a file that is not a checkpoint: a VAE decoder (layout, variant) or a LoRA/LoKr adapter (layout,
+    ranks, modules, scale rule, checked against the release geometry). Returns (description or None, {"vae": why
+    not, "lora": why not})."""
+    from ..errors import YuE2Error as _Err
+    reasons = {}
+    try:
+        from ..weights.vae_files import open_vae
+        vae = open_vae(path)
+        return {"kind": "VAE decoder", "summary": vae.describe(), **vae.record()}, reasons
+    except _Err as exc:
+        from ..errors import DamagedWeightsError
+        reasons["vae"] = str(exc)
+        reasons["vae_damaged"] = isinstance(exc, DamagedWeightsError)  # a VAE, with unusable values
+    try:
+        from ..weights.lora.layouts import RELEASE_DIMS, describe_adapter, read_adapter
+        from ..weights.lora.apply import Applied, check_magnitude
+        adapter = read_adapter(path, dims or RELEASE_DIMS)
+        check_magnitude([Applied(adapter, 1.0, 1.0)])  # damaged factors refused as `generate` refuses them
+    except _Err as exc:
+        from ..errors import AdapterGeometryError
+        reasons["lora"] = str(exc)
+        reasons["lora_geometry"] = isinstance(exc, AdapterGeometryError)
+        return None, reasons
+    return {"kind": "LoRA adapter", "layout": adapter.layout, "ranks": adapter.ranks(),
+            "scale_rule": adapter.scale_rule, "scales": adapter.scales,
+            "modules": {e: len(adapter.modules(e)) for e in ("ar", "nar")}, "replacements": adapter.replacements(),
+            "unmatched": adapter.unmatched, "report": describe_adapter(adapter)}, reasons

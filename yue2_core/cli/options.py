@@ -1,0 +1,124 @@
+"""Parsing and refusing command-line values: numbers, `--lora PATH[:STRENGTH[:NAR_STRENGTH]]`, unknown options."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+
+def _ascii_number(text: str) -> float:
+    """float(text) for a plain ASCII decimal (1, -0.5, 2e-1, .5): ValueError for what float() also takes but nobody
+    types as a strength — other scripts' digits (٣), underscores (1_0), surrounding spaces (break-it finding:
+    FILE:٣ became strength 3). inf and nan pass, for `check_strength` to refuse by name."""
+    if not re.fullmatch(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|inf|infinity|nan)", text,
+                        flags=re.ASCII | re.IGNORECASE):
+        raise ValueError(f"not a number: {text!r}")
+    return float(text)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        _ascii_number(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_lora(value: str) -> tuple[str, float, float]:
+    """--lora PATH[:AR[:NAR]] → (path, strength_ar, strength_nar). Strengths are read from the right, so a path with
+    colons (C:\\x.safetensors) works; one number sets both. Raises argparse.ArgumentTypeError for a strength outside
+    ±5, a strength that is not a number or is empty (PATH:1:), more than two strengths, a missing file, or a path
+    that is a FIFO / device / socket (named: reading one would block)."""
+    from ..errors import AdapterError
+    from ..weights.lora.apply import check_strength
+    parts, nums = value.split(":"), []
+    while len(parts) > 1 and len(nums) < 2:
+        try:
+            _ascii_number(parts[-1])
+            nums.insert(0, parts[-1])  # the text: check_strength tells 1e-400 (underflows to 0) from 0
+        except ValueError:
+            break
+        parts.pop()
+    path = ":".join(parts)
+    try:
+        ar = check_strength(nums[0], "--lora AR strength") if nums else 1.0
+        nar = check_strength(nums[1], "--lora NAR strength") if len(nums) > 1 else ar
+    except AdapterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    from ..weights.checkpoint import not_a_file
+    kind = not_a_file(path)
+    if kind is not None and kind != "a directory":  # a directory may be a PEFT folder
+        raise argparse.ArgumentTypeError(f"LoRA {path!r} is {kind}, not a file (an adapter is a .safetensors or .pt "
+                                         f"file, or a PEFT folder)")
+    if not os.path.exists(path):
+        cut = value.split(":")
+        for k in range(1, len(cut)):  # PATH:abc, PATH:1:, PATH:1:2:3 — the strengths are wrong, not the file
+            if not os.path.exists(":".join(cut[:-k])):
+                continue
+            fields = cut[-k:]
+            bad = next((f for f in fields if f and not _is_number(f)), None)
+            if k > 2 and bad is None and "" not in fields:
+                why = "more than two strengths (at most AR and NAR)"
+            elif bad is not None:
+                why = f"strength {bad!r} is not a number"
+            elif "" in fields:  # break-it (stop 40): PATH:1: was looked for as a file named "PATH:1:"
+                why = "a strength after ':' is empty"
+            else:
+                continue  # PATH:1 where "PATH:1" exists too: said below
+            raise argparse.ArgumentTypeError(f"--lora {value!r}: {why} (forms: PATH, PATH:S for both experts, "
+                                             "PATH:AR:NAR; e.g. adapter.safetensors:0.8 or "
+                                             "adapter.safetensors:1:0.5)")
+        for n in range(1, len(nums) + 1):  # a file whose own name ends in ":<number>" (x:1)
+            longer = ":".join(cut[:len(cut) - len(nums) + n])
+            if os.path.exists(longer):
+                raise argparse.ArgumentTypeError(
+                    f"LoRA file {path!r} not found, but {longer!r} exists: the text after its last ':' was read as "
+                    f"a strength; give the strengths too, e.g. {longer}:1:1 (form: PATH[:AR[:NAR]])")
+        raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found (form: PATH[:AR[:NAR]])")
+    return path, ar, nar
+
+
+def _named(what: str):
+    """An argparse type: the text as given, refusing an empty one — `--abc-file ""` (an unset shell variable) was
+    read as "option not given" and silently changed the request (the model wrote its own lead sheet; the checkpoint
+    search fell through to a download)."""
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{text!r} names no {what} (an unset shell variable?); give its path, or "
+                                             "leave the option out")
+        return text
+    return check
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (new-user review 43: a mistyped option printed the top-level usage and
+    "unrecognized arguments: --max-second 5", naming neither the subcommand nor the option meant; `--cot ful`
+    printed ten lines of usage before its error). The error names the subcommand, the closest option for an
+    unknown one, and where the accepted options are listed."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; {self.prog} --help lists what is accepted\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # reported by the subcommand's parser (its prog, its options), not the top-level one
+            parser = self
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    parser = action.choices.get(getattr(parsed, action.dest, None), self)
+            parser.error(_unrecognized(parser, extra))
+        return parsed
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """argparse's "unrecognized arguments: …", with the closest option of `parser` for each unknown one."""
+    import difflib
+    known = [s for a in parser._actions for s in a.option_strings if a.help != argparse.SUPPRESS]
+    hints = []
+    for word in extra:
+        if word.startswith("-"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if close and close[0] not in hints:
+                hints.append(close[0])
+    text = "unrecognized arguments: " + " ".join(extra)
+    return text + (f" (did you mean {' / '.join(hints)}?)" if hints else "")
