@@ -391,9 +391,10 @@ def _lock(fd: int, wait: bool) -> bool:
 
 
 def _writer_gone(name: str, mtime: float) -> bool:
-    """Whether the writer of the temporary file `name` (`.NAME.PID.XXXXXXXX.tmp`) can no longer be writing it: its
-    process is gone from this host, or (a writer in another pid namespace, e.g. another container on one volume) it
-    has not written for STALE_TMP_SECONDS."""
+    """Whether the writer of the temporary file `name` (`.NAME.PID.XXXXXXXX.tmp`) can no longer be writing it: it
+    has not written for STALE_TMP_SECONDS, or `os.kill` finds no such pid here. A writer in another pid namespace
+    (another container on one volume) may be alive under a pid this one lacks: its flock, held from the file's
+    creation to its rename (`_locked_tmp`), is what keeps its file."""
     if time.time() - mtime > STALE_TMP_SECONDS:
         return True
     try:
@@ -437,6 +438,26 @@ def sweep_stale_tmps(path: str) -> list[str]:
     return removed
 
 
+def _locked_tmp(directory: str, base: str) -> tuple[str, int, bool]:
+    """A new temporary file `.BASE.PID.XXXXXXXX.tmp` in `directory`, open for writing with this writer's flock held
+    (`sweep_stale_tmps` of another run never takes it). A sweep of another pid namespace — where `os.kill` finds no
+    such pid — may take the file between its creation and the lock (review of stop 47: the whole checkpoint was then
+    written into a file with no name, and its rename failed): once locked it must still be its name's, else a new
+    one is made. Returns (path, descriptor, whether the lock is held: not without flock, on Windows)."""
+    for _ in range(5):
+        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask, unlike mkstemp
+        if not _lock(fd, wait=True):  # no flock here: no sweep takes a file either (`sweep_stale_tmps`)
+            return tmp, fd, False
+        try:
+            if os.path.samestat(os.fstat(fd), os.lstat(tmp)):
+                return tmp, fd, True
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise OSError(f"the temporary files written in {directory} keep being removed by another process")
+
+
 def write_safetensors_stream(path: str, specs: list[TensorSpec], tensors: Iterable[torch.Tensor],
                              metadata: dict[str, str],
                              progress: Callable[[int, int, str], None] | None = None) -> int:
@@ -449,9 +470,7 @@ def write_safetensors_stream(path: str, specs: list[TensorSpec], tensors: Iterab
     total = sum(s.nbytes for s in specs)
     directory = os.path.dirname(os.path.abspath(path))
     sweep_stale_tmps(path)  # what a killed run of this writer left
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask, unlike mkstemp
-    _lock(fd, wait=True)  # held while it is written: `sweep_stale_tmps` of another run never takes it
+    tmp, fd, locked = _locked_tmp(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(_header(specs, metadata))
@@ -466,7 +485,10 @@ def write_safetensors_stream(path: str, specs: list[TensorSpec], tensors: Iterab
                 raise RuntimeError(f"got {count} tensors for {len(specs)} header entries")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            if locked:  # before the close drops the lock: a sweep never takes the finished file
+                os.replace(tmp, path)
+        if not locked:  # Windows: an open file cannot be renamed
+            os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -1,0 +1,69 @@
+"""Found reviewing the stop-47 change set (844151e..412a273): what its new code still got wrong."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _other_namespace_sweep(monkeypatch, target):
+    """A `sweep_stale_tmps` of another run whose pid namespace does not hold this writer's pid (another container on
+    the same volume): `os.kill(pid, 0)` says no such process, so only the writer's flock keeps its file."""
+    from yue2_core.weights import synthetic
+
+    def sweep():
+        real_kill = os.kill
+
+        def kill(pid, sig):
+            raise ProcessLookupError(pid)
+        monkeypatch.setattr(os, "kill", kill)
+        try:
+            return synthetic.sweep_stale_tmps(str(target))
+        finally:
+            monkeypatch.setattr(os, "kill", real_kill)
+    return sweep
+
+
+def _write(target):
+    import torch
+    from yue2_core.weights.synthetic import TensorSpec, write_safetensors_stream
+    spec = TensorSpec("w", (2, 2), "F32", "normal", "w")
+    return write_safetensors_stream(str(target), [spec], [torch.zeros(2, 2)], {})
+
+
+def test_a_finished_checkpoint_write_keeps_its_lock_until_the_rename(tmp_path, monkeypatch):
+    """The writer closed its temporary file — dropping the flock — before renaming it into place: a sweep of another
+    pid namespace in that moment took the complete file, and the rename failed with a FileNotFoundError traceback
+    after the whole checkpoint (7.8 GB for the full profile) had been written."""
+    target = tmp_path / "t.safetensors"
+    sweep = _other_namespace_sweep(monkeypatch, target)
+    real_replace = os.replace
+    swept = []
+
+    def replace(src, dst, *a, **k):
+        if str(src).endswith(".tmp"):
+            swept.extend(sweep())
+        return real_replace(src, dst, *a, **k)
+    monkeypatch.setattr(os, "replace", replace)
+    _write(target)
+    assert target.is_file() and swept == [], swept
+
+
+def test_a_checkpoint_write_swept_before_its_lock_starts_again(tmp_path, monkeypatch):
+    """Between the temporary file's creation and the writer's flock, a sweep of another pid namespace could take
+    the new, empty file: the writer then wrote the whole checkpoint into a file with no name and its rename failed
+    (FileNotFoundError). The writer now checks, once it holds the lock, that the file is still its name's."""
+    from yue2_core.weights import synthetic
+    target = tmp_path / "t.safetensors"
+    sweep = _other_namespace_sweep(monkeypatch, target)
+    real_lock = synthetic._lock
+    swept = []
+
+    def lock(fd, wait):
+        if wait and not swept:
+            swept.extend(sweep())  # lands in the window: the file is there, unlocked
+        return real_lock(fd, wait)
+    monkeypatch.setattr(synthetic, "_lock", lock)
+    _write(target)
+    assert len(swept) == 1 and target.is_file()
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
