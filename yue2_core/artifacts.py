@@ -573,8 +573,12 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         fsync_folder(tmp)  # the folder's entries, as the files' data: the rename must not publish a folder lost later
         if out.exists():
             out.rmdir()
-        with signals_held():  # an interrupt is delivered once the caller knows the song is in place
-            os.rename(tmp, out)
+        with signals_held():  # an interrupt is delivered once the caller knows the song is in place and its
+            os.rename(tmp, out)  # rename is synced (was: the sync came after the delivery, so never ran then)
+            try:  # the rename itself, so the song outlives a crash or power cut (in place: never an error now)
+                fsync_folder(out.parent)
+            except OSError:
+                pass
             if on_saved is not None:
                 on_saved(out)
     except OSError as exc:
@@ -583,10 +587,6 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    try:  # the rename itself, so the song outlives a crash or power cut (the song is in place: never an error now)
-        fsync_folder(out.parent)
-    except OSError:
-        pass
     return out
 
 

@@ -67,3 +67,28 @@ def test_a_checkpoint_write_swept_before_its_lock_starts_again(tmp_path, monkeyp
     _write(target)
     assert len(swept) == 1 and target.is_file()
     assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
+
+
+def test_an_interrupt_just_after_the_rename_still_syncs_the_rename(tmp_path, monkeypatch):
+    """`write_song_dir` delivers an interrupt held over the rename right after it, and the parent folder's fsync —
+    what makes the rename outlive a power cut (stop 45) — came after that delivery, so it never ran, though the
+    command then says `interrupted after the song was saved: … is complete` and exits 0."""
+    import signal
+    from yue2_core import artifacts
+    synced, real_rename, real_sync = [], os.rename, artifacts.fsync_folder
+
+    def rename(src, dst, *a, **k):
+        real_rename(src, dst, *a, **k)
+        if str(src).endswith(".partial"):
+            signal.raise_signal(signal.SIGINT)
+
+    def fsync_folder(folder):
+        synced.append((os.path.abspath(folder), os.path.isdir(tmp_path / "song")))
+        return real_sync(folder)
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(artifacts, "fsync_folder", fsync_folder)
+    noted = []
+    with pytest.raises(KeyboardInterrupt):
+        artifacts.write_song_dir(tmp_path / "song", {"a.txt": b"x"}, {"status": "complete"}, on_saved=noted.append)
+    assert noted == [tmp_path / "song"] and (tmp_path / "song" / "result.json").is_file()
+    assert (str(tmp_path), True) in synced, synced  # the parent, after the rename
