@@ -92,3 +92,21 @@ def test_an_interrupt_just_after_the_rename_still_syncs_the_rename(tmp_path, mon
         artifacts.write_song_dir(tmp_path / "song", {"a.txt": b"x"}, {"status": "complete"}, on_saved=noted.append)
     assert noted == [tmp_path / "song"] and (tmp_path / "song" / "result.json").is_file()
     assert (str(tmp_path), True) in synced, synced  # the parent, after the rename
+
+
+def test_the_readme_quotes_from_the_idle_cpu_log_only_what_it_holds():
+    """README "How long" (stop 47) cited docs/experiments/cpu_song_times_2026-12-06_ac2d09f.log for ≈ 85 tokens/s,
+    the render's 0.4 s and the VAE's 0.6 s; that log holds only whole-command seconds (bench/cpu_song_times.sh
+    times the command). What stands before the citation, in the same list item, must be in the log."""
+    import re
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    log_name = "cpu_song_times_2026-12-06_ac2d09f.log"
+    log = (repo / "docs" / "experiments" / log_name).read_text("utf-8")
+    readme = (repo / "README.md").read_text("utf-8")
+    item = next(i for i in re.split(r"\n\s*- ", readme) if "idle 2-core machine" in i and log_name in i)
+    before = " ".join(item.split(log_name)[0].split())
+    assert "tokens/s" not in before or re.search(r"tok(ens)?/s", log), before
+    logged = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?) s\b", log)]
+    for seconds in re.findall(r"(\d+(?:\.\d+)?) s\b", before):  # as rounded in the README
+        assert any(abs(float(seconds) - x) <= 0.5 for x in logged), (seconds, before)
