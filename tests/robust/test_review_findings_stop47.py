@@ -140,3 +140,32 @@ def test_an_unwritable_triton_cache_without_a_temporary_folder_is_said(tmp_path,
     monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
     with pytest.raises(RequestError, match="set TRITON_CACHE_DIR to a writable folder"):
         warmup.ensure_cache_dir()
+
+
+
+def _inspect(capsys, *args) -> tuple[int, str, str]:
+    from yue2_core.__main__ import main
+    rc = main(["inspect", *map(str, args)])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_inspect_describes_a_song_whose_audio_was_tagged_or_moved(tmp_path, tiny_paths, capsys):
+    """Was: `inspect` refused such a song (`audio.flac is … bytes but result.json lists …`) while `render` takes it
+    (the diff review of stop 47): it now says what changed (the JSON's `audio_changed`, the summary line on stderr)
+    and still verifies every other file."""
+    import json
+    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    rc, out, err = _inspect(capsys, song)
+    assert rc == 0 and json.loads(out)["audio_changed"] is None, out
+    assert "files verified against result.json" in err and "audio.flac" not in err, err
+    _retag(song / "audio.flac")
+    rc, out, err = _inspect(capsys, song)
+    assert rc == 0 and json.loads(out)["audio_changed"] == "changed", (out, err)
+    assert "audio.flac differs from the one saved" in err, err
+    (song / "audio.flac").unlink()
+    rc, out, err = _inspect(capsys, song)
+    assert rc == 0 and json.loads(out)["audio_changed"] == "missing" and "audio.flac is missing" in err, (out, err)
+    (song / "latent.npy").write_bytes(b"x")  # the other files stay held to their hashes
+    rc, out, err = _inspect(capsys, song)
+    assert rc == 2 and "latent.npy" in err, (out, err)

@@ -9,15 +9,22 @@ from pathlib import Path
 from ..errors import YuE2Error
 
 
+_AUDIO_WORDS = {"missing": "is missing (moved away?): `render` makes it again from the tokens",
+                "changed": "differs from the one saved (tagged or re-encoded?): `render` makes it again from the "
+                           "tokens; ComfyUI's Load Song needs the original"}
+
+
 def _song_report(path: str) -> dict:
     """What `inspect` says of a song folder (generate/render/batch output): its files verified against their hashes
     (`artifacts.load_song`, ArtifactError naming a damaged file), the request, the lengths (ABC tokens; music frames
     at 25/s and seconds; audio samples at 48 kHz), whether budgets cut it, the weights it was made with.
     `score_edited`: this folder's score.abc was edited after the song was saved (render samples new music for it);
     `lineage.parent_score_edited`: the song was rendered from a parent whose score.abc had been edited (a song saved
-    before 2026-12-06 records it as lineage "score_edited", shown under the new name)."""
+    before 2026-12-06 records it as lineage "score_edited", shown under the new name). `audio_changed`: audio.flac
+    is "missing" or "changed" since the save (a tag editor rewrote it, it was moved) — said, not refused, as `render`
+    takes such a song (stop-47 review); every other file is still verified."""
     from ..artifacts import load_song
-    saved = load_song(path, edited_ok=True)
+    saved = load_song(path, edited_ok=True, audio_ok=True)
     r, request = saved.result, saved.tokens.request
     weights = r.get("weights") or {}
     mot = weights.get("mot") or {}
@@ -30,6 +37,7 @@ def _song_report(path: str) -> dict:
                         "cot": request.get("cot"), "seed": request.get("seed"), "cfg_scale": request.get("cfg_scale"),
                         "id": request.get("id")},
             "abc_tokens": len(saved.tokens.score.abc_ids), "score_edited": saved.score_edited,
+            "audio_changed": saved.audio_changed,
             "music_frames": r.get("frames"), "audio_seconds": r.get("audio_seconds"),
             "sample_rate": r.get("sample_rate"), "truncated_by_budget": r.get("truncated"),
             "checkpoint": {"path": mot.get("path"), "format": mot.get("format"), "layout": mot.get("layout")},
@@ -42,7 +50,9 @@ def _song_report(path: str) -> dict:
                            else "")
                         + f": {r.get('audio_seconds', 0):.2f} s of audio "
                         f"({r.get('frames')} frames), {len(saved.tokens.score.abc_ids)} ABC tokens, cot "
-                        f"{request.get('cot')}, seed {request.get('seed')}; files verified against result.json"
+                        f"{request.get('cot')}, seed {request.get('seed')}; "
+                        + (f"audio.flac {_AUDIO_WORDS[saved.audio_changed]}; the other files verified against "
+                           "result.json" if saved.audio_changed else "files verified against result.json")
                         + ("; score.abc edited since the song was made (render samples new music for it)"
                            if saved.score_edited else "")
                         + (f"; rendered from {lineage['parent']}, whose edited score.abc it sampled its music for"
