@@ -23,7 +23,7 @@ PY="$VENV/bin/python"
 want_help=0
 for a in "$@"; do [ "$a" = --help ] || [ "$a" = -h ] && want_help=1; done
 if [ "$want_help" = 1 ]; then
-    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     echo
     echo "Defaults song.sh adds when the option is not given: --max-seconds 20, --output out/song-DATE-TIME, the"
     echo "example --style-file / --lyrics-file (examples/), and with no checkpoint found its synthetic file with"

@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --setup-only) setup_only=1 ;;
         --no-browser) browser=0 ;;
-        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         --) shift; pytest_args+=("$@"); break ;;
         *) pytest_args+=("$1") ;;
     esac

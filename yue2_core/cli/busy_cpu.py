@@ -7,8 +7,13 @@ import sys
 import time
 
 
-BUSY_SAMPLE_S = 0.2  # how long the per-core counters of /proc/stat are watched under an affinity limit
-BUSY_SHARE = 0.75  # the share of the usable cores' time other jobs must take for the note (2 cores: 1.5 of them)
+BUSY_SAMPLE_S = 0.2  # how long the per-core counters of /proc/stat are watched below a full load
+# Other jobs holding about one core of the cores this process may use are enough for the note: PyTorch runs one
+# thread per usable core, and the thread that shares its core with the other job holds up every parallel step
+# (new-user review, stop 47: one busy loop beside `bash scripts/song.sh` on 2 idle cores — load 1.2 — sampled
+# 11–15 tokens/s, 38 with OMP_NUM_THREADS=1, and no note, when the rule wanted 1.5 of the 2 cores busy)
+OTHER_JOB_CORES = 0.8
+SAMPLE_FROM_LOAD = 0.5  # below this 1-minute load no job has run for long: no /proc/stat sample (0.2 s) is taken
 
 
 def _cpu_ticks(path: str = "/proc/stat") -> dict[int, tuple[int, int]]:
@@ -69,7 +74,9 @@ def _note_busy_cpu() -> None:
     --cpuset-cpus`: `os.sched_getaffinity` smaller than the host) a load below the host's cores says nothing of the
     cores this process may use — 3 jobs on a 64-core host may run on them or on the 62 others — so their own
     counters in /proc/stat are watched for BUSY_SAMPLE_S instead (leftover of stop 46: the load compared with the
-    2 usable cores printed a false note in a container pinned to 2 of 64 cores whenever the host ran 2 jobs)."""
+    2 usable cores printed a false note in a container pinned to 2 of 64 cores whenever the host ran 2 jobs). Below
+    a full load those counters decide on a whole machine too (new-user review, stop 47: one other job on 2 cores,
+    load 1.2, made sampling 2.5–4 times slower without a note); the load alone could be this user's previous run."""
     if os.environ.get("OMP_NUM_THREADS"):
         return
     try:
@@ -81,17 +88,18 @@ def _note_busy_cpu() -> None:
         cpus = set(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # macOS and Windows have no sched_getaffinity
         cpus = set()
-    if not cpus or len(cpus) >= host:
-        if load < host:
-            return
-        said = f"load {load:.1f} on {host} cores"
-    elif load >= host:  # every core of the host is busy, so are this process's
-        said = f"load {load:.1f} on the host's {host} cores, {len(cpus)} of which this process may use"
-    else:
+    whole = not cpus or len(cpus) >= host
+    if load >= host:  # every core of the host is busy, so are this process's
+        said = (f"load {load:.1f} on {host} cores" if whole else
+                f"load {load:.1f} on the host's {host} cores, {len(cpus)} of which this process may use")
+    elif len(cpus) < 2 or (whole and load < SAMPLE_FROM_LOAD):
+        return  # no per-core counters (macOS, Windows), one core (one thread: nothing to gain), nothing ran long
+    else:  # a load below the cores: other jobs on one of them, or this user's own last run? Their counters tell
         share = _busy_share(cpus)
-        if share is None or share < BUSY_SHARE:
+        if share is None or share * len(cpus) < OTHER_JOB_CORES:
             return
-        said = (f"other jobs kept the {len(cpus)} cores this process may use {share:.0%} busy; load {load:.1f} on "
+        said = (f"other jobs kept the {len(cpus)} cores {share:.0%} busy; load {load:.1f}" if whole else
+                f"other jobs kept the {len(cpus)} cores this process may use {share:.0%} busy; load {load:.1f} on "
                 f"the host's {host} cores")
     print(f"NOTE: this CPU is busy ({said}) and OMP_NUM_THREADS is not set: PyTorch's threads then compete with the "
           "other jobs, which can make sampling several times slower; put OMP_NUM_THREADS=1 before the command "
