@@ -74,3 +74,29 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def busy_cpu(monkeypatch, tmp_path):
+    """The busy-CPU note's inputs (`yue2_core.cli.busy_cpu`), set per test: `busy_cpu(load, host cores, affinity
+    mask, /proc/stat samples)` → the module; reading /proc/stat more often than samples were given fails the test."""
+    import yue2_core.cli.busy_cpu as cli
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cli, "BUSY_SAMPLE_S", 0)
+    state = {"samples": []}
+    real = cli._cpu_ticks
+    monkeypatch.setattr(cli, "_cpu_ticks", lambda path="/proc/stat": (
+        real(state["samples"].pop(0)) if state["samples"] else pytest.fail("/proc/stat read without a sample")))
+
+    def setup(load, host, affinity, samples=()):
+        monkeypatch.setattr(cli.os, "getloadavg", lambda: (load, load, load))
+        monkeypatch.setattr(cli.os, "cpu_count", lambda: host)
+        monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: set(affinity), raising=False)
+        files = []
+        for n, text in enumerate(samples):
+            path = tmp_path / f"stat{n}"
+            path.write_text(text)
+            files.append(str(path))
+        state["samples"] = files
+        return cli
+    return setup

@@ -163,3 +163,11 @@ def signal_when(proc: subprocess.Popen, marker: str, sig: int, timeout: float = 
         timer.cancel()
     assert sent, f"{marker!r} never appeared on stderr:\n" + "".join(lines)[-2000:]
     return "".join(lines)
+
+
+def proc_stat(*cores) -> str:
+    """A /proc/stat of the given (busy, idle) ticks per CPU (busy as user time), for the busy-CPU note's tests."""
+    lines = [f"cpu  {sum(b for b, _ in cores)} 0 0 {sum(i for _, i in cores)} 0 0 0 0 0 0"]
+    lines += [f"cpu{n} {b} 0 0 {i} 0 0 0 0 0 0" for n, (b, i) in enumerate(cores)]
+    return "\n".join(lines + ["intr 1 2 3", "ctxt 5"]) + "\n"
+

@@ -12,72 +12,44 @@ from pathlib import Path
 
 import pytest
 
+from robust_helpers import proc_stat
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------------------------------------- the busy-CPU note
-
-def _stat(*cores) -> str:
-    """A /proc/stat of the given (busy, idle) ticks per CPU (busy as user time)."""
-    lines = [f"cpu  {sum(b for b, _ in cores)} 0 0 {sum(i for _, i in cores)} 0 0 0 0 0 0"]
-    lines += [f"cpu{n} {b} 0 0 {i} 0 0 0 0 0 0" for n, (b, i) in enumerate(cores)]
-    return "\n".join(lines + ["intr 1 2 3", "ctxt 5"]) + "\n"
-
-
-@pytest.fixture
-def cpu(monkeypatch, tmp_path):
-    """The note's inputs: load, host cores, affinity mask and the /proc/stat samples (none given: reading fails)."""
-    import yue2_core.cli.busy_cpu as cli
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(cli, "BUSY_SAMPLE_S", 0)
-    state = {"samples": []}
-    real = cli._cpu_ticks
-    monkeypatch.setattr(cli, "_cpu_ticks", lambda path="/proc/stat": (
-        real(state["samples"].pop(0)) if state["samples"] else pytest.fail("/proc/stat read without a sample")))
-
-    def setup(load, host, affinity, samples=()):
-        monkeypatch.setattr(cli.os, "getloadavg", lambda: (load, load, load))
-        monkeypatch.setattr(cli.os, "cpu_count", lambda: host)
-        monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: set(affinity), raising=False)
-        files = []
-        for n, text in enumerate(samples):
-            path = tmp_path / f"stat{n}"
-            path.write_text(text)
-            files.append(str(path))
-        state["samples"] = files
-        return cli
-    return setup
-
 
 NOTE_END = ("and OMP_NUM_THREADS is not set: PyTorch's threads then compete with the other jobs, which can make "
             "sampling several times slower; put OMP_NUM_THREADS=1 before the command (README, \"A CPU another job "
             "shares?\")\n")
 
 
-def test_one_other_job_on_a_two_core_machine_gets_the_note(cpu, capsys):
+def test_one_other_job_on_a_two_core_machine_gets_the_note(busy_cpu, capsys):
     """One busy loop beside `bash scripts/song.sh` on 2 cores: load 1.2, 11–15 tokens/s against 38 with
     OMP_NUM_THREADS=1, and no note (the rule wanted a load of 2). The cores' counters show one core taken."""
-    cli = cpu(1.2, 2, {0, 1}, [_stat((1000, 9000), (1000, 9000)), _stat((1100, 9000), (1000, 9100))])
+    cli = busy_cpu(1.2, 2, {0, 1}, [proc_stat((1000, 9000), (1000, 9000)), proc_stat((1100, 9000), (1000, 9100))])
     cli._note_busy_cpu()
     said = "other jobs kept the 2 cores 50% busy; load 1.2"
     assert capsys.readouterr().err == f"NOTE: this CPU is busy ({said}) " + NOTE_END
 
 
 @pytest.mark.parametrize("load, cores, samples", [
-    (1.5, 2, [_stat((1000, 9000), (1000, 9000)), _stat((1002, 9098), (1000, 9100))]),  # idle: an earlier run's load
-    (1.2, 2, [_stat((1000, 9000), (1000, 9000)), _stat((1030, 9070), (1000, 9100))]),  # a light job: 0.3 of a core
+    # idle: an earlier run's load
+    (1.5, 2, [proc_stat((1000, 9000), (1000, 9000)), proc_stat((1002, 9098), (1000, 9100))]),
+    # a light job: 0.3 of a core
+    (1.2, 2, [proc_stat((1000, 9000), (1000, 9000)), proc_stat((1030, 9070), (1000, 9100))]),
     (0.3, 2, []),  # nothing ran for long: no sample taken (the fixture fails a read)
     (0.9, 1, [])])  # one core: PyTorch runs one thread there, OMP_NUM_THREADS=1 changes nothing
-def test_no_note_for_an_earlier_run_a_light_job_or_a_quiet_machine(cpu, capsys, load, cores, samples):
-    cli = cpu(load, cores, set(range(cores)), samples)
+def test_no_note_for_an_earlier_run_a_light_job_or_a_quiet_machine(busy_cpu, capsys, load, cores, samples):
+    cli = busy_cpu(load, cores, set(range(cores)), samples)
     cli._note_busy_cpu()
     assert capsys.readouterr().err == ""
 
 
-def test_one_other_job_on_the_cores_of_a_pinned_container_gets_the_note(cpu, capsys):
+def test_one_other_job_on_the_cores_of_a_pinned_container_gets_the_note(busy_cpu, capsys):
     """A container pinned to 2 of 64 cores: 50% of its 2 cores taken by another job was no note (the rule wanted
     75%); one core's worth is enough, as on a whole machine."""
-    cli = cpu(1.2, 64, {0, 1}, [_stat(*[(1000, 9000)] * 64), _stat((1100, 9000), *[(1000, 9100)] * 63)])
+    cli = busy_cpu(1.2, 64, {0, 1}, [proc_stat(*[(1000, 9000)] * 64), proc_stat((1100, 9000), *[(1000, 9100)] * 63)])
     cli._note_busy_cpu()
     assert capsys.readouterr().err.startswith(
         "NOTE: this CPU is busy (other jobs kept the 2 cores this process may use 50% busy; load 1.2 on the host's 64 "
