@@ -305,7 +305,7 @@ def cmd_render(args) -> int:
     _check_budget_fits(args.max_seconds, None)
     saved = load_song(args.song, edited_ok=True, audio_ok=True)  # the song folder checked before any checkpoint is
     # looked for; its audio.flac is not read (a tag editor's rewrite, a file moved away: stop-47 review)
-    if saved.audio_changed:
+    if saved.audio_changed in ("missing", "changed"):  # "tagged": the saved samples, nothing to say
         how = ("is missing" if saved.audio_changed == "missing"
                else "has changed since the song was saved (a tag editor?)")
         print(f"note: {Path(args.song) / 'audio.flac'} {how}; render does not use it: the music tokens, score and "

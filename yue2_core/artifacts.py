@@ -12,7 +12,8 @@
                      vendor's `SymbolicPlan.load(dir)` restores the exact ids from our folders
     result.json      status, identity (sha256 of the canonical request/config/weights JSON, the vendor's rule),
                      weights (the vendor's {"mot", "vae"} entries, plus our "loras"), timings, truncation flags,
-                     {file: {sha256, bytes}} for every other file, and `result_sha256`: the hash of result.json's
+                     {file: {sha256, bytes}} for every other file (audio.flac also `samples_sha256`, its decoded
+                     samples' hash: a retagged file still loads), and `result_sha256`: the hash of result.json's
                      values (all but the manifest and itself; an edited seed or budget is refused at load)
 
 Everything is written into a temporary sibling directory and renamed into place, so a failed or cancelled save
@@ -139,6 +140,24 @@ def flac_bytes(audio: torch.Tensor, sample_rate: int = SAMPLE_RATE) -> bytes:
                             "was saved")
     return encoded
 
+
+
+def flac_samples_sha256(source) -> str | None:
+    """sha256 of the samples a FLAC holds — its channel count, rate and every frame's int32 values (PCM_24 scaled,
+    exact: FLAC is lossless) — from `source`, its bytes or a path; None when it does not decode. What a song's
+    manifest records beside audio.flac's file hash (`samples_sha256`), so a file whose tags or container a player
+    or tag editor rewrote is told from different audio (stop 47: such a song was refused by Load Song, Regenerate
+    and Continue, which read its samples)."""
+    import soundfile as sf
+    h = hashlib.sha256()
+    try:
+        with signals_held(), sf.SoundFile(io.BytesIO(source) if isinstance(source, bytes) else str(source)) as f:
+            h.update(f"{f.channels}:{f.samplerate}:".encode())
+            for block in f.blocks(blocksize=1 << 16, dtype="int32", always_2d=True):
+                h.update(block.astype("<i4", copy=False).tobytes())
+    except Exception:  # libsndfile's own error types: not a FLAC (any more)
+        return None
+    return h.hexdigest()
 
 @contextlib.contextmanager
 def signals_held():
@@ -564,6 +583,8 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         for name, data in files.items():
             (tmp / name).write_bytes(data)
             manifest[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+            if name == "audio.flac" and (samples := flac_samples_sha256(data)) is not None:
+                manifest[name]["samples_sha256"] = samples
         (tmp / "result.json").write_bytes(_json_bytes(seal_result({**result, "artifacts": manifest})))
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
@@ -720,7 +741,15 @@ class SavedSong:
     result: dict
     config: dict
     score_edited: bool = False
-    audio_changed: str | None = None  # with `load_song(audio_ok=True)`: "missing" / "changed" (audio.flac), else None
+    audio_changed: str | None = None  # audio.flac "tagged" (other bytes, the saved samples; any load), "missing" /
+    # "changed" (with `load_song(audio_ok=True)`), else None
+
+
+def _same_samples(path: Path, meta: dict) -> bool:
+    """Whether audio.flac at `path`, whose bytes differ from the saved file's, holds the saved samples (its manifest
+    entry's `samples_sha256`, recorded since stop 47; an older song's entry has none: False)."""
+    want = meta.get("samples_sha256")
+    return isinstance(want, str) and flac_samples_sha256(path) == want
 
 
 def _sha256_file(path: Path) -> str:
@@ -986,7 +1015,8 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
     allow_pickle=False; only files listed in the manifest are read. `audio_ok` (for `render`, which never reads the
     audio): an audio.flac that is missing or changed — a tag editor rewrites it, a user moves it into a DAW project —
     is no error; `audio_changed` says which (stop-47 review: such a song could not be re-rendered, though its tokens,
-    score and latents verify)."""
+    score and latents verify). An audio.flac whose bytes differ but whose samples are the saved ones (the manifest's
+    `samples_sha256`: a player or tag editor rewrote its tags) is accepted by every load, `audio_changed` "tagged"."""
     from .constants import CODEC_SIZE, CONTEXT, COT_MODES, DEFAULT_CFG, EOD, LATENT_DIM, VOCAB_SIZE
     from .errors import BudgetError, ScoreError
     from .protocol import MAX_TEXT_CHARS, SEED_MAX
@@ -1037,9 +1067,13 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
             cap = MAX_JSON_BYTES if name.endswith(".json") else MAX_SONG_FILE_BYTES
             if size > cap:
                 raise ArtifactError(f"{root}: {name} is {size:,} bytes, more than such a file can be ({cap:,})")
-            if audio_ok and name == "audio.flac" and type(meta.get("bytes")) is int and meta["bytes"] != size:
-                audio_changed = "changed"
-                continue
+            if name == "audio.flac" and type(meta.get("bytes")) is int and meta["bytes"] != size:
+                if _same_samples(path, meta):
+                    audio_changed = "tagged"
+                    continue
+                if audio_ok:
+                    audio_changed = "changed"
+                    continue
             if name != "score.abc" and type(meta.get("bytes")) is int and meta["bytes"] != size:
                 raise ArtifactError(f"{root}: {name} is {size:,} bytes but result.json lists {meta['bytes']:,} "
                                     f"(modified or damaged){_restore_hint(root, name, manifest)}")
@@ -1057,6 +1091,9 @@ def load_song(song_dir: str | os.PathLike, tokenizer=None, edited_ok: bool = Fal
         if digest != meta["sha256"]:
             if name == "score.abc" and (tokenizer is not None or edited_ok):
                 edited = True
+                continue
+            if name == "audio.flac" and _same_samples(path, meta):
+                audio_changed = "tagged"
                 continue
             if name == "audio.flac" and audio_ok:
                 audio_changed = "changed"

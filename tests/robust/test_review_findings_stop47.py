@@ -70,6 +70,51 @@ def _retag(flac):
     os.replace(str(flac) + ".new", flac)
 
 
+def _resample(flac):
+    """Audio.flac with other samples (one changed by one step): what an audio editor's save does."""
+    import soundfile as sf
+    data, rate = sf.read(str(flac), dtype="int32", always_2d=True)
+    data[0, 0] += 256  # one 24-bit step
+    sf.write(str(flac) + ".new", data, rate, subtype="PCM_24", format="FLAC")
+    os.replace(str(flac) + ".new", flac)
+
+
+def test_a_retagged_song_loads_everywhere_with_its_samples(tmp_path, tiny_paths, capsys):
+    """Was: a song whose audio.flac a player or tag editor had retagged (same samples, other bytes) was refused by
+    Load Song, Regenerate and Continue (`… does not match its sha256`); the manifest now records a digest of the
+    samples (`samples_sha256`), so such a file loads, `audio_changed` "tagged", and its samples are the saved ones."""
+    import hashlib
+    import json
+    from yue2_core.edit import read_audio
+    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    entry = json.loads((song / "result.json").read_text())["artifacts"]["audio.flac"]
+    assert len(entry["samples_sha256"]) == 64
+    before = read_audio(song / "audio.flac")
+    _retag(song / "audio.flac")
+    assert hashlib.sha256((song / "audio.flac").read_bytes()).hexdigest() != entry["sha256"]
+    saved = load_song(song)
+    assert saved.audio_changed == "tagged" and read_audio(song / "audio.flac").equal(before)
+    rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again", "--steps", "1", "--device", "cpu")
+    assert rc == 0 and "has changed since the song was saved" not in err, err
+
+
+def test_a_retagged_song_saved_before_the_digest_is_refused_as_before(tmp_path, tiny_paths, capsys):
+    """A song saved before the samples digest (no `samples_sha256` in its manifest) cannot tell new tags from new
+    samples: Load Song refuses it as before; `render` and `inspect` take it (`audio_changed` "changed")."""
+    import json
+    import pytest
+    from yue2_core.artifacts import seal_result
+    from yue2_core.errors import ArtifactError
+    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    result = json.loads((song / "result.json").read_text())
+    del result["artifacts"]["audio.flac"]["samples_sha256"]
+    (song / "result.json").write_text(json.dumps(seal_result(result)))
+    _retag(song / "audio.flac")
+    with pytest.raises(ArtifactError, match="audio.flac"):
+        load_song(song)
+    assert load_song(song, audio_ok=True).audio_changed == "changed"
+
+
 def test_a_song_whose_audio_was_tagged_or_moved_away_still_renders(tmp_path, tiny_paths, capsys):
     """Was: `render` refused the song — `audio.flac is … bytes but result.json lists … (modified or damaged)` /
     `audio.flac is missing` — though render never reads the audio and its tokens, score and latents verify: a song
@@ -78,8 +123,8 @@ def test_a_song_whose_audio_was_tagged_or_moved_away_still_renders(tmp_path, tin
     import pytest
     from yue2_core.errors import ArtifactError
     song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
-    _retag(song / "audio.flac")
-    with pytest.raises(ArtifactError, match="audio.flac"):  # Load Song, regenerate, continue: as before
+    _resample(song / "audio.flac")  # other samples: Load Song, regenerate, continue refuse it, as before
+    with pytest.raises(ArtifactError, match="audio.flac"):
         load_song(song)
     assert load_song(song, audio_ok=True).audio_changed == "changed"
     rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again", "--steps", "1", "--device", "cpu")
@@ -160,6 +205,10 @@ def test_inspect_describes_a_song_whose_audio_was_tagged_or_moved(tmp_path, tiny
     assert rc == 0 and json.loads(out)["audio_changed"] is None, out
     assert "files verified against result.json" in err and "audio.flac" not in err, err
     _retag(song / "audio.flac")
+    rc, out, err = _inspect(capsys, song)
+    assert rc == 0 and json.loads(out)["audio_changed"] == "tagged", (out, err)
+    assert "but the saved samples" in err, err
+    _resample(song / "audio.flac")
     rc, out, err = _inspect(capsys, song)
     assert rc == 0 and json.loads(out)["audio_changed"] == "changed", (out, err)
     assert "audio.flac differs from the one saved" in err, err

@@ -9,9 +9,11 @@ from pathlib import Path
 from ..errors import YuE2Error
 
 
-_AUDIO_WORDS = {"missing": "is missing (moved away?): `render` makes it again from the tokens",
-                "changed": "differs from the one saved (tagged or re-encoded?): `render` makes it again from the "
-                           "tokens; ComfyUI's Load Song needs the original"}
+_AUDIO_WORDS = {"tagged": "has other bytes than the one saved (tags rewritten?) but the saved samples",
+                "missing": "is missing (moved away?): `render` makes it again from the tokens",
+                "changed": "differs from the one saved (other samples, or new tags on a song saved before 2026-12-06, "
+                           "which records no digest of its samples): `render` makes it again from the tokens; "
+                           "ComfyUI's Load Song needs the original"}
 
 
 def _song_report(path: str) -> dict:
@@ -21,8 +23,8 @@ def _song_report(path: str) -> dict:
     `score_edited`: this folder's score.abc was edited after the song was saved (render samples new music for it);
     `lineage.parent_score_edited`: the song was rendered from a parent whose score.abc had been edited (a song saved
     before 2026-12-06 records it as lineage "score_edited", shown under the new name). `audio_changed`: audio.flac
-    is "missing" or "changed" since the save (a tag editor rewrote it, it was moved) — said, not refused, as `render`
-    takes such a song (stop-47 review); every other file is still verified."""
+    is "tagged" (other bytes, the saved samples), "missing" or "changed" since the save — said, not refused, as
+    `render` takes such a song (stop-47 review); every other file is still verified."""
     from ..artifacts import load_song
     saved = load_song(path, edited_ok=True, audio_ok=True)
     r, request = saved.result, saved.tokens.request
