@@ -218,3 +218,18 @@ def test_inspect_describes_a_song_whose_audio_was_tagged_or_moved(tmp_path, tiny
     (song / "latent.npy").write_bytes(b"x")  # the other files stay held to their hashes
     rc, out, err = _inspect(capsys, song)
     assert rc == 2 and "latent.npy" in err, (out, err)
+
+
+def test_resume_names_the_changed_audio_of_a_song_without_the_samples_digest(tmp_path, tiny_paths, capsys):
+    """--resume's check of a song folder whose verification failed: a song saved before the samples digest whose
+    audio.flac was retagged is still named for its audio (kept, never redone), as before stop 47."""
+    import json
+    from yue2_core.artifacts import seal_result
+    from yue2_core.batch.driver import _metadata_edited
+    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    result = json.loads((song / "result.json").read_text())
+    del result["artifacts"]["audio.flac"]["samples_sha256"]
+    (song / "result.json").write_text(json.dumps(seal_result(result)))
+    assert _metadata_edited(song) == []
+    _retag(song / "audio.flac")
+    assert _metadata_edited(song) == ["audio.flac"]
