@@ -40,6 +40,9 @@
 #                                      # idle gaps between kernels in the graph replay (--gaps); ~4 min
 #   bash bench/gpu_session.sh nar      # bench/nar_attention.py (SDPA backends of the NAR attention, alone and in the
 #                                      # 32-step solve on the full-size bf16 file; ~1.5 min)
+#   bash bench/gpu_session.sh w8a8     # tests/core/test_w8a8_gpu.py, then bench/nar_w8a8.py --ode: the int8 NAR's W8A8
+#                                      # products (YUE2_NAR_LINEARS=w8a8) vs its bf16 linears, per shape and in the
+#                                      # 32-step solve, with the ODE error of each (~4 min)
 #   bash bench/gpu_session.sh lora     # tests/weights/test_lora_gpu.py (LoRA under the CUDA graph = portable) and
 #                                      # bench/lora.py (decode and NAR with a rank-64 LoRA on both experts vs without)
 #   bash bench/gpu_session.sh batch    # bench/batch.py (issue #19 rows): 16 different 3.6-min songs (cot full, 1,500
@@ -78,7 +81,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|floor|splits|attn|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|floor|splits|attn|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -101,7 +104,7 @@ for part in "$@"; do
       # every GPU test file (each skips without CUDA); soundfile (batch song folders) from carried wheels if present
       [ -d .gpuwheels ] && "$PY" -m pip install --no-index --find-links .gpuwheels soundfile >/dev/null 2>&1
       gpu_files=(tests/core/test_cuda_fast.py); for f in tests/core/test_render_gpu.py tests/batch/test_batch_gpu.py \
-          tests/weights/test_lora_gpu.py tests/core/test_side_capture_gpu.py; do [ -f "$f" ] && gpu_files+=("$f"); done
+          tests/weights/test_lora_gpu.py tests/core/test_side_capture_gpu.py tests/core/test_w8a8_gpu.py; do [ -f "$f" ] && gpu_files+=("$f"); done
       YUE2_PARITY_DIR=${YUE2_PARITY_DIR:-.gpuparity} "$PY" -m pytest "${gpu_files[@]}" -s -q \
         -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" ;;
     parts)
@@ -134,6 +137,9 @@ for part in "$@"; do
       "$PY" bench/overlap_split.py ${SPLIT_ARGS:-} 2>&1 | tee "$OUT/overlap_split.log" ;;
     nar)
       "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
+    w8a8)
+      "$PY" -m pytest tests/core/test_w8a8_gpu.py -q -p no:cacheprovider 2>&1 | tee "$OUT/w8a8_gpu_tests.log"
+      "$PY" bench/nar_w8a8.py --ode --json "$OUT/nar_w8a8.json" 2>&1 | tee "$OUT/nar_w8a8.log" ;;
     layer)
       "$PY" bench/layer_kernel.py --tiny 2>&1 | tee "$OUT/layer_tiny.log"
       "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda --phase-times --json "$OUT/layer.json" \
@@ -196,6 +202,6 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|layer|floor|splits|attn|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|floor|splits|attn|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done

@@ -28,7 +28,7 @@ from yue2_core.weights.lora.model import BiasDiff, Replace
 from yue2_core.weights.lora.record import STACK_RULES, lora_record
 from yue2_core.weights import own
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
-from yue2_core.nar import float_linears
+from yue2_core.nar import prepare_linears
 from yue2_core import warmup
 
 log = logging.getLogger("ComfyUI-YuE2")
@@ -300,8 +300,9 @@ class YuE2Model:
                     # The engine renders on CUDA with the NAR's int8 linears dequantized to bf16 (faster GEMMs) and
                     # converts them in place on first use; do it here, before ComfyUI sizes the model, so its memory
                     # accounting matches what it moves. The arithmetic runs on the GPU (seconds on a CPU).
-                    float_linears(module, work_device=load_dev,
-                                  pinned=not getattr(comfy_args, "disable_pinned_memory", False))
+                    # (YUE2_NAR_LINEARS=w8a8: the codes stay, marked for int8 × int8 products: nar.prepare_linears)
+                    prepare_linears(module, work_device=load_dev,
+                                    pinned=not getattr(comfy_args, "disable_pinned_memory", False))
             self._patchers[part] = self._wrap(part, module, load_dev, offload_dev, self.info.path)
         return self._patchers[part]
 

@@ -428,6 +428,40 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None, 
     return count
 
 
+NAR_LINEARS_SWITCH = "YUE2_NAR_LINEARS"
+NAR_LINEARS = ("bf16", "w8a8")
+
+
+def linears_mode() -> str:
+    """How the int8 file's NAR multiplies on CUDA (YUE2_NAR_LINEARS): "bf16" (default) — its linears dequantized once
+    to bf16 (`float_linears`, 2 bytes a weight); "w8a8" — the int8 codes kept and every product int8 × int8 with the
+    activations quantized per row as ComfyUI's `int8_linear` does (`int8_linears`, `fast.w8a8`; 1 byte a weight).
+    RequestError for another value."""
+    from .switches import choice
+    return choice(NAR_LINEARS_SWITCH, NAR_LINEARS, NAR_LINEARS[0])
+
+
+def int8_linears(nar: NARModel) -> int:
+    """Mark the NAR's int8 ConvRot linears for W8A8 products on CUDA (`quant.ConvRotLinear.w8a8`; inputs of more
+    than 16 bf16 rows take `fast.w8a8.linear`, smaller ones and other dtypes the usual paths; adapters' side deltas
+    apply on top). The codes stay as they are. Returns how many layers were marked."""
+    from .weights.quant import ConvRotLinear
+    count = 0
+    for module in nar.modules():
+        if isinstance(module, ConvRotLinear):
+            module.w8a8 = True
+            count += 1
+    return count
+
+
+def prepare_linears(nar: NARModel, work_device: torch.device | str | None = None, pinned: bool = True) -> int:
+    """What a CUDA render does to the int8 file's NAR before its first use, by `linears_mode()`: `float_linears`
+    (bf16, the default) or `int8_linears` (w8a8). Returns the number of layers changed or marked."""
+    if linears_mode() == "w8a8":
+        return int8_linears(nar)
+    return float_linears(nar, work_device=work_device, pinned=pinned)
+
+
 def raw_timesteps(steps: int = 32) -> list[tuple[float, float]]:
     """(raw_t, raw_t_mid) per midpoint step: clamp(logit(t), ±20) in float64 for t = 1 − k/steps and t − 1/(2·steps)
     (runtime.md §5.6; t = 1 gives 20, t = 0 is never evaluated)."""

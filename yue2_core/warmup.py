@@ -159,6 +159,15 @@ def _first_layer(quant: dict) -> dict:
     return {k: v for k, v in (quant or {}).items() if ".layers." not in k or ".layers.0." in k}
 
 
+def _nar_quant(quant: dict) -> dict:
+    """The shadow NAR's quantization map: its layer linears int8 as the AR's when the NAR keeps its codes on CUDA
+    (YUE2_NAR_LINEARS=w8a8, `nar.int8_linears`); otherwise none (bf16 layers, as `nar.float_linears` leaves them)."""
+    from .nar import linears_mode
+    if linears_mode() != "w8a8":
+        return {}
+    return {k: v for k, v in quant.items() if ".layers." in k}
+
+
 @dataclass
 class Shadow:
     """One-layer stand-ins of the loaded parts (any may be None)."""
@@ -171,7 +180,8 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
                  parts=("ar", "nar", "vae"), int8_layers: bool = True) -> Shadow:
     """Shadow modules for a checkpoint of `dims` (`layers.ModelDims`) whose AR quantization map is `quant_ar`
     (`CheckpointInfo.quant_ar`; empty for bf16 files): an `ARModel` and an `NARModel` with one layer and bf16 NAR
-    linears (what `nar.float_linears` makes of an int8 file's NAR on GPUs), a full `VAEDecoder(vae_cfg)`, each with
+    linears (what `nar.float_linears` makes of an int8 file's NAR on GPUs; int8 ones marked for W8A8 products with
+    YUE2_NAR_LINEARS=w8a8), a full `VAEDecoder(vae_cfg)`, each with
     deterministic weights (`fill_`) on `device` in `dtype` (the VAE fp32). `device="meta"`: shapes only, nothing
     allocated (tests). `int8_layers=False`: the AR's layer linears bf16 (YUE2_LORA_INT8=bf16 with adapters)."""
     from .ar import ARModel
@@ -179,6 +189,7 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
     from .vae import VAEDecoder
     one = replace(dims, layers=1)
     quant = _first_layer(quant_ar)
+    nar_quant = _nar_quant(quant)
     if not int8_layers:
         quant = {k: v for k, v in quant.items() if ".layers." not in k}
     out = Shadow()
@@ -186,7 +197,7 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
         if "ar" in parts:
             out.ar = ARModel(one, quant, dtype)
         if "nar" in parts:
-            out.nar = NARModel(one, {}, dtype)
+            out.nar = NARModel(one, nar_quant, dtype)
         if "vae" in parts and vae_cfg is not None:
             out.vae = VAEDecoder(vae_cfg)
     for name in ("ar", "nar", "vae"):
@@ -198,6 +209,9 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
             mod = mod.to_empty(device=device)
             fill_(mod)
             setattr(out, name, mod)
+    if out.nar is not None and torch.device(device).type != "meta" and nar_quant:
+        from .nar import int8_linears
+        int8_linears(out.nar)  # YUE2_NAR_LINEARS=w8a8: the W8A8 kernels compile and tune on the shadow
     if out.ar is not None:
         emb = out.ar.model.embed_tokens
         if hasattr(emb, "dtype") and not isinstance(emb, torch.nn.Embedding):
@@ -368,6 +382,13 @@ def _nar(ar, nar, stop: Callable[[], None]) -> None:
     renderer = ChunkRenderer(nar, ar.layer_kv(tokens, extra=NAR_FRAMES + 2), NAR_FRAMES, ar_len=len(tokens))
     state = 0.1 * torch.sin(torch.arange(NAR_FRAMES * nar.dims.latent_dim, device=nar.device, dtype=torch.float32))
     renderer.velocity(state.view(NAR_FRAMES, -1).to(nar.dtype), raw_timesteps(32)[0][0])
+    from .weights.quant import ConvRotLinear
+    shapes = sorted({(m.out_features, m.in_features) for m in nar.modules()
+                     if isinstance(m, ConvRotLinear) and m.w8a8 and m.in_features % 256 == 0})
+    if shapes:  # W8A8 products (YUE2_NAR_LINEARS=w8a8): the song-sized class of their autotuning too
+        stop()
+        from .fast import w8a8
+        w8a8.warm(shapes, nar.device)
 
 
 def _vae(vae, stop: Callable[[], None], full: bool = True) -> None:

@@ -45,7 +45,7 @@ CHILD_OVERHEAD = 3 * 2 ** 30  # bytes of a child beyond its shadow's embedding a
 KERNEL_SWITCHES = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
                    "YUE2_DECODE_ATTN", "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER",
                    "YUE2_NAR_ATTN", "YUE2_NAR_GRAPH", "YUE2_GEMV_TABLE", "YUE2_LORA_INT8", "YUE2_LAYER_KERNEL",
-                   "YUE2_LAYER_TILES", "YUE2_GEMV_PRE", "TRITON_INTERPRET")
+                   "YUE2_LAYER_TILES", "YUE2_GEMV_PRE", "YUE2_NAR_LINEARS", "TRITON_INTERPRET")
 
 
 # -- decode attention: the split constexpr SP per attention length -----------------------------------------------

@@ -75,15 +75,27 @@ def triton_available() -> bool:
     return _kernel() is not None
 
 
+def _w8a8_ok(k: int, group: int) -> bool:
+    """The W8A8 kernels apply: Triton imports, K a multiple of 256 and the ConvRot group ≤ 256 (a power of two)."""
+    from . import w8a8
+    return k % 256 == 0 and group <= 256 and k % group == 0 and w8a8.available()
+
+
 def convrot_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
-                   group: int, force: str | None = None) -> torch.Tensor:
+                   group: int, force: str | None = None, w8a8: bool = False) -> torch.Tensor:
     """x [..., K] → y [..., N] in x's dtype for int8 codes q [N, K] with row scales `scale` [N, 1].
-    `force` = "triton" | "dequant" | "portable" selects a path (tests and benchmarks)."""
+    `w8a8` (the int8 NAR's layers, `nar.int8_linears`): inputs of more than MAX_ROWS bf16 rows on CUDA take
+    `fast.w8a8.linear` (int8 × int8, ComfyUI's arithmetic) instead of dequantize + GEMM.
+    `force` = "triton" | "dequant" | "portable" | "w8a8" selects a path (tests and benchmarks)."""
     lead, k = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, k)
     rows = x2.shape[0]
     path = force or ("triton" if x.is_cuda and rows <= MAX_ROWS and _kernel() is not None else
+                     "w8a8" if w8a8 and x.is_cuda and x.dtype == torch.bfloat16 and _w8a8_ok(k, group) else
                      "dequant" if x.is_cuda else "portable")
+    if path == "w8a8":
+        from .w8a8 import linear
+        return linear(x, q, scale, bias, group)
     s = scale.reshape(-1)
     if path == "triton":
         xr = rotate(x2.to(torch.bfloat16), group).contiguous()

@@ -142,6 +142,7 @@ class ConvRotLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False) if bias else None
         self._cpu_cache = None
         self.lora_side = None  # adapters' runtime delta (weights.lora.apply.SideDelta), set per model by its loader
+        self.w8a8 = False  # large CUDA inputs through int8 × int8 products (`nar.int8_linears`, fast.w8a8)
 
     def dequantized(self, dtype=torch.float32) -> torch.Tensor:
         """The float weight W = (q·s)·H [out, in] (for self-checks and for paths that prefer a float GEMM)."""
@@ -163,7 +164,7 @@ class ConvRotLinear(nn.Module):
             y = F.linear(x, self._cpu_cache[1])
             return y if self.bias is None else y + self.bias.to(y.dtype)
         from ..fast.int8_kernels import convrot_linear
-        return convrot_linear(x, self.weight, self.weight_scale, self.bias, self.group)
+        return convrot_linear(x, self.weight, self.weight_scale, self.bias, self.group, w8a8=self.w8a8)
 
     def _apply(self, fn, *args, **kwargs):
         self._cpu_cache = None

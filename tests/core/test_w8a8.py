@@ -1,0 +1,156 @@
+"""W8A8 products of the int8 file's NAR (`fast.w8a8`, YUE2_NAR_LINEARS=w8a8): the Triton quantizer and int8 GEMM in
+Triton's CPU interpreter against `w8a8.reference` (comfy-kitchen's eager `int8_linear` arithmetic), bit for bit;
+the switch, the marking of the NAR's layers, the warm-up's shadow, and a tiny NAR's velocity through the W8A8 path.
+GPU: tests/core/test_w8a8_gpu.py and bench/nar_w8a8.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.core.test_fast_path import _run_ok
+
+
+def test_kernels_equal_the_reference_in_interpreter():
+    """Codes, row scales and products equal the PyTorch reference exactly (rows and columns not multiples of the
+    tiles, with and without bias, K of 1–3 groups); a NaN in a row gives a NaN row and leaves the others; a zero row
+    gives scale 1e-30, codes 0 and the bias; the product is within W8A8's error of the float one."""
+    pytest.importorskip("triton")
+    code = (
+        "import torch\n"
+        "from yue2_core.fast import w8a8\n"
+        "from yue2_core.weights.quant import quantize, rotate\n"
+        "torch.manual_seed(0)\n"
+        "for m, k, n, bias in ((40, 512, 96, True), (5, 256, 64, False), (33, 768, 40, True)):\n"
+        "    w = torch.randn(n, k)\n"
+        "    q, s = quantize(w)\n"
+        "    x = (torch.randn(m, k) * 3).to(torch.bfloat16)\n"
+        "    b = torch.randn(n).to(torch.bfloat16) if bias else None\n"
+        "    xr = rotate(x, 256)\n"
+        "    a = (xr.abs().amax(-1, keepdim=True).float() / 127).clamp(min=1e-30)\n"
+        "    codes, scales = w8a8.quantize_rows(x, 256)\n"
+        "    assert torch.equal(scales, a[:, 0]), (m, k, n)\n"
+        "    assert torch.equal(codes, (xr / a.to(xr.dtype)).round().clamp(-128, 127).to(torch.int8)), (m, k, n)\n"
+        "    y = w8a8.linear(x, q, s, b, 256)\n"
+        "    assert y.dtype == torch.bfloat16 and y.shape == (m, n)\n"
+        "    assert torch.equal(y, w8a8.reference(x, q, s, b, 256)), (m, k, n)\n"
+        "    f = x.float() @ w.t() + (b.float() if bias else 0)\n"
+        "    assert ((y.float() - f).norm() / f.norm()).item() < 3e-2, (m, k, n)\n"
+        "x = torch.randn(6, 256).to(torch.bfloat16)\n"
+        "x[2, 5] = float('nan')\n"
+        "x[4] = 0\n"
+        "q, s = quantize(torch.randn(32, 256))\n"
+        "b = torch.randn(32).to(torch.bfloat16)\n"
+        "y = w8a8.linear(x, q, s, b, 256)\n"
+        "codes, scales = w8a8.quantize_rows(x, 256)\n"
+        "assert y[2].isnan().all() and scales[2].isnan() and (codes[2] == 0).all()\n"
+        "assert y[[0, 1, 3, 5]].isfinite().all()\n"
+        "assert scales[4].item() == torch.tensor(1e-30).item() and (codes[4] == 0).all() and torch.equal(y[4], b)\n"
+        "ok = torch.ones(3)\n"
+        "try:\n"
+        "    w8a8.linear(x.float(), q, s, None, 256)\n"
+        "    ok = None\n"
+        "except ValueError as e:\n"
+        "    assert 'bf16' in str(e)\n"
+        "assert ok is not None\n"
+        "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
+def test_tiny_nar_velocity_through_w8a8_in_interpreter(tiny_paths):
+    """The tiny int8 NAR marked by `int8_linears` runs every layer product through `convrot_linear`'s W8A8 path
+    (forced on the CPU, whose forward multiplies by a dequantized copy; the automatic choice needs CUDA): the velocity stays within W8A8's error of the bf16-layer one
+    (`float_linears`), and differs from it (the path was really taken)."""
+    pytest.importorskip("triton")
+    code = (
+        "import torch\n"
+        "from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar\n"
+        "from yue2_core.nar import ChunkRenderer, float_linears, int8_linears\n"
+        "from yue2_core.fast import int8_kernels as K, w8a8\n"
+        "from yue2_core.weights.quant import ConvRotLinear\n"
+        "calls = []\n"
+        "plain = ConvRotLinear._base\n"
+        "def base(self, x):\n"  # the CPU forward keeps a dequantized copy; the CUDA one calls convrot_linear
+        "    if self.w8a8 and x.reshape(-1, x.shape[-1]).shape[0] > K.MAX_ROWS:\n"
+        "        calls.append(tuple(self.weight.shape))\n"
+        "        return K.convrot_linear(x, self.weight, self.weight_scale, self.bias, self.group, force='w8a8')\n"
+        "    return plain(self, x)\n"
+        "ConvRotLinear._base = base\n"
+        f"info = inspect_checkpoint({tiny_paths['int8']!r})\n"
+        "ar = load_ar(info, 'cpu', torch.bfloat16)\n"
+        "a, b = load_nar(info, 'cpu', torch.bfloat16), load_nar(info, 'cpu', torch.bfloat16)\n"
+        "n = int8_linears(a)\n"
+        "assert n > 0 and float_linears(b) == n, n\n"
+        "toks = [151643] + list(range(100, 120)) + [151853 + i for i in range(40)] + [151852]\n"
+        "state = torch.randn(40, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)\n"
+        "v8 = ChunkRenderer(a, ar.layer_kv(toks), 40, fused=False).velocity(state, 0.5).float()\n"
+        "vb = ChunkRenderer(b, ar.layer_kv(toks), 40, fused=False).velocity(state, 0.5).float()\n"
+        "layers = a.dims.layers\n"
+        "assert len(calls) >= 4 * layers, calls\n"
+        "rel = ((v8 - vb).norm() / vb.norm()).item()\n"
+        "assert 0 < rel < 5e-2, rel\n"
+        "print('ok')\n")
+    _run_ok(code, interpret=True)
+
+
+def test_switch_and_marking(monkeypatch, tiny_paths):
+    """YUE2_NAR_LINEARS: bf16 (default) or w8a8, anything else a RequestError from the reader and the up-front
+    check; on a CPU load the int8 NAR keeps plain ConvRot layers either way (both modes concern CUDA), and
+    `prepare_linears` follows the switch; the switch is GPU-only for the CPU-run warning."""
+    from yue2_core.errors import RequestError
+    from yue2_core.nar import int8_linears, linears_mode, prepare_linears
+    from yue2_core.switch_check import GPU_ONLY_SWITCHES, check_environment
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.weights.quant import ConvRotLinear
+    monkeypatch.delenv("YUE2_NAR_LINEARS", raising=False)
+    assert linears_mode() == "bf16"
+    monkeypatch.setenv("YUE2_NAR_LINEARS", "int8")
+    for call in (linears_mode, check_environment):
+        with pytest.raises(RequestError, match="YUE2_NAR_LINEARS must be 'bf16' or 'w8a8'"):
+            call()
+    assert "YUE2_NAR_LINEARS" in GPU_ONLY_SWITCHES
+    monkeypatch.setenv("YUE2_NAR_LINEARS", "w8a8")
+    assert any("YUE2_NAR_LINEARS" in w for w in check_environment("cpu"))
+    info = inspect_checkpoint(tiny_paths["int8"])
+    nar = load_nar(info, "cpu", torch.float32)
+    mods = [m for m in nar.modules() if isinstance(m, ConvRotLinear)]
+    assert mods and not any(m.w8a8 for m in mods)  # a CPU load changes nothing
+    assert prepare_linears(nar) == len(mods) and all(m.w8a8 for m in mods)
+    other = load_nar(info, "cpu", torch.float32)
+    monkeypatch.setenv("YUE2_NAR_LINEARS", "bf16")
+    assert prepare_linears(other) == len(mods)
+    assert not any(isinstance(m, ConvRotLinear) for m in other.modules())
+    assert int8_linears(other) == 0
+
+
+def test_cpu_inputs_never_take_w8a8(tiny_paths):
+    """A marked layer on the CPU multiplies as before (its dequantized copy), and `convrot_linear` asked for W8A8
+    with CPU inputs takes the portable path: W8A8 is a CUDA path."""
+    from yue2_core.fast.int8_kernels import convrot_linear
+    from yue2_core.nar import int8_linears
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.weights.quant import ConvRotLinear
+    nar = load_nar(inspect_checkpoint(tiny_paths["int8"]), "cpu", torch.float32)
+    layer = next(m for m in nar.modules() if isinstance(m, ConvRotLinear))
+    x = torch.randn(40, layer.in_features)
+    before = layer(x)
+    int8_linears(nar)
+    assert torch.equal(layer(x), before)
+    xb = x.to(torch.bfloat16)
+    args = (xb, layer.weight, layer.weight_scale, layer.bias, layer.group)
+    assert torch.equal(convrot_linear(*args, w8a8=True), convrot_linear(*args, force="portable"))
+
+
+def test_warmup_shadow_nar_follows_the_switch(monkeypatch, tiny_paths):
+    """The warm-up's one-layer NAR has int8 layers marked for W8A8 when the switch asks (so its kernels compile and
+    tune before the song), bf16 layers otherwise."""
+    from yue2_core.warmup import build_shadow
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.quant import ConvRotLinear
+    info = inspect_checkpoint(tiny_paths["int8"])
+    monkeypatch.setenv("YUE2_NAR_LINEARS", "w8a8")
+    sh = build_shadow(info.dims, info.quant_ar, None, "cpu", torch.bfloat16, parts=("nar",))
+    marked = [m for m in sh.nar.modules() if isinstance(m, ConvRotLinear)]
+    assert marked and all(m.w8a8 for m in marked)
+    monkeypatch.setenv("YUE2_NAR_LINEARS", "bf16")
+    sh = build_shadow(info.dims, info.quant_ar, None, "cpu", torch.bfloat16, parts=("nar",))
+    assert not any(isinstance(m, ConvRotLinear) for m in sh.nar.modules())

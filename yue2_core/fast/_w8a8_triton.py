@@ -1,0 +1,91 @@
+"""Triton kernels of `fast.w8a8` (the W8A8 products of the int8 file's NAR; the arithmetic is described there).
+Imported only when Triton imports (`fast.triton_modules`)."""
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from ._decode_triton import _max_keep_nan
+
+
+@triton.jit
+def _bf16(x, GPU: tl.constexpr):
+    # x fp32 → rounded to bf16 (to nearest, ties to even), returned as fp32. Triton's CPU interpreter (3.8) truncates
+    # on a cast, so there the rounding is done on the bits (NaN kept)
+    if GPU:
+        return x.to(tl.bfloat16).to(tl.float32)
+    b = x.to(tl.uint32, bitcast=True)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, r)
+
+
+@triton.jit
+def _rotated(x, h, GPU: tl.constexpr):
+    # bf16(x·H) of one [rows, G] tile as fp32 values (the products are exact in fp32; the sums' order is the
+    # tensor cores'). Triton's CPU interpreter multiplies bf16 tiles wrongly (3.8), so there in fp32
+    # (products of bf16 values and H's ±1/16 are exact in fp32 either way)
+    if GPU:
+        return tl.dot(x, h).to(tl.bfloat16).to(tl.float32)
+    return _bf16(tl.dot(x.to(tl.float32), h.to(tl.float32)), GPU)
+
+
+@triton.jit(do_not_specialize=["M"])
+def quantize_kernel(x_ptr, h_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, BM: tl.constexpr,
+                    LIBDEVICE: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    ok = rows < M
+    g = tl.arange(0, G)
+    h = tl.load(h_ptr + g[:, None] * G + g[None, :])
+    amax = tl.zeros([BM], tl.float32)
+    for k0 in range(0, K, G):
+        x = tl.load(x_ptr + rows[:, None] * K + k0 + g[None, :], mask=ok[:, None], other=0.0)
+        xr = _rotated(x, h, LIBDEVICE)
+        amax = _max_keep_nan(amax, tl.reduce(tl.abs(xr), 1, _max_keep_nan))
+    a = tl.maximum(amax / 127.0, 1e-30)  # NaN stays NaN (maximum with a number returns the number only if
+    a = tl.where(amax != amax, amax, a)  # the hardware drops NaN: keep it explicitly)
+    tl.store(s_ptr + rows, a, mask=ok)
+    ab = _bf16(a, LIBDEVICE)
+    for k0 in range(0, K, G):
+        x = tl.load(x_ptr + rows[:, None] * K + k0 + g[None, :], mask=ok[:, None], other=0.0)
+        xr = _rotated(x, h, LIBDEVICE)
+        if LIBDEVICE:
+            t = libdevice.div_rn(xr, ab[:, None])
+        else:
+            t = xr / ab[:, None]
+        t = _bf16(t, LIBDEVICE)
+        t = (t + 12582912.0) - 12582912.0  # round half to even (adding 1.5·2²³; |t| ≤ 128 here)
+        t = tl.where(t != t, 0.0, t)  # NaN rows: codes 0, the NaN scale carries it
+        t = tl.minimum(tl.maximum(t, -128.0), 127.0)
+        tl.store(q_ptr + rows[:, None] * K + k0 + g[None, :], t.to(tl.int8), mask=ok[:, None])
+
+
+@triton.jit(do_not_specialize=["M", "MB"])
+def gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, M, N, K, MB, HAS_BIAS: tl.constexpr,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, GPU: tl.constexpr):
+    # c [M, N] bf16 = (a [M, K] int8 · b [N, K]ᵀ int8) · (as [M] · bs [N]) (+ bias [N]); MB (M's size class) only
+    # keys the autotuner
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    in_group = GROUP_M * num_n  # programs of GROUP_M row blocks sweep the columns together (L2 reuse)
+    first_m = (pid // in_group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % size_m
+    pid_n = (pid % in_group) // size_m
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    am = rm % M  # rows past the end read row m − M (their results are never stored): loads without masks
+    bn = rn % N
+    rk = tl.arange(0, BK)
+    a = a_ptr + am[:, None] * K + rk[None, :]
+    b = b_ptr + bn[None, :] * K + rk[:, None]
+    acc = tl.zeros([BM, BN], tl.int32)
+    for _ in range(0, K, BK):  # K is a multiple of BK (the wrapper checks)
+        acc = tl.dot(tl.load(a), tl.load(b), acc)
+        a += BK
+        b += BK
+    sa = tl.load(as_ptr + am)
+    sb = tl.load(bs_ptr + bn)
+    y = _bf16(acc.to(tl.float32) * (sa[:, None] * sb[None, :]), GPU)
+    if HAS_BIAS:
+        y = _bf16(y + tl.load(bias_ptr + bn)[None, :].to(tl.float32), GPU)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], y.to(tl.bfloat16), mask=(rm[:, None] < M) & (rn[None, :] < N))

@@ -1,0 +1,136 @@
+"""W8A8 products for the int8 file's NAR: ComfyUI's own int8 computation of a ConvRot linear (comfy-kitchen
+`int8_linear`; ../shared/reference/comfyui_builtin.md §9.3, checkpoint_format.md §2.3 way C), as two Triton kernels.
+
+For x [M, K] (bf16), codes q [N, K] (int8) and row scales s [N] (fp32) of a ConvRot linear with group G (256):
+
+    x̂ = bf16(x·H) per G-wide group                       (rotation: bf16 in, fp32 sums, bf16 out)
+    a_m = max(max_k |x̂[m, k]| / 127, 1e-30)               (fp32, one scale per row)
+    xq[m, k] = clamp(rint(bf16(x̂[m, k] / bf16(a_m))), −128, 127)   (int8; the division in bf16, as kitchen's)
+    y = bf16(fp32(Σ_k xq·q) · (a_m · s_n))  (+ b in bf16)  (int32 sums, exact)
+
+`quantize_rows` (one program per 32 rows: rotates each group on the tensor cores twice — once for the row maxima,
+once for the codes — instead of storing the rotated rows) and `gemm` (int8 × int8 → int32 tiles on the tensor cores,
+the scale epilogue fused) replace the bf16 GEMM of the dequantized weight that `nar.float_linears` leaves: half the
+weight bytes, twice the tensor-core rate. `reference` is the same arithmetic in PyTorch (the tests' definition; on
+CUDA the rotation's sums may be ordered differently by cuBLAS, a last-bit difference in x̂ at most).
+
+NaN: a NaN in a row makes its scale NaN (the maxima keep NaN), so that row of y is NaN and the renderer's
+non-finite check sees it, as with the bf16 products.
+
+Used by `quant.ConvRotLinear` when its `w8a8` attribute is set (`nar.int8_linears`, YUE2_NAR_LINEARS=w8a8) and the
+input has more than `int8_kernels.MAX_ROWS` rows on CUDA.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+
+import torch
+
+from ..weights.quant import hadamard, rotate
+
+ROWS = 32  # rows per program of the quantizer
+# GEMM launch configurations (BM, BN, BK, warps, stages) tried by the autotuner on the first product of each (N, K)
+# and size class of M: up to LARGE_M rows, or more (the chunk's frames are not part of the key, so songs of any
+# length share two choices per shape; the warm-up tunes both, `warm`)
+LARGE_M = 1024
+CONFIGS = [(128, 128, 128, 8, 4), (128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 64, 4, 4),
+           (64, 128, 128, 4, 4), (128, 64, 128, 4, 4)]
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels():
+    from . import triton_modules
+    if triton_modules() is None:
+        return None
+    triton, _ = triton_modules()
+    from . import _w8a8_triton as kt
+    persist = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_warps=w, num_stages=st)
+               for bm, bn, bk, w, st in CONFIGS]
+    tuned = None if _interpret() else triton.autotune(configs=configs, key=["N", "K", "MB"], **persist)(kt.gemm_kernel)
+    return triton, kt.quantize_kernel, kt.gemm_kernel, tuned, not _interpret()
+
+
+def available() -> bool:
+    """True when Triton imports (the kernels are built lazily; CUDA, or Triton's CPU interpreter in tests)."""
+    return _kernels() is not None
+
+
+def quantize_rows(x: torch.Tensor, group: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] bf16 (contiguous; K a multiple of `group`, `group` ≤ 256) → (codes int8 [M, K], scales fp32 [M]) as the
+    module docstring says: rotated per group, one scale per row. Triton (CUDA or the interpreter)."""
+    triton, quantize_kernel, _, _, libdev = _kernels()
+    m, k = x.shape
+    codes = torch.empty(m, k, dtype=torch.int8, device=x.device)
+    scales = torch.empty(m, dtype=torch.float32, device=x.device)
+    if m:
+        h = hadamard(group, torch.bfloat16, x.device)
+        quantize_kernel[(triton.cdiv(m, ROWS),)](x, h, codes, scales, m, k, G=group, BM=ROWS, LIBDEVICE=libdev,
+                                                 num_warps=4)
+    return codes, scales
+
+
+def gemm(codes: torch.Tensor, scales: torch.Tensor, q: torch.Tensor, s: torch.Tensor,
+         bias: torch.Tensor | None) -> torch.Tensor:
+    """codes int8 [M, K], scales fp32 [M], q int8 [N, K], s fp32 [N], bias [N] bf16 or None → y [M, N] bf16:
+    y = (Σ_k codes·q)·(scales_m·s_n) (+ bias), int32 sums. K must be a multiple of 256 (every YuE2 linear's is)."""
+    triton, _, gemm_kernel, tuned, _ = _kernels()
+    m, k = codes.shape
+    n = q.shape[0]
+    if k % 256:
+        raise ValueError(f"W8A8 GEMM needs K a multiple of 256, got {k}")
+    y = torch.empty(m, n, dtype=torch.bfloat16, device=codes.device)
+    if m == 0:
+        return y
+    b = bias if bias is not None else s  # any pointer when HAS_BIAS is off
+    args = (codes, scales, q, s, b, y, m, n, k, int(m > LARGE_M))
+    if tuned is None:  # the interpreter: one small configuration
+        gemm_kernel[(triton.cdiv(m, 32) * triton.cdiv(n, 32),)](*args, HAS_BIAS=bias is not None, BM=32, BN=32,
+                                                                 BK=256, GROUP_M=4, GPU=False)
+    else:
+        tuned[lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)](*args,
+                                                                                       HAS_BIAS=bias is not None, GPU=True)
+    return y
+
+
+def warm(shapes, device, rows: int = 2 * LARGE_M) -> None:
+    """Compile and tune the kernels for a chunk of more than LARGE_M rows on each (N, K) of `shapes` (the warm-up's
+    shadow NAR tunes the smaller class with its own chunk): zero inputs, results discarded."""
+    for n, k in shapes:
+        x = torch.zeros(rows, k, dtype=torch.bfloat16, device=device)
+        linear(x, torch.zeros(n, k, dtype=torch.int8, device=device), torch.ones(n, device=device), None, 256)
+
+
+def linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+           group: int) -> torch.Tensor:
+    """x [..., K] → y [..., N] in x's dtype: the W8A8 product of a ConvRot linear (codes q [N, K] int8, row scales
+    `scale` [N, 1] or [N] fp32, optional bias [N]) for bf16 x (ComfyUI's activation dtype; the caller keeps other
+    dtypes on the dequantizing path)."""
+    lead, k = x.shape[:-1], x.shape[-1]
+    if x.dtype != torch.bfloat16:
+        raise ValueError(f"W8A8 products take bf16 activations, got {x.dtype}")
+    codes, scales = quantize_rows(x.reshape(-1, k).contiguous(), group)
+    y = gemm(codes, scales, q.contiguous(), scale.reshape(-1).float().contiguous(),
+             None if bias is None else bias.to(torch.bfloat16).contiguous())
+    return y.reshape(*lead, q.shape[0])
+
+
+def reference(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+              group: int) -> torch.Tensor:
+    """The same product in PyTorch ops (comfy-kitchen's eager arithmetic: bf16 rotation, per-row scale, the division
+    in bf16, round half to even, int32 GEMM, fp32 scaling, bf16 output, bias added in bf16)."""
+    lead, k = x.shape[:-1], x.shape[-1]
+    xb = rotate(x.reshape(-1, k).to(torch.bfloat16), group)
+    a = (xb.abs().amax(dim=-1, keepdim=True).float() / 127.0).clamp(min=1e-30)
+    codes = (xb / a.to(xb.dtype)).round().clamp(-128, 127).to(torch.int8)
+    acc = codes.double() @ q.double().t()  # exact: |Σ| < 2⁵³; its float rounding = the int32 sums'
+    y = (acc.float() * (a * scale.reshape(1, -1).float())).to(x.dtype)
+    if bias is not None:
+        y = y + bias.to(y.dtype)
+    return y.reshape(*lead, q.shape[0])
