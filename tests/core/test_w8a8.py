@@ -13,7 +13,8 @@ from tests.core.test_fast_path import _run_ok
 def test_kernels_equal_the_reference_in_interpreter():
     """Codes, row scales and products equal the PyTorch reference exactly (rows and columns not multiples of the
     tiles, with and without bias, K of 1–3 groups); a NaN in a row gives a NaN row and leaves the others; a zero row
-    gives scale 1e-30, codes 0 and the bias; the product is within W8A8's error of the float one."""
+    gives scale 1e-30, codes 0 and the bias; the product is within W8A8's error of the float one; the dense and the
+    H16·X·H16 rotations give the same codes."""
     pytest.importorskip("triton")
     code = (
         "import torch\n"
@@ -28,6 +29,7 @@ def test_kernels_equal_the_reference_in_interpreter():
         "    xr = rotate(x, 256)\n"
         "    a = (xr.abs().amax(-1, keepdim=True).float() / 127).clamp(min=1e-30)\n"
         "    codes, scales = w8a8.quantize_rows(x, 256)\n"
+        "    assert all(torch.equal(u, v) for u, v in zip(w8a8.quantize_rows(x, 256, kron=False), (codes, scales)))\n"
         "    assert torch.equal(scales, a[:, 0]), (m, k, n)\n"
         "    assert torch.equal(codes, (xr / a.to(xr.dtype)).round().clamp(-128, 127).to(torch.int8)), (m, k, n)\n"
         "    y = w8a8.linear(x, q, s, b, 256)\n"

@@ -4,7 +4,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from ._decode_triton import _max_keep_nan
+from ._decode_triton import _max_keep_nan, rot_rows
 
 
 @triton.jit
@@ -19,10 +19,13 @@ def _bf16(x, GPU: tl.constexpr):
 
 
 @triton.jit
-def _rotated(x, h, GPU: tl.constexpr):
-    # bf16(x·H) of one [rows, G] tile as fp32 values (the products are exact in fp32; the sums' order is the
-    # tensor cores'). Triton's CPU interpreter multiplies bf16 tiles wrongly (3.8), so there in fp32
-    # (products of bf16 values and H's ±1/16 are exact in fp32 either way)
+def _rotated(x, h, GPU: tl.constexpr, KRON: tl.constexpr, BM: tl.constexpr):
+    # bf16(x·H) of one [BM, G] tile as fp32 values. KRON (G = 256): H16·X·H16 per row (`rot_rows`: two 16-wide
+    # 3-pass tf32 products, ≈ fp32 sums; 8× fewer multiply-adds than the dense product). Otherwise x·H on the
+    # tensor cores in bf16 (exact products, fp32 sums); Triton's CPU interpreter multiplies bf16 tiles wrongly
+    # (3.8), so there in fp32 (products of bf16 values and H's ±1/16 are exact in fp32 either way)
+    if KRON:
+        return _bf16(rot_rows(x.to(tl.float32), BM), GPU)
     if GPU:
         return tl.dot(x, h).to(tl.bfloat16).to(tl.float32)
     return _bf16(tl.dot(x.to(tl.float32), h.to(tl.float32)), GPU)
@@ -30,7 +33,7 @@ def _rotated(x, h, GPU: tl.constexpr):
 
 @triton.jit(do_not_specialize=["M"])
 def quantize_kernel(x_ptr, h_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, BM: tl.constexpr,
-                    LIBDEVICE: tl.constexpr):
+                    LIBDEVICE: tl.constexpr, KRON: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     ok = rows < M
     g = tl.arange(0, G)
@@ -38,7 +41,7 @@ def quantize_kernel(x_ptr, h_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, BM: tl.co
     amax = tl.zeros([BM], tl.float32)
     for k0 in range(0, K, G):
         x = tl.load(x_ptr + rows[:, None] * K + k0 + g[None, :], mask=ok[:, None], other=0.0)
-        xr = _rotated(x, h, LIBDEVICE)
+        xr = _rotated(x, h, LIBDEVICE, KRON, BM)
         amax = _max_keep_nan(amax, tl.reduce(tl.abs(xr), 1, _max_keep_nan))
     a = tl.maximum(amax / 127.0, 1e-30)  # NaN stays NaN (maximum with a number returns the number only if
     a = tl.where(amax != amax, amax, a)  # the hardware drops NaN: keep it explicitly)
@@ -46,7 +49,7 @@ def quantize_kernel(x_ptr, h_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, BM: tl.co
     ab = _bf16(a, LIBDEVICE)
     for k0 in range(0, K, G):
         x = tl.load(x_ptr + rows[:, None] * K + k0 + g[None, :], mask=ok[:, None], other=0.0)
-        xr = _rotated(x, h, LIBDEVICE)
+        xr = _rotated(x, h, LIBDEVICE, KRON, BM)
         if LIBDEVICE:
             t = libdevice.div_rn(xr, ab[:, None])
         else:

@@ -62,17 +62,19 @@ def available() -> bool:
     return _kernels() is not None
 
 
-def quantize_rows(x: torch.Tensor, group: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_rows(x: torch.Tensor, group: int = 256, kron: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] bf16 (contiguous; K a multiple of `group`, `group` ≤ 256) → (codes int8 [M, K], scales fp32 [M]) as the
-    module docstring says: rotated per group, one scale per row. Triton (CUDA or the interpreter)."""
+    module docstring says: rotated per group, one scale per row. Triton (CUDA or the interpreter). `kron` (default:
+    for groups of 256) rotates by H16·X·H16 instead of the dense 256 × 256 product (bench/nar_w8a8.py compares)."""
     triton, quantize_kernel, _, _, libdev = _kernels()
     m, k = x.shape
     codes = torch.empty(m, k, dtype=torch.int8, device=x.device)
     scales = torch.empty(m, dtype=torch.float32, device=x.device)
     if m:
         h = hadamard(group, torch.bfloat16, x.device)
+        kron = group == 256 if kron is None else kron and group == 256
         quantize_kernel[(triton.cdiv(m, ROWS),)](x, h, codes, scales, m, k, G=group, BM=ROWS, LIBDEVICE=libdev,
-                                                 num_warps=4)
+                                                 KRON=kron, num_warps=4)
     return codes, scales
 
 
