@@ -182,6 +182,7 @@ def cmd_generate(args) -> int:
     budgets.abc_sampling(), budgets.semantic_sampling()  # bad --max-seconds / --max-abc-tokens: fail before loading
     _check_budget_fits(args.max_seconds, args.max_abc_tokens)
     _check_steps(args.steps)
+    _check_room(out, budgets.semantic_sampling().max_tokens, "--max-seconds")
     for note in notes + request.input_warnings():
         print(f"warning: {note}", file=sys.stderr)
     if request.abc is not None:
@@ -212,6 +213,19 @@ def cmd_generate(args) -> int:
     print(json.dumps(summary, indent=2, ensure_ascii=False))
     _say_where(folder)
     return 0
+
+
+def _check_room(out, music_tokens: int, lower: str | None) -> None:
+    """Before any work: refuse a song whose audio.flac cannot be written under this process's file-size limit
+    (`ulimit -f`: "File too large" at the save, after the song was computed — stop-47 review), and warn when the
+    output's disk has less free space than the song may take (`artifacts.check_file_size_limit`,
+    `free_space_note`). `music_tokens`: the song's length (its budget, or the saved tokens' count); `lower`: the
+    option that shortens it (None: fixed)."""
+    from .artifacts import check_file_size_limit, free_space_note
+    check_file_size_limit(music_tokens, "the song", lower)
+    note = free_space_note(Path(out).absolute().parent, [music_tokens])
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
 
 
 def _check_output(output: str) -> Path:
@@ -333,6 +347,8 @@ def cmd_render(args) -> int:
     if args.max_seconds is not None and not resample:
         raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
                            "score.abc); without them the saved tokens are re-rendered exactly as they are")
+    _check_room(args.output, Budgets(_render_seconds(args.max_seconds, saved.tokens.sampling)).semantic_sampling()
+                .max_tokens if resample else len(saved.tokens.codes), "--max-seconds" if resample else None)
     # the checkpoint: --checkpoint, else the one the song records (when it still exists), else $YUE2_CHECKPOINT and
     # the usual search (new-user finding: $YUE2_CHECKPOINT used to win over the song's own file)
     recorded = None if args.checkpoint else _song_checkpoint(args.song, saved.config)

@@ -610,7 +610,7 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                            "chunks of --max-batch songs (one AR batch each), so there is nothing to refill: leave "
                            "out --continuous or --ray")
     todo, sizes, stages, redo = [], [], [], []
-    from ..artifacts import check_path_limits
+    from ..artifacts import check_file_size_limit, check_path_limits, free_space_note
     for item in items:
         try:
             counts = check_context(item, tokenizer.encode)
@@ -627,6 +627,13 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         if state == "refuse":
             summary.add(item.line, item.id, "failed", stage="resume", error=why)
             continue
+        if runner is None:  # this process writes the songs: one past its file-size limit (`ulimit -f`) fails now,
+            try:  # not at its save after minutes of work (stop-47 review); Ray's workers have limits of their own
+                check_file_size_limit(item.budgets.semantic_sampling().max_tokens, f"row {item.id!r}",
+                                      "--max-seconds (or the row's semantic_sampling max_tokens)")
+            except YuE2Error as exc:
+                summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
+                continue
         if state == "redo":  # removed only once every check of the whole batch passed (below)
             redo.append((item, why))
         summary.add(item.line, item.id, "pending")
@@ -680,6 +687,9 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
               + _overlap_note(overlap, continuous, max_batch, len(todo), runner is not None)
               + (" (kept from the folder's batch.json)" if made is not None and options.continuous is None else ""),
               file=stream)
+    room = free_space_note(out, [item.budgets.semantic_sampling().max_tokens for item in todo])
+    if room:
+        print(f"warning: {room}", file=stream)
     from .requests import budget_notes
     for item in todo:  # as `generate` prints them (result.json keeps them too)
         for note in item.request.input_warnings() + budget_notes(item):
