@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -692,10 +693,10 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         (tmp / PARTIAL_MARKER).unlink()  # after the (slow) syncs: a save killed during them is still swept later
         os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes 0700; a song folder gets the usual permissions
         fsync_folder(tmp)  # the folder's entries, as the files' data: the rename must not publish a folder lost later
-        if out.exists():
-            out.rmdir()
-        with signals_held():  # an interrupt is delivered once the caller knows the song is in place and its
-            os.rename(tmp, out)  # rename is synced (was: the sync came after the delivery, so never ran then)
+        with signals_held(), _rename_gate():  # an interrupt is delivered once the caller knows the song is in
+            if out.exists():  # place and its rename is synced (was: the sync came after the delivery, so never
+                out.rmdir()  # ran then); a writer thread's gate may refuse the rename (`rename_gate`)
+            os.rename(tmp, out)
             try:  # the rename itself, so the song outlives a crash or power cut (in place: never an error now)
                 fsync_folder(out.parent)
             except OSError:
@@ -709,6 +710,31 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+_GATE = threading.local()
+
+
+def _rename_gate():
+    """The context `write_song_dir` renames a song folder into place in: this thread's `rename_gate`, if any."""
+    gate = getattr(_GATE, "gate", None)
+    return gate() if gate is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def rename_gate(gate: Callable[[], contextlib.AbstractContextManager]):
+    """Within this block, on this thread, `write_song_dir` renames each finished song folder into place (and calls
+    its `on_saved`) inside `gate()`, a context manager that may raise on entry to keep the folder from appearing
+    (its temporary copy is then removed, nothing is written). For a writer thread, where `signals_held` holds
+    nothing (Python runs signal handlers on the main thread only): `batch`'s song writer (`runner._Saver`) takes
+    a lock in it, so the main thread can end the renames — after one in progress — before it records how the
+    interrupted batch ended (stop-47 review: a rename after that record left the song "pending" in batch.json)."""
+    before = getattr(_GATE, "gate", None)
+    _GATE.gate = gate
+    try:
+        yield
+    finally:
+        _GATE.gate = before
 
 
 def fsync_folder(folder: Path) -> None:
