@@ -96,5 +96,44 @@ def decoder_warning(record: dict | None, audio) -> str | None:
             "after it; decode with the model that rendered the latent to keep the song consistent")
 
 
-__all__ = ["samples_digest", "stamp", "restamp", "render_record", "identity", "decoded_by", "same_checkpoint",
+def stamp_audio(waveform: torch.Tensor, latent_samples: torch.Tensor | None) -> dict:
+    """What a YuE2 node that makes an AUDIO for a LATENT (VAE Decode, Regenerate, Continue, Pick Take) puts on the
+    AUDIO dict: "yue2_audio" = the waveform tensor and the latent samples it is the audio of, each with its in-place
+    version counter. Save Song then knows, without hashing ≈ 80 MB of samples a song, whether the audio it is given
+    is still that audio (`audio_of_latent`): an audio node makes a new tensor (or changes this one in place, which
+    moves its version), and a ComfyUI latent node making new samples breaks the tie to the latent."""
+    return {"yue2_audio": {"waveform": waveform, "version": waveform._version, "latent": latent_samples,
+                           "latent_version": None if latent_samples is None else latent_samples._version}}
+
+
+def _same(tensor, stamp_tensor, version) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor is stamp_tensor and tensor._version == version
+
+
+def audio_of_latent(audio, latent) -> str | None:
+    """None when `audio` is, unchanged, the audio a YuE2 node made for `latent`'s samples (`stamp_audio`; with no
+    latent connected, the audio unchanged is enough); else why not — Save Song then records the audio as "given"
+    (config.json "audio_source"), not the song's own decode."""
+    stamp = audio.get("yue2_audio") if isinstance(audio, dict) else None
+    if not isinstance(stamp, dict):
+        return ("it did not come straight from a YuE2 VAE Decode, Regenerate, Continue or Pick Take (an audio "
+                "node made it, or it was loaded from a file)")
+    if not _same(audio.get("waveform"), stamp.get("waveform"), stamp.get("version")):
+        return "it was changed after YuE2 made it (by a node between YuE2 VAE Decode and Save Song)"
+    samples = latent.get("samples") if isinstance(latent, dict) else None
+    if latent is not None and not _same(samples, stamp.get("latent"), stamp.get("latent_version")):
+        return "it was decoded from another latent than the one connected to Save Song"
+    return None
+
+
+def picked_audio_stamp(audio: dict, latent, picked_wave: torch.Tensor, picked_latent) -> dict:
+    """Pick Take's stamp for one take of a batch AUDIO: tied to the picked latent's samples when the batch audio is
+    still the batch latent's (`audio_of_latent`), else none (Save Song then records the take's audio as given)."""
+    if audio_of_latent(audio, latent) is not None:
+        return {}
+    samples = picked_latent.get("samples") if isinstance(picked_latent, dict) else None
+    return stamp_audio(picked_wave, samples if isinstance(samples, torch.Tensor) else None)
+
+
+__all__ = ["stamp_audio", "audio_of_latent", "picked_audio_stamp", "samples_digest", "stamp", "restamp", "render_record", "identity", "decoded_by", "same_checkpoint",
            "decoder_warning", "CHANGED"]

@@ -324,6 +324,10 @@ def cmd_render(args) -> int:
                else "has changed since the song was saved (a tag editor?)")
         print(f"note: {Path(args.song) / 'audio.flac'} {how}; render does not use it: the music tokens, score and "
               "latents it renders from verify", file=sys.stderr)
+    if saved.config.get("audio_source") == "given":  # Save Song of audio that is not the decode (stop-47 review)
+        print(f"note: {Path(args.song) / 'audio.flac'} was saved as given (processed or made by another node, "
+              "config.json audio_source \"given\"), not as the decode of the song's latents: render makes the audio "
+              "from the music tokens, without what was done to it", file=sys.stderr)
     if args.steps is None or args.ode_method is None:  # the song's own render settings: unchanged, the same audio
         from .constants import ODE_STEPS
         args.steps = saved.config.get("ode_steps") or ODE_STEPS if args.steps is None else args.steps
@@ -413,7 +417,8 @@ def cmd_render(args) -> int:
     timing["decode_seconds"] = time.perf_counter() - t
     progress.close()
     parent = str(Path(saved.path).absolute())  # absolute: the lineage points at the parent from any folder
-    settings = {**saved.config, "rendered_from": parent, "protocol": PROTOCOL_VERSION,
+    own = {k: v for k, v in saved.config.items() if k != "audio_source"}  # this render's audio is the decode
+    settings = {**own, "rendered_from": parent, "protocol": PROTOCOL_VERSION,
                 "cfg_scale": request.guidance, "ode_steps": args.steps, "ode_method": args.ode_method,
                 "model_dtype": str(engine.ar.dtype).split(".")[-1], "vae_dtype": "float32", "vae_decode": "halo_crop",
                 "device": str(engine.ar.device), "checkpoint": engine.info.to_dict(), "weights": engine.weights}
@@ -473,7 +478,8 @@ def cmd_make_synthetic(args) -> int:
     try:
         report = write_synthetic_checkpoint(args.output, profile=args.profile, fmt=args.format, seed=args.seed)
     except OSError as exc:
-        raise YuE2Error(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        from .artifacts import file_size_hint
+        raise YuE2Error(f"cannot write {args.output}: {exc.strerror or exc}{file_size_hint(exc)}") from None
     print(json.dumps(report, indent=2, default=str))
     if missing is not None:
         print(f"note: created the folder {missing.resolve()}, which did not exist, for {Path(report['path']).name}; "

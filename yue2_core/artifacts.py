@@ -971,7 +971,8 @@ def _check_config(config: dict, root: Path) -> None:
              "model_dtype": (lambda v: v in _DTYPES, ", ".join(_DTYPES)),
              "vae_dtype": (lambda v: v in _DTYPES, ", ".join(_DTYPES)),
              "vae_decode": (lambda v: v == "halo_crop", "halo_crop"),
-             "protocol": (lambda v: isinstance(v, str), "text"), "device": (lambda v: isinstance(v, str), "text")}
+             "protocol": (lambda v: isinstance(v, str), "text"), "device": (lambda v: isinstance(v, str), "text"),
+             "audio_source": (lambda v: v in ("decoded", "given"), "decoded or given")}
     rules.update({k: (lambda v: isinstance(v, dict), "an object")
                   for k in ("abc_sampling", "semantic_sampling", "checkpoint", "weights")})
     for key, (ok, accepted) in rules.items():  # null: not recorded (a tokens-only song of the nodes: no ode_steps)

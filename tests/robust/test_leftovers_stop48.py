@@ -310,3 +310,44 @@ def test_a_ctrl_c_during_the_record_of_an_interrupted_batch_still_writes_it(tmp_
     rows = {r["id"]: r for r in record["results"]}
     assert record["interrupted"] and rows["a"]["status"] == "complete", (rows, stream.getvalue()[-2000:])
     assert rows["b"]["status"] == "pending" and "line  id" in stream.getvalue()
+
+
+# ------------------------------------------------------------------ Save Song's given audio: what the folder records
+
+def test_an_edit_of_a_song_whose_audio_was_given_makes_the_kept_part_again(tmp_path):
+    """A song whose config.json records audio_source "given" (ComfyUI's Save Song of audio that is not its decode:
+    a gain, an effect, another node's audio) is not spliced by Regenerate / Continue: the part they keep is decoded
+    again from the latents, with a note (was: the processed audio before the cut joined to an unprocessed render
+    after it). "decoded" — and songs without the key — splice their audio.flac as before; another value is refused
+    at load like any damaged setting."""
+    import pytest
+    from yue2_core.edit import as_parent
+    from yue2_core.errors import ArtifactError
+    from dataclasses import replace
+    song = make_song(frames=8)
+    given = save_song(replace(song, settings={**song.settings, "audio_source": "given"}), tmp_path / "given")
+    parent = as_parent(given)
+    assert parent.audio is None and any("saved as given" in n for n in parent.notes), parent.notes
+    decoded = save_song(replace(song, settings={**song.settings, "audio_source": "decoded"}), tmp_path / "decoded")
+    assert as_parent(decoded).audio is not None and as_parent(save_song(song, tmp_path / "plain")).audio is not None
+    bad = save_song(replace(song, settings={**song.settings, "audio_source": "edited"}), tmp_path / "bad")
+    with pytest.raises(ArtifactError, match='config.json audio_source must be decoded or given, got "edited"'):
+        load_song(bad)
+
+
+def test_render_and_inspect_say_a_song_s_audio_was_given(tmp_path, tiny_paths, capsys, older_song):
+    """`render` of such a song says its audio.flac is not what it renders (and its own song records no
+    audio_source: its audio is the decode); `inspect` says it in its summary and report."""
+    rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
+                             "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                             "--offline", "--output", tmp_path / "song")
+    assert rc == 0, err
+    song = older_song(tmp_path / "song", tmp_path / "given", lambda c: c.update(audio_source="given"))
+    rc, err = main_inprocess(capsys, "render", song, "--output", tmp_path / "again", "--steps", "1", "--device",
+                             "cpu")
+    assert rc == 0 and "audio.flac was saved as given" in err, err
+    assert "audio_source" not in json.loads((tmp_path / "again" / "config.json").read_text("utf-8"))
+    from yue2_core.cli.inspect_cmd import _song_report
+    report = _song_report(str(song))
+    assert report["audio_source"] == "given" and "saved as given by ComfyUI's Save Song" in report["summary"]
+    assert _song_report(str(tmp_path / "again"))["audio_source"] is None
