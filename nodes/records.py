@@ -96,18 +96,25 @@ def decoder_warning(record: dict | None, audio) -> str | None:
             "after it; decode with the model that rendered the latent to keep the song consistent")
 
 
+def _probe(t: torch.Tensor) -> str:
+    """A cheap fingerprint of a waveform: sha256 of its shape and of ≈ 8,192 evenly spaced values (float32). An audio
+    node changing the samples in place (a gain moves every value; an edit of 50 ms or more meets a probed one)
+    changes it; hashing all ≈ 80 MB of a 3.6-minute song is what it avoids."""
+    flat = t.detach().reshape(-1)
+    h = hashlib.sha256(repr(tuple(t.shape)).encode())
+    h.update(flat[::max(1, flat.numel() // 8192)].to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def stamp_audio(waveform: torch.Tensor, latent_samples: torch.Tensor | None) -> dict:
     """What a YuE2 node that makes an AUDIO for a LATENT (VAE Decode, Regenerate, Continue, Pick Take) puts on the
-    AUDIO dict: "yue2_audio" = the waveform tensor and the latent samples it is the audio of, each with its in-place
-    version counter. Save Song then knows, without hashing ≈ 80 MB of samples a song, whether the audio it is given
-    is still that audio (`audio_of_latent`): an audio node makes a new tensor (or changes this one in place, which
-    moves its version), and a ComfyUI latent node making new samples breaks the tie to the latent."""
-    return {"yue2_audio": {"waveform": waveform, "version": waveform._version, "latent": latent_samples,
-                           "latent_version": None if latent_samples is None else latent_samples._version}}
-
-
-def _same(tensor, stamp_tensor, version) -> bool:
-    return isinstance(tensor, torch.Tensor) and tensor is stamp_tensor and tensor._version == version
+    AUDIO dict: "yue2_audio" = the waveform tensor itself with a fingerprint of its values (`_probe`), and the digest
+    of the latent samples it is the audio of (`samples_digest`). Save Song then knows whether the audio it is given
+    is still that audio (`audio_of_latent`): an audio node makes a new tensor (ComfyUI's AudioAdjustVolume, …) or
+    changes this one in place (the fingerprint), and another latent has other samples. (ComfyUI runs nodes in
+    inference mode, whose tensors keep no version counter to tell an in-place change.)"""
+    return {"yue2_audio": {"waveform": waveform, "probe": _probe(waveform),
+                           "latent_sha256": None if latent_samples is None else samples_digest(latent_samples)}}
 
 
 def audio_of_latent(audio, latent) -> str | None:
@@ -118,10 +125,12 @@ def audio_of_latent(audio, latent) -> str | None:
     if not isinstance(stamp, dict):
         return ("it did not come straight from a YuE2 VAE Decode, Regenerate, Continue or Pick Take (an audio "
                 "node made it, or it was loaded from a file)")
-    if not _same(audio.get("waveform"), stamp.get("waveform"), stamp.get("version")):
+    wave = audio.get("waveform")
+    if not (isinstance(wave, torch.Tensor) and wave is stamp.get("waveform") and _probe(wave) == stamp.get("probe")):
         return "it was changed after YuE2 made it (by a node between YuE2 VAE Decode and Save Song)"
     samples = latent.get("samples") if isinstance(latent, dict) else None
-    if latent is not None and not _same(samples, stamp.get("latent"), stamp.get("latent_version")):
+    if latent is not None and not (isinstance(samples, torch.Tensor)
+                                   and samples_digest(samples) == stamp.get("latent_sha256")):
         return "it was decoded from another latent than the one connected to Save Song"
     return None
 
