@@ -144,5 +144,6 @@ def picked_audio_stamp(audio: dict, latent, picked_wave: torch.Tensor, picked_la
     return stamp_audio(picked_wave, samples if isinstance(samples, torch.Tensor) else None)
 
 
-__all__ = ["stamp_audio", "audio_of_latent", "picked_audio_stamp", "samples_digest", "stamp", "restamp", "render_record", "identity", "decoded_by", "same_checkpoint",
+__all__ = ["stamp_audio", "audio_of_latent", "picked_audio_stamp", "samples_digest", "stamp", "restamp",
+           "render_record", "identity", "decoded_by", "same_checkpoint",
            "decoder_warning", "CHANGED"]

@@ -71,3 +71,17 @@ def test_processed_audio_is_saved_as_given_and_regenerate_does_not_splice_it(com
     assert np.array_equal(kept, a[:e - FADE]), "the kept part is the latent's decode (the plain song's samples)"
     assert not np.array_equal(kept, q[:e - FADE])  # … not the processed audio spliced to an unprocessed new part
     assert "audio_source" not in _config(child)  # the child's audio is its own
+
+
+def test_a_picked_take_is_saved_as_its_own_decode(comfy, comfy_server, node_info, checkpoints):
+    """The shipped four-candidates workflow (VAE Decode of the batch → Pick Take → Save Song): Pick Take stamps the
+    take's audio for the take's latent, so the saved take is "decoded", with no given-audio warning."""
+    prompt = test_sized(api("yue2_four_candidates", node_info))
+    set_inputs(prompt, "YuE2Composer", seed=11, style="pop", lyrics="[verse]\nla la")
+    set_inputs(prompt, "YuE2PickTake", index=2)
+    set_inputs(prompt, "YuE2SaveSong", name="given_take")
+    (save,) = by_class(prompt, "YuE2SaveSong")
+    entry = run(comfy, prompt)
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    assert _config(song_dir)["audio_source"] == "decoded"
+    assert "saved as given" not in entry["outputs"][save]["text"][0], entry["outputs"][save]["text"][0]
