@@ -1,9 +1,9 @@
 """YuE2 Save Song given audio that is not the decode of its latent (stop-47 leftover, docs/bad_inputs.md §31):
-ComfyUI's own AudioAdjustVolume between YuE2 VAE Decode and Save Song. Saving such audio is legitimate (a gain, an effect), so
-it is saved as given — and the song records it (config.json audio_source "given"): Regenerate makes the part it keeps
-again from the latent instead of splicing the processed audio to an unprocessed new part, and Load Song says so. The
-same audio straight from VAE Decode (or through AudioAdjustVolume at 0 dB, which passes it on unchanged) is the
-song's own decode."""
+ComfyUI's own AudioAdjustVolume between YuE2 VAE Decode and Save Song. Saving such audio is legitimate (a gain, an
+effect), so it is saved as given — and the song records it (config.json audio_source "given"): Regenerate makes the
+part it keeps again from the latent instead of splicing the processed audio to an unprocessed new part, and Load
+Song says so. The same audio straight from VAE Decode (or through AudioAdjustVolume at 0 dB, which passes it on
+unchanged) is the song's own decode."""
 from __future__ import annotations
 
 import json

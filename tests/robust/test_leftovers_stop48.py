@@ -187,11 +187,9 @@ def _interrupted_overlap(tmp_path, tiny_engine, monkeypatch, where: str):
     complete, the stderr text)."""
     import io
     import yue2_core.artifacts as artifacts
-    import yue2_core.batch.driver as driver
     import yue2_core.batch.runner as runner
     from yue2_core.batch import BatchOptions, run_batch
     from yue2_core.batch.summary import BatchSummary
-    from yue2_core.weights.checkpoint import inspect_checkpoint
     saving, written = threading.Event(), threading.Event()
     out = tmp_path / "album"
 
@@ -249,7 +247,7 @@ def _interrupted_overlap(tmp_path, tiny_engine, monkeypatch, where: str):
     for thread in threading.enumerate():  # the writer goes on after the run returned (it is a daemon thread)
         if thread.name == "yue2-save":
             thread.join(30)
-    assert driver is not None and calls == ["a", "b"], calls
+    assert calls == ["a", "b"], calls
     rows = {r["id"]: r for r in json.loads((out / "batch.json").read_text("utf-8"))["results"]}
     leftovers = [p for p in os.listdir(out) if p.endswith(".partial")]
     assert not leftovers, leftovers
