@@ -128,6 +128,7 @@ def _outputs(child, lineage: dict, path, report_lines: list[str]) -> io.NodeOutp
     audio = {"waveform": child.audio.unsqueeze(0).float().contiguous(), "sample_rate": child.sample_rate,
              **({"yue2_decoded_by": records.identity(checkpoint)} if isinstance(checkpoint, dict) else {})}
     samples = child.latents.T.unsqueeze(0).float().contiguous()
+    audio.update(records.stamp_audio(audio["waveform"], samples))  # the song's own audio for this latent
     latent = {"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
               "yue2_render": records.stamp({"steps": child.settings.get("ode_steps"), "seed": lineage["render_seed"],
                                             "method": child.settings.get("ode_method") or "midpoint",

@@ -96,5 +96,54 @@ def decoder_warning(record: dict | None, audio) -> str | None:
             "after it; decode with the model that rendered the latent to keep the song consistent")
 
 
-__all__ = ["samples_digest", "stamp", "restamp", "render_record", "identity", "decoded_by", "same_checkpoint",
+def _probe(t: torch.Tensor) -> str:
+    """A cheap fingerprint of a waveform: sha256 of its shape and of ≈ 8,192 evenly spaced values (float32). An audio
+    node changing the samples in place (a gain moves every value; an edit of 50 ms or more meets a probed one)
+    changes it; hashing all ≈ 80 MB of a 3.6-minute song is what it avoids."""
+    flat = t.detach().reshape(-1)
+    h = hashlib.sha256(repr(tuple(t.shape)).encode())
+    h.update(flat[::max(1, flat.numel() // 8192)].to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def stamp_audio(waveform: torch.Tensor, latent_samples: torch.Tensor | None) -> dict:
+    """What a YuE2 node that makes an AUDIO for a LATENT (VAE Decode, Regenerate, Continue, Pick Take) puts on the
+    AUDIO dict: "yue2_audio" = the waveform tensor itself with a fingerprint of its values (`_probe`), and the digest
+    of the latent samples it is the audio of (`samples_digest`). Save Song then knows whether the audio it is given
+    is still that audio (`audio_of_latent`): an audio node makes a new tensor (ComfyUI's AudioAdjustVolume, …) or
+    changes this one in place (the fingerprint), and another latent has other samples. (ComfyUI runs nodes in
+    inference mode, whose tensors keep no version counter to tell an in-place change.)"""
+    return {"yue2_audio": {"waveform": waveform, "probe": _probe(waveform),
+                           "latent_sha256": None if latent_samples is None else samples_digest(latent_samples)}}
+
+
+def audio_of_latent(audio, latent) -> str | None:
+    """None when `audio` is, unchanged, the audio a YuE2 node made for `latent`'s samples (`stamp_audio`; with no
+    latent connected, the audio unchanged is enough); else why not — Save Song then records the audio as "given"
+    (config.json "audio_source"), not the song's own decode."""
+    stamp = audio.get("yue2_audio") if isinstance(audio, dict) else None
+    if not isinstance(stamp, dict):
+        return ("it did not come straight from a YuE2 VAE Decode, Regenerate, Continue or Pick Take (an audio "
+                "node made it, or it was loaded from a file)")
+    wave = audio.get("waveform")
+    if not (isinstance(wave, torch.Tensor) and wave is stamp.get("waveform") and _probe(wave) == stamp.get("probe")):
+        return "it was changed after YuE2 made it (by a node between YuE2 VAE Decode and Save Song)"
+    samples = latent.get("samples") if isinstance(latent, dict) else None
+    if latent is not None and not (isinstance(samples, torch.Tensor)
+                                   and samples_digest(samples) == stamp.get("latent_sha256")):
+        return "it was decoded from another latent than the one connected to Save Song"
+    return None
+
+
+def picked_audio_stamp(audio: dict, latent, picked_wave: torch.Tensor, picked_latent) -> dict:
+    """Pick Take's stamp for one take of a batch AUDIO: tied to the picked latent's samples when the batch audio is
+    still the batch latent's (`audio_of_latent`), else none (Save Song then records the take's audio as given)."""
+    if audio_of_latent(audio, latent) is not None:
+        return {}
+    samples = picked_latent.get("samples") if isinstance(picked_latent, dict) else None
+    return stamp_audio(picked_wave, samples if isinstance(samples, torch.Tensor) else None)
+
+
+__all__ = ["stamp_audio", "audio_of_latent", "picked_audio_stamp", "samples_digest", "stamp", "restamp",
+           "render_record", "identity", "decoded_by", "same_checkpoint",
            "decoder_warning", "CHANGED"]

@@ -186,6 +186,8 @@ class YuE2VAEDecode(io.ComfyNode):
         # Save Song records the VAE that decoded, and checks it against the latent's checkpoint
         vae_record = {"yue2_vae": model.weights_record()["vae"], "yue2_decoded_by": decoder}
         if "yue2_frames" in latent:
-            return io.NodeOutput({**padded_audio(waves), **vae_record})
+            audio = padded_audio(waves)
+            return io.NodeOutput({**audio, **vae_record, **records.stamp_audio(audio["waveform"], latent["samples"])})
         waveform = torch.stack(waves).float().cpu()
-        return io.NodeOutput({"waveform": waveform, "sample_rate": SAMPLE_RATE, **vae_record})
+        return io.NodeOutput({"waveform": waveform, "sample_rate": SAMPLE_RATE, **vae_record,
+                              **records.stamp_audio(waveform, latent["samples"])})  # Save Song: the decode of it

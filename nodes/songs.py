@@ -25,6 +25,8 @@ from . import records, types
 from .progress import user_errors
 
 SUBFOLDER = "yue2"
+GIVEN_AUDIO = ("its audio.flac was saved as given (processed or made by another node), not as the decode of its "
+               "latent.npy: YuE2 Regenerate / Continue make the part they keep again from the latent")
 NAME_MAX = 160  # leaves room for "_NNNNN" within the 180 characters safe_name accepts
 
 
@@ -114,8 +116,9 @@ def _waveform(audio, frames: int, warnings: list) -> torch.Tensor | None:
                          f"{wave.shape[1]} channel(s) at {rate} Hz")
     if wave.shape[2] != expected_samples(frames):
         warnings.append(f"audio has {wave.shape[2]} samples; {frames} frames decode to {expected_samples(frames)} "
-                        "(was it decoded by another VAE node?): it is saved as given, and YuE2 Regenerate / Continue "
-                        "will make the part they keep again from the song's latent (or its tokens)")
+                        "(was it decoded by another VAE node?): it is saved as given (config.json audio_source "
+                        "\"given\"), and YuE2 Regenerate / Continue will make the part they keep again from the "
+                        "song's latent (or its tokens)")
     return wave[0].float().cpu().clamp(-1.0, 1.0)
 
 
@@ -197,6 +200,12 @@ class YuE2SaveSong(io.ComfyNode):
             warnings.append(why)
         if audio is not None and (note := records.decoder_warning(render, audio)):
             warnings.append(note)
+        given = records.audio_of_latent(audio, latent) if audio is not None else None
+        if given and wave.shape[-1] == expected_samples(frames):  # (another length was warned of above)
+            warnings.append(f"the audio is saved as given, not as this song's own decode: {given}. The song records "
+                            "so (config.json audio_source \"given\"): YuE2 Regenerate / Continue make the part they "
+                            "keep again from the latent — what was done to the audio is not in their song: do it "
+                            "again after them — and Load Song and `render` say so")
         req = tokens.request
         prefix = clean_name(name)
         request = SongRequest(style=req.get("style", ""), lyrics=req.get("lyrics", ""), cot=req.get("cot", "full"),
@@ -204,7 +213,8 @@ class YuE2SaveSong(io.ComfyNode):
                               cfg_scale=req.get("cfg_scale"), id=prefix)
         song = Song(request=request, score=tokens.score, tokens=tokens,
                     latents=latents, audio=wave,
-                    settings=_settings(tokens, render, latent is not None, audio),
+                    settings={**_settings(tokens, render, latent is not None, audio),
+                              **({"audio_source": "given" if given else "decoded"} if audio is not None else {})},
                     warnings=request.input_warnings() + warnings)
         with user_errors():
             for _ in range(3):  # another save may take the number between the scan and the rename
@@ -300,6 +310,8 @@ class YuE2LoadSong(io.ComfyNode):
         lines = [(f"{SUBFOLDER}/{song}: {frames} frames = {frames / FRAMES_PER_SECOND:.2f} s, "
                   f"cot {saved.score.cot}, seed {saved.tokens.seed}, {len(saved.score.abc_ids)} ABC tokens")]
         lines += [f"note: {n}" for n in _checkpoint_notes(saved.config.get("checkpoint"), model)]
+        if saved.config.get("audio_source") == "given":
+            lines.append(f"note: {GIVEN_AUDIO}")
         if saved.score_edited:
             lines.append("score.abc was edited: `score` is the edited text, re-tokenized; the saved `tokens` were "
                          "sampled from the original — connect `score` to a YuE2 Composer for music that follows "

@@ -34,7 +34,7 @@ from yue2_core.pipeline import Score, SemanticTokens, request_dict
 from yue2_core.protocol import (check_budget, codes_from_ids, negative_prefix, planning_prefix,
                                 semantic_prefix)
 
-from . import memory, types
+from . import memory, records, types
 from .records import restamp
 from .batch import (TakeBatch, as_takes, describe_take, latent_frames, pick_audio, pick_latent_samples,
                     take_reports)
@@ -233,6 +233,7 @@ class YuE2PickTake(io.ComfyNode):
                 raise ValueError(f"take {index} has {frames} frames = {expected_samples(frames)} samples, but audio "
                                  f"item {index} has {samples}: connect the audio decoded from these tokens")
             audio_out = pick_audio(audio, index, samples)
+            audio_out.update(records.picked_audio_stamp(audio, latent, audio_out["waveform"], latent_out))
         lines = [f"- {n} take{'s' if n != 1 else ''}; picked take {index} (seed {pick.seed})"]
         lines += [f"- {describe_take(r)}{'  ← picked' if r['index'] == index else ''}" for r in reports]
         report = "\n".join(lines)

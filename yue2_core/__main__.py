@@ -182,6 +182,7 @@ def cmd_generate(args) -> int:
     budgets.abc_sampling(), budgets.semantic_sampling()  # bad --max-seconds / --max-abc-tokens: fail before loading
     _check_budget_fits(args.max_seconds, args.max_abc_tokens)
     _check_steps(args.steps)
+    _check_room(out, budgets.semantic_sampling().max_tokens, "--max-seconds")
     for note in notes + request.input_warnings():
         print(f"warning: {note}", file=sys.stderr)
     if request.abc is not None:
@@ -212,6 +213,19 @@ def cmd_generate(args) -> int:
     print(json.dumps(summary, indent=2, ensure_ascii=False))
     _say_where(folder)
     return 0
+
+
+def _check_room(out, music_tokens: int, lower: str | None) -> None:
+    """Before any work: refuse a song whose audio.flac cannot be written under this process's file-size limit
+    (`ulimit -f`: "File too large" at the save, after the song was computed — stop-47 review), and warn when the
+    output's disk has less free space than the song may take (`artifacts.check_file_size_limit`,
+    `free_space_note`). `music_tokens`: the song's length (its budget, or the saved tokens' count); `lower`: the
+    option that shortens it (None: fixed)."""
+    from .artifacts import check_file_size_limit, free_space_note
+    check_file_size_limit(music_tokens, "the song", lower)
+    note = free_space_note(Path(out).absolute().parent, [music_tokens])
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
 
 
 def _check_output(output: str) -> Path:
@@ -310,6 +324,10 @@ def cmd_render(args) -> int:
                else "has changed since the song was saved (a tag editor?)")
         print(f"note: {Path(args.song) / 'audio.flac'} {how}; render does not use it: the music tokens, score and "
               "latents it renders from verify", file=sys.stderr)
+    if saved.config.get("audio_source") == "given":  # Save Song of audio that is not the decode (stop-47 review)
+        print(f"note: {Path(args.song) / 'audio.flac'} was saved as given (processed or made by another node, "
+              "config.json audio_source \"given\"), not as the decode of the song's latents: render makes the audio "
+              "from the music tokens, without what was done to it", file=sys.stderr)
     if args.steps is None or args.ode_method is None:  # the song's own render settings: unchanged, the same audio
         from .constants import ODE_STEPS
         args.steps = saved.config.get("ode_steps") or ODE_STEPS if args.steps is None else args.steps
@@ -333,6 +351,8 @@ def cmd_render(args) -> int:
     if args.max_seconds is not None and not resample:
         raise RequestError("--max-seconds only applies when new music tokens are sampled (with --seed or an edited "
                            "score.abc); without them the saved tokens are re-rendered exactly as they are")
+    _check_room(args.output, Budgets(_render_seconds(args.max_seconds, saved.tokens.sampling)).semantic_sampling()
+                .max_tokens if resample else len(saved.tokens.codes), "--max-seconds" if resample else None)
     # the checkpoint: --checkpoint, else the one the song records (when it still exists), else $YUE2_CHECKPOINT and
     # the usual search (new-user finding: $YUE2_CHECKPOINT used to win over the song's own file)
     recorded = None if args.checkpoint else _song_checkpoint(args.song, saved.config)
@@ -397,7 +417,8 @@ def cmd_render(args) -> int:
     timing["decode_seconds"] = time.perf_counter() - t
     progress.close()
     parent = str(Path(saved.path).absolute())  # absolute: the lineage points at the parent from any folder
-    settings = {**saved.config, "rendered_from": parent, "protocol": PROTOCOL_VERSION,
+    own = {k: v for k, v in saved.config.items() if k != "audio_source"}  # this render's audio is the decode
+    settings = {**own, "rendered_from": parent, "protocol": PROTOCOL_VERSION,
                 "cfg_scale": request.guidance, "ode_steps": args.steps, "ode_method": args.ode_method,
                 "model_dtype": str(engine.ar.dtype).split(".")[-1], "vae_dtype": "float32", "vae_decode": "halo_crop",
                 "device": str(engine.ar.device), "checkpoint": engine.info.to_dict(), "weights": engine.weights}
@@ -457,7 +478,8 @@ def cmd_make_synthetic(args) -> int:
     try:
         report = write_synthetic_checkpoint(args.output, profile=args.profile, fmt=args.format, seed=args.seed)
     except OSError as exc:
-        raise YuE2Error(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        from .artifacts import file_size_hint
+        raise YuE2Error(f"cannot write {args.output}: {exc.strerror or exc}{file_size_hint(exc)}") from None
     print(json.dumps(report, indent=2, default=str))
     if missing is not None:
         print(f"note: created the folder {missing.resolve()}, which did not exist, for {Path(report['path']).name}; "

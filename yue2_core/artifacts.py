@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -557,9 +558,109 @@ FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # no space
 
 def write_error(exc: OSError, what: str, after: str = "") -> ArtifactError:
     """The error of a failed write: "`what`: reason`after`", a `DiskFullError` when the device or the user's quota is
-    full (`FULL_ERRNOS`; `batch` stops computing songs then), else an ArtifactError."""
+    full (`FULL_ERRNOS`; `batch` stops computing songs then), else an ArtifactError. EFBIG ("File too large": a
+    file past this process's file-size limit — Python ignores SIGXFSZ, so the write raises) names the limit and how
+    to raise it (`file_size_hint`)."""
     kind = DiskFullError if exc.errno in FULL_ERRNOS else ArtifactError
-    return kind(f"{what}: {exc.strerror or exc}{after}")
+    return kind(f"{what}: {exc.strerror or exc}{file_size_hint(exc)}{after}")
+
+
+def file_size_limit() -> int | None:
+    """This process's file-size limit in bytes (RLIMIT_FSIZE's soft limit: `ulimit -f` in KiB), None when there is
+    none (unlimited, or no such limit on this system: Windows)."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, AttributeError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else int(soft)
+
+
+def file_size_hint(exc: OSError) -> str:
+    """For a write that failed with EFBIG: " (this process's file-size limit, `ulimit -f`, is N bytes: raise it,
+    e.g. `ulimit -f unlimited`, and run again)"; "" for any other error."""
+    if getattr(exc, "errno", None) != errno.EFBIG:
+        return ""
+    limit = file_size_limit()
+    shown = f"{limit:,} bytes (`ulimit -f` {limit // 1024:,})" if limit is not None else "set"
+    return f" (this process's file-size limit, `ulimit -f`, is {shown}: raise it, e.g. `ulimit -f unlimited`)"
+
+
+FLAC_SLACK = 8192  # bytes: FLAC's stream header and seek/padding blocks above its frames (≈ 100 bytes seen)
+
+
+def song_bytes_bound(music_tokens: int) -> tuple[int, int]:
+    """(the largest file, all files) a song folder of `music_tokens` music tokens can take at most, from the length
+    alone (no checkpoint, before any work): audio.flac holds 1920·T − 64 samples of 48 kHz stereo 24-bit FLAC — at
+    most the raw PCM (6 bytes a stereo sample; FLAC stores a block it cannot shrink verbatim, as for the synthetic
+    model's noise: measured 0.06 % above it) with 1 % and FLAC_SLACK to spare —, latent.npy 64 float32 values a
+    token, semantic.npy 4 bytes a token, and at most 4 MiB for the score, the other ids and the JSON files (the
+    style and lyrics are capped at 1 MiB each)."""
+    from .constants import AUDIO_CHANNELS, HOP, LATENT_DIM, VAE_LENGTH_TRIM
+    tokens = max(int(music_tokens), 1)
+    samples = tokens * HOP - VAE_LENGTH_TRIM
+    flac = int(samples * AUDIO_CHANNELS * 3 * 1.01) + FLAC_SLACK
+    latent = tokens * LATENT_DIM * 4 + 128
+    return max(flac, latent), flac + latent + tokens * 4 + 128 + (4 << 20)
+
+
+def tokens_within(limit: int) -> int:
+    """The most music tokens whose song folder's largest file fits `limit` bytes (`song_bytes_bound`); 0: none."""
+    from .constants import AUDIO_CHANNELS, HOP, VAE_LENGTH_TRIM
+    tokens = int(((limit - FLAC_SLACK) / (AUDIO_CHANNELS * 3 * 1.01) + VAE_LENGTH_TRIM) // HOP)
+    while tokens > 0 and song_bytes_bound(tokens)[0] > limit:
+        tokens -= 1
+    return max(tokens, 0)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def check_file_size_limit(music_tokens: int, what: str, lower: str | None) -> None:
+    """Refuse, before any work, a song whose largest file (audio.flac, `song_bytes_bound`) cannot be written under
+    this process's file-size limit (`ulimit -f`, RLIMIT_FSIZE): the save would fail with "File too large" after
+    the song was computed (stop-47 review: a batch computed every row, then each failed at its save). `what`: the
+    song, e.g. "the song (--max-seconds 60)"; `lower`: the option that shortens it (None: its length is fixed).
+    Raises ArtifactError with the limit, the estimate and what to do."""
+    limit = file_size_limit()
+    if limit is None:
+        return
+    largest, _ = song_bytes_bound(music_tokens)
+    if largest <= limit:
+        return
+    fits = tokens_within(limit)
+    shorter = (f", or lower {lower} to at most {fits / FRAMES_PER_SECOND:g} s" if lower and fits else
+               f" ({'no song fits it' if not fits else 'its length is fixed: the saved music tokens'})")
+    raise ArtifactError(f"this process's file-size limit (`ulimit -f` {limit // 1024:,}: {limit:,} bytes) is below "
+                        f"what {what} needs: its audio.flac ({music_tokens:,} music tokens = "
+                        f"{music_tokens / FRAMES_PER_SECOND:g} s of 48 kHz stereo 24-bit FLAC) can take up to "
+                        f"{largest:,} bytes, so its save would fail with \"File too large\" after the song was "
+                        f"computed. Raise the limit (`ulimit -f unlimited`, or at least `ulimit -f "
+                        f"{-(-largest // 1024):,}`){shorter}")
+
+
+def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str | None:
+    """A note when the file system of `folder` (or of its nearest existing parent) has less free space than the
+    songs of `music_tokens` may take (`song_bytes_bound`'s totals: an upper bound — FLAC of real music is smaller,
+    and a song may end before its budget), else None. Not a refusal: space changes while songs are computed, and a
+    full disk fails a song's save cleanly (`batch` then stops)."""
+    if not music_tokens:
+        return None
+    place = Path(os.path.abspath(folder))
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    try:
+        free = shutil.disk_usage(place).free
+    except OSError:
+        return None
+    need = sum(song_bytes_bound(t)[1] for t in music_tokens)
+    if free >= need:
+        return None
+    songs = "the song" if len(music_tokens) == 1 else f"the {len(music_tokens)} songs"
+    return (f"{place} has {_mb(free)} free, and {songs} may take up to {_mb(need)} (48 kHz stereo FLAC at its "
+            "length budget, at most; real music compresses, and a song may end earlier): a full disk fails a save "
+            "after the song was computed — free space first, or make shorter songs")
 
 
 def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict,
@@ -592,10 +693,10 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         (tmp / PARTIAL_MARKER).unlink()  # after the (slow) syncs: a save killed during them is still swept later
         os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes 0700; a song folder gets the usual permissions
         fsync_folder(tmp)  # the folder's entries, as the files' data: the rename must not publish a folder lost later
-        if out.exists():
-            out.rmdir()
-        with signals_held():  # an interrupt is delivered once the caller knows the song is in place and its
-            os.rename(tmp, out)  # rename is synced (was: the sync came after the delivery, so never ran then)
+        with signals_held(), _rename_gate():  # an interrupt is delivered once the caller knows the song is in
+            if out.exists():  # place and its rename is synced (was: the sync came after the delivery, so never
+                out.rmdir()  # ran then); a writer thread's gate may refuse the rename (`rename_gate`)
+            os.rename(tmp, out)
             try:  # the rename itself, so the song outlives a crash or power cut (in place: never an error now)
                 fsync_folder(out.parent)
             except OSError:
@@ -609,6 +710,31 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+_GATE = threading.local()
+
+
+def _rename_gate():
+    """The context `write_song_dir` renames a song folder into place in: this thread's `rename_gate`, if any."""
+    gate = getattr(_GATE, "gate", None)
+    return gate() if gate is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def rename_gate(gate: Callable[[], contextlib.AbstractContextManager]):
+    """Within this block, on this thread, `write_song_dir` renames each finished song folder into place (and calls
+    its `on_saved`) inside `gate()`, a context manager that may raise on entry to keep the folder from appearing
+    (its temporary copy is then removed, nothing is written). For a writer thread, where `signals_held` holds
+    nothing (Python runs signal handlers on the main thread only): `batch`'s song writer (`runner._Saver`) takes
+    a lock in it, so the main thread can end the renames — after one in progress — before it records how the
+    interrupted batch ended (stop-47 review: a rename after that record left the song "pending" in batch.json)."""
+    before = getattr(_GATE, "gate", None)
+    _GATE.gate = gate
+    try:
+        yield
+    finally:
+        _GATE.gate = before
 
 
 def fsync_folder(folder: Path) -> None:
@@ -845,7 +971,8 @@ def _check_config(config: dict, root: Path) -> None:
              "model_dtype": (lambda v: v in _DTYPES, ", ".join(_DTYPES)),
              "vae_dtype": (lambda v: v in _DTYPES, ", ".join(_DTYPES)),
              "vae_decode": (lambda v: v == "halo_crop", "halo_crop"),
-             "protocol": (lambda v: isinstance(v, str), "text"), "device": (lambda v: isinstance(v, str), "text")}
+             "protocol": (lambda v: isinstance(v, str), "text"), "device": (lambda v: isinstance(v, str), "text"),
+             "audio_source": (lambda v: v in ("decoded", "given"), "decoded or given")}
     rules.update({k: (lambda v: isinstance(v, dict), "an object")
                   for k in ("abc_sampling", "semantic_sampling", "checkpoint", "weights")})
     for key, (ok, accepted) in rules.items():  # null: not recorded (a tokens-only song of the nodes: no ode_steps)

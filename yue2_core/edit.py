@@ -215,6 +215,15 @@ def _check_parent(p: Parent):
     if p.latents is not None and tuple(p.latents.shape) != (n, LATENT_DIM):
         raise RequestError(f"the song's latents are {list(p.latents.shape)}, expected [{n}, {LATENT_DIM}]")
     want = [2, n * HOP - VAE_LENGTH_TRIM]
+    if p.audio is not None and p.settings.get("audio_source") == "given" and list(p.audio.shape) == want:
+        # stop-47 review: Save Song stores audio that is not the song's decode (a gain, an effect, another node's
+        # audio) and records it as "given"; splicing it would join that audio before the cut to an unprocessed
+        # render after it. The kept part is decoded again from the latents, as for audio of another length.
+        p.notes.append("the song's audio.flac was saved as given (config.json audio_source \"given\": processed or "
+                       "made by another node, not the decode of its latents), so the part before the cut is made "
+                       "again from its latents (rendered first where the song has none): what was done to that "
+                       "audio is not in the new song")
+        p.audio = None
     if p.audio is not None and list(p.audio.shape) != want:
         # break-it (stop 39): YuE2 Save Song stores any 48 kHz stereo audio it is given (with a warning); an edit of
         # such a song was refused with no way on. The kept part is decoded again from the latents instead.
@@ -571,7 +580,7 @@ def _edit(parts, parent: Parent, score, changed: bool, request: SongRequest, sam
                     "crossfade_s": min(fade, cut_sample) / SAMPLE_RATE if frames > keep else 0.0,
                     "crossfade_shape": crossfade_shape, "score_changed": changed, "parent_frames": len(codes),
                     "frames": frames, "kept_frames": keep, "ended": tokens.ended, "protocol": PROTOCOL_VERSION})
-    settings = {k: v for k, v in parent.settings.items() if k != "take"}
+    settings = {k: v for k, v in parent.settings.items() if k not in ("take", "audio_source")}  # its own audio
     settings.update({
         "protocol": PROTOCOL_VERSION, "cot": request.cot, "cfg_scale": request.guidance,
         "semantic_sampling": sampling.to_dict(), "ode_steps": steps, "ode_method": parent.method,

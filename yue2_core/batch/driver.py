@@ -584,7 +584,7 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     workers for the sizing, `songs(todo, out, …)` yields outcomes of songs it wrote, `settings` → batch.json).
     `on_batching(rows, continuous)`: called once the batch is sized, before `engine_factory` (the CLI's engine then
     warms up the kernels of that decoder while it loads)."""
-    from ..artifacts import save_song
+    from ..artifacts import save_song, signals_held
     from ..candidates import GIB
     from .memory import size_batch, song_bytes, stage_bytes
     from .runner import default_overlap, iter_songs
@@ -610,7 +610,7 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                            "chunks of --max-batch songs (one AR batch each), so there is nothing to refill: leave "
                            "out --continuous or --ray")
     todo, sizes, stages, redo = [], [], [], []
-    from ..artifacts import check_path_limits
+    from ..artifacts import check_file_size_limit, check_path_limits, free_space_note
     for item in items:
         try:
             counts = check_context(item, tokenizer.encode)
@@ -627,6 +627,13 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         if state == "refuse":
             summary.add(item.line, item.id, "failed", stage="resume", error=why)
             continue
+        if runner is None:  # this process writes the songs: one past its file-size limit (`ulimit -f`) fails now,
+            try:  # not at its save after minutes of work (stop-47 review); Ray's workers have limits of their own
+                check_file_size_limit(item.budgets.semantic_sampling().max_tokens, f"row {item.id!r}",
+                                      "--max-seconds (or the row's semantic_sampling max_tokens)")
+            except YuE2Error as exc:
+                summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
+                continue
         if state == "redo":  # removed only once every check of the whole batch passed (below)
             redo.append((item, why))
         summary.add(item.line, item.id, "pending")
@@ -680,6 +687,9 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
               + _overlap_note(overlap, continuous, max_batch, len(todo), runner is not None)
               + (" (kept from the folder's batch.json)" if made is not None and options.continuous is None else ""),
               file=stream)
+    room = free_space_note(out, [item.budgets.semantic_sampling().max_tokens for item in todo])
+    if room:
+        print(f"warning: {room}", file=stream)
     from .requests import budget_notes
     for item in todo:  # as `generate` prints them (result.json keeps them too)
         for note in item.request.input_warnings() + budget_notes(item):
@@ -734,9 +744,13 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     except KeyboardInterrupt:
         if songs is not None:  # a Ctrl-C between two songs (e.g. while writing batch.json) reaches the generator
             _drain(songs, record, stream)  # too (one that came from inside it has ended it: this returns at once)
-        _account_left(summary, jobs, record, "interrupted", tracked=runner is None, out=out)
-        summary.interrupted = True
-        summary.write(out)
+        try:  # the record of how the run ended, with further interrupts held until it is written: a second Ctrl-C
+            with signals_held():  # here left batch.json as it was before the songs the drain recorded (review)
+                _account_left(summary, jobs, record, "interrupted", tracked=runner is None, out=out)
+                summary.interrupted = True
+                summary.write(out)
+        except KeyboardInterrupt:  # one held meanwhile, delivered now: the run is ending anyway
+            pass
         print(summary.table(), file=stream)
         raise
     summary.write(out)
@@ -820,6 +834,16 @@ def _drain(songs, record, stream) -> None:
         pass
     except Exception as exc:  # noqa: BLE001 - the interrupt goes on; what could not be drained, --resume finds
         print(f"after the interrupt: {brief(exc)}", file=stream)
+    close = getattr(songs, "close", None)
+    while close is not None:  # a further Ctrl-C that stopped the draining left the generator at a yield: closing it
+        try:  # ends its render stage, whose writer then renames no more song folders (`runner._Saver.seal`), so the
+            close()  # record made next holds every folder it ever writes (review: one renamed after it stayed
+            break  # "pending"); a generator that raised is closed already, so this ends
+        except KeyboardInterrupt:
+            continue
+        except Exception as exc:  # noqa: BLE001
+            print(f"after the interrupt: {brief(exc)}", file=stream)
+            break
 
 
 def _rows_batched(batched: bool | None, on_cuda: bool) -> bool:

@@ -456,7 +456,15 @@ class _Saver:
     (Ctrl-C) are still written: the worker stops rendering, not writing. A BaseException escaping `deliver` (not a
     song's failure, e.g. SystemExit) is handed to the main thread and stops both: nothing more is written. The
     thread polls its queue and ends once `closing` is set and the queue is empty (no sentinel to put: a put could
-    block on a full queue while Ctrl-C arrives)."""
+    block on a full queue while Ctrl-C arrives).
+
+    Each song folder is renamed into place under `commit` (`artifacts.rename_gate`), and `seal` — the main thread's,
+    once the writer ended or the waiting for it was cut short — takes that lock and ends the renames: a rename in
+    progress finishes first, a later one is refused (its temporary folder removed; the song stays "pending"). So
+    what the main thread then records of the batch (batch.json, `driver._account_left` reading the folders on
+    disk) holds every song folder this writer ever publishes (stop-47 review: a rename finishing after that record
+    left its row "pending" beside the complete folder). Signals cannot be held on this thread (Python runs their
+    handlers on the main thread), so the order is kept by the lock instead."""
 
     DEPTH = 2
 
@@ -465,12 +473,36 @@ class _Saver:
         self.deliver, self.meter, self.stop, self.broken = deliver, meter, stop, False
         self.items: "queue.Queue" = queue.Queue(maxsize=self.DEPTH)
         self.closing = threading.Event()  # set once nothing more will be put: the thread ends when the queue is empty
+        self.commit = threading.Lock()  # held over each rename into place (`_gate`); `seal` takes it
+        self.sealed = False
         self.thread, self.ended = _started(self._work, "yue2-save")
 
     def put(self, item: tuple) -> None:
         self.items.put(item)
 
+    @contextlib.contextmanager
+    def _gate(self):
+        """Where a song folder is renamed into place (`artifacts.rename_gate`): under `commit`, refused once sealed."""
+        with self.commit:
+            if self.sealed:
+                raise _Stopped
+            yield
+
+    def seal(self) -> None:
+        """On the main thread: no song folder is renamed into place from now on. Waits for a rename in progress
+        (a rename and a folder sync) with Ctrl-C / SIGTERM / SIGHUP held, delivered after it (`signals_held`), so
+        the wait cannot be cut between the rename and what the caller records next."""
+        from ..artifacts import signals_held
+        with signals_held():
+            with self.commit:
+                self.sealed = True
+
     def _work(self) -> None:
+        from ..artifacts import rename_gate
+        with rename_gate(self._gate):
+            self._loop()
+
+    def _loop(self) -> None:
         import queue
         while True:
             try:
@@ -487,6 +519,8 @@ class _Saver:
                         self.stop.set()
                 if kind in ("song", "outcome") and not self.broken:
                     handoff.outcomes.append(_outcome(job))
+            except _Stopped:  # sealed (`seal`): the main thread has recorded the batch's end; this song's folder was
+                self.broken = True  # not renamed into place (nothing written), so it stays "pending" as recorded
             except BaseException as exc:  # noqa: BLE001 - not a song's failure (a bug, SystemExit from deliver):
                 handoff.error = handoff.error or exc  # re-raised on the main thread with the hand-over; the worker
                 self.broken = True  # stops at its next step and nothing more is written
@@ -711,9 +745,12 @@ class _RenderStage:
             _join(self.thread, self.ended, interrupts)
             self.saver.close(interrupts)  # after the worker: it puts nothing more
         finally:
-            if self.capture is not None:
-                self.capture.__exit__(None, None, None)
-                self.capture = None
+            try:  # also when the waiting was cut short: the writer may still be saving, but from here on renames
+                self.saver.seal()  # no folder into place, so the outcomes recorded next hold every one it wrote
+            finally:
+                if self.capture is not None:
+                    self.capture.__exit__(None, None, None)
+                    self.capture = None
 
 
 def _overlapped(engine, batches: list, batched: bool, steps: int, deliver: Deliver,

@@ -39,7 +39,7 @@ def _song_report(path: str) -> dict:
                         "cot": request.get("cot"), "seed": request.get("seed"), "cfg_scale": request.get("cfg_scale"),
                         "id": request.get("id")},
             "abc_tokens": len(saved.tokens.score.abc_ids), "score_edited": saved.score_edited,
-            "audio_changed": saved.audio_changed,
+            "audio_changed": saved.audio_changed, "audio_source": saved.config.get("audio_source"),
             "music_frames": r.get("frames"), "audio_seconds": r.get("audio_seconds"),
             "sample_rate": r.get("sample_rate"), "truncated_by_budget": r.get("truncated"),
             "checkpoint": {"path": mot.get("path"), "format": mot.get("format"), "layout": mot.get("layout")},
@@ -55,6 +55,9 @@ def _song_report(path: str) -> dict:
                         f"{request.get('cot')}, seed {request.get('seed')}; "
                         + (f"audio.flac {_AUDIO_WORDS[saved.audio_changed]}; the other files verified against "
                            "result.json" if saved.audio_changed else "files verified against result.json")
+                        + ("; its audio.flac was saved as given by ComfyUI's Save Song (processed or made by "
+                           "another node), not as the decode of latent.npy"
+                           if saved.config.get("audio_source") == "given" else "")
                         + ("; score.abc edited since the song was made (render samples new music for it)"
                            if saved.score_edited else "")
                         + (f"; rendered from {lineage['parent']}, whose edited score.abc it sampled its music for"
