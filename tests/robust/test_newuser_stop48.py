@@ -105,3 +105,57 @@ def test_regenerate_and_continue_note_an_edited_score_longer_than_the_song(comfy
     assert out["long enough"] == [] and out["unchanged"] == []
     assert out["ending"] == "hit the song's budget (250 tokens = 10.00 s, the kept part included)"
     assert out["ended"] == "ended on its end token"
+
+
+# ------------------------------------------------------------------- the engine beside the nodes, not another copy
+
+ENTRY_HARNESS = r'''
+import importlib.util, json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="LOG %(message)s")
+spec = importlib.util.spec_from_file_location("pack_entry", sys.argv[1])
+pack = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pack)  # no comfy_api here: the module defines its helpers and registers nothing
+pack._make_engine_importable()
+import yue2_core, yue2_core.constants
+print("RESULT " + json.dumps([yue2_core.__file__, yue2_core.constants.__file__, getattr(yue2_core, "OTHER", None)]))
+'''
+
+
+def _entry(tmp_path, pythonpath: str) -> tuple[list, str]:
+    import json
+    import os
+    import subprocess
+    import sys
+    # -S: no site-packages, so no installed yue2_core but the one PYTHONPATH names (the test venv's editable install
+    # of some clone would otherwise decide)
+    run = subprocess.run([sys.executable, "-S", "-c", ENTRY_HARNESS, str(REPO / "__init__.py")], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path, env={**os.environ, "PYTHONPATH": pythonpath})
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):]), run.stdout
+
+
+def test_the_nodes_use_the_engine_beside_them_when_another_copy_is_installed(tmp_path):
+    """ComfyUI's python had another clone's yue2_core installed (`pip install -e` elsewhere): the pack appended its
+    folder to sys.path only when no yue2_core was importable, so its nodes ran that other engine — an older one failed
+    with `ImportError: cannot import name 'busy_cpu_reason' from 'yue2_core.cli.busy_cpu' (/other/clone/…)` when a
+    node ran. Now the engine beside the nodes is loaded (its submodules too) and the log says which copy was left."""
+    other = tmp_path / "site" / "yue2_core"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("OTHER = 'another clone'\n")
+    (other / "constants.py").write_text("OTHER = True\n")
+    (files, log) = _entry(tmp_path, str(tmp_path / "site"))
+    assert files[0] == str(REPO / "yue2_core" / "__init__.py")
+    assert files[1] == str(REPO / "yue2_core" / "constants.py")
+    assert files[2] is None
+    assert (f"LOG [ComfyUI-YuE2] using the engine beside the nodes ({REPO / 'yue2_core'}), not the yue2_core "
+            f"installed at {other}") in log
+
+
+def test_the_engine_beside_the_nodes_is_found_as_before(tmp_path):
+    """No other copy: the pack's folder is appended to sys.path (never prepended: its nodes/ would shadow ComfyUI's
+    nodes module), nothing logged; the same copy installed (`pip install -e` of this clone) is used as it is."""
+    (files, log) = _entry(tmp_path, "")
+    assert files[0] == str(REPO / "yue2_core" / "__init__.py") and "LOG" not in log
+    (files, log) = _entry(tmp_path, str(REPO))
+    assert files[0] == str(REPO / "yue2_core" / "__init__.py") and "LOG" not in log
