@@ -24,12 +24,41 @@ def _not_loaded(reason: str) -> None:
     _log.debug("[ComfyUI-YuE2] import traceback:", exc_info=True)
 
 
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
 def _make_engine_importable() -> None:
     # The engine `yue2_core/` sits next to this file. When the pack was cloned into custom_nodes/ rather than
     # pip-installed, make it importable as the top-level package `yue2_core`. Appended, never prepended: this folder
     # also holds `nodes/`, which must not shadow ComfyUI's own `nodes` module.
-    if importlib.util.find_spec("yue2_core") is None and _PACK_DIR not in sys.path:
-        sys.path.append(_PACK_DIR)
+    own_dir = os.path.join(_PACK_DIR, "yue2_core")
+    own_init = os.path.join(own_dir, "__init__.py")
+    spec = importlib.util.find_spec("yue2_core") if "yue2_core" not in sys.modules else None
+    if "yue2_core" in sys.modules or spec is None or not os.path.isfile(own_init):
+        if spec is None and "yue2_core" not in sys.modules and _PACK_DIR not in sys.path:
+            sys.path.append(_PACK_DIR)
+        return
+    found = [os.path.dirname(spec.origin)] if spec.origin else list(spec.submodule_search_locations or [])
+    if found and all(_same_folder(f, own_dir) for f in found):
+        return
+    # Another copy of the engine is installed in this Python (`pip install -e` of another clone, an older `pip
+    # install` of the pack): the nodes beside this file were written for the engine beside them, so that one is
+    # loaded (new-user review, stop 48: the nodes of a newer clone in custom_nodes/ ran an older clone's installed
+    # engine and failed with `ImportError: cannot import name … from 'yue2_core…'` only when a node ran).
+    own = importlib.util.spec_from_file_location("yue2_core", own_init, submodule_search_locations=[own_dir])
+    module = importlib.util.module_from_spec(own)
+    sys.modules["yue2_core"] = module
+    try:
+        own.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["yue2_core"]
+        raise
+    _log.info("[ComfyUI-YuE2] using the engine beside the nodes (%s), not the yue2_core installed at %s",
+              own_dir, found[0] if found else "?")
 
 
 def _import_node_list() -> list:

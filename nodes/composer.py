@@ -13,7 +13,7 @@ from yue2_core.protocol import ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, SongReques
 from yue2_core.weights.checkpoint import is_synthetic
 
 from . import memory, scores, takes, types
-from .progress import StageProgress, check_cancel, check_switches, log, user_errors
+from .progress import StageProgress, busy_cpu_notes, check_cancel, check_switches, log, user_errors
 
 # the whole context (983.04 s), as Regenerate's max_seconds and Continue's extra_seconds: the node says what really
 # fits after the prompt (review, stop 44: 900, below the "room for 971.92 s" its own report stated)
@@ -142,6 +142,7 @@ class YuE2Composer(io.ComfyNode):
         notes = list(request.input_warnings())
         notes += _synthetic_note(model, request, given, abc_sampling.max_tokens,
                                  music_sampling.max_tokens if sample_music else 0)
+        notes += busy_cpu_notes(model.device, "YuE2 Composer")
         on_cuda = model.device.type == "cuda"
         with user_errors():
             the_score = given or _plan(model, request, abc_sampling, music_sampling.max_tokens if sample_music else 0,
@@ -198,6 +199,7 @@ def _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc
     progress = StageProgress("YuE2 Composer")
     notes = list(request.input_warnings())
     notes += _synthetic_note(model, request, given, abc_sampling.max_tokens, music_sampling.max_tokens)
+    notes += busy_cpu_notes(model.device, "YuE2 Composer")
     with user_errors():
         batch = takes.compose_takes(model, request, given, n, abc_sampling, music_sampling, max_seconds, progress)
     check_cancel()

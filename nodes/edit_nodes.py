@@ -28,7 +28,7 @@ from yue2_core.pipeline import Budgets
 from yue2_core.protocol import SEED_MAX, SEMANTIC_PRESET, seconds_to_tokens
 
 from . import memory, records, scores, types
-from .progress import StageProgress, check_cancel, check_switches, user_errors
+from .progress import StageProgress, busy_cpu_notes, check_cancel, check_switches, user_errors
 from .songs import SUBFOLDER, clean_name, next_song_dir, songs_root
 
 MAX_EXTRA_SECONDS = CONTEXT / FRAMES_PER_SECOND  # 983.04: the context itself; the node says what really fits
@@ -119,10 +119,10 @@ def _save(child, lineage: dict, prefix: str):
         raise ArtifactError(f"could not find a free song folder for {prefix!r} in {root}")
 
 
-def _outputs(child, lineage: dict, path, report_lines: list[str]) -> io.NodeOutput:
+def _outputs(child, lineage: dict, path, report_lines: list[str], notes: list[str] = ()) -> io.NodeOutput:
     rel = f"{SUBFOLDER}/{path.name}"
     report_lines.append(f"saved {rel}")
-    report_lines += [f"warning: {w}" for w in child.warnings]
+    report_lines += [f"warning: {w}" for w in [*child.warnings, *notes]]
     report = "\n".join(f"- {line}" for line in report_lines)
     checkpoint = child.settings.get("checkpoint")
     audio = {"waveform": child.audio.unsqueeze(0).float().contiguous(), "sample_rate": child.sample_rate,
@@ -187,7 +187,22 @@ def _outputs_schema() -> list:
 
 
 def _ending(tokens, max_tokens: int) -> str:
-    return "ended on its end token" if tokens.ended else f"hit its budget ({max_tokens} tokens)"
+    # the budget is the whole song's, kept part included (new-user review, stop 48: "the new part hit its budget
+    # (250 tokens)" read as 250 new tokens beside "new part 225 tokens")
+    return ("ended on its end token" if tokens.ended else
+            f"hit the song's budget ({max_tokens} tokens = {max_tokens / FRAMES_PER_SECOND:.2f} s, the kept part "
+            "included)")
+
+
+def _edited_score_notes(child, lineage: dict, max_tokens: int, duration_setting: str) -> list[str]:
+    """An edited score's notes, as the Composer gives a connected one (`scores.given_score_notes`): every dialect
+    finding and the too-long check against the whole song's budget (new-user review, stop 48: the 16-bar example
+    lead sheet, 38.4 s at its tempo, regenerated a 10 s song without a word — the Composer said it for the same
+    score)."""
+    if not lineage.get("score_changed") or not (child.score.abc or "").strip():
+        return []
+    return scores.given_score_notes(child.score.abc, max_tokens / FRAMES_PER_SECOND, child.request.cot,
+                                    duration_setting=duration_setting)
 
 
 class YuE2Regenerate(io.ComfyNode):
@@ -221,6 +236,7 @@ class YuE2Regenerate(io.ComfyNode):
         if not isinstance(cut, str) or not cut.strip():
             raise ValueError("cut is empty: give seconds (\"12.5s\"), a bar (\"bar 9\") or a token (\"token 312\")")
         _check_max_seconds(max_seconds)
+        busy = busy_cpu_notes(model.device, "YuE2 Regenerate")
         parent_name = f"{SUBFOLDER}/{song.path.name}"
         args = dict(new_score=_new_score(score, song), seed=None if seed < 0 else seed, crossfade_s=crossfade_s,
                     budgets=Budgets(max_seconds=max_seconds) if max_seconds > 0 else None, parent_name=parent_name)
@@ -249,7 +265,8 @@ class YuE2Regenerate(io.ComfyNode):
                  f"crossfade {lineage['crossfade_s']:.3f} s {lineage['crossfade_shape'].replace('_', ' ')}, score "
                  f"{'edited' if lineage['score_changed'] else 'unchanged'}",
                  f"took {time.perf_counter() - t0:.1f} s"]
-        return _outputs(child, lineage, path, lines)
+        notes = _edited_score_notes(child, lineage, max_tokens, "Regenerate's max_seconds input")
+        return _outputs(child, lineage, path, lines, notes + busy)
 
 
 class YuE2Continue(io.ComfyNode):
@@ -285,6 +302,7 @@ class YuE2Continue(io.ComfyNode):
     def execute(cls, model, song, extra_seconds, seed, crossfade_s, name, score=None, audioUI=None,
                 min_extra_seconds=-1.0) -> io.NodeOutput:
         check_switches(model.device)
+        busy = busy_cpu_notes(model.device, "YuE2 Continue")
         parent_name = f"{SUBFOLDER}/{song.path.name}"
         new_score = _new_score(score, song)
         args = dict(new_score=new_score, seed=None if seed < 0 else seed, crossfade_s=crossfade_s,
@@ -317,4 +335,5 @@ class YuE2Continue(io.ComfyNode):
                  f"crossfade {lineage['crossfade_s']:.3f} s into the original's end, score "
                  f"{'edited' if lineage['score_changed'] else 'unchanged'}",
                  f"took {time.perf_counter() - t0:.1f} s"]
-        return _outputs(child, lineage, path, lines)
+        notes = _edited_score_notes(child, lineage, max_tokens, "Continue's extra_seconds input")
+        return _outputs(child, lineage, path, lines, notes + busy)

@@ -65,6 +65,25 @@ class StageProgress:
 _WARNED: set = set()  # switch warnings already logged by this process
 
 
+def busy_cpu_notes(device, node: str) -> list[str]:
+    """[a note, also logged before the work] when the model samples on a CPU that other jobs already keep busy and
+    ComfyUI was started without OMP_NUM_THREADS — as the command line says it (new-user review, stop 48: a ComfyUI
+    server on a shared 2-core machine sampled 3–5 tokens/s, 33 once started with OMP_NUM_THREADS=1, and neither the
+    node nor docs/comfyui.md said so). The server's own earlier songs are no reason: the cores' counters decide, this
+    process's own time taken out (`busy_cpu_reason(own_load=True)`)."""
+    if getattr(device, "type", None) != "cpu":
+        return []
+    from yue2_core.cli.busy_cpu import busy_cpu_reason
+    said = busy_cpu_reason(own_load=True)
+    if not said:
+        return []
+    note = (f"this CPU is busy ({said}) and ComfyUI was started without OMP_NUM_THREADS: PyTorch's threads then "
+            "compete with the other jobs, which can make sampling several times slower; start ComfyUI as "
+            "`OMP_NUM_THREADS=1 python main.py …` (docs/comfyui.md, \"A CPU other jobs share\")")
+    log.warning("[YuE2] %s: %s", node, note)
+    return [note]
+
+
 def check_switches(device) -> None:
     """The YUE2_* environment switches checked before a node's work (`switch_check.check_environment`, as the command
     line does): a bad value raises ValueError naming it and what it accepts — before a Composer decodes, not when the

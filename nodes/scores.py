@@ -40,13 +40,14 @@ def check(text: str) -> tuple[list, list]:
     return [i for i in issues if i.severity == "error"], [i for i in issues if i.severity != "error"]
 
 
-def given_score_notes(text: str, max_seconds: float | None, cot: str | None = None) -> list[str]:
+def given_score_notes(text: str, max_seconds: float | None, cot: str | None = None,
+                      duration_setting: str = DURATION_INPUT) -> list[str]:
     """The Composer's notes on a score given as text (abc_text, or an edited score): the same rule and the same
     lines as the command line's --abc-file (`protocol.score_notes`: used as given, every dialect finding with its
     line and severity, the too-long check against `max_seconds`, control characters named, chords with cot
-    "melody")."""
+    "melody"). Regenerate and Continue give an edited score the same notes, naming their own duration input."""
     return [f"the given score {note}" for note in score_notes(text, max_seconds, limit=MAX_LISTED, cot=cot,
-                                                               duration_setting=DURATION_INPUT)]
+                                                               duration_setting=duration_setting)]
 
 
 def describe(issues, limit: int = MAX_LISTED) -> str:

@@ -64,7 +64,17 @@ def _busy_share(cpus: set[int]) -> float | None:
 
 
 def _note_busy_cpu() -> None:
-    """On a CPU other jobs already keep busy, without OMP_NUM_THREADS: say that PyTorch's threads will fight them
+    """The NOTE of `busy_cpu_reason` on stderr, before a command's work."""
+    said = busy_cpu_reason()
+    if said:
+        print(f"NOTE: this CPU is busy ({said}) and OMP_NUM_THREADS is not set: PyTorch's threads then compete with "
+              "the other jobs, which can make sampling several times slower; put OMP_NUM_THREADS=1 before the "
+              "command (README, \"A CPU another job shares?\")", file=sys.stderr)
+
+
+def busy_cpu_reason(own_load: bool = False) -> str | None:
+    """Why this CPU counts as busy ("load 3.3 on 2 cores", "other jobs kept the 2 cores 50% busy; load 1.2"), or
+    None. On a CPU other jobs already keep busy, without OMP_NUM_THREADS: say that PyTorch's threads will fight them
     (new-user finding, stop 45: `bash scripts/song.sh` beside the test suite sampled 6 tokens/s, 221 s for the
     default song, with nothing pointing at the README's `OMP_NUM_THREADS=1`, which makes it several times faster).
     Read before this run's work, so it counts the other jobs only.
@@ -76,31 +86,34 @@ def _note_busy_cpu() -> None:
     counters in /proc/stat are watched for BUSY_SAMPLE_S instead (leftover of stop 46: the load compared with the
     2 usable cores printed a false note in a container pinned to 2 of 64 cores whenever the host ran 2 jobs). Below
     a full load those counters decide on a whole machine too (new-user review, stop 47: one other job on 2 cores,
-    load 1.2, made sampling 2.5–4 times slower without a note); the load alone could be this user's previous run."""
+    load 1.2, made sampling 2.5–4 times slower without a note); the load alone could be this user's previous run.
+
+    own_load: the load may be this process's own earlier work (a ComfyUI server that ran songs back to back, where
+    the load reaches the cores by itself), so the counters decide at any load, this process's own time taken out
+    (new-user review, stop 48: a ComfyUI server beside other jobs sampled 3–5 tokens/s, 33 with OMP_NUM_THREADS=1,
+    and nothing said so)."""
     if os.environ.get("OMP_NUM_THREADS"):
-        return
+        return None
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):  # no load average on this platform
-        return
+        return None
     host = os.cpu_count() or 1
     try:
         cpus = set(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # macOS and Windows have no sched_getaffinity
         cpus = set()
     whole = not cpus or len(cpus) >= host
-    if load >= host:  # every core of the host is busy, so are this process's
-        said = (f"load {load:.1f} on {host} cores" if whole else
+    if load >= host and not own_load:  # every core of the host is busy, so are this process's
+        return (f"load {load:.1f} on {host} cores" if whole else
                 f"load {load:.1f} on the host's {host} cores, {len(cpus)} of which this process may use")
-    elif len(cpus) < 2 or (whole and load < SAMPLE_FROM_LOAD):
-        return  # no per-core counters (macOS, Windows), one core (one thread: nothing to gain), nothing ran long
-    else:  # a load below the cores: other jobs on one of them, or this user's own last run? Their counters tell
-        share = _busy_share(cpus)
-        if share is None or share * len(cpus) < OTHER_JOB_CORES:
-            return
-        said = (f"other jobs kept the {len(cpus)} cores {share:.0%} busy; load {load:.1f}" if whole else
-                f"other jobs kept the {len(cpus)} cores this process may use {share:.0%} busy; load {load:.1f} on "
-                f"the host's {host} cores")
-    print(f"NOTE: this CPU is busy ({said}) and OMP_NUM_THREADS is not set: PyTorch's threads then compete with the "
-          "other jobs, which can make sampling several times slower; put OMP_NUM_THREADS=1 before the command "
-          "(README, \"A CPU another job shares?\")", file=sys.stderr)
+    if len(cpus) < 2 or (whole and load < SAMPLE_FROM_LOAD):
+        return None  # no per-core counters (macOS, Windows), one core (one thread: nothing to gain), nothing ran long
+    # a load below the cores, or one this process may have made: other jobs, or this user's own work? The cores'
+    # counters tell
+    share = _busy_share(cpus)
+    if share is None or share * len(cpus) < OTHER_JOB_CORES:
+        return None
+    return (f"other jobs kept the {len(cpus)} cores {share:.0%} busy; load {load:.1f}" if whole else
+            f"other jobs kept the {len(cpus)} cores this process may use {share:.0%} busy; load {load:.1f} on "
+            f"the host's {host} cores")
