@@ -438,9 +438,20 @@ def cmd_make_synthetic(args) -> int:
     if not 0 <= args.seed <= SEED_MAX:  # the range every --seed takes (stop 42: -1 — "random" in ComfyUI — and
         # 10**23 were accepted; the weights hash the seed, so any integer gave some file, never a random one)
         raise RequestError(f"--seed must be an integer in [0, {SEED_MAX}], got {args.seed}")
+    from .weights.synthetic import refuse_special
+    if not args.output.strip():  # break-it review, stop 48: '' was called "a folder" (pathlib reads it as ".")
+        raise YuE2Error(f"--output {args.output!r} names no file (an unset shell variable?); give the path of the "
+                        ".safetensors file to write")
     try:  # Python 3.11's pathlib raises for a name too long or a folder without permission (break-it finding)
         if Path(args.output).is_dir():
             raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")
+        if args.output.endswith(("/", os.sep)):  # was "cannot write X/: Not a directory"
+            raise YuE2Error(f"--output {args.output} ends in '/', so it names a folder; give the path of the "
+                            f".safetensors file to write, e.g. {args.output}yue2_{args.profile}_{args.format}"
+                            ".safetensors")
+        special = refuse_special(args.output)  # even with --force: it would replace a device node (/dev/null)
+        if special:
+            raise YuE2Error(special)
         parent = next((p for p in Path(args.output).absolute().parents if p.exists() or p.is_symlink()), None)
         if parent is not None and not parent.is_dir():  # break-it: "cannot write …: File exists"
             raise YuE2Error(f"--output {args.output}: {parent} is a file, not a folder; give a path in a folder")
