@@ -30,6 +30,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -554,6 +555,12 @@ def refuse_overwrite(paths, force: bool = False) -> str | None:
     special = next((m for m in (refuse_special(p, "the output") for p in paths) if m), None)
     if special:
         return special
+    for p in paths:  # a folder of the path that is a file or a device: was a FileExistsError traceback (stop 48)
+        for parent in Path(p).absolute().parents:
+            if os.path.lexists(parent) and not os.path.isdir(parent):
+                kind = special_file(parent) or ("a file" if os.path.isfile(parent) else "not a folder")
+                return (f"{parent} is {kind}, not a folder: the files are written into a folder — give the path "
+                        "of a new folder (or of a .safetensors file in one)")
     if force:
         return None
     there = [str(p) for p in paths if os.path.lexists(p)]
