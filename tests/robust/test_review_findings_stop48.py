@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -235,3 +236,38 @@ def test_a_batch_request_file_or_abc_path_says_what_the_path_is(tmp_path):
         with pytest.raises(RequestError) as err:
             read_requests(path)
         assert f"request file {path} {phrase}" in str(err.value), str(err.value)
+
+
+# ------------------------------------------------------------- 5. a JSON file padded to gigabytes is not read whole
+
+
+def test_a_huge_config_or_sidecar_json_is_refused_before_it_is_read(vendor_folder, tmp_path, monkeypatch):
+    """A 3 GB adapter_config.json (its JSON, then zeros: what a crashed copy or a preallocating download leaves) made
+    `inspect` hold 6.8 GB for 16 s before "not a readable JSON file"; a larger one ends ComfyUI's process. The files
+    here are sparse: one byte over the cap costs no disk."""
+    from yue2_core.constants import MAX_CONFIG_JSON
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    from yue2_core.weights.synthetic_vae import write_vae
+    from yue2_core.weights.vae_files import open_vae
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    expected = f"is {MAX_CONFIG_JSON + 1:,} bytes: more than such a JSON file can be (at most {MAX_CONFIG_JSON:,}"
+
+    def pad(path: Path) -> None:
+        os.truncate(path, MAX_CONFIG_JSON + 1)
+
+    peft = write_adapter("peft", tmp_path / "peft", profile_dims("tiny"))
+    pad(peft / "adapter_config.json")
+    assert expected in _adapter_error(peft)
+    vae = Path(write_vae(str(tmp_path / "vae"), profile="tiny"))
+    pad(vae / "config.json")
+    with pytest.raises(CheckpointError, match=re.escape(expected)):
+        open_vae(str(vae))
+    folder = _with_config(vendor_folder, tmp_path)
+    pad(folder / "config.json")
+    with pytest.raises(CheckpointError, match=re.escape(expected)):
+        inspect_checkpoint(str(folder))
+    os.truncate(folder / "config.json", MAX_CONFIG_JSON)  # at the cap: read, and refused as JSON, not by size
+    with pytest.raises(CheckpointError) as err:
+        inspect_checkpoint(str(folder))
+    assert "bytes: more than" not in str(err.value), str(err.value)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
-from ..errors import CheckpointError, DamagedWeightsError, json_number_too_long, quoted
+from ..errors import CheckpointError, DamagedWeightsError, json_number_too_long, json_too_large, quoted
 from ..vae import VAEConfig, VAEDecoder
 from .checkpoint import _vae_config, file_identity, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
@@ -185,6 +185,8 @@ def _read_json(path: str, what: str):
     kind = not_a_file(str(path))
     if kind is not None:  # a FIFO or device blocks the read forever (break-it review, stop 40)
         raise CheckpointError(f"{what} {path} is {kind}, not a file")
+    if too_large := json_too_large(path):
+        raise CheckpointError(f"{what} {path} {too_large}")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)

@@ -28,7 +28,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import CheckpointError, DamagedWeightsError, TokenizerError, json_number_too_long
+from ..errors import CheckpointError, DamagedWeightsError, TokenizerError, json_number_too_long, json_too_large
 from ..switches import flag
 from .checkpoint import (AR, NAR, VAE, SplitSource, TensorEntry, build_info, check_entries, content_sample,
                          read_header)
@@ -96,6 +96,8 @@ def _json_text(path: Path) -> str:
     what = not_a_file(str(path))
     if what is not None:
         raise CheckpointError(f"{path} is {what}, not a file: a YuE2 folder's JSON files are regular files")
+    if too_large := json_too_large(path):
+        raise CheckpointError(f"{path} {too_large}")
     return path.read_text("utf-8")
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...errors import AdapterError, CheckpointError, json_number_too_long
+from ...errors import AdapterError, CheckpointError, json_number_too_long, json_too_large
 from ..checkpoint import not_a_file, open_tensors, read_header
 
 SIDECAR = "adapter_config.json"
@@ -337,6 +337,8 @@ def read_sidecar(path: str) -> dict:
     `rank_pattern` {pattern: int ≥ 1}, `alpha_pattern` {pattern: float}. Raises AdapterError for a file that is not
     JSON, not an object, a `peft_type` other than LORA, or any field of the wrong type or range."""
     where = f"{path}"
+    if too_large := json_too_large(path):
+        raise AdapterError(f"{where} {too_large}")
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
