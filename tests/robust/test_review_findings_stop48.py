@@ -271,3 +271,14 @@ def test_a_huge_config_or_sidecar_json_is_refused_before_it_is_read(vendor_folde
     with pytest.raises(CheckpointError) as err:
         inspect_checkpoint(str(folder))
     assert "bytes: more than" not in str(err.value), str(err.value)
+
+
+def test_a_batch_json_padded_past_any_batch_is_not_read_whole(tmp_path):
+    """`batch --resume` read a batch.json padded to 3 GB whole (6.9 GB of memory, 18 s) before finding it
+    unreadable and rebuilding it from the songs; past MAX_SUMMARY_BYTES it is now unreadable by its size."""
+    from yue2_core.batch.summary import BATCH_FILE, MAX_SUMMARY_BYTES, load_summary
+    path = tmp_path / BATCH_FILE
+    path.write_text(json.dumps({"complete": 1, "settings": {}}))
+    assert load_summary(tmp_path) == {"complete": 1, "settings": {}}
+    os.truncate(path, MAX_SUMMARY_BYTES + 1)  # sparse: no disk
+    assert load_summary(tmp_path) is None
