@@ -674,7 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--format", default="bf16", choices=["bf16", "int8"],
                    help="bf16 (default) or the int8 ConvRot layout of yue2_3b_int8_convrot.safetensors")
     m.add_argument("--seed", type=int, default=0, help="the random weights' seed (default 0)")
-    m.add_argument("--force", action="store_true", help="replace an existing file at --output")
+    m.add_argument("--force", action="store_true", help="replace an existing file at --output (a regular file; never "
+                   "a device, FIFO or socket)")
     m.set_defaults(func=cmd_make_synthetic)
 
     b = sub.add_parser("batch", help="many songs from a request JSONL (one JSON object per line) → DIR/<id>/ song "
