@@ -459,9 +459,20 @@ def cmd_make_synthetic(args) -> int:
     if not 0 <= args.seed <= SEED_MAX:  # the range every --seed takes (stop 42: -1 — "random" in ComfyUI — and
         # 10**23 were accepted; the weights hash the seed, so any integer gave some file, never a random one)
         raise RequestError(f"--seed must be an integer in [0, {SEED_MAX}], got {args.seed}")
+    from .weights.synthetic import refuse_special
+    if not args.output.strip():  # break-it review, stop 48: '' was called "a folder" (pathlib reads it as ".")
+        raise YuE2Error(f"--output {args.output!r} names no file (an unset shell variable?); give the path of the "
+                        ".safetensors file to write")
     try:  # Python 3.11's pathlib raises for a name too long or a folder without permission (break-it finding)
         if Path(args.output).is_dir():
             raise YuE2Error(f"--output {args.output} is a folder; give the path of the .safetensors file to write")
+        if args.output.endswith(("/", os.sep)):  # was "cannot write X/: Not a directory"
+            raise YuE2Error(f"--output {args.output} ends in '/', so it names a folder; give the path of the "
+                            f".safetensors file to write, e.g. {args.output}yue2_{args.profile}_{args.format}"
+                            ".safetensors")
+        special = refuse_special(args.output)  # even with --force: it would replace a device node (/dev/null)
+        if special:
+            raise YuE2Error(special)
         parent = next((p for p in Path(args.output).absolute().parents if p.exists() or p.is_symlink()), None)
         if parent is not None and not parent.is_dir():  # break-it: "cannot write …: File exists"
             raise YuE2Error(f"--output {args.output}: {parent} is a file, not a folder; give a path in a folder")
@@ -685,7 +696,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--format", default="bf16", choices=["bf16", "int8"],
                    help="bf16 (default) or the int8 ConvRot layout of yue2_3b_int8_convrot.safetensors")
     m.add_argument("--seed", type=int, default=0, help="the random weights' seed (default 0)")
-    m.add_argument("--force", action="store_true", help="replace an existing file at --output")
+    m.add_argument("--force", action="store_true", help="replace an existing file at --output (a regular file; never "
+                   "a device, FIFO or socket)")
     m.set_defaults(func=cmd_make_synthetic)
 
     b = sub.add_parser("batch", help="many songs from a request JSONL (one JSON object per line) → DIR/<id>/ song "

@@ -30,6 +30,9 @@ VAE_HALO_FRAMES = 16  # tiled decode halo; the receptive field needs 12
 # --- NAR (runtime.md §5) ----------------------------------------------------------------------------------------------
 ODE_STEPS = 32  # explicit midpoint steps → 64 velocity evaluations per chunk
 MAX_ODE_STEPS = 1000  # most midpoint steps the CLI's --steps and a song's config.json may ask for
+# the largest config.json / adapter_config.json / weights_manifest.json / shard index read (the release's are a few
+# kB; a 3B model's index ~40 kB): json.load of a 3 GB one (a file padded with zeros) held 6.8 GB (stop 48)
+MAX_CONFIG_JSON = 16 << 20
 TIME_FREQ_DIM = 256  # timestep embedding width (cos ‖ sin of 128 frequencies)
 RAW_T_CLAMP = 20.0  # raw timestep = clamp(logit(t), −20, 20)
 DEFAULT_SEED = 831001  # SongRequest default seed (runtime.md §2.3)

@@ -70,6 +70,22 @@ def quoted(text, quote: bool = True, limit: int = 120) -> str:
     return f"{shown[:limit * 2 // 3]}…{shown[-(limit // 3):]} ({size:,} characters)"
 
 
+def json_too_large(path) -> str | None:
+    """"is N bytes: more than a … JSON file can be (at most …)" when the file at `path` is larger than
+    constants.MAX_CONFIG_JSON, else None (also when it cannot be stat'ed: the read then says why). Checked before a
+    config.json, adapter_config.json, weights manifest or shard index is read whole (break-it review, stop 48)."""
+    import os
+    from .constants import MAX_CONFIG_JSON
+    try:
+        size = os.stat(path).st_size
+    except (OSError, ValueError):
+        return None
+    if size <= MAX_CONFIG_JSON:
+        return None
+    return (f"is {size:,} bytes: more than such a JSON file can be (at most {MAX_CONFIG_JSON:,}; the release's are a "
+            "few kilobytes) — a damaged file, or another file under this name")
+
+
 def json_number_too_long(exc: BaseException) -> str | None:
     """For an exception json.load / json.loads raised: "a number too long to read: an integer of more than 4,300
     digits" when it is Python's int-string conversion limit (`sys.get_int_max_str_digits()`, 4,300 by default:

@@ -85,7 +85,8 @@ def read_requests(path: str | os.PathLike, *, max_seconds: float | None = None,
     path = Path(path)
     try:
         if not path.is_file():
-            raise RequestError(f"request file {path} does not exist or is not a regular file")
+            raise RequestError(f"request file {path} {_not_a_file(path)}; give the path of a JSONL file (one JSON "
+                               "object per line)")
         if path.stat().st_size > MAX_REQUESTS_FILE:
             raise RequestError(f"request file {path} is {path.stat().st_size:,} bytes; at most "
                                f"{MAX_REQUESTS_FILE:,} are accepted")
@@ -264,6 +265,16 @@ def _preset(base, overrides, name: str):
         raise RequestError(f"{name}: {message}{hint}") from None
 
 
+def _not_a_file(path: Path) -> str:
+    """Why `path`, which is not a regular file, cannot be read: "does not exist", "is a directory, not a regular
+    file", "is a FIFO (named pipe), not a regular file" … (break-it review, stop 48: a folder given as the request
+    file or as an abc_path was "does not exist or is not a regular file", as the command line's text files were
+    before stop 41)."""
+    from ..weights.checkpoint import not_a_file
+    kind = not_a_file(str(path))
+    return "does not exist" if kind is None else f"is {kind}, not a regular file"
+
+
 def read_score_file(value, root: Path) -> str:
     """The text of an `abc_path` (relative to the request file's folder `root`, or absolute but inside it): a regular
     UTF-8 file of at most 1 MiB within `root`'s tree after resolving links. Raises RequestError otherwise; a long
@@ -286,7 +297,7 @@ def read_score_file(value, root: Path) -> str:
                            f"{shown}); score files must lie in that folder or below it") from None
     try:
         if not target.is_file():
-            raise RequestError(f"{name}: {shown} does not exist or is not a regular file")
+            raise RequestError(f"{name}: {shown} {_not_a_file(target)}; give the path of a UTF-8 score file")
         if target.stat().st_size > MAX_SCORE_FILE:
             raise RequestError(f"{name} is {target.stat().st_size:,} bytes; at most {MAX_SCORE_FILE:,} are accepted")
         return target.read_bytes().decode("utf-8")  # as --abc-file: nothing rewritten (a BOM, CRLF stay; warned)

@@ -225,10 +225,20 @@ def failure_line(song_id: str, stage: str | None, error: str | None) -> str:
     return f"[{song_id}] failed" + (f" at {stage}" if stage else "") + (f": {error}" if error else "")
 
 
+# the largest batch.json read back: a request file holds at most 64 MiB of rows, and a row's record is well under
+# 16 times its request line; a batch.json padded to 3 GB (zeros after a crash) held 6.9 GB of memory at --resume
+# before it was found unreadable (break-it review, stop 48)
+MAX_SUMMARY_BYTES = 1 << 30
+
+
 def load_summary(folder: str | os.PathLike) -> dict | None:
-    """A batch.json read back (None when absent or unreadable)."""
+    """A batch.json read back (None when absent, unreadable or larger than MAX_SUMMARY_BYTES: --resume then
+    rebuilds it from the songs, as for a damaged one)."""
+    path = Path(folder) / BATCH_FILE
     try:
-        obj = json.loads((Path(folder) / BATCH_FILE).read_text("utf-8"))
+        if path.stat().st_size > MAX_SUMMARY_BYTES:
+            return None
+        obj = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None

@@ -24,11 +24,13 @@ import hashlib
 import json
 import math
 import os
+import stat
 import sys
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -519,10 +521,46 @@ def mode_as_created(path) -> None:
     os.chmod(path, 0o666 & ~UMASK)
 
 
+def special_file(path) -> str | None:
+    """What `path` itself is (links not followed) when it is a device, a FIFO or a socket — "a character device",
+    … —, else None. --force replaces a file by renaming the new one over it, which replaces such a node too: run as
+    root, `make-synthetic --output /dev/null --force` turned /dev/null into a 215 MB regular file (break-it review,
+    stop 48)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    for test, what in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return None
+
+
+def refuse_special(path, option: str = "--output") -> str | None:
+    """The message refusing to write over `path` when it is a device, FIFO or socket (`special_file`), --force or
+    not; None otherwise."""
+    kind = special_file(path)
+    if kind is None:
+        return None
+    return (f"{option} {path} is {kind}, not a file: synthetic test files are written only as regular files, and "
+            "--force replaces only a file — give the path of a new .safetensors file")
+
+
 def refuse_overwrite(paths, force: bool = False) -> str | None:
     """make-synthetic's rule for the test-file writers' command lines (synthetic_vae, synthetic_vendor,
     lora.synthetic): the message refusing to replace a file, naming the first of `paths` that exists (a dangling
-    link counts) and how many more do; None when none exists or `force` is set."""
+    link counts) and how many more do; None when none exists or `force` is set. A device, FIFO or socket among
+    `paths` is refused even with `force` (`refuse_special`)."""
+    special = next((m for m in (refuse_special(p, "the output") for p in paths) if m), None)
+    if special:
+        return special
+    for p in paths:  # a folder of the path that is a file or a device: was a FileExistsError traceback (stop 48)
+        for parent in Path(p).absolute().parents:
+            if os.path.lexists(parent) and not os.path.isdir(parent):
+                kind = special_file(parent) or ("a file" if os.path.isfile(parent) else "not a folder")
+                return (f"{parent} is {kind}, not a folder: the files are written into a folder — give the path "
+                        "of a new folder (or of a .safetensors file in one)")
     if force:
         return None
     there = [str(p) for p in paths if os.path.lexists(p)]

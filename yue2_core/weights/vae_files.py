@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
-from ..errors import CheckpointError, DamagedWeightsError, json_number_too_long
+from ..errors import CheckpointError, DamagedWeightsError, json_number_too_long, json_too_large, quoted
 from ..vae import VAEConfig, VAEDecoder
 from .checkpoint import _vae_config, file_identity, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
@@ -185,6 +185,8 @@ def _read_json(path: str, what: str):
     kind = not_a_file(str(path))
     if kind is not None:  # a FIFO or device blocks the read forever (break-it review, stop 40)
         raise CheckpointError(f"{what} {path} is {kind}, not a file")
+    if too_large := json_too_large(path):
+        raise CheckpointError(f"{what} {path} {too_large}")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -202,14 +204,15 @@ def _check_config(config, path: str) -> None:
         raise CheckpointError(f"{path}: config.json must be a JSON object, got {type(config).__name__}")
     model_type = config.get("model_type")
     if model_type != MODEL_TYPE:
-        raise CheckpointError(f"{path}: config.json says model_type {model_type!r}; a YuE2 VAE folder has "
-                              f"model_type {MODEL_TYPE!r} (m-a-p/YuE2-Vae, YuE2-Vae-legacy, the 0.666 merge)")
+        raise CheckpointError(f"{path}: config.json says model_type {quoted(model_type, limit=60)}; a YuE2 VAE "
+                              f"folder has model_type {MODEL_TYPE!r} (m-a-p/YuE2-Vae, YuE2-Vae-legacy, the 0.666 "
+                              "merge)")
     fixed = {"sample_rate": (SAMPLE_RATE, "Hz"), "downsampling_ratio": (HOP, "samples per latent frame"),
              "latent_dim": (LATENT_DIM, "latent channels"), "audio_channels": (AUDIO_CHANNELS, "audio channels")}
     for name, (want, unit) in fixed.items():
         if name in config and config[name] != want:
-            raise CheckpointError(f"{path}: config.json {name} is {config[name]!r}; YuE2 songs are fixed at "
-                                  f"{want} {unit} (48 kHz stereo, 25 latent frames/s of 64 channels)")
+            raise CheckpointError(f"{path}: config.json {name} is {quoted(config[name], limit=60)}; YuE2 songs "
+                                  f"are fixed at {want} {unit} (48 kHz stereo, 25 latent frames/s of 64 channels)")
     _check_decoder_config(config, path)
 
 
@@ -228,9 +231,9 @@ def _check_decoder_config(config: dict, path: str) -> None:
                    "out_channels": (AUDIO_CHANNELS, "audio channels out")}
     for name, (want, what) in implemented.items():
         if name in dec and (dec[name] != want or type(dec[name]) is not type(want)):
-            raise CheckpointError(f"{path}: config.json decoder.{name} is {dec[name]!r}; this decoder implements "
-                                  f"{name} = {json.dumps(want)} ({what}, as every YuE2 VAE release states) — a VAE "
-                                  "that needs other math is not one this pack can decode")
+            raise CheckpointError(f"{path}: config.json decoder.{name} is {quoted(dec[name], limit=60)}; this "
+                                  f"decoder implements {name} = {json.dumps(want)} ({what}, as every YuE2 VAE "
+                                  "release states) — a VAE that needs other math is not one this pack can decode")
     strides = dec.get("strides")
     if strides is not None:
         ok = isinstance(strides, list) and strides and all(type(x) is int and x > 0 for x in strides)
@@ -238,14 +241,15 @@ def _check_decoder_config(config: dict, path: str) -> None:
         for x in strides if ok else ():
             product *= x
         if not ok or product != HOP:
-            raise CheckpointError(f"{path}: config.json decoder.strides is {strides!r}; a YuE2 decoder's strides "
-                                  f"are positive integers multiplying to {HOP} samples per latent frame "
-                                  "([2, 2, 4, 4, 5, 6] in every release)")
+            raise CheckpointError(f"{path}: config.json decoder.strides is {quoted(strides, limit=60)}; a YuE2 "
+                                  f"decoder's strides are positive integers multiplying to {HOP} samples per "
+                                  "latent frame ([2, 2, 4, 4, 5, 6] in every release)")
     for name in ("decode_core_frames", "decode_halo_frames"):
         value = config.get(name)
         if value is not None and (type(value) is not int or not 0 < value <= 1 << 20):
-            raise CheckpointError(f"{path}: config.json {name} is {value!r}; a positive whole number of latent "
-                                  "frames is accepted (the releases say 1024 and 16; this pack tiles by those)")
+            raise CheckpointError(f"{path}: config.json {name} is {quoted(value, limit=60)}; a positive whole "
+                                  "number of latent frames is accepted (the releases say 1024 and 16; this pack "
+                                  "tiles by those)")
 
 
 def _variant(config: dict) -> str:

@@ -28,7 +28,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import CheckpointError, DamagedWeightsError, TokenizerError, json_number_too_long
+from ..errors import CheckpointError, DamagedWeightsError, TokenizerError, json_number_too_long, json_too_large
 from ..switches import flag
 from .checkpoint import (AR, NAR, VAE, SplitSource, TensorEntry, build_info, check_entries, content_sample,
                          read_header)
@@ -96,6 +96,8 @@ def _json_text(path: Path) -> str:
     what = not_a_file(str(path))
     if what is not None:
         raise CheckpointError(f"{path} is {what}, not a file: a YuE2 folder's JSON files are regular files")
+    if too_large := json_too_large(path):
+        raise CheckpointError(f"{path} {too_large}")
     return path.read_text("utf-8")
 
 
@@ -122,7 +124,7 @@ def read_config(folder, expect: str = MODEL_TYPE) -> dict:
             raise CheckpointError(f"{folder} is a song folder (it holds result.json), not a model: re-render it with "
                                   f"`python -m yue2_core render {folder}`; --checkpoint takes a YuE2 checkpoint "
                                   "file or the vendor's model folder")
-        raise CheckpointError(f"{path} is the config of another model (model_type {config.get('model_type')!r}); "
+        raise CheckpointError(f"{path} is the config of another model (model_type {_show(config.get('model_type'))}); "
                               f"a {what} folder has model_type {expect!r}")
     return config
 
@@ -536,7 +538,7 @@ def _vae_parts(vae_folder: Path) -> tuple[list[str], dict, dict]:
 
 _CONFIG_DIMS = {"hidden_size": "hidden", "num_hidden_layers": "layers", "num_attention_heads": "heads",
                 "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "intermediate_size": "ffn",
-                "vocab_size": "vocab", "latent_dim": "latent_dim"}
+                "vocab_size": "vocab", "latent_dim": "latent_dim", "max_latent_frames": "pe_rows"}
 # accepted ranges of the float settings taken from config.json (runtime.md §4.1): RoPE and RMSNorm run in fp32, where
 # a θ below 1 makes 1/θ^(2i/D) overflow (NaN angles) and an eps below ~1e-30 rounds to 0 (rsqrt(0) of a zero row)
 ROPE_THETA_RANGE = (1.0, 1e30)  # the release: 1,000,000
@@ -574,6 +576,11 @@ def _dims_with_config(dims, config: dict, path: Path):
                                       f"{getattr(dims, attr)}: the config and the weights are of different models")
     if config.get("latent_type", "vae") != "vae":
         raise DamagedWeightsError(f"{path}: latent_type {_show(config['latent_type'])}; YuE2 accepts only \"vae\"")
+    tie = config.get("tie_word_embeddings", False)
+    if tie is not False:  # break-it review, stop 48: `true` was ignored, the file's own lm_head used
+        shown = "true" if tie is True else _show(tie)
+        raise DamagedWeightsError(f"{path}: tie_word_embeddings is {shown}; this engine implements the release "
+                                  "value false (the AR's lm_head is its own weight, not the input embedding)")
     shift = config.get("timestep_shift", 1.0)
     if not _is_number(shift) or shift != 1:
         raise DamagedWeightsError(f"{path}: timestep_shift {_show(shift)}; this engine implements the release "

@@ -44,7 +44,7 @@ import math
 import os
 import re
 
-from ...errors import AdapterError
+from ...errors import AdapterError, quoted
 from ...layers import ModelDims
 from .layouts_build import FileContext, build_patches
 from ..checkpoint import not_a_file
@@ -145,7 +145,7 @@ def _refusals(src: Source) -> None:
     fmt = meta.get("format", "").strip().lower()
     if fmt == "yue2-artist-ar-v1" or ("companion_sha256" in meta and "manifest" in meta):
         refuse("an artist bundle (format=yue2-artist-ar-v1: an AR LoRA pinned to a full NAR decoder state)",
-               f"metadata format={meta.get('format')!r}")
+               f"metadata format={_shorten(meta.get('format'))}")
     if any("conceptmod" in (k + " " + v).lower() for k, v in meta.items()) or \
             any(k.startswith("adapters.model-layers-") for k in src.tensors):
         refuse("a routed particle slider (conceptmod: router and net MLPs, not a plain LoRA)",
@@ -153,7 +153,7 @@ def _refusals(src: Source) -> None:
     method = meta.get("hot_step.param_method")
     if method is not None and method.strip() not in ("0", "0.0"):
         refuse("a HOT-Step adapter with hot_step.param_method ≠ 0 (DoRA / HiRA / PiSSA)",
-               f"hot_step.param_method={method!r}")
+               f"hot_step.param_method={_shorten(method)}")
     cfg = src.sidecar
     if cfg is not None and cfg["use_dora"]:
         refuse("DoRA (adapter_config.json use_dora: true)", "the magnitude vector needs the base weight")
@@ -182,7 +182,7 @@ def _number(src: Source, name: str, kind=float, positive: bool = False):
             (positive and v <= 0):
         what = ("a positive finite number" if positive else "a finite number") if kind is float else \
             "a positive integer"
-        raise AdapterError(f"{src.path}: metadata {name}={raw!r} must be {what}")
+        raise AdapterError(f"{src.path}: metadata {name}={_shorten(raw)} must be {what}")
     return v
 
 
@@ -217,7 +217,7 @@ def _branch(src: Source) -> str | None:
                                f"{', '.join(BRANCHES)} (ar+nar: the keys' text_encoders./diffusion_model. prefixes "
                                f"decide)")
     if len(set(found.values())) > 1:
-        said = " and ".join(f"{k}={src.metadata[k]!r}" for k in found)
+        said = " and ".join(f"{k}={_shorten(src.metadata[k])}" for k in found)
         raise AdapterError(f"{src.path}: metadata {said} disagree, so the file names two experts; keep one key "
                            f"(accepted: {', '.join(BRANCHES)})")
     return next(iter(found.values()), None)
@@ -233,7 +233,7 @@ def _context(src: Source, layout: str) -> FileContext:
         forced = branch
     elif layout == "fl" and branch not in EXPERTS:
         raise AdapterError(f"{src.path}: an FL file (format=fl-yue2-lora-v1) must say branch=ar or branch=nar in "
-                           f"its metadata; found branch={meta.get('branch')!r}")
+                           f"its metadata; found branch={_shorten(meta.get('branch'))}")
     elif layout.startswith("hot-step") and fmt.startswith(("yue2-ar-", "yue2-nar-")):
         default = fmt.split("-")[1]
     elif layout == "starnodes":
@@ -267,23 +267,24 @@ def _join_companion(adapter: Adapter, path: str, rel: str, dims: ModelDims, stac
     target = os.path.normpath(os.path.join(folder, rel))
     real_folder, real_target = os.path.realpath(folder), os.path.realpath(target)
     if os.path.isabs(rel) or os.path.commonpath([real_folder, real_target]) != real_folder:
-        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={rel!r}) lies outside the "
-                           f"AR file's folder {folder}; a companion is read only from that folder (or below it) — "
-                           f"put the FL NAR file beside the AR file and name it relative to it")
+        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={_shorten(rel)}) lies "
+                           f"outside the AR file's folder {folder}; a companion is read only from that folder (or "
+                           f"below it) — put the FL NAR file beside the AR file and name it relative to it")
     kind = not_a_file(target)
     if kind is not None:
-        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={rel!r}) {target} is "
-                           f"{kind}, not a file")
+        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={_shorten(rel)}) "
+                           f"{quoted(target, False)} is {kind}, not a file")
     if not os.path.isfile(target):
-        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={rel!r}) is missing: "
-                           f"{target} does not exist. Put the FL NAR file there, or remove the metadata field.")
+        raise AdapterError(f"{path}: its companion NAR adapter (metadata acoustic_adapter={_shorten(rel)}) is "
+                           f"missing: {quoted(target, False)} does not exist. Put the FL NAR file there, or remove the "
+                           "metadata field.")
     here = os.path.abspath(path)
     if target in stack or target == here:
-        raise AdapterError(f"{path}: acoustic_adapter {rel!r} leads back to a file already read ({target})")
+        raise AdapterError(f"{path}: acoustic_adapter {_shorten(rel)} leads back to a file already read ({target})")
     other = read_adapter(target, dims, (*stack, here))
     wrong = sorted({p.expert for p in other.patches} - {"nar"})
     if wrong:  # e.g. acoustic_adapter naming another AR file: its patches would silently add to the AR
-        raise AdapterError(f"{path}: its companion (metadata acoustic_adapter={rel!r}) changes the "
+        raise AdapterError(f"{path}: its companion (metadata acoustic_adapter={_shorten(rel)}) changes the "
                            f"{'/'.join(w.upper() for w in wrong)} expert; an FL companion must be the NAR file "
                            f"(branch=nar). Name the FL NAR file there, or load the other file as its own LoRA.")
     for p in other.patches:  # apply.check_unique: the companion given again as its own LoRA would apply twice

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...errors import AdapterError, CheckpointError, json_number_too_long
+from ...errors import AdapterError, CheckpointError, json_number_too_long, json_too_large
 from ..checkpoint import not_a_file, open_tensors, read_header
 
 SIDECAR = "adapter_config.json"
@@ -337,6 +337,8 @@ def read_sidecar(path: str) -> dict:
     `rank_pattern` {pattern: int ≥ 1}, `alpha_pattern` {pattern: float}. Raises AdapterError for a file that is not
     JSON, not an object, a `peft_type` other than LORA, or any field of the wrong type or range."""
     where = f"{path}"
+    if too_large := json_too_large(path):
+        raise AdapterError(f"{where} {too_large}")
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
@@ -348,16 +350,16 @@ def read_sidecar(path: str) -> dict:
         raise AdapterError(f"{where}: expected a JSON object, found {type(cfg).__name__}")
     peft_type = cfg.get("peft_type", "LORA")
     if peft_type != "LORA":
-        raise AdapterError(f"{where}: peft_type {peft_type!r} is not a LoRA; only peft_type \"LORA\" is read")
+        raise AdapterError(f"{where}: peft_type {_short(peft_type)} is not a LoRA; only peft_type \"LORA\" is read")
     r = cfg.get("r")
     if type(r) is not int or r < 1:
-        raise AdapterError(f"{where}: \"r\" must be a positive integer; found {r!r}")
+        raise AdapterError(f"{where}: \"r\" must be a positive integer; found {_short(r)}")
     alpha = cfg.get("lora_alpha", 8)
     if not _positive_number(alpha):
         raise AdapterError(f"{where}: \"lora_alpha\" must be a positive finite number; found {_short(alpha)}")
     for flag in ("use_rslora", "use_dora", "fan_in_fan_out"):
         if type(cfg.get(flag, False)) is not bool:
-            raise AdapterError(f"{where}: \"{flag}\" must be true or false; found {cfg.get(flag)!r}")
+            raise AdapterError(f"{where}: \"{flag}\" must be true or false; found {_short(cfg.get(flag))}")
     for name, check, what in (("rank_pattern", lambda v: type(v) is int and v >= 1, "a positive integer"),
                               ("alpha_pattern", _positive_number, "a positive finite number")):
         pattern = cfg.get(name) or {}
