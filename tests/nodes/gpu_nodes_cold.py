@@ -52,7 +52,7 @@ def _time_loading() -> dict:
     mm.load_models_gpu = timed("load_models_gpu", mm.load_models_gpu)
     # the reads themselves, by thread ("yue2-prefetch": `YuE2Model.prefetch`, off the song's path)
     module = sys.modules["yue2_nodes.model"]
-    for fn in ("load_ar", "load_nar", "load_vae", "float_linears"):
+    for fn in ("load_ar", "load_nar", "load_vae", "prepare_linears"):  # (float_linears@… in runs before stop 48)
         def by_thread(f, fn=fn):
             def wrapper(*args, **kwargs):
                 key = f"{fn}@{threading.current_thread().name}"
