@@ -434,9 +434,10 @@ NAR_LINEARS = ("bf16", "w8a8")
 
 def linears_mode() -> str:
     """How the int8 file's NAR multiplies on CUDA (YUE2_NAR_LINEARS): "bf16" (default) — its linears dequantized once
-    to bf16 (`float_linears`, 2 bytes a weight); "w8a8" — the int8 codes kept and every product int8 × int8 with the
-    activations quantized per row as ComfyUI's `int8_linear` does (`int8_linears`, `fast.w8a8`; 1 byte a weight).
-    RequestError for another value."""
+    to bf16 (`float_linears`, 2 bytes a weight); "w8a8" — the int8 codes kept and every product (of more than 16 rows:
+    every one of a chunk) int8 × int8 with the activations quantized per row as ComfyUI's `int8_linear` does
+    (`int8_linears`, `fast.w8a8`; 1 byte a weight), for a bf16 NAR (`prepare_linears`). RequestError for another
+    value."""
     from .switches import choice
     return choice(NAR_LINEARS_SWITCH, NAR_LINEARS, NAR_LINEARS[0])
 
@@ -454,10 +455,22 @@ def int8_linears(nar: NARModel) -> int:
     return count
 
 
+def keeps_int8(dtype: torch.dtype) -> bool:
+    """Whether `prepare_linears` keeps the int8 file's NAR layers int8 (marked for W8A8) for a NAR in `dtype`:
+    YUE2_NAR_LINEARS=w8a8, bf16, and Triton imports."""
+    if linears_mode() != "w8a8" or dtype != torch.bfloat16:
+        return False
+    from .fast import w8a8
+    return w8a8.available()
+
+
 def prepare_linears(nar: NARModel, work_device: torch.device | str | None = None, pinned: bool = True) -> int:
     """What a CUDA render does to the int8 file's NAR before its first use, by `linears_mode()`: `float_linears`
-    (bf16, the default) or `int8_linears` (w8a8). Returns the number of layers changed or marked."""
-    if linears_mode() == "w8a8":
+    (bf16, the default) or `int8_linears` (w8a8). W8A8 takes bf16 activations and Triton: a NAR in another dtype
+    (--dtype fp32, a GPU without bf16) or without Triton gets the float layers as by default — its marked layers
+    would otherwise have dequantized the whole weight in every product (stop-48 diff review). Returns the number
+    of layers changed or marked."""
+    if keeps_int8(nar.dtype):
         return int8_linears(nar)
     return float_linears(nar, work_device=work_device, pinned=pinned)
 

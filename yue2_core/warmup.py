@@ -159,13 +159,24 @@ def _first_layer(quant: dict) -> dict:
     return {k: v for k, v in (quant or {}).items() if ".layers." not in k or ".layers.0." in k}
 
 
-def _nar_quant(quant: dict) -> dict:
-    """The shadow NAR's quantization map: its layer linears int8 as the AR's when the NAR keeps its codes on CUDA
-    (YUE2_NAR_LINEARS=w8a8, `nar.int8_linears`); otherwise none (bf16 layers, as `nar.float_linears` leaves them)."""
+def _nar_quant(quant: dict, dims, dtype) -> dict:
+    """The shadow NAR's quantization map: when the NAR keeps its codes on CUDA (YUE2_NAR_LINEARS=w8a8,
+    `nar.int8_linears`) its layer linears int8 as the AR's, and so are `llm2vae` and the time embedder's two
+    linears, as in the int8 file (checkpoint_format.md §1.5; the AR's map, which the plan holds, has no NAR-only
+    module): their products — with a bias, of a chunk's rows (the time embedding is expanded to every row) — compile
+    and tune on the shadow rather than in the song (stop-48 diff review). Otherwise — or for a NAR not in bf16,
+    which `nar.prepare_linears` gives float layers — none (bf16 layers, as `nar.float_linears` leaves them)."""
     from .nar import linears_mode
-    if linears_mode() != "w8a8":
+    if linears_mode() != "w8a8" or dtype != torch.bfloat16:
         return {}
-    return {k: v for k, v in quant.items() if ".layers." in k}
+    out = {k: v for k, v in quant.items() if ".layers." in k}
+    group = next(iter(out.values()), None)
+    if isinstance(group, int):
+        for name, in_features in (("llm2vae", dims.hidden), ("time_embedder.mlp.0", dims.time_freq),
+                                  ("time_embedder.mlp.2", dims.hidden)):
+            if in_features % group == 0:
+                out[name] = group
+    return out
 
 
 @dataclass
@@ -189,7 +200,7 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
     from .vae import VAEDecoder
     one = replace(dims, layers=1)
     quant = _first_layer(quant_ar)
-    nar_quant = _nar_quant(quant)
+    nar_quant = _nar_quant(quant, dims, dtype)
     if not int8_layers:
         quant = {k: v for k, v in quant.items() if ".layers." not in k}
     out = Shadow()
@@ -383,10 +394,10 @@ def _nar(ar, nar, stop: Callable[[], None]) -> None:
     state = 0.1 * torch.sin(torch.arange(NAR_FRAMES * nar.dims.latent_dim, device=nar.device, dtype=torch.float32))
     renderer.velocity(state.view(NAR_FRAMES, -1).to(nar.dtype), raw_timesteps(32)[0][0])
     from .weights.quant import ConvRotLinear
-    shapes = sorted({(m.out_features, m.in_features) for m in nar.modules()
+    shapes = sorted({(m.out_features, m.in_features, m.bias is not None) for m in nar.modules()
                      if isinstance(m, ConvRotLinear) and m.w8a8 and m.in_features % 256 == 0})
-    if shapes:  # W8A8 products (YUE2_NAR_LINEARS=w8a8): the song-sized class of their autotuning too
-        stop()
+    if shapes:  # W8A8 products (YUE2_NAR_LINEARS=w8a8): both size classes of their autotuning (the velocity
+        stop()  # above ran a chunk of the smaller one), with and without a bias as each layer has it
         from .fast import w8a8
         w8a8.warm(shapes, nar.device)
 

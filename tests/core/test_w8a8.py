@@ -113,11 +113,11 @@ def test_switch_and_marking(monkeypatch, tiny_paths):
     monkeypatch.setenv("YUE2_NAR_LINEARS", "w8a8")
     assert any("YUE2_NAR_LINEARS" in w for w in check_environment("cpu"))
     info = inspect_checkpoint(tiny_paths["int8"])
-    nar = load_nar(info, "cpu", torch.float32)
+    nar = load_nar(info, "cpu", torch.bfloat16)  # W8A8 is for a bf16 NAR (an fp32 one: tests/core/test_w8a8_review.py)
     mods = [m for m in nar.modules() if isinstance(m, ConvRotLinear)]
     assert mods and not any(m.w8a8 for m in mods)  # a CPU load changes nothing
     assert prepare_linears(nar) == len(mods) and all(m.w8a8 for m in mods)
-    other = load_nar(info, "cpu", torch.float32)
+    other = load_nar(info, "cpu", torch.bfloat16)
     monkeypatch.setenv("YUE2_NAR_LINEARS", "bf16")
     assert prepare_linears(other) == len(mods)
     assert not any(isinstance(m, ConvRotLinear) for m in other.modules())

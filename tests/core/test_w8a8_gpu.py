@@ -33,6 +33,30 @@ def test_kernels_close_to_reference(m, k, n):
     assert torch.equal(w8a8.gemm(codes, scales, q, s.reshape(-1).float(), b), want)
 
 
+def test_exact_inputs_bit_equal_to_the_reference():
+    """Inputs whose rotation is exact in any summation order (small integers: every partial sum a multiple of 1/16
+    below 2⁸), so cuBLAS and the kernel see the same x̂: codes, row scales and outputs must then be the reference's
+    bits. The row scale max|x̂|/127 rounded as PyTorch divides — Triton's `/` on fp32 is div.full.f32, within 2 ulp
+    (stop-48 diff review: the scales were computed with it)."""
+    from yue2_core.fast import w8a8
+    from yue2_core.weights.quant import quantize, rotate
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for m, k, n in ((4000, 2048, 256), (300, 6144, 64)):
+        q, s = quantize(torch.randn(n, k, device="cuda", generator=g))
+        x = torch.randint(-8, 9, (m, k), device="cuda", generator=g).to(torch.bfloat16)
+        x[:, 0] += torch.arange(m, device="cuda").remainder(97).to(torch.bfloat16)  # many different row maxima
+        b = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+        xr = rotate(x.float(), 256).to(torch.bfloat16)  # fp32 sums: exact here, whatever cuBLAS does with bf16
+        a = (xr.abs().amax(-1).float() / 127).clamp(min=1e-30)
+        want = (xr / a[:, None].to(xr.dtype)).round().clamp(-128, 127).to(torch.int8)
+        codes, scales = w8a8.quantize_rows(x, 256)
+        assert torch.equal(scales, a), (scales != a).float().mean().item()
+        assert torch.equal(codes, want)
+        acc = want.double() @ q.double().t()
+        y = (acc.float() * (a[:, None] * s.reshape(1, -1).float())).to(torch.bfloat16) + b
+        assert torch.equal(w8a8.linear(x, q, s, b, 256), y)
+
+
 def test_automatic_choice_on_cuda():
     """convrot_linear takes W8A8 for a marked layer's bf16 input of more than 16 rows only."""
     from yue2_core.fast import int8_kernels as K, w8a8

@@ -43,7 +43,13 @@ def quantize_kernel(x_ptr, h_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, BM: tl.co
         x = tl.load(x_ptr + rows[:, None] * K + k0 + g[None, :], mask=ok[:, None], other=0.0)
         xr = _rotated(x, h, LIBDEVICE, KRON, BM)
         amax = _max_keep_nan(amax, tl.reduce(tl.abs(xr), 1, _max_keep_nan))
-    a = tl.maximum(amax / 127.0, 1e-30)  # NaN stays NaN (maximum with a number returns the number only if
+    # amax / 127 rounded as PyTorch divides (IEEE): Triton's `/` on fp32 is PTX div.full.f32 on NVIDIA GPUs (an
+    # approximation within 2 ulp), which gave row scales a last bit off kitchen's (stop-48 diff review)
+    if LIBDEVICE:
+        a = libdevice.div_rn(amax, tl.full([BM], 127.0, tl.float32))
+    else:
+        a = amax / 127.0
+    a = tl.maximum(a, 1e-30)  # NaN stays NaN (maximum with a number returns the number only if
     a = tl.where(amax != amax, amax, a)  # the hardware drops NaN: keep it explicitly)
     tl.store(s_ptr + rows, a, mask=ok)
     ab = _bf16(a, LIBDEVICE)

@@ -76,9 +76,11 @@ def triton_available() -> bool:
 
 
 def _w8a8_ok(k: int, group: int) -> bool:
-    """The W8A8 kernels apply: Triton imports, K a multiple of 256 and the ConvRot group ≤ 256 (a power of two)."""
+    """The W8A8 kernels apply: Triton imports, K a multiple of 256 and the ConvRot group 16, 64 or 256 (the
+    quantizer rotates a group with one tensor-core product, whose sides must be ≥ 16: a file with groups of 4 —
+    which the loader accepts — failed to compile mid-render; stop-48 diff review)."""
     from . import w8a8
-    return k % 256 == 0 and group <= 256 and k % group == 0 and w8a8.available()
+    return k % 256 == 0 and w8a8.MIN_GROUP <= group <= 256 and k % group == 0 and w8a8.available()
 
 
 def convrot_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,

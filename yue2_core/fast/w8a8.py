@@ -31,6 +31,7 @@ import torch
 from ..weights.quant import hadamard, rotate
 
 ROWS = 32  # rows per program of the quantizer
+MIN_GROUP = 16  # smallest ConvRot group the quantizer takes (a tensor-core product's side; ConvRot groups of 4 are not)
 # GEMM launch configurations (BM, BN, BK, warps, stages) tried by the autotuner on the first product of each (N, K)
 # and size class of M: up to LARGE_M rows, or more (the chunk's frames are not part of the key, so songs of any
 # length share two choices per shape; the warm-up tunes both, `warm`)
@@ -63,11 +64,15 @@ def available() -> bool:
 
 
 def quantize_rows(x: torch.Tensor, group: int = 256, kron: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] bf16 (contiguous; K a multiple of `group`, `group` ≤ 256) → (codes int8 [M, K], scales fp32 [M]) as the
-    module docstring says: rotated per group, one scale per row. Triton (CUDA or the interpreter). `kron` (default:
-    for groups of 256) rotates by H16·X·H16 instead of the dense 256 × 256 product (bench/nar_w8a8.py compares)."""
+    """x [M, K] bf16 (contiguous; K a multiple of `group`, `group` 16, 64 or 256) → (codes int8 [M, K], scales fp32
+    [M]) as the module docstring says: rotated per group, one scale per row. Triton (CUDA or the interpreter).
+    `kron` (default: for groups of 256) rotates by H16·X·H16 instead of the dense 256 × 256 product
+    (bench/nar_w8a8.py compares). ValueError for another group."""
     triton, quantize_kernel, _, _, libdev = _kernels()
     m, k = x.shape
+    if not MIN_GROUP <= group <= 256 or k % group:
+        raise ValueError(f"the W8A8 quantizer takes ConvRot groups of {MIN_GROUP} to 256 dividing K, got group {group} "
+                         f"for K {k}")
     codes = torch.empty(m, k, dtype=torch.int8, device=x.device)
     scales = torch.empty(m, dtype=torch.float32, device=x.device)
     if m:
@@ -90,7 +95,10 @@ def gemm(codes: torch.Tensor, scales: torch.Tensor, q: torch.Tensor, s: torch.Te
     y = torch.empty(m, n, dtype=torch.bfloat16, device=codes.device)
     if m == 0:
         return y
-    b = bias if bias is not None else s  # any pointer when HAS_BIAS is off
+    # without a bias any bf16 pointer (never read): the autotuner's key holds every tensor argument's dtype, so a
+    # pointer of another dtype made the biased and unbiased products of one shape two keys, and the warm-up's
+    # tuning of one left the other to the song (stop-48 diff review)
+    b = bias if bias is not None else y
     args = (codes, scales, q, s, b, y, m, n, k, int(m > LARGE_M))
     if tuned is None:  # the interpreter: one small configuration
         gemm_kernel[(triton.cdiv(m, 32) * triton.cdiv(n, 32),)](*args, HAS_BIAS=bias is not None, BM=32, BN=32,
@@ -101,12 +109,15 @@ def gemm(codes: torch.Tensor, scales: torch.Tensor, q: torch.Tensor, s: torch.Te
     return y
 
 
-def warm(shapes, device, rows: int = 2 * LARGE_M) -> None:
-    """Compile and tune the kernels for a chunk of more than LARGE_M rows on each (N, K) of `shapes` (the warm-up's
-    shadow NAR tunes the smaller class with its own chunk): zero inputs, results discarded."""
-    for n, k in shapes:
-        x = torch.zeros(rows, k, dtype=torch.bfloat16, device=device)
-        linear(x, torch.zeros(n, k, dtype=torch.int8, device=device), torch.ones(n, device=device), None, 256)
+def warm(shapes, device, rows: tuple = (LARGE_M // 4, 2 * LARGE_M)) -> None:
+    """Compile and tune the kernels for chunks of each of `rows` (one per size class of the autotuner's key: up to
+    LARGE_M rows, and more) on each (N, K, bias) of `shapes` (`bias`: the layer has one, which the GEMM compiles
+    apart): zero inputs, results discarded."""
+    for n, k, bias in shapes:
+        q, s = torch.zeros(n, k, dtype=torch.int8, device=device), torch.ones(n, device=device)
+        b = torch.zeros(n, dtype=torch.bfloat16, device=device) if bias else None
+        for m in rows:
+            linear(torch.zeros(m, k, dtype=torch.bfloat16, device=device), q, s, b, 256)
 
 
 def linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
