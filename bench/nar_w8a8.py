@@ -8,7 +8,7 @@ process on the full-size synthetic int8 checkpoint:
    NAR, its time, the latents' relative L2 difference between the two and, with --ode, both against a 256-step
    midpoint solution with an fp32 state (bf16 linears).
 
-    python3 bench/nar_w8a8.py [--frames 5371] [--ode] [--json OUT.json]
+    python3 bench/nar_w8a8.py [--frames 5371] [--ode] [--json OUT.json] [--shapes-only]
 """
 from __future__ import annotations
 
@@ -47,12 +47,28 @@ def timed_ms(fn, reps=20):
     return start.elapsed_time(end) / reps
 
 
+def random_layer():
+    """The NAR layer's four ConvRot products at full size with random codes (no checkpoint: --shapes-only)."""
+    from yue2_core.weights.quant import ConvRotLinear
+    mods = {}
+    for name, (n, k) in {"qkv": (4096, 2048), "o": (2048, 2048), "gate_up": (12288, 2048),
+                         "down": (2048, 6144)}.items():
+        mod = ConvRotLinear(k, n).cuda()
+        mod.weight.copy_(torch.randint(-127, 128, (n, k), dtype=torch.int8, device="cuda"))
+        mod.weight_scale.fill_(1 / 2048)
+        mods[name] = mod
+    return mods
+
+
 def shapes_part(nar8, m):
     from yue2_core.fast import w8a8
     from yue2_core.weights.quant import ConvRotLinear
-    layer = nar8.model.layers[0]
-    mods = {"qkv": layer.self_attn.qkv_proj, "o": layer.self_attn.o_proj, "gate_up": layer.mlp.gate_up_proj,
-            "down": layer.mlp.down_proj}
+    if nar8 is None:
+        mods = random_layer()
+    else:
+        layer = nar8.model.layers[0]
+        mods = {"qkv": layer.self_attn.qkv_proj, "o": layer.self_attn.o_proj, "gate_up": layer.mlp.gate_up_proj,
+                "down": layer.mlp.down_proj}
     total_bf16 = total_w8 = 0.0
     for name, mod in mods.items():
         assert isinstance(mod, ConvRotLinear), type(mod)
@@ -117,7 +133,15 @@ def main():
     ap.add_argument("--ode", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--checkpoint", default=CKPT)
+    ap.add_argument("--shapes-only", action="store_true", help="only part 1, on random codes (no checkpoint)")
     args = ap.parse_args()
+    if args.shapes_only:
+        print(torch.cuda.get_device_name(), "· torch", torch.__version__, flush=True)
+        shapes_part(None, args.frames + 2)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"gpu": torch.cuda.get_device_name(), "rows": ROWS}, f, indent=1)
+        return
     if not os.path.exists(args.checkpoint):
         from yue2_core.weights.synthetic import write_synthetic_checkpoint
         t = time.perf_counter()
