@@ -28,7 +28,7 @@ from yue2_core.weights.lora.model import BiasDiff, Replace
 from yue2_core.weights.lora.record import STACK_RULES, lora_record
 from yue2_core.weights import own
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
-from yue2_core.nar import prepare_linears
+from yue2_core.nar import keeps_w8a8, prepare_linears
 from yue2_core import warmup
 
 log = logging.getLogger("ComfyUI-YuE2")
@@ -241,13 +241,17 @@ class YuE2Model:
         strengths, layout) and the VAE file, if any; `lora_int8` "side" when int8 layers of the parts loaded so far
         got the adapters (the nodes always apply them as exact side deltas), as the command line records its mode
         (`YuE2Engine.load`), so a `render` under YUE2_LORA_INT8=bf16 says that it changes the song (review, stop 41:
-        node songs recorded none)."""
+        node songs recorded none); `nar_linears` "w8a8" when the NAR read so far keeps its int8 layers for W8A8
+        products (YUE2_NAR_LINEARS=w8a8), which a `render` without it notes."""
         out = {"loras": [dict(r) for r in self._lora_records],  # taken by `derive`, when each file was read
                "vae": None if self._vae_record is None else dict(self._vae_record)}
         if self.int8_patched():
             out["lora_int8"] = "side"
         if self.adapters:  # the stacking rule (a replacement first), as `YuE2Engine.load` records it
             out["stack_rules"] = STACK_RULES
+        nar = self.root._patchers.get("nar")
+        if nar is not None and keeps_w8a8(nar.model.engine_module):  # YUE2_NAR_LINEARS=w8a8 took effect
+            out["nar_linears"] = "w8a8"
         return out
 
     def int8_patched(self) -> bool:

@@ -13,6 +13,7 @@ from .cli.inspect_cmd import cmd_inspect
 from .cli.options import _Parser, _named, parse_lora
 from .cli.progress import ProgressLine
 from .cli.song_weights import (_note_old_stack_rule, _note_replaced_vae, _recorded_checkpoint, _say_lora_int8,
+                               _say_nar_linears,
                                _song_checkpoint, _song_lora_int8, _song_vendor_vae, _song_weights)
 from .cli.text_input import _read_text
 from .constants import DEFAULT_SEED, FRAMES_PER_SECOND
@@ -372,6 +373,7 @@ def cmd_render(args) -> int:
     engine, synthetic = _load_engine(args, checkpoint, how, loras=loras, vae=vae, vendor_vae=vendor_vae,
                                      lora_int8=_song_lora_int8(saved.config.get("weights")))
     _say_lora_int8(saved.config.get("weights"), (engine.weights or {}).get("lora_int8"))
+    _say_nar_linears(saved.config.get("weights"), (engine.weights or {}).get("nar_linears"))
     if not args.lora and not args.no_lora:  # the song's own stack: a rule older than the song's record?
         _note_old_stack_rule(saved.config.get("weights"), getattr(engine, "old_rule", []), loras)
     if args.vae:

@@ -455,6 +455,13 @@ def int8_linears(nar: NARModel) -> int:
     return count
 
 
+def keeps_w8a8(nar: NARModel) -> bool:
+    """Whether any of the NAR's int8 layers is marked for W8A8 products (`int8_linears`; what a song records as
+    config.json "weights"."nar_linears": "w8a8")."""
+    from .weights.quant import ConvRotLinear
+    return any(isinstance(m, ConvRotLinear) and m.w8a8 for m in nar.modules())
+
+
 def keeps_int8(dtype: torch.dtype) -> bool:
     """Whether `prepare_linears` keeps the int8 file's NAR layers int8 (marked for W8A8) for a NAR in `dtype`:
     YUE2_NAR_LINEARS=w8a8, bf16, and Triton imports."""

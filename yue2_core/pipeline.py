@@ -470,6 +470,10 @@ class YuE2Engine:
         weights = {"loras": records, "vae": None if vae_file is None else vae_file.record()}
         if any(used):  # LoRAs on int8 layers: how they were applied decides the numbers (a re-render applies it)
             weights["lora_int8"] = mode
+        if nar is not None:
+            from .nar import keeps_w8a8
+            if keeps_w8a8(nar):  # YUE2_NAR_LINEARS=w8a8 took effect: ≈ 1 % a product from the default (render notes it)
+                weights["nar_linears"] = "w8a8"
         if stack:  # the stacking rule (a replacement first): a re-render can tell a song of the rule before
             from .weights.lora.record import STACK_RULES
             weights["stack_rules"] = STACK_RULES

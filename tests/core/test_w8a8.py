@@ -156,3 +156,36 @@ def test_warmup_shadow_nar_follows_the_switch(monkeypatch, tiny_paths):
     monkeypatch.setenv("YUE2_NAR_LINEARS", "bf16")
     sh = build_shadow(info.dims, info.quant_ar, None, "cpu", torch.bfloat16, parts=("nar",))
     assert not any(isinstance(m, ConvRotLinear) for m in sh.nar.modules())
+
+
+def test_render_notes_another_nar_arithmetic(capsys):
+    """A re-render whose NAR multiplies otherwise than the song's did says so (and how to render it as made); the
+    same arithmetic, or the default on both sides, says nothing; a garbled record is named, not trusted."""
+    from yue2_core.cli.song_weights import _say_nar_linears
+    _say_nar_linears({"loras": [], "nar_linears": "w8a8"}, None)
+    err = capsys.readouterr().err
+    assert "W8A8 products (YUE2_NAR_LINEARS=w8a8)" in err and "set YUE2_NAR_LINEARS=w8a8" in err
+    _say_nar_linears({"loras": []}, "w8a8")
+    err = capsys.readouterr().err
+    assert "bf16 layers (the default)" in err and "unset YUE2_NAR_LINEARS" in err
+    for weights, used in (({"loras": []}, None), (None, None), ({"nar_linears": "w8a8"}, "w8a8")):
+        _say_nar_linears(weights, used)
+        assert capsys.readouterr().err == ""
+    _say_nar_linears({"nar_linears": "x" * 500}, None)
+    err = capsys.readouterr().err
+    assert "an unknown setting" in err and len(err) < 400
+
+
+def test_engine_records_w8a8_only_when_it_took_effect(tiny_paths, monkeypatch):
+    """`YuE2Engine.load` records weights["nar_linears"] = "w8a8" when the NAR keeps int8 layers for W8A8 (CUDA,
+    bf16), nothing otherwise: a CPU load under the switch records nothing (its NAR multiplies as by default)."""
+    from yue2_core import nar as nar_mod
+    from yue2_core.pipeline import YuE2Engine
+    monkeypatch.setenv("YUE2_NAR_LINEARS", "w8a8")
+    eng = YuE2Engine.load(tiny_paths["int8"], device="cpu", parts=("ar", "nar"), warm_up=False)
+    assert "nar_linears" not in eng.weights and not nar_mod.keeps_w8a8(eng.nar)
+    nar_mod.int8_linears(eng.nar)
+    assert nar_mod.keeps_w8a8(eng.nar)
+    monkeypatch.setattr(nar_mod, "keeps_w8a8", lambda nar: True)
+    eng = YuE2Engine.load(tiny_paths["int8"], device="cpu", parts=("ar", "nar"), warm_up=False)
+    assert eng.weights["nar_linears"] == "w8a8"

@@ -244,6 +244,23 @@ def _song_lora_int8(weights) -> str | None:
 _INT8_WORDS = {"side": "as exact side deltas beside the int8 codes", "bf16": "merged into layers dequantized to bf16"}
 
 
+def _say_nar_linears(weights, used: str | None) -> None:
+    """Say on stderr when a re-render's NAR multiplies otherwise than the song's did: `weights` its config.json
+    "weights" ("nar_linears": "w8a8" when YUE2_NAR_LINEARS=w8a8 took effect; absent: the default bf16 layers),
+    `used` the loaded engine's record (`engine.weights["nar_linears"]`, None for the default). W8A8 differs from the
+    bf16 layers by ≈ 1 % a product, so the audio differs slightly; nothing is refused."""
+    made = weights.get("nar_linears") if isinstance(weights, dict) else None
+    made = made if made in ("w8a8", None) else str(made)[:40]
+    if made == used:
+        return
+    was = "W8A8 products (YUE2_NAR_LINEARS=w8a8)" if made == "w8a8" else \
+        "bf16 layers (the default)" if made is None else f"an unknown setting {made!r}"
+    now = "W8A8 products" if used == "w8a8" else "bf16 layers (W8A8 applies to a bf16 NAR on CUDA only)"
+    how = "set YUE2_NAR_LINEARS=w8a8 on a CUDA device" if made == "w8a8" else "unset YUE2_NAR_LINEARS"
+    print(f"note: this song's NAR multiplied with {was}; this render uses {now}: the audio will differ slightly "
+          f"— {how} to render it as it was made", file=sys.stderr)
+
+
 def _say_lora_int8(weights, used: str | None) -> None:
     """Say on stderr how a re-render applied the LoRAs to int8 layers against what the song records (`weights`, its
     config.json "weights"): `used` is the mode the loaded engine records (`engine.weights["lora_int8"]`), None when
