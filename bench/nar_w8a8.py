@@ -91,7 +91,8 @@ def shapes_part(nar8, m):
         total_bf16 += t_bf
         total_w8 += t_w8
         row(f"NAR {name} [{m}×{k}]·[{k}×{n}]ᵀ: W8A8 vs bf16 GEMM (ms)", t_w8, t_bf, "ms",
-            f"int8 GEMM alone {t_g:.3f} ms ({flop / t_g / 1e9:.0f} TOPS) + quantizer {t_q:.3f} ms (dense rotation {t_qd:.3f}, same codes: {same_q}); bf16 "
+            f"int8 GEMM alone {t_g:.3f} ms ({flop / t_g / 1e9:.0f} TOPS) + quantizer {t_q:.3f} ms (dense "
+            f"rotation {t_qd:.3f}, same codes: {same_q}); bf16 "
             f"{flop / t_bf / 1e9:.0f} TFLOP/s; rel. L2 vs bf16 {err:.2e}; equal to w8a8.reference {same:.4f}")
     row("NAR one layer's four products: W8A8 vs bf16 (ms)", total_w8, total_bf16, "ms",
         f"× 28 layers × 64 evaluations: {(total_bf16 - total_w8) * 28 * 64 / 1000:.2f} s a song saved")

@@ -60,7 +60,8 @@ def test_kernels_equal_the_reference_in_interpreter():
 
 def test_tiny_nar_velocity_through_w8a8_in_interpreter(tiny_paths):
     """The tiny int8 NAR marked by `int8_linears` runs every layer product through `convrot_linear`'s W8A8 path
-    (forced on the CPU, whose forward multiplies by a dequantized copy; the automatic choice needs CUDA): the velocity stays within W8A8's error of the bf16-layer one
+    (forced on the CPU, whose forward multiplies by a dequantized copy; the automatic choice needs CUDA): the
+    velocity stays within W8A8's error of the bf16-layer one
     (`float_linears`), and differs from it (the path was really taken)."""
     pytest.importorskip("triton")
     code = (

@@ -104,8 +104,8 @@ def gemm(codes: torch.Tensor, scales: torch.Tensor, q: torch.Tensor, s: torch.Te
         gemm_kernel[(triton.cdiv(m, 32) * triton.cdiv(n, 32),)](*args, HAS_BIAS=bias is not None, BM=32, BN=32,
                                                                  BK=256, GROUP_M=4, GPU=False)
     else:
-        tuned[lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)](*args,
-                                                                                       HAS_BIAS=bias is not None, GPU=True)
+        grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
+        tuned[grid](*args, HAS_BIAS=bias is not None, GPU=True)
     return y
 
 
