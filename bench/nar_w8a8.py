@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bench as B  # noqa: E402  (bench/bench.py: prompt ids, timing, the fp32-state reference)
+import nar_attention  # noqa: E402  (its CUDA-event timer)
 
 CKPT = "/tmp/yue2bench/yue2_full_int8.safetensors"
 ROWS = []
@@ -36,15 +37,7 @@ def row(name, ours, base, unit, note=""):
 
 
 def timed_ms(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
+    return nar_attention.timed(fn, reps) * 1e3  # CUDA events around `reps` calls after one warm call
 
 
 def random_layer():
