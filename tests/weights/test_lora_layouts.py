@@ -645,3 +645,64 @@ def test_layer_index_in_other_scripts_digits_is_unmatched(tmp_path, gen):
     a = read_adapter(write(tmp_path / "digits.safetensors", t), TINY)
     assert sorted(a.unmatched) == sorted(k for k in t if "\u0661" in k)
     assert [p.module for p in a.patches] == ["model.layers.0.self_attn.o_proj"]
+
+
+@pytest.mark.parametrize("down,up", [(".lora.down.weight", ".lora.up.weight"), ("_lora.down.weight", "_lora.up.weight"),
+                                     (".lora_linear_layer.down.weight", ".lora_linear_layer.up.weight")])
+def test_diffusers_pair_spellings_read_as_lora_a_b(tmp_path, gen, down, up):
+    """ComfyUI's load_lora reads these B/A spellings too (§2); own-weights review, stop 49: such a file was
+    "not a YuE2 adapter — none of its keys names a YuE2 module"."""
+    f = split_factors(gen)
+    a, b = rnd(gen, 4, H), rnd(gen, Q + 2 * KV, 4)
+    t = {"diffusion_model.model.layers.1.self_attn.qkv_proj" + down: a,
+         "diffusion_model.model.layers.1.self_attn.qkv_proj" + up: b,
+         "text_encoders.model.layers.0.mlp.down_proj" + down: f["down_proj"][0],
+         "text_encoders.model.layers.0.mlp.down_proj" + up: f["down_proj"][1]}
+    ad = read_adapter(write(tmp_path / "d.safetensors", t), TINY)
+    got = dense(ad)
+    assert set(got) == {("nar", "model.layers.1.self_attn.qkv_proj"), ("ar", "model.layers.0.mlp.down_proj")}
+    assert torch.allclose(got[("nar", "model.layers.1.self_attn.qkv_proj")], b.double() @ a.double(), atol=1e-6)
+    assert_deltas(ad, "ar", 0, {"mlp.down_proj": expected_fused(f)["mlp.down_proj"]})
+
+
+def test_kohya_names_comfy_fused_are_the_nar_te_the_ar(tmp_path, gen):
+    """`lora_unet_<path with _>` is what stock ComfyUI maps onto diffusion_model.<path> (the NAR); `lora_te_` the
+    text-encoder side (the AR). alpha/rank scales (own-weights review, stop 49: refused as "an image-model LoRA such
+    as SDXL")."""
+    a, b = rnd(gen, 4, H), rnd(gen, Q + 2 * KV, 4)
+    a2, b2 = rnd(gen, 4, Q), rnd(gen, H, 4)
+    t = {"lora_unet_model_layers_1_self_attn_qkv_proj.lora_down.weight": a,
+         "lora_unet_model_layers_1_self_attn_qkv_proj.lora_up.weight": b,
+         "lora_unet_model_layers_1_self_attn_qkv_proj.alpha": torch.tensor(8.0),
+         "lora_te_model_layers_0_self_attn_o_proj.lora_down.weight": a2,
+         "lora_te_model_layers_0_self_attn_o_proj.lora_up.weight": b2,
+         "lora_unet_llm2vae.lora_down.weight": rnd(gen, 4, H), "lora_unet_llm2vae.lora_up.weight": rnd(gen, 64, 4),
+         "lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight": rnd(gen, 4, 320)}
+    ad = read_adapter(write(tmp_path / "k.safetensors", t), TINY)
+    assert ad.layout == "kohya"
+    got = dense(ad)
+    assert set(got) == {("nar", "model.layers.1.self_attn.qkv_proj"), ("ar", "model.layers.0.self_attn.o_proj"),
+                        ("nar", "llm2vae")}
+    assert torch.allclose(got[("nar", "model.layers.1.self_attn.qkv_proj")], 2.0 * (b.double() @ a.double()),
+                          atol=1e-6)
+    assert torch.allclose(got[("ar", "model.layers.0.self_attn.o_proj")], b2.double() @ a2.double(), atol=1e-6)
+    assert ad.unmatched == ["lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight"]
+
+
+def test_kohya_names_vendor_split_follow_the_vendor_rule(tmp_path, gen):
+    """Trainers of the vendor model write its names under lora_unet_: plain self_attn/mlp are the AR's, nar_* the
+    NAR's, split q/k/v and gate/up land on their rows; o_proj alone says nothing and is refused."""
+    f = split_factors(gen)
+    t = {}
+    for proj in ("q_proj", "v_proj", "o_proj"):
+        t[f"lora_unet_model_layers_0_self_attn_{proj}.lora_down.weight"] = f[proj][0]
+        t[f"lora_unet_model_layers_0_self_attn_{proj}.lora_up.weight"] = f[proj][1]
+    t["lora_unet_model_layers_1_nar_mlp_up_proj.lora_down.weight"] = f["up_proj"][0]
+    t["lora_unet_model_layers_1_nar_mlp_up_proj.lora_up.weight"] = f["up_proj"][1]
+    ad = read_adapter(write(tmp_path / "v.safetensors", t), TINY)
+    assert {(p.expert, p.module, p.rows) for p in ad.patches} == {
+        ("ar", "model.layers.0.self_attn.qkv_proj", (0, Q)), ("ar", "model.layers.0.self_attn.qkv_proj", (Q + KV, KV)),
+        ("ar", "model.layers.0.self_attn.o_proj", None), ("nar", "model.layers.1.mlp.gate_up_proj", (F, F))}
+    o_only = {k: v for k, v in t.items() if "o_proj" in k}
+    raises(write(tmp_path / "o.safetensors", o_only), "o_proj, down_proj", "text_encoders.model.layers.N",
+           "diffusion_model.model.layers.N")

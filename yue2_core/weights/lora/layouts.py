@@ -22,6 +22,8 @@ refusals first (DoRA, LoHa, Tucker/`lora_mid`, LoKr `t1`/`t2`, artist bundles, r
   keys;
 - `ai-toolkit` (A): `text_encoders.`/`diffusion_model.` keys with lora_A/lora_B, `.diff`, no metadata;
   `comfy-native` again for such keys with lora_down/lora_up;
+- `kohya`: `lora_unet_` / `lora_te_` keys naming YuE2 modules with `_` for `.` (layouts_keys.kohya_names: which
+  expert), read as the same names with dots;
 - `unlabelled`: anything else whose keys name YuE2 modules (vendor or Comfy names without metadata).
 
 Fused modules stay fused: a fused key (`qkv_proj`, `gate_up_proj`) is one patch on the whole module, block-diagonal
@@ -49,7 +51,7 @@ from ...layers import ModelDims
 from .layouts_build import FileContext, build_patches
 from ..checkpoint import not_a_file
 from .layouts_io import Source, open_source
-from .layouts_keys import REFUSED_ROLES, split_role
+from .layouts_keys import REFUSED_ROLES, kohya_base, kohya_names, split_role
 from .model import EXPERTS, Adapter, BiasDiff, Diff, Kron, LowRank, Replace
 
 # the release geometry (§1.0): describing or checking an adapter without a checkpoint at hand
@@ -65,6 +67,7 @@ SUPPORTED = (
     "Mothersuperior raw AR/NAR (layers.N.*.lora_A/lora_B, lora_scale) and its .pt dict",
     "Starnodes (format=yue2-lora-v1)",
     "PEFT (base_model.model. keys, adapter_config.json)",
+    "kohya-style (lora_unet_model_layers_N_self_attn_qkv_proj / lora_te_…, .alpha)",
 )
 SUPPORTED_TEXT = "Supported YuE2 adapter layouts: " + "; ".join(SUPPORTED) + "."
 
@@ -85,6 +88,12 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
         raise AdapterError(f"{path}: the file holds no tensors, so it is not an adapter. {SUPPORTED_TEXT}")
     _refusals(src)
     layout = detect_layout(src)
+    if layout == "kohya":  # the keys in the spelling the rest of the reader understands (layouts_keys.kohya_names)
+        try:
+            names = kohya_names(src.tensors)
+        except ValueError as e:
+            raise AdapterError(f"{path}: {e}") from None
+        src.tensors = {names.get(k, k): t for k, t in src.tensors.items()}
     ctx = _context(src, layout)
     patches, unmatched, rule, scales = build_patches(path, src.tensors, ctx, dims)
     if not patches:
@@ -105,6 +114,8 @@ def detect_layout(src: Source) -> str:
     prefixed = any(k.startswith(EXPERT_PREFIXES) for k in keys)
     if src.container == "pt-mothersuperior":
         return "mothersuperior-pt"
+    if any((role := split_role(k)) and kohya_base(role[0]) for k in keys):
+        return "kohya"
     if any((split_role(k) or ("", ""))[1].startswith("lokr_") for k in keys):
         return "hot-step-lokr" if fmt.startswith("yue2-") and "lokr" in fmt else "lokr"
     if fmt == "fl-yue2-lora-v1":

@@ -27,6 +27,10 @@ from ...layers import ModelDims
 # and bare `.lora_A` / `.lora_B` (Mothersuperior raw, §1.1 F)
 _PAIR = re.compile(r"^(?P<base>.+)\.(?P<kind>lora_A|lora_B|lora_down|lora_up)"
                    r"(?:(?:\.(?P<name>(?!weight$)[A-Za-z0-9_\-]+))?\.weight)?$")
+# the other spellings ComfyUI's `load_lora` reads (§2 "LoRA key spellings"; diffusers / older trainers):
+# `.lora.down.weight`, `_lora.down.weight`, `.lora_linear_layer.down.weight` (own-weights review, stop 49: a file
+# spelled so was "not a YuE2 adapter — none of its keys names a YuE2 module" although every key named one)
+_PAIR_DIFFUSERS = re.compile(r"^(?P<base>.+?)(?:\.lora|_lora|\.lora_linear_layer)\.(?P<kind>down|up)\.weight$")
 _LOKR = re.compile(r"^(?P<base>.+)\.(?P<role>lokr_w1_a|lokr_w1_b|lokr_w2_a|lokr_w2_b|lokr_w1|lokr_w2|lokr_t1|lokr_t2)"
                    r"(?:\.weight)?$")
 _SIMPLE = {".alpha": "alpha", ".diff_b": "diff_b", ".diff": "diff", ".weight": "weight", ".bias": "bias"}
@@ -57,6 +61,9 @@ def split_role(key: str) -> tuple[str, str] | None:
         if name and name != "default":
             role += f":{name}"
         return m.group("base"), role
+    m = _PAIR_DIFFUSERS.match(key)
+    if m:
+        return m.group("base"), m.group("kind")
     m = _LOKR.match(key)
     if m:
         return m.group("base"), m.group("role")
@@ -189,3 +196,75 @@ def part_rows(part: str | None, dims: ModelDims) -> tuple[int, int] | None:
         return None
     q, kv = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
     return {"q": (0, q), "k": (q, kv), "v": (q + kv, kv), "gate": (0, dims.ffn), "up": (dims.ffn, dims.ffn)}[part]
+
+
+# kohya-style names (sd-scripts, musubi-tuner and trainers built on them): `lora_unet_` / `lora_te_` + the module
+# path with every `.` written `_`, e.g. `lora_unet_model_layers_3_self_attn_q_proj.lora_down.weight` + `.alpha`.
+# Stock ComfyUI maps `lora_unet_<path>` onto `diffusion_model.<path>` (§0 CUI-LORA `model_lora_keys_unet`), i.e. the
+# NAR for the Comfy names; trainers of the vendor model (whose `self_attn` / `mlp` are the AR's and `nar_self_attn` /
+# `nar_mlp` the NAR's) write the vendor names under the same prefix. The `_` spelling is read back only against the
+# module names YuE2 has (never by replacing `_` with `.`).
+KOHYA_PREFIXES = ("lora_unet_", "lora_te1_", "lora_te_")
+_KOHYA_LAYER = re.compile(r"^(?:model_)?layers_(\d+)_(.+)$", re.ASCII)
+_KOHYA_IN_LAYER = {name.replace(".", "_"): name for name in
+                   [*_IN_LAYER, *(v + rest[len(e):] for rest in _IN_LAYER for v, e in _VENDOR_NAR.items()
+                                  if e.endswith(".") and rest.startswith(e)),
+                    "nar_input_layernorm", "nar_pre_mlp_layernorm"]}
+_KOHYA_WHOLE = {name.replace(".", "_"): name for name in _WHOLE}
+_SPLIT_LEAVES = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+
+
+def kohya_base(base: str) -> tuple[str, str] | None:
+    """("unet" | "te", dotted module path) of a kohya-style key base (`lora_unet_model_layers_3_self_attn_q_proj` →
+    ("unet", "model.layers.3.self_attn.q_proj")), or None when it is not one or names no YuE2 module (an SDXL
+    `lora_unet_down_blocks_0_…`)."""
+    for prefix in KOHYA_PREFIXES:
+        if base.startswith(prefix):
+            rest, kind = base[len(prefix):], "unet" if prefix == "lora_unet_" else "te"
+            break
+    else:
+        return None
+    m = _KOHYA_LAYER.match(rest)
+    if m and m.group(2) in _KOHYA_IN_LAYER:
+        return kind, f"model.layers.{m.group(1)}.{_KOHYA_IN_LAYER[m.group(2)]}"
+    if rest in _KOHYA_WHOLE:
+        return kind, _KOHYA_WHOLE[rest]
+    return None
+
+
+def kohya_names(keys) -> dict:
+    """{file key: key in the names the rest of the reader understands} for the kohya-style keys of one file that name
+    YuE2 modules (`kohya_base`); keys of other spellings are left out. Expert: `lora_te_` / `lora_te1_` → the AR
+    (`text_encoders.`, ComfyUI's text-encoder side); `lora_unet_` in the vendor's names (split q/k/v/gate/up, or
+    `nar_*` anywhere in the file) → the vendor rule (`nar_*` the NAR, the rest the AR); `lora_unet_` in Comfy's fused
+    names (qkv_proj / gate_up_proj) → the NAR (`diffusion_model.`), as stock ComfyUI applies them.
+    Raises ValueError when the `lora_unet_` keys name only modules both models spell alike (o_proj, down_proj, norms)
+    — nothing says which expert they are for."""
+    found = {}
+    for key in keys:
+        role = split_role(key)
+        hit = kohya_base(role[0]) if role else None
+        if hit:
+            found[key] = (hit, key[len(role[0]):])
+    unet = [dotted for (kind, dotted), _ in found.values() if kind == "unet"]
+    vendor = any(".nar_" in d or d.rsplit(".", 1)[-1] in _SPLIT_LEAVES for d in unet)
+    comfy = any(d.endswith(("qkv_proj", "gate_up_proj")) for d in unet)
+    layered = [d for d in unet if d.startswith("model.layers.")]
+    if layered and not vendor and not comfy:
+        raise ValueError(f"its kohya-style lora_unet_ keys (e.g. {_kohya_example(found)}) name only modules that the "
+                         "vendor model and ComfyUI spell alike (o_proj, down_proj, norms): ComfyUI reads lora_unet_ as "
+                         "the NAR, the vendor's names as the AR, and nothing in the file says which expert it was "
+                         "trained for. Rename the keys to text_encoders.model.layers.N.… (AR) or "
+                         "diffusion_model.model.layers.N.… (NAR)")
+    out = {}
+    for key, ((kind, dotted), suffix) in found.items():
+        if kind == "te":
+            prefix = "text_encoders."
+        else:
+            prefix = "" if vendor or not dotted.startswith("model.layers.") else "diffusion_model."
+        out[key] = prefix + dotted + suffix
+    return out
+
+
+def _kohya_example(found: dict) -> str:
+    return sorted(k for k, ((kind, _), _) in found.items() if kind == "unet")[0]
