@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .cli.busy_cpu import _note_busy_cpu
 from .cli.inspect_cmd import cmd_inspect
-from .cli.options import _Parser, _named, parse_lora
+from .cli.options import _Parser, _named, parse_lora, parse_vae
 from .cli.progress import ProgressLine
 from .cli.song_weights import (_note_old_stack_rule, _note_replaced_vae, _recorded_checkpoint, _say_lora_int8,
                                _say_nar_linears,
@@ -624,14 +624,17 @@ def build_parser() -> argparse.ArgumentParser:
                                                        help="new song directory (must not exist or be empty)")
         sp.add_argument("--lora", action="append", default=[], metavar="PATH[:AR[:NAR]]", type=parse_lora,
                         help="apply a LoRA/LoKr adapter (any published YuE2 layout; repeat to stack); one number sets "
-                             "both strengths, two set AR then NAR (default 1)"
+                             "both strengths, two set AR then NAR (default 1); a name not found here is looked for in "
+                             "ComfyUI's models/loras (the ComfyUI the checkpoint search uses)"
                              + ("; replaces the adapters the song was made with" if render else ""))
         if render:
             sp.add_argument("--no-lora", action="store_true",
                             help="render without any adapter, not the ones the song was made with")
         sp.add_argument("--checkpoint-how", help=argparse.SUPPRESS)  # scripts/song.sh: how it picked --checkpoint
-        sp.add_argument("--vae", metavar="PATH", help="a VAE decoder file or vendor VAE folder to use instead of "
-                        + ("the one the song was made with" if render else "the checkpoint's"))
+        sp.add_argument("--vae", metavar="PATH", type=parse_vae,
+                        help="a VAE decoder file or vendor VAE folder to use instead of "
+                        + ("the one the song was made with" if render else "the checkpoint's")
+                        + "; a name not found here is looked for in ComfyUI's models/vae")
 
     def ode_method(sp, render: bool = False):
         sp.add_argument("--ode-method", default=None if render else "midpoint", choices=["midpoint", "ab2"],

@@ -432,3 +432,32 @@ def test_songs_of_the_stacking_rule_before_2026_12_06_get_a_specific_note(files,
     assert "--no-lora" in line and "Traceback" not in err and not (root / "fl_again").exists()
     assert _run("render", twice, "--lora", f"{fl}:1:0", "--lora", f"{nar}:0:1.25", "--device", "cpu", "--offline",
                 "--output", root / "fl_once") == 0
+
+
+def test_lora_and_vae_names_are_read_in_the_comfyui_models_folders(tmp_path, monkeypatch, capsys):
+    """The checkpoint search looks in $COMFYUI_PATH/models/checkpoints; a --lora / --vae name that is no path here
+    is looked for in the same ComfyUI's models/loras / models/vae, as the nodes list them (own-weights review, stop
+    49: "LoRA file 'my.safetensors' not found" beside a checkpoint found there). A local file keeps priority; a name
+    leaving the folder is not followed."""
+    from yue2_core.cli.options import parse_lora, parse_vae
+    comfy = tmp_path / "ComfyUI"
+    for sub in ("checkpoints", "loras/styles", "vae/YuE2-Vae-legacy"):
+        (comfy / "models" / sub).mkdir(parents=True)
+    (comfy / "models" / "loras" / "styles" / "mine.safetensors").write_bytes(b"x")
+    (tmp_path / "secret.safetensors").write_bytes(b"x")
+    monkeypatch.setenv("COMFYUI_PATH", str(comfy))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    path, ar, nar = parse_lora("styles/mine.safetensors:0.5")
+    assert path == str(comfy / "models" / "loras" / "styles" / "mine.safetensors") and (ar, nar) == (0.5, 0.5)
+    assert parse_vae("YuE2-Vae-legacy") == str(comfy / "models" / "vae" / "YuE2-Vae-legacy")
+    assert "ComfyUI folder" in capsys.readouterr().err
+    (work / "YuE2-Vae-legacy").mkdir()  # a local path of that name wins
+    assert parse_vae("YuE2-Vae-legacy") == "YuE2-Vae-legacy"
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError, match="not found"):
+        parse_lora("../../../secret.safetensors")  # ComfyUI/models/loras/../../../secret: outside the folder
+    monkeypatch.delenv("COMFYUI_PATH")
+    with pytest.raises(argparse.ArgumentTypeError, match="not found"):
+        parse_lora("styles/mine.safetensors")

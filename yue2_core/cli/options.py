@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 
 
 def _ascii_number(text: str) -> float:
@@ -28,7 +29,8 @@ def parse_lora(value: str) -> tuple[str, float, float]:
     """--lora PATH[:AR[:NAR]] → (path, strength_ar, strength_nar). Strengths are read from the right, so a path with
     colons (C:\\x.safetensors) works; one number sets both. Raises argparse.ArgumentTypeError for a strength outside
     ±5, a strength that is not a number or is empty (PATH:1:), more than two strengths, a missing file, or a path
-    that is a FIFO / device / socket (named: reading one would block)."""
+    that is a FIFO / device / socket (named: reading one would block). A PATH that does not exist here but does in
+    the `models/loras` folder of the ComfyUI the checkpoint search uses is taken from there, with a note."""
     from ..errors import AdapterError
     from ..weights.lora.apply import check_strength
     parts, nums = value.split(":"), []
@@ -46,6 +48,11 @@ def parse_lora(value: str) -> tuple[str, float, float]:
     except AdapterError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     from ..weights.checkpoint import not_a_file
+    from ..weights.locate import comfy_model_path
+    in_comfy = comfy_model_path(path, "loras")
+    if in_comfy is not None:  # a name as the LoRA node lists it, in the ComfyUI the checkpoint search uses
+        print(f"note: --lora {path}: {in_comfy[0]} (ComfyUI folder {in_comfy[1]})", file=sys.stderr)
+        path = in_comfy[0]
     kind = not_a_file(path)
     if kind is not None and kind != "a directory":  # a directory may be a PEFT folder
         raise argparse.ArgumentTypeError(f"LoRA {path!r} is {kind}, not a file (an adapter is a .safetensors or .pt "
@@ -76,6 +83,18 @@ def parse_lora(value: str) -> tuple[str, float, float]:
                     f"a strength; give the strengths too, e.g. {longer}:1:1 (form: PATH[:AR[:NAR]])")
         raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found (form: PATH[:AR[:NAR]])")
     return path, ar, nar
+
+
+def parse_vae(value: str) -> str:
+    """--vae PATH → the path; a name that is no path here but is one in the `models/vae` folder of the ComfyUI the
+    checkpoint search uses (`locate.comfy_model_path`) → that one, with a note. Whether it is a VAE is checked
+    later (vae_files.open_vae)."""
+    from ..weights.locate import comfy_model_path
+    in_comfy = comfy_model_path(value, "vae")
+    if in_comfy is None:
+        return value
+    print(f"note: --vae {value}: {in_comfy[0]} (ComfyUI folder {in_comfy[1]})", file=sys.stderr)
+    return in_comfy[0]
 
 
 def _named(what: str):

@@ -42,6 +42,29 @@ def comfy_checkpoint_dirs() -> list[Path]:
     return found
 
 
+def comfy_model_path(name: str, kind: str) -> tuple[str, str] | None:
+    """(path, ComfyUI folder) of `name` — a relative path such as the ComfyUI node lists show (`my_lora.safetensors`,
+    `sub/x.safetensors`, a VAE folder `YuE2-Vae-legacy`) — inside the `models/<kind>` folder ("loras", "vae") of the
+    ComfyUI the checkpoint search uses (`comfy_checkpoint_dirs`), or None. Only for a name that is not a path here:
+    the command line reads `--lora` / `--vae` in that ComfyUI's folders as the nodes do (own-weights review, stop 49:
+    the checkpoint was found there, the LoRA beside it was "not found")."""
+    if not name or os.path.isabs(name) or os.path.exists(name):
+        return None
+    try:
+        models = [d.parent for d in comfy_checkpoint_dirs()]
+    except CheckpointError:  # a $COMFYUI_PATH that cannot be searched: the checkpoint search says so
+        return None
+    for m in models:
+        folder = m / kind
+        candidate = folder / name
+        try:
+            if candidate.exists() and candidate.resolve().is_relative_to(folder.resolve()):
+                return str(candidate), str(folder)
+        except OSError:
+            continue
+    return None
+
+
 def yue2_files(folder: Path) -> list[Path]:
     """YuE2 all-in-one files in `folder` (detected by tensor names, not file names), int8 first."""
     from .checkpoint import inspect_checkpoint
