@@ -543,3 +543,17 @@ def test_a_fifo_json_file_is_named_not_read(tmp_path):
         read_manifest(tmp_path)
     with pytest.raises(CheckpointError, match="is a FIFO \\(named pipe\\), not a file"):
         _read_json(str(tmp_path / "config.json"), "the VAE config")
+
+
+def test_the_other_yue2_folder_is_named_with_its_option(made, tmp_path):
+    """The VAE folder given as the checkpoint, the model folder given as the VAE: the message says which option takes
+    it (own-weights review, stop 49: "the config of another model (model_type 'yue2_vae')" only)."""
+    from yue2_core.weights.vae_files import open_vae
+    folder = _copy_folder(made, tmp_path)
+    vae = tmp_path / "vae_only"
+    vae.mkdir()
+    (vae / "config.json").write_text(json.dumps({"model_type": "yue2_vae"}))
+    with pytest.raises(CheckpointError, match="model_type 'yue2_vae'.*it is a YuE2 VAE folder — give it as --vae"):
+        inspect_checkpoint(vae)
+    with pytest.raises(CheckpointError, match="model folder — give it as --checkpoint"):
+        open_vae(str(folder))

@@ -206,7 +206,8 @@ def _check_config(config, path: str) -> None:
     if model_type != MODEL_TYPE:
         raise CheckpointError(f"{path}: config.json says model_type {quoted(model_type, limit=60)}; a YuE2 VAE "
                               f"folder has model_type {MODEL_TYPE!r} (m-a-p/YuE2-Vae, YuE2-Vae-legacy, the 0.666 "
-                              "merge)")
+                              "merge)" + (": it is the vendor's YuE2-3B model folder — give it as --checkpoint (nodes: "
+                                          "YuE2 Checkpoint Loader)" if model_type == "yue2" else ""))
     fixed = {"sample_rate": (SAMPLE_RATE, "Hz"), "downsampling_ratio": (HOP, "samples per latent frame"),
              "latent_dim": (LATENT_DIM, "latent channels"), "audio_channels": (AUDIO_CHANNELS, "audio channels")}
     for name, (want, unit) in fixed.items():
