@@ -125,8 +125,8 @@ def read_config(folder, expect: str = MODEL_TYPE) -> dict:
                                   f"`python -m yue2_core render {folder}`; --checkpoint takes a YuE2 checkpoint "
                                   "file or the vendor's model folder")
         # own-weights review (stop 49): the other YuE2 folder given for this one is named with its option
-        hint = {VAE_MODEL_TYPE: ": it is a YuE2 VAE folder — give it as --vae (nodes: YuE2 VAE Loader), and the model "
-                            "as --checkpoint",
+        hint = {VAE_MODEL_TYPE: ": it is a YuE2 VAE folder — give it as --vae (nodes: YuE2 VAE Loader), and the "
+                                "model as --checkpoint",
                 MODEL_TYPE: ": it is the vendor's YuE2-3B model folder — give it as --checkpoint (nodes: YuE2 "
                             "Checkpoint Loader)"}.get(config.get("model_type"), "")
         raise CheckpointError(f"{path} is the config of another model (model_type {_show(config.get('model_type'))}); "
