@@ -1,0 +1,58 @@
+"""Leftovers of the stop-48 reviews, fixed in stop 49 (docs/bad_inputs.md §35): `batch --ray` rows checked against
+this process's file-size limit (the driver writes their folders) before Ray is imported."""
+from __future__ import annotations
+
+import io
+import json
+
+from yue2_core.artifacts import song_bytes_bound
+
+LIMIT = 100 * 1024  # bytes: `ulimit -f 100`
+
+
+def _requests(tmp_path, *rows) -> str:
+    path = tmp_path / "req.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "style": "pop", "lyrics": "la", "cot": "off", "seed": n}) + "\n"
+                            for n, i in enumerate(rows, 1)), "utf-8")
+    return str(path)
+
+
+class _Runner:
+    """The driver's runner interface (`ray_runner.RayRunner`'s `prepare` / `songs` / `settings`) without Ray: it
+    records whether the driver got as far as the workers."""
+    settings: dict = {}
+
+    def __init__(self):
+        self.calls = []
+
+    def prepare(self):
+        self.calls.append("prepare")  # RayRunner.prepare is where Ray is imported and the cluster joined
+        return None, False
+
+    def songs(self, todo, out, **kw):
+        self.calls.append("songs")
+        return iter(())
+
+
+def test_ray_rows_past_the_file_size_limit_are_refused_before_ray(tmp_path, monkeypatch, tiny_paths):
+    """Was: `batch --ray` skipped the `ulimit -f` check ("the workers' limits are theirs"), yet the DRIVER writes
+    every song folder from the bytes the workers send back (`RayRunner._store`): each row was computed on the
+    cluster, then failed at its save with "File too large". Now a --ray row is refused at validate as a local one,
+    before the runner is prepared (Ray imported, workers placed)."""
+    import yue2_core.artifacts as artifacts
+    from yue2_core.batch import BatchOptions, run_batch
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.synthetic_tokenizer import tokenizer_json
+    from yue2_core.weights.tokenizer import YuE2Tokenizer
+    monkeypatch.setattr(artifacts, "file_size_limit", lambda: LIMIT)
+    runner, stream, out = _Runner(), io.StringIO(), tmp_path / "album"
+    run_batch(BatchOptions(_requests(tmp_path, "a", "b"), str(out), max_seconds=2.0),
+              tokenizer=YuE2Tokenizer(tokenizer_json().decode("utf-8")),
+              dims=inspect_checkpoint(tiny_paths["bf16"]).dims, engine_factory=None, runner=runner, stream=stream)
+    text, largest = stream.getvalue(), song_bytes_bound(50)[0]
+    for n, row in ((1, "a"), (2, "b")):
+        assert (f"line {n} ({row}): this process's file-size limit (`ulimit -f` 100: 102,400 bytes) is below what "
+                f"row '{row}' needs: its audio.flac (50 music tokens = 2 s of 48 kHz stereo 24-bit FLAC) can take up "
+                f"to {largest:,} bytes") in text, text
+    assert "nothing ran: every row failed before any work" in text, text
+    assert runner.calls == [] and not out.exists(), runner.calls
