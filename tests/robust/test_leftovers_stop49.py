@@ -1,11 +1,18 @@
 """Leftovers of the stop-48 reviews, fixed in stop 49 (docs/bad_inputs.md §35): `batch --ray` rows checked against
-this process's file-size limit (the driver writes their folders) before Ray is imported."""
+this process's file-size limit (the driver writes their folders) before Ray is imported; a used-up disk quota
+said before any work by the output claim's synced write."""
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 
+import pytest
+
+from test_cli import main_inprocess
 from yue2_core.artifacts import song_bytes_bound
+from yue2_core.errors import DiskFullError
 
 LIMIT = 100 * 1024  # bytes: `ulimit -f 100`
 
@@ -56,3 +63,28 @@ def test_ray_rows_past_the_file_size_limit_are_refused_before_ray(tmp_path, monk
                 f"to {largest:,} bytes") in text, text
     assert "nothing ran: every row failed before any work" in text, text
     assert runner.calls == [] and not out.exists(), runner.calls
+
+
+@pytest.mark.parametrize("call,code", [("fsync", errno.EDQUOT), ("pwrite", errno.ENOSPC)])
+def test_a_full_quota_or_disk_is_said_before_any_work(tmp_path, capsys, monkeypatch, call, code):
+    """Was: a used-up disk quota (EDQUOT; NFS reports it only when the data is synced) showed at the first save,
+    after the song was computed — the free-space note reads statvfs, which knows no quota. The output claim's small
+    lock-file write (`reserve_output`) is now synced and is the early write probe: a full quota or disk there is a
+    DiskFullError before the checkpoint is even looked for, saying which and what to do; nothing is left behind."""
+    import yue2_core.artifacts as artifacts
+    real = getattr(os, call)
+
+    def full(fd, *a):
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).endswith(".yue2-lock"):
+            raise OSError(code, os.strerror(code))
+        return real(fd, *a)
+    monkeypatch.setattr(artifacts.os, call, full)
+    rc, err = main_inprocess(capsys, "generate", "--style", "pop", "--lyrics", "la", "--checkpoint",
+                             "/nonexistent/yue2.safetensors", "--offline", "--output", tmp_path / "out" / "song")
+    why = ("your disk quota there is used up, so no song could be saved there; free space (`quota -s` shows the "
+           "quota)" if code == errno.EDQUOT else "its disk is full, so no song could be saved there; free space")
+    assert rc == 2 and (f"error: cannot write into {tmp_path / 'out'} ({os.strerror(code)}): {why}, or give the "
+                        "output directory a place on another disk (nothing was computed)") in err, err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)  # no lock file, no parent folder made for it
+    with pytest.raises(DiskFullError, match="batch folder a place on another disk"):
+        artifacts.reserve_output(tmp_path / "album", "batch folder", inside_ok=True)
