@@ -1,6 +1,6 @@
 """Leftovers of the stop-48 reviews, fixed in stop 49 (docs/bad_inputs.md §35): `batch --ray` rows checked against
 this process's file-size limit (the driver writes their folders) before Ray is imported; a used-up disk quota
-said before any work by the output claim's synced write."""
+said before any work by the output claim's synced write; a LoRA whose expert cannot be told says so."""
 from __future__ import annotations
 
 import errno
@@ -88,3 +88,36 @@ def test_a_full_quota_or_disk_is_said_before_any_work(tmp_path, capsys, monkeypa
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)  # no lock file, no parent folder made for it
     with pytest.raises(DiskFullError, match="batch folder a place on another disk"):
         artifacts.reserve_output(tmp_path / "album", "batch folder", inside_ok=True)
+
+
+def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
+    """Was: a Mothersuperior ComfyUI fused NAR file (`text_encoders.` keys; only its metadata yue2_lora_branch=nar
+    says NAR) with its metadata stripped was read as Comfy-native and patched the AR without a word. Both experts'
+    layers have the same shapes, so nothing in the file tells: it still goes to the AR (the ComfyUI meaning of
+    `text_encoders.`), with a warning saying the expert cannot be told and the one-line command that puts the
+    metadata back; the command's file goes to the NAR. Files whose names tell (`diffusion_model.`, `nar_`, an
+    `.alpha`, a metadata branch) get no note; `inspect` shows it first."""
+    from safetensors.torch import load_file, save_file
+    from yue2_core.cli.inspect_cmd import _inspect_other
+    from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    for layout in ("ms-fused-nar", "comfy-native", "aitk", "starnodes", "fl-nar", "hot-split-nar"):
+        path = write_adapter(layout, tmp_path / f"{layout}.safetensors", dims)
+        assert adapter_notes(read_adapter(str(path), dims)) == [], layout
+        stripped = tmp_path / f"{layout}-stripped.safetensors"
+        save_file(load_file(path), stripped)
+        adapter = read_adapter(str(stripped), dims)
+        if layout != "ms-fused-nar":
+            assert adapter.notes == [], (layout, adapter.notes)
+            continue
+        assert {p.expert for p in adapter.patches} == {"ar"}
+        [note] = adapter_notes(adapter)
+        assert note.startswith(f"LoRA {stripped}: which expert it is for cannot be told — it has only "
+                               "`text_encoders.` lora_down/lora_up keys, no alpha and no metadata"), note
+        assert "It is applied to the AR" in note and "no strength or option moves it to the NAR" in note, note
+        assert _inspect_other(str(stripped), dims)[0]["report"].startswith(f"warning: {note}\n"), "inspect's report"
+        code = note.split('python -c "', 1)[1].split('" and load ', 1)[0]
+        exec(code, {})  # the command as `python -c` runs it (in this process: no second interpreter's start)
+        fixed = read_adapter(str(tmp_path / f"nar-{stripped.name}"), dims)
+        assert {p.expert for p in fixed.patches} == {"nar"} and fixed.notes == [], fixed.notes
