@@ -121,3 +121,28 @@ def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
         exec(code, {})  # the command as `python -c` runs it (in this process: no second interpreter's start)
         fixed = read_adapter(str(tmp_path / f"nar-{stripped.name}"), dims)
         assert {p.expert for p in fixed.patches} == {"nar"} and fixed.notes == [], fixed.notes
+
+
+def _records():
+    """nodes/records.py alone (it imports only torch and the standard library; the nodes package needs ComfyUI)."""
+    import importlib.util
+    from robust_helpers import REPO
+    spec = importlib.util.spec_from_file_location("yue2_node_records", REPO / "nodes" / "records.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_save_song_sees_an_in_place_change_of_one_sample():
+    """Was: the AUDIO stamp fingerprinted ≈ 8,192 evenly spaced values, so an in-place change of under ≈ 50 ms of
+    a song (one value between two probed ones here) passed as YuE2's own decode, and Save Song recorded the edited
+    audio as "decoded". The fingerprint now hashes every value (≈ 0.09 s for a 4-minute song)."""
+    import torch
+    records = _records()
+    wave = torch.randn(1, 2, 10 * 48_000, generator=torch.Generator().manual_seed(0))
+    audio = {"waveform": wave, "sample_rate": 48_000, **records.stamp_audio(wave, None)}
+    assert records.audio_of_latent(audio, None) is None
+    stride = wave.numel() // 8192  # the earlier probe's spacing: a value it never read
+    wave.view(-1)[stride + 1] += 1e-3
+    assert records.audio_of_latent(audio, None) == ("it was changed after YuE2 made it (by a node between YuE2 VAE "
+                                                    "Decode and Save Song)")
