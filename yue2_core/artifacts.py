@@ -377,9 +377,9 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
     kernel releases it when its process ends, so a killed run's file is simply taken over. Raises ArtifactError
     naming the other run (its pid) while it lives, or when the lock file cannot be used (a folder of that name);
     DiskFullError when its small write, synced (so an NFS quota shows too), meets a full disk or quota — the early
-    write probe: before any work, not at the first save (stop 49). A path that names no folder ("", "/", "..") or one with no place for a claim (a parent that cannot
-    be written, and no folder yet) gives no claim (the output checks report those), as does a system without
-    flock."""
+    write probe: before any work, not at the first save (stop 49). A path that names no folder ("", "/", "..") or
+    one with no place for a claim (a parent that cannot be written, and no folder yet) gives no claim (the output
+    checks report those), as does a system without flock."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory file locks here; the save's own checks still never overwrite a song
