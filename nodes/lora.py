@@ -12,7 +12,7 @@ from comfy_api.latest import io, ui
 
 from yue2_core.weights.lora.apply import (STRENGTH_RANGE, Applied, check_replacements, check_strength, check_unique,
                                           idle_notes, replace_notes)
-from yue2_core.weights.lora.layouts import describe_adapter, read_adapter, unmatched_note
+from yue2_core.weights.lora.layouts import adapter_notes, describe_adapter, read_adapter
 from yue2_core.weights.lora.layouts_io import read_state
 
 from . import types
@@ -132,7 +132,7 @@ class YuE2LoRA(io.ComfyNode):
         # keys that patch nothing, an entry that changes nothing, deltas added to a replacement: said at the top of
         # the report and in the log, not only listed below
         earlier = replace_notes(list(model.adapters))
-        notes = [n for n in (unmatched_note(adapter), *idle_notes([applied]), *replace_notes(stack))
+        notes = [n for n in (*adapter_notes(adapter), *idle_notes([applied]), *replace_notes(stack))
                  if n and n not in earlier]
         for note in notes:
             log.warning("[YuE2] %s", note)

@@ -19,10 +19,11 @@ CHANGED = "changed after the render"  # a digest that matches no samples: the re
 
 
 def samples_digest(samples: torch.Tensor) -> str:
-    """sha256 over the shape and the float32 values of a LATENT's samples ([B, 64, frames]; any dtype or device)."""
+    """sha256 over the shape and the float32 values of a LATENT's samples ([B, 64, frames]) or of a waveform ([B,
+    channels, samples]); any dtype or device."""
     t = samples.detach().to("cpu", torch.float32).contiguous()
     h = hashlib.sha256(repr(tuple(t.shape)).encode())
-    h.update(t.numpy().tobytes())
+    h.update(t.reshape(-1).numpy())  # the values' bytes (a contiguous buffer: no copy of them)
     return h.hexdigest()
 
 
@@ -97,13 +98,11 @@ def decoder_warning(record: dict | None, audio) -> str | None:
 
 
 def _probe(t: torch.Tensor) -> str:
-    """A cheap fingerprint of a waveform: sha256 of its shape and of ≈ 8,192 evenly spaced values (float32). An audio
-    node changing the samples in place (a gain moves every value; an edit of 50 ms or more meets a probed one)
-    changes it; hashing all ≈ 80 MB of a 3.6-minute song is what it avoids."""
-    flat = t.detach().reshape(-1)
-    h = hashlib.sha256(repr(tuple(t.shape)).encode())
-    h.update(flat[::max(1, flat.numel() // 8192)].to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()
+    """The fingerprint of a waveform: sha256 of its shape and of every value (float32; `samples_digest`). An audio
+    node changing the samples in place changes it, however little it changes: the ≈ 8,192 evenly spaced values of
+    the earlier probe let an in-place edit under ≈ 50 ms of a 3.6-minute song pass as unchanged (stop-48 review).
+    All 92 MB of a 4-minute stereo song hash in ≈ 0.09 s on a CPU with SHA extensions (0.17 s with blake2b)."""
+    return samples_digest(t)
 
 
 def stamp_audio(waveform: torch.Tensor, latent_samples: torch.Tensor | None) -> dict:

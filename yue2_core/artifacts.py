@@ -375,10 +375,11 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
     claim is an flock on `.NAME.yue2-lock` in the path's parent (made if missing; `_claim_files` gives the places
     for a name too long for it and, with `inside_ok`, inside an existing folder whose parent cannot be written); the
     kernel releases it when its process ends, so a killed run's file is simply taken over. Raises ArtifactError
-    naming the other run (its pid) while it lives, or when the lock file cannot be used (a folder of that name, a
-    full disk). A path that names no folder ("", "/", "..") or one with no place for a claim (a parent that cannot
-    be written, and no folder yet) gives no claim (the output checks report those), as does a system without
-    flock."""
+    naming the other run (its pid) while it lives, or when the lock file cannot be used (a folder of that name);
+    DiskFullError when its small write, synced (so an NFS quota shows too), meets a full disk or quota — the early
+    write probe: before any work, not at the first save (stop 49). A path that names no folder ("", "/", "..") or
+    one with no place for a claim (a parent that cannot be written, and no folder yet) gives no claim (the output
+    checks report those), as does a system without flock."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory file locks here; the save's own checks still never overwrite a song
@@ -426,6 +427,7 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
             os.ftruncate(fd, 0)
             if os.pwrite(fd, data, 0) != len(data):
                 raise OSError("short write")
+            os.fsync(fd)  # the early write probe: a network file system (NFS) reports a full quota at the sync
         except FileNotFoundError:
             os.close(fd)
             continue
@@ -435,6 +437,13 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
             except OSError:
                 pass
             os.close(fd)
+            _remove_empty(made)  # the parent folders the claim made (a refused run leaves no new folders)
+            if exc.errno in FULL_ERRNOS:  # said before any work (was: at the first save, after the song)
+                quota = exc.errno != errno.ENOSPC
+                raise DiskFullError(f"cannot write into {lock.parent} ({exc.strerror}): "
+                                    f"{'your disk quota there is used up' if quota else 'its disk is full'}, so no "
+                                    f"song could be saved there; free space{' (`quota -s` shows the quota)' * quota}"
+                                    f", or give the {what} a place on another disk (nothing was computed)") from None
             raise ArtifactError(f"cannot claim {what} {Path(path)}: writing {lock} failed "
                                 f"({exc.strerror or exc})") from None
         return Reservation(lock, fd, made)

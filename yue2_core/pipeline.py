@@ -480,9 +480,9 @@ class YuE2Engine:
         engine = cls(info, tok, ar, nar, vae_mod, weights, warm=warm)
         from .weights.lora.apply import old_rule_summary
         engine.old_rule = old_rule_summary(stack)  # where the rule before 2026-12-06 gave other weights
-        from .weights.lora.layouts import unmatched_note
+        from .weights.lora.layouts import adapter_notes
         from .weights.lora.apply import stack_notes
-        engine.notes = ([n for n in (unmatched_note(a.adapter) for a in stack) if n]  # the caller shows them
+        engine.notes = ([n for a in stack for n in adapter_notes(a.adapter)]  # the caller shows them
                         + stack_notes(stack))
         return engine
 

@@ -627,13 +627,15 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
         if state == "refuse":
             summary.add(item.line, item.id, "failed", stage="resume", error=why)
             continue
-        if runner is None:  # this process writes the songs: one past its file-size limit (`ulimit -f`) fails now,
-            try:  # not at its save after minutes of work (stop-47 review); Ray's workers have limits of their own
-                check_file_size_limit(item.budgets.semantic_sampling().max_tokens, f"row {item.id!r}",
-                                      "--max-seconds (or the row's semantic_sampling max_tokens)")
-            except YuE2Error as exc:
-                summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
-                continue
+        try:  # this process writes every song folder, with --ray too (the workers send the files' bytes back:
+            # `RayRunner._store`): one past its file-size limit (`ulimit -f`) fails now, not at its save after minutes
+            # of work (stop-47 review; stop 49: --ray rows were not checked). The workers' own limits are theirs
+            # (they write no song file; Ray's object spilling and logs are Ray's)
+            check_file_size_limit(item.budgets.semantic_sampling().max_tokens, f"row {item.id!r}",
+                                  "--max-seconds (or the row's semantic_sampling max_tokens)")
+        except YuE2Error as exc:
+            summary.add(item.line, item.id, "failed", stage="validate", error=f"line {item.line}: {exc}")
+            continue
         if state == "redo":  # removed only once every check of the whole batch passed (below)
             redo.append((item, why))
         summary.add(item.line, item.id, "pending")

@@ -196,4 +196,5 @@ def _inspect_other(path: str, dims=None) -> tuple[dict | None, dict]:
     return {"kind": "LoRA adapter", "layout": adapter.layout, "ranks": adapter.ranks(),
             "scale_rule": adapter.scale_rule, "scales": adapter.scales,
             "modules": {e: len(adapter.modules(e)) for e in ("ar", "nar")}, "replacements": adapter.replacements(),
-            "unmatched": adapter.unmatched, "report": describe_adapter(adapter)}, reasons
+            "unmatched": adapter.unmatched, "notes": adapter.notes,  # e.g. an expert that cannot be told
+            "report": "".join(f"warning: {n}\n" for n in adapter.notes) + describe_adapter(adapter)}, reasons

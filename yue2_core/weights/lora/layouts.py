@@ -101,6 +101,9 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
                            f"({_look(list(src.tensors))}). {SUPPORTED_TEXT}")
     adapter = Adapter(path=os.fspath(path), layout=layout, patches=patches, scale_rule=rule, scales=scales,
                       unmatched=unmatched, files=list(src.files), metadata=dict(src.metadata))
+    note = unsaid_expert_note(src, layout)
+    if note:
+        adapter.notes.append(note)
     companion = src.metadata.get("acoustic_adapter") if layout == "fl" else None
     if companion:
         _join_companion(adapter, src.path, companion, dims, _stack)
@@ -335,6 +338,37 @@ def _kind(module: str) -> str:
         if module.endswith(leaf) or (kind == "norm" and "norm" in module.rsplit(".", 1)[-1]):
             return kind
     return "io"
+
+
+def unsaid_expert_note(src: Source, layout: str) -> str | None:
+    """A warning when the file cannot say which expert it is for, else None. Both experts' layers have the same
+    shapes (§1.0), so only names or metadata tell; the one layout whose names do not is Mothersuperior's ComfyUI
+    fused files (§1.1 B): `text_encoders.` lora_down/lora_up keys, no alpha, and `format=pt` +
+    `yue2_lora_branch=ar|nar` — the NAR file (nar_lora_joint_v9_comfyui) has the same `text_encoders.` keys. With
+    the metadata stripped such a file is read as Comfy-native and goes to the AR (what `text_encoders.` means in
+    ComfyUI, and what a Comfy-native AR-only file is), which is wrong for the NAR file; no option moves a file's
+    patches to the other expert (the strengths scale each expert's own), so the note tells how to put the metadata
+    back. Files with `diffusion_model.` or `nar_` names, an `.alpha` tensor or any metadata branch say it."""
+    keys = list(src.tensors)
+    if layout != "comfy-native" or src.metadata.get("format", "").strip() or _branch(src) is not None:
+        return None
+    if not all(k.startswith("text_encoders.") for k in keys) or any(k.endswith(".alpha") for k in keys):
+        return None
+    fixed = os.path.join(os.path.dirname(src.path), "nar-" + os.path.basename(src.path))
+    code = (f"from safetensors.torch import load_file, save_file; save_file(load_file({src.path!r}), {fixed!r}, "
+            "{'format': 'pt', 'yue2_lora_branch': 'nar'})")
+    return (f"LoRA {src.path}: which expert it is for cannot be told — it has only `text_encoders.` lora_down/"
+            "lora_up keys, no alpha and no metadata: the layout of Mothersuperior's ComfyUI fused files, where only "
+            "the metadata yue2_lora_branch=ar|nar says the expert (both experts' layers have the same shapes), and "
+            "it was stripped. It is applied to the AR (what `text_encoders.` means in ComfyUI). If it is a NAR file "
+            "(e.g. nar_lora_joint_v9_comfyui), no strength or option moves it to the NAR: put the metadata back with "
+            f"python -c \"{code}\" and load {fixed} instead")
+
+
+def adapter_notes(adapter: Adapter) -> list[str]:
+    """Every warning of reading `adapter` for the caller to show: keys not applied (`unmatched_note`) and
+    `Adapter.notes` (a file whose expert could not be told)."""
+    return [n for n in (unmatched_note(adapter), *adapter.notes) if n]
 
 
 def unmatched_note(adapter: Adapter, shown: int = 3) -> str | None:

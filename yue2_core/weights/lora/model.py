@@ -100,7 +100,8 @@ class Adapter:
     words where the scale came from ("alpha tensor / rank", "metadata alpha/rank", "adapter_config.json
     lora_alpha/r", "1 (no alpha)", …) and `scales` the distinct values it gave; `unmatched` every file key that
     matched no module (never dropped silently: the report lists them); `files` every file read (the adapter and
-    companions such as adapter_config.json or an FL NAR file)."""
+    companions such as adapter_config.json or an FL NAR file); `notes` warnings of the reading the caller shows (a
+    file whose expert could not be told: `layouts.unsaid_expert_note`)."""
     path: str
     layout: str
     patches: list[Patch]
@@ -109,6 +110,7 @@ class Adapter:
     unmatched: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def ranks(self) -> dict:
         """expert → sorted distinct ranks of its LowRank/Kron patches."""

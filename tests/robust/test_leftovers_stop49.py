@@ -1,0 +1,148 @@
+"""Leftovers of the stop-48 reviews, fixed in stop 49 (docs/bad_inputs.md §35): `batch --ray` rows checked against
+this process's file-size limit (the driver writes their folders) before Ray is imported; a used-up disk quota
+said before any work by the output claim's synced write; a LoRA whose expert cannot be told says so."""
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+
+import pytest
+
+from test_cli import main_inprocess
+from yue2_core.artifacts import song_bytes_bound
+from yue2_core.errors import DiskFullError
+
+LIMIT = 100 * 1024  # bytes: `ulimit -f 100`
+
+
+def _requests(tmp_path, *rows) -> str:
+    path = tmp_path / "req.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "style": "pop", "lyrics": "la", "cot": "off", "seed": n}) + "\n"
+                            for n, i in enumerate(rows, 1)), "utf-8")
+    return str(path)
+
+
+class _Runner:
+    """The driver's runner interface (`ray_runner.RayRunner`'s `prepare` / `songs` / `settings`) without Ray: it
+    records whether the driver got as far as the workers."""
+    settings: dict = {}
+
+    def __init__(self):
+        self.calls = []
+
+    def prepare(self):
+        self.calls.append("prepare")  # RayRunner.prepare is where Ray is imported and the cluster joined
+        return None, False
+
+    def songs(self, todo, out, **kw):
+        self.calls.append("songs")
+        return iter(())
+
+
+def test_ray_rows_past_the_file_size_limit_are_refused_before_ray(tmp_path, monkeypatch, tiny_paths):
+    """Was: `batch --ray` skipped the `ulimit -f` check ("the workers' limits are theirs"), yet the DRIVER writes
+    every song folder from the bytes the workers send back (`RayRunner._store`): each row was computed on the
+    cluster, then failed at its save with "File too large". Now a --ray row is refused at validate as a local one,
+    before the runner is prepared (Ray imported, workers placed)."""
+    import yue2_core.artifacts as artifacts
+    from yue2_core.batch import BatchOptions, run_batch
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.synthetic_tokenizer import tokenizer_json
+    from yue2_core.weights.tokenizer import YuE2Tokenizer
+    monkeypatch.setattr(artifacts, "file_size_limit", lambda: LIMIT)
+    runner, stream, out = _Runner(), io.StringIO(), tmp_path / "album"
+    run_batch(BatchOptions(_requests(tmp_path, "a", "b"), str(out), max_seconds=2.0),
+              tokenizer=YuE2Tokenizer(tokenizer_json().decode("utf-8")),
+              dims=inspect_checkpoint(tiny_paths["bf16"]).dims, engine_factory=None, runner=runner, stream=stream)
+    text, largest = stream.getvalue(), song_bytes_bound(50)[0]
+    for n, row in ((1, "a"), (2, "b")):
+        assert (f"line {n} ({row}): this process's file-size limit (`ulimit -f` 100: 102,400 bytes) is below what "
+                f"row '{row}' needs: its audio.flac (50 music tokens = 2 s of 48 kHz stereo 24-bit FLAC) can take up "
+                f"to {largest:,} bytes") in text, text
+    assert "nothing ran: every row failed before any work" in text, text
+    assert runner.calls == [] and not out.exists(), runner.calls
+
+
+@pytest.mark.parametrize("call,code", [("fsync", errno.EDQUOT), ("pwrite", errno.ENOSPC)])
+def test_a_full_quota_or_disk_is_said_before_any_work(tmp_path, capsys, monkeypatch, call, code):
+    """Was: a used-up disk quota (EDQUOT; NFS reports it only when the data is synced) showed at the first save,
+    after the song was computed — the free-space note reads statvfs, which knows no quota. The output claim's small
+    lock-file write (`reserve_output`) is now synced and is the early write probe: a full quota or disk there is a
+    DiskFullError before the checkpoint is even looked for, saying which and what to do; nothing is left behind."""
+    import yue2_core.artifacts as artifacts
+    real = getattr(os, call)
+
+    def full(fd, *a):
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).endswith(".yue2-lock"):
+            raise OSError(code, os.strerror(code))
+        return real(fd, *a)
+    monkeypatch.setattr(artifacts.os, call, full)
+    rc, err = main_inprocess(capsys, "generate", "--style", "pop", "--lyrics", "la", "--checkpoint",
+                             "/nonexistent/yue2.safetensors", "--offline", "--output", tmp_path / "out" / "song")
+    why = ("your disk quota there is used up, so no song could be saved there; free space (`quota -s` shows the "
+           "quota)" if code == errno.EDQUOT else "its disk is full, so no song could be saved there; free space")
+    assert rc == 2 and (f"error: cannot write into {tmp_path / 'out'} ({os.strerror(code)}): {why}, or give the "
+                        "output directory a place on another disk (nothing was computed)") in err, err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)  # no lock file, no parent folder made for it
+    with pytest.raises(DiskFullError, match="batch folder a place on another disk"):
+        artifacts.reserve_output(tmp_path / "album", "batch folder", inside_ok=True)
+
+
+def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
+    """Was: a Mothersuperior ComfyUI fused NAR file (`text_encoders.` keys; only its metadata yue2_lora_branch=nar
+    says NAR) with its metadata stripped was read as Comfy-native and patched the AR without a word. Both experts'
+    layers have the same shapes, so nothing in the file tells: it still goes to the AR (the ComfyUI meaning of
+    `text_encoders.`), with a warning saying the expert cannot be told and the one-line command that puts the
+    metadata back; the command's file goes to the NAR. Files whose names tell (`diffusion_model.`, `nar_`, an
+    `.alpha`, a metadata branch) get no note; `inspect` shows it first."""
+    from safetensors.torch import load_file, save_file
+    from yue2_core.cli.inspect_cmd import _inspect_other
+    from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    for layout in ("ms-fused-nar", "comfy-native", "aitk", "starnodes", "fl-nar", "hot-split-nar"):
+        path = write_adapter(layout, tmp_path / f"{layout}.safetensors", dims)
+        assert adapter_notes(read_adapter(str(path), dims)) == [], layout
+        stripped = tmp_path / f"{layout}-stripped.safetensors"
+        save_file(load_file(path), stripped)
+        adapter = read_adapter(str(stripped), dims)
+        if layout != "ms-fused-nar":
+            assert adapter.notes == [], (layout, adapter.notes)
+            continue
+        assert {p.expert for p in adapter.patches} == {"ar"}
+        [note] = adapter_notes(adapter)
+        assert note.startswith(f"LoRA {stripped}: which expert it is for cannot be told — it has only "
+                               "`text_encoders.` lora_down/lora_up keys, no alpha and no metadata"), note
+        assert "It is applied to the AR" in note and "no strength or option moves it to the NAR" in note, note
+        assert _inspect_other(str(stripped), dims)[0]["report"].startswith(f"warning: {note}\n"), "inspect's report"
+        code = note.split('python -c "', 1)[1].split('" and load ', 1)[0]
+        exec(code, {})  # the command as `python -c` runs it (in this process: no second interpreter's start)
+        fixed = read_adapter(str(tmp_path / f"nar-{stripped.name}"), dims)
+        assert {p.expert for p in fixed.patches} == {"nar"} and fixed.notes == [], fixed.notes
+
+
+def _records():
+    """nodes/records.py alone (it imports only torch and the standard library; the nodes package needs ComfyUI)."""
+    import importlib.util
+    from robust_helpers import REPO
+    spec = importlib.util.spec_from_file_location("yue2_node_records", REPO / "nodes" / "records.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_save_song_sees_an_in_place_change_of_one_sample():
+    """Was: the AUDIO stamp fingerprinted ≈ 8,192 evenly spaced values, so an in-place change of under ≈ 50 ms of
+    a song (one value between two probed ones here) passed as YuE2's own decode, and Save Song recorded the edited
+    audio as "decoded". The fingerprint now hashes every value (≈ 0.09 s for a 4-minute song)."""
+    import torch
+    records = _records()
+    wave = torch.randn(1, 2, 10 * 48_000, generator=torch.Generator().manual_seed(0))
+    audio = {"waveform": wave, "sample_rate": 48_000, **records.stamp_audio(wave, None)}
+    assert records.audio_of_latent(audio, None) is None
+    stride = wave.numel() // 8192  # the earlier probe's spacing: a value it never read
+    wave.view(-1)[stride + 1] += 1e-3
+    assert records.audio_of_latent(audio, None) == ("it was changed after YuE2 made it (by a node between YuE2 VAE "
+                                                    "Decode and Save Song)")
