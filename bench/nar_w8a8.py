@@ -76,6 +76,11 @@ def shapes_part(nar8, m):
         t_qd = timed_ms(lambda: w8a8.quantize_rows(x, mod.group, kron=False))
         same_q = torch.equal(w8a8.quantize_rows(x, mod.group, kron=False)[0], codes)
         t_g = timed_ms(lambda: w8a8.gemm(codes, sc, mod.weight, s, None))
+        try:  # cuBLAS's int8 GEMM (int32 sums, no epilogue) as the library baseline of the Triton one
+            wt = mod.weight.t()
+            t_cb = f"{timed_ms(lambda: torch._int_mm(codes, wt)):.3f} ms"
+        except (RuntimeError, AttributeError) as exc:
+            t_cb = f"n/a ({str(exc).splitlines()[0][:60]})"
         flop = 2.0 * m * n * k
         y8, yb, yr = w8a8.linear(x, mod.weight, s, None, mod.group), torch.nn.functional.linear(x, w), \
             w8a8.reference(x, mod.weight, s, None, mod.group)
@@ -84,7 +89,8 @@ def shapes_part(nar8, m):
         total_bf16 += t_bf
         total_w8 += t_w8
         row(f"NAR {name} [{m}×{k}]·[{k}×{n}]ᵀ: W8A8 vs bf16 GEMM (ms)", t_w8, t_bf, "ms",
-            f"int8 GEMM alone {t_g:.3f} ms ({flop / t_g / 1e9:.0f} TOPS) + quantizer {t_q:.3f} ms (dense "
+            f"int8 GEMM alone {t_g:.3f} ms ({flop / t_g / 1e9:.0f} TOPS; cuBLAS torch._int_mm {t_cb}) + "
+            f"quantizer {t_q:.3f} ms (dense "
             f"rotation {t_qd:.3f}, same codes: {same_q}); bf16 "
             f"{flop / t_bf / 1e9:.0f} TFLOP/s; rel. L2 vs bf16 {err:.2e}; equal to w8a8.reference {same:.4f}")
     row("NAR one layer's four products: W8A8 vs bf16 (ms)", total_w8, total_bf16, "ms",
