@@ -6,7 +6,7 @@
     YuE2 Load Song → YuE2 Regenerate / YuE2 Continue (each saves the new song)
 
 One file per concern: types (sockets), model (ModelPatchers), memory (working-memory estimates), progress (progress
-bar, Cancel, error translation), scores (edited text → Score), loader, composer, editor, render, songs, takes
+bar, Cancel, error translation), inputs (widget values ComfyUI's validation lets through), scores (edited text → Score), loader, composer, editor, render, songs, takes
 (candidate batches, Pick Take), edit_nodes (Regenerate, Continue).
 The repo-root __init__.py registers NODE_LIST through comfy_entrypoint.
 """
@@ -24,6 +24,15 @@ from .vae_loader import YuE2VAELoader
 
 NODE_LIST = [YuE2CheckpointLoader, YuE2LoRA, YuE2Composer, YuE2ABCEditor, YuE2Renderer, YuE2VAEDecode, YuE2SaveSong,
              YuE2LoadSong, YuE2PickTake, YuE2Regenerate, YuE2Continue, YuE2VAELoader]
+
+# Widget values ComfyUI's validation would misread ("false" for a BOOLEAN, 1.7 for an INT, NaN for a FLOAT) are
+# refused before it sees them (nodes/inputs.py, an on-prompt handler); the nodes check their values themselves too.
+try:
+    from .inputs import register_with_comfy
+    register_with_comfy()
+except Exception:  # never break the pack's import over it
+    logging.getLogger("ComfyUI-YuE2").warning("[ComfyUI-YuE2] the prompt value guard was not registered",
+                                              exc_info=True)
 
 # HTTP routes of the ABC editor widget (nodes/routes.py, written separately); the nodes work without them.
 try:

@@ -12,7 +12,7 @@ from yue2_core.pipeline import Budgets, Score, music_budget, plan, plan_notes, s
 from yue2_core.protocol import ABC_PRESET, SEED_MAX, SEMANTIC_PRESET, SongRequest, planning_prefix
 from yue2_core.weights.checkpoint import is_synthetic
 
-from . import memory, scores, takes, types
+from . import inputs, memory, scores, takes, types
 from .progress import StageProgress, busy_cpu_notes, check_cancel, check_switches, log, user_errors
 
 # the whole context (983.04 s), as Regenerate's max_seconds and Continue's extra_seconds: the node says what really
@@ -128,7 +128,9 @@ class YuE2Composer(io.ComfyNode):
     def execute(cls, model, style, lyrics, cot, seed, max_seconds, score=None, abc_text=None, sample_music=True,
                 candidates=1, **sampling) -> io.NodeOutput:
         check_switches(model.device)
-        _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds)
+        # one music token at least (the widget starts at 1 s; direct callers use less)
+        max_seconds = inputs.number("max_seconds", max_seconds, 1 / FRAMES_PER_SECOND, MAX_SECONDS)
+        _refuse_conflicts(cot, score, abc_text, sample_music)
         if candidates != 1:
             return _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc_text, sample_music,
                                        candidates, sampling)
@@ -266,7 +268,7 @@ def _synthetic_note(model, request, given, abc_tokens: int, music_tokens: int) -
     return [note]
 
 
-def _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds) -> None:
+def _refuse_conflicts(cot, score, abc_text, sample_music) -> None:
     if score is not None and abc_text is not None:
         raise ValueError("both a score and an abc_text are connected; connect only one of them")
     if cot == "off" and (score is not None or abc_text is not None):
@@ -275,19 +277,13 @@ def _refuse_conflicts(cot, score, abc_text, sample_music, max_seconds) -> None:
     if not sample_music and cot == "off":
         raise ValueError("cot off writes no lead sheet, so 'score only' has nothing to do: turn sample_music on "
                          "or choose cot full/melody")
-    if not max_seconds > 0:
-        raise ValueError(f"max_seconds must be > 0 seconds, got {max_seconds}")
 
 
 def _cfg(value) -> float | None:
-    """cfg_scale widget → the request's value: exactly −1 means auto (the mode default); any other negative value is
-    refused rather than silently turned into auto."""
-    if value == -1:
-        return None
-    if isinstance(value, (int, float)) and value < 0:
-        raise ValueError(f"cfg_scale must be −1 (auto: 1.01 in cot off, 1.0 otherwise) or a value in [0, 20]; got "
-                         f"{value:g}")
-    return value
+    """cfg_scale widget → the request's value: exactly −1 means auto (the mode default); any other negative value, NaN
+    or ±inf is refused (ValueError) rather than silently turned into auto."""
+    value = inputs.number("cfg_scale", value, 0.0, 20.0, auto=-1.0, auto_means="auto: 1.01 in cot off, 1.0 otherwise")
+    return None if value == -1 else value
 
 
 def _budgets(max_seconds: float, sampling: dict):

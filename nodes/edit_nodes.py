@@ -27,7 +27,7 @@ from yue2_core.errors import ArtifactError
 from yue2_core.pipeline import Budgets
 from yue2_core.protocol import SEED_MAX, SEMANTIC_PRESET, seconds_to_tokens
 
-from . import memory, records, scores, types
+from . import inputs, memory, records, scores, types
 from .progress import StageProgress, busy_cpu_notes, check_cancel, check_switches, user_errors
 from .songs import SUBFOLDER, clean_name, next_song_dir, songs_root
 
@@ -40,12 +40,6 @@ CUT_TOOLTIP = ("Where the new part starts: seconds (\"12.5s\" or \"12.5\"), a ba
                "drift), which the model does not guarantee — the report and the saved lineage say where the cut "
                "fell (token, seconds, bar). The cut must lie inside the music: after its first token and before "
                "its last.")
-
-
-def _check_max_seconds(value) -> None:
-    """max_seconds: 0 = the song's own budget, else a finite number of seconds (NaN passes ComfyUI's range check)."""
-    if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")) or value < 0:
-        raise ValueError(f"max_seconds must be 0 (the song's own budget) or a finite number of seconds; got {value!r}")
 
 
 class _ReachedModel(AttributeError):
@@ -235,7 +229,8 @@ class YuE2Regenerate(io.ComfyNode):
         check_switches(model.device)
         if not isinstance(cut, str) or not cut.strip():
             raise ValueError("cut is empty: give seconds (\"12.5s\"), a bar (\"bar 9\") or a token (\"token 312\")")
-        _check_max_seconds(max_seconds)
+        max_seconds = inputs.number("max_seconds", max_seconds, 0.0, MAX_EXTRA_SECONDS)  # 0 = the song's own budget
+        crossfade_s = inputs.number("crossfade_s", crossfade_s, 0.0, MAX_CROSSFADE_S)
         busy = busy_cpu_notes(model.device, "YuE2 Regenerate")
         parent_name = f"{SUBFOLDER}/{song.path.name}"
         args = dict(new_score=_new_score(score, song), seed=None if seed < 0 else seed, crossfade_s=crossfade_s,
@@ -302,6 +297,11 @@ class YuE2Continue(io.ComfyNode):
     def execute(cls, model, song, extra_seconds, seed, crossfade_s, name, score=None, audioUI=None,
                 min_extra_seconds=-1.0) -> io.NodeOutput:
         check_switches(model.device)
+        extra_seconds = inputs.number("extra_seconds", extra_seconds, 0.04, MAX_EXTRA_SECONDS)
+        crossfade_s = inputs.number("crossfade_s", crossfade_s, 0.0, MAX_CROSSFADE_S)
+        # −0.5 was taken as −1 (auto) without a word, as cfg_scale's −0.5 is refused
+        min_extra_seconds = inputs.number("min_extra_seconds", min_extra_seconds, 0.0, MAX_EXTRA_SECONDS, auto=-1.0,
+                                          auto_means="auto: min(extra_seconds, 8 s)")
         busy = busy_cpu_notes(model.device, "YuE2 Continue")
         parent_name = f"{SUBFOLDER}/{song.path.name}"
         new_score = _new_score(score, song)

@@ -14,7 +14,7 @@ from yue2_core.weights.checkpoint import file_state, inspect_checkpoint, load_to
 from yue2_core.weights.locate import HF_FILE, HF_REPO, hf_vendor_snapshot, vendor_folders
 from yue2_core.weights.vendor import MODEL_REPO, MODEL_TYPE, VAE_MODEL_TYPE, find_vae_folder, folder_model_type
 
-from . import types
+from . import inputs, types
 from .model import YuE2Model
 from .progress import check_switches, user_errors
 
@@ -123,6 +123,9 @@ class YuE2CheckpointLoader(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, ckpt_name) -> bool | str:
+        bad = inputs.entry_name("ckpt_name", ckpt_name, "a checkpoint from the list")
+        if bad:
+            return bad
         available = checkpoint_options()
         if ckpt_name in available:
             return True

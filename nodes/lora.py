@@ -15,7 +15,7 @@ from yue2_core.weights.lora.apply import (STRENGTH_RANGE, Applied, check_replace
 from yue2_core.weights.lora.layouts import adapter_notes, describe_adapter, read_adapter
 from yue2_core.weights.lora.layouts_io import read_state
 
-from . import types
+from . import inputs, types
 from .progress import user_errors
 
 log = logging.getLogger("ComfyUI-YuE2")
@@ -95,6 +95,9 @@ class YuE2LoRA(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, lora_name) -> bool | str:
+        bad = inputs.entry_name("lora_name", lora_name, "a LoRA file from the list")
+        if bad:
+            return bad
         if lora_path(lora_name) is None:
             folders = folder_paths.get_folder_paths("loras")
             return (f"LoRA {lora_name!r} is not in ComfyUI's loras folder ({', '.join(folders) or 'models/loras'}); "

@@ -12,7 +12,7 @@ from comfy_api.latest import io, ui
 from yue2_core.weights.checkpoint import file_state
 from yue2_core.weights.vae_files import CONFIG, MODEL_TYPE, open_vae
 
-from . import types
+from . import inputs, types
 from .progress import user_errors
 
 
@@ -107,6 +107,9 @@ class YuE2VAELoader(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, vae_name) -> bool | str:
+        bad = inputs.entry_name("vae_name", vae_name, "a VAE from the list")
+        if bad:
+            return bad
         return True if vae_path(vae_name) is not None else missing_message(vae_name)
 
     @classmethod
