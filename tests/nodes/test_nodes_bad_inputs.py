@@ -199,3 +199,32 @@ def test_a_folder_with_a_checkpoints_name_is_called_a_folder(comfy, comfy_server
     (error,) = body["node_errors"]["1"]["errors"]
     assert error["details"].startswith("ckpt_name - YuE2 checkpoint 'unpacked.safetensors' in "), error
     assert "is a folder, not a checkpoint file" in error["details"] and "Download" not in error["details"], error
+
+
+def _lora(**inputs) -> dict:
+    return {"class_type": "YuE2LoRA", "inputs": {"model": ["1", 0], "lora_name": "x.safetensors", "strength_ar": 1.0,
+                                                 "strength_nar": 1.0, **inputs}}
+
+
+@pytest.mark.parametrize("node, error, expected", [
+    # ComfyUI 0.3.75 reads any non-empty string as True for a BOOLEAN (bool("false")): the music was sampled
+    (composer(sample_music="false"), "invalid_input_type",
+     "sample_music must be true or false (a JSON boolean); got the text 'false', which ComfyUI would read as true"),
+    (composer(seed=1.7), "invalid_input_type", "seed must be a whole number in [0, "),  # was cut to 1
+    (composer(max_seconds=float("nan")), "invalid_input_type",  # JSON NaN passes ComfyUI's min/max check
+     "max_seconds must be a finite number in [1, 983.04]; got NaN"),
+    (composer(cfg_scale="nan"), "invalid_input_type", "cfg_scale must be a finite number in [-1, 20]; got NaN"),
+    (_lora(strength_nar=float("nan")), "invalid_input_type", "strength_nar must be a finite number in [-5, 5]"),
+    # a file dropdown given another JSON value: was "Exception when validating inner node: 'int' object has no
+    # attribute 'endswith'" (ComfyUI checks no V3 COMBO against its options)
+    ({"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": 5}}, "custom_validation_failed",
+     "ckpt_name must be the name of a checkpoint from the list (a text), got 5 (int)"),
+    ({"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": ""}}, "custom_validation_failed",
+     "ckpt_name is empty: pick a checkpoint from the list"),  # was "'' … is a folder, not a checkpoint file"
+    (_lora(lora_name=None), "custom_validation_failed", "lora_name must be the name of a LoRA file from the list"),
+])
+def test_values_comfyui_would_misread_are_refused_by_name(comfy, checkpoints, node, error, expected):
+    """Bad-inputs section 38: refused at validation (nothing runs), with the input, the value and what is accepted."""
+    body = rejected(comfy, {"1": LOADER, "2": node, "3": preview(["2", 0])})
+    errors = body["node_errors"]["2"]["errors"]
+    assert any(e["type"] == error and expected in e["details"] for e in errors), errors
