@@ -282,7 +282,8 @@ def _refuse_conflicts(cot, score, abc_text, sample_music) -> None:
 def _cfg(value) -> float | None:
     """cfg_scale widget → the request's value: exactly −1 means auto (the mode default); any other negative value, NaN
     or ±inf is refused (ValueError) rather than silently turned into auto."""
-    value = inputs.number("cfg_scale", value, 0.0, 20.0, auto=-1.0, auto_means="auto: 1.01 in cot off, 1.0 otherwise")
+    value = inputs.number("cfg_scale", value, 0.0, 20.0, auto=-1.0,
+                          auto_means="auto: 1.01 in cot off, 1.0 otherwise")
     return None if value == -1 else value
 
 
