@@ -88,17 +88,29 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
         raise AdapterError(f"{path}: the file holds no tensors, so it is not an adapter. {SUPPORTED_TEXT}")
     _refusals(src)
     layout = detect_layout(src)
+    file_keys = list(src.tensors)
+    read_as = {}  # key as read → the file's own key (kohya: what messages, `unmatched` and Patch.keys name)
     if layout == "kohya":  # the keys in the spelling the rest of the reader understands (layouts_keys.kohya_names)
         try:
             names = kohya_names(src.tensors)
         except ValueError as e:
             raise AdapterError(f"{path}: {e}") from None
         src.tensors = {names.get(k, k): t for k, t in src.tensors.items()}
+        read_as = {new: old for old, new in names.items() if new != old}
     ctx = _context(src, layout)
-    patches, unmatched, rule, scales = build_patches(path, src.tensors, ctx, dims)
+    try:
+        patches, unmatched, rule, scales = build_patches(path, src.tensors, ctx, dims)
+    except AdapterError as exc:
+        if not read_as:
+            raise
+        raise type(exc)(_in_file_keys(str(exc), read_as)) from None
+    if read_as:
+        unmatched = [read_as.get(k, k) for k in unmatched]
+        for p in patches:
+            p.keys = tuple(read_as.get(k, k) for k in p.keys)
     if not patches:
-        raise AdapterError(f"{path}: not a YuE2 adapter — none of its {len(src.tensors)} keys names a YuE2 module "
-                           f"({_look(list(src.tensors))}). {SUPPORTED_TEXT}")
+        raise AdapterError(f"{path}: not a YuE2 adapter — none of its {len(file_keys)} keys names a YuE2 module "
+                           f"({_look(file_keys)}). {SUPPORTED_TEXT}")
     adapter = Adapter(path=os.fspath(path), layout=layout, patches=patches, scale_rule=rule, scales=scales,
                       unmatched=unmatched, files=list(src.files), metadata=dict(src.metadata))
     note = unsaid_expert_note(src, layout)
@@ -108,6 +120,14 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
     if companion:
         _join_companion(adapter, src.path, companion, dims, _stack)
     return adapter
+
+
+def _in_file_keys(text: str, read_as: dict) -> str:
+    """`text` (a reader's message) with each key as read (`read_as`'s keys, e.g. `diffusion_model.model.layers.0.…`)
+    written as the file spells it (`lora_unet_model_layers_0_…`): the user looks the key up in the file (diff
+    review, stop 49: a kohya file's shape error named a key the file does not have)."""
+    pattern = re.compile("|".join(re.escape(k) for k in sorted(read_as, key=len, reverse=True)))
+    return pattern.sub(lambda m: read_as[m.group(0)], text)
 
 
 def detect_layout(src: Source) -> str:
