@@ -146,3 +146,19 @@ def test_save_song_sees_an_in_place_change_of_one_sample():
     wave.view(-1)[stride + 1] += 1e-3
     assert records.audio_of_latent(audio, None) == ("it was changed after YuE2 made it (by a node between YuE2 VAE "
                                                     "Decode and Save Song)")
+
+
+def test_a_file_system_that_cannot_sync_files_still_claims_and_saves(tmp_path, monkeypatch):
+    """Diff review, stop 49: the claim's lock-file write is synced (the early quota probe), and a file system whose
+    fsync answers EINVAL / ENOTSUP (some FUSE and network ones) refused every run with "writing … failed (Invalid
+    argument)"; the save failed the same way after the song. Such a sync is skipped as a folder's already was
+    (`fsync_folder`); the claim and the save go through."""
+    import yue2_core.artifacts as artifacts
+
+    def no_sync(fd):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+    monkeypatch.setattr(os, "fsync", no_sync)
+    with artifacts.reserve_output(tmp_path / "out" / "song") as claim:
+        assert claim.lock is not None and claim.lock.exists()
+        artifacts.write_song_dir(tmp_path / "out" / "song", {"a.txt": b"x"}, {"status": "complete"})
+    assert (tmp_path / "out" / "song" / "a.txt").read_bytes() == b"x"
