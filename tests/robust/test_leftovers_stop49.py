@@ -7,6 +7,7 @@ import errno
 import io
 import json
 import os
+import shlex
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
     for layout in ("ms-fused-nar", "comfy-native", "aitk", "starnodes", "fl-nar", "hot-split-nar"):
         path = write_adapter(layout, tmp_path / f"{layout}.safetensors", dims)
         assert adapter_notes(read_adapter(str(path), dims)) == [], layout
-        stripped = tmp_path / f"{layout}-stripped.safetensors"
+        stripped = tmp_path / f"{layout}-Bob's $HOME.safetensors"  # the command's quotes hold (diff review, stop 49)
         save_file(load_file(path), stripped)
         adapter = read_adapter(str(stripped), dims)
         if layout != "ms-fused-nar":
@@ -117,8 +118,9 @@ def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
                                "`text_encoders.` lora_down/lora_up keys, no alpha and no metadata"), note
         assert "It is applied to the AR" in note and "no strength or option moves it to the NAR" in note, note
         assert _inspect_other(str(stripped), dims)[0]["report"].startswith(f"warning: {note}\n"), "inspect's report"
-        code = note.split('python -c "', 1)[1].split('" and load ', 1)[0]
-        exec(code, {})  # the command as `python -c` runs it (in this process: no second interpreter's start)
+        command = shlex.split(note.split("put the metadata back with ", 1)[1].split(" and load ", 1)[0])
+        assert command[:2] == ["python", "-c"], command
+        exec(command[2], {})  # the command as a shell gives it to `python -c` (here: no second interpreter's start)
         fixed = read_adapter(str(tmp_path / f"nar-{stripped.name}"), dims)
         assert {p.expert for p in fixed.patches} == {"nar"} and fixed.notes == [], fixed.notes
 

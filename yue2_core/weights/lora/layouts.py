@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 
 from ...errors import AdapterError, quoted
 from ...layers import ModelDims
@@ -377,12 +378,14 @@ def unsaid_expert_note(src: Source, layout: str) -> str | None:
     fixed = os.path.join(os.path.dirname(src.path), "nar-" + os.path.basename(src.path))
     code = (f"from safetensors.torch import load_file, save_file; save_file(load_file({src.path!r}), {fixed!r}, "
             "{'format': 'pt', 'yue2_lora_branch': 'nar'})")
+    # quoted for a POSIX shell: a path with ' or $ broke the command's quotes (diff review, stop 49)
+    command = "python -c " + shlex.quote(code)
     return (f"LoRA {src.path}: which expert it is for cannot be told — it has only `text_encoders.` lora_down/"
             "lora_up keys, no alpha and no metadata: the layout of Mothersuperior's ComfyUI fused files, where only "
             "the metadata yue2_lora_branch=ar|nar says the expert (both experts' layers have the same shapes), and "
             "it was stripped. It is applied to the AR (what `text_encoders.` means in ComfyUI). If it is a NAR file "
             "(e.g. nar_lora_joint_v9_comfyui), no strength or option moves it to the NAR: put the metadata back with "
-            f"python -c \"{code}\" and load {fixed} instead")
+            f"{command} and load {fixed} instead")
 
 
 def adapter_notes(adapter: Adapter) -> list[str]:
