@@ -70,6 +70,16 @@ def comfy_model_path(name: str, kind: str) -> tuple[str, str] | None:
     return None
 
 
+def comfy_model_folders(kind: str) -> list[str]:
+    """The `models/<kind>` folders `comfy_model_path` looks in that exist (none when $COMFYUI_PATH cannot be
+    searched): what a "not found" message names."""
+    try:
+        folders = [d.parent / kind for d in comfy_checkpoint_dirs()]
+        return [str(f) for f in folders if f.is_dir()]
+    except (CheckpointError, OSError):
+        return []
+
+
 def yue2_files(folder: Path) -> list[Path]:
     """YuE2 all-in-one files in `folder` (detected by tensor names, not file names), int8 first."""
     from .checkpoint import inspect_checkpoint
