@@ -164,3 +164,27 @@ def test_a_file_system_that_cannot_sync_files_still_claims_and_saves(tmp_path, m
         assert claim.lock is not None and claim.lock.exists()
         artifacts.write_song_dir(tmp_path / "out" / "song", {"a.txt": b"x"}, {"status": "complete"})
     assert (tmp_path / "out" / "song" / "a.txt").read_bytes() == b"x"
+
+
+def test_a_lora_whose_metadata_names_the_other_expert_says_so(tmp_path):
+    """Diff review, stop 49: a Mothersuperior ComfyUI fused NAR file that lost only `format=pt` (it keeps
+    yue2_lora_branch=nar) went to the AR by its `text_encoders.` keys without a word — the expert note took the
+    branch as saying the expert. It still goes where the keys say, with a note naming the metadata that disagrees."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+    from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    path = write_adapter("ms-fused-nar", tmp_path / "nar.safetensors", dims)
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    assert meta["format"] == "pt" and meta["yue2_lora_branch"] == "nar", meta
+    save_file(load_file(path), tmp_path / "no-format.safetensors", {k: v for k, v in meta.items() if k != "format"})
+    adapter = read_adapter(str(tmp_path / "no-format.safetensors"), dims)
+    assert {p.expert for p in adapter.patches} == {"ar"}
+    assert adapter_notes(adapter) == [f"LoRA {tmp_path / 'no-format.safetensors'}: its metadata says "
+                                      "yue2_lora_branch=nar, but its keys name the AR (their text_encoders. / "
+                                      "diffusion_model. prefixes), where it is applied; if it is a NAR file, the "
+                                      "metadata format=pt (Mothersuperior's ComfyUI files) makes yue2_lora_branch=nar "
+                                      "decide"]
+    assert adapter_notes(read_adapter(str(path), dims)) == []  # the file as written: the metadata decides

@@ -114,7 +114,7 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
                            f"({_look(file_keys)}). {SUPPORTED_TEXT}")
     adapter = Adapter(path=os.fspath(path), layout=layout, patches=patches, scale_rule=rule, scales=scales,
                       unmatched=unmatched, files=list(src.files), metadata=dict(src.metadata))
-    note = unsaid_expert_note(src, layout)
+    note = unsaid_expert_note(src, layout) or other_expert_note(src, patches)
     if note:
         adapter.notes.append(note)
     companion = src.metadata.get("acoustic_adapter") if layout == "fl" else None
@@ -388,9 +388,25 @@ def unsaid_expert_note(src: Source, layout: str) -> str | None:
             f"{command} and load {fixed} instead")
 
 
+def other_expert_note(src: Source, patches: list) -> str | None:
+    """A warning when the metadata names one expert (`branch` / `yue2_lora_branch`) and every patch, placed by its
+    keys' prefixes (`text_encoders.` → AR, `diffusion_model.` → NAR), went to the other, else None. Diff review, stop
+    49: a Mothersuperior ComfyUI fused NAR file that lost only `format=pt` (kept yue2_lora_branch=nar) went to the AR
+    without a word, the branch being taken as saying the expert (`unsaid_expert_note` is silent then). The prefixes
+    still decide (as ComfyUI applies such a file); the note says how to make the metadata decide."""
+    branch = _branch(src)
+    experts = {p.expert for p in patches}
+    if branch not in EXPERTS or not experts or branch in experts:
+        return None
+    named = next(f"{k}={src.metadata[k].strip()}" for k in BRANCH_KEYS if src.metadata.get(k, "").strip())
+    return (f"LoRA {src.path}: its metadata says {named}, but its keys name the {'/'.join(sorted(experts)).upper()} "
+            f"(their text_encoders. / diffusion_model. prefixes), where it is applied; if it is a {branch.upper()} "
+            f"file, the metadata format=pt (Mothersuperior's ComfyUI files) makes {named} decide")
+
+
 def adapter_notes(adapter: Adapter) -> list[str]:
     """Every warning of reading `adapter` for the caller to show: keys not applied (`unmatched_note`) and
-    `Adapter.notes` (a file whose expert could not be told)."""
+    `Adapter.notes` (a file whose expert could not be told, or whose metadata names the other expert)."""
     return [n for n in (unmatched_note(adapter), *adapter.notes) if n]
 
 
