@@ -188,3 +188,26 @@ def test_a_lora_whose_metadata_names_the_other_expert_says_so(tmp_path):
                                       "metadata format=pt (Mothersuperior's ComfyUI files) makes yue2_lora_branch=nar "
                                       "decide"]
     assert adapter_notes(read_adapter(str(path), dims)) == []  # the file as written: the metadata decides
+
+
+@pytest.mark.parametrize("call,code", [("open", errno.ENOSPC), ("mkdir", errno.EDQUOT)])
+def test_no_room_for_the_claim_file_or_its_folder_is_said_before_any_work(tmp_path, monkeypatch, call, code):
+    """Diff review, stop 49: a disk with no inode left (ENOSPC at the lock file's creation) or a quota used up when
+    the output's new parent folder is made skipped the claim without a word — the song was computed and its save
+    failed. Both are the claim's DiskFullError now; the folders it made are removed."""
+    import yue2_core.artifacts as artifacts
+    real = getattr(os, call)
+
+    def full(path, *a, **kw):
+        if call == "mkdir" or str(path).endswith(".yue2-lock"):
+            raise OSError(code, os.strerror(code))
+        return real(path, *a, **kw)
+    monkeypatch.setattr(os, call, full)
+    with pytest.raises(DiskFullError) as exc:
+        artifacts.reserve_output(tmp_path / "new" / "deeper" / "song")
+    want = "your disk quota there is used up" if code == errno.EDQUOT else "its disk is full"
+    where = tmp_path / "new" / "deeper" if call == "open" else tmp_path  # the claim's folder / the one that exists
+    assert str(exc.value).startswith(f"cannot write into {where} ({os.strerror(code)}): {want}, so no song could be "
+                                     "saved there"), exc.value
+    monkeypatch.setattr(os, call, real)
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
