@@ -369,6 +369,16 @@ def _claim_files(out: Path, inside_ok: bool) -> list[Path]:
     return files
 
 
+def _claim_full(exc: OSError, folder: Path, what: str) -> DiskFullError:
+    """The DiskFullError of a claim whose folder or file could not be made, or file written, in `folder` for a full
+    disk or quota (ENOSPC / EDQUOT; `reserve_output`)."""
+    quota = exc.errno != errno.ENOSPC
+    return DiskFullError(f"cannot write into {folder} ({exc.strerror}): "
+                         f"{'your disk quota there is used up' if quota else 'its disk is full'}, so no "
+                         f"song could be saved there; free space{' (`quota -s` shows the quota)' * quota}"
+                         f", or give the {what} a place on another disk (nothing was computed)")
+
+
 def reserve_output(path: str | os.PathLike, what: str = "output directory", inside_ok: bool = False) -> Reservation:
     """Claim `path` (a song folder or a batch folder, existing or not) for this process before any work, so that a
     second run given the same path at the same time stops at once instead of computing a song it cannot save. The
@@ -377,9 +387,10 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
     kernel releases it when its process ends, so a killed run's file is simply taken over. Raises ArtifactError
     naming the other run (its pid) while it lives, or when the lock file cannot be used (a folder of that name);
     DiskFullError when its small write, synced (so an NFS quota shows too), meets a full disk or quota — the early
-    write probe: before any work, not at the first save (stop 49). A path that names no folder ("", "/", "..") or
-    one with no place for a claim (a parent that cannot be written, and no folder yet) gives no claim (the output
-    checks report those), as does a system without flock."""
+    write probe: before any work, not at the first save (stop 49) — and when making the file or its parent folders
+    does (no inode or quota left; diff review, stop 49: the claim was skipped and the song computed). A path that
+    names no folder ("", "/", "..") or one with no place for a claim (a parent that cannot be written, and no folder
+    yet) gives no claim (the output checks report those), as does a system without flock."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory file locks here; the save's own checks still never overwrite a song
@@ -392,8 +403,10 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
     for _ in range(5):
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError:  # a read-only or missing parent: the output checks that follow say what is wrong
+        except OSError as exc:  # a read-only or missing parent: the output checks that follow say what is wrong
             _remove_empty(made)
+            if exc.errno in FULL_ERRNOS:  # a full disk or quota: said now, as for the claim file below
+                raise _claim_full(exc, next(p for p in out.parent.parents if p.is_dir()), what) from None
             return Reservation(None)
         fd = None
         try:
@@ -407,7 +420,10 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
             except IsADirectoryError:
                 raise ArtifactError(f"cannot claim {what} {Path(path)}: {lock} is a folder; remove it (it is in the "
                                     "way of the claim file of that name)") from None
-            except OSError:  # a name too long, a parent that cannot be written: the next place
+            except OSError as exc:  # a name too long, a parent that cannot be written: the next place
+                if exc.errno in FULL_ERRNOS:  # no inode or quota left for a new file: as the synced write below
+                    _remove_empty(made)
+                    raise _claim_full(exc, lock.parent, what) from None
                 continue
         if fd is None:  # nowhere (a read-only parent and no folder yet): the output checks that follow say why
             _remove_empty(made)
@@ -427,7 +443,7 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
             os.ftruncate(fd, 0)
             if os.pwrite(fd, data, 0) != len(data):
                 raise OSError("short write")
-            os.fsync(fd)  # the early write probe: a network file system (NFS) reports a full quota at the sync
+            fsync_file(fd)  # the early write probe: a network file system (NFS) reports a full quota at the sync
         except FileNotFoundError:
             os.close(fd)
             continue
@@ -439,11 +455,7 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
             os.close(fd)
             _remove_empty(made)  # the parent folders the claim made (a refused run leaves no new folders)
             if exc.errno in FULL_ERRNOS:  # said before any work (was: at the first save, after the song)
-                quota = exc.errno != errno.ENOSPC
-                raise DiskFullError(f"cannot write into {lock.parent} ({exc.strerror}): "
-                                    f"{'your disk quota there is used up' if quota else 'its disk is full'}, so no "
-                                    f"song could be saved there; free space{' (`quota -s` shows the quota)' * quota}"
-                                    f", or give the {what} a place on another disk (nothing was computed)") from None
+                raise _claim_full(exc, lock.parent, what) from None
             raise ArtifactError(f"cannot claim {what} {Path(path)}: writing {lock} failed "
                                 f"({exc.strerror or exc})") from None
         return Reservation(lock, fd, made)
@@ -698,7 +710,7 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         (tmp / "result.json").write_bytes(_json_bytes(seal_result({**result, "artifacts": manifest})))
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+                fsync_file(fh.fileno())
         (tmp / PARTIAL_MARKER).unlink()  # after the (slow) syncs: a save killed during them is still swept later
         os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes 0700; a song folder gets the usual permissions
         fsync_folder(tmp)  # the folder's entries, as the files' data: the rename must not publish a folder lost later
@@ -744,6 +756,19 @@ def rename_gate(gate: Callable[[], contextlib.AbstractContextManager]):
         yield
     finally:
         _GATE.gate = before
+
+
+def fsync_file(fd: int) -> None:
+    """fsync an open file's data. A file system that cannot sync files (some FUSE and network file systems answer
+    EINVAL or ENOTSUP, as `fsync_folder` meets for folders) gets its data written unsynced: diff review, stop 49 —
+    the output claim's synced write (`reserve_output`) refused every run there with "writing … failed (Invalid
+    argument)", and the save failed the same way after the song was computed. Other errors (EIO, ENOSPC, EDQUOT: a
+    full quota on NFS shows here) are raised as OSError."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
 
 
 def fsync_folder(folder: Path) -> None:

@@ -7,6 +7,7 @@ import errno
 import io
 import json
 import os
+import shlex
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
     for layout in ("ms-fused-nar", "comfy-native", "aitk", "starnodes", "fl-nar", "hot-split-nar"):
         path = write_adapter(layout, tmp_path / f"{layout}.safetensors", dims)
         assert adapter_notes(read_adapter(str(path), dims)) == [], layout
-        stripped = tmp_path / f"{layout}-stripped.safetensors"
+        stripped = tmp_path / f"{layout}-Bob's $HOME.safetensors"  # the command's quotes hold (diff review, stop 49)
         save_file(load_file(path), stripped)
         adapter = read_adapter(str(stripped), dims)
         if layout != "ms-fused-nar":
@@ -117,8 +118,9 @@ def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
                                "`text_encoders.` lora_down/lora_up keys, no alpha and no metadata"), note
         assert "It is applied to the AR" in note and "no strength or option moves it to the NAR" in note, note
         assert _inspect_other(str(stripped), dims)[0]["report"].startswith(f"warning: {note}\n"), "inspect's report"
-        code = note.split('python -c "', 1)[1].split('" and load ', 1)[0]
-        exec(code, {})  # the command as `python -c` runs it (in this process: no second interpreter's start)
+        command = shlex.split(note.split("put the metadata back with ", 1)[1].split(" and load ", 1)[0])
+        assert command[:2] == ["python", "-c"], command
+        exec(command[2], {})  # the command as a shell gives it to `python -c` (here: no second interpreter's start)
         fixed = read_adapter(str(tmp_path / f"nar-{stripped.name}"), dims)
         assert {p.expert for p in fixed.patches} == {"nar"} and fixed.notes == [], fixed.notes
 
@@ -146,3 +148,66 @@ def test_save_song_sees_an_in_place_change_of_one_sample():
     wave.view(-1)[stride + 1] += 1e-3
     assert records.audio_of_latent(audio, None) == ("it was changed after YuE2 made it (by a node between YuE2 VAE "
                                                     "Decode and Save Song)")
+
+
+def test_a_file_system_that_cannot_sync_files_still_claims_and_saves(tmp_path, monkeypatch):
+    """Diff review, stop 49: the claim's lock-file write is synced (the early quota probe), and a file system whose
+    fsync answers EINVAL / ENOTSUP (some FUSE and network ones) refused every run with "writing … failed (Invalid
+    argument)"; the save failed the same way after the song. Such a sync is skipped as a folder's already was
+    (`fsync_folder`); the claim and the save go through."""
+    import yue2_core.artifacts as artifacts
+
+    def no_sync(fd):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+    monkeypatch.setattr(os, "fsync", no_sync)
+    with artifacts.reserve_output(tmp_path / "out" / "song") as claim:
+        assert claim.lock is not None and claim.lock.exists()
+        artifacts.write_song_dir(tmp_path / "out" / "song", {"a.txt": b"x"}, {"status": "complete"})
+    assert (tmp_path / "out" / "song" / "a.txt").read_bytes() == b"x"
+
+
+def test_a_lora_whose_metadata_names_the_other_expert_says_so(tmp_path):
+    """Diff review, stop 49: a Mothersuperior ComfyUI fused NAR file that lost only `format=pt` (it keeps
+    yue2_lora_branch=nar) went to the AR by its `text_encoders.` keys without a word — the expert note took the
+    branch as saying the expert. It still goes where the keys say, with a note naming the metadata that disagrees."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+    from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    path = write_adapter("ms-fused-nar", tmp_path / "nar.safetensors", dims)
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    assert meta["format"] == "pt" and meta["yue2_lora_branch"] == "nar", meta
+    save_file(load_file(path), tmp_path / "no-format.safetensors", {k: v for k, v in meta.items() if k != "format"})
+    adapter = read_adapter(str(tmp_path / "no-format.safetensors"), dims)
+    assert {p.expert for p in adapter.patches} == {"ar"}
+    assert adapter_notes(adapter) == [f"LoRA {tmp_path / 'no-format.safetensors'}: its metadata says "
+                                      "yue2_lora_branch=nar, but its keys name the AR (their text_encoders. / "
+                                      "diffusion_model. prefixes), where it is applied; if it is a NAR file, the "
+                                      "metadata format=pt (Mothersuperior's ComfyUI files) makes yue2_lora_branch=nar "
+                                      "decide"]
+    assert adapter_notes(read_adapter(str(path), dims)) == []  # the file as written: the metadata decides
+
+
+@pytest.mark.parametrize("call,code", [("open", errno.ENOSPC), ("mkdir", errno.EDQUOT)])
+def test_no_room_for_the_claim_file_or_its_folder_is_said_before_any_work(tmp_path, monkeypatch, call, code):
+    """Diff review, stop 49: a disk with no inode left (ENOSPC at the lock file's creation) or a quota used up when
+    the output's new parent folder is made skipped the claim without a word — the song was computed and its save
+    failed. Both are the claim's DiskFullError now; the folders it made are removed."""
+    import yue2_core.artifacts as artifacts
+    real = getattr(os, call)
+
+    def full(path, *a, **kw):
+        if call == "mkdir" or str(path).endswith(".yue2-lock"):
+            raise OSError(code, os.strerror(code))
+        return real(path, *a, **kw)
+    monkeypatch.setattr(os, call, full)
+    with pytest.raises(DiskFullError) as exc:
+        artifacts.reserve_output(tmp_path / "new" / "deeper" / "song")
+    want = "your disk quota there is used up" if code == errno.EDQUOT else "its disk is full"
+    where = tmp_path / "new" / "deeper" if call == "open" else tmp_path  # the claim's folder / the one that exists
+    assert str(exc.value).startswith(f"cannot write into {where} ({os.strerror(code)}): {want}, so no song could be "
+                                     "saved there"), exc.value
+    monkeypatch.setattr(os, call, real)
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)

@@ -105,20 +105,34 @@ def test_a_folder_in_the_way_and_outputs_that_name_no_folder(tmp_path):
 
 def test_only_one_of_several_racing_runs_gets_the_claim(tmp_path):
     """Break-it finding: with the stale-file takeover of the first version, 8 of 30 races of 4 processes ended with
-    two or three holders."""
+    two or three holders. Each process is told the common start time once it has imported (on a loaded machine the
+    imports took longer than the fixed 1.5 s lead, so the processes came one after another rather than racing), and
+    the one that gets the claim holds it until every process has reported (its stdin closed): with a fixed hold, a
+    late process got the released claim too and failed the test (diff review, stop 49)."""
     _claim_file(tmp_path / "out", 999998)
     code = ("import sys, time; sys.path.insert(0, {repo!r}); from yue2_core.artifacts import reserve_output; "
-            "from yue2_core.errors import ArtifactError\nt = {t!r}\nwhile time.time() < t: pass\ntry:\n"
-            "    c = reserve_output({path!r}); print('got', flush=True); time.sleep(1.5)\n"
+            "from yue2_core.errors import ArtifactError\nprint('ready', flush=True)\n"
+            "t = float(sys.stdin.readline())\nwhile time.time() < t: pass\ntry:\n"
+            "    c = reserve_output({path!r}); print('got', flush=True); sys.stdin.read()\n"
             "except ArtifactError: print('refused', flush=True)")
     from pathlib import Path
     import time
     repo = str(Path(__file__).resolve().parents[2])
     for trial in range(2):
-        start = time.time() + 1.5
-        procs = [subprocess.Popen([sys.executable, "-c", code.format(repo=repo, t=start, path=str(tmp_path / "out"))],
-                                  stdout=subprocess.PIPE, text=True) for _ in range(4)]
-        outcomes = [p.communicate(timeout=60)[0].strip() for p in procs]
+        procs = [subprocess.Popen([sys.executable, "-c", code.format(repo=repo, path=str(tmp_path / "out"))],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        try:
+            assert [p.stdout.readline().strip() for p in procs] == ["ready"] * 4
+            start = time.time() + 0.2
+            for p in procs:
+                p.stdin.write(f"{start!r}\n")
+                p.stdin.flush()
+            outcomes = [p.stdout.readline().strip() for p in procs]  # each reports while the holder still holds
+        finally:
+            for p in procs:
+                p.stdin.close()
+                p.wait(timeout=60)
+                p.stdout.close()
         assert outcomes.count("got") == 1 and outcomes.count("refused") == 3, (trial, outcomes)
 
 

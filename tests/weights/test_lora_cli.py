@@ -458,6 +458,15 @@ def test_lora_and_vae_names_are_read_in_the_comfyui_models_folders(tmp_path, mon
     import argparse
     with pytest.raises(argparse.ArgumentTypeError, match="not found"):
         parse_lora("../../../secret.safetensors")  # ComfyUI/models/loras/../../../secret: outside the folder
+    with pytest.raises(argparse.ArgumentTypeError, match="not found"):
+        parse_lora("styles/../../../../secret.safetensors")  # a `..` anywhere in the name
+    with pytest.raises(argparse.ArgumentTypeError) as exc:  # the message says where it was looked for
+        parse_lora("other.safetensors:0.5")
+    assert str(exc.value) == (f"LoRA file 'other.safetensors' not found, neither here nor in ComfyUI's "
+                              f"{comfy / 'models' / 'loras'} (form: PATH[:AR[:NAR]])")
+    # a link in the folder is followed, as ComfyUI's get_full_path does (diff review, stop 49: "not found")
+    (comfy / "models" / "loras" / "linked.safetensors").symlink_to(tmp_path / "secret.safetensors")
+    assert parse_lora("linked.safetensors")[0] == str(comfy / "models" / "loras" / "linked.safetensors")
     monkeypatch.delenv("COMFYUI_PATH")
     with pytest.raises(argparse.ArgumentTypeError, match="not found"):
         parse_lora("styles/mine.safetensors")

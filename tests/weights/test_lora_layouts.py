@@ -706,3 +706,27 @@ def test_kohya_names_vendor_split_follow_the_vendor_rule(tmp_path, gen):
     o_only = {k: v for k, v in t.items() if "o_proj" in k}
     raises(write(tmp_path / "o.safetensors", o_only), "o_proj, down_proj", "text_encoders.model.layers.N",
            "diffusion_model.model.layers.N")
+
+
+def test_kohya_keys_are_named_as_the_file_spells_them(tmp_path, gen):
+    """Diff review, stop 49: a kohya key and another key of the same tensor (`lora_te_` and `lora_te1_`, or the
+    dotted spelling) came to one name and one of them was dropped without a word; messages, `unmatched` and
+    Patch.keys named the dotted key the reader made (`diffusion_model.model.layers.0.…`), which the file does not
+    hold. Now the pair is refused as two spellings of one module, and every key named is the file's."""
+    a, b = rnd(gen, 4, H), rnd(gen, Q + 2 * KV, 4)
+    k = "lora_unet_model_layers_0_self_attn_qkv_proj"
+    for other in ("diffusion_model.model.layers.0.self_attn.qkv_proj", "lora_te1_model_layers_0_self_attn_qkv_proj"):
+        if other.startswith("lora_te1_"):
+            k = "lora_te_model_layers_0_self_attn_qkv_proj"
+        t = {f"{k}.lora_down.weight": a, f"{k}.lora_up.weight": b,
+             f"{other}.lora_down.weight": a, f"{other}.lora_up.weight": b}
+        raises(write(tmp_path / "twice.safetensors", t), f"{k}.lora_down.weight", f"{other}.lora_down.weight",
+               "two spellings of one module")
+    k = "lora_unet_model_layers_0_self_attn_qkv_proj"
+    t = {f"{k}.lora_down.weight": rnd(gen, 4, H + 1), f"{k}.lora_up.weight": b}
+    msg = raises(write(tmp_path / "shape.safetensors", t), f"shape mismatch for {k}.lora_down.weight (A of nar:")
+    assert "diffusion_model.model.layers.0.self_attn.qkv_proj.lora_down" not in msg, msg
+    t = {f"{k}.lora_down.weight": a, f"{k}.lora_up.weight": b, f"{k}.lora_mystery.weight": a}
+    ad = read_adapter(write(tmp_path / "ok.safetensors", t), TINY)
+    assert [p.keys for p in ad.patches] == [(f"{k}.lora_down.weight", f"{k}.lora_up.weight")]
+    assert ad.unmatched == [f"{k}.lora_mystery.weight"]

@@ -110,7 +110,7 @@ class BatchSummary:
         return f" (no song of it is saved yet; {fix}, then run the same command again)"
 
     def _write(self, folder: Path, data: bytes) -> Path:
-        from ..artifacts import UMASK, fsync_folder, write_error
+        from ..artifacts import UMASK, fsync_file, fsync_folder, write_error
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{BATCH_FILE}.", suffix=".tmp", dir=folder)
         except OSError as exc:
@@ -119,7 +119,7 @@ class BatchSummary:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
-                os.fsync(fh.fileno())
+                fsync_file(fh.fileno())
             os.chmod(tmp, 0o644 & ~UMASK)  # mkstemp makes it 0600; readable like the song files
             os.replace(tmp, folder / BATCH_FILE)
         except BaseException as exc:

@@ -81,7 +81,10 @@ def parse_lora(value: str) -> tuple[str, float, float]:
                 raise argparse.ArgumentTypeError(
                     f"LoRA file {path!r} not found, but {longer!r} exists: the text after its last ':' was read as "
                     f"a strength; give the strengths too, e.g. {longer}:1:1 (form: PATH[:AR[:NAR]])")
-        raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found (form: PATH[:AR[:NAR]])")
+        from ..weights.locate import comfy_model_folders
+        folders = comfy_model_folders("loras")  # where a name was looked for too (diff review, stop 49: unsaid)
+        where = f", neither here nor in ComfyUI's {' or '.join(folders)}" if folders else ""
+        raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found{where} (form: PATH[:AR[:NAR]])")
     return path, ar, nar
 
 

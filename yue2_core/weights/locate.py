@@ -47,8 +47,13 @@ def comfy_model_path(name: str, kind: str) -> tuple[str, str] | None:
     `sub/x.safetensors`, a VAE folder `YuE2-Vae-legacy`) — inside the `models/<kind>` folder ("loras", "vae") of the
     ComfyUI the checkpoint search uses (`comfy_checkpoint_dirs`), or None. Only for a name that is not a path here:
     the command line reads `--lora` / `--vae` in that ComfyUI's folders as the nodes do (own-weights review, stop 49:
-    the checkpoint was found there, the LoRA beside it was "not found")."""
+    the checkpoint was found there, the LoRA beside it was "not found"). The name must stay inside the folder as
+    written (no `..` in it, no absolute path; ComfyUI lists no such name); a link in the folder is followed wherever
+    it points, as ComfyUI's own `folder_paths.get_full_path` does (diff review, stop 49: a linked file, which the
+    LoRA node lists and loads, was "not found" here)."""
     if not name or os.path.isabs(name) or os.path.exists(name):
+        return None
+    if os.pardir in Path(name).parts:  # `../x`, `sub/../../x` (or `link/../x`): a way out of the folder
         return None
     try:
         models = [d.parent for d in comfy_checkpoint_dirs()]
@@ -58,11 +63,21 @@ def comfy_model_path(name: str, kind: str) -> tuple[str, str] | None:
         folder = m / kind
         candidate = folder / name
         try:
-            if candidate.exists() and candidate.resolve().is_relative_to(folder.resolve()):
+            if candidate.exists():
                 return str(candidate), str(folder)
-        except OSError:
+        except (OSError, ValueError):  # no permission, a name too long; a NUL byte (ValueError)
             continue
     return None
+
+
+def comfy_model_folders(kind: str) -> list[str]:
+    """The `models/<kind>` folders `comfy_model_path` looks in that exist (none when $COMFYUI_PATH cannot be
+    searched): what a "not found" message names."""
+    try:
+        folders = [d.parent / kind for d in comfy_checkpoint_dirs()]
+        return [str(f) for f in folders if f.is_dir()]
+    except (CheckpointError, OSError):
+        return []
 
 
 def yue2_files(folder: Path) -> list[Path]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 
 from ...errors import AdapterError, quoted
 from ...layers import ModelDims
@@ -88,26 +89,46 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
         raise AdapterError(f"{path}: the file holds no tensors, so it is not an adapter. {SUPPORTED_TEXT}")
     _refusals(src)
     layout = detect_layout(src)
+    file_keys = list(src.tensors)
+    read_as = {}  # key as read → the file's own key (kohya: what messages, `unmatched` and Patch.keys name)
     if layout == "kohya":  # the keys in the spelling the rest of the reader understands (layouts_keys.kohya_names)
         try:
             names = kohya_names(src.tensors)
         except ValueError as e:
             raise AdapterError(f"{path}: {e}") from None
         src.tensors = {names.get(k, k): t for k, t in src.tensors.items()}
+        read_as = {new: old for old, new in names.items() if new != old}
     ctx = _context(src, layout)
-    patches, unmatched, rule, scales = build_patches(path, src.tensors, ctx, dims)
+    try:
+        patches, unmatched, rule, scales = build_patches(path, src.tensors, ctx, dims)
+    except AdapterError as exc:
+        if not read_as:
+            raise
+        raise type(exc)(_in_file_keys(str(exc), read_as)) from None
+    if read_as:
+        unmatched = [read_as.get(k, k) for k in unmatched]
+        for p in patches:
+            p.keys = tuple(read_as.get(k, k) for k in p.keys)
     if not patches:
-        raise AdapterError(f"{path}: not a YuE2 adapter — none of its {len(src.tensors)} keys names a YuE2 module "
-                           f"({_look(list(src.tensors))}). {SUPPORTED_TEXT}")
+        raise AdapterError(f"{path}: not a YuE2 adapter — none of its {len(file_keys)} keys names a YuE2 module "
+                           f"({_look(file_keys)}). {SUPPORTED_TEXT}")
     adapter = Adapter(path=os.fspath(path), layout=layout, patches=patches, scale_rule=rule, scales=scales,
                       unmatched=unmatched, files=list(src.files), metadata=dict(src.metadata))
-    note = unsaid_expert_note(src, layout)
+    note = unsaid_expert_note(src, layout) or other_expert_note(src, patches)
     if note:
         adapter.notes.append(note)
     companion = src.metadata.get("acoustic_adapter") if layout == "fl" else None
     if companion:
         _join_companion(adapter, src.path, companion, dims, _stack)
     return adapter
+
+
+def _in_file_keys(text: str, read_as: dict) -> str:
+    """`text` (a reader's message) with each key as read (`read_as`'s keys, e.g. `diffusion_model.model.layers.0.…`)
+    written as the file spells it (`lora_unet_model_layers_0_…`): the user looks the key up in the file (diff
+    review, stop 49: a kohya file's shape error named a key the file does not have)."""
+    pattern = re.compile("|".join(re.escape(k) for k in sorted(read_as, key=len, reverse=True)))
+    return pattern.sub(lambda m: read_as[m.group(0)], text)
 
 
 def detect_layout(src: Source) -> str:
@@ -357,17 +378,35 @@ def unsaid_expert_note(src: Source, layout: str) -> str | None:
     fixed = os.path.join(os.path.dirname(src.path), "nar-" + os.path.basename(src.path))
     code = (f"from safetensors.torch import load_file, save_file; save_file(load_file({src.path!r}), {fixed!r}, "
             "{'format': 'pt', 'yue2_lora_branch': 'nar'})")
+    # quoted for a POSIX shell: a path with ' or $ broke the command's quotes (diff review, stop 49)
+    command = "python -c " + shlex.quote(code)
     return (f"LoRA {src.path}: which expert it is for cannot be told — it has only `text_encoders.` lora_down/"
             "lora_up keys, no alpha and no metadata: the layout of Mothersuperior's ComfyUI fused files, where only "
             "the metadata yue2_lora_branch=ar|nar says the expert (both experts' layers have the same shapes), and "
             "it was stripped. It is applied to the AR (what `text_encoders.` means in ComfyUI). If it is a NAR file "
             "(e.g. nar_lora_joint_v9_comfyui), no strength or option moves it to the NAR: put the metadata back with "
-            f"python -c \"{code}\" and load {fixed} instead")
+            f"{command} and load {fixed} instead")
+
+
+def other_expert_note(src: Source, patches: list) -> str | None:
+    """A warning when the metadata names one expert (`branch` / `yue2_lora_branch`) and every patch, placed by its
+    keys' prefixes (`text_encoders.` → AR, `diffusion_model.` → NAR), went to the other, else None. Diff review, stop
+    49: a Mothersuperior ComfyUI fused NAR file that lost only `format=pt` (kept yue2_lora_branch=nar) went to the AR
+    without a word, the branch being taken as saying the expert (`unsaid_expert_note` is silent then). The prefixes
+    still decide (as ComfyUI applies such a file); the note says how to make the metadata decide."""
+    branch = _branch(src)
+    experts = {p.expert for p in patches}
+    if branch not in EXPERTS or not experts or branch in experts:
+        return None
+    named = next(f"{k}={src.metadata[k].strip()}" for k in BRANCH_KEYS if src.metadata.get(k, "").strip())
+    return (f"LoRA {src.path}: its metadata says {named}, but its keys name the {'/'.join(sorted(experts)).upper()} "
+            f"(their text_encoders. / diffusion_model. prefixes), where it is applied; if it is a {branch.upper()} "
+            f"file, the metadata format=pt (Mothersuperior's ComfyUI files) makes {named} decide")
 
 
 def adapter_notes(adapter: Adapter) -> list[str]:
     """Every warning of reading `adapter` for the caller to show: keys not applied (`unmatched_note`) and
-    `Adapter.notes` (a file whose expert could not be told)."""
+    `Adapter.notes` (a file whose expert could not be told, or whose metadata names the other expert)."""
     return [n for n in (unmatched_note(adapter), *adapter.notes) if n]
 
 

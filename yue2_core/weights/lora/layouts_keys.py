@@ -239,7 +239,9 @@ def kohya_names(keys) -> dict:
     `nar_*` anywhere in the file) → the vendor rule (`nar_*` the NAR, the rest the AR); `lora_unet_` in Comfy's fused
     names (qkv_proj / gate_up_proj) → the NAR (`diffusion_model.`), as stock ComfyUI applies them.
     Raises ValueError when the `lora_unet_` keys name only modules both models spell alike (o_proj, down_proj, norms)
-    — nothing says which expert they are for."""
+    — nothing says which expert they are for — and when two keys come to the same name (`lora_te_` and `lora_te1_`
+    of one module, or a kohya key and the same module's dotted key: diff review, stop 49, one of them was dropped
+    without a word)."""
     found = {}
     for key in keys:
         role = split_role(key)
@@ -263,6 +265,12 @@ def kohya_names(keys) -> dict:
         else:
             prefix = "" if vendor or not dotted.startswith("model.layers.") else "diffusion_model."
         out[key] = prefix + dotted + suffix
+    taken = {key: key for key in keys if key not in out}
+    for key, name in out.items():
+        if name in taken:
+            raise ValueError(f"keys {taken[name]} and {key} are the same tensor ({name}) — two spellings of one "
+                             "module; an adapter holds one of each")
+        taken[name] = key
     return out
 
 

@@ -101,7 +101,8 @@ class Adapter:
     lora_alpha/r", "1 (no alpha)", …) and `scales` the distinct values it gave; `unmatched` every file key that
     matched no module (never dropped silently: the report lists them); `files` every file read (the adapter and
     companions such as adapter_config.json or an FL NAR file); `notes` warnings of the reading the caller shows (a
-    file whose expert could not be told: `layouts.unsaid_expert_note`)."""
+    file whose expert could not be told: `layouts.unsaid_expert_note`; metadata naming the other expert:
+    `layouts.other_expert_note`)."""
     path: str
     layout: str
     patches: list[Patch]
