@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from robust_helpers import REPO, assert_cli_error, copy, make_song, run_cli, snapshot
+from robust_helpers import REPO, assert_cli_error, cli_inprocess, copy, make_song, run_cli, snapshot
 from yue2_core.artifacts import save_song
 
 NO_CKPT = "/nonexistent/yue2.safetensors"  # reaching the checkpoint would print "checkpoint not found"
@@ -45,26 +44,6 @@ def main_inprocess(capsys, *args) -> tuple[int, str]:
     except SystemExit as exit_:  # argparse
         rc = exit_.code
     return rc, capsys.readouterr().err
-
-
-def cli_inprocess(monkeypatch, capsys, *args) -> subprocess.CompletedProcess:
-    """`run_cli(*args)` — its environment (no YUE2_CHECKPOINT/COMFYUI_DIR/COMFYUI_PATH, HF_HUB_OFFLINE=1) and
-    working folder — but `main(args)` in this process, as a CompletedProcess for `assert_cli_error`. For the further
-    inputs of a test whose first input ran as a real subprocess (saves a torch import per input, 2–4 s); an exception
-    main() does not turn into an exit status fails the test, as the traceback on stderr would."""
-    from yue2_core.__main__ import main
-    with monkeypatch.context() as m:
-        for name in ("YUE2_CHECKPOINT", "COMFYUI_PATH", "COMFYUI_DIR"):
-            m.delenv(name, raising=False)
-        m.setenv("HF_HUB_OFFLINE", "1")
-        m.chdir(REPO)
-        capsys.readouterr()
-        try:
-            rc = main([str(a) for a in args])
-        except SystemExit as exit_:  # argparse
-            rc = exit_.code
-        out = capsys.readouterr()
-    return subprocess.CompletedProcess(list(args), rc, out.out, out.err)
 
 
 BAD_NUMBERS = [
