@@ -10,6 +10,8 @@ Fixtures (session-scoped, shared by tests/host, tests/e2e and any other folder t
   comfy_server  a started ComfyUI 0.3.75 (`.url`, `.log_path`, `.models_dir`, `.output_dir`, `.input_dir`,
                 `.user_dir`, `.pack_load_error`, `.import_problems()`); see tests/host/comfy_client.py:ComfyServer
   comfy         a ComfyClient bound to it
+  synthetic_run_folder  (autouse) where tests/synthetic_cache.py keeps this run's synthetic checkpoints, written
+                once per run for every folder and worker (`cached_checkpoint`, `synthetic_copy`)
 
 When the host is not installed the host tests SKIP with the reason (pytest -ra lists it); under scripts/test.sh
 (YUE2_REQUIRE_HOST=1) a missing host is an error instead.
@@ -25,6 +27,7 @@ REPO = TESTS.parent
 sys.path.insert(0, str(TESTS / "host"))  # comfy_client: importable from any test folder
 
 from comfy_client import ComfyClient, ComfyError, ComfyServer, find_host  # noqa: E402
+import synthetic_cache  # noqa: E402  (tests/synthetic_cache.py: this folder is on sys.path, as every conftest's is)
 
 
 def _unavailable(reason: str, required_by: str):
@@ -53,6 +56,17 @@ def pytest_collection_modifyitems(config, items):
             skip = pytest.mark.skip(reason="needs CUDA (marked gpu); torch.cuda.is_available() is false here")
             for item in gpu_items:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def synthetic_run_folder(tmp_path_factory) -> Path:
+    """The folder of this run's shared synthetic checkpoints (tests/synthetic_cache.py): under pytest-xdist the
+    parent of the workers' temporary folders (pytest-N/, so every worker reads the same files), else the session's
+    own temporary folder. $YUE2_TEST_CACHE, when set, takes precedence (in synthetic_cache.run_folder)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "synthetic-checkpoints"
+    synthetic_cache.set_run_folder(folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

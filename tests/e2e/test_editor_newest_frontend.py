@@ -50,10 +50,10 @@ def newest_server(comfy_host, newest_frontend, browser_tools, tmp_path_factory):
         server.start()
     except ComfyError as e:
         pytest.fail(str(e), pytrace=False)
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    from synthetic_cache import synthetic_copy
     path = Path(server.models_dir) / CKPT_NAME
     partial = path.with_name(path.name + ".partial")
-    write_synthetic_checkpoint(str(partial), "tiny", "bf16")
+    synthetic_copy(str(partial), "tiny", "bf16")
     os.replace(partial, path)
     try:
         yield server

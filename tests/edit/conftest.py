@@ -1,9 +1,9 @@
 """Fixtures for the edit/candidate tests: the tiny synthetic checkpoints (bf16, int8, and a `micro` file of another
 shape), an fp32 engine on CPU, and one short parent song made from a fixed 4-bar score at 240 BPM (one bar = 1 s).
 
-Set $YUE2_TEST_CACHE to reuse the checkpoint files across sessions (as tests/core does)."""
+The checkpoint files are written once per run for every folder and worker (tests/synthetic_cache.py); set
+$YUE2_TEST_CACHE to reuse them across runs."""
 import contextlib
-import os
 
 import pytest
 
@@ -13,17 +13,13 @@ PARENT_SECONDS = 2.4  # 60 tokens; min_tokens shrinks to 60, so the parent is ex
 
 
 @pytest.fixture(scope="session")
-def ckpt_paths(tmp_path_factory):
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
-    root = os.environ.get("YUE2_TEST_CACHE") or str(tmp_path_factory.mktemp("ckpt"))
-    os.makedirs(root, exist_ok=True)
+def ckpt_paths():
+    """Read-only shared files (tests/synthetic_cache.py): written once per run for every folder and worker."""
+    from synthetic_cache import cached_checkpoint
     paths = {}
     with single_thread():
         for profile, fmt in (("tiny", "bf16"), ("tiny", "int8"), ("micro", "bf16")):
-            path = os.path.join(root, f"yue2_{profile}_{fmt}.safetensors")
-            if not os.path.exists(path):
-                write_synthetic_checkpoint(path, profile=profile, fmt=fmt, seed=0)
-            paths[profile if profile == "micro" else fmt] = path
+            paths[profile if profile == "micro" else fmt] = cached_checkpoint(profile, fmt)
     return paths
 
 

@@ -1,7 +1,8 @@
 """Fixtures for the node tests: the synthetic checkpoints in the session server's models folder and /object_info.
 
 Every test here talks to the real ComfyUI server of the session (tests/conftest.py: `comfy_server`, `comfy`); the
-checkpoints are written once per session with yue2_core.weights.synthetic (random weights). Helpers: nodes_testlib.py.
+checkpoints are written once per run with yue2_core.weights.synthetic (random weights; tests/synthetic_cache.py).
+Helpers: nodes_testlib.py.
 """
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from nodes_testlib import MICRO, TINY, TINY_INT8
 
 @pytest.fixture(scope="session")
 def checkpoints(comfy_server) -> dict:
-    """{name: path} of the synthetic checkpoints, written into the server's models/checkpoints once."""
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    """{name: path} of the synthetic checkpoints, copied into the server's models/checkpoints once (private copies of
+    the run's shared files, tests/synthetic_cache.py: the tests may replace or edit them)."""
+    from synthetic_cache import synthetic_copy
     made = {}
     for name, profile, fmt in ((TINY, "tiny", "bf16"), (TINY_INT8, "tiny", "int8"), (MICRO, "micro", "bf16")):
         path = comfy_server.models_dir / name
         if not path.exists():
-            write_synthetic_checkpoint(str(path), profile, fmt)
+            synthetic_copy(path, profile, fmt)
         made[name] = path
     return made
 

@@ -72,8 +72,8 @@ print("RESULT " + json.dumps(out))
 def test_novram_loads_each_part_whole(comfy_host, tmp_path):
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
-    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
+    from synthetic_cache import synthetic_copy
+    synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
     out = run_in_host(HARNESS, comfy_host, REPO, ckpts)
     loaded, size = out["comfy alone"]
     assert size > 0 and loaded < size, f"ComfyUI now loads whole under --novram ({out}); load_whole may be dropped"

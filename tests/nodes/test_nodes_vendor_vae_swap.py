@@ -38,11 +38,11 @@ def _prompt(seed: int, name: str, ckpt: str, decode: bool = True) -> dict:
 @pytest.mark.parametrize("first_decodes", [True, False], ids=["vae-read-before", "vae-not-read-yet"])
 def test_a_vendor_vae_replaced_between_runs_is_read_again(comfy, comfy_server, checkpoints, tmp_path,
                                                           first_decodes):
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    from synthetic_cache import synthetic_copy
     from yue2_core.weights.synthetic_vendor import write_vendor_folder
     from yue2_core.weights.vendor import vae_folder_sample
     other = tmp_path / "other.safetensors"
-    write_synthetic_checkpoint(str(other), "tiny", "bf16", seed=5)
+    synthetic_copy(str(other), "tiny", "bf16", seed=5)
     write_vendor_folder(str(other), str(tmp_path / "other"))  # its vae/ holds other decoder weights
     name = f"YuE2vaeswap{int(first_decodes)}"
     folder = comfy_server.models_dir / name

@@ -28,7 +28,10 @@ def ckpt_dir(tmp_path_factory) -> Path:
 
 def _synthetic(root: Path, profile, fmt: str) -> str:
     from yue2_core.weights.synthetic import write_synthetic_checkpoint
-    name = profile if isinstance(profile, str) else profile.name
+    if isinstance(profile, str):  # the named profiles: one file per run for every folder and worker (read-only)
+        from synthetic_cache import cached_checkpoint
+        return cached_checkpoint(profile, fmt)
+    name = profile.name
     path = root / f"yue2_{name}_{fmt}.safetensors"
     if not path.exists():
         write_synthetic_checkpoint(str(path), profile=profile, fmt=fmt, seed=0)

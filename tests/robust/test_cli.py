@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_helpers import REPO, assert_cli_error, copy, make_song, run_cli, snapshot
+from robust_helpers import REPO, assert_cli_error, cli_inprocess, copy, make_song, run_cli, snapshot
 from yue2_core.artifacts import save_song
 
 NO_CKPT = "/nonexistent/yue2.safetensors"  # reaching the checkpoint would print "checkpoint not found"
@@ -87,29 +87,32 @@ def test_cli_bad_request_text_refused(tmp_path, capsys):
         assert rc == 2 and phrase in err, (args, err)
 
 
-def test_cli_inspect_bad_checkpoints(micro_paths, tmp_path):
+def test_cli_inspect_bad_checkpoints(micro_paths, tmp_path, monkeypatch, capsys):
+    """The first input as a subprocess, the others in this process (`cli_inprocess`)."""
+    def cli(*args):
+        return cli_inprocess(monkeypatch, capsys, *args)
     text = tmp_path / "notes.safetensors"
     text.write_text("hello" * 100)
     assert_cli_error(run_cli("inspect", text), "not a safetensors file")
     blob = Path(micro_paths["int8"]).read_bytes()
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(blob[: len(blob) // 3])
-    assert_cli_error(run_cli("inspect", cut), "the file is truncated")
+    assert_cli_error(cli("inspect", cut), "the file is truncated")
     from safetensors.torch import save_file
     import torch
     other = tmp_path / "sdxl.safetensors"
     save_file({"conditioner.embedders.0.weight": torch.zeros(2)}, str(other))
-    assert_cli_error(run_cli("inspect", other), "is not a YuE2 all-in-one checkpoint")
+    assert_cli_error(cli("inspect", other), "is not a YuE2 all-in-one checkpoint")
     from robust_helpers import patch_tensor
     from yue2_core.weights.checkpoint import TOKENIZER_KEY
     tok = copy(micro_paths["int8"], tmp_path / "tok.safetensors")
     patch_tensor(tok, TOKENIZER_KEY, lambda t: torch.full_like(t, 0xFF))
-    assert_cli_error(run_cli("inspect", tok), "the embedded tokenizer blob is not UTF-8")
-    proc = run_cli("inspect", tmp_path / "missing.safetensors")
+    assert_cli_error(cli("inspect", tok), "the embedded tokenizer blob is not UTF-8")
+    proc = cli("inspect", tmp_path / "missing.safetensors")
     assert_cli_error(proc, "checkpoint not found")
     assert "--checkpoint" not in proc.stderr and "inspect takes the path of" in proc.stderr  # no option it lacks
     (tmp_path / "empty folder").mkdir()  # a folder can be a song too: the refusal says why it is not one either
-    assert_cli_error(run_cli("inspect", tmp_path / "empty folder"), "as a song folder: it holds no result.json")
+    assert_cli_error(cli("inspect", tmp_path / "empty folder"), "as a song folder: it holds no result.json")
 
 
 def test_cli_double_extension_inspects(micro_paths, tmp_path):
@@ -388,10 +391,13 @@ def test_cli_inspect_tells_the_songs_own_edit_from_its_parents(tmp_path, tiny_pa
     assert report["lineage"] == {"parent": str(song), "parent_score_edited": True}, report["lineage"]
 
 
-def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path):
+def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path, monkeypatch, capsys):
     """inspect of a song folder describes the song from its verified files (new-user/break-it finding: it said
     "config.json is the config of another model"); a damaged file is named; a batch output folder (inspect or
-    render) points to its per-id song subfolders."""
+    render) points to its per-id song subfolders. generate and the first inspect as subprocesses, the others in this
+    process (`cli_inprocess`)."""
+    def cli(*args):
+        return cli_inprocess(monkeypatch, capsys, *args)
     song = tmp_path / "song"
     made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
                    "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", song)
@@ -403,19 +409,19 @@ def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path):
     assert report["music_frames"] == 5 and "audio.flac" in report["files"] and report["abc_tokens"] == 0
     assert "files verified against result.json" in proc.stderr
     shutil.copytree(song, tmp_path / "renamed")  # the summary names the folder (it said the request id, 'song')
-    renamed = json.loads(run_cli("inspect", tmp_path / "renamed").stdout)["summary"]
+    renamed = json.loads(cli("inspect", tmp_path / "renamed").stdout)["summary"]
     assert renamed.startswith(f"song 'renamed' (request id {report['request']['id']!r}): "), renamed
     batch = tmp_path / "batch"
     batch.mkdir()
     (batch / "batch.json").write_text("{}")
     shutil.copytree(song, batch / "a1")
-    assert_cli_error(run_cli("inspect", batch),
+    assert_cli_error(cli("inspect", batch),
                      f"each song is the subfolder named by its request id, e.g. {batch / 'a1'}")
-    assert_cli_error(run_cli("render", batch, "--checkpoint", tiny_paths["bf16"], "--device", "cpu", "--output",
-                             tmp_path / "again"), "it is a batch output folder (batch.json)")
+    assert_cli_error(cli("render", batch, "--checkpoint", tiny_paths["bf16"], "--device", "cpu", "--output",
+                         tmp_path / "again"), "it is a batch output folder (batch.json)")
     with open(song / "semantic.npy", "ab") as f:
         f.write(b"x")
-    assert_cli_error(run_cli("inspect", song), "semantic.npy is")
+    assert_cli_error(cli("inspect", song), "semantic.npy is")
 
 
 def test_cli_inspect_of_a_damaged_adapter_blames_the_file_not_the_geometry(tmp_path):
@@ -431,10 +437,11 @@ def test_cli_inspect_of_a_damaged_adapter_blames_the_file_not_the_geometry(tmp_p
     assert "NaN" in proc.stderr and "--model" not in proc.stderr, proc.stderr[-2000:]
 
 
-def test_cli_inspect_names_the_kind_and_the_fault(tmp_path):
+def test_cli_inspect_names_the_kind_and_the_fault(tmp_path, monkeypatch, capsys):
     """Second break-it review: inspect's "file vs geometry" choice was a keyword search (a cut-off or rank-mismatched
     adapter got the --model hint, a layer out of range did not); a VAE with NaN was "neither a checkpoint, a VAE nor
-    an adapter"; an adapter whose product overflows printed a normal report that `generate` then refused."""
+    an adapter"; an adapter whose product overflows printed a normal report that `generate` then refused. The first
+    input as a subprocess, the others in this process (`cli_inprocess`)."""
     import torch
     from safetensors.torch import load_file, save_file
     from yue2_core.weights.synthetic_vae import write_vae
@@ -448,10 +455,10 @@ def test_cli_inspect_names_the_kind_and_the_fault(tmp_path):
     ranks = run_cli("inspect", adapter("ranks.safetensors", b=(2048, 3)))
     assert_cli_error(ranks, "looks like a LoRA adapter but is refused")
     assert "ranks disagree" in ranks.stderr and "--model" not in ranks.stderr
-    deep = run_cli("inspect", adapter("deep.safetensors", layer=99))
+    deep = cli_inprocess(monkeypatch, capsys, "inspect", adapter("deep.safetensors", layer=99))
     assert_cli_error(deep, "does not fit the release geometry")
     assert "--model" in deep.stderr
-    hot = run_cli("inspect", adapter("hot.safetensors", fill=1e20))
+    hot = cli_inprocess(monkeypatch, capsys, "inspect", adapter("hot.safetensors", fill=1e20))
     assert_cli_error(hot, "looks like a LoRA adapter but is refused")
     assert "beyond" in hot.stderr
     vae = write_vae(str(tmp_path / "vae.safetensors"), layout="vendor-file")
@@ -459,28 +466,31 @@ def test_cli_inspect_names_the_kind_and_the_fault(tmp_path):
     name = next(k for k in tensors if k.endswith("bias"))
     tensors[name][0] = float("nan")
     save_file(tensors, vae)
-    assert_cli_error(run_cli("inspect", vae), "is a YuE2 VAE decoder that is refused")
+    assert_cli_error(cli_inprocess(monkeypatch, capsys, "inspect", vae), "is a YuE2 VAE decoder that is refused")
 
 
-def test_cli_empty_paths_are_refused_not_taken_as_absent(tmp_path):
+def test_cli_empty_paths_are_refused_not_taken_as_absent(tmp_path, monkeypatch, capsys):
     """`--abc-file "$UNSET"` made the model write its own lead sheet, `--lyrics-file ""` made an empty song and
-    `--checkpoint ""` fell through to the checkpoint search (break-it review, stop 32)."""
+    `--checkpoint ""` fell through to the checkpoint search (break-it review, stop 32). The first input runs as a
+    subprocess, the others in this process (`cli_inprocess`)."""
+    def cli(*args):
+        return cli_inprocess(monkeypatch, capsys, *args)
     for option in ("--abc-file", "--style-file", "--lyrics-file", "--checkpoint"):
         args = ["generate", "--output", tmp_path / "o", "--offline", option, ""]
         args += [] if option == "--style-file" else ["--style", "pop"]
         args += [] if option == "--lyrics-file" else ["--lyrics", "la"]
-        proc = run_cli(*args, timeout=60)
+        proc = run_cli(*args, timeout=60) if option == "--abc-file" else cli(*args)
         assert_cli_error(proc, f"argument {option}: '' names no")
-    proc = run_cli("inspect", tmp_path, "--model", " ", timeout=60)
+    proc = cli("inspect", tmp_path, "--model", " ")
     assert_cli_error(proc, "argument --model: ' ' names no checkpoint file")
-    proc = run_cli("batch", tmp_path / "r.jsonl", "--output", tmp_path / "b", "--checkpoint", "", timeout=60)
+    proc = cli("batch", tmp_path / "r.jsonl", "--output", tmp_path / "b", "--checkpoint", "")
     assert_cli_error(proc, "argument --checkpoint: '' names no checkpoint file")
-    assert_cli_error(run_cli("render", "", "--output", tmp_path / "o", timeout=60), "argument song: '' names no song")
-    assert_cli_error(run_cli("inspect", "", timeout=60), "argument checkpoint: '' names no file or folder")
-    assert_cli_error(run_cli("batch", "", "--output", tmp_path / "b", timeout=60), "argument requests: '' names no")
+    assert_cli_error(cli("render", "", "--output", tmp_path / "o"), "argument song: '' names no song")
+    assert_cli_error(cli("inspect", ""), "argument checkpoint: '' names no file or folder")
+    assert_cli_error(cli("batch", "", "--output", tmp_path / "b"), "argument requests: '' names no")
     req = tmp_path / "r.jsonl"
     req.write_text('{"id": "a", "style": "pop", "lyrics": "la"}\n')
-    proc = run_cli("batch", req, "--output", "", "--checkpoint", tmp_path / "none.safetensors", timeout=60)
+    proc = cli("batch", req, "--output", "", "--checkpoint", tmp_path / "none.safetensors")
     assert_cli_error(proc, "--output '' names no folder")
 
 

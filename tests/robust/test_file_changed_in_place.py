@@ -9,12 +9,10 @@ import textwrap
 
 CHILD = textwrap.dedent("""
     import sys, torch
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
     from yue2_core.weights.synthetic_vae import write_vae
     from yue2_core.weights.vae_files import open_vae
     from yue2_core.pipeline import YuE2Engine, decode
-    ckpt, vae_dir = sys.argv[1], sys.argv[2]
-    write_synthetic_checkpoint(ckpt, "tiny", "bf16", seed=0)
+    ckpt, vae_dir = sys.argv[1], sys.argv[2]  # ckpt: a private copy of the tiny bf16 file (seed 0)
     write_vae(vae_dir, layout="vendor-folder", variant="legacy", profile="tiny", seed=1)
     eng = YuE2Engine.load(ckpt, device="cpu")
     other = open_vae(vae_dir).load("cpu")
@@ -30,7 +28,9 @@ CHILD = textwrap.dedent("""
 
 
 def test_weights_do_not_depend_on_the_file_after_loading(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "c.safetensors"), str(tmp_path / "vae")],
+    from synthetic_cache import synthetic_copy
+    ckpt = synthetic_copy(tmp_path / "c.safetensors", "tiny", "bf16", seed=0)  # the child truncates it
+    proc = subprocess.run([sys.executable, "-c", CHILD, ckpt, str(tmp_path / "vae")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode} (-7 = SIGBUS): {proc.stderr[-2000:]}"
     assert "alive True" in proc.stdout
@@ -45,9 +45,9 @@ def test_a_bf16_tensor_relabelled_f16_is_refused(tmp_path):
 
     from yue2_core.errors import CheckpointError
     from yue2_core.weights.checkpoint import inspect_checkpoint
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    from synthetic_cache import synthetic_copy
     path = tmp_path / "c.safetensors"
-    write_synthetic_checkpoint(str(path), "tiny", "bf16", seed=0)
+    synthetic_copy(str(path), "tiny", "bf16", seed=0)
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + n])

@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from robust_helpers import assert_cli_error, copy, make_song, patch_tensor, run_cli, signal_when
+from robust_helpers import assert_cli_error, cli_inprocess, copy, make_song, patch_tensor, run_cli, signal_when
 from yue2_core.errors import ArtifactError, BudgetError, NumericalError, RequestError
 
 
@@ -81,24 +81,27 @@ def test_cli_special_files_and_devices(tmp_path):
     assert_cli_error(run_cli("make-synthetic", "--output", tmp_path), "is a folder")
 
 
-def test_cli_review_round_3(tmp_path, tiny_paths):
+def test_cli_review_round_3(tmp_path, tiny_paths, monkeypatch, capsys):
     """Second adversarial review: options that one of two sources silently won, abbreviations, a numbered CPU, an
-    output name the file system refuses, a symbolic link as output, make-synthetic over an existing file."""
+    output name the file system refuses, a symbolic link as output, make-synthetic over an existing file. The first
+    input and the make-synthetic run as subprocesses, the others in this process (`cli_inprocess`)."""
+    def cli(*args):
+        return cli_inprocess(monkeypatch, capsys, *args)
     ck = tiny_paths["bf16"]
     assert_cli_error(run_cli("generate", "--style", "pop", "--style-file", ck, "--output", tmp_path / "a"),
                      "not allowed with argument --style")
-    assert_cli_error(run_cli("generate", "--lyrics", "la", "--lyrics-file", ck, "--output", tmp_path / "a"),
+    assert_cli_error(cli("generate", "--lyrics", "la", "--lyrics-file", ck, "--output", tmp_path / "a"),
                      "not allowed with argument --lyrics")
-    assert_cli_error(run_cli("generate", "--check", ck, "--output", tmp_path / "a"), "unrecognized arguments")
-    assert_cli_error(run_cli("generate", "--device", "cpu:1", "--output", tmp_path / "a"), "no numbered devices")
+    assert_cli_error(cli("generate", "--check", ck, "--output", tmp_path / "a"), "unrecognized arguments")
+    assert_cli_error(cli("generate", "--device", "cpu:1", "--output", tmp_path / "a"), "no numbered devices")
     # cpu:0 too (before: accepted here, then the safetensors reader refused it and the checkpoint was blamed)
-    assert_cli_error(run_cli("generate", "--device", "cpu:0", "--output", tmp_path / "a"), "no numbered devices")
-    assert_cli_error(run_cli("generate", "--output", tmp_path / ("a" * 300)), "File name too long")
+    assert_cli_error(cli("generate", "--device", "cpu:0", "--output", tmp_path / "a"), "no numbered devices")
+    assert_cli_error(cli("generate", "--output", tmp_path / ("a" * 300)), "File name too long")
     (tmp_path / "link").symlink_to(tmp_path / "missing")
-    assert_cli_error(run_cli("generate", "--output", tmp_path / "link"), "symbolic link")
+    assert_cli_error(cli("generate", "--output", tmp_path / "link"), "symbolic link")
     keep = tmp_path / "notes.txt"
     keep.write_text("mine")
-    assert_cli_error(run_cli("make-synthetic", "--output", keep), "unless --force")
+    assert_cli_error(cli("make-synthetic", "--output", keep), "unless --force")
     assert keep.read_text() == "mine"
     assert run_cli("make-synthetic", "--output", keep, "--force").returncode == 0
     assert keep.stat().st_size > 1000

@@ -149,13 +149,11 @@ def _batch_kw(tokenizer, dims, **extra):
 
 
 @pytest.fixture(scope="module")
-def tiny_bf16(ckpt_dir) -> str:
-    """The tiny synthetic bf16 checkpoint (robust/conftest.py's folder and name; the int8 one is not needed)."""
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
-    path = ckpt_dir / "yue2_tiny_bf16.safetensors"
-    if not path.exists():
-        write_synthetic_checkpoint(str(path), profile="tiny", fmt="bf16", seed=0)
-    return str(path)
+def tiny_bf16() -> str:
+    """The tiny synthetic bf16 checkpoint (the run's shared file, tests/synthetic_cache.py; the int8 one is not
+    needed). Read-only."""
+    from synthetic_cache import cached_checkpoint
+    return cached_checkpoint("tiny", "bf16")
 
 
 @pytest.fixture(scope="module")

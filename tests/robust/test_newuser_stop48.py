@@ -62,11 +62,11 @@ def test_the_composer_says_a_busy_cpu_and_where_to_set_omp_num_threads(comfy_hos
     """In the installed host's python with the pack loaded as ComfyUI loads it: on a CPU device the note (asked with
     own_load) is in the Composer's report; on CUDA, or on a quiet CPU, none."""
     from pack_in_host import run_in_host
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
+    from synthetic_cache import synthetic_copy
 
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    write_synthetic_checkpoint(str(ckpts / TINY), "tiny", "bf16")
+    synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
     out = run_in_host(NODE_HARNESS, comfy_host, REPO, ckpts)
     assert out["cpu"] == [NOTE]
     assert out["cuda"] == []

@@ -19,13 +19,11 @@ def _sha(path) -> str:
 
 
 @pytest.fixture(scope="module")
-def other_tiny(ckpt_dir) -> str:
-    """A second tiny bf16 checkpoint: the same layout and size, other weights (seed 5)."""
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
-    path = ckpt_dir / "yue2_tiny_bf16_seed5.safetensors"
-    if not path.exists():
-        write_synthetic_checkpoint(str(path), profile="tiny", fmt="bf16", seed=5)
-    return str(path)
+def other_tiny() -> str:
+    """A second tiny bf16 checkpoint: the same layout and size, other weights (seed 5; the run's shared file,
+    tests/synthetic_cache.py). Read-only."""
+    from synthetic_cache import cached_checkpoint
+    return cached_checkpoint("tiny", "bf16", seed=5)
 
 
 def _after_ar_load(monkeypatch, action) -> None:

@@ -52,13 +52,9 @@ def _hash_cache(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """{"comfy": tiny bf16 file, "model": vendor folder, "vae": VAE folder (sibling), "comfy2": comfy_from_vendor}"""
+    from synthetic_cache import cached_checkpoint
     root = tmp_path_factory.mktemp("vendor")
-    cache = Path(os.environ.get("YUE2_TEST_CACHE") or root)
-    cache.mkdir(parents=True, exist_ok=True)
-    comfy = cache / "yue2_tiny_bf16.safetensors"
-    if not comfy.exists():
-        from yue2_core.weights.synthetic import write_synthetic_checkpoint
-        write_synthetic_checkpoint(str(comfy), profile="tiny", fmt="bf16", seed=0)
+    comfy = Path(cached_checkpoint("tiny", "bf16"))  # the run's shared file (read-only)
     os.environ["XDG_CACHE_HOME"] = str(root / "xdg")
     try:
         write_vendor_folder(str(comfy), str(root / "ckpts" / "YuE2-3B"), str(root / "ckpts" / "YuE2-Vae"))

@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from yue2_core.__main__ import main
-from yue2_core.weights.synthetic import write_synthetic_checkpoint
+from synthetic_cache import synthetic_copy
 from yue2_core.weights.synthetic_vae import write_vae
 from yue2_core.weights.synthetic_vendor import write_vendor_folder
 from yue2_core.weights.vendor import find_vae_folder, recorded_vae_folder
@@ -27,7 +27,7 @@ def vendor_song(tmp_path_factory):
     "standard" VAE folder with other weights put beside the model — the one `find_vae_folder` prefers now."""
     root = tmp_path_factory.mktemp("vendor_vae")
     comfy = root / "tiny_bf16.safetensors"
-    write_synthetic_checkpoint(str(comfy), "tiny", "bf16", seed=0)
+    synthetic_copy(str(comfy), "tiny", "bf16", seed=0)
     folder, legacy = root / "YuE2-3B", root / "YuE2-Vae-legacy"
     write_vendor_folder(str(comfy), str(folder), vae_dir=str(legacy))
     config = json.loads((legacy / "config.json").read_text())
