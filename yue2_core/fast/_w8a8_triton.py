@@ -11,11 +11,14 @@ from ._decode_triton import _max_keep_nan, rot_rows
 def _bf16(x, GPU: tl.constexpr):
     # x fp32 → rounded to bf16 (to nearest, ties to even), returned as fp32. Triton's CPU interpreter (3.8) truncates
     # on a cast, so there the rounding is done on the bits (NaN kept)
+    # (if / else, never an early return: Triton's code generator goes on past a return inside a constexpr branch)
     if GPU:
-        return x.to(tl.bfloat16).to(tl.float32)
-    b = x.to(tl.uint32, bitcast=True)
-    r = ((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, r)
+        out = x.to(tl.bfloat16).to(tl.float32)
+    else:
+        b = x.to(tl.uint32, bitcast=True)
+        r = ((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+        out = tl.where(x != x, x, r)
+    return out
 
 
 @triton.jit
@@ -25,10 +28,12 @@ def _rotated(x, h, GPU: tl.constexpr, KRON: tl.constexpr, BM: tl.constexpr):
     # tensor cores in bf16 (exact products, fp32 sums); Triton's CPU interpreter multiplies bf16 tiles wrongly
     # (3.8), so there in fp32 (products of bf16 values and H's ±1/16 are exact in fp32 either way)
     if KRON:
-        return _bf16(rot_rows(x.to(tl.float32), BM), GPU)
-    if GPU:
-        return tl.dot(x, h).to(tl.bfloat16).to(tl.float32)
-    return _bf16(tl.dot(x.to(tl.float32), h.to(tl.float32)), GPU)
+        out = _bf16(rot_rows(x.to(tl.float32), BM), GPU)
+    elif GPU:
+        out = tl.dot(x, h).to(tl.bfloat16).to(tl.float32)
+    else:
+        out = _bf16(tl.dot(x.to(tl.float32), h.to(tl.float32)), GPU)
+    return out
 
 
 @triton.jit(do_not_specialize=["M"])
