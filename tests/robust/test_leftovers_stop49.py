@@ -6,8 +6,11 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
+import runpy
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -120,7 +123,9 @@ def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
         assert _inspect_other(str(stripped), dims)[0]["report"].startswith(f"warning: {note}\n"), "inspect's report"
         command = shlex.split(note.split("put the metadata back with ", 1)[1].split(" and load ", 1)[0])
         assert command[:2] == ["python", "-c"], command
-        exec(command[2], {})  # the command as a shell gives it to `python -c` (here: no second interpreter's start)
+        script = tmp_path / "put_back.py"  # the command as a shell gives it to `python -c`, run in this interpreter
+        script.write_text(command[2])  # (no second interpreter's start)
+        runpy.run_path(str(script), run_name="__main__")
         fixed = read_adapter(str(tmp_path / f"nar-{stripped.name}"), dims)
         assert {p.expert for p in fixed.patches} == {"nar"} and fixed.notes == [], fixed.notes
 
@@ -211,3 +216,31 @@ def test_no_room_for_the_claim_file_or_its_folder_is_said_before_any_work(tmp_pa
                                      "saved there"), exc.value
     monkeypatch.setattr(os, call, real)
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
+
+
+def _inputs():
+    """nodes/inputs.py alone (standard library only at import; the nodes package needs ComfyUI)."""
+    import importlib.util
+    from robust_helpers import REPO
+    spec = importlib.util.spec_from_file_location("yue2_node_inputs", REPO / "nodes" / "inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_continue_min_extra_seconds_between_auto_and_zero_is_refused():
+    """Node-inputs review (stop 49): Continue's `min_extra_seconds` −0.5 was taken as −1 (auto) without a word; the
+    node now reads it through `inputs.number(..., auto=-1)`, which refuses anything in (−1, 0), NaN and ±inf, keeps
+    −1 and turns −0.0 into 0.0."""
+    number = _inputs().number
+    auto = dict(auto=-1.0, auto_means="auto: min(extra_seconds, 8 s)")
+    for bad in (-0.5, -1e-9, float("nan"), float("inf"), "2", None, True):
+        with pytest.raises(ValueError, match=r"^min_extra_seconds must be a number in \[0, 983\.04\], or -1 "
+                                             r"\(auto: min\(extra_seconds, 8 s\)\); got "):
+            number("min_extra_seconds", bad, 0.0, 983.04, **auto)
+    assert number("min_extra_seconds", -1, 0.0, 983.04, **auto) == -1.0
+    zero = number("min_extra_seconds", -0.0, 0.0, 983.04, **auto)
+    assert zero == 0.0 and math.copysign(1.0, zero) == 1.0
+    assert number("min_extra_seconds", 2, 0.0, 983.04, **auto) == 2.0
+    source = (Path(__file__).resolve().parents[2] / "nodes" / "edit_nodes.py").read_text()
+    assert 'inputs.number("min_extra_seconds", min_extra_seconds, 0.0, MAX_EXTRA_SECONDS, auto=-1.0' in source

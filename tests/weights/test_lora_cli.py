@@ -446,6 +446,7 @@ def test_lora_and_vae_names_are_read_in_the_comfyui_models_folders(tmp_path, mon
     (comfy / "models" / "loras" / "styles" / "mine.safetensors").write_bytes(b"x")
     (tmp_path / "secret.safetensors").write_bytes(b"x")
     monkeypatch.setenv("COMFYUI_PATH", str(comfy))
+    monkeypatch.delenv("COMFYUI_DIR", raising=False)  # scripts/test.sh points it at the test host's ComfyUI
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
