@@ -1,0 +1,30 @@
+"""The W8A8 kernels (`fast._w8a8_triton`) compiled for an H100/H200 (sm_90) on the CPU, as Triton compiles them on the
+GPU: the interpreter tests run another path (`GPU`/`LIBDEVICE` false) and never meet the GPU branch's code. Found on
+the first GPU run (stop 49, one H100): the quantizer did not compile there — an early `return` inside a constexpr
+branch does not end a Triton function, so code past the H16·X·H16 branch's return (the dense product with a scalar H)
+was compiled too. Each compile takes a few seconds on one core."""
+import pytest
+
+triton = pytest.importorskip("triton")
+from test_pdl_ptx import _compiled  # noqa: E402  (tests/core/test_pdl_ptx.py: compile for sm_N without a GPU)
+
+
+def test_quantizer_compiles_for_sm90_with_the_default_rotation():
+    from yue2_core.fast import _w8a8_triton as k
+    types = dict(x_ptr="*bf16", h_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", M="i32", K="i32")
+    ptx = _compiled(k.quantize_kernel, types, dict(G=256, BM=32, LIBDEVICE=True, KRON=True),
+                    aligned=("x_ptr", "q_ptr", "K")).asm["ptx"]
+    assert "mma" in ptx  # H16·X·H16 on the tensor cores
+    assert "div.rn" in ptx and "div.full" not in ptx  # the IEEE division (libdevice.div_rn), never Triton's `/`
+    assert "cvt.rn.bf16" in ptx  # the hardware's round-to-nearest-even bf16 cast, not the interpreter's bit rounding
+
+
+def test_gemm_compiles_for_sm90_with_bias():
+    from yue2_core.fast import _w8a8_triton as k
+    types = dict(a_ptr="*i8", as_ptr="*fp32", b_ptr="*i8", bs_ptr="*fp32", bias_ptr="*bf16", c_ptr="*bf16",
+                 M="i32", N="i32", K="i32", MB="i32")
+    consts = dict(HAS_BIAS=True, BM=128, BN=128, BK=128, GROUP_M=8, GPU=True)
+    ptx = _compiled(k.gemm_kernel, types, consts, aligned=("a_ptr", "b_ptr", "c_ptr", "N", "K"),
+                    num_warps=8, num_stages=3).asm["ptx"]
+    assert "wgmma" in ptx and ".s8" in ptx  # int8 × int8 on Hopper's warpgroup tensor cores
+    assert "cvt.rn.bf16" in ptx
