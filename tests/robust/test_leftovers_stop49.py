@@ -130,11 +130,12 @@ def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
         assert {p.expert for p in fixed.patches} == {"nar"} and fixed.notes == [], fixed.notes
 
 
-def _records():
-    """nodes/records.py alone (it imports only torch and the standard library; the nodes package needs ComfyUI)."""
+def _node_module(name: str):
+    """nodes/<name>.py alone (records and inputs import only torch and the standard library; the nodes package
+    needs ComfyUI)."""
     import importlib.util
     from robust_helpers import REPO
-    spec = importlib.util.spec_from_file_location("yue2_node_records", REPO / "nodes" / "records.py")
+    spec = importlib.util.spec_from_file_location(f"yue2_node_{name}", REPO / "nodes" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -145,7 +146,7 @@ def test_save_song_sees_an_in_place_change_of_one_sample():
     a song (one value between two probed ones here) passed as YuE2's own decode, and Save Song recorded the edited
     audio as "decoded". The fingerprint now hashes every value (≈ 0.09 s for a 4-minute song)."""
     import torch
-    records = _records()
+    records = _node_module("records")
     wave = torch.randn(1, 2, 10 * 48_000, generator=torch.Generator().manual_seed(0))
     audio = {"waveform": wave, "sample_rate": 48_000, **records.stamp_audio(wave, None)}
     assert records.audio_of_latent(audio, None) is None
@@ -218,21 +219,11 @@ def test_no_room_for_the_claim_file_or_its_folder_is_said_before_any_work(tmp_pa
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
 
-def _inputs():
-    """nodes/inputs.py alone (standard library only at import; the nodes package needs ComfyUI)."""
-    import importlib.util
-    from robust_helpers import REPO
-    spec = importlib.util.spec_from_file_location("yue2_node_inputs", REPO / "nodes" / "inputs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_continue_min_extra_seconds_between_auto_and_zero_is_refused():
     """Node-inputs review (stop 49): Continue's `min_extra_seconds` −0.5 was taken as −1 (auto) without a word; the
     node now reads it through `inputs.number(..., auto=-1)`, which refuses anything in (−1, 0), NaN and ±inf, keeps
     −1 and turns −0.0 into 0.0."""
-    number = _inputs().number
+    number = _node_module("inputs").number
     auto = dict(auto=-1.0, auto_means="auto: min(extra_seconds, 8 s)")
     for bad in (-0.5, -1e-9, float("nan"), float("inf"), "2", None, True):
         with pytest.raises(ValueError, match=r"^min_extra_seconds must be a number in \[0, 983\.04\], or -1 "
