@@ -16,10 +16,7 @@ own checks, for values that reach `validate_inputs` / `execute` by any other way
 """
 from __future__ import annotations
 
-import logging
 import math
-
-log = logging.getLogger("ComfyUI-YuE2")
 
 
 def entry_name(input_name: str, value, what: str) -> str | None:
