@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -661,10 +662,43 @@ def check_file_size_limit(music_tokens: int, what: str, lower: str | None) -> No
                         f"{-(-largest // 1024):,}`){shorter}")
 
 
+def room_refused(folder: Path, nbytes: int) -> int | None:
+    """The errno (ENOSPC / EDQUOT) with which the file system refuses `nbytes` of room in `folder` for this user now,
+    else None: a hidden file there is given that room with Linux's fallocate(2) — metadata only, no data written —
+    and removed at once. It sees a used-up or small user / group / project quota, which the disk's free space
+    (statvfs) does not show (stop-49 leftover: a quota with some room, but less than the song, failed only at the
+    save). None also where it cannot be told: not Linux, a file system without fallocate (no emulation by writing
+    is tried), a folder this user cannot write in (the output checks say so)."""
+    import ctypes
+    import ctypes.util
+    if not sys.platform.startswith("linux") or nbytes <= 0:
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.restype = ctypes.c_int
+    try:
+        fd, name = tempfile.mkstemp(prefix=".yue2-room-", dir=folder)
+    except OSError as exc:
+        return exc.errno if exc.errno in FULL_ERRNOS else None
+    try:
+        failed = fallocate(fd, 0, 0, int(nbytes)) != 0
+        code = ctypes.get_errno() if failed else None
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    return code if code in FULL_ERRNOS else None
+
+
 def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str | None:
     """A note when the file system of `folder` (or of its nearest existing parent) has less free space than the
     songs of `music_tokens` may take (`song_bytes_bound`'s totals: an upper bound — FLAC of real music is smaller,
-    and a song may end before its budget), else None. Not a refusal: space changes while songs are computed, and a
+    and a song may end before its budget) — or when the disk has that space but this user's quota does not
+    (`room_refused`) —, else None. Not a refusal: space changes while songs are computed, and a
     full disk fails a song's save cleanly (`batch` then stops)."""
     if not music_tokens:
         return None
@@ -676,9 +710,17 @@ def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str |
     except OSError:
         return None
     need = sum(song_bytes_bound(t)[1] for t in music_tokens)
-    if free >= need:
-        return None
     songs = "the song" if len(music_tokens) == 1 else f"the {len(music_tokens)} songs"
+    if free >= need:
+        refused = room_refused(place, need)
+        if refused is None:
+            return None
+        quota = refused != errno.ENOSPC
+        return (f"{place} has {_mb(free)} free on its disk, but {'your disk quota' if quota else 'the file system'} "
+                f"there gave no room for {_mb(need)}, what {songs} may take at most (48 kHz stereo FLAC at its "
+                "length budget; real music compresses, and a song may end earlier): a save that meets the "
+                f"{'quota' if quota else 'limit'} fails after the song was computed — free space"
+                f"{' (`quota -s` shows the quota)' * quota}, or make shorter songs")
     return (f"{place} has {_mb(free)} free, and {songs} may take up to {_mb(need)} (48 kHz stereo FLAC at its "
             "length budget, at most; real music compresses, and a song may end earlier): a full disk fails a save "
             "after the song was computed — free space first, or make shorter songs")

@@ -730,3 +730,21 @@ def test_kohya_keys_are_named_as_the_file_spells_them(tmp_path, gen):
     ad = read_adapter(write(tmp_path / "ok.safetensors", t), TINY)
     assert [p.keys for p in ad.patches] == [(f"{k}.lora_down.weight", f"{k}.lora_up.weight")]
     assert ad.unmatched == [f"{k}.lora_mystery.weight"]
+
+
+def test_kohya_unet_keys_spelled_alike_go_to_the_nar_beside_te_keys(tmp_path, gen):
+    """Stop-49 leftover: a kohya file whose lora_unet_ keys name only o_proj / down_proj (spelled alike by both
+    experts) was refused even beside lora_te_ keys. Two prefixes are ComfyUI's split (te = the AR, unet = the NAR; a
+    vendor-model trainer writes one prefix), so those keys now go to the NAR; alone they are still refused."""
+    a, b = rnd(gen, 4, Q), rnd(gen, H, 4)
+    a2, b2 = rnd(gen, 4, F), rnd(gen, H, 4)
+    t = {"lora_unet_model_layers_1_self_attn_o_proj.lora_down.weight": a,
+         "lora_unet_model_layers_1_self_attn_o_proj.lora_up.weight": b,
+         "lora_te_model_layers_0_mlp_down_proj.lora_down.weight": a2,
+         "lora_te_model_layers_0_mlp_down_proj.lora_up.weight": b2}
+    ad = read_adapter(write(tmp_path / "two.safetensors", t), TINY)
+    got = dense(ad)
+    assert set(got) == {("nar", "model.layers.1.self_attn.o_proj"), ("ar", "model.layers.0.mlp.down_proj")}
+    assert torch.allclose(got[("nar", "model.layers.1.self_attn.o_proj")], b.double() @ a.double(), atol=1e-6)
+    unet_only = {k: v for k, v in t.items() if k.startswith("lora_unet_")}
+    raises(write(tmp_path / "one.safetensors", unet_only), "o_proj, down_proj", "diffusion_model.model.layers.N")

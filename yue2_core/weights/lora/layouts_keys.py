@@ -238,8 +238,10 @@ def kohya_names(keys) -> dict:
     (`text_encoders.`, ComfyUI's text-encoder side); `lora_unet_` in the vendor's names (split q/k/v/gate/up, or
     `nar_*` anywhere in the file) → the vendor rule (`nar_*` the NAR, the rest the AR); `lora_unet_` in Comfy's fused
     names (qkv_proj / gate_up_proj) → the NAR (`diffusion_model.`), as stock ComfyUI applies them.
-    Raises ValueError when the `lora_unet_` keys name only modules both models spell alike (o_proj, down_proj, norms)
-    — nothing says which expert they are for — and when two keys come to the same name (`lora_te_` and `lora_te1_`
+    `lora_unet_` keys that name only modules both models spell alike (o_proj, down_proj, norms) go to the NAR when the
+    file also has `lora_te_` keys (a two-prefix file is ComfyUI's split: a vendor-model trainer writes one prefix;
+    stop-49 leftover, such a file was refused). Raises ValueError when such keys stand alone — nothing says which
+    expert they are for — and when two keys come to the same name (`lora_te_` and `lora_te1_`
     of one module, or a kohya key and the same module's dotted key: diff review, stop 49, one of them was dropped
     without a word)."""
     found = {}
@@ -252,7 +254,8 @@ def kohya_names(keys) -> dict:
     vendor = any(".nar_" in d or d.rsplit(".", 1)[-1] in _SPLIT_LEAVES for d in unet)
     comfy = any(d.endswith(("qkv_proj", "gate_up_proj")) for d in unet)
     layered = [d for d in unet if d.startswith("model.layers.")]
-    if layered and not vendor and not comfy:
+    te = any(kind == "te" for (kind, _), _ in found.values())
+    if layered and not vendor and not comfy and not te:
         raise ValueError(f"its kohya-style lora_unet_ keys (e.g. {_kohya_example(found)}) name only modules that the "
                          "vendor model and ComfyUI spell alike (o_proj, down_proj, norms): ComfyUI reads lora_unet_ as "
                          "the NAR, the vendor's names as the AR, and nothing in the file says which expert it was "
