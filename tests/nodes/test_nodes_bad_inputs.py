@@ -152,6 +152,16 @@ def test_the_editor_refuses_an_invalid_score_with_its_line(comfy, abc, expected)
     assert node == "YuE2ABCEditor" and expected in message
 
 
+def test_the_editor_refuses_a_connected_abc_text_past_the_limit(comfy):
+    """Stop-49 leftover: a connected abc_text of 438 kB was checked for 5 s and passed on with 200 warnings (the
+    100 kB limit covered typed text only); it is now refused by its size, as typed text is."""
+    text = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC + "%" + "x" * 120_000 + "\n"}}
+    editor = {"class_type": "YuE2ABCEditor", "inputs": {"abc": "", "abc_text": ["1", 0]}}
+    node, _, message = _traceback_of(comfy, {"1": text, "2": editor, "3": preview(["2", 1])})
+    assert node == "YuE2ABCEditor" and "the connected abc_text is 120,1" in message, message
+    assert "at most 100,000 are accepted" in message, message
+
+
 def test_conflicting_score_inputs_are_refused(comfy, checkpoints):
     text = {"class_type": "PrimitiveString", "inputs": {"value": VALID_ABC}}
     editor = {"class_type": "YuE2ABCEditor", "inputs": {"abc": "", "abc_text": ["2", 0]}}
