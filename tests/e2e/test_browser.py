@@ -44,8 +44,11 @@ def browser_tools() -> dict:
 
 
 @pytest.fixture(scope="session")
-def browser_env(browser_tools, comfy_server) -> dict:
-    return dict(os.environ, **browser_tools, COMFY_URL=comfy_server.url)
+def browser_env(browser_tools, comfy_server, tmp_path_factory) -> dict:
+    """The scripts' environment for the session's server; YUE2_BROWSER_CACHE: chromium's disk cache, shared by the
+    scripts run against this server one after another (each still starts with a new profile: tests/e2e/lib.mjs)."""
+    return dict(os.environ, **browser_tools, COMFY_URL=comfy_server.url,
+                YUE2_BROWSER_CACHE=str(tmp_path_factory.mktemp("browser-cache")))
 
 
 def run_node(args: list, env: dict) -> subprocess.CompletedProcess:
