@@ -39,13 +39,14 @@ async function reload(page, editorId, { text, source, changed }) {
         };
         [localStorage, sessionStorage].forEach((store) => Object.keys(store).forEach((key) => collect(store.getItem(key), 0)));
         return graphs.some((graph) => {
-            const node = graph?.nodes?.find?.((n) => n.id === id);
+            const node = graph?.nodes?.find?.((n) => String(n.id) === String(id)); // 1.58: "1" here, 1 stored
             return node && Object.values(node.widgets_values || {}).includes(text) && node.properties?.yue2_composer_abc === source
                 && (node.properties?.yue2_composer_abc_changed === true) === changed;
         });
     }, { id: editorId, text, source, changed }, { timeout: 10000, polling: 100 }).catch(() => {
-        // Frontend 1.58 writes its workflow draft when the page is left, not while it is open: reload anyway; the
-        // checks after the reload decide whether the edit survived.
+        // A frontend that wrote its draft only when the page is left would never show it here: reload anyway; the
+        // checks after the reload decide whether the edit survived. (1.58 writes it within a second; this wait timed
+        // out there only while the node ids were compared as 1 === "1", 10 s per reload.)
         log("the editor state was not found in the page's storage before the reload; reloading anyway");
     });
     await page.reload();

@@ -7,7 +7,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { ARTIFACTS, withComfy, assert, log } from "./lib.mjs";
-import { corpus, editorState, editorText, pasteText, setUpGraph, showNode, waitAnalyzed } from "./editor_lib.mjs";
+import { corpus, editorState, editorText, pasteLarge, setUpGraph, showNode, waitAnalyzed } from "./editor_lib.mjs";
 
 const song = corpus("song.abc");
 const filler = Array.from({ length: 1400 }, (_, i) => `% filler line ${String(i).padStart(5, "0")} ${"-".repeat(40)}`);
@@ -16,7 +16,7 @@ const big = `${song}${filler.join("\n")}\n`;
 await withComfy("editor-typing", async ({ page, pageErrors }) => {
     const { editorId } = await setUpGraph(page, { preferShipped: false });
     await showNode(page, editorId);
-    let state = await pasteText(page, big);
+    let state = await pasteLarge(page, big);
     assert(state.errors === "0", `the large score is valid: ${state.errors} errors`);
     log(`score of ${big.length} characters, ${big.split("\n").length} lines`);
 

@@ -44,8 +44,11 @@ def browser_tools() -> dict:
 
 
 @pytest.fixture(scope="session")
-def browser_env(browser_tools, comfy_server) -> dict:
-    return dict(os.environ, **browser_tools, COMFY_URL=comfy_server.url)
+def browser_env(browser_tools, comfy_server, tmp_path_factory) -> dict:
+    """The scripts' environment for the session's server; YUE2_BROWSER_CACHE: chromium's disk cache, shared by the
+    scripts run against this server one after another (each still starts with a new profile: tests/e2e/lib.mjs)."""
+    return dict(os.environ, **browser_tools, COMFY_URL=comfy_server.url,
+                YUE2_BROWSER_CACHE=str(tmp_path_factory.mktemp("browser-cache")))
 
 
 def run_node(args: list, env: dict) -> subprocess.CompletedProcess:
@@ -66,12 +69,25 @@ def test_browser_script(script, browser_env):
     run_node([script], browser_env)
 
 
-@pytest.mark.parametrize("name", ["core_strings", "core_subgraph"])
-def test_ui_to_api_matches_frontend(name, browser_env, comfy_server, tmp_path):
+UI_TO_API = ["core_strings", "core_subgraph"]
+
+
+@pytest.fixture(scope="module")
+def frontend_prompts(browser_env, tmp_path_factory) -> dict:
+    """{name: {"missing", "output"}}: what the real frontend sends to /prompt for each workflow of UI_TO_API. One
+    browser session loads them one after another (graph_to_prompt.mjs): a browser start per workflow cost ~7 s."""
+    out = tmp_path_factory.mktemp("frontend-prompts")
+    args = [E2E / "graph_to_prompt.mjs"]
+    for name in UI_TO_API:
+        args += [WORKFLOWS / f"{name}.json", out / f"{name}.json"]
+    run_node(args, browser_env)
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in UI_TO_API}
+
+
+@pytest.mark.parametrize("name", UI_TO_API)
+def test_ui_to_api_matches_frontend(name, frontend_prompts, comfy_server):
     workflow_path = WORKFLOWS / f"{name}.json"
-    out = tmp_path / "frontend_prompt.json"
-    run_node([E2E / "graph_to_prompt.mjs", workflow_path, out], browser_env)
-    frontend = json.loads(out.read_text())
+    frontend = frontend_prompts[name]
     assert frontend["missing"] == []
 
     object_info = ComfyClient(comfy_server.url).object_info()
