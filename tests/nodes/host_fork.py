@@ -80,6 +80,7 @@ for _line in sys.stdin:
         _child(_request)
     print("PID %d" % _pid, flush=True)
     print("RC %d" % os.waitstatus_to_exitcode(os.waitpid(_pid, 0)[1]), flush=True)
+os._exit(0)  # stdin closed: the session is over (tearing down torch and ComfyUI took seconds)
 '''
 
 

@@ -45,7 +45,9 @@ model = loader.YuE2CheckpointLoader.execute(name).args[0]
 model.load(("ar",), 0)
 thread = model.root._prefetch_thread
 out["thread"] = None if thread is None else thread.name
-time.sleep(0.2)  # the background thread is inside load_nar, held by the gate
+until = time.monotonic() + 30
+while ("nar", "yue2-prefetch") not in built and time.monotonic() < until:  # the background thread enters load_nar,
+    time.sleep(0.01)  # where the gate holds it
 waited = {}
 
 
@@ -248,7 +250,9 @@ ym.reads_ahead = lambda device: True
 name = os.listdir(ckpts)[0]
 model = loader.YuE2CheckpointLoader.execute(name).args[0]
 model.prefetch(("nar",))
-time.sleep(0.2)  # the thread is inside load_nar, holding the root's build lock
+until = time.monotonic() + 30
+while not reads and time.monotonic() < until:  # the thread enters load_nar, holding the root's build lock
+    time.sleep(0.01)
 mm.interrupt_current_processing(True)  # the user presses Cancel while the Renderer waits for the NAR
 t = time.perf_counter()
 try:
