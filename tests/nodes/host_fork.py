@@ -6,9 +6,11 @@ preamble: its own copy of every module, so whatever a harness patches (`ym.load_
 interrupt flag, gc) ends with it; the checkpoints folder, sys.argv and the environment (this process's, without
 YUE2_* but YUE2_TEST_CACHE, with YUE2_WARMUP=0, as `run_in_host` gives) are set for the call before the code runs.
 
-The host forks only while it runs a single thread (/proc/self/task): a second native thread (an OpenMP pool, a
-Python thread) would be missing in the child and could leave a lock held. Otherwise — and when the host python cannot
-start — the harness runs in a fresh process (`run_in_host`), as before: slower, never different.
+The host forks only while it runs a single thread (/proc/self/task): a second native thread (a BLAS or OpenMP pool,
+a Python thread) would be missing in the child and could leave a lock held. With OMP_NUM_THREADS=1 (scripts/test.sh
+sets it for its workers on a 2-core machine) the host has one; without it the BLAS libraries start their threads at
+import. Then — and when the host python cannot start — each harness runs in a fresh process (`run_in_host`), as
+before: slower, never different.
 
   fork = HostFork(comfy_host, repo, folder); fork.run(code, checkpoints) -> dict   (as run_in_host returns it)
 """
@@ -25,9 +27,10 @@ from pathlib import Path
 from pack_in_host import PREAMBLE, run_in_host
 
 SERVER = PREAMBLE + r'''
-import threading
+_HARNESS_GLOBALS = dict(globals())  # what a harness finds after the preamble, as in `python -c PREAMBLE + code`
+import atexit as _atexit
+import threading as _threading
 import traceback as _traceback
-_HARNESS_GLOBALS = dict(globals())
 
 
 def _native_threads():
@@ -52,16 +55,17 @@ def _child(request):
     code = 0
     try:
         eval(compile(request["code"], "<harness>", "exec"), scope)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:  # as the interpreter reads it: None is 0, a number itself, anything else 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
     except BaseException:
         _traceback.print_exc()
         code = 1
     # what the end of a script does that matters here (non-daemon threads joined, atexit handlers, buffers
     # flushed), without tearing down every module the host loaded: that took seconds, for nothing
-    import atexit
-    threading._shutdown()
-    atexit._run_exitfuncs()
+    _threading._shutdown()
+    _atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
