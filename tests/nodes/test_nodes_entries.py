@@ -12,11 +12,6 @@ checkpoints, vae and output folders, which the session's server shares with ever
   Pick Take); an AUDIO decoded by another checkpoint's VAE is named against the latent's checkpoint."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from pack_in_host import run_in_host
-
-REPO = Path(__file__).resolve().parents[2]
 
 HARNESS = r'''
 import torch
@@ -84,10 +79,10 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def test_odd_folder_entries_and_render_records(comfy_host, tmp_path):
+def test_odd_folder_entries_and_render_records(in_host, tmp_path):
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    out = run_in_host(HARNESS, comfy_host, REPO, ckpts)
+    out = in_host(HARNESS, ckpts)
     assert out["listed"] == ["fifo.safetensors", "loop.safetensors"]  # ComfyUI lists both
     assert out["loader fifo"].startswith(f"ValueError: YuE2 checkpoint 'fifo.safetensors' in {ckpts} is a FIFO "
                                          "(named pipe), not a file"), out["loader fifo"]
@@ -145,13 +140,13 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def test_editor_records_subgraph_nodes_line_ends_and_cached_runs(comfy_host, tmp_path):
+def test_editor_records_subgraph_nodes_line_ends_and_cached_runs(in_host, tmp_path):
     """The editor's server side (editor review, stop 39): a node inside a subgraph ("5:3") is found through the
     workflow's subgraph definitions, so the run follows the same rule as the widget; line ends do not make an
     unedited box read as edited; the last connected score per (workflow, node) is kept for the widget of a run answered
     from the cache (route /yue2/abc/last_source, bounded); errors in a connected score are said to be there."""
     (tmp_path / "checkpoints").mkdir()
-    out = run_in_host(EDITOR_HARNESS, comfy_host, REPO, tmp_path / "checkpoints")
+    out = in_host(EDITOR_HARNESS, tmp_path / "checkpoints")
     assert out["inner"] is True and out["top"] is True and out["missing"] == [None, None, None]
     assert out["stale in a subgraph"] is True  # was False: the record was not found, the box kept
     assert out["crlf"] is True and out["same modulo line ends"] is False

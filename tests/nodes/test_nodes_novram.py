@@ -11,12 +11,7 @@ loaded bytes against the model's size, before and after. The GPU machine's check
 tests/nodes/gpu_nodes_check.py --novram."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from nodes_testlib import TINY
-from pack_in_host import run_in_host
-
-REPO = Path(__file__).resolve().parents[2]
 
 HARNESS = r'''
 import torch
@@ -69,12 +64,12 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def test_novram_loads_each_part_whole(comfy_host, tmp_path):
+def test_novram_loads_each_part_whole(in_host, tmp_path):
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
     from synthetic_cache import synthetic_copy
     synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
-    out = run_in_host(HARNESS, comfy_host, REPO, ckpts)
+    out = in_host(HARNESS, ckpts)
     loaded, size = out["comfy alone"]
     assert size > 0 and loaded < size, f"ComfyUI now loads whole under --novram ({out}); load_whole may be dropped"
     assert out["finished"] == [size, size] and out["again"] == size

@@ -10,12 +10,7 @@ waits for a part being built instead of reading it again, and that a failure of 
 stage that needs the part as that stage's own error."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from nodes_testlib import TINY
-from pack_in_host import run_in_host
-
-REPO = Path(__file__).resolve().parents[2]
 
 HARNESS = r'''
 import threading, time
@@ -50,7 +45,9 @@ model = loader.YuE2CheckpointLoader.execute(name).args[0]
 model.load(("ar",), 0)
 thread = model.root._prefetch_thread
 out["thread"] = None if thread is None else thread.name
-time.sleep(0.2)  # the background thread is inside load_nar, held by the gate
+until = time.monotonic() + 30
+while ("nar", "yue2-prefetch") not in built and time.monotonic() < until:  # the background thread enters load_nar,
+    time.sleep(0.01)  # where the gate holds it
 waited = {}
 
 
@@ -94,12 +91,12 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def test_later_parts_are_read_in_the_background_and_waited_for(comfy_host, tmp_path):
+def test_later_parts_are_read_in_the_background_and_waited_for(in_host, tmp_path):
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
     from synthetic_cache import synthetic_copy
     synthetic_copy(str(ckpts / TINY), "tiny", "int8")
-    out = run_in_host(HARNESS, comfy_host, REPO, ckpts)
+    out = in_host(HARNESS, ckpts)
     assert out["thread"] == "yue2-prefetch", out
     # the AR by the stage itself, the NAR and the VAE once each, by the background thread
     assert out["built"] == [["ar", "MainThread"], ["nar", "yue2-prefetch"], ["vae", "yue2-prefetch"]], out
@@ -132,7 +129,7 @@ print("RESULT " + json.dumps({"alive": [[r() is not None for r in pair] for pair
 '''
 
 
-def test_a_root_nothing_uses_is_freed_at_once(comfy_host, tmp_path):
+def test_a_root_nothing_uses_is_freed_at_once(in_host, tmp_path):
     """A root the graph no longer uses (each new Checkpoint Loader run makes one) must free its parts — ComfyUI
     holds them only weakly — as soon as the last reference goes, not at the next full garbage collection: the root
     referred to itself (`root = self`), and once the background read kept roots alive a little longer they reached
@@ -142,7 +139,7 @@ def test_a_root_nothing_uses_is_freed_at_once(comfy_host, tmp_path):
     ckpts.mkdir()
     from synthetic_cache import synthetic_copy
     synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
-    out = run_in_host(FREED, comfy_host, REPO, ckpts)
+    out = in_host(FREED, ckpts)
     assert out["alive"] == [[False, False], [False, False]], out
 
 
@@ -189,7 +186,7 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def test_the_background_read_makes_no_device_call_during_a_graph_capture(comfy_host, tmp_path):
+def test_the_background_read_makes_no_device_call_during_a_graph_capture(in_host, tmp_path):
     """Every graph capture holds `fast.decode.CAPTURE_LOCK`; in mode "global" (the Composer's first bucket of each
     phase, the Renderer's NAR captures) another thread's cudaMalloc, copy or sync invalidates it. The background
     read syncs the side stream only under that lock, and reads a part straight onto a device (an offload device
@@ -198,7 +195,7 @@ def test_the_background_read_makes_no_device_call_during_a_graph_capture(comfy_h
     ckpts.mkdir()
     from synthetic_cache import synthetic_copy
     synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
-    out = run_in_host(CAPTURE, comfy_host, REPO, ckpts)
+    out = in_host(CAPTURE, ckpts)
     done = {"built": True, "synced_under_lock": [True]}
     assert out["cpu"] == {"read_during": 1, "syncs_during": 0, **done}, out
     assert out["meta"] == {"read_during": 0, "syncs_during": 0, **done}, out
@@ -218,14 +215,14 @@ print("RESULT " + json.dumps(timers))
 '''
 
 
-def test_cold_script_times_the_background_read_apart_from_the_song(comfy_host, tmp_path):
+def test_cold_script_times_the_background_read_apart_from_the_song(in_host, tmp_path):
     """tests/nodes/gpu_nodes_cold.py splits a song's loading by step; the background read's own `patcher` calls are
     off the song's path and must not count in its `patcher` seconds (a part of `load`), as they did (review 43)."""
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
     from synthetic_cache import synthetic_copy
     synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
-    out = run_in_host(TIMERS, comfy_host, REPO, ckpts)
+    out = in_host(TIMERS, ckpts)
     assert "patcher@yue2-prefetch" in out and "load_nar@yue2-prefetch" in out, out
     assert out["patcher"] <= out["load"], out
     assert out["patcher@yue2-prefetch"] >= out["load_nar@yue2-prefetch"], out
@@ -253,7 +250,9 @@ ym.reads_ahead = lambda device: True
 name = os.listdir(ckpts)[0]
 model = loader.YuE2CheckpointLoader.execute(name).args[0]
 model.prefetch(("nar",))
-time.sleep(0.2)  # the thread is inside load_nar, holding the root's build lock
+until = time.monotonic() + 30
+while not reads and time.monotonic() < until:  # the thread enters load_nar, holding the root's build lock
+    time.sleep(0.01)
 mm.interrupt_current_processing(True)  # the user presses Cancel while the Renderer waits for the NAR
 t = time.perf_counter()
 try:
@@ -271,7 +270,7 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def test_cancel_ends_a_stage_waiting_for_the_background_read(comfy_host, tmp_path):
+def test_cancel_ends_a_stage_waiting_for_the_background_read(in_host, tmp_path):
     """A stage whose part the background thread is still reading waited for it even after Cancel (≤ ≈ 3 s on the
     full-size file; review 43): `patcher` now polls ComfyUI's interrupt flag while it waits, raises
     InterruptProcessingException at once, and the part the thread finishes is there for the next run."""
@@ -279,7 +278,7 @@ def test_cancel_ends_a_stage_waiting_for_the_background_read(comfy_host, tmp_pat
     ckpts.mkdir()
     from synthetic_cache import synthetic_copy
     synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
-    out = run_in_host(CANCEL, comfy_host, REPO, ckpts)
+    out = in_host(CANCEL, ckpts)
     assert out["raised"] == "InterruptProcessingException", out
     assert out["seconds"] < 5, out  # the held read lasts 30 s: the wait ended by the Cancel, not by the read
     assert out["flag_cleared"] and out["next_run_same"], out

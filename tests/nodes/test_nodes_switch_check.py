@@ -4,16 +4,7 @@ never refused). Run in the installed host's python with the pack loaded as Comfy
 the session has one environment for all tests."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
-
-from pack_in_host import PREAMBLE
-
-REPO = Path(__file__).resolve().parents[2]
-
-HARNESS = PREAMBLE + r'''
+HARNESS = r'''
 import logging
 from yue2_nodes.loader import YuE2CheckpointLoader
 from yue2_nodes.composer import YuE2Composer
@@ -39,18 +30,12 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def test_nodes_refuse_a_bad_switch_before_work(comfy_host, tmp_path):
-    from yue2_core.weights.synthetic import write_synthetic_checkpoint
-    comfy_dir, python = comfy_host
+def test_nodes_refuse_a_bad_switch_before_work(in_host, tmp_path):
+    from synthetic_cache import synthetic_copy
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    write_synthetic_checkpoint(str(ckpts / "micro.safetensors"), "micro", "bf16")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("YUE2_") or k in ("YUE2_TEST_CACHE",)}
-    run = subprocess.run([python, "-c", HARNESS, str(comfy_dir), str(REPO), str(ckpts)], capture_output=True,
-                         text=True, env={**env, "YUE2_WARMUP": "0"}, timeout=300)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    synthetic_copy(str(ckpts / "micro.safetensors"), "micro", "bf16")
+    out = in_host(HARNESS, ckpts)
     for label in ("loader", "composer"):
         assert out[f"YUE2_NAR_ATTN {label}"].startswith("ValueError: the environment variable YUE2_NAR_ATTN"), out
         assert out[f"YUE2_L2_PREFETCH {label}"].startswith(

@@ -4,11 +4,6 @@ a Composer with a connected score, which writes no lead sheet). Run in the insta
 loaded as ComfyUI loads it, no server (the note is built before any work)."""
 from __future__ import annotations
 
-from pathlib import Path
-from pack_in_host import run_in_host
-
-REPO = Path(__file__).resolve().parents[2]
-
 HARNESS = r'''
 from types import SimpleNamespace
 from yue2_nodes.composer import _synthetic_note
@@ -28,9 +23,9 @@ HEAD = ("synthetic (random) weights never end a lead sheet or the music on their
         "to its budget: ")
 
 
-def test_the_synthetic_note_advises_only_budgets_a_quick_try_lowers(comfy_host, tmp_path):
+def test_the_synthetic_note_advises_only_budgets_a_quick_try_lowers(in_host, tmp_path):
     (tmp_path / "checkpoints").mkdir()
-    out = run_in_host(HARNESS, comfy_host, REPO, tmp_path / "checkpoints")
+    out = in_host(HARNESS, tmp_path / "checkpoints")
     assert out["workflow as shipped"] == [
         HEAD + "the lead sheet to 4096 tokens (`max_abc_tokens`) and the music to 3000 tokens (`max_seconds`); for a "
         "quick try lower max_abc_tokens (≈ 64) and max_seconds (≈ 10)"]
