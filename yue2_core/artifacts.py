@@ -662,35 +662,65 @@ def check_file_size_limit(music_tokens: int, what: str, lower: str | None) -> No
                         f"{-(-largest // 1024):,}`){shorter}")
 
 
+def _fs_type(folder: Path) -> str | None:
+    """The file-system type ("ext4", "tmpfs" …) of the mount that holds `folder`, from /proc/self/mountinfo (the line
+    whose major:minor is the folder's st_dev), or None where it cannot be told (not Linux, no /proc, no match)."""
+    try:
+        dev = os.stat(folder).st_dev
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == want and " - " in line:
+            return line.split(" - ", 1)[1].split()[0]
+    return None
+
+
+# file systems whose fallocate(2) takes memory, page by page (review 50: a 1 GB probe on tmpfs took 1 GB of RAM for
+# 0.4 s — the model's RAM, or an OOM kill; their room is their size, which statvfs shows)
+_MEMORY_FS = ("tmpfs", "ramfs", "devtmpfs", "hugetlbfs")
+
+
 def room_refused(folder: Path, nbytes: int) -> int | None:
     """The errno (ENOSPC / EDQUOT) with which the file system refuses `nbytes` of room in `folder` for this user now,
-    else None: a hidden file there is given that room with Linux's fallocate(2) — metadata only, no data written —
-    and removed at once. It sees a used-up or small user / group / project quota, which the disk's free space
-    (statvfs) does not show (stop-49 leftover: a quota with some room, but less than the song, failed only at the
-    save). None also where it cannot be told: not Linux, a file system without fallocate (no emulation by writing
-    is tried), a folder this user cannot write in (the output checks say so)."""
+    else None: a nameless file there (O_TMPFILE; else a hidden one, unlinked before any room is asked) is given that
+    room with Linux's fallocate(2) — metadata only, no data written — and closed at once, so nothing is left even if
+    the process is killed meanwhile (review 50: the named file outlived a kill during the fallocate, holding the
+    room). It sees a used-up or small user / group / project quota, which the disk's free space (statvfs) does not
+    show (stop-49 leftover: a quota with some room, but less than the song, failed only at the save). None also where
+    it cannot be told: not Linux, a file system without fallocate (no emulation by writing is tried), a memory-backed
+    one (tmpfs: fallocate takes RAM — review 50), a folder this user cannot write in (the output checks say so)."""
     import ctypes
-    import ctypes.util
-    if not sys.platform.startswith("linux") or nbytes <= 0:
+    if not sys.platform.startswith("linux") or not 0 < nbytes < 1 << 63 or _fs_type(folder) in _MEMORY_FS:
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fallocate = libc.fallocate
+    try:  # the process's own symbols hold libc's (find_library ran `ldconfig -p`: 20 ms a call)
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
     except (OSError, AttributeError):
         return None
-    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]  # off_t: 64-bit on 64-bit Linux
     fallocate.restype = ctypes.c_int
     try:
-        fd, name = tempfile.mkstemp(prefix=".yue2-room-", dir=folder)
+        fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600)
     except OSError as exc:
-        return exc.errno if exc.errno in FULL_ERRNOS else None
+        if exc.errno in FULL_ERRNOS:
+            return exc.errno
+        try:  # no O_TMPFILE here (NFS, FAT, older kernels): a named file, unlinked at once
+            fd, name = tempfile.mkstemp(prefix=".yue2-room-", dir=folder)
+        except OSError as exc2:
+            return exc2.errno if exc2.errno in FULL_ERRNOS else None
+        try:
+            os.unlink(name)
+        except OSError:
+            os.close(fd)
+            return None
     try:
         failed = fallocate(fd, 0, 0, int(nbytes)) != 0
         code = ctypes.get_errno() if failed else None
     finally:
         os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name)
     return code if code in FULL_ERRNOS else None
 
 

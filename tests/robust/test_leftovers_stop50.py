@@ -16,25 +16,89 @@ import yue2_core.artifacts as artifacts
 from yue2_core.artifacts import free_space_note, room_refused, song_bytes_bound
 
 
+def _mount(mnt, *args) -> None:
+    mnt.mkdir()
+    done = subprocess.run(["mount", *args, str(mnt)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount {args} here: {done.stderr.decode(errors='replace').strip()}")
+
+
 @pytest.fixture
 def small_fs(tmp_path):
-    """A real 1 MiB tmpfs (needs the right to mount, as CI's root has); unmounted afterwards."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    """A real 8 MiB ext4 in a loop-mounted image (needs mkfs.ext4 and the right to mount, as CI's root has);
+    unmounted afterwards. (Review 50: the probe skips tmpfs, whose fallocate takes RAM.)"""
+    image, mnt = tmp_path / "small.img", tmp_path / "small"
+    with open(image, "wb") as f:
+        f.truncate(8 << 20)
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", str(image)], capture_output=True)
+    if made.returncode:
+        pytest.skip(f"cannot make an ext4 image here: {made.stderr.decode(errors='replace').strip()}")
+    _mount(mnt, "-o", "loop", str(image))
     yield mnt
     subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 1 MiB tmpfs; unmounted afterwards."""
+    mnt = tmp_path / "tmpfs"
+    _mount(mnt, "-t", "tmpfs", "-o", "size=1m", "tmpfs")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def _entries(folder) -> list[str]:
+    return sorted(set(os.listdir(folder)) - {"lost+found"})
 
 
 def test_room_refused_asks_the_file_system_itself(small_fs, tmp_path):
     """fallocate(2) on a real small file system: more than it holds is refused with ENOSPC, less is given; the
     probe's file is gone either way."""
-    assert room_refused(small_fs, 4 << 20) == errno.ENOSPC
+    assert room_refused(small_fs, 64 << 20) == errno.ENOSPC
     assert room_refused(small_fs, 64 << 10) is None
     assert room_refused(tmp_path, 8 << 20) is None
-    assert os.listdir(small_fs) == [] and sorted(os.listdir(tmp_path)) == ["small"]
+    assert _entries(small_fs) == [] and sorted(os.listdir(tmp_path)) == ["small", "small.img"]
+
+
+def test_the_probe_leaves_no_file_even_when_interrupted(small_fs, monkeypatch):
+    """Review 50: the probe's hidden file had its name while fallocate(2) gave it the room, so a kill then (or a
+    Ctrl-C just before its removal) left a file holding the song's room. Now it is nameless (O_TMPFILE) or unlinked
+    before the room is asked, on both paths: a Ctrl-C during the fallocate leaves nothing."""
+    import ctypes
+    seen = []
+
+    class Libc:
+        def __init__(self, *args, **kwargs):
+            def fallocate(fd, mode, offset, length):
+                seen.append((_entries(small_fs), os.fstat(fd).st_nlink))
+                raise KeyboardInterrupt
+            self.fallocate = fallocate
+
+    monkeypatch.setattr(ctypes, "CDLL", Libc)
+    with pytest.raises(KeyboardInterrupt):
+        room_refused(small_fs, 1 << 20)
+    real_open = os.open
+
+    def no_tmpfile(path, flags, *args, **kwargs):  # a file system without O_TMPFILE (NFS, FAT)
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_tmpfile)
+    with pytest.raises(KeyboardInterrupt):
+        room_refused(small_fs, 1 << 20)
+    monkeypatch.undo()
+    assert seen == [([], 0), ([], 0)] and _entries(small_fs) == []
+
+
+def test_no_probe_on_a_memory_file_system(small_tmpfs, monkeypatch):
+    """Review 50: on tmpfs fallocate(2) takes memory, page by page (1 GB of RAM for 0.4 s; the note of a batch on a
+    big /tmp would have taken tens of GB — the model's RAM, or an OOM kill). Its room is its size, which statvfs
+    shows: no probe there (more than the 1 MiB it holds is not refused by the probe), the free-space note still."""
+    assert artifacts._fs_type(small_tmpfs) == "tmpfs"
+    assert room_refused(small_tmpfs, 4 << 20) is None and os.listdir(small_tmpfs) == []
+    note = free_space_note(small_tmpfs, [750])
+    assert note is not None and note.startswith(f"{small_tmpfs} has 1.0 MB free, and the song may take up to"), note
 
 
 def test_a_quota_smaller_than_the_song_is_noted_before_any_work(small_fs, monkeypatch):
@@ -46,7 +110,7 @@ def test_a_quota_smaller_than_the_song_is_noted_before_any_work(small_fs, monkey
     need = song_bytes_bound(750)[1]
     note = free_space_note(small_fs, [750])
     assert note is not None and f"but the file system there gave no room for {need / 1e6:,.1f} MB" in note, note
-    assert os.listdir(small_fs) == []
+    assert _entries(small_fs) == []
     assert free_space_note(small_fs.parent, [750]) is None  # room there: nothing to say
 
 
