@@ -191,3 +191,83 @@ def proc_stat(*cores) -> str:
     lines += [f"cpu{n} {b} 0 0 {i} 0 0 0 0 0 0" for n, (b, i) in enumerate(cores)]
     return "\n".join(lines + ["intr 1 2 3", "ctxt 5"]) + "\n"
 
+
+
+class Forked:
+    """A child process of this one (`os.fork`) that runs `body(child)` and exits (status 0, or 1 with the traceback
+    sent up as its last line). For a second process that needs what this one already imported — yue2_core, torch:
+    a fresh `python -c` spends 2–4 s importing them — and not a fresh interpreter. Two pipes join them:
+    `child.say(text)` sends a line up, which `readline()` here returns; `child.readline()` returns what `send(text)`
+    here sent down, '' once `close()` closed the way down (or this process ended). The child closes, first thing,
+    the pipes of the `Forked` made before it (so that their `close()` is seen by their own child alone)."""
+
+    _open: list = []  # the pipe ends this process holds, of every Forked still open
+
+    def __init__(self, body):
+        import traceback
+        import warnings
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+        with warnings.catch_warnings():  # Python ≥ 3.12 warns of fork() in a process with threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller (os._exit)
+            status = 1
+            try:
+                for fd in Forked._open + [up_r, down_w]:
+                    os.close(fd)
+                self.pid = None  # the child's side
+                self._up, self._down = os.fdopen(up_w, "w", buffering=1), os.fdopen(down_r, "r")
+                body(self)
+                status = 0
+            except BaseException:
+                try:
+                    self.say("Traceback: " + traceback.format_exc().replace("\n", " | "))
+                except BaseException:
+                    pass
+            finally:
+                os._exit(status)
+        os.close(up_w)
+        os.close(down_r)
+        self.pid = pid
+        self._fds = [up_r, down_w]
+        Forked._open.extend(self._fds)
+        self._up, self._down = os.fdopen(up_r, "r"), os.fdopen(down_w, "w", buffering=1)
+
+    def say(self, text: str) -> None:  # in the child
+        self._up.write(text + "\n")
+
+    def readline(self) -> str:
+        """Here: the next line the child said ('' once it ended). In the child: the next line sent down."""
+        return (self._down if self.pid is None else self._up).readline().rstrip("\n")
+
+    def send(self, text: str) -> None:  # in the parent
+        self._down.write(text + "\n")
+
+    def close(self) -> None:
+        """Close the way down (the child's `readline()` then returns '')."""
+        if not self._down.closed:
+            self._down.close()
+
+    def end(self, timeout: float = 60.0, kill: bool = False) -> int:
+        """Close both pipes (after SIGKILL with `kill`), wait for the child (killed after `timeout` s): its status."""
+        import signal
+        import time
+        self.close()
+        if kill:
+            os.kill(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                _, status = os.waitpid(self.pid, 0)
+                break
+            time.sleep(0.01)
+        self._up.close()
+        for fd in self._fds:
+            if fd in Forked._open:
+                Forked._open.remove(fd)
+        return os.waitstatus_to_exitcode(status)
