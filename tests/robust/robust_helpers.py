@@ -136,17 +136,20 @@ def run_cli(*args, cwd=None, timeout: int = 240, extra_env: dict | None = None) 
                           capture_output=True, text=True, timeout=timeout)
 
 
-def cli_inprocess(monkeypatch, capsys, *args) -> subprocess.CompletedProcess:
-    """`run_cli(*args)` — its environment (no YUE2_CHECKPOINT/COMFYUI_DIR/COMFYUI_PATH, HF_HUB_OFFLINE=1) and
-    working folder — but `main(args)` in this process, as a CompletedProcess for `assert_cli_error`. For the further
-    inputs of a test whose first input ran as a real subprocess (saves a torch import per input, 2–4 s); an exception
-    main() does not turn into an exit status fails the test, as the traceback on stderr would."""
+def cli_inprocess(monkeypatch, capsys, *args, cwd=None, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    """`run_cli(*args, cwd=cwd, extra_env=extra_env)` — its environment (no YUE2_CHECKPOINT/COMFYUI_DIR/COMFYUI_PATH,
+    HF_HUB_OFFLINE=1, `extra_env` added) and working folder — but `main(args)` in this process, as a CompletedProcess
+    for `assert_cli_error`. For the further inputs of a test whose first input ran as a real subprocess (saves a torch
+    import per input, 2–4 s); an exception main() does not turn into an exit status fails the test, as the traceback
+    on stderr would."""
     from yue2_core.__main__ import main
     with monkeypatch.context() as m:
         for name in ("YUE2_CHECKPOINT", "COMFYUI_PATH", "COMFYUI_DIR"):
             m.delenv(name, raising=False)
         m.setenv("HF_HUB_OFFLINE", "1")
-        m.chdir(REPO)
+        for name, value in (extra_env or {}).items():
+            m.setenv(name, value)
+        m.chdir(cwd or REPO)
         capsys.readouterr()
         try:
             rc = main([str(a) for a in args])
