@@ -11,9 +11,17 @@ from pathlib import Path
 import pytest
 
 from robust_helpers import REPO, assert_cli_error, cli_inprocess, copy, make_song, run_cli, snapshot
+from synthetic_cache import tokenizers_built_once
 from yue2_core.artifacts import save_song
 
 NO_CKPT = "/nonexistent/yue2.safetensors"  # reaching the checkpoint would print "checkpoint not found"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_tokenizer():
+    """The in-process loads of the tiny model parse its embedded tokenizer once (`tokenizers_built_once`)."""
+    with tokenizers_built_once():
+        yield
 
 
 def gen(tmp_path, *extra, output=None):
@@ -402,13 +410,13 @@ def test_cli_inspect_tells_the_songs_own_edit_from_its_parents(tmp_path, tiny_pa
 def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path, monkeypatch, capsys):
     """inspect of a song folder describes the song from its verified files (new-user/break-it finding: it said
     "config.json is the config of another model"); a damaged file is named; a batch output folder (inspect or
-    render) points to its per-id song subfolders. generate and the first inspect as subprocesses, the others in this
+    render) points to its per-id song subfolders. The first inspect as a subprocess, generate and the others in this
     process (`cli_inprocess`)."""
     def cli(*args):
         return cli_inprocess(monkeypatch, capsys, *args)
     song = tmp_path / "song"
-    made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
-                   "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", song)
+    made = cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
+               "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", song)
     assert made.returncode == 0, made.stderr[-2000:]
     proc = run_cli("inspect", song)
     assert proc.returncode == 0, proc.stderr[-2000:]
