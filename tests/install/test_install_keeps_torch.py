@@ -6,7 +6,7 @@ pack is installed into it twice — the way pip users do (`pip install <repo>`, 
 dependencies; from a copy of the checkout, so pip's build/ folder stays out of it) and the way ComfyUI-Manager does
 (`pip install -r requirements.txt`). torch's version and location
 must not change and pip must not fetch or remove any torch build (a CUDA torch download is a failure). Slow (about
-45 CPU-seconds: one real torch install, two of the pack), but part of the suite. torch is looked at without importing
+40 CPU-seconds: one real torch install, two of the pack), but part of the suite. torch is looked at without importing
 it (its metadata version, where `import torch` would load it from, and that file's inode and change time: a
 reinstall of the same version shows too); it is imported — works — in the import check of the installed pack and in
 scripts/song.sh's song."""

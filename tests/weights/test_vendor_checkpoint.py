@@ -65,12 +65,17 @@ def made(tmp_path_factory):
             "comfy2": root / "comfy2.safetensors"}
 
 
-def _copy_folder(made, tmp_path, with_vae=True) -> Path:
-    """A private copy of the vendor folder (and its VAE as a sibling) to damage."""
+def _copy_folder(made, tmp_path, with_vae=True, edits=None) -> Path:
+    """A private copy of the vendor folder (and its VAE as a sibling) to damage. With `edits` (names of the model
+    folder's files the test rewrites), every other file is a hard link to the module's (≈ 0.2 GB not copied again):
+    the test may only remove those, never write them."""
+    def link_or_copy(src, dst):
+        return shutil.copy2(src, dst) if Path(src).name in edits else os.link(src, dst)
     dst = tmp_path / "ckpts" / "YuE2-3B"
-    shutil.copytree(made["model"], dst)
+    shutil.copytree(made["model"], dst, copy_function=shutil.copy2 if edits is None else link_or_copy)
     if with_vae:
-        shutil.copytree(made["vae"], tmp_path / "ckpts" / "YuE2-Vae")
+        shutil.copytree(made["vae"], tmp_path / "ckpts" / "YuE2-Vae",
+                        copy_function=shutil.copy2 if edits is None else os.link)
     return dst
 
 
@@ -268,7 +273,7 @@ def test_manifest_size_mismatch_and_unlisted(made, tmp_path):
 # bad folders, each with its own message
 
 def test_folder_without_weights(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=())
     (folder / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match="has no weights: neither model.safetensors nor "
                                               "model.safetensors.index.json"):
@@ -276,7 +281,7 @@ def test_folder_without_weights(made, tmp_path):
 
 
 def test_folder_without_tiktoken(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=())
     (folder / "qwen.tiktoken").unlink()
     with pytest.raises(CheckpointError, match="has no qwen.tiktoken"):
         inspect_checkpoint(folder)
@@ -292,7 +297,7 @@ def test_index_naming_a_missing_shard(made, tmp_path):
 
 
 def test_config_of_another_model(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("config.json",))
     (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 256}))
     with pytest.raises(CheckpointError, match="config of another model \\(model_type 'qwen2'\\); a m-a-p/YuE2-3B "
                                               "folder has model_type 'yue2'"):
@@ -303,7 +308,7 @@ def test_config_of_another_model(made, tmp_path):
 
 
 def test_config_disagreeing_with_the_weights(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("config.json",))
     config = json.loads((folder / "config.json").read_text())
     config["num_hidden_layers"] = 28
     (folder / "config.json").write_text(json.dumps(config))
@@ -454,8 +459,8 @@ def in_host(made, tmp_path_factory, comfy_host) -> dict:
     root = tmp_path_factory.mktemp("in_host")
     ckpts = root / "checkpoints"
     ckpts.mkdir()
-    shutil.copytree(made["model"], ckpts / "YuE2-3B")
-    shutil.copytree(made["vae"], ckpts / "YuE2-Vae")
+    shutil.copytree(made["model"], ckpts / "YuE2-3B", copy_function=os.link)  # read only: linked, not copied
+    shutil.copytree(made["vae"], ckpts / "YuE2-Vae", copy_function=os.link)
     os.link(made["comfy"], ckpts / "tiny.safetensors")
     swap = root / "swap_checkpoints"
     swap.mkdir()
@@ -500,7 +505,7 @@ def test_config_numbers_checked_at_load(made, tmp_path, field, text, accepted):
     """Every number config.json gives the loader is refused at inspect when it is not finite, out of range or not a
     number — before: inf rope_theta / eps loaded (the song was lost when saving JSON with inf), 1e-300 gave NaN
     logits blamed on the checkpoint, a 400-digit integer raised OverflowError."""
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("config.json",))
     config = json.loads((folder / "config.json").read_text())
     config[field] = "@@"
     (folder / "config.json").write_text(json.dumps(config).replace('"@@"', text))
@@ -509,7 +514,7 @@ def test_config_numbers_checked_at_load(made, tmp_path, field, text, accepted):
 
 
 def test_config_numbers_in_range_are_taken(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("config.json",))
     config = json.loads((folder / "config.json").read_text())
     config.update(rope_theta=10000, rms_norm_eps=1e-5, hidden_size=float(config["hidden_size"]))
     (folder / "config.json").write_text(json.dumps(config))
