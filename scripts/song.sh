@@ -45,14 +45,16 @@ fi
 if ! "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" 2>/dev/null; then
     # the torch pins of scripts/test.sh (scripts/lib/constraints.txt), so that running the tests later in the same
     # .venv does not download a second torch
-    if "$PY" -c "import torch" 2>/dev/null; then
+    has_torch=0
+    "$PY" -c "import torch" 2>/dev/null && has_torch=1  # asked once (each import of torch takes seconds)
+    if [ "$has_torch" = 1 ]; then
         echo "[song.sh] installing the engine's dependencies into $VENV (the torch there is kept; pip's progress"
         echo "[song.sh] follows)"
     else
         echo "[song.sh] installing torch and the engine's dependencies into $VENV (first run: ~5 GB, a few minutes;"
         echo "[song.sh] pip's progress follows)"
     fi
-    if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$PY" -c "import torch" 2>/dev/null; then
+    if ! command -v nvidia-smi >/dev/null 2>&1 && [ "$has_torch" = 0 ]; then
         echo "[song.sh] no NVIDIA GPU found: pip installs PyTorch's default CUDA build (~5 GB). A CPU-only build is"
         echo "[song.sh] under 1 GB: stop (Ctrl-C), run"
         echo "[song.sh]   $VENV/bin/pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cpu"

@@ -8,6 +8,7 @@ never write the same file twice) into one folder of the run, and later callers g
   cached_checkpoint(profile, fmt, seed=0) -> str   the shared file: read it only (a session fixture's checkpoint)
   synthetic_copy(path, profile, fmt, seed=0) -> str a private copy at `path` (a byte-identical file of its own,
                                                     which the test may edit, replace or delete), made atomically
+  tokenizers_built_once()                          a context in which an embedded tokenizer JSON is built once
 
 The folder is $YUE2_TEST_CACHE when set (reused across runs, as before), otherwise `run_folder()`: under
 pytest-xdist the parent of the workers' temporary folders (pytest-N/, one per run), else the session's own. Set by
@@ -15,7 +16,9 @@ tests/conftest.py (`pytest_configure`). Only string profile names are cached (a 
 directly by the callers that use one)."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -67,3 +70,30 @@ def synthetic_copy(path, profile: str, fmt: str, seed: int = 0) -> str:
     finally:
         tmp.unlink(missing_ok=True)
     return str(path)
+
+
+@contextlib.contextmanager
+def tokenizers_built_once():
+    """Within it, `YuE2Tokenizer.from_tensor` builds the tokenizer of an embedded JSON once and gives the same object
+    to every later load of the same bytes (every synthetic checkpoint embeds one ≈ 8 MB document, whose parse costs
+    ≈ 0.6–1 CPU-s at each engine load). For the modules whose tests load one model many times to check what is done
+    with it (LoRAs, renders, records), not how a tokenizer is read (tests/weights/test_qwen_vocab.py, the damaged
+    blobs of tests/robust): a blob that fails is not remembered (each load raises again), and the check of the loaded
+    tokenizer (`selfcheck.check_tokenizer`) still runs at every load."""
+    from yue2_core.weights.tokenizer import YuE2Tokenizer
+    original = YuE2Tokenizer.__dict__["from_tensor"]
+    built = {}
+
+    def from_tensor(cls, blob):
+        import torch
+        if blob.dtype != torch.uint8 or blob.ndim != 1:
+            return original.__func__(cls, blob)  # its own refusal
+        key = (cls, hashlib.sha256(blob.cpu().numpy().tobytes()).digest())
+        if key not in built:
+            built[key] = original.__func__(cls, blob)
+        return built[key]
+    YuE2Tokenizer.from_tensor = classmethod(from_tensor)
+    try:
+        yield
+    finally:
+        YuE2Tokenizer.from_tensor = original

@@ -6,7 +6,10 @@ pack is installed into it twice — the way pip users do (`pip install <repo>`, 
 dependencies; from a copy of the checkout, so pip's build/ folder stays out of it) and the way ComfyUI-Manager does
 (`pip install -r requirements.txt`). torch's version and location
 must not change and pip must not fetch or remove any torch build (a CUDA torch download is a failure). Slow (about
-25 s: one real torch install), but part of the suite."""
+40 CPU-seconds: one real torch install, two of the pack), but part of the suite. torch is looked at without importing
+it (its metadata version, where `import torch` would load it from, and that file's inode and change time: a
+reinstall of the same version shows too); it is imported — works — in the import check of the installed pack and in
+scripts/song.sh's song."""
 from __future__ import annotations
 
 import os
@@ -21,7 +24,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH = "2.13.0"
-TORCH_PROBE = "import json, torch; print(json.dumps([torch.__version__, torch.__file__]))"
+TORCH_PROBE = ("import importlib.metadata as m, importlib.util as u, json, os\n"
+               "origin = u.find_spec('torch').origin\n"  # the file `import torch` runs, found without running it
+               "st = os.stat(origin)\n"
+               "print(json.dumps([m.version('torch'), origin, st.st_ino, st.st_ctime_ns]))")
 TORCH_NAMES = re.compile(r"^\s*(torch|torchvision|torchaudio)\s*([=<>!~;\[].*)?$", re.I)
 pytestmark = pytest.mark.slow
 
@@ -61,13 +67,17 @@ def _local_torch_wheel() -> Path | None:
 
 def _probe_env() -> dict:
     """The environment of the throwaway venv's Python: bytecode written (a PYTHONDONTWRITEBYTECODE=1 here would
-    recompile torch's modules at every probe, pip having compiled none)."""
+    recompile torch's modules at every import, pip having compiled none), and no PYTHONPATH (a checkout on it would be
+    imported instead of the installed pack)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPATH", None)
     return env
 
 
 def _torch(python: Path) -> list:
+    """[version, torch/__init__.py, its inode, its change time] in the venv, without importing torch (each import
+    costs 2–4 s)."""
     import json
     proc = subprocess.run([str(python), "-W", "ignore", "-c", TORCH_PROBE], capture_output=True, text=True,
                           timeout=120, cwd=str(python.parent), env=_probe_env())
@@ -148,17 +158,26 @@ def test_install_keeps_torch(tmp_path):
     # constraints.txt pins (2.14.1): song.sh installs the engine (editable, from the copy) and keeps that torch
     proc = _pip(python, "uninstall", "-y", "comfyui-yue2")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # song.sh's synthetic file (models/ is not copied): the run's shared tiny file, not one more written by the script
+    from synthetic_cache import cached_checkpoint
+    tiny = Path(cached_checkpoint("tiny", "bf16"))
+    (source / "models").mkdir()
+    try:
+        os.link(tiny, source / "models" / "yue2_tiny_bf16.safetensors")
+    except OSError:  # another file system
+        shutil.copyfile(tiny, source / "models" / "yue2_tiny_bf16.safetensors")
     env = dict(_probe_env(), SONG_SH_VENV=str(env_dir), OMP_NUM_THREADS="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     for name in ("PYTHONPATH", "PIP_CONSTRAINT", "YUE2_CHECKPOINT"):
         env.pop(name, None)
-    song = subprocess.run(["bash", str(source / "scripts" / "song.sh"), "--max-seconds", "1", "--steps", "1",
-                           "--max-abc-tokens", "4", "--output", str(tmp_path / "song")], capture_output=True,
+    song = subprocess.run(["bash", str(source / "scripts" / "song.sh"), "--max-seconds", "0.12", "--steps", "1",
+                           "--max-abc-tokens", "2", "--output", str(tmp_path / "song")], capture_output=True,
                           text=True, timeout=900, env=env, cwd=str(tmp_path))
     log = song.stdout + song.stderr
     if song.returncode != 0 and _unavailable(song):
         pytest.skip(_unavailable(song))
     assert song.returncode == 0, log[-4000:]
     assert f"keeping the installed torch=={before[0]}" in log, log[-4000:]
+    assert "picked by scripts/song.sh: its synthetic file" in log, log[-4000:]
     assert "the torch there is kept" in log and "~5 GB" not in log, log[-4000:]  # no download announced (review)
     _no_torch_activity(song)
     assert _torch(python) == before, "scripts/song.sh changed torch"

@@ -136,17 +136,20 @@ def run_cli(*args, cwd=None, timeout: int = 240, extra_env: dict | None = None) 
                           capture_output=True, text=True, timeout=timeout)
 
 
-def cli_inprocess(monkeypatch, capsys, *args) -> subprocess.CompletedProcess:
-    """`run_cli(*args)` — its environment (no YUE2_CHECKPOINT/COMFYUI_DIR/COMFYUI_PATH, HF_HUB_OFFLINE=1) and
-    working folder — but `main(args)` in this process, as a CompletedProcess for `assert_cli_error`. For the further
-    inputs of a test whose first input ran as a real subprocess (saves a torch import per input, 2–4 s); an exception
-    main() does not turn into an exit status fails the test, as the traceback on stderr would."""
+def cli_inprocess(monkeypatch, capsys, *args, cwd=None, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    """`run_cli(*args, cwd=cwd, extra_env=extra_env)` — its environment (no YUE2_CHECKPOINT/COMFYUI_DIR/COMFYUI_PATH,
+    HF_HUB_OFFLINE=1, `extra_env` added) and working folder — but `main(args)` in this process, as a CompletedProcess
+    for `assert_cli_error`. For the further inputs of a test whose first input ran as a real subprocess (saves a torch
+    import per input, 2–4 s); an exception main() does not turn into an exit status fails the test, as the traceback
+    on stderr would."""
     from yue2_core.__main__ import main
     with monkeypatch.context() as m:
         for name in ("YUE2_CHECKPOINT", "COMFYUI_PATH", "COMFYUI_DIR"):
             m.delenv(name, raising=False)
         m.setenv("HF_HUB_OFFLINE", "1")
-        m.chdir(REPO)
+        for name, value in (extra_env or {}).items():
+            m.setenv(name, value)
+        m.chdir(cwd or REPO)
         capsys.readouterr()
         try:
             rc = main([str(a) for a in args])
@@ -191,3 +194,83 @@ def proc_stat(*cores) -> str:
     lines += [f"cpu{n} {b} 0 0 {i} 0 0 0 0 0 0" for n, (b, i) in enumerate(cores)]
     return "\n".join(lines + ["intr 1 2 3", "ctxt 5"]) + "\n"
 
+
+
+class Forked:
+    """A child process of this one (`os.fork`) that runs `body(child)` and exits (status 0, or 1 with the traceback
+    sent up as its last line). For a second process that needs what this one already imported — yue2_core, torch:
+    a fresh `python -c` spends 2–4 s importing them — and not a fresh interpreter. Two pipes join them:
+    `child.say(text)` sends a line up, which `readline()` here returns; `child.readline()` returns what `send(text)`
+    here sent down, '' once `close()` closed the way down (or this process ended). The child closes, first thing,
+    the pipes of the `Forked` made before it (so that their `close()` is seen by their own child alone)."""
+
+    _open: list = []  # the pipe ends this process holds, of every Forked still open
+
+    def __init__(self, body):
+        import traceback
+        import warnings
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+        with warnings.catch_warnings():  # Python ≥ 3.12 warns of fork() in a process with threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller (os._exit)
+            status = 1
+            try:
+                for fd in Forked._open + [up_r, down_w]:
+                    os.close(fd)
+                self.pid = None  # the child's side
+                self._up, self._down = os.fdopen(up_w, "w", buffering=1), os.fdopen(down_r, "r")
+                body(self)
+                status = 0
+            except BaseException:
+                try:
+                    self.say("Traceback: " + traceback.format_exc().replace("\n", " | "))
+                except BaseException:
+                    pass
+            finally:
+                os._exit(status)
+        os.close(up_w)
+        os.close(down_r)
+        self.pid = pid
+        self._fds = [up_r, down_w]
+        Forked._open.extend(self._fds)
+        self._up, self._down = os.fdopen(up_r, "r"), os.fdopen(down_w, "w", buffering=1)
+
+    def say(self, text: str) -> None:  # in the child
+        self._up.write(text + "\n")
+
+    def readline(self) -> str:
+        """Here: the next line the child said ('' once it ended). In the child: the next line sent down."""
+        return (self._down if self.pid is None else self._up).readline().rstrip("\n")
+
+    def send(self, text: str) -> None:  # in the parent
+        self._down.write(text + "\n")
+
+    def close(self) -> None:
+        """Close the way down (the child's `readline()` then returns '')."""
+        if not self._down.closed:
+            self._down.close()
+
+    def end(self, timeout: float = 60.0, kill: bool = False) -> int:
+        """Close both pipes (after SIGKILL with `kill`), wait for the child (killed after `timeout` s): its status."""
+        import signal
+        import time
+        self.close()
+        if kill:
+            os.kill(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                _, status = os.waitpid(self.pid, 0)
+                break
+            time.sleep(0.01)
+        self._up.close()
+        for fd in self._fds:
+            if fd in Forked._open:
+                Forked._open.remove(fd)
+        return os.waitstatus_to_exitcode(status)

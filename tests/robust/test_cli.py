@@ -11,9 +11,17 @@ from pathlib import Path
 import pytest
 
 from robust_helpers import REPO, assert_cli_error, cli_inprocess, copy, make_song, run_cli, snapshot
+from synthetic_cache import tokenizers_built_once
 from yue2_core.artifacts import save_song
 
 NO_CKPT = "/nonexistent/yue2.safetensors"  # reaching the checkpoint would print "checkpoint not found"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_tokenizer():
+    """The in-process loads of the tiny model parse its embedded tokenizer once (`tokenizers_built_once`)."""
+    with tokenizers_built_once():
+        yield
 
 
 def gen(tmp_path, *extra, output=None):
@@ -135,14 +143,16 @@ def test_cli_render_damaged_song_refused(micro_paths, tmp_path):
     assert not (tmp_path / "again").exists()
 
 
-def test_cli_render_refuses_a_song_of_another_model(tmp_path, tiny_paths, micro_paths):
-    """Review finding: `render` with a checkpoint of other dimensions used to write a song from the wrong model."""
+def test_cli_render_refuses_a_song_of_another_model(tmp_path, tiny_paths, micro_paths, monkeypatch, capsys):
+    """Review finding: `render` with a checkpoint of other dimensions used to write a song from the wrong model.
+    (`generate` as a subprocess, `render` in this process.)"""
     song = tmp_path / "song"
     made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
                    "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", song)
     assert made.returncode == 0, made.stderr[-2000:]
-    assert_cli_error(run_cli("render", song, "--checkpoint", micro_paths["bf16"], "--steps", "1", "--device", "cpu",
-                             "--output", tmp_path / "again"), "made with a different model")
+    assert_cli_error(cli_inprocess(monkeypatch, capsys, "render", song, "--checkpoint", micro_paths["bf16"], "--steps",
+                                   "1", "--device", "cpu", "--output", tmp_path / "again"),
+                     "made with a different model")
     assert not (tmp_path / "again").exists()
 
 
@@ -172,9 +182,11 @@ def test_decode_of_no_frames_is_a_request_error(tiny_paths):
         decode(eng.vae, torch.zeros(0, 64))
 
 
-def test_cli_render_keeps_the_songs_budget_and_finds_a_relative_checkpoint(tmp_path, tiny_paths):
+def test_cli_render_keeps_the_songs_budget_and_finds_a_relative_checkpoint(tmp_path, tiny_paths, monkeypatch,
+                                                                           capsys):
     """New-user review: a song made with `--checkpoint models/x.safetensors` (relative) re-renders from any folder
-    (config.json records the absolute path), and `render --seed` samples at most the song's own music budget."""
+    (config.json records the absolute path), and `render --seed` samples at most the song's own music budget.
+    (`generate` as a subprocess, `render` in this process.)"""
     work = tmp_path / "work"
     (work / "models").mkdir(parents=True)
     shutil.copyfile(tiny_paths["bf16"], work / "models" / "x.safetensors")
@@ -185,25 +197,27 @@ def test_cli_render_keeps_the_songs_budget_and_finds_a_relative_checkpoint(tmp_p
     recorded = json.loads((work / "song" / "config.json").read_text())["checkpoint"]["path"]
     assert recorded == str(work / "models" / "x.safetensors")
     # $YUE2_CHECKPOINT naming another file does not override the song's own (new-user finding), and says so
-    again = run_cli("render", work / "song", "--seed", "9", "--steps", "1", "--device", "cpu", "--offline",
-                    "--output", tmp_path / "again", cwd=tmp_path, extra_env={"YUE2_CHECKPOINT": tiny_paths["int8"]})
+    again = cli_inprocess(monkeypatch, capsys, "render", work / "song", "--seed", "9", "--steps", "1", "--device",
+                          "cpu", "--offline", "--output", tmp_path / "again", cwd=tmp_path,
+                          extra_env={"YUE2_CHECKPOINT": tiny_paths["int8"]})
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"checkpoint: {work / 'models' / 'x.safetensors'} (recorded in the song's config.json)" in again.stderr
     assert "not $YUE2_CHECKPOINT" in again.stderr
     assert json.loads(again.stdout)["semantic_tokens"] <= 10
 
 
-def test_cli_render_records_its_own_settings_not_the_parents(tmp_path, tiny_paths):
+def test_cli_render_records_its_own_settings_not_the_parents(tmp_path, tiny_paths, monkeypatch, capsys):
     """Break-it finding: a render's config.json copied the parent's dtype, device and music sampling although the
-    render used others; it records what this run used (and the parent it came from)."""
+    render used others; it records what this run used (and the parent it came from). (`generate` as a subprocess,
+    `render` in this process.)"""
     made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
                    "--max-seconds", "0.4", "--steps", "1", "--device", "cpu", "--dtype", "fp32", "--offline",
                    "--output", tmp_path / "song")
     assert made.returncode == 0, made.stderr[-2000:]
     parent = json.loads((tmp_path / "song" / "config.json").read_text())
     assert parent["model_dtype"] == "float32" and parent["semantic_sampling"]["max_tokens"] == 10
-    again = run_cli("render", tmp_path / "song", "--seed", "9", "--max-seconds", "0.2", "--steps", "2", "--device",
-                    "cpu", "--offline", "--output", tmp_path / "again")
+    again = cli_inprocess(monkeypatch, capsys, "render", tmp_path / "song", "--seed", "9", "--max-seconds", "0.2",
+                          "--steps", "2", "--device", "cpu", "--offline", "--output", tmp_path / "again")
     assert again.returncode == 0, again.stderr[-2000:]
     child = json.loads((tmp_path / "again" / "config.json").read_text())
     assert child["model_dtype"] == "bfloat16" and child["device"] == "cpu" and child["ode_steps"] == 2
@@ -211,16 +225,17 @@ def test_cli_render_records_its_own_settings_not_the_parents(tmp_path, tiny_path
     assert child["rendered_from"] == str(tmp_path / "song")
 
 
-def test_a_config_json_with_nan_or_bad_settings_is_refused_at_load(tmp_path, tiny_paths):
+def test_a_config_json_with_nan_or_bad_settings_is_refused_at_load(tmp_path, tiny_paths, monkeypatch, capsys):
     """Break-it finding: NaN (json.loads accepts it) or an unknown solver / dtype in an edited config.json (its
     sha256 updated too) was carried into a re-render, which then failed at save after the work; now the folder is
-    refused when it is read, naming the key."""
+    refused when it is read, naming the key. (The song is made by `generate` in this process.)"""
     import hashlib
     import pytest
     from yue2_core.artifacts import load_song
     from yue2_core.errors import ArtifactError
-    made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
-                   "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--offline", "--output", tmp_path / "s")
+    made = cli_inprocess(monkeypatch, capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop",
+                         "--lyrics", "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
+                         "--offline", "--output", tmp_path / "s")
     assert made.returncode == 0, made.stderr[-2000:]
     song = tmp_path / "s"
     good = (song / "config.json").read_text()
@@ -350,14 +365,15 @@ def test_no_checkpoint_message_gives_a_download_link_and_where_the_cli_looks(tmp
         assert "m-a-p/YuE2-3B folder" in text and "3.7 GB" in text and "custom_nodes" in text, (command, text)
 
 
-def test_cli_inspect_says_when_the_score_was_edited(tmp_path):
-    """New-user finding: the summary of an edited song said only "files verified"; the edit is named there too."""
+def test_cli_inspect_says_when_the_score_was_edited(tmp_path, monkeypatch, capsys):
+    """New-user finding: the summary of an edited song said only "files verified"; the edit is named there too.
+    (The unedited song inspected as a subprocess, the edited one in this process.)"""
     song = save_song(make_song(), tmp_path / "song")
     plain = run_cli("inspect", song)
     assert plain.returncode == 0 and "edited" not in plain.stderr, plain.stderr[-2000:]
     score = Path(song) / "score.abc"
     score.write_text(score.read_text("utf-8").replace("M:4/4", "M:3/4"), "utf-8")
-    proc = run_cli("inspect", song)
+    proc = cli_inprocess(monkeypatch, capsys, "inspect", song)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["score_edited"] is True
     assert "score.abc edited since the song was made" in proc.stderr
@@ -394,13 +410,13 @@ def test_cli_inspect_tells_the_songs_own_edit_from_its_parents(tmp_path, tiny_pa
 def test_cli_inspect_song_folder_and_batch_folder(tiny_paths, tmp_path, monkeypatch, capsys):
     """inspect of a song folder describes the song from its verified files (new-user/break-it finding: it said
     "config.json is the config of another model"); a damaged file is named; a batch output folder (inspect or
-    render) points to its per-id song subfolders. generate and the first inspect as subprocesses, the others in this
+    render) points to its per-id song subfolders. The first inspect as a subprocess, generate and the others in this
     process (`cli_inprocess`)."""
     def cli(*args):
         return cli_inprocess(monkeypatch, capsys, *args)
     song = tmp_path / "song"
-    made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
-                   "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", song)
+    made = cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
+               "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--output", song)
     assert made.returncode == 0, made.stderr[-2000:]
     proc = run_cli("inspect", song)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -494,10 +510,11 @@ def test_cli_empty_paths_are_refused_not_taken_as_absent(tmp_path, monkeypatch, 
     assert_cli_error(proc, "--output '' names no folder")
 
 
-def test_cli_melody_mode_score_with_chords_is_named(tmp_path):
+def test_cli_melody_mode_score_with_chords_is_named(tmp_path, monkeypatch, capsys):
     """Break-it finding (stop 38): `--cot melody --abc-file` with a score holding chord symbols said nothing — the
     melody mode asks for a chord-free lead sheet and the vendor does not strip a given score's chords. The warning
-    comes with the score check, before the checkpoint is looked for; with cot full, or the chords stripped, none."""
+    comes with the score check, before the checkpoint is looked for; with cot full, or the chords stripped, none.
+    (The first input as a subprocess, the others in this process.)"""
     from yue2_core.abc.tools import strip_chords
     text = (REPO / "examples" / "text2music_lead_sheet.abc").read_text(encoding="utf-8")
     with_chords, without = tmp_path / "chords.abc", tmp_path / "melody.abc"
@@ -508,7 +525,8 @@ def test_cli_melody_mode_score_with_chords_is_named(tmp_path):
     assert_cli_error(proc, "checkpoint not found")
     assert phrase in proc.stderr
     for args in (("--cot", "full", "--abc-file", with_chords), ("--cot", "melody", "--abc-file", without)):
-        proc = gen(tmp_path, *args, "--max-seconds", "60")
+        proc = cli_inprocess(monkeypatch, capsys, "generate", "--style", "pop", "--lyrics", "la la", "--offline",
+                             "--checkpoint", NO_CKPT, "--output", tmp_path / "out", *args, "--max-seconds", "60")
         assert_cli_error(proc, "checkpoint not found")
         assert "chord symbol" not in proc.stderr, proc.stderr
 

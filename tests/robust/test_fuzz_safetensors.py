@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from robust_helpers import header_bytes
-from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae, read_header
+from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar, load_tokenizer, load_vae
 from yue2_core.errors import CheckpointError, TokenizerError
 from yue2_core.weights.selfcheck import check_int8, check_tokenizer
 
@@ -54,11 +54,7 @@ def run(path, blob: bytes, deep: str = "") -> None:
     path.write_bytes(blob)
     t0 = time.perf_counter()
     try:
-        read_header(str(path))
-    except CheckpointError as error:
-        assert str(error)
-    try:
-        info = inspect_checkpoint(str(path))
+        info = inspect_checkpoint(str(path))  # reads the header with `read_header` first: its errors are these
         assert info.format in ("bf16", "int8")
         if deep == "load":
             load_tokenizer(info)

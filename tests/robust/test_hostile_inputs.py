@@ -69,16 +69,19 @@ def test_malformed_checkpoint_entry_refused():
         check_checkpoint("/etc/passwd")
 
 
-def test_cli_special_files_and_devices(tmp_path):
+def test_cli_special_files_and_devices(tmp_path, monkeypatch, capsys):
+    """The first input as a subprocess, the others in this process (`cli_inprocess`)."""
+    def cli(*args):
+        return cli_inprocess(monkeypatch, capsys, *args)
     assert_cli_error(run_cli("generate", "--lyrics-file", "/dev/zero", "--output", tmp_path / "a", "--offline"),
                      "not a regular file")
-    assert_cli_error(run_cli("generate", "--device", "bogus", "--output", tmp_path / "b", "--offline"),
+    assert_cli_error(cli("generate", "--device", "bogus", "--output", tmp_path / "b", "--offline"),
                      "is not a device name")
     if not torch.cuda.is_available():
-        assert_cli_error(run_cli("generate", "--device", "cuda", "--output", tmp_path / "c", "--offline"),
+        assert_cli_error(cli("generate", "--device", "cuda", "--output", tmp_path / "c", "--offline"),
                          "no CUDA GPU is available")
-    assert_cli_error(run_cli("generate", "--output", "/dev/null/x", "--offline"), "is not a writable folder")
-    assert_cli_error(run_cli("make-synthetic", "--output", tmp_path), "is a folder")
+    assert_cli_error(cli("generate", "--output", "/dev/null/x", "--offline"), "is not a writable folder")
+    assert_cli_error(cli("make-synthetic", "--output", tmp_path), "is a folder")
 
 
 def test_cli_review_round_3(tmp_path, tiny_paths, monkeypatch, capsys):

@@ -34,6 +34,19 @@ def _limited(*args, limit: int = LIMIT, code: str | None = None) -> subprocess.C
                           preexec_fn=limit_files)
 
 
+def _limited_inprocess(monkeypatch, capsys, *args, limit: int = LIMIT) -> subprocess.CompletedProcess:
+    """`_limited(*args)` for an input refused before anything is written: `main(args)` in this process, where
+    `resource.getrlimit` reports `limit` as RLIMIT_FSIZE's soft limit (a real limit here would fail this process's
+    own writes). For the further inputs of a test whose first ones ran under a real limit (`_limited`)."""
+    import resource
+    from robust_helpers import cli_inprocess
+    real = resource.getrlimit
+    with monkeypatch.context() as m:
+        m.setattr(resource, "getrlimit",
+                  lambda which: (limit, real(which)[1]) if which == resource.RLIMIT_FSIZE else real(which))
+        return cli_inprocess(monkeypatch, capsys, *args)
+
+
 def _requests(tmp_path, *rows) -> str:
     path = tmp_path / "req.jsonl"
     path.write_text("".join(json.dumps({"id": i, "style": "pop", "lyrics": "la", "cot": "off", "seed": n}) + "\n"
@@ -63,10 +76,11 @@ def test_a_batch_past_the_file_size_limit_is_refused_before_any_work(tmp_path, t
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="RLIMIT_FSIZE is a POSIX limit")
-def test_generate_and_render_past_the_file_size_limit_are_refused_before_loading(tmp_path, tiny_paths):
+def test_generate_and_render_past_the_file_size_limit_are_refused_before_loading(tmp_path, tiny_paths, monkeypatch,
+                                                                                  capsys):
     """`generate` and `render` say it before the checkpoint is read (exit 2, no song folder); a song short enough
     for the limit (the estimate's own cap, 0.32 s) is made and saved under it — the estimate does not refuse what
-    fits."""
+    fits. (`generate` under a real limit, in subprocesses; `render`'s refusals in this process.)"""
     common = ("--checkpoint", tiny_paths["bf16"], "--steps", "1", "--device", "cpu", "--offline")
     proc = _limited("generate", "--style", "pop", "--lyrics", "la", "--cot", "off", "--max-seconds", "2",
                     "--output", tmp_path / "s", *common)
@@ -77,10 +91,11 @@ def test_generate_and_render_past_the_file_size_limit_are_refused_before_loading
     assert proc.returncode == 0, proc.stderr[-2000:]
     load_song(tmp_path / "short")
     song = save_song(make_song(frames=50), tmp_path / "fifty")  # 2 s of music tokens, saved without a limit
-    proc = _limited("render", song, "--output", tmp_path / "again", *common)
+    proc = _limited_inprocess(monkeypatch, capsys, "render", song, "--output", tmp_path / "again", *common)
     assert proc.returncode == 2 and "its length is fixed: the saved music tokens" in proc.stderr, proc.stderr[-2000:]
     assert "checkpoint:" not in proc.stderr and not (tmp_path / "again").exists()
-    proc = _limited("render", song, "--seed", "3", "--output", tmp_path / "again", *common)  # new tokens: a budget
+    proc = _limited_inprocess(monkeypatch, capsys, "render", song, "--seed", "3", "--output", tmp_path / "again",
+                              *common)  # new tokens: a budget
     assert proc.returncode == 2 and "or lower --max-seconds to at most 0.32 s" in proc.stderr, proc.stderr[-2000:]
 
 

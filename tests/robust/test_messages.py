@@ -158,11 +158,13 @@ def test_the_comfyui_guide_can_be_skimmed():
 # --- item 19 -------------------------------------------------------------------------------------------------------
 
 FAKE_PYTHON = """#!/bin/bash
-# a virtual environment whose first import check fails until "pip install" has run (no network, no real install)
+# a virtual environment whose first import check fails until "pip install" has run (no network, no real install);
+# then the engine's import check passes without importing torch (seconds; the song itself imports it)
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
     echo "Collecting torch"; echo "Downloading torch-2.10.0.whl (900.0 MB)"; touch "$(dirname "$0")/installed"; exit 0
 fi
 if [ "$1" = "-c" ] && [ ! -f "$(dirname "$0")/installed" ]; then exit 1; fi
+if [ "$1" = "-c" ] && [[ "$2" == "import yue2_core, torch, "* ]]; then exit 0; fi
 exec {real} "$@"
 """
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_helpers import REPO, make_song, run_cli, signal_when, snapshot
+from robust_helpers import REPO, cli_inprocess, make_song, signal_when, snapshot
 from test_cli import main_inprocess
 from yue2_core.artifacts import load_song, save_song
 from yue2_core.errors import ArtifactError, BudgetError
@@ -91,9 +91,11 @@ def test_paths_with_non_utf8_bytes_survive_in_json(tmp_path):
     load_song(root)
 
 
-def test_render_of_a_folder_with_a_non_utf8_name(tmp_path, tiny_paths):
-    made = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
-                   "--max-seconds", "0.12", "--steps", "1", "--device", "cpu", "--output", tmp_path / "song")
+def test_render_of_a_folder_with_a_non_utf8_name(tmp_path, tiny_paths, monkeypatch, capsys):
+    """`render` of it as a subprocess given the folder's bytes in argv (the song made in this process)."""
+    made = cli_inprocess(monkeypatch, capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop",
+                         "--lyrics", "la", "--cot", "off", "--max-seconds", "0.12", "--steps", "1", "--device", "cpu",
+                         "--output", tmp_path / "song")
     assert made.returncode == 0, made.stderr[-2000:]
     odd = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9"))
     shutil.copytree(tmp_path / "song", odd)

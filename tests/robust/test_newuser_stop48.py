@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from robust_helpers import proc_stat
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +51,7 @@ result = composer.YuE2Composer.execute(model, "pop", "la la", "off", 7, 0.2)
 out["report"] = result.args[3]
 busy.busy_cpu_reason = lambda own_load=False: None
 out["quiet report"] = composer.YuE2Composer.execute(model, "pop", "la la", "off", 7, 0.2).args[3]
-print("RESULT " + json.dumps(out))
+results["busy"] = out
 '''
 
 NOTE = ("this CPU is busy (other jobs kept the 2 cores 60% busy; load 2.2) and ComfyUI was started without "
@@ -58,16 +60,24 @@ NOTE = ("this CPU is busy (other jobs kept the 2 cores 60% busy; load 2.2) and C
         "share\")")
 
 
-def test_the_composer_says_a_busy_cpu_and_where_to_set_omp_num_threads(comfy_host, tmp_path):
-    """In the installed host's python with the pack loaded as ComfyUI loads it: on a CPU device the note (asked with
-    own_load) is in the Composer's report; on CUDA, or on a quiet CPU, none."""
+@pytest.fixture(scope="module")
+def in_host(comfy_host, tmp_path_factory) -> dict:
+    """{"edit": EDIT_HARNESS's results, "busy": NODE_HARNESS's}: one run of the installed host's python with the pack
+    loaded as ComfyUI loads it, for the two tests below (importing ComfyUI takes ≈ 8 CPU-s), the edit notes first."""
     from pack_in_host import run_in_host
     from synthetic_cache import synthetic_copy
 
-    ckpts = tmp_path / "checkpoints"
+    ckpts = tmp_path_factory.mktemp("newuser48") / "checkpoints"
     ckpts.mkdir()
     synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
-    out = run_in_host(NODE_HARNESS, comfy_host, REPO, ckpts)
+    return run_in_host("results = {}\n" + EDIT_HARNESS + NODE_HARNESS + 'print("RESULT " + json.dumps(results))',
+                       comfy_host, REPO, ckpts)
+
+
+def test_the_composer_says_a_busy_cpu_and_where_to_set_omp_num_threads(in_host):
+    """In the installed host's python with the pack loaded as ComfyUI loads it: on a CPU device the note (asked with
+    own_load) is in the Composer's report; on CUDA, or on a quiet CPU, none."""
+    out = in_host["busy"]
     assert out["cpu"] == [NOTE]
     assert out["cuda"] == []
     assert f"- warning: {NOTE}" in out["report"].splitlines()
@@ -86,18 +96,15 @@ out["long enough"] = edit_nodes._edited_score_notes(child, {"score_changed": Tru
 out["unchanged"] = edit_nodes._edited_score_notes(child, {"score_changed": False}, 250, "x")
 out["ending"] = edit_nodes._ending(SimpleNamespace(ended=False), 250)
 out["ended"] = edit_nodes._ending(SimpleNamespace(ended=True), 250)
-print("RESULT " + json.dumps(out))
+results["edit"] = out
 '''
 
 
-def test_regenerate_and_continue_note_an_edited_score_longer_than_the_song(comfy_host, tmp_path):
+def test_regenerate_and_continue_note_an_edited_score_longer_than_the_song(in_host):
     """The 16-bar example lead sheet (38.4 s at its tempo) connected to Regenerate of a 10 s song: the report says it
     is longer than the song's budget and names the node's own input, as the Composer says it for the same score;
     an unchanged score, or one that fits, gets no note. The budget in the report is the whole song's."""
-    from pack_in_host import run_in_host
-
-    (tmp_path / "checkpoints").mkdir()
-    out = run_in_host(EDIT_HARNESS, comfy_host, REPO, tmp_path / "checkpoints")
+    out = in_host["edit"]
     assert len(out["edited"]) == 1, out["edited"]
     assert re.fullmatch(r"the given score line 5: The score lasts about 38\.4 s at its tempo, more than the 10 s "
                         r"requested; generation stops at that length and the song will be cut\. Shorten the score "

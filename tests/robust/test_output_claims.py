@@ -13,33 +13,29 @@ import sys
 
 import pytest
 
-from robust_helpers import assert_cli_error, run_cli
+from robust_helpers import Forked, assert_cli_error, cli_inprocess, run_cli
 from yue2_core.artifacts import reserve_output
 from yue2_core.errors import ArtifactError
-
-
-HOLD = ("import sys, time; sys.path.insert(0, {repo!r}); from yue2_core.artifacts import reserve_output; "
-        "c = reserve_output({path!r}{what}); print('held', flush=True); time.sleep(120)")
 
 
 @pytest.fixture
 def holder():
     """`hold(path, what=None)` → the pid of another process of this host holding the claim on `path` through the
-    test (another run in the middle of its work)."""
-    from pathlib import Path
-    repo = str(Path(__file__).resolve().parents[2])
-    procs = []
+    test (another run in the middle of its work): a child of this process (`Forked`), killed at the end."""
+    children = []
 
     def hold(path, what=None):
-        code = HOLD.format(repo=repo, path=str(path), what=f", {what!r}" if what else "")
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        procs.append(proc)
-        assert proc.stdout.readline().strip() == "held"
-        return proc.pid
+        def body(child):
+            claim = reserve_output(path, *([what] if what else []))  # noqa: F841 (held until the process ends)
+            child.say("held")
+            child.readline()  # until the test ends (the pipe closed, or SIGKILL)
+        child = Forked(body)
+        children.append(child)
+        assert child.readline() == "held"
+        return child.pid
     yield hold
-    for proc in procs:
-        proc.kill()
-        proc.wait()
+    for child in children:
+        child.end(kill=True)
 
 
 def _claim_file(path, pid, host=None) -> None:
@@ -105,39 +101,42 @@ def test_a_folder_in_the_way_and_outputs_that_name_no_folder(tmp_path):
 
 def test_only_one_of_several_racing_runs_gets_the_claim(tmp_path):
     """Break-it finding: with the stale-file takeover of the first version, 8 of 30 races of 4 processes ended with
-    two or three holders. Each process is told the common start time once it has imported (on a loaded machine the
-    imports took longer than the fixed 1.5 s lead, so the processes came one after another rather than racing), and
-    the one that gets the claim holds it until every process has reported (its stdin closed): with a fixed hold, a
-    late process got the released claim too and failed the test (diff review, stop 49)."""
-    _claim_file(tmp_path / "out", 999998)
-    code = ("import sys, time; sys.path.insert(0, {repo!r}); from yue2_core.artifacts import reserve_output; "
-            "from yue2_core.errors import ArtifactError\nprint('ready', flush=True)\n"
-            "t = float(sys.stdin.readline())\nwhile time.time() < t: pass\ntry:\n"
-            "    c = reserve_output({path!r}); print('got', flush=True); sys.stdin.read()\n"
-            "except ArtifactError: print('refused', flush=True)")
-    from pathlib import Path
+    two or three holders. Each process is told the common start time once it is ready (on a loaded machine the
+    imports of fresh interpreters took longer than the fixed 1.5 s lead, so the processes came one after another
+    rather than racing; they are children of this process now, `Forked`, with everything imported), and the one
+    that gets the claim holds it until every process has reported (its pipe closed): with a fixed hold, a late
+    process got the released claim too and failed the test (diff review, stop 49)."""
     import time
-    repo = str(Path(__file__).resolve().parents[2])
-    for trial in range(2):
-        procs = [subprocess.Popen([sys.executable, "-c", code.format(repo=repo, path=str(tmp_path / "out"))],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    _claim_file(tmp_path / "out", 999998)
+
+    def body(child):
+        start = float(child.readline())
+        while time.time() < start:
+            pass
         try:
-            assert [p.stdout.readline().strip() for p in procs] == ["ready"] * 4
+            claim = reserve_output(tmp_path / "out")  # noqa: F841 (held until the process ends)
+        except ArtifactError:
+            child.say("refused")
+            return
+        child.say("got")
+        child.readline()  # '' once the test closed the pipe: every other process has reported
+    for trial in range(2):
+        children = [Forked(body) for _ in range(4)]
+        try:
             start = time.time() + 0.2
-            for p in procs:
-                p.stdin.write(f"{start!r}\n")
-                p.stdin.flush()
-            outcomes = [p.stdout.readline().strip() for p in procs]  # each reports while the holder still holds
+            for child in children:
+                child.send(repr(start))
+            outcomes = [child.readline() for child in children]  # each reports while the holder still holds
         finally:
-            for p in procs:
-                p.stdin.close()
-                p.wait(timeout=60)
-                p.stdout.close()
+            statuses = [child.end() for child in children]
         assert outcomes.count("got") == 1 and outcomes.count("refused") == 3, (trial, outcomes)
+        assert statuses == [0] * 4, statuses
 
 
 def test_generate_and_render_stop_before_loading_while_another_run_writes_the_output(tmp_path, holder,
-                                                                                     tiny_paths):
+                                                                                     tiny_paths, monkeypatch,
+                                                                                     capsys):
+    """`generate` as a subprocess, `render` in this process (`cli_inprocess`)."""
     out = tmp_path / "song"
     live_pid = holder(out)
     proc = run_cli("generate", "--checkpoint", tiny_paths["bf16"], "--offline", "--device", "cpu", "--style", "pop",
@@ -145,7 +144,7 @@ def test_generate_and_render_stop_before_loading_while_another_run_writes_the_ou
                    "--output", out, timeout=120)
     assert_cli_error(proc, f"is being written by another run (pid {live_pid}")
     assert "loading" not in proc.stderr.lower() and not out.exists()
-    proc = run_cli("render", tmp_path / "missing-song", "--output", out, timeout=120)
+    proc = cli_inprocess(monkeypatch, capsys, "render", tmp_path / "missing-song", "--output", out)
     assert_cli_error(proc, f"is being written by another run (pid {live_pid}")  # before the song is even read
 
 

@@ -5,8 +5,18 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
+from synthetic_cache import tokenizers_built_once
 from test_cli import main_inprocess
 from yue2_core.artifacts import load_song
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_tokenizer():
+    """The module's ≈ 15 loads of the tiny model parse its embedded tokenizer once (`tokenizers_built_once`)."""
+    with tokenizers_built_once():
+        yield
 
 
 def _signal_after_rename(monkeypatch, sig=signal.SIGINT):
@@ -52,11 +62,24 @@ def test_a_batch_interrupted_just_after_a_rename_records_the_song_as_saved(tmp_p
     assert "not rendered or saved" not in err.split("line  id")[-1].splitlines()[2], err
 
 
-def _tiny_song(capsys, tiny_paths, out):
-    rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
-                             "la", "--cot", "off", "--max-seconds", "0.2", "--steps", "1", "--device", "cpu",
-                             "--offline", "--output", out)
-    assert rc == 0, err
+@pytest.fixture(scope="module")
+def made_song(tiny_paths, tmp_path_factory):
+    """A tiny song made once by `generate` (in this process) for the tests below, which each edit a copy of it."""
+    import contextlib
+    import io
+    from yue2_core.__main__ import main
+    out, err = tmp_path_factory.mktemp("stop47") / "song", io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(["generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics", "la", "--cot", "off",
+                   "--max-seconds", "0.2", "--steps", "1", "--device", "cpu", "--offline", "--output", str(out)])
+    assert rc == 0, err.getvalue()[-3000:]
+    return out
+
+
+def _tiny_song(made_song, out):
+    """A copy of `made_song` at `out` (its own files to edit)."""
+    import shutil
+    shutil.copytree(made_song, out)
     return out
 
 
@@ -79,14 +102,14 @@ def _resample(flac):
     os.replace(str(flac) + ".new", flac)
 
 
-def test_a_retagged_song_loads_everywhere_with_its_samples(tmp_path, tiny_paths, capsys):
+def test_a_retagged_song_loads_everywhere_with_its_samples(tmp_path, made_song, capsys):
     """Was: a song whose audio.flac a player or tag editor had retagged (same samples, other bytes) was refused by
     Load Song, Regenerate and Continue (`… does not match its sha256`); the manifest now records a digest of the
     samples (`samples_sha256`), so such a file loads, `audio_changed` "tagged", and its samples are the saved ones."""
     import hashlib
     import json
     from yue2_core.edit import read_audio
-    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    song = _tiny_song(made_song, tmp_path / "song")
     entry = json.loads((song / "result.json").read_text())["artifacts"]["audio.flac"]
     assert len(entry["samples_sha256"]) == 64
     before = read_audio(song / "audio.flac")
@@ -98,14 +121,14 @@ def test_a_retagged_song_loads_everywhere_with_its_samples(tmp_path, tiny_paths,
     assert rc == 0 and "has changed since the song was saved" not in err, err
 
 
-def test_a_retagged_song_saved_before_the_digest_is_refused_as_before(tmp_path, tiny_paths, capsys):
+def test_a_retagged_song_saved_before_the_digest_is_refused_as_before(tmp_path, made_song, capsys):
     """A song saved before the samples digest (no `samples_sha256` in its manifest) cannot tell new tags from new
     samples: Load Song refuses it as before; `render` and `inspect` take it (`audio_changed` "changed")."""
     import json
     import pytest
     from yue2_core.artifacts import seal_result
     from yue2_core.errors import ArtifactError
-    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    song = _tiny_song(made_song, tmp_path / "song")
     result = json.loads((song / "result.json").read_text())
     del result["artifacts"]["audio.flac"]["samples_sha256"]
     (song / "result.json").write_text(json.dumps(seal_result(result)))
@@ -115,14 +138,14 @@ def test_a_retagged_song_saved_before_the_digest_is_refused_as_before(tmp_path, 
     assert load_song(song, audio_ok=True).audio_changed == "changed"
 
 
-def test_a_song_whose_audio_was_tagged_or_moved_away_still_renders(tmp_path, tiny_paths, capsys):
+def test_a_song_whose_audio_was_tagged_or_moved_away_still_renders(tmp_path, made_song, capsys):
     """Was: `render` refused the song — `audio.flac is … bytes but result.json lists … (modified or damaged)` /
     `audio.flac is missing` — though render never reads the audio and its tokens, score and latents verify: a song
     tagged in a music player (or whose audio went into a DAW project) could no longer be re-rendered or re-sampled
     after an edited score.abc. Every other file is still held to its hash."""
     import pytest
     from yue2_core.errors import ArtifactError
-    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    song = _tiny_song(made_song, tmp_path / "song")
     _resample(song / "audio.flac")  # other samples: Load Song, regenerate, continue refuse it, as before
     with pytest.raises(ArtifactError, match="audio.flac"):
         load_song(song)
@@ -195,12 +218,12 @@ def _inspect(capsys, *args) -> tuple[int, str, str]:
     return rc, cap.out, cap.err
 
 
-def test_inspect_describes_a_song_whose_audio_was_tagged_or_moved(tmp_path, tiny_paths, capsys):
+def test_inspect_describes_a_song_whose_audio_was_tagged_or_moved(tmp_path, made_song, capsys):
     """Was: `inspect` refused such a song (`audio.flac is … bytes but result.json lists …`) while `render` takes it
     (the diff review of stop 47): it now says what changed (the JSON's `audio_changed`, the summary line on stderr)
     and still verifies every other file."""
     import json
-    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    song = _tiny_song(made_song, tmp_path / "song")
     rc, out, err = _inspect(capsys, song)
     assert rc == 0 and json.loads(out)["audio_changed"] is None, out
     assert "files verified against result.json" in err and "audio.flac" not in err, err
@@ -220,13 +243,13 @@ def test_inspect_describes_a_song_whose_audio_was_tagged_or_moved(tmp_path, tiny
     assert rc == 2 and "latent.npy" in err, (out, err)
 
 
-def test_resume_names_the_changed_audio_of_a_song_without_the_samples_digest(tmp_path, tiny_paths, capsys):
+def test_resume_names_the_changed_audio_of_a_song_without_the_samples_digest(tmp_path, made_song, capsys):
     """--resume's check of a song folder whose verification failed: a song saved before the samples digest whose
     audio.flac was retagged is still named for its audio (kept, never redone), as before stop 47."""
     import json
     from yue2_core.artifacts import seal_result
     from yue2_core.batch.driver import _metadata_edited
-    song = _tiny_song(capsys, tiny_paths, tmp_path / "song")
+    song = _tiny_song(made_song, tmp_path / "song")
     result = json.loads((song / "result.json").read_text())
     del result["artifacts"]["audio.flac"]["samples_sha256"]
     (song / "result.json").write_text(json.dumps(seal_result(result)))

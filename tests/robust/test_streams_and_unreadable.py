@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_helpers import REPO, assert_cli_error, make_song, run_cli
+from robust_helpers import REPO, assert_cli_error, cli_inprocess, make_song, run_cli
 from yue2_core.errors import AdapterError, ArtifactError
 
 
@@ -100,9 +100,10 @@ def test_an_unreadable_song_folder_is_named(tmp_path, monkeypatch):
         artifacts.load_song(folder)
 
 
-def test_inspect_names_a_damaged_checkpoint_not_a_vae(micro_paths, tmp_path):
+def test_inspect_names_a_damaged_checkpoint_not_a_vae(micro_paths, tmp_path, monkeypatch, capsys):
     """A checkpoint with one AR tensor removed was reported as "kind": "VAE decoder" with exit 0; with layer 0's
-    first norm removed, the load said the AR expert has no layers."""
+    first norm removed, the load said the AR expert has no layers. (The first file inspected as a subprocess, the
+    second in this process.)"""
     import struct
     raw = Path(micro_paths["bf16"]).read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
@@ -115,18 +116,19 @@ def test_inspect_names_a_damaged_checkpoint_not_a_vae(micro_paths, tmp_path):
         text += b" " * (-len(text) % 8)
         bad = tmp_path / "damaged.safetensors"
         bad.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
-        proc = run_cli("inspect", bad)
+        proc = run_cli("inspect", bad) if "qkv_proj" in key else cli_inprocess(monkeypatch, capsys, "inspect", bad)
         assert_cli_error(proc, "is a YuE2 checkpoint that does not load")
         assert words in proc.stderr and "VAE" not in proc.stdout
 
 
-def test_late_checks_now_come_before_loading(tmp_path):
+def test_late_checks_now_come_before_loading(tmp_path, monkeypatch, capsys):
     """`render --seed -1` was refused only after the checkpoint loaded; `make-synthetic` under a file said
-    "File exists"."""
+    "File exists". (`render` as a subprocess, `make-synthetic` in this process.)"""
     from yue2_core import artifacts
     song = artifacts.save_song(make_song(), tmp_path / "song")
     assert_cli_error(run_cli("render", song, "--seed", "-1", "--checkpoint", tmp_path / "none.safetensors",
                              "--output", tmp_path / "again"), "--seed must be an integer in [0, ")
     (tmp_path / "afile").write_text("x")
-    assert_cli_error(run_cli("make-synthetic", "--output", tmp_path / "afile" / "x.safetensors"),
+    assert_cli_error(cli_inprocess(monkeypatch, capsys, "make-synthetic", "--output",
+                                   tmp_path / "afile" / "x.safetensors"),
                      "afile is a file, not a folder")

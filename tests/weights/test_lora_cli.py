@@ -13,9 +13,17 @@ import soundfile as sf
 from yue2_core.__main__ import main
 from yue2_core.weights.checkpoint import inspect_checkpoint
 from yue2_core.weights.lora import synthetic as lora_synth
-from synthetic_cache import synthetic_copy
+from synthetic_cache import synthetic_copy, tokenizers_built_once
 
-SMALL = ["--max-seconds", "1", "--max-abc-tokens", "8", "--steps", "2", "--device", "cpu", "--offline"]
+# 5 music tokens, 2 ABC tokens: the adapters' effect and the records need no longer song
+SMALL = ["--max-seconds", "0.2", "--max-abc-tokens", "2", "--steps", "2", "--device", "cpu", "--offline"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_tokenizer():
+    """The ≈ 40 loads of the tiny model here parse its embedded tokenizer once (`tokenizers_built_once`)."""
+    with tokenizers_built_once():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -65,12 +65,17 @@ def made(tmp_path_factory):
             "comfy2": root / "comfy2.safetensors"}
 
 
-def _copy_folder(made, tmp_path, with_vae=True) -> Path:
-    """A private copy of the vendor folder (and its VAE as a sibling) to damage."""
+def _copy_folder(made, tmp_path, with_vae=True, edits=None) -> Path:
+    """A private copy of the vendor folder (and its VAE as a sibling) to damage. With `edits` (names of the model
+    folder's files the test rewrites), every other file is a hard link to the module's (≈ 0.2 GB not copied again):
+    the test may only remove those, never write them."""
+    def link_or_copy(src, dst):
+        return shutil.copy2(src, dst) if Path(src).name in edits else os.link(src, dst)
     dst = tmp_path / "ckpts" / "YuE2-3B"
-    shutil.copytree(made["model"], dst)
+    shutil.copytree(made["model"], dst, copy_function=shutil.copy2 if edits is None else link_or_copy)
     if with_vae:
-        shutil.copytree(made["vae"], tmp_path / "ckpts" / "YuE2-Vae")
+        shutil.copytree(made["vae"], tmp_path / "ckpts" / "YuE2-Vae",
+                        copy_function=shutil.copy2 if edits is None else os.link)
     return dst
 
 
@@ -268,7 +273,7 @@ def test_manifest_size_mismatch_and_unlisted(made, tmp_path):
 # bad folders, each with its own message
 
 def test_folder_without_weights(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=())
     (folder / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match="has no weights: neither model.safetensors nor "
                                               "model.safetensors.index.json"):
@@ -276,7 +281,7 @@ def test_folder_without_weights(made, tmp_path):
 
 
 def test_folder_without_tiktoken(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=())
     (folder / "qwen.tiktoken").unlink()
     with pytest.raises(CheckpointError, match="has no qwen.tiktoken"):
         inspect_checkpoint(folder)
@@ -292,7 +297,7 @@ def test_index_naming_a_missing_shard(made, tmp_path):
 
 
 def test_config_of_another_model(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("config.json",))
     (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 256}))
     with pytest.raises(CheckpointError, match="config of another model \\(model_type 'qwen2'\\); a m-a-p/YuE2-3B "
                                               "folder has model_type 'yue2'"):
@@ -303,7 +308,7 @@ def test_config_of_another_model(made, tmp_path):
 
 
 def test_config_disagreeing_with_the_weights(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("config.json",))
     config = json.loads((folder / "config.json").read_text())
     config["num_hidden_layers"] = 28
     (folder / "config.json").write_text(json.dumps(config))
@@ -388,7 +393,9 @@ def test_locate_accepts_folders(made, tmp_path, monkeypatch):
     assert "--checkpoint picks another" in how
 
 
-def test_cli_inspect_describes_a_vendor_folder(made, tmp_path):
+def test_cli_inspect_describes_a_vendor_folder(made, tmp_path, capsys):
+    """`python -m yue2_core inspect FOLDER` as a subprocess; the damaged folder in this process (`main`)."""
+    from yue2_core.__main__ import main
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-m", "yue2_core", "inspect", str(made["model"])], capture_output=True,
                          text=True, env=env, cwd=REPO, timeout=120)
@@ -399,15 +406,22 @@ def test_cli_inspect_describes_a_vendor_folder(made, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(made["model"], bad)
     (bad / "qwen.tiktoken").unlink()
-    out = subprocess.run([sys.executable, "-m", "yue2_core", "inspect", str(bad)], capture_output=True, text=True,
-                         env=env, cwd=REPO, timeout=120)
-    assert out.returncode != 0 and "has no qwen.tiktoken" in out.stderr and "Traceback" not in out.stderr
+    capsys.readouterr()
+    rc = main(["inspect", str(bad)])  # an exception main() does not turn into an exit status fails the test
+    err = capsys.readouterr().err
+    assert rc != 0 and "has no qwen.tiktoken" in err and "Traceback" not in err, err
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # ComfyUI Checkpoint Loader (in the installed host's python, no server)
 
-LOADER_HARNESS = PREAMBLE + r'''
+# One run of the host's python for both tests below (importing ComfyUI takes ≈ 8 CPU-s): the loader's listing and
+# loading of vendor folders in one checkpoints folder (argv[3]), then a checkpoint replaced after the loader ran in
+# another (argv[4], made ComfyUI's only checkpoints folder in between).
+HOST_HARNESS = PREAMBLE + r'''
+import shutil
+from yue2_core.errors import CheckpointError
+from yue2_core.weights.synthetic import write_synthetic_checkpoint
 from yue2_nodes.loader import HF_ENTRY, YuE2CheckpointLoader, checkpoint_options
 out = {"options": checkpoint_options(), "raw": sorted(folder_paths.get_filename_list("checkpoints")),
        "valid": YuE2CheckpointLoader.validate_inputs("YuE2-3B/"),
@@ -418,24 +432,51 @@ for name in ("YuE2-3B/", HF_ENTRY):
     model, text = YuE2CheckpointLoader.execute(name).args[:2]
     out[name] = {"layout": model.info.layout, "path": model.info.path, "vae": model.info.files["vae"],
                  "vocab": model.tokenizer.vocab_size, "text": text}
-print("RESULT " + json.dumps(out))
+
+ckpts = sys.argv[4]
+folder_paths.folder_names_and_paths["checkpoints"] = ([ckpts], folder_paths.supported_pt_extensions)
+path = os.path.join(ckpts, "swap.safetensors")
+before = YuE2CheckpointLoader.fingerprint_inputs("swap.safetensors")
+model = YuE2CheckpointLoader.execute("swap.safetensors").args[0]
+model._root_patcher("vae")  # one part read from the file as loaded
+st = os.stat(path)
+write_synthetic_checkpoint(path, profile="micro", fmt="bf16", seed=9)  # another model, after the loader ran
+os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
+after = YuE2CheckpointLoader.fingerprint_inputs("swap.safetensors")
+try:
+    model._root_patcher("ar")
+    error = None
+except CheckpointError as exc:
+    error = str(exc)
+print("RESULT " + json.dumps({"loader": out, "swap": {"changed": before != after, "error": error}}))
 '''
 
 
-def test_comfyui_loader_lists_and_loads_vendor_folders(made, tmp_path, comfy_host):
+@pytest.fixture(scope="module")
+def in_host(made, tmp_path_factory, comfy_host) -> dict:
+    """HOST_HARNESS's results: {"loader": the listing and the two loads, "swap": the fingerprint and the refusal}."""
     comfy_dir, python = comfy_host
-    ckpts = tmp_path / "checkpoints"
+    root = tmp_path_factory.mktemp("in_host")
+    ckpts = root / "checkpoints"
     ckpts.mkdir()
-    shutil.copytree(made["model"], ckpts / "YuE2-3B")
-    shutil.copytree(made["vae"], ckpts / "YuE2-Vae")
+    shutil.copytree(made["model"], ckpts / "YuE2-3B", copy_function=os.link)  # read only: linked, not copied
+    shutil.copytree(made["vae"], ckpts / "YuE2-Vae", copy_function=os.link)
     os.link(made["comfy"], ckpts / "tiny.safetensors")
-    cache = _fake_hf_cache(made, tmp_path / "hf")
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    run = subprocess.run([python, "-c", LOADER_HARNESS, str(comfy_dir), str(REPO), str(ckpts)], capture_output=True,
-                         text=True, env=env, timeout=300)
+    swap = root / "swap_checkpoints"
+    swap.mkdir()
+    shutil.copyfile(made["comfy"], swap / "swap.safetensors")
+    cache = _fake_hf_cache(made, root / "hf")
+    env = {k: v for k, v in os.environ.items() if k != "YUE2_VERIFY_HASHES"}
+    env.update(HF_HUB_CACHE=str(cache), XDG_CACHE_HOME=str(root / "xdg"))
+    run = subprocess.run([python, "-c", HOST_HARNESS, str(comfy_dir), str(REPO), str(ckpts), str(swap)],
+                         capture_output=True, text=True, env=env, timeout=300)
     lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
     assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    return {**json.loads(lines[-1][len("RESULT "):]), "ckpts": ckpts}
+
+
+def test_comfyui_loader_lists_and_loads_vendor_folders(in_host):
+    out, ckpts = in_host["loader"], in_host["ckpts"]
     hf = "[HF cache] m-a-p/YuE2-3B"
     assert out["options"] == ["tiny.safetensors", "YuE2-3B/", hf] == out["schema_options"]
     assert "YuE2-3B/model.safetensors" in out["raw"]  # ComfyUI itself lists the inner files; the loader hides them
@@ -464,7 +505,7 @@ def test_config_numbers_checked_at_load(made, tmp_path, field, text, accepted):
     """Every number config.json gives the loader is refused at inspect when it is not finite, out of range or not a
     number — before: inf rope_theta / eps loaded (the song was lost when saving JSON with inf), 1e-300 gave NaN
     logits blamed on the checkpoint, a 400-digit integer raised OverflowError."""
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("config.json",))
     config = json.loads((folder / "config.json").read_text())
     config[field] = "@@"
     (folder / "config.json").write_text(json.dumps(config).replace('"@@"', text))
@@ -473,7 +514,7 @@ def test_config_numbers_checked_at_load(made, tmp_path, field, text, accepted):
 
 
 def test_config_numbers_in_range_are_taken(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("config.json",))
     config = json.loads((folder / "config.json").read_text())
     config.update(rope_theta=10000, rms_norm_eps=1e-5, hidden_size=float(config["hidden_size"]))
     (folder / "config.json").write_text(json.dumps(config))
@@ -481,42 +522,11 @@ def test_config_numbers_in_range_are_taken(made, tmp_path):
     assert (dims.rope_theta, dims.eps) == (10000.0, 1e-5) and type(dims.rope_theta) is float
 
 
-SWAP_HARNESS = PREAMBLE + r'''
-import shutil
-from yue2_core.errors import CheckpointError
-from yue2_core.weights.synthetic import write_synthetic_checkpoint
-from yue2_nodes.loader import YuE2CheckpointLoader
-path = os.path.join(ckpts, "swap.safetensors")
-before = YuE2CheckpointLoader.fingerprint_inputs("swap.safetensors")
-model = YuE2CheckpointLoader.execute("swap.safetensors").args[0]
-model._root_patcher("vae")  # one part read from the file as loaded
-st = os.stat(path)
-write_synthetic_checkpoint(path, profile="tiny", fmt="bf16", seed=9)  # replaced after the loader ran
-os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
-after = YuE2CheckpointLoader.fingerprint_inputs("swap.safetensors")
-try:
-    model._root_patcher("ar")
-    error = None
-except CheckpointError as exc:
-    error = str(exc)
-print("RESULT " + json.dumps({"changed": before != after, "error": error}))
-'''
-
-
-def test_a_checkpoint_replaced_after_the_loader_ran_is_refused_at_the_next_part(made, tmp_path, comfy_host):
+def test_a_checkpoint_replaced_after_the_loader_ran_is_refused_at_the_next_part(in_host):
     """Break-it finding (stop 38): a checkpoint replaced on disk after the Checkpoint Loader ran had its remaining
     parts read from the new file (a mix of two models). The loader's fingerprint changes with the file, and a part
-    first read after the change is refused, naming what to do."""
-    comfy_dir, python = comfy_host
-    ckpts = tmp_path / "checkpoints"
-    ckpts.mkdir()
-    shutil.copyfile(made["comfy"], ckpts / "swap.safetensors")
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    run = subprocess.run([python, "-c", SWAP_HARNESS, str(comfy_dir), str(REPO), str(ckpts)], capture_output=True,
-                         text=True, env=env, timeout=300)
-    lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    first read after the change is refused, naming what to do. (HOST_HARNESS's second half.)"""
+    out = in_host["swap"]
     assert out["changed"] is True
     assert out["error"] and "changed on disk since the YuE2 Checkpoint Loader read it" in out["error"], out
     assert "its AR part would come from another file" in out["error"] and "queue the workflow again" in out["error"]
