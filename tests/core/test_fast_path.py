@@ -124,12 +124,19 @@ def test_int8_paths_agree():
 
 
 def _run_ok(code: str, interpret: bool) -> None:
-    """Run `code` in a fresh Python (with Triton's CPU interpreter when `interpret`); it must exit 0 and print ok."""
+    """Run `code` in a process of its own; it must exit 0 and print ok. With `interpret`, in Triton's CPU interpreter
+    in a fork of a process that imported torch and Triton once (tests/core/interpreter_forks.py; a fresh Python where
+    that cannot be used), otherwise in a fresh Python."""
+    from tests.core import interpreter_forks
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+    done = interpreter_forks.run(code, env, timeout=600) if interpret else None
+    if done is None:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        done = out.returncode, out.stdout, out.stderr
+    returncode, stdout, stderr = done
+    assert returncode == 0 and "ok" in stdout, stderr[-3000:]
 
 
 def test_triton_w8a16_kernel_in_interpreter():
