@@ -1,5 +1,6 @@
 """The fast decode path's pieces that run without a GPU: the device sampler against the parity fixtures, the
 graph-free step against the portable loop, batching of candidate songs, and the int8 kernels' maths."""
+import functools
 import json
 import os
 import subprocess
@@ -157,16 +158,25 @@ def test_triton_w8a16_kernel_in_interpreter():
     _run_ok(code, interpret=True)
 
 
+@functools.lru_cache(maxsize=None)
+def _tiny_prompt(path: str) -> tuple:
+    """The semantic prompt of a short request, encoded by the tokenizer of the checkpoint at `path` — here, once per
+    test process: building the tokenizer takes ~1 s of CPU, which every interpreter subprocess spent again."""
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_tokenizer
+    return tuple(semantic_prefix(SongRequest("pop", "la", cot="off"), [],
+                                 load_tokenizer(inspect_checkpoint(path)).encode))
+
+
 def tiny_fp16_ar(path: str) -> str:
     """Code (for a subprocess) loading the tiny checkpoint at `path` as an fp16 CPU AR `ar`, with a semantic prompt
-    `sp`, greedy 4-token sampling `s` and the decode module as `fd`."""
+    `sp` (`_tiny_prompt`), greedy 4-token sampling `s` and the decode module as `fd`."""
     return ("import torch\n"
-            "from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_tokenizer\n"
+            "from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar\n"
             "from yue2_core.fast import decode as fd\n"
-            "from yue2_core.protocol import Sampling, SongRequest, semantic_prefix\n"
+            "from yue2_core.protocol import Sampling\n"
             f"info = inspect_checkpoint({path!r})\n"
             "ar = load_ar(info, 'cpu', torch.float16)\n"
-            "sp = semantic_prefix(SongRequest('pop', 'la', cot='off'), [], load_tokenizer(info).encode)\n"
+            f"sp = {list(_tiny_prompt(str(path)))!r}\n"
             "s = Sampling(temperature=0.0, min_tokens=4, max_tokens=4)\n")
 
 
