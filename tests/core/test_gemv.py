@@ -205,9 +205,10 @@ def _decoders(path: str, int8: bool) -> str:
     return (tiny_fp16_ar(path) +
             "kind = fd._gemv_layers(ar)\n"
             "from yue2_core.fast import gemv as G\n"
-            "# every layer product split in two (the tiny model's shapes alone would split only down_proj); the codec\n"
-            "# head (32,769 rows) in wide blocks: fewer interpreted programs\n"
-            "G.choose = lambda n, k, m, int8: G.Config(bn=32, bk=128, split=2) if n < 4096 else G.Config(bn=256)\n"
+            "# every layer product split in two (the tiny model's shapes alone would split only down_proj), in blocks\n"
+            "# of 128 outputs; the codec head (32,769 rows = 16 · 2,048 + 1: a one-row last block) in blocks of 2,048\n"
+            "# (the interpreter's cost is mostly per program: wide blocks, few programs)\n"
+            "G.choose = lambda n, k, m, int8: G.Config(bn=128, bk=128, split=2) if n < 4096 else G.Config(bn=2048)\n"
             "seen = []\n"
             "_gemv = G.gemv\n"
             "G.gemv = lambda *a, **kw: seen.append(1) or _gemv(*a, **kw)\n"
