@@ -15,7 +15,11 @@ def _phased_vs_fused(path: str, int8: bool, rows: int) -> str:
     phased mode (8 programs: several tiles and attention items per program, 6 splits) side by side for 2 steps
     over a 131-token prompt."""
     return (tiny_fp16_ar(path) +
-            "from yue2_core.fast import persistent\n"
+            "from yue2_core.fast import gemv as G, persistent\n"
+            "# the codec head (32,769 rows, after the layers: not the layer kernel's) in blocks of 2,048 rows, as the\n"
+            "# interpreter's cost is mostly per program; the fused step's layer products keep their configurations\n"
+            "_choose = G.choose\n"
+            "G.choose = lambda n, k, m, int8: G.Config(bn=2048) if n >= 4096 else _choose(n, k, m, int8)\n"
             "sp = sp[:-1] * 5 + sp[-1:]\n"
             f"prompts = [sp, sp[:-3] + sp[-1:], sp[:-7] + sp[-1:]][:{rows}]\n"
             "decs = []\n"

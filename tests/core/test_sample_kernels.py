@@ -12,14 +12,17 @@ pytest.importorskip("triton")
 
 # The interpreter's cost is per program, not per column: with `sample_kernels.BLOCK` (1024, the GPU's) the 151,849-column
 # ABC slice is 149 programs a row and a step. `scores_kernel` is elementwise, so the block size changes only how the
-# columns are cut: 16,384 keeps several blocks a row and a partial last one (32,769 = 2·16,384 + 1 semantic columns,
-# 151,849 = 9·16,384 + 4,393 ABC ones) at ~1/16 of the programs. The GPU test (test_cuda_fast.py) runs BLOCK = 1024.
-# YUE2_GEMV=0: the decoders' products through torch instead of the GEMV kernel (a third of an interpreted step; the
-# same for both tails compared here; the GEMV decode step has its own tests in test_gemv.py).
+# columns are cut: 32,768 keeps several blocks a row and a partial last one (32,769 = 32,768 + 1 semantic columns,
+# 151,849 = 4·32,768 + 20,777 ABC ones) at ~1/32 of the programs (each of which loops over the penalty window). The GPU
+# test (test_cuda_fast.py) runs BLOCK = 1024.
+# YUE2_GEMV=0 and YUE2_DECODE_ATTN=torch: the decoders' products and attention through torch instead of the GEMV and
+# attention kernels (half of an interpreted step; the same for both tails compared here; the fused step's GEMV and
+# attention have their own tests in test_gemv.py and test_fast_path.py).
 INTERPRETER_BLOCK = ("import os\n"
                      "os.environ['YUE2_GEMV'] = '0'\n"
+                     "os.environ['YUE2_DECODE_ATTN'] = 'torch'\n"
                      "from yue2_core.fast import sample_kernels as _sk\n"
-                     "_sk.BLOCK = 16384\n")
+                     "_sk.BLOCK = 32768\n")
 
 def test_kernel_tail_equals_torch_tail():
     """Every case of `sample_tail_check.cases` (CFG in fp16: see there), 41 steps in all: processed scores and state
@@ -52,7 +55,7 @@ def test_decoder_chooses_the_tail(tiny_paths, monkeypatch):
     before any work."""
     code = (INTERPRETER_BLOCK + tiny_fp16_ar(tiny_paths["bf16"]) +
             "import os\n"
-            "s = Sampling(temperature=1.0, top_p=0.9, top_k=50, min_tokens=2, max_tokens=8)\n"
+            "s = Sampling(temperature=1.0, top_p=0.9, top_k=50, min_tokens=2, max_tokens=4)\n"
             "runs = {}\n"
             "for choice in ('kernels', 'torch'):\n"
             "    os.environ['YUE2_SAMPLER'] = choice\n"
@@ -104,7 +107,7 @@ def test_tail_kernel_failure_keeps_the_fused_step(tiny_paths):
             "import os, warnings\n"
             "from yue2_core.fast import sample_kernels as sk\n"
             "from yue2_core.errors import RequestError\n"
-            "s = Sampling(temperature=0.9, top_p=0.9, top_k=50, min_tokens=2, max_tokens=10)\n"
+            "s = Sampling(temperature=0.9, top_p=0.9, top_k=50, min_tokens=2, max_tokens=5)\n"
             "rows = [sp, sp[:-2] + sp[-1:]]\n"
             "os.environ['YUE2_SAMPLER'] = 'torch'\n"
             "ref = [r.tokens for r in fd.PhaseDecoder(ar, rows, s, [3, 4], 'semantic', use_graph=False,\n"
