@@ -690,14 +690,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_render)
 
     i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter, a VAE file or a song folder and "
-                                       "describe it")
-    i.add_argument("checkpoint", type=_named("file or folder"), help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, a VAE file/folder, "
-                                      "or a song folder (its files are verified against result.json)")
+                                       "describe it",
+                       description="Identify a checkpoint (file or vendor folder), a LoRA/LoKr adapter, a VAE "
+                                   "file/folder or a song folder and describe it: the details as JSON on stdout (a "
+                                   "summary line, for an adapter its report, on stderr). Exit status 2 when it is "
+                                   "none of these or an adapter does not fit the model.")
+    i.add_argument("checkpoint", metavar="PATH", type=_named("file or folder"),
+                   help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, a VAE file/folder, "
+                        "or a song folder (its files are verified against result.json)")
     i.add_argument("--model", metavar="CHECKPOINT", type=_named("checkpoint file"), help="check an adapter against this checkpoint's geometry "
                                                          "(default: the release YuE2-3B geometry)")
     i.set_defaults(func=cmd_inspect)
 
-    m = sub.add_parser("make-synthetic", help="write a synthetic checkpoint with random weights (for tests)")
+    m = sub.add_parser("make-synthetic", help="write a synthetic checkpoint with random weights (for tests)",
+                       description="Write a synthetic YuE2 checkpoint: the real file's layout, random weights (its "
+                                   "songs are noise). Synthetic adapters, VAEs and the vendor folder have writers of "
+                                   "their own: python -m yue2_core.weights.lora.synthetic DIR --profile tiny, "
+                                   "python -m yue2_core.weights.synthetic_vae, python -m "
+                                   "yue2_core.weights.synthetic_vendor (docs/lora.md, \"Try it without real files\").")
     m.add_argument("--output", required=True, metavar="FILE.safetensors",
                    help="the checkpoint file to write (an existing file needs --force)")
     m.add_argument("--profile", default="tiny", choices=["tiny", "full"],

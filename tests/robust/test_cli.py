@@ -502,7 +502,7 @@ def test_cli_empty_paths_are_refused_not_taken_as_absent(tmp_path, monkeypatch, 
     proc = cli("batch", tmp_path / "r.jsonl", "--output", tmp_path / "b", "--checkpoint", "")
     assert_cli_error(proc, "argument --checkpoint: '' names no checkpoint file")
     assert_cli_error(cli("render", "", "--output", tmp_path / "o"), "argument song: '' names no song")
-    assert_cli_error(cli("inspect", ""), "argument checkpoint: '' names no file or folder")
+    assert_cli_error(cli("inspect", ""), "argument PATH: '' names no file or folder")
     assert_cli_error(cli("batch", "", "--output", tmp_path / "b"), "argument requests: '' names no")
     req = tmp_path / "r.jsonl"
     req.write_text('{"id": "a", "style": "pop", "lyrics": "la"}\n')

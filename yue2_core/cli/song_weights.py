@@ -64,7 +64,7 @@ def _song_weights(args, config: dict | None = None) -> tuple[list, str | None]:
     if getattr(args, "no_lora", False):
         if recorded:
             print(f"note: --no-lora renders without the adapters this song was made with ({', '.join(as_given)}): "
-                  "the music will differ", file=sys.stderr)
+                  "the audio will differ", file=sys.stderr)
     elif not loras and recorded:
         found, missing = [], None
         for rec, ar, nar in recorded:
