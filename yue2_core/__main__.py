@@ -189,6 +189,9 @@ def cmd_generate(args) -> int:
     if request.abc is not None:
         _warn_score(request.abc, "--abc-file", budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND,
                     cot=request.cot)
+        if args.max_abc_tokens is not None:  # new-user review, stop 50: ignored without a word
+            print("warning: --max-abc-tokens has no effect with --abc-file: the given lead sheet is used as it is, "
+                  "no ABC is sampled", file=sys.stderr)
     engine, synthetic = _load_engine(args)
     if synthetic and args.max_seconds is None:
         _note_synthetic_music(budgets.semantic_sampling().max_tokens)

@@ -123,3 +123,17 @@ def test_generate_warns_of_a_used_up_quota_before_loading(tmp_path, capsys, monk
     assert rc == 2 and "warning: " in err and "but your disk quota there gave no room for" in err, err
     assert "(`quota -s` shows the quota)" in err and err.index("quota") < err.index("/nonexistent"), err
     assert shutil.disk_usage(tmp_path).free > song_bytes_bound(750)[1]
+
+
+def test_max_abc_tokens_with_an_abc_file_is_said_to_do_nothing(tmp_path, capsys):
+    """New-user review, stop 50: `generate --abc-file … --max-abc-tokens 128` ignored the cap without a word (no
+    lead sheet is sampled when one is given); the warning comes before loading. Without the option: no warning."""
+    from pathlib import Path
+    score = Path(__file__).resolve().parents[2] / "examples" / "text2music_lead_sheet.abc"
+    base = ("generate", "--style", "pop", "--lyrics", "la", "--abc-file", score, "--checkpoint",
+            "/nonexistent/yue2.safetensors", "--offline")
+    rc, err = main_inprocess(capsys, *base, "--max-abc-tokens", "128", "--output", tmp_path / "a")
+    assert rc == 2 and "warning: --max-abc-tokens has no effect with --abc-file" in err, err
+    assert err.index("--max-abc-tokens has no effect") < err.index("/nonexistent"), err
+    rc, err = main_inprocess(capsys, *base, "--output", tmp_path / "b")
+    assert rc == 2 and "has no effect" not in err, err
