@@ -137,3 +137,17 @@ def test_max_abc_tokens_with_an_abc_file_is_said_to_do_nothing(tmp_path, capsys)
     assert err.index("--max-abc-tokens has no effect") < err.index("/nonexistent"), err
     rc, err = main_inprocess(capsys, *base, "--output", tmp_path / "b")
     assert rc == 2 and "has no effect" not in err, err
+
+
+def test_inspect_of_a_vae_says_what_it_is_on_stderr(tmp_path, capsys):
+    """New-user review, stop 50: `inspect VAE` printed only the JSON, while a checkpoint, a LoRA and a song folder
+    each also print a human-readable line on stderr; a VAE now prints its summary there too (the JSON's "summary")."""
+    import json
+    from yue2_core.__main__ import main
+    from yue2_core.weights.synthetic_vae import write_vae
+    path = write_vae(str(tmp_path / "vae.safetensors"), layout="vendor-file")
+    assert main(["inspect", path]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["kind"] == "VAE decoder" and report["summary"], report
+    assert err.strip() == report["summary"].strip(), err

@@ -130,8 +130,9 @@ def cmd_inspect(args) -> int:
                                   f"\n  as a checkpoint: {exc}\n  as a VAE decoder: {reasons['vae']}\n"
                                   f"  as a LoRA adapter: {reasons['lora']}"
                                   + ("\n  as a song folder: it holds no result.json" if folder else "")) from None
-        if other.get("report"):
-            print(other["report"], file=sys.stderr)  # the human-readable report; JSON on stdout
+        if other.get("report") or other.get("summary"):  # the human-readable report (a LoRA's) or summary (a
+            # VAE's: new-user review, stop 50, it printed only JSON); JSON on stdout, as for checkpoints and songs
+            print(other.get("report") or other["summary"], file=sys.stderr)
         print(_json_lines(other))
         return 0
     tok = load_tokenizer(info)
