@@ -90,6 +90,8 @@ for name in ('torch', 'torchvision', 'torchaudio'):
         -e "$REPO" 2>&1 | grep --line-buffered -v "is ignored: it is neither a file nor a directory" \
         | awk -v quiet="$quiet" '{ print "[pip] " $0 } /^Installing collected packages/ { print quiet } { fflush() }' \
         || true
+    # the pins file goes now: the `exec` at the end replaces this shell, so the EXIT trap never runs after a song
+    if [ "$constraints" != "$REPO/scripts/lib/constraints.txt" ]; then rm -f "$constraints"; trap - EXIT; fi
     "$PY" -c "import yue2_core, torch, safetensors, tokenizers, soundfile" || { echo "[song.sh] install failed" >&2; exit 1; }
     echo "[song.sh] installed in $((SECONDS - start)) s"
 fi

@@ -185,10 +185,16 @@ def test_song_sh_help_names_the_search(tmp_path):
 def test_song_sh_says_that_installing_prints_nothing_for_a_while(tmp_path, keeps_torch):
     """First run: after pip's "Installing collected packages: …" nothing was printed for about a minute (5 GB of
     torch), though the header promised progress for each package. Now a line says the quiet step is coming."""
-    env, bin_dir = _song_env(tmp_path, fresh=True, keeps_torch=keeps_torch, YUE2_CHECKPOINT="mine.safetensors")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env, bin_dir = _song_env(tmp_path, fresh=True, keeps_torch=keeps_torch, YUE2_CHECKPOINT="mine.safetensors",
+                             TMPDIR=str(scratch))
     proc = subprocess.run(["bash", str(SONG_SH), "--output", "out"], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the kept torch's pins file is gone once the song starts (the final `exec` skips the EXIT trap: one file a run
+    # was left in /tmp before stop 51)
+    assert not list(scratch.glob("song_sh_pins.*")), list(scratch.iterdir())
     lines = proc.stdout.splitlines()
     at = lines.index("[pip] Installing collected packages: torch, numpy")
     said = ("[song.sh] installing the downloaded packages: pip prints nothing until it is done" if keeps_torch else
