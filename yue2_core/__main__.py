@@ -609,7 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(sp, render: bool = False):
         sp.add_argument("--checkpoint", type=_named("checkpoint file"),
-                        help="YuE2 all-in-one .safetensors, or the vendor's m-a-p/YuE2-3B folder (default: " + (
+                        help="YuE2 all-in-one .safetensors, or the vendor's m-a-p/YuE2-3B folder; a name not "
+                        "found here is looked for in ComfyUI's models/checkpoints, as the Checkpoint Loader lists it "
+                        "(default: " + (
                             "the checkpoint the song's config.json records, when it still exists; else "
                             if render else "") +
                         "$YUE2_CHECKPOINT, ComfyUI models/checkpoints when this pack sits in ComfyUI/custom_nodes "
@@ -692,15 +694,16 @@ def build_parser() -> argparse.ArgumentParser:
     ode_method(r, render=True)
     r.set_defaults(func=cmd_render)
 
-    i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter, a VAE file or a song folder and "
-                                       "describe it",
+    i = sub.add_parser("inspect", help="identify a checkpoint, a LoRA adapter, a VAE file, a song folder or an "
+                                       "ABC lead sheet and describe it",
                        description="Identify a checkpoint (file or vendor folder), a LoRA/LoKr adapter, a VAE "
-                                   "file/folder or a song folder and describe it: the details as JSON on stdout (a "
-                                   "summary line, for an adapter its report, on stderr). Exit status 2 when it is "
-                                   "none of these or an adapter does not fit the model.")
+                                   "file/folder, a song folder or an ABC lead sheet (score.abc) and describe it: the "
+                                   "details as JSON on stdout (a summary line, for an adapter its report, for a lead "
+                                   "sheet the dialect check's findings, on stderr). Exit status 2 when it is none of "
+                                   "these or an adapter does not fit the model.")
     i.add_argument("checkpoint", metavar="PATH", type=_named("file or folder"),
                    help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, a VAE file/folder, "
-                        "or a song folder (its files are verified against result.json)")
+                        "a song folder (its files are verified against result.json), or an ABC lead sheet")
     i.add_argument("--model", metavar="CHECKPOINT", type=_named("checkpoint file"), help="check an adapter against this checkpoint's geometry "
                                                          "(default: the release YuE2-3B geometry)")
     i.set_defaults(func=cmd_inspect)
@@ -744,7 +747,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "row asking for less keeps its own; uncapped, a row gets its semantic_sampling.max_tokens, else "
                    "the release's 9,000 tokens = 360 s)")
     b.add_argument("--max-abc-tokens", type=int, default=None, help="cap every lead sheet, in tokens (a row asking "
-                   "for less keeps its own; uncapped: its abc_sampling.max_tokens, else the release's 4,096)")
+                   "for less keeps its own; uncapped: its abc_sampling.max_tokens, else the release's 4,096; with "
+                   f"synthetic weights {SYNTHETIC_ABC_TOKENS}, as for generate, since a random model never ends its "
+                   "lead sheet)")
     b.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None, help="render and decode a "
                    "batch's songs on a worker thread while the next batch's AR phases run (default: on with CUDA, "
                    "off on the CPU; the songs are the same either way)")

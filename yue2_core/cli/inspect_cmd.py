@@ -1,4 +1,5 @@
-"""`python -m yue2_core inspect`: what a checkpoint, vendor folder, LoRA, VAE file or song folder holds."""
+"""`python -m yue2_core inspect`: what a checkpoint, vendor folder, LoRA, VAE file, song folder or ABC lead sheet
+holds."""
 from __future__ import annotations
 
 import json
@@ -97,8 +98,9 @@ def cmd_inspect(args) -> int:
     if not os.path.exists(args.checkpoint):
         from ..weights.locate import HF_FILE, HF_REPO
         raise CheckpointError(f"checkpoint not found: {args.checkpoint} — no such file or folder; inspect takes the "
-                              "path of a checkpoint (or the vendor's folder), a LoRA, a VAE file or folder, or a song "
-                              f"folder (the release file is {HF_FILE} from https://huggingface.co/{HF_REPO})")
+                              "path of a checkpoint (or the vendor's folder), a LoRA, a VAE file or folder, a song "
+                              "folder or an ABC lead sheet (the release file is "
+                              f"{HF_FILE} from https://huggingface.co/{HF_REPO})")
     dims = None
     if getattr(args, "model", None):
         dims = inspect_checkpoint(args.model, own_vae="optional").dims
@@ -114,6 +116,12 @@ def cmd_inspect(args) -> int:
             raise CheckpointError(f"{args.checkpoint} is a YuE2 VAE decoder that is refused: "
                                   f"{reasons['vae']}") from None
         if other is None:
+            score = None if os.path.isdir(args.checkpoint) else _abc_report(args.checkpoint)
+            if score is not None:  # a lead sheet (new-user review, stop 51: `inspect score.abc` said "not a
+                # safetensors file (header length 5551313623310219864 …)" three times)
+                print(score["summary"], file=sys.stderr)
+                print(_json_lines(score))
+                return 0
             if _looks_like_adapter(args.checkpoint):
                 why = reasons["lora"]
                 if not reasons.get("lora_geometry"):  # the file's own fault, not another model's geometry
@@ -145,8 +153,50 @@ def cmd_inspect(args) -> int:
     report["dtype_histogram"] = dtype_histogram(info)
     report["tokenizer_vocab"] = tok.vocab_size
     report["summary"] = info.summary()
+    print(report["summary"], file=sys.stderr)  # as for a LoRA, a VAE and a song (new-user review, stop 51: a
+    # checkpoint printed only the JSON, though the stop-50 fix said all four kinds print a line here)
     print(_json_lines(report))
     return 0
+
+
+def _abc_report(path: str) -> dict | None:
+    """`inspect` of a UTF-8 text file named `*.abc` or with ABC header fields (an edited score.abc, an --abc-file):
+    the dialect check `generate --abc-file` and `render` print (without the run's --max-seconds) and the score's
+    structure; None for anything else (not UTF-8 text, neither that name nor field lines, over the editor's 100 kB
+    limit)."""
+    import re
+    from ..abc.service import MAX_ABC_BYTES, analyze
+    try:
+        if os.path.getsize(path) > MAX_ABC_BYTES:
+            return None
+        with open(path, "rb") as fh:
+            text = fh.read(MAX_ABC_BYTES + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not (path.lower().endswith(".abc") or re.search(r"(?m)^\ufeff?[XTMLQKV]:", text)):
+        return None
+    found = analyze({"abc": text})
+    if "error" in found:
+        return None
+    issues, st = found["issues"], found["structure"]
+    errors = sum(i["severity"] == "error" for i in issues)
+    counts = f"{errors} error(s), {len(issues) - errors} warning(s)"
+    if st:
+        tempo = st.get("tempo") or {}
+        bars = ", ".join(f"{v} {n}" for v, n in (st.get("bars") or {}).items())
+        sections = ", ".join(s["label"] for s in st.get("sections") or [])
+        head = (f"ABC lead sheet {path}: key {st.get('key')}, {st.get('meter')}, "
+                + (f"{tempo['beat']}={tempo['bpm']:g} BPM, " if tempo.get("bpm") else "")
+                + f"bars {bars or 'none'}, about {st.get('duration_s') or 0:.1f} s at its tempo"
+                + (f", sections: {sections}" if sections else "") + f" — {counts}")
+    else:
+        head = f"ABC lead sheet {path}: does not parse — {counts}"
+    lines = [f"  line {i['line']}: {i['message']} [{i['severity']}]" if i.get("line") else
+             f"  {i['message']} [{i['severity']}]" for i in issues]
+    tail = ("  (generate --abc-file, or render of an edited score.abc, uses it as written and prints these "
+            "findings, with the run's --max-seconds for the length check)")
+    return {"kind": "ABC lead sheet", "path": os.path.abspath(path), "ok": found["ok"], "issues": issues,
+            "structure": st, "summary": "\n".join([head, *lines, tail])}
 
 
 def _json_lines(obj) -> str:

@@ -44,13 +44,14 @@ def comfy_checkpoint_dirs() -> list[Path]:
 
 def comfy_model_path(name: str, kind: str) -> tuple[str, str] | None:
     """(path, ComfyUI folder) of `name` — a relative path such as the ComfyUI node lists show (`my_lora.safetensors`,
-    `sub/x.safetensors`, a VAE folder `YuE2-Vae-legacy`) — inside the `models/<kind>` folder ("loras", "vae") of the
-    ComfyUI the checkpoint search uses (`comfy_checkpoint_dirs`), or None. Only for a name that is not a path here:
-    the command line reads `--lora` / `--vae` in that ComfyUI's folders as the nodes do (own-weights review, stop 49:
-    the checkpoint was found there, the LoRA beside it was "not found"). The name must stay inside the folder as
-    written (no `..` in it, no absolute path; ComfyUI lists no such name); a link in the folder is followed wherever
-    it points, as ComfyUI's own `folder_paths.get_full_path` does (diff review, stop 49: a linked file, which the
-    LoRA node lists and loads, was "not found" here)."""
+    `sub/x.safetensors`, a VAE folder `YuE2-Vae-legacy`) — inside the `models/<kind>` folder ("loras", "vae",
+    "checkpoints" for `--checkpoint`) of the ComfyUI the checkpoint search uses (`comfy_checkpoint_dirs`), or None.
+    Only for a name that is not a path here: the command line reads `--lora` / `--vae` / `--checkpoint` in that
+    ComfyUI's folders as the nodes do (own-weights review, stop 49: the checkpoint was found there, the LoRA beside it
+    was "not found"; new-user review, stop 51: the checkpoint's own name was "not found"). The name must stay inside
+    the folder as written (no `..` in it, no absolute path; ComfyUI lists no such name); a link in the folder is
+    followed wherever it points, as ComfyUI's own `folder_paths.get_full_path` does (diff review, stop 49: a linked
+    file, which the LoRA node lists and loads, was "not found" here)."""
     if not name or os.path.isabs(name) or os.path.exists(name):
         return None
     if os.pardir in Path(name).parts:  # `../x`, `sub/../../x` (or `link/../x`): a way out of the folder
@@ -115,11 +116,18 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
     instructions when nothing is available."""
     from .checkpoint import not_a_file
     if explicit:
+        in_comfy = comfy_model_path(explicit, "checkpoints")
+        if in_comfy is not None:  # a name as the Checkpoint Loader lists it, like --lora / --vae (new-user review,
+            # stop 51: `--checkpoint yue2_tiny_synthetic.safetensors` was "not found" with download advice)
+            return in_comfy[0], f"ComfyUI folder {in_comfy[1]}"
         if not (os.path.isfile(explicit) or os.path.isdir(explicit)):
             kind = not_a_file(explicit)  # it exists, but is a FIFO / device / socket
+            looked = not (kind or os.path.isabs(explicit) or os.pardir in Path(explicit).parts)  # as comfy_model_path
+            folders = comfy_model_folders("checkpoints") if looked else []
+            where = f" (neither here nor in ComfyUI's {' or '.join(folders)})" if folders else ""
             raise CheckpointError(f"checkpoint {explicit} is {kind}, not a file (a checkpoint is a .safetensors file "
                                   "or a vendor model folder)" if kind else
-                                  f"checkpoint not found: {explicit}. {where_to_get()}")
+                                  f"checkpoint not found: {explicit}{where}. {where_to_get()}")
         return explicit, "given path"
     env = os.environ.get("YUE2_CHECKPOINT")
     if env:
