@@ -91,3 +91,32 @@ def test_a_checkpoint_with_a_duplicated_tensor_name_is_refused_by_generate(micro
         rc, err = main_inprocess(capsys, *args)
         assert rc == 2 and f"names {name!r} twice" in err and "Traceback" not in err, err
     assert not (tmp_path / "song").exists()
+
+
+def test_a_lora_whose_every_patch_is_zero_says_it_changes_nothing(tmp_path, capsys, micro_paths):
+    """An adapter saved before its first training step (PEFT and most trainers start B at zero) or with zeroed
+    weights was read, applied and recorded without a word — the song the same as without it. Now a note per expert
+    whose every patch is zero: from `read_adapter` (so the command line, `inspect` and the LoRA node all show it);
+    an expert with one nonzero patch, and the synthetic adapters as written, get none."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("micro")  # the geometry of micro_paths' checkpoint, for `inspect --model`
+    for layout, zero_keys in (("aitk", ("lora_B",)), ("comfy-native", ("lora_up", ".diff")), ("aitk-lokr", ("w2",))):
+        path = write_adapter(layout, tmp_path / f"{layout}.safetensors", dims)
+        assert adapter_notes(read_adapter(str(path), dims)) == [], layout
+        tensors = load_file(path)
+        zeroed = {k: torch.zeros_like(t) if any(z in k for z in zero_keys) else t for k, t in tensors.items()}
+        save_file(zeroed, tmp_path / "zero.safetensors")
+        notes = adapter_notes(read_adapter(str(tmp_path / "zero.safetensors"), dims))
+        experts = sorted({"ar" if k.startswith("text_encoders.") else "nar" for k in tensors})
+        assert [n.split(" changes nothing on the ")[1][:3].strip(":") for n in notes] == \
+            [e.upper() for e in experts], (layout, notes)
+        assert all("are zero" in n and "any strength gives the same song" in n for n in notes), notes
+        one = next(k for k in zeroed if any(z in k for z in zero_keys))
+        save_file({**zeroed, one: tensors[one]}, tmp_path / "zero.safetensors")  # one patch not zero
+        assert len(adapter_notes(read_adapter(str(tmp_path / "zero.safetensors"), dims))) == len(experts) - 1, layout
+    save_file(zeroed, tmp_path / "zero.safetensors")
+    rc, err = main_inprocess(capsys, "inspect", "--model", micro_paths["bf16"], tmp_path / "zero.safetensors")
+    assert "changes nothing on the" in err, err
