@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .cli.busy_cpu import _note_busy_cpu
 from .cli.inspect_cmd import cmd_inspect
-from .cli.options import _Parser, _named, parse_lora, parse_vae
+from .cli.options import _Parser, _named, parse_lora, parse_vae, plain_number, whole_number
 from .cli.progress import ProgressLine
 from .cli.song_weights import (_note_old_stack_rule, _note_replaced_vae, _recorded_checkpoint, _say_lora_int8,
                                _say_nar_linears,
@@ -620,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1 …")
         sp.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
                         help="LM compute dtype (default bf16, the release's; the VAE is always fp32)")
-        sp.add_argument("--steps", type=int, default=None if render else 32,
+        sp.add_argument("--steps", type=whole_number, default=None if render else 32,
                         help="ODE steps of the renderer (default " + ("the song's own, from its config.json: the same "
                              "audio as the song" if render else "32") + "; 2 model evaluations each with the midpoint "
                              "solver, 1 with --ode-method ab2)")
@@ -660,16 +660,16 @@ def build_parser() -> argparse.ArgumentParser:
     lyrics.add_argument("--lyrics-file", type=_named("lyrics file"), help="UTF-8 text file holding the lyrics")
     g.add_argument("--cot", default="full", choices=["full", "melody", "off"],
                    help="full: melody + chords lead sheet; melody: melody-only; off: no lead sheet")
-    g.add_argument("--seed", type=int, default=DEFAULT_SEED,
+    g.add_argument("--seed", type=whole_number, default=DEFAULT_SEED,
                    help=f"seed of the lead sheet, the music tokens and the render (default {DEFAULT_SEED}, the "
                         "release's: the same inputs and seed give the same song every run — pass another seed for "
                         "another take; the seed used is printed)")
     g.add_argument("--abc-file", type=_named("ABC file"), help="use this ABC lead sheet (UTF-8) instead of letting the model write one; it "
                                       "is used as given, the dialect check's findings are printed as warnings")
-    g.add_argument("--cfg-scale", type=float, default=None, help="guidance (default 1.0; 1.01 in off mode)")
-    g.add_argument("--max-seconds", type=float, default=None, help="cap the music length (25 tokens per second; "
+    g.add_argument("--cfg-scale", type=plain_number, default=None, help="guidance (default 1.0; 1.01 in off mode)")
+    g.add_argument("--max-seconds", type=plain_number, default=None, help="cap the music length (25 tokens per second; "
                    "default: the release's 9,000 tokens = 360 s, a long wait on a CPU)")
-    g.add_argument("--max-abc-tokens", type=int, default=None,
+    g.add_argument("--max-abc-tokens", type=whole_number, default=None,
                    help="cap the lead-sheet length in tokens (default: the release's 4,096; with synthetic weights "
                         f"{SYNTHETIC_ABC_TOKENS}, since a random model never ends its lead sheet)")
     common(g)
@@ -687,8 +687,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "score.abc, new music tokens are sampled after your score (--max-seconds caps "
                                    "them). --lora/--vae swap the adapters or the VAE the song was made with.")
     r.add_argument("song", type=_named("song folder"), help="song directory written by generate")
-    r.add_argument("--seed", type=int, default=None, help="new seed (samples new music tokens)")
-    r.add_argument("--max-seconds", type=float, default=None,
+    r.add_argument("--seed", type=whole_number, default=None, help="new seed (samples new music tokens)")
+    r.add_argument("--max-seconds", type=plain_number, default=None,
                    help="cap the new music when tokens are resampled (default: the song's own budget)")
     common(r, render=True)
     ode_method(r, render=True)
@@ -720,7 +720,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tiny: a small model for CPU tests (default); full: the release geometry (7.8 GB bf16)")
     m.add_argument("--format", default="bf16", choices=["bf16", "int8"],
                    help="bf16 (default) or the int8 ConvRot layout of yue2_3b_int8_convrot.safetensors")
-    m.add_argument("--seed", type=int, default=0, help="the random weights' seed (default 0)")
+    m.add_argument("--seed", type=whole_number, default=0, help="the random weights' seed (default 0)")
     m.add_argument("--force", action="store_true", help="replace an existing file at --output (a regular file; never "
                    "a device, FIFO or socket)")
     m.set_defaults(func=cmd_make_synthetic)
@@ -734,22 +734,22 @@ def build_parser() -> argparse.ArgumentParser:
                                    "CPU; --resume finishes an interrupted batch. docs/batch.md says more.")
     b.add_argument("requests", type=_named("request file"), help="the request file (the vendor's JSONL: id, style/tags, lyrics, cot, seed, abc or "
                                     "abc_path, cfg_scale, abc_sampling, semantic_sampling)")
-    b.add_argument("--max-batch", type=int, default=None, help="songs per AR batch (default on CUDA: 8, or fewer "
-                                                                 "when --budget holds fewer; on the CPU, where rows "
-                                                                 "are not batched: 1, each song saved before the next "
-                                                                 "starts — but with --continuous the CPU decodes up to "
-                                                                 "8 rows too, or the queue's length if shorter)")
-    b.add_argument("--budget", type=float, default=None, metavar="GiB", help="device memory the batch may use, "
+    b.add_argument("--max-batch", type=whole_number, default=None,
+                   help="songs per AR batch (default on CUDA: 8, or fewer when --budget holds fewer; on the CPU, "
+                        "where rows are not batched: 1, each song saved before the next starts — but with "
+                        "--continuous the CPU decodes up to 8 rows too, or the queue's length if shorter)")
+    b.add_argument("--budget", type=plain_number, default=None, metavar="GiB", help="device memory the batch may use, "
                    "weights included (default: what is free now); sizes the batch")
     b.add_argument("--resume", action="store_true", help="finish a batch in --output: songs that verify are "
                                                          "skipped, damaged ones redone")
-    b.add_argument("--max-seconds", type=float, default=None, help="cap every song's music (25 tokens per second; a "
-                   "row asking for less keeps its own; uncapped, a row gets its semantic_sampling.max_tokens, else "
-                   "the release's 9,000 tokens = 360 s)")
-    b.add_argument("--max-abc-tokens", type=int, default=None, help="cap every lead sheet, in tokens (a row asking "
-                   "for less keeps its own; uncapped: its abc_sampling.max_tokens, else the release's 4,096; with "
-                   f"synthetic weights {SYNTHETIC_ABC_TOKENS}, as for generate, since a random model never ends its "
-                   "lead sheet)")
+    b.add_argument("--max-seconds", type=plain_number, default=None,
+                   help="cap every song's music (25 tokens per second; a row asking for less keeps its own; "
+                        "uncapped, a row gets its semantic_sampling.max_tokens, else the release's 9,000 tokens = "
+                        "360 s)")
+    b.add_argument("--max-abc-tokens", type=whole_number, default=None,
+                   help="cap every lead sheet, in tokens (a row asking for less keeps its own; uncapped: its "
+                        "abc_sampling.max_tokens, else the release's 4,096; with synthetic weights "
+                        f"{SYNTHETIC_ABC_TOKENS}, as for generate, since a random model never ends its lead sheet)")
     b.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None, help="render and decode a "
                    "batch's songs on a worker thread while the next batch's AR phases run (default: on with CUDA, "
                    "off on the CPU; the songs are the same either way)")
@@ -763,8 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ray", metavar="auto|ADDRESS", default=None, help="spread the queue over a Ray cluster, one "
                    "engine actor per GPU (auto: the cluster this machine is in, else a new local one; ADDRESS: "
                    "HOST:PORT of the head node or ray://HOST:PORT); needs pip install .[ray] (docs/batch.md)")
-    b.add_argument("--ray-cpu-workers", type=int, default=None, metavar="N", help="with --ray: N CPU engine actors "
-                   "instead of one per GPU (tests, dry runs)")
+    b.add_argument("--ray-cpu-workers", type=whole_number, default=None, metavar="N",
+                   help="with --ray: N CPU engine actors instead of one per GPU (tests, dry runs)")
     common(b)
     ode_method(b)
     next(a for a in b._actions if a.dest == "output").help = "the batch folder (new, or one to --resume)"

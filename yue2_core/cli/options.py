@@ -17,6 +17,27 @@ def _ascii_number(text: str) -> float:
     return float(text)
 
 
+def whole_number(text: str) -> int:
+    """An argparse type for the integer options (--seed, --steps, --max-abc-tokens, --max-batch, …): int(text) for
+    ASCII digits with an optional sign only. int() also takes other scripts' digits (٣, full-width ３), underscores
+    (1_0) and surrounding spaces, so `--seed ３` made seed 3 without a word — the rule `--lora FILE:٣` follows since
+    stop 33 (break-it review, stop 51)."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: write it in ASCII digits 0-9 with an "
+                                         "optional sign, e.g. 42")
+    return int(text)
+
+
+def plain_number(text: str) -> float:
+    """An argparse type for the number options (--max-seconds, --cfg-scale, --budget): `_ascii_number` (the plain
+    ASCII decimals float() takes; inf and nan pass, for the option's own check to refuse by name)."""
+    try:
+        return _ascii_number(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: write it in ASCII, e.g. 30, 2.5 or 1e-3 (no "
+                                         "other scripts' digits, underscores or spaces)") from None
+
+
 def _is_number(text: str) -> bool:
     try:
         _ascii_number(text)

@@ -120,7 +120,37 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
     companion = src.metadata.get("acoustic_adapter") if layout == "fl" else None
     if companion:
         _join_companion(adapter, src.path, companion, dims, _stack)
+    if not _stack:  # the whole adapter, its FL companion's patches included
+        adapter.notes.extend(zero_notes(adapter))
     return adapter
+
+
+def _is_zero(delta) -> bool:
+    """Whether a delta patch changes no weight: a LoRA pair with an all-zero factor, a LoKr with one, an all-zero
+    (bias) difference. A replacement always changes its module (zeros are a weight too)."""
+    if isinstance(delta, LowRank):
+        return not (delta.down.any() and delta.up.any())
+    if isinstance(delta, Kron):
+        return not (delta.w1.any() and delta.w2.any())
+    if isinstance(delta, (Diff, BiasDiff)):
+        return not delta.delta.any()
+    return False
+
+
+def zero_notes(adapter: Adapter) -> list[str]:
+    """One note per expert whose every patch is zero: the adapter changes nothing there, at any strength — an
+    adapter saved before its first training step (PEFT and most trainers start B at zero) or zeroed weights. It was
+    applied and recorded without a word, the song the same as without it (break-it review, stop 51)."""
+    notes = []
+    for expert in EXPERTS:
+        mine = [p for p in adapter.patches if p.expert == expert]
+        if mine and all(_is_zero(p.delta) for p in mine):
+            modules = len({p.module for p in mine})
+            notes.append(f"the LoRA {adapter.path} changes nothing on the {expert.upper()}: all its {len(mine)} "
+                         f"{expert.upper()} patches ({modules} modules) are zero (an up / lora_B factor, or a "
+                         "difference, of all zeros) — an adapter saved before any training step, or zeroed weights; "
+                         "any strength gives the same song as without it")
+    return notes
 
 
 def _in_file_keys(text: str, read_as: dict) -> str:
