@@ -97,7 +97,9 @@ def gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, M, N, K, MB, HAS_
     b = b_ptr + bn[None, :] * K + rk[:, None]
     acc = tl.zeros([BM, BN], tl.int32)
     for _ in range(0, K, BK):  # K is a multiple of BK (the wrapper checks)
-        acc = tl.dot(tl.load(a), tl.load(b), acc)
+        # out_dtype named: Triton 3.6 (the GPU image's) asserts acc's dtype equals out_dtype, whose default is
+        # fp32 (stop 51, first GPU run of this kernel); 3.8 infers it from acc
+        acc = tl.dot(tl.load(a), tl.load(b), acc, out_dtype=tl.int32)
         a += BK
         b += BK
     sa = tl.load(as_ptr + am)
