@@ -156,3 +156,39 @@ def test_a_probe_past_its_file_cap_says_what_it_did_not_ask(small_fs, monkeypatc
     assert note is not None and f"gave room for 2.1 MB of the {need / 1e6:,.1f} MB the song may take" in note, note
     assert "the rest was not asked for (the check holds at most 2 files of 1.0 MB" in note, note
     assert _entries(small_fs) == []
+
+
+# --- 2. the input guard and the routes --------------------------------------------------------------------------------
+
+def test_every_route_of_the_host_that_queues_a_prompt_runs_the_on_prompt_guard():
+    """Stop-50 leftover "the input guard covers /prompt posts only": `nodes/inputs.py: guard_prompt` is an on-prompt
+    handler, which ComfyUI runs in its `/prompt` route. In the host's server.py every call that queues a prompt
+    (`prompt_queue.put`) sits in a handler that first calls `trigger_on_prompt` and then `validate_prompt`, so no
+    prompt reaches the pack's nodes around the guard; a ComfyUI that adds another way fails here. (The pack's own
+    routes read their JSON with their own checks: tests/nodes/test_routes.py, the "-false-text" / "-nan" rows.)"""
+    import ast
+    host = os.environ.get("COMFYUI_DIR")
+    if not host or not os.path.isfile(os.path.join(host, "server.py")):
+        pytest.skip("no ComfyUI host (COMFYUI_DIR): bash scripts/test.sh installs it")
+    with open(os.path.join(host, "server.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+
+    def own(fn):  # the nodes of `fn`'s body, not of the functions defined inside it
+        todo = list(ast.iter_child_nodes(fn))
+        while todo:
+            node = todo.pop()
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                yield node
+                todo.extend(ast.iter_child_nodes(node))
+
+    def lines(fn, name, on=None):
+        return sorted(c.lineno for c in own(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                      and c.func.attr == name and (on is None or getattr(c.func.value, "attr", None) == on))
+
+    handlers = [fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+                and lines(fn, "put", on="prompt_queue")]
+    assert handlers, "no prompt_queue.put in the host's server.py: the test no longer finds the way in"
+    for fn in handlers:
+        guard, check = lines(fn, "trigger_on_prompt"), lines(fn, "validate_prompt")
+        put = lines(fn, "put", on="prompt_queue")
+        assert guard and check and guard[0] < check[0] < put[0], (fn.name, fn.lineno, guard, check, put)
