@@ -192,3 +192,47 @@ def test_every_route_of_the_host_that_queues_a_prompt_runs_the_on_prompt_guard()
         guard, check = lines(fn, "trigger_on_prompt"), lines(fn, "validate_prompt")
         put = lines(fn, "put", on="prompt_queue")
         assert guard and check and guard[0] < check[0] < put[0], (fn.name, fn.lineno, guard, check, put)
+
+
+# --- 4. a LoRA whose alpha went with its metadata ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout, alpha", [("hot-split-nar", 8), ("hot-split-ar", 8), ("hot-lokr", 2),
+                                           ("starnodes", 8)])
+def test_a_lora_whose_alpha_was_stripped_says_the_scale_it_assumes(tmp_path, layout, alpha):
+    """Stop-50 leftover: HOT-Step split / LoKr and Starnodes files keep their alpha only in the metadata, so with the
+    metadata stripped nothing can recover it and the file played at scale 1 (half its trained strength here) without
+    a word. Now one note says so: the scale assumed, what to multiply the strength by, and a command that puts the
+    metadata back — which, with the alpha filled in, gives the original's scale again. Files whose scale is 1 by
+    design (ai-toolkit, Mothersuperior raw, FL) get no such note, nor do the originals."""
+    import runpy
+    import shlex
+    from safetensors.torch import load_file, save_file
+    from yue2_core.cli.inspect_cmd import _inspect_other
+    from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    path = write_adapter(layout, tmp_path / f"{layout}.safetensors", dims)
+    original = read_adapter(str(path), dims)
+    assert adapter_notes(original) == [] and original.scales != [1.0], original.scales
+    stripped = tmp_path / f"{layout} Bob's.safetensors"
+    save_file(load_file(path), stripped)
+    adapter = read_adapter(str(stripped), dims)
+    [note] = adapter_notes(adapter)
+    unit = "LoKr dim" if layout == "hot-lokr" else "rank"
+    assert adapter.scales == [1.0] and note.startswith(f"LoRA {stripped}: its scale cannot be read — "), note
+    assert f"It is applied at scale 1 (as if alpha = {unit}; {unit} 4)" in note, note
+    assert f"multiply the strength by alpha / {unit} (e.g. alpha 8: strength 2 plays it as trained)" in note, note
+    assert "strength_ar / strength_nar, or `--lora PATH:STRENGTH`" in note, note
+    assert _inspect_other(str(stripped), dims)[0]["report"].count(note) == 1, "inspect's report: once"
+    command = shlex.split(note.split("put the metadata back, ALPHA replaced by the alpha: ", 1)[1]
+                          .split(", then load ", 1)[0])
+    assert command[:2] == ["python", "-c"], command
+    script = tmp_path / "put_back.py"  # as a shell gives it to `python -c`, run in this interpreter
+    script.write_text(command[2].replace('"ALPHA"', f'"{alpha}"'))
+    runpy.run_path(str(script), run_name="__main__")
+    fixed = read_adapter(str(tmp_path / f"with-alpha-{stripped.name}"), dims)
+    assert fixed.scales == original.scales and adapter_notes(fixed) == [], (fixed.scales, original.scales)
+    for same in ("aitk", "ms-raw-ar", "fl"):  # scale 1 by design: stripped, nothing was lost
+        plain = write_adapter(same, tmp_path / f"{same}.safetensors", dims)
+        save_file(load_file(plain), tmp_path / f"{same}-stripped.safetensors")
+        assert adapter_notes(read_adapter(str(tmp_path / f"{same}-stripped.safetensors"), dims)) == [], same
