@@ -800,7 +800,7 @@ def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str |
             return (f"{place} has {_mb(free)} free on its disk, and the file system gave room for {_mb(probe.asked)}"
                     f" of the {_mb(need)} {songs} may take at most; the rest was not asked for (the check holds at "
                     f"most {ROOM_PROBE_FILES} files of {_mb(probe.piece)}, the largest this file system and "
-                    "`ulimit -f` allow it): a disk quota smaller than that would fail a save after the song was "
+                    "`ulimit -f` allow it): a disk quota smaller than the total would fail a save after the song was "
                     "computed (`quota -s` shows the quota)")
         refused = probe.refused
         if refused is None:
