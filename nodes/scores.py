@@ -46,13 +46,23 @@ def given_score_notes(text: str, max_seconds: float | None, cot: str | None = No
     lines as the command line's --abc-file (`protocol.score_notes`: used as given, every dialect finding with its
     line and severity, the too-long check against `max_seconds`, control characters named, chords with cot
     "melody"). Regenerate and Continue give an edited score the same notes, naming their own duration input."""
-    return [f"the given score {note}" for note in score_notes(text, max_seconds, limit=MAX_LISTED, cot=cot,
-                                                               duration_setting=duration_setting)]
+    return [_given(note) for note in score_notes(text, max_seconds, limit=MAX_LISTED, cot=cot,
+                                                  duration_setting=duration_setting)]
+
+
+def _given(note: str) -> str:
+    """A note of `protocol.score_notes` as the nodes say it: "score line 3 column 19: …" becomes "the given score
+    line 3 column 19: …" and "the score has …" "the given score has …" (before: "the given score score line …" and
+    "the given score the score …")."""
+    if note.startswith(("score ", "score:")):
+        return "the given " + note
+    return "the given score " + note.removeprefix("the score ")
 
 
 def describe(issues, limit: int = MAX_LISTED) -> str:
-    """One issue per line, "line N: message"; the count of the rest at the end."""
-    lines = [f"line {i.line}: {i.message}" if i.line else i.message for i in issues[:limit]]
+    """One issue per line, "score line N column C: message" (the CLI's and the Composer's format); the count of the
+    rest at the end."""
+    lines = [f"score {i.located()}" if i.line else i.message for i in issues[:limit]]
     if len(issues) > limit:
         lines.append(f"(+{len(issues) - limit} more)")
     return "\n".join(lines)

@@ -100,15 +100,14 @@ def _warn_score(text: str, what: str, max_seconds: float | None = None, cot: str
     notes = score_notes(text, max_seconds, cot=cot, duration_setting="--max-seconds")
     if not notes:
         return
-    grouped: dict[str, list[str]] = {}  # one line per finding, its line numbers gathered (new-user finding)
-    for note in notes:
-        m = re.match(r"line (\d+): (.*)", note, re.S)
+    grouped: dict[str, list[str]] = {}  # one line per finding, its places gathered (new-user finding)
+    for note in notes:  # "score line N column C: message" (one format everywhere, stop-50 leftover)
+        m = re.match(r"score (line \d+(?: column \d+)?): (.*)", note, re.S)
         grouped.setdefault(m.group(2) if m else note, []).extend([m.group(1)] if m else [])
     print(f"warning: what the ABC check found in {what} (the score is used as written; the model reads any text):",
           file=sys.stderr)  # no count: a "N more …" line stands for many (new-user finding)
-    for message, lines in grouped.items():
-        where = (f"line{'s' if len(lines) > 1 else ''} {', '.join(lines[:8])}{' …' if len(lines) > 8 else ''}: "
-                 if lines else "")
+    for message, places in grouped.items():
+        where = f"score {', '.join(places[:8])}{' …' if len(places) > 8 else ''}: " if places else ""
         print(f"  {where}{message.replace(' [error]', ' (error)').replace(' [warning]', '')}", file=sys.stderr)
 
 

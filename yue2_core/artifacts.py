@@ -684,44 +684,97 @@ def _fs_type(folder: Path) -> str | None:
 _MEMORY_FS = ("tmpfs", "ramfs", "devtmpfs", "hugetlbfs")
 
 
+ROOM_PROBE_FILES = 64  # at most this many nameless files hold a probe's room at once (one descriptor each)
+ROOM_PROBE_MIN_PIECE = 1 << 20  # a file system that refuses 1 MiB as "too large" (EFBIG) cannot be probed
+
+
+@dataclass(frozen=True)
+class RoomProbe:
+    """What `probe_room` learnt. refused: the errno (ENOSPC / EDQUOT) with which the file system refused the room,
+    else None (given, or it cannot be told: see `probe_room`). asked: the bytes asked for before the answer (all of
+    them when given in full). capped: the room was given, but only `asked` bytes of it were asked for — the rest
+    would have needed more than ROOM_PROBE_FILES files of the largest size this file system and `ulimit -f` allow.
+    piece: the largest piece asked for in one file."""
+
+    refused: int | None
+    asked: int
+    capped: bool = False
+    piece: int = 0
+
+
+def _nameless_file(folder: Path) -> int:
+    """A descriptor of a new file in `folder` that has no name: O_TMPFILE, else a hidden file unlinked at once (NFS,
+    FAT, older kernels). OSError when neither can be made."""
+    try:
+        return os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except OSError as exc:
+        if exc.errno in FULL_ERRNOS:
+            raise
+    fd, name = tempfile.mkstemp(prefix=".yue2-room-", dir=folder)
+    try:
+        os.unlink(name)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def room_refused(folder: Path, nbytes: int) -> int | None:
-    """The errno (ENOSPC / EDQUOT) with which the file system refuses `nbytes` of room in `folder` for this user now,
-    else None: a nameless file there (O_TMPFILE; else a hidden one, unlinked before any room is asked) is given that
-    room with Linux's fallocate(2) — metadata only, no data written — and closed at once, so nothing is left even if
-    the process is killed meanwhile (review 50: the named file outlived a kill during the fallocate, holding the
-    room). It sees a used-up or small user / group / project quota, which the disk's free space (statvfs) does not
-    show (stop-49 leftover: a quota with some room, but less than the song, failed only at the save). None also where
-    it cannot be told: not Linux, a file system without fallocate (no emulation by writing is tried), a memory-backed
-    one (tmpfs: fallocate takes RAM — review 50), a folder this user cannot write in (the output checks say so)."""
+    """The errno (ENOSPC / EDQUOT) with which the file system refuses `nbytes` of room in `folder` for this user
+    now, else None (`probe_room(...).refused`)."""
+    return probe_room(folder, nbytes).refused
+
+
+def probe_room(folder: Path, nbytes: int) -> RoomProbe:
+    """Asks the file system for `nbytes` of room in `folder` for this user now: nameless files there (O_TMPFILE;
+    else hidden ones, unlinked before any room is asked) are given that room with Linux's fallocate(2) — metadata
+    only, no data written — and closed at once, so nothing is left even if the process is killed meanwhile (review
+    50: a named file outlived a kill during the fallocate, holding the room). It sees a used-up or small user /
+    group / project quota, which the disk's free space (statvfs) does not show (stop-49 leftover: a quota with some
+    room, but less than the song, failed only at the save). The room is held only between the fallocate and the
+    close (a few milliseconds on ext4 / XFS): another writer that needs it then could see the disk full for that
+    long — the price of asking the file system itself.
+
+    In pieces (stop-50 leftover: a batch's total in one file past the largest file a file system or `ulimit -f`
+    allows gave EFBIG, and no note): each file asks for at most the `ulimit -f` limit; a piece refused with EFBIG
+    is halved and asked again (down to ROOM_PROBE_MIN_PIECE); all files are held until the last answer, so the
+    total is asked at once. More than ROOM_PROBE_FILES pieces are not asked for: the answer is then `capped`.
+
+    `refused` is None also where it cannot be told, and never mistaken for "no room": not Linux, a file system
+    without fallocate (EOPNOTSUPP; no emulation by writing is tried), a memory-backed one (tmpfs: fallocate takes
+    RAM — review 50), a folder this user cannot write in (the output checks say so), any errno of fallocate other
+    than ENOSPC / EDQUOT (EFBIG even for ROOM_PROBE_MIN_PIECE, EIO, EPERM …)."""
     import ctypes
     if not sys.platform.startswith("linux") or not 0 < nbytes < 1 << 63 or _fs_type(folder) in _MEMORY_FS:
-        return None
+        return RoomProbe(None, 0)
     try:  # the process's own symbols hold libc's (find_library ran `ldconfig -p`: 20 ms a call)
         fallocate = ctypes.CDLL(None, use_errno=True).fallocate
     except (OSError, AttributeError):
-        return None
+        return RoomProbe(None, 0)
     fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]  # off_t: 64-bit on 64-bit Linux
     fallocate.restype = ctypes.c_int
+    limit = file_size_limit()  # `ulimit -f`: a larger piece would be refused with EFBIG (and SIGXFSZ)
+    piece, asked, fds = min(int(nbytes), limit or int(nbytes)), 0, []
     try:
-        fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600)
-    except OSError as exc:
-        if exc.errno in FULL_ERRNOS:
-            return exc.errno
-        try:  # no O_TMPFILE here (NFS, FAT, older kernels): a named file, unlinked at once
-            fd, name = tempfile.mkstemp(prefix=".yue2-room-", dir=folder)
-        except OSError as exc2:
-            return exc2.errno if exc2.errno in FULL_ERRNOS else None
-        try:
-            os.unlink(name)
-        except OSError:
-            os.close(fd)
-            return None
-    try:
-        failed = fallocate(fd, 0, 0, int(nbytes)) != 0
-        code = ctypes.get_errno() if failed else None
+        while asked < nbytes:
+            if len(fds) == ROOM_PROBE_FILES:
+                return RoomProbe(None, asked, capped=True, piece=piece)
+            try:
+                fds.append(_nameless_file(folder))
+            except OSError as exc:
+                return RoomProbe(exc.errno if exc.errno in FULL_ERRNOS else None, asked, piece=piece)
+            size = min(piece, int(nbytes) - asked)
+            while fallocate(fds[-1], 0, 0, size) != 0:
+                code = ctypes.get_errno()
+                if code == errno.EFBIG and size > ROOM_PROBE_MIN_PIECE:  # past the largest file here: halve it
+                    size = piece = max(size // 2, ROOM_PROBE_MIN_PIECE)
+                    continue
+                return RoomProbe(code if code in FULL_ERRNOS else None, asked, piece=piece)
+            asked += size
+        return RoomProbe(None, asked, piece=piece)
     finally:
-        os.close(fd)
-    return code if code in FULL_ERRNOS else None
+        for fd in fds:
+            os.close(fd)
 
 
 def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str | None:
@@ -742,7 +795,14 @@ def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str |
     need = sum(song_bytes_bound(t)[1] for t in music_tokens)
     songs = "the song" if len(music_tokens) == 1 else f"the {len(music_tokens)} songs"
     if free >= need:
-        refused = room_refused(place, need)
+        probe = probe_room(place, need)
+        if probe.capped:  # a total past ROOM_PROBE_FILES of the largest files allowed here: said, not guessed
+            return (f"{place} has {_mb(free)} free on its disk, and the file system gave room for {_mb(probe.asked)}"
+                    f" of the {_mb(need)} {songs} may take at most; the rest was not asked for (the check holds at "
+                    f"most {ROOM_PROBE_FILES} files of {_mb(probe.piece)}, the largest this file system and "
+                    "`ulimit -f` allow it): a disk quota smaller than the total would fail a save after the song was "
+                    "computed (`quota -s` shows the quota)")
+        refused = probe.refused
         if refused is None:
             return None
         quota = refused != errno.ENOSPC

@@ -280,20 +280,23 @@ def score_notes(text: str, max_seconds: float | None = None, limit: int = 20, co
     score / abc_text inputs) — one rule everywhere: the score is used verbatim, as the vendor runtime uses it (the
     model reads any text), and every finding of the dialect check (`abc.validate`, with `max_seconds` for the
     too-long check; default the semantic preset's 360 s) and every control character is reported as a note
-    "line N: message [severity]"; with cot "melody", chord symbols are named too (the melody mode's lead sheet is
-    melody-only and the vendor does not strip a given score's chords, runtime.md §1.4). Only what the engine cannot
-    run is refused, elsewhere: an empty score, a score with cot off, a score over the context. The ABC Editor node,
-    where scores are written, is stricter: it does not emit a score with errors. `duration_setting`: how the caller
-    sets the music's duration ("--max-seconds", the Composer's max_seconds input), named in the too-long advice."""
+    "score line N column C: message [severity]" (the format control_notes uses too; `abc.errors.place`); with cot
+    "melody", chord symbols are named too (the melody mode's lead sheet is melody-only and the vendor does not strip
+    a given score's chords, runtime.md §1.4). Only what the engine cannot run is refused, elsewhere: an empty score,
+    a score with cot off, a score over the context. The ABC Editor node, where scores are written, is stricter: it
+    does not emit a score with errors. `duration_setting`: how the caller sets the music's duration
+    ("--max-seconds", the Composer's max_seconds input), named in the too-long advice."""
     from .abc import validate
     seconds = max_seconds if max_seconds is not None else SEMANTIC_PRESET.max_tokens / FRAMES_PER_SECOND
     issues = [i for i in validate(text, max_seconds=seconds, duration_setting=duration_setting)
               if i.code not in ("line-ends", "control-character")]  # said once, by form_notes / control_notes
     #                                     (new-user finding: the same CRLF warning came twice in two wordings)
-    lines = [(f"line {i.line}: " if getattr(i, "line", None) else "") + f"{i.message} [{i.severity}]"
+    # one format for every place in a score (stop-50 leftover): "score line N column C: message [severity]", as
+    # control_notes writes its own ("score line N column C: control character …")
+    lines = [f"score {i.located()} [{i.severity}]" if i.line else f"score: {i.message} [{i.severity}]"
              for i in issues[:limit]]
     if len(issues) > limit:
-        lines.append(f"{len(issues) - limit} more findings not shown")
+        lines.append(f"score: {len(issues) - limit} more findings not shown")
     return lines + melody_notes(text, cot) + form_notes("score", text) + control_notes("score", text)
 
 

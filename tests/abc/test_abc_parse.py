@@ -133,7 +133,7 @@ def test_parse_raises_located_abc_errors(bad, code, line):
     error = caught.value
     assert error.code == code and error.line == line
     assert isinstance(error, ValueError) and isinstance(error, ScoreError) and isinstance(error, YuE2Error)
-    assert str(error).startswith(f"line {line}: ") and error.issues
+    assert str(error).startswith(f"line {line} column {error.column}: ") and error.issues  # one format (stop 51)
 
 
 def test_non_text_is_an_abc_error():

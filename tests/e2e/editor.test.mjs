@@ -51,6 +51,8 @@ await withComfy("editor", async ({ page, pageErrors }) => {
            `gutter marker on line ${chorusLine}`);
     const issue = page.locator('.yue2-abc-issues li[data-code="bar-length"]');
     assert(await issue.count() >= 1, "bar-length issue listed");
+    const where = await issue.first().locator(".yue2-abc-where").innerText();  // one format with the CLI and nodes
+    assert(new RegExp(`^line ${chorusLine} column \\d+:$`).test(where), `issue place "${where}"`);
     assert(await page.locator(".yue2-abc-score g.staff.yue2-bar-error").count() >= 1, "the broken bar is marked on the SVG");
     assert(await svgVersion(page) > version0, "the SVG was re-engraved after the edit");
     await shootEditor(page, path.join(ARTIFACTS, "editor-error.png"));

@@ -132,7 +132,8 @@ def test_cut_forms_and_bad_bars():
         edit.resolve_cut("bar 9", 75, "not a score")
     message = str(info.value)
     assert message.startswith("cannot cut at bar 9: the song's score does not parse, so its bars have no times "
-                              "(line 1: The score has no ABC header; it must start with X:1, T:, M:4/4"), message
+                              "(line 1 column 1: The score has no ABC header; it must start with X:1, T:, "
+                              "M:4/4"), message
     assert "then K:<key>). A song made with synthetic weights has random token soup there, not a lead sheet; " \
            "a real model writes its lead sheet token by token, and that may not parse either. " in message, message
     assert message.endswith(in_seconds), message

@@ -142,8 +142,8 @@ def test_max_seconds_above_what_fits_says_the_maximum(comfy, checkpoints):  # th
 
 @pytest.mark.parametrize("abc, expected", [
     ("", "the ABC score is empty: nothing is connected"),
-    (VALID_ABC.replace("M:4/4\n", ""), "line 3: The header has no M: line"),
-    (VALID_ABC.replace('"G"d16B16|', '"G"d16B16B8|'), "line 11: Bar 2 of Vocal lasts 40 unit(s)"),
+    (VALID_ABC.replace("M:4/4\n", ""), "score line 3 column 1: The header has no M: line"),
+    (VALID_ABC.replace('"G"d16B16|', '"G"d16B16B8|'), "score line 11 column 13: Bar 2 of Vocal lasts 40 unit(s)"),
     (VALID_ABC + "%" + "x" * 120_000 + "\n", "at most 100,000 are accepted"),  # review: 2 MB took 25 s to check
 ])
 def test_the_editor_refuses_an_invalid_score_with_its_line(comfy, abc, expected):

@@ -117,8 +117,15 @@ def test_analyze_keeps_markup_in_the_title_as_text(comfy_server):
     (b'{"abc": "X:1", "engrave": "yes"}', 400, ["engrave", "true or false"]),
     (b'{"abc": "X:1", "max_seconds": -5}', 400, ["max_seconds", "positive"]),
     (b'{"abc": "X:1", "instrumental": 1}', 400, ["instrumental"]),
+    # the values the nodes' on-prompt guard (nodes/inputs.py) catches for ComfyUI, refused here by the route itself
+    # (stop-50 leftover "the guard covers /prompt only", §40c): a text for a boolean, NaN for a number
+    (b'{"abc": "X:1", "engrave": "false"}', 400, ["engrave", "true or false", "not str"]),
+    (b'{"abc": "X:1", "instrumental": "false"}', 400, ["instrumental", "true or false", "not str"]),
+    (b'{"abc": "X:1", "max_seconds": NaN}', 400, ["max_seconds", "positive number", "nan"]),
+    (b'{"abc": "X:1", "max_seconds": "nan"}', 400, ["max_seconds", "positive number"]),
 ], ids=["text", "huge-integer", "empty", "binary", "array", "string", "no-abc", "abc-number", "abc-array",
-        "engrave-type", "max-seconds", "instrumental-type"])
+        "engrave-type", "max-seconds", "instrumental-type", "engrave-false-text", "instrumental-false-text",
+        "max-seconds-nan", "max-seconds-nan-text"])
 def test_analyze_refuses_bad_requests_with_json(comfy_server, body, status, words):
     got, answer = post(comfy_server, "analyze", body, raw=True)
     assert_refused(got, answer, status, *words, server=comfy_server)
@@ -167,8 +174,14 @@ def test_tools_edit_the_text(comfy_server):
     ({"tool": "strip_chords", "abc": "   "}, 400, ["empty"]),
     ({"tool": "strip_chords", "abc": 5}, 400, ["'abc' must be a string"]),
     ({"tool": "strip_chords", "abc": "z" * 150_000}, 413, ["100,000"]),
+    # what the on-prompt guard catches for the nodes, refused by the route itself (§40c): a fraction for a whole
+    # number, NaN, a text for a boolean
+    ({"tool": "set_tempo", "abc": SONG, "arg": 120.5}, 400, ["whole number", "120.5"]),
+    ({"tool": "transpose", "abc": SONG, "arg": float("nan")}, 400, ["whole number", "NaN"]),
+    ({"tool": "silence_vocal", "abc": SONG, "arg": "false"}, 400, ["true", "false", '"false"']),
 ], ids=["unknown", "missing", "tool-array", "arg-text", "arg-fraction", "arg-bool", "arg-range", "bpm-zero",
-        "bpm-missing", "keep-chords-type", "empty-abc", "abc-type", "oversized"])
+        "bpm-missing", "keep-chords-type", "empty-abc", "abc-type", "oversized", "bpm-fraction", "arg-nan",
+        "keep-chords-false-text"])
 def test_tool_refuses_bad_requests(comfy_server, body, status, words):
     got, answer = post(comfy_server, "tool", body)
     assert_refused(got, answer, status, *words, server=comfy_server)

@@ -112,8 +112,8 @@ def test_a_lora_whose_expert_cannot_be_told_says_so(tmp_path, capsys):
         stripped = tmp_path / f"{layout}-Bob's $HOME.safetensors"  # the command's quotes hold (diff review, stop 49)
         save_file(load_file(path), stripped)
         adapter = read_adapter(str(stripped), dims)
-        if layout != "ms-fused-nar":
-            assert adapter.notes == [], (layout, adapter.notes)
+        if layout != "ms-fused-nar":  # (HOT-Step's and Starnodes' lost alpha has its own note: stop 51, §40c)
+            assert [n for n in adapter.notes if "its scale cannot be read" not in n] == [], (layout, adapter.notes)
             continue
         assert {p.expert for p in adapter.patches} == {"ar"}
         [note] = adapter_notes(adapter)

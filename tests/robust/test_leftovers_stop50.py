@@ -116,7 +116,7 @@ def test_a_quota_smaller_than_the_song_is_noted_before_any_work(small_fs, monkey
 
 def test_generate_warns_of_a_used_up_quota_before_loading(tmp_path, capsys, monkeypatch):
     """The CLI prints the quota note before the checkpoint is even looked for (EDQUOT: the quota's wording)."""
-    monkeypatch.setattr(artifacts, "room_refused", lambda folder, n: errno.EDQUOT)
+    monkeypatch.setattr(artifacts, "probe_room", lambda folder, n: artifacts.RoomProbe(errno.EDQUOT, n))
     rc, err = main_inprocess(capsys, "generate", "--style", "pop", "--lyrics", "la", "--checkpoint",
                              "/nonexistent/yue2.safetensors", "--offline", "--max-seconds", "30",
                              "--output", tmp_path / "song")

@@ -96,13 +96,13 @@ def test_an_invalid_score_gets_one_rule_in_the_cli_and_the_composer(tmp_path, ca
     composer = [n.split("the given score ", 1)[1] for n in _scores_module().given_score_notes(bad, 30.0)]
     assert composer and any("[error]" in n for n in composer)
     for note in composer:  # the same findings (the CLI gathers the line numbers of a repeated one, new-user finding)
-        m = re.match(r"line (\d+): (.*) \[(\w+)\]$", note)
+        m = re.match(r"(line \d+ column \d+): (.*) \[(\w+)\]$", note)
         message = m.group(2) if m else note.rsplit(" [", 1)[0]
         # each names its own duration setting (stop 40 review), the finding is the same
         message = message.replace("(the Composer's max_seconds input)", "(--max-seconds)")
         assert message in err, (message, err)
         if m:
-            assert re.search(rf"lines? (\d+, )*{m.group(1)}\b", err), (note, err)
+            assert re.search(rf"\n  score (line \d+ column \d+, )*{m.group(1)}\b", err), (note, err)
     rule = (REPO / "docs" / "bad_inputs.md").read_text("utf-8")
     assert "used as given" in rule and "test_an_invalid_score_gets_one_rule_in_the_cli_and_the_composer" in rule
 

@@ -106,8 +106,8 @@ def test_regenerate_and_continue_note_an_edited_score_longer_than_the_song(in_ho
     an unchanged score, or one that fits, gets no note. The budget in the report is the whole song's."""
     out = in_host["edit"]
     assert len(out["edited"]) == 1, out["edited"]
-    assert re.fullmatch(r"the given score line 5: The score lasts about 38\.4 s at its tempo, more than the 10 s "
-                        r"requested; generation stops at that length and the song will be cut\. Shorten the score "
+    assert re.fullmatch(r"the given score line 5 column 1: The score lasts about 38\.4 s at its tempo, more than "
+                        r"the 10 s requested; generation stops at that length and the song will be cut\. Shorten the score "
                         r"or raise the duration \(Regenerate's max_seconds input\)\. \[warning\]", out["edited"][0])
     assert out["long enough"] == [] and out["unchanged"] == []
     assert out["ending"] == "hit the song's budget (250 tokens = 10.00 s, the kept part included)"

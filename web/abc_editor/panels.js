@@ -18,7 +18,8 @@ export class IssueList {
     show(issues) {
         this.issues = (issues || []).slice(0, MAX_LISTED_ISSUES);
         const items = this.issues.map((issue, index) => {
-            const where = issue.line ? `${issue.line}${issue.column ? ":" + issue.column : ""}` : "";
+            // the place as every score message writes it: "line 3 column 19" (the CLI, the nodes; stop-50 leftover)
+            const where = issue.line ? `line ${issue.line}${issue.column ? " column " + issue.column : ""}:` : "";
             const bar = issue.bar ? ` (${issue.voice || ""} bar ${issue.bar})` : "";
             return el("li", { dataset: { index, level: issue.severity || "warning", code: issue.code || "" },
                               title: issue.code || "" },

@@ -13,6 +13,15 @@ def shown(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
+def place(line: int | None, column: int | None = None) -> str:
+    """Where a finding is, in the one format every score message uses (CLI, batch, nodes, editor): "line 3 column 19",
+    "line 3" when the column is unknown, "" when neither is (stop-50 leftover: score warnings came as "line 1: …" from
+    the dialect check and as "score line 1 column 19: …" from the control-character check)."""
+    if not line:
+        return ""
+    return f"line {line} column {column}" if column else f"line {line}"
+
+
 @dataclass(frozen=True)
 class Issue:
     """One finding about a score.
@@ -31,6 +40,11 @@ class Issue:
     bar: int | None = None
     voice: str | None = None
 
+    def located(self) -> str:
+        """The message after its place: "line 3 column 19: message" (the place as `place` writes it)."""
+        where = place(self.line, self.column)
+        return f"{where}: {self.message}" if where else self.message
+
     def to_dict(self) -> dict:
         """Plain JSON-ready dict with all seven fields."""
         return asdict(self)
@@ -46,8 +60,8 @@ class AbcError(ScoreError):
 
     def __init__(self, message: str, *, code: str = "invalid", line: int | None = None, column: int | None = None,
                  issues: tuple[Issue, ...] = ()):
-        where = f"line {line}: " if line else ""
-        super().__init__(where + message)
+        where = place(line, column)
+        super().__init__((where + ": " if where else "") + message)
         self.message = message
         self.code = code
         self.line = line

@@ -701,7 +701,7 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
             seconds = item.budgets.semantic_sampling().max_tokens / FRAMES_PER_SECOND
             for note in score_notes(item.request.abc, seconds, limit=5, cot=item.request.cot,
                                     duration_setting="--max-seconds, or the row's semantic_sampling max_tokens"):
-                print(f"[{item.id}] warning: {'score ' if note.startswith('line ') else ''}{note}", file=stream)
+                print(f"[{item.id}] warning: {note}", file=stream)
     for item, why in redo:
         try:
             kept = set_aside(out / item.id)

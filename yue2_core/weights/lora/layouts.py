@@ -42,6 +42,7 @@ LoKr with neither factor factorised is always 1 (its alpha, inf in F16 for ai-to
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -117,6 +118,8 @@ def read_adapter(path: str, dims: ModelDims, _stack: tuple = ()) -> Adapter:
     note = unsaid_expert_note(src, layout) or other_expert_note(src, patches)
     if note:
         adapter.notes.append(note)
+    if lost := lost_alpha_note(src, adapter):
+        adapter.notes.append(lost)
     companion = src.metadata.get("acoustic_adapter") if layout == "fl" else None
     if companion:
         _join_companion(adapter, src.path, companion, dims, _stack)
@@ -416,6 +419,60 @@ def unsaid_expert_note(src: Source, layout: str) -> str | None:
             "it was stripped. It is applied to the AR (what `text_encoders.` means in ComfyUI). If it is a NAR file "
             "(e.g. nar_lora_joint_v9_comfyui), no strength or option moves it to the NAR: put the metadata back with "
             f"{command} and load {fixed} instead")
+
+
+_STARNODES_NAR = ("vae2llm.", "llm2vae.", "time_embedder.")  # with `.nar_` modules: Starnodes' NAR-only targets
+
+
+def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
+    """A warning when the file's scale was evidently lost with its metadata, else None. Stop-50 leftover: HOT-Step
+    split / LoKr files (`yue2.blk.N` keys) and Starnodes files (`format=yue2-lora-v1`, vendor NAR names with
+    lora_down/lora_up) keep their alpha only in the metadata — no `.alpha` tensor —, so a tool that drops the
+    metadata (a converter, a merge, `save_file` without `metadata=`) leaves nothing to read it from: the file is
+    applied at scale 1 (alpha = rank), i.e. at rank/alpha of its trained strength (HOT-Step's usual alpha 2r:
+    half; Starnodes' alpha 8 at rank 4: half). Nothing can recover it, so the note says, once per file read, which
+    scale is assumed and how to set it: the strength, or the metadata put back. A stripped file laid out as
+    Starnodes' cannot be told from another trainer's without alpha, so that note says "if it is one"."""
+    if "1 (no alpha)" not in adapter.scale_rule:
+        return None
+    keys = list(src.tensors)
+    fmt = src.metadata.get("format", "").strip().lower()
+    lokr = any(".lokr_" in k for k in keys)
+    if any(k.startswith("yue2.blk.") for k in keys):
+        what = ("it is a HOT-Step file (`yue2.blk.N` keys), which keeps its alpha only in its metadata, and this "
+                "file has none (stripped by a converter or a merge tool?)")
+        expert = "nar" if {p.expert for p in adapter.patches} == {"nar"} else "ar"
+        restore = {"format": f"yue2-{expert}-{'lokr' if lokr else 'lora'}-v1"}
+    elif adapter.layout == "starnodes":
+        what = "it is a Starnodes file (format=yue2-lora-v1), which keeps its alpha only in its metadata, and this " \
+               "file has none (stripped by a converter or a merge tool?)"
+        restore = {"format": "yue2-lora-v1"}
+    elif adapter.layout == "unlabelled" and not fmt and not any(k.endswith(".alpha") for k in keys) and any(
+            ".lora_down" in k and (".nar_" in k or k.startswith(_STARNODES_NAR)) for k in keys):
+        what = ("it is laid out as a Starnodes file (the vendor's NAR names with lora_down/lora_up, no metadata): "
+                "if it is one, its alpha went with the metadata (stripped by a converter or a merge tool?)")
+        restore = {"format": "yue2-lora-v1"}
+    else:
+        return None
+    if lokr:  # alpha / the factorised factor's inner size
+        sizes = sorted({int(t.shape[0]) for k, t in src.tensors.items() if k.endswith((".lokr_w1_b", ".lokr_w2_b"))})
+        unit = "LoKr dim"
+    else:
+        sizes = sorted({r for rs in adapter.ranks().values() for r in rs})
+        unit = "rank"
+    one = sizes[0] if len(sizes) == 1 else None
+    if one and not lokr:
+        restore["rank"] = str(one)
+    fixed = os.path.join(os.path.dirname(src.path), "with-alpha-" + os.path.basename(src.path))
+    meta = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in {**restore, "alpha": "ALPHA"}.items())
+    code = (f"from safetensors.torch import load_file, save_file; save_file(load_file({json.dumps(src.path)}), "
+            f"{json.dumps(fixed)}, {{{meta}}})")
+    example = f" (e.g. alpha {2 * one}: strength 2 plays it as trained)" if one else ""
+    return (f"LoRA {src.path}: its scale cannot be read — {what}. It "
+            f"is applied at scale 1 (as if alpha = {unit}; {unit} {', '.join(map(str, sizes))}), so at {unit} / "
+            f"alpha of the strength it was trained for. If you know its alpha, multiply the strength by "
+            f"alpha / {unit}{example} — the LoRA node's strength_ar / strength_nar, or `--lora PATH:STRENGTH` — or "
+            f"put the metadata back, ALPHA replaced by the alpha: python -c {shlex.quote(code)}, then load {fixed}")
 
 
 def other_expert_note(src: Source, patches: list) -> str | None:
