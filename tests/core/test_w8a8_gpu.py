@@ -36,8 +36,9 @@ def test_kernels_close_to_reference(m, k, n):
 def test_exact_inputs_bit_equal_to_the_reference():
     """Inputs whose rotation is exact in any summation order (small integers: every partial sum a multiple of 1/16
     below 2⁸), so cuBLAS and the kernel see the same x̂: codes, row scales and outputs must then be the reference's
-    bits. The row scale max|x̂|/127 rounded as PyTorch divides — Triton's `/` on fp32 is div.full.f32, within 2 ulp
-    (stop-48 diff review: the scales were computed with it)."""
+    bits. The row scale max|x̂|/127 rounded as PyTorch computes it on CUDA: times fp32(1/127), ATen's division by a
+    scalar there (stop 51, the first GPU run: an IEEE division left 6 % of the scales a last bit off; Triton's `/` is
+    div.full.f32, within 2 ulp, stop-48 diff review)."""
     from yue2_core.fast import w8a8
     from yue2_core.weights.quant import quantize, rotate
     g = torch.Generator(device="cuda").manual_seed(7)

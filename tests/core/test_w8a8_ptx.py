@@ -11,11 +11,17 @@ from test_pdl_ptx import _compiled  # noqa: E402  (tests/core/test_pdl_ptx.py: c
 
 def test_quantizer_compiles_for_sm90_with_the_default_rotation():
     from yue2_core.fast import _w8a8_triton as k
-    types = dict(x_ptr="*bf16", h_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", M="i32", K="i32")
-    ptx = _compiled(k.quantize_kernel, types, dict(G=256, BM=32, LIBDEVICE=True, KRON=True),
+    types = dict(x_ptr="*bf16", h_ptr="*bf16", p_ptr="*fp32", M="i32", K="i32")
+    maxima = _compiled(k.group_max_kernel, types, dict(G=256, BM=32, LIBDEVICE=True, KRON=True),
+                       aligned=("x_ptr", "K")).asm["ptx"]
+    assert "mma" in maxima  # pass 1 rotates on the tensor cores too
+    types = dict(x_ptr="*bf16", h_ptr="*bf16", p_ptr="*fp32", q_ptr="*i8", s_ptr="*fp32", M="i32", K="i32")
+    ptx = _compiled(k.quantize_kernel, types, dict(G=256, NG=8, BM=32, LIBDEVICE=True, KRON=True),
                     aligned=("x_ptr", "q_ptr", "K")).asm["ptx"]
     assert "mma" in ptx  # H16·X·H16 on the tensor cores
-    assert "div.rn" in ptx and "div.full" not in ptx  # the IEEE division (libdevice.div_rn), never Triton's `/`
+    # the codes' IEEE division (libdevice.div_rn), never Triton's `/`; the row scale a multiplication by fp32(1/127),
+    # as PyTorch on CUDA divides by a scalar
+    assert "div.rn" in ptx and "div.full" not in ptx
     assert "cvt.rn.bf16" in ptx  # the hardware's round-to-nearest-even bf16 cast, not the interpreter's bit rounding
 
 

@@ -36,9 +36,10 @@ def _rotated(x, h, GPU: tl.constexpr, KRON: tl.constexpr, BM: tl.constexpr):
     return out
 
 
-@triton.jit(do_not_specialize=["M"])
-def quantize_kernel(x_ptr, h_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, BM: tl.constexpr,
-                    LIBDEVICE: tl.constexpr, KRON: tl.constexpr):
+@triton.jit
+def _tile(x_ptr, h_ptr, M, K, BM: tl.constexpr, G: tl.constexpr, LIBDEVICE: tl.constexpr, KRON: tl.constexpr):
+    # (rows [BM], in-range mask, bf16(x·H) of this program's [BM, G] tile as fp32): program (i, j) takes rows
+    # i·BM… of group j
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     ok = rows < M
     g = tl.arange(0, G)
@@ -46,33 +47,52 @@ def quantize_kernel(x_ptr, h_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, BM: tl.co
         h = 0.0
     else:
         h = tl.load(h_ptr + g[:, None] * G + g[None, :])
-    amax = tl.zeros([BM], tl.float32)
-    for k0 in range(0, K, G):
-        x = tl.load(x_ptr + rows[:, None] * K + k0 + g[None, :], mask=ok[:, None], other=0.0)
-        xr = _rotated(x, h, LIBDEVICE, KRON, BM)
-        amax = _max_keep_nan(amax, tl.reduce(tl.abs(xr), 1, _max_keep_nan))
-    # amax / 127 rounded as PyTorch divides (IEEE): Triton's `/` on fp32 is PTX div.full.f32 on NVIDIA GPUs (an
-    # approximation within 2 ulp), which gave row scales a last bit off kitchen's (stop-48 diff review)
+    x = tl.load(x_ptr + rows[:, None] * K + tl.program_id(1) * G + g[None, :], mask=ok[:, None], other=0.0)
+    return rows, ok, _rotated(x, h, LIBDEVICE, KRON, BM)
+
+
+@triton.jit(do_not_specialize=["M"])
+def group_max_kernel(x_ptr, h_ptr, p_ptr, M, K, G: tl.constexpr, BM: tl.constexpr, LIBDEVICE: tl.constexpr,
+                     KRON: tl.constexpr):
+    # pass 1 of the quantizer, one program a [BM, G] tile: p [M, K / G] = max over the group of |bf16(x·H)| (NaN
+    # kept). Tiles rather than whole rows (stop 51, first GPU run: one program per 32 whole rows, 168 programs for
+    # a song's 5,373 rows, took 0.11–0.32 ms a product on an H100)
+    rows, ok, xr = _tile(x_ptr, h_ptr, M, K, BM, G, LIBDEVICE, KRON)
+    tl.store(p_ptr + rows * (K // G) + tl.program_id(1), tl.reduce(tl.abs(xr), 1, _max_keep_nan), mask=ok)
+
+
+@triton.jit(do_not_specialize=["M"])
+def quantize_kernel(x_ptr, h_ptr, p_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, NG: tl.constexpr, BM: tl.constexpr,
+                    LIBDEVICE: tl.constexpr, KRON: tl.constexpr):
+    # pass 2, the same tiles: the row scale from the row's K / G group maxima (NG: that count rounded up to a power
+    # of two), then the tile's codes; the programs of group 0 store the scales
+    rows, ok, xr = _tile(x_ptr, h_ptr, M, K, BM, G, LIBDEVICE, KRON)
+    j = tl.arange(0, NG)
+    part = tl.load(p_ptr + rows[:, None] * (K // G) + j[None, :], mask=ok[:, None] & (j[None, :] < K // G),
+                   other=0.0)
+    amax = tl.reduce(part, 1, _max_keep_nan)
+    # amax / 127 rounded as PyTorch computes it where the kernel runs: on CUDA a division by a scalar is a
+    # multiplication by its fp32 reciprocal (ATen's div_true_kernel_cuda; stop 51's first GPU run: with an IEEE
+    # division 5–6 % of the row scales were a last bit off `w8a8.reference` on an H100), on the CPU a division.
+    # 0.007874015718698502 is fp32(1/127) exactly, so the constant is that float whatever Triton's constant type
     if LIBDEVICE:
-        a = libdevice.div_rn(amax, tl.full([BM], 127.0, tl.float32))
+        a = amax * 0.007874015718698502
     else:
         a = amax / 127.0
     a = tl.maximum(a, 1e-30)  # NaN stays NaN (maximum with a number returns the number only if
     a = tl.where(amax != amax, amax, a)  # the hardware drops NaN: keep it explicitly)
-    tl.store(s_ptr + rows, a, mask=ok)
+    tl.store(s_ptr + rows, a, mask=ok & (tl.program_id(1) == 0))
     ab = _bf16(a, LIBDEVICE)
-    for k0 in range(0, K, G):
-        x = tl.load(x_ptr + rows[:, None] * K + k0 + g[None, :], mask=ok[:, None], other=0.0)
-        xr = _rotated(x, h, LIBDEVICE, KRON, BM)
-        if LIBDEVICE:
-            t = libdevice.div_rn(xr, ab[:, None])
-        else:
-            t = xr / ab[:, None]
-        t = _bf16(t, LIBDEVICE)
-        t = (t + 12582912.0) - 12582912.0  # round half to even (adding 1.5·2²³; |t| ≤ 128 here)
-        t = tl.where(t != t, 0.0, t)  # NaN rows: codes 0, the NaN scale carries it
-        t = tl.minimum(tl.maximum(t, -128.0), 127.0)
-        tl.store(q_ptr + rows[:, None] * K + k0 + g[None, :], t.to(tl.int8), mask=ok[:, None])
+    if LIBDEVICE:  # bf16 ÷ bf16 in fp32, rounded to nearest (PyTorch's tensor division; Triton's `/` is not IEEE)
+        t = libdevice.div_rn(xr, ab[:, None])
+    else:
+        t = xr / ab[:, None]
+    t = _bf16(t, LIBDEVICE)
+    t = (t + 12582912.0) - 12582912.0  # round half to even (adding 1.5·2²³; |t| ≤ 128 here)
+    t = tl.where(t != t, 0.0, t)  # NaN rows: codes 0, the NaN scale carries it
+    t = tl.minimum(tl.maximum(t, -128.0), 127.0)
+    g = tl.arange(0, G)
+    tl.store(q_ptr + rows[:, None] * K + tl.program_id(1) * G + g[None, :], t.to(tl.int8), mask=ok[:, None])
 
 
 @triton.jit(do_not_specialize=["M", "MB"])

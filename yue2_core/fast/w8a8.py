@@ -4,12 +4,13 @@
 For x [M, K] (bf16), codes q [N, K] (int8) and row scales s [N] (fp32) of a ConvRot linear with group G (256):
 
     x̂ = bf16(x·H) per G-wide group                       (rotation: bf16 in, fp32 sums, bf16 out)
-    a_m = max(max_k |x̂[m, k]| / 127, 1e-30)               (fp32, one scale per row)
+    a_m = max(max_k |x̂[m, k]| / 127, 1e-30)               (fp32, one scale per row; on CUDA × fp32(1/127), as
+                                                           PyTorch divides by a scalar there)
     xq[m, k] = clamp(rint(bf16(x̂[m, k] / bf16(a_m))), −128, 127)   (int8; the division in bf16, as kitchen's)
     y = bf16(fp32(Σ_k xq·q) · (a_m · s_n))  (+ b in bf16)  (int32 sums, exact)
 
-`quantize_rows` (one program per 32 rows: rotates each group on the tensor cores twice — once for the row maxima,
-once for the codes — instead of storing the rotated rows) and `gemm` (int8 × int8 → int32 tiles on the tensor cores,
+`quantize_rows` (two passes over [32, G] tiles, each rotating its group on the tensor cores: the groups' maxima,
+then the row scales from them and the codes — the rotation done twice instead of storing the rotated rows) and `gemm` (int8 × int8 → int32 tiles on the tensor cores,
 the scale epilogue fused) replace the bf16 GEMM of the dequantized weight that `nar.float_linears` leaves: half the
 weight bytes, twice the tensor-core rate. `reference` is the same arithmetic in PyTorch (the tests' definition; on
 CUDA the rotation's sums may be ordered differently by cuBLAS, a last-bit difference in x̂ at most).
@@ -60,7 +61,7 @@ def _kernels():
     configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_warps=w, num_stages=st)
                for bm, bn, bk, w, st in CONFIGS]
     tuned = None if _interpret() else triton.autotune(configs=configs, key=["N", "K", "MB"], **persist)(kt.gemm_kernel)
-    return triton, kt.quantize_kernel, kt.gemm_kernel, tuned, not _interpret()
+    return triton, (kt.group_max_kernel, kt.quantize_kernel), kt.gemm_kernel, tuned, not _interpret()
 
 
 def available() -> bool:
@@ -74,7 +75,7 @@ def quantize_rows(x: torch.Tensor, group: int = 256, kron: bool | None = None) -
     `kron` (default: YUE2_W8A8_ROT, "kron" unless set; only for groups of 256) rotates by H16·X·H16 instead of the
     dense 256 × 256 product (bench/nar_w8a8.py compares). ValueError for another group; RequestError for a
     YUE2_W8A8_ROT other than kron or dense."""
-    triton, quantize_kernel, _, _, libdev = _kernels()
+    triton, (max_kernel, quantize_kernel), _, _, libdev = _kernels()
     m, k = x.shape
     if not MIN_GROUP <= group <= 256 or k % group:
         raise ValueError(f"the W8A8 quantizer takes ConvRot groups of {MIN_GROUP} to 256 dividing K, got group {group} "
@@ -86,8 +87,12 @@ def quantize_rows(x: torch.Tensor, group: int = 256, kron: bool | None = None) -
         if kron is None:
             kron = choice(ROT_SWITCH, ROTATIONS, ROTATIONS[0]) == "kron"
         kron = kron and group == 256
-        quantize_kernel[(triton.cdiv(m, ROWS),)](x, h, codes, scales, m, k, G=group, BM=ROWS, LIBDEVICE=libdev,
-                                                 KRON=kron, num_warps=4)
+        ng = k // group
+        part = torch.empty(m, ng, dtype=torch.float32, device=x.device)  # each row's group maxima
+        grid = (triton.cdiv(m, ROWS), ng)
+        max_kernel[grid](x, h, part, m, k, G=group, BM=ROWS, LIBDEVICE=libdev, KRON=kron, num_warps=4)
+        quantize_kernel[grid](x, h, part, codes, scales, m, k, G=group, NG=triton.next_power_of_2(ng), BM=ROWS,
+                              LIBDEVICE=libdev, KRON=kron, num_warps=4)
     return codes, scales
 
 
