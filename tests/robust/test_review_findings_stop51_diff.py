@@ -1,0 +1,91 @@
+"""Found by the stop-51 diff review (docs/bad_inputs.md §40d): `--checkpoint NAME` (and `--lora` / `--vae`) took
+ComfyUI's file of that name for a broken link here or a `./`-anchored path; the ASCII-number options refused a value
+with spaces around it (a shell variable, `wc -l` on macOS); `inspect score.abc` wrote its findings as `line N:`
+beside the one format, and a `.abc` over the limit or not UTF-8 got the "header length …" reasons again."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from test_cli import NO_CKPT, main_inprocess
+from test_newuser_stop51 import REPO, _comfy
+from yue2_core.errors import CheckpointError
+
+
+def test_a_broken_link_or_a_dot_slash_name_is_not_taken_from_comfyuis_folder(tmp_path, monkeypatch, capsys):
+    """`--checkpoint NAME` is looked for in ComfyUI's models/checkpoints when it is no path here (§40a). A broken
+    link here is a path here (the user's file, on an unmounted disk?): it is said to be broken, as before stop 51 —
+    not replaced by ComfyUI's same-named file (`os.path.exists` is False for it). `./NAME` names this folder's file
+    (ComfyUI lists no such name): not found here is "not found", without "neither here nor in ComfyUI's"."""
+    from yue2_core.weights.locate import find_checkpoint
+    checkpoints = _comfy(tmp_path, monkeypatch)
+    os.symlink(tmp_path / "unmounted" / "mine.safetensors", tmp_path / "mine.safetensors")
+    with pytest.raises(CheckpointError) as caught:
+        find_checkpoint("mine.safetensors", download=False)
+    assert "checkpoint mine.safetensors is a broken symbolic link, not a file" in str(caught.value), caught.value
+    os.unlink(tmp_path / "mine.safetensors")
+    assert find_checkpoint("mine.safetensors", download=False)[0] == str(checkpoints / "mine.safetensors")
+    with pytest.raises(CheckpointError) as caught:
+        find_checkpoint("./mine.safetensors", download=False)
+    message = str(caught.value)
+    assert message.startswith("checkpoint not found: ./mine.safetensors. ") and "ComfyUI's" not in message, message
+    # --lora and --vae share the rule (locate.comfy_model_path)
+    loras = checkpoints.parent / "loras"
+    loras.mkdir()
+    (loras / "a.safetensors").write_bytes(b"x")
+    base = ("generate", "--style", "x", "--lyrics", "y", "--offline", "--checkpoint", NO_CKPT, "--output",
+            tmp_path / "out")
+    rc, err = main_inprocess(capsys, *base, "--lora", "./a.safetensors")
+    assert rc == 2 and "LoRA file './a.safetensors' not found (form" in err and "note: --lora" not in err, err
+    rc, err = main_inprocess(capsys, *base, "--lora", "a.safetensors")  # the plain name is still found there
+    assert f"note: --lora a.safetensors: {loras / 'a.safetensors'}" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option, text, value", [
+    ("--seed", " 7", 7), ("--seed", "42\n", 42), ("--seed", "      3", 3), ("--steps", "\t8 ", 8),
+    ("--max-seconds", " 2.5", 2.5), ("--cfg-scale", "1e-3 ", 1e-3), ("--max-abc-tokens", " +16", 16),
+])
+def test_number_options_take_ascii_spaces_around_the_number(option, text, value):
+    """A value from a shell variable or a command (`--seed "$(wc -l < f)"`: macOS pads it with spaces) names one
+    number; int() and float() took it before stop 51 and the break-it fix refused it. ASCII space around it is
+    dropped again; other scripts' digits and spaces (`\u3000`) stay refused (tests/robust/test_break_stop51.py)."""
+    from yue2_core.__main__ import build_parser
+    args = build_parser().parse_args(["generate", "--style", "x", "--lyrics", "y", "--output", "o", option, text])
+    assert getattr(args, option[2:].replace("-", "_")) == value
+
+
+def test_inspect_of_an_abc_file_writes_the_one_place_format(tmp_path, capsys):
+    """`inspect score.abc` (§40a) listed findings as `line 11: …` while every other score message says `line 11
+    column 13: …` (§40c)."""
+    from yue2_core.__main__ import main
+    lines = (REPO / "examples" / "text2music_lead_sheet.abc").read_text("utf-8").splitlines()
+    bad_line = next(i for i, ln in enumerate(lines) if ln.startswith('"G"'))
+    lines[bad_line] = lines[bad_line].replace("z8", "z16", 1)  # a bar with too many beats
+    bad = tmp_path / "score.abc"
+    bad.write_text("\n".join(lines) + "\n", "utf-8")
+    assert main(["inspect", str(bad)]) == 0
+    out, err = capsys.readouterr()
+    issue = next(i for i in json.loads(out)["issues"] if i["line"] == bad_line + 1)
+    assert issue["column"] and f"\n  line {bad_line + 1} column {issue['column']}: {issue['message']} [error]" \
+        in err, err
+
+
+def test_inspect_of_an_abc_file_too_large_or_not_utf8_says_so(tmp_path, capsys):
+    """A `score.abc` over the 100 kB the check reads, or saved as Latin-1 (common for ABC files from the web), fell
+    back to the three "not a safetensors file (header length …)" reasons §40a removed. Now: what it is and why it
+    is not checked, exit 2."""
+    text = (REPO / "examples" / "text2music_lead_sheet.abc").read_text("utf-8")
+    big = tmp_path / "big.abc"
+    big.write_text(text + "%" + "x" * 120_000 + "\n", "utf-8")
+    rc, err = main_inprocess(capsys, "inspect", big)
+    assert rc == 2 and f"{big} is an ABC lead sheet of {big.stat().st_size:,} bytes; inspect checks at most " \
+        "100,000" in err and "header length" not in err, err
+    latin = tmp_path / "latin.abc"
+    latin.write_bytes(text.replace("T:", "T:Caf\xe9 ", 1).encode("latin-1"))
+    rc, err = main_inprocess(capsys, "inspect", latin)
+    at = latin.read_bytes().index(b"\xe9")
+    assert rc == 2 and f"{latin} is an ABC lead sheet that is not UTF-8 (byte {at:,} is 0xE9" in err, err
+    assert "save it as UTF-8" in err and "header length" not in err, err
