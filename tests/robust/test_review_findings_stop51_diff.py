@@ -89,3 +89,34 @@ def test_inspect_of_an_abc_file_too_large_or_not_utf8_says_so(tmp_path, capsys):
     at = latin.read_bytes().index(b"\xe9")
     assert rc == 2 and f"{latin} is an ABC lead sheet that is not UTF-8 (byte {at:,} is 0xE9" in err, err
     assert "save it as UTF-8" in err and "header length" not in err, err
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_the_put_back_command_of_a_stripped_pt_lora_reads_the_pt_file(tmp_path, wrapped):
+    """§40c's note on a lost alpha gives a command that writes a copy with the metadata put back. For a torch .pt
+    file laid out as Starnodes' (a .pt holds no metadata) it was `save_file(load_file("x.pt"), "with-alpha-x.pt", …)`
+    — safetensors' load_file cannot read a .pt, so the command failed. Now it loads the .pt (weights only; a
+    `state_dict` wrapper as the reader takes it) and writes `with-alpha-x.safetensors`, which, with the alpha filled
+    in, reads at the original's scale."""
+    import runpy
+    import shlex
+
+    import torch
+    from safetensors.torch import load_file
+    from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    original = read_adapter(str(write_adapter("starnodes", tmp_path / "s.safetensors", dims)), dims)
+    tensors = load_file(tmp_path / "s.safetensors")
+    pt = tmp_path / "Bob's s.pt"
+    torch.save({"state_dict": tensors} if wrapped else tensors, pt)
+    [note] = adapter_notes(read_adapter(str(pt), dims))
+    command = shlex.split(note.split("put the metadata back, ALPHA replaced by the alpha: ", 1)[1]
+                          .split(", then load ", 1)[0])
+    fixed = tmp_path / "with-alpha-Bob's s.safetensors"
+    assert command[:2] == ["python", "-c"] and note.endswith(f", then load {fixed}"), note
+    script = tmp_path / "put_back.py"  # as a shell gives it to `python -c`, run in this interpreter
+    script.write_text(command[2].replace('"ALPHA"', '"8"'))
+    runpy.run_path(str(script), run_name="__main__")
+    again = read_adapter(str(fixed), dims)
+    assert again.scales == original.scales != [1.0] and adapter_notes(again) == [], (again.scales, original.scales)
