@@ -91,13 +91,14 @@ def test_inspect_of_an_abc_file_too_large_or_not_utf8_says_so(tmp_path, capsys):
     assert "save it as UTF-8" in err and "header length" not in err, err
 
 
-@pytest.mark.parametrize("wrapped", [False, True])
-def test_the_put_back_command_of_a_stripped_pt_lora_reads_the_pt_file(tmp_path, wrapped):
+@pytest.mark.parametrize("name, wrapped", [("Bob's s.pt", False), ("Bob's s.pt", True), ("Bob's s.safetensors", False)])
+def test_the_put_back_command_of_a_stripped_pt_lora_reads_the_pt_file(tmp_path, name, wrapped):
     """§40c's note on a lost alpha gives a command that writes a copy with the metadata put back. For a torch .pt
     file laid out as Starnodes' (a .pt holds no metadata) it was `save_file(load_file("x.pt"), "with-alpha-x.pt", …)`
     — safetensors' load_file cannot read a .pt, so the command failed. Now it loads the .pt (weights only; a
     `state_dict` wrapper as the reader takes it) and writes `with-alpha-x.safetensors`, which, with the alpha filled
-    in, reads at the original's scale."""
+    in, reads at the original's scale — also for a torch file named `.safetensors` (which torch.load, given the
+    path, hands to the safetensors reader)."""
     import runpy
     import shlex
 
@@ -106,9 +107,9 @@ def test_the_put_back_command_of_a_stripped_pt_lora_reads_the_pt_file(tmp_path, 
     from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
     from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
     dims = profile_dims("tiny")
-    original = read_adapter(str(write_adapter("starnodes", tmp_path / "s.safetensors", dims)), dims)
-    tensors = load_file(tmp_path / "s.safetensors")
-    pt = tmp_path / "Bob's s.pt"
+    original = read_adapter(str(write_adapter("starnodes", tmp_path / "orig.safetensors", dims)), dims)
+    tensors = load_file(tmp_path / "orig.safetensors")
+    pt = tmp_path / name
     torch.save({"state_dict": tensors} if wrapped else tensors, pt)
     [note] = adapter_notes(read_adapter(str(pt), dims))
     command = shlex.split(note.split("put the metadata back, ALPHA replaced by the alpha: ", 1)[1]

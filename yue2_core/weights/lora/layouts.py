@@ -469,10 +469,11 @@ def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
         code = (f"from safetensors.torch import load_file, save_file; save_file(load_file({json.dumps(src.path)}), "
                 f"{json.dumps(fixed)}, {{{meta}}})")
     else:  # a torch .pt file (stop-51 diff review: load_file cannot read one): a .safetensors copy, which has metadata
+        # (an open file, not the path: torch.load hands a path ending in .safetensors to the safetensors reader)
         stem = os.path.splitext(os.path.basename(src.path))[0]
         fixed = os.path.join(os.path.dirname(src.path), f"with-alpha-{stem}.safetensors")
-        code = (f"import torch; from safetensors.torch import save_file; d = torch.load({json.dumps(src.path)}, "
-                "weights_only=True, map_location='cpu'); d = d.get('state_dict', d); save_file({k: "
+        code = (f"import torch; from safetensors.torch import save_file; d = torch.load(open({json.dumps(src.path)}, "
+                "'rb'), weights_only=True, map_location='cpu'); d = d.get('state_dict', d); save_file({k: "
                 f"v.contiguous().clone() for k, v in d.items()}}, {json.dumps(fixed)}, {{{meta}}})")
     example = f" (e.g. alpha {2 * one}: strength 2 plays it as trained)" if one else ""
     return (f"LoRA {src.path}: its scale cannot be read — {what}. It "
