@@ -70,7 +70,7 @@ def test_inspect_of_an_abc_file_checks_the_lead_sheet(tmp_path, capsys):
     report = json.loads(out)
     assert report["ok"] is False and any(i["line"] == bad_line + 1 and i["severity"] == "error"
                                          for i in report["issues"]), report["issues"]
-    assert f"  line {bad_line + 1}: " in err and "1 error(s)" in err, err
+    assert f"  line {bad_line + 1} column " in err and "1 error(s)" in err, err  # the one format (§40d)
     soup = tmp_path / "soup" / "score.abc"  # what a synthetic model writes: no header at all
     soup.parent.mkdir()
     soup.write_text("hpei k epaenhlerp HStQUy LmdDtuPdvGC\n", "utf-8")

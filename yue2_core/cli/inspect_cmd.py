@@ -163,17 +163,32 @@ def _abc_report(path: str) -> dict | None:
     """`inspect` of a UTF-8 text file named `*.abc` or with ABC header fields (an edited score.abc, an --abc-file):
     the dialect check `generate --abc-file` and `render` print (without the run's --max-seconds) and the score's
     structure; None for anything else (not UTF-8 text, neither that name nor field lines, over the editor's 100 kB
-    limit)."""
+    limit). A file named `*.abc` that is over the limit or not UTF-8 is said so (YuE2Error): it is a lead sheet,
+    and the three "not a safetensors file (header length …)" reasons the other kinds give are no answer (stop-51
+    diff review)."""
     import re
+    from ..abc.errors import place
     from ..abc.service import MAX_ABC_BYTES, analyze
+    named = path.lower().endswith(".abc")
     try:
-        if os.path.getsize(path) > MAX_ABC_BYTES:
+        size = os.path.getsize(path)
+        if size > MAX_ABC_BYTES:
+            if named:
+                raise YuE2Error(f"{path} is an ABC lead sheet of {size:,} bytes; inspect checks at most "
+                                f"{MAX_ABC_BYTES:,} (the ABC Editor's limit; a 6-minute lead sheet is about 10 kB)")
             return None
         with open(path, "rb") as fh:
-            text = fh.read(MAX_ABC_BYTES + 1).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+            raw = fh.read(MAX_ABC_BYTES + 1)
+        text = raw.decode("utf-8")
+    except OSError:
         return None
-    if not (path.lower().endswith(".abc") or re.search(r"(?m)^\ufeff?[XTMLQKV]:", text)):
+    except UnicodeDecodeError as exc:
+        if named:
+            raise YuE2Error(f"{path} is an ABC lead sheet that is not UTF-8 (byte {exc.start:,} is "
+                            f"0x{raw[exc.start]:02X}: a Latin-1 or Windows-1252 file?); save it as UTF-8 — "
+                            "generate --abc-file and render read it as UTF-8 too") from None
+        return None
+    if not (named or re.search(r"(?m)^\ufeff?[XTMLQKV]:", text)):
         return None
     found = analyze({"abc": text})
     if "error" in found:
@@ -191,7 +206,9 @@ def _abc_report(path: str) -> dict | None:
                 + (f", sections: {sections}" if sections else "") + f" — {counts}")
     else:
         head = f"ABC lead sheet {path}: does not parse — {counts}"
-    lines = [f"  line {i['line']}: {i['message']} [{i['severity']}]" if i.get("line") else
+    # each place as every score message writes it, "line 3 column 19" (`abc.errors.place`; stop-51 diff review: this
+    # report, new in stop 51, still wrote "line 3:" beside the one format of §40c)
+    lines = [f"  {place(i.get('line'), i.get('column'))}: {i['message']} [{i['severity']}]" if i.get("line") else
              f"  {i['message']} [{i['severity']}]" for i in issues]
     tail = ("  (generate --abc-file, or render of an edited score.abc, uses it as written and prints these "
             "findings, with the run's --max-seconds for the length check)")

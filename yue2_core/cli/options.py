@@ -17,25 +17,32 @@ def _ascii_number(text: str) -> float:
     return float(text)
 
 
+_ASCII_SPACE = " \t\n\r\f\v"  # what a shell or a command puts around a number (not U+3000 and the like)
+
+
 def whole_number(text: str) -> int:
     """An argparse type for the integer options (--seed, --steps, --max-abc-tokens, --max-batch, …): int(text) for
     ASCII digits with an optional sign only. int() also takes other scripts' digits (٣, full-width ３), underscores
-    (1_0) and surrounding spaces, so `--seed ３` made seed 3 without a word — the rule `--lora FILE:٣` follows since
-    stop 33 (break-it review, stop 51)."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
+    (1_0), so `--seed ３` made seed 3 without a word — the rule `--lora FILE:٣` follows since stop 33 (break-it
+    review, stop 51). ASCII spaces, tabs and newlines around the number are dropped, as int() dropped them: a value
+    from a shell variable or a command (`--seed "$(wc -l < f)"`, padded on macOS) names one number all the same
+    (stop-51 diff review: refused since the break-it fix)."""
+    digits = text.strip(_ASCII_SPACE)
+    if not re.fullmatch(r"[+-]?[0-9]+", digits):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: write it in ASCII digits 0-9 with an "
                                          "optional sign, e.g. 42")
-    return int(text)
+    return int(digits)
 
 
 def plain_number(text: str) -> float:
     """An argparse type for the number options (--max-seconds, --cfg-scale, --budget): `_ascii_number` (the plain
-    ASCII decimals float() takes; inf and nan pass, for the option's own check to refuse by name)."""
+    ASCII decimals float() takes; inf and nan pass, for the option's own check to refuse by name), ASCII spaces
+    around it dropped as for `whole_number`."""
     try:
-        return _ascii_number(text)
+        return _ascii_number(text.strip(_ASCII_SPACE))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number: write it in ASCII, e.g. 30, 2.5 or 1e-3 (no "
-                                         "other scripts' digits, underscores or spaces)") from None
+                                         "other scripts' digits, no underscores)") from None
 
 
 def _is_number(text: str) -> bool:
@@ -102,8 +109,9 @@ def parse_lora(value: str) -> tuple[str, float, float]:
                 raise argparse.ArgumentTypeError(
                     f"LoRA file {path!r} not found, but {longer!r} exists: the text after its last ':' was read as "
                     f"a strength; give the strengths too, e.g. {longer}:1:1 (form: PATH[:AR[:NAR]])")
-        from ..weights.locate import comfy_model_folders
-        folders = comfy_model_folders("loras")  # where a name was looked for too (diff review, stop 49: unsaid)
+        from ..weights.locate import comfy_model_folders, looks_up_in_comfy
+        # where a name was looked for too (diff review, stop 49: unsaid); not for `/abs`, `../x`, `./x`
+        folders = comfy_model_folders("loras") if looks_up_in_comfy(path) else []
         where = f", neither here nor in ComfyUI's {' or '.join(folders)}" if folders else ""
         raise argparse.ArgumentTypeError(f"LoRA file {path!r} not found{where} (form: PATH[:AR[:NAR]])")
     return path, ar, nar

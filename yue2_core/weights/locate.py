@@ -52,9 +52,7 @@ def comfy_model_path(name: str, kind: str) -> tuple[str, str] | None:
     the folder as written (no `..` in it, no absolute path; ComfyUI lists no such name); a link in the folder is
     followed wherever it points, as ComfyUI's own `folder_paths.get_full_path` does (diff review, stop 49: a linked
     file, which the LoRA node lists and loads, was "not found" here)."""
-    if not name or os.path.isabs(name) or os.path.exists(name):
-        return None
-    if os.pardir in Path(name).parts:  # `../x`, `sub/../../x` (or `link/../x`): a way out of the folder
+    if not looks_up_in_comfy(name):
         return None
     try:
         models = [d.parent for d in comfy_checkpoint_dirs()]
@@ -69,6 +67,18 @@ def comfy_model_path(name: str, kind: str) -> tuple[str, str] | None:
         except (OSError, ValueError):  # no permission, a name too long; a NUL byte (ValueError)
             continue
     return None
+
+
+def looks_up_in_comfy(name: str) -> bool:
+    """Whether `comfy_model_path` looks for `name` in ComfyUI's folders: a relative name that names nothing here —
+    not even a link (`lexists`: a broken link here is the user's path, said to be broken, not a reason to take
+    ComfyUI's file of that name; stop-51 diff review) — that stays inside the folder (no `..`), and that is not
+    anchored here by `./` (ComfyUI lists no such name: `./x.safetensors` is this folder's file, or none)."""
+    if not name or os.path.isabs(name) or os.path.lexists(name):
+        return False
+    if os.pardir in Path(name).parts:  # `../x`, `sub/../../x` (or `link/../x`): a way out of the folder
+        return False
+    return not name.startswith(tuple(os.curdir + sep for sep in (os.sep, os.altsep) if sep))
 
 
 def comfy_model_folders(kind: str) -> list[str]:
@@ -122,8 +132,7 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
             return in_comfy[0], f"ComfyUI folder {in_comfy[1]}"
         if not (os.path.isfile(explicit) or os.path.isdir(explicit)):
             kind = not_a_file(explicit)  # it exists, but is a FIFO / device / socket
-            looked = not (kind or os.path.isabs(explicit) or os.pardir in Path(explicit).parts)  # as comfy_model_path
-            folders = comfy_model_folders("checkpoints") if looked else []
+            folders = comfy_model_folders("checkpoints") if looks_up_in_comfy(explicit) else []
             where = f" (neither here nor in ComfyUI's {' or '.join(folders)})" if folders else ""
             raise CheckpointError(f"checkpoint {explicit} is {kind}, not a file (a checkpoint is a .safetensors file "
                                   "or a vendor model folder)" if kind else

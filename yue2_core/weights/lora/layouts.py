@@ -463,10 +463,18 @@ def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
     one = sizes[0] if len(sizes) == 1 else None
     if one and not lokr:
         restore["rank"] = str(one)
-    fixed = os.path.join(os.path.dirname(src.path), "with-alpha-" + os.path.basename(src.path))
     meta = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in {**restore, "alpha": "ALPHA"}.items())
-    code = (f"from safetensors.torch import load_file, save_file; save_file(load_file({json.dumps(src.path)}), "
-            f"{json.dumps(fixed)}, {{{meta}}})")
+    if src.container == "safetensors":
+        fixed = os.path.join(os.path.dirname(src.path), "with-alpha-" + os.path.basename(src.path))
+        code = (f"from safetensors.torch import load_file, save_file; save_file(load_file({json.dumps(src.path)}), "
+                f"{json.dumps(fixed)}, {{{meta}}})")
+    else:  # a torch .pt file (stop-51 diff review: load_file cannot read one): a .safetensors copy, which has metadata
+        # (an open file, not the path: torch.load hands a path ending in .safetensors to the safetensors reader)
+        stem = os.path.splitext(os.path.basename(src.path))[0]
+        fixed = os.path.join(os.path.dirname(src.path), f"with-alpha-{stem}.safetensors")
+        code = (f"import torch; from safetensors.torch import save_file; d = torch.load(open({json.dumps(src.path)}, "
+                "'rb'), weights_only=True, map_location='cpu'); d = d.get('state_dict', d); save_file({k: "
+                f"v.contiguous().clone() for k, v in d.items()}}, {json.dumps(fixed)}, {{{meta}}})")
     example = f" (e.g. alpha {2 * one}: strength 2 plays it as trained)" if one else ""
     return (f"LoRA {src.path}: its scale cannot be read — {what}. It "
             f"is applied at scale 1 (as if alpha = {unit}; {unit} {', '.join(map(str, sizes))}), so at {unit} / "
