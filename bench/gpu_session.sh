@@ -138,10 +138,8 @@ for part in "$@"; do
     nar)
       "$PY" bench/nar_attention.py --json "$OUT/nar_attention.json" 2>&1 | tee "$OUT/nar_attention.log" ;;
     w8a8)
-      # which rotation gives kitchen's bits here (bench/w8a8_rotation.py): the tests and the bench use that one
+      # the quantizer's rotations and row scales against the exact values and w8a8.reference (bench/w8a8_rotation.py)
       "$PY" bench/w8a8_rotation.py 2>&1 | tee "$OUT/w8a8_rotation.log"
-      grep -q "^prefer: dense" "$OUT/w8a8_rotation.log" && export YUE2_W8A8_ROT=dense \
-        && echo "w8a8: the dense rotation (YUE2_W8A8_ROT=dense) for the tests and the bench"
       "$PY" -m pytest tests/core/test_w8a8_gpu.py -q -p no:cacheprovider 2>&1 | tee "$OUT/w8a8_gpu_tests.log"
       "$PY" bench/nar_w8a8.py --ode --json "$OUT/nar_w8a8.json" 2>&1 | tee "$OUT/nar_w8a8.log" ;;
     layer)

@@ -10,8 +10,7 @@ import os
 GPU_ONLY_SWITCHES = ("YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GRAPH", "YUE2_DECODE_ATTN",
                      "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL",
                      "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH",
-                     "YUE2_L2_PREFETCH_GRID", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE", "YUE2_NAR_LINEARS",
-                     "YUE2_W8A8_ROT")
+                     "YUE2_L2_PREFETCH_GRID", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE", "YUE2_NAR_LINEARS")
 # the boolean switches whose default is off (the others' is on): for the CPU-run warning, "changed" is from this
 FLAGS_OFF_BY_DEFAULT = ("YUE2_COMPILE", "YUE2_GEMV_PRE")
 
@@ -31,8 +30,7 @@ def check_environment(device: str | None = None) -> list[str]:
                "YUE2_INT8_DOT": ("convert", "int8"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),
                "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS, "YUE2_LORA_INT8": ("side", "bf16"),
-               "YUE2_LAYER_KERNEL": ("off", "grid", "phased", "cuda"), "YUE2_NAR_LINEARS": ("bf16", "w8a8"),
-               "YUE2_W8A8_ROT": ("kron", "dense")}
+               "YUE2_LAYER_KERNEL": ("off", "grid", "phased", "cuda"), "YUE2_NAR_LINEARS": ("bf16", "w8a8")}
     for name in flags:
         flag(name, True)
     from .warmup_jobs import PROCS_SWITCH, procs

@@ -25,8 +25,6 @@ accepts — "false" or "off" are not silently read as on.
                           with the int8 codes kept and int8 × int8 products as ComfyUI's int8_linear computes them
                           (activations rotated and quantized per row; nar.int8_linears, fast/w8a8.py); a NAR in fp32
                           (--dtype fp32, a GPU without bf16) or without Triton keeps the bf16 way's float layers
-    YUE2_W8A8_ROT         kron (default) | dense: how those W8A8 products rotate each activation row (H16·X·H16 in
-                          3-pass tf32, or x·H as one bf16 tensor-core product; fast/w8a8.py)
     YUE2_NAR_GRAPH=0      the NAR velocity eagerly instead of replayed from a CUDA graph per chunk (nar.py)
     YUE2_SIDE_CAPTURE=0   every decode graph captured in the main thread (default: the next attention bucket's graph is
                           captured on a worker thread while the current one replays; fast/side_capture.py)

@@ -29,7 +29,6 @@ import os
 
 import torch
 
-from ..switches import choice
 from ..weights.quant import hadamard, rotate
 
 ROWS = 32  # rows per program of the quantizer
@@ -38,10 +37,6 @@ MIN_GROUP = 16  # smallest ConvRot group the quantizer takes (a tensor-core prod
 # and size class of M: up to LARGE_M rows, or more (the chunk's frames are not part of the key, so songs of any
 # length share two choices per shape; the warm-up tunes both, `warm`)
 LARGE_M = 1024
-# how the quantizer rotates groups of 256 (YUE2_W8A8_ROT): "kron" — H16·X·H16, two 16-wide 3-pass tf32 products
-# (`_decode_triton.rot_rows`) — or "dense": x·H as one bf16 tensor-core product (exact products, fp32 sums)
-ROT_SWITCH = "YUE2_W8A8_ROT"
-ROTATIONS = ("kron", "dense")
 CONFIGS = [(128, 128, 128, 8, 4), (128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 64, 4, 4),
            (64, 128, 128, 4, 4), (128, 64, 128, 4, 4)]
 
@@ -72,9 +67,8 @@ def available() -> bool:
 def quantize_rows(x: torch.Tensor, group: int = 256, kron: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] bf16 (contiguous; K a multiple of `group`, `group` 16, 64 or 256) → (codes int8 [M, K], scales fp32
     [M]) as the module docstring says: rotated per group, one scale per row. Triton (CUDA or the interpreter).
-    `kron` (default: YUE2_W8A8_ROT, "kron" unless set; only for groups of 256) rotates by H16·X·H16 instead of the
-    dense 256 × 256 product (bench/nar_w8a8.py compares). ValueError for another group; RequestError for a
-    YUE2_W8A8_ROT other than kron or dense."""
+    `kron` (default: for groups of 256) rotates by H16·X·H16 instead of the dense 256 × 256 product
+    (bench/nar_w8a8.py and bench/w8a8_rotation.py compare). ValueError for another group."""
     triton, (max_kernel, quantize_kernel), _, _, libdev = _kernels()
     m, k = x.shape
     if not MIN_GROUP <= group <= 256 or k % group:
@@ -84,9 +78,7 @@ def quantize_rows(x: torch.Tensor, group: int = 256, kron: bool | None = None) -
     scales = torch.empty(m, dtype=torch.float32, device=x.device)
     if m:
         h = hadamard(group, torch.bfloat16, x.device)
-        if kron is None:
-            kron = choice(ROT_SWITCH, ROTATIONS, ROTATIONS[0]) == "kron"
-        kron = kron and group == 256
+        kron = group == 256 if kron is None else kron and group == 256
         ng = k // group
         part = torch.empty(m, ng, dtype=torch.float32, device=x.device)  # each row's group maxima
         grid = (triton.cdiv(m, ROWS), ng)
