@@ -73,7 +73,15 @@ async def read_json_object(request: web.Request, limit: int = MAX_BODY_BYTES) ->
         raise _too_large(request.content_length, limit)
     body = bytearray()
     while True:
-        chunk = await request.content.read(65536)
+        try:
+            chunk = await request.content.read(65536)
+        except web.RequestPayloadError as exc:  # a Content-Encoding whose bytes do not decode (was a 500: stop 51)
+            why = " ".join(str(exc).split()).removeprefix("400, message: ")
+            encoding = request.headers.get("Content-Encoding", "")
+            raise RequestRefused(f"The request body cannot be read ({why}"
+                                 f"{f'; Content-Encoding: {_short(encoding)}' if encoding else ''}); send the JSON "
+                                 "object uncompressed with Content-Type: application/json, or compressed as its "
+                                 "Content-Encoding header says.") from None
         if not chunk:
             break
         body += chunk

@@ -22,11 +22,11 @@ needs_verovio = pytest.mark.skipif(find_spec("verovio") is None,
                                    reason="engraving needs the optional package verovio: pip install verovio")
 
 
-def post(server, route: str, body, *, raw: bool = False, prefix: str = "/api") -> tuple[int, dict]:
+def post(server, route: str, body, *, raw: bool = False, prefix: str = "/api", headers=None) -> tuple[int, dict]:
     """(status, JSON answer) of POST <prefix>/yue2/abc/<route>; the answer must be JSON whatever the status."""
     data = body if raw else json.dumps(body).encode()
     request = urllib.request.Request(f"{server.url}{prefix}/yue2/abc/{route}", data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             status, text = response.status, response.read()
@@ -140,6 +140,25 @@ def test_analyze_refuses_oversized_scores_and_bodies(comfy_server):
     assert_refused(status, answer, 413, "too large")
     status, answer = post(comfy_server, "analyze", {"abc": "z" * 99_000})  # just under the limit: answered
     assert status == 200 and answer["ok"] is False
+
+
+def test_analyze_reads_compressed_bodies_and_refuses_broken_ones(comfy_server):
+    """A body whose Content-Encoding does not decode is the client's fault: 400 with what was wrong (was: 500
+    "internal error … RequestPayloadError", break-it review stop 51); a correct gzip body is read, and one that
+    inflates past the body limit is refused by that limit, counted after decompression."""
+    import gzip
+    gz = {"Content-Encoding": "gzip"}
+    status, answer = post(comfy_server, "analyze", b"\x1f\x8b\x08\x00" + b"\x00" * 20, raw=True, headers=gz)
+    assert_refused(status, answer, 400, "cannot be read", "content-encoding", "gzip", "uncompressed")
+    deflate = {"Content-Encoding": "deflate"}
+    status, answer = post(comfy_server, "analyze", b"\x78\x9c\xff\xff" * 8, raw=True, headers=deflate)
+    assert_refused(status, answer, 400, "cannot be read", "deflate")
+    body = gzip.compress(json.dumps({"abc": SONG, "engrave": False}).encode())
+    status, answer = post(comfy_server, "analyze", body, raw=True, headers=gz)
+    assert status == 200 and answer["ok"] is True, answer
+    bomb = gzip.compress(b'{"abc": "' + b"z" * 5_000_000 + b'"}')  # ≈ 5 kB that inflate to 5 MB
+    status, answer = post(comfy_server, "analyze", bomb, raw=True, headers=gz)
+    assert_refused(status, answer, 413, "too large")
 
 
 # --- /yue2/abc/tool --------------------------------------------------------------------------------------------------
