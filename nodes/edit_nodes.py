@@ -127,7 +127,8 @@ def _outputs(child, lineage: dict, path, report_lines: list[str], notes: list[st
               "yue2_render": records.stamp({"steps": child.settings.get("ode_steps"), "seed": lineage["render_seed"],
                                             "method": child.settings.get("ode_method") or "midpoint",
                                             **{k: child.settings[k] for k in ("checkpoint", "weights")
-                                               if isinstance(child.settings.get(k), dict)}}, samples)}
+                                               if isinstance(child.settings.get(k), dict)}}, samples,
+                                           child.tokens)}
     ui = {"text": [report], "song_dir": [rel],
           "audio": [{"filename": "audio.flac", "subfolder": rel, "type": "output"}]}
     return io.NodeOutput(audio, child.tokens, latent, child.score, rel, report, ui=ui)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+import numpy as np
 import torch
 
 CHANGED = "changed after the render"  # a digest that matches no samples: the record no longer describes them
@@ -27,9 +28,35 @@ def samples_digest(samples: torch.Tensor) -> str:
     return h.hexdigest()
 
 
-def stamp(record: dict, samples: torch.Tensor) -> dict:
-    """`record` with the digest of `samples`, the samples it describes."""
-    return {**record, "samples_sha256": samples_digest(samples)}
+def stamp(record: dict, samples: torch.Tensor, tokens=None) -> dict:
+    """`record` with the digest of `samples`, the samples it describes, and of the music `tokens` they were rendered
+    from (`tokens_digest`), when given."""
+    return {**record, "samples_sha256": samples_digest(samples),
+            **({"tokens_sha256": tokens_digest(tokens)} if tokens is not None else {})}
+
+
+def tokens_digest(tokens) -> str:
+    """sha256 over the music codes and the prefix of a SemanticTokens: what its render depends on. A render record
+    holds it ("tokens_sha256"; "tokens_sha256s" per take of a batch) so that Save Song and Pick Take can tell a
+    latent rendered from other tokens of the same length (another Composer's, take's or song's: break-it review,
+    stop 51 — such a song was saved with a latent.npy that is not the render of its semantic.npy)."""
+    h = hashlib.sha256()
+    for part in (tokens.codes, tokens.prefix):
+        values = np.asarray(part, dtype=np.int64).reshape(-1)
+        h.update(f"{values.size}:".encode())
+        h.update(values.tobytes())
+    return h.hexdigest()
+
+
+def other_tokens(record: dict | None, tokens) -> bool:
+    """Whether the render record says its samples were rendered from other music tokens than `tokens` (False when it
+    says nothing about them: a record of an older pack version, or made by other code)."""
+    digest = record.get("tokens_sha256") if isinstance(record, dict) else None
+    return isinstance(digest, str) and digest != tokens_digest(tokens)
+
+
+OTHER_TOKENS = ("the latent was rendered from other music tokens than the ones connected to `tokens` (the same "
+                "length, but other codes or another prompt: another Composer's, another take's or another song's)")
 
 
 def restamp(latent: dict, samples_out: torch.Tensor) -> dict:
@@ -144,5 +171,5 @@ def picked_audio_stamp(audio: dict, latent, picked_wave: torch.Tensor, picked_la
 
 
 __all__ = ["stamp_audio", "audio_of_latent", "picked_audio_stamp", "samples_digest", "stamp", "restamp",
-           "render_record", "identity", "decoded_by", "same_checkpoint",
-           "decoder_warning", "CHANGED"]
+           "render_record", "tokens_digest", "other_tokens", "OTHER_TOKENS", "identity", "decoded_by",
+           "same_checkpoint", "decoder_warning", "CHANGED"]

@@ -70,7 +70,7 @@ class YuE2Renderer(io.ComfyNode):
         record = {"steps": steps, "seed": used_seed, "checkpoint": model.info.to_dict(),
                   "weights": model.weights_record()}
         return io.NodeOutput({"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
-                              "yue2_render": records.stamp(record, samples)})
+                              "yue2_render": records.stamp(record, samples, tokens)})
 
 
 def _render_batch(model, batch: TakeBatch, steps: int, seed: int) -> io.NodeOutput:
@@ -94,7 +94,8 @@ def _render_batch(model, batch: TakeBatch, steps: int, seed: int) -> io.NodeOutp
     mm.soft_empty_cache()
     check_cancel()
     latent = padded_latent(latents, steps, seeds, {"checkpoint": model.info.to_dict(),
-                                                   "weights": model.weights_record()})
+                                                   "weights": model.weights_record(),
+                                                   "tokens_sha256s": [records.tokens_digest(t) for t in batch.takes]})
     latent["yue2_render"] = records.stamp(latent["yue2_render"], latent["samples"])
     return io.NodeOutput(latent)
 

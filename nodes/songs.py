@@ -196,6 +196,9 @@ class YuE2SaveSong(io.ComfyNode):
         latents = _latents(latent, frames)
         wave = _waveform(audio, frames, warnings)
         render, why = records.render_record(latent) if latent is not None else (None, None)
+        if records.other_tokens(render, tokens):  # same length, other tokens: _latents cannot tell (break-it, stop 51)
+            raise ValueError(f"{records.OTHER_TOKENS}: connect the latent rendered from these tokens (the Renderer, "
+                             "Load Song, Regenerate or Continue whose tokens go to this node); nothing was saved")
         if why:
             warnings.append(why)
         if audio is not None and (note := records.decoder_warning(render, audio)):
@@ -303,7 +306,7 @@ class YuE2LoadSong(io.ComfyNode):
         if saved.latents is not None:
             samples = saved.latents.T.unsqueeze(0).contiguous()
             latent = {"samples": samples, "type": "audio", "downscale_ratio_temporal": HOP,
-                      "yue2_render": records.stamp(_render_record(saved.config), samples)}
+                      "yue2_render": records.stamp(_render_record(saved.config), samples, saved.tokens)}
         else:
             latent = ExecutionBlocker(f"song {song} was saved without latents (latent.npy): render its tokens with "
                                       "YuE2 Renderer instead")

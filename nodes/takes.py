@@ -135,7 +135,8 @@ def compose_takes(model, request, given: Score | None, n: int, abc_sampling, mus
     return TakeBatch(takes, seeds, info)
 
 
-def _pick_latent(latent, n: int, i: int, frames: int, seed: int):
+def _pick_latent(latent, takes: list, i: int, frames: int, seed: int):
+    n = len(takes)
     if latent is None:
         return ExecutionBlocker("YuE2 Pick Take: no latent is connected, so there is no latent to pick; connect the "
                                 "Renderer's latent")
@@ -154,6 +155,16 @@ def _pick_latent(latent, n: int, i: int, frames: int, seed: int):
     seeds = render.pop("seeds", None)
     if isinstance(seeds, list) and len(seeds) == n:
         render["seed"] = seeds[i]
+    digests = render.pop("tokens_sha256s", None)
+    if isinstance(digests, list) and len(digests) == n:
+        render["tokens_sha256"] = digests[i]
+    if render["samples_sha256"] != records.CHANGED:  # the record still describes the samples
+        batch = [render.get("tokens_sha256")] if n == 1 else digests if isinstance(digests, list) else []
+        for item, (digest, take) in enumerate(zip(batch, takes)):
+            if isinstance(digest, str) and digest != records.tokens_digest(take):
+                raise ValueError(f"{records.OTHER_TOKENS.replace('the latent', f'latent item {item}', 1)}: connect "
+                                 "the latent rendered from these tokens (the Renderer whose tokens input is the "
+                                 "Composer output connected here)")
     render.setdefault("seed", seed)
     return {"samples": picked, "type": "audio", "downscale_ratio_temporal": HOP, "yue2_render": render}
 
@@ -223,7 +234,7 @@ class YuE2PickTake(io.ComfyNode):
         lengths = _audio_lengths(audio, n) if audio is not None else [None] * n
         with user_errors():
             reports = take_reports(takes, lengths)
-        latent_out = _pick_latent(latent, n, index, frames, int(pick.seed))
+        latent_out = _pick_latent(latent, takes, index, frames, int(pick.seed))
         if audio is None:
             audio_out = ExecutionBlocker("YuE2 Pick Take: no audio is connected, so there is no audio to pick; "
                                          "connect VAE Decode's audio")

@@ -238,3 +238,35 @@ def test_values_comfyui_would_misread_are_refused_by_name(comfy, checkpoints, no
     body = rejected(comfy, {"1": LOADER, "2": node, "3": preview(["2", 0])})
     errors = body["node_errors"]["2"]["errors"]
     assert any(e["type"] == error and expected in e["details"] for e in errors), errors
+
+
+def test_a_latent_rendered_from_other_tokens_of_the_same_length_is_refused(comfy, comfy_server, checkpoints):
+    """Two Composers of the same length, the latent of one wired beside the tokens of the other (into Save Song, or a
+    batch into Pick Take): refused naming the mix-up, nothing saved (was: saved — a song whose latent.npy is not the
+    render of its semantic.npy, with that render's seed and steps recorded; only a length mismatch was caught; break-it
+    review, stop 51). The render record carries a digest of the tokens it rendered (nodes/records.tokens_digest)."""
+    def graph(save_tokens: str, **extra) -> dict:
+        render = {"model": ["1", 0], "tokens": ["3", 1], "steps": 2, "seed": -1}
+        return {"1": LOADER, "2": composer(seed=1), "3": composer(seed=2),
+                "4": {"class_type": "YuE2Renderer", "inputs": render},
+                "5": {"class_type": "YuE2SaveSong", "inputs": {"tokens": [save_tokens, 1], "latent": ["4", 0],
+                                                               "name": "mixed_up"}}, **extra}
+
+    node, kind, message = _traceback_of(comfy, graph("2"))
+    assert node == "YuE2SaveSong" and kind == "ValueError"
+    assert "rendered from other music tokens than the ones connected to `tokens`" in message
+    assert "connect the latent rendered from these tokens" in message and "nothing was saved" in message
+    assert not list((comfy_server.output_dir / "yue2").glob("mixed_up_*"))
+    (saved,) = saved_dirs(run(comfy, graph("3")), comfy_server.output_dir)  # the tokens it was rendered from: saved
+    assert saved.name.startswith("mixed_up_")
+
+    takes = {"class_type": "YuE2PickTake", "inputs": {"tokens": ["6", 1], "latent": ["8", 0], "index": 1}}
+    prompt = {"1": LOADER, "6": composer(seed=1, candidates=2), "7": composer(seed=5, candidates=2),
+              "8": {"class_type": "YuE2Renderer", "inputs": {"model": ["1", 0], "tokens": ["7", 1], "steps": 2,
+                                                             "seed": -1}},
+              "9": takes, "10": preview(["9", 4])}
+    node, kind, message = _traceback_of(comfy, prompt)
+    assert node == "YuE2PickTake" and kind == "ValueError"
+    assert "latent item 0 was rendered from other music tokens" in message
+    takes["inputs"]["tokens"] = ["7", 1]
+    assert "picked take 1 (seed 6)" in run(comfy, prompt)["outputs"]["10"]["text"][0]
