@@ -119,13 +119,17 @@ def test_analyze_keeps_markup_in_the_title_as_text(comfy_server):
     (b'{"abc": "X:1", "instrumental": 1}', 400, ["instrumental"]),
     # the values the nodes' on-prompt guard (nodes/inputs.py) catches for ComfyUI, refused here by the route itself
     # (stop-50 leftover "the guard covers /prompt only", §40c): a text for a boolean, NaN for a number
-    (b'{"abc": "X:1", "engrave": "false"}', 400, ["engrave", "true or false", "not str"]),
-    (b'{"abc": "X:1", "instrumental": "false"}', 400, ["instrumental", "true or false", "not str"]),
+    (b'{"abc": "X:1", "engrave": "false"}', 400, ["engrave", "true or false", 'not the text "false"']),
+    (b'{"abc": "X:1", "instrumental": "false"}', 400, ["instrumental", "true or false", 'not the text "false"']),
+    # named in JSON's words, not Python's (nodes break-it review, stop 51: "not NoneType", "not True")
+    (b'{"abc": "X:1", "instrumental": null}', 400, ["instrumental", "true or false, not null."]),
+    (b'{"abc": "X:1", "max_seconds": true}', 400, ["max_seconds", "or null, not true."]),
+    (b'{"abc": "X:1", "engrave": [1]}', 400, ["engrave", "not a JSON array"]),
     (b'{"abc": "X:1", "max_seconds": NaN}', 400, ["max_seconds", "positive number", "nan"]),
     (b'{"abc": "X:1", "max_seconds": "nan"}', 400, ["max_seconds", "positive number"]),
 ], ids=["text", "huge-integer", "empty", "binary", "array", "string", "no-abc", "abc-number", "abc-array",
         "engrave-type", "max-seconds", "instrumental-type", "engrave-false-text", "instrumental-false-text",
-        "max-seconds-nan", "max-seconds-nan-text"])
+        "instrumental-null", "max-seconds-true", "engrave-array", "max-seconds-nan", "max-seconds-nan-text"])
 def test_analyze_refuses_bad_requests_with_json(comfy_server, body, status, words):
     got, answer = post(comfy_server, "analyze", body, raw=True)
     assert_refused(got, answer, status, *words, server=comfy_server)

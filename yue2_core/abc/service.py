@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 
@@ -51,13 +52,29 @@ def _check_payload(payload) -> str | None:
         return f"The score is {size:,} bytes; the editor accepts at most {MAX_ABC_BYTES:,} bytes (100 kB)."
     for name in ("instrumental", "engrave"):
         if name in payload and not isinstance(payload[name], bool):
-            return f"'{name}' must be true or false, not {type(payload[name]).__name__}."
+            return f"'{name}' must be true or false, not {_json_shown(payload[name])}."
     seconds = payload.get("max_seconds")
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
                                 or not _finite(seconds) or seconds <= 0):
-        shown = repr(seconds) if len(repr(seconds)) <= 40 else f"{repr(seconds)[:20]}… ({len(repr(seconds))} chars)"
-        return f"'max_seconds' must be a positive number of seconds or null, not {shown}."
+        return f"'max_seconds' must be a positive number of seconds or null, not {_json_shown(seconds)}."
     return None
+
+
+def _json_shown(value) -> str:
+    """A request value as the JSON the client sent spells it (null, true, -5, NaN, the text "false"; arrays and
+    objects by kind), at most ≈ 40 characters: nodes break-it review, stop 51 — the refusals named Python's types
+    ("not NoneType", "not str") or values ("not True")."""
+    if isinstance(value, (list, tuple)):
+        return "a JSON array"
+    if isinstance(value, dict):
+        return "a JSON object"
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > 40:
+        text = f"{text[:20]}… ({len(text)} characters)"
+    return f"the text {text}" if isinstance(value, str) else text
 
 
 def _finite(x) -> bool:
