@@ -296,6 +296,23 @@ def test_index_naming_a_missing_shard(made, tmp_path):
         inspect_checkpoint(folder)
 
 
+def test_index_naming_a_tensor_twice(made, tmp_path):
+    """An index whose weight_map names a tensor twice (the second entry pointing at another shard): JSON readers keep
+    the last, so the first was never checked (stop-51 break-it review, §40b "not fixed"); now refused by name. The
+    shards' own headers are checked apart (a key in two headers: §40b)."""
+    folder = tmp_path / "sharded"
+    write_vendor_folder(str(made["comfy"]), str(folder), max_shard_bytes=20_000_000)
+    index = folder / "model.safetensors.index.json"
+    text = index.read_text()
+    weight_map = json.loads(text)["weight_map"]
+    key, shard = next(iter(weight_map.items()))
+    other = next(v for v in weight_map.values() if v != shard)
+    index.write_text(text.replace('"weight_map": {', f'"weight_map": {{{json.dumps(key)}: {json.dumps(other)}, ', 1))
+    assert json.loads(index.read_text())["weight_map"][key] == shard  # the last entry, the right one, wins
+    with pytest.raises(CheckpointError, match=f"index.json names '{key}' twice: an index lists each tensor once"):
+        inspect_checkpoint(folder)
+
+
 def test_config_of_another_model(made, tmp_path):
     folder = _copy_folder(made, tmp_path, edits=("config.json",))
     (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 256}))

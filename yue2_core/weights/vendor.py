@@ -449,13 +449,23 @@ def weight_files(folder) -> list[str]:
             raise CheckpointError(f"{folder / name} is {what}, not a file: the vendor folder's weights must be "
                                   "files (or links to files) — download the folder again")
     if index.exists():
+        twice = []  # keys an object of the index names twice (JSON readers keep the last: stop-51 break-it review)
+
+        def pairs(items):
+            seen = set()
+            twice.extend(k for k, _ in items if k in seen or seen.add(k))
+            return dict(items)
         try:
-            weight_map = json.loads(_json_text(index))["weight_map"]
+            weight_map = json.loads(_json_text(index), object_pairs_hook=pairs)["weight_map"]
             ok = isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
         except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
             ok = False
         if not ok:
             raise CheckpointError(f"{index} is malformed: expected {{\"weight_map\": {{tensor: shard file}}}}")
+        if twice:
+            more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
+            raise CheckpointError(f"{index} names {twice[0]!r} twice{more}: an index lists each tensor once — "
+                                  "download the folder again")
         shards = sorted(set(weight_map.values()))
         for shard in shards:
             if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
