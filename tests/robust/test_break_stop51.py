@@ -122,3 +122,15 @@ def test_a_lora_whose_every_patch_is_zero_says_it_changes_nothing(tmp_path, caps
     save_file(zeroed, tmp_path / "zero.safetensors")
     rc, err = main_inprocess(capsys, "inspect", "--model", micro_paths["bf16"], tmp_path / "zero.safetensors")
     assert "changes nothing on the" in err, err
+
+
+def test_inspect_says_a_reason_every_reader_shares_once(tmp_path, capsys):
+    """`inspect` of a file whose header every reader refuses (a truncated header, a name given twice) listed the
+    same sentence three times, as a checkpoint, a VAE and a LoRA (§40b "not fixed"); fixed later in stop 51: said
+    once, with the kinds it is not."""
+    truncated = tmp_path / "cut.safetensors"
+    truncated.write_bytes(struct.pack("<Q", 1000) + b"{")
+    rc, err = main_inprocess(capsys, "inspect", truncated)
+    assert rc == 2 and "is neither a YuE2 checkpoint, a VAE decoder nor a LoRA adapter" in err, err
+    assert err.count("header length 1000 does not fit a 9-byte file") == 1, err
+    assert "as a VAE decoder:" not in err and "Traceback" not in err, err

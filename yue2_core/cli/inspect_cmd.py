@@ -133,6 +133,12 @@ def cmd_inspect(args) -> int:
                 raise CheckpointError(f"{args.checkpoint} looks like a LoRA adapter but does not fit {geometry}: "
                                       f"{why}") from None
             folder = os.path.isdir(args.checkpoint)  # a folder may also be a song (new-user finding: not named)
+            text = str(exc)
+            lora_tail = reasons["lora"].partition(text)[2] if text in reasons["lora"] else None
+            if not folder and reasons["vae"] == text and lora_tail is not None:  # one reason three times (a header
+                # every reader refuses: stop-51 break-it review) → said once
+                raise CheckpointError(f"{args.checkpoint} is neither a YuE2 checkpoint, a VAE decoder nor a LoRA "
+                                      f"adapter: every reader refuses it the same way — {text}{lora_tail}") from None
             raise CheckpointError(f"{args.checkpoint} is neither a YuE2 checkpoint, a VAE decoder"
                                   f"{', a LoRA adapter nor a song folder' if folder else ' nor a LoRA adapter'}:"
                                   f"\n  as a checkpoint: {exc}\n  as a VAE decoder: {reasons['vae']}\n"
