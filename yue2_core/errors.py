@@ -86,6 +86,24 @@ def json_too_large(path) -> str | None:
             "few kilobytes) — a damaged file, or another file under this name")
 
 
+def json_keys_named_twice(text: str) -> list[str]:
+    """The keys that one object of the JSON `text` names twice, in order (JSON readers keep the last entry, so the
+    first is never seen: a shard index listing a tensor twice, stop-51 break-it review); [] for invalid JSON, whose
+    own parse says why."""
+    import json
+    twice = []
+
+    def pairs(items):
+        seen = set()
+        twice.extend(k for k, _ in items if k in seen or seen.add(k))
+        return dict(items)
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return []
+    return twice
+
+
 def json_number_too_long(exc: BaseException) -> str | None:
     """For an exception json.load / json.loads raised: "a number too long to read: an integer of more than 4,300
     digits" when it is Python's int-string conversion limit (`sys.get_int_max_str_digits()`, 4,300 by default:

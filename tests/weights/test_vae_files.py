@@ -118,6 +118,14 @@ def test_sharded_vendor_folder(tmp_path, own_vae):
     rec = vae.record()
     assert rec["sha256"] == hashlib.sha256((folder / "model.safetensors.index.json").read_bytes()).hexdigest()
     assert [s["file"] for s in rec["shards"]] == list(shards)
+    # an index naming a tensor twice (the first entry pointing at the other shard) is refused by name: JSON readers
+    # keep the last entry, so the first was never checked (stop 51, as for the model's vendor folder)
+    key = names[0]
+    text = json.dumps({"weight_map": weight_map})
+    (folder / "model.safetensors.index.json").write_text(
+        text.replace('"weight_map": {', f'"weight_map": {{"{key}": "model-00002-of-00002.safetensors", ', 1))
+    with pytest.raises(CheckpointError, match=f"names '{key}' twice: an index lists each tensor once"):
+        open_vae(str(folder))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
-from ..errors import CheckpointError, DamagedWeightsError, json_number_too_long, json_too_large, quoted
+from ..errors import (CheckpointError, DamagedWeightsError, json_keys_named_twice, json_number_too_long,
+                      json_too_large, quoted)
 from ..vae import VAEConfig, VAEDecoder
 from .checkpoint import _vae_config, file_identity, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
@@ -286,6 +287,14 @@ def _folder(path: str):
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointError(f"{index}: no weight_map {{tensor: shard file}} object")
+        try:  # read whole by _read_json just now (its size and kind checked there)
+            with open(index, encoding="utf-8") as f:
+                twice = json_keys_named_twice(f.read())
+        except (OSError, UnicodeDecodeError):
+            twice = []
+        if twice:
+            from .vendor import index_names_twice
+            raise CheckpointError(index_names_twice(index, twice))
         files = []
         for shard in dict.fromkeys(weight_map.values()):
             shard_path = os.path.join(path, shard)

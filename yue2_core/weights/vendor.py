@@ -28,7 +28,8 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import CheckpointError, DamagedWeightsError, TokenizerError, json_number_too_long, json_too_large
+from ..errors import (CheckpointError, DamagedWeightsError, TokenizerError, json_keys_named_twice,
+                      json_number_too_long, json_too_large)
 from ..switches import flag
 from .checkpoint import (AR, NAR, VAE, SplitSource, TensorEntry, build_info, check_entries, content_sample,
                          read_header)
@@ -449,23 +450,18 @@ def weight_files(folder) -> list[str]:
             raise CheckpointError(f"{folder / name} is {what}, not a file: the vendor folder's weights must be "
                                   "files (or links to files) — download the folder again")
     if index.exists():
-        twice = []  # keys an object of the index names twice (JSON readers keep the last: stop-51 break-it review)
-
-        def pairs(items):
-            seen = set()
-            twice.extend(k for k, _ in items if k in seen or seen.add(k))
-            return dict(items)
+        twice = []
         try:
-            weight_map = json.loads(_json_text(index), object_pairs_hook=pairs)["weight_map"]
+            text = _json_text(index)
+            weight_map = json.loads(text)["weight_map"]
             ok = isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
+            twice = json_keys_named_twice(text)
         except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
             ok = False
         if not ok:
             raise CheckpointError(f"{index} is malformed: expected {{\"weight_map\": {{tensor: shard file}}}}")
         if twice:
-            more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
-            raise CheckpointError(f"{index} names {twice[0]!r} twice{more}: an index lists each tensor once — "
-                                  "download the folder again")
+            raise CheckpointError(index_names_twice(index, twice))
         shards = sorted(set(weight_map.values()))
         for shard in shards:
             if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
@@ -480,6 +476,13 @@ def weight_files(folder) -> list[str]:
         return [WEIGHTS]
     raise CheckpointError(f"{folder} has no weights: neither {WEIGHTS} nor {INDEX} (+ its shards) is there. The "
                           f"vendor folder ({MODEL_REPO}) needs them next to {CONFIG}.")
+
+
+def index_names_twice(index, twice: list[str]) -> str:
+    """The refusal of a shard index whose object names `twice` (JSON readers keep the last entry, so the first was
+    never checked: stop-51 break-it review)."""
+    more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
+    return f"{index} names {twice[0]!r} twice{more}: an index lists each tensor once — download the folder again"
 
 
 def _read_tensors(folder, names: list[str]) -> dict:
