@@ -24,6 +24,8 @@ def test_system_stats_reports_the_host_version(comfy, comfy_server):
 def test_pack_imports_without_failure(comfy_server):
     log = comfy_server.log_text()
     assert f"custom_nodes/{PACK_NAME}" in log, "ComfyUI did not try to load the pack at all"
+    # the import report ends where the server starts (import_problems): that line must be there, and after the pack
+    assert "\nStarting server" in log and log.index(f"custom_nodes/{PACK_NAME}") < log.index("\nStarting server")
     assert comfy_server.import_problems() == []
     assert "Unable to parse pyproject.toml" not in log  # ComfyUI reads the pack's pyproject.toml ([tool.comfy]) too
     pack_line = [line for line in log.splitlines() if line.rstrip().endswith(f"custom_nodes/{PACK_NAME}")
