@@ -86,22 +86,24 @@ def json_too_large(path) -> str | None:
             "few kilobytes) — a damaged file, or another file under this name")
 
 
-def json_keys_named_twice(text: str) -> list[str]:
-    """The keys that one object of the JSON `text` names twice, in order (JSON readers keep the last entry, so the
-    first is never seen: a shard index listing a tensor twice, stop-51 break-it review); [] for invalid JSON, whose
-    own parse says why."""
-    import json
-    twice = []
+class DuplicateJSONKey(ValueError):
+    """Raised by `unique_keys` for a key one JSON object names twice; `name` is that key (long ones shortened)."""
 
-    def pairs(items):
-        seen = set()
-        twice.extend(k for k, _ in items if k in seen or seen.add(k))
-        return dict(items)
-    try:
-        json.loads(text, object_pairs_hook=pairs)
-    except (ValueError, RecursionError):
-        return []
-    return twice
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name if len(name) <= 200 else f"{name[:100]}…{name[-60:]}"
+
+
+def unique_keys(pairs: list) -> dict:
+    """json's object_pairs_hook: a dict, or DuplicateJSONKey for a key given twice in one object. json.loads keeps
+    the last silently (so does the safetensors library), so a reader that keeps the first sees another value: a
+    safetensors header naming a tensor twice, a shard index listing a tensor twice (break-it review, stop 51)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateJSONKey(key)
+        out[key] = value
+    return out
 
 
 def json_number_too_long(exc: BaseException) -> str | None:

@@ -26,7 +26,7 @@ import torch
 
 from ..ar import ARModel
 from ..constants import CONTEXT, CONVROT_GROUP, LATENT_DIM
-from ..errors import CheckpointError, DamagedWeightsError, json_number_too_long
+from ..errors import CheckpointError, DamagedWeightsError, DuplicateJSONKey, json_number_too_long, unique_keys
 from ..layers import ModelDims
 from ..nar import NARModel
 from .quant import MAX_GROUP, parse_marker
@@ -255,25 +255,6 @@ def content_sample(path: str) -> str | None:
         return None
 
 
-class _DuplicateName(ValueError):
-    def __init__(self, name: str):
-        super().__init__(name)
-        self.name = name if len(name) <= 200 else f"{name[:100]}…{name[-60:]}"
-
-
-def _unique_names(pairs: list) -> dict:
-    """json's object_pairs_hook for a safetensors header: a dict, or _DuplicateName for a key given twice in one
-    object (a tensor name, a metadata key, an entry's field). json.loads keeps the last silently, as the safetensors
-    library does; the format forbids it, and a reader that keeps the first sees another tensor (break-it review,
-    stop 51)."""
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateName(key)
-        out[key] = value
-    return out
-
-
 def read_header(path: str) -> tuple[dict, dict, int]:
     """Parse and check a safetensors header: returns ({name: TensorEntry}, metadata, data start offset).
     Raises CheckpointError for a missing/unreadable file, a non-safetensors file or a truncated one."""
@@ -291,8 +272,8 @@ def read_header(path: str) -> tuple[dict, dict, int]:
     except OSError as exc:
         raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_names)
-    except _DuplicateName as exc:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
+    except DuplicateJSONKey as exc:
         raise CheckpointError(f"{path}: its header names {exc.name!r} twice; the safetensors format disallows a "
                               "name given twice (readers differ in which of the two they take, so the file does not "
                               "say which tensor it holds). The tool that wrote it did not follow the format: save it "

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
-from ..errors import (CheckpointError, DamagedWeightsError, json_keys_named_twice, json_number_too_long,
-                      json_too_large, quoted)
+from ..errors import (CheckpointError, DamagedWeightsError, DuplicateJSONKey, json_number_too_long, json_too_large,
+                      quoted, unique_keys)
 from ..vae import VAEConfig, VAEDecoder
 from .checkpoint import _vae_config, file_identity, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
@@ -181,7 +181,9 @@ def _stat_key(files) -> tuple:
     return tuple((os.path.abspath(f), *stat_identity(os.stat(f))) for f in files)
 
 
-def _read_json(path: str, what: str):
+def _read_json(path: str, what: str, unique: bool = False):
+    """The JSON file `path` (`what` names it in errors), refused with CheckpointError when it is not a regular file,
+    too large or not valid JSON; `unique`: also when one of its objects names a key twice (a shard index)."""
     from .checkpoint import not_a_file
     kind = not_a_file(str(path))
     if kind is not None:  # a FIFO or device blocks the read forever (break-it review, stop 40)
@@ -190,9 +192,12 @@ def _read_json(path: str, what: str):
         raise CheckpointError(f"{what} {path} {too_large}")
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=unique_keys if unique else None)
     except OSError as exc:
         raise CheckpointError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except DuplicateJSONKey as exc:
+        from .vendor import index_names_twice
+        raise CheckpointError(index_names_twice(path, exc.name)) from None
     except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, a number past Python's digit cap, absurd nesting
         if too_long := json_number_too_long(exc):
             raise CheckpointError(f"{path}: {what} holds {too_long}") from None
@@ -283,18 +288,10 @@ def _folder(path: str):
         entries, meta, _ = read_header(weights)
         tensors = {k: (weights, e) for k, e in entries.items()}
     elif os.path.isfile(index):
-        data = _read_json(index, "the shard index")
+        data = _read_json(index, "the shard index", unique=True)
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointError(f"{index}: no weight_map {{tensor: shard file}} object")
-        try:  # read whole by _read_json just now (its size and kind checked there)
-            with open(index, encoding="utf-8") as f:
-                twice = json_keys_named_twice(f.read())
-        except (OSError, UnicodeDecodeError):
-            twice = []
-        if twice:
-            from .vendor import index_names_twice
-            raise CheckpointError(index_names_twice(index, twice))
         files = []
         for shard in dict.fromkeys(weight_map.values()):
             shard_path = os.path.join(path, shard)

@@ -28,8 +28,8 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import (CheckpointError, DamagedWeightsError, TokenizerError, json_keys_named_twice,
-                      json_number_too_long, json_too_large)
+from ..errors import (CheckpointError, DamagedWeightsError, DuplicateJSONKey, TokenizerError, json_number_too_long,
+                      json_too_large, unique_keys)
 from ..switches import flag
 from .checkpoint import (AR, NAR, VAE, SplitSource, TensorEntry, build_info, check_entries, content_sample,
                          read_header)
@@ -450,18 +450,15 @@ def weight_files(folder) -> list[str]:
             raise CheckpointError(f"{folder / name} is {what}, not a file: the vendor folder's weights must be "
                                   "files (or links to files) — download the folder again")
     if index.exists():
-        twice = []
         try:
-            text = _json_text(index)
-            weight_map = json.loads(text)["weight_map"]
+            weight_map = json.loads(_json_text(index), object_pairs_hook=unique_keys)["weight_map"]
             ok = isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
-            twice = json_keys_named_twice(text)
+        except DuplicateJSONKey as exc:
+            raise CheckpointError(index_names_twice(index, exc.name)) from None
         except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
             ok = False
         if not ok:
             raise CheckpointError(f"{index} is malformed: expected {{\"weight_map\": {{tensor: shard file}}}}")
-        if twice:
-            raise CheckpointError(index_names_twice(index, twice))
         shards = sorted(set(weight_map.values()))
         for shard in shards:
             if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
@@ -478,11 +475,10 @@ def weight_files(folder) -> list[str]:
                           f"vendor folder ({MODEL_REPO}) needs them next to {CONFIG}.")
 
 
-def index_names_twice(index, twice: list[str]) -> str:
-    """The refusal of a shard index whose object names `twice` (JSON readers keep the last entry, so the first was
-    never checked: stop-51 break-it review)."""
-    more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
-    return f"{index} names {twice[0]!r} twice{more}: an index lists each tensor once — download the folder again"
+def index_names_twice(index, name: str) -> str:
+    """The refusal of a shard index one of whose objects names `name` twice (JSON readers keep the last entry, so
+    the first was never checked: stop-51 break-it review)."""
+    return f"{index} names {name!r} twice: an index lists each tensor once — download the folder again"
 
 
 def _read_tensors(folder, names: list[str]) -> dict:
