@@ -95,6 +95,46 @@ def shapes_part(nar8, m):
             f"{flop / t_bf / 1e9:.0f} TFLOP/s; rel. L2 vs bf16 {err:.2e}; equal to w8a8.reference {same:.4f}")
     row("NAR one layer's four products: W8A8 vs bf16 (ms)", total_w8, total_bf16, "ms",
         f"× 28 layers × 64 evaluations: {(total_bf16 - total_w8) * 28 * 64 / 1000:.2f} s a song saved")
+    producers_part(mods, m)
+
+
+def producers_part(mods, m):
+    """Stop 52: the producers writing the codes (add+RMSNorm → qkv / gate_up codes, SiLU·up → down codes) against
+    the bf16 producers (what the bf16 linears need) and the bf16 producers + the separate quantizer."""
+    from yue2_core.fast import fused, w8a8
+    x = (torch.randn(1, m, 2048, device="cuda") * 2).to(torch.bfloat16)
+    d = torch.randn(1, m, 2048, device="cuda").to(torch.bfloat16)
+    w = torch.ones(2048, device="cuda", dtype=torch.bfloat16)
+    gu = torch.randn(m, 12288, device="cuda").to(torch.bfloat16)
+    t_n = timed_ms(lambda: fused.add_rmsnorm(x, d, w, 1e-6))
+    t_nq = timed_ms(lambda: w8a8.add_rmsnorm_quantize(x, d, w, 1e-6))
+    t_napart = timed_ms(lambda: w8a8.quantize_rows(fused.add_rmsnorm(x, d, w, 1e-6)[1].reshape(m, 2048), 256))
+    t_s = timed_ms(lambda: fused.silu_mul(gu))
+    t_sq = timed_ms(lambda: w8a8.silu_mul_quantize(gu))
+    t_sapart = timed_ms(lambda: w8a8.quantize_rows(fused.silu_mul(gu), 256))
+    row(f"NAR add+RMSNorm [{m}×2048] writing W8A8 codes vs writing bf16 (ms)", t_nq, t_n, "ms",
+        f"bf16 + separate quantizer {t_napart:.3f} ms")
+    row(f"NAR SiLU·up [{m}×6144] writing W8A8 codes vs writing bf16 (ms)", t_sq, t_s, "ms",
+        f"bf16 + separate quantizer {t_sapart:.3f} ms")
+    h = (torch.randn(m, 2048, device="cuda")).to(torch.bfloat16)
+    t_oq = timed_ms(lambda: w8a8.quantize_rows(h, 256))
+    gemms = 0.0
+    for mod in mods.values():
+        codes = torch.zeros(m, mod.in_features, dtype=torch.int8, device="cuda")
+        sc = torch.ones(m, device="cuda")
+        s = mod.weight_scale.reshape(-1).float().contiguous()
+        gemms += timed_ms(lambda: w8a8.gemm(codes, sc, mod.weight, s, None))
+    bf = 0.0
+    for mod in mods.values():
+        wt = mod.dequantized(torch.bfloat16)
+        xi = torch.zeros(m, mod.in_features, device="cuda", dtype=torch.bfloat16)
+        bf += timed_ms(lambda: torch.nn.functional.linear(xi, wt))
+    ours = 2 * t_nq + t_sq + t_oq + gemms
+    base = 2 * t_n + t_s + bf
+    row("NAR one layer, producers + products: W8A8 with producers vs bf16 linears (ms)", ours, base, "ms",
+        f"2 norms + SiLU·up + o quantizer ({t_oq:.3f}) + 4 int8 GEMMs ({gemms:.3f}); W8A8 with the quantizer apart "
+        f"{2 * t_napart + t_sapart + t_oq + gemms:.3f} ms; × 28 × 64: {(base - ours) * 28 * 64 / 1000:.2f} s a song "
+        f"saved")
 
 
 def solve_part(eng, nar8, frames, ode):
@@ -103,28 +143,53 @@ def solve_part(eng, nar8, frames, ode):
     codes = torch.randint(0, 32768, (frames,), generator=torch.Generator().manual_seed(0)).tolist()
     noise = song_noise(frames, 1)
     kv = eng.ar.layer_kv(chunk_tokens(prefix, codes, 0, frames))
+    from yue2_core import nar as N
+    st = noise.to("cuda", torch.bfloat16)
+    eager = {}
+    for producers in (True, False, True):  # one eager velocity each way, twice with the producers
+        N.W8A8_PRODUCERS = producers
+        eager.setdefault(producers, []).append(ChunkRenderer(nar8, kv, frames, graph=False).velocity(st, 0.3))
+    v1, v2, va = eager[True][0], eager[True][1], eager[False][0]
+    print(f"  one eager W8A8 velocity: producers twice equal {torch.equal(v1, v2)}; producers vs apart equal "
+          f"{torch.equal(v1, va)} (rel. L2 {((v1.float() - va.float()).norm() / va.float().norm()).item():.1e})",
+          flush=True)
+    for producers in (True, False):  # the graphed velocity (warm-up, capture, replay) against the eager one
+        N.W8A8_PRODUCERS = producers
+        r = ChunkRenderer(nar8, kv, frames)
+        got = [r.velocity(st, 0.3) for _ in range(3)]
+        want = eager[producers][0]
+        print(f"  producers {producers}: graphed calls equal to eager: {[torch.equal(g, want) for g in got]} "
+              f"(rel. L2 {[round(((g.float() - want.float()).norm() / want.float().norm()).item(), 6) for g in got]})"
+              f"; graphed: {r.graphed}", flush=True)
+        r.close()
     out = {}
-    for label, nar in (("bf16", eng.nar), ("w8a8", nar8)):
+    for label, nar, producers in (("bf16", eng.nar, True), ("w8a8", nar8, True), ("w8a8-apart", nar8, False)):
+        N.W8A8_PRODUCERS = producers  # read while the velocity is captured (stop 52: codes written by producers)
         r = ChunkRenderer(nar, kv, frames)
         r.velocity(noise.to("cuda", nar.dtype), 20.0)  # eager warm-up (kernels, autotuning)
         torch.cuda.synchronize()
-        best = None
+        best, lats = None, []
         for _ in range(2):
             sec, lat, _ = B._timed(lambda: solve(r, noise, 32))
             best = sec if best is None else min(best, sec)
+            lats.append(lat)
         out[label] = (best, lat, r)
-    (tb, lb, rb), (t8, l8, r8) = out["bf16"], out["w8a8"]
+        print(f"  {label}: the two solves' latents equal: {torch.equal(*lats)}", flush=True)
+    N.W8A8_PRODUCERS = True
+    (tb, lb, rb), (t8, l8, r8), (ta, la, ra) = out["bf16"], out["w8a8"], out["w8a8-apart"]
     rel = ((l8.float() - lb.float()).norm() / lb.float().norm()).item()
-    row(f"NAR int8 file {frames} frames, 32 steps, W8A8 vs bf16 linears (s)", t8, tb, "s",
-        f"graphed velocity, attention {rb.attention}; latents rel. L2 W8A8 vs bf16 {rel:.2e}; best of 2")
+    rel_a = ((l8.float() - la.float()).norm() / la.float().norm()).item()
+    row(f"NAR int8 file {frames} frames, 32 steps, W8A8 (producers write codes) vs bf16 linears (s)", t8, tb, "s",
+        f"graphed velocity, attention {rb.attention}; latents rel. L2 W8A8 vs bf16 {rel:.2e}; best of 2; "
+        f"W8A8 with the quantizer apart {ta:.3f} s, its latents equal: {torch.equal(l8, la)} (rel. L2 {rel_a:.1e})")
     if ode:
         ref_s, ref, _ = B._timed(lambda: B._midpoint_fp32_state(rb, noise, 256))
         for label, lat in (("bf16", lb), ("w8a8", l8)):
             e = ((lat.float() - ref).norm() / ref.norm()).item()
             row(f"NAR ODE error, midpoint 32 steps, {label} linears vs midpoint-256 fp32 state, bf16 (rel. L2)", e,
                 None, "", f"reference {ref_s:.1f} s")
-    rb.close()
-    r8.close()
+    for r in (rb, r8, ra):
+        r.close()
 
 
 def main():

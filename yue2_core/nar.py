@@ -316,16 +316,55 @@ class ChunkRenderer:
         delta = None
         for layer, keys, values in zip(nar.model.layers, self.keys, self.values):
             att = layer.self_attn
-            x, y = fused.add_rmsnorm(x, delta, layer.input_layernorm.weight, d.eps)
-            qkv = att.qkv_proj(y).reshape(self.length, -1)
-            q = fused.qk_norm_rope_store(qkv, att.q_norm.weight, att.k_norm.weight, cos, sin, self.positions,
-                                         keys, values, d.heads, d.kv_heads, d.head_dim, d.eps, shared_row=True)
+            x, qkv = _norm_product(x, delta, layer.input_layernorm.weight, d.eps, att.qkv_proj)
+            q = fused.qk_norm_rope_store(qkv.reshape(self.length, -1), att.q_norm.weight, att.k_norm.weight, cos,
+                                         sin, self.positions, keys, values, d.heads, d.kv_heads, d.head_dim, d.eps,
+                                         shared_row=True)
             h = unmasked_attention(q.transpose(0, 1)[None], keys, values, self.attention)
-            x, y = fused.add_rmsnorm(x, att.o_proj(h.transpose(1, 2).reshape(1, self.length, -1)),
-                                     layer.post_attention_layernorm.weight, d.eps)
-            delta = layer.mlp.down_proj(fused.silu_mul(layer.mlp.gate_up_proj(y).reshape(self.length, -1))[None])
-        _, y = fused.add_rmsnorm(x, delta, nar.model.norm.weight, d.eps)
-        return nar.llm2vae(y)[0, 1:-1]
+            x, gate_up = _norm_product(x, att.o_proj(h.transpose(1, 2).reshape(1, self.length, -1)),
+                                       layer.post_attention_layernorm.weight, d.eps, layer.mlp.gate_up_proj)
+            delta = _silu_product(gate_up.reshape(self.length, -1), layer.mlp.down_proj)
+        return _norm_product(x, delta, nar.model.norm.weight, d.eps, nar.llm2vae)[1][0, 1:-1]
+
+
+# The W8A8 NAR's producers (stop 52): add+RMSNorm and SiLU·up write the next product's int8 codes and row scales
+# themselves (`fast.w8a8.add_rmsnorm_quantize` / `silu_mul_quantize`, the separate quantizer's arithmetic) — the
+# separate quantizer read each activation twice, more than the int8 GEMM saved (stop 51, one H100: the solve 0.89×
+# the bf16 linears'; stop 52 with the producers 1.03–1.04×). False: the activations written in bf16 and quantized
+# apart (bench/nar_w8a8.py compares both).
+W8A8_PRODUCERS = True
+
+
+def _takes_codes(linear, rows: int) -> bool:
+    """Whether `linear` (a NAR layer) multiplies `rows` rows from codes made by its producer: a W8A8-marked ConvRot
+    linear with groups of 256, no adapter, more rows than the W8A16 kernels take, Triton on CUDA."""
+    from .fast import w8a8
+    from .fast.int8_kernels import MAX_ROWS
+    from .weights.quant import ConvRotLinear
+    return (W8A8_PRODUCERS and isinstance(linear, ConvRotLinear) and linear.w8a8 and linear.lora_side is None
+            and linear.group == 256 and linear.in_features % 256 == 0 and rows > MAX_ROWS and w8a8.available())
+
+
+def _norm_product(x: torch.Tensor, delta, w: torch.Tensor, eps: float, linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + delta, linear(RMSNorm(x + delta)·w)) for x [1, L, hidden] bf16 — through codes written by the norm when
+    `_takes_codes`, else `fast.fused.add_rmsnorm` and the linear."""
+    from .fast import fused
+    if x.dtype == torch.bfloat16 and _takes_codes(linear, x.numel() // x.shape[-1]):
+        from .fast import w8a8
+        x, codes, scales = w8a8.add_rmsnorm_quantize(x, delta, w, eps)
+        return x, w8a8.linear_from_codes(linear, codes, scales, tuple(x.shape[:-1]))
+    x, y = fused.add_rmsnorm(x, delta, w, eps)
+    return x, linear(y)
+
+
+def _silu_product(gate_up: torch.Tensor, linear) -> torch.Tensor:
+    """linear(silu(gate)·up)[None] for gate‖up [L, 2F] — through codes written by SiLU·up when `_takes_codes`."""
+    from .fast import fused
+    if gate_up.dtype == torch.bfloat16 and _takes_codes(linear, gate_up.shape[0]):
+        from .fast import w8a8
+        codes, scales = w8a8.silu_mul_quantize(gate_up.contiguous())
+        return w8a8.linear_from_codes(linear, codes, scales, (1, gate_up.shape[0]))
+    return linear(fused.silu_mul(gate_up)[None])
 
 
 class _PinnedStaging:

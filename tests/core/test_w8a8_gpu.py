@@ -95,3 +95,43 @@ def test_render_w8a8_graphed_equals_eager_and_close_to_bf16(tiny_paths, monkeypa
     assert graphed.isfinite().all()
     rel = ((graphed.float() - plain.float()).norm() / plain.float().norm()).item()
     assert 0 < rel < 5e-2, rel
+
+
+def test_producers_equal_the_separate_quantizer(monkeypatch, tiny_paths):
+    """Stop 52: add+RMSNorm and SiLU·up writing the W8A8 codes themselves give the bits of the two-step way
+    (`fused.add_rmsnorm` / `silu_mul`, then `quantize_rows`) at a song's shapes on the GPU, and a tiny int8 NAR's
+    render through them equals its render with the quantizer apart (`nar.W8A8_PRODUCERS`)."""
+    from yue2_core import nar as N
+    from yue2_core.fast import fused, w8a8
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = (torch.randn(1, 5373, 2048, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    d = torch.randn(1, 5373, 2048, device="cuda", generator=g).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(2048, device="cuda", generator=g)).to(torch.bfloat16)
+    for delta in (d, None):
+        xo, codes, scales = w8a8.add_rmsnorm_quantize(x, delta, w, 1e-6)
+        x2, y = fused.add_rmsnorm(x, delta, w, 1e-6)
+        c2, s2 = w8a8.quantize_rows(y.reshape(-1, 2048), 256)
+        assert torch.equal(xo, x2) and torch.equal(scales, s2)
+        assert torch.equal(codes, c2), (codes != c2).float().mean().item()
+    gu = (torch.randn(5373, 12288, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    codes, scales = w8a8.silu_mul_quantize(gu)
+    c2, s2 = w8a8.quantize_rows(fused.silu_mul(gu), 256)
+    assert torch.equal(scales, s2) and torch.equal(codes, c2), (codes != c2).float().mean().item()
+
+    from yue2_core.nar import ChunkRenderer, chunk_tokens, solve, song_noise
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar
+    info = inspect_checkpoint(tiny_paths["int8"])
+    ar = load_ar(info, "cuda", torch.bfloat16)
+    monkeypatch.setenv("YUE2_NAR_LINEARS", "w8a8")
+    nar_8 = load_nar(info, "cuda", torch.bfloat16)
+    frames = 300
+    toks = torch.randint(0, 32768, (frames,), generator=torch.Generator().manual_seed(1)).tolist()
+    kv = ar.layer_kv(chunk_tokens([151643] + list(range(100, 140)), toks, 0, frames))
+    noise = song_noise(frames, 4)
+    calls = []
+    monkeypatch.setattr(w8a8, "silu_mul_quantize", lambda gu, f=w8a8.silu_mul_quantize: calls.append(1) or f(gu))
+    fused_way = solve(ChunkRenderer(nar_8, kv, frames), noise, 8)
+    assert calls, "the render did not take the producers"
+    monkeypatch.setattr(N, "W8A8_PRODUCERS", False)
+    apart = solve(ChunkRenderer(nar_8, kv, frames), noise, 8)
+    assert torch.equal(fused_way, apart)

@@ -34,3 +34,18 @@ def test_gemm_compiles_for_sm90_with_bias():
                     num_warps=8, num_stages=3).asm["ptx"]
     assert "wgmma" in ptx and ".s8" in ptx  # int8 × int8 on Hopper's warpgroup tensor cores
     assert "cvt.rn.bf16" in ptx
+
+
+def test_producers_compile_for_sm90():
+    """Stop 52: add+RMSNorm and SiLU·up writing W8A8 codes (`fast.w8a8.add_rmsnorm_quantize` /
+    `silu_mul_quantize`) at the NAR's widths (2,048 and 6,144 padded to 8,192), with the GPU's roundings."""
+    from yue2_core.fast import _w8a8_triton as k
+    types = dict(x_ptr="*bf16", d_ptr="*bf16", w_ptr="*bf16", xo_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", N="i32",
+                 eps="fp32")
+    ptx = _compiled(k.add_rmsnorm_quant_kernel, types, dict(HAS_D=True, BLOCK=2048, LIBDEVICE=True),
+                    aligned=("x_ptr", "d_ptr", "xo_ptr", "q_ptr", "N"), num_warps=4).asm["ptx"]
+    assert "mma" in ptx and "div.rn" in ptx and "cvt.rn.bf16" in ptx
+    types = dict(gu_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", F="i32")
+    ptx = _compiled(k.silu_mul_quant_kernel, types, dict(BLOCK=8192, LIBDEVICE=True),
+                    aligned=("gu_ptr", "q_ptr", "F"), num_warps=8).asm["ptx"]
+    assert "mma" in ptx and "div.rn" in ptx

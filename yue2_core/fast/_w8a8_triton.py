@@ -22,13 +22,32 @@ def _bf16(x, GPU: tl.constexpr):
 
 
 @triton.jit
+def _rot_lean(x, BM: tl.constexpr):
+    # x fp32 [BM, 256] of bf16 values → every row times H = H16 ⊗ H16, as `_decode_triton.rot_rows` with fewer
+    # tensor-core passes: X·H16 in one tf32 pass (bf16 values and H16's ±1/4 are exact in tf32, so tf32x3's two
+    # other passes add zeros), then (X·H16)·H16 as hi + lo tf32 parts (H16 exact: tf32x3's third pass adds zero;
+    # lo keeps 10 of its ≤ 13 bits, ≈ 2⁻²¹ of the value). Stop 52, one H100, a song's 5,373 rows: SiLU·up writing
+    # codes 0.154–0.172 ms against 0.249 with `rot_rows`, the same codes (bench/w8a8_producers.py)
+    i = tl.arange(0, 16)
+    a = i[:, None]
+    b = i[None, :]
+    h = tl.where((a // 4 + b // 4) == 3, -0.25, 0.25) * tl.where((a % 4 + b % 4) == 3, -1.0, 1.0)
+    y = tl.dot(tl.reshape(x, (BM * 16, 16)), h, input_precision="tf32")
+    y = tl.reshape(tl.permute(tl.reshape(y, (BM, 16, 16)), (0, 2, 1)), (BM * 16, 16))
+    hi = (y.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)  # tf32: 10 mantissa bits
+    z = tl.dot(y - hi, h, input_precision="tf32")
+    z = tl.dot(hi, h, z, input_precision="tf32")
+    return tl.reshape(tl.permute(tl.reshape(z, (BM, 16, 16)), (0, 2, 1)), (BM, 256))
+
+
+@triton.jit
 def _rotated(x, h, GPU: tl.constexpr, KRON: tl.constexpr, BM: tl.constexpr):
-    # bf16(x·H) of one [BM, G] tile as fp32 values. KRON (G = 256): H16·X·H16 per row (`rot_rows`: two 16-wide
-    # 3-pass tf32 products, ≈ fp32 sums; 8× fewer multiply-adds than the dense product). Otherwise x·H on the
+    # bf16(x·H) of one [BM, G] tile as fp32 values. KRON (G = 256): H16·X·H16 per row (`_rot_lean`: two 16-wide
+    # tf32 products, ≈ fp32 sums; 8× fewer multiply-adds than the dense product). Otherwise x·H on the
     # tensor cores in bf16 (exact products, fp32 sums); Triton's CPU interpreter multiplies bf16 tiles wrongly
     # (3.8), so there in fp32 (products of bf16 values and H's ±1/16 are exact in fp32 either way)
     if KRON:
-        out = _bf16(rot_rows(x.to(tl.float32), BM), GPU)
+        out = _bf16(_rot_lean(x.to(tl.float32), BM), GPU)
     elif GPU:
         out = tl.dot(x, h).to(tl.bfloat16).to(tl.float32)
     else:
@@ -43,12 +62,38 @@ def _tile(x_ptr, h_ptr, M, K, BM: tl.constexpr, G: tl.constexpr, LIBDEVICE: tl.c
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     ok = rows < M
     g = tl.arange(0, G)
-    if KRON:  # H16 is built in `rot_rows`: the dense H (128 KB in bf16) is not loaded
+    if KRON:  # H16 is built in `_rot_lean`: the dense H (128 KB in bf16) is not loaded
         h = 0.0
     else:
         h = tl.load(h_ptr + g[:, None] * G + g[None, :])
     x = tl.load(x_ptr + rows[:, None] * K + tl.program_id(1) * G + g[None, :], mask=ok[:, None], other=0.0)
     return rows, ok, _rotated(x, h, LIBDEVICE, KRON, BM)
+
+
+@triton.jit
+def _scale_codes(xr, amax, LIBDEVICE: tl.constexpr):
+    # xr [BM, C] rotated rows as fp32 bf16 values, amax [BM] their row maxima of |xr| → (row scales a [BM] fp32,
+    # codes [BM, C] as fp32 integers in −128…127): a = max(amax / 127, 1e-30), codes = rint(bf16(xr / bf16(a)))
+    # (`fast.w8a8`'s docstring). amax / 127 rounded as PyTorch computes it where the kernel runs: on CUDA a division
+    # by a scalar is a multiplication by its fp32 reciprocal (ATen's div_true_kernel_cuda; stop 51's first GPU run:
+    # with an IEEE division 5–6 % of the row scales were a last bit off `w8a8.reference` on an H100), on the CPU a
+    # division. 0.007874015718698502 is fp32(1/127) exactly, so the constant is that float whatever Triton's
+    # constant type
+    if LIBDEVICE:
+        a = amax * 0.007874015718698502
+    else:
+        a = amax / 127.0
+    a = tl.maximum(a, 1e-30)  # NaN stays NaN (maximum with a number returns the number only if
+    a = tl.where(amax != amax, amax, a)  # the hardware drops NaN: keep it explicitly)
+    ab = _bf16(a, LIBDEVICE)
+    if LIBDEVICE:  # bf16 ÷ bf16 in fp32, rounded to nearest (PyTorch's tensor division; Triton's `/` is not IEEE)
+        t = libdevice.div_rn(xr, ab[:, None])
+    else:
+        t = xr / ab[:, None]
+    t = _bf16(t, LIBDEVICE)
+    t = (t + 12582912.0) - 12582912.0  # round half to even (adding 1.5·2²³; |t| ≤ 128 here)
+    t = tl.where(t != t, 0.0, t)  # NaN rows: codes 0, the NaN scale carries it
+    return a, tl.minimum(tl.maximum(t, -128.0), 127.0)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -70,29 +115,68 @@ def quantize_kernel(x_ptr, h_ptr, p_ptr, q_ptr, s_ptr, M, K, G: tl.constexpr, NG
     j = tl.arange(0, NG)
     part = tl.load(p_ptr + rows[:, None] * (K // G) + j[None, :], mask=ok[:, None] & (j[None, :] < K // G),
                    other=0.0)
-    amax = tl.reduce(part, 1, _max_keep_nan)
-    # amax / 127 rounded as PyTorch computes it where the kernel runs: on CUDA a division by a scalar is a
-    # multiplication by its fp32 reciprocal (ATen's div_true_kernel_cuda; stop 51's first GPU run: with an IEEE
-    # division 5–6 % of the row scales were a last bit off `w8a8.reference` on an H100), on the CPU a division.
-    # 0.007874015718698502 is fp32(1/127) exactly, so the constant is that float whatever Triton's constant type
-    if LIBDEVICE:
-        a = amax * 0.007874015718698502
-    else:
-        a = amax / 127.0
-    a = tl.maximum(a, 1e-30)  # NaN stays NaN (maximum with a number returns the number only if
-    a = tl.where(amax != amax, amax, a)  # the hardware drops NaN: keep it explicitly)
+    a, t = _scale_codes(xr, tl.reduce(part, 1, _max_keep_nan), LIBDEVICE)
     tl.store(s_ptr + rows, a, mask=ok & (tl.program_id(1) == 0))
-    ab = _bf16(a, LIBDEVICE)
-    if LIBDEVICE:  # bf16 ÷ bf16 in fp32, rounded to nearest (PyTorch's tensor division; Triton's `/` is not IEEE)
-        t = libdevice.div_rn(xr, ab[:, None])
-    else:
-        t = xr / ab[:, None]
-    t = _bf16(t, LIBDEVICE)
-    t = (t + 12582912.0) - 12582912.0  # round half to even (adding 1.5·2²³; |t| ≤ 128 here)
-    t = tl.where(t != t, 0.0, t)  # NaN rows: codes 0, the NaN scale carries it
-    t = tl.minimum(tl.maximum(t, -128.0), 127.0)
     g = tl.arange(0, G)
     tl.store(q_ptr + rows[:, None] * K + tl.program_id(1) * G + g[None, :], t.to(tl.int8), mask=ok[:, None])
+
+
+@triton.jit
+def _row_codes(q_ptr, s_ptr, row, y, C: tl.constexpr, N, LIBDEVICE: tl.constexpr, ROT_MODE: tl.constexpr = 0):
+    # y fp32 [C] (bf16 values; C a power of two and a multiple of 256, entries from N on zero): one activation row
+    # → rotated per 256-group as `quantize_kernel` rotates (H16·X·H16), its row scale and int8 codes stored at
+    # s[row] and q[row, :N]. Zero groups past N rotate to zeros and leave the row's maximum alone. ROT_MODE (bench
+    # only, bench/w8a8_producers.py): 1 skips the rotation (its cost; wrong codes), 2 rotates by `rot_rows`' tf32x3
+    if ROT_MODE == 1:
+        xr = _bf16(tl.reshape(y, (C // 256, 256)), LIBDEVICE)
+    elif ROT_MODE == 2:
+        xr = _bf16(rot_rows(tl.reshape(y, (C // 256, 256)), C // 256), LIBDEVICE)
+    else:
+        xr = _bf16(_rot_lean(tl.reshape(y, (C // 256, 256)), C // 256), LIBDEVICE)
+    xr = tl.reshape(xr, (1, C))
+    a, t = _scale_codes(xr, tl.reduce(tl.abs(xr), 1, _max_keep_nan), LIBDEVICE)
+    cols = tl.arange(0, C)
+    tl.store(q_ptr + row * N + cols, tl.reshape(t, (C,)).to(tl.int8), mask=cols < N)
+    tl.store(s_ptr + row + tl.arange(0, 1), a)
+
+
+@triton.jit
+def add_rmsnorm_quant_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, q_ptr, s_ptr, N, eps, HAS_D: tl.constexpr,
+                             BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr, ROT_MODE: tl.constexpr = 0):
+    # program = one row: x ← x + delta (stored to xo), y = RMSNorm(x)·w with the roundings of
+    # `_decode_triton.add_rmsnorm_kernel` (the same operations, so the same bits), then y's W8A8 codes and scale
+    # (`_row_codes`) instead of y itself: the quantizer's two reads of y are gone
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    dt = xo_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * N + offs, mask=m, other=0.0)
+    if HAS_D:
+        d = tl.load(d_ptr + row * N + offs, mask=m, other=0.0).to(tl.float32).to(dt).to(tl.float32)
+        x = (x.to(tl.float32) + d).to(dt)
+        tl.store(xo_ptr + row * N + offs, x, mask=m)
+    xf = x.to(tl.float32)
+    r = (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
+    y = (xf * r).to(dt).to(tl.float32)
+    y = (y * tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)).to(dt).to(tl.float32)
+    _row_codes(q_ptr, s_ptr, row, y, BLOCK, N, LIBDEVICE, ROT_MODE)
+
+
+@triton.jit
+def silu_mul_quant_kernel(gu_ptr, q_ptr, s_ptr, F, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr,
+                          ROT_MODE: tl.constexpr = 0):
+    # program = one row of gate‖up [R, 2F]: h = silu(gate)·up with the roundings of `_decode_triton.silu_mul_kernel`,
+    # then h's W8A8 codes and scale (`_row_codes`) instead of h itself
+    row = tl.program_id(0)
+    col = tl.arange(0, BLOCK)
+    m = col < F
+    dt = gu_ptr.dtype.element_ty
+    g = tl.load(gu_ptr + row * 2 * F + col, mask=m, other=0.0).to(tl.float32).to(dt)
+    u = tl.load(gu_ptr + row * 2 * F + F + col, mask=m, other=0.0).to(tl.float32).to(dt)
+    gf = g.to(tl.float32)
+    s = (gf / (1.0 + tl.exp(-gf))).to(dt).to(tl.float32)
+    h = (s * u.to(tl.float32)).to(dt).to(tl.float32)
+    _row_codes(q_ptr, s_ptr, row, tl.where(m, h, 0.0), BLOCK, F, LIBDEVICE, ROT_MODE)
 
 
 @triton.jit(do_not_specialize=["M", "MB"])

@@ -117,6 +117,73 @@ def gemm(codes: torch.Tensor, scales: torch.Tensor, q: torch.Tensor, s: torch.Te
     return y
 
 
+@functools.lru_cache(maxsize=1)
+def _producers():
+    _kernels()  # Triton imported (or None)
+    from . import _w8a8_triton as kt
+    return kt.add_rmsnorm_quant_kernel, kt.silu_mul_quant_kernel
+
+
+def _check_rows(t: torch.Tensor, name: str, width: int) -> None:
+    if t.dtype != torch.bfloat16 or not t.is_contiguous() or t.shape[-1] != width or width % 256:
+        raise ValueError(f"{name}: a contiguous bf16 tensor [..., {width}] with {width} a multiple of 256 is needed, "
+                         f"got {t.dtype} {tuple(t.shape)}{'' if t.is_contiguous() else ' (not contiguous)'}")
+
+
+def add_rmsnorm_quantize(x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor,
+                         eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The NAR's add+RMSNorm writing the next product's W8A8 input (stop 52): x [..., N] bf16 (+ delta, the same
+    shape, or None) → (new x [..., N] bf16 — x itself when delta is None —, codes int8 [rows, N], scales fp32
+    [rows]) where (codes, scales) = `quantize_rows(y, 256)` of y = `fused.add_rmsnorm(x, delta, w, eps)[1]`: the
+    same roundings in one kernel, one program a row, y itself never written (equal bits in the tests — Triton's
+    interpreter, and an H100 at a song's 5,373 rows; the rotation's tensor-core sums run on other tile shapes than
+    the quantizer's, and a 32-step solve through either way ended 1.6e-2 apart, the solver's bf16 noise floor, stop
+    52: docs/speed.md). N a multiple of 256 (the ConvRot group of every YuE2 linear, checkpoint_format.md §2.3);
+    ValueError otherwise."""
+    n = x.shape[-1]
+    _check_rows(x, "add_rmsnorm_quantize x", n)
+    if delta is not None:
+        _check_rows(delta, "add_rmsnorm_quantize delta", n)
+    triton, _, _, _, libdev = _kernels()
+    rows = x.numel() // n
+    xo = torch.empty_like(x) if delta is not None else x
+    codes = torch.empty(rows, n, dtype=torch.int8, device=x.device)
+    scales = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if rows:
+        _producers()[0][(rows,)](x, delta if delta is not None else x, w, xo, codes, scales, n, eps,
+                                 HAS_D=delta is not None, BLOCK=triton.next_power_of_2(n), LIBDEVICE=libdev,
+                                 num_warps=4)  # 0.041 ms at 2,048 × 5,373 on an H100 (2 warps 0.043, 8 0.045)
+    return xo, codes, scales
+
+
+def silu_mul_quantize(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The NAR's SiLU·up writing the down product's W8A8 input (stop 52): gate‖up [R, 2F] bf16 → (codes int8 [R, F],
+    scales fp32 [R]) = `quantize_rows(fused.silu_mul(gate_up), 256)` in one kernel (one program a row; silu·up
+    itself is never written; equal bits as `add_rmsnorm_quantize` says). F a multiple of 256; ValueError
+    otherwise."""
+    _check_rows(gate_up, "silu_mul_quantize gate_up", gate_up.shape[-1])
+    if gate_up.dim() != 2 or gate_up.shape[-1] % 512:
+        raise ValueError(f"silu_mul_quantize takes gate‖up [R, 2F] with F a multiple of 256, got "
+                         f"{tuple(gate_up.shape)}")
+    triton, _, _, _, libdev = _kernels()
+    r, f = gate_up.shape[0], gate_up.shape[1] // 2
+    codes = torch.empty(r, f, dtype=torch.int8, device=gate_up.device)
+    scales = torch.empty(r, dtype=torch.float32, device=gate_up.device)
+    if r:
+        _producers()[1][(r,)](gate_up, codes, scales, f, BLOCK=triton.next_power_of_2(f), LIBDEVICE=libdev,
+                              num_warps=16)  # 0.154 ms at 6,144 × 5,373 on an H100 (8 warps 0.172, 4 0.226)
+    return codes, scales
+
+
+def linear_from_codes(module, codes: torch.Tensor, scales: torch.Tensor, lead: tuple) -> torch.Tensor:
+    """A W8A8-marked `quant.ConvRotLinear` applied to an input already quantized (`add_rmsnorm_quantize`,
+    `silu_mul_quantize`): codes [M, K] int8, scales [M] → y [*lead, N] bf16, as `module(x)` computes from them."""
+    b = module.bias
+    y = gemm(codes, scales, module.weight.contiguous(), module.weight_scale.reshape(-1).float().contiguous(),
+             None if b is None else b.to(torch.bfloat16).contiguous())
+    return y.reshape(*lead, module.out_features)
+
+
 def warm(shapes, device, rows: tuple = (LARGE_M // 4, 2 * LARGE_M)) -> None:
     """Compile and tune the kernels for chunks of each of `rows` (one per size class of the autotuner's key: up to
     LARGE_M rows, and more) on each (N, K, bias) of `shapes` (`bias`: the layer has one, which the GEMM compiles
