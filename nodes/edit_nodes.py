@@ -290,8 +290,8 @@ class YuE2Continue(io.ComfyNode):
                                        "per second). At most (24,576 − prompt − the song's tokens) / 25 s fit; the "
                                        "node says that maximum and refuses more."),
                 *_tail_inputs("_cont"),
-                io.Float.Input("min_extra_seconds", default=-1.0, min=-1.0, max=MAX_EXTRA_SECONDS, step=0.1,
-                               optional=True,
+                io.Float.Input("min_extra_seconds", default=-1.0, min=-1.0, max=MAX_EXTRA_SECONDS, step=FRAME_S,
+                               round=FRAME_S, optional=True,  # whole frames, as extra_seconds
                                tooltip="The end token is blocked for this many seconds of new music (a song that "
                                        "ended on its own would otherwise often end again at once). −1 = "
                                        "min(extra_seconds, 8 s)."),

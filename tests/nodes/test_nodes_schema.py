@@ -165,18 +165,20 @@ console.log(JSON.stringify({{typed, up, down}}));"""
     return json.loads(out.stdout)
 
 
-def test_continue_extra_seconds_widget_holds_whole_frames(node_info):
-    """Continue's extra_seconds had min 0.04 and step 0.1, so the frontend rounded every typed or stepped value to
-    0.1 s (its precision from the step) — 2.5 frames: 0.1 asked made 2 frames, 0.3 made 8 (more than asked), the
-    maximum 983.04 became 983 — except the minimum, reached only by clamping (review 51: "stepping never lands on
-    it"). Now min, step and round are one frame (0.04 s): every value the widget holds is a whole number of frames
-    at 25 per second, within half a frame of what was typed, and each arrow click moves one frame, down to the
-    minimum and up to the context's 983.04 s. Saved workflows keep their values: ComfyUI checks min / max only, and
-    the minimum did not rise."""
-    spec = node_info["YuE2Continue"]["input"]["required"]["extra_seconds"][1]
-    assert (spec["min"], spec["max"], spec["default"]) == (0.04, 983.04, 30.0)
-    typed = [0, 0.01, 0.03, 0.05, 0.06, 0.1, 0.14, 0.25, 0.3, 0.5, 1.02, 2.5, 7.7, 29.99, 30, 123.45, 983, 983.04,
-             983.05, 2000]
+@pytest.mark.parametrize("name, low, default", [("extra_seconds", 0.04, 30.0), ("min_extra_seconds", -1.0, -1.0)])
+def test_continue_seconds_widgets_hold_whole_frames(node_info, name, low, default):
+    """Continue's extra_seconds (min 0.04) and min_extra_seconds (min −1 = auto) had step 0.1, so the frontend
+    rounded every typed or stepped value to 0.1 s (its precision from the step) — 2.5 frames: an extra_seconds of
+    0.1 made 2 frames and 0.3 made 8 (more than asked), the maximum 983.04 became 983, and extra_seconds' minimum
+    was reached only by clamping (review 51: "stepping never lands on it"). Now step and round are one frame
+    (0.04 s): every value the widget holds is a whole number of frames at 25 per second, within half a frame of
+    what was typed, and each arrow click moves one frame, down to the minimum and up to the context's 983.04 s.
+    Saved workflows keep their values: ComfyUI checks min / max only, and no minimum rose."""
+    section = "optional" if name == "min_extra_seconds" else "required"
+    spec = node_info["YuE2Continue"]["input"][section][name][1]
+    assert (spec["min"], spec["max"], spec["default"]) == (low, 983.04, default)
+    typed = [-2, -1, -0.98, -0.5, 0, 0.01, 0.03, 0.05, 0.06, 0.1, 0.14, 0.25, 0.3, 0.5, 1.02, 2.5, 7.7, 29.99, 30,
+             123.45, 983, 983.04, 983.05, 2000]
     widget = _frontend_float_widget(spec, typed, clicks=30)
     for asked, kept in widget["typed"]:
         frames = kept * 25
@@ -184,9 +186,10 @@ def test_continue_extra_seconds_widget_holds_whole_frames(node_info):
         assert spec["min"] <= kept <= spec["max"]
         if spec["min"] <= asked <= spec["max"]:
             assert abs(kept - asked) <= 0.02 + 1e-9, (asked, kept)
-    assert dict(widget["typed"])[983.04] == 983.04 and dict(widget["typed"])[0.1] == 0.12
-    assert widget["up"] == [round(0.04 * (i + 2), 2) for i in range(30)]  # one frame a click
-    assert widget["down"] == [round(0.04 * i, 2) for i in range(30, 0, -1)] + [0.04, 0.04]
+    kept = dict(widget["typed"])
+    assert kept[983.04] == 983.04 and kept[0.1] == 0.12 and kept[0.3] == 0.32 and kept[-2] == low
+    assert widget["up"] == [round(low + 0.04 * (i + 1), 2) for i in range(30)]  # one frame a click
+    assert widget["down"] == [round(low + 0.04 * i, 2) for i in range(29, 0, -1)] + [low] * 3
 
 
 def test_a_prompt_linking_wrong_types_is_rejected(comfy, node_info):
