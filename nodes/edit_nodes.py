@@ -31,6 +31,7 @@ from . import inputs, memory, records, scores, types
 from .progress import StageProgress, busy_cpu_notes, check_cancel, check_switches, user_errors
 from .songs import SUBFOLDER, clean_name, next_song_dir, songs_root
 
+FRAME_S = 1 / FRAMES_PER_SECOND  # 0.04 s: one music token
 MAX_EXTRA_SECONDS = CONTEXT / FRAMES_PER_SECOND  # 983.04: the context itself; the node says what really fits
 
 CUT_TOOLTIP = ("Where the new part starts: seconds (\"12.5s\" or \"12.5\"), a bar of the song's score (\"bar 9\" "
@@ -280,13 +281,17 @@ class YuE2Continue(io.ComfyNode):
             is_output_node=True,
             inputs=[
                 *_common_inputs(),
-                io.Float.Input("extra_seconds", default=30.0, min=0.04, max=MAX_EXTRA_SECONDS, step=0.1,
-                               tooltip="How much music to add at most, in seconds (25 tokens per second). At most "
-                                       "(24,576 − prompt − the song's tokens) / 25 s fit; the node says that "
-                                       "maximum and refuses more."),
+                # one frame (0.04 s) for min, step and round: the frontend rounds what is typed or stepped to
+                # `round` (else to the step's decimals: 0.1 s = 2.5 frames, so 0.1 asked made 2 frames and 0.3 made
+                # 8; break-it review, stop 52); values saved off this grid still run (ComfyUI checks min / max only)
+                io.Float.Input("extra_seconds", default=30.0, min=FRAME_S, max=MAX_EXTRA_SECONDS, step=FRAME_S,
+                               round=FRAME_S,
+                               tooltip="How much music to add at most, in seconds, in frames of 0.04 s (25 tokens "
+                                       "per second). At most (24,576 − prompt − the song's tokens) / 25 s fit; the "
+                                       "node says that maximum and refuses more."),
                 *_tail_inputs("_cont"),
-                io.Float.Input("min_extra_seconds", default=-1.0, min=-1.0, max=MAX_EXTRA_SECONDS, step=0.1,
-                               optional=True,
+                io.Float.Input("min_extra_seconds", default=-1.0, min=-1.0, max=MAX_EXTRA_SECONDS, step=FRAME_S,
+                               round=FRAME_S, optional=True,  # whole frames, as extra_seconds
                                tooltip="The end token is blocked for this many seconds of new music (a song that "
                                        "ended on its own would otherwise often end again at once). −1 = "
                                        "min(extra_seconds, 8 s)."),
@@ -298,7 +303,7 @@ class YuE2Continue(io.ComfyNode):
     def execute(cls, model, song, extra_seconds, seed, crossfade_s, name, score=None, audioUI=None,
                 min_extra_seconds=-1.0) -> io.NodeOutput:
         check_switches(model.device)
-        extra_seconds = inputs.number("extra_seconds", extra_seconds, 0.04, MAX_EXTRA_SECONDS)
+        extra_seconds = inputs.number("extra_seconds", extra_seconds, FRAME_S, MAX_EXTRA_SECONDS)
         crossfade_s = inputs.number("crossfade_s", crossfade_s, 0.0, MAX_CROSSFADE_S)
         # −0.5 was taken as −1 (auto) without a word, as cfg_scale's −0.5 is refused
         min_extra_seconds = inputs.number("min_extra_seconds", min_extra_seconds, 0.0, MAX_EXTRA_SECONDS, auto=-1.0,

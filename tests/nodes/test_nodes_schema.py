@@ -2,6 +2,14 @@
 ranges, and a prompt that links the wrong types is rejected by ComfyUI's validation."""
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from comfy_client import PACK_NAME
@@ -106,6 +114,82 @@ def test_widget_defaults_ranges_and_units(node_info):
     lora = node_info["YuE2LoRA"]["input"]["required"]
     for key in ("strength_ar", "strength_nar"):
         assert (lora[key][1]["default"], lora[key][1]["min"], lora[key][1]["max"]) == (1.0, -5.0, 5.0)
+
+
+# What the pinned frontend (comfyui-frontend-package 1.32.9) does with a FLOAT widget, in its own minified words:
+# useFloatWidget derives the options, NumberWidget.setValue clamps what is typed or stepped to [min, max] and calls
+# the widget's callback, onFloatValueChange, which rounds to `round` at `precision` decimals and clamps again.
+FLOAT_OPTIONS_JS = ('c=n.step??.5,p=s.get("Comfy.FloatRoundingPrecision")||Math.max(0,-Math.floor(Math.log10(c)))',
+                    "round:m&&p&&!n.round?Math.pow(10,-p):n.round,step:c*10,step2:c,precision:p")
+SET_VALUE_JS = ("setValue(i,o){let n=i;this.options.min!=null&&n<this.options.min&&(n=this.options.min),"
+                "this.options.max!=null&&n>this.options.max&&(n=this.options.max),super.setValue(n,o)}")
+
+
+def _frontend_float_widget(spec: dict, typed: list, clicks: int) -> dict:
+    """{"typed": [[value typed, value the widget keeps], …], "up": [values after each right-arrow click from the
+    minimum], "down": [… left-arrow clicks back]} for a FLOAT input `spec` (/object_info), computed by node with the
+    frontend's own `onFloatValueChange`, taken from the installed bundle (default settings: rounding on, precision
+    auto)."""
+    node = shutil.which("node")
+    if not node:
+        if os.environ.get("YUE2_REQUIRE_BROWSER") == "1":
+            pytest.fail("node is missing (YUE2_REQUIRE_BROWSER=1)", pytrace=False)
+        pytest.skip("node is missing; bash scripts/test.sh installs the browser tools")
+    found = importlib.util.find_spec("comfyui_frontend_package")
+    assert found is not None, "comfyui-frontend-package is not installed beside ComfyUI"
+    for bundle in sorted((Path(found.origin).parent / "static" / "assets").glob("*.js")):
+        text = bundle.read_text("utf-8", errors="replace")
+        fn = re.search(r"function onFloatValueChange\(\w\)\{.*?\}(?=u\(onFloatValueChange)", text)
+        if fn:
+            break
+    else:
+        pytest.fail("no onFloatValueChange in the frontend's bundle: its float rounding changed; look again")
+    for piece in (*FLOAT_OPTIONS_JS, SET_VALUE_JS):  # the options and the clamp below are the bundle's
+        assert piece in text, f"the frontend's FLOAT widget changed ({piece!r} is gone from {bundle.name})"
+    script = f"""
+const clamp = (v, a, b) => Math.min(Math.max(v, a), b);
+{fn.group(0)}
+const n = {json.dumps(spec)}, c = n.step ?? .5, p = Math.max(0, -Math.floor(Math.log10(c)));
+const w = {{value: n.default, options: {{min: n.min ?? 0, max: n.max ?? 2048,
+            round: p && !n.round ? Math.pow(10, -p) : n.round, step: c * 10, step2: c, precision: p}}}};
+const set = v => {{ v = Math.min(Math.max(v, w.options.min), w.options.max); w.value = v;
+                    onFloatValueChange.call(w, v); return w.value; }};
+const typed = {json.dumps(typed)}.map(v => [v, set(v)]);
+set(w.options.min);
+const up = [], down = [];
+for (let i = 0; i < {clicks}; i++) up.push(set(w.value + w.options.step2));
+for (let i = 0; i < {clicks} + 2; i++) down.push(set(w.value - w.options.step2));
+console.log(JSON.stringify({{typed, up, down}}));"""
+    out = subprocess.run([node, "-e", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("name, low, default", [("extra_seconds", 0.04, 30.0), ("min_extra_seconds", -1.0, -1.0)])
+def test_continue_seconds_widgets_hold_whole_frames(node_info, name, low, default):
+    """Continue's extra_seconds (min 0.04) and min_extra_seconds (min −1 = auto) had step 0.1, so the frontend
+    rounded every typed or stepped value to 0.1 s (its precision from the step) — 2.5 frames: an extra_seconds of
+    0.1 made 2 frames and 0.3 made 8 (more than asked), the maximum 983.04 became 983, and extra_seconds' minimum
+    was reached only by clamping (review 51: "stepping never lands on it"). Now step and round are one frame
+    (0.04 s): every value the widget holds is a whole number of frames at 25 per second, within half a frame of
+    what was typed, and each arrow click moves one frame, down to the minimum and up to the context's 983.04 s.
+    Saved workflows keep their values: ComfyUI checks min / max only, and no minimum rose."""
+    section = "optional" if name == "min_extra_seconds" else "required"
+    spec = node_info["YuE2Continue"]["input"][section][name][1]
+    assert (spec["min"], spec["max"], spec["default"]) == (low, 983.04, default)
+    typed = [-2, -1, -0.98, -0.5, 0, 0.01, 0.03, 0.05, 0.06, 0.1, 0.14, 0.25, 0.3, 0.5, 1.02, 2.5, 7.7, 29.99, 30,
+             123.45, 983, 983.04, 983.05, 2000]
+    widget = _frontend_float_widget(spec, typed, clicks=30)
+    for asked, kept in widget["typed"]:
+        frames = kept * 25
+        assert abs(frames - round(frames)) < 1e-6, f"typed {asked}: the widget keeps {kept} s = {frames} frames"
+        assert spec["min"] <= kept <= spec["max"]
+        if spec["min"] <= asked <= spec["max"]:
+            assert abs(kept - asked) <= 0.02 + 1e-9, (asked, kept)
+    kept = dict(widget["typed"])
+    assert kept[983.04] == 983.04 and kept[0.1] == 0.12 and kept[0.3] == 0.32 and kept[-2] == low
+    assert widget["up"] == [round(low + 0.04 * (i + 1), 2) for i in range(30)]  # one frame a click
+    assert widget["down"] == [round(low + 0.04 * i, 2) for i in range(29, 0, -1)] + [low] * 3
 
 
 def test_a_prompt_linking_wrong_types_is_rejected(comfy, node_info):

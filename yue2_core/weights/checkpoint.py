@@ -496,13 +496,19 @@ def _quant_map(entries: dict, prefix: str) -> dict:
     for name in entries:
         if name.startswith(prefix) and name.endswith(".comfy_quant"):
             module = name[len(prefix):-len(".comfy_quant")]
+            weight = entries.get(prefix + module + ".weight")
+            if weight is not None and len(weight.shape) != 2:  # a norm: 1-D (was "expected [256, 1] … got [256, 1]")
+                raise CheckpointError(f"{name}: a quantization marker beside {prefix + module}.weight, which is "
+                                      f"{weight.dtype} {list(weight.shape)}: only [out, in] weights of linear and "
+                                      "embedding layers are int8 ConvRot codes (never a norm, a bias or the position "
+                                      "table) — a damaged or edited file")
             for sib, dtypes in ((".weight", ("I8",)), (".weight_scale", ("F32", "F16", "BF16"))):
                 e = entries.get(prefix + module + sib)
                 if e is None or e.dtype not in dtypes:
                     raise CheckpointError(f"{prefix + module}: a comfy_quant marker needs {sib} "
                                           f"({'/'.join(dtypes)}); found {e.dtype if e else 'nothing'}")
             w, s = entries[prefix + module + ".weight"].shape, entries[prefix + module + ".weight_scale"].shape
-            if len(w) != 2 or tuple(s) not in ((w[0], 1), (w[0],)):
+            if tuple(s) not in ((w[0], 1), (w[0],)):
                 raise CheckpointError(f"shape mismatch for {prefix + module}.weight_scale: expected [{w[0] if w else '?'}"
                                       f", 1] (one scale per row of the int8 weight {list(w)}), got {list(s)}")
             out[module] = CONVROT_GROUP
@@ -701,12 +707,37 @@ def inspect_checkpoint(path: str, vae_path: str | None = None, own_vae: str = "r
                                       "or foreign quantization marker")
             target = quant_ar if module.startswith(AR) else quant_nar
             target[module[len(AR) if module.startswith(AR) else len(NAR):]] = g
+        _check_groups_agree(groups, entries)
     info = build_info(path, entries, meta, dims, vae, quant_ar=quant_ar, quant_nar=quant_nar,
                       quantized_modules=len(markers), tokenizer_bytes=entries[TOKENIZER_KEY].shape[0])
     tok = entries[TOKENIZER_KEY]
     if tok.dtype != "U8" or len(tok.shape) != 1:
         raise CheckpointError(f"{TOKENIZER_KEY} must be a rank-1 U8 tensor, got {tok.dtype} {list(tok.shape)}")
     return info
+
+
+def _check_groups_agree(groups: dict, entries: dict) -> None:
+    """CheckpointError for a marker whose ConvRot group differs from the file's usual one on a layer that group fits.
+
+    Codes made in groups of 256 and read in groups of 64 (a marker edited or damaged to say 64) pass every check
+    of the codes: the rows still peak at ±127, the scales are unchanged, and the module's forward matches a
+    reference built with the same wrong group, so the layer loaded as other weights without a word (break-it review,
+    stop 52). Nothing in one module's codes tells the group, but one quantizer uses one group for every layer it
+    fits: a marker that disagrees with the file's most common group although that group divides its layer's input
+    columns is refused. A smaller group on a layer too narrow for the usual one (64 input columns) is allowed."""
+    if len(groups) < 2:
+        return
+    counts = Counter(groups.values())
+    usual, n_usual = counts.most_common(1)[0]
+    for k, g in sorted(groups.items()):
+        columns = entries[k[:-len(".comfy_quant")] + ".weight"].shape[1]
+        if g != usual and columns % usual == 0:
+            raise CheckpointError(
+                f"{k}: convrot_groupsize {g}, but {n_usual} of the file's {len(groups)} quantization markers say "
+                f"{usual}, which fits this layer's {columns} input columns too: one quantizer "
+                "rotates every layer in the same groups, and codes read in other groups than they were made in give "
+                "other weights that no check of the codes can see — a damaged or edited marker (the Comfy-Org int8 "
+                f"file uses {CONVROT_GROUP} throughout)")
 
 
 LORA_HINT = ("pass it with --lora (or the YuE2 LoRA node in ComfyUI), and the base YuE2 checkpoint with "

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..constants import CONVROT_GROUP
-from ..errors import CheckpointError, json_number_too_long
+from ..constants import CONVROT_GROUP, CONVROT_MARKER
+from ..errors import CheckpointError, DuplicateJSONKey, json_number_too_long, unique_keys
 
 R4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))  # regular 4×4 Hadamard (checkpoint_format.md §2.1)
 
@@ -28,6 +28,7 @@ R4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))  # regular 4×
 # made). The release uses 256; a group must also divide the layer's input columns (checked at inspect). A marker
 # saying 4^8 or 4^20 had the check build the matrix itself: 34 GB and more (break-it review, stop 44).
 MAX_GROUP = 4 ** 6
+RELEASE_MARKER = CONVROT_MARKER.decode()  # every quantized module's marker in the Comfy-Org int8 file
 
 
 def check_group(group: int, key: str = "", limit: bool = True) -> int:
@@ -103,7 +104,11 @@ def parse_marker(raw: bytes | torch.Tensor, key: str = "") -> int:
     if isinstance(raw, torch.Tensor):
         raw = bytes(raw.to(torch.uint8).cpu().tolist())
     try:
-        marker = json.loads(raw.decode("utf-8"))
+        marker = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
+    except DuplicateJSONKey as exc:  # json.loads keeps the last; another reader the first (break-it review, stop 52)
+        raise CheckpointError(f"{key}: the comfy_quant marker names {exc.name!r} twice, so it does not say which "
+                              "value holds (readers differ in which of the two they take) — a damaged or edited "
+                              f"marker; the Comfy-Org file's marker reads {RELEASE_MARKER}") from None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors; also a
         if too_long := json_number_too_long(exc):
             raise CheckpointError(f"{key}: the comfy_quant marker holds {too_long}") from None
@@ -113,6 +118,14 @@ def parse_marker(raw: bytes | torch.Tensor, key: str = "") -> int:
         raise CheckpointError(f"{key}: the comfy_quant marker is not a JSON object")
     fmt = marker.get("format")
     params = marker.get("params") if isinstance(marker.get("params"), dict) else {}
+    for name in ("convrot", "convrot_groupsize"):  # both places, disagreeing: which one a reader takes differs
+        top, under = marker.get(name), params.get(name)
+        if name in marker and name in params and (top != under or type(top) is not type(under)):
+            raise CheckpointError(f"{key}: the comfy_quant marker gives {name} twice, {json.dumps(top)} at its top "
+                                  f"level and {json.dumps(under)} under \"params\": a reader takes one or the "
+                                  "other (this pack the top level), so the marker does not say how the codes were "
+                                  "made — a damaged or edited marker; the Comfy-Org file's marker reads "
+                                  f"{RELEASE_MARKER}")
     convrot = marker.get("convrot", params.get("convrot", False))
     group = marker.get("convrot_groupsize", params.get("convrot_groupsize", CONVROT_GROUP))
     if fmt != "int8_tensorwise" or convrot is not True:
