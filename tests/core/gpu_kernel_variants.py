@@ -245,6 +245,17 @@ def _w8a8_variants(w8a8, dims) -> list:
                                f"(bias {bias})", k.gemm_kernel, types, dict(HAS_BIAS=bias, GPU=True, **kw),
                                dict(num_warps=conf.num_warps, num_stages=conf.num_stages),
                                dict(N=dims.hidden, K=dims.hidden)))
+    # the producers writing codes (stop 52): the NAR's add+RMSNorm (hidden) and SiLU·up (ffn, padded to a power of 2)
+    norm = dict(x_ptr="*bf16", d_ptr="*bf16", w_ptr="*bf16", xo_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", N="i32",
+                eps="fp32")
+    for has_d in (True, False):
+        out.append(Variant(f"W8A8 add+RMSNorm writing codes (delta {has_d})", k.add_rmsnorm_quant_kernel, norm,
+                           dict(HAS_D=has_d, BLOCK=1 << (dims.hidden - 1).bit_length(), LIBDEVICE=True),
+                           dict(num_warps=4), dict(N=dims.hidden)))
+    out.append(Variant("W8A8 SiLU·up writing codes", k.silu_mul_quant_kernel,
+                       dict(gu_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", F="i32"),
+                       dict(BLOCK=1 << (dims.ffn - 1).bit_length(), LIBDEVICE=True), dict(num_warps=16),
+                       dict(F=dims.ffn)))
     return out
 
 
