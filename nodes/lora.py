@@ -56,6 +56,18 @@ def lora_path(name: str) -> str | None:
     return path
 
 
+def missing_message(lora_name: str) -> str:
+    """The LoRA node's message for a name that is in no `loras` folder, with what is listed there now, as the
+    Checkpoint and VAE Loaders say (new-user review 52: a shipped workflow's `my_yue2_lora.safetensors` beside the
+    synthetic adapters the guide writes named none of them)."""
+    folders = folder_paths.get_folder_paths("loras")
+    names = lora_files()
+    listed = (f" Listed now: {', '.join(repr(n) for n in names[:8])}{' …' if len(names) > 8 else ''}." if names
+              else " That folder has no adapter files at all.")
+    return (f"LoRA {lora_name!r} is not in ComfyUI's loras folder ({', '.join(folders) or 'models/loras'}); "
+            f"put the adapter file there and refresh (press R), or pick one that is listed.{listed}")
+
+
 class YuE2LoRA(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -99,9 +111,7 @@ class YuE2LoRA(io.ComfyNode):
         if bad:
             return bad
         if lora_path(lora_name) is None:
-            folders = folder_paths.get_folder_paths("loras")
-            return (f"LoRA {lora_name!r} is not in ComfyUI's loras folder ({', '.join(folders) or 'models/loras'}); "
-                    "put the adapter file there and refresh (press R)")
+            return missing_message(lora_name)
         return True
 
     @classmethod

@@ -8,6 +8,7 @@ checkpoints, vae and output folders, which the session's server shares with ever
 - a song folder symbolically linked into `output/yue2`: listed by Load Song, refused when picked;
 - a name whose next free number outgrows the 180-character limit: the generic "name not allowed";
 - a VAE folder asked for without its trailing "/" (an API prompt by hand): "put a YuE2 VAE there";
+- a LoRA name in no `loras` folder (a shipped workflow's placeholder): the files listed there now are named;
 - the records: a latent's samples changed after the render no longer match its record's digest (also through YuE2
   Pick Take); an AUDIO decoded by another checkpoint's VAE is named against the latent's checkpoint."""
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 HARNESS = r'''
 import torch
 from pathlib import Path
-from yue2_nodes import loader, records, songs, vae_loader
+from yue2_nodes import loader, lora, records, songs, vae_loader
 from yue2_nodes.routes import RequestRefused, _checkpoint_path
 work = Path(ckpts).parent
 out = {}
@@ -59,6 +60,15 @@ vaes = work / "vae"
 folder_paths.folder_names_and_paths["vae"] = ([str(vaes)], folder_paths.supported_pt_extensions)
 out["vae without slash"] = vae_loader.missing_message("legacy")
 out["vae unknown"] = vae_loader.missing_message("other")
+loras = work / "loras"
+(loras / "peft").mkdir(parents=True)
+folder_paths.folder_names_and_paths["loras"] = ([str(loras)], folder_paths.supported_pt_extensions)
+out["lora none"] = lora.missing_message("my_yue2_lora.safetensors")
+(loras / "aitk.safetensors").write_bytes(b"")
+(loras / "peft" / "adapter_model.safetensors").write_bytes(b"")
+(loras / "nar_lora_joint.pt").write_bytes(b"")
+folder_paths.filename_list_cache.pop("loras", None)
+out["lora unknown"] = lora.missing_message("my_yue2_lora.safetensors")
 
 samples = torch.randn(1, 64, 7)
 record = records.stamp({"steps": 8, "seed": 3, "checkpoint": {"path": "/m/a.safetensors", "sample_sha256": "1"}},
@@ -97,6 +107,13 @@ def test_odd_folder_entries_and_render_records(in_host, tmp_path):
     assert out["vae without slash"] == ("VAE 'legacy' is not an entry of the list: the vendor VAE folder is listed as "
                                         "'legacy/' (folders end with '/'); pick that one")
     assert out["vae unknown"].endswith("and refresh (press R). Listed now: 'legacy/'.")
+    # the LoRA node names what its list holds, as the VAE and Checkpoint Loaders do (new-user review 52)
+    loras = tmp_path / "loras"
+    assert out["lora none"] == (f"LoRA 'my_yue2_lora.safetensors' is not in ComfyUI's loras folder ({loras}); put the "
+                                "adapter file there and refresh (press R), or pick one that is listed. That folder has "
+                                "no adapter files at all.")
+    assert out["lora unknown"].endswith("or pick one that is listed. Listed now: 'aitk.safetensors', "
+                                        "'nar_lora_joint.pt', 'peft/adapter_model.safetensors'."), out["lora unknown"]
     assert out["record kept"] is True
     assert out["record changed"][0] is None and "the latent was changed after YuE2 rendered it" in \
         out["record changed"][1]

@@ -338,6 +338,7 @@ def test_weak_spots_norm_diff_alpha_scale_and_prefixes(tmp_path, gen):
 # ------------------------------------------------------------------------------------ sparse / meta .pt factors
 
 @pytest.mark.parametrize("kind", ["sparse_coo", "sparse_csr", "meta"])
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state:UserWarning")  # torch's
 def test_pt_factors_that_are_sparse_or_meta_are_refused_by_name(tmp_path, gen, kind):
     """Before: the finiteness check met them deep in torch ("Could not run 'aten::ne.Scalar' … SparseCPU" and a
     hundred lines of dispatcher list, "unsupported tensor layout: SparseCsr", "Tensor.item() cannot be called on
