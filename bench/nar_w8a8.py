@@ -176,6 +176,12 @@ def solve_part(eng, nar8, frames, ode):
         out[label] = (best, lat, r)
         print(f"  {label}: the two solves' latents equal: {torch.equal(*lats)}", flush=True)
     N.W8A8_PRODUCERS = True
+    for label, nar in (("bf16", eng.nar), ("w8a8", nar8)):  # a second renderer of the same NAR: the same latents?
+        r2 = ChunkRenderer(nar, kv, frames)
+        again = solve(r2, noise, 32)
+        print(f"  {label}: a second renderer's solve equal to the first's: {torch.equal(again, out[label][1])}",
+              flush=True)
+        r2.close()
     (tb, lb, rb), (t8, l8, r8), (ta, la, ra) = out["bf16"], out["w8a8"], out["w8a8-apart"]
     rel = ((l8.float() - lb.float()).norm() / lb.float().norm()).item()
     rel_a = ((l8.float() - la.float()).norm() / la.float().norm()).item()

@@ -252,6 +252,10 @@ def _w8a8_variants(w8a8, dims) -> list:
         out.append(Variant(f"W8A8 add+RMSNorm writing codes (delta {has_d})", k.add_rmsnorm_quant_kernel, norm,
                            dict(HAS_D=has_d, BLOCK=1 << (dims.hidden - 1).bit_length(), LIBDEVICE=True),
                            dict(num_warps=4), dict(N=dims.hidden)))
+    for kk, warps in ((dims.hidden, 4), (dims.ffn, 16)):  # `quantize_rows`' one-program-a-row kernel
+        out.append(Variant(f"W8A8 row quantizer (K {kk})", k.rows_quant_kernel,
+                           dict(x_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", K="i32"),
+                           dict(BLOCK=1 << (kk - 1).bit_length(), LIBDEVICE=True), dict(num_warps=warps), dict(K=kk)))
     out.append(Variant("W8A8 SiLU·up writing codes", k.silu_mul_quant_kernel,
                        dict(gu_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", F="i32"),
                        dict(BLOCK=1 << (dims.ffn - 1).bit_length(), LIBDEVICE=True), dict(num_warps=16),

@@ -179,6 +179,16 @@ def silu_mul_quant_kernel(gu_ptr, q_ptr, s_ptr, F, BLOCK: tl.constexpr, LIBDEVIC
     _row_codes(q_ptr, s_ptr, row, tl.where(m, h, 0.0), BLOCK, F, LIBDEVICE, ROT_MODE)
 
 
+@triton.jit
+def rows_quant_kernel(x_ptr, q_ptr, s_ptr, K, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
+    # program = one row of x [M, K] (bf16, K ≤ BLOCK, groups of 256): its codes and scale in one read of the row
+    # (`quantize_rows` for rows up to 8,192 wide: the o product's input, which FlashAttention writes, stop 52)
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * K + cols, mask=cols < K, other=0.0).to(tl.float32)
+    _row_codes(q_ptr, s_ptr, row, x, BLOCK, K, LIBDEVICE)
+
+
 @triton.jit(do_not_specialize=["M", "MB"])
 def gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, bias_ptr, c_ptr, M, N, K, MB, HAS_BIAS: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, GPU: tl.constexpr):

@@ -31,7 +31,8 @@ import torch
 
 from ..weights.quant import hadamard, rotate
 
-ROWS = 32  # rows per program of the quantizer
+ROWS = 32  # rows per program of the two-pass quantizer
+ROW_KERNEL_MAX_K = 8192  # widest rows `quantize_rows` quantizes with one program a row (groups of 256)
 MIN_GROUP = 16  # smallest ConvRot group the quantizer takes (a tensor-core product's side; ConvRot groups of 4 are not)
 # GEMM launch configurations (BM, BN, BK, warps, stages) tried by the autotuner on the first product of each (N, K)
 # and size class of M: up to LARGE_M rows, or more (the chunk's frames are not part of the key, so songs of any
@@ -71,7 +72,9 @@ def quantize_rows(x: torch.Tensor, group: int = 256, kron: bool | None = None) -
     """x [M, K] bf16 (contiguous; K a multiple of `group`, `group` 16, 64 or 256) → (codes int8 [M, K], scales fp32
     [M]) as the module docstring says: rotated per group, one scale per row. Triton (CUDA or the interpreter).
     `kron` (default: for groups of 256) rotates by H16·X·H16 instead of the dense 256 × 256 product
-    (bench/nar_w8a8.py and bench/w8a8_rotation.py compare). ValueError for another group."""
+    (bench/nar_w8a8.py and bench/w8a8_rotation.py compare); with it and K ≤ ROW_KERNEL_MAX_K one program a row
+    quantizes the row in one read (`_w8a8_triton.rows_quant_kernel`, stop 52: 0.061 → ≈ 0.04 ms at 5,373 × 2,048
+    on an H100), otherwise two passes over [32, G] tiles. ValueError for another group."""
     triton, (max_kernel, quantize_kernel), _, _, libdev = _kernels()
     m, k = x.shape
     if not MIN_GROUP <= group <= 256 or k % group:
@@ -79,9 +82,12 @@ def quantize_rows(x: torch.Tensor, group: int = 256, kron: bool | None = None) -
                          f"for K {k}")
     codes = torch.empty(m, k, dtype=torch.int8, device=x.device)
     scales = torch.empty(m, dtype=torch.float32, device=x.device)
-    if m:
+    kron = group == 256 if kron is None else kron and group == 256
+    if m and kron and k <= ROW_KERNEL_MAX_K:  # one program a row, one read (stop 52)
+        _producers()[2][(m,)](x, codes, scales, k, BLOCK=triton.next_power_of_2(k), LIBDEVICE=libdev,
+                              num_warps=4 if k <= 2048 else 16)
+    elif m:
         h = hadamard(group, torch.bfloat16, x.device)
-        kron = group == 256 if kron is None else kron and group == 256
         ng = k // group
         part = torch.empty(m, ng, dtype=torch.float32, device=x.device)  # each row's group maxima
         grid = (triton.cdiv(m, ROWS), ng)
@@ -121,7 +127,7 @@ def gemm(codes: torch.Tensor, scales: torch.Tensor, q: torch.Tensor, s: torch.Te
 def _producers():
     _kernels()  # Triton imported (or None)
     from . import _w8a8_triton as kt
-    return kt.add_rmsnorm_quant_kernel, kt.silu_mul_quant_kernel
+    return kt.add_rmsnorm_quant_kernel, kt.silu_mul_quant_kernel, kt.rows_quant_kernel
 
 
 def _check_rows(t: torch.Tensor, name: str, width: int) -> None:
