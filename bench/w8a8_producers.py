@@ -1,8 +1,8 @@
 """Where the W8A8 NAR's producers spend their time (stop 52; diagnostic, one GPU, no checkpoint): add+RMSNorm and
 SiLU·up writing int8 codes (`fast.w8a8.add_rmsnorm_quantize` / `silu_mul_quantize`) at a song's 5,373 rows, for
-each rotation (ROT_MODE 0: `_rot_lean`, one tf32 pass then hi + lo, the default since stop 52; 1: none — the
-rest's cost, wrong codes; 2: `rot_rows`' tf32x3, the default before) and warps a program, against the bf16 producers (what the bf16 linears need) and the
-separate quantizer; the share of codes equal to the default's.
+each rotation (ROT_MODE 0: `rot_rows(LEAN=True)`, one tf32 pass then hi + lo, the default since stop 52; 1: none —
+the rest's cost, wrong codes; 2: `rot_rows`' tf32x3, the default before) and warps a program, against the bf16
+producers (what the bf16 linears need) and the separate quantizer; the share of codes equal to the default's.
 
     python3 bench/w8a8_producers.py [--rows 5373]
 """

@@ -22,32 +22,13 @@ def _bf16(x, GPU: tl.constexpr):
 
 
 @triton.jit
-def _rot_lean(x, BM: tl.constexpr):
-    # x fp32 [BM, 256] of bf16 values → every row times H = H16 ⊗ H16, as `_decode_triton.rot_rows` with fewer
-    # tensor-core passes: X·H16 in one tf32 pass (bf16 values and H16's ±1/4 are exact in tf32, so tf32x3's two
-    # other passes add zeros), then (X·H16)·H16 as hi + lo tf32 parts (H16 exact: tf32x3's third pass adds zero;
-    # lo keeps 10 of its ≤ 13 bits, ≈ 2⁻²¹ of the value). Stop 52, one H100, a song's 5,373 rows: SiLU·up writing
-    # codes 0.154–0.172 ms against 0.249 with `rot_rows`, the same codes (bench/w8a8_producers.py)
-    i = tl.arange(0, 16)
-    a = i[:, None]
-    b = i[None, :]
-    h = tl.where((a // 4 + b // 4) == 3, -0.25, 0.25) * tl.where((a % 4 + b % 4) == 3, -1.0, 1.0)
-    y = tl.dot(tl.reshape(x, (BM * 16, 16)), h, input_precision="tf32")
-    y = tl.reshape(tl.permute(tl.reshape(y, (BM, 16, 16)), (0, 2, 1)), (BM * 16, 16))
-    hi = (y.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)  # tf32: 10 mantissa bits
-    z = tl.dot(y - hi, h, input_precision="tf32")
-    z = tl.dot(hi, h, z, input_precision="tf32")
-    return tl.reshape(tl.permute(tl.reshape(z, (BM, 16, 16)), (0, 2, 1)), (BM, 256))
-
-
-@triton.jit
 def _rotated(x, h, GPU: tl.constexpr, KRON: tl.constexpr, BM: tl.constexpr):
-    # bf16(x·H) of one [BM, G] tile as fp32 values. KRON (G = 256): H16·X·H16 per row (`_rot_lean`: two 16-wide
-    # tf32 products, ≈ fp32 sums; 8× fewer multiply-adds than the dense product). Otherwise x·H on the
+    # bf16(x·H) of one [BM, G] tile as fp32 values. KRON (G = 256): H16·X·H16 per row (`rot_rows(LEAN=True)`: two
+    # 16-wide tf32 products, ≈ fp32 sums; 8× fewer multiply-adds than the dense product). Otherwise x·H on the
     # tensor cores in bf16 (exact products, fp32 sums); Triton's CPU interpreter multiplies bf16 tiles wrongly
     # (3.8), so there in fp32 (products of bf16 values and H's ±1/16 are exact in fp32 either way)
     if KRON:
-        out = _bf16(_rot_lean(x.to(tl.float32), BM), GPU)
+        out = _bf16(rot_rows(x.to(tl.float32), BM, LEAN=True), GPU)
     elif GPU:
         out = tl.dot(x, h).to(tl.bfloat16).to(tl.float32)
     else:
@@ -62,7 +43,7 @@ def _tile(x_ptr, h_ptr, M, K, BM: tl.constexpr, G: tl.constexpr, LIBDEVICE: tl.c
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     ok = rows < M
     g = tl.arange(0, G)
-    if KRON:  # H16 is built in `_rot_lean`: the dense H (128 KB in bf16) is not loaded
+    if KRON:  # H16 is built in `rot_rows(LEAN=True)`: the dense H (128 KB in bf16) is not loaded
         h = 0.0
     else:
         h = tl.load(h_ptr + g[:, None] * G + g[None, :])
@@ -132,7 +113,7 @@ def _row_codes(q_ptr, s_ptr, row, y, C: tl.constexpr, N, LIBDEVICE: tl.constexpr
     elif ROT_MODE == 2:
         xr = _bf16(rot_rows(tl.reshape(y, (C // 256, 256)), C // 256), LIBDEVICE)
     else:
-        xr = _bf16(_rot_lean(tl.reshape(y, (C // 256, 256)), C // 256), LIBDEVICE)
+        xr = _bf16(rot_rows(tl.reshape(y, (C // 256, 256)), C // 256, LEAN=True), LIBDEVICE)
     xr = tl.reshape(xr, (1, C))
     a, t = _scale_codes(xr, tl.reduce(tl.abs(xr), 1, _max_keep_nan), LIBDEVICE)
     cols = tl.arange(0, C)

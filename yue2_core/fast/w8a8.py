@@ -9,9 +9,9 @@ For x [M, K] (bf16), codes q [N, K] (int8) and row scales s [N] (fp32) of a Conv
     xq[m, k] = clamp(rint(bf16(x̂[m, k] / bf16(a_m))), −128, 127)   (int8; the division in bf16, as kitchen's)
     y = bf16(fp32(Σ_k xq·q) · (a_m · s_n))  (+ b in bf16)  (int32 sums, exact)
 
-`quantize_rows` (two passes over [32, G] tiles, each rotating its group on the tensor cores: the groups' maxima,
-then the row scales from them and the codes — the rotation done twice instead of storing the rotated rows) and `gemm` (int8 × int8 → int32 tiles on the tensor cores,
-the scale epilogue fused) replace the bf16 GEMM of the dequantized weight that `nar.float_linears` leaves: half the
+`quantize_rows` (groups of 256: one program a row, rotated on the tensor cores; other groups: two passes over
+[32, G] tiles, the groups' maxima, then the row scales from them and the codes) and `gemm` (int8 × int8 → int32
+tiles on the tensor cores, the scale epilogue fused) replace the bf16 GEMM of the dequantized weight that `nar.float_linears` leaves: half the
 weight bytes, twice the tensor-core rate. `reference` is the same arithmetic in PyTorch (the tests' definition; on
 CUDA the rotation's sums may be ordered differently by cuBLAS, a last-bit difference in x̂ at most).
 
