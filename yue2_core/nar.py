@@ -337,7 +337,8 @@ W8A8_PRODUCERS = True
 
 def _takes_codes(linear, rows: int) -> bool:
     """Whether `linear` (a NAR layer) multiplies `rows` rows from codes made by its producer: a W8A8-marked ConvRot
-    linear with groups of 256, no adapter, more rows than the W8A16 kernels take, Triton on CUDA."""
+    linear with groups of 256, no adapter, more rows than the W8A16 kernels take, Triton importable. The device is
+    not checked: the only caller, the fused velocity, runs on CUDA (or in Triton's CPU interpreter, in tests)."""
     from .fast import w8a8
     from .fast.int8_kernels import MAX_ROWS
     from .weights.quant import ConvRotLinear

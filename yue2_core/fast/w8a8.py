@@ -9,17 +9,19 @@ For x [M, K] (bf16), codes q [N, K] (int8) and row scales s [N] (fp32) of a Conv
     xq[m, k] = clamp(rint(bf16(x̂[m, k] / bf16(a_m))), −128, 127)   (int8; the division in bf16, as kitchen's)
     y = bf16(fp32(Σ_k xq·q) · (a_m · s_n))  (+ b in bf16)  (int32 sums, exact)
 
-`quantize_rows` (groups of 256: one program a row, rotated on the tensor cores; other groups: two passes over
-[32, G] tiles, the groups' maxima, then the row scales from them and the codes) and `gemm` (int8 × int8 → int32
-tiles on the tensor cores, the scale epilogue fused) replace the bf16 GEMM of the dequantized weight that `nar.float_linears` leaves: half the
-weight bytes, twice the tensor-core rate. `reference` is the same arithmetic in PyTorch (the tests' definition; on
-CUDA the rotation's sums may be ordered differently by cuBLAS, a last-bit difference in x̂ at most).
+`quantize_rows` (groups of 256 and rows up to ROW_KERNEL_MAX_K wide: one program a row, rotated on the tensor
+cores; otherwise two passes over [32, G] tiles, the groups' maxima, then the row scales from them and the codes)
+and `gemm` (int8 × int8 → int32 tiles on the tensor cores, the scale epilogue fused) replace the bf16 GEMM of the
+dequantized weight that `nar.float_linears` leaves: half the weight bytes, twice the tensor-core rate. `reference`
+is the same arithmetic in PyTorch (the tests' definition; on CUDA the rotation's sums may be ordered differently by
+cuBLAS, a last-bit difference in x̂ at most).
 
 NaN: a NaN in a row makes its scale NaN (the maxima keep NaN), so that row of y is NaN and the renderer's
 non-finite check sees it, as with the bf16 products.
 
 Used by `quant.ConvRotLinear` when its `w8a8` attribute is set (`nar.int8_linears`, YUE2_NAR_LINEARS=w8a8) and the
-input has more than `int8_kernels.MAX_ROWS` rows on CUDA.
+input has more than `int8_kernels.MAX_ROWS` rows on CUDA; the fused NAR velocity's add+RMSNorm and SiLU·up write
+such a layer's codes themselves (`add_rmsnorm_quantize`, `silu_mul_quantize`, `nar._takes_codes`).
 """
 from __future__ import annotations
 
@@ -142,10 +144,10 @@ def add_rmsnorm_quantize(x: torch.Tensor, delta: torch.Tensor | None, w: torch.T
     shape, or None) → (new x [..., N] bf16 — x itself when delta is None —, codes int8 [rows, N], scales fp32
     [rows]) where (codes, scales) = `quantize_rows(y, 256)` of y = `fused.add_rmsnorm(x, delta, w, eps)[1]`: the
     same roundings in one kernel, one program a row, y itself never written (equal bits in the tests — Triton's
-    interpreter, and an H100 at a song's 5,373 rows; the rotation's tensor-core sums run on other tile shapes than
-    the quantizer's, and a 32-step solve through either way ended 1.6e-2 apart, the solver's bf16 noise floor, stop
-    52: docs/speed.md). N a multiple of 256 (the ConvRot group of every YuE2 linear, checkpoint_format.md §2.3);
-    ValueError otherwise."""
+    interpreter, and an H100 at a song's 5,373 rows and in one eager velocity; yet a 32-step solve through either
+    way ended 1.6e-2 apart, the solver's bf16 noise floor: a last-bit difference somewhere, e.g. the row's sum of
+    squares reduced in another register layout in another kernel, stop 52: docs/speed.md). N a multiple of 256
+    (the ConvRot group of every YuE2 linear, checkpoint_format.md §2.3); ValueError otherwise."""
     n = x.shape[-1]
     _check_rows(x, "add_rmsnorm_quantize x", n)
     if delta is not None:
