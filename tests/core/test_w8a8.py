@@ -14,7 +14,8 @@ def test_kernels_equal_the_reference_in_interpreter():
     """Codes, row scales and products equal the PyTorch reference exactly (rows and columns not multiples of the
     tiles: 33 and 5 rows of 32-row blocks, 40 columns of 32-column ones; with and without bias, K of 1–3 groups); a
     NaN in a row gives a NaN row and leaves the others; a zero row gives scale 1e-30, codes 0 and the bias; the
-    product is within W8A8's error of the float one; the dense and the H16·X·H16 rotations give the same codes.
+    product is within W8A8's error of the float one; the dense and the H16·X·H16 rotations give the same codes, and
+    so do the one-program-a-row quantizer and the two passes that rows wider than ROW_KERNEL_MAX_K take.
     (The interpreter spends its time in the quantizer's reduction, element by element over 32-row blocks.)"""
     pytest.importorskip("triton")
     code = (
@@ -33,6 +34,10 @@ def test_kernels_equal_the_reference_in_interpreter():
         "    if m < 32:  # the dense rotation (one block of rows is enough: the rows are independent)\n"
         "        dense = w8a8.quantize_rows(x, 256, kron=False)\n"
         "        assert torch.equal(dense[0], codes) and torch.equal(dense[1], scales)\n"
+        "        w8a8.ROW_KERNEL_MAX_K = 0  # the two passes of rows wider than the one-program-a-row kernel takes\n"
+        "        two = w8a8.quantize_rows(x, 256)\n"
+        "        w8a8.ROW_KERNEL_MAX_K = 8192\n"
+        "        assert torch.equal(two[0], codes) and torch.equal(two[1], scales)\n"
         "    assert torch.equal(scales, a[:, 0]), (m, k, n)\n"
         "    assert torch.equal(codes, (xr / a.to(xr.dtype)).round().clamp(-128, 127).to(torch.int8)), (m, k, n)\n"
         "    y = w8a8.linear(x, q, s, b, 256)\n"
