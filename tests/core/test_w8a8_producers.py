@@ -58,7 +58,8 @@ def test_fused_velocity_takes_the_producers_in_interpreter(tiny_paths):
     """The tiny int8 NAR marked for W8A8 (`int8_linears`), its fused velocity in bf16 (Triton's CPU interpreter):
     with `nar.W8A8_PRODUCERS` every layer's qkv, gate_up, down and the output head multiply codes written by the
     norm / SiLU·up kernels, and the velocity equals the one with the quantizer apart bit for bit; an adapter on a
-    layer (`lora_side`) sends that layer back to the bf16 producer (its delta needs the unrotated input)."""
+    layer (`lora_side`) sends that layer back to the bf16 producer (its delta needs the unrotated input), and so do
+    ConvRot groups other than 256 and a layer not marked for W8A8."""
     pytest.importorskip("triton")
     code = (
         "import torch\n"
@@ -94,5 +95,11 @@ def test_fused_velocity_takes_the_producers_in_interpreter(tiny_paths):
         "assert not N._takes_codes(nar.model.layers[0].mlp.down_proj, 32)\n"
         "assert N._takes_codes(nar.model.layers[0].mlp.gate_up_proj, 32)\n"
         "assert not N._takes_codes(nar.model.layers[0].mlp.gate_up_proj, K.MAX_ROWS)\n"
+        "gu = nar.model.layers[0].mlp.gate_up_proj\n"
+        "for name, off, on in (('group', 64, 256), ('w8a8', False, True)):  # other ConvRot groups, unmarked\n"
+        "    setattr(gu, name, off)\n"
+        "    assert not N._takes_codes(gu, 32), name\n"
+        "    setattr(gu, name, on)\n"
+        "    assert N._takes_codes(gu, 32), name\n"
         "print('ok')\n")
     _run_ok(code, interpret=True)
