@@ -33,9 +33,9 @@ def rot_rows(x, BM: tl.constexpr, LEAN: tl.constexpr = False):
     # in 3-pass tf32 (≈ fp32 accuracy for any fp32 input; H16's ±1/4 are exact).
     # LEAN (x of bf16 values; the W8A8 quantizers, stop 52): fewer passes — X·H16 in one tf32 pass (bf16 values and
     # ±1/4 are exact in tf32, so tf32x3's two other passes add zeros), then (X·H16)·H16 as hi + lo tf32 parts (H16
-    # exact: tf32x3's third pass adds zero; lo keeps 10 of its ≤ 13 bits, ≈ 2⁻²¹ of the value). One H100, a song's
-    # 5,373 rows: SiLU·up writing W8A8 codes 0.154–0.172 ms against 0.249 without LEAN, the same codes
-    # (bench/w8a8_producers.py)
+    # exact: tf32x3's third pass adds zero; lo rounded to 11 of its ≤ 13 significant bits: ≤ 2⁻²⁰ of the value).
+    # One H100, a song's 5,373 rows: SiLU·up writing W8A8 codes 0.154–0.172 ms against 0.249 without LEAN, the
+    # same codes (bench/w8a8_producers.py)
     i = tl.arange(0, 16)
     a = i[:, None]
     b = i[None, :]
