@@ -111,3 +111,23 @@ def test_a_marker_beside_a_norm_says_what_a_marker_may_sit_beside(micro_paths, t
     assert text.startswith(f"{norm}comfy_quant: a quantization marker beside {norm}weight, which is {dtype} [256]: "
                            "only [out, in] weights of linear and embedding layers are int8 ConvRot codes"), text
     assert "never a norm" in text and "shape mismatch" not in text
+
+
+def test_every_variable_the_test_script_exports_is_known_to_the_switch_check(monkeypatch):
+    """scripts/test.sh exports YUE2_* variables for the tests (the host, the browser, the GPU image's Triton …); the
+    switch check warns about any YUE2_ name it does not know, and the CLI tests assert a clean stderr. Stop 52: the
+    new YUE2_TRITON_GPU_IMAGE was unknown, and 11 CLI tests failed in CI on that warning. Every exported name (and
+    every one assigned then exported) must be known."""
+    import re
+    from pathlib import Path
+    from yue2_core import switch_check
+    text = (Path(__file__).resolve().parents[2] / "scripts" / "test.sh").read_text(encoding="utf-8")
+    names = set(re.findall(r"export (YUE2_[A-Z0-9_]+)", text))
+    assert "YUE2_TRITON_GPU_IMAGE" in names and len(names) >= 8, names
+    for name in list(__import__("os").environ):
+        if name.startswith("YUE2_"):
+            monkeypatch.delenv(name)
+    for name in names:
+        monkeypatch.setenv(name, "1")
+    warned = [w for w in switch_check.check_environment(None) if "not a switch of this pack" in w]
+    assert not warned, warned
