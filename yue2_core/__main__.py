@@ -173,6 +173,8 @@ def cmd_generate(args) -> int:
     _check_switches(args.device)
     claim = _DONE["claim"] = reserve_output(out)  # a second run with the same --output stops here, not after
     # computing a song (released after the save, or by main when the command ends otherwise)
+    if claim.note:  # a file system that takes no locks: no claim
+        print(f"warning: {claim.note}", file=sys.stderr)
     notes = []
     request = SongRequest(style=_read_text(args.style_file, args.style, "style", notes),
                           lyrics=_read_text(args.lyrics_file, args.lyrics, "lyrics", notes), cot=args.cot,
@@ -313,6 +315,8 @@ def cmd_render(args) -> int:
     _check_switches(args.device)
     from .artifacts import reserve_output
     claim = _DONE["claim"] = reserve_output(args.output)  # a second run with the same --output stops here
+    if claim.note:  # a file system that takes no locks: no claim
+        print(f"warning: {claim.note}", file=sys.stderr)
     if args.steps is not None:
         _check_steps(args.steps)
     from .protocol import SEED_MAX

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -42,7 +43,7 @@ import numpy as np
 import torch
 
 from .constants import FRAMES_PER_SECOND, MAX_ODE_STEPS, SAMPLE_RATE
-from .errors import ArtifactError, DiskFullError, json_number_too_long
+from .errors import NO_LOCKS, ArtifactError, DiskFullError, json_number_too_long
 from .pipeline import Score, SemanticTokens, Song
 from .protocol import _finite_number, blank_score, valid_song_id
 
@@ -305,10 +306,11 @@ class Reservation:
     """A claim on an output path by this process: an advisory lock (flock) held on the file `.NAME.yue2-lock` beside
     it, which holds {"pid", "host", "created"} for the messages. The kernel drops the lock when the process ends in
     any way (SIGKILL, OOM, a container stop), so a claim never outlives its run. `release()` removes the file and
-    drops the lock (once; also at interpreter exit)."""
+    drops the lock (once; also at interpreter exit). `note`: why there is no claim, for the caller to print as a
+    warning (a file system that takes no locks), else None."""
 
-    def __init__(self, lock: Path | None, fd: int | None = None, made: tuple[Path, ...] = ()):
-        self.lock, self.fd, self.made = lock, fd, made
+    def __init__(self, lock: Path | None, fd: int | None = None, made: tuple[Path, ...] = (), note: str | None = None):
+        self.lock, self.fd, self.made, self.note = lock, fd, made, note
         if fd is not None:
             import atexit
             atexit.register(self.release)
@@ -380,6 +382,14 @@ def _claim_full(exc: OSError, folder: Path, what: str) -> DiskFullError:
                          f", or give the {what} a place on another disk (nothing was computed)")
 
 
+def no_lock_note(exc: OSError, folder: Path, what: str) -> str:
+    """The warning of a claim in `folder` whose flock failed with one of NO_LOCKS (the file system takes no locks)."""
+    return (f"{folder}'s file system takes no file locks ({exc.strerror or exc}: an NFS mount without its lock daemon, "
+            f"or an SMB / FUSE mount?), so this run does not claim its {what}: another run given the same one at the "
+            f"same time is not stopped before its work. A save never replaces a song: the later of two such runs "
+            f"is refused when it saves. Give each run its own {what}")
+
+
 def reserve_output(path: str | os.PathLike, what: str = "output directory", inside_ok: bool = False) -> Reservation:
     """Claim `path` (a song folder or a batch folder, existing or not) for this process before any work, so that a
     second run given the same path at the same time stops at once instead of computing a song it cannot save. The
@@ -391,7 +401,10 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
     write probe: before any work, not at the first save (stop 49) — and when making the file or its parent folders
     does (no inode or quota left; diff review, stop 49: the claim was skipped and the song computed). A path that
     names no folder ("", "/", "..") or one with no place for a claim (a parent that cannot be written, and no folder
-    yet) gives no claim (the output checks report those), as does a system without flock."""
+    yet) gives no claim (the output checks report those), as does a system without flock, and a file system whose
+    flock fails with one of NO_LOCKS (ENOLCK: NFS without its lock daemon; EOPNOTSUPP …) — its Reservation's `note`
+    says so, to print as a warning (stop-51 leftover "SMB flock": such a failure was read as "being written by
+    another run", so every run there was refused); the synced write, the early write probe, is made all the same."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory file locks here; the save's own checks still never overwrite a song
@@ -429,13 +442,16 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
         if fd is None:  # nowhere (a read-only parent and no folder yet): the output checks that follow say why
             _remove_empty(made)
             return Reservation(None)
+        note = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _holder(fd)
-            os.close(fd)
-            raise ArtifactError(f"{what} {Path(path)} is being written by another run ({holder}; its claim is "
-                                f"{lock}); wait for it to end or choose another name") from None
+        except OSError as exc:
+            if exc.errno not in NO_LOCKS:
+                holder = _holder(fd)
+                os.close(fd)
+                raise ArtifactError(f"{what} {Path(path)} is being written by another run ({holder}; its claim is "
+                                    f"{lock}); wait for it to end or choose another name") from None
+            note = no_lock_note(exc, lock.parent, what)
         try:
             if os.stat(lock).st_ino != os.fstat(fd).st_ino:  # removed / replaced by its last holder meanwhile
                 os.close(fd)
@@ -445,6 +461,10 @@ def reserve_output(path: str | os.PathLike, what: str = "output directory", insi
             if os.pwrite(fd, data, 0) != len(data):
                 raise OSError("short write")
             fsync_file(fd)  # the early write probe: a network file system (NFS) reports a full quota at the sync
+            if note is not None:  # no lock to hold: the write probe was all the file was for
+                lock.unlink()
+                os.close(fd)
+                return Reservation(None, note=note)
         except FileNotFoundError:
             os.close(fd)
             continue
@@ -685,6 +705,10 @@ _MEMORY_FS = ("tmpfs", "ramfs", "devtmpfs", "hugetlbfs")
 
 
 ROOM_PROBE_FILES = 64  # at most this many nameless files hold a probe's room at once (one descriptor each)
+# What the disk must keep free beside the room a probe holds: ROOM_PROBE_SPARE + a quarter of that room
+# (`probe_spare`). Measured on ext4: 2 GiB held for 72 ms (fallocate to close), 512 MiB for 24 ms; another writer
+# filling the page cache at 4 GB/s meanwhile writes ≈ 0.15 × the room + a few MB.
+ROOM_PROBE_SPARE = 64 << 20
 ROOM_PROBE_MIN_PIECE = 1 << 20  # a file system that refuses 1 MiB as "too large" (EFBIG) cannot be probed
 
 
@@ -702,14 +726,35 @@ class RoomProbe:
     piece: int = 0
 
 
+ROOM_FILE = r"\.yue2-room-[a-z0-9_]{8}"  # a probe's file where there is no O_TMPFILE (`tempfile.mkstemp`'s names)
+ROOM_FILE_STALE_SECONDS = 60  # such a file has its name for microseconds; one this old was left by a kill
+
+
+def _sweep_room_files(folder: Path) -> None:
+    """Remove the empty `.yue2-room-XXXXXXXX` files a probe left in `folder` (stop-51 leftover: a kill between the
+    file's creation and its unlink, on a file system without O_TMPFILE — NFS, SMB, FAT — left it for ever, and in a
+    batch folder it made `batch --resume` refuse the folder as holding files not its own). Only empty regular files
+    of that name older than ROOM_FILE_STALE_SECONDS: a probe unlinks its file before it asks for any room."""
+    now = time.time()
+    for p in folder.glob(".yue2-room-*"):
+        try:
+            st = p.lstat()
+            if re.fullmatch(ROOM_FILE, p.name) and stat.S_ISREG(st.st_mode) and st.st_size == 0 \
+                    and now - st.st_mtime > ROOM_FILE_STALE_SECONDS:
+                p.unlink()
+        except OSError:
+            pass
+
+
 def _nameless_file(folder: Path) -> int:
     """A descriptor of a new file in `folder` that has no name: O_TMPFILE, else a hidden file unlinked at once (NFS,
-    FAT, older kernels). OSError when neither can be made."""
+    FAT, older kernels; what a kill in that moment left is swept first). OSError when neither can be made."""
     try:
         return os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600)
     except OSError as exc:
         if exc.errno in FULL_ERRNOS:
             raise
+    _sweep_room_files(folder)
     fd, name = tempfile.mkstemp(prefix=".yue2-room-", dir=folder)
     try:
         os.unlink(name)
@@ -717,6 +762,11 @@ def _nameless_file(folder: Path) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def probe_spare(nbytes: int) -> int:
+    """The free space beyond `nbytes` a disk must have for `free_space_note` to probe it for `nbytes`."""
+    return ROOM_PROBE_SPARE + nbytes // 4
 
 
 def room_refused(folder: Path, nbytes: int) -> int | None:
@@ -732,8 +782,8 @@ def probe_room(folder: Path, nbytes: int) -> RoomProbe:
     50: a named file outlived a kill during the fallocate, holding the room). It sees a used-up or small user /
     group / project quota, which the disk's free space (statvfs) does not show (stop-49 leftover: a quota with some
     room, but less than the song, failed only at the save). The room is held only between the fallocate and the
-    close (a few milliseconds on ext4 / XFS): another writer that needs it then could see the disk full for that
-    long — the price of asking the file system itself.
+    close (24 ms for 512 MiB, 72 ms for 2 GiB on ext4): another writer that needs it then could see the disk full
+    for that long, so `free_space_note` asks only where the disk keeps `probe_spare` free beside it.
 
     In pieces (stop-50 leftover: a batch's total in one file past the largest file a file system or `ulimit -f`
     allows gave EFBIG, and no note): each file asks for at most the `ulimit -f` limit; a piece refused with EFBIG
@@ -782,7 +832,9 @@ def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str |
     songs of `music_tokens` may take (`song_bytes_bound`'s totals: an upper bound — FLAC of real music is smaller,
     and a song may end before its budget) — or when the disk has that space but this user's quota does not
     (`room_refused`) —, else None. Not a refusal: space changes while songs are computed, and a
-    full disk fails a song's save cleanly (`batch` then stops)."""
+    full disk fails a song's save cleanly (`batch` then stops). The quota is not asked where the disk's free space
+    beyond the songs is under `probe_spare` of them (stop-51 leftover: the probe holds the room it asks for, for up
+    to 0.1 s, and a writer beside it — another run's save — then met "No space left on device", its song lost)."""
     if not music_tokens:
         return None
     place = Path(os.path.abspath(folder))
@@ -795,6 +847,8 @@ def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str |
     need = sum(song_bytes_bound(t)[1] for t in music_tokens)
     songs = "the song" if len(music_tokens) == 1 else f"the {len(music_tokens)} songs"
     if free >= need:
+        if free - need < probe_spare(need):  # no probe: while it held the room, others could meet a full disk
+            return None
         probe = probe_room(place, need)
         if probe.capped:  # a total past ROOM_PROBE_FILES of the largest files allowed here: said, not guessed
             return (f"{place} has {_mb(free)} free on its disk, and the file system gave room for {_mb(probe.asked)}"

@@ -1,7 +1,13 @@
 """Typed errors of the engine. Every error a user can cause is one of these, with a message that says what was
 wrong and what is accepted. Callers (the CLI, the ComfyUI nodes) catch `YuE2Error` and show its text."""
+import errno
 import sys
 import traceback
+
+# errnos of a flock that no other holder refused: the file system takes no locks (an NFS mount without its lock
+# daemon: ENOLCK; some FUSE / SMB mounts: EOPNOTSUPP, ENOSYS, EINVAL) — `artifacts.reserve_output`,
+# `weights.synthetic._lock`
+NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL})
 
 
 class YuE2Error(Exception):

@@ -171,11 +171,11 @@ def test_a_killed_checkpoint_write_leaves_no_hidden_copy_for_ever(tmp_path):
     import subprocess
     import sys
     import torch
-    from yue2_core.weights.synthetic import TensorSpec, write_safetensors_stream
+    from yue2_core.weights.synthetic import TensorSpec, _host_tag, write_safetensors_stream
     target = tmp_path / "t.safetensors"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
-    killed = tmp_path / f".t.safetensors.{dead}.0123abcd.tmp"
+    killed = tmp_path / f".t.safetensors.{dead}.{_host_tag()}abcd.tmp"  # written on this host (its name says)
     killed.write_bytes(b"\0" * 4096)
     held = tmp_path / f".t.safetensors.{dead}.4567abcd.tmp"  # a writer elsewhere (another pid namespace) holds it
     held.write_bytes(b"\0" * 4096)

@@ -47,7 +47,8 @@ class BatchOptions:
 
 
 _TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.partial|\.batch\.json\..+\.tmp|\.(.+)\.set-aside-\d{8}T\d{6}(-\d+)?"
-                   r"|\.yue2-lock")  # the last: the claim inside the folder (`artifacts.reserve_output`, inside_ok)
+                   r"|\.yue2-lock"  # the claim inside the folder (`artifacts.reserve_output`, inside_ok)
+                   r"|\.yue2-room-[a-z0-9_]{8}")  # a killed quota probe's file (`artifacts.ROOM_FILE`)
 
 
 _FILE_MANAGER_FILES = {".DS_Store", "Thumbs.db", "desktop.ini", ".directory"}
@@ -565,7 +566,9 @@ def run_batch(options: BatchOptions, **kw) -> int:
     from ..artifacts import check_name_limits, reserve_output
     if str(options.output).strip():
         check_name_limits(options.output)
-    with reserve_output(options.output, "batch folder", inside_ok=True):
+    with reserve_output(options.output, "batch folder", inside_ok=True) as claim:
+        if claim.note:  # a file system that takes no locks: no claim
+            print(f"warning: {claim.note}", file=kw.get("stream") or sys.stderr)
         return _run_batch(options, **kw)
 
 

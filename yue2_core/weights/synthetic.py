@@ -37,6 +37,7 @@ import torch
 
 from ..constants import (AUDIO_CHANNELS, CONTEXT, CONVROT_GROUP, CONVROT_MARKER, EOD, LATENT_DIM, TIME_FREQ_DIM,
                         VOCAB_SIZE)
+from ..errors import NO_LOCKS
 from .quant import quantize
 from .synthetic_tokenizer import qwen_tokenizer_json, tokenizer_json
 
@@ -382,23 +383,38 @@ def _header(specs: list[TensorSpec], metadata: dict[str, str]) -> bytes:
 STALE_TMP_SECONDS = 60  # a temporary file of a writer in another pid namespace is swept only once this old
 
 
-def _lock(fd: int, wait: bool) -> bool:
-    """flock `fd` exclusively (without waiting unless `wait`); True when held. No fcntl (Windows): False."""
+def _lock(fd: int, wait: bool) -> bool | None:
+    """flock `fd` exclusively (without waiting unless `wait`); True when held, False when another holds it (or no
+    fcntl: Windows), None when the file system takes no locks (NO_LOCKS)."""
     try:
         import fcntl
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         return True
-    except (ImportError, OSError):
+    except ImportError:
         return False
+    except OSError as exc:
+        return None if exc.errno in NO_LOCKS else False
+
+
+def _host_tag() -> str:
+    """4 hex digits of this host's name: the start of a temporary file's `XXXXXXXX` (`_locked_tmp`), so a sweep
+    knows a file written here from one written on another host (`_writer_gone`)."""
+    import socket
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:4]
 
 
 def _writer_gone(name: str, mtime: float) -> bool:
     """Whether the writer of the temporary file `name` (`.NAME.PID.XXXXXXXX.tmp`) can no longer be writing it: it
-    has not written for STALE_TMP_SECONDS, or `os.kill` finds no such pid here. A writer in another pid namespace
-    (another container on one volume) may be alive under a pid this one lacks: its flock, held from the file's
-    creation to its rename (`_locked_tmp`), is what keeps its file."""
+    has not written for STALE_TMP_SECONDS, or — for a file written on this host (`_host_tag`) — `os.kill` finds no
+    such pid here. A writer in another pid namespace (another container on one volume) may be alive under a pid
+    this one lacks: its flock, held from the file's creation to its rename (`_locked_tmp`), is what keeps its file.
+    A writer on another host is kept by its name (stop-51 leftover "SMB flock": on a network mount whose flock is
+    local to each host — SMB `nobrl`, NFS `nolock` / `local_lock` — or takes no locks at all, the other host's pid
+    was looked up here, found missing, and its live write taken)."""
     if time.time() - mtime > STALE_TMP_SECONDS:
         return True
+    if not name.rsplit(".", 2)[-2].startswith(_host_tag()):
+        return False
     try:
         os.kill(int(name.rsplit(".", 3)[-3]), 0)
     except ProcessLookupError:
@@ -413,7 +429,9 @@ def sweep_stale_tmps(path: str) -> list[str]:
     (SIGKILL, the OOM killer, a container stop: no handler runs) — `.NAME.PID.XXXXXXXX.tmp`, up to the whole
     checkpoint's size (7.8 GB for the full profile), hidden and never used again; a rerun needed the room twice
     (stop-47 review). Only files no writer holds: each writer keeps an flock on its file while it writes, and a file
-    is taken only once its lock is free and its writer gone (`_writer_gone`). Returns the paths removed."""
+    is taken only once its lock is free and its writer gone (`_writer_gone`); on a file system that takes no locks
+    (NO_LOCKS: the writer's lock failed too), once its writer is gone (was: never — a killed write stayed for ever
+    there). Returns the paths removed."""
     import re
     directory, base = os.path.split(os.path.abspath(path))
     pattern = re.compile(re.escape(f".{base}.") + r"\d+\.[0-9a-f]{8}\.tmp")
@@ -429,7 +447,7 @@ def sweep_stale_tmps(path: str) -> list[str]:
         except OSError:
             continue
         try:
-            if (_lock(fd, wait=False) and _writer_gone(name, os.fstat(fd).st_mtime)
+            if (_lock(fd, wait=False) is not False and _writer_gone(name, os.fstat(fd).st_mtime)
                     and os.path.samestat(os.fstat(fd), os.lstat(tmp))):
                 os.unlink(tmp)
                 removed.append(tmp)
@@ -447,9 +465,9 @@ def _locked_tmp(directory: str, base: str) -> tuple[str, int, bool]:
     written into a file with no name, and its rename failed): once locked it must still be its name's, else a new
     one is made. Returns (path, descriptor, whether the lock is held: not without flock, on Windows)."""
     for _ in range(5):
-        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{_host_tag()}{uuid.uuid4().hex[:4]}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask, unlike mkstemp
-        if not _lock(fd, wait=True):  # no flock here: no sweep takes a file either (`sweep_stale_tmps`)
+        if not _lock(fd, wait=True):  # no flock here: a sweep goes by the pid and the host (`_writer_gone`)
             return tmp, fd, False
         try:
             if os.path.samestat(os.fstat(fd), os.lstat(tmp)):

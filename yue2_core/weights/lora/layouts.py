@@ -422,6 +422,7 @@ def unsaid_expert_note(src: Source, layout: str) -> str | None:
 
 
 _STARNODES_NAR = ("vae2llm.", "llm2vae.", "time_embedder.")  # with `.nar_` modules: Starnodes' NAR-only targets
+_FL_NAR_IO = ("vae2llm.diff", "llm2vae.diff")  # an FL NAR file's IO diffs (`.diff`, `.diff_b`); Starnodes has none
 
 
 def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
@@ -431,13 +432,18 @@ def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
     metadata (a converter, a merge, `save_file` without `metadata=`) leaves nothing to read it from: the file is
     applied at scale 1 (alpha = rank), i.e. at rank/alpha of its trained strength (HOT-Step's usual alpha 2r:
     half; Starnodes' alpha 8 at rank 4: half). Nothing can recover it, so the note says, once per file read, which
-    scale is assumed and how to set it: the strength, or the metadata put back. A stripped file laid out as
-    Starnodes' cannot be told from another trainer's without alpha, so that note says "if it is one"."""
+    scale is assumed and how to set it: the strength, or the metadata put back.
+
+    Unlabelled files with the vendor's NAR layer names and lora_down/lora_up (stop-51 leftover: "if it is one"): an
+    FL NAR companion (`format=fl-yue2-lora-v1`, scale 1 by design) is laid out so too. FL's vae2llm / llm2vae
+    `.diff` / `.diff_b` say it is FL: no note (was: the Starnodes note, whose advice — strength × alpha / rank —
+    played an FL file too strong). LoRA pairs on vae2llm / llm2vae / time_embedder, targets FL never has, say it
+    is Starnodes'. With neither, nothing in the file tells the two apart: the note says both cases."""
     if "1 (no alpha)" not in adapter.scale_rule:
         return None
     keys = list(src.tensors)
     fmt = src.metadata.get("format", "").strip().lower()
-    lokr = any(".lokr_" in k for k in keys)
+    lokr, either = any(".lokr_" in k for k in keys), False
     if any(k.startswith("yue2.blk.") for k in keys):
         what = ("it is a HOT-Step file (`yue2.blk.N` keys), which keeps its alpha only in its metadata, and this "
                 "file has none (stripped by a converter or a merge tool?)")
@@ -449,8 +455,19 @@ def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
         restore = {"format": "yue2-lora-v1"}
     elif adapter.layout == "unlabelled" and not fmt and not any(k.endswith(".alpha") for k in keys) and any(
             ".lora_down" in k and (".nar_" in k or k.startswith(_STARNODES_NAR)) for k in keys):
-        what = ("it is laid out as a Starnodes file (the vendor's NAR names with lora_down/lora_up, no metadata): "
-                "if it is one, its alpha went with the metadata (stripped by a converter or a merge tool?)")
+        if any(".lora_down" in k and k.startswith(_STARNODES_NAR) for k in keys):
+            what = ("it is laid out as a Starnodes file (the vendor's NAR names with lora_down/lora_up, and LoRA "
+                    "pairs on vae2llm / llm2vae / time_embedder, which an FL file never has; no metadata): its alpha "
+                    "went with the metadata (stripped by a converter or a merge tool?)")
+        elif any(k.startswith(_FL_NAR_IO) for k in keys):  # FL's NAR companion: scale 1 by design, nothing lost
+            return None
+        else:
+            either = True
+            what = ("it has only the vendor's NAR layer names with lora_down/lora_up and no metadata, the layout "
+                    "of a Starnodes file (format=yue2-lora-v1, whose alpha is only in its metadata) and of an FL NAR "
+                    "file (format=fl-yue2-lora-v1, scale 1 by design); nothing left in it tells which. If it is an "
+                    "FL file, nothing was lost: strength 1 plays it as trained. If it is a Starnodes file, its "
+                    "alpha went with the metadata (stripped by a converter or a merge tool?)")
         restore = {"format": "yue2-lora-v1"}
     else:
         return None
@@ -477,8 +494,9 @@ def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
                 f"v.contiguous().clone() for k, v in d.items()}}, {json.dumps(fixed)}, {{{meta}}})")
     example = f" (e.g. alpha {2 * one}: strength 2 plays it as trained)" if one else ""
     return (f"LoRA {src.path}: its scale cannot be read — {what}. It "
-            f"is applied at scale 1 (as if alpha = {unit}; {unit} {', '.join(map(str, sizes))}), so at {unit} / "
-            f"alpha of the strength it was trained for. If you know its alpha, multiply the strength by "
+            f"is applied at scale 1 (as if alpha = {unit}; {unit} {', '.join(map(str, sizes))}), so "
+            f"{'a Starnodes file plays ' * either}at {unit} / alpha of the strength it was trained for. If "
+            f"{'it is a Starnodes file and ' * either}you know its alpha, multiply the strength by "
             f"alpha / {unit}{example} — the LoRA node's strength_ar / strength_nar, or `--lora PATH:STRENGTH` — or "
             f"put the metadata back, ALPHA replaced by the alpha: python -c {shlex.quote(code)}, then load {fixed}")
 
