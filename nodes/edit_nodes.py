@@ -104,10 +104,10 @@ def _parts(model, need: int) -> dict:
 def _save(child, lineage: dict, prefix: str):
     root = songs_root()
     with user_errors():
-        for _ in range(3):  # another save may take the number between the scan and the rename
-            out = next_song_dir(root, prefix)
+        for _ in range(3):  # another save may take the number between the scan and the rename (then the song
+            out = next_song_dir(root, prefix)  # goes to the next free one: `save_song`'s next_free)
             try:
-                return save_song(child, out, lineage=lineage)
+                return save_song(child, out, lineage=lineage, next_free=lambda: next_song_dir(root, prefix))
             except ArtifactError:
                 if not out.exists():
                     raise

@@ -220,10 +220,10 @@ class YuE2SaveSong(io.ComfyNode):
                               **({"audio_source": "given" if given else "decoded"} if audio is not None else {})},
                     warnings=request.input_warnings() + warnings)
         with user_errors():
-            for _ in range(3):  # another save may take the number between the scan and the rename
-                out = next_song_dir(root, prefix)
-                try:
-                    path = save_song(song, out)
+            for _ in range(3):  # another save may take the number between the scan and the rename: the finished
+                out = next_song_dir(root, prefix)  # song then goes to the next free one (break-it review 52: each
+                try:  # collision wrote it again, and the third lost it)
+                    path = save_song(song, out, next_free=lambda: next_song_dir(root, prefix))
                     break
                 except ArtifactError:
                     if not out.exists():

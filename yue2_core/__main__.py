@@ -238,7 +238,7 @@ def _check_output(output: str) -> Path:
     not a mount point: `artifacts.check_output_dir`) and its parent writable (a test folder is made and removed
     there); checked before any work. Raises YuE2Error saying which; a long path is quoted by its start and end
     (`errors.quoted`, as a batch row's abc_path: a 6,000-character --output was quoted whole, stop 46)."""
-    from .artifacts import batch_folder_above, check_output_dir
+    from .artifacts import batch_folder_above, check_output_dir, song_folder_above
     from .errors import quoted
     from .protocol import RESERVED_NAMES
     out = Path(output)
@@ -259,6 +259,11 @@ def _check_output(output: str) -> Path:
             raise YuE2Error(f"--output {shown} is inside a batch output folder ({quoted(batch, quote=False)} holds "
                             "batch.json): the batch command writes its songs there, one folder per request id; give "
                             "a path outside it")
+        song = song_folder_above(out)
+        if song is not None:  # break-it review 52: the new song was written inside another song's folder
+            raise YuE2Error(f"--output {shown} is inside the song folder {quoted(song, quote=False)} (it holds "
+                            "result.json): a song folder holds only its own files, and a song inside it is hidden "
+                            "from every song list and deleted with it — give a folder outside it")
         out = check_output_dir(output)  # "", ".", a mount point: refused before any work
         shown = quoted(out, quote=False)
         parent = out.absolute().parent

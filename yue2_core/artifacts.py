@@ -270,18 +270,23 @@ def _marker_bytes() -> bytes:
 
 def _abandoned(folder: Path, now: float) -> bool:
     """True for a temporary folder of a save that can no longer finish: it carries our marker, holds nothing but
-    song files, and its writer (same host) is gone — or it is older than STALE_PARTIAL_SECONDS."""
+    song files, and its writer (same host) is gone — or it is older than STALE_PARTIAL_SECONDS, as is an empty one
+    (a save killed between making the folder and writing its marker) or one whose marker cannot be read (a power
+    cut before the marker reached the disk): break-it review 52, those were kept forever."""
     import socket
     try:
         if folder.is_symlink() or not folder.is_dir():
             return False
         names = {p.name for p in folder.iterdir()}
+        old = now - folder.stat().st_mtime > STALE_PARTIAL_SECONDS
+        if not names:  # nothing in it to lose: a save that just made it writes its marker within milliseconds
+            return old
         if PARTIAL_MARKER not in names or not names <= {PARTIAL_MARKER, *FILES, *PLAN_FILES, "plan_manifest.json",
                                                           "result.json"}:
             return False
-        marker = json.loads((folder / PARTIAL_MARKER).read_text("utf-8"))
-        if now - folder.stat().st_mtime > STALE_PARTIAL_SECONDS:
+        if old:  # before reading the marker: one left empty or half-written by a crash is still ours
             return True
+        marker = json.loads((folder / PARTIAL_MARKER).read_text("utf-8"))
         if marker.get("host") != socket.gethostname() or type(marker.get("pid")) is not int:
             return False
         os.kill(marker["pid"], 0)
@@ -871,14 +876,27 @@ def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str |
 
 
 def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict,
-                   on_saved: Callable[[Path], None] | None = None) -> Path:
+                   on_saved: Callable[[Path], None] | None = None,
+                   next_free: Callable[[], Path] | None = None) -> Path:
     """Write `files` + result.json (with sha256 of each file) into `out_dir` atomically. Refuses an output that
     cannot receive it (`check_output_dir`: a non-empty folder, ".", a mount point …); on any error (disk full,
     read-only) nothing is left behind (`DiskFullError` when the disk or quota is full). Returns the directory path.
     `on_saved(path)` is called right after the rename into place, with Ctrl-C / SIGTERM / SIGHUP held from the rename
     until it returns (`signals_held`), so a caller always knows of a song that is in place: an interrupt landing just
-    after the rename reached the caller as "cancelled" while the complete song was there (stop-47 review)."""
-    out = check_output_dir(out_dir)
+    after the rename reached the caller as "cancelled" while the complete song was there (stop-47 review).
+    `next_free()`: another folder in the same parent to use when another writer took `out_dir` since it was chosen
+    (the nodes' numbered names), before the save or at its rename (`_rename_into_place`); without it that save
+    fails."""
+    for _ in range(100):
+        try:
+            out = check_output_dir(out_dir)
+            break
+        except ArtifactError:
+            if next_free is None or not os.path.lexists(out_dir):
+                raise
+            out_dir = next_free()  # taken while the song's files were encoded (a FLAC takes a while)
+    else:
+        raise ArtifactError(f"no free folder name beside {out_dir} after 100 tries (other writers took them)")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _sweep_stale_partials(out.parent)
@@ -897,13 +915,16 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 fsync_file(fh.fileno())
-        (tmp / PARTIAL_MARKER).unlink()  # after the (slow) syncs: a save killed during them is still swept later
         os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes 0700; a song folder gets the usual permissions
         fsync_folder(tmp)  # the folder's entries, as the files' data: the rename must not publish a folder lost later
         with signals_held(), _rename_gate():  # an interrupt is delivered once the caller knows the song is in
-            if out.exists():  # place and its rename is synced (was: the sync came after the delivery, so never
-                out.rmdir()  # ran then); a writer thread's gate may refuse the rename (`rename_gate`)
-            os.rename(tmp, out)
+            # place and its rename is synced (was: the sync came after the delivery, so never ran then); a writer
+            # thread's gate may refuse the rename (`rename_gate`)
+            out = _rename_into_place(tmp, out, next_free)
+            try:  # the marker goes only now (break-it review 52: removed before the rename, a save killed in
+                (out / PARTIAL_MARKER).unlink()  # between left a hidden complete song no sweep ever removed)
+            except OSError:  # a marker left in a saved song is harmless: load_song reads only the listed files
+                pass
             try:  # the rename itself, so the song outlives a crash or power cut (in place: never an error now)
                 fsync_folder(out.parent)
             except OSError:
@@ -917,6 +938,24 @@ def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _rename_into_place(tmp: Path, out: Path, next_free: Callable[[], Path] | None) -> Path:
+    """Rename the finished temporary folder `tmp` to `out` (replacing only an empty folder there) and return where it
+    went. When another writer took `out` since it was chosen (a song folder is there now: two ComfyUI servers saving
+    into one output folder) and `next_free` is given, the song goes to `next_free()` instead, up to 100 times;
+    before (break-it review 52), each such collision wrote the whole song again and the third one lost it."""
+    for _ in range(100):
+        try:
+            if out.exists():
+                out.rmdir()  # an empty folder (check_output_dir accepted it); a song there fails with ENOTEMPTY
+            os.rename(tmp, out)
+            return out
+        except OSError:
+            if next_free is None or not os.path.lexists(out):
+                raise
+            out = next_free()
+    raise OSError(errno.EEXIST, f"no free folder name beside {out} after 100 tries (other writers took them)")
 
 
 _GATE = threading.local()
@@ -1066,11 +1105,12 @@ def song_result(song: Song, lineage: dict | None = None) -> dict:
 
 
 def save_song(song: Song, out_dir: str | os.PathLike, lineage: dict | None = None,
-              on_saved: Callable[[Path], None] | None = None) -> Path:
+              on_saved: Callable[[Path], None] | None = None,
+              next_free: Callable[[], Path] | None = None) -> Path:
     """Save a Song as a song directory (layout in the module docstring; latents/audio may be None). Raises
-    ArtifactError when `out_dir` is not empty or cannot be written; nothing partial is ever left. `on_saved`:
-    `write_song_dir`'s."""
-    extra = {"on_saved": on_saved} if on_saved is not None else {}
+    ArtifactError when `out_dir` is not empty or cannot be written; nothing partial is ever left. `on_saved`,
+    `next_free`: `write_song_dir`'s."""
+    extra = {k: v for k, v in (("on_saved", on_saved), ("next_free", next_free)) if v is not None}
     return write_song_dir(out_dir, song_files(song), song_result(song, lineage), **extra)
 
 
@@ -1312,6 +1352,22 @@ def batch_folder_above(path: Path) -> Path | None:
                     if isinstance(doc, dict) and "settings" in doc and "results" in doc:
                         return folder
             except (OSError, ValueError, RecursionError):
+                continue
+    return None
+
+
+def song_folder_above(path: str | os.PathLike) -> Path | None:
+    """The song folder (one holding result.json and every file load_song requires: `REQUIRED_FILES`; a project
+    folder with a config.json and a result.json of another tool is none) that `path` lies inside, at any depth, or
+    None; the path as given and with its symbolic links resolved are both looked at, as `batch_folder_above` does.
+    Break-it review 52: `render A --output B/v2` (or through a link to B) wrote a new song inside the folder of
+    song B, where no song list shows it and deleting the take B deletes it too."""
+    for absolute in dict.fromkeys((Path(os.path.abspath(path)), Path(os.path.realpath(path)))):
+        for folder in absolute.parents:
+            try:
+                if all((folder / name).is_file() for name in ("result.json", *REQUIRED_FILES)):
+                    return folder
+            except OSError:
                 continue
     return None
 

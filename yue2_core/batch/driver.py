@@ -65,7 +65,7 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
     temporaries; songs already there need `resume` (batch.json alone, no song folder, does not: a run that started
     no song may run again). Raises ArtifactError naming the foreign entries, saying to add
     --resume, or naming a name on the path longer than the file system takes (`artifacts.check_name_limits`)."""
-    from ..artifacts import batch_folder_above, check_name_limits
+    from ..artifacts import batch_folder_above, check_name_limits, song_folder_above
     check_name_limits(out)  # a name over NAME_MAX on the way: said with the limit, not "File name too long"
     try:
         if out.is_symlink() or (out.exists() and not out.is_dir()):
@@ -75,6 +75,10 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
             raise ArtifactError(f"--output {out} is inside a batch output folder ({batch} holds "
                                 f"{BATCH_FILE}): its --resume would then refuse the folder as not its own; give a "
                                 "path outside it")  # --resume then refused the nested folder)
+        song = song_folder_above(out)
+        if song is not None:  # as `generate` (break-it review 52)
+            raise ArtifactError(f"--output {out} is inside the song folder {song} (it holds result.json): a song "
+                                "folder holds only its own files — give a path outside it")
         if not out.exists():
             return
         names = sorted(p.name for p in out.iterdir())
