@@ -291,6 +291,19 @@ def _load_sum(ptr, offs, mask, PS, S: tl.constexpr):
 
 
 @triton.jit
+def residual_rms(x_ptr, d_ptr, y_ptr, row, offs, m, N, PS, eps, HAS_D: tl.constexpr, S: tl.constexpr):
+    # (x, r) of row `row`: x ← x + delta rounded to y's dtype (delta: S partial sums, `_load_sum`), and
+    # r = rsqrt(mean x² + eps) rounded to that dtype, as fp32 — the add+RMSNorm roundings every producer shares
+    # (this kernel and `_w8a8_triton.add_rmsnorm_quant_kernel`, so their y are the same bits)
+    dt = y_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * N + offs, mask=m, other=0.0)
+    if HAS_D:
+        x = (x.to(tl.float32) + _load_sum(d_ptr, row * N + offs, m, PS, S).to(dt).to(tl.float32)).to(dt)
+    xf = x.to(tl.float32)
+    return x, (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
+
+
+@triton.jit
 def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl.constexpr, S: tl.constexpr,
                        BLOCK: tl.constexpr, ROT: tl.constexpr, PDL: tl.constexpr = False, q_ptr=None, qs_ptr=None,
                        QUANT: tl.constexpr = False):
@@ -302,11 +315,8 @@ def add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, y_ptr, N, PS, eps, HAS_D: tl
     offs = tl.arange(0, BLOCK)
     m = offs < N
     dt = y_ptr.dtype.element_ty
-    x = tl.load(x_ptr + row * N + offs, mask=m, other=0.0)
-    if HAS_D:
-        x = (x.to(tl.float32) + _load_sum(d_ptr, row * N + offs, m, PS, S).to(dt).to(tl.float32)).to(dt)
+    x, r = residual_rms(x_ptr, d_ptr, y_ptr, row, offs, m, N, PS, eps, HAS_D, S)
     xf = x.to(tl.float32)
-    r = (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
     if ROT:
         so = tl.program_id(1) * 256 + tl.arange(0, 256)
         xs = tl.load(x_ptr + row * N + so)

@@ -4,7 +4,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from ._decode_triton import _max_keep_nan, rot_rows
+from ._decode_triton import _max_keep_nan, residual_rms, rot_rows
 
 
 @triton.jit
@@ -125,19 +125,16 @@ def _row_codes(q_ptr, s_ptr, row, y, C: tl.constexpr, N, LIBDEVICE: tl.constexpr
 def add_rmsnorm_quant_kernel(x_ptr, d_ptr, w_ptr, xo_ptr, q_ptr, s_ptr, N, eps, HAS_D: tl.constexpr,
                              BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr, ROT_MODE: tl.constexpr = 0):
     # program = one row: x ← x + delta (stored to xo), y = RMSNorm(x)·w with the roundings of
-    # `_decode_triton.add_rmsnorm_kernel` (the same operations, so the same bits), then y's W8A8 codes and scale
+    # `_decode_triton.add_rmsnorm_kernel` (its `residual_rms`, then the same two roundings), then y's W8A8 codes and scale
     # (`_row_codes`) instead of y itself: the quantizer's two reads of y are gone
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     m = offs < N
     dt = xo_ptr.dtype.element_ty
-    x = tl.load(x_ptr + row * N + offs, mask=m, other=0.0)
+    x, r = residual_rms(x_ptr, d_ptr, xo_ptr, row, offs, m, N, 0, eps, HAS_D, 1)
     if HAS_D:
-        d = tl.load(d_ptr + row * N + offs, mask=m, other=0.0).to(tl.float32).to(dt).to(tl.float32)
-        x = (x.to(tl.float32) + d).to(dt)
         tl.store(xo_ptr + row * N + offs, x, mask=m)
     xf = x.to(tl.float32)
-    r = (1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)).to(dt).to(tl.float32)
     y = (xf * r).to(dt).to(tl.float32)
     y = (y * tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)).to(dt).to(tl.float32)
     _row_codes(q_ptr, s_ptr, row, y, BLOCK, N, LIBDEVICE, ROT_MODE)
