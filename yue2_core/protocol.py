@@ -289,8 +289,8 @@ def score_notes(text: str, max_seconds: float | None = None, limit: int = 20, co
     from .abc import validate
     seconds = max_seconds if max_seconds is not None else SEMANTIC_PRESET.max_tokens / FRAMES_PER_SECOND
     issues = [i for i in validate(text, max_seconds=seconds, duration_setting=duration_setting)
-              if i.code not in ("line-ends", "control-character")]  # said once, by form_notes / control_notes
-    #                                     (new-user finding: the same CRLF warning came twice in two wordings)
+              if i.code not in ("line-ends", "control-character", "byte-order-mark")]
+    # ↑ said once, by form_notes / control_notes (new-user finding: the same CRLF warning came twice in two wordings)
     # one format for every place in a score (stop-50 leftover): "score line N column C: message [severity]", as
     # control_notes writes its own ("score line N column C: control character …")
     lines = [f"score {i.located()} [{i.severity}]" if i.line else f"score: {i.message} [{i.severity}]"

@@ -120,3 +120,22 @@ def test_a_control_character_is_one_finding_naming_it():
     assert "U+007F (DEL)" in issue.message and "2 control characters" in issue.message
     notes = __import__("yue2_core.protocol", fromlist=["score_notes"]).score_notes(SCORE + "\x00")
     assert sum("U+0000" in n for n in notes) == 1, notes  # said once (control_notes), not twice
+
+
+def test_a_leading_byte_order_mark_is_one_finding_naming_it():
+    """Break-it review, stop 53: a score saved as "UTF-8 with BOM" (Notepad, a text loader, an edited score.abc)
+    was read as having no header — "The score has no ABC header; it must start with X:1 …" for a score that
+    visibly starts with X:1, then "Field T: is not allowed in the body" and eight more findings, none naming the
+    mark, in the editor, the ABC Editor node and the command line's notes; the score itself went unchecked. Now the
+    mark is one finding and the rest is checked as without it; the command line names it once (form_notes)."""
+    from yue2_core.protocol import score_notes
+    issues = validate("\ufeff" + SCORE)
+    assert [(i.severity, i.code, i.line, i.column) for i in issues] == [("error", "byte-order-mark", 1, 1)], issues
+    assert "byte-order mark (U+FEFF)" in issues[0].message and "UTF-8 without BOM" in issues[0].message
+    assert analyze({"abc": "\ufeff" + SCORE})["ok"] is False
+    wrong = "\ufeff" + SCORE.replace('"G"D32|', '"G"D32D8|')  # a real error after the mark is still found
+    assert [(i.code, i.line) for i in validate(wrong) if i.severity == "error"] == [("byte-order-mark", 1),
+                                                                                    ("bar-length", 11)]
+    notes = score_notes("\ufeff" + SCORE)
+    assert len(notes) == 1 and "byte-order mark (U+FEFF)" in notes[0], notes
+    assert not any("header" in n for n in score_notes(wrong)), score_notes(wrong)

@@ -193,7 +193,7 @@ def test_set_tempo_changes_only_q(name):
     assert after["duration_s"] == pytest.approx(before["duration_s"] * before["tempo"]["bpm"] / 150)
 
 
-@pytest.mark.parametrize("bpm", [0, -5, 1001, 99.5, True, "120"])
+@pytest.mark.parametrize("bpm", [0, -5, 1001, 99.5, True, "120", float("inf"), float("-inf"), float("nan")])
 def test_set_tempo_refuses_bad_bpm(bpm):
     with pytest.raises(AbcError):
         set_tempo(read("song.abc"), bpm)

@@ -55,6 +55,9 @@ def scan(text: str) -> AbcScore:
     # (leftover of the stop-45 break-it review); no column before them moves
     clean = [_CONTROL.sub(" ", _TRAILING_CONTROL.sub("", line)) for line in lines]
     blank = not text.replace("\ufeff", "").strip()  # a byte-order mark alone is empty (protocol.blank_score)
+    bom = text.startswith("\ufeff") and not blank
+    if bom:  # read past it, as the first character of a line (break-it review, stop 53: "no ABC header" for a score
+        clean[0] = clean[0][1:]  # that visibly starts with X:1, and the rest of the score was not checked)
     header, body_start, issues = parse_header(clean) if not blank else (None, 0, [])
     if header is None:
         from .model import Header
@@ -63,6 +66,11 @@ def scan(text: str) -> AbcScore:
                                   "X:1, T:, M:, L:, Q:, the two V: definitions and K:.", 1, 1))
         return score
     score = AbcScore(text, lines, header, issues=issues)
+    if bom:
+        score.issues.append(Issue("error", "byte-order-mark", "The score starts with a byte-order mark (U+FEFF), an "
+                                  "invisible character that an editor saving \"UTF-8 with BOM\" writes before X:1: "
+                                  "the model would read it as text (the planner never writes it). Delete it, or save "
+                                  "the file as UTF-8 without BOM.", 1, 1))
     _line_end_issue(text, score.issues)
     _surrogate_issue(lines, score.issues)
     _control_issue(lines, score.issues)

@@ -17,8 +17,8 @@ from .parser import parse
 def set_tempo(text: str, bpm: int) -> str:
     """`text` with the BPM of its `Q:` line replaced by `bpm` (a whole number from 1 to 1000; the beat unit and the
     rest of the line are kept). Raises `AbcError` if the text does not parse or bpm is out of range."""
-    if isinstance(bpm, bool) or not isinstance(bpm, (int, float)) or bpm != bpm or int(bpm) != bpm \
-            or not 1 <= bpm <= 1000:
+    if isinstance(bpm, bool) or not isinstance(bpm, (int, float)) or not 1 <= bpm <= 1000 or int(bpm) != bpm:
+        # (the range first: int(inf) raised OverflowError, int(nan) ValueError — break-it review, stop 53)
         raise AbcError(f"bpm must be a whole number from 1 to 1000 (the dialect writes Q:1/4=<whole BPM>), got "
                        f"{bpm!r}.", code="argument")
     score = parse(text)
