@@ -78,6 +78,9 @@ def padded_latent(latents: list[torch.Tensor], steps: int, seeds: list[int], ext
 
 def latent_frames(latent: dict, batch: int, width: int) -> list[int]:
     """Each item's true frame count: "yue2_frames" when present (a batch of takes), else the full width."""
+    if batch < 1:  # break-it review, stop 53: a [0, 64, T] latent reached torch.stack ("non-empty TensorList")
+        raise ValueError(f"the latent holds no items (its samples are [0, …, {width}]): nothing to decode or pick; a "
+                         "YuE2 latent is [B, 64, frames] with B ≥ 1, from YuE2 Renderer or YuE2 Load Song")
     frames = latent.get("yue2_frames") if isinstance(latent, dict) else None
     if frames is None:
         return [width] * batch

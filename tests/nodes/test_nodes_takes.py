@@ -210,3 +210,16 @@ def test_too_many_candidates_is_refused_with_the_maximum(checkpoints):
     message = str(info.value)
     assert message.startswith("16 candidates do not fit: at most 3 candidates fit in 0.6 GiB free on cpu")
     assert "Lower the number of candidates or the max seconds" in message
+
+
+def test_a_latent_of_no_items_is_refused_by_name():
+    """Break-it review, stop 53: a LATENT whose samples are [0, 64, T] (a batch of no takes, from another pack's
+    node) reached torch.stack in YuE2 VAE Decode ("stack expects a non-empty TensorList"); VAE Decode reads each
+    item's frames through `latent_frames`, which now refuses it by name (Pick Take refused it before, by count)."""
+    batch = _batch_module()
+    empty = {"samples": torch.zeros(0, 64, 10)}
+    with pytest.raises(ValueError, match=r"the latent holds no items \(its samples are \[0, …, 10\]\)"):
+        batch.latent_frames(empty, 0, 10)
+    with pytest.raises(ValueError, match="holds no items"):
+        batch.latent_frames({**empty, "yue2_frames": []}, 0, 10)
+    assert batch.latent_frames({"samples": torch.zeros(2, 64, 10)}, 2, 10) == [10, 10]
