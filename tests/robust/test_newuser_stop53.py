@@ -44,6 +44,24 @@ def test_a_comfyui_path_that_gave_nothing_is_named(no_other_checkpoint, monkeypa
     assert rc == 2 and said[case] in err, err
 
 
+
+def test_a_yue2_file_in_a_checkpoints_subfolder_is_named(no_other_checkpoint, monkeypatch, capsys, tiny_paths):
+    """ComfyUI lists `audio/yue2.safetensors` in its Loader; the command line's search looks only at the folder's own
+    files: the error names the file and the --checkpoint that takes it (an image checkpoint beside it is not named)."""
+    checkpoints = no_other_checkpoint / "ComfyUI" / "models" / "checkpoints"
+    (checkpoints / "audio").mkdir(parents=True)
+    (checkpoints / "audio" / "yue2.safetensors").symlink_to(tiny_paths["int8"])
+    (checkpoints / "audio" / "aaa_sdxl.safetensors").write_bytes(b"not a YuE2 file")
+    monkeypatch.setenv("COMFYUI_PATH", str(no_other_checkpoint / "ComfyUI"))
+    rc, err = main_inprocess(capsys, "generate", "--style", "x", "--lyrics", "y", "--offline", "--output",
+                             no_other_checkpoint / "out")
+    assert rc == 2 and (f"$COMFYUI_PATH's {checkpoints} holds no YuE2 checkpoint (no weight files in it); its "
+                        "subfolders, which are not searched, hold audio/yue2.safetensors: give one as --checkpoint "
+                        "audio/yue2.safetensors.") in err and "aaa_sdxl" not in err, err
+    from yue2_core.weights.locate import find_checkpoint
+    found, _ = find_checkpoint("audio/yue2.safetensors", download=False)  # the advice works
+    assert found == str(checkpoints / "audio" / "yue2.safetensors")
+
 def test_an_unset_or_working_comfyui_path_adds_nothing(no_other_checkpoint, monkeypatch, capsys):
     from yue2_core.weights.locate import comfy_env_hint
     monkeypatch.delenv("COMFYUI_PATH", raising=False)

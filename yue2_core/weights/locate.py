@@ -178,6 +178,19 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
     raise CheckpointError(f"{head}. {where_to_get()}{_local_hint()}")
 
 
+def _yue2_in(files: list[Path], folder: Path, most: int = 50) -> list[Path]:
+    """The YuE2 all-in-one files among `files` that lie in subfolders of `folder` (headers read, at most `most`)."""
+    from .checkpoint import inspect_checkpoint
+    found = []
+    for f in [f for f in files if f.parent != folder and f.suffix == ".safetensors"][:most]:
+        try:
+            inspect_checkpoint(f)
+        except CheckpointError:
+            continue
+        found.append(f)
+    return found
+
+
 def comfy_env_hint() -> str:
     """Why $COMFYUI_PATH / $COMFYUI_DIR, where set, gave no checkpoint: the folder does not exist, has no
     models/checkpoints, or that holds no YuE2 checkpoint; "" when neither is set (or it cannot be searched:
@@ -196,9 +209,14 @@ def comfy_env_hint() -> str:
                 said.append(f"${env}={value} has no models/checkpoints folder (it must name the ComfyUI folder "
                             "itself, the one holding main.py and models/)")
             else:
-                others = sum(1 for f in folder.iterdir() if f.suffix in (".safetensors", ".ckpt", ".pt"))
+                weights = [f for f in folder.rglob("*") if f.suffix in (".safetensors", ".ckpt", ".pt")]
+                top = sum(1 for f in weights if f.parent == folder)
+                deeper = [str(f.relative_to(folder)) for f in sorted(_yue2_in(weights, folder))]
                 said.append(f"${env}'s {folder} holds no YuE2 checkpoint"
-                            + (f" ({others} other weight file(s))" if others else " (no weight files in it)"))
+                            + (f" ({top} other weight file(s))" if top else " (no weight files in it)")
+                            + (f"; its subfolders, which are not searched, hold {', '.join(deeper[:3])}"
+                               f"{' …' if len(deeper) > 3 else ''}: give one as --checkpoint {deeper[0]}"
+                               if deeper else ""))
         except OSError:
             continue
     return "; ".join(said)
