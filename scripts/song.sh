@@ -100,16 +100,21 @@ args=("$@")
 has() { local a; for a in "${args[@]}"; do [ "$a" = "$1" ] || [[ "$a" == "$1="* ]] && return 0; done; return 1; }  # --opt v, --opt=v
 # the CLI's own search without the download (yue2_core/weights/locate.py find_checkpoint): a YuE2 file or vendor
 # folder in ComfyUI's models/checkpoints, then m-a-p/YuE2-3B in the Hugging Face cache; the synthetic file only when
-# that finds nothing
+# that finds nothing; a $COMFYUI_PATH / $COMFYUI_DIR that gave nothing (not a folder, no models/checkpoints, no YuE2
+# file there) is named, not passed over in silence (new-user review 53)
 found_checkpoint() {
-    "$PY" -c "
+    local why
+    why=$("$PY" -c "
 import sys
 from yue2_core.errors import CheckpointError
-from yue2_core.weights.locate import find_checkpoint
+from yue2_core.weights.locate import comfy_env_hint, find_checkpoint
 try:
     find_checkpoint(download=False)
 except CheckpointError:
-    sys.exit(1)" 2>/dev/null
+    print(comfy_env_hint())
+    sys.exit(1)" 2>/dev/null) && return 0
+    [ -z "$why" ] || echo "[song.sh] note: $why: no checkpoint found there" >&2
+    return 1
 }
 if ! has --checkpoint && [ -z "${YUE2_CHECKPOINT:-}" ] && ! found_checkpoint; then
     ckpt="$REPO/models/yue2_tiny_bf16.safetensors"

@@ -156,9 +156,14 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
     snap = hf_vendor_snapshot()
     if snap is not None:
         return str(snap), "Hugging Face cache of m-a-p/YuE2-3B (vendor folder)"
+    comfy = comfy_env_hint()
     if download:
         reason = _hub_unreachable()
         if reason is None:
+            if comfy:  # before 3.7 GB are fetched: a mistyped $COMFYUI_PATH should not cost a silent download
+                import sys
+                print(f"note: {comfy}; no other YuE2 checkpoint found: downloading {HF_REPO}/{HF_FILE} (3.7 GB; "
+                      "--offline never downloads)", file=sys.stderr)
             try:
                 from huggingface_hub import hf_hub_download
                 return hf_hub_download(HF_REPO, HF_FILE), f"Hugging Face {HF_REPO}/{HF_FILE}"
@@ -168,7 +173,53 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
                 "attempt)")
     else:
         head = "no YuE2 checkpoint found (downloading is off: --offline)"
+    if comfy:
+        head += f"; {comfy}"
     raise CheckpointError(f"{head}. {where_to_get()}{_local_hint()}")
+
+
+def _yue2_in(files: list[Path], folder: Path, most: int = 50) -> list[Path]:
+    """The YuE2 all-in-one files among `files` that lie in subfolders of `folder` (headers read, at most `most`)."""
+    from .checkpoint import inspect_checkpoint
+    found = []
+    for f in [f for f in files if f.parent != folder and f.suffix == ".safetensors"][:most]:
+        try:
+            inspect_checkpoint(f)
+        except CheckpointError:
+            continue
+        found.append(f)
+    return found
+
+
+def comfy_env_hint() -> str:
+    """Why $COMFYUI_PATH / $COMFYUI_DIR, where set, gave no checkpoint: the folder does not exist, has no
+    models/checkpoints, or that holds no YuE2 checkpoint; "" when neither is set (or it cannot be searched:
+    `comfy_checkpoint_dirs` names that). New-user review 53: a mistyped or too deep $COMFYUI_PATH got the same
+    "searched only when … $COMFYUI_PATH names that ComfyUI" advice as an unset one, or a silent 3.7 GB download."""
+    said = []
+    for env in ("COMFYUI_PATH", "COMFYUI_DIR"):
+        value = os.environ.get(env)
+        if not value:
+            continue
+        root, folder = Path(value), Path(value) / "models" / "checkpoints"
+        try:
+            if not root.is_dir():
+                said.append(f"${env}={value} is not a folder")
+            elif not folder.is_dir():
+                said.append(f"${env}={value} has no models/checkpoints folder (it must name the ComfyUI folder "
+                            "itself, the one holding main.py and models/)")
+            else:
+                weights = [f for f in folder.rglob("*") if f.suffix in (".safetensors", ".ckpt", ".pt")]
+                top = sum(1 for f in weights if f.parent == folder)
+                deeper = [str(f.relative_to(folder)) for f in sorted(_yue2_in(weights, folder))]
+                said.append(f"${env}'s {folder} holds no YuE2 checkpoint"
+                            + (f" ({top} other weight file(s))" if top else " (no weight files in it)")
+                            + (f"; its subfolders, which are not searched, hold {', '.join(deeper[:3])}"
+                               f"{' …' if len(deeper) > 3 else ''}: give one as --checkpoint {deeper[0]}"
+                               if deeper else ""))
+        except OSError:
+            continue
+    return "; ".join(said)
 
 
 def _hub_unreachable(timeout: float = 5.0) -> str | None:
