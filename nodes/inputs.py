@@ -4,19 +4,29 @@
 What ComfyUI does with an API prompt's widget values before a node sees them:
   FLOAT    `float(value)`, then the min/max check: "nan" / JSON NaN passes it (every comparison with NaN is false)
   INT      `int(value)`: 1.7 becomes 1 and true becomes 1, silently
-  BOOLEAN  `bool(value)`: the string "false" (any non-empty string) becomes True, silently
+  FLOAT    (also) `float(true)`: a JSON boolean becomes 1.0, silently
+  BOOLEAN  `bool(value)`: the string "false" (any non-empty string) becomes True, null becomes False, silently
+  STRING   `str(value)`: null becomes the text "None", true "True", an object "{'a': 1}", silently (a style "None",
+           a song folder None_00001)
   COMBO    not checked against the options at all for V3 nodes (their type is "COMBO", not the list), and an input
            that the node's own `validate_inputs` receives skips ComfyUI's checks: any JSON value reaches it (5, null)
 
-`guard_prompt` (registered as an on-prompt handler, so it runs on the posted JSON before that validation) marks a
-string given for a BOOLEAN, a non-integral number for an INT and a NaN for a FLOAT of this pack's nodes: ComfyUI's
+`guard_prompt` (registered as an on-prompt handler, so it runs on the posted JSON before that validation) marks
+anything but a JSON boolean given for a BOOLEAN, a non-integral number or a boolean for an INT, a NaN or a boolean for
+a FLOAT, and null, a boolean or an object for a STRING of this pack's nodes (break-it review 53b): ComfyUI's
 own conversion then fails with this module's message (error `invalid_input_type`, "Failed to convert an input value
 to a … value", details "<input>, <value>, <why and what is accepted>"). `entry_name` and `number` are the nodes'
-own checks, for values that reach `validate_inputs` / `execute` by any other way.
+own checks, for values that reach `validate_inputs` / `execute` by any other way. `MISSING` is the default of the
+dropdown a node's `validate_inputs` checks: ComfyUI calls that function even when the prompt lacks the input (after
+its own "Required input is missing"), and a function without a default then failed with Python's "missing 1
+required positional argument", which replaced ComfyUI's message.
 """
 from __future__ import annotations
 
+import json
 import math
+
+MISSING = object()  # validate_inputs' default: the input is absent from the prompt (ComfyUI names it itself)
 
 
 def entry_name(input_name: str, value, what: str) -> str | None:
@@ -57,6 +67,19 @@ class _RefusedText(str):
         raise ValueError(self.why)
 
 
+class _RefusedString(str):
+    """A null / boolean / object given for a STRING, as its JSON text: ComfyUI's `str(value)` raises with the
+    message instead of reading "None" (its error details format the value, which gives the JSON text)."""
+
+    why = ""
+
+    def __str__(self):
+        raise ValueError(self.why)
+
+    def __format__(self, spec):
+        return format(str.__str__(self), spec)
+
+
 class _RefusedNumber(float):
     """A NaN for a FLOAT or a fraction for an INT: ComfyUI's `float(value)` / `int(value)` raises with the message."""
 
@@ -75,7 +98,8 @@ def _refused(cls, value, why: str):
     return out
 
 
-_WIDGETS: dict | None = None  # class_type → {input: (type, min, max)} of the pack's BOOLEAN / INT / FLOAT inputs
+_WIDGETS: dict | None = None  # class_type → {input: (type, min, max)} of the pack's BOOLEAN / INT / FLOAT /
+# STRING inputs
 
 
 def _widgets() -> dict:
@@ -89,7 +113,7 @@ def _widgets() -> dict:
             table[node_id] = {name: (spec[0], (spec[1] if len(spec) > 1 else {}).get("min"),
                                      (spec[1] if len(spec) > 1 else {}).get("max"))
                               for section in ("required", "optional") for name, spec in info.get(section, {}).items()
-                              if spec and spec[0] in ("BOOLEAN", "INT", "FLOAT")}
+                              if spec and spec[0] in ("BOOLEAN", "INT", "FLOAT", "STRING")}
         _WIDGETS = table
     return _WIDGETS
 
@@ -100,11 +124,25 @@ def _show(x) -> str:
 
 def _mark(name: str, kind: str, lo, hi, value):
     """The value, or a refusing stand-in for one ComfyUI would silently misread."""
+    if isinstance(value, dict) and "__value__" in value:  # ComfyUI's wrapper of a list widget value: its own
+        return value
     span = f" in [{_show(lo)}, {_show(hi)}]" if lo is not None and hi is not None else ""
     if kind == "BOOLEAN" and isinstance(value, str):
         return _refused(_RefusedText, value,
                         f"{name} must be true or false (a JSON boolean); got the text {value!r}, which ComfyUI "
                         "would read as " + ("false" if not value else "true"))
+    if kind == "BOOLEAN" and not isinstance(value, bool):  # null, 0, 2, 0.5
+        return _refused(_RefusedText, _json(value),
+                        f"{name} must be true or false (a JSON boolean); got {_json(value)}, which ComfyUI would "
+                        "read as " + ("true" if value else "false"))
+    if kind in ("INT", "FLOAT") and isinstance(value, bool):
+        return _refused(_RefusedNumber, float(value),
+                        f"{name} must be a {'whole ' if kind == 'INT' else ''}number{span}; got {_json(value)} (a "
+                        f"JSON boolean), which ComfyUI would read as {int(value) if kind == 'INT' else float(value)}")
+    if kind == "STRING" and (value is None or isinstance(value, (bool, dict))):
+        return _refused(_RefusedString, _json(value),
+                        f"{name} must be a text (a JSON string); got {_json(value)}, which ComfyUI would read as the "
+                        f"text {str(value)[:40]!r}")
     if kind == "INT" and isinstance(value, float) and not isinstance(value, bool):
         if math.isfinite(value) and not value.is_integer():
             return _refused(_RefusedNumber, value, f"{name} must be a whole number{span}; got {value!r}, which "
@@ -115,6 +153,15 @@ def _mark(name: str, kind: str, lo, hi, value):
         if nan:
             return _refused(_RefusedNumber, float("nan"), f"{name} must be a finite number{span}; got NaN")
     return value
+
+
+def _json(value) -> str:
+    """The value as JSON writes it (null, true, {"a": 1}), at most 60 characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=True, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def guard_prompt(json_data):
@@ -133,7 +180,7 @@ def guard_prompt(json_data):
             continue
         inputs = node["inputs"]
         for name, (kind, lo, hi) in table.items():
-            if name in inputs and not isinstance(inputs[name], (list, dict)):  # a list is a link
+            if name in inputs and not isinstance(inputs[name], list):  # a list is a link
                 inputs[name] = _mark(name, kind, lo, hi, inputs[name])
     return json_data
 

@@ -122,7 +122,9 @@ class YuE2CheckpointLoader(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, ckpt_name) -> bool | str:
+    def validate_inputs(cls, ckpt_name=inputs.MISSING) -> bool | str:
+        if ckpt_name is inputs.MISSING:  # absent from the prompt: ComfyUI's "Required input is missing" names it
+            return True
         bad = inputs.entry_name("ckpt_name", ckpt_name, "a checkpoint from the list")
         if bad:
             return bad

@@ -106,7 +106,9 @@ class YuE2LoRA(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, lora_name) -> bool | str:
+    def validate_inputs(cls, lora_name=inputs.MISSING) -> bool | str:
+        if lora_name is inputs.MISSING:  # absent from the prompt: ComfyUI's "Required input is missing" names it
+            return True
         bad = inputs.entry_name("lora_name", lora_name, "a LoRA file from the list")
         if bad:
             return bad

@@ -249,8 +249,10 @@ def count_tokens(payload: dict) -> dict:
             from yue2_core.pipeline import Score, music_budget
             from yue2_core.protocol import SongRequest
 
-            budget = music_budget(SongRequest(style=style, lyrics=lyrics, cot=cot),
-                                  Score.from_text(abc, tokenizer, cot), tokenizer)
+            # validate() names the field a surrogate is in (break-it review 53b: the tokenizer's message gave its
+            # place in the whole prompt, "at character 118" for the style's first character)
+            request = SongRequest(style=style, lyrics=lyrics, cot=cot).validate()
+            budget = music_budget(request, Score.from_text(abc, tokenizer, cot), tokenizer)
             answer.update(prefix_tokens=budget["prefix_tokens"], music_tokens_max=budget["music_tokens_max"],
                           music_seconds_max=budget["music_tokens_max"] / FRAMES_PER_SECOND)
     except YuE2Error as error:  # text the tokenizer refuses (unpaired surrogates), an empty score

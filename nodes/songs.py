@@ -21,7 +21,7 @@ from yue2_core.errors import ArtifactError
 from yue2_core.pipeline import Song
 from yue2_core.protocol import SongRequest
 
-from . import records, types
+from . import inputs, records, types
 from .progress import user_errors
 
 SUBFOLDER = "yue2"
@@ -279,7 +279,11 @@ class YuE2LoadSong(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, song) -> bool | str:
+    def validate_inputs(cls, song=inputs.MISSING) -> bool | str:
+        if song is inputs.MISSING:  # absent from the prompt: ComfyUI's "Required input is missing" names it
+            return True
+        if bad := inputs.entry_name("song", song, "a saved song from the list"):
+            return bad
         songs = list_songs()
         if song in songs:
             return True

@@ -106,7 +106,9 @@ class YuE2VAELoader(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, vae_name) -> bool | str:
+    def validate_inputs(cls, vae_name=inputs.MISSING) -> bool | str:
+        if vae_name is inputs.MISSING:  # absent from the prompt: ComfyUI's "Required input is missing" names it
+            return True
         bad = inputs.entry_name("vae_name", vae_name, "a VAE from the list")
         if bad:
             return bad

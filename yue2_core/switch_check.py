@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 
 # switches that change only the CUDA paths (the decode step's kernels, the render's graph and its SMs): set on a run
-# that decodes on the CPU they do nothing, and a user trying one there is told so (break-it finding)
-GPU_ONLY_SWITCHES = ("YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GRAPH", "YUE2_DECODE_ATTN",
-                     "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL",
+# that decodes on the CPU they do nothing, and a user trying one there is told so (break-it finding; YUE2_COMPILE and
+# YUE2_FUSED too since break-it review 53b: both are read only by the CUDA decoder and the CUDA render)
+GPU_ONLY_SWITCHES = ("YUE2_COMPILE", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_SHARED_PREFIX", "YUE2_NAR_GRAPH",
+                     "YUE2_DECODE_ATTN", "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL",
                      "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH",
                      "YUE2_L2_PREFETCH_GRID", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE", "YUE2_NAR_LINEARS")
 # the boolean switches whose default is off (the others' is on): for the CPU-run warning, "changed" is from this

@@ -232,12 +232,54 @@ def _lora(**inputs) -> dict:
     ({"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": ""}}, "custom_validation_failed",
      "ckpt_name is empty: pick a checkpoint from the list"),  # was "'' … is a folder, not a checkpoint file"
     (_lora(lora_name=None), "custom_validation_failed", "lora_name must be the name of a LoRA file from the list"),
+    # break-it review 53b: a JSON boolean for a number, anything but a boolean for a BOOLEAN (were read as 1 / false)
+    (composer(seed=True), "invalid_input_type",
+     "seed must be a whole number in [0, 9,223,372,036,854,775,807]; got true (a JSON boolean), which ComfyUI would "
+     "read as 1"),
+    (composer(max_seconds=True), "invalid_input_type", "max_seconds must be a number in [1, 983.04]; got true"),
+    (composer(sample_music=None), "invalid_input_type",
+     "sample_music must be true or false (a JSON boolean); got null, which ComfyUI would read as false"),
+    (composer(sample_music=2), "invalid_input_type", "got 2, which ComfyUI would read as true"),
 ])
 def test_values_comfyui_would_misread_are_refused_by_name(comfy, checkpoints, node, error, expected):
     """Bad-inputs section 38: refused at validation (nothing runs), with the input, the value and what is accepted."""
     body = rejected(comfy, {"1": LOADER, "2": node, "3": preview(["2", 0])})
     errors = body["node_errors"]["2"]["errors"]
     assert any(e["type"] == error and expected in e["details"] for e in errors), errors
+
+
+def test_a_missing_dropdown_and_a_non_text_for_a_text_are_named(comfy, comfy_server, checkpoints):
+    """Break-it review 53b. A prompt without a node's file / song dropdown got Python's `validate_inputs() missing 1
+    required positional argument: 'ckpt_name'` (an exception in the node's check, which replaced ComfyUI's own
+    "Required input is missing"); null, true or an object for a text input were read as the text "None" / "True" /
+    "{'a': 1}" — a style "None", a song saved as None_00001. Each is now refused at validation, nothing runs."""
+    for class_type, name in (("YuE2CheckpointLoader", "ckpt_name"), ("YuE2LoRA", "lora_name"),
+                             ("YuE2VAELoader", "vae_name"), ("YuE2LoadSong", "song")):
+        node = {"class_type": class_type, "inputs": {"model": ["9", 0]} if name != "ckpt_name" else {}}
+        if name == "lora_name":
+            node["inputs"].update(strength_ar=1.0, strength_nar=1.0)
+        body = rejected(comfy, {"9": LOADER, "1": node, "2": preview(["1", 1])})
+        assert "positional argument" not in str(body), body
+        (error,) = body["node_errors"]["1"]["errors"]
+        assert (error["type"], error["details"]) == ("required_input_missing", name), error
+    body = rejected(comfy, {"1": {"class_type": "YuE2LoadSong", "inputs": {"model": ["9", 0], "song": None}},
+                            "9": LOADER, "2": preview(["1", 1])})
+    assert "song must be the name of a saved song from the list (a text), got None" in str(body), body
+    save = {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "name": None}}
+    for graph, node, text in (
+            ({"1": LOADER, "2": composer(), "3": save}, "3",
+             "name must be a text (a JSON string); got null, which ComfyUI would read as the text 'None'"),
+            ({"1": LOADER, "2": composer(style=True), "3": preview(["2", 3])}, "2",
+             "style must be a text (a JSON string); got true, which ComfyUI would read as the text 'True'"),
+            ({"1": LOADER, "2": composer(lyrics={"a": 1}), "3": preview(["2", 3])}, "2",
+             "lyrics must be a text (a JSON string); got {\"a\": 1}, which ComfyUI would read as the text "
+             "\"{'a': 1}\""),
+            ({"1": {"class_type": "YuE2ABCEditor", "inputs": {"abc": None}}, "2": preview(["1", 1])}, "1",
+             "abc must be a text (a JSON string); got null")):
+        body = rejected(comfy, graph)
+        errors = body["node_errors"][node]["errors"]
+        assert any(e["type"] == "invalid_input_type" and text in e["details"] for e in errors), errors
+    assert not list((comfy_server.output_dir / "yue2").glob("None_*"))
 
 
 def test_a_latent_rendered_from_other_tokens_of_the_same_length_is_refused(comfy, comfy_server, checkpoints):

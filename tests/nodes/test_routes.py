@@ -242,6 +242,11 @@ def test_tokens_counts_with_the_checkpoints_own_tokenizer(comfy_server, checkpoi
     status, answer = post(comfy_server, "tokens", b'{"abc": "X:1\\ud800", "ckpt_name": "%s"}' % checkpoint.encode(),
                           raw=True)  # an unpaired surrogate: valid JSON, not valid Unicode
     assert_refused(status, answer, 422, "surrogate", server=comfy_server)
+    for field in ("style", "lyrics"):  # break-it review 53b: was "the text contains … at character 118" (the prompt's)
+        body = {"abc": SONG, "ckpt_name": checkpoint, "style": "pop", "lyrics": "la", field: "ab\ud800"}
+        status, answer = post(comfy_server, "tokens", json.dumps(body).encode(), raw=True)
+        assert_refused(status, answer, 422, f"{field} contains an unpaired surrogate U+D800 at character 2",
+                       server=comfy_server)
 
 
 @pytest.mark.parametrize("body, status, words", [

@@ -71,7 +71,10 @@ def test_gemv_table_contents_are_checked_before_work(monkeypatch, tmp_path):
                                                ("YUE2_L2_PREFETCH_GRID", "8:64", False),
                                                ("YUE2_L2_PREFETCH_GRID", "16:64", True),
                                                ("YUE2_GEMV_PRE", "1", True), ("YUE2_GEMV_PRE", "0", False),
-                                               ("YUE2_INT8_DOT", "convert", True), ("YUE2_INT8_DOT", "int8", False)])
+                                               ("YUE2_INT8_DOT", "convert", True), ("YUE2_INT8_DOT", "int8", False),
+                                               # break-it review 53b: torch.compile and the fused kernels are CUDA's
+                                               ("YUE2_COMPILE", "1", True), ("YUE2_COMPILE", "0", False),
+                                               ("YUE2_FUSED", "0", True), ("YUE2_FUSED", "1", False)])
 def test_gpu_only_switch_on_a_cpu_run_is_warned(monkeypatch, capsys, name, value, warned):
     """A switch of the CUDA paths set to something other than its default on a --device cpu run does nothing there,
     and says so (break-it finding: YUE2_LAYER_KERNEL=cuda was silently ignored on the CPU); defaults, CPU-relevant
