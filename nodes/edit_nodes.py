@@ -9,8 +9,10 @@ overwriting) with its lineage (parent, cut, seeds, crossfade) in result.json.
 
 Before any weights are loaded the node runs the engine once without the model (`_dry_run`): the cut, the checkpoint
 record, the new score and the context budget are all checked by the engine itself, so a bad input fails at once
-with the engine's own message. The edit itself needs the AR expert, the NAR expert and the VAE together (one engine
-call samples, renders and decodes): they are loaded as one ComfyUI request with the largest stage's working memory.
+with the engine's own message; then the room for the new song in output/yue2 is checked as `generate` checks it
+(`_check_room`: refused, not warned of — a full disk would fail the save after the music was computed). The edit
+itself needs the AR expert, the NAR expert and the VAE together (one engine call samples, renders and decodes): they
+are loaded as one ComfyUI request with the largest stage's working memory.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import time
 import comfy.model_management as mm
 from comfy_api.latest import io
 
-from yue2_core.artifacts import save_song
+from yue2_core.artifacts import check_song_room, save_song
 from yue2_core.constants import CONTEXT, FRAMES_PER_SECOND, HOP, VAE_CORE_FRAMES, VAE_HALO_FRAMES
 from yue2_core.edit import MAX_CROSSFADE_S, continue_song, max_continuation_seconds, regenerate
 from yue2_core.errors import ArtifactError
@@ -99,6 +101,18 @@ def _parts(model, need: int) -> dict:
     ar, nar, vae = model.load(("ar", "nar", "vae"), need)
     return {"ar": ar, "nar": nar, "vae": vae, "tokenizer": model.tokenizer, "info": model.info,
             "weights": model.weights_record()}
+
+
+def _check_room(node: str, max_tokens: int, lower: str, kept: int = 0) -> None:
+    """Before the model is loaded: room in output/yue2 for the new song of at most `max_tokens` music tokens
+    (`artifacts.check_song_room`, generate's own check: `ulimit -f`, the disk's free space, the quota). Where
+    `generate` warns and goes on, the node refuses: its warning would be read only after the run, when a full disk
+    had failed the save and the music computed was lost (API break-it review, stop 53). `lower`: the input that
+    shortens the song; `kept`: the original's tokens it does not count (Continue)."""
+    with user_errors():
+        note = check_song_room(songs_root(), max_tokens, lower, kept)
+    if note:
+        raise ValueError(f"{node} did not start, nothing was computed: {note} (here: a lower {lower})")
 
 
 def _save(child, lineage: dict, prefix: str):
@@ -241,6 +255,7 @@ class YuE2Regenerate(io.ComfyNode):
             _dry_run(regenerate, model, song, cut.strip(), **args)
         sampling = SEMANTIC_PRESET.merged(song.tokens.sampling)
         max_tokens = seconds_to_tokens(max_seconds) if max_seconds > 0 else sampling.max_tokens
+        _check_room("YuE2 Regenerate", max_tokens, "max_seconds")
         progress = StageProgress("YuE2 Regenerate")
         progress.start("semantic", max_tokens, f"regenerating {parent_name} from {cut.strip()}")
         t0 = time.perf_counter()
@@ -318,6 +333,7 @@ class YuE2Continue(io.ComfyNode):
             _dry_run(continue_song, model, song, extra_seconds, **args)
         frames0 = len(song.tokens.codes)
         max_tokens = frames0 + seconds_to_tokens(extra_seconds)
+        _check_room("YuE2 Continue", max_tokens, "extra_seconds", kept=frames0)
         progress = StageProgress("YuE2 Continue")
         progress.start("semantic", max_tokens, f"continuing {parent_name} by up to {extra_seconds:g} s "
                                                f"(at most {most:.2f} s fit)")

@@ -223,12 +223,11 @@ def cmd_generate(args) -> int:
 def _check_room(out, music_tokens: int, lower: str | None) -> None:
     """Before any work: refuse a song whose audio.flac cannot be written under this process's file-size limit
     (`ulimit -f`: "File too large" at the save, after the song was computed — stop-47 review), and warn when the
-    output's disk has less free space than the song may take (`artifacts.check_file_size_limit`,
-    `free_space_note`). `music_tokens`: the song's length (its budget, or the saved tokens' count); `lower`: the
+    output's disk has less free space than the song may take (`artifacts.check_song_room`, which YuE2 Regenerate
+    and Continue call too). `music_tokens`: the song's length (its budget, or the saved tokens' count); `lower`: the
     option that shortens it (None: fixed)."""
-    from .artifacts import check_file_size_limit, free_space_note
-    check_file_size_limit(music_tokens, "the song", lower)
-    note = free_space_note(Path(out).absolute().parent, [music_tokens])
+    from .artifacts import check_song_room
+    note = check_song_room(Path(out).absolute().parent, music_tokens, lower)
     if note:
         print(f"warning: {note}", file=sys.stderr)
 

@@ -664,19 +664,20 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
-def check_file_size_limit(music_tokens: int, what: str, lower: str | None) -> None:
+def check_file_size_limit(music_tokens: int, what: str, lower: str | None, kept: int = 0) -> None:
     """Refuse, before any work, a song whose largest file (audio.flac, `song_bytes_bound`) cannot be written under
     this process's file-size limit (`ulimit -f`, RLIMIT_FSIZE): the save would fail with "File too large" after
     the song was computed (stop-47 review: a batch computed every row, then each failed at its save). `what`: the
-    song, e.g. "the song (--max-seconds 60)"; `lower`: the option that shortens it (None: its length is fixed).
-    Raises ArtifactError with the limit, the estimate and what to do."""
+    song, e.g. "the song (--max-seconds 60)"; `lower`: the option that shortens it (None: its length is fixed);
+    `kept`: the tokens of the song that `lower` does not count (Continue's original song). Raises ArtifactError
+    with the limit, the estimate and what to do."""
     limit = file_size_limit()
     if limit is None:
         return
     largest, _ = song_bytes_bound(music_tokens)
     if largest <= limit:
         return
-    fits = tokens_within(limit)
+    fits = max(tokens_within(limit) - kept, 0)
     shorter = (f", or lower {lower} to at most {fits / FRAMES_PER_SECOND:g} s" if lower and fits else
                f" ({'no song fits it' if not fits else 'its length is fixed: the saved music tokens'})")
     raise ArtifactError(f"this process's file-size limit (`ulimit -f` {limit // 1024:,}: {limit:,} bytes) is below "
@@ -873,6 +874,16 @@ def free_space_note(folder: str | os.PathLike, music_tokens: list[int]) -> str |
     return (f"{place} has {_mb(free)} free, and {songs} may take up to {_mb(need)} (48 kHz stereo FLAC at its "
             "length budget, at most; real music compresses, and a song may end earlier): a full disk fails a save "
             "after the song was computed — free space first, or make shorter songs")
+
+
+def check_song_room(folder: str | os.PathLike, music_tokens: int, lower: str | None, kept: int = 0) -> str | None:
+    """Before any work on a song of at most `music_tokens` music tokens to be saved into `folder` (the song folder's
+    parent): ArtifactError when its audio.flac cannot be written under `ulimit -f` (`check_file_size_limit`; `lower`
+    and `kept` as there); the note when the disk or the quota there has less room than it may take
+    (`free_space_note`), else None. `generate` and `render` warn with the note; YuE2 Regenerate and Continue, whose
+    warning nobody would read before the save, refuse with it (docs/bad_inputs.md §46)."""
+    check_file_size_limit(music_tokens, "the song", lower, kept)
+    return free_space_note(folder, [music_tokens])
 
 
 def write_song_dir(out_dir: str | os.PathLike, files: dict[str, bytes], result: dict,

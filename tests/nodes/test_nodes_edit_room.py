@@ -1,0 +1,127 @@
+"""YuE2 Regenerate and YuE2 Continue check the room in output/yue2 for the new song before they load the model, as
+`generate` does (`artifacts.check_song_room`: the disk's free space, the quota, `ulimit -f`) — and refuse where
+generate warns (API break-it review, stop 53; docs/bad_inputs.md §46: on a full disk they computed the music, then the
+save failed and the music was lost). Run in the installed host's python with the pack loaded as ComfyUI loads it, no
+server (the free-space query, the quota probe and the file-size limit are replaced in the harness's own process)."""
+from __future__ import annotations
+
+import errno
+
+HARNESS = r'''
+import shutil
+from collections import namedtuple
+from pathlib import Path
+from yue2_core import artifacts
+from yue2_nodes import edit_nodes, songs
+from yue2_nodes.composer import YuE2Composer
+from yue2_nodes.loader import YuE2CheckpointLoader
+from yue2_nodes.render import YuE2Renderer, YuE2VAEDecode
+work = Path(ckpts).parent
+folder_paths.set_output_directory(str(work / "output"))
+model = YuE2CheckpointLoader.execute("tiny.safetensors").args[0]
+tokens = YuE2Composer.execute(model, "pop", "la", "off", 1, 0.4).args[1]  # 10 music tokens (synthetic: no end)
+latent = YuE2Renderer.execute(model, tokens, 2, 1).args[0]
+songs.YuE2SaveSong.execute(tokens, "parent", latent=latent, audio=YuE2VAEDecode.execute(model, latent).args[0])
+song = songs.YuE2LoadSong.execute(model, "parent_00001").args[3]
+root = songs.songs_root()
+loads = []
+real_parts = edit_nodes._parts
+edit_nodes._parts = lambda m, need: loads.append(need) or real_parts(m, need)
+usage = namedtuple("usage", "total used free")
+real = shutil.disk_usage, artifacts.probe_room, artifacts.file_size_limit
+out = {"frames": len(song.tokens.codes), "root": str(root)}
+calls = {"regenerate": lambda: edit_nodes.YuE2Regenerate.execute(model, song, "token 4", 3, 0.0, ""),
+         "continue": lambda: edit_nodes.YuE2Continue.execute(model, song, 1.0, 3, 0.0, "")}
+
+def attempt(label, call):
+    before = sorted(p.name for p in root.iterdir())
+    try:
+        call()
+        said = "ran"
+    except Exception as exc:
+        said = f"{type(exc).__name__}: {exc}"
+    out[label] = {"said": said, "loads": len(loads), "new": sorted(set(p.name for p in root.iterdir()) - set(before))}
+    loads.clear()
+
+for case, free in (("full", 100_000), ("quota", 10 ** 12)):
+    shutil.disk_usage = lambda path: usage(10 ** 12, 10 ** 12 - free, free)
+    artifacts.probe_room = lambda folder, nbytes: artifacts.RoomProbe(QUOTA, nbytes // 2)
+    for node, call in calls.items():
+        attempt(f"{node} {case}", call)
+shutil.disk_usage, artifacts.probe_room = real[:2]
+limit = artifacts.song_bytes_bound(out["frames"] + 10)[0] + 2000  # room for the parent and 0.4 s more
+artifacts.file_size_limit = lambda: limit
+attempt("continue ulimit", calls["continue"])
+artifacts.file_size_limit = real[2]
+for node, call in calls.items():  # the same inputs where there is room: both run and save
+    attempt(f"{node} room", call)
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_regenerate_and_continue_check_the_room_before_they_compute(in_host, tmp_path):
+    """A full disk (100 kB free), a quota that gives no room while the disk has plenty, and a `ulimit -f` below the
+    song's audio.flac: each node refuses before the model is loaded, naming the folder, what the song may take and
+    what is free or what to lower; nothing is written. Before: both loaded the model, computed and saved (these
+    checks were made only by `generate` and `render`), and a really full disk then failed the save, the music
+    lost. The same inputs where there is room run and save (the refusals were the room's, not the inputs')."""
+    from synthetic_cache import synthetic_copy
+    from yue2_core.artifacts import song_bytes_bound
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    synthetic_copy(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
+    out = in_host(HARNESS.replace("QUOTA", str(errno.EDQUOT)), ckpts)
+    frames = out["frames"]
+    assert frames == 10, out
+    needs = {"regenerate": song_bytes_bound(frames)[1], "continue": song_bytes_bound(frames + 25)[1]}
+    for node, shown, lower in (("regenerate", "YuE2 Regenerate", "max_seconds"),
+                               ("continue", "YuE2 Continue", "extra_seconds")):
+        full, quota = out[f"{node} full"], out[f"{node} quota"]
+        assert full["said"].startswith(f"ValueError: {shown} did not start, nothing was computed: {out['root']} has "
+                                       f"0.1 MB free, and the song may take up to {needs[node] / 1e6:,.1f} MB"), full
+        assert full["said"].endswith(f"free space first, or make shorter songs (here: a lower {lower})"), full
+        assert "your disk quota there gave no room for" in quota["said"], quota
+        assert f"{needs[node] / 1e6:,.1f} MB" in quota["said"] and "`quota -s`" in quota["said"], quota
+        for refused in (full, quota):
+            assert refused["loads"] == 0 and refused["new"] == [], refused
+        ran = out[f"{node} room"]
+        assert ran["said"] == "ran" and ran["loads"] == 1 and len(ran["new"]) == 1, ran
+    ulimit = out["continue ulimit"]
+    assert ulimit["said"].startswith("ValueError: this process's file-size limit (`ulimit -f`"), ulimit
+    assert "or lower extra_seconds to at most 0.4 s" in ulimit["said"], ulimit  # the 10 tokens past the original
+    assert ulimit["loads"] == 0 and ulimit["new"] == [], ulimit
+
+
+def test_a_save_song_that_failed_saves_without_computing_again(comfy, comfy_server, checkpoints):
+    """YuE2 Save Song cannot check the room before the music is computed (the Composer and the Renderer, before it,
+    know no folder), and needs not: a Save Song that fails leaves the nodes before it in ComfyUI's cache, so the
+    same prompt queued again once the folder can take the song runs Save Song alone and saves the music computed
+    the first time. Shown with output/yue2 a file (Save Song's own refusal; a full disk fails the same node)."""
+    from nodes_testlib import TINY, codes, run, run_error, saved_dirs
+    prompt = {"1": {"class_type": "YuE2CheckpointLoader", "inputs": {"ckpt_name": TINY}},
+              "2": {"class_type": "YuE2Composer", "inputs": {"model": ["1", 0], "style": "room", "lyrics": "la",
+                                                             "cot": "off", "seed": 5309, "max_seconds": 1.0}},
+              "3": {"class_type": "YuE2SaveSong", "inputs": {"tokens": ["2", 1], "name": "after_full"}}}
+    root = comfy_server.output_dir / "yue2"
+    aside = comfy_server.output_dir / "yue2.aside"
+    if root.exists():
+        root.rename(aside)
+    try:
+        root.write_text("in the way")
+        node, kind, message = run_error(comfy, prompt)
+        assert node == "YuE2SaveSong" and "is a file, not a folder" in message, message
+        root.unlink()
+        entry = run(comfy, prompt)
+        cached = {n for k, data in entry["status"]["messages"] if k == "execution_cached" for n in data["nodes"]}
+        assert {"1", "2"} <= cached and "3" not in cached, entry["status"]  # the Composer did not run again
+        (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+        assert len(codes(song_dir)) == 25
+    finally:  # the session's other songs back in place
+        if root.is_file():
+            root.unlink()
+        if aside.exists():
+            if root.is_dir():
+                for p in root.iterdir():
+                    p.rename(aside / p.name)
+                root.rmdir()
+            aside.rename(root)
