@@ -576,7 +576,7 @@ def cmd_batch(args) -> int:
     # no mode there, so a --resume under the other YUE2_LORA_INT8 mixed songs of both)
     from .nar import keeps_int8
     nar_float = (args.ray_cpu_workers is None if args.ray is not None else device.type == "cuda") \
-        and not keeps_int8(torch.float32 if fp32 else torch.bfloat16)
+        and not keeps_int8(torch.float32 if fp32 else torch.bfloat16, device)
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
                            continuous=args.continuous,

@@ -469,17 +469,33 @@ def float_linears(nar: NARModel, work_device: torch.device | str | None = None, 
 
 
 NAR_LINEARS_SWITCH = "YUE2_NAR_LINEARS"
-NAR_LINEARS = ("bf16", "w8a8")
+NAR_LINEARS = ("bf16", "w8a8", "auto")  # the switch's values; DEFAULT_NAR_LINEARS when unset
+DEFAULT_NAR_LINEARS = "bf16"
 
 
-def linears_mode() -> str:
-    """How the int8 file's NAR multiplies on CUDA (YUE2_NAR_LINEARS): "bf16" (default) — its linears dequantized once
-    to bf16 (`float_linears`, 2 bytes a weight); "w8a8" — the int8 codes kept and every product (of more than 16 rows:
-    every one of a chunk) int8 × int8 with the activations quantized per row as ComfyUI's `int8_linear` does
-    (`int8_linears`, `fast.w8a8`; 1 byte a weight), for a bf16 NAR (`prepare_linears`). RequestError for another
-    value."""
+def w8a8_pays(device: torch.device | str | None = None) -> bool:
+    """Whether "auto" takes the W8A8 products on `device` (None: the current CUDA device, if any): a Hopper GPU
+    (compute capability 9.x, CUDA not ROCm) — where they were measured faster than the bf16 layers (one H100: a
+    song's 32-step solve 3.19–3.21 s against 3.32–3.33, docs/speed.md "The producers write the codes"); other GPUs
+    are untried, so they keep the bf16 layers."""
+    if not torch.cuda.is_available() or torch.version.hip is not None:
+        return False
+    dev = torch.device("cuda") if device is None else torch.device(device)
+    return dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] == 9
+
+
+def linears_mode(device: torch.device | str | None = None) -> str:
+    """How the int8 file's NAR multiplies on CUDA `device` (YUE2_NAR_LINEARS; None: the current CUDA device):
+    "bf16" — its linears dequantized once to bf16 (`float_linears`, 2 bytes a weight); "w8a8" — the int8 codes kept
+    and every product (of more than 16 rows: every one of a chunk) int8 × int8 with the activations quantized per
+    row as ComfyUI's own `int8_linear` computes them (`int8_linears`, `fast.w8a8`; 1 byte a weight), for a bf16 NAR
+    (`prepare_linears`); "auto" resolves to "w8a8" where `w8a8_pays(device)`, else "bf16". Unset: DEFAULT_NAR_LINEARS.
+    Returns "bf16" or "w8a8". RequestError for another value."""
     from .switches import choice
-    return choice(NAR_LINEARS_SWITCH, NAR_LINEARS, NAR_LINEARS[0])
+    mode = choice(NAR_LINEARS_SWITCH, NAR_LINEARS, DEFAULT_NAR_LINEARS)
+    if mode == "auto":
+        return "w8a8" if w8a8_pays(device) else "bf16"
+    return mode
 
 
 def int8_linears(nar: NARModel) -> int:
@@ -502,10 +518,10 @@ def keeps_w8a8(nar: NARModel) -> bool:
     return any(isinstance(m, ConvRotLinear) and m.w8a8 for m in nar.modules())
 
 
-def keeps_int8(dtype: torch.dtype) -> bool:
-    """Whether `prepare_linears` keeps the int8 file's NAR layers int8 (marked for W8A8) for a NAR in `dtype`:
-    YUE2_NAR_LINEARS=w8a8, bf16, and Triton imports."""
-    if linears_mode() != "w8a8" or dtype != torch.bfloat16:
+def keeps_int8(dtype: torch.dtype, device: torch.device | str | None = None) -> bool:
+    """Whether `prepare_linears` keeps the int8 file's NAR layers int8 (marked for W8A8) for a NAR in `dtype` that
+    renders on `device` (None: the current CUDA device): `linears_mode(device)` "w8a8", bf16, and Triton imports."""
+    if linears_mode(device) != "w8a8" or dtype != torch.bfloat16:
         return False
     from .fast import w8a8
     return w8a8.available()
@@ -513,11 +529,12 @@ def keeps_int8(dtype: torch.dtype) -> bool:
 
 def prepare_linears(nar: NARModel, work_device: torch.device | str | None = None, pinned: bool = True) -> int:
     """What a CUDA render does to the int8 file's NAR before its first use, by `linears_mode()`: `float_linears`
-    (bf16, the default) or `int8_linears` (w8a8). W8A8 takes bf16 activations and Triton: a NAR in another dtype
+    (bf16) or `int8_linears` (w8a8). W8A8 takes bf16 activations and Triton: a NAR in another dtype
     (--dtype fp32, a GPU without bf16) or without Triton gets the float layers as by default — its marked layers
-    would otherwise have dequantized the whole weight in every product (stop-48 diff review). Returns the number
-    of layers changed or marked."""
-    if keeps_int8(nar.dtype):
+    would otherwise have dequantized the whole weight in every product (stop-48 diff review). `work_device` (None:
+    the NAR's own device) is where it will render, which "auto" asks. Returns the number of layers changed or
+    marked."""
+    if keeps_int8(nar.dtype, work_device if work_device is not None else nar.device):
         return int8_linears(nar)
     return float_linears(nar, work_device=work_device, pinned=pinned)
 

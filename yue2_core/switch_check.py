@@ -25,13 +25,14 @@ def check_environment(device: str | None = None) -> list[str]:
     warnings = []
     from .switches import choice, flag
     from .layers import UNMASKED_BACKENDS
+    from .nar import NAR_LINEARS
     flags = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
              "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE")
     choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
                "YUE2_INT8_DOT": ("convert", "int8"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),
                "YUE2_NAR_ATTN": ("auto",) + UNMASKED_BACKENDS, "YUE2_LORA_INT8": ("side", "bf16"),
-               "YUE2_LAYER_KERNEL": ("off", "grid", "phased", "cuda"), "YUE2_NAR_LINEARS": ("bf16", "w8a8")}
+               "YUE2_LAYER_KERNEL": ("off", "grid", "phased", "cuda"), "YUE2_NAR_LINEARS": NAR_LINEARS}
     for name in flags:
         flag(name, True)
     from .warmup_jobs import PROCS_SWITCH, procs

@@ -21,9 +21,10 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
     YUE2_NAR_ATTN         auto (fa3 on Hopper when installed, else gqa) | gqa | fa3 | cudnn | flash | efficient | math:
                           attention backend of the NAR (nar.py, fast/flash_attn.py)
-    YUE2_NAR_LINEARS      bf16 (default) | w8a8: the int8 file's NAR on CUDA with its linears dequantized once to bf16, or
-                          with the int8 codes kept and int8 × int8 products as ComfyUI's int8_linear computes them
-                          (activations rotated and quantized per row; nar.int8_linears, fast/w8a8.py); a NAR in fp32
+    YUE2_NAR_LINEARS      bf16 (default) | w8a8 | auto: the int8 file's NAR on CUDA with its linears dequantized once to
+                          bf16, or with the int8 codes kept and int8 × int8 products as ComfyUI's int8_linear computes
+                          them (activations rotated and quantized per row; nar.int8_linears, fast/w8a8.py); auto: w8a8
+                          on Hopper GPUs, where it was measured faster, bf16 elsewhere (nar.w8a8_pays); a NAR in fp32
                           (--dtype fp32, a GPU without bf16) or without Triton keeps the bf16 way's float layers
     YUE2_NAR_GRAPH=0      the NAR velocity eagerly instead of replayed from a CUDA graph per chunk (nar.py)
     YUE2_SIDE_CAPTURE=0   every decode graph captured in the main thread (default: the next attention bucket's graph is

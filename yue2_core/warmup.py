@@ -159,15 +159,17 @@ def _first_layer(quant: dict) -> dict:
     return {k: v for k, v in (quant or {}).items() if ".layers." not in k or ".layers.0." in k}
 
 
-def _nar_quant(quant: dict, dims, dtype) -> dict:
+def _nar_quant(quant: dict, dims, dtype, device=None) -> dict:
     """The shadow NAR's quantization map: when the NAR keeps its codes on CUDA (YUE2_NAR_LINEARS=w8a8,
     `nar.int8_linears`) its layer linears int8 as the AR's, and so are `llm2vae` and the time embedder's two
     linears, as in the int8 file (checkpoint_format.md §1.5; the AR's map, which the plan holds, has no NAR-only
     module): their products — with a bias, of a chunk's rows (the time embedding is expanded to every row) — compile
     and tune on the shadow rather than in the song (stop-48 diff review). Otherwise — or for a NAR not in bf16,
-    which `nar.prepare_linears` gives float layers — none (bf16 layers, as `nar.float_linears` leaves them)."""
+    which `nar.prepare_linears` gives float layers — none (bf16 layers, as `nar.float_linears` leaves them).
+    `device`: the warm-up's (YUE2_NAR_LINEARS=auto resolves by it; "meta" and None: the current CUDA device)."""
     from .nar import linears_mode
-    if linears_mode() != "w8a8" or dtype != torch.bfloat16:
+    if linears_mode(None if device is None or torch.device(device).type == "meta" else device) != "w8a8" \
+            or dtype != torch.bfloat16:
         return {}
     out = {k: v for k, v in quant.items() if ".layers." in k}
     group = next(iter(out.values()), None)
@@ -200,7 +202,7 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
     from .vae import VAEDecoder
     one = replace(dims, layers=1)
     quant = _first_layer(quant_ar)
-    nar_quant = _nar_quant(quant, dims, dtype)
+    nar_quant = _nar_quant(quant, dims, dtype, device)
     if not int8_layers:
         quant = {k: v for k, v in quant.items() if ".layers." not in k}
     out = Shadow()

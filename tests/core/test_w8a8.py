@@ -117,7 +117,7 @@ def test_switch_and_marking(monkeypatch, tiny_paths):
     assert linears_mode() == "bf16"
     monkeypatch.setenv("YUE2_NAR_LINEARS", "int8")
     for call in (linears_mode, check_environment):
-        with pytest.raises(RequestError, match="YUE2_NAR_LINEARS must be 'bf16' or 'w8a8'"):
+        with pytest.raises(RequestError, match="YUE2_NAR_LINEARS must be 'bf16' or 'w8a8' or 'auto'"):
             call()
     assert "YUE2_NAR_LINEARS" in GPU_ONLY_SWITCHES
     monkeypatch.setenv("YUE2_NAR_LINEARS", "w8a8")
@@ -132,6 +132,48 @@ def test_switch_and_marking(monkeypatch, tiny_paths):
     assert prepare_linears(other) == len(mods)
     assert not any(isinstance(m, ConvRotLinear) for m in other.modules())
     assert int8_linears(other) == 0
+
+
+def test_auto_takes_w8a8_on_hopper_only(monkeypatch, tiny_paths):
+    """YUE2_NAR_LINEARS=auto: W8A8 on a Hopper GPU (compute capability 9.x), the bf16 layers on any other GPU, on
+    ROCm and without CUDA; `prepare_linears` asks the device it will render on (`work_device`, else the NAR's),
+    and the warm-up's shadow NAR gets the int8 map exactly where the render keeps its codes."""
+    from yue2_core import nar as nar_mod
+    from yue2_core.nar import keeps_int8, linears_mode, prepare_linears
+    from yue2_core.warmup import _nar_quant
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.weights.quant import ConvRotLinear
+    from yue2_core.fast import w8a8
+    monkeypatch.setenv("YUE2_NAR_LINEARS", "auto")
+    monkeypatch.setattr(w8a8, "available", lambda: True)
+    caps = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: caps["cap"])
+    monkeypatch.setattr(torch.version, "hip", None)
+    for cap, want in (((9, 0), "w8a8"), ((8, 9), "bf16"), ((8, 0), "bf16"), ((10, 0), "bf16"), ((12, 0), "bf16")):
+        caps["cap"] = cap
+        assert linears_mode("cuda:0") == want and linears_mode() == want, cap
+        assert linears_mode("cpu") == "bf16"
+        assert keeps_int8(torch.bfloat16, "cuda") == (want == "w8a8") and not keeps_int8(torch.float32, "cuda")
+    caps["cap"] = (9, 0)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert linears_mode("cuda") == "bf16"  # ROCm: never measured
+    monkeypatch.setattr(torch.version, "hip", None)
+    info = inspect_checkpoint(tiny_paths["int8"])
+    quant = {k: v for k, v in info.quant_ar.items()}
+    assert _nar_quant(quant, info.dims, torch.bfloat16, "cuda") and not _nar_quant(quant, info.dims, torch.bfloat16,
+                                                                                    "cpu")
+    nar = load_nar(info, "cpu", torch.bfloat16)
+    mods = [m for m in nar.modules() if isinstance(m, ConvRotLinear)]
+    assert prepare_linears(nar, work_device="cuda") == len(mods) and all(m.w8a8 for m in mods)
+    other = load_nar(info, "cpu", torch.bfloat16)
+    prepare_linears(other)  # the NAR's own device, the CPU: bf16 layers
+    assert not any(isinstance(m, ConvRotLinear) for m in other.modules())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert linears_mode() == "bf16" and linears_mode("cuda") == "bf16"
+    monkeypatch.setattr(nar_mod, "DEFAULT_NAR_LINEARS", "auto")
+    monkeypatch.delenv("YUE2_NAR_LINEARS")
+    assert linears_mode() == "bf16"
 
 
 def test_cpu_inputs_never_take_w8a8(tiny_paths):
@@ -177,7 +219,7 @@ def test_render_notes_another_nar_arithmetic(capsys):
     assert "W8A8 products (YUE2_NAR_LINEARS=w8a8)" in err and "set YUE2_NAR_LINEARS=w8a8" in err
     _say_nar_linears({"loras": []}, "w8a8")
     err = capsys.readouterr().err
-    assert "bf16 layers (the default)" in err and "unset YUE2_NAR_LINEARS" in err
+    assert "bf16 layers" in err and "set YUE2_NAR_LINEARS=bf16" in err
     for weights, used in (({"loras": []}, None), (None, None), ({"nar_linears": "w8a8"}, "w8a8")):
         _say_nar_linears(weights, used)
         assert capsys.readouterr().err == ""

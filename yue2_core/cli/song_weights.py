@@ -254,9 +254,9 @@ def _say_nar_linears(weights, used: str | None) -> None:
     if made == used:
         return
     was = "W8A8 products (YUE2_NAR_LINEARS=w8a8)" if made == "w8a8" else \
-        "bf16 layers (the default)" if made is None else f"an unknown setting {made!r}"
+        "bf16 layers" if made is None else f"an unknown setting {made!r}"
     now = "W8A8 products" if used == "w8a8" else "bf16 layers (W8A8 applies to a bf16 NAR on CUDA only)"
-    how = "set YUE2_NAR_LINEARS=w8a8 on a CUDA device" if made == "w8a8" else "unset YUE2_NAR_LINEARS"
+    how = "set YUE2_NAR_LINEARS=w8a8 on a CUDA device" if made == "w8a8" else "set YUE2_NAR_LINEARS=bf16"
     print(f"note: this song's NAR multiplied with {was}; this render uses {now}: the audio will differ slightly "
           f"— {how} to render it as it was made", file=sys.stderr)
 
