@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--abc-tokens", type=int, default=1500)
     ap.add_argument("--frames", type=int, default=5371)
     ap.add_argument("--child", default="")
+    ap.add_argument("--cases", type=int, default=4, choices=(1, 2, 3, 4),
+                    help="run only the first N processes (2: empty cache and cache kept, both with the warm-up)")
     a = ap.parse_args()
     if a.child:
         return child(a.child, a.abc_tokens, a.frames)
@@ -81,7 +83,7 @@ def main():
     for label, cache_dir, warm, procs in (
             ("empty cache, warm-up", cache, True, None), ("cache kept, warm-up", cache, True, None),
             ("empty cache, no warm-up", tempfile.mkdtemp(prefix="yue2-cold-nowarm-"), False, None),
-            (inproc, tempfile.mkdtemp(prefix="yue2-cold-inproc-"), True, "0")):
+            (inproc, tempfile.mkdtemp(prefix="yue2-cold-inproc-"), True, "0"))[:a.cases]:
         try:
             rows[label] = run(path, a.abc_tokens, a.frames, cache_dir, warm, procs)
         except Exception as exc:  # one failed process must not lose the others

@@ -26,6 +26,8 @@ accepts — "false" or "off" are not silently read as on.
                           them (activations rotated and quantized per row; nar.int8_linears, fast/w8a8.py); auto: w8a8
                           on Hopper GPUs, where it was measured faster, bf16 elsewhere (nar.w8a8_pays); a NAR in fp32
                           (--dtype fp32, a GPU without bf16) or without Triton keeps the bf16 way's float layers
+    YUE2_W8A8_TABLE       a JSON file of W8A8 GEMM launch configurations (bench/w8a8_table.py --json) over the built-in
+                          Hopper table (fast/w8a8.py HOPPER_TABLE); products of other shapes are autotuned
     YUE2_NAR_GRAPH=0      the NAR velocity eagerly instead of replayed from a CUDA graph per chunk (nar.py)
     YUE2_SIDE_CAPTURE=0   every decode graph captured in the main thread (default: the next attention bucket's graph is
                           captured on a worker thread while the current one replays; fast/side_capture.py)

@@ -36,7 +36,11 @@ import warnings
 PROCS_SWITCH = "YUE2_WARMUP_PROCS"
 MAX_PROCS = 6  # more children than this compete with the loader and each other for little gain (brief's formula)
 PROCS_LIMIT = 64  # YUE2_WARMUP_PROCS above this is refused: each child is a process importing torch on the GPU
-NEVER_SKIP = ("w8a16",)  # autotuned: its configurations are timed by launching them
+# autotuned: its configurations are timed by launching them. (A skipped launch inside an autotuner's benchmark takes
+# no time, so Triton's benchmark repeats it ~10⁵ times a configuration — stop 53: the W8A8 GEMM's tuning, 6 children
+# × 95 s, 878,766 skipped launches. The W8A8 GEMM is tuned by the child of shard 0 alone, which skips nothing while
+# it tunes (`fast.w8a8.TUNE_HERE`, `TUNING`); from its table it is sharded as any kernel.)
+NEVER_SKIP = ("w8a16",)
 LINE = "YUE2-WARMUP "  # prefix of the children's protocol lines on stdout
 MARKER_DIR = "yue2-warmup"
 STAGE_TIMEOUT = 120.0  # s the parent waits for the children at one stage before it kills them (a hung child)
@@ -45,7 +49,7 @@ CHILD_OVERHEAD = 3 * 2 ** 30  # bytes of a child beyond its shadow's embedding a
 KERNEL_SWITCHES = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
                    "YUE2_DECODE_ATTN", "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER",
                    "YUE2_NAR_ATTN", "YUE2_NAR_GRAPH", "YUE2_GEMV_TABLE", "YUE2_LORA_INT8", "YUE2_LAYER_KERNEL",
-                   "YUE2_LAYER_TILES", "YUE2_GEMV_PRE", "YUE2_NAR_LINEARS", "TRITON_INTERPRET")
+                   "YUE2_LAYER_TILES", "YUE2_GEMV_PRE", "YUE2_NAR_LINEARS", "YUE2_W8A8_TABLE", "TRITON_INTERPRET")
 
 
 # -- decode attention: the split constexpr SP per attention length -----------------------------------------------
@@ -267,9 +271,12 @@ def shard_hook(shard: int, shards: int, skipped: list | None = None, owned: list
     """A `triton.knobs.runtime.jit_cache_hook`: True (skip compile and launch) for variants another child owns.
     The names of skipped launches and of the variants this child compiles (or finds in the disk cache) are appended
     to `skipped` / `owned`."""
+    from .fast.w8a8 import TUNING
+
     def hook(*, key=None, fn=None, **_):
         name = getattr(fn, "name", "") or ""
-        if shards > 1 and name.rsplit(".", 1)[-1] not in NEVER_SKIP and owner(name, key, shards) != shard:
+        if shards > 1 and not TUNING[0] and name.rsplit(".", 1)[-1] not in NEVER_SKIP \
+                and owner(name, key, shards) != shard:
             if skipped is not None:
                 skipped.append(name)
             return True
@@ -285,6 +292,8 @@ def install_shard(shard: int, shards: int, skipped: list | None = None, owned: l
     contract the jit_cache_hook uses too, without serialising every variant's specialisation to JSON first); else
     the `knobs.runtime.jit_cache_hook`. Returns "do_compile", "jit_cache_hook" or None (no sharding)."""
     decide = shard_hook(shard, shards, skipped, owned)
+    from .fast import w8a8
+    w8a8.TUNE_HERE[0] = shards <= 1 or shard == 0
     try:
         from triton.runtime.jit import JITFunction
     except Exception:  # noqa: BLE001 — no Triton: nothing to shard

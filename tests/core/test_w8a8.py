@@ -4,6 +4,8 @@ the switch, the marking of the NAR's layers, the warm-up's shadow, and a tiny NA
 GPU: tests/core/test_w8a8_gpu.py and bench/nar_w8a8.py."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -241,3 +243,53 @@ def test_engine_records_w8a8_only_when_it_took_effect(tiny_paths, monkeypatch):
     monkeypatch.setattr(nar_mod, "keeps_w8a8", lambda nar: True)
     eng = YuE2Engine.load(tiny_paths["int8"], device="cpu", parts=("ar", "nar"), warm_up=False)
     assert eng.weights["nar_linears"] == "w8a8"
+
+
+def test_w8a8_table_entries_and_choice(monkeypatch, tmp_path):
+    """YUE2_W8A8_TABLE: a JSON list of {"n", "k", "mb", "config"} read into launch configurations, a bad file or
+    entry a RequestError naming it (also from the up-front switch check); `config_for` takes the built-in Hopper
+    table only on compute capability 9.x and the file's entries over it; a warm-up child's shard hook skips no
+    launch while the autotuner tunes (stop 53: skipped launches in the autotuner's benchmark ran 6 children × 95 s)."""
+    from yue2_core.errors import RequestError
+    from yue2_core.fast import w8a8
+    from yue2_core.switch_check import check_environment
+    from yue2_core import warmup_jobs
+    good = tmp_path / "t.json"
+    good.write_text(json.dumps([{"n": 4096, "k": 2048, "mb": 1, "config": [128, 256, 128, 8, 3]}]))
+    assert w8a8.read_table(str(good)) == {(4096, 2048, 1): (128, 256, 128, 8, 3)}
+    for bad in ("[", json.dumps([{"n": 1, "k": 2, "mb": 2, "config": [16, 16, 32, 4, 2]}]),
+                json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [16, 16, 48, 4, 2]}]),
+                json.dumps([{"n": True, "k": 2, "mb": 0, "config": [16, 16, 32, 4, 2]}]),
+                json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [16, 16, 32, 4]}])):
+        path = tmp_path / "bad.json"
+        path.write_text(bad)
+        with pytest.raises(RequestError, match="YUE2_W8A8_TABLE"):
+            w8a8.read_table(str(path))
+        monkeypatch.setenv("YUE2_W8A8_TABLE", str(path))
+        with pytest.raises(RequestError, match="YUE2_W8A8_TABLE"):
+            check_environment()
+    monkeypatch.setenv("YUE2_W8A8_TABLE", str(tmp_path / "missing.json"))
+    with pytest.raises(RequestError, match="not a readable JSON file"):
+        check_environment()
+    monkeypatch.setattr(w8a8, "HOPPER_TABLE", {(2048, 2048, 0): (64, 128, 128, 4, 4), (4096, 2048, 1): (1, 1, 1, 1, 1)})
+    w8a8._table.cache_clear()
+    cap = {"v": (9, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: cap["v"])
+    monkeypatch.setenv("YUE2_W8A8_TABLE", str(good))
+    assert w8a8.config_for(2048, 2048, 0, "cuda") == (64, 128, 128, 4, 4)
+    assert w8a8.config_for(4096, 2048, 1, "cuda") == (128, 256, 128, 8, 3)  # the file over the built-in entry
+    assert w8a8.config_for(2048, 2048, 1, "cuda") is None
+    cap["v"] = (8, 9)
+    assert w8a8.config_for(2048, 2048, 0, "cuda") is None and w8a8.config_for(4096, 2048, 1, "cuda") is not None
+    assert w8a8.config_for(2048, 2048, 0, "cpu") is None
+    w8a8._table.cache_clear()
+    skipped = []
+    hook = warmup_jobs.shard_hook(1, 4, skipped)
+    info = type("F", (), {"name": "yue2_core.fast._w8a8_triton.gemm_kernel"})
+    keys = [k for k in range(64) if warmup_jobs.owner(info.name, k, 4) != 1]
+    assert hook(key=keys[0], fn=info) is True
+    w8a8.TUNING[0] = True
+    try:
+        assert hook(key=keys[0], fn=info) is False  # while tuning, nothing is skipped
+    finally:
+        w8a8.TUNING[0] = False

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 
 import torch
@@ -42,6 +43,15 @@ MIN_GROUP = 16  # smallest ConvRot group the quantizer takes (a tensor-core prod
 LARGE_M = 1024
 # (stop 51: the first six reached 609–964 int8 TOPS on an H100 at a song's rows, under half its peak; the deeper
 # pipelines and 256-wide K steps after them are tried too, each stage ≤ 192 KB of shared memory)
+# The autotuner's choices for the NAR's shapes on a Hopper GPU, (N, K, size class) → (BM, BN, BK, warps, stages):
+# taken from this table instead of tuning (the tuning of ten configurations a shape made a fresh process's first
+# song 4.35× its second on an H100 with an empty Triton cache, 2026-12-07, stop 53,
+# docs/experiments/cold_start_w8a8_h100_2026-12-07_stop53.log); shapes or GPUs not in it are tuned as before.
+# YUE2_W8A8_TABLE names a JSON file of more entries (bench/w8a8_table.py writes one from the autotuner's choices).
+HOPPER_TABLE: dict = {}
+TABLE_SWITCH = "YUE2_W8A8_TABLE"
+TUNE_HERE = [True]  # False in a warm-up child that leaves the tuning to another (warmup_jobs.install_shard)
+TUNING = [False]  # True while the autotuner times configurations (a warm-up child skips none of them meanwhile)
 CONFIGS = [(128, 128, 128, 8, 4), (128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 64, 4, 4),
            (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
            (128, 256, 128, 8, 4), (256, 128, 128, 8, 4), (128, 128, 256, 8, 3), (128, 256, 256, 8, 2)]
@@ -63,6 +73,56 @@ def _kernels():
                for bm, bn, bk, w, st in CONFIGS]
     tuned = None if _interpret() else triton.autotune(configs=configs, key=["N", "K", "MB"], **persist)(kt.gemm_kernel)
     return triton, (kt.group_max_kernel, kt.quantize_kernel), kt.gemm_kernel, tuned, not _interpret()
+
+
+def read_table(path: str) -> dict:
+    """The entries of a YUE2_W8A8_TABLE file: a JSON list of {"n", "k", "mb", "config": [BM, BN, BK, warps,
+    stages]} → {(n, k, mb): config}. RequestError naming the file and what is wrong."""
+    from ..errors import RequestError
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RequestError(f"{TABLE_SWITCH}={path!r} is not a readable JSON file ({e})") from None
+    out = {}
+    for row in rows if isinstance(rows, list) else [rows]:
+        ok = isinstance(row, dict) and all(isinstance(row.get(x), int) and not isinstance(row.get(x), bool)
+                                           for x in ("n", "k", "mb"))
+        cfg = row.get("config") if isinstance(row, dict) else None
+        ok = ok and isinstance(cfg, list) and len(cfg) == 5 and all(isinstance(v, int) and v > 0 for v in cfg)
+        if not ok or cfg[0] % 16 or cfg[1] % 16 or cfg[2] % 32 or 256 % cfg[2] or row["mb"] not in (0, 1):
+            raise RequestError(f"{TABLE_SWITCH}={path!r}: an entry must be {{\"n\", \"k\", \"mb\" (0 or 1), "
+                               f"\"config\": [BM, BN, BK, warps, stages]}} with BM, BN multiples of 16 and BK "
+                               f"dividing 256, got {str(row)[:200]}")
+        out[(row["n"], row["k"], row["mb"])] = tuple(cfg)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _table(path: str, hopper: bool) -> dict:
+    table = dict(HOPPER_TABLE) if hopper else {}
+    if path:
+        table.update(read_table(path))
+    return table
+
+
+def config_for(n: int, k: int, mb: int, device) -> tuple | None:
+    """The launch configuration of the (n, k, size class mb) product on `device` from HOPPER_TABLE (compute
+    capability 9.x) and YUE2_W8A8_TABLE, or None (the autotuner chooses)."""
+    hopper = torch.device(device).type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+    return _table(os.environ.get(TABLE_SWITCH, "").strip(), hopper).get((n, k, mb))
+
+
+def tuned_choices() -> list[dict]:
+    """The autotuner's choices made in this process, as YUE2_W8A8_TABLE entries (bench/w8a8_table.py)."""
+    kernels = _kernels()
+    tuned = kernels[3] if kernels else None
+    out = []
+    for key, cfg in sorted(getattr(tuned, "cache", {}).items(), key=str):
+        kw = cfg.kwargs
+        out.append({"n": int(key[0]), "k": int(key[1]), "mb": int(key[2]),
+                    "config": [kw["BM"], kw["BN"], kw["BK"], cfg.num_warps, cfg.num_stages]})
+    return out
 
 
 def available() -> bool:
@@ -115,13 +175,24 @@ def gemm(codes: torch.Tensor, scales: torch.Tensor, q: torch.Tensor, s: torch.Te
     # pointer of another dtype made the biased and unbiased products of one shape two keys, and the warm-up's
     # tuning of one left the other to the song (stop-48 diff review)
     b = bias if bias is not None else y
-    args = (codes, scales, q, s, b, y, m, n, k, int(m > LARGE_M))
-    if tuned is None:  # the interpreter: one small configuration
+    mb = int(m > LARGE_M)
+    args = (codes, scales, q, s, b, y, m, n, k, mb)
+    cfg = None if tuned is None else config_for(n, k, mb, codes.device)
+    if cfg is not None:
+        bm, bn, bk, warps, stages = cfg
+        gemm_kernel[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](*args, HAS_BIAS=bias is not None, BM=bm, BN=bn, BK=bk,
+                                                                 GROUP_M=8, GPU=True, num_warps=warps,
+                                                                 num_stages=stages)
+    elif tuned is None:  # the interpreter: one small configuration
         gemm_kernel[(triton.cdiv(m, 32) * triton.cdiv(n, 32),)](*args, HAS_BIAS=bias is not None, BM=32, BN=32,
                                                                  BK=256, GROUP_M=4, GPU=False)
-    else:
+    elif TUNE_HERE[0]:
         grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
-        tuned[grid](*args, HAS_BIAS=bias is not None, GPU=True)
+        TUNING[0] = True
+        try:
+            tuned[grid](*args, HAS_BIAS=bias is not None, GPU=True)
+        finally:
+            TUNING[0] = False
     return y
 
 
