@@ -680,7 +680,9 @@ def main():
         eng8 = load(paths["int8"], parts=("ar", "nar"))
         ar_int8(eng8, args.tokens, rates)
         if "nar" not in skip:
-            nar_bench(eng8, args.frames, "int8 file (bf16 GEMMs after dequantizing once)", baseline=False)
+            from yue2_core.nar import keeps_w8a8
+            nar_bench(eng8, args.frames, "int8 file (W8A8 products, the default on Hopper)" if keeps_w8a8(eng8.nar)
+                      else "int8 file (bf16 GEMMs after dequantizing once)", baseline=False)
         del eng8
         torch.cuda.empty_cache()
     if "song" not in skip:

@@ -242,7 +242,7 @@ class YuE2Model:
         got the adapters (the nodes always apply them as exact side deltas), as the command line records its mode
         (`YuE2Engine.load`), so a `render` under YUE2_LORA_INT8=bf16 says that it changes the song (review, stop 41:
         node songs recorded none); `nar_linears` "w8a8" when the NAR read so far keeps its int8 layers for W8A8
-        products (YUE2_NAR_LINEARS=w8a8), which a `render` without it notes."""
+        products (YUE2_NAR_LINEARS: w8a8, or auto on a Hopper GPU), which a `render` without it notes."""
         out = {"loras": [dict(r) for r in self._lora_records],  # taken by `derive`, when each file was read
                "vae": None if self._vae_record is None else dict(self._vae_record)}
         if self.int8_patched():
@@ -250,7 +250,7 @@ class YuE2Model:
         if self.adapters:  # the stacking rule (a replacement first), as `YuE2Engine.load` records it
             out["stack_rules"] = STACK_RULES
         nar = self.root._patchers.get("nar")
-        if nar is not None and keeps_w8a8(nar.model.engine_module):  # YUE2_NAR_LINEARS=w8a8 took effect
+        if nar is not None and keeps_w8a8(nar.model.engine_module):  # W8A8 took effect (YUE2_NAR_LINEARS)
             out["nar_linears"] = "w8a8"
         return out
 
@@ -304,7 +304,8 @@ class YuE2Model:
                     # The engine renders on CUDA with the NAR's int8 linears dequantized to bf16 (faster GEMMs) and
                     # converts them in place on first use; do it here, before ComfyUI sizes the model, so its memory
                     # accounting matches what it moves. The arithmetic runs on the GPU (seconds on a CPU).
-                    # (YUE2_NAR_LINEARS=w8a8: the codes stay, marked for int8 × int8 products: nar.prepare_linears)
+                    # (W8A8, the default on Hopper GPUs: the codes stay, marked for int8 × int8 products:
+                    # nar.prepare_linears)
                     prepare_linears(module, work_device=load_dev,
                                     pinned=not getattr(comfy_args, "disable_pinned_memory", False))
             self._patchers[part] = self._wrap(part, module, load_dev, offload_dev, self.info.path)

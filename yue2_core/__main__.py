@@ -572,8 +572,8 @@ def cmd_batch(args) -> int:
     from .weights.lora.apply import int8_mode, reaches_int8
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     # the NAR keeps int8 layers only on a CPU (Ray: CPU actors with --ray-cpu-workers, else one GPU each), or on a
-    # GPU with YUE2_NAR_LINEARS=w8a8 in bf16 (`nar.prepare_linears`; stop-48 diff review: a NAR-only LoRA recorded
-    # no mode there, so a --resume under the other YUE2_LORA_INT8 mixed songs of both)
+    # GPU where YUE2_NAR_LINEARS gives w8a8 (auto: Hopper) in bf16 (`nar.prepare_linears`; stop-48 diff review: a
+    # NAR-only LoRA recorded no mode there, so a --resume under the other YUE2_LORA_INT8 mixed songs of both)
     from .nar import keeps_int8
     nar_float = (args.ray_cpu_workers is None if args.ray is not None else device.type == "cuda") \
         and not keeps_int8(torch.float32 if fp32 else torch.bfloat16, device)

@@ -472,7 +472,7 @@ class YuE2Engine:
             weights["lora_int8"] = mode
         if nar is not None:
             from .nar import keeps_w8a8
-            if keeps_w8a8(nar):  # YUE2_NAR_LINEARS=w8a8 took effect: ≈ 1 % a product from the default (render notes it)
+            if keeps_w8a8(nar):  # W8A8 took effect (YUE2_NAR_LINEARS): ≈ 1 % a product off the bf16 layers' (noted)
                 weights["nar_linears"] = "w8a8"
         if stack:  # the stacking rule (a replacement first): a re-render can tell a song of the rule before
             from .weights.lora.record import STACK_RULES

@@ -77,7 +77,9 @@ def check_environment(device: str | None = None) -> list[str]:
     import torch
     on_cuda = torch.cuda.is_available() if device == "auto" else torch.device(device).type == "cuda"
     from .fast.decode import INT8_DOT_DEFAULT
-    defaults = {"YUE2_INT8_DOT": INT8_DOT_DEFAULT}  # the choices whose default is not the first value listed
+    from .nar import DEFAULT_NAR_LINEARS
+    # the choices whose default is not the first value listed
+    defaults = {"YUE2_INT8_DOT": INT8_DOT_DEFAULT, "YUE2_NAR_LINEARS": DEFAULT_NAR_LINEARS}
     for name in GPU_ONLY_SWITCHES:
         value = os.environ.get(name, "").strip()
         if name in flags:

@@ -21,7 +21,7 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
     YUE2_NAR_ATTN         auto (fa3 on Hopper when installed, else gqa) | gqa | fa3 | cudnn | flash | efficient | math:
                           attention backend of the NAR (nar.py, fast/flash_attn.py)
-    YUE2_NAR_LINEARS      bf16 (default) | w8a8 | auto: the int8 file's NAR on CUDA with its linears dequantized once to
+    YUE2_NAR_LINEARS      auto (default) | bf16 | w8a8: the int8 file's NAR on CUDA with its linears dequantized once to
                           bf16, or with the int8 codes kept and int8 × int8 products as ComfyUI's int8_linear computes
                           them (activations rotated and quantized per row; nar.int8_linears, fast/w8a8.py); auto: w8a8
                           on Hopper GPUs, where it was measured faster, bf16 elsewhere (nar.w8a8_pays); a NAR in fp32

@@ -160,8 +160,8 @@ def _first_layer(quant: dict) -> dict:
 
 
 def _nar_quant(quant: dict, dims, dtype, device=None) -> dict:
-    """The shadow NAR's quantization map: when the NAR keeps its codes on CUDA (YUE2_NAR_LINEARS=w8a8,
-    `nar.int8_linears`) its layer linears int8 as the AR's, and so are `llm2vae` and the time embedder's two
+    """The shadow NAR's quantization map: when the NAR keeps its codes on CUDA (YUE2_NAR_LINEARS w8a8, or auto on
+    Hopper; `nar.int8_linears`) its layer linears int8 as the AR's, and so are `llm2vae` and the time embedder's two
     linears, as in the int8 file (checkpoint_format.md §1.5; the AR's map, which the plan holds, has no NAR-only
     module): their products — with a bias, of a chunk's rows (the time embedding is expanded to every row) — compile
     and tune on the shadow rather than in the song (stop-48 diff review). Otherwise — or for a NAR not in bf16,
@@ -194,7 +194,7 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
     """Shadow modules for a checkpoint of `dims` (`layers.ModelDims`) whose AR quantization map is `quant_ar`
     (`CheckpointInfo.quant_ar`; empty for bf16 files): an `ARModel` and an `NARModel` with one layer and bf16 NAR
     linears (what `nar.float_linears` makes of an int8 file's NAR on GPUs; int8 ones marked for W8A8 products with
-    YUE2_NAR_LINEARS=w8a8), a full `VAEDecoder(vae_cfg)`, each with
+    YUE2_NAR_LINEARS w8a8 / auto on Hopper), a full `VAEDecoder(vae_cfg)`, each with
     deterministic weights (`fill_`) on `device` in `dtype` (the VAE fp32). `device="meta"`: shapes only, nothing
     allocated (tests). `int8_layers=False`: the AR's layer linears bf16 (YUE2_LORA_INT8=bf16 with adapters)."""
     from .ar import ARModel
@@ -224,7 +224,7 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
             setattr(out, name, mod)
     if out.nar is not None and torch.device(device).type != "meta" and nar_quant:
         from .nar import int8_linears
-        int8_linears(out.nar)  # YUE2_NAR_LINEARS=w8a8: the W8A8 kernels compile and tune on the shadow
+        int8_linears(out.nar)  # W8A8 (YUE2_NAR_LINEARS): its kernels compile and tune on the shadow
     if out.ar is not None:
         emb = out.ar.model.embed_tokens
         if hasattr(emb, "dtype") and not isinstance(emb, torch.nn.Embedding):
@@ -398,7 +398,7 @@ def _nar(ar, nar, stop: Callable[[], None]) -> None:
     from .weights.quant import ConvRotLinear
     shapes = sorted({(m.out_features, m.in_features, m.bias is not None) for m in nar.modules()
                      if isinstance(m, ConvRotLinear) and m.w8a8 and m.in_features % 256 == 0})
-    if shapes:  # W8A8 products (YUE2_NAR_LINEARS=w8a8): both size classes of their autotuning (the velocity
+    if shapes:  # W8A8 products (YUE2_NAR_LINEARS): both size classes of their autotuning (the velocity
         stop()  # above ran a chunk of the smaller one), with and without a bias as each layer has it
         from .fast import w8a8
         w8a8.warm(shapes, nar.device)

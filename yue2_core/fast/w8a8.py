@@ -48,7 +48,17 @@ LARGE_M = 1024
 # song 4.35× its second on an H100 with an empty Triton cache, 2026-12-07, stop 53,
 # docs/experiments/cold_start_w8a8_h100_2026-12-07_stop53.log); shapes or GPUs not in it are tuned as before.
 # YUE2_W8A8_TABLE names a JSON file of more entries (bench/w8a8_table.py writes one from the autotuner's choices).
-HOPPER_TABLE: dict = {}
+# The entries: the full-size NAR's shapes (qkv 4096 × 2048, o 2048², gate_up 12288 × 2048, down 2048 × 6144, the time
+# embedder 2048 × 256 and 2048², llm2vae 64 × 2048) as the autotuner chose them on an H100 80GB HBM3 (Triton 3.6;
+# docs/experiments/w8a8_table_h100_2026-12-07_stop53.log); with them a fresh process's first song is 1.02× its second
+# (empty Triton cache) and the warm song's render 3.28–3.30 s against 3.41–3.43 with the bf16 layers on the same GPU
+# (docs/experiments/cold_start_w8a8_table_h100_2026-12-07_stop53.log, cold_start_bf16_same_h100_2026-12-07_stop53.log)
+HOPPER_TABLE: dict = {(64, 2048, 0): (128, 64, 128, 4, 4), (64, 2048, 1): (64, 128, 128, 4, 4),
+                       (2048, 256, 0): (64, 128, 128, 4, 4), (2048, 256, 1): (128, 128, 64, 4, 4),
+                       (2048, 2048, 0): (64, 128, 128, 4, 4), (2048, 2048, 1): (128, 128, 64, 4, 4),
+                       (2048, 6144, 0): (64, 128, 128, 4, 4), (2048, 6144, 1): (256, 128, 128, 8, 4),
+                       (4096, 2048, 0): (64, 128, 128, 4, 4), (4096, 2048, 1): (128, 128, 64, 4, 4),
+                       (12288, 2048, 0): (256, 128, 128, 8, 4), (12288, 2048, 1): (128, 128, 64, 4, 4)}
 TABLE_SWITCH = "YUE2_W8A8_TABLE"
 TUNE_HERE = [True]  # False in a warm-up child that leaves the tuning to another (warmup_jobs.install_shard)
 TUNING = [False]  # True while the autotuner times configurations (a warm-up child skips none of them meanwhile)

@@ -939,8 +939,9 @@ def load_nar(info: CheckpointInfo, device="cpu", dtype=torch.bfloat16, float_lin
 
     `float_linears` (default: True when `device` is CUDA) turns the int8 file's NAR linears into bf16 layers after
     the self-check: the NAR's ~5k-row GEMMs are faster in bf16 (performance.md §6.2) at 2 bytes per weight
-    (≈ 2.8 GB instead of 1.5 GB) — or, with YUE2_NAR_LINEARS=w8a8, keeps the codes for int8 × int8 products
-    (`nar.prepare_linears`). False keeps the int8 codes (less memory, each GEMM dequantizes on the fly)."""
+    (≈ 2.8 GB instead of 1.5 GB) — or, where `nar.linears_mode(device)` is "w8a8" (a Hopper GPU by default,
+    YUE2_NAR_LINEARS), keeps the codes for int8 × int8 products (`nar.prepare_linears`). False keeps the int8 codes
+    (less memory, each GEMM dequantizes on the fly)."""
     with torch.device("meta"):
         model = NARModel(info.dims, info.quant_nar, dtype)
     keys = [k for k in info.entries if k.startswith(NAR)]
