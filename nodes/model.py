@@ -28,7 +28,7 @@ from yue2_core.weights.lora.model import BiasDiff, Replace
 from yue2_core.weights.lora.record import STACK_RULES, lora_record
 from yue2_core.weights import own
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
-from yue2_core.nar import keeps_w8a8, prepare_linears
+from yue2_core.nar import adapters_want_bf16, keeps_w8a8, prepare_linears
 from yue2_core import warmup
 
 log = logging.getLogger("ComfyUI-YuE2")
@@ -249,7 +249,8 @@ class YuE2Model:
             out["lora_int8"] = "side"
         if self.adapters:  # the stacking rule (a replacement first), as `YuE2Engine.load` records it
             out["stack_rules"] = STACK_RULES
-        nar = self.root._patchers.get("nar")
+        # this model's NAR (a clone of the root's, or for adapters the bf16 root's: `_patcher`), else the root's
+        nar = self._patchers.get("nar") or (None if self.adapters else self.root._patchers.get("nar"))
         if nar is not None and keeps_w8a8(nar.model.engine_module):  # W8A8 took effect (YUE2_NAR_LINEARS)
             out["nar_linears"] = "w8a8"
         return out
@@ -284,10 +285,13 @@ class YuE2Model:
             raise CheckpointError(missing_vae_message(self.info.path))
         return self.info.vae
 
-    def _root_patcher(self, part: str) -> comfy.model_patcher.ModelPatcher:
+    def _root_patcher(self, part: str, layers: str | None = None) -> comfy.model_patcher.ModelPatcher:
         """The root's patcher of `part`, read from the checkpoint on first use. CheckpointError when the file changed
-        on disk since the loader read its header: the parts would come from two files (break-it finding, stop 38)."""
-        if part not in self._patchers:
+        on disk since the loader read its header: the parts would come from two files (break-it finding, stop 38).
+        `layers="bf16"` (the NAR for adapters where YUE2_NAR_LINEARS=auto chose W8A8, `nar.adapters_want_bf16`): a
+        second root NAR with bf16 layers, which adapters patch merged, as before W8A8 was the default."""
+        key = part if layers is None else f"{part}:{layers}"
+        if key not in self._patchers:
             if _checkpoint_state(self.info) != self._file_state:
                 raise CheckpointError(f"the checkpoint {self.info.path} changed on disk since the YuE2 Checkpoint "
                                       "Loader read it (its size, modification time, inode or sampled bytes differ), so "
@@ -307,9 +311,9 @@ class YuE2Model:
                     # (W8A8, the default on Hopper GPUs: the codes stay, marked for int8 × int8 products:
                     # nar.prepare_linears)
                     prepare_linears(module, work_device=load_dev,
-                                    pinned=not getattr(comfy_args, "disable_pinned_memory", False))
-            self._patchers[part] = self._wrap(part, module, load_dev, offload_dev, self.info.path)
-        return self._patchers[part]
+                                    pinned=not getattr(comfy_args, "disable_pinned_memory", False), layers=layers)
+            self._patchers[key] = self._wrap(part, module, load_dev, offload_dev, self.info.path)
+        return self._patchers[key]
 
     def _wrap(self, part, module, load_dev, offload_dev, source) -> comfy.model_patcher.ModelPatcher:
         holder = PART_CLASSES[part](part, module, offload_dev)
@@ -381,6 +385,10 @@ class YuE2Model:
             return base
         if part not in self._patchers:
             expert = "ar" if part == "ar" else "nar"
+            if expert == "nar" and adapters_want_bf16(base.model.engine_module) \
+                    and any(a.strength("nar") != 0 and any(p.expert == "nar" for p in a.adapter.patches)
+                            for a in self.adapters):
+                base = root._root_patcher(part, layers="bf16")
             engine = base.model.engine_module
             floats, ints = plan_expert(engine, list(self.adapters), expert)
             clone = base.clone()

@@ -518,6 +518,22 @@ def keeps_w8a8(nar: NARModel) -> bool:
     return any(isinstance(m, ConvRotLinear) and m.w8a8 for m in nar.modules())
 
 
+def auto_mode() -> bool:
+    """Whether YUE2_NAR_LINEARS is "auto" (set so, or unset: DEFAULT_NAR_LINEARS) — the mode in which adapters that
+    reach the NAR bring its bf16 layers back (`adapters_want_bf16`)."""
+    from .switches import choice
+    return choice(NAR_LINEARS_SWITCH, NAR_LINEARS, DEFAULT_NAR_LINEARS) == "auto"
+
+
+def adapters_want_bf16(nar: NARModel) -> bool:
+    """Whether adapters about to patch `nar` should get its bf16 layers instead of its W8A8 ones: "auto" chose W8A8
+    (`keeps_w8a8`). With W8A8 layers each adapted product would add an fp32 side delta beside its int8 codes and lose
+    its producer's codes (`_takes_codes`): for a rank-64 adapter ≈ 22 GFLOP of fp32 a layer and evaluation, ≈ 0.8 s a
+    3.6-minute song on an H100 (estimate), where bf16 layers take the delta merged at no cost (README, LoRA table:
+    1.00). An explicit YUE2_NAR_LINEARS=w8a8 keeps W8A8 with side deltas."""
+    return auto_mode() and keeps_w8a8(nar)
+
+
 def keeps_int8(dtype: torch.dtype, device: torch.device | str | None = None) -> bool:
     """Whether `prepare_linears` keeps the int8 file's NAR layers int8 (marked for W8A8) for a NAR in `dtype` that
     renders on `device` (None: the current CUDA device): `linears_mode(device)` "w8a8", bf16, and Triton imports."""
@@ -527,14 +543,16 @@ def keeps_int8(dtype: torch.dtype, device: torch.device | str | None = None) -> 
     return w8a8.available()
 
 
-def prepare_linears(nar: NARModel, work_device: torch.device | str | None = None, pinned: bool = True) -> int:
+def prepare_linears(nar: NARModel, work_device: torch.device | str | None = None, pinned: bool = True,
+                    layers: str | None = None) -> int:
     """What a CUDA render does to the int8 file's NAR before its first use, by `linears_mode()`: `float_linears`
     (bf16) or `int8_linears` (w8a8). W8A8 takes bf16 activations and Triton: a NAR in another dtype
     (--dtype fp32, a GPU without bf16) or without Triton gets the float layers as by default — its marked layers
     would otherwise have dequantized the whole weight in every product (stop-48 diff review). `work_device` (None:
-    the NAR's own device) is where it will render, which "auto" asks. Returns the number of layers changed or
+    the NAR's own device) is where it will render, which "auto" asks; `layers="bf16"` gives the bf16 layers whatever
+    the switch says (the nodes' NAR for adapters, `adapters_want_bf16`). Returns the number of layers changed or
     marked."""
-    if keeps_int8(nar.dtype, work_device if work_device is not None else nar.device):
+    if layers != "bf16" and keeps_int8(nar.dtype, work_device if work_device is not None else nar.device):
         return int8_linears(nar)
     return float_linears(nar, work_device=work_device, pinned=pinned)
 

@@ -168,3 +168,49 @@ def test_batch_records_the_lora_mode_for_a_nar_that_keeps_int8_layers(tmp_path, 
     monkeypatch.setenv("YUE2_NAR_LINEARS", "w8a8")
     assert cli.main(argv + ["--dtype", "fp32"]) == 0  # an fp32 NAR gets float layers (`prepare_linears`)
     assert runs[-1]["lora_int8"] is None, runs[-1]
+
+
+def test_adapters_on_an_auto_w8a8_nar_get_its_bf16_layers(tmp_path, monkeypatch, tiny_paths):
+    """Stop 53: with YUE2_NAR_LINEARS=auto (the default) on a Hopper GPU the int8 file's NAR is W8A8, where an adapter
+    would run as an fp32 side delta beside every product (≈ 0.8 s a song for rank 64) and cost the producers their
+    codes. So adapters reaching such a NAR get its bf16 layers back and merge into them (no side delta, no int8 mode
+    recorded), as before W8A8 was the default; an explicit YUE2_NAR_LINEARS=w8a8 keeps W8A8 with side deltas; an
+    adapter on the AR only leaves the NAR W8A8. `batch` records the NAR as float for adapters under auto."""
+    import yue2_core.__main__ as cli
+    import yue2_core.batch as batch
+    import yue2_core.candidates as candidates
+    from yue2_core.nar import int8_linears, keeps_w8a8
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_nar
+    from yue2_core.weights.lora import synthetic as S
+    from yue2_core.weights.lora.layouts import read_adapter
+    from yue2_core.weights.lora.apply import Applied, apply_stack
+    from yue2_core.weights.quant import ConvRotLinear
+    info = inspect_checkpoint(tiny_paths["int8"])
+    path = S.write_adapter("ms-raw-nar", tmp_path / "ms.safetensors", info.dims, rank=2, seed=2)
+    adapter = read_adapter(str(path), info.dims)
+    monkeypatch.delenv("YUE2_LORA_INT8", raising=False)
+    for switch, nar_strength, want_w8a8, want_side in (("", 1.0, False, 0), ("auto", 1.0, False, 0),
+                                                       ("w8a8", 1.0, True, 1), ("", 0.0, True, 0)):
+        if switch:
+            monkeypatch.setenv("YUE2_NAR_LINEARS", switch)
+        else:
+            monkeypatch.delenv("YUE2_NAR_LINEARS", raising=False)
+        nar = load_nar(info, "cpu", torch.bfloat16)
+        assert int8_linears(nar) > 0 and keeps_w8a8(nar)  # what prepare_linears does on a Hopper GPU
+        out = apply_stack(nar, [Applied(adapter, 1.0, nar_strength)], "nar")
+        assert keeps_w8a8(nar) == want_w8a8, (switch, nar_strength)
+        assert (out["side"] > 0) == bool(want_side) and (out["int8_mode"] is None) == (not want_side), (switch, out)
+        if not want_w8a8:
+            assert not any(isinstance(m, ConvRotLinear) for m in nar.model.layers.modules())
+    runs = []
+    monkeypatch.setattr(batch, "run_batch", lambda options, **kw: runs.append(dict(options.run)) or 0)
+    monkeypatch.setattr(cli, "_check_device", lambda device: None)
+    monkeypatch.setattr(candidates, "device_free_bytes", lambda device: 80 << 30)
+    from yue2_core import nar as nar_mod
+    monkeypatch.setattr(nar_mod, "w8a8_pays", lambda device=None: True)  # a Hopper GPU
+    req = tmp_path / "in.jsonl"
+    req.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la", "seed": 3, "cot": "off"}) + "\n", "utf-8")
+    argv = ["batch", str(req), "--output", str(tmp_path / "out"), "--checkpoint", tiny_paths["int8"], "--device",
+            "cuda", "--steps", "2", "--max-abc-tokens", "8", "--max-seconds", "1", "--lora", str(path)]
+    monkeypatch.delenv("YUE2_NAR_LINEARS", raising=False)
+    assert cli.main(argv) == 0 and runs[-1]["lora_int8"] is None, runs[-1]

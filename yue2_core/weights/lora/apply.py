@@ -717,6 +717,11 @@ def apply_stack(root: nn.Module, stack: list[Applied], expert: str, mode: str | 
     longer holds; the default keeps it). RequestError for a mode other than "side" / "bf16"."""
     mode = int8_mode(mode)
     floats, ints = plan_expert(root, stack, expert)
+    if ints and expert == "nar":
+        from ...nar import adapters_want_bf16, float_linears
+        if adapters_want_bf16(root):  # YUE2_NAR_LINEARS=auto chose W8A8: the bf16 layers, the delta merged
+            float_linears(root)
+            floats, ints = plan_expert(root, stack, expert)
     used = mode if ints else None
     if ints and mode == "bf16":
         dequantize_layers(root)
