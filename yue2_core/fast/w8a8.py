@@ -99,11 +99,14 @@ def read_table(path: str) -> dict:
         ok = isinstance(row, dict) and all(isinstance(row.get(x), int) and not isinstance(row.get(x), bool)
                                            for x in ("n", "k", "mb"))
         cfg = row.get("config") if isinstance(row, dict) else None
-        ok = ok and isinstance(cfg, list) and len(cfg) == 5 and all(isinstance(v, int) and v > 0 for v in cfg)
-        if not ok or cfg[0] % 16 or cfg[1] % 16 or cfg[2] % 32 or 256 % cfg[2] or row["mb"] not in (0, 1):
+        ok = ok and isinstance(cfg, list) and len(cfg) == 5 and all(type(v) is int and v > 0 for v in cfg)
+        # BM, BN and warps powers of two: the kernel's tl.arange(0, BM) and Triton's num_warps take no other (review,
+        # stop 53: BM 48 passed this check and failed to compile in the render's first product)
+        if not ok or any(v & (v - 1) for v in cfg[:4]) or min(cfg[:2]) < 16 or cfg[2] < 32 or cfg[2] > 256 \
+                or row["mb"] not in (0, 1):
             raise RequestError(f"{TABLE_SWITCH}={path!r}: an entry must be {{\"n\", \"k\", \"mb\" (0 or 1), "
-                               f"\"config\": [BM, BN, BK, warps, stages]}} with BM, BN multiples of 16 and BK "
-                               f"dividing 256, got {str(row)[:200]}")
+                               f"\"config\": [BM, BN, BK, warps, stages]}} with BM, BN powers of two from 16, BK "
+                               f"32, 64, 128 or 256 and warps a power of two, got {str(row)[:200]}")
         out[(row["n"], row["k"], row["mb"])] = tuple(cfg)
     return out
 
