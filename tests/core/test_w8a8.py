@@ -292,6 +292,11 @@ def test_w8a8_table_entries_and_choice(monkeypatch, tmp_path):
     cap["v"] = (8, 9)
     assert w8a8.config_for(2048, 2048, 0, "cuda") is None and w8a8.config_for(4096, 2048, 1, "cuda") is not None
     assert w8a8.config_for(2048, 2048, 0, "cpu") is None
+    cap["v"] = (9, 4)  # an MI300 on ROCm: not a Hopper GPU (64 KB of LDS; stop-53 review: took the H100's entries)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert w8a8.config_for(2048, 2048, 0, "cuda") is None and w8a8.config_for(4096, 2048, 1, "cuda") is not None
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert w8a8.config_for(2048, 2048, 0, "cuda") is not None
     w8a8._table.cache_clear()
     skipped = []
     hook = warmup_jobs.shard_hook(1, 4, skipped)

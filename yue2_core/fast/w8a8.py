@@ -121,8 +121,10 @@ def _table(path: str, hopper: bool) -> dict:
 
 def config_for(n: int, k: int, mb: int, device) -> tuple | None:
     """The launch configuration of the (n, k, size class mb) product on `device` from HOPPER_TABLE (compute
-    capability 9.x) and YUE2_W8A8_TABLE, or None (the autotuner chooses)."""
-    hopper = torch.device(device).type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+    capability 9.x on CUDA; not ROCm, where an MI300 reports 9.4 and has 64 KB of LDS, under the table's stages:
+    review, stop 53) and YUE2_W8A8_TABLE, or None (the autotuner chooses)."""
+    hopper = torch.device(device).type == "cuda" and torch.version.hip is None \
+        and torch.cuda.get_device_capability(device)[0] == 9
     return _table(os.environ.get(TABLE_SWITCH, "").strip(), hopper).get((n, k, mb))
 
 
