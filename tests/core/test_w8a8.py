@@ -254,6 +254,7 @@ def test_w8a8_table_entries_and_choice(monkeypatch, tmp_path):
     from yue2_core.fast import w8a8
     from yue2_core.switch_check import check_environment
     from yue2_core import warmup_jobs
+    assert w8a8.TUNE_HERE == [True]  # no warm-up child: this process tunes (a test's install_shard left it so)
     good = tmp_path / "t.json"
     good.write_text(json.dumps([{"n": 4096, "k": 2048, "mb": 1, "config": [128, 256, 128, 8, 3]}]))
     assert w8a8.read_table(str(good)) == {(4096, 2048, 1): (128, 256, 128, 8, 3)}
