@@ -218,7 +218,8 @@ def test_render_notes_another_nar_arithmetic(capsys):
     from yue2_core.cli.song_weights import _say_nar_linears
     _say_nar_linears({"loras": [], "nar_linears": "w8a8"}, None)
     err = capsys.readouterr().err
-    assert "W8A8 products (YUE2_NAR_LINEARS=w8a8)" in err and "set YUE2_NAR_LINEARS=w8a8" in err
+    assert "W8A8 products (YUE2_NAR_LINEARS: w8a8, or auto on a Hopper GPU)" in err and \
+        "set YUE2_NAR_LINEARS=w8a8" in err and "YUE2_NAR_LINEARS=auto, the default, takes it on Hopper GPUs only" in err
     _say_nar_linears({"loras": []}, "w8a8")
     err = capsys.readouterr().err
     assert "bf16 layers" in err and "set YUE2_NAR_LINEARS=bf16" in err
