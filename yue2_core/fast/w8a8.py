@@ -19,9 +19,10 @@ cuBLAS, a last-bit difference in x̂ at most).
 NaN: a NaN in a row makes its scale NaN (the maxima keep NaN), so that row of y is NaN and the renderer's
 non-finite check sees it, as with the bf16 products.
 
-Used by `quant.ConvRotLinear` when its `w8a8` attribute is set (`nar.int8_linears`, YUE2_NAR_LINEARS=w8a8) and the
-input has more than `int8_kernels.MAX_ROWS` rows on CUDA; the fused NAR velocity's add+RMSNorm and SiLU·up write
-such a layer's codes themselves (`add_rmsnorm_quantize`, `silu_mul_quantize`, `nar._takes_codes`).
+Used by `quant.ConvRotLinear` when its `w8a8` attribute is set (`nar.int8_linears`; YUE2_NAR_LINEARS=w8a8, or
+auto — the default — on Hopper GPUs) and the input has more than `int8_kernels.MAX_ROWS` rows on CUDA; the fused
+NAR velocity's add+RMSNorm and SiLU·up write such a layer's codes themselves (`add_rmsnorm_quantize`,
+`silu_mul_quantize`, `nar._takes_codes`).
 """
 from __future__ import annotations
 
