@@ -573,11 +573,13 @@ def cmd_batch(args) -> int:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     # the NAR keeps int8 layers only on a CPU (Ray: CPU actors with --ray-cpu-workers, else one GPU each), or on a
     # GPU with YUE2_NAR_LINEARS=w8a8 in bf16 (`nar.prepare_linears`; stop-48 diff review: a NAR-only LoRA recorded
-    # no mode there, so a --resume under the other YUE2_LORA_INT8 mixed songs of both); "auto" gives adapters the
-    # bf16 layers (`nar.adapters_want_bf16`), so for them the NAR is float there
-    from .nar import auto_mode, keeps_int8
-    nar_float = (args.ray_cpu_workers is None if args.ray is not None else device.type == "cuda") \
-        and (auto_mode() or not keeps_int8(torch.float32 if fp32 else torch.bfloat16, device))
+    # no mode there, so a --resume under the other YUE2_LORA_INT8 mixed songs of both). Ray's GPUs are the workers',
+    # not this process's: any of them may keep them (`nar.may_keep_int8`, stop-53 review). "auto" (the default) gives
+    # adapters the bf16 layers (`nar.adapters_want_bf16`), so for them the NAR is float on any GPU
+    from .nar import auto_mode, keeps_int8, may_keep_int8
+    nar_dtype = torch.float32 if fp32 else torch.bfloat16
+    nar_float = (args.ray_cpu_workers is None and (auto_mode() or not may_keep_int8(nar_dtype))) \
+        if args.ray is not None else device.type == "cuda" and (auto_mode() or not keeps_int8(nar_dtype, device))
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
                            continuous=args.continuous,

@@ -543,6 +543,20 @@ def keeps_int8(dtype: torch.dtype, device: torch.device | str | None = None) -> 
     return w8a8.available()
 
 
+def may_keep_int8(dtype: torch.dtype) -> bool:
+    """`keeps_int8` for a NAR in `dtype` that renders on GPUs this process does not choose (`batch --ray`: Ray gives
+    each engine actor its GPU, of any kind, maybe on another node): False only where no GPU keeps the int8 layers —
+    YUE2_NAR_LINEARS=bf16, a NAR not in bf16, no Triton; "auto" keeps them on any Hopper GPU among the workers,
+    except for adapters, which get the bf16 layers there (`adapters_want_bf16`; callers asking for adapters check
+    `auto_mode` first) (review, stop 53: the driver asked its own device, and a driver without a GPU, or of another kind than the
+    workers, recorded no YUE2_LORA_INT8 mode for a NAR-only LoRA that went onto the workers' int8 layers)."""
+    from .switches import choice
+    if choice(NAR_LINEARS_SWITCH, NAR_LINEARS, DEFAULT_NAR_LINEARS) == "bf16" or dtype != torch.bfloat16:
+        return False
+    from .fast import w8a8
+    return w8a8.available()
+
+
 def prepare_linears(nar: NARModel, work_device: torch.device | str | None = None, pinned: bool = True,
                     layers: str | None = None) -> int:
     """What a CUDA render does to the int8 file's NAR before its first use, by `linears_mode()`: `float_linears`

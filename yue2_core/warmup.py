@@ -3,9 +3,10 @@ speed of the second (issue #18 item 1; on an H200 a fresh process spent 8.1 s of
 kernels during the first graph capture).
 
 A *shadow* model does the work: the checkpoint's real dimensions and module kinds (int8 ConvRot or bf16 linears; the
-NAR's linears bf16 as `nar.float_linears` leaves them on GPUs) but ONE transformer layer, the real-size embedding, LM
-head and in/out projections (their shapes pick the GEMV configurations), and cheap deterministic weights — never
-uninitialised memory, whose NaNs would trip the decoder's fallbacks. It is built from the checkpoint's header alone
+NAR's linears as `nar.prepare_linears` leaves them on the GPU — bf16, or int8 for W8A8: `_nar_quant`) but ONE
+transformer layer, the real-size embedding, LM head and in/out projections (their shapes pick the GEMV
+configurations), and cheap deterministic weights — never uninitialised memory, whose NaNs would trip the decoder's
+fallbacks. It is built from the checkpoint's header alone
 (`inspect_checkpoint`), so it can run before a single weight is read.
 
 What a Triton kernel specialises on, and how the shadow hits the same variants as a song (Triton 3.x

@@ -218,7 +218,8 @@ def test_render_notes_another_nar_arithmetic(capsys):
     from yue2_core.cli.song_weights import _say_nar_linears
     _say_nar_linears({"loras": [], "nar_linears": "w8a8"}, None)
     err = capsys.readouterr().err
-    assert "W8A8 products (YUE2_NAR_LINEARS=w8a8)" in err and "set YUE2_NAR_LINEARS=w8a8" in err
+    assert "W8A8 products (YUE2_NAR_LINEARS: w8a8, or auto on a Hopper GPU)" in err and \
+        "set YUE2_NAR_LINEARS=w8a8" in err and "YUE2_NAR_LINEARS=auto, the default, takes it on Hopper GPUs only" in err
     _say_nar_linears({"loras": []}, "w8a8")
     err = capsys.readouterr().err
     assert "bf16 layers" in err and "set YUE2_NAR_LINEARS=bf16" in err
@@ -254,13 +255,24 @@ def test_w8a8_table_entries_and_choice(monkeypatch, tmp_path):
     from yue2_core.fast import w8a8
     from yue2_core.switch_check import check_environment
     from yue2_core import warmup_jobs
+    assert w8a8.TUNE_HERE == [True]  # no warm-up child: this process tunes (a test's install_shard left it so)
     good = tmp_path / "t.json"
     good.write_text(json.dumps([{"n": 4096, "k": 2048, "mb": 1, "config": [128, 256, 128, 8, 3]}]))
     assert w8a8.read_table(str(good)) == {(4096, 2048, 1): (128, 256, 128, 8, 3)}
+    every = tmp_path / "every.json"  # the built-in entries and the autotuner's configurations pass the check
+    rows = {**w8a8.HOPPER_TABLE, **{(i, 256, 0): c for i, c in enumerate(w8a8.CONFIGS)}}
+    every.write_text(json.dumps([{"n": n, "k": k, "mb": mb, "config": list(c)} for (n, k, mb), c in rows.items()]))
+    assert w8a8.read_table(str(every)) == rows
     for bad in ("[", json.dumps([{"n": 1, "k": 2, "mb": 2, "config": [16, 16, 32, 4, 2]}]),
                 json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [16, 16, 48, 4, 2]}]),
                 json.dumps([{"n": True, "k": 2, "mb": 0, "config": [16, 16, 32, 4, 2]}]),
-                json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [16, 16, 32, 4]}])):
+                json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [16, 16, 32, 4]}]),
+                # not powers of two (tl.arange and num_warps take none; stop-53 review: accepted, then the render's
+                # first product failed to compile), a bool
+                json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [48, 16, 32, 4, 2]}]),
+                json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [16, 80, 32, 4, 2]}]),
+                json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [16, 16, 32, 6, 2]}]),
+                json.dumps([{"n": 1, "k": 2, "mb": 0, "config": [16, 16, 32, 4, True]}])):
         path = tmp_path / "bad.json"
         path.write_text(bad)
         with pytest.raises(RequestError, match="YUE2_W8A8_TABLE"):
@@ -282,6 +294,11 @@ def test_w8a8_table_entries_and_choice(monkeypatch, tmp_path):
     cap["v"] = (8, 9)
     assert w8a8.config_for(2048, 2048, 0, "cuda") is None and w8a8.config_for(4096, 2048, 1, "cuda") is not None
     assert w8a8.config_for(2048, 2048, 0, "cpu") is None
+    cap["v"] = (9, 4)  # an MI300 on ROCm: not a Hopper GPU (64 KB of LDS; stop-53 review: took the H100's entries)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert w8a8.config_for(2048, 2048, 0, "cuda") is None and w8a8.config_for(4096, 2048, 1, "cuda") is not None
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert w8a8.config_for(2048, 2048, 0, "cuda") is not None
     w8a8._table.cache_clear()
     skipped = []
     hook = warmup_jobs.shard_hook(1, 4, skipped)
@@ -293,3 +310,51 @@ def test_w8a8_table_entries_and_choice(monkeypatch, tmp_path):
         assert hook(key=keys[0], fn=info) is False  # while tuning, nothing is skipped
     finally:
         w8a8.TUNING[0] = False
+
+
+def test_batch_on_ray_records_the_lora_mode_where_any_worker_may_keep_int8(tmp_path, monkeypatch, tiny_paths):
+    """`batch --ray`: each engine actor renders on a GPU Ray gives it (of any kind, maybe on another node), not on
+    the driver's, so with YUE2_NAR_LINEARS=w8a8 a NAR-only LoRA may reach the workers' int8 layers: batch.json
+    records the YUE2_LORA_INT8 mode, so a --resume under the other one is compared (stop-53 review: the driver asked
+    its own device — here, without a GPU, the CPU — and recorded none). None with auto (the default: adapters get
+    the bf16 layers, `nar.adapters_want_bf16`), YUE2_NAR_LINEARS=bf16 or --dtype fp32 (float layers on every GPU);
+    CPU actors keep int8 layers always."""
+    import yue2_core.__main__ as cli
+    import yue2_core.batch as batch
+    from yue2_core.batch import ray_runner
+    from yue2_core.fast import w8a8
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora import synthetic as S
+    info = inspect_checkpoint(tiny_paths["int8"])
+    nar = S.write_adapter("ms-raw-nar", tmp_path / "ms.safetensors", info.dims, rank=2, seed=2)
+    runs = []
+
+    class Runner:  # no Ray here: the record is taken before the workers start
+        def __init__(self, *a, **kw):
+            pass
+
+        def close(self):
+            pass
+
+    def fake_run_batch(options, **kw):
+        runs.append(dict(options.run))
+        return 0
+    monkeypatch.setattr(batch, "run_batch", fake_run_batch)
+    monkeypatch.setattr(ray_runner, "check_options", lambda *a: None)
+    monkeypatch.setattr(ray_runner, "RayRunner", Runner)
+    monkeypatch.setattr(w8a8, "available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the driver: a head node without a GPU
+    req = tmp_path / "in.jsonl"
+    req.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la", "seed": 3, "cot": "off"}) + "\n", "utf-8")
+    argv = ["batch", str(req), "--output", str(tmp_path / "out"), "--checkpoint", tiny_paths["int8"], "--ray", "auto",
+            "--steps", "2", "--max-abc-tokens", "8", "--max-seconds", "1", "--lora", str(nar)]
+    monkeypatch.delenv("YUE2_LORA_INT8", raising=False)
+    for mode, extra, want in (("w8a8", [], "side"), ("w8a8", ["--device", "cuda"], "side"), (None, [], None),
+                              ("auto", [], None), ("bf16", [], None), ("w8a8", ["--dtype", "fp32"], None),
+                              ("bf16", ["--ray-cpu-workers", "1"], "side")):
+        if mode is None:
+            monkeypatch.delenv("YUE2_NAR_LINEARS", raising=False)
+        else:
+            monkeypatch.setenv("YUE2_NAR_LINEARS", mode)
+        assert cli.main(argv + extra) == 0
+        assert runs[-1]["lora_int8"] == want, (mode, extra, runs[-1])

@@ -19,9 +19,10 @@ cuBLAS, a last-bit difference in x̂ at most).
 NaN: a NaN in a row makes its scale NaN (the maxima keep NaN), so that row of y is NaN and the renderer's
 non-finite check sees it, as with the bf16 products.
 
-Used by `quant.ConvRotLinear` when its `w8a8` attribute is set (`nar.int8_linears`, YUE2_NAR_LINEARS=w8a8) and the
-input has more than `int8_kernels.MAX_ROWS` rows on CUDA; the fused NAR velocity's add+RMSNorm and SiLU·up write
-such a layer's codes themselves (`add_rmsnorm_quantize`, `silu_mul_quantize`, `nar._takes_codes`).
+Used by `quant.ConvRotLinear` when its `w8a8` attribute is set (`nar.int8_linears`; YUE2_NAR_LINEARS=w8a8, or
+auto — the default — on Hopper GPUs) and the input has more than `int8_kernels.MAX_ROWS` rows on CUDA; the fused
+NAR velocity's add+RMSNorm and SiLU·up write such a layer's codes themselves (`add_rmsnorm_quantize`,
+`silu_mul_quantize`, `nar._takes_codes`).
 """
 from __future__ import annotations
 
@@ -99,11 +100,14 @@ def read_table(path: str) -> dict:
         ok = isinstance(row, dict) and all(isinstance(row.get(x), int) and not isinstance(row.get(x), bool)
                                            for x in ("n", "k", "mb"))
         cfg = row.get("config") if isinstance(row, dict) else None
-        ok = ok and isinstance(cfg, list) and len(cfg) == 5 and all(isinstance(v, int) and v > 0 for v in cfg)
-        if not ok or cfg[0] % 16 or cfg[1] % 16 or cfg[2] % 32 or 256 % cfg[2] or row["mb"] not in (0, 1):
+        ok = ok and isinstance(cfg, list) and len(cfg) == 5 and all(type(v) is int and v > 0 for v in cfg)
+        # BM, BN and warps powers of two: the kernel's tl.arange(0, BM) and Triton's num_warps take no other (review,
+        # stop 53: BM 48 passed this check and failed to compile in the render's first product)
+        if not ok or any(v & (v - 1) for v in cfg[:4]) or min(cfg[:2]) < 16 or cfg[2] < 32 or cfg[2] > 256 \
+                or row["mb"] not in (0, 1):
             raise RequestError(f"{TABLE_SWITCH}={path!r}: an entry must be {{\"n\", \"k\", \"mb\" (0 or 1), "
-                               f"\"config\": [BM, BN, BK, warps, stages]}} with BM, BN multiples of 16 and BK "
-                               f"dividing 256, got {str(row)[:200]}")
+                               f"\"config\": [BM, BN, BK, warps, stages]}} with BM, BN powers of two from 16, BK "
+                               f"32, 64, 128 or 256 and warps a power of two, got {str(row)[:200]}")
         out[(row["n"], row["k"], row["mb"])] = tuple(cfg)
     return out
 
@@ -118,8 +122,10 @@ def _table(path: str, hopper: bool) -> dict:
 
 def config_for(n: int, k: int, mb: int, device) -> tuple | None:
     """The launch configuration of the (n, k, size class mb) product on `device` from HOPPER_TABLE (compute
-    capability 9.x) and YUE2_W8A8_TABLE, or None (the autotuner chooses)."""
-    hopper = torch.device(device).type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+    capability 9.x on CUDA; not ROCm, where an MI300 reports 9.4 and has 64 KB of LDS, under the table's stages:
+    review, stop 53) and YUE2_W8A8_TABLE, or None (the autotuner chooses)."""
+    hopper = torch.device(device).type == "cuda" and torch.version.hip is None \
+        and torch.cuda.get_device_capability(device)[0] == 9
     return _table(os.environ.get(TABLE_SWITCH, "").strip(), hopper).get((n, k, mb))
 
 
