@@ -10,14 +10,16 @@ overwriting) with its lineage (parent, cut, seeds, crossfade) in result.json.
 Before any weights are loaded the node runs the engine once without the model (`_dry_run`): the cut, the checkpoint
 record, the new score and the context budget are all checked by the engine itself, so a bad input fails at once
 with the engine's own message; then the room for the new song in output/yue2 is checked as `generate` checks it
-(`_check_room`: refused, not warned of — a full disk would fail the save after the music was computed). The edit
-itself needs the AR expert, the NAR expert and the VAE together (one engine call samples, renders and decodes): they
-are loaded as one ComfyUI request with the largest stage's working memory.
+(`_check_room`: refused, not warned of — a full disk would fail the save after the music was computed); a save that
+fails all the same (the disk filled meanwhile) keeps the computed song for the same inputs queued again (`_Unsaved`).
+The edit itself needs the AR expert, the NAR expert and the VAE together (one engine call samples, renders and
+decodes): they are loaded as one ComfyUI request with the largest stage's working memory.
 """
 from __future__ import annotations
 
 import re
 import time
+import weakref
 
 import comfy.model_management as mm
 from comfy_api.latest import io
@@ -113,6 +115,56 @@ def _check_room(node: str, max_tokens: int, lower: str, kept: int = 0) -> None:
         note = check_song_room(songs_root(), max_tokens, lower, kept)
     if note:
         raise ValueError(f"{node} did not start, nothing was computed: {note} (here: a lower {lower})")
+
+
+class _Unsaved:
+    """The song a Regenerate or Continue run computed but could not save (the disk filled while it computed, after
+    `_check_room` found room; the folder became unwritable), kept so that the same inputs queued again save it
+    without computing it again — these nodes compute and save in one step, so ComfyUI's cache, which keeps the
+    outputs of the nodes before a failed YuE2 Save Song, has nothing of theirs (API break-it review, stop 53).
+    One per node, in memory (the song's audio, latents and tokens); it matches only the very same model, song and
+    score objects — what ComfyUI's cache hands on while the nodes before are unchanged: held weakly, so a changed
+    checkpoint or song ends the match instead of keeping the old one alive — and equal other inputs; any run with
+    other inputs, a successful save, or a restart drops it."""
+
+    def __init__(self, objects: tuple, values: tuple, result: tuple):
+        self.refs = tuple(None if o is None else weakref.ref(o) for o in objects)
+        self.values, self.result = values, result
+
+    def matches(self, objects: tuple, values: tuple) -> bool:
+        return values == self.values and all((ref is None) if o is None else (ref is not None and ref() is o)
+                                             for ref, o in zip(self.refs, objects))
+
+
+_UNSAVED: dict[str, _Unsaved] = {}  # node → its run whose save failed
+
+
+def _kept(node: str, objects: tuple, values: tuple):
+    """The result kept by `node`'s last run whose save failed, when these are its inputs (`_Unsaved`), else None;
+    a run with other inputs drops it."""
+    unsaved = _UNSAVED.pop(node, None)
+    if unsaved is not None and unsaved.matches(objects, values):
+        return unsaved.result
+    return None
+
+
+def _save_or_keep(node: str, objects: tuple, values: tuple, result: tuple, prefix: str):
+    """`_save` the computed `result` (child, lineage, report lines, notes); when the save fails (a ValueError: the
+    disk or quota full, an unwritable folder), the result is kept for the same inputs queued again (`_Unsaved`) and
+    the error says so, naming the seed (`values[1]`: the frontend's seed control, 'randomize' in the shipped
+    workflows, changes it after every queue)."""
+    child, lineage = result[:2]
+    try:
+        return _save(child, lineage, prefix)
+    except ValueError as exc:
+        try:
+            _UNSAVED[node] = _Unsaved(objects, values, result)
+        except TypeError:  # an input that takes no weak reference (not the pack's own types): nothing kept
+            raise exc from None
+        raise ValueError(f"{exc} — the music computed is kept in memory: once the folder can take it, queue the "
+                         f"same prompt again and {node} saves it without computing it again (until it runs with "
+                         f"other inputs or ComfyUI restarts; the same inputs include seed {values[1]}, which a seed "
+                         "control other than 'fixed' has changed after this queue: set it back)") from None
 
 
 def _save(child, lineage: dict, prefix: str):
@@ -255,6 +307,13 @@ class YuE2Regenerate(io.ComfyNode):
             _dry_run(regenerate, model, song, cut.strip(), **args)
         sampling = SEMANTIC_PRESET.merged(song.tokens.sampling)
         max_tokens = seconds_to_tokens(max_seconds) if max_seconds > 0 else sampling.max_tokens
+        prefix = _child_prefix(name, song, "_regen")
+        objects, values = (model, song, score), (cut.strip(), seed, crossfade_s, prefix, max_seconds)
+        if (kept := _kept("YuE2 Regenerate", objects, values)) is not None:  # its save failed: save it now
+            path = _save_or_keep("YuE2 Regenerate", objects, values, kept, prefix)  # (kept again if it fails again)
+            child, lineage, lines, notes = kept
+            return _outputs(child, lineage, path, [*lines, "not computed again: the music of the run whose save "
+                                                   "failed"], notes)
         _check_room("YuE2 Regenerate", max_tokens, "max_seconds")
         progress = StageProgress("YuE2 Regenerate")
         progress.start("semantic", max_tokens, f"regenerating {parent_name} from {cut.strip()}")
@@ -265,7 +324,6 @@ class YuE2Regenerate(io.ComfyNode):
             del parts
         mm.soft_empty_cache()
         check_cancel()
-        path = _save(child, lineage, _child_prefix(name, song, "_regen"))
         k, frames = lineage["cut_token"], lineage["frames"]
         bar = f", bar {lineage['cut_bar']}" if lineage.get("cut_bar") is not None else ""
         lines = [f"regenerated {parent_name} from {lineage['cut_requested']!s} = {lineage['cut_seconds']:.2f} s "
@@ -277,8 +335,9 @@ class YuE2Regenerate(io.ComfyNode):
                  f"crossfade {lineage['crossfade_s']:.3f} s {lineage['crossfade_shape'].replace('_', ' ')}, score "
                  f"{'edited' if lineage['score_changed'] else 'unchanged'}",
                  f"took {time.perf_counter() - t0:.1f} s"]
-        notes = _edited_score_notes(child, lineage, max_tokens, "Regenerate's max_seconds input")
-        return _outputs(child, lineage, path, lines, notes + busy)
+        notes = _edited_score_notes(child, lineage, max_tokens, "Regenerate's max_seconds input") + busy
+        path = _save_or_keep("YuE2 Regenerate", objects, values, (child, lineage, lines, notes), prefix)
+        return _outputs(child, lineage, path, lines, notes)
 
 
 class YuE2Continue(io.ComfyNode):
@@ -333,6 +392,13 @@ class YuE2Continue(io.ComfyNode):
             _dry_run(continue_song, model, song, extra_seconds, **args)
         frames0 = len(song.tokens.codes)
         max_tokens = frames0 + seconds_to_tokens(extra_seconds)
+        prefix = _child_prefix(name, song, "_cont")
+        objects, values = (model, song, score), (extra_seconds, seed, crossfade_s, prefix, min_extra_seconds)
+        if (kept := _kept("YuE2 Continue", objects, values)) is not None:  # its save failed: save it now
+            path = _save_or_keep("YuE2 Continue", objects, values, kept, prefix)  # (kept again if it fails again)
+            child, lineage, lines, notes = kept
+            return _outputs(child, lineage, path, [*lines, "not computed again: the music of the run whose save "
+                                                   "failed"], notes)
         _check_room("YuE2 Continue", max_tokens, "extra_seconds", kept=frames0)
         progress = StageProgress("YuE2 Continue")
         progress.start("semantic", max_tokens, f"continuing {parent_name} by up to {extra_seconds:g} s "
@@ -344,7 +410,6 @@ class YuE2Continue(io.ComfyNode):
             del parts
         mm.soft_empty_cache()
         check_cancel()
-        path = _save(child, lineage, _child_prefix(name, song, "_cont"))
         frames = lineage["frames"]
         lines = [f"continued {parent_name} ({frames0} tokens = {frames0 / FRAMES_PER_SECOND:.2f} s) by "
                  f"{lineage['added_seconds']:.2f} s of the {extra_seconds:g} s asked; the continuation "
@@ -357,5 +422,6 @@ class YuE2Continue(io.ComfyNode):
                  f"crossfade {lineage['crossfade_s']:.3f} s into the original's end, score "
                  f"{'edited' if lineage['score_changed'] else 'unchanged'}",
                  f"took {time.perf_counter() - t0:.1f} s"]
-        notes = _edited_score_notes(child, lineage, max_tokens, "Continue's extra_seconds input")
-        return _outputs(child, lineage, path, lines, notes + busy)
+        notes = _edited_score_notes(child, lineage, max_tokens, "Continue's extra_seconds input") + busy
+        path = _save_or_keep("YuE2 Continue", objects, values, (child, lineage, lines, notes), prefix)
+        return _outputs(child, lineage, path, lines, notes)

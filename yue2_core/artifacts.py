@@ -652,12 +652,16 @@ def song_bytes_bound(music_tokens: int) -> tuple[int, int]:
 
 
 def tokens_within(limit: int) -> int:
-    """The most music tokens whose song folder's largest file fits `limit` bytes (`song_bytes_bound`); 0: none."""
+    """The most music tokens whose song folder's largest file fits `limit` bytes (`song_bytes_bound`); 0: none.
+    The first guess inverts the FLAC bound in floats and may land one token off either way (the bound rounds its
+    bytes down: a limit of exactly a song's bound guessed one token short), so it is walked to the exact answer."""
     from .constants import AUDIO_CHANNELS, HOP, VAE_LENGTH_TRIM
-    tokens = int(((limit - FLAC_SLACK) / (AUDIO_CHANNELS * 3 * 1.01) + VAE_LENGTH_TRIM) // HOP)
+    tokens = max(int(((limit - FLAC_SLACK) / (AUDIO_CHANNELS * 3 * 1.01) + VAE_LENGTH_TRIM) // HOP), 0)
     while tokens > 0 and song_bytes_bound(tokens)[0] > limit:
         tokens -= 1
-    return max(tokens, 0)
+    while song_bytes_bound(tokens + 1)[0] <= limit:
+        tokens += 1
+    return tokens
 
 
 def _mb(n: int) -> str:

@@ -139,6 +139,10 @@ class Block(nn.Module):
 
 
 UNMASKED_BACKENDS = ("gqa", "fa3", "cudnn", "flash", "efficient", "math")
+# the backends with no CPU kernel (PyTorch's flash and math kernels, and its GQA call, run on the CPU too): named for a
+# model on the CPU they are not tried — the NAR uses "gqa" (`nar.attention_backend`), and the switch check says so
+# before the work (`switch_check.check_environment`; was: a UserWarning from `_fall_back` mid-run, stop-53 review)
+CUDA_ONLY_BACKENDS = ("fa3", "cudnn", "efficient")
 _BACKEND_FAILED: dict = {}
 
 

@@ -20,7 +20,8 @@ from torch import nn
 
 from .constants import CODEC_OFFSET, CODEC_SIZE, CONTEXT, LATENT_DIM, MAX_ODE_STEPS, MUSIC_END, RAW_T_CLAMP
 from .errors import RequestError
-from .layers import UNMASKED_BACKENDS, Block, ModelDims, RMSNorm, make_linear, rope_cos_sin, unmasked_attention
+from .layers import (CUDA_ONLY_BACKENDS, UNMASKED_BACKENDS, Block, ModelDims, RMSNorm, make_linear, rope_cos_sin,
+                     unmasked_attention)
 from .switches import choice, flag
 
 
@@ -102,8 +103,12 @@ def attention_backend(device: torch.device | str | None = None, dtype: torch.dty
     ms with the heads folded for cuDNN, 1.82 flash, 3.50 efficient: bench/nar_attention.py,
     docs/experiments/nar_attention_h200_2026-11-30.log). A FlashAttention package that is installed but fails to
     import gets one warning per process on a Hopper GPU. The others stay selectable for GPUs where the automatic
-    choice is worse. Raises RequestError for another value."""
+    choice is worse. A backend of CUDA GPUs only (`layers.CUDA_ONLY_BACKENDS`: fa3, cudnn, efficient) named for a
+    model on another device is "gqa" there, without a word: the switch check warned before the work (a CPU run).
+    Raises RequestError for another value."""
     name = choice("YUE2_NAR_ATTN", ("auto",) + UNMASKED_BACKENDS, "auto")
+    if name in CUDA_ONLY_BACKENDS and device is not None and torch.device(device).type != "cuda":
+        return "gqa"
     if name != "auto":
         return name
     hopper = (device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available()

@@ -20,12 +20,13 @@ FLAGS_OFF_BY_DEFAULT = ("YUE2_COMPILE", "YUE2_GEMV_PRE")
 def check_environment(device: str | None = None) -> list[str]:
     """Every YUE2_* environment switch checked before any work (switches.py; most are read only when a GPU stage
     starts) → the warnings to show: a YUE2_ variable the pack does not know, a GPU-only switch (GPU_ONLY_SWITCHES)
-    changed on a run whose `device` ("auto", "cpu", "cuda:1" …; None: not checked) resolves to no CUDA GPU. Raises
+    changed on a run whose `device` ("auto", "cpu", "cuda:1" …; None: not checked) resolves to no CUDA GPU, and
+    there YUE2_NAR_ATTN naming a backend of CUDA GPUs only (`layers.CUDA_ONLY_BACKENDS`: the NAR uses gqa). Raises
     RequestError naming a bad value and what it accepts. The command line calls it before loading anything, the
     ComfyUI nodes before their work (break-it finding: the nodes met a bad switch only mid-run)."""
     warnings = []
     from .switches import choice, flag
-    from .layers import UNMASKED_BACKENDS
+    from .layers import CUDA_ONLY_BACKENDS, UNMASKED_BACKENDS
     from .nar import NAR_LINEARS
     flags = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
              "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE")
@@ -80,6 +81,7 @@ def check_environment(device: str | None = None) -> list[str]:
     from .nar import DEFAULT_NAR_LINEARS
     # the choices whose default is not the first value listed
     defaults = {"YUE2_INT8_DOT": INT8_DOT_DEFAULT, "YUE2_NAR_LINEARS": DEFAULT_NAR_LINEARS}
+    place = 'the CPU (no CUDA GPU here)' if device == 'auto' else device
     for name in GPU_ONLY_SWITCHES:
         value = os.environ.get(name, "").strip()
         if name in flags:
@@ -95,5 +97,10 @@ def check_environment(device: str | None = None) -> list[str]:
             changed = value not in ("", "auto", "off")
         if not on_cuda and changed:
             warnings.append(f"{name}={value} changes only the CUDA decode and render paths; this run is on "
-                            f"{'the CPU (no CUDA GPU here)' if device == 'auto' else device}, where it has no effect")
+                            f"{place}, where it has no effect")
+    attention = os.environ.get("YUE2_NAR_ATTN", "").strip()
+    if not on_cuda and attention in CUDA_ONLY_BACKENDS:  # gqa, flash and math do run on the CPU: not GPU_ONLY
+        warnings.append(f"YUE2_NAR_ATTN={attention} names an attention backend of CUDA GPUs only "
+                        f"({', '.join(CUDA_ONLY_BACKENDS)}); this run is on {place}, where the NAR uses PyTorch's "
+                        "own choice (gqa, as unset) — the switch has no effect")
     return warnings

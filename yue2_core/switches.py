@@ -20,7 +20,8 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_ATTN_MERGE       split (default) | kernel: who merges the decode attention's splits (fast/fused.py)
     YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
     YUE2_NAR_ATTN         auto (fa3 on Hopper when installed, else gqa) | gqa | fa3 | cudnn | flash | efficient | math:
-                          attention backend of the NAR (nar.py, fast/flash_attn.py)
+                          attention backend of the NAR (nar.py, fast/flash_attn.py); fa3, cudnn and efficient have
+                          no CPU kernel: on a CPU run the NAR uses gqa, and the switch check warns before the work
     YUE2_NAR_LINEARS      auto (default) | bf16 | w8a8: the int8 file's NAR on CUDA with its linears dequantized once to
                           bf16, or with the int8 codes kept and int8 × int8 products as ComfyUI's int8_linear computes
                           them (activations rotated and quantized per row; nar.int8_linears, fast/w8a8.py); auto: w8a8

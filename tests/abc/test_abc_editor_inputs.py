@@ -17,7 +17,7 @@ from importlib.util import find_spec
 
 import pytest
 
-from yue2_core.abc import analyze, parse, transpose, validate
+from yue2_core.abc import AbcError, analyze, parse, transpose, validate
 from yue2_core.abc.engrave import MAX_NOTES, MAX_NOTES_PER_BAR
 from yue2_core.errors import RequestError
 from yue2_core.protocol import SongRequest
@@ -139,3 +139,34 @@ def test_a_leading_byte_order_mark_is_one_finding_naming_it():
     notes = score_notes("\ufeff" + SCORE)
     assert len(notes) == 1 and "byte-order mark (U+FEFF)" in notes[0], notes
     assert not any("header" in n for n in score_notes(wrong)), score_notes(wrong)
+
+
+def test_a_byte_order_mark_inside_the_score_is_one_finding_naming_it():
+    """Stop-53 leftover: a mark after the first character (two files joined, the second saved "UTF-8 with BOM") was
+    `'\\ufeff': this is not a note, rest, chord …` — and before a selector, a field or a comment the line became
+    unreadable (`Music before any voice selector`, a missing header, three more findings). Now it is one finding
+    naming the mark, with its place and the count, the rest read as without it; the score tools refuse it (the
+    rules read such a line without it, so their columns are not the text's), where a leading mark alone is kept;
+    the command line names each once (control_notes' `BYTE-ORDER MARK inside the text`)."""
+    from yue2_core.protocol import score_notes
+    for text, place in ((SCORE.replace("V: Vocal\n", "V: Vocal\n\ufeff"), (11, 1)),  # a music line
+                        (SCORE.replace("C16E16", "C16\ufeffE16"), (11, 7)),  # inside a bar
+                        (SCORE.replace("\nV: Ins\n", "\n\ufeffV: Ins\n"), (12, 1)),  # a selector
+                        (SCORE.replace("% verse", "\ufeff% verse"), (9, 1)),  # a comment
+                        (SCORE.replace("M:4/4", "\ufeffM:4/4"), (3, 1)),  # a header field
+                        ("\ufeff" + SCORE.replace("C16E16", "C\ufeff16E16\ufeff"), (11, 5))):  # two, a leading one
+        issues = validate(text)
+        found = [(i.severity, i.code, i.line, i.column) for i in issues if (i.line, i.column) != (1, 1)]
+        assert found == [("error", "byte-order-mark", *place)], (place, issues)
+        message = issues[-1].message
+        assert message.startswith("A byte-order mark (U+FEFF) inside the score") and "Delete it" in message, message
+        assert ("(2 byte-order marks in all)" in message) == text.startswith("\ufeff"), message
+        with pytest.raises(AbcError, match=r"byte-order mark \(U\+FEFF\) inside the score") as e:
+            transpose(text, 2)
+        assert (e.value.line, e.value.column) == place
+        notes = [n for n in score_notes(text) if "line 1 " not in n and "starts with" not in n]
+        assert len(notes) == text[1:].count("\ufeff") and all("BYTE-ORDER MARK inside" in n for n in notes), notes
+    joined = SCORE + "\ufeff" + SCORE  # two scores: the second's header is in the body, the mark named once
+    codes = [(i.code, i.line) for i in validate(joined) if i.severity == "error"]
+    assert codes[0] == ("byte-order-mark", 14) and "token" not in {c for c, _ in codes}, codes
+    assert transpose("\ufeff" + SCORE, 2).startswith("\ufeffX:1")  # a leading mark alone: kept, as before

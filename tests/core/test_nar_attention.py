@@ -101,14 +101,18 @@ def test_bad_arguments():
 
 def test_switch(monkeypatch):
     """YUE2_NAR_ATTN: auto → PyTorch's GQA call off Hopper (cuDNN's kernel on an H200 without FlashAttention-3); a
-    named backend is used as given; any other value is refused with the accepted ones listed."""
+    named backend is used as given, except one of CUDA GPUs only (fa3, cudnn, efficient) for a model on the CPU:
+    the GQA call there (the switch check warned before the work); any other value is refused with the accepted
+    ones listed."""
     from yue2_core.nar import attention_backend
     monkeypatch.delenv("YUE2_NAR_ATTN", raising=False)
     assert attention_backend() == "gqa" and attention_backend("cpu") == "gqa"
-    monkeypatch.setenv("YUE2_NAR_ATTN", "fa3")
-    assert attention_backend("cpu") == "fa3"
+    for cuda_only in ("fa3", "cudnn", "efficient"):
+        monkeypatch.setenv("YUE2_NAR_ATTN", cuda_only)
+        assert attention_backend("cuda:0") == attention_backend() == cuda_only
+        assert attention_backend("cpu") == attention_backend(torch.device("cpu")) == "gqa"
     monkeypatch.setenv("YUE2_NAR_ATTN", "flash")
-    assert attention_backend() == "flash"
+    assert attention_backend() == attention_backend("cpu") == "flash"
     monkeypatch.setenv("YUE2_NAR_ATTN", "cuDNN")
     with pytest.raises(RequestError, match="YUE2_NAR_ATTN must be 'auto' or 'gqa' or 'fa3' or 'cudnn'"):
         attention_backend()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import errno
 
-HARNESS = r'''
+SETUP = r'''
 import shutil
 from collections import namedtuple
 from pathlib import Path
@@ -32,6 +32,8 @@ real = shutil.disk_usage, artifacts.probe_room, artifacts.file_size_limit
 out = {"frames": len(song.tokens.codes), "root": str(root)}
 calls = {"regenerate": lambda: edit_nodes.YuE2Regenerate.execute(model, song, "token 4", 3, 0.0, ""),
          "continue": lambda: edit_nodes.YuE2Continue.execute(model, song, 1.0, 3, 0.0, "")}
+'''
+HARNESS = SETUP + r'''
 
 def attempt(label, call):
     before = sorted(p.name for p in root.iterdir())
@@ -90,6 +92,77 @@ def test_regenerate_and_continue_check_the_room_before_they_compute(in_host, tmp
     assert ulimit["said"].startswith("ValueError: this process's file-size limit (`ulimit -f`"), ulimit
     assert "or lower extra_seconds to at most 0.4 s" in ulimit["said"], ulimit  # the 10 tokens past the original
     assert ulimit["loads"] == 0 and ulimit["new"] == [], ulimit
+
+
+KEPT = SETUP + r'''
+import errno
+real_save, given = edit_nodes.save_song, []
+
+def full_disk(child, out, **kwargs):  # the disk filled while the song was computed, after the room check
+    given.append(list(child.tokens.codes))
+    raise artifacts.write_error(OSError(errno.ENOSPC, "No space left on device"),
+                                f"could not save the song to {out}", " (nothing was written)")
+
+def run(label, call, save=real_save):
+    before = sorted(p.name for p in root.iterdir())
+    edit_nodes.save_song = save
+    try:
+        result = call()
+        said, report = "ran", result.args[5]
+    except Exception as exc:
+        said, report = f"{type(exc).__name__}: {exc}", None
+    finally:
+        edit_nodes.save_song = real_save
+    new = sorted(set(p.name for p in root.iterdir()) - set(before))
+    codes = [list(artifacts.load_song(root / n).tokens.codes) for n in new]
+    out[label] = {"said": said, "report": report, "loads": len(loads), "new": new, "codes": codes}
+    loads.clear()
+
+regen = lambda seed: lambda: edit_nodes.YuE2Regenerate.execute(model, song, "token 4", seed, 0.0, "")
+run("regen full", regen(3), full_disk)
+run("regen still full", regen(3), full_disk)
+run("regen room", regen(3))
+run("regen seed 4 full", regen(4), full_disk)
+run("regen seed 3 again", regen(3))
+run("regen seed 4 again", regen(4))
+run("continue full", calls["continue"], full_disk)
+run("continue room", calls["continue"])
+out["given"] = given
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_regenerate_and_continue_keep_music_whose_save_failed(in_host, tmp_path):
+    """API break-it review, stop 53: the disk filling while Regenerate or Continue computes (after their room check)
+    failed the save and lost the music — unlike a failed YuE2 Save Song, whose inputs ComfyUI's cache keeps, these
+    nodes compute and save in one step, so ComfyUI has nothing of theirs to keep. Now the node keeps the computed
+    song and says so; the same inputs again save it without loading the model or computing (still full: kept again),
+    the very music the failed save was given; other inputs (another seed) compute anew and drop what was kept."""
+    from synthetic_cache import synthetic_copy
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    synthetic_copy(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
+    out = in_host(KEPT, ckpts)
+    for node, label in (("YuE2 Regenerate", "regen"), ("YuE2 Continue", "continue")):
+        full = out[f"{label} full"]
+        assert full["said"].startswith("ValueError: could not save the song to ") and (
+            "No space left on device (nothing was written) — the music computed is kept in memory: once the folder "
+            f"can take it, queue the same prompt again and {node} saves it without computing it again") in \
+            full["said"], full
+        assert "include seed 3, which a seed control other than 'fixed' has changed" in full["said"], full
+        assert full["loads"] == 1 and full["new"] == [], full
+        room = out[f"{label} room"]
+        assert room["said"] == "ran" and room["loads"] == 0 and len(room["new"]) == 1, room
+        assert room["codes"] == [out["given"][0 if label == "regen" else -1]], room  # the music computed first
+        assert "not computed again" in room["report"], room["report"]
+    still = out["regen still full"]
+    assert still["loads"] == 0 and still["new"] == [] and "is kept in memory" in still["said"], still
+    assert out["given"][0] == out["given"][1]  # the same music offered to the second failed save
+    for label in ("regen seed 4 full", "regen seed 3 again", "regen seed 4 again"):  # computed: nothing kept matches
+        assert out[label]["loads"] == 1, (label, out[label])
+    for label in ("regen seed 3 again", "regen seed 4 again"):
+        assert out[label]["said"] == "ran" and "not computed again" not in out[label]["report"], out[label]
+    assert out["regen seed 3 again"]["codes"] == out["regen room"]["codes"]  # seed 3's music, computed anew
 
 
 def test_a_save_song_that_failed_saves_without_computing_again(comfy, comfy_server, checkpoints):

@@ -89,6 +89,43 @@ def test_gpu_only_switch_on_a_cpu_run_is_warned(monkeypatch, capsys, name, value
     assert "changes only the CUDA" not in capsys.readouterr().err
 
 
+def test_a_cuda_attention_backend_on_a_cpu_run_is_warned_once_up_front(monkeypatch, capsys, micro_paths):
+    """Stop-53 leftover: YUE2_NAR_ATTN=fa3 on a CPU run was let through the up-front check, then the NAR tried
+    FlashAttention-3 on the CPU and Python's warnings printed `layers.py:…: UserWarning: attention backend 'fa3'
+    unavailable …` mid-run. The switch is not GPU-only as a whole — gqa, flash and math run on the CPU (flash is
+    what PyTorch picks there) — but fa3, cudnn and efficient have no CPU kernel: for those the check says so before
+    the work, and the NAR on the CPU takes the GQA call without trying them (one warning, not two)."""
+    import warnings
+    import torch
+    from yue2_core.nar import ChunkRenderer
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_ar, load_nar
+    for other in [n for n in __import__("os").environ if n.startswith("YUE2_")]:
+        monkeypatch.delenv(other)
+    for value, warned in (("fa3", True), ("cudnn", True), ("efficient", True), ("flash", False), ("math", False),
+                          ("gqa", False), ("auto", False)):
+        monkeypatch.setenv("YUE2_NAR_ATTN", value)
+        _check_switches("cpu")
+        err = capsys.readouterr().err
+        assert err.count("warning:") == warned, (value, err)
+        assert (f"YUE2_NAR_ATTN={value} names an attention backend of CUDA GPUs only (fa3, cudnn, efficient); this "
+                "run is on cpu, where the NAR uses PyTorch's own choice (gqa, as unset)" in err) == warned, err
+        _check_switches()  # no device: no word
+        assert capsys.readouterr().err == ""
+    info = inspect_checkpoint(micro_paths["bf16"])
+    ar, nar = load_ar(info, "cpu", torch.float32), load_nar(info, "cpu", torch.float32)
+    toks = list(range(1, 20))  # any ids of the micro model's 1,024: only the AR's K/V is needed
+    state = torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
+    out = {}
+    for value in ("fa3", "gqa"):
+        monkeypatch.setenv("YUE2_NAR_ATTN", value)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no mid-run UserWarning
+            renderer = ChunkRenderer(nar, ar.layer_kv(toks), 4, fused=False)
+            out[value] = renderer.velocity(state, 0.7)
+        assert renderer.attention == "gqa", value
+    assert torch.equal(out["fa3"], out["gqa"])
+
+
 def test_a_gemv_table_nested_past_the_parser_is_refused(monkeypatch, tmp_path):
     """Break-it finding: a YUE2_GEMV_TABLE file of 100,000 '[' raised RecursionError from the JSON parser."""
     table = tmp_path / "t.json"

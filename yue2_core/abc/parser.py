@@ -12,6 +12,7 @@ inside a bar [U entry 7]: the unfinished tail is reported once as "truncated" (a
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from .bars import BarBuilder, VoiceState
 from .dialect import VOICES
@@ -26,6 +27,7 @@ SYNTAX_CODES = frozenset({"empty", "missing-header", "duplicate-header", "header
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_BOM = re.compile("\ufeff")
 # control characters (Unicode category Cc) other than tab; line ends are split off before: NUL, ESC, DEL, C1 …
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _TRAILING_CONTROL = re.compile(f"{_CONTROL.pattern}+\\Z")  # control characters that end a line
@@ -56,8 +58,12 @@ def scan(text: str) -> AbcScore:
     clean = [_CONTROL.sub(" ", _TRAILING_CONTROL.sub("", line)) for line in lines]
     blank = not text.replace("\ufeff", "").strip()  # a byte-order mark alone is empty (protocol.blank_score)
     bom = text.startswith("\ufeff") and not blank
-    if bom:  # read past it, as the first character of a line (break-it review, stop 53: "no ABC header" for a score
-        clean[0] = clean[0][1:]  # that visibly starts with X:1, and the rest of the score was not checked)
+    marks = _inner_marks(lines, bom)
+    if bom or marks:  # the rules read the score without its byte-order marks, each named once (break-it review,
+        # stop 53: a leading one gave "no ABC header" for a score that visibly starts with X:1, and the rest of the
+        # score was not checked; one inside gave a `token` error, or an unreadable line); the columns of what they
+        # find are the text's (`_text_column`)
+        clean = [line.replace("\ufeff", "") for line in clean]
     header, body_start, issues = parse_header(clean) if not blank else (None, 0, [])
     if header is None:
         from .model import Header
@@ -66,17 +72,55 @@ def scan(text: str) -> AbcScore:
                                   "X:1, T:, M:, L:, Q:, the two V: definitions and K:.", 1, 1))
         return score
     score = AbcScore(text, lines, header, issues=issues)
+    read = len(score.issues)  # the header's findings; the checks below read the text itself: their columns are its own
     if bom:
         score.issues.append(Issue("error", "byte-order-mark", "The score starts with a byte-order mark (U+FEFF), an "
                                   "invisible character that an editor saving \"UTF-8 with BOM\" writes before X:1: "
                                   "the model would read it as text (the planner never writes it). Delete it, or save "
                                   "the file as UTF-8 without BOM.", 1, 1))
+    _inner_mark_issue(marks, score.issues)
     _line_end_issue(text, score.issues)
     _surrogate_issue(lines, score.issues)
     _control_issue(lines, score.issues)
+    of_text = score.issues[read:]
     _Body(score, clean, body_start).run()
+    if bom or marks:
+        score.issues[:] = [i if any(i is t for t in of_text) else _text_column(i, lines) for i in score.issues]
     score.issues.sort(key=lambda i: (i.line or 0, i.column or 0))
     return score
+
+
+def _inner_marks(lines: list[str], leading: bool) -> list[tuple[int, int]]:
+    """(line, column) of every byte-order mark (U+FEFF) but the score's leading one (`leading`: it is there)."""
+    return [(number, match.start() + 1) for number, line in enumerate(lines, 1) for match in _BOM.finditer(line)
+            if not (leading and number == 1 and match.start() == 0)]
+
+
+def _text_column(issue: Issue, lines: list[str]) -> Issue:
+    """`issue` found on the lines read without their byte-order marks, with its column in the text as written."""
+    if not issue.line or not issue.column or issue.line > len(lines) or "\ufeff" not in lines[issue.line - 1]:
+        return issue
+    index = issue.column - 1
+    for match in _BOM.finditer(lines[issue.line - 1]):
+        if match.start() <= index:
+            index += 1
+    return replace(issue, column=index + 1)
+
+
+def _inner_mark_issue(marks: list[tuple[int, int]], issues: list[Issue]) -> None:
+    """An error for byte-order marks after the score's first character — two files joined together, the second
+    saved as "UTF-8 with BOM" (stop-53 review: each was `'\\ufeff': this is not a note …`, and one before a field,
+    a selector or a comment made the line unreadable: "Music before any voice selector", a header missing). Named
+    once, with the count; the score tools refuse it (`readable`: the rules read the score without them, so the
+    columns of its notes are not the text's, which the tools edit)."""
+    if not marks:
+        return
+    number, column = marks[0]
+    more = f" ({len(marks)} byte-order marks in all)" if len(marks) > 1 else ""
+    issues.append(Issue("error", "byte-order-mark", f"A byte-order mark (U+FEFF) inside the score{more}: an invisible "
+                        "character that an editor saving \"UTF-8 with BOM\" writes at the start of a file, here "
+                        "likely where two files were joined; the model would read it as text, and the score tools "
+                        "refuse it. Delete it.", number, column))
 
 
 def _surrogate_issue(lines: list[str], issues: list[Issue]) -> None:
@@ -137,8 +181,10 @@ def parse(text: str) -> AbcScore:
 
 
 def readable(score: AbcScore) -> AbcScore:
-    """`score` itself if it has no error in `SYNTAX_CODES`, else raise `AbcError` for the first such error."""
-    fatal = [i for i in score.issues if i.severity == "error" and i.code in SYNTAX_CODES]
+    """`score` itself if it has no error in `SYNTAX_CODES` (nor a byte-order mark after the score's first character:
+    `_inner_mark_issue`), else raise `AbcError` for the first such error."""
+    fatal = [i for i in score.issues if i.severity == "error" and (
+        i.code in SYNTAX_CODES or i.code == "byte-order-mark" and (i.line, i.column) != (1, 1))]
     if fatal:
         raise AbcError.from_issue(fatal[0], tuple(score.issues))
     return score

@@ -1,12 +1,13 @@
 """`validate(text)`: every problem of a score as a list of `Issue`s (never raises on text).
 
-Codes — errors: encoding (an unpaired surrogate), byte-order-mark (a leading U+FEFF), empty, missing-header,
-duplicate-header, header-order, header-value, unknown-header, unknown-voice, token, structure, empty-bar,
-unterminated-bar, group-order, missing-voice, voice-mismatch, bar-length, note-range, tie, chord-symbol. Warnings:
-truncated, tuplet, broken-rhythm, vocal-in-instrumental, too-long, dialect, duration-value, chord-symbol (quality
-outside the native list), chord-in-ins, group-size, key-mismatch, no-notes, tie (left open at the end), line-ends (CR
-LF or CR), too-many-issues; chord-symbol also warns of a symbol after a bar's last note, dialect of the spellings the
-vendor's checker refuses (Z1, Z5, `V: Vocal ` with a trailing space, `%verse`, a blank line after the last group).
+Codes — errors: encoding (an unpaired surrogate), byte-order-mark (a leading U+FEFF, or one inside), empty,
+missing-header, duplicate-header, header-order, header-value, unknown-header, unknown-voice, token, structure,
+empty-bar, unterminated-bar, group-order, missing-voice, voice-mismatch, bar-length, note-range, tie, chord-symbol.
+Warnings: truncated, tuplet, broken-rhythm, vocal-in-instrumental, too-long, dialect, duration-value, chord-symbol
+(quality outside the native list), chord-in-ins, group-size, key-mismatch, no-notes, tie (left open at the end),
+line-ends (CR LF or CR), too-many-issues; chord-symbol also warns of a symbol after a bar's last note, dialect of the
+spellings the vendor's checker refuses (Z1, Z5, `V: Vocal ` with a trailing space, `%verse`, a blank line after the last
+group).
 """
 
 from __future__ import annotations

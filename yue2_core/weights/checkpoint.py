@@ -790,7 +790,8 @@ def _check_no_strangers(entries: dict, d: ModelDims, name: str) -> None:
                               "all): it is a LoRA/LoKr file, or a checkpoint with unmerged adapters. Give the base "
                               "YuE2 checkpoint as the checkpoint and the adapter with --lora (nodes: YuE2 LoRA "
                               "Loader)")
-    raise CheckpointError(f"{name} holds {len(strangers)} tensor{'s' if len(strangers) > 1 else ''} that are not part "
+    many = len(strangers) > 1
+    raise CheckpointError(f"{name} holds {len(strangers)} tensor{'s that are' if many else ' that is'} not part "
                           f"of a YuE2 checkpoint ({', '.join(strangers[:5])}{' …' if len(strangers) > 5 else ''}); "
                           "an all-in-one file holds only text_encoders.*, model.diffusion_model.* and vae.* "
                           "(checkpoint_format.md §1.1) — a file of another model, or edited")
