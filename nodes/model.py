@@ -28,7 +28,7 @@ from yue2_core.weights.lora.model import BiasDiff, Replace
 from yue2_core.weights.lora.record import STACK_RULES, lora_record
 from yue2_core.weights import own
 from yue2_core.constants import CODEC_OFFSET, CODEC_SIZE, MUSIC_END
-from yue2_core.nar import adapters_want_bf16, keeps_w8a8, prepare_linears
+from yue2_core.nar import adapters_want_bf16, auto_mode, keeps_int8, keeps_w8a8, prepare_linears
 from yue2_core import warmup
 
 log = logging.getLogger("ComfyUI-YuE2")
@@ -249,11 +249,31 @@ class YuE2Model:
             out["lora_int8"] = "side"
         if self.adapters:  # the stacking rule (a replacement first), as `YuE2Engine.load` records it
             out["stack_rules"] = STACK_RULES
-        # this model's NAR (a clone of the root's, or for adapters the bf16 root's: `_patcher`), else the root's
-        nar = self._patchers.get("nar") or (None if self.adapters else self.root._patchers.get("nar"))
-        if nar is not None and keeps_w8a8(nar.model.engine_module):  # W8A8 took effect (YUE2_NAR_LINEARS)
+        if self._read_nar() is not None and self.nar_linears() == "w8a8":  # W8A8 took effect (YUE2_NAR_LINEARS)
             out["nar_linears"] = "w8a8"
         return out
+
+    def _read_nar(self):
+        """This model's NAR patcher when read (a clone of the root's, or for adapters the bf16 root's: `_patcher`),
+        else the root's; None before either was read."""
+        return self._patchers.get("nar") or (None if self.adapters else self.root._patchers.get("nar"))
+
+    def _adapts_nar(self) -> bool:
+        """Whether an adapter of this model patches the NAR (a NAR strength ≠ 0 and NAR patches)."""
+        return any(a.strength("nar") != 0 and any(p.expert == "nar" for p in a.adapter.patches) for a in self.adapters)
+
+    def nar_linears(self) -> str | None:
+        """How this model's NAR multiplies, as a song records it: "w8a8" where its int8 layers keep their codes for
+        W8A8 products, None for float layers. The NAR read (`_read_nar`) says; before it is read, what it will be
+        (Load Song's note, `songs.nar_linears_notes`): an int8 file's NAR on CUDA in `prepare_linears`' terms
+        (`nar.keeps_int8` for the compute device), unless adapters reaching it take the bf16 root under auto
+        (`_patcher`, `nar.adapters_want_bf16`)."""
+        nar = self._read_nar()
+        if nar is not None:
+            return "w8a8" if keeps_w8a8(nar.model.engine_module) else None
+        if not self.info.quant_nar or self.device.type != "cuda" or not keeps_int8(self.dtype, self.device):
+            return None
+        return None if auto_mode() and self._adapts_nar() else "w8a8"
 
     def int8_patched(self) -> bool:
         """Whether this model's adapters reach int8 layers of the AR / NAR parts made so far (`patcher`: the side
@@ -385,9 +405,7 @@ class YuE2Model:
             return base
         if part not in self._patchers:
             expert = "ar" if part == "ar" else "nar"
-            if expert == "nar" and adapters_want_bf16(base.model.engine_module) \
-                    and any(a.strength("nar") != 0 and any(p.expert == "nar" for p in a.adapter.patches)
-                            for a in self.adapters):
+            if expert == "nar" and adapters_want_bf16(base.model.engine_module) and self._adapts_nar():
                 base = root._root_patcher(part, layers="bf16")
             engine = base.model.engine_module
             floats, ints = plan_expert(engine, list(self.adapters), expert)

@@ -328,6 +328,7 @@ class YuE2LoadSong(io.ComfyNode):
                 song_model = model_with_song_weights(model, saved.config.get("weights"))
                 lines += int8_mode_notes(saved.config.get("weights"), song_model)
                 lines += stacking_notes(saved.config.get("weights"), song_model)
+                lines += nar_linears_notes(saved.config.get("weights"), song_model)
         except ValueError as exc:
             # only the model output needs the song's LoRA / VAE files: a moved or deleted one stops the node only when
             # that output is connected (review, stop 44: the whole node failed, so the score, tokens and latent of a
@@ -358,6 +359,16 @@ def int8_mode_notes(weights, model) -> list[str]:
             "the command line); the nodes apply them as exact side deltas beside the int8 codes, so what the model "
             "output renders anew differs slightly from the song — `python -m yue2_core render` renders it as it "
             "was made"]
+
+
+def nar_linears_notes(weights, model) -> list[str]:
+    """A note when the song's NAR multiplied otherwise (config.json "weights"."nar_linears": W8A8 or bf16 layers)
+    than `model`'s will (`YuE2Model.nar_linears`), in the command line `render`'s words (stop-53 review: Load Song
+    said nothing)."""
+    from yue2_core.cli.song_weights import nar_linears_note
+    note = nar_linears_note(weights, model.nar_linears(), now="the model output renders with",
+                            goal="render it as it was made (before ComfyUI starts)")
+    return [f"note: {note}"] if note else []
 
 
 def stacking_notes(weights, model) -> list[str]:

@@ -580,6 +580,12 @@ def cmd_batch(args) -> int:
     nar_dtype = torch.float32 if fp32 else torch.bfloat16
     nar_float = (args.ray_cpu_workers is None and (auto_mode() or not may_keep_int8(nar_dtype))) \
         if args.ray is not None else device.type == "cuda" and (auto_mode() or not keeps_int8(nar_dtype, device))
+    # how this run's NAR multiplies, as each song records it (a --resume notes another: driver._nar_linears_note);
+    # under Ray the workers' GPUs decide, so none is recorded
+    nar_linears = {} if args.ray is not None else {"nar_linears": "w8a8" if device.type == "cuda" and info.quant_nar
+                                                   and keeps_int8(nar_dtype, device) and not (
+                                                       auto_mode() and reaches_int8(info, stack, False, ("nar",)))
+                                                   else None}
     options = BatchOptions(args.requests, args.output, args.max_batch, args.budget, args.resume, args.steps,
                            args.max_seconds, abc_cap, overlap=args.overlap, method=args.ode_method,
                            continuous=args.continuous,
@@ -589,7 +595,7 @@ def cmd_batch(args) -> int:
                                 # how LoRAs go onto int8 layers (YUE2_LORA_INT8): recorded when they reach one
                                 # (stop 41: not for adapters on float layers only); a --resume compares it
                                 "lora_int8": int8_mode() if reaches_int8(info, stack, nar_float) else None,
-                                "vendor_vae": vendor_vae_record(info, args.vae)})
+                                "vendor_vae": vendor_vae_record(info, args.vae), **nar_linears})
     shape = {}  # the batch decoder's rows, known once run_batch sized the batch: the warm-up compiles its kernels
     vendor_vae = options.run["vendor_vae"]  # the VAE folder batch.json records is the one the engines decode with
     kw = dict(tokenizer=load_tokenizer(info), dims=info.dims, engine_factory=lambda: _load_engine(

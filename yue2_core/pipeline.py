@@ -397,7 +397,8 @@ class YuE2Engine:
         from .errors import AdapterError, CheckpointError
         from .weights.checkpoint import (checkpoint_state, inspect_checkpoint, load_ar, load_nar, load_tokenizer,
                                          load_vae)
-        from .weights.lora.apply import Applied, apply_stack, check_stack, check_strength, int8_mode
+        from .weights.lora.apply import (Applied, apply_stack, check_stack, check_strength, int8_mode,
+                                         nar_layers_for, reaches_int8)
         from .weights.lora.record import lora_record
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -440,9 +441,12 @@ class YuE2Engine:
         from . import warmup
         if warmup.skip_reason(torch.device(device)) is None and warm_up is not False:  # before any weight is read
             import os
-            bf16_layers = mode == "bf16"
+            # the shadow gets the layers the adapters will leave (stop-53 review: the AR's bf16 for any stack under
+            # YUE2_LORA_INT8=bf16, the NAR's W8A8 where adapters were to take its bf16 layers)
+            bf16_layers = mode == "bf16" and reaches_int8(info, stack, True, ("ar",))
             plan = warmup.Plan.from_info(info, dtype, parts, vae_cfg=getattr(vae_file, "config", None),
                                          budgets=budgets, int8_layers=not bf16_layers,
+                                         nar_linears=nar_layers_for(info, stack, mode, dtype, device),
                                          batch_rows=batch_rows if batch_rows > 1 else 0, batch_refill=batch_refill,
                                          source={"path": info.path, "bytes": info.data_bytes,
                                                  "vae": os.fspath(vae) if vae_file is not None

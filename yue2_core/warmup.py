@@ -160,20 +160,25 @@ def _first_layer(quant: dict) -> dict:
     return {k: v for k, v in (quant or {}).items() if ".layers." not in k or ".layers.0." in k}
 
 
-def _nar_quant(quant: dict, dims, dtype, device=None) -> dict:
+def _nar_quant(quant: dict, dims, dtype, device=None, layers: str | None = None) -> dict:
     """The shadow NAR's quantization map: when the NAR keeps its codes on CUDA (YUE2_NAR_LINEARS w8a8, or auto on
     Hopper; `nar.int8_linears`) its layer linears int8 as the AR's, and so are `llm2vae` and the time embedder's two
     linears, as in the int8 file (checkpoint_format.md §1.5; the AR's map, which the plan holds, has no NAR-only
     module): their products — with a bias, of a chunk's rows (the time embedding is expanded to every row) — compile
     and tune on the shadow rather than in the song (stop-48 diff review). Otherwise — or for a NAR not in bf16,
     which `nar.prepare_linears` gives float layers — none (bf16 layers, as `nar.float_linears` leaves them).
-    `device`: the warm-up's (YUE2_NAR_LINEARS=auto resolves by it; "meta" and None: the current CUDA device)."""
+    `device`: the warm-up's (YUE2_NAR_LINEARS=auto resolves by it; "meta" and None: the current CUDA device).
+    `layers` (`Plan.nar_linears`, what adapters will make of the real NAR): "bf16" — none (`nar.adapters_want_bf16`:
+    every linear bf16); "layers_bf16" — the transformer layers' linears bf16, the others int8 as above
+    (YUE2_LORA_INT8=bf16: `apply.dequantize_layers`)."""
     from .nar import linears_mode
-    if linears_mode(None if device is None or torch.device(device).type == "meta" else device) != "w8a8" \
-            or dtype != torch.bfloat16:
+    if layers == "bf16" or linears_mode(None if device is None or torch.device(device).type == "meta" else device) \
+            != "w8a8" or dtype != torch.bfloat16:
         return {}
     out = {k: v for k, v in quant.items() if ".layers." in k}
     group = next(iter(out.values()), None)
+    if layers == "layers_bf16":
+        out = {}
     if isinstance(group, int):
         for name, in_features in (("llm2vae", dims.hidden), ("time_embedder.mlp.0", dims.time_freq),
                                   ("time_embedder.mlp.2", dims.hidden)):
@@ -191,19 +196,20 @@ class Shadow:
 
 
 def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype=torch.bfloat16, *,
-                 parts=("ar", "nar", "vae"), int8_layers: bool = True) -> Shadow:
+                 parts=("ar", "nar", "vae"), int8_layers: bool = True, nar_linears: str | None = None) -> Shadow:
     """Shadow modules for a checkpoint of `dims` (`layers.ModelDims`) whose AR quantization map is `quant_ar`
     (`CheckpointInfo.quant_ar`; empty for bf16 files): an `ARModel` and an `NARModel` with one layer and bf16 NAR
     linears (what `nar.float_linears` makes of an int8 file's NAR on GPUs; int8 ones marked for W8A8 products with
     YUE2_NAR_LINEARS w8a8 / auto on Hopper), a full `VAEDecoder(vae_cfg)`, each with
     deterministic weights (`fill_`) on `device` in `dtype` (the VAE fp32). `device="meta"`: shapes only, nothing
-    allocated (tests). `int8_layers=False`: the AR's layer linears bf16 (YUE2_LORA_INT8=bf16 with adapters)."""
+    allocated (tests). `int8_layers=False`: the AR's layer linears bf16 (YUE2_LORA_INT8=bf16 with adapters);
+    `nar_linears`: what adapters make of the NAR's (`_nar_quant`'s `layers`)."""
     from .ar import ARModel
     from .nar import NARModel
     from .vae import VAEDecoder
     one = replace(dims, layers=1)
     quant = _first_layer(quant_ar)
-    nar_quant = _nar_quant(quant, dims, dtype, device)
+    nar_quant = _nar_quant(quant, dims, dtype, device, nar_linears)
     if not int8_layers:
         quant = {k: v for k, v in quant.items() if ".layers." not in k}
     out = Shadow()
@@ -436,7 +442,10 @@ class Plan:
     parts: tuple = ("ar", "nar", "vae")
     budgets: object = None  # `pipeline.Budgets` of the songs to come (default presets)
     cfg_pair: bool = False  # also the CFG pair rows of the semantic phase
-    int8_layers: bool = True
+    int8_layers: bool = True  # False: the AR's layer linears bf16 (YUE2_LORA_INT8=bf16, adapters on them)
+    # what the engine's adapters make of the NAR's linears (`_nar_quant`'s `layers`): None — as YUE2_NAR_LINEARS
+    # leaves them; "bf16" — all bf16 (auto, adapters on a W8A8 NAR); "layers_bf16" — YUE2_LORA_INT8=bf16 on them
+    nar_linears: str | None = None
     phases: tuple = ("abc", "semantic")
     source: dict | None = None
     batch_rows: int = 0  # > 1: also the `batch` command's decoder of that many rows (no CFG)
@@ -450,6 +459,33 @@ class Plan:
                       if getattr(info, "path", None) else None)
         return cls(info.dims, dict(info.quant_ar or {}), vae_cfg if vae_cfg is not None else info.vae, dtype,
                    tuple(parts), **kw)
+
+
+def plan_shadow(plan: Plan, device) -> Shadow:
+    """The shadow model `run_plan` steps for `plan` on `device` (`build_shadow`)."""
+    return build_shadow(plan.dims, plan.quant_ar, plan.vae_cfg, device, plan.dtype, parts=plan.parts,
+                        int8_layers=plan.int8_layers, nar_linears=plan.nar_linears)
+
+
+def nar_mode(plan: Plan, device) -> str:
+    """How the shadow NAR of `plan` on `device` multiplies — as the real one will (YUE2_NAR_LINEARS resolved for
+    `device`, "auto" by `nar.w8a8_pays`; the NAR's dtype; `plan.nar_linears`): "w8a8", "bf16", "w8a8, bf16 layers"
+    (YUE2_LORA_INT8=bf16 on a W8A8 NAR), "" without a NAR. The marker key holds it, not the switch's raw value
+    (stop-53 review: a change of `nar.DEFAULT_NAR_LINEARS` or of the auto rule kept the older markers)."""
+    if "nar" not in plan.parts:
+        return ""
+    quant = _nar_quant(_first_layer(plan.quant_ar), plan.dims, plan.dtype, device, plan.nar_linears)
+    if not quant:
+        return "bf16"
+    return "w8a8" if any(".layers." in k for k in quant) else "w8a8, bf16 layers"
+
+
+def marker_key(plan: Plan, device) -> str:
+    """The warm-up marker's key of `plan` on `device` (`warmup_jobs.marker_key`), the NAR's arithmetic resolved
+    (`nar_mode`)."""
+    from . import warmup_jobs as jobs
+    return jobs.marker_key(jobs.plan_fields(plan), jobs.device_fields(device), jobs.versions(), jobs.source_hash(),
+                           jobs.kernel_switches(nar_mode(plan, device)))
 
 
 def _stopper(should_stop):
@@ -481,8 +517,7 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
     t0 = time.perf_counter()
     stages, done = {}, 0
     with torch.inference_mode():
-        shadow = build_shadow(plan.dims, plan.quant_ar, plan.vae_cfg, device, plan.dtype, parts=plan.parts,
-                              int8_layers=plan.int8_layers)
+        shadow = plan_shadow(plan, device)
         stages["build"] = time.perf_counter() - t0
         try:
             steps = plan_steps(plan, attention_geometry(plan.dims, device, plan.dtype))
@@ -539,8 +574,7 @@ def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = 
     cache = ensure_cache_dir()
     marker, decision = None, None
     try:
-        key = jobs.marker_key(jobs.plan_fields(plan), jobs.device_fields(device), jobs.versions(),
-                              jobs.source_hash())
+        key = marker_key(plan, device)
         marker = jobs.marker_path(cache, key)
         decision = "hit" if os.path.exists(marker) else "miss"
     except Exception as exc:  # noqa: BLE001 — no marker: compile in children as if it were absent

@@ -45,11 +45,13 @@ LINE = "YUE2-WARMUP "  # prefix of the children's protocol lines on stdout
 MARKER_DIR = "yue2-warmup"
 STAGE_TIMEOUT = 120.0  # s the parent waits for the children at one stage before it kills them (a hung child)
 CHILD_OVERHEAD = 3 * 2 ** 30  # bytes of a child beyond its shadow's embedding and head: CUDA context, VAE tile, caches
-# the environment switches that change which kernels a song compiles (part of the marker key)
+# the environment switches that change which kernels a song compiles (part of the marker key). YUE2_NAR_LINEARS is
+# not among them: the key holds the NAR's arithmetic it resolves to on the device (`kernel_switches`,
+# `warmup.nar_mode`), so a change of its default or of the auto rule renews the markers (stop-53 review)
 KERNEL_SWITCHES = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
                    "YUE2_DECODE_ATTN", "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER",
                    "YUE2_NAR_ATTN", "YUE2_NAR_GRAPH", "YUE2_GEMV_TABLE", "YUE2_LORA_INT8", "YUE2_LAYER_KERNEL",
-                   "YUE2_LAYER_TILES", "YUE2_GEMV_PRE", "YUE2_NAR_LINEARS", "YUE2_W8A8_TABLE", "TRITON_INTERPRET")
+                   "YUE2_LAYER_TILES", "YUE2_GEMV_PRE", "YUE2_W8A8_TABLE", "TRITON_INTERPRET")
 
 
 # -- decode attention: the split constexpr SP per attention length -----------------------------------------------
@@ -170,11 +172,16 @@ def versions() -> dict:
     return {"torch": torch.__version__, "triton": tv}
 
 
-def marker_key(plan_f: dict, device_f: dict, versions_f: dict, sources: str, switches: dict | None = None) -> str:
-    """The marker's name: sha256 (first 32 hex digits) of everything that decides the compiled kernels."""
+def kernel_switches(nar_mode: str) -> dict:
+    """The marker key's switches: KERNEL_SWITCHES' values, and the NAR's resolved arithmetic (`warmup.nar_mode`)."""
+    return {**{k: os.environ.get(k, "") for k in KERNEL_SWITCHES}, "nar_mode": nar_mode}
+
+
+def marker_key(plan_f: dict, device_f: dict, versions_f: dict, sources: str, switches: dict) -> str:
+    """The marker's name: sha256 (first 32 hex digits) of everything that decides the compiled kernels
+    (`warmup.marker_key` gives it a plan's)."""
     blob = json.dumps({"plan": plan_f, "device": device_f, "versions": versions_f, "sources": sources,
-                       "switches": switches if switches is not None else
-                       {k: os.environ.get(k, "") for k in KERNEL_SWITCHES}}, sort_keys=True, default=str)
+                       "switches": switches}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -234,12 +241,13 @@ def _indexed(device):
 
 def child_spec(plan, device, shard: int, shards: int, test: dict | None = None) -> dict:
     """What a child needs (JSON): the checkpoint (and separate VAE) path from `plan.source`, dtype, parts, budgets,
-    int8_layers, cfg_pair, phases, the device and its shard of the kernels."""
+    int8_layers, nar_linears, cfg_pair, phases, the device and its shard of the kernels."""
     source = plan.source or {}
     return {"path": source.get("path"), "vae": source.get("vae"), "dtype": str(plan.dtype).replace("torch.", ""),
             "parts": list(plan.parts), "budgets": budgets_dict(plan.budgets) if plan.budgets is not None else None,
-            "int8_layers": bool(plan.int8_layers), "cfg_pair": bool(plan.cfg_pair), "phases": list(plan.phases),
-            "device": str(_indexed(device)), "shard": shard, "shards": shards, "test": test or {},
+            "int8_layers": bool(plan.int8_layers), "nar_linears": plan.nar_linears, "cfg_pair": bool(plan.cfg_pair),
+            "phases": list(plan.phases), "device": str(_indexed(device)), "shard": shard, "shards": shards,
+            "test": test or {},
             "batch_rows": int(plan.batch_rows), "batch_refill": bool(plan.batch_refill)}
 
 
@@ -255,6 +263,7 @@ def plan_from_spec(spec: dict):
         vae_cfg = open_vae(spec["vae"]).config
     return Plan.from_info(info, getattr(torch, spec["dtype"]), tuple(spec["parts"]), vae_cfg=vae_cfg,
                           budgets=budgets_from(spec.get("budgets")), int8_layers=spec["int8_layers"],
+                          nar_linears=spec.get("nar_linears"),
                           cfg_pair=spec["cfg_pair"], phases=tuple(spec["phases"]),
                           batch_rows=int(spec.get("batch_rows", 0)), batch_refill=bool(spec.get("batch_refill")),
                           source={"path": spec["path"], "vae": spec.get("vae")})

@@ -217,6 +217,34 @@ def test_resume_with_other_caps_names_the_song_settings_and_this_runs(tmp_path, 
     assert state == "refuse" and "music max_tokens 25 (this run: 10)" in why and "--max-seconds" in why, why
 
 
+def test_resume_notes_another_nar_arithmetic(tmp_path, engine, capsys):
+    """Stop-53 review: a --resume whose NAR multiplies otherwise than the songs in the folder (batch.json
+    `settings.nar_linears`, "w8a8" or null, recorded by a batch without Ray) is noted in `render`'s words and runs
+    (was: not compared at all); not refused as YUE2_LORA_INT8 is — under auto the arithmetic follows the GPU, as the
+    device is not compared either (driver._nar_linears_note). The same arithmetic, an older batch.json without the
+    key and a run that records none (Ray: its workers decide) say nothing."""
+    req = write_requests(tmp_path / "in")
+    out = tmp_path / "out"
+    (out / rows()[0]["id"]).mkdir(parents=True)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=_never)
+
+    def resume(settings, run):
+        (out / "batch.json").write_text(json.dumps({"complete": 1, "settings": {"steps": 2, **settings}}), "utf-8")
+        capsys.readouterr()
+        with pytest.raises(AssertionError, match="must not load"):  # past the checks: the rows left run
+            run_batch(BatchOptions(str(req), str(out), steps=2, resume=True, max_abc_tokens=ABC_CAP, run=run), **kw)
+        return [line for line in capsys.readouterr().err.splitlines() if "multiplied" in line]
+    [note] = resume({"nar_linears": "w8a8"}, {"nar_linears": None})
+    assert note.startswith(f"note: the NAR of the songs in {out} (its batch.json) multiplied with W8A8 products") \
+        and "this run uses bf16 layers" in note and "set YUE2_NAR_LINEARS=w8a8 on a CUDA device to make the rest" \
+        in note, note
+    [note] = resume({"nar_linears": None}, {"nar_linears": "w8a8"})
+    assert "multiplied with bf16 layers; this run uses W8A8 products" in note and "YUE2_NAR_LINEARS=bf16" in note
+    for settings, run in (({"nar_linears": "w8a8"}, {"nar_linears": "w8a8"}), ({"nar_linears": None},
+                          {"nar_linears": None}), ({}, {"nar_linears": "w8a8"}), ({"nar_linears": "w8a8"}, {})):
+        assert resume(settings, run) == [], (settings, run)
+
+
 def test_resume_with_other_caps_than_recorded_is_refused_as_a_whole(tmp_path, engine):
     """A --resume whose --max-seconds / --max-abc-tokens differ from the caps batch.json recorded is refused before
     any work (exit 2 in the CLI), naming the recorded caps, as --steps is; a record without caps (older batch.json)

@@ -358,3 +358,140 @@ def test_batch_on_ray_records_the_lora_mode_where_any_worker_may_keep_int8(tmp_p
             monkeypatch.setenv("YUE2_NAR_LINEARS", mode)
         assert cli.main(argv + extra) == 0
         assert runs[-1]["lora_int8"] == want, (mode, extra, runs[-1])
+
+
+def test_marker_key_holds_the_resolved_nar_mode(monkeypatch, tiny_paths):
+    """The warm-up marker key holds the NAR's arithmetic YUE2_NAR_LINEARS resolves to on the device (`warmup.nar_mode`),
+    not the switch's raw value (stop-53 review: unset and "auto" were one key whatever the auto rule or
+    `DEFAULT_NAR_LINEARS` said, so a change of either kept the older markers and the children's head start was lost;
+    and "w8a8" set explicitly was another key than auto's W8A8, for the same kernels)."""
+    from yue2_core import nar as nar_mod
+    from yue2_core import warmup
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    plan = warmup.Plan.from_info(inspect_checkpoint(tiny_paths["int8"]))
+    pays = {"v": True}
+    monkeypatch.setattr(nar_mod, "w8a8_pays", lambda device=None: pays["v"])  # True: a Hopper GPU
+
+    def key(switch, hopper):
+        pays["v"] = hopper
+        if switch is None:
+            monkeypatch.delenv("YUE2_NAR_LINEARS", raising=False)
+        else:
+            monkeypatch.setenv("YUE2_NAR_LINEARS", switch)
+        return warmup.marker_key(plan, "cpu"), warmup.nar_mode(plan, "cpu")
+    hopper, other = key(None, True), key(None, False)
+    assert hopper[1] == "w8a8" and other[1] == "bf16" and hopper[0] != other[0]
+    assert key("auto", True) == hopper and key("w8a8", False) == hopper
+    assert key("bf16", True) == other and key("auto", False) == other
+    monkeypatch.setattr(nar_mod, "DEFAULT_NAR_LINEARS", "bf16")  # a later default: the older markers renewed
+    assert key(None, True) == other
+    monkeypatch.setattr(nar_mod, "DEFAULT_NAR_LINEARS", "auto")
+    from dataclasses import replace
+    assert warmup.nar_mode(replace(plan, nar_linears="bf16"), "cpu") == "bf16"
+    assert warmup.nar_mode(replace(plan, nar_linears="layers_bf16"), "cpu") == "w8a8, bf16 layers"
+    assert warmup.nar_mode(replace(plan, parts=("ar", "vae")), "cpu") == ""
+    assert len({warmup.marker_key(replace(plan, nar_linears=n), "cpu") for n in (None, "bf16", "layers_bf16")}) == 3
+
+
+def test_engine_warmup_shadow_has_the_layers_adapters_leave(monkeypatch, tmp_path, tiny_paths):
+    """`YuE2Engine.load`'s warm-up plan gives the shadow the linears the real model has once its adapters are on
+    (stop-53 review): under auto on a Hopper GPU a LoRA reaching the NAR takes its bf16 layers
+    (`nar.adapters_want_bf16`), YUE2_LORA_INT8=bf16 with an explicit w8a8 dequantizes its transformer layers only,
+    side deltas keep W8A8; the AR's layers go bf16 only where YUE2_LORA_INT8=bf16 adapters reach them (was: the
+    shadow NAR stayed W8A8 in the first two, and the shadow AR went bf16 for a NAR-only LoRA). The NAR is prepared as
+    `load_nar` prepares it on CUDA; the warm-up itself is not run (no GPU)."""
+    from yue2_core import nar as nar_mod
+    from yue2_core import pipeline, warmup
+    from yue2_core.fast import w8a8
+    from yue2_core.weights import checkpoint
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora import synthetic as S
+    from yue2_core.weights.quant import ConvRotLinear
+    info = inspect_checkpoint(tiny_paths["int8"])
+    nar_lora = S.write_adapter("ms-raw-nar", tmp_path / "nar.safetensors", info.dims, rank=2, seed=2)
+    ar_lora = S.write_adapter("ms-fused-ar", tmp_path / "ar.safetensors", info.dims, rank=2, seed=3)
+    monkeypatch.setattr(nar_mod, "w8a8_pays", lambda device=None: True)  # a Hopper GPU
+    monkeypatch.setattr(w8a8, "available", lambda: True)
+    plans = []
+    monkeypatch.setattr(warmup, "skip_reason", lambda device: None)
+    monkeypatch.setattr(warmup, "start", lambda plan, device, should_stop=None: plans.append(plan))
+    real_load_nar = checkpoint.load_nar
+    monkeypatch.setattr(checkpoint, "load_nar", lambda info, device, dtype: real_load_nar(
+        info, device, dtype, float_linears=True))  # prepare_linears, as on CUDA (here for the "Hopper" CPU)
+
+    def int8(model):  # {name: marked for W8A8} of the int8 linears of layer 0 and outside the layers
+        return {n: m.w8a8 for n, m in model.named_modules() if isinstance(m, ConvRotLinear)
+                and (".layers." not in n or ".layers.0." in n)}
+    for nar_linears, lora_int8, lora, strengths, want in (
+            (None, None, nar_lora, (1.0, 1.0), "bf16"), ("w8a8", "bf16", nar_lora, (1.0, 1.0), "layers_bf16"),
+            ("w8a8", None, nar_lora, (1.0, 1.0), None), (None, None, nar_lora, (1.0, 0.0), None),
+            (None, "bf16", ar_lora, (1.0, 1.0), None)):
+        for name, value in (("YUE2_NAR_LINEARS", nar_linears), ("YUE2_LORA_INT8", lora_int8)):
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        eng = pipeline.YuE2Engine.load(tiny_paths["int8"], device="cpu", parts=("ar", "nar"),
+                                       loras=[(str(lora), *strengths)])
+        plan = plans[-1]
+        assert plan.nar_linears == want, (nar_linears, lora_int8, lora.name, strengths)
+        assert plan.int8_layers == (lora_int8 != "bf16" or lora != ar_lora)
+        shadow = warmup.plan_shadow(plan, "cpu")
+        assert int8(shadow.nar) == int8(eng.nar), (nar_linears, lora_int8, lora.name, strengths)
+        assert int8(shadow.ar) == int8(eng.ar), (nar_linears, lora_int8, lora.name, strengths)
+        assert (want == "bf16") == (not int8(eng.nar))  # each case changes what it claims
+        assert (want == "layers_bf16") == (bool(int8(eng.nar)) and not any(".layers." in n for n in int8(eng.nar)))
+    from yue2_core import warmup_jobs as jobs  # the warm-up's children build the same shadow
+    assert [jobs.plan_from_spec(jobs.child_spec(p, "cpu", 0, 1)).nar_linears for p in plans[:2]] == \
+        ["bf16", "layers_bf16"]
+
+
+def test_batch_records_how_its_nar_multiplies(tmp_path, monkeypatch, tiny_paths):
+    """`batch` records in batch.json how its NAR will multiply (`settings.nar_linears`: "w8a8" for the int8 file on a
+    Hopper GPU under auto, null for the bf16 layers — another GPU, YUE2_NAR_LINEARS=bf16, a LoRA reaching the NAR
+    under auto —), which a --resume notes when it differs (tests/batch/test_batch_bad_input.py::
+    test_resume_notes_another_nar_arithmetic); a `--ray` run, whose workers' GPUs decide, records none."""
+    import yue2_core.__main__ as cli
+    import yue2_core.batch as batch
+    import yue2_core.candidates as candidates
+    from yue2_core import nar as nar_mod
+    from yue2_core.batch import ray_runner
+    from yue2_core.fast import w8a8
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.lora import synthetic as S
+    info = inspect_checkpoint(tiny_paths["int8"])
+    lora = S.write_adapter("ms-raw-nar", tmp_path / "ms.safetensors", info.dims, rank=2, seed=2)
+    runs = []
+    monkeypatch.setattr(batch, "run_batch", lambda options, **kw: runs.append(dict(options.run)) or 0)
+    monkeypatch.setattr(cli, "_check_device", lambda device: None)
+    monkeypatch.setattr(candidates, "device_free_bytes", lambda device: 80 << 30)
+    monkeypatch.setattr(w8a8, "available", lambda: True)
+    pays = {"v": True}
+    monkeypatch.setattr(nar_mod, "w8a8_pays", lambda device=None: pays["v"])
+    req = tmp_path / "in.jsonl"
+    req.write_text(json.dumps({"id": "a", "style": "pop", "lyrics": "la", "seed": 3, "cot": "off"}) + "\n", "utf-8")
+    argv = ["batch", str(req), "--output", str(tmp_path / "out"), "--checkpoint", tiny_paths["int8"], "--device",
+            "cuda", "--steps", "2", "--max-abc-tokens", "8", "--max-seconds", "1"]
+    monkeypatch.delenv("YUE2_NAR_LINEARS", raising=False)
+    for switch, hopper, extra, want in ((None, True, [], "w8a8"), (None, False, [], None), ("bf16", True, [], None),
+                                        (None, True, ["--lora", str(lora)], None), ("w8a8", False, [], "w8a8"),
+                                        ("w8a8", True, ["--lora", str(lora)], "w8a8"),
+                                        (None, True, ["--dtype", "fp32"], None)):
+        pays["v"] = hopper
+        if switch is None:
+            monkeypatch.delenv("YUE2_NAR_LINEARS", raising=False)
+        else:
+            monkeypatch.setenv("YUE2_NAR_LINEARS", switch)
+        assert cli.main(argv + extra) == 0
+        assert runs[-1]["nar_linears"] == want, (switch, hopper, extra, runs[-1])
+    monkeypatch.delenv("YUE2_NAR_LINEARS", raising=False)
+    monkeypatch.setattr(ray_runner, "check_options", lambda *a: None)
+
+    class Runner:  # no Ray here: the record is taken before the workers start
+        def __init__(self, *a, **kw):
+            pass
+
+        def close(self):
+            pass
+    monkeypatch.setattr(ray_runner, "RayRunner", Runner)
+    assert cli.main(argv + ["--ray", "auto"]) == 0 and "nar_linears" not in runs[-1], runs[-1]

@@ -521,7 +521,7 @@ def test_the_batch_decoder_is_a_plan_of_its_own(tiny_paths):
     assert "batch_rows" not in jobs.plan_fields(plain)
     plans = (plain, batch, warmup.Plan.from_info(info, batch_rows=8),
              warmup.Plan.from_info(info, batch_rows=4, batch_refill=True))
-    keys = {jobs.marker_key(jobs.plan_fields(p), {"type": "cuda"}, {}, "s") for p in plans}
+    keys = {jobs.marker_key(jobs.plan_fields(p), {"type": "cuda"}, {}, "s", {}) for p in plans}
     assert len(keys) == 4
     spec = jobs.child_spec(batch, "cpu", 0, 1)
     again = jobs.plan_from_spec(spec)

@@ -52,3 +52,60 @@ def test_adapters_on_the_nar_take_a_bf16_root_under_auto(in_host, tmp_path):
     assert out["base"] and out["ar_only"] and not out["lora"], out
     assert out["roots"] == ["nar", "nar:bf16"] and out["reads"] == 2, out
     assert out["rec_base"] == "w8a8" and out["rec_ar_only"] == "w8a8" and out["rec_lora"] is None, out
+
+
+LOAD_SONG_NOTES = r'''
+import torch
+from yue2_nodes import loader, songs
+from yue2_core import nar as N
+from yue2_core.fast import w8a8
+from yue2_core.weights.lora import synthetic as S
+from yue2_core.weights.lora.layouts import read_adapter
+from yue2_core.weights.lora.apply import Applied
+folder_paths.set_output_directory(OUTPUT)
+
+
+def notes(model):
+    return {name: [line for line in songs.YuE2LoadSong.execute(model, name).ui["text"][0].splitlines()
+                   if "NAR multiplied" in line] for name in ("plain_00001", "w8a8_00001")}
+
+
+model = loader.YuE2CheckpointLoader.execute(os.listdir(ckpts)[0]).args[0]
+out = {"cpu": notes(model)}
+N.w8a8_pays = lambda device=None: True  # a Hopper GPU: auto keeps the codes (nar.prepare_linears)
+w8a8.available = lambda: True
+hopper = loader.YuE2CheckpointLoader.execute(os.listdir(ckpts)[0]).args[0]
+hopper.device = torch.device("cuda", 0)  # the compute device Load Song's note asks of (nothing is read onto it)
+out["hopper"] = notes(hopper)
+path = S.write_adapter("ms-raw-nar", os.path.join(WORK, "ms.safetensors"), hopper.dims, rank=2, seed=2)
+out["hopper_nar_lora"] = notes(hopper.derive(adapter=Applied(read_adapter(str(path), hopper.dims), 1.0, 1.0)))
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_load_song_notes_another_nar_arithmetic(in_host, tmp_path, older_song):
+    """Load Song notes, in the command line `render`'s words (`song_weights.nar_linears_note`), a song whose NAR
+    multiplied otherwise (config.json "weights"."nar_linears") than the model output's will (`YuE2Model.nar_linears`:
+    W8A8 for the int8 file on a Hopper GPU under auto, bf16 layers on the CPU and for adapters reaching the NAR);
+    none where they agree (stop-53 review: it said nothing, only the command line's `render` did)."""
+    from yue2_core.__main__ import main
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from synthetic_cache import synthetic_copy
+    synthetic_copy(str(ckpts / TINY_INT8), "tiny", "int8")
+    songs = tmp_path / "output" / "yue2"
+    assert main(["generate", "--style", "pop", "--lyrics", "la", "--max-seconds", "1", "--max-abc-tokens", "8",
+                 "--steps", "2", "--device", "cpu", "--offline", "--checkpoint", str(ckpts / TINY_INT8),
+                 "--output", str(songs / "plain_00001")]) == 0
+    older_song(songs / "plain_00001", songs / "w8a8_00001", lambda c: c["weights"].update(nar_linears="w8a8"))
+    out = in_host(LOAD_SONG_NOTES.replace("OUTPUT", repr(str(tmp_path / "output")))
+                  .replace("WORK", repr(str(tmp_path))), ckpts)
+    for model in ("cpu", "hopper_nar_lora"):
+        assert out[model]["plain_00001"] == [], out
+        [note] = out[model]["w8a8_00001"]
+        assert note.startswith("note: this song's NAR multiplied with W8A8 products") and \
+            "the model output renders with bf16 layers" in note and "set YUE2_NAR_LINEARS=w8a8" in note, out
+    assert out["hopper"]["w8a8_00001"] == [], out
+    [note] = out["hopper"]["plain_00001"]
+    assert "multiplied with bf16 layers; the model output renders with W8A8 products" in note and \
+        "set YUE2_NAR_LINEARS=bf16" in note, out

@@ -407,6 +407,21 @@ def _check_resume_settings(out: Path, options: "BatchOptions", ids: set) -> tupl
     return made, settings
 
 
+def _nar_linears_note(out: Path, settings: dict | None, run: dict) -> str | None:
+    """A --resume's note when the songs in `out` (batch.json `settings`) and this run multiply the NAR otherwise
+    ("nar_linears": "w8a8" or null, recorded since stop 53 by a batch without Ray, which knows its device). A note,
+    not a refusal as for YUE2_LORA_INT8: the device is not compared either, and under YUE2_NAR_LINEARS=auto (the
+    default) the arithmetic follows the GPU (W8A8 on Hopper GPUs), so an album resumed on another GPU kind would be
+    refused for a switch its maker never set; a `--ray` run whose workers are GPUs of several kinds mixes both in one
+    run; W8A8 and the bf16 layers differ by ≈ 1 % a product, and each song's config.json records its own."""
+    if settings is None or "nar_linears" not in settings or "nar_linears" not in run:
+        return None
+    from ..cli.song_weights import nar_linears_note
+    return nar_linears_note(settings, run["nar_linears"], now="this run uses",
+                            goal="make the rest as they were made", whose=f"the NAR of the songs in {out} (its "
+                            f"{BATCH_FILE})")
+
+
 def _vendor_vae_refused(out: Path, settings: dict, run: dict) -> None:
     """RequestError, before any work, when batch.json records the vendor VAE folder its songs were decoded with
     (`settings` "vendor_vae", `vendor_vae_record`) and this run would decode with another one — a VAE folder put
@@ -602,6 +617,8 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     ids = {i.id for i in items} | {b.id for b in bad if b.id}
     check_output(out, ids, options.resume)
     made, saved_settings = _check_resume_settings(out, options, ids) if options.resume else (None, None)
+    if note := _nar_linears_note(out, saved_settings, options.run or {}):
+        print(f"note: {note}", file=stream)
     summary = BatchSummary({"requests": str(options.requests), "max_batch": options.max_batch,
                             "budget_gib": options.budget_gib, "steps": options.steps, "ode_method": options.method,
                             "max_seconds": options.max_seconds, "max_abc_tokens": options.max_abc_tokens,

@@ -244,25 +244,37 @@ def _song_lora_int8(weights) -> str | None:
 _INT8_WORDS = {"side": "as exact side deltas beside the int8 codes", "bf16": "merged into layers dequantized to bf16"}
 
 
-def _say_nar_linears(weights, used: str | None) -> None:
-    """Say on stderr when a re-render's NAR multiplies otherwise than the song's did: `weights` its config.json
-    "weights" ("nar_linears": "w8a8" when W8A8 took effect — YUE2_NAR_LINEARS w8a8, or auto, the default since
-    stop 53, on a Hopper GPU —; absent: bf16 layers, as every song before), `used` the loaded engine's record
-    (`engine.weights["nar_linears"]`, None for the bf16 layers). W8A8 differs from the bf16 layers by ≈ 1 % a
-    product, so the audio differs slightly; nothing is refused."""
+def nar_linears_note(weights, used: str | None, now: str = "this render uses", goal: str = "render it as it was made",
+                     whose: str = "this song's NAR") -> str | None:
+    """The note when NAR arithmetic `used` (an engine's or model's record, `weights["nar_linears"]`: "w8a8", None for
+    the bf16 layers) differs from the song's: `weights` its config.json "weights" ("nar_linears": "w8a8" when W8A8
+    took effect — YUE2_NAR_LINEARS w8a8, or auto, the default since stop 53, on a Hopper GPU —; absent: bf16
+    layers, as every song before); None when they agree. `now`: what uses `used` ("this render uses"); `goal`: what
+    setting the switch gives back; `whose`: the NAR the record is of. W8A8 differs from the bf16 layers by ≈ 1 % a
+    product, so the audio differs slightly; nothing is refused (the command line's `render`, Load Song, a
+    `batch --resume`)."""
     made = weights.get("nar_linears") if isinstance(weights, dict) else None
     made = made if made in ("w8a8", None) else str(made)[:40]
     if made == used:
-        return
+        return None
     was = "W8A8 products (YUE2_NAR_LINEARS: w8a8, or auto on a Hopper GPU)" if made == "w8a8" else \
         "bf16 layers" if made is None else f"an unknown setting {made!r}"
     # (stop-53 review: "W8A8 applies to a bf16 NAR on CUDA only" was all it said, also on a non-Hopper CUDA GPU,
     # where it is YUE2_NAR_LINEARS=auto, the default, that keeps the bf16 layers)
-    now = "W8A8 products" if used == "w8a8" else ("bf16 layers (W8A8 takes a bf16 NAR on CUDA; YUE2_NAR_LINEARS=auto, "
-                                                  "the default, takes it on Hopper GPUs only)")
+    with_now = "W8A8 products" if used == "w8a8" else ("bf16 layers (W8A8 takes a bf16 NAR on CUDA; "
+                                                      "YUE2_NAR_LINEARS=auto, the default, takes it on Hopper GPUs "
+                                                      "only)")
     how = "set YUE2_NAR_LINEARS=w8a8 on a CUDA device" if made == "w8a8" else "set YUE2_NAR_LINEARS=bf16"
-    print(f"note: this song's NAR multiplied with {was}; this render uses {now}: the audio will differ slightly "
-          f"— {how} to render it as it was made", file=sys.stderr)
+    return (f"{whose} multiplied with {was}; {now} {with_now}: the audio will differ slightly — {how} to "
+            f"{goal}")
+
+
+def _say_nar_linears(weights, used: str | None) -> None:
+    """Say on stderr when a re-render's NAR multiplies otherwise than the song's did (`nar_linears_note`): `weights`
+    its config.json "weights", `used` the loaded engine's record (`engine.weights["nar_linears"]`)."""
+    note = nar_linears_note(weights, used)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _say_lora_int8(weights, used: str | None) -> None:

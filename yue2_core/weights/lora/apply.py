@@ -666,26 +666,39 @@ def set_side(root: nn.Module, sides: dict) -> int:
     return n
 
 
-def reaches_int8(info, stack: list[Applied], nar_float: bool) -> bool:
+def reaches_int8(info, stack: list[Applied], nar_float: bool, experts: tuple = ("ar", "nar")) -> bool:
     """Whether `stack` patches an int8 ConvRot linear of the checkpoint `info` (`CheckpointInfo`) — when
     `YuE2Engine.load` records how it applied them (`weights["lora_int8"]`, `apply_stack`'s `int8_mode`): the AR's
     quantized linears everywhere, the NAR's only where it keeps them (`nar_float`: on CUDA `load_nar` turns them
     into bf16 layers). The experts are built on the meta device from the header's quantization maps: no weight is
     read. Entries at strength 0 on an expert do not count (review, stop 41: `batch` recorded a mode for adapters on
-    float layers only, and a --resume under the other YUE2_LORA_INT8 was refused for nothing)."""
+    float layers only, and a --resume under the other YUE2_LORA_INT8 was refused for nothing). `experts`: those
+    asked of."""
     if not getattr(info, "quantized_modules", 0):
         return False
     from ...ar import ARModel
     from ...nar import NARModel
     for expert, quant, cls in (("ar", info.quant_ar, ARModel), ("nar", info.quant_nar, NARModel)):
         names = {n for n in module_items(stack, expert) if n in quant}
-        if not names or (expert == "nar" and nar_float):
+        if not names or (expert == "nar" and nar_float) or expert not in experts:
             continue
         with torch.device("meta"):
             root = cls(info.dims, quant, torch.bfloat16)
         if any(_is_int8(_module(root, n, expert)) for n in names):
             return True
     return False
+
+
+def nar_layers_for(info, stack: list[Applied], mode: str | None, dtype, device) -> str | None:
+    """What `apply_stack` will make of the linears of the int8 file's NAR prepared for `device` in `dtype`
+    (`nar.prepare_linears`) — the warm-up plan's `nar_linears`, so its shadow NAR has the real one's layers: None
+    where the NAR keeps no int8 layers (`nar.keeps_int8`) or `stack` reaches none (`reaches_int8`) — as
+    YUE2_NAR_LINEARS leaves them —; "bf16" under auto (`nar.adapters_want_bf16`: every linear bf16); "layers_bf16"
+    for `mode` (`int8_mode`) "bf16" (`dequantize_layers`: the transformer layers' linears); None for side deltas."""
+    from ...nar import auto_mode, keeps_int8
+    if not stack or not keeps_int8(dtype, device) or not reaches_int8(info, stack, False, ("nar",)):
+        return None
+    return "bf16" if auto_mode() else "layers_bf16" if int8_mode(mode) == "bf16" else None
 
 
 INT8_MODES = ("side", "bf16")  # how adapters apply to int8 ConvRot layers (YUE2_LORA_INT8; songs record it)
