@@ -271,9 +271,14 @@ class YuE2Model:
         nar = self._read_nar()
         if nar is not None:
             return "w8a8" if keeps_w8a8(nar.model.engine_module) else None
-        if not self.info.quant_nar or self.device.type != "cuda" or not keeps_int8(self.dtype, self.device):
+        if not self._root_keeps_int8():
             return None
         return None if auto_mode() and self._adapts_nar() else "w8a8"
+
+    def _root_keeps_int8(self) -> bool:
+        """Whether the root's NAR, once read, keeps its int8 layers for W8A8 products (`prepare_linears` on the
+        compute device: an int8 file's NAR on CUDA where `nar.keeps_int8`)."""
+        return bool(self.info.quant_nar) and self.device.type == "cuda" and keeps_int8(self.dtype, self.device)
 
     def int8_patched(self) -> bool:
         """Whether this model's adapters reach int8 layers of the AR / NAR parts made so far (`patcher`: the side
@@ -400,12 +405,15 @@ class YuE2Model:
                 root._vae_patchers[key] = self._wrap("vae", module, self.vae_device, self.vae_offload_device,
                                                      self.vae_file.path)
             return root._vae_patchers[key]
-        base = root._root_patcher(part)
         if not self.adapters:
-            return base
+            return root._root_patcher(part)
         if part not in self._patchers:
             expert = "ar" if part == "ar" else "nar"
-            if expert == "nar" and adapters_want_bf16(base.model.engine_module) and self._adapts_nar():
+            bf16_root = expert == "nar" and self._adapts_nar() and auto_mode() and self._root_keeps_int8()
+            # (known before reading: a LoRA model never reads the W8A8 root NAR it would not use)
+            base = root._root_patcher(part, layers="bf16" if bf16_root else None)
+            if expert == "nar" and not bf16_root and self._adapts_nar() \
+                    and adapters_want_bf16(base.model.engine_module):  # a root marked otherwise (tests, CPU)
                 base = root._root_patcher(part, layers="bf16")
             engine = base.model.engine_module
             floats, ints = plan_expert(engine, list(self.adapters), expert)

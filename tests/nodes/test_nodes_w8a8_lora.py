@@ -109,3 +109,32 @@ def test_load_song_notes_another_nar_arithmetic(in_host, tmp_path, older_song):
     [note] = out["hopper"]["plain_00001"]
     assert "multiplied with bf16 layers; the model output renders with W8A8 products" in note and \
         "set YUE2_NAR_LINEARS=bf16" in note, out
+
+
+FIRST_LORA = r'''
+from yue2_nodes import loader
+from yue2_nodes import model as ym
+from yue2_core.weights.lora import synthetic as S
+from yue2_core.weights.lora.layouts import read_adapter
+from yue2_core.weights.lora.apply import Applied
+reads = []
+real = ym.load_nar
+ym.load_nar = lambda *a, **k: reads.append(1) or real(*a, **k)
+ym.YuE2Model._root_keeps_int8 = lambda self: True  # an int8 file's NAR on a Hopper GPU, auto: the root is W8A8
+model = loader.YuE2CheckpointLoader.execute(os.listdir(ckpts)[0]).args[0]
+path = S.write_adapter("ms-raw-nar", os.path.join(WORK, "ms.safetensors"), model.dims, rank=2, seed=2)
+lora = model.derive(adapter=Applied(read_adapter(str(path), model.dims), 1.0, 1.0))
+lora.patcher("nar")
+print("RESULT " + json.dumps({"reads": len(reads), "roots": sorted(model.root._patchers)}))
+'''
+
+
+def test_a_lora_model_never_reads_the_w8a8_root_nar(in_host, tmp_path):
+    """A workflow whose only model has NAR adapters reads the NAR once, straight into the bf16 root: it never reads
+    (1.4 GB) and prepares the W8A8 root it would not use."""
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    from synthetic_cache import synthetic_copy
+    synthetic_copy(str(ckpts / TINY_INT8), "tiny", "int8")
+    out = in_host(FIRST_LORA.replace("WORK", repr(str(tmp_path))), ckpts)
+    assert out == {"reads": 1, "roots": ["nar:bf16"]}, out
