@@ -119,46 +119,66 @@ def _check_room(node: str, max_tokens: int, lower: str, kept: int = 0) -> None:
 
 class _Unsaved:
     """The song a Regenerate or Continue run computed but could not save (the disk filled while it computed, after
-    `_check_room` found room; the folder became unwritable), kept so that the same inputs queued again save it
-    without computing it again — these nodes compute and save in one step, so ComfyUI's cache, which keeps the
-    outputs of the nodes before a failed YuE2 Save Song, has nothing of theirs (API break-it review, stop 53).
-    One per node, in memory (the song's audio, latents and tokens); it matches only the very same model, song and
-    score objects — what ComfyUI's cache hands on while the nodes before are unchanged: held weakly, so a changed
-    checkpoint or song ends the match instead of keeping the old one alive — and equal other inputs; any run with
+    `_check_room` found room; the folder became unwritable or unlistable), kept so that the same inputs queued again
+    save it without computing it again — these nodes compute and save in one step, so ComfyUI's cache, which keeps
+    the outputs of the nodes before a failed YuE2 Save Song, has nothing of theirs (API break-it review, stop 53).
+    One per node of the graph (ComfyUI's node id: another Regenerate of the same graph, run first when the prompt is
+    queued again, does not drop it — review of stop 53), in memory (the song's audio, latents and tokens); it matches
+    only the very same model, song and score objects — what ComfyUI's cache hands on while the nodes before are
+    unchanged: held weakly, so a changed checkpoint or song ends the match instead of keeping the old one alive, and
+    lets the kept song go (`_drop`: it could never match again) — and equal other inputs; any run of that node with
     other inputs, a successful save, or a restart drops it."""
 
     def __init__(self, objects: tuple, values: tuple, result: tuple):
-        self.refs = tuple(None if o is None else weakref.ref(o) for o in objects)
+        me = weakref.ref(self)  # the callbacks hold the entry weakly: no cycle keeps a dropped one's audio
+        self.refs = tuple(None if o is None else weakref.ref(o, lambda _, me=me: _Unsaved._drop(me))
+                          for o in objects)
         self.values, self.result = values, result
 
+    @staticmethod
+    def _drop(me) -> None:
+        """One of the objects matched is gone: the kept song can never match again, its memory is let go (the entry
+        itself, a few bytes, stays until its node runs again; only the entry is touched, so a callback run from
+        another thread's collection races with nothing)."""
+        entry = me()
+        if entry is not None:
+            entry.result = None
+
     def matches(self, objects: tuple, values: tuple) -> bool:
-        return values == self.values and all((ref is None) if o is None else (ref is not None and ref() is o)
-                                             for ref, o in zip(self.refs, objects))
+        return self.result is not None and values == self.values and all(
+            (ref is None) if o is None else (ref is not None and ref() is o) for ref, o in zip(self.refs, objects))
 
 
-_UNSAVED: dict[str, _Unsaved] = {}  # node → its run whose save failed
+_UNSAVED: dict[tuple, _Unsaved] = {}  # (node type, ComfyUI's node id) → its run whose save failed
 
 
-def _kept(node: str, objects: tuple, values: tuple):
-    """The result kept by `node`'s last run whose save failed, when these are its inputs (`_Unsaved`), else None;
-    a run with other inputs drops it."""
-    unsaved = _UNSAVED.pop(node, None)
+def _node_key(cls, node: str) -> tuple:
+    """`_UNSAVED`'s key of a run of `cls` (the node type's `node` name, the node's id: the hidden UNIQUE_ID input,
+    None where `execute` is called without ComfyUI's executor)."""
+    return node, getattr(getattr(cls, "hidden", None), "unique_id", None)
+
+
+def _kept(key: tuple, objects: tuple, values: tuple):
+    """The result kept by the last run of the node `key` whose save failed, when these are its inputs (`_Unsaved`),
+    else None; a run with other inputs drops it."""
+    unsaved = _UNSAVED.pop(key, None)
     if unsaved is not None and unsaved.matches(objects, values):
         return unsaved.result
     return None
 
 
-def _save_or_keep(node: str, objects: tuple, values: tuple, result: tuple, prefix: str):
+def _save_or_keep(key: tuple, objects: tuple, values: tuple, result: tuple, prefix: str):
     """`_save` the computed `result` (child, lineage, report lines, notes); when the save fails (a ValueError: the
-    disk or quota full, an unwritable folder), the result is kept for the same inputs queued again (`_Unsaved`) and
-    the error says so, naming the seed (`values[1]`: the frontend's seed control, 'randomize' in the shipped
-    workflows, changes it after every queue)."""
+    disk or quota full, an unwritable or unlistable folder), the result is kept for the same inputs queued again at
+    the node `key` (`_Unsaved`) and the error says so, naming the seed (`values[1]`: the frontend's seed control,
+    'randomize' in the shipped workflows, changes it after every queue)."""
     child, lineage = result[:2]
+    node = key[0]
     try:
         return _save(child, lineage, prefix)
     except ValueError as exc:
         try:
-            _UNSAVED[node] = _Unsaved(objects, values, result)
+            _UNSAVED[key] = _Unsaved(objects, values, result)
         except TypeError:  # an input that takes no weak reference (not the pack's own types): nothing kept
             raise exc from None
         raise ValueError(f"{exc} — the music computed is kept in memory: once the folder can take it, queue the "
@@ -280,6 +300,7 @@ class YuE2Regenerate(io.ComfyNode):
                         "is the original's samples. Saves the new song (output/yue2) with a record of its parent "
                         "and cut.",
             is_output_node=True,
+            hidden=[io.Hidden.unique_id],  # the node's id: its kept song is its own (`_Unsaved`)
             inputs=[
                 *_common_inputs(),
                 io.String.Input("cut", default="bar 9", tooltip=CUT_TOOLTIP),
@@ -309,8 +330,9 @@ class YuE2Regenerate(io.ComfyNode):
         max_tokens = seconds_to_tokens(max_seconds) if max_seconds > 0 else sampling.max_tokens
         prefix = _child_prefix(name, song, "_regen")
         objects, values = (model, song, score), (cut.strip(), seed, crossfade_s, prefix, max_seconds)
-        if (kept := _kept("YuE2 Regenerate", objects, values)) is not None:  # its save failed: save it now
-            path = _save_or_keep("YuE2 Regenerate", objects, values, kept, prefix)  # (kept again if it fails again)
+        key = _node_key(cls, "YuE2 Regenerate")
+        if (kept := _kept(key, objects, values)) is not None:  # its save failed: save it now
+            path = _save_or_keep(key, objects, values, kept, prefix)  # (kept again if it fails again)
             child, lineage, lines, notes = kept
             return _outputs(child, lineage, path, [*lines, "not computed again: the music of the run whose save "
                                                    "failed"], notes)
@@ -336,7 +358,7 @@ class YuE2Regenerate(io.ComfyNode):
                  f"{'edited' if lineage['score_changed'] else 'unchanged'}",
                  f"took {time.perf_counter() - t0:.1f} s"]
         notes = _edited_score_notes(child, lineage, max_tokens, "Regenerate's max_seconds input") + busy
-        path = _save_or_keep("YuE2 Regenerate", objects, values, (child, lineage, lines, notes), prefix)
+        path = _save_or_keep(key, objects, values, (child, lineage, lines, notes), prefix)
         return _outputs(child, lineage, path, lines, notes)
 
 
@@ -353,6 +375,7 @@ class YuE2Continue(io.ComfyNode):
                         "the node states the most that fits and refuses more. Saves the new song (output/yue2) with "
                         "a record of its parent.",
             is_output_node=True,
+            hidden=[io.Hidden.unique_id],  # the node's id: its kept song is its own (`_Unsaved`)
             inputs=[
                 *_common_inputs(),
                 # one frame (0.04 s) for min, step and round: the frontend rounds what is typed or stepped to
@@ -394,8 +417,9 @@ class YuE2Continue(io.ComfyNode):
         max_tokens = frames0 + seconds_to_tokens(extra_seconds)
         prefix = _child_prefix(name, song, "_cont")
         objects, values = (model, song, score), (extra_seconds, seed, crossfade_s, prefix, min_extra_seconds)
-        if (kept := _kept("YuE2 Continue", objects, values)) is not None:  # its save failed: save it now
-            path = _save_or_keep("YuE2 Continue", objects, values, kept, prefix)  # (kept again if it fails again)
+        key = _node_key(cls, "YuE2 Continue")
+        if (kept := _kept(key, objects, values)) is not None:  # its save failed: save it now
+            path = _save_or_keep(key, objects, values, kept, prefix)  # (kept again if it fails again)
             child, lineage, lines, notes = kept
             return _outputs(child, lineage, path, [*lines, "not computed again: the music of the run whose save "
                                                    "failed"], notes)
@@ -423,5 +447,5 @@ class YuE2Continue(io.ComfyNode):
                  f"{'edited' if lineage['score_changed'] else 'unchanged'}",
                  f"took {time.perf_counter() - t0:.1f} s"]
         notes = _edited_score_notes(child, lineage, max_tokens, "Continue's extra_seconds input") + busy
-        path = _save_or_keep("YuE2 Continue", objects, values, (child, lineage, lines, notes), prefix)
+        path = _save_or_keep(key, objects, values, (child, lineage, lines, notes), prefix)
         return _outputs(child, lineage, path, lines, notes)

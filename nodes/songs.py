@@ -15,7 +15,7 @@ import torch
 from comfy_api.latest import io
 from comfy_execution.graph_utils import ExecutionBlocker
 
-from yue2_core.artifacts import expected_samples, load_song, safe_name, save_song
+from yue2_core.artifacts import expected_samples, load_song, safe_name, save_song, write_error
 from yue2_core.constants import FRAMES_PER_SECOND, HOP, LATENT_DIM, PROTOCOL_VERSION, SAMPLE_RATE
 from yue2_core.errors import ArtifactError
 from yue2_core.pipeline import Song
@@ -49,10 +49,15 @@ def clean_name(name: str) -> str:
 def next_song_dir(root: Path, prefix: str) -> Path:
     """<root>/<prefix>_<NNNNN> with the next number after every existing one of that prefix."""
     pattern = re.compile(re.escape(prefix) + r"_(\d{5,})")
-    numbers = [int(m.group(1)) for d in (root.iterdir() if root.is_dir() else ()) if (m := pattern.fullmatch(d.name))]
-    n = max(numbers, default=0) + 1
-    while (root / f"{prefix}_{n:05d}").exists():
-        n += 1
+    try:
+        numbers = [int(m.group(1)) for d in (root.iterdir() if root.is_dir() else ())
+                   if (m := pattern.fullmatch(d.name))]
+        n = max(numbers, default=0) + 1
+        while (root / f"{prefix}_{n:05d}").exists():
+            n += 1
+    except OSError as exc:  # a folder that cannot be listed (its read permission gone): a failed save as a full disk
+        # is, said plainly (review of stop 53: a bare PermissionError, and Regenerate / Continue lost their music)
+        raise write_error(exc, f"could not save the song: cannot list {root} to number the new folder") from None
     try:
         return root / safe_name(f"{prefix}_{n:05d}")
     except ArtifactError:  # a folder numbered past 10^15 makes the next number outgrow the name limit

@@ -165,6 +165,82 @@ def test_regenerate_and_continue_keep_music_whose_save_failed(in_host, tmp_path)
     assert out["regen seed 3 again"]["codes"] == out["regen room"]["codes"]  # seed 3's music, computed anew
 
 
+KEPT_EACH = SETUP + r"""
+import errno, gc, pathlib, weakref
+from comfy_api.latest import io
+real_save, real_iterdir = edit_nodes.save_song, pathlib.Path.iterdir
+
+def full_disk(child, out, **kwargs):
+    raise artifacts.write_error(OSError(errno.ENOSPC, "No space left on device"), f"could not save the song to {out}")
+
+def unlistable(self):  # output/yue2 lost its read permission (mode -wx) while the song was computed
+    if self == root:
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+    return real_iterdir(self)
+
+def node(uid):  # the class ComfyUI's executor calls, with the node's id among its hidden inputs
+    return edit_nodes.YuE2Regenerate.PREPARE_CLASS_CLONE({io.Hidden.unique_id: uid})
+
+def run(label, call, save=real_save, iterdir=real_iterdir):
+    before = sorted(p.name for p in root.iterdir())
+    edit_nodes.save_song, pathlib.Path.iterdir = save, iterdir
+    try:
+        result = call()
+        said, report = "ran", result.args[5]
+    except Exception as exc:
+        said, report = f"{type(exc).__name__}: {exc}", None
+    finally:
+        edit_nodes.save_song, pathlib.Path.iterdir = real_save, real_iterdir
+    out[label] = {"said": said, "report": report, "loads": len(loads),
+                  "new": sorted(set(p.name for p in root.iterdir()) - set(before))}
+    loads.clear()
+
+# two Regenerate nodes of one graph: node 7's save fails; node 9 (another cut and seed, before 7 in the graph's
+# order) runs when the prompt is queued again; node 7 then still saves what it computed
+run("7 full", lambda: node("7").execute(model, song, "token 4", 3, 0.0, ""), full_disk)
+run("9 other", lambda: node("9").execute(model, song, "token 5", 4, 0.0, ""))
+run("7 again", lambda: node("7").execute(model, song, "token 4", 3, 0.0, ""))
+# a folder that cannot be listed fails the save as a full disk does: said plainly, the music kept
+run("unlistable", lambda: node("7").execute(model, song, "token 4", 5, 0.0, ""), iterdir=unlistable)
+run("listable", lambda: node("7").execute(model, song, "token 4", 5, 0.0, ""))
+# what a kept song holds goes with the model, song or score it matched (a changed checkpoint: never again matched)
+class Stand:
+    pass
+payload, gone = Stand(), Stand()
+seen = weakref.ref(payload)
+edit_nodes._UNSAVED[("YuE2 Regenerate", "11")] = edit_nodes._Unsaved((gone, song, None), (1,), (payload,))
+del payload, gone
+gc.collect()
+out["payload freed"] = seen() is None
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_kept_song_is_each_nodes_own_and_goes_with_its_inputs(in_host, tmp_path):
+    """Review of stop 53's kept songs (`edit_nodes._Unsaved`): they were kept per node type, so a second Regenerate
+    of the graph, run before the failed one when the prompt was queued again (its seed control had changed its
+    seed), dropped the song; a folder that cannot be listed (PermissionError from `next_song_dir`) failed the save
+    with a bare `[Errno 13]` and lost the music; a kept song whose checkpoint, song or score was gone (never to
+    match again) still held its audio until that node ran again. Now each node keeps its own (ComfyUI's node id),
+    the unlistable folder is a failed save like a full disk, and a kept song is let go with its inputs."""
+    from synthetic_cache import synthetic_copy
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    synthetic_copy(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
+    out = in_host(KEPT_EACH, ckpts)
+    assert "is kept in memory" in out["7 full"]["said"] and out["7 full"]["new"] == [], out["7 full"]
+    assert out["9 other"]["said"] == "ran" and out["9 other"]["loads"] == 1, out["9 other"]
+    again = out["7 again"]
+    assert again["said"] == "ran" and again["loads"] == 0 and len(again["new"]) == 1, again
+    assert "not computed again" in again["report"], again["report"]
+    unlistable = out["unlistable"]
+    assert unlistable["said"].startswith("ValueError: ") and "Permission denied" in unlistable["said"] and \
+        "is kept in memory" in unlistable["said"] and unlistable["loads"] == 1, unlistable
+    listable = out["listable"]
+    assert listable["said"] == "ran" and listable["loads"] == 0 and len(listable["new"]) == 1, listable
+    assert out["payload freed"] is True
+
+
 def test_a_save_song_that_failed_saves_without_computing_again(comfy, comfy_server, checkpoints):
     """YuE2 Save Song cannot check the room before the music is computed (the Composer and the Renderer, before it,
     know no folder), and needs not: a Save Song that fails leaves the nodes before it in ComfyUI's cache, so the
