@@ -146,7 +146,8 @@ def test_a_byte_order_mark_inside_the_score_is_one_finding_naming_it():
     `'\\ufeff': this is not a note, rest, chord …` — and before a selector, a field or a comment the line became
     unreadable (`Music before any voice selector`, a missing header, three more findings). Now it is one finding
     naming the mark, with its place and the count, the rest read as without it; the score tools refuse it (the
-    rules read such a line without it, so their columns are not the text's), where a leading mark alone is kept;
+    rules read such a line without it, so their columns are not the text's), where a leading mark alone is kept,
+    and the reading callers (parse, bar times) take it;
     the command line names each once (control_notes' `BYTE-ORDER MARK inside the text`)."""
     from yue2_core.protocol import score_notes
     for text, place in ((SCORE.replace("V: Vocal\n", "V: Vocal\n\ufeff"), (11, 1)),  # a music line
@@ -166,6 +167,14 @@ def test_a_byte_order_mark_inside_the_score_is_one_finding_naming_it():
         assert (e.value.line, e.value.column) == place
         notes = [n for n in score_notes(text) if "line 1 " not in n and "starts with" not in n]
         assert len(notes) == text[1:].count("\ufeff") and all("BYTE-ORDER MARK inside" in n for n in notes), notes
+        # the reading callers take it (review 53b: since the marks were named, one in a comment made the structure,
+        # timeline, engraving and Regenerate's bar times refuse a score that had parsed before)
+        from yue2_core.abc import parse
+        from yue2_core.edit import bar_starts
+        plain = parse(text.replace("\ufeff", ""))
+        read = parse(text)
+        assert [len(v) for v in read.voices.values()] == [len(v) for v in plain.voices.values()], place
+        assert bar_starts(text) == bar_starts(text.replace("\ufeff", "")), place
     joined = SCORE + "\ufeff" + SCORE  # two scores: the second's header is in the body, the mark named once
     codes = [(i.code, i.line) for i in validate(joined) if i.severity == "error"]
     assert codes[0] == ("byte-order-mark", 14) and "token" not in {c for c, _ in codes}, codes

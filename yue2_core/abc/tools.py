@@ -21,13 +21,13 @@ def set_tempo(text: str, bpm: int) -> str:
         # (the range first: int(inf) raised OverflowError, int(nan) ValueError — break-it review, stop 53)
         raise AbcError(f"bpm must be a whole number from 1 to 1000 (the dialect writes Q:1/4=<whole BPM>), got "
                        f"{bpm!r}.", code="argument")
-    score = parse(text)
+    score = parse(text, edit=True)
     field = score.header.fields["Q"]
     equals = field.raw.index("=")
     value = field.raw[equals + 1:]
     start = equals + 1 + (len(value) - len(value.lstrip())) + 1
     result = apply_edits(text, [Edit(field.line, start, start + len(value.strip()), str(int(bpm)))])
-    if parse(result).header.bpm != int(bpm):
+    if parse(result, edit=True).header.bpm != int(bpm):
         raise AbcError("Internal check failed: the tempo was not set.", code="internal")
     return result
 
@@ -39,14 +39,14 @@ def strip_chords(text: str) -> str:
     """`text` without any quoted chord symbol (what melody mode conditions on [V]: `cot="melody"` expects a chord-free
     score and does not strip chords itself). Notes, rests, bar lines, spaces and headers are kept; header quotes
     such as name="Vocal Melody" are not chord symbols and stay."""
-    score = parse(text)
+    score = parse(text, edit=True)
     lines = split_lines(text)
     # A chord symbol followed by a digit, /, ', comma or - (the unfinished end of a cut-off last bar, `C8"C"8`) is
     # replaced by a space, not removed: `C88` would be another note (break-it finding: an "internal error").
     edits = [Edit(c.line, c.span[0], c.span[1], " " if lines[c.line - 1][c.span[1] - 1:c.span[1]] in _JOINS else "")
              for v in VOICES for bar in score.voices[v] for c in bar.chords]
     result = apply_edits(text, edits)
-    after = parse(result)
+    after = parse(result, edit=True)
     if _music(after) != _music(score) or any(bar.chords for v in VOICES for bar in after.voices[v]):
         raise AbcError("Internal check failed: removing chord symbols changed the notes.", code="internal")
     return result
@@ -60,7 +60,7 @@ def silence_vocal(text: str, *, keep_chords: bool = True) -> str:
     over rests [V]); inline [K:] changes always stay. Rests are written in the native style: z with whole multiples
     of L: from the native set, largest first (z32, z16z4, ...). Bar lines, other bars, the Ins voice and everything
     else are kept byte for byte; Vocal bars without notes are left as written."""
-    score = parse(text)
+    score = parse(text, edit=True)
     edits = []
     for bar in score.voices["Vocal"]:
         if not bar.has_notes:
@@ -77,7 +77,7 @@ def silence_vocal(text: str, *, keep_chords: bool = True) -> str:
         parts.append(rests(fill - position))
         edits.append(Edit(bar.line, bar.span[0], bar.span[1], "".join(parts)))
     result = apply_edits(text, edits)
-    _check_silenced(score, parse(result), keep_chords)
+    _check_silenced(score, parse(result, edit=True), keep_chords)
     return result
 
 

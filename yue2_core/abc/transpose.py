@@ -40,7 +40,7 @@ def transpose(text: str, semitones: int) -> str:
     a note would leave MIDI 0..127."""
     if isinstance(semitones, bool) or not isinstance(semitones, int) or not -48 <= semitones <= 48:
         raise AbcError(f"semitones must be a whole number from -48 to 48, got {semitones!r}.", code="argument")
-    score = parse(text)
+    score = parse(text, edit=True)
     if semitones == 0:
         return text
     ties = [None]
@@ -54,7 +54,7 @@ def transpose(text: str, semitones: int) -> str:
         if best is None or rank < best[0]:
             best = (rank, edits)
     result = apply_edits(text, best[1])
-    _check(score, parse(result), semitones)
+    _check(score, parse(result, edit=True), semitones)
     return result
 
 
