@@ -167,6 +167,18 @@ def _kept(key: tuple, objects: tuple, values: tuple):
     return None
 
 
+def _save_kept(key: tuple, objects: tuple, values: tuple, prefix: str) -> io.NodeOutput | None:
+    """The node's outputs when the last run of the node `key` computed a song for these inputs whose save failed
+    (`_kept`): that song saved now (kept again if the save fails again), not computed again; else None."""
+    kept = _kept(key, objects, values)
+    if kept is None:
+        return None
+    path = _save_or_keep(key, objects, values, kept, prefix)
+    child, lineage, lines, notes = kept
+    return _outputs(child, lineage, path, [*lines, "not computed again: the music of the run whose save failed"],
+                    notes)
+
+
 def _save_or_keep(key: tuple, objects: tuple, values: tuple, result: tuple, prefix: str):
     """`_save` the computed `result` (child, lineage, report lines, notes); when the save fails (a ValueError: the
     disk or quota full, an unwritable or unlistable folder), the result is kept for the same inputs queued again at
@@ -331,11 +343,8 @@ class YuE2Regenerate(io.ComfyNode):
         prefix = _child_prefix(name, song, "_regen")
         objects, values = (model, song, score), (cut.strip(), seed, crossfade_s, prefix, max_seconds)
         key = _node_key(cls, "YuE2 Regenerate")
-        if (kept := _kept(key, objects, values)) is not None:  # its save failed: save it now
-            path = _save_or_keep(key, objects, values, kept, prefix)  # (kept again if it fails again)
-            child, lineage, lines, notes = kept
-            return _outputs(child, lineage, path, [*lines, "not computed again: the music of the run whose save "
-                                                   "failed"], notes)
+        if (done := _save_kept(key, objects, values, prefix)) is not None:  # its save failed: saved now
+            return done
         _check_room("YuE2 Regenerate", max_tokens, "max_seconds")
         progress = StageProgress("YuE2 Regenerate")
         progress.start("semantic", max_tokens, f"regenerating {parent_name} from {cut.strip()}")
@@ -418,11 +427,8 @@ class YuE2Continue(io.ComfyNode):
         prefix = _child_prefix(name, song, "_cont")
         objects, values = (model, song, score), (extra_seconds, seed, crossfade_s, prefix, min_extra_seconds)
         key = _node_key(cls, "YuE2 Continue")
-        if (kept := _kept(key, objects, values)) is not None:  # its save failed: save it now
-            path = _save_or_keep(key, objects, values, kept, prefix)  # (kept again if it fails again)
-            child, lineage, lines, notes = kept
-            return _outputs(child, lineage, path, [*lines, "not computed again: the music of the run whose save "
-                                                   "failed"], notes)
+        if (done := _save_kept(key, objects, values, prefix)) is not None:  # its save failed: saved now
+            return done
         _check_room("YuE2 Continue", max_tokens, "extra_seconds", kept=frames0)
         progress = StageProgress("YuE2 Continue")
         progress.start("semantic", max_tokens, f"continuing {parent_name} by up to {extra_seconds:g} s "
