@@ -94,29 +94,33 @@ def test_regenerate_and_continue_check_the_room_before_they_compute(in_host, tmp
     assert ulimit["loads"] == 0 and ulimit["new"] == [], ulimit
 
 
-KEPT = SETUP + r'''
-import errno
-real_save, given = edit_nodes.save_song, []
+RUN = r'''
+import pathlib
+real_save, real_iterdir = edit_nodes.save_song, pathlib.Path.iterdir
 
-def full_disk(child, out, **kwargs):  # the disk filled while the song was computed, after the room check
-    given.append(list(child.tokens.codes))
-    raise artifacts.write_error(OSError(errno.ENOSPC, "No space left on device"),
-                                f"could not save the song to {out}", " (nothing was written)")
-
-def run(label, call, save=real_save):
+def run(label, call, save=real_save, iterdir=real_iterdir):  # one node run: what it said, loaded and saved
     before = sorted(p.name for p in root.iterdir())
-    edit_nodes.save_song = save
+    edit_nodes.save_song, pathlib.Path.iterdir = save, iterdir
     try:
         result = call()
         said, report = "ran", result.args[5]
     except Exception as exc:
         said, report = f"{type(exc).__name__}: {exc}", None
     finally:
-        edit_nodes.save_song = real_save
+        edit_nodes.save_song, pathlib.Path.iterdir = real_save, real_iterdir
     new = sorted(set(p.name for p in root.iterdir()) - set(before))
     codes = [list(artifacts.load_song(root / n).tokens.codes) for n in new]
     out[label] = {"said": said, "report": report, "loads": len(loads), "new": new, "codes": codes}
     loads.clear()
+'''
+KEPT = SETUP + RUN + r'''
+import errno
+given = []
+
+def full_disk(child, out, **kwargs):  # the disk filled while the song was computed, after the room check
+    given.append(list(child.tokens.codes))
+    raise artifacts.write_error(OSError(errno.ENOSPC, "No space left on device"),
+                                f"could not save the song to {out}", " (nothing was written)")
 
 regen = lambda seed: lambda: edit_nodes.YuE2Regenerate.execute(model, song, "token 4", seed, 0.0, "")
 run("regen full", regen(3), full_disk)
@@ -165,10 +169,9 @@ def test_regenerate_and_continue_keep_music_whose_save_failed(in_host, tmp_path)
     assert out["regen seed 3 again"]["codes"] == out["regen room"]["codes"]  # seed 3's music, computed anew
 
 
-KEPT_EACH = SETUP + r"""
-import errno, gc, pathlib, weakref
+KEPT_EACH = SETUP + RUN + r"""
+import errno, gc, weakref
 from comfy_api.latest import io
-real_save, real_iterdir = edit_nodes.save_song, pathlib.Path.iterdir
 
 def full_disk(child, out, **kwargs):
     raise artifacts.write_error(OSError(errno.ENOSPC, "No space left on device"), f"could not save the song to {out}")
@@ -180,20 +183,6 @@ def unlistable(self):  # output/yue2 lost its read permission (mode -wx) while t
 
 def node(uid):  # the class ComfyUI's executor calls, with the node's id among its hidden inputs
     return edit_nodes.YuE2Regenerate.PREPARE_CLASS_CLONE({io.Hidden.unique_id: uid})
-
-def run(label, call, save=real_save, iterdir=real_iterdir):
-    before = sorted(p.name for p in root.iterdir())
-    edit_nodes.save_song, pathlib.Path.iterdir = save, iterdir
-    try:
-        result = call()
-        said, report = "ran", result.args[5]
-    except Exception as exc:
-        said, report = f"{type(exc).__name__}: {exc}", None
-    finally:
-        edit_nodes.save_song, pathlib.Path.iterdir = real_save, real_iterdir
-    out[label] = {"said": said, "report": report, "loads": len(loads),
-                  "new": sorted(set(p.name for p in root.iterdir()) - set(before))}
-    loads.clear()
 
 # two Regenerate nodes of one graph: node 7's save fails; node 9 (another cut and seed, before 7 in the graph's
 # order) runs when the prompt is queued again; node 7 then still saves what it computed
