@@ -478,6 +478,21 @@ NAR_LINEARS = ("bf16", "w8a8", "auto")  # the switch's values; DEFAULT_NAR_LINEA
 DEFAULT_NAR_LINEARS = "auto"  # since stop 53 (W8A8 on Hopper GPUs: w8a8_pays)
 
 
+def switch_value() -> str:
+    """YUE2_NAR_LINEARS as set ("bf16", "w8a8" or "auto"; unset: DEFAULT_NAR_LINEARS). RequestError for another
+    value."""
+    from .switches import choice
+    return choice(NAR_LINEARS_SWITCH, NAR_LINEARS, DEFAULT_NAR_LINEARS)
+
+
+def _w8a8_runs(dtype: torch.dtype) -> bool:
+    """Whether W8A8 products can take a NAR in `dtype`: bf16 activations, and Triton imports."""
+    if dtype != torch.bfloat16:
+        return False
+    from .fast import w8a8
+    return w8a8.available()
+
+
 def w8a8_pays(device: torch.device | str | None = None) -> bool:
     """Whether "auto" takes the W8A8 products on `device` (None: the current CUDA device, if any): a Hopper GPU
     (compute capability 9.x, CUDA not ROCm) — where they were measured faster than the bf16 layers (one H100: a
@@ -496,8 +511,7 @@ def linears_mode(device: torch.device | str | None = None) -> str:
     row as ComfyUI's own `int8_linear` computes them (`int8_linears`, `fast.w8a8`; 1 byte a weight), for a bf16 NAR
     (`prepare_linears`); "auto" resolves to "w8a8" where `w8a8_pays(device)`, else "bf16". Unset: DEFAULT_NAR_LINEARS.
     Returns "bf16" or "w8a8". RequestError for another value."""
-    from .switches import choice
-    mode = choice(NAR_LINEARS_SWITCH, NAR_LINEARS, DEFAULT_NAR_LINEARS)
+    mode = switch_value()
     if mode == "auto":
         return "w8a8" if w8a8_pays(device) else "bf16"
     return mode
@@ -526,8 +540,7 @@ def keeps_w8a8(nar: NARModel) -> bool:
 def auto_mode() -> bool:
     """Whether YUE2_NAR_LINEARS is "auto" (set so, or unset: DEFAULT_NAR_LINEARS) — the mode in which adapters that
     reach the NAR bring its bf16 layers back (`adapters_want_bf16`)."""
-    from .switches import choice
-    return choice(NAR_LINEARS_SWITCH, NAR_LINEARS, DEFAULT_NAR_LINEARS) == "auto"
+    return switch_value() == "auto"
 
 
 def adapters_want_bf16(nar: NARModel) -> bool:
@@ -542,10 +555,7 @@ def adapters_want_bf16(nar: NARModel) -> bool:
 def keeps_int8(dtype: torch.dtype, device: torch.device | str | None = None) -> bool:
     """Whether `prepare_linears` keeps the int8 file's NAR layers int8 (marked for W8A8) for a NAR in `dtype` that
     renders on `device` (None: the current CUDA device): `linears_mode(device)` "w8a8", bf16, and Triton imports."""
-    if linears_mode(device) != "w8a8" or dtype != torch.bfloat16:
-        return False
-    from .fast import w8a8
-    return w8a8.available()
+    return linears_mode(device) == "w8a8" and _w8a8_runs(dtype)
 
 
 def may_keep_int8(dtype: torch.dtype) -> bool:
@@ -553,13 +563,10 @@ def may_keep_int8(dtype: torch.dtype) -> bool:
     each engine actor its GPU, of any kind, maybe on another node): False only where no GPU keeps the int8 layers —
     YUE2_NAR_LINEARS=bf16, a NAR not in bf16, no Triton; "auto" keeps them on any Hopper GPU among the workers,
     except for adapters, which get the bf16 layers there (`adapters_want_bf16`; callers asking for adapters check
-    `auto_mode` first) (review, stop 53: the driver asked its own device, and a driver without a GPU, or of another kind than the
-    workers, recorded no YUE2_LORA_INT8 mode for a NAR-only LoRA that went onto the workers' int8 layers)."""
-    from .switches import choice
-    if choice(NAR_LINEARS_SWITCH, NAR_LINEARS, DEFAULT_NAR_LINEARS) == "bf16" or dtype != torch.bfloat16:
-        return False
-    from .fast import w8a8
-    return w8a8.available()
+    `auto_mode` first) (review, stop 53: the driver asked its own device, and a driver without a GPU, or of another
+    kind than the workers, recorded no YUE2_LORA_INT8 mode for a NAR-only LoRA that went onto the workers' int8
+    layers)."""
+    return switch_value() != "bf16" and _w8a8_runs(dtype)
 
 
 def prepare_linears(nar: NARModel, work_device: torch.device | str | None = None, pinned: bool = True,
