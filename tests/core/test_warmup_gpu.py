@@ -150,3 +150,48 @@ def test_warm_ups_one_after_another_keep_cuda_memory_flat():
         torch.cuda.synchronize()
         after.append(torch.cuda.memory_allocated())
     assert after[1] == after[-1], [round(b / 2 ** 20, 1) for b in after]
+
+
+def test_the_ar_phases_beside_the_warm_ups_later_stages(tiny_paths, monkeypatch):
+    """The song's AR phases — their prefill, decode-graph captures in the main thread and on the side-capture worker,
+    and replays — run while the warm-up keeps stepping real VAE tiles under the capture lock (its VAE stage looped
+    until the music phase ended); every phase stays on CUDA graphs with no capture falling back, and the song's
+    tokens equal the same seed's song once the warm-up is gone."""
+    from yue2_core import pipeline, warmup
+    from yue2_core.pipeline import Budgets, YuE2Engine
+    from yue2_core.protocol import Sampling, SongRequest
+    monkeypatch.delenv("YUE2_WARMUP", raising=False)
+    monkeypatch.delenv("YUE2_WARMUP_OVERLAP", raising=False)
+    ar_done, loops, seen = __import__("threading").Event(), [], []
+    real_vae, real_release = warmup._vae, pipeline._release_cached_memory
+
+    def looping_vae(vae, stop, full=True, guard=None):
+        while not ar_done.is_set() and len(loops) < 2000:
+            real_vae(vae, stop, full=full and not loops, **({} if guard is None else {"guard": guard}))
+            loops.append(1)
+
+    def release(module):
+        ar_done.set()  # after the music phase, before the render waits for the warm-up
+        real_release(module)
+    monkeypatch.setattr(warmup, "_vae", looping_vae)
+    monkeypatch.setattr(pipeline, "_release_cached_memory", release)
+    eng = YuE2Engine.load(tiny_paths["int8"], device="cuda", warm_up=True)
+    warm = eng.warm
+    assert warm is not None and warm.wait_ar(120) is True, "the warm-up ended before its VAE stage looped"
+
+    def progress(stage, done, total, info):
+        if stage in ("plan", "semantic") and stage not in seen:
+            seen.append(stage)
+            assert warm.running, f"the warm-up was not running at the start of {stage}"
+    abc = Sampling(0.7, 0.9, 30, 1.005, 100, 300, 300)
+    sem = Sampling(min_tokens=1200, max_tokens=1200)  # two attention buckets each: a main and a side capture
+    request = SongRequest("overlap check", "[Verse]\nla la", cot="full", seed=5)
+    song = eng.generate(request, Budgets(abc=abc, semantic=sem), progress=progress)
+    report = eng.warm_up_report
+    print(f"beside: {len(loops)} VAE stage loops; song {song.timing}; warm-up {report}")
+    assert seen == ["plan", "semantic"] and len(loops) >= 2 and report.get("error") is None, report
+    for timing in (song.score.timing, song.tokens.timing):
+        assert timing.get("execution") == "cuda_graph", timing
+        assert "side_capture_fallback_reason" not in timing, timing
+    again = eng.generate(request, Budgets(abc=abc, semantic=sem))
+    assert again.score.abc_ids == song.score.abc_ids and again.tokens.codes == song.tokens.codes
