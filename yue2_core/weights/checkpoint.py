@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 import torch
 
 from ..ar import ARModel
-from ..constants import CONTEXT, CONVROT_GROUP, LATENT_DIM
+from ..constants import CONTEXT, CONVROT_GROUP, HOP, LATENT_DIM, VAE_LENGTH_TRIM
 from ..errors import CheckpointError, DamagedWeightsError, DuplicateJSONKey, json_number_too_long, unique_keys
 from ..layers import ModelDims
 from ..nar import NARModel
 from .quant import MAX_GROUP, parse_marker
 from .tokenizer import YuE2Tokenizer
-from ..vae import VAEConfig, VAEDecoder
+from ..vae import VAEConfig, VAEDecoder, output_length
 
 AR = "text_encoders."
 NAR = "model.diffusion_model."
@@ -809,6 +809,14 @@ def check_entries(entries: dict, vae: bool = True) -> tuple[ModelDims, VAEConfig
     if vae.latent_dim != dims.latent_dim:
         raise CheckpointError(f"VAE latent channels {vae.latent_dim} differ from the NAR latent width "
                               f"{dims.latent_dim}")
+    trim = vae.hop - output_length(1, vae)  # each block maps n frames to s·n − c: the decoder, n to hop·n − trim
+    if (vae.hop, trim) != (HOP, VAE_LENGTH_TRIM) or output_length(2, vae) != 2 * HOP - trim:
+        # stop-54 review: the checkpoint's own decoder was never checked against the song format (--vae files were)
+        strides = "·".join(str(s) for _, _, s in vae.blocks)
+        raise CheckpointError(f"the VAE decoder's strides {strides} (in decoding order, read from "
+                              f"{VAE}decoder.layers.1-6) decode T latent frames to {vae.hop}·T − {trim} samples; "
+                              f"YuE2 songs are {HOP}·T − {VAE_LENGTH_TRIM} (strides 6·5·4·4·2·2) — a damaged or "
+                              "edited file")
     return dims, vae
 
 

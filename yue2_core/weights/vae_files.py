@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE
+from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE, VAE_LENGTH_TRIM
 from ..errors import (CheckpointError, DamagedWeightsError, DuplicateJSONKey, json_number_too_long, json_too_large,
                       quoted, unique_keys)
-from ..vae import VAEConfig, VAEDecoder
+from ..vae import VAEConfig, VAEDecoder, output_length
 from .checkpoint import _vae_config, file_identity, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
 
@@ -403,6 +403,15 @@ def _geometry(found: dict, path: str, prefix: str) -> VAEConfig:
         strides = "·".join(str(s) for _, _, s in cfg.blocks)
         raise CheckpointError(f"{path}: the decoder's strides {strides} make {cfg.hop} samples per latent frame; "
                               f"YuE2 songs have {HOP} (2·2·4·4·5·6 reversed, 25 frames/s at 48 kHz)")
+    trim = HOP - output_length(1, cfg)  # each block maps n frames to s·n − c: the decoder, n to HOP·n − trim
+    if trim != VAE_LENGTH_TRIM or output_length(2, cfg) != 2 * HOP - trim:
+        # stop-54 review: strides in another order (6·2·4·4·2·5) also make 1920 samples a frame, but the odd stride's
+        # place sets the shortfall — 1920·T − 1 — and every song, edit and take assumes 1920·T − 64
+        strides = "·".join(str(s) for _, _, s in cfg.blocks)
+        raise CheckpointError(f"{path}: the decoder's strides {strides} (in decoding order) make {HOP} samples per "
+                              f"latent frame, but in this order they decode T frames to {HOP}·T − {trim} samples; "
+                              f"YuE2 songs are {HOP}·T − {VAE_LENGTH_TRIM} (the release's order 6·5·4·4·2·2) — "
+                              "a decoder of another design")
     if cfg.out_channels != AUDIO_CHANNELS:
         raise CheckpointError(f"{path}: {prefix}decoder.layers.8.weight_v makes {cfg.out_channels} audio channels; "
                               f"YuE2 songs are stereo ({AUDIO_CHANNELS})")
@@ -520,6 +529,13 @@ def open_vae(path: str) -> VAEFile:
         if isinstance(metadata.get("release_variant"), str):
             config = {"release_variant": metadata["release_variant"]}
     cfg = _geometry(found, path, prefix)
+    said = config.get("decoder", {}).get("strides")  # checked by _check_config: ints multiplying to HOP, or absent
+    have = [s for _, _, s in cfg.blocks]
+    if said is not None and list(reversed(said)) != have:  # stop-54 review: the config's order was never compared
+        raise CheckpointError(f"{path}: config.json decoder.strides {said} (encoder order; the decoder runs them "
+                              f"reversed, {'·'.join(map(str, reversed(said)))}) disagree with the weights, whose "
+                              f"transposed convolutions have strides {'·'.join(map(str, have))}: the config and "
+                              "the weights are of different VAEs — download the folder again")
     dtypes = dict(Counter(e.dtype for _, _, e in found.values()))
     sources = {k: (f, stored) for k, (f, stored, _) in found.items() if k.startswith("decoder.")}
     key, strict = _file_key(files), _stat_key(files)

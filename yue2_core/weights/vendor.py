@@ -481,6 +481,26 @@ def index_names_twice(index, name: str) -> str:
     return f"{index} names {name!r} twice: an index lists each tensor once — download the folder again"
 
 
+def _unread_weights(folder, names: list[str]) -> str:
+    """For a refusal of missing tensors: the weights files weights_manifest.json lists that were not read (a shard
+    deleted and left out of an edited index, stop-54 review: the message named only tensors of the missing layers,
+    "no model.layers.0.* tensors"), as " — …"; "" when there is none or no readable manifest."""
+    try:
+        manifest = read_manifest(folder) or {}
+    except CheckpointError:
+        return ""
+    unread = sorted(n for n in manifest if n.endswith(".safetensors") and n not in names)
+    if not unread:
+        return ""
+    many = len(unread) > 1
+    where = f"{INDEX} does not name" if (Path(folder) / INDEX).exists() else \
+        f"{'are' if many else 'is'} not {WEIGHTS}"
+    state = ", ".join(f"{n} ({'there' if (Path(folder) / n).is_file() else 'missing'})" for n in unread[:4])
+    return (f" — {MANIFEST} lists {len(unread)} weights file{'s' * many} that {where}: "
+            f"{state}{', …' if len(unread) > 4 else ''} (a shard lost and left out of an edited index, or an "
+            "incomplete download: download the folder again)")
+
+
 def _read_tensors(folder, names: list[str]) -> dict:
     """{vendor key: (file path, TensorEntry)} over the files `names` of `folder`. CheckpointError for a key in two
     files, or an index whose weight_map disagrees with the shards' headers."""
@@ -644,12 +664,13 @@ def inspect_vendor(folder, vae_path=None, own_vae: str = "required"):
         layers += 1
     if layers == 0:
         raise CheckpointError(f"{folder}: the weights have no model.layers.0.* tensors (first keys: "
-                              f"{', '.join(sorted(tensors)[:3]) or 'none'})")
+                              f"{', '.join(sorted(tensors)[:3]) or 'none'}){_unread_weights(folder, names)}")
     pairs = vendor_pairs(layers)
     wanted = {k for _, keys in pairs for k in keys}
     missing = sorted(wanted - set(tensors))
     if missing:
-        raise CheckpointError(f"{folder}: {len(missing)} vendor tensors missing, e.g. {', '.join(missing[:4])}")
+        raise CheckpointError(f"{folder}: {len(missing)} vendor tensors missing, e.g. {', '.join(missing[:4])}"
+                              f"{_unread_weights(folder, names)}")
     extra = sorted(set(tensors) - wanted)
     if extra:
         raise CheckpointError(f"{folder}: unexpected tensors for a {layers}-layer YuE2 model, e.g. "

@@ -228,6 +228,42 @@ def _refusals(src: Source) -> None:
     if cfg is not None and cfg["fan_in_fan_out"]:
         refuse("a PEFT LoRA with fan_in_fan_out: true (made for Conv1D weights stored [in, out]; YuE2's are "
                "Linear [out, in])", "adapter_config.json")
+    init = cfg.get("init_lora_weights") if cfg is not None else None
+    if isinstance(init, str) and init.strip().lower().startswith(BASE_CHANGING_INITS):
+        # stop-54 review: PiSSA / OLoRA / CorDA move part of each weight into the adapter at initialisation and
+        # train B·A against the remaining W − B₀A₀ (LoftQ against a quantised W); applied to YuE2's own W the
+        # adapter also adds B₀A₀ back — another model, without a word
+        refuse(f"a PEFT LoRA initialised with init_lora_weights={_shorten(init)} (it was trained against base "
+               "weights that PEFT changed at initialisation, so on YuE2's own weights it gives another model; "
+               "PEFT's save_pretrained(..., path_initial_model_for_weight_conversion=...) converts a PiSSA / OLoRA / "
+               "CorDA adapter into a plain LoRA, whose adapter_config.json then says init_lora_weights true)",
+               "adapter_config.json")
+    for where, base in (("adapter_config.json base_model_name_or_path", (cfg or {}).get("base_model_name_or_path")),
+                        ("metadata base_model", meta.get("base_model")),
+                        ("metadata base_model_name_or_path", meta.get("base_model_name_or_path"))):
+        if other := other_base_model(base):
+            why = (" A Qwen3 text model's LoRA names the YuE2 AR's layers the same way and, for Qwen3-1.7B, has "
+                   "their shapes, so it would load and change the AR to no purpose." if other == "qwen" else "")
+            raise AdapterError(f"{path}: made for another model — its {where} is {_shorten(base)} ({other}), not "
+                               f"YuE2.{why} A YuE2 adapter is trained on m-a-p/YuE2-3B; if this one was and only "
+                               "the field is wrong, set it to m-a-p/YuE2-3B")
+
+
+# PEFT init_lora_weights values whose adapter fits only the base weights PEFT changed when it initialised them
+BASE_CHANGING_INITS = ("pissa", "olora", "corda", "loftq")
+# families of other models an adapter's base model may name (its last path part; never when it mentions YuE)
+_OTHER_BASE = re.compile(r"qwen|llama|mistral|gemma|phi-?\d|flux|stable-diffusion|sdxl|sd3|hunyuan|deepseek|"
+                         r"chatglm|glm-\d|gpt|wan2", re.IGNORECASE)
+
+
+def other_base_model(name) -> str | None:
+    """The other model family an adapter's base-model field names (`Qwen/Qwen3-1.7B` → "qwen"), else None: a value
+    that is no string, mentions YuE, or whose last path part names none of `_OTHER_BASE` (a local folder, a hash)."""
+    if not isinstance(name, str) or "yue" in name.lower():
+        return None
+    leaf = re.split(r"[\\/]", name.strip().rstrip("/\\"))[-1]
+    found = _OTHER_BASE.search(leaf)
+    return found.group(0).lower() if found else None
 
 
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
@@ -449,6 +485,15 @@ def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
                 "file has none (stripped by a converter or a merge tool?)")
         expert = "nar" if {p.expert for p in adapter.patches} == {"nar"} else "ar"
         restore = {"format": f"yue2-{expert}-{'lokr' if lokr else 'lora'}-v1"}
+    elif adapter.layout == "peft" and src.sidecar is None:
+        # stop-54 review: PEFT writes no alpha into the weights file — lora_alpha lives in adapter_config.json, read
+        # for a folder or beside adapter_model.safetensors / .bin only; a renamed adapter_model.safetensors put into
+        # ComfyUI's loras folder (the usual way) played at r / lora_alpha of its strength without a word
+        what = ("it has PEFT's `base_model.model.` keys, and PEFT keeps the alpha (lora_alpha) only in the "
+                "adapter_config.json saved beside adapter_model.safetensors, which was not read for it (it is read "
+                "for a PEFT folder, or beside a file named adapter_model.safetensors / adapter_model.bin); giving the "
+                "folder with both files applies the alpha exactly (use_rslora and per-module patterns too)")
+        restore = {}
     elif adapter.layout == "starnodes":
         what = "it is a Starnodes file (format=yue2-lora-v1), which keeps its alpha only in its metadata, and this " \
                "file has none (stripped by a converter or a merge tool?)"

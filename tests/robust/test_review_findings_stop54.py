@@ -1,0 +1,147 @@
+"""Findings of the stop-54 own-weights break-it review, docs/bad_inputs.md §49: users' adapters, VAE decoders and
+vendor folders that loaded and gave another model, another song length or a misleading refusal. Every file is
+written by the project's synthetic writers and then changed as a real file could be."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from robust_helpers import rewrite
+from yue2_core.errors import AdapterError, CheckpointError
+from yue2_core.weights.checkpoint import inspect_checkpoint
+from yue2_core.weights.lora.layouts import RELEASE_DIMS, adapter_notes, read_adapter
+from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+
+TINY = profile_dims("tiny")
+_SPLIT = {"q_proj": (2048, 2048), "k_proj": (1024, 2048), "v_proj": (1024, 2048), "o_proj": (2048, 2048),
+          "gate_proj": (6144, 2048), "up_proj": (6144, 2048), "down_proj": (2048, 6144)}
+
+
+def _qwen3_peft(folder, base: str) -> str:
+    """A PEFT LoRA as PEFT saves one for Qwen/Qwen3-1.7B (hidden 2048, 16/8 heads of 128, ffn 6144 — the YuE2 AR's
+    geometry): `base_model.model.model.layers.N.{self_attn,mlp}.<proj>` pairs on layers 0 and 27, and its config."""
+    g = torch.Generator().manual_seed(0)
+    tensors = {}
+    for n in (0, 27):
+        for proj, (out_f, in_f) in _SPLIT.items():
+            stem = f"base_model.model.model.layers.{n}.{'self_attn' if proj[0] in 'qkvo' else 'mlp'}.{proj}"
+            tensors[stem + ".lora_A.weight"] = torch.randn(2, in_f, generator=g) * 0.01
+            tensors[stem + ".lora_B.weight"] = torch.randn(out_f, 2, generator=g) * 0.01
+    os.makedirs(folder, exist_ok=True)
+    save_file(tensors, os.path.join(folder, "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "task_type": "CAUSAL_LM", "target_modules": list(_SPLIT),
+              "base_model_name_or_path": base}
+    with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+        json.dump(config, f)
+    return str(folder)
+
+
+def test_a_peft_lora_of_a_qwen3_text_model_is_refused(tmp_path):
+    """A Qwen3-1.7B text LoRA has the YuE2 AR's layer names (the vendor's q_proj … down_proj) and shapes, so it was
+    applied to the AR without a word — `adapter_config.json` said base_model_name_or_path "Qwen/Qwen3-1.7B". Now that
+    field (or a metadata `base_model`) naming another model family refuses it; YuE2's own name, a local folder or a
+    hash still read."""
+    with pytest.raises(AdapterError, match=r"made for another model — its adapter_config.json "
+                                           r"base_model_name_or_path is 'Qwen/Qwen3-1.7B' \(qwen\), not YuE2"):
+        read_adapter(_qwen3_peft(tmp_path / "qwen", "Qwen/Qwen3-1.7B"), RELEASE_DIMS)
+    for ok in ("m-a-p/YuE2-3B", "/data/models/finetune-7", "/root/.cache/hf/models--m-a-p--YuE2-3B/snapshots/ab12"):
+        adapter = read_adapter(_qwen3_peft(tmp_path / "ok", ok), RELEASE_DIMS)
+        assert {p.expert for p in adapter.patches} == {"ar"} and len(adapter.patches) == 14
+    plain = str(tmp_path / "qwen_meta.safetensors")
+    rewrite(str(tmp_path / "ok" / "adapter_model.safetensors"), plain,
+            lambda t, m: m.update({"base_model": "meta-llama/Llama-3.2-1B"}))
+    with pytest.raises(AdapterError, match=r"its metadata base_model is 'meta-llama/Llama-3.2-1B' \(llama\)"):
+        read_adapter(plain, RELEASE_DIMS)
+
+
+@pytest.mark.parametrize("init", ["pissa", "pissa_niter_4", "olora", "corda", "loftq"])
+def test_a_peft_lora_initialised_against_a_changed_base_is_refused(tmp_path, init):
+    """PiSSA / OLoRA / CorDA (and LoftQ) move part of each weight into the adapter when PEFT initialises it and train
+    against what is left: applied to YuE2's own weights such an adapter adds that part a second time. It was applied
+    as a plain LoRA; now refused, naming PEFT's conversion (which saves init_lora_weights true, still read)."""
+    folder = write_adapter("peft", tmp_path / "p", TINY)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    for value, refused in ((init, True), (True, False), ("gaussian", False), ("eva", False)):
+        (folder / "adapter_config.json").write_text(json.dumps({**config, "init_lora_weights": value}))
+        if refused:
+            with pytest.raises(AdapterError, match=f"init_lora_weights='{init}' .*path_initial_model_for_weight_"):
+                read_adapter(str(folder), TINY)
+        else:
+            assert read_adapter(str(folder), TINY).scales == [2.0]
+
+
+def test_a_renamed_peft_file_without_its_config_warns_that_its_alpha_is_lost(tmp_path):
+    """PEFT keeps lora_alpha only in adapter_config.json, read for a folder or beside adapter_model.safetensors: the
+    usual ComfyUI move — adapter_model.safetensors renamed into the loras folder — applied it at scale 1 (here half
+    its trained strength: lora_alpha 8, r 4) without a word. Now a warning says so and how to apply it as trained."""
+    folder = write_adapter("peft", tmp_path / "p", TINY)
+    assert read_adapter(str(folder), TINY).scales == [2.0] and not adapter_notes(read_adapter(str(folder), TINY))
+    renamed = tmp_path / "loras" / "my_song_lora.safetensors"
+    renamed.parent.mkdir()
+    shutil.copy(folder / "adapter_model.safetensors", renamed)
+    adapter = read_adapter(str(renamed), TINY)
+    assert adapter.scales == [1.0]
+    (note,) = adapter_notes(adapter)
+    assert "its scale cannot be read" in note and "lora_alpha" in note and "adapter_config.json" in note
+    assert "applied at scale 1 (as if alpha = rank; rank 4)" in note and "strength 2 plays it as trained" in note
+    fixed = tmp_path / "loras" / "with-alpha-my_song_lora.safetensors"
+    save_file(load_file(str(renamed)), str(fixed), {"rank": "4", "alpha": "8"})  # what the note's command writes
+    assert read_adapter(str(fixed), TINY).scales == [2.0]
+
+
+def _reorder_strides(tensors: dict, prefix: str = "") -> None:
+    """Give decoder blocks 2 and 6 strides 2 and 5 (kernels 4 and 10) instead of 5 and 2: 6·2·4·4·2·5, still 1920."""
+    g = torch.Generator().manual_seed(1)
+    for block, stride in ((2, 2), (6, 5)):
+        key = f"{prefix}decoder.layers.{block}.layers.1.weight_v"
+        c_in, c_out, _ = tensors[key].shape
+        tensors[key] = (torch.randn(c_in, c_out, 2 * stride, generator=g) * 0.1).to(tensors[key].dtype)
+
+
+def test_a_vae_whose_strides_come_in_another_order_is_refused(tmp_path, nano_path):
+    """A decoder whose strides multiply to 1920 in another order (6·2·4·4·2·5) decodes T frames to 1920·T − 1
+    samples, not the song format's 1920·T − 64: `--vae` / the VAE Loader took it and wrote songs of another length
+    (47,999 samples for 25 frames) that Save Song, the edits and takes measure against 1920·T − 64; a folder whose
+    config.json states another order than its weights, and a checkpoint with such a VAE of its own, were read too.
+    Now each is refused when opened."""
+    from yue2_core.weights.synthetic_vae import vae_config, vae_tensors, write_vendor_folder
+    from yue2_core.weights.vae_files import open_vae
+    tensors = vae_tensors("tiny", "legacy")
+    _reorder_strides(tensors)
+    with pytest.raises(CheckpointError, match=r"strides 6·2·4·4·2·5 \(in decoding order\) make 1920 samples per "
+                                              r"latent frame, but in this order they decode T frames to 1920·T − 1 "
+                                              r"samples; YuE2 songs are 1920·T − 64"):
+        open_vae(write_vendor_folder(str(tmp_path / "reordered"), tensors, vae_config("tiny", "legacy")))
+    config = vae_config("tiny", "legacy")
+    config["decoder"]["strides"] = [2, 2, 4, 4, 6, 5]
+    with pytest.raises(CheckpointError, match=r"decoder.strides \[2, 2, 4, 4, 6, 5\] .* disagree with the weights, "
+                                              r"whose transposed convolutions have strides 6·5·4·4·2·2"):
+        open_vae(write_vendor_folder(str(tmp_path / "config"), vae_tensors("tiny", "legacy"), config))
+    ckpt = rewrite(nano_path, tmp_path / "ckpt.safetensors", lambda t, m: _reorder_strides(t, "vae."))
+    with pytest.raises(CheckpointError, match=r"VAE decoder's strides 6·2·4·4·2·5 .* decode T latent frames to "
+                                              r"1920·T − 1 samples; YuE2 songs are 1920·T − 64"):
+        inspect_checkpoint(ckpt)
+
+
+def test_a_vendor_folder_missing_a_shard_left_out_of_its_index_names_the_shard(tmp_path):
+    """A shard deleted and dropped from model.safetensors.index.json (a hand-edited index, a partial re-download):
+    the refusal said only `the weights have no model.layers.0.* tensors` (or `N vendor tensors missing`), nothing of
+    the file. Now it adds the weights files weights_manifest.json lists that were not read."""
+    from synthetic_cache import cached_checkpoint
+    from yue2_core.weights.synthetic_vendor import write_vendor_folder
+    folder = tmp_path / "YuE2-3B"
+    write_vendor_folder(cached_checkpoint("tiny", "bf16"), str(folder), max_shard_bytes=20_000_000)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    lost = sorted(set(index["weight_map"].values()))[1]
+    (folder / lost).unlink()
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if v != lost}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError) as err:
+        inspect_checkpoint(folder)
+    assert (f"weights_manifest.json lists 1 weights file that model.safetensors.index.json does not name: {lost} "
+            "(missing)") in str(err.value), str(err.value)
