@@ -45,6 +45,8 @@ def child(path: str, abc_n: int, sem_n: int) -> None:
         torch.cuda.synchronize()
         songs.append({"seconds": time.perf_counter() - t, "stages": song.timing,
                       "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30,
+                      "eager_blocks": [song.score.timing.get("eager_blocks_beside_capture_lock", 0),
+                                       song.tokens.timing.get("eager_blocks_beside_capture_lock", 0)],
                       "capture": [song.score.timing.get("graph_capture_seconds", 0),
                                   song.tokens.timing.get("graph_capture_seconds", 0)]})
     print("RESULT " + json.dumps({"load": load_s, "songs": songs, "warm_up": getattr(eng, "warm_up_report", {})}),
@@ -106,7 +108,7 @@ def main():
         s1, s2 = r["songs"]
         st = ", ".join(f"{k.replace('_seconds', '')} {v:.2f}" for k, v in s1["stages"].items() if k != "total_seconds")
         ratio = s1["seconds"] / s2["seconds"]
-        print(f"| {label} | {r['load']:.1f} | {s1['seconds']:.2f} ({st}; capture {s1['capture']}) | "
+        print(f"| {label} | {r['load']:.1f} | {s1['seconds']:.2f} ({st}; capture {s1['capture']}; eager blocks {s1.get('eager_blocks')}) | "
               f"{s2['seconds']:.2f} | {ratio:.2f} | {s1.get('peak_gib', 0):.2f} / {s2.get('peak_gib', 0):.2f} |")
         w = r.get("warm_up") or {}
         ch = w.get("children") or {}

@@ -534,7 +534,8 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
     """The steps of `plan` (`plan_steps`) on a shadow model in this process, stage by stage ("decode_<phase>",
     "nar", "vae"), calling `before_stage(name)` before and `after_stage(name)` after each (the parent waits for its
     children there; a child reports). Returns {"seconds", "steps", "stages": {name: seconds}, "skipped": reason or
-    None, "steps_digest": sha256 of the step list}. `allow_cpu` (tests): run on a CPU device too (the portable
+    None, "steps_digest": sha256 of the step list, "beside": {"holds", "max_seconds", "total_seconds"} of the capture
+    lock after the AR-ready point}. `allow_cpu` (tests): run on a CPU device too (the portable
     paths: nothing is compiled). `child`: a compiling child process (no full VAE tile: `_vae`). `ar_ready`: called
     once the decode stages passed (before the first other stage's `before_stage`), after the shadow's LM head was
     let go; the later steps then hold `capture_guard()` (a song's AR phases may run beside them). Raises `Cancelled`
@@ -560,7 +561,7 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
             for name in order:
                 stop()
                 if ar_ready is not None and not beside and not name.startswith("decode_"):
-                    guard, beside = capture_guard(), True
+                    guard, beside = _Held(capture_guard()), True
                     _drop_head(shadow, device, guard)
                     ar_ready()
                 if before_stage is not None:
@@ -586,7 +587,29 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
                 del shadow
     digest = hashlib.sha256(repr(steps).encode()).hexdigest()[:16]
     return {"seconds": time.perf_counter() - t0, "steps": done, "stages": stages, "skipped": None,
-            "steps_digest": digest}
+            "steps_digest": digest, **({"beside": guard.summary()} if beside else {})}
+
+
+class _Held:
+    """A lock used as a context, recording how long each hold lasted (the report's "beside": what a song's capture
+    may have waited for)."""
+
+    def __init__(self, lock):
+        self.lock, self.holds, self._t = lock, [], []
+
+    def __enter__(self):
+        self.lock.acquire()
+        self._t.append(time.perf_counter())
+        return self
+
+    def __exit__(self, *exc):
+        self.holds.append(time.perf_counter() - self._t.pop())
+        self.lock.release()
+        return False
+
+    def summary(self) -> dict:
+        return {"holds": len(self.holds), "max_seconds": round(max(self.holds, default=0.0), 4),
+                "total_seconds": round(sum(self.holds), 4)}
 
 
 def _drop_head(shadow: "Shadow", device, guard) -> None:

@@ -11,19 +11,18 @@ from yue2_core.errors import RequestError
 
 
 class _Guard:
-    """A stand-in for `capture_guard()` that records, per entry, the last event seen before it."""
+    """A stand-in for `capture_guard()` (the capture lock) that records each acquisition among the events."""
 
     def __init__(self, events):
         self.events, self.depth = events, 0
 
-    def __enter__(self):
+    def acquire(self):
         self.depth += 1
         self.events.append("guard")
-        return self
+        return True
 
-    def __exit__(self, *exc):
+    def release(self):
         self.depth -= 1
-        return False
 
 
 def _plan(tiny_paths):
@@ -52,6 +51,7 @@ def test_ar_ready_after_the_decode_stages_and_every_later_step_guarded(tiny_path
     # after it: the NAR velocity, then the full VAE tile and the 16 short ones, each under the lock
     assert events[ready:].count("guard") >= 1 + 1 + len(warmup.VAE_SHORT_FRAMES), events[ready:]
     assert heads == [None] and guard.depth == 0  # the shadow's LM head let go at the AR-ready point
+    assert report["beside"]["holds"] == events[ready:].count("guard") and report["beside"]["max_seconds"] > 0
 
 
 def test_without_ar_ready_no_lock_and_the_head_kept(tiny_paths, monkeypatch):
@@ -164,3 +164,70 @@ def test_the_songs_ar_phases_start_beside_the_warm_up_and_the_render_waits(tiny_
     assert log.index("plan") < log.index("warm-up end") < log.index("render"), log
     assert eng.warm is None and eng.warm_up_report["steps"] == 1
     assert song.timing["warm_up_wait_seconds"] >= 0 and song.audio.shape[-1] > 0
+
+
+def test_a_decode_block_runs_eagerly_while_another_thread_holds_the_capture_lock(tiny_engine_fp32, monkeypatch):
+    """`PhaseDecoder._run_block`: a block whose graph is still to be captured runs its steps eagerly while another
+    thread (a warm-up step beside the song) holds CAPTURE_LOCK, instead of idling on the lock; once the lock is
+    free the capture is tried (here: `_graph` stands for it), and a pending side capture of that bucket counts as
+    busy too. The tokens equal a plain eager decode's."""
+    from yue2_core.fast import decode as fd
+    from yue2_core.protocol import Sampling
+    s = Sampling(temperature=0.0, min_tokens=48, max_tokens=48)
+    prefix = [151852 + 5 * j for j in range(12)]
+
+    def decoder():
+        return fd.PhaseDecoder(tiny_engine_fp32.ar, [prefix], s, [1], "semantic", use_graph=False)
+    plain = decoder().run()[0].tokens
+    dec = decoder()
+    dec.use_graph = True  # as on a GPU; `_graph` (the capture) is replaced below
+    captured = []
+
+    def fake_graph(attn_len):
+        captured.append(attn_len)
+        raise RuntimeError("no graphs on the CPU")  # → the decoder's eager fallback, one warning
+    monkeypatch.setattr(dec, "_graph", fake_graph)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with fd.CAPTURE_LOCK:
+            held.set()
+            release.wait(30)
+    t = threading.Thread(target=holder, daemon=True)
+    t.start()
+    assert held.wait(10)
+    assert dec._capture_busy(1024) is True
+    calls = []
+    real_block = dec._run_block
+
+    def block(n, attn_len):
+        calls.append(n)
+        out = real_block(n, attn_len)
+        if len(calls) == 2:
+            release.set()  # the "warm-up step" ends after the second block
+            t.join(10)
+        return out
+    monkeypatch.setattr(dec, "_run_block", block)
+    with pytest.warns(UserWarning, match="CUDA graph decode unavailable"):
+        got = dec.run()[0]
+    assert got.tokens == plain
+    assert dec.lock_busy_blocks == 2 and captured, (dec.lock_busy_blocks, captured)  # then the capture was tried
+    assert got.timing.get("eager_blocks_beside_capture_lock") == 2
+
+    class _Pending:
+        attn_len = 2048
+
+        def __init__(self, finished):
+            self.finished = finished
+
+        def done(self):
+            return self.finished
+    dec.graphs = {}
+    dec._side = _Pending(False)
+    assert dec._capture_busy(2048) is True and dec._capture_busy(1024) is False  # the lock is free now
+    dec._side = _Pending(True)
+    assert dec._capture_busy(2048) is False
+    dec.graphs = {2048: object()}
+    dec._side = _Pending(False)
+    assert dec._capture_busy(2048) is False  # captured already: replayed
+    dec._side = None
