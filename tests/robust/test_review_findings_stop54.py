@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -145,3 +146,104 @@ def test_a_vendor_folder_missing_a_shard_left_out_of_its_index_names_the_shard(t
         inspect_checkpoint(folder)
     assert (f"weights_manifest.json lists 1 weights file that model.safetensors.index.json does not name: {lost} "
             "(missing)") in str(err.value), str(err.value)
+
+
+# ---- stop-54 leftovers: PEFT parts the pack does not apply, a module under two naming schemes, a file at two scales
+
+
+def _peft_with(tmp_path, extra: dict, **config) -> str:
+    """The synthetic tiny PEFT folder with `extra` tensors added to adapter_model.safetensors and `config` fields
+    added to adapter_config.json."""
+    folder = write_adapter("peft", tmp_path / "p", TINY)
+    weights = folder / "adapter_model.safetensors"
+    save_file({**load_file(str(weights)), **extra}, str(weights))
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**cfg, **config}))
+    return str(folder)
+
+
+def test_a_peft_lora_with_lora_bias_is_refused(tmp_path):
+    """PEFT's `lora_bias=True` gives each LoRA's B a bias: the adapter adds (B·A·x + b)·scale, and YuE2's attention
+    and MLP Linears have no bias to carry b. The `…lora_B.bias` tensors were listed as "keys that name no YuE2 module"
+    (they do name one) and left out: another model than the one trained. Now refused, naming lora_bias and what is
+    read (lora_bias false, PEFT's default) — with adapter_config.json, and with the weights file renamed out of its
+    folder (no config, only the bias keys)."""
+    stem = "base_model.model.model.layers.0.self_attn.q_proj"
+    bias = {f"{stem}.lora_B.bias": torch.full((2 * 128,), 0.01)}  # q rows: heads · head_dim
+    folder = _peft_with(tmp_path, bias, lora_bias=True)
+    with pytest.raises(AdapterError, match=rf"lora_bias.*{stem}\.lora_B\.bias.*lora_bias false"):
+        read_adapter(folder, TINY)
+    renamed = tmp_path / "my_lora.safetensors"
+    shutil.copy(os.path.join(folder, "adapter_model.safetensors"), renamed)
+    with pytest.raises(AdapterError, match=rf"lora_bias.*{stem}\.lora_B\.bias"):
+        read_adapter(str(renamed), TINY)
+    (tmp_path / "p" / "adapter_config.json").write_text(  # the flag alone: its biases were lost with the file
+        json.dumps({**json.loads((tmp_path / "p" / "adapter_config.json").read_text()), "lora_bias": True}))
+    save_file({k: v for k, v in load_file(os.path.join(folder, "adapter_model.safetensors")).items()
+               if not k.endswith(".bias")}, os.path.join(folder, "adapter_model.safetensors"))
+    with pytest.raises(AdapterError, match=r"adapter_config.json lora_bias: true"):
+        read_adapter(folder, TINY)
+
+
+@pytest.mark.parametrize("key, module", [
+    ("base_model.model.model.norm.weight", "model.norm"),
+    # the refusal comes before any shape is read: a few rows stand for the [vocab, hidden] head
+    ("base_model.model.lm_head.modules_to_save.default.weight", "lm_head"),
+])
+def test_a_peft_lora_with_modules_to_save_is_refused(tmp_path, key, module):
+    """PEFT's `modules_to_save` stores whole trained modules (an lm_head, embed_tokens, a final norm) beside the
+    LoRA pairs, as full `…<module>.weight` tensors (or under `.modules_to_save.<adapter>.`): they were listed as
+    unmatched and the LoRA applied without them — another model than the one trained. Now refused, naming the
+    module and saying the pack applies low-rank adapters only."""
+    folder = _peft_with(tmp_path, {key: torch.randn(8, TINY.hidden) * 0.01}, modules_to_save=[module.split(".")[-1]])
+    with pytest.raises(AdapterError, match=rf"modules_to_save.*{re.escape(module)} \({re.escape(key)}\).*low-rank "
+                                           r"adapters only"):
+        read_adapter(folder, TINY)
+
+
+def test_one_module_under_two_naming_schemes_names_both_keys(tmp_path):
+    """One module as `lora_A`/`lora_B` and again as `lora_down`/`lora_up` (or a kohya name) was refused with "an
+    adapter holds one of each (one PEFT adapter name per file)", which fits neither file. Now the message says the
+    module is given twice under two naming schemes and names both keys; two PEFT adapter names keep their message."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, TINY.hidden, generator=g), torch.randn(TINY.hidden, 4, generator=g)
+    stem = "diffusion_model.model.layers.0.self_attn.o_proj"
+    path = str(tmp_path / "both.safetensors")
+    save_file({f"{stem}.lora_A.weight": a, f"{stem}.lora_B.weight": b, f"{stem}.lora_down.weight": a.clone(),
+               f"{stem}.lora_up.weight": b.clone()}, path)
+    with pytest.raises(AdapterError, match=rf"{stem} is given twice, under two naming schemes: {stem}\.lora_A\."
+                                           rf"weight \(lora_A/lora_B\) and {stem}\.lora_down\.weight "
+                                           r"\(lora_down/lora_up\)"):
+        read_adapter(path, TINY)
+    kohya = "lora_unet_model_layers_0_self_attn_q_proj"
+    dotted = "model.layers.0.self_attn.q_proj"
+    save_file({f"{kohya}.lora_down.weight": a, f"{kohya}.lora_up.weight": b,
+               f"{dotted}.lora_A.weight": a.clone(), f"{dotted}.lora_B.weight": b.clone()}, path)
+    with pytest.raises(AdapterError, match=rf"module {dotted} is given twice, under two naming schemes: ") as err:
+        read_adapter(path, TINY)
+    assert f"{kohya}.lora_down.weight (lora_down/lora_up)" in str(err.value), str(err.value)
+    assert f"{dotted}.lora_A.weight (lora_A/lora_B)" in str(err.value), str(err.value)
+    save_file({f"{stem}.lora_A.default.weight": a, f"{stem}.lora_B.default.weight": b,
+               f"{stem}.lora_A.style.weight": a.clone(), f"{stem}.lora_B.style.weight": b.clone()}, path)
+    with pytest.raises(AdapterError, match=r"one PEFT adapter name per file"):
+        read_adapter(path, TINY)
+
+
+def test_a_peft_folder_stacked_with_its_renamed_weights_says_each_scale(tmp_path):
+    """A PEFT folder (lora_alpha 8, r 4: scale 2) and a renamed copy of its adapter_model.safetensors (no config:
+    scale 1) are the same weights file, so the repeat note said "its strengths add up (AR ×2, …)" — but the two
+    apply at different scales, the sum is 1·2 + 1·1 = 3 times B·A, not 2 × the folder's. Now the note says what
+    each entry applies at and what they add up to."""
+    from yue2_core.weights.lora.apply import Applied, repeat_notes
+    folder = write_adapter("peft", tmp_path / "p", TINY)
+    copy = tmp_path / "loras" / "copy.safetensors"
+    copy.parent.mkdir()
+    shutil.copy(folder / "adapter_model.safetensors", copy)
+    whole, renamed = read_adapter(str(folder), TINY), read_adapter(str(copy), TINY)
+    (note,) = repeat_notes([Applied(whole, 1.0, 0.5), Applied(renamed, 1.0, 1.0)])
+    assert "read at different scales" in note and "its strengths add up (AR" not in note, note
+    assert f"{folder} at scale 2 (adapter_config.json lora_alpha / r)" in note, note
+    assert f"{copy} at scale 1 (no alpha)" in note, note
+    assert "B·A adds up to AR ×3 (1·2 + 1·1), NAR ×2 (0.5·2 + 1·1)" in note, note
+    (same,) = repeat_notes([Applied(whole, 1.0, 0.5), Applied(read_adapter(str(folder), TINY), 1.0, 1.0)])
+    assert same.endswith("its strengths add up (AR ×2, NAR ×1.5)"), same

@@ -279,9 +279,33 @@ def repeat_notes(stack: list[Applied]) -> list[str]:
             continue
         others = sorted({a.adapter.path for a, i in zip(items, idents) if i[0] != idents[0][0]})
         also = (f" (also as {', '.join(others)}: the same weights under other names)" if others else "")
+        if len({(a.adapter.scale_rule, tuple(a.adapter.scales)) for a in items}) > 1:
+            notes.append(f"the LoRA {items[0].adapter.path} is given {len(items)} times{also}, "
+                         + _scales_differ(items))
+            continue
         notes.append(f"the LoRA {items[0].adapter.path} is given {len(items)} times{also}: its strengths add up (AR "
                      f"×{sum(a.strength('ar') for a in items):g}, NAR ×{sum(a.strength('nar') for a in items):g})")
     return notes
+
+
+def _scales_differ(items: list[Applied]) -> str:
+    """The end of the repeat note for entries of one weights file read at different scales — a PEFT folder (its
+    adapter_config.json lora_alpha / r) and a renamed copy of its adapter_model.safetensors (no config: scale 1).
+    Their strengths do not simply add (leftover of the stop-54 review: the note said they did): each entry adds
+    strength × its scale times the file's B·A, said per entry and, where each has one scale, summed per expert."""
+    def at(a: Applied) -> str:
+        values, rule = ", ".join(f"{v:g}" for v in a.adapter.scales) or "-", a.adapter.scale_rule
+        shown = rule if len(a.adapter.scales) == 1 and rule.startswith(values + " (") else f"{values} ({rule})"
+        return f"{a.adapter.path} at scale{'s' if len(a.adapter.scales) > 1 else ''} {shown}"
+    text = "read at different scales: " + ", ".join(at(a) for a in items)
+    if all(len(a.adapter.scales) == 1 for a in items):
+        sums = []
+        for expert in ("ar", "nar"):
+            terms = [(a.strength(expert), a.adapter.scales[0]) for a in items]
+            sums.append(f"{expert.upper()} ×{sum(st * sc for st, sc in terms):g} ("
+                        + " + ".join(f"{st:g}·{sc:g}" for st, sc in terms) + ")")
+        return text + f" — its B·A adds up to {', '.join(sums)} (strength · scale of each entry)"
+    return text + " — on each module its B·A adds up to the sum of strength · scale of the entries"
 
 
 def replace_notes(stack: list[Applied]) -> list[str]:

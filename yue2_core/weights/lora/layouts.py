@@ -5,7 +5,7 @@
 
 The layout is detected from tensor names and metadata, never from the file name (§1.1, in this order):
 refusals first (DoRA, LoHa, Tucker/`lora_mid`, LoKr `t1`/`t2`, artist bundles, routed particle sliders, HOT-Step
-`hot_step.param_method` ≠ 0, PEFT `use_dora` / `fan_in_fan_out`), then
+`hot_step.param_method` ≠ 0, PEFT `use_dora` / `fan_in_fan_out` / `lora_bias` / `modules_to_save`), then
 - `lokr` / `hot-step-lokr` (E): any `lokr_*` key (HOT when `format=yue2-{ar,nar,aitk}-lokr-v1`);
 - `mothersuperior-pt` (F): a torch file holding `{"lora": [...], "rank", "io"}`;
 - `fl` (C): `format=fl-yue2-lora-v1`, `branch=ar|nar`; the `acoustic_adapter` companion is read too;
@@ -228,6 +228,7 @@ def _refusals(src: Source) -> None:
     if cfg is not None and cfg["fan_in_fan_out"]:
         refuse("a PEFT LoRA with fan_in_fan_out: true (made for Conv1D weights stored [in, out]; YuE2's are "
                "Linear [out, in])", "adapter_config.json")
+    _peft_parts(src, refuse)
     init = cfg.get("init_lora_weights") if cfg is not None else None
     if isinstance(init, str) and init.strip().lower().startswith(BASE_CHANGING_INITS):
         # stop-54 review: PiSSA / OLoRA / CorDA move part of each weight into the adapter at initialisation and
@@ -247,6 +248,43 @@ def _refusals(src: Source) -> None:
             raise AdapterError(f"{path}: made for another model — its {where} is {_shorten(base)} ({other}), not "
                                f"YuE2.{why} A YuE2 adapter is trained on m-a-p/YuE2-3B; if this one was and only "
                                "the field is wrong, set it to m-a-p/YuE2-3B")
+
+
+_LORA_B_BIAS = re.compile(r"\.lora_(?:B|up)(?:\.[A-Za-z0-9_\-]+)?\.bias$")
+_PEFT_PREFIXES = ("base_model.model.", "model.base_model.model.")
+
+
+def _peft_parts(src: Source, refuse) -> None:
+    """`refuse` the parts of a PEFT adapter beside its LoRA pairs that the pack does not apply (leftovers of the
+    stop-54 review: both were listed as "keys that name no YuE2 module" and the LoRA applied without them — another
+    model than the one trained): `lora_bias` (a bias on each B, `…lora_B.bias`: PEFT adds (B·A·x + b)·scale, and the
+    attention / MLP Linears it targets have no bias to carry b), and `modules_to_save` (whole trained modules —
+    lm_head, embed_tokens, a norm — saved as full `…<module>.weight` tensors, or under `.modules_to_save.<name>.`)."""
+    cfg = src.sidecar or {}
+    bias = next((k for k in src.tensors if _LORA_B_BIAS.search(k)), None)
+    if bias is not None or cfg.get("lora_bias") is True:
+        refuse("a PEFT LoRA with lora_bias (a bias b on each LoRA's B: it adds (B·A·x + b)·scale, and YuE2's attention "
+               "and MLP Linears have no bias to carry b, so without it the adapter would give another model)",
+               (f"key {bias}" if bias else "adapter_config.json lora_bias: true") + "; a LoRA saved with lora_bias "
+               "false, PEFT's default, is read")
+    peft = src.sidecar is not None or any(k.startswith(_PEFT_PREFIXES) for k in src.tensors)
+    whole: dict = {}
+    for key in src.tensors:
+        role = split_role(key)
+        if ".modules_to_save." in key or (peft and role is not None and role[1] in ("weight", "bias")):
+            name = key.split(".modules_to_save.")[0] if ".modules_to_save." in key else role[0]
+            for prefix in _PEFT_PREFIXES:
+                name = name[len(prefix):] if name.startswith(prefix) else name
+            whole.setdefault(name, key)
+    if whole:
+        shown = ", ".join(f"{m} ({k})" for m, k in list(whole.items())[:4])
+        more = f", … ({len(whole) - 4} more)" if len(whole) > 4 else ""
+        said = cfg.get("modules_to_save")
+        refuse(f"a PEFT adapter with modules_to_save (whole trained modules saved beside its LoRA pairs: "
+               f"{shown}{more})",
+               (f"adapter_config.json modules_to_save {_shorten(said)}" if said else "full weights in the adapter file")
+               + "; the pack applies low-rank adapters only, and the LoRA without those modules would give another "
+               "model than the one trained: save it without modules_to_save")
 
 
 # PEFT init_lora_weights values whose adapter fits only the base weights PEFT changed when it initialised them

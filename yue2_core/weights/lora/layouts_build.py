@@ -184,8 +184,7 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
         role, _, peft_name = role.partition(":")
         roles = groups.setdefault(base, {})
         if role in roles:
-            raise AdapterError(f"{path}: keys {roles[role][0]} and {key} give the same tensor of module {base}; "
-                               f"an adapter holds one of each (one PEFT adapter name per file)")
+            raise AdapterError(_given_twice(path, base, roles[role][0], key))
         roles[role] = (key, peft_name)
     alphas = {b: (r["alpha"][0], tensors[r["alpha"][0]]) for b, r in groups.items() if "alpha" in r}
     scale = _Scale(ctx, alphas)
@@ -228,6 +227,31 @@ def build_patches(path: str, tensors: dict, ctx: FileContext, dims: ModelDims):
     _replaced_and_changed(path, patches)
     words, values = scale.rule()
     return patches, sorted(unmatched), words, values
+
+
+def _scheme(base: str, key: str) -> str:
+    """The naming scheme of a LoRA factor's key (`base` + its suffix): "lora_A/lora_B", "lora_down/lora_up" or a
+    diffusers spelling (".lora.down/.lora.up", …); the suffix itself for any other role."""
+    suffix = key[len(base):]
+    for names in (("lora_A", "lora_B"), ("lora_down", "lora_up")):
+        if suffix.startswith(tuple(f".{n}" for n in names)):
+            return "/".join(names)
+    for sep in (".lora_linear_layer.", ".lora.", "_lora."):
+        if suffix.startswith(sep):
+            return f"{sep[:-1]}.down/{sep[:-1]}.up"
+    return suffix.lstrip(".")
+
+
+def _given_twice(path: str, base: str, first: str, second: str) -> str:
+    """The refusal of two keys giving one tensor of module `base` (leftover of the stop-54 review: a module given as
+    lora_A and as lora_down was told "one PEFT adapter name per file", which fits only two PEFT adapter names)."""
+    one, two = _scheme(base, first), _scheme(base, second)
+    if one == two:  # the same spelling, two PEFT adapter names (`.lora_A.default.weight` and `.lora_A.style.weight`)
+        return (f"{path}: keys {first} and {second} give the same tensor of module {base}; an adapter holds one of "
+                "each (one PEFT adapter name per file)")
+    return (f"{path}: module {base} is given twice, under two naming schemes: {first} ({one}) and {second} ({two}); "
+            "their deltas would add up (a conversion that kept both spellings?) — an adapter names each module once: "
+            "remove one of them")
 
 
 def _fused_and_split(path: str, patches: list) -> None:
