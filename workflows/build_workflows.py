@@ -61,6 +61,8 @@ NOTES = {
             "score, then render, decode, save.\nAn unchanged score with the same seed gives the same music.",
     "load": "Load a saved song and re-render\n\nPick a folder from output/yue2 (press R to refresh the list). "
             "The Renderer reuses the song's seed at −1; set another seed for another take of the same music tokens. "
+            "Renderer and VAE Decode take Load Song's model: the checkpoint with the LoRAs and VAE the song was made "
+            "with (a missing file stops the run and names it). "
             "To follow an edited score.abc, connect Load Song's score to a YuE2 Composer.",
     "regen": "Regenerate from a bar\n\nKeep a saved song up to a cut and sample a new rest from there:\n1. Pick the "
              "song in Load Song (output/yue2; press R to refresh).\n2. Set the cut: \"bar 9\" (a bar of the song's "
@@ -195,7 +197,7 @@ def _loader(g: Graph, ckpt: str, pos=(0, 0)) -> dict:
 
 
 def _render_chain(g: Graph, loader: dict, tokens_from: dict, x: int, name: str) -> None:
-    """Renderer → VAE Decode → Save Song, fed by `tokens_from`'s tokens output."""
+    """Renderer → VAE Decode → Save Song, fed by `tokens_from`'s tokens output and `loader`'s model output."""
     render = g.node("YuE2Renderer", (x, 0), (330, 130))
     decode = g.node("YuE2VAEDecode", (x, 200), (330, 80))
     save = g.node("YuE2SaveSong", (x + 380, 0), (400, 300), name=name)
@@ -259,7 +261,9 @@ def load_and_rerender(info: dict) -> dict:
     loader = _loader(g, INT8)
     load = g.node("YuE2LoadSong", (450, 0), (380, 110), song=FIRST_SONG)
     g.link(loader, "model", load, "model")
-    _render_chain(g, loader, load, 900, "yue2_rerender")
+    # the Renderer and VAE Decode take Load Song's model: the checkpoint with the song's own LoRAs and VAE (new-user
+    # review, stop 54: fed the Loader's, a LoRA song was re-rendered without its adapter, in silence)
+    _render_chain(g, load, load, 900, "yue2_rerender")
     return g.build("load_and_rerender")
 
 

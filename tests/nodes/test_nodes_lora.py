@@ -159,17 +159,39 @@ def test_lora_of_another_model_is_refused_by_name(comfy, comfy_server, checkpoin
     assert "not a YuE2" in message, message
 
 
-def test_shipped_lora_workflow_runs(comfy, comfy_server, node_info, loras):
-    from test_nodes_workflows import check_song
+@pytest.fixture(scope="module")
+def lora_song(comfy, comfy_server, node_info, loras):
+    """The shipped yue2_song_with_lora workflow run once: (prompt, history entry, song folder)."""
     prompt = test_sized(api("yue2_song_with_lora", node_info))
     set_inputs(prompt, "YuE2LoRA", lora_name=LORA, strength_ar=0.5, strength_nar=0.5)
     entry = run(comfy, prompt)
     (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    return prompt, entry, song_dir
+
+
+def test_shipped_lora_workflow_runs(lora_song):
+    from test_nodes_workflows import check_song
+    prompt, entry, song_dir = lora_song
     check_song(song_dir)
     texts = [entry["outputs"][i]["text"][0] for i in by_class(prompt, "PreviewAny") if i in entry["outputs"]]
     assert any("ai-toolkit" in t for t in texts), texts
     rec = json.loads((song_dir / "config.json").read_text())["weights"]["loras"][0]
     assert rec["file"] == LORA and rec["strength_ar"] == 0.5
+
+
+def test_shipped_load_and_rerender_keeps_the_songs_lora(comfy, comfy_server, node_info, lora_song):
+    """New-user review, stop 54: yue2_load_and_rerender fed its Renderer and VAE Decode the Checkpoint Loader's model,
+    so a song made with a LoRA was re-rendered without it — other audio, not a word said (`render` on the command line
+    re-applies the song's adapters, and says so when --no-lora leaves them out). They take Load Song's `model` now:
+    the checkpoint with the song's own adapters and VAE, so the song's render comes back exactly."""
+    _, _, original = lora_song
+    prompt = test_sized(api("yue2_load_and_rerender", node_info))
+    set_inputs(prompt, "YuE2LoadSong", song=original.name)
+    entry = run(comfy, prompt)
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    assert song_dir != original and codes(song_dir) == codes(original)
+    assert np.array_equal(np.load(song_dir / "latent.npy"), np.load(original / "latent.npy"))
+    assert json.loads((song_dir / "config.json").read_text())["weights"]["loras"][0]["file"] == LORA
 
 
 def test_a_file_replaced_on_disk_is_read_again(comfy, comfy_server, checkpoints, loras):

@@ -96,13 +96,11 @@ def cmd_inspect(args) -> int:
         print(_json_lines(report))
         return 0
     if not os.path.exists(args.checkpoint):
-        from ..weights.locate import HF_FILE, HF_REPO
-        raise CheckpointError(f"checkpoint not found: {args.checkpoint} — no such file or folder; inspect takes the "
-                              "path of a checkpoint (or the vendor's folder), a LoRA, a VAE file or folder, a song "
-                              "folder or an ABC lead sheet (the release file is "
-                              f"{HF_FILE} from https://huggingface.co/{HF_REPO})")
+        args.checkpoint = _in_comfy(args.checkpoint, ("checkpoints", "loras", "vae"))
     dims = None
     if getattr(args, "model", None):
+        if not os.path.exists(args.model):
+            args.model = _in_comfy(args.model, ("checkpoints",), "--model ")
         dims = inspect_checkpoint(args.model, own_vae="optional").dims
     try:  # a vendor folder without a VAE folder is described, the VAE said missing (new-user review, stop 46)
         info = inspect_checkpoint(args.checkpoint, own_vae="optional")
@@ -163,6 +161,27 @@ def cmd_inspect(args) -> int:
     # checkpoint printed only the JSON, though the stop-50 fix said all four kinds print a line here)
     print(_json_lines(report))
     return 0
+
+
+def _in_comfy(name: str, kinds: tuple[str, ...], option: str = "") -> str:
+    """The path of `name`, which is no path here, in the `models/<kind>` folders of the ComfyUI the checkpoint search
+    uses — as generate's `--checkpoint` / `--lora` / `--vae` names are found (`locate.comfy_model_path`), with the
+    same note (new-user review, stop 54: README's `inspect yue2_3b_int8_convrot.safetensors` said "not found" where
+    `generate --checkpoint` of that name found the file in ComfyUI/models/checkpoints). CheckpointError when none
+    holds it."""
+    from ..errors import CheckpointError
+    from ..weights.locate import HF_FILE, HF_REPO, comfy_model_folders, comfy_model_path
+    for kind in kinds:
+        found = comfy_model_path(name, kind)
+        if found is not None:
+            print(f"note: {option}{name}: {found[0]} (ComfyUI folder {found[1]})", file=sys.stderr)
+            return found[0]
+    folders = [f for kind in kinds for f in comfy_model_folders(kind)]
+    where = f" (nor in ComfyUI's {', '.join(folders)})" if folders else ""
+    what = ("inspect takes the path of a checkpoint (or the vendor's folder), a LoRA, a VAE file or folder, a song "
+            "folder or an ABC lead sheet" if not option else "--model takes a checkpoint")
+    raise CheckpointError(f"checkpoint not found: {name} — no such file or folder here{where}; {what} (the release "
+                          f"file is {HF_FILE} from https://huggingface.co/{HF_REPO})")
 
 
 def _abc_report(path: str) -> dict | None:
