@@ -6,9 +6,7 @@ Four fresh processes, each: load, song 1, song 2 (timed from `generate`; a warm-
 inside song 1): (a) an empty TRITON_CACHE_DIR, warm-up on (its kernels compiled in child processes,
 YUE2_WARMUP_PROCS unset); (b) the same cache directory kept, warm-up on (the marker found: no children); (c) the
 "before" baseline: an empty cache, YUE2_WARMUP=0; (d) an empty cache, warm-up in-process only
-(YUE2_WARMUP_PROCS=0: the gain of the parallel compile); `--overlap-baseline` adds (b) again with
-YUE2_WARMUP_OVERLAP=0 (the AR phases wait for the whole warm-up). Prints a table with each song's peak allocated
-memory, each warm-up's children and marker
+(YUE2_WARMUP_PROCS=0: the gain of the parallel compile). Prints a table, each warm-up's children and marker
 decision, and merges the rows into the --json file (bench.py's layout: {"metrics": {name: {ours, baseline, unit,
 note}}}).
 """
@@ -45,17 +43,14 @@ def child(path: str, abc_n: int, sem_n: int) -> None:
         torch.cuda.synchronize()
         songs.append({"seconds": time.perf_counter() - t, "stages": song.timing,
                       "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30,
-                      "eager_blocks": [song.score.timing.get("eager_blocks_beside_capture_lock", 0),
-                                       song.tokens.timing.get("eager_blocks_beside_capture_lock", 0)],
                       "capture": [song.score.timing.get("graph_capture_seconds", 0),
                                   song.tokens.timing.get("graph_capture_seconds", 0)]})
     print("RESULT " + json.dumps({"load": load_s, "songs": songs, "warm_up": getattr(eng, "warm_up_report", {})}),
           flush=True)
 
 
-def run(path, abc_n, sem_n, cache_dir, warm: bool, procs: str | None = None, overlap: bool = True) -> dict:
-    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, YUE2_WARMUP="1" if warm else "0",
-               YUE2_WARMUP_OVERLAP="1" if overlap else "0")
+def run(path, abc_n, sem_n, cache_dir, warm: bool, procs: str | None = None) -> dict:
+    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, YUE2_WARMUP="1" if warm else "0")
     env.pop("YUE2_WARMUP_PROCS", None)
     if procs is not None:
         env["YUE2_WARMUP_PROCS"] = procs
@@ -76,9 +71,11 @@ def main():
     ap.add_argument("--child", default="")
     ap.add_argument("--cases", type=int, default=4, choices=(1, 2, 3, 4),
                     help="run only the first N processes (2: empty cache and cache kept, both with the warm-up)")
-    ap.add_argument("--overlap-baseline", action="store_true",
-                    help="also the cache-kept process with YUE2_WARMUP_OVERLAP=0 (the AR phases wait for the whole "
-                         "warm-up: the behaviour before stop 54), right after the cache-kept one")
+    ap.add_argument("--pycache", default="",
+                    help="PYTHONPYCACHEPREFIX for every process (a fresh folder): Python's bytecode caches written "
+                         "by the first process and read by the later ones, as on a machine whose packages were "
+                         "byte-compiled at install (pip does); without it, on a machine whose site-packages cannot "
+                         "be written, every process compiles the modules it imports from source")
     a = ap.parse_args()
     if a.child:
         return child(a.child, a.abc_tokens, a.frames)
@@ -87,18 +84,23 @@ def main():
         from yue2_core.weights.synthetic import write_synthetic_checkpoint
         os.makedirs(a.workdir, exist_ok=True)
         write_synthetic_checkpoint(path, profile="full", fmt="int8", seed=0, device="cuda")
+    if a.pycache:
+        os.makedirs(a.pycache, exist_ok=True)
+        os.environ["PYTHONPYCACHEPREFIX"] = a.pycache
+    import torch as _torch
+    site = os.path.dirname(os.path.dirname(_torch.__file__))
+    print(f"bytecode: sys.dont_write_bytecode {sys.dont_write_bytecode}, site-packages {site} writable "
+          f"{os.access(site, os.W_OK)}, PYTHONPYCACHEPREFIX {os.environ.get('PYTHONPYCACHEPREFIX') or '-'}",
+          flush=True)
     cache = tempfile.mkdtemp(prefix="yue2-cold-cache-")
     rows = {}
     inproc = "empty cache, warm-up in-process only (YUE2_WARMUP_PROCS=0)"
-    waiting = "cache kept, warm-up, AR waits for all of it (YUE2_WARMUP_OVERLAP=0)"
-    cases = [("empty cache, warm-up", cache, True, None, True), ("cache kept, warm-up", cache, True, None, True),
-             ("empty cache, no warm-up", tempfile.mkdtemp(prefix="yue2-cold-nowarm-"), False, None, True),
-             (inproc, tempfile.mkdtemp(prefix="yue2-cold-inproc-"), True, "0", True)][:a.cases]
-    if a.overlap_baseline:
-        cases.insert(2, (waiting, cache, True, None, False))
-    for label, cache_dir, warm, procs, overlap in cases:
+    for label, cache_dir, warm, procs in (
+            ("empty cache, warm-up", cache, True, None), ("cache kept, warm-up", cache, True, None),
+            ("empty cache, no warm-up", tempfile.mkdtemp(prefix="yue2-cold-nowarm-"), False, None),
+            (inproc, tempfile.mkdtemp(prefix="yue2-cold-inproc-"), True, "0"))[:a.cases]:
         try:
-            rows[label] = run(path, a.abc_tokens, a.frames, cache_dir, warm, procs, overlap)
+            rows[label] = run(path, a.abc_tokens, a.frames, cache_dir, warm, procs)
         except Exception as exc:  # one failed process must not lose the others
             print(f"{label}: {exc}", flush=True)
     print("\n| process | load s | song 1 s (stages) | song 2 s | song 1 / song 2 | peak GiB song 1 / 2 |\n"
@@ -108,7 +110,7 @@ def main():
         s1, s2 = r["songs"]
         st = ", ".join(f"{k.replace('_seconds', '')} {v:.2f}" for k, v in s1["stages"].items() if k != "total_seconds")
         ratio = s1["seconds"] / s2["seconds"]
-        print(f"| {label} | {r['load']:.1f} | {s1['seconds']:.2f} ({st}; capture {s1['capture']}; eager blocks {s1.get('eager_blocks')}) | "
+        print(f"| {label} | {r['load']:.1f} | {s1['seconds']:.2f} ({st}; capture {s1['capture']}) | "
               f"{s2['seconds']:.2f} | {ratio:.2f} | {s1.get('peak_gib', 0):.2f} / {s2.get('peak_gib', 0):.2f} |")
         w = r.get("warm_up") or {}
         ch = w.get("children") or {}
@@ -122,12 +124,10 @@ def main():
     names = {"empty cache, warm-up": "first song / warm, empty Triton cache (ratio)",
              "cache kept, warm-up": "first song / warm, cache kept (ratio)",
              "empty cache, no warm-up": "first song / warm, empty Triton cache, no warm-up (ratio)",
-             inproc: "first song / warm, empty Triton cache, warm-up in-process only (ratio)",
-             waiting: "first song / warm, cache kept, AR waits for the whole warm-up (ratio)"}
+             inproc: "first song / warm, empty Triton cache, warm-up in-process only (ratio)"}
     targets = {"empty cache, warm-up": "target ≤ 1.25", "cache kept, warm-up": "target ≤ 1.05",
                "empty cache, no warm-up": "the before baseline (YUE2_WARMUP=0)",
-               inproc: "the round-1 warm-up (YUE2_WARMUP_PROCS=0: no child processes)",
-               waiting: "the before baseline of the overlap (YUE2_WARMUP_OVERLAP=0)"}
+               inproc: "the round-1 warm-up (YUE2_WARMUP_PROCS=0: no child processes)"}
     for label, r in rows.items():
         s1, s2 = r["songs"]
         metrics[names[label]] = {"ours": r["ratio"], "baseline": None, "unit": "x",
@@ -143,10 +143,6 @@ def main():
             "ours": gain, "baseline": None, "unit": "x",
             "note": "per-technique gain of compiling in child processes (load "
                     f"{rows[inproc]['load']:.1f} → {rows['empty cache, warm-up']['load']:.1f} s)"}
-    if "cache kept, warm-up" in rows and waiting in rows:
-        gain = rows[waiting]["songs"][0]["seconds"] / rows["cache kept, warm-up"]["songs"][0]["seconds"]
-        metrics["first song, cache kept: AR after the whole warm-up / beside its NAR and VAE stages (gain)"] = {
-            "ours": gain, "baseline": None, "unit": "x", "note": "per-technique gain of YUE2_WARMUP_OVERLAP (stop 54)"}
     for name, m in metrics.items():
         print(f"  {name:60s} {m['ours']:.2f} {m['note']}")
     if a.json:

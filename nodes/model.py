@@ -226,15 +226,11 @@ class YuE2Model:
         self._warm = warmup.start_for_checkpoint(self.info, self.device, self.dtype,
                                                   getattr(mm, "processing_interrupted", None))
 
-    def wait_warm_up(self, parts: tuple[str, ...] = ("ar", "nar", "vae")) -> None:
-        """Wait for the root's warm-up before the first GPU work of a stage of `parts`: for the AR alone only until
-        its decode stages passed (`warmup.WarmUp.wait_ar`: its NAR and VAE stages go on beside the AR phases, each
-        step under the capture lock), else until it ended."""
-        warm = self.root._warm
-        if warm is None or (tuple(parts) == ("ar",) and warm.wait_ar()):
-            return
-        self.root._warm = None
-        warm.wait()
+    def wait_warm_up(self) -> None:
+        """Wait for the root's warm-up (before the first GPU work of a stage)."""
+        warm, self.root._warm = self.root._warm, None
+        if warm is not None:
+            warm.wait()
 
     @property
     def dims(self):
@@ -448,7 +444,7 @@ class YuE2Model:
         not ComfyUI's cast-on-the-fly ops, so a partial (lowvram) load would leave some weights off the device.
         The int8 layers get this model's adapter side deltas (none for a model without adapters)."""
         patchers = [self.patcher(p) for p in parts]  # weights read from disk while the warm-up compiles
-        self.wait_warm_up(parts)
+        self.wait_warm_up()
         mm.load_models_gpu(patchers, memory_required=int(memory_required) + self.side_bytes(parts),
                            force_full_load=True)
         for patcher in patchers:

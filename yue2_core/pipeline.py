@@ -344,16 +344,14 @@ class YuE2Engine:
         self.info, self.tokenizer, self.ar, self.nar, self.vae = info, tokenizer, ar, nar, vae
         self.weights = weights or {"loras": [], "vae": None}  # what config.json records of the user's own weights
 
-    # The parts wait for a background warm-up before anyone gets them, whichever entry point (generate, the stages,
-    # edit, candidates, batch) uses the engine: the AR until the warm-up's decode stages passed (its NAR and VAE
-    # stages may go on beside the AR phases, each step under the capture lock: `warmup.WarmUp.wait_ar`), the NAR and
-    # the VAE until it ended.
+    # The parts wait for a background warm-up before anyone gets them, so no song kernel (nor a graph capture) runs
+    # beside it, whichever entry point (generate, the stages, edit, candidates, batch) uses the engine.
     ar = property(lambda self: self._part("_ar"), lambda self, m: setattr(self, "_ar", m))
     nar = property(lambda self: self._part("_nar"), lambda self, m: setattr(self, "_nar", m))
     vae = property(lambda self: self._part("_vae"), lambda self, m: setattr(self, "_vae", m))
 
     def _part(self, name):
-        if self.warm is not None and not (name == "_ar" and self.warm.wait_ar()):
+        if self.warm is not None:
             self.wait_warm_up()
         return getattr(self, name)
 
@@ -388,8 +386,8 @@ class YuE2Engine:
         `vendor_vae`: the VAE folder of a vendor model folder `path` (default: found by `vendor.find_vae_folder`;
         render passes the one the song recorded). `warm_up` (default: on for CUDA with the
         fast path, unless YUE2_WARMUP=0): compile the fast path's kernels for `budgets` (default presets) in a
-        background thread while the weights load (`warmup.py`); the parts wait for it on first use (the AR for its
-        decode stages only, unless YUE2_WARMUP_OVERLAP=0; `wait_warm_up`, `cancel_warm_up`); `batch_rows` > 1 (the `batch` command): also the kernels of its decoder of that many rows
+        background thread while the weights load (`warmup.py`); the parts wait for it on first use (`wait_warm_up`,
+        `cancel_warm_up`); `batch_rows` > 1 (the `batch` command): also the kernels of its decoder of that many rows
         (`batch_refill`: continuous batching's `fast.refill.RefillDecoder`, else static batches). Raises
         CheckpointError / TokenizerError for files that are not a valid YuE2 checkpoint, AdapterError for adapters
         that do not apply (also the same adapter file twice past ±5, an FL NAR file given beside the AR file that
@@ -504,8 +502,7 @@ class YuE2Engine:
         sem = budgets.semantic_sampling()
         timing = {}
         t = time.perf_counter()
-        if self.warm is not None and not self.warm.wait_ar():  # a warm-up still running when the song starts is
-            self.wait_warm_up()  # waited for inside it: its decode stages here, the rest before the render
+        self.wait_warm_up()  # a warm-up still running when the song starts is waited for inside it
         timing["warm_up_wait_seconds"] = time.perf_counter() - t
         t = time.perf_counter()
         score = plan(self.ar, self.tokenizer, request, budgets.abc_sampling(), progress, sem.max_tokens)
@@ -514,9 +511,6 @@ class YuE2Engine:
         tokens = semantic(self.ar, self.tokenizer, request, score, sem, progress)
         timing["semantic_seconds"] = time.perf_counter() - t
         _release_cached_memory(self.ar)
-        t = time.perf_counter()
-        self.wait_warm_up()  # its NAR and VAE stages, if they ran beside the AR phases
-        timing["warm_up_wait_seconds"] += time.perf_counter() - t
         t = time.perf_counter()
         latents = render(self.ar, self.nar, tokens, steps, progress=progress, method=method)
         timing["render_seconds"] = time.perf_counter() - t

@@ -29,8 +29,7 @@ def check_environment(device: str | None = None) -> list[str]:
     from .layers import CUDA_ONLY_BACKENDS, UNMASKED_BACKENDS
     from .nar import NAR_LINEARS
     flags = ("YUE2_FAST", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE2_COMPILE", "YUE2_SHARED_PREFIX",
-             "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE",
-             "YUE2_WARMUP_OVERLAP")
+             "YUE2_NAR_GRAPH", "YUE2_VERIFY_HASHES", "YUE2_WARMUP", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE")
     choices = {"YUE2_DECODE_ATTN": ("triton", "torch"), "YUE2_INT8_ROT": ("producers", "cublas"),
                "YUE2_INT8_DOT": ("convert", "int8"),
                "YUE2_ATTN_MERGE": ("split", "kernel"), "YUE2_SAMPLER": ("kernels", "torch"),

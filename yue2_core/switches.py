@@ -42,8 +42,6 @@ accepts — "false" or "off" are not silently read as on.
                           songs record the mode (weights.lora_int8), `render` applies it unless this asks otherwise
     YUE2_WARMUP=0         no background compilation of the fast path's kernels while a model loads (warmup.py; default
                           on for CUDA with the fast path)
-    YUE2_WARMUP_OVERLAP=0 the song's AR phases wait for the whole warm-up (default: they start once its decode stages
-                          passed, its NAR and VAE stages going on beside them; warmup.py)
     YUE2_WARMUP_PROCS     an integer in [0, 64]: child processes that compile the warm-up's kernels when Triton's cache lacks
                           them (0 = in the warm-up thread only; default min(6, max(1, CPUs // 2)); warmup_jobs.py)
     YUE2_RENDER_SMS       auto (default) | 0 | K: the batch command's overlap — the render confined to a CUDA green

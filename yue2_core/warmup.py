@@ -42,14 +42,7 @@ is written (atomically) after a warm-up that completed; with it present no child
 Threading: the warm-up runs in a daemon thread on its own CUDA stream, while the loader reads weights on the default
 stream. It never captures a CUDA graph: eager steps compile the same kernels, and a capture (global capture mode)
 would make the loader's synchronous host→device copies in the other thread illegal during the capture. The stages
-wait for it, so no song kernel runs beside its decode stages: the AR phases once those passed (`WarmUp.wait_ar`), the
-NAR and VAE once it ended (`WarmUp.wait`). Its later stages (one NAR velocity, the VAE tiles: ≈ 3.9 s on an H100
-with a kept cache, stop 53) then run beside the song's ABC and music phases (≈ 10 s), whose decode graphs are
-captured meanwhile: each such step, the stream sync after them and the closing `empty_cache` hold
-`fast.decode.CAPTURE_LOCK`, the lock every capture of the process holds, so no capture (default mode "global": any
-other thread's cudaMalloc, device-wide sync or cudaFree invalidates it) ever runs beside one of them — a capture
-waits for the step in progress at most. `YUE2_WARMUP_OVERLAP=0`: the AR phases wait for the whole warm-up (the
-behaviour before stop 54). A failure is one warning, never an error for a song;
+wait for it (`WarmUp.wait`), so no song kernel runs beside it. A failure is one warning, never an error for a song;
 `WarmUp.cancel()` (or the `should_stop` callback, e.g. ComfyUI's Cancel) stops it between steps.
 
 Triton's disk cache: every file goes through `triton.runtime.cache.FileCacheManager.put`, which writes into a fresh
@@ -62,7 +55,6 @@ directory that is read-only or full is replaced for this process by a fresh temp
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import tempfile
@@ -77,7 +69,6 @@ import torch
 from .switches import flag
 
 SWITCH = "YUE2_WARMUP"
-OVERLAP_SWITCH = "YUE2_WARMUP_OVERLAP"
 MIN_FREE_BYTES = 256 * 2 ** 20  # a cache with less free space counts as full: one decode kernel set is ~30 MB
 PREFIX_TOKENS = 64  # shadow prompt: more than the 16 rows under which products take the decode-sized paths
 NAR_FRAMES = 256  # shadow NAR chunk (258 rows: the NAR's row-blocked kernels)
@@ -104,19 +95,6 @@ def skip_reason(device) -> str | None:
     if triton_modules() is None:
         return "Triton is not importable: nothing to compile"
     return None
-
-
-def overlap() -> bool:
-    """YUE2_WARMUP_OVERLAP (0/1, default 1): the song's AR phases start once the warm-up's decode stages passed,
-    beside its NAR and VAE stages (module docstring). RequestError for another value."""
-    return flag(OVERLAP_SWITCH, True)
-
-
-def capture_guard():
-    """The lock every CUDA-graph capture of the process holds (`fast.decode.CAPTURE_LOCK`, re-entrant): the warm-up
-    holds it around each step that may run beside a song's AR phases."""
-    from .fast.decode import CAPTURE_LOCK
-    return CAPTURE_LOCK
 
 
 # -- Triton's cache directory ---------------------------------------------------------------------------------------
@@ -248,7 +226,7 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
             continue
         mod.eval().requires_grad_(False)
         if torch.device(device).type != "meta":
-            mod = mod.to_empty(device=device)
+            mod = _materialize(mod, device)
             fill_(mod)
             setattr(out, name, mod)
     if out.nar is not None and torch.device(device).type != "meta" and nar_quant:
@@ -259,6 +237,14 @@ def build_shadow(dims, quant_ar: dict | None, vae_cfg=None, device="cuda", dtype
         if hasattr(emb, "dtype") and not isinstance(emb, torch.nn.Embedding):
             emb.dtype = dtype  # as checkpoint._set_embed_dtype
     return out
+
+
+def _materialize(module: torch.nn.Module, device) -> torch.nn.Module:
+    """`module.to_empty(device=device)` without its `torch.empty_like` of meta tensors, whose reference
+    implementation (torch._refs.empty_like → torch._prims_common) imports torch.fx's symbolic shapes and with them
+    sympy: 1.9 s of the warm-up's build stage on an H100 machine without bytecode caches (stop 54,
+    bench/warmup_profile.py), a cost no song pays otherwise."""
+    return module._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
 
 
 @torch.no_grad()
@@ -415,34 +401,29 @@ def _decode(ar, phase: str, budgets, cfg_pair: bool, steps: list, stop: Callable
     return done
 
 
-def _nar(ar, nar, stop: Callable[[], None], guard=contextlib.nullcontext()) -> None:
-    """One NAR velocity of the shadow on a NAR_FRAMES chunk after PREFIX_TOKENS AR tokens. `guard`: a context held
-    around each step (`capture_guard` beside a song)."""
+def _nar(ar, nar, stop: Callable[[], None]) -> None:
+    """One NAR velocity of the shadow on a NAR_FRAMES chunk after PREFIX_TOKENS AR tokens."""
     from .constants import CODEC_OFFSET
     from .nar import ChunkRenderer, raw_timesteps
     tokens = [CODEC_OFFSET + (11 * j) % 1024 for j in range(PREFIX_TOKENS)]
     stop()
-    with guard:
-        renderer = ChunkRenderer(nar, ar.layer_kv(tokens, extra=NAR_FRAMES + 2), NAR_FRAMES, ar_len=len(tokens))
-        state = 0.1 * torch.sin(torch.arange(NAR_FRAMES * nar.dims.latent_dim, device=nar.device,
-                                             dtype=torch.float32))
-        renderer.velocity(state.view(NAR_FRAMES, -1).to(nar.dtype), raw_timesteps(32)[0][0])
-        del renderer, state
+    renderer = ChunkRenderer(nar, ar.layer_kv(tokens, extra=NAR_FRAMES + 2), NAR_FRAMES, ar_len=len(tokens))
+    state = 0.1 * torch.sin(torch.arange(NAR_FRAMES * nar.dims.latent_dim, device=nar.device, dtype=torch.float32))
+    renderer.velocity(state.view(NAR_FRAMES, -1).to(nar.dtype), raw_timesteps(32)[0][0])
     from .weights.quant import ConvRotLinear
     shapes = sorted({(m.out_features, m.in_features, m.bias is not None) for m in nar.modules()
                      if isinstance(m, ConvRotLinear) and m.w8a8 and m.in_features % 256 == 0})
     if shapes:  # W8A8 products (YUE2_NAR_LINEARS): both size classes of their autotuning (the velocity
         stop()  # above ran a chunk of the smaller one), with and without a bias as each layer has it
         from .fast import w8a8
-        with guard:
-            w8a8.warm(shapes, nar.device)
+        w8a8.warm(shapes, nar.device)
 
 
-def _vae(vae, stop: Callable[[], None], full: bool = True, guard=contextlib.nullcontext()) -> None:
+def _vae(vae, stop: Callable[[], None], full: bool = True) -> None:
     """One full tile (`pipeline.vae_core_frames` + two halos; `full`) and one short tile of every length residue
     mod 16. The snake kernel's only length-dependent specialisation is its length T (an affine function of the
     frames), so the short tiles meet every Triton variant; the full tile warms cuDNN, which only helps the process
-    that decodes (children skip it). `guard`: a context held around each tile (`capture_guard` beside a song)."""
+    that decodes (children skip it)."""
     from .constants import VAE_HALO_FRAMES
     from .pipeline import vae_core_frames
     tile = vae_core_frames(vae.device) + 2 * VAE_HALO_FRAMES if full else max(VAE_SHORT_FRAMES)
@@ -450,12 +431,10 @@ def _vae(vae, stop: Callable[[], None], full: bool = True, guard=contextlib.null
     lat = lat.view(1, vae.cfg.latent_dim, tile)
     stop()
     if full:
-        with guard:
-            vae.decode(lat)
+        vae.decode(lat)
     for frames in VAE_SHORT_FRAMES:
         stop()
-        with guard:
-            vae.decode(lat[:, :, :frames].contiguous())
+        vae.decode(lat[:, :, :frames].contiguous())
 
 
 @dataclass
@@ -530,15 +509,12 @@ def _stopper(should_stop):
 
 def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = None, *,
              before_stage: Callable[[str], None] | None = None, after_stage: Callable[[str], None] | None = None,
-             allow_cpu: bool = False, child: bool = False, ar_ready: Callable[[], None] | None = None) -> dict:
+             allow_cpu: bool = False, child: bool = False) -> dict:
     """The steps of `plan` (`plan_steps`) on a shadow model in this process, stage by stage ("decode_<phase>",
     "nar", "vae"), calling `before_stage(name)` before and `after_stage(name)` after each (the parent waits for its
     children there; a child reports). Returns {"seconds", "steps", "stages": {name: seconds}, "skipped": reason or
-    None, "steps_digest": sha256 of the step list, "beside": {"holds", "max_seconds", "total_seconds"} of the capture
-    lock after the AR-ready point}. `allow_cpu` (tests): run on a CPU device too (the portable
-    paths: nothing is compiled). `child`: a compiling child process (no full VAE tile: `_vae`). `ar_ready`: called
-    once the decode stages passed (before the first other stage's `before_stage`), after the shadow's LM head was
-    let go; the later steps then hold `capture_guard()` (a song's AR phases may run beside them). Raises `Cancelled`
+    None, "steps_digest": sha256 of the step list}. `allow_cpu` (tests): run on a CPU device too (the portable
+    paths: nothing is compiled). `child`: a compiling child process (no full VAE tile: `_vae`). Raises `Cancelled`
     when `should_stop` says so."""
     import hashlib
     device = torch.device(device)
@@ -548,7 +524,6 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
     stop = _stopper(should_stop)
     t0 = time.perf_counter()
     stages, done = {}, 0
-    guard, beside = contextlib.nullcontext(), False  # beside: a song's AR phases may run now
     with torch.inference_mode():
         shadow = plan_shadow(plan, device)
         stages["build"] = time.perf_counter() - t0
@@ -560,10 +535,6 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
                     order.append(st[0])
             for name in order:
                 stop()
-                if ar_ready is not None and not beside and not name.startswith("decode_"):
-                    guard, beside = _Held(capture_guard()), True
-                    _drop_head(shadow, device, guard)
-                    ar_ready()
                 if before_stage is not None:
                     before_stage(name)
                 t = time.perf_counter()
@@ -571,61 +542,25 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
                     done += _decode(shadow.ar, name[len("decode_"):], plan.budgets, plan.cfg_pair, steps, stop,
                                     plan.batch_rows, plan.batch_refill)
                 elif name == "nar":
-                    _nar(shadow.ar, shadow.nar, stop, guard)
+                    _nar(shadow.ar, shadow.nar, stop)
                     done += 1
                 elif name == "vae":
-                    _vae(shadow.vae, stop, full=not child, guard=guard)
+                    _vae(shadow.vae, stop, full=not child)
                     done += int(not child) + len(VAE_SHORT_FRAMES)
                 stages[name] = time.perf_counter() - t
                 if after_stage is not None:
                     after_stage(name)
             if device.type == "cuda":
-                with guard:
-                    torch.cuda.current_stream(device).synchronize()
+                torch.cuda.current_stream(device).synchronize()
         finally:
-            with guard:  # host-side frees only, but no CUDA call of this thread beside a capture
-                del shadow
+            del shadow
     digest = hashlib.sha256(repr(steps).encode()).hexdigest()[:16]
     return {"seconds": time.perf_counter() - t0, "steps": done, "stages": stages, "skipped": None,
-            "steps_digest": digest, **({"beside": guard.summary()} if beside else {})}
-
-
-class _Held:
-    """A lock used as a context, recording how long each hold lasted (the report's "beside": what a song's capture
-    may have waited for)."""
-
-    def __init__(self, lock):
-        self.lock, self.holds, self._t = lock, [], []
-
-    def __enter__(self):
-        self.lock.acquire()
-        self._t.append(time.perf_counter())
-        return self
-
-    def __exit__(self, *exc):
-        self.holds.append(time.perf_counter() - self._t.pop())
-        self.lock.release()
-        return False
-
-    def summary(self) -> dict:
-        return {"holds": len(self.holds), "max_seconds": round(max(self.holds, default=0.0), 4),
-                "total_seconds": round(sum(self.holds), 4)}
-
-
-def _drop_head(shadow: "Shadow", device, guard) -> None:
-    """Let go of the shadow AR's LM head (the NAR stage's `layer_kv` skips it) and return its memory to the driver
-    (under `guard`: `empty_cache` is a cudaFree), so a song's AR phases beside the later stages get it back."""
-    if shadow.ar is None or getattr(shadow.ar.model, "lm_head", None) is None:
-        return
-    shadow.ar.model.lm_head = None
-    if torch.device(device).type == "cuda":
-        with guard:
-            torch.cuda.current_stream(device).synchronize()
-            torch.cuda.empty_cache()
+            "steps_digest": digest}
 
 
 def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = None, *,
-            test: dict | None = None, ar_ready: Callable[[], None] | None = None) -> dict:
+            test: dict | None = None) -> dict:
     """Compile the fast path's kernels for `plan` on `device` synchronously (the caller's CUDA stream) and return a
     report {"seconds", "steps", "stages": {name: seconds}, "skipped": reason or None, "children": {"count", …},
     "marker": "hit" | "miss" | None, "marker_written": bool}. When Triton's cache lacks the plan (no marker,
@@ -634,8 +569,7 @@ def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = 
     exception: cancel) is polled between steps; cancelling raises `Cancelled` and kills the children. Nothing
     happens (a reason is returned) on CPUs, with YUE2_WARMUP=0, YUE2_FAST=0 or without Triton; RequestError for a
     bad YUE2_WARMUP / YUE2_WARMUP_PROCS. `test` (tests only): {"allow_cpu": run on the CPU, "child": the children's
-    test hooks (warmup_jobs.child_main), "procs": children regardless of the switch}. `ar_ready`: `run_plan`'s
-    (called before the NAR stage waits for the children)."""
+    test hooks (warmup_jobs.child_main), "procs": children regardless of the switch}."""
     from . import warmup_jobs as jobs
     test = test or {}
     device = torch.device(device)
@@ -680,7 +614,7 @@ def warm_up(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None = 
             if children is not None:
                 children.wait_stage(name, stop)
             passed.append(name)
-        report = run_plan(plan, device, should_stop, before_stage=before, allow_cpu=allow_cpu, ar_ready=ar_ready)
+        report = run_plan(plan, device, should_stop, before_stage=before, allow_cpu=allow_cpu)
         if children is not None:
             children.finish(passed)  # they passed every stage: only their report and exit are left
     finally:
@@ -725,20 +659,16 @@ def side_stream(device) -> "torch.cuda.Stream":
 @dataclass
 class WarmUp:
     """A warm-up running in a daemon thread on its own CUDA stream. `wait()` blocks until it ended (done, failed
-    or cancelled) and returns its report; `wait_ar()` only until its decode stages passed (the AR phases may start);
-    `cancel()` asks it to stop at the next step and waits for that. A custom `work` (tests) takes (plan, device,
-    should_stop); unless it calls `mark_ar_ready`, `wait_ar` waits for its end."""
+    or cancelled) and returns its report; `cancel()` asks it to stop at the next step and waits for that."""
     plan: Plan
     device: torch.device
     should_stop: Callable[[], bool] | None = None
     work: Callable = None  # (plan, device, should_stop) → report; default `warm_up`
-    overlap: bool = True  # `wait_ar` returns at the AR-ready point (YUE2_WARMUP_OVERLAP, read by `start`)
     report: dict = field(default_factory=dict)
     error: str | None = None
 
     def __post_init__(self):
         self._cancel = threading.Event()
-        self._ar_ready = threading.Event()  # the decode stages passed, or the warm-up ended
         self._thread: threading.Thread | None = None
 
     def start(self) -> "WarmUp":
@@ -754,8 +684,7 @@ class WarmUp:
     def _run(self):
         t0 = time.perf_counter()
         try:
-            work = self.work or (lambda plan, device, stop: warm_up(plan, device, stop,
-                                                                     ar_ready=self.mark_ar_ready))
+            work = self.work or warm_up
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)  # Triton and torch read the current device per thread
                 with torch.cuda.stream(side_stream(self.device)):
@@ -772,12 +701,10 @@ class WarmUp:
                           f"(slower, same results)")
         finally:
             if self.device.type == "cuda":
-                try:  # the shadow's blocks back to the driver before the song's working set (a cudaFree: never
-                    with capture_guard():  # beside a capture of the song's AR phases)
-                        torch.cuda.empty_cache()
+                try:
+                    torch.cuda.empty_cache()  # the shadow's blocks back to the driver before the song's working set
                 except Exception:  # noqa: BLE001 — never an error from the warm-up
                     pass
-            self._ar_ready.set()
 
     @property
     def running(self) -> bool:
@@ -789,20 +716,6 @@ class WarmUp:
             self._thread.join(timeout)
         return self.report
 
-    def mark_ar_ready(self) -> None:
-        """The AR phases may start: the decode stages passed (`run_plan`'s `ar_ready`; a custom `work` may call it)."""
-        self._ar_ready.set()
-
-    def wait_ar(self, timeout: float | None = None) -> bool:
-        """Block until the AR phases may start — the decode stages passed (their kernels are compiled and loaded)
-        or the warm-up ended — or `timeout` s passed. Returns True when the warm-up is still running then (its NAR
-        and VAE stages, beside the caller's AR phases: module docstring); the NAR and VAE still `wait()`."""
-        if not self.overlap:
-            self.wait(timeout)
-            return False
-        self._ar_ready.wait(timeout)
-        return self.running
-
     def cancel(self, wait: bool = True) -> None:
         """Stop at the next step (a kernel being compiled finishes first) and, with `wait`, wait for the thread."""
         self._cancel.set()
@@ -812,16 +725,15 @@ class WarmUp:
 
 def start(plan: Plan, device, should_stop: Callable[[], bool] | None = None) -> WarmUp | None:
     """Start a background warm-up of `plan` on `device`, or return None when `skip_reason(device)` says none runs.
-    Raises RequestError for a bad YUE2_WARMUP, YUE2_WARMUP_PROCS or YUE2_WARMUP_OVERLAP value."""
+    Raises RequestError for a bad YUE2_WARMUP or YUE2_WARMUP_PROCS value."""
     device = torch.device(device)
     if skip_reason(device) is not None:
         return None
     from .warmup_jobs import procs
     procs()  # a bad YUE2_WARMUP_PROCS fails here (RequestError), not as the warm-up thread's warning
-    beside = overlap()  # a bad value fails here too
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    return WarmUp(plan, device, should_stop, overlap=beside).start()
+    return WarmUp(plan, device, should_stop).start()
 
 
 def start_for_checkpoint(info, device, dtype=torch.bfloat16, should_stop: Callable[[], bool] | None = None):

@@ -539,3 +539,21 @@ def test_the_batch_decoder_warm_up_runs(tiny_paths, refill):
     steps = warmup.plan_steps(plan, warmup.attention_geometry(plan.dims, "cpu"))
     assert report["skipped"] is None and report["steps"] == len(steps)
     assert any(v == len(warmup.decode_variants(None, "abc", False)) for _, v, _ in steps)
+
+
+def test_the_shadow_build_imports_no_sympy(tiny_paths):
+    """`build_shadow` materialises its meta modules without `to_empty` (whose torch.empty_like of meta tensors goes
+    through torch._refs and imports torch.fx's symbolic shapes and sympy: 1.9 s of the warm-up's build on an H100
+    machine without bytecode caches, stop 54, bench/warmup_profile.py). A fresh process: sympy is not imported by
+    the build, and the shadow is materialised with the checkpoint's dtypes on the device."""
+    code = ("import sys, torch\nfrom yue2_core import warmup\nfrom yue2_core.weights.checkpoint import "
+            "inspect_checkpoint\ninfo = inspect_checkpoint(sys.argv[1])\nassert 'sympy' not in sys.modules\n"
+            "sh = warmup.build_shadow(info.dims, info.quant_ar, info.vae, 'cpu')\n"
+            "ts = [t for m in (sh.ar, sh.nar, sh.vae) for t in list(m.parameters()) + list(m.buffers())]\n"
+            "assert all(t.device.type == 'cpu' for t in ts) and any(t.dtype == torch.int8 for t in ts)\n"
+            "print('sympy' in sys.modules, len(ts))\n")
+    out = subprocess.run([sys.executable, "-c", code, tiny_paths["int8"]], capture_output=True, text=True,
+                         timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported, count = out.stdout.split()
+    assert imported == "False" and int(count) > 10, out.stdout

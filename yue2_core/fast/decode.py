@@ -391,7 +391,6 @@ class PhaseDecoder:
         self._side = None  # the pending side_capture.SideCapture
         self.side_captures, self.side_capture_s = 0, 0.0
         self.side_capture_error: str | None = None
-        self.lock_busy_blocks = 0  # blocks run eagerly while another thread held CAPTURE_LOCK (`_capture_busy`)
         self.graph_error: str | None = None
         self.kernel_error: str | None = None  # set when the fused step failed and the unfused one took over
         from . import fused as fused_mod
@@ -812,29 +811,7 @@ class PhaseDecoder:
         self.capture_s += time.perf_counter() - t0
         return graph
 
-    def _capture_busy(self, attn_len: int) -> bool:
-        """Whether `attn_len`'s graph is still to be captured while another thread holds CAPTURE_LOCK — a warm-up
-        step beside the song's AR phases (`warmup.run_plan`, up to ≈ 1 s each), the nodes' background read of a
-        part onto the GPU, the batch render worker's sync — or while its side capture is still pending (waiting
-        for that lock). The block then runs eagerly (the same kernels, ≈ half the graph's speed at batch 1) instead
-        of idling on the lock, and the capture is tried again at the next block (measured stop 54, H100: the
-        ABC phase's first capture waited 1.07 s for a warm-up step)."""
-        if attn_len in self.graphs:
-            return False
-        side = self._side
-        if side is not None and side.attn_len == attn_len:
-            return not side.done()
-        if not CAPTURE_LOCK.acquire(blocking=False):
-            return True
-        CAPTURE_LOCK.release()
-        return False
-
     def _run_block(self, n: int, attn_len: int):
-        if self.use_graph and self.graph_error is None and self._capture_busy(attn_len):
-            self.lock_busy_blocks += 1
-            for _ in range(n):
-                self._eager_step(attn_len)
-            return
         if self.use_graph and self.graph_error is None:
             saved = None if attn_len in self.graphs else self._snapshot()
             try:
@@ -962,7 +939,6 @@ class PhaseDecoder:
                 "seconds": seconds, "prefill_seconds": prefill_s, "ttft_seconds": first_s, "output_tokens": count,
                 "graph_capture_seconds": self.capture_s,
                 "side_captures": self.side_captures, "side_capture_seconds": round(self.side_capture_s, 4),
-                **({"eager_blocks_beside_capture_lock": self.lock_busy_blocks} if self.lock_busy_blocks else {}),
                 **({"side_capture_fallback_reason": self.side_capture_error} if self.side_capture_error else {}),
                 "decode_tokens_per_second": steps / steady if steady > 0 else 0.0,
                 "content_tokens": len(content), "tokens_per_second": count / seconds if seconds > 0 else 0.0,

@@ -119,10 +119,6 @@ class SideCapture:
         self.seconds = 0.0
         self.waited = 0.0
 
-    def done(self) -> bool:
-        """Whether the capture ended (its graph or its failure is ready: `take` will not wait)."""
-        return self._future.done()
-
     def take(self):
         """Wait for the capture; returns its CUDAGraph, or None when it failed (`error` says why)."""
         t0 = time.perf_counter()
