@@ -52,6 +52,8 @@ def child(path: str, abc_n: int, sem_n: int) -> None:
 def run(path, abc_n, sem_n, cache_dir, warm: bool, procs: str | None = None) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, YUE2_WARMUP="1" if warm else "0")
     env.pop("YUE2_WARMUP_PROCS", None)
+    if env.get("PYTHONPYCACHEPREFIX"):  # --pycache: bytecode written by the first process, read by the later ones
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     if procs is not None:
         env["YUE2_WARMUP_PROCS"] = procs
     p = subprocess.run([sys.executable, __file__, "--child", path, "--abc-tokens", str(abc_n), "--frames",
@@ -75,7 +77,8 @@ def main():
                     help="PYTHONPYCACHEPREFIX for every process (a fresh folder): Python's bytecode caches written "
                          "by the first process and read by the later ones, as on a machine whose packages were "
                          "byte-compiled at install (pip does); without it, on a machine whose site-packages cannot "
-                         "be written, every process compiles the modules it imports from source")
+                         "be written or PYTHONDONTWRITEBYTECODE is set (the project's GPU machine), every process "
+                         "compiles the modules it imports from source; PYTHONDONTWRITEBYTECODE is unset for them")
     a = ap.parse_args()
     if a.child:
         return child(a.child, a.abc_tokens, a.frames)
