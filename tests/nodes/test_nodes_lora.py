@@ -5,6 +5,7 @@ and a LoRA of another model is refused by name."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -248,15 +249,20 @@ def test_a_sidecar_added_beside_the_adapter_is_read_again(comfy, comfy_server, c
         since = len(comfy_server.log_text())
         entry = run(comfy, prompt)
         return json.dumps(entry["outputs"].get("2")), comfy_server.log_text()[since:]
+
+    def files_read(text):  # the report's "file(s):" block
+        block = json.loads(text)["text"][-1].split("file(s):\n", 1)[1].split("scale rule", 1)[0]
+        return [os.path.basename(line.strip()) for line in block.splitlines() if line.strip()]
     try:
         text, log = report()
-        assert "LoRA read from" in log and "adapter_config.json" not in text, text
+        assert "LoRA read from" in log and files_read(text) == ["adapter_model.safetensors"], text
+        assert "there is none beside this one" in text  # the lost-alpha warning (stop-54 review)
         text, log = report()
         assert "LoRA read from" not in log, log[-2000:]  # nothing changed: not read again
         shutil.copyfile(made / "adapter_config.json", sub / "adapter_config.json")
         text, log = report()
         assert "LoRA read from" in log, log[-2000:]
-        assert "adapter_config.json" in text, text
+        assert "adapter_config.json" in files_read(text) and "scale cannot be read" not in text, text
     finally:
         shutil.rmtree(sub, ignore_errors=True)
 

@@ -208,7 +208,7 @@ def test_the_same_lora_twice_is_said(tmp_path):
     from yue2_core.weights.lora.apply import Applied, repeat_notes
     f = tmp_path / "a.safetensors"
     f.write_bytes(b"x")
-    ad = SimpleNamespace(path=str(f), files=[str(f)])
+    ad = SimpleNamespace(path=str(f), files=[str(f)], scale_rule="1 (no alpha)", scales=[1.0])
     notes = repeat_notes([Applied(ad, 1.0, 1.0), Applied(ad, 0.5, 0.0)])
     assert notes == [f"the LoRA {f} is given 2 times: its strengths add up (AR ×1.5, NAR ×1)"], notes
     assert repeat_notes([Applied(ad, 1.0, 1.0)]) == []
