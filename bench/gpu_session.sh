@@ -5,7 +5,10 @@
 #   bash bench/gpu_session.sh bench    # bench/bench.py (full-size synthetic bf16 + int8, ours vs vendor-style) and
 #                                      # bench/profile_decode.py (where a decode step's time goes), then cold
 #   bash bench/gpu_session.sh cold     # bench/cold_start.py: first song vs second in fresh processes (empty Triton
-#                                      # cache / cache kept / no warm-up; ~4 min), rows merged into bench.json
+#                                      # cache / cache kept / no warm-up; ~4 min), rows merged into bench.json;
+#                                      # with bytecode caches (--pycache: this machine sets PYTHONDONTWRITEBYTECODE,
+#                                      # a user's install has them), then the kept-cache warm-up's profile
+#                                      # (bench/warmup_profile.py)
 #   bash bench/gpu_session.sh tests    # tests/core/test_cuda_fast.py (fast-path numerics, marked gpu) and the other
 #                                      # GPU test files (render graph/VAE folding, batch rows, LoRA under the graph)
 #   bash bench/gpu_session.sh int8dot  # bench/int8_dot.py: int8 × int8 decode products (YUE2_INT8_DOT=int8) vs the
@@ -89,7 +92,7 @@ for part in "$@"; do
       "$PY" bench/profile_decode.py 2>&1 | tee "$OUT/profile_decode.log"
       "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors 2>&1 \
         | tee "$OUT/profile_decode_int8.log"
-      "$PY" bench/cold_start.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/cold_start.log" ;;
+      "$PY" bench/cold_start.py --pycache "$OUT/pycache" --json "$OUT/bench.json" 2>&1 | tee "$OUT/cold_start.log" ;;
     int8dot)
       # the int8 × int8 decode products (YUE2_INT8_DOT=int8) against the W8A16 ones: per-shape sweep, the decode
       # step at 1 / CFG / 2 / 4 / 8 rows, numerics; then the int8 step's profile in both modes (~5 min)
@@ -97,7 +100,8 @@ for part in "$@"; do
       "$PY" bench/profile_decode.py --checkpoint /tmp/yue2bench/yue2_full_int8.safetensors --int8-dot 2>&1 \
         | tee "$OUT/profile_decode_int8_dot.log" ;;
     cold)
-      "$PY" bench/cold_start.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/cold_start.log"
+      "$PY" bench/cold_start.py --pycache "$OUT/pycache" --json "$OUT/bench.json" 2>&1 | tee "$OUT/cold_start.log"
+      "$PY" bench/warmup_profile.py --top 20 > "$OUT/warmup_profile.log" 2>&1
       YUE2_BENCH_INT8=/tmp/yue2bench/yue2_full_int8.safetensors "$PY" -m pytest tests/core/test_warmup_gpu.py -s -q \
         -p no:cacheprovider 2>&1 | tee "$OUT/warmup_gpu_tests.log" ;;
     tests)
