@@ -223,6 +223,16 @@ def _check_config(config, path: str) -> None:
     _check_decoder_config(config, path)
 
 
+def decoder_section(config: dict) -> tuple[str, object]:
+    """(key, value) of config.json's decoder settings: `decoder_config`, the key the vendor's YuE2VAEConfig writes
+    and reads (m-a-p/YuE2-Vae, -legacy, the merge), else `decoder` ({} when neither is there). Stop-54 diff review:
+    only `decoder` was read, so no check of the decoder settings (stop 38) or of the strides' order (stop 54) ever
+    ran on a release's own config.json."""
+    if "decoder_config" in config:
+        return "decoder_config", config["decoder_config"]
+    return "decoder", config.get("decoder", {})
+
+
 def _check_decoder_config(config: dict, path: str) -> None:
     """The settings of config.json's "decoder" that this decoder implements (`vae.VAEDecoder`; the values every
     YuE2 VAE release states, shared/reference/weights_and_lora.md §5): snake activations (use_snake true, snake_type
@@ -230,15 +240,15 @@ def _check_decoder_config(config: dict, path: str) -> None:
     tiling hints decode_core_frames / decode_halo_frames, where given, positive integers (the pack tiles by its own
     1,024 / 16 frames, which are the release's). A config asking for other math was decoded silently with this math
     (break-it finding, stop 38): CheckpointError saying which setting and what is accepted."""
-    dec = config.get("decoder", {})
+    section, dec = decoder_section(config)
     if not isinstance(dec, dict):
-        raise CheckpointError(f"{path}: config.json decoder must be an object, got {type(dec).__name__}")
+        raise CheckpointError(f"{path}: config.json {section} must be an object, got {type(dec).__name__}")
     implemented = {"use_snake": (True, "snake activations"), "snake_type": ("vanilla", "the SnakeBeta form"),
                    "final_tanh": (False, "no tanh on the output"), "latent_dim": (LATENT_DIM, "latent channels in"),
                    "out_channels": (AUDIO_CHANNELS, "audio channels out")}
     for name, (want, what) in implemented.items():
         if name in dec and (dec[name] != want or type(dec[name]) is not type(want)):
-            raise CheckpointError(f"{path}: config.json decoder.{name} is {quoted(dec[name], limit=60)}; this "
+            raise CheckpointError(f"{path}: config.json {section}.{name} is {quoted(dec[name], limit=60)}; this "
                                   f"decoder implements {name} = {json.dumps(want)} ({what}, as every YuE2 VAE "
                                   "release states) — a VAE that needs other math is not one this pack can decode")
     strides = dec.get("strides")
@@ -248,7 +258,7 @@ def _check_decoder_config(config: dict, path: str) -> None:
         for x in strides if ok else ():
             product *= x
         if not ok or product != HOP:
-            raise CheckpointError(f"{path}: config.json decoder.strides is {quoted(strides, limit=60)}; a YuE2 "
+            raise CheckpointError(f"{path}: config.json {section}.strides is {quoted(strides, limit=60)}; a YuE2 "
                                   f"decoder's strides are positive integers multiplying to {HOP} samples per "
                                   "latent frame ([2, 2, 4, 4, 5, 6] in every release)")
     for name in ("decode_core_frames", "decode_halo_frames"):
@@ -529,10 +539,11 @@ def open_vae(path: str) -> VAEFile:
         if isinstance(metadata.get("release_variant"), str):
             config = {"release_variant": metadata["release_variant"]}
     cfg = _geometry(found, path, prefix)
-    said = config.get("decoder", {}).get("strides")  # checked by _check_config: ints multiplying to HOP, or absent
+    section, dec = decoder_section(config)
+    said = dec.get("strides")  # checked by _check_config: ints multiplying to HOP, or absent
     have = [s for _, _, s in cfg.blocks]
     if said is not None and list(reversed(said)) != have:  # stop-54 review: the config's order was never compared
-        raise CheckpointError(f"{path}: config.json decoder.strides {said} (encoder order; the decoder runs them "
+        raise CheckpointError(f"{path}: config.json {section}.strides {said} (encoder order; the decoder runs them "
                               f"reversed, {'·'.join(map(str, reversed(said)))}) disagree with the weights, whose "
                               f"transposed convolutions have strides {'·'.join(map(str, have))}: the config and "
                               "the weights are of different VAEs — download the folder again")

@@ -259,7 +259,9 @@ def _peft_parts(src: Source, refuse) -> None:
     stop-54 review: both were listed as "keys that name no YuE2 module" and the LoRA applied without them — another
     model than the one trained): `lora_bias` (a bias on each B, `…lora_B.bias`: PEFT adds (B·A·x + b)·scale, and the
     attention / MLP Linears it targets have no bias to carry b), and `modules_to_save` (whole trained modules —
-    lm_head, embed_tokens, a norm — saved as full `…<module>.weight` tensors, or under `.modules_to_save.<name>.`)."""
+    lm_head, embed_tokens, a norm — saved as full `…<module>.weight` tensors, or under `.modules_to_save.<name>.`);
+    and (stop-54 diff review) PEFT's bias="all" / "lora_only" (trained biases, full `….bias` tensors), said as such.
+    A `…<module>.base_layer.weight` is not refused: PEFT's untrained copy of a LoRA-wrapped embedding / lm_head."""
     cfg = src.sidecar or {}
     bias = next((k for k in src.tensors if _LORA_B_BIAS.search(k)), None)
     if bias is not None or cfg.get("lora_bias") is True:
@@ -269,13 +271,24 @@ def _peft_parts(src: Source, refuse) -> None:
                "false, PEFT's default, is read")
     peft = src.sidecar is not None or any(k.startswith(_PEFT_PREFIXES) for k in src.tensors)
     whole: dict = {}
+    biases: dict = {}
     for key in src.tensors:
         role = split_role(key)
-        if ".modules_to_save." in key or (peft and role is not None and role[1] in ("weight", "bias")):
-            name = key.split(".modules_to_save.")[0] if ".modules_to_save." in key else role[0]
-            for prefix in _PEFT_PREFIXES:
-                name = name[len(prefix):] if name.startswith(prefix) else name
-            whole.setdefault(name, key)
+        if ".modules_to_save." in key:
+            name, found = key.split(".modules_to_save.")[0], whole
+        elif peft and role is not None and role[1] in ("weight", "bias"):
+            if role[1] == "weight" and role[0].endswith(".base_layer"):
+                # stop-54 diff review: PEFT's frozen copy of the base weight of a module it wrapped with a LoRA —
+                # what its default save_embedding_layers="auto" writes beside a LoRA on lm_head / embed_tokens
+                # (`…lm_head.base_layer.weight`): nothing trained, left unmatched as before (it was refused as
+                # modules_to_save, a legit lm_head LoRA with it)
+                continue
+            name, found = role[0], (biases if role[1] == "bias" else whole)
+        else:
+            continue
+        for prefix in _PEFT_PREFIXES:
+            name = name[len(prefix):] if name.startswith(prefix) else name
+        found.setdefault(name.removesuffix(".base_layer"), key)
     if whole:
         shown = ", ".join(f"{m} ({k})" for m, k in list(whole.items())[:4])
         more = f", … ({len(whole) - 4} more)" if len(whole) > 4 else ""
@@ -285,6 +298,16 @@ def _peft_parts(src: Source, refuse) -> None:
                (f"adapter_config.json modules_to_save {_shorten(said)}" if said else "full weights in the adapter file")
                + "; the pack applies low-rank adapters only, and the LoRA without those modules would give another "
                "model than the one trained: save it without modules_to_save")
+    if biases:  # stop-54 diff review: PEFT's bias="all" / "lora_only" (trained biases) was called modules_to_save
+        shown = ", ".join(f"{m} ({k})" for m, k in list(biases.items())[:4])
+        more = f", … ({len(biases) - 4} more)" if len(biases) > 4 else ""
+        said = cfg.get("bias")
+        refuse(f"a PEFT LoRA trained with bias=\"all\" or \"lora_only\" (trained biases of the model saved beside "
+               f"its LoRA pairs: {shown}{more})",
+               (f"adapter_config.json bias {_shorten(said)}" if said not in (None, "none") else
+                "bias tensors in the adapter file")
+               + "; the pack applies low-rank adapters only, and the LoRA without those biases would give another "
+               "model than the one trained: save it with bias \"none\", PEFT's default")
 
 
 # PEFT init_lora_weights values whose adapter fits only the base weights PEFT changed when it initialised them
