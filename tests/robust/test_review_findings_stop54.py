@@ -247,3 +247,25 @@ def test_a_peft_folder_stacked_with_its_renamed_weights_says_each_scale(tmp_path
     assert "B·A adds up to AR ×3 (1·2 + 1·1), NAR ×2 (0.5·2 + 1·1)" in note, note
     (same,) = repeat_notes([Applied(whole, 1.0, 0.5), Applied(read_adapter(str(folder), TINY), 1.0, 1.0)])
     assert same.endswith("its strengths add up (AR ×2, NAR ×1.5)"), same
+
+
+def test_a_lora_safetensors_beside_its_adapter_config_reads_the_alpha(tmp_path):
+    """Published YuE2 adapters ship folders of `lora.safetensors` + adapter_config.json (weights_and_lora.md §1.1 H,
+    monsterovich's adapter-ar-179: alpha 48 over r 32). ComfyUI's LoRA dropdown lists the file, not the folder: given
+    so, the sidecar was not read and the adapter played at r / alpha of its strength (with a note that blamed the
+    name). Now the sidecar beside a `lora.safetensors` is read as beside `adapter_model.safetensors`; and a sidecar
+    spelling the two numbers `rank` / `alpha` (no PEFT `r`) is read for them instead of refused."""
+    folder = write_adapter("peft", tmp_path / "p", TINY)
+    os.replace(folder / "adapter_model.safetensors", folder / "lora.safetensors")
+    adapter = read_adapter(str(folder / "lora.safetensors"), TINY)
+    assert adapter.scales == [2.0] and not adapter_notes(adapter)  # lora_alpha 8 over r 4
+    assert any(f.endswith("adapter_config.json") for f in adapter.files)
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    cfg["rank"], cfg["alpha"] = cfg.pop("r"), cfg.pop("lora_alpha") * 3
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    assert read_adapter(str(folder / "lora.safetensors"), TINY).scales == [6.0]
+    other = tmp_path / "q"
+    other.mkdir()
+    shutil.copy(folder / "lora.safetensors", other / "mine.safetensors")  # another name: no sidecar read
+    shutil.copy(folder / "adapter_config.json", other / "adapter_config.json")
+    assert read_adapter(str(other / "mine.safetensors"), TINY).scales == [1.0]

@@ -551,9 +551,10 @@ def lost_alpha_note(src: Source, adapter: Adapter) -> str | None:
         # for a folder or beside adapter_model.safetensors / .bin only; a renamed adapter_model.safetensors put into
         # ComfyUI's loras folder (the usual way) played at r / lora_alpha of its strength without a word
         first = (adapter.files or [adapter.path])[0]
-        where = ("and there is none beside this one" if os.path.basename(first).startswith("adapter_model.") else
+        from .layouts_io import PEFT_FILE_NAMES
+        where = ("and there is none beside this one" if os.path.basename(first) in PEFT_FILE_NAMES else
                  "which was not read for it (it is read for a PEFT folder, or beside a file named "
-                 "adapter_model.safetensors / adapter_model.bin)")
+                 "adapter_model.safetensors / adapter_model.bin / lora.safetensors)")
         what = ("it has PEFT's `base_model.model.` keys, and PEFT keeps the alpha (lora_alpha) only in the "
                 f"adapter_config.json saved beside adapter_model.safetensors, {where}; giving the "
                 "folder with both files applies the alpha exactly (use_rslora and per-module patterns too)")

@@ -20,7 +20,9 @@ from ..checkpoint import not_a_file, open_tensors, read_header
 SIDECAR = "adapter_config.json"
 # a single file given by name reads the adapter_config.json beside it only under these names (PEFT's
 # save_pretrained); a folder always reads its own
-PEFT_FILE_NAMES = ("adapter_model.safetensors", "adapter_model.bin")
+# the weights files a PEFT adapter_config.json is read beside (weights_and_lora.md §1.1 H: PEFT saves
+# adapter_model.*; published YuE2 adapters also ship `lora.safetensors` + adapter_config.json folders)
+PEFT_FILE_NAMES = ("adapter_model.safetensors", "adapter_model.bin", "lora.safetensors")
 # file names a PEFT directory keeps its weights under (§1.1 H), in the order they are looked for
 DIR_WEIGHTS = ("adapter_model.safetensors", "lora.safetensors", "adapter_model.bin")
 # Mothersuperior `.pt`: per layer A, B of q, k, v, o, gate, up, down in this order (§1.1 F; order matters)
@@ -56,7 +58,7 @@ def open_source(path: str) -> Source:
     otherwise a zip (`PK`) or pickle (`0x80`) start is read as a torch file.
 
     adapter_config.json (§1.1 H) is read when `path` is a folder, or a file named as PEFT saves its weights
-    (PEFT_FILE_NAMES: adapter_model.safetensors / adapter_model.bin) — never beside a file of another name, so an
+    (PEFT_FILE_NAMES: adapter_model.safetensors / .bin, lora.safetensors) — never beside a file of another name, so an
     unrelated sidecar in a shared loras folder cannot change another adapter's scale."""
     path = os.fspath(path)
     kind = not_a_file(path)
@@ -333,7 +335,7 @@ def _ms_pt_tensors(path: str, obj: dict) -> dict:
 
 def read_sidecar(path: str) -> dict:
     """Parse and check adapter_config.json (§1.1 H). Returns the dict with `r` (int ≥ 1), `lora_alpha` (finite
-    float > 0; PEFT's default 8 when absent), `use_rslora`, `use_dora`, `fan_in_fan_out` (bools),
+    float > 0; PEFT's default 8 when absent; `rank` / `alpha` read for them when "r" is absent), `use_rslora`, `use_dora`, `fan_in_fan_out` (bools),
     `rank_pattern` {pattern: int ≥ 1}, `alpha_pattern` {pattern: float}. Raises AdapterError for a file that is not
     JSON, not an object, a `peft_type` other than LORA, or any field of the wrong type or range."""
     where = f"{path}"
@@ -351,6 +353,8 @@ def read_sidecar(path: str) -> dict:
     peft_type = cfg.get("peft_type", "LORA")
     if peft_type != "LORA":
         raise AdapterError(f"{where}: peft_type {_short(peft_type)} is not a LoRA; only peft_type \"LORA\" is read")
+    if "r" not in cfg and "rank" in cfg:  # another trainer's sidecar spelling (rank / alpha): read as PEFT's
+        cfg = {**cfg, "r": cfg["rank"], **({"lora_alpha": cfg["alpha"]} if "alpha" in cfg else {})}
     r = cfg.get("r")
     if type(r) is not int or r < 1:
         raise AdapterError(f"{where}: \"r\" must be a positive integer; found {_short(r)}")
