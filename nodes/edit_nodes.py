@@ -235,8 +235,12 @@ def _outputs(child, lineage: dict, path, report_lines: list[str], notes: list[st
 
 def _common_inputs() -> list:
     return [
-        types.Model.Input("model", tooltip="From YuE2 Checkpoint Loader: the model the song was made with (its bf16 "
-                                           "or int8 file); a song from another model is refused."),
+        types.Model.Input("model", tooltip="From YuE2 Load Song's model output (as in the shipped workflows): the "
+                                           "checkpoint with the LoRAs and VAE the song was made with, so the new "
+                                           "part is made with them too. Another model of the same checkpoint "
+                                           "(YuE2 Checkpoint Loader, YuE2 LoRA) works as well: the report then "
+                                           "says the new part follows its weights. A song from another model (its "
+                                           "bf16 or int8 file is the same model) is refused."),
         types.Song.Input("song", tooltip="From YuE2 Load Song (its song output): the saved song to edit."),
     ]
 

@@ -339,8 +339,9 @@ class YuE2LoadSong(io.ComfyNode):
             # that output is connected (review, stop 44: the whole node failed, so the score, tokens and latent of a
             # song whose LoRA was gone could not be rendered with the plain checkpoint, continued or regenerated)
             hidden = getattr(cls, "hidden", None)  # set by ComfyUI's executor
-            if _output_linked(getattr(hidden, "prompt", None), getattr(hidden, "unique_id", None), MODEL_SLOT):
-                raise
+            prompt, node_id = getattr(hidden, "prompt", None), getattr(hidden, "unique_id", None)
+            if _output_linked(prompt, node_id, MODEL_SLOT):
+                raise ValueError(f"{exc}{_model_output_hint(prompt, node_id)}") from None
             lines.append(f"warning: no model output — {exc}")
             blocked = ExecutionBlocker(f"YuE2 Load Song's model output (the song's own weights) is unavailable: "
                                        f"{exc}")
@@ -439,6 +440,31 @@ def _output_linked(prompt, node_id, slot: int) -> bool:
             if isinstance(value, list) and len(value) == 2 and str(value[0]) == str(node_id) and value[1] == slot:
                 return True
     return False
+
+
+def _model_output_hint(prompt, node_id) -> str:
+    """What a missing song weights file stops, and the way on without it: the nodes of the API prompt that take Load
+    Song's model output, by title and id (the shipped Renderer / VAE Decode / Regenerate / Continue take it since the
+    review of stop 54, so a song whose adapter is gone stops there where it went on before without the adapter)."""
+    import nodes as comfy_nodes  # ComfyUI's: the display names of the node types
+    takers, edits = [], False
+    for nid, node in (prompt.items() if isinstance(prompt, dict) else ()):
+        given = node.get("inputs") if isinstance(node, dict) else None
+        if isinstance(given, dict) and any(isinstance(v, list) and len(v) == 2 and str(v[0]) == str(node_id)
+                                           and v[1] == MODEL_SLOT for v in given.values()):
+            meta = node.get("_meta") if isinstance(node.get("_meta"), dict) else {}
+            kind = str(node.get("class_type", "?"))
+            title = meta.get("title") if isinstance(meta.get("title"), str) else \
+                comfy_nodes.NODE_DISPLAY_NAME_MAPPINGS.get(kind, kind)
+            takers.append(f"{title} (#{nid})")
+            edits = edits or kind in ("YuE2Regenerate", "YuE2Continue")
+    if not takers:
+        return ""
+    then = ("the new part is then made with the checkpoint's own weights, not the song's (the report says so)"
+            if edits else "it then renders with the checkpoint's own weights: other audio than the song's")
+    return (f" — YuE2 Load Song's model output (the checkpoint with the song's own weights) feeds "
+            f"{', '.join(takers)}. To go on without that file, connect YuE2 Checkpoint Loader's model to "
+            f"{'it' if len(takers) == 1 else 'them'} instead; {then}.")
 
 
 def _recorded_weights_state(path: Path) -> tuple:

@@ -70,11 +70,17 @@ NOTES = {
              "ABC Editor (empty box = the song's own score) — the new part follows the edit.\n4. Run. Everything "
              "before the cut is kept: the same codes, the same samples up to a 50 ms crossfade. Regenerate saves the "
              "new song (output/yue2/<song>_regen_NNNNN) with its parent and cut, and plays it. The seed changes "
-             "after every run, so Run again for another take.",
+             "after every run, so Run again for another take.\nRegenerate takes Load Song's model: the checkpoint "
+             "with the LoRAs and VAE the song was made with, so the new part is made with them too (a missing file "
+             "stops the run and names it; to go on without it, connect the Checkpoint Loader's model to "
+             "Regenerate instead).",
     "continue": "Continue a song\n\nExtend a saved song by up to extra_seconds: every original code and sample is "
                 "kept (up to a 50 ms crossfade at its end) and the model plays on. The 24,576-token context limits "
                 "how much fits; the node says the maximum (and refuses more). The new song is saved as "
-                "output/yue2/<song>_cont_NNNNN with a record of its parent.",
+                "output/yue2/<song>_cont_NNNNN with a record of its parent.\nContinue takes Load Song's model: the "
+                "checkpoint with the LoRAs and VAE the song was made with, so the new part is made with them too (a "
+                "missing file stops the run and names it; to go on without it, connect the Checkpoint Loader's "
+                "model to Continue instead).",
     "takes": "Four candidates, pick one\n\nThe Composer samples 4 songs in one batch (candidates = 4; take i uses "
              "seed + i, so take i is exactly the song of that seed). The Renderer and VAE Decode handle the batch; "
              "the takes report lists each take's seed, whether it ended on its own end token, its length and its "
@@ -269,7 +275,7 @@ def load_and_rerender(info: dict) -> dict:
 
 def regenerate_from_bar(info: dict) -> dict:
     g = Graph(info)
-    g.note(f"{NOTES['regen']}\n\n{WHERE}", (0, 180), (400, 560))
+    g.note(f"{NOTES['regen']}\n\n{WHERE}", (0, 180), (400, 660))
     loader = _loader(g, INT8)
     load = g.node("YuE2LoadSong", (450, 0), (380, 130), song=FIRST_SONG)
     editor = g.node("YuE2ABCEditor", (880, 0), (560, 640), abc="", title="ABC Editor — optional edit of the score")
@@ -277,7 +283,9 @@ def regenerate_from_bar(info: dict) -> dict:
                    crossfade_s=0.05)
     report = g.node("PreviewAny", (1490, 470), (400, 220), title="Regenerate report")
     g.link(loader, "model", load, "model")
-    g.link(loader, "model", regen, "model")
+    # Regenerate takes Load Song's model: the checkpoint with the song's own LoRAs and VAE (review of stop 54: fed the
+    # Loader's, a LoRA song's new part was made without its adapter, with only a warning)
+    g.link(load, "model", regen, "model")
     g.link(load, "score", editor, "score")
     g.link(load, "song", regen, "song")
     g.link(editor, "score", regen, "score")
@@ -287,14 +295,14 @@ def regenerate_from_bar(info: dict) -> dict:
 
 def continue_song(info: dict) -> dict:
     g = Graph(info)
-    g.note(f"{NOTES['continue']}\n\n{WHERE}", (0, 180), (400, 380))
+    g.note(f"{NOTES['continue']}\n\n{WHERE}", (0, 180), (400, 480))
     loader = _loader(g, INT8)
     load = g.node("YuE2LoadSong", (450, 0), (380, 130), song=FIRST_SONG)
     cont = g.node("YuE2Continue", (880, 0), (400, 420), extra_seconds=30.0, seed=1, seed_control="randomize",
                   crossfade_s=0.05)
     report = g.node("PreviewAny", (880, 470), (400, 220), title="Continue report")
     g.link(loader, "model", load, "model")
-    g.link(loader, "model", cont, "model")
+    g.link(load, "model", cont, "model")  # the song's own LoRAs and VAE, as in regenerate_from_bar
     g.link(load, "song", cont, "song")
     g.link(cont, "report", report, "source")
     return g.build("continue")

@@ -1,7 +1,8 @@
 """YuE2 LoRA against the real ComfyUI server: strength 0 gives the base tokens, strength 1 changes them, the unpatched
 model in the same graph still gives the base tokens, a strength change re-runs without reading the checkpoint or the
-adapter again, int8 layers take the delta beside their codes, a song records its adapter and Load Song re-applies it,
-and a LoRA of another model is refused by name."""
+adapter again, int8 layers take the delta beside their codes, a song records its adapter and Load Song re-applies it
+(the shipped re-render, Regenerate and Continue workflows keep a LoRA song's adapter), and a LoRA of another model is
+refused by name."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from nodes_testlib import TINY, TINY_INT8, api, by_class, codes, run, run_error, saved_dirs, set_inputs, test_sized
+from nodes_testlib import (SCORE_240, TINY, TINY_INT8, api, by_class, codes, run, run_error, saved_dirs, set_inputs,
+                           test_sized)
 
 LORA = "yue2_test_aitk_lora.safetensors"
 SDXL = "yue2_test_sdxl_lora.safetensors"
@@ -193,6 +195,80 @@ def test_shipped_load_and_rerender_keeps_the_songs_lora(comfy, comfy_server, nod
     assert song_dir != original and codes(song_dir) == codes(original)
     assert np.array_equal(np.load(song_dir / "latent.npy"), np.load(original / "latent.npy"))
     assert json.loads((song_dir / "config.json").read_text())["weights"]["loras"][0]["file"] == LORA
+
+
+@pytest.fixture(scope="module")
+def lora_parent(comfy, comfy_server, node_info, loras):
+    """A 1 s song of the shipped yue2_song_with_lora (the LoRA at 0.5 / 0.5) composed for SCORE_240: a lead sheet
+    that yue2_regenerate_from_bar's ABC Editor passes on (the model's 8-token one of `lora_song` is no valid score)."""
+    prompt = test_sized(api("yue2_song_with_lora", node_info))
+    set_inputs(prompt, "YuE2LoRA", lora_name=LORA, strength_ar=0.5, strength_nar=0.5)
+    prompt["abc"] = {"class_type": "PrimitiveString", "inputs": {"value": SCORE_240}}
+    set_inputs(prompt, "YuE2Composer", abc_text=["abc", 0])
+    entry = run(comfy, prompt)
+    (song_dir,) = saved_dirs(entry, comfy_server.output_dir)
+    return song_dir
+
+
+def _edit_run(comfy, comfy_server, prompt, node: str):
+    """Run a Regenerate / Continue prompt: (the child song folder, the node's report)."""
+    entry = run(comfy, prompt)
+    (child,) = saved_dirs(entry, comfy_server.output_dir)
+    (node_id,) = by_class(prompt, node)
+    return child, entry["outputs"][node_id]["text"][0]
+
+
+@pytest.mark.parametrize("workflow, node, values", [
+    ("yue2_regenerate_from_bar", "YuE2Regenerate", {"cut": "0.4s"}),
+    ("yue2_continue", "YuE2Continue", {"extra_seconds": 0.4}),
+])
+def test_shipped_regenerate_and_continue_keep_the_songs_lora(comfy, comfy_server, node_info, lora_parent, loras,
+                                                             workflow, node, values):
+    """Review of stop 54: yue2_regenerate_from_bar and yue2_continue fed Regenerate / Continue the Checkpoint
+    Loader's model, so the new part of a song made with a LoRA was made without it (only a warning said "the new
+    part follows this run's weights"). They take Load Song's `model` now: the new part is the one a graph with the
+    song's LoRA applied explicitly (Loader → YuE2 LoRA, the song's file and strengths) makes, and the child records
+    the LoRA; another model wired in by hand still gets the warning; a missing adapter stops the shipped workflow at
+    Load Song, naming the file and how to go on without it."""
+    original = lora_parent
+    prompt = test_sized(api(workflow, node_info))
+    set_inputs(prompt, "YuE2LoadSong", song=original.name)
+    set_inputs(prompt, node, seed=5, **values)
+    child, report = _edit_run(comfy, comfy_server, prompt, node)
+    (load,) = by_class(prompt, "YuE2LoadSong")
+    (edit,) = by_class(prompt, node)
+    assert prompt[edit]["inputs"]["model"] == [load, 4]  # Load Song's model output
+    rec = json.loads((child / "config.json").read_text())["weights"]["loras"]
+    assert [(r["file"], r["strength_ar"], r["strength_nar"]) for r in rec] == [(LORA, 0.5, 0.5)]
+    assert "this run uses" not in report, report
+    # the same edit with the song's LoRA applied explicitly gives the same codes and latents
+    (loader,) = by_class(prompt, "YuE2CheckpointLoader")
+    by_hand = {"1": prompt[loader], "2": {"class_type": "YuE2LoadSong", "inputs": {"model": ["1", 0],
+                                                                                   "song": original.name}},
+               "3": {"class_type": "YuE2LoRA", "inputs": {"model": ["1", 0], "lora_name": LORA, "strength_ar": 0.5,
+                                                          "strength_nar": 0.5}},
+               "4": {"class_type": node, "inputs": {**{k: v for k, v in prompt[edit]["inputs"].items()
+                                                       if k not in ("score", "audioUI")},
+                                                    "model": ["3", 0], "song": ["2", 3], "name": "by_hand"}}}
+    explicit, _ = _edit_run(comfy, comfy_server, by_hand, node)
+    assert codes(explicit) == codes(child)
+    assert np.array_equal(np.load(explicit / "latent.npy"), np.load(child / "latent.npy"))
+    # another model wired in by hand (here the Loader's, without the LoRA): made with it, and said so
+    by_hand["4"]["inputs"].update(model=["1", 0], name="plain")
+    plain, plain_report = _edit_run(comfy, comfy_server, by_hand, node)
+    assert not np.array_equal(np.load(plain / "latent.npy"), np.load(child / "latent.npy"))
+    assert "this run uses no LoRA" in plain_report and "the new part follows this run's weights" in plain_report, \
+        plain_report
+    assert json.loads((plain / "config.json").read_text())["weights"]["loras"] == []
+    # the adapter gone: the shipped workflow stops at Load Song, naming the file and the way on without it
+    (loras / LORA).rename(loras.parent / (LORA + ".moved"))
+    try:
+        failed, _, message = run_error(comfy, prompt)
+    finally:
+        (loras.parent / (LORA + ".moved")).rename(loras / LORA)
+    assert failed == "YuE2LoadSong" and LORA in message and "missing" in message, message
+    label = "YuE2 Regenerate" if node == "YuE2Regenerate" else "YuE2 Continue"
+    assert f"feeds {label} (#{edit})" in message and "YuE2 Checkpoint Loader's model" in message, message
 
 
 def test_a_file_replaced_on_disk_is_read_again(comfy, comfy_server, checkpoints, loras):
