@@ -10,24 +10,13 @@ import os
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from yue2_core.errors import AdapterError, CheckpointError
 from yue2_core.weights.lora.layouts import adapter_notes, read_adapter
 from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+from test_review_findings_stop54 import _peft_with  # noqa: E402 — the same tiny PEFT folder with extras
 
 TINY = profile_dims("tiny")
-
-
-def _peft_with(tmp_path, extra: dict, **config) -> str:
-    """The synthetic tiny PEFT folder with `extra` tensors added to adapter_model.safetensors and `config` fields
-    added to adapter_config.json."""
-    folder = write_adapter("peft", tmp_path / "p", TINY)
-    weights = folder / "adapter_model.safetensors"
-    save_file({**load_file(str(weights)), **extra}, str(weights))
-    cfg = json.loads((folder / "adapter_config.json").read_text())
-    (folder / "adapter_config.json").write_text(json.dumps({**cfg, **config}))
-    return str(folder)
 
 
 def test_a_peft_lora_on_lm_head_with_peft_s_copy_of_its_base_weight_loads(tmp_path):
