@@ -33,7 +33,7 @@ from yue2_core.protocol import SEED_MAX, SEMANTIC_PRESET, seconds_to_tokens
 
 from . import inputs, memory, records, scores, types
 from .progress import StageProgress, busy_cpu_notes, check_cancel, check_switches, user_errors
-from .songs import SUBFOLDER, clean_name, next_song_dir, songs_root
+from .songs import SUBFOLDER, clean_name, next_song_dir, note_saved, saves_lost, songs_root
 
 FRAME_S = 1 / FRAMES_PER_SECOND  # 0.04 s: one music token
 MAX_EXTRA_SECONDS = CONTEXT / FRAMES_PER_SECOND  # 983.04: the context itself; the node says what really fits
@@ -187,7 +187,9 @@ def _save_or_keep(key: tuple, objects: tuple, values: tuple, result: tuple, pref
     child, lineage = result[:2]
     node = key[0]
     try:
-        return _save(child, lineage, prefix)
+        path = _save(child, lineage, prefix)
+        result[2].extend(note_saved(node, path))  # the report's lines
+        return path
     except ValueError as exc:
         try:
             _UNSAVED[key] = _Unsaved(objects, values, result)
@@ -305,6 +307,12 @@ def _edited_score_notes(child, lineage: dict, max_tokens: int, duration_setting:
 
 class YuE2Regenerate(io.ComfyNode):
     @classmethod
+    def fingerprint_inputs(cls, **kwargs):
+        """How many songs this node saved are gone (`songs.saves_lost`): queued again, it makes the song again
+        instead of answering from ComfyUI's cache with a folder that is not there."""
+        return saves_lost("YuE2 Regenerate")
+
+    @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="YuE2Regenerate",
@@ -376,6 +384,12 @@ class YuE2Regenerate(io.ComfyNode):
 
 
 class YuE2Continue(io.ComfyNode):
+    @classmethod
+    def fingerprint_inputs(cls, **kwargs):
+        """How many songs this node saved are gone (`songs.saves_lost`): queued again, it makes the song again
+        instead of answering from ComfyUI's cache with a folder that is not there."""
+        return saves_lost("YuE2 Continue")
+
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(

@@ -27,6 +27,7 @@ from .progress import user_errors
 SUBFOLDER = "yue2"
 GIVEN_AUDIO = ("its audio.flac was saved as given (processed or made by another node), not as the decode of its "
                "latent.npy: YuE2 Regenerate / Continue make the part they keep again from the latent")
+SAVE_KIND = "YuE2 Save Song"  # `note_saved` / `saves_lost`
 NAME_MAX = 160  # leaves room for "_NNNNN" within the 180 characters safe_name accepts
 
 
@@ -63,6 +64,63 @@ def next_song_dir(root: Path, prefix: str) -> Path:
     except ArtifactError:  # a folder numbered past 10^15 makes the next number outgrow the name limit
         raise ArtifactError(f"no free song number for the name {prefix[:40]!r}… in {root}: the next one, {n}, makes "
                             "the folder name longer than 180 characters; choose a shorter name") from None
+
+
+# The last song folder each saving node (Save Song, Regenerate, Continue) wrote in this server process, by (node type,
+# ComfyUI's node id): [folder, identity of its result.json, how many of its songs were found gone]. ComfyUI answers
+# an output node whose inputs are unchanged from its cache, with the ui of the run that saved: a song deleted or moved
+# away since was not saved again, and the report named a folder that was gone (stop-54 cache review). Their
+# `fingerprint_inputs` (`saves_lost`) counts one more when that song is gone, so such a node runs again; once its song
+# is saved again the count stays, so the prompt queued again is answered from the cache again.
+_SAVED: dict[tuple, list] = {}
+
+
+def _executing_node() -> str | None:
+    """ComfyUI's id of the node whose `execute` or `fingerprint_inputs` runs now (the executor's context, set for
+    both); None outside ComfyUI's executor."""
+    try:
+        from comfy_execution.utils import get_executing_context
+    except ImportError:
+        return None
+    context = get_executing_context()
+    return None if context is None else str(context.node_id)
+
+
+def _identity(path: Path):
+    """(inode, mtime) of the song folder's result.json; None when it is not there (deleted, moved or renamed). A
+    folder that cannot be searched counts as there: ComfyUI would take an error of the fingerprint as "never
+    cached" and save at every queue."""
+    try:
+        st = (path / "result.json").stat()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "unknown"
+    return st.st_ino, st.st_mtime_ns
+
+
+def _last_gone(last) -> bool:
+    return last is not None and _identity(last[0]) not in (last[1], "unknown")
+
+
+def saves_lost(kind: str) -> int:
+    """The fingerprint of the saving node running now (of type `kind`): how many of its songs were found gone, one
+    more when the last one it saved is gone now (deleted, moved, or another song in its folder)."""
+    last = _SAVED.get((kind, _executing_node()))
+    return 0 if last is None else last[2] + _last_gone(last)
+
+
+def note_saved(kind: str, path: Path) -> list[str]:
+    """Record that the node running now (of type `kind`) saved the song folder `path`; a report line when the song
+    it saved before is gone (what made ComfyUI run it again)."""
+    key = (kind, _executing_node())
+    last = _SAVED.get(key)
+    gone = _last_gone(last)
+    _SAVED[key] = [Path(path), _identity(Path(path)), (last[2] if last else 0) + gone]
+    if not gone:
+        return []
+    return [f"{SUBFOLDER}/{last[0].name}, the last song this node saved, is no longer in {last[0].parent} (deleted or "
+            "moved): this run saved its song anew"]
 
 
 def list_songs() -> list[str]:
@@ -191,6 +249,12 @@ class YuE2SaveSong(io.ComfyNode):
         )
 
     @classmethod
+    def fingerprint_inputs(cls, **kwargs):
+        """How many songs this node saved are gone (`saves_lost`): the same prompt queued again saves the song again
+        instead of answering from ComfyUI's cache with a folder that is not there."""
+        return saves_lost(SAVE_KIND)
+
+    @classmethod
     def execute(cls, tokens, name, latent=None, audio=None, audioUI=None) -> io.NodeOutput:
         root = songs_root()
         if root.exists() and not root.is_dir():  # break-it (stop 39): was "cannot write into …: File exists"
@@ -235,11 +299,13 @@ class YuE2SaveSong(io.ComfyNode):
                         raise
             else:
                 raise ArtifactError(f"could not find a free song folder for {prefix!r} in {root}")
+        again = note_saved(SAVE_KIND, path)
         rel = f"{SUBFOLDER}/{path.name}"
         saved = sorted(f.name for f in path.iterdir())
         text = (f"saved {rel} ({frames} frames = {frames / FRAMES_PER_SECOND:.2f} s"
                 + (f", {wave.shape[-1]} samples" if wave is not None else ", no audio")
-                + f")\n{path}\nfiles: {', '.join(saved)}" + "".join(f"\nwarning: {w}" for w in warnings))
+                + f")\n{path}\nfiles: {', '.join(saved)}" + "".join(f"\nwarning: {w}" for w in warnings)
+                + "".join(f"\nnote: {n}" for n in again))
         ui_out = {"text": [text], "song_dir": [rel]}
         if wave is not None:
             ui_out["audio"] = [{"filename": "audio.flac", "subfolder": rel, "type": "output"}]
