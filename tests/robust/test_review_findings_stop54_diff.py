@@ -84,7 +84,7 @@ def test_a_vae_config_in_the_releases_spelling_is_checked(tmp_path):
         open_vae(write_vendor_folder(str(tmp_path / "reordered"), tensors, reordered))
     tanh = json.loads(json.dumps(good))
     tanh["decoder_config"]["final_tanh"] = True
-    with pytest.raises(CheckpointError, match=r"config.json decoder_config.final_tanh is True; this decoder "
+    with pytest.raises(CheckpointError, match=r"config.json decoder_config.final_tanh is true; this decoder "
                                               r"implements final_tanh = false"):
         open_vae(write_vendor_folder(str(tmp_path / "tanh"), tensors, tanh))
     assert os.path.isfile(tmp_path / "release" / "config.json")

@@ -263,10 +263,10 @@ def test_vendor_config_refusals(tmp_path, field, value, fragment):
 
 
 @pytest.mark.parametrize("change, fragment", [
-    ({"decoder.final_tanh": True}, "decoder.final_tanh is True; this decoder implements final_tanh = false"),
+    ({"decoder.final_tanh": True}, "decoder.final_tanh is true; this decoder implements final_tanh = false"),
     ({"decoder.snake_type": "bogus"},
      "decoder.snake_type is 'bogus'; this decoder implements snake_type = \"vanilla\""),
-    ({"decoder.use_snake": False}, "decoder.use_snake is False"),
+    ({"decoder.use_snake": False}, "decoder.use_snake is false"),
     ({"decoder.use_snake": 1}, "decoder.use_snake is 1"),
     ({"decoder.latent_dim": 32}, "decoder.latent_dim is 32"),
     ({"decoder.out_channels": 1}, "decoder.out_channels is 1"),

@@ -248,7 +248,9 @@ def _check_decoder_config(config: dict, path: str) -> None:
                    "out_channels": (AUDIO_CHANNELS, "audio channels out")}
     for name, (want, what) in implemented.items():
         if name in dec and (dec[name] != want or type(dec[name]) is not type(want)):
-            raise CheckpointError(f"{path}: config.json {section}.{name} is {quoted(dec[name], limit=60)}; this "
+            found = json.dumps(dec[name]) if isinstance(dec[name], bool) or dec[name] is None else \
+                quoted(dec[name], limit=60)  # as the file spells it: true / false / null, not Python's True
+            raise CheckpointError(f"{path}: config.json {section}.{name} is {found}; this "
                                   f"decoder implements {name} = {json.dumps(want)} ({what}, as every YuE2 VAE "
                                   "release states) — a VAE that needs other math is not one this pack can decode")
     strides = dec.get("strides")

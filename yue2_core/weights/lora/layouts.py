@@ -640,7 +640,7 @@ def unmatched_note(adapter: Adapter, shown: int = 3) -> str | None:
     if not keys:
         return None
     more = f", … ({len(keys) - shown} more; `inspect` lists them all)" if len(keys) > shown else ""
-    return (f"LoRA {adapter.path}: {len(keys)} key{'s' if len(keys) != 1 else ''} name no YuE2 module and "
+    return (f"LoRA {adapter.path}: {len(keys)} key{'s name' if len(keys) != 1 else ' names'} no YuE2 module and "
             f"{'are' if len(keys) != 1 else 'is'} NOT applied: {', '.join(keys[:shown])}{more}")
 
 
