@@ -197,6 +197,13 @@ def output_length(frames: int, cfg: VAEConfig) -> int:
     return n
 
 
+def length_trim(cfg: VAEConfig) -> int:
+    """c in "T frames decode to hop·T − c samples" (64 for the release's strides in their order 6·5·4·4·2·2; the
+    same strides in another order give another c). Each block maps n to s·n − k, so the decoder is affine in T and
+    one frame tells c."""
+    return cfg.hop - output_length(1, cfg)
+
+
 @contextlib.contextmanager
 def strict_fp32(benchmark: bool | None = None):
     """Disable TF32 for matmuls and cuDNN convolutions inside the block only, restoring the caller's settings.

@@ -31,7 +31,7 @@ from ..layers import ModelDims
 from ..nar import NARModel
 from .quant import MAX_GROUP, parse_marker
 from .tokenizer import YuE2Tokenizer
-from ..vae import VAEConfig, VAEDecoder, output_length
+from ..vae import VAEConfig, VAEDecoder, length_trim
 
 AR = "text_encoders."
 NAR = "model.diffusion_model."
@@ -809,8 +809,8 @@ def check_entries(entries: dict, vae: bool = True) -> tuple[ModelDims, VAEConfig
     if vae.latent_dim != dims.latent_dim:
         raise CheckpointError(f"VAE latent channels {vae.latent_dim} differ from the NAR latent width "
                               f"{dims.latent_dim}")
-    trim = vae.hop - output_length(1, vae)  # each block maps n frames to s·n − c: the decoder, n to hop·n − trim
-    if (vae.hop, trim) != (HOP, VAE_LENGTH_TRIM) or output_length(2, vae) != 2 * HOP - trim:
+    trim = length_trim(vae)
+    if (vae.hop, trim) != (HOP, VAE_LENGTH_TRIM):
         # stop-54 review: the checkpoint's own decoder was never checked against the song format (--vae files were)
         strides = "·".join(str(s) for _, _, s in vae.blocks)
         raise CheckpointError(f"the VAE decoder's strides {strides} (in decoding order, read from "

@@ -32,7 +32,7 @@ import torch
 from ..constants import AUDIO_CHANNELS, HOP, LATENT_DIM, SAMPLE_RATE, VAE_LENGTH_TRIM
 from ..errors import (CheckpointError, DamagedWeightsError, DuplicateJSONKey, json_number_too_long, json_too_large,
                       quoted, unique_keys)
-from ..vae import VAEConfig, VAEDecoder, output_length
+from ..vae import VAEConfig, VAEDecoder, length_trim
 from .checkpoint import _vae_config, file_identity, not_a_file, open_tensors, read_header, stat_identity
 from .lora.record import file_sha256
 
@@ -415,8 +415,8 @@ def _geometry(found: dict, path: str, prefix: str) -> VAEConfig:
         strides = "·".join(str(s) for _, _, s in cfg.blocks)
         raise CheckpointError(f"{path}: the decoder's strides {strides} make {cfg.hop} samples per latent frame; "
                               f"YuE2 songs have {HOP} (2·2·4·4·5·6 reversed, 25 frames/s at 48 kHz)")
-    trim = HOP - output_length(1, cfg)  # each block maps n frames to s·n − c: the decoder, n to HOP·n − trim
-    if trim != VAE_LENGTH_TRIM or output_length(2, cfg) != 2 * HOP - trim:
+    trim = length_trim(cfg)  # cfg.hop == HOP here (checked above)
+    if trim != VAE_LENGTH_TRIM:
         # stop-54 review: strides in another order (6·2·4·4·2·5) also make 1920 samples a frame, but the odd stride's
         # place sets the shortfall — 1920·T − 1 — and every song, edit and take assumes 1920·T − 64
         strides = "·".join(str(s) for _, _, s in cfg.blocks)
