@@ -8,8 +8,9 @@ For each tile length it decodes zeros through the decoder's portable path and re
 length T, which of bias / residual / keep it carries and the input's storage offset mod 4 elements (16 bytes: the
 pointer alignment Triton specialises on), then groups the lengths by the pattern Triton's JIT specialises on (each of
 C and T: divisible by 16, equal to 1). Stop 54: 3 groups — F ≡ 0, F ≡ 8 and the other 14 residues mod 16 (T = F, 6F,
-30F − 1, …: only the first two stages' lengths depend on the residue). Not yet checked on a GPU against
-tests/core/test_warmup_gpu.py's "no kernel variant the warm-up did not compile"."""
+30F − 1, …: only the first two stages' lengths depend on the residue). Since stop 55 the warm-up decodes one tile
+per group (`warmup.vae_short_tiles`, computed from `vae.snake_lengths` without running the decoder); this script
+prints that choice beside the recorded groups and exits 1 if they disagree."""
 from __future__ import annotations
 
 import argparse
@@ -67,7 +68,13 @@ def main():
           f"{len(groups)} distinct snake-kernel patterns")
     for i, frames in enumerate(groups.values()):
         print(f"  pattern {i + 1}: tile lengths {frames}")
+    from yue2_core.warmup import vae_short_tiles
+    chosen = vae_short_tiles(cfg)
+    agree = sorted(chosen) == sorted(f[0] for f in groups.values())
+    print(f"warm-up's short tiles (warmup.vae_short_tiles): {list(chosen)} — "
+          f"{'one per pattern' if agree else 'DISAGREE with the recorded patterns'}")
+    return 0 if agree else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

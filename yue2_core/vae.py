@@ -189,12 +189,33 @@ class _Decoder(nn.Module):
         return layers[-1](layers[-2].folded(h, bias, res, kernel=kernel))
 
 
+def _upsampled(n: int, stride: int) -> int:
+    """Length after a decoder block's transposed convolution (kernel 2s, stride s, padding ⌈s/2⌉) on n samples."""
+    return (n - 1) * stride - 2 * math.ceil(stride / 2) + 2 * stride
+
+
 def output_length(frames: int, cfg: VAEConfig) -> int:
     """Samples produced for T frames by the reference decoder (1920·T − 64 for the release strides)."""
     n = frames
     for _, _, s in cfg.blocks:
-        n = (n - 1) * s - 2 * math.ceil(s / 2) + 2 * s
+        n = _upsampled(n, s)
     return n
+
+
+def snake_lengths(frames: int, cfg: VAEConfig) -> list:
+    """The length T (samples along time) of every SnakeBeta call when `decode` runs on `frames` latent frames, in
+    call order: each block's first snake at its input length, its three residual units' two snakes each at its
+    output length, the last snake at the decoder's output length. Every T is an affine function of `frames` with
+    integer coefficients (`output_length`'s per-block map), so T mod 16 — what the fused snake kernel's Triton
+    specialisation sees (`fast.fused.snake`: C, T divisible by 16 or equal to 1) — depends only on frames mod 16
+    (`warmup.vae_short_tiles`)."""
+    n, out = frames, []
+    for _, _, s in cfg.blocks:
+        out.append(n)
+        n = _upsampled(n, s)
+        out += [n] * 6
+    out.append(n)
+    return out
 
 
 def length_trim(cfg: VAEConfig) -> int:

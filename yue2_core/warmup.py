@@ -29,8 +29,9 @@ What a Triton kernel specialises on, and how the shadow hits the same variants a
   SP variants of that many rows, and with `batch_refill` the continuous decoder's per-row sampling-tail kernels
   (constexpr ROWS) — static batches share the one-row tail kernels;
 - NAR: one velocity on a chunk of more than 16 rows (the row-blocked RoPE kernel) — its lengths are unspecialised;
-- VAE: one tile of the song's tile size (cuDNN's first use, the snake kernel) and one short tile of every length
-  residue mod 16 (the snake kernel specialises on its length T, an affine function of the tile's frames).
+- VAE: one tile of the song's tile size (cuDNN's first use, the snake kernel) and one short tile per group of
+  length residues mod 16 that meet the same snake-kernel specialisation (`vae_short_tiles`: the kernel specialises
+  on its length T, an affine function of the tile's frames; 3 tiles for the release's strides).
 
 Parallel compile (`warmup_jobs.py`): when the marker `<TRITON_CACHE_DIR>/yue2-warmup/<key>.json` of this plan,
 GPU, Triton/torch and kernel sources is absent, `warm_up` first starts `warmup_jobs.procs()` child processes that
@@ -73,7 +74,7 @@ MIN_FREE_BYTES = 256 * 2 ** 20  # a cache with less free space counts as full: o
 PREFIX_TOKENS = 64  # shadow prompt: more than the 16 rows under which products take the decode-sized paths
 NAR_FRAMES = 256  # shadow NAR chunk (258 rows: the NAR's row-blocked kernels)
 PATTERN = 4099  # period of the deterministic weight pattern (a prime: no alignment with rows of 2^k)
-VAE_SHORT_FRAMES = tuple(range(33, 49))  # short VAE tiles: every residue mod 16 of the snake kernel's length
+VAE_SHORT_FRAMES = tuple(range(33, 49))  # short VAE tiles: every residue mod 16 (`vae_short_tiles` picks from them)
 
 _CACHE_LOCK = threading.Lock()
 _CACHE_CHECKED: dict = {}
@@ -317,7 +318,7 @@ def plan_steps(plan: "Plan", geometry: dict) -> list:
     """Every step of the warm-up of `plan`, in order: ("decode_<phase>", variant index, attention length) — the
     first variant of each row count steps one length per split constexpr SP (`warmup_jobs.attention_lengths` up
     to the decoder's capacity, CONTEXT), the other residue one length — then ("nar", 0, NAR_FRAMES) and ("vae", 0,
-    frames) for one full tile and the 16 short tiles. `geometry`: `attention_geometry`."""
+    frames) for one full tile and the short tiles of `vae_short_tiles`. `geometry`: `attention_geometry`."""
     from .constants import CONTEXT
     from .fast.decode import BUCKET
     from .warmup_jobs import attention_lengths
@@ -348,7 +349,7 @@ def plan_steps(plan: "Plan", geometry: dict) -> list:
         if "nar" in plan.parts:
             steps.append(("nar", 0, NAR_FRAMES))
     if "vae" in plan.parts and plan.vae_cfg is not None:
-        steps += [("vae", 0, 0)] + [("vae", 0, f) for f in VAE_SHORT_FRAMES]
+        steps += [("vae", 0, 0)] + [("vae", 0, f) for f in vae_short_tiles(plan.vae_cfg)]
     return steps
 
 
@@ -419,20 +420,39 @@ def _nar(ar, nar, stop: Callable[[], None]) -> None:
         w8a8.warm(shapes, nar.device)
 
 
+def vae_short_tiles(cfg) -> tuple:
+    """The short VAE tiles (latent frames) the warm-up decodes for a decoder of `cfg` (`vae.VAEConfig`): of
+    `VAE_SHORT_FRAMES` (33–48, every residue mod 16) the first of each group whose snake calls meet the same Triton
+    specialisation — per call, whether its length T is divisible by 16 (`vae.snake_lengths`; T = 1 never occurs
+    from 33 frames on, and the channel counts do not depend on the length). T is affine in the frames, so a
+    song's tile of any length meets the variants of the tile of its residue's group. With the release's strides
+    3 tiles (33, 40, 48: F ≡ 0, F ≡ 8 and the other 14 residues mod 16; `bench/vae_tile_variants.py` finds the same
+    groups by recording the calls); each tile less is one decode and one set of cuDNN plans less (stop 54's profile:
+    0.78 s for 17 tile shapes)."""
+    from .vae import snake_lengths
+    seen, tiles = set(), []
+    for frames in VAE_SHORT_FRAMES:
+        key = tuple(t % 16 == 0 for t in snake_lengths(frames, cfg))
+        if key not in seen:
+            seen.add(key)
+            tiles.append(frames)
+    return tuple(tiles)
+
+
 def _vae(vae, stop: Callable[[], None], full: bool = True) -> None:
-    """One full tile (`pipeline.vae_core_frames` + two halos; `full`) and one short tile of every length residue
-    mod 16. The snake kernel's only length-dependent specialisation is its length T (an affine function of the
-    frames), so the short tiles meet every Triton variant; the full tile warms cuDNN, which only helps the process
-    that decodes (children skip it)."""
+    """One full tile (`pipeline.vae_core_frames` + two halos; `full`) and the short tiles of `vae_short_tiles`,
+    which meet every Triton variant of the snake kernel a song's tiles can; the full tile warms cuDNN, which only
+    helps the process that decodes (children skip it)."""
     from .constants import VAE_HALO_FRAMES
     from .pipeline import vae_core_frames
-    tile = vae_core_frames(vae.device) + 2 * VAE_HALO_FRAMES if full else max(VAE_SHORT_FRAMES)
+    short = vae_short_tiles(vae.cfg)
+    tile = vae_core_frames(vae.device) + 2 * VAE_HALO_FRAMES if full else max(short)
     lat = 0.1 * torch.sin(torch.arange(vae.cfg.latent_dim * tile, device=vae.device, dtype=torch.float32))
     lat = lat.view(1, vae.cfg.latent_dim, tile)
     stop()
     if full:
         vae.decode(lat)
-    for frames in VAE_SHORT_FRAMES:
+    for frames in short:
         stop()
         vae.decode(lat[:, :, :frames].contiguous())
 
@@ -546,7 +566,7 @@ def run_plan(plan: Plan, device="cuda", should_stop: Callable[[], bool] | None =
                     done += 1
                 elif name == "vae":
                     _vae(shadow.vae, stop, full=not child)
-                    done += int(not child) + len(VAE_SHORT_FRAMES)
+                    done += int(not child) + len(vae_short_tiles(shadow.vae.cfg))
                 stages[name] = time.perf_counter() - t
                 if after_stage is not None:
                     after_stage(name)

@@ -251,7 +251,7 @@ def test_plan_steps_include_the_short_lengths(tiny_paths):
     abc = [n for st, v, n in steps if st == "decode_abc" and v == 0]
     assert 64 in abc and max(abc) == 24576 and len(abc) == len(set(abc))
     assert [n for st, v, n in steps if st == "decode_abc" and v == 1] == [1024]
-    assert ("nar", 0, warmup.NAR_FRAMES) in steps and sum(st == "vae" for st, _, _ in steps) == 17
+    assert ("nar", 0, warmup.NAR_FRAMES) in steps and sum(st == "vae" for st, _, _ in steps) == 4
     cfg = warmup.plan_steps(warmup.Plan.from_info(info, cfg_pair=True), {"sms": 132, "bl": 64, "per_sm": 2})
     assert {v for st, v, _ in cfg if st == "decode_semantic"} == {0, 1, 2, 3}
 
@@ -557,3 +557,21 @@ def test_the_shadow_build_imports_no_sympy(tiny_paths):
     assert out.returncode == 0, out.stderr[-2000:]
     imported, count = out.stdout.split()
     assert imported == "False" and int(count) > 10, out.stdout
+
+
+@pytest.mark.parametrize("strides", [(6, 5, 4, 4, 2, 2), (2, 2, 4, 4, 5, 6), (3, 8, 2, 4, 5, 2)])
+def test_the_short_vae_tiles_meet_every_snake_variant_once(strides):
+    """`vae_short_tiles` (its lengths from `vae.snake_lengths`) against the snake calls a decode really makes
+    (bench/vae_tile_variants.py records them on the CPU): one tile per distinct Triton specialisation pattern of
+    the 16 residues, none left out, none twice — for the release's strides and two other orders (other groups)."""
+    from tests.core.bench_scripts import load
+    from yue2_core.vae import VAEConfig, snake_lengths
+    chans = (32, 16, 16, 8, 8, 8, 8)
+    cfg = VAEConfig(8, chans[0], tuple((chans[i], chans[i + 1], s) for i, s in enumerate(strides)))
+    groups = load("vae_tile_variants").patterns(cfg, warmup.VAE_SHORT_FRAMES)
+    tiles = warmup.vae_short_tiles(cfg)
+    assert sorted(tiles) == sorted(frames[0] for frames in groups.values())
+    for key, frames in groups.items():  # the recorded calls' lengths, in call order, are snake_lengths'
+        assert [call[2] for call in key] == [t % 16 == 0 for t in snake_lengths(frames[0], cfg)]
+    if strides == (6, 5, 4, 4, 2, 2):
+        assert tiles == (33, 40, 48)
