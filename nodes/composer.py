@@ -18,42 +18,54 @@ from .progress import StageProgress, busy_cpu_notes, check_cancel, check_switche
 # the whole context (983.04 s), as Regenerate's max_seconds and Continue's extra_seconds: the node says what really
 # fits after the prompt (review, stop 44: 900, below the "room for 971.92 s" its own report stated)
 MAX_SECONDS = CONTEXT / FRAMES_PER_SECOND
+DEFAULT_MAX_SECONDS = 120.0  # this pack's default, a third of the release's 9,000-token (360 s) music budget
+
+
+def _release(value, preset: str) -> str:
+    """The tooltip sentence that names a sampling default and its source (runtime.md §2.1–2.2: the vendor runtime's
+    `Sampling` presets, which the release uses)."""
+    return f" Default {value:g}: the release's {preset} preset."
 
 
 def _sampling_inputs() -> list:
     a, s = ABC_PRESET, SEMANTIC_PRESET
+    abc, music = (lambda v: _release(v, "lead-sheet")), (lambda v: _release(v, "music"))
     return [
         io.Boolean.Input("sample_music", default=True, optional=True, label_on="score + music",
                          label_off="score only",
                          tooltip="Off: write the lead sheet only and stop (the tokens output is blocked) — for a "
                                  "first Composer whose score you edit before a second Composer samples the music."),
         io.Int.Input("max_abc_tokens", default=a.max_tokens, min=1, max=CONTEXT, optional=True,
-                     tooltip=f"Budget of the lead sheet in tokens (default {a.max_tokens}). A score that reaches "
-                             "it is cut off (the report says so). Ignored when a score is connected or cot is off."),
+                     tooltip=f"Budget of the lead sheet in tokens (default {a.max_tokens}, the release's). A score "
+                             "that reaches it is cut off (the report says so). Ignored when a score is connected or "
+                             "cot is off."),
         io.Float.Input("abc_temperature", default=a.temperature, min=0.0, max=5.0, step=0.05, optional=True,
-                       tooltip="Lead-sheet sampling temperature (0 = always the most likely token)."),
+                       tooltip="Lead-sheet sampling temperature (0 = always the most likely token)."
+                               + abc(a.temperature)),
         io.Float.Input("abc_top_p", default=a.top_p, min=0.01, max=1.0, step=0.01, optional=True,
                        tooltip="Lead-sheet nucleus sampling: keep the smallest set of tokens whose probability "
-                               "sums to top_p."),
+                               "sums to top_p." + abc(a.top_p)),
         io.Int.Input("abc_top_k", default=a.top_k, min=1, max=32768, optional=True,
-                     tooltip="Lead-sheet sampling: keep the k most likely tokens."),
+                     tooltip="Lead-sheet sampling: keep the k most likely tokens." + abc(a.top_k)),
         io.Float.Input("abc_repetition_penalty", default=a.repetition_penalty, min=0.01, max=10.0, step=0.005,
                        optional=True, tooltip="Lead-sheet repetition penalty (1 = none), applied per repeat over "
-                                              "the last abc_penalty_window tokens."),
+                                              "the last abc_penalty_window tokens." + abc(a.repetition_penalty)),
         io.Int.Input("abc_penalty_window", default=a.penalty_window, min=1, max=100, optional=True,
-                     tooltip="How many of the last lead-sheet tokens the repetition penalty looks at (tokens)."),
+                     tooltip="How many of the last lead-sheet tokens the repetition penalty looks at (tokens)."
+                             + abc(a.penalty_window)),
         io.Float.Input("music_temperature", default=s.temperature, min=0.0, max=5.0, step=0.05, optional=True,
-                       tooltip="Music (semantic token) sampling temperature (0 = most likely token)."),
+                       tooltip="Music (semantic token) sampling temperature (0 = most likely token)."
+                               + music(s.temperature)),
         io.Float.Input("music_top_p", default=s.top_p, min=0.01, max=1.0, step=0.01, optional=True,
-                       tooltip="Music sampling: nucleus probability mass kept."),
+                       tooltip="Music sampling: nucleus probability mass kept." + music(s.top_p)),
         io.Int.Input("music_top_k", default=s.top_k, min=1, max=32768, optional=True,
-                     tooltip="Music sampling: keep the k most likely codec tokens."),
+                     tooltip="Music sampling: keep the k most likely codec tokens." + music(s.top_k)),
         io.Float.Input("music_repetition_penalty", default=s.repetition_penalty, min=0.01, max=10.0, step=0.005,
                        optional=True, tooltip="Music repetition penalty (1 = none) over the last "
-                                              "music_penalty_window tokens."),
+                                              "music_penalty_window tokens." + music(s.repetition_penalty)),
         io.Int.Input("music_penalty_window", default=s.penalty_window, min=1, max=100, optional=True,
                      tooltip="How many of the last music tokens the repetition penalty looks at (tokens; "
-                             "25 tokens = 1 second)."),
+                             "25 tokens = 1 second)." + music(s.penalty_window)),
         io.Float.Input("cfg_scale", default=-1.0, min=-1.0, max=20.0, step=0.01, optional=True,
                        tooltip=f"Classifier-free guidance of the music stage. −1 = auto: "
                                f"{DEFAULT_CFG['off']} for cot off, {DEFAULT_CFG['full']} for full/melody (the "
@@ -98,11 +110,15 @@ class YuE2Composer(io.ComfyNode):
                                        "melody only; off: no lead sheet (music directly from the text)."),
                 io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=SEED_MAX, control_after_generate=True,
                              tooltip="Seed of both the lead sheet and the music tokens (the Renderer reuses it "
-                                     "by default). Same inputs + same seed = same song."),
-                io.Float.Input("max_seconds", default=120.0, min=1.0, max=float(MAX_SECONDS), step=1.0,
+                                     "by default). Same inputs + same seed = same song. Default "
+                                     f"{DEFAULT_SEED}, the release's."),
+                io.Float.Input("max_seconds", default=DEFAULT_MAX_SECONDS, min=1.0, max=float(MAX_SECONDS), step=1.0,
                                tooltip="Upper bound of the song length in seconds (25 music tokens per second). "
                                        "The song ends earlier when the model ends it. If lyrics + score leave less "
-                                       "room in the 24,576-token context, the node fails and says the maximum."),
+                                       "room in the 24,576-token context, the node fails and says the maximum. "
+                                       f"Default {DEFAULT_MAX_SECONDS:g} s, this pack's (the release's music budget "
+                                       f"is {SEMANTIC_PRESET.max_tokens:,} tokens = "
+                                       f"{SEMANTIC_PRESET.max_tokens // FRAMES_PER_SECOND} s)."),
                 types.Score.Input("score", optional=True,
                                   tooltip="A lead sheet to use instead of writing one (from YuE2 ABC Editor, YuE2 "
                                           "Load Song or another Composer). Its exact token ids are used unless its "

@@ -256,7 +256,8 @@ def _tail_inputs(default_name: str) -> list:
         io.Float.Input("crossfade_s", default=0.05, min=0.0, max=MAX_CROSSFADE_S, step=0.01,
                        tooltip="Length of the equal-power crossfade from the original into the new audio, in "
                                "seconds; it ends at the cut, so everything before it is the original's samples. "
-                               "0 = a hard splice."),
+                               "0 = a hard splice. Default 0.05 s (50 ms), this pack's choice: the release has no "
+                               "regenerate or continue."),
         io.String.Input("name", default="",
                         tooltip=f"Folder name prefix of the new song in output/yue2 (a number is appended). Empty = "
                                 f"the parent's name + '{default_name}'."),
@@ -418,7 +419,8 @@ class YuE2Continue(io.ComfyNode):
                                round=FRAME_S, optional=True,  # whole frames, as extra_seconds
                                tooltip="The end token is blocked for this many seconds of new music (a song that "
                                        "ended on its own would otherwise often end again at once). −1 = "
-                                       "min(extra_seconds, 8 s)."),
+                                       "min(extra_seconds, 8 s): 8 s = the 200 music tokens the release blocks the "
+                                       "end token for at the start of every song (its min_tokens)."),
             ],
             outputs=_outputs_schema(),
         )

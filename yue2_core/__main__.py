@@ -638,8 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LM compute dtype (default bf16, the release's; the VAE is always fp32)")
         sp.add_argument("--steps", type=whole_number, default=None if render else 32,
                         help="ODE steps of the renderer (default " + ("the song's own, from its config.json: the same "
-                             "audio as the song" if render else "32") + "; 2 model evaluations each with the midpoint "
-                             "solver, 1 with --ode-method ab2)")
+                             "audio as the song" if render else "32, the release's") + "; 2 model evaluations each "
+                             "with the midpoint solver, 1 with --ode-method ab2)")
         sp.add_argument("--offline", action="store_true", help="never download")
         sp.add_argument_group("required").add_argument("--output", required=True,
                                                        help="new song directory (must not exist or be empty)")
@@ -682,7 +682,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "another take; the seed used is printed)")
     g.add_argument("--abc-file", type=_named("ABC file"), help="use this ABC lead sheet (UTF-8) instead of letting the model write one; it "
                                       "is used as given, the dialect check's findings are printed as warnings")
-    g.add_argument("--cfg-scale", type=plain_number, default=None, help="guidance (default 1.0; 1.01 in off mode)")
+    g.add_argument("--cfg-scale", type=plain_number, default=None,
+                   help="classifier-free guidance of the music (default: the release's 1.0; 1.01 with --cot off)")
     g.add_argument("--max-seconds", type=plain_number, default=None, help="cap the music length (25 tokens per second; "
                    "default: the release's 9,000 tokens = 360 s, a long wait on a CPU)")
     g.add_argument("--max-abc-tokens", type=whole_number, default=None,
@@ -716,7 +717,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "file/folder, a song folder or an ABC lead sheet (score.abc) and describe it: the "
                                    "details as JSON on stdout (a summary line, for an adapter its report, for a lead "
                                    "sheet the dialect check's findings, on stderr). Exit status 2 when it is none of "
-                                   "these or an adapter does not fit the model.")
+                                   "these or an adapter does not fit the model; a lead sheet with errors is "
+                                   "described with exit status 0 and \"ok\": false (generate and render use a "
+                                   "score as written, so its findings are warnings, not a refusal).")
     i.add_argument("checkpoint", metavar="PATH", type=_named("file or folder"),
                    help="a checkpoint file or vendor folder, a LoRA/LoKr adapter, a VAE file/folder, "
                         "a song folder (its files are verified against result.json), or an ABC lead sheet")

@@ -716,7 +716,8 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
     """Extend a song by up to `extra_seconds`: every original code is teacher-forced, the model samples on, and the
     new audio is crossfaded in over the last `crossfade_s` of the original (which otherwise stays bit for bit).
 
-    The end token is blocked for the first `min_extra_seconds` of new music (default min(extra, 8 s): a song that
+    The end token is blocked for the first `min_extra_seconds` of new music (default min(extra, 8 s) — the release's
+    `min_tokens` of 200 music tokens, which block it at the start of every song (runtime.md §2.1, §2.4): a song that
     ended on its own would otherwise usually end again at once). The context bounds the continuation: at most
     (24,576 − prompt − len(codes)) / 25 s (`max_continuation_seconds`); asking for more raises BudgetError saying
     that maximum. Returns (Song, lineage)."""
@@ -739,7 +740,7 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
             f"of continuation are possible" + ("" if most else " (none: this song already fills the context)")
             + (" with the new score" if changed else "") + ".")
     if min_extra_seconds is None:
-        min_extra = min(extra, 8 * FRAMES_PER_SECOND)
+        min_extra = min(extra, SEMANTIC_PRESET.min_tokens)  # 200 tokens = 8 s, the release's minimum
     else:
         if not _finite_number(min_extra_seconds) or not 0 <= min_extra_seconds <= extra_seconds:
             raise RequestError(f"min extra seconds must be in [0, {extra_seconds}], got {min_extra_seconds!r}")

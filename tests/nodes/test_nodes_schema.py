@@ -116,6 +116,31 @@ def test_widget_defaults_ranges_and_units(node_info):
         assert (lora[key][1]["default"], lora[key][1]["min"], lora[key][1]["max"]) == (1.0, -5.0, 5.0)
 
 
+def test_tooltips_name_where_each_default_comes_from(node_info):
+    """New-user review 55: the Composer's eleven sampling widgets showed 0.7, 0.9, 30, … with tooltips that said what
+    each does but not that these are the release's presets (runtime.md §2.1–2.2), so a newcomer could not tell a
+    tuned pack value from the model's own; max_seconds' 120 s is this pack's (the release's budget is 9,000 tokens =
+    360 s, the CLI's default); Regenerate / Continue's crossfade 0.05 s and Continue's 8 s are the pack's and the
+    release's min_tokens. Each tooltip now says its default and whose it is."""
+    composer = node_info["YuE2Composer"]["input"]
+    opt = {k: v[1] for k, v in composer["optional"].items()}
+    presets = {"abc": "the release's lead-sheet preset", "music": "the release's music preset"}
+    for key in ("temperature", "top_p", "top_k", "repetition_penalty", "penalty_window"):
+        for phase, source in presets.items():
+            spec = opt[f"{phase}_{key}"]
+            assert f"Default {spec['default']:g}: {source}" in spec["tooltip"], (phase, key, spec["tooltip"])
+    assert "(default 4096, the release's)" in opt["max_abc_tokens"]["tooltip"]
+    seed = composer["required"]["seed"][1]
+    assert f"Default {seed['default']}, the release's" in seed["tooltip"]
+    seconds = composer["required"]["max_seconds"][1]
+    assert "Default 120 s, this pack's" in seconds["tooltip"] and "9,000 tokens = 360 s" in seconds["tooltip"]
+    for node in ("YuE2Regenerate", "YuE2Continue"):
+        fade = node_info[node]["input"]["required"]["crossfade_s"][1]
+        assert fade["default"] == 0.05 and "Default 0.05 s (50 ms), this pack's choice" in fade["tooltip"]
+    extra = node_info["YuE2Continue"]["input"]["optional"]["min_extra_seconds"][1]["tooltip"]
+    assert "8 s = the 200 music tokens the release blocks" in extra and "min_tokens" in extra
+
+
 # What the pinned frontend (comfyui-frontend-package 1.32.9) does with a FLOAT widget, in its own minified words:
 # useFloatWidget derives the options, NumberWidget.setValue clamps what is typed or stepped to [min, max] and calls
 # the widget's callback, onFloatValueChange, which rounds to `round` at `precision` decimals and clamps again.
