@@ -17,6 +17,7 @@ from .edit_nodes import YuE2Continue, YuE2Regenerate
 from .editor import YuE2ABCEditor
 from .loader import YuE2CheckpointLoader
 from .lora import YuE2LoRA
+from .progress import surrogate_safe
 from .render import YuE2Renderer, YuE2VAEDecode
 from .songs import YuE2LoadSong, YuE2SaveSong
 from .takes import YuE2PickTake
@@ -24,6 +25,10 @@ from .vae_loader import YuE2VAELoader
 
 NODE_LIST = [YuE2CheckpointLoader, YuE2LoRA, YuE2Composer, YuE2ABCEditor, YuE2Renderer, YuE2VAEDecode, YuE2SaveSong,
              YuE2LoadSong, YuE2PickTake, YuE2Regenerate, YuE2Continue, YuE2VAELoader]
+
+# a node's error must print: ComfyUI's log cannot write an unpaired surrogate, and the failed write ended its queue
+for _node in NODE_LIST:
+    surrogate_safe(_node)
 
 # Widget values ComfyUI's validation would misread ("false" for a BOOLEAN, 1.7 for an INT, NaN for a FLOAT) are
 # refused before it sees them (nodes/inputs.py, an on-prompt handler); the nodes check their values themselves too.

@@ -6,11 +6,14 @@ InterruptProcessingException through, so a cancelled stage leaves nothing behind
 written by YuE2 Save Song, atomically).
 
 `user_errors()` turns the engine's typed errors (YuE2Error: messages written for users) into plain ValueErrors with
-the same text, so ComfyUI shows the message without a traceback from inside the engine.
+the same text, so ComfyUI shows the message without a traceback from inside the engine. `surrogate_safe(node)` makes
+the messages of everything a node raises printable (nodes/__init__.py applies it to every node).
 """
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import time
 from contextlib import contextmanager
 from typing import ClassVar
@@ -110,3 +113,40 @@ def user_errors():
     except BaseException as exc:
         release_frames(exc)
         raise
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(exc: BaseException | None) -> None:
+    """Write every unpaired surrogate (U+D800–U+DFFF) in the text arguments of `exc` and of the exceptions it was
+    raised from or during as its escape, `\\ud800`: the messages then print and encode as UTF-8."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(isinstance(a, str) and _SURROGATE.search(a) for a in exc.args):
+            exc.args = tuple(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", a) if isinstance(a, str) else a
+                             for a in exc.args)
+        exc = exc.__cause__ or exc.__context__
+
+
+def surrogate_safe(node: type) -> type:
+    """Wrap the node's `execute` so that what it raises carries no unpaired surrogate (`escape_surrogates`).
+
+    ComfyUI 0.3.75 logs a node's error in its except block, to a stderr wrapper that encodes UTF-8 strictly: a message
+    holding one (a score with a JSON "\\ud800" escape in the ABC Editor quotes `K:C\\ud800`) failed that write, the
+    logging module's report of the failure printed the node's error again and failed again, and that error ended
+    ComfyUI's prompt worker thread — the queue stopped for good, every later prompt waiting until a restart (break-it
+    review, stop 55)."""
+    execute = node.__dict__["execute"].__func__
+
+    @functools.wraps(execute)
+    def guarded(cls, *args, **kwargs):
+        try:
+            return execute(cls, *args, **kwargs)
+        except Exception as exc:
+            escape_surrogates(exc)
+            raise
+
+    node.execute = classmethod(guarded)
+    return node

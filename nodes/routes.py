@@ -8,7 +8,8 @@ ComfyUI also serves each under /api/... (PromptServer.add_routes). Every answer 
 {"error": "<what is wrong and what is accepted>"}; an unexpected failure is a 500 with a one-line message (the
 traceback goes to the server log, never to the client). The work itself (parsing, engraving, tokenizing) runs in a
 worker thread; Verovio's engraving does not release the Python lock, so scores are bounded before engraving
-(yue2_core.abc.engrave.check_size: 48 notes per bar, 3,000 in all: ≤ ~2 s of CPU) to keep the server responsive.
+(yue2_core.abc.engrave.check_size: 48 notes and 48 chord symbols per bar, 3,000 of each in all: ≤ ~2 s of CPU) to
+keep the server responsive.
 
 Registration happens when this module is imported (nodes/__init__.py imports it). Outside a running ComfyUI server
 (no `server` module, or no PromptServer.instance) nothing is registered and nothing is raised.

@@ -152,6 +152,26 @@ def test_the_editor_refuses_an_invalid_score_with_its_line(comfy, abc, expected)
     assert node == "YuE2ABCEditor" and expected in message
 
 
+def test_an_unpaired_surrogate_in_a_nodes_error_does_not_stop_the_queue(comfy):
+    """Break-it review, stop 55: a score holding an unpaired surrogate (a JSON "\\ud800" escape: an API prompt, a
+    broken paste) in the ABC Editor was refused with a message quoting `K:C\ud800`; ComfyUI 0.3.75 logs a node's error
+    to a stderr that encodes UTF-8 strictly, the write failed, the failure's report printed the error again, and the
+    prompt worker thread ended: that prompt never finished and no later prompt ran until ComfyUI was restarted. Now
+    every pack node's error carries the escape `\\ud800` instead (nodes/progress.surrogate_safe)."""
+    abc = VALID_ABC.replace("K:C", "K:C\ud800")
+    with pytest.raises(Exception) as err:
+        comfy.run({"1": {"class_type": "YuE2ABCEditor", "inputs": {"abc": abc}}, "2": preview(["1", 1])}, timeout=90)
+    entry = getattr(err.value, "body", None)
+    assert isinstance(entry, dict) and "status" in entry, err.value  # was: "did not finish within 90 s"
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    message = error["exception_message"]
+    assert error["node_type"] == "YuE2ABCEditor" and "K:C\\ud800 is not a key the dialect uses" in message, message
+    assert "U+D800 is an unpaired surrogate" in message and "\ud800" not in message, message
+    entry = run(comfy, {"1": {"class_type": "YuE2ABCEditor", "inputs": {"abc": VALID_ABC}}, "2": preview(["1", 1])},
+                timeout=90)  # the queue still runs
+    assert entry["status"]["status_str"] == "success", entry["status"]
+
+
 def test_the_editor_refuses_a_connected_abc_text_past_the_limit(comfy):
     """Stop-49 leftover: a connected abc_text of 438 kB was checked for 5 s and passed on with 200 warnings (the
     100 kB limit covered typed text only); it is now refused by its size, as typed text is."""

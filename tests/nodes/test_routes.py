@@ -165,6 +165,29 @@ def test_analyze_reads_compressed_bodies_and_refuses_broken_ones(comfy_server):
     assert_refused(status, answer, 413, "too large")
 
 
+
+@needs_verovio
+def test_pastes_that_held_the_score_thread_are_answered_in_seconds(comfy_server):
+    """Break-it review, stop 55 (tests/abc/test_abc_breakit_stop55.py has the CPU-time bounds): 100 kB scores the
+    editor's routes took 28 s (a run of control characters), 31 s (an unclosed "[K:" repeated) and 265 s (chord
+    symbols stacked on one note, engraved while the server was frozen) to answer, the tools as long; now each is
+    answered in well under a second of work — 15 s of wall time allows for a loaded machine."""
+    import time
+    head = SONG.split("% intro")[0]
+    for vocal, words in (("\x07" * 99_000, "control character"), ("[K:" * 33_000, "is not closed with ']'"),
+                         ('"C"' * 33_000, None)):
+        text = head + f"V: Vocal\n{vocal}G16|\nV: Ins\nG16|\n"
+        t0 = time.monotonic()
+        status, answer = post(comfy_server, "analyze", {"abc": text, "engrave": True})
+        assert status == 200 and time.monotonic() - t0 < 15, (words, time.monotonic() - t0)
+        if words:
+            assert answer["ok"] is False and words in answer["issues"][0]["message"], answer["issues"][:2]
+        else:
+            assert answer["svg"] is None and "33000 chord symbols" in answer["svg_error"], answer["svg_error"]
+        t0 = time.monotonic()
+        status, answer = post(comfy_server, "tool", {"tool": "set_tempo", "abc": text, "arg": 120})
+        assert status in (200, 422) and time.monotonic() - t0 < 15, (words, time.monotonic() - t0, answer)
+
 # --- /yue2/abc/tool --------------------------------------------------------------------------------------------------
 def test_tools_edit_the_text(comfy_server):
     status, up = post(comfy_server, "tool", {"tool": "transpose", "abc": SONG, "arg": 2})

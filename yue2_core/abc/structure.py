@@ -61,14 +61,23 @@ def _keys(score: AbcScore) -> list[dict]:
 
 
 def _sections(score: AbcScore, total_bars: int) -> list[dict]:
+    """Each section comment with its bars (up to the next section starting in a later bar) and its sung notes. Linear
+    in sections and bars: a 100 kB paste of 12,000 "% verse" lines took 1.2 s, with the bars behind them far more —
+    every section looked at all later ones and counted its bars' notes anew (break-it review, stop 55)."""
     sections = []
     ordered = sorted(score.sections, key=lambda s: (s.first_bar, s.line))
+    sung = [0]  # sung[b] = notes begun in Vocal bars 1 … b
+    for bar in score.voices.get("Vocal", ()):
+        sung.append(sung[-1] + sum(1 for n in bar.notes if n.kind == "note" and not n.tie_continues))
+    later: list = [None] * len(ordered)  # the first bar of the next section that starts in a later bar
+    for index in range(len(ordered) - 2, -1, -1):
+        after = ordered[index + 1].first_bar
+        later[index] = after if after > ordered[index].first_bar else later[index + 1]
     for index, section in enumerate(ordered):
-        later = [s.first_bar for s in ordered[index + 1:] if s.first_bar > section.first_bar]
-        last = (later[0] - 1) if later else total_bars
+        last = (later[index] - 1) if later[index] is not None else total_bars
         bars = max(0, last - section.first_bar + 1)
-        onsets = sum(1 for bar in score.voices["Vocal"][section.first_bar - 1:last] for n in bar.notes
-                     if n.kind == "note" and not n.tie_continues)
+        first = min(max(section.first_bar - 1, 0), len(sung) - 1)
+        onsets = max(0, sung[min(max(last, 0), len(sung) - 1)] - sung[first])
         sections.append({"label": section.label, "line": section.line, "first_bar": section.first_bar,
                          "last_bar": last if bars else None, "bars": bars, "vocal_notes": onsets})
     return sections
