@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .dialect import KEYS
+
 _LENGTH = r"(?P<num>[0-9]*)(?P<slash>/*)(?P<den>[0-9]*)"
 MAX_DIGITS = 6  # longer numbers are refused (a length, count or tuplet that large is a typo, and int() of huge digit
                 # strings is slow or refused by Python); a bar rest's count and a tuplet's digits are matched
@@ -119,8 +121,9 @@ def _inline(line: str, pos: int, closes: _Closes) -> Token | None:
     end = match.end()
     while end < len(line) and not line[end].isspace() and line[end] not in '|"[':
         end += 1
-    field = match.group("field")
-    example = f"[{line[pos + 1:end]}]" if field == "K" and end > match.end() else "[K:D]"
+    field, value = match.group("field"), line[match.end():end]
+    # the field as written only when it is a key: `[K:Dc4d4|` ran into the notes (was advised as "[K:Dc4d4]")
+    example = f"[K:{value}]" if field == "K" and value in KEYS else "[K:D]"
     return Token("error", pos, end, line[pos:end], {},
                  f"the inline field '[{field}:' is not closed with ']' on this line; the dialect writes a key change "
                  f"as {example}")
