@@ -137,12 +137,26 @@ def _respond(payload: dict, status: int = 200) -> web.Response:
     return web.json_response(payload, status=status, headers={"Cache-Control": "no-store"})
 
 
-def _route(work, executor: ThreadPoolExecutor):
-    """Wrap `work(payload) -> dict` (sync, run on `executor`) as an aiohttp handler with the error policy above."""
+def check_fields(payload: dict, path: str, accepted: tuple) -> None:
+    """Refuse a field the route does not read (400): a misspelt one (`"max_second": 5`) would otherwise be ignored
+    and its check skipped without a word (break-it review, stop 55). `accepted`: the route's fields (`ROUTES`)."""
+    unknown = sorted(k for k in payload if k not in accepted)
+    if unknown:
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        names = ", ".join(_short(k) for k in unknown[:5]) + more
+        raise RequestRefused(f"{path} does not read the field{'s' if len(unknown) > 1 else ''} {names}; it takes "
+                             f"{', '.join(accepted)}.")
+
+
+def _route(work, executor: ThreadPoolExecutor, path: str = "", accepted: tuple | None = None):
+    """Wrap `work(payload) -> dict` (sync, run on `executor`) as an aiohttp handler with the error policy above;
+    `accepted`: the fields the route reads (others refused: `check_fields`; None: any)."""
 
     async def handler(request: web.Request) -> web.Response:
         try:
             payload = await read_json_object(request)
+            if accepted is not None:
+                check_fields(payload, path or request.path, accepted)
             async with _WORK:
                 result = await asyncio.get_running_loop().run_in_executor(executor, work, payload)
             return _respond(result)
@@ -321,14 +335,17 @@ def last_source(payload: dict) -> dict:
 
 
 # --- registration --------------------------------------------------------------------------------------------------
-ROUTES = {"/yue2/abc/analyze": (analyze, _SCORE_THREAD), "/yue2/abc/tool": (run_tool, _SCORE_THREAD),
-          "/yue2/abc/tokens": (count_tokens, _TOKEN_THREAD), "/yue2/abc/last_source": (last_source, _SCORE_THREAD)}
+# path: (work, its thread, the fields it reads — what web/abc_editor/editor.js and yue2_abc_editor.js send)
+ROUTES = {"/yue2/abc/analyze": (analyze, _SCORE_THREAD, ("abc", "engrave", "instrumental", "max_seconds")),
+          "/yue2/abc/tool": (run_tool, _SCORE_THREAD, ("tool", "abc", "arg")),
+          "/yue2/abc/tokens": (count_tokens, _TOKEN_THREAD, ("abc", "ckpt_name", "cot", "style", "lyrics")),
+          "/yue2/abc/last_source": (last_source, _SCORE_THREAD, ("workflow", "node"))}
 
 
 def register(routes) -> None:
     """Add the POST routes to an aiohttp RouteTableDef (PromptServer.instance.routes)."""
-    for path, (work, executor) in ROUTES.items():
-        routes.post(path)(_route(work, executor))
+    for path, (work, executor, accepted) in ROUTES.items():
+        routes.post(path)(_route(work, executor, path, accepted))
 
 
 def _register_with_comfy() -> bool:

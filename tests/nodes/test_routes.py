@@ -85,6 +85,20 @@ def test_analyze_without_engraving_and_on_both_url_prefixes(comfy_server):
         assert answer["structure"]["duration_s"] == 37.5
 
 
+def test_a_field_the_route_does_not_read_is_refused_by_name(comfy_server):
+    """A misspelt field was ignored, so `"max_second": 5` skipped the length check without a word (break-it review,
+    stop 55): each route now names the fields it does not read and the ones it takes; its own fields still work."""
+    status, answer = post(comfy_server, "analyze", {"abc": SONG, "max_second": 5})
+    assert status == 400 and '"max_second"' in answer["error"] and "max_seconds" in answer["error"], answer
+    status, answer = post(comfy_server, "tool", {"tool": "transpose", "abc": SONG, "arg": 2, "args": 3})
+    assert status == 400 and '"args"' in answer["error"] and "tool, abc, arg" in answer["error"], answer
+    status, answer = post(comfy_server, "last_source", {"workflow": "w", "node": "1", "x": 1, "y": 2})
+    assert status == 400 and '"x", "y"' in answer["error"] and "workflow, node" in answer["error"], answer
+    status, answer = post(comfy_server, "analyze", {"abc": SONG, "engrave": False, "instrumental": False,
+                                                    "max_seconds": 5})
+    assert status == 200 and "too-long" in [i["code"] for i in answer["issues"]], answer
+
+
 def test_analyze_reports_problems_as_issues_not_failures(comfy_server):
     broken = SONG.replace('"C"e4e2c2e4f4|', '"C"e4g4e2c2e4f4|')
     status, answer = post(comfy_server, "analyze", {"abc": broken})
