@@ -407,6 +407,10 @@ export class AbcEditor {
         }
         try {
             await this.player.play(timeline);
+            if (timeline.cut_s != null) {
+                this.setStatus(`Playing the first ${formatTime(timeline.cut_s)}: the score has more notes and chord `
+                    + "symbols than the editor plays (12,000).", "warning");
+            }
         } catch (error) {
             this.setStatus(`Audio could not start: ${error.message}`, "error");
         }

@@ -71,7 +71,9 @@ export class Player {
         const context = this.ensureContext();
         if (context.state !== "running") await context.resume();
         this.events = timelineEvents(timeline).filter((e) => e.start + e.dur > from);
-        this.duration = this.events.reduce((end, e) => Math.max(end, e.start + e.dur), Number(timeline?.duration_s) || 0);
+        // a timeline the server cut (cut_s: the score has more notes than it sends) ends there, not at duration_s
+        const end = Number(timeline?.cut_s ?? timeline?.duration_s) || 0;
+        this.duration = this.events.reduce((last, e) => Math.max(last, e.start + e.dur), end);
         this.next = 0;
         this.offset = from;
         this.t0 = context.currentTime + START_DELAY_S - from; // audio time of score time 0

@@ -176,11 +176,29 @@ class BarBuilder:
             offset += item.note.length
             bar.notes.append(item.note)
         bar.length = offset
+        stacked: dict[int, list[ChordSymbol]] = {}  # the chord symbols before each note or rest
         for anchor, index in anchors:
             anchor.onset = onsets[index] if index < len(onsets) else offset
             if index >= len(onsets) and onsets and bar.complete:
                 self._after_last_event(anchor, bar)
+            elif isinstance(anchor, ChordSymbol):
+                stacked.setdefault(index, []).append(anchor)
             (bar.chords if isinstance(anchor, ChordSymbol) else bar.keys).append(anchor)
+        for chords in stacked.values():
+            if len(chords) > 1:
+                self._stacked(chords, bar)
+
+    def _stacked(self, chords: list, bar: Bar) -> None:
+        """Chord symbols stacked on one note or rest (`"C""G"C16`, typed or pasted; the planner writes one a note):
+        all but the last change the harmony for no time (break-it review, stop 56: not flagged, and the editor's
+        playback dropped them without a word). One warning a stack, at its second symbol."""
+        first, last, more = chords[0], chords[-1], len(chords) - 2
+        before = f'"{_shown(first.text)}" sounds' if not more else f'"{_shown(first.text)}" and {more:,} more sound'
+        self._issue("warning", "chord-symbol", f"{len(chords):,} chord symbols stand on one note or rest of bar "
+                    f'{bar.number}: the harmony there is the last one, "{_shown(last.text)}"; {before} for no time '
+                    f"(the editor's playback skips {'it' if not more else 'them'}). The dialect writes one chord "
+                    "symbol a note: keep the one you mean, or split the note where the harmony changes.",
+                    chords[1].line, chords[1].column, bar)
 
     def _after_last_event(self, anchor, bar: Bar) -> None:
         """A chord symbol or [K:] after the bar's last note or rest sits on no event: it sounds nowhere in this bar

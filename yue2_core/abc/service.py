@@ -10,7 +10,7 @@ from .engrave import render
 from .errors import AbcError
 from .parser import readable, scan
 from .structure import describe
-from .timeline import play
+from .timeline import playback
 from .validate import check
 
 MAX_ABC_BYTES = 100_000  # 100 kB of UTF-8; a generated 6-minute score is about 10 kB
@@ -24,8 +24,10 @@ def analyze(payload: dict) -> dict:
     payload: {"abc": str (≤ 100 kB UTF-8), "instrumental": bool = False, "max_seconds": positive number | None,
     "engrave": bool = False}. Returns {"ok": no errors, "issues": [Issue dicts], "structure": dict | None,
     "timeline": dict | None, "svg": str | None, "svg_error": str | None, "time_map": list | None}; structure and
-    timeline are None when the text does not parse, svg and time_map (engrave.time_map: SVG note ids -> seconds) are
-    None unless engraving was asked for and worked (svg_error says why not). "ok" is False when the text has an
+    timeline are None when the text does not parse (timeline: `timeline.playback`, what the synth plays — at most
+    12,000 notes and chord symbols, "cut_s" saying where it stops when there are more), svg and time_map
+    (engrave.time_map: SVG note ids -> seconds) are None unless engraving was asked for and worked (svg_error says
+    why not). "ok" is False when the text has an
     error, an unpaired surrogate included (the Composer refuses such text). Lines may end in LF, CR LF or CR.
     Bad input gives {"error": "<what is wrong and what is accepted>"}; an unexpected internal failure gives
     {"error": "internal error: ..."} and is logged. Nothing is raised.
@@ -97,7 +99,7 @@ def _analyze(abc: str, instrumental: bool, max_seconds, want_svg: bool) -> dict:
         result["svg_error"] = f"The score does not parse ({error}); nothing to engrave." if want_svg else None
         return result
     result["structure"] = describe(score)
-    result["timeline"] = play(score)
+    result["timeline"] = playback(score)  # compact, capped: sent with every edit
     if want_svg:
         try:
             engraved = render(score)

@@ -5,7 +5,8 @@ missing-header, duplicate-header, header-order, header-value, unknown-header, un
 empty-bar, unterminated-bar, group-order, missing-voice, voice-mismatch, bar-length, note-range, tie, chord-symbol.
 Warnings: truncated, tuplet, broken-rhythm, vocal-in-instrumental, too-long, dialect, duration-value, chord-symbol
 (quality outside the native list), chord-in-ins, group-size, key-mismatch, no-notes, tie (left open at the end),
-line-ends (CR LF or CR), too-many-issues; chord-symbol also warns of a symbol after a bar's last note, dialect of the
+line-ends (CR LF or CR), too-many-issues; chord-symbol also warns of a symbol after a bar's last note and of
+symbols stacked on one note (`"C""G"C16`: all but the last sound for no time), dialect of the
 spellings the vendor's checker refuses (Z1, Z5, `V: Vocal ` with a trailing space, `%verse`, a blank line after the last
 group).
 """
