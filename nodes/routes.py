@@ -342,10 +342,27 @@ ROUTES = {"/yue2/abc/analyze": (analyze, _SCORE_THREAD, ("abc", "engrave", "inst
           "/yue2/abc/last_source": (last_source, _SCORE_THREAD, ("workflow", "node"))}
 
 
+def _other_method(path: str, accepted: tuple):
+    """The answer to any method but POST on `path`: a 405 in the routes' JSON, naming what is taken (was aiohttp's
+    plain-text "405: Method Not Allowed" for PUT / DELETE / PATCH and ComfyUI's static 404 for GET: break-it review,
+    stop 56)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"error": f"{path} takes POST with a JSON object ({', '.join(accepted)}), not "
+                                           f"{request.method[:20]}."},
+                                 status=405, headers={"Allow": "POST", "Cache-Control": "no-store"})
+
+    handler.__name__ = f"yue2_{path.rsplit('/', 1)[-1]}_other_method"
+    return handler
+
+
 def register(routes) -> None:
-    """Add the POST routes to an aiohttp RouteTableDef (PromptServer.instance.routes)."""
+    """Add the POST routes to an aiohttp RouteTableDef (PromptServer.instance.routes), each followed by a route for
+    every other method (aiohttp's "*", matched after the POST on the same path) answering a JSON 405. ComfyUI copies
+    both under /api (PromptServer.add_routes copies every RouteDef of the table)."""
     for path, (work, executor, accepted) in ROUTES.items():
         routes.post(path)(_route(work, executor, path, accepted))
+        routes.route("*", path)(_other_method(path, accepted))
 
 
 def _register_with_comfy() -> bool:

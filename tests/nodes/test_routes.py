@@ -99,6 +99,26 @@ def test_a_field_the_route_does_not_read_is_refused_by_name(comfy_server):
     assert status == 200 and "too-long" in [i["code"] for i in answer["issues"]], answer
 
 
+def test_other_methods_get_a_json_405_naming_post(comfy_server):
+    """Break-it review, stop 56 (a stop-55 leftover): PUT / DELETE / PATCH on the pack's routes got aiohttp's plain
+    text "405: Method Not Allowed" and GET ComfyUI's static 404, where every other refusal is JSON. Each route now
+    answers every other method with a JSON 405, `Allow: POST` and the fields it takes, under both prefixes; POST is
+    unchanged."""
+    for method in ("PUT", "DELETE", "PATCH", "GET"):
+        for prefix, route, fields in (("", "analyze", "abc, engrave, instrumental, max_seconds"),
+                                      ("/api", "tool", "tool, abc, arg"), ("/api", "last_source", "workflow, node")):
+            request = urllib.request.Request(f"{comfy_server.url}{prefix}/yue2/abc/{route}", method=method,
+                                             data=b"{}" if method != "GET" else None)
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(request, timeout=60)
+            error = caught.value
+            assert error.code == 405 and error.headers.get("Allow") == "POST", (method, route, error.code)
+            answer = json.loads(error.read())
+            assert answer == {"error": f"/yue2/abc/{route} takes POST with a JSON object ({fields}), not {method}."}
+    status, answer = post(comfy_server, "analyze", {"abc": SONG}, prefix="")
+    assert status == 200 and answer["structure"]["duration_s"] == 37.5, answer
+
+
 def test_analyze_reports_problems_as_issues_not_failures(comfy_server):
     broken = SONG.replace('"C"e4e2c2e4f4|', '"C"e4g4e2c2e4f4|')
     status, answer = post(comfy_server, "analyze", {"abc": broken})
