@@ -43,7 +43,7 @@ import torch
 
 from .constants import (CODEC_OFFSET, CODEC_SIZE, CONTEXT, FRAMES_PER_SECOND, HOP, LATENT_DIM, MAX_ODE_STEPS,
                         ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_LENGTH_TRIM)
-from .errors import ArtifactError, BudgetError, RequestError
+from .errors import ArtifactError, BudgetError, RequestError, ScoreError
 from .weights.own import carried
 from .protocol import (SEED_MAX, _finite_number, SEMANTIC_PRESET, Sampling, SongRequest, negative_prefix, seconds_to_tokens,
                        semantic_prefix)
@@ -347,6 +347,33 @@ def _parse_cut(cut) -> tuple[str, float]:
                 return kind, float(m.group(1)) if kind == "seconds" else int(m.group(1))
     raise RequestError(f"cannot read the cut {cut!r}: give seconds (12.5 or \"12.5s\"), a bar ({{\"bar\": 9}} or "
                        f"\"bar 9\") or a token index ({{\"token\": 312}})")
+
+
+def retimed_note(sampled_after: str | None, edited: str | None, seconds: float) -> str | None:
+    """A note when an edited score times the bars before a cut (at `seconds`) otherwise than the score the song was
+    sampled after — a tempo, meter or bar-length change, a bar added or removed before it: the kept audio follows the
+    old bars, the new part is sampled after the edit, so it does not take the edit up at the bar the cut names
+    (break-it review, stop 56: "bar 2" of a song whose edit quartered the tempo cut at 1.0 s, in the edit's bar 1,
+    without a word). None when the bars before the cut start at the same times, or a score does not parse (its
+    dialect notes say so)."""
+    try:
+        old, new = bar_starts(sampled_after), bar_starts(edited)
+    except ScoreError:
+        return None
+    if not old or not new:
+        return None
+    before = [(n, round(t, 3)) for n, t in old if t <= seconds + 1e-9]
+    if before == [(n, round(t, 3)) for n, t in new if t <= seconds + 1e-9]:
+        return None
+    old_bar, new_bar = _bar_at(old, seconds), _bar_at(new, seconds)
+    where = {n: t for n, t in new}
+    moved = (f"its bar {old_bar} starts at {where[old_bar]:.2f} s" if old_bar in where
+             else f"it has no bar {old_bar}")
+    return (f"the edited score times its bars before the cut otherwise than the score the song was sampled after (a "
+            f"tempo, meter or bar change there): the cut at {seconds:.2f} s falls in bar {old_bar} of the song's "
+            f"score, which the kept audio follows, but in the edited score {moved} and {seconds:.2f} s falls in its "
+            f"bar {new_bar} — the new part is sampled after the edited score as a whole and need not take it up at "
+            "the bar you cut at; to have an edit followed, change only the bars after the cut (and keep the tempo)")
 
 
 def _bar_at(starts: list[tuple[int, float]], seconds: float) -> int | None:
@@ -695,6 +722,8 @@ def regenerate(engine_or_parts, song, cut, *, new_score=None, seed: int | None =
     lineage = _base_lineage("regenerate", parent)
     lineage.update({"cut_seconds": point.seconds, "cut_token": k, "cut_bar": point.bar, "cut_sample": point.sample,
                     "cut_requested": cut if isinstance(cut, (int, float, str, dict)) else str(cut)})
+    if changed and (note := retimed_note(_timeline_abc(parent), score.abc, point.seconds)):
+        notes.append(note)
     return _edit(parts, parent, score, changed, request, sampling, k, point.sample, lineage, crossfade_s,
                  crossfade_shape, progress, notes)
 
@@ -760,6 +789,8 @@ def continue_song(engine_or_parts, song, extra_seconds: float, *, new_score=None
         lineage["cut_bar"] = _bar_at(bar_starts(_timeline_abc(parent)), frames / FRAMES_PER_SECOND)
     except RequestError:
         pass
+    if changed and (note := retimed_note(_timeline_abc(parent), score.abc, frames / FRAMES_PER_SECOND)):
+        notes.append(note)
     song_out, lineage = _edit(parts, parent, score, changed, request, sampling, frames, cut_sample, lineage,
                               crossfade_s, crossfade_shape, progress, notes)
     lineage["added_seconds"] = (lineage["frames"] - frames) / FRAMES_PER_SECOND

@@ -275,3 +275,27 @@ def test_a_song_saved_without_a_render_record(engine, parent, tmp_path):
     generated = edit.as_parent((parent.score, parent.tokens, parent.latents, parent.audio, parent.request,
                                 {k: v for k, v in parent.settings.items() if k != "render_seed"}), engine.tokenizer)
     assert generated.render_seed == parent.tokens.seed
+
+
+def test_an_edit_that_retimes_the_bars_before_the_cut_is_said(engine, saved_parent, tmp_path):
+    """Break-it review, stop 56: an edited score whose bars before the cut lie elsewhere in time (here the tempo
+    quartered: bar 2 at 4.0 s instead of 1.0 s) — the kept audio follows the old bars, the new part is sampled after
+    the edit, so "bar 2" does not start the edit's bar 2. Regenerate and Continue now say so in the song's warnings
+    (the nodes' reports); an edit of the bars after the cut only, or none, gets no such note."""
+    import shutil
+    song = tmp_path / "retimed"
+    shutil.copytree(saved_parent, song)
+    (song / "score.abc").write_text(SCORE.replace("Q:1/4=240", "Q:1/4=60"))
+    child, lineage = edit.regenerate(engine, song, "bar 2", seed=5, crossfade_s=0.02)
+    said = [w for w in child.warnings if w.startswith("the edited score times its bars before the cut")]
+    assert lineage["cut_seconds"] == 1.0 and len(said) == 1, child.warnings
+    assert "the cut at 1.00 s falls in bar 2 of the song's score" in said[0], said
+    assert "its bar 2 starts at 4.00 s and 1.00 s falls in its bar 1" in said[0], said
+    longer, _ = edit.continue_song(engine, song, 0.2, seed=5, crossfade_s=0.02)  # the cut: the song's end, 2.4 s
+    assert any("the cut at 2.40 s falls in bar 3 of the song's score" in w and "falls in its bar 1" in w
+               for w in longer.warnings), longer.warnings
+    later_bars = SCORE.replace('"F"f32|', '"F"c32|')  # only bar 4, after the cut, changed
+    assert edit.retimed_note(SCORE, later_bars, 1.0) is None
+    assert edit.retimed_note(SCORE, SCORE, 2.4) is None
+    one_bar_less = SCORE.replace('"C"c8d8e8f8|', "").replace("C32|G,32", "G,32")  # bar 1 removed in both voices
+    assert "it has no bar 4" in edit.retimed_note(SCORE, one_bar_less, 3.5)
