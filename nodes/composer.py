@@ -36,9 +36,10 @@ def _sampling_inputs() -> list:
                          tooltip="Off: write the lead sheet only and stop (the tokens output is blocked) — for a "
                                  "first Composer whose score you edit before a second Composer samples the music."),
         io.Int.Input("max_abc_tokens", default=a.max_tokens, min=1, max=CONTEXT, optional=True,
-                     tooltip=f"Budget of the lead sheet in tokens (default {a.max_tokens}, the release's). A score "
-                             "that reaches it is cut off (the report says so). Ignored when a score is connected or "
-                             "cot is off."),
+                     tooltip=f"Budget of the lead sheet in tokens (default {a.max_tokens}, the release's). For "
+                             "scale: the 16-bar example lead sheet, examples/text2music_lead_sheet.abc, is 364 "
+                             "tokens. A score that reaches it is cut off (the report says so). Ignored when a score "
+                             "is connected or cot is off."),
         io.Float.Input("abc_temperature", default=a.temperature, min=0.0, max=5.0, step=0.05, optional=True,
                        tooltip="Lead-sheet sampling temperature (0 = always the most likely token)."
                                + abc(a.temperature)),
@@ -73,15 +74,16 @@ def _sampling_inputs() -> list:
                                "compute and KV memory)."),
         # last, so that workflows saved before it existed keep their widget values in place
         io.Int.Input("candidates", default=1, min=1, max=types.MAX_CANDIDATES, optional=True,
-                     tooltip="N songs sampled in one AR batch (decoding is memory-bound, so N cost little more "
-                             "than one on a large GPU). Take i uses seed + i for its lead sheet, its music and (with "
-                             "the Renderer's seed −1) its render (the report lists them); a take run alone with "
-                             "its seed matches it on CPU, on a GPU up to rounding (which can change a draw among "
-                             "near-equal tokens) — Pick Take keeps the take itself. Memory ≈ N × the K/V cache of "
-                             "one song (≈ 0.11 MB per token per "
-                             "CFG branch on the release model): when N does not fit, the node stops and says the "
-                             "most that fit. The tokens output is then a batch of N takes: Renderer → VAE Decode → "
-                             "YuE2 Pick Take chooses one. 1 = one song (as before)."),
+                     tooltip="N songs sampled together in one batch (on a large GPU, N cost little more time "
+                             "than one). Take i uses seed + i for its lead sheet, its music and (with the "
+                             "Renderer's seed −1) its render (the report lists them). On a GPU, candidates 1 with "
+                             "seed + i gives take i again, up to rounding (which can change a draw among "
+                             "near-equal tokens); on a CPU, candidates 1 samples with another decoder and gives "
+                             "another song for the same seed — Pick Take keeps the take itself. Memory ≈ N × one "
+                             "song's token memory (its K/V cache: ≈ 0.11 MB per token, twice that with "
+                             "cfg_scale ≠ 1, on the release model): when N does not fit, the node stops and says "
+                             "the most that fit. The tokens output is then a batch of N takes: Renderer → VAE "
+                             "Decode → YuE2 Pick Take chooses one. 1 = one song (as before)."),
     ]
 
 
@@ -92,7 +94,8 @@ class YuE2Composer(io.ComfyNode):
             node_id="YuE2Composer",
             display_name="YuE2 Composer",
             category=types.CATEGORY,
-            description="The AR expert. Writes an ABC lead sheet from style and lyrics (cot full: melody + chords; "
+            description="The AR expert (the half of the model that writes one token after another). Writes an "
+                        "ABC lead sheet from style and lyrics (cot full: melody + chords; "
                         "melody: melody only; off: no lead sheet), then samples the song's semantic music tokens "
                         "(25 per second). With a score connected (from the ABC Editor, Load Song or another "
                         "Composer) or an ABC text connected (e.g. from SheetSage2), planning is skipped and that "

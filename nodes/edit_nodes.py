@@ -247,7 +247,9 @@ def _common_inputs() -> list:
     ]
 
 
-def _tail_inputs(default_name: str) -> list:
+def _tail_inputs(default_name: str, fade_end: str) -> list:
+    """`fade_end`: where the crossfade ends, in the node's own words (Regenerate: the cut; Continue, which has no cut
+    input: the original's end — stop-56 new-user review: Continue's tooltip spoke of a cut it does not have)."""
     return [
         io.Int.Input("seed", default=-1, min=-1, max=SEED_MAX, control_after_generate=True,
                      tooltip="Seed of the new part's music tokens. −1 = keep the song's seed (with an unchanged "
@@ -255,7 +257,7 @@ def _tail_inputs(default_name: str) -> list:
                              "song's own, so the kept part renders exactly as before."),
         io.Float.Input("crossfade_s", default=0.05, min=0.0, max=MAX_CROSSFADE_S, step=0.01,
                        tooltip="Length of the equal-power crossfade from the original into the new audio, in "
-                               "seconds; it ends at the cut, so everything before it is the original's samples. "
+                               f"seconds; it ends at {fade_end}, so everything before it is the original's samples. "
                                "0 = a hard splice. Default 0.05 s (50 ms), this pack's choice: the release has no "
                                "regenerate or continue."),
         io.String.Input("name", default="",
@@ -269,21 +271,23 @@ def _tail_inputs(default_name: str) -> list:
     ]
 
 
-def _outputs_schema() -> list:
+def _outputs_schema(kept: str, report: str) -> list:
+    """`kept`: which of the original's tokens the new song keeps; `report`: what the report tells (Continue has no
+    cut: stop-56 new-user review)."""
     return [
         io.Audio.Output("audio", display_name="audio",
                         tooltip="The new song, 48 kHz stereo: the original's samples up to the crossfade, then the "
                                 "new part."),
         types.Tokens.Output("tokens", display_name="tokens",
-                            tooltip="Its music tokens (the original's before the cut, bit for bit)."),
+                            tooltip=f"Its music tokens ({kept}, bit for bit, then the new part's)."),
         io.Latent.Output("latent", display_name="latent",
-                         tooltip="Its latents [1, 64, frames]: the original's before the cut, the new render after "
-                                 "(decoding them differs from `audio` only near the cut)."),
+                         tooltip=f"Its latents [1, 64, frames], 25 per second: {kept}, then the new render's "
+                                 "(decoding them differs from `audio` only near the crossfade)."),
         types.Score.Output("score_out", display_name="score", tooltip="The lead sheet the new part followed."),
         io.String.Output("song_dir", display_name="song_dir",
                          tooltip="The folder written, relative to ComfyUI's output folder (yue2/<name>_NNNNN)."),
         io.String.Output("report", display_name="report",
-                         tooltip="Where the cut fell, what was kept and made, the seeds, the saved folder."),
+                         tooltip=report),
     ]
 
 
@@ -329,12 +333,13 @@ class YuE2Regenerate(io.ComfyNode):
             inputs=[
                 *_common_inputs(),
                 io.String.Input("cut", default="bar 9", tooltip=CUT_TOOLTIP),
-                *_tail_inputs("_regen"),
+                *_tail_inputs("_regen", "the cut"),
                 io.Float.Input("max_seconds", default=0.0, min=0.0, max=MAX_EXTRA_SECONDS, step=1.0, optional=True,
                                tooltip="Upper bound of the whole new song's length in seconds (25 tokens per "
                                        "second). 0 = the song's own budget (its max_seconds)."),
             ],
-            outputs=_outputs_schema(),
+            outputs=_outputs_schema("the original's before the cut",
+                                    "Where the cut fell, what was kept and made, the seeds, the saved folder."),
         )
 
     @classmethod
@@ -414,15 +419,17 @@ class YuE2Continue(io.ComfyNode):
                                tooltip="How much music to add at most, in seconds, in frames of 0.04 s (25 tokens "
                                        "per second). At most (24,576 − prompt − the song's tokens) / 25 s fit; the "
                                        "node says that maximum and refuses more."),
-                *_tail_inputs("_cont"),
+                *_tail_inputs("_cont", "the original's end"),
                 io.Float.Input("min_extra_seconds", default=-1.0, min=-1.0, max=MAX_EXTRA_SECONDS, step=FRAME_S,
                                round=FRAME_S, optional=True,  # whole frames, as extra_seconds
-                               tooltip="The end token is blocked for this many seconds of new music (a song that "
-                                       "ended on its own would otherwise often end again at once). −1 = "
+                               tooltip="The song cannot end during this many seconds of new music (the model's end "
+                                       "token is blocked: a song that ended on its own would otherwise often end "
+                                       "again at once). −1 = "
                                        "min(extra_seconds, 8 s): 8 s = the 200 music tokens the release blocks the "
                                        "end token for at the start of every song (its min_tokens)."),
             ],
-            outputs=_outputs_schema(),
+            outputs=_outputs_schema("every one of the original's",
+                                    "How much was added and the most that fits, the seeds, the saved folder."),
         )
 
     @classmethod

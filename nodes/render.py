@@ -33,8 +33,9 @@ class YuE2Renderer(io.ComfyNode):
                 types.Tokens.Input("tokens", tooltip="From YuE2 Composer (one song or a batch of takes) or YuE2 "
                                                      "Load Song."),
                 io.Int.Input("steps", default=ODE_STEPS, min=1, max=200,
-                             tooltip=f"Midpoint ODE steps (each = 2 model evaluations per chunk). {ODE_STEPS} is "
-                                     "the reference."),
+                             tooltip="How many refinement steps turn the tokens into sound (midpoint ODE steps, "
+                                     "2 model evaluations each): fewer render faster but rougher, more cost time "
+                                     f"for little gain. Default {ODE_STEPS}, the release's."),
                 io.Int.Input("seed", default=-1, min=-1, max=SEED_MAX,
                              tooltip="Noise seed of the render. −1 = the seed the tokens were sampled with (the "
                                      "reference; for a batch, each take's own seed). Another value gives another "

@@ -82,7 +82,8 @@ NOTES = {
                 "missing file stops the run and names it; to go on without it, connect the Checkpoint Loader's "
                 "model to Continue instead).",
     "takes": "Four candidates, pick one\n\nThe Composer samples 4 songs in one batch (candidates = 4; take i uses "
-             "seed + i, so take i is exactly the song of that seed). The Renderer and VAE Decode handle the batch; "
+             "seed + i: on a GPU, candidates 1 with that seed gives take i again up to rounding; on a CPU it "
+             "samples with another decoder, another song). The Renderer and VAE Decode handle the batch; "
              "the takes report lists each take's seed, whether it ended on its own end token, its length and its "
              "score-to-audio ratio. Set Pick Take's index (0 … 3) to the take you like and run again: only Pick Take "
              "and Save Song run, the rest comes from ComfyUI's cache — the Composer's seed is fixed for that (its "

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from comfy_client import PACK_NAME
-from nodes_testlib import PACK_NODES, TINY, rejected, run
+from nodes_testlib import PACK_NODES, REPO, TINY, rejected, run
 
 DISPLAY = {"YuE2CheckpointLoader": "YuE2 Checkpoint Loader", "YuE2LoRA": "YuE2 LoRA",
            "YuE2VAELoader": "YuE2 VAE Loader", "YuE2Composer": "YuE2 Composer",
@@ -140,6 +140,48 @@ def test_tooltips_name_where_each_default_comes_from(node_info):
     extra = node_info["YuE2Continue"]["input"]["optional"]["min_extra_seconds"][1]["tooltip"]
     assert "8 s = the 200 music tokens the release blocks" in extra and "min_tokens" in extra
 
+
+
+def test_tooltips_say_what_a_musician_meets_on_the_node(node_info, checkpoints):
+    """New-user review 56 (docs/bad_inputs.md §57): YuE2 Continue, which has no cut input, shared Regenerate's
+    tooltips — its crossfade "ends at the cut", its tokens are "the original's before the cut", its report says
+    "where the cut fell"; the Composer's `candidates` said a take "run alone with its seed matches it on CPU", but a
+    Composer with candidates 1 and that seed samples with another decoder on a CPU (docs/comfyui.md, "Candidates")
+    and gave another song; `max_abc_tokens` gave no idea how many tokens a lead sheet takes; the Renderer's `steps`
+    said only "Midpoint ODE steps … per chunk" and Continue's `min_extra_seconds` "The end token is blocked"."""
+    import re
+
+    from yue2_core.weights.checkpoint import inspect_checkpoint, load_tokenizer
+    cont, regen = node_info["YuE2Continue"], node_info["YuE2Regenerate"]
+    fade = cont["input"]["required"]["crossfade_s"][1]["tooltip"]
+    assert "ends at the original's end" in fade and "cut" not in fade, fade
+    assert "ends at the cut" in regen["input"]["required"]["crossfade_s"][1]["tooltip"]
+    for name, tip in zip(cont["output_name"], cont["output_tooltips"]):
+        assert "cut" not in tip, (name, tip)
+    tips = dict(zip(cont["output_name"], cont["output_tooltips"]))
+    assert "every one of the original's, bit for bit" in tips["tokens"]
+    assert tips["report"].startswith("How much was added")
+    regen_tips = dict(zip(regen["output_name"], regen["output_tooltips"]))
+    assert "before the cut" in regen_tips["tokens"] and "Where the cut fell" in regen_tips["report"]
+    extra = cont["input"]["optional"]["min_extra_seconds"][1]["tooltip"]
+    assert extra.startswith("The song cannot end during this many seconds of new music"), extra
+
+    composer = node_info["YuE2Composer"]
+    takes = composer["input"]["optional"]["candidates"][1]["tooltip"]
+    assert "matches it on CPU" not in takes
+    assert "on a CPU, candidates 1 samples with another decoder and gives another song for the same seed" in takes
+    assert composer["description"].startswith("The AR expert (the half of the model that writes one token after "
+                                              "another).")
+    budget = composer["input"]["optional"]["max_abc_tokens"][1]["tooltip"]
+    quoted = re.search(r"examples/text2music_lead_sheet\.abc, is (\d+) tokens", budget)
+    assert quoted, budget
+    tok = load_tokenizer(inspect_checkpoint(str(checkpoints[TINY])))  # the release's tokenizer, embedded
+    sheet = (REPO / "examples" / "text2music_lead_sheet.abc").read_text(encoding="utf-8")
+    assert int(quoted.group(1)) == len(tok.encode(sheet))
+
+    steps = node_info["YuE2Renderer"]["input"]["required"]["steps"][1]
+    assert f"Default {steps['default']}, the release's" in steps["tooltip"]
+    assert "fewer render faster but rougher" in steps["tooltip"]
 
 # What the pinned frontend (comfyui-frontend-package 1.32.9) does with a FLOAT widget, in its own minified words:
 # useFloatWidget derives the options, NumberWidget.setValue clamps what is typed or stepped to [min, max] and calls

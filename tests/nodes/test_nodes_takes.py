@@ -24,8 +24,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from nodes_testlib import (REPO, SCORE_240, TINY, api, by_class, codes, run, run_error, saved_dirs, set_inputs,
-                          test_sized)
+from nodes_testlib import (REPO, SCORE_240, TINY, api, by_class, codes, load_example, run, run_error, saved_dirs,
+                          set_inputs, test_sized)
 
 SEED = 100
 N = 4
@@ -120,6 +120,27 @@ def test_each_take_equals_a_single_run_with_its_seed(takes, checkpoints, one_thr
         assert np.load(song_dir / "abc_tokens.npy").tolist() == plan.tokens
         assert codes(song_dir) == codes_from_ids(music.tokens)
 
+
+
+def test_the_notes_promise_a_single_song_of_the_seed_only_where_it_is_one(takes, checkpoints, one_thread):
+    """New-user review 56 (docs/bad_inputs.md §57): the shipped workflow's note said "take i uses seed + i, so take i
+    is exactly the song of that seed" and the `candidates` tooltip "a take run alone with its seed matches it on
+    CPU"; a user who sets candidates 1 and that seed on a CPU gets another song (the single Composer samples with
+    the portable loop, docs/comfyui.md "Candidates"; take 0 of the shipped workflow at seed 831001 and the single
+    song of yue2_text_to_song_full at 831001 differed from the first token). Take 0 against the single Composer's
+    path, in this process (`plan` + `semantic`: what the node calls, the same draws as its saved songs)."""
+    from yue2_core.pipeline import Budgets, YuE2Engine, plan, semantic
+    from yue2_core.protocol import SongRequest
+    engine = YuE2Engine.load(str(checkpoints[TINY]), device="cpu", dtype=torch.bfloat16, parts=("ar",))
+    budgets = Budgets(max_seconds=1.0, max_abc_tokens=8)
+    request = SongRequest("pop", "[verse]\nla la", cot="full", seed=SEED)
+    score = plan(engine.ar, engine.tokenizer, request, budgets.abc_sampling(), semantic_max_tokens=25)
+    music = semantic(engine.ar, engine.tokenizer, request, score, budgets.semantic_sampling())
+    _, take0 = takes[0]
+    assert list(music.codes) != codes(take0), "a single song equals take 0 on CPU now: say so in the note and tooltip"
+    (note,) = [n["widgets_values"][0] for n in load_example("yue2_four_candidates")["nodes"] if n["type"] == "Note"]
+    assert "exactly the song of that seed" not in note
+    assert "on a CPU it samples with another decoder, another song" in note
 
 def test_a_batch_needs_pick_take(comfy, node_info, takes):
     prompt = _prompt(node_info, N, "nope")  # index 4 of 4 takes
