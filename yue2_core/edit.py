@@ -304,14 +304,23 @@ def bar_starts(abc: str | None) -> list[tuple[int, float]]:
     """[(bar number, start seconds)] of the score's Vocal voice (Ins when Vocal has no bars), at the header tempo:
     start = sum of the actual lengths of the earlier bars × seconds per L: unit. [] when there is no score; AbcError
     (a ScoreError) when it does not parse."""
+    return _bar_times(abc)[0]
+
+
+def _bar_times(abc: str | None) -> tuple[list[tuple[int, float]], float, str | None, float]:
+    """(`bar_starts`, the seconds its last bar ends at, the tempo as written "Q:1/4=120", seconds a whole note lasts)
+    from one parse; ([], 0.0, None, 0.0) when there is no score."""
     if not abc:
-        return []
+        return [], 0.0, None, 0.0
     from .abc import parse
     from .abc.timing import seconds_per_unit
     score = parse(abc)
-    per_unit = seconds_per_unit(score.header)
+    header = score.header
+    per_unit = seconds_per_unit(header)
     bars = score.voices.get("Vocal") or score.voices.get("Ins") or []
-    return [(bar.number, float(bar.start * per_unit)) for bar in bars]
+    end = float((bars[-1].start + bars[-1].length) * per_unit) if bars else 0.0
+    tempo = f"Q:{header.tempo_beat.numerator}/{header.tempo_beat.denominator}={float(header.bpm):g}"
+    return [(bar.number, float(bar.start * per_unit)) for bar in bars], end, tempo, float(per_unit / header.unit)
 
 
 # ASCII digits only (re.ASCII): "token ١٢" or "٣s" were read as 12 and 3 (break-it finding, as --lora FILE:٣)
@@ -350,30 +359,45 @@ def _parse_cut(cut) -> tuple[str, float]:
 
 
 def retimed_note(sampled_after: str | None, edited: str | None, seconds: float) -> str | None:
-    """A note when an edited score times the bars before a cut (at `seconds`) otherwise than the score the song was
+    """A note when an edited score times the music before a cut (at `seconds`) otherwise than the score the song was
     sampled after — a tempo, meter or bar-length change, a bar added or removed before it: the kept audio follows the
     old bars, the new part is sampled after the edit, so it does not take the edit up at the bar the cut names
     (break-it review, stop 56: "bar 2" of a song whose edit quartered the tempo cut at 1.0 s, in the edit's bar 1,
-    without a word). None when the bars before the cut start at the same times, or a score does not parse (its
-    dialect notes say so)."""
+    without a word). None when the bars before the cut start at the same times and the tempo is the same (in
+    seconds a whole note: Q:1/8=480 is Q:1/4=240), or a score does not parse (its dialect notes say so). Bars the edit
+    adds after the end of the song's score are no retime (diff review, stop 56: bars appended for Continue, which
+    cuts at the song's end, were said to retime the bars before it)."""
     try:
-        old, new = bar_starts(sampled_after), bar_starts(edited)
+        (old, old_end, old_tempo, old_whole), (new, new_end, new_tempo, new_whole) = \
+            _bar_times(sampled_after), _bar_times(edited)
     except ScoreError:
         return None
     if not old or not new:
         return None
-    before = [(n, round(t, 3)) for n, t in old if t <= seconds + 1e-9]
-    if before == [(n, round(t, 3)) for n, t in new if t <= seconds + 1e-9]:
+    end = round(old_end, 3)
+
+    def before(bars):  # the bars that start before the cut within the song score's span
+        return [(n, round(t, 3)) for n, t in bars if t <= seconds + 1e-9 and round(t, 3) < end]
+
+    retempo = abs(old_whole - new_whole) > 1e-9 * max(old_whole, new_whole)
+    if before(old) == before(new) and not retempo:
         return None
     old_bar, new_bar = _bar_at(old, seconds), _bar_at(new, seconds)
     where = {n: t for n, t in new}
     moved = (f"its bar {old_bar} starts at {where[old_bar]:.2f} s" if old_bar in where
              else f"it has no bar {old_bar}")
+    if seconds >= old_end - 1e-9:
+        was = f"after the last bar of the song's score (bar {old_bar}, which ends at {old_end:.2f} s)"
+    else:
+        was = f"in bar {old_bar} of the song's score"
+    now = (f"after its last bar (bar {new_bar}, which ends at {new_end:.2f} s)" if seconds >= new_end - 1e-9
+           else f"in its bar {new_bar}")
+    tempo = f" ({new_tempo} against the song's {old_tempo})" if retempo else ""
     return (f"the edited score times its bars before the cut otherwise than the score the song was sampled after (a "
-            f"tempo, meter or bar change there): the cut at {seconds:.2f} s falls in bar {old_bar} of the song's "
-            f"score, which the kept audio follows, but in the edited score {moved} and {seconds:.2f} s falls in its "
-            f"bar {new_bar} — the new part is sampled after the edited score as a whole and need not take it up at "
-            "the bar you cut at; to have an edit followed, change only the bars after the cut (and keep the tempo)")
+            f"tempo, meter or bar change there): the cut at {seconds:.2f} s falls {was}, which the kept audio "
+            f"follows, but in the edited score{tempo} {moved} and {seconds:.2f} s falls {now} — the new part is "
+            "sampled after the edited score as a whole and need not take it up at the bar you cut at; to have an "
+            "edit followed, change only the bars after the cut (and keep the tempo)")
 
 
 def _bar_at(starts: list[tuple[int, float]], seconds: float) -> int | None:

@@ -1,6 +1,7 @@
 """Regenerate from a cut (bar or seconds): kept codes bit-identical, the original samples kept outside the crossfade,
 lineage saved with the song, and every kind of bad input refused with the range or the reason."""
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -299,3 +300,37 @@ def test_an_edit_that_retimes_the_bars_before_the_cut_is_said(engine, saved_pare
     assert edit.retimed_note(SCORE, SCORE, 2.4) is None
     one_bar_less = SCORE.replace('"C"c8d8e8f8|', "").replace("C32|G,32", "G,32")  # bar 1 removed in both voices
     assert "it has no bar 4" in edit.retimed_note(SCORE, one_bar_less, 3.5)
+
+
+def test_the_retime_note_is_not_given_for_bars_written_after_the_songs_score():
+    """Diff review of stop 56: `retimed_note` counted every bar of the edit that starts at or before the cut, so the
+    pack's own way to extend a song — bars appended to its score, then Continue at its end — was told its bars before
+    the cut are retimed ("its bar 4 starts at 3.00 s", as in the song's score) when the song is as long as its score
+    (the appended bar starts at the cut) or longer; and a cut past the score's end was said to fall "in bar 4"."""
+    appended = SCORE.replace('"F"f32|', '"F"f32|"C"c32|').replace("F,32|", "F,32|C32|")  # bar 5 from 4.0 s
+    assert edit.bar_starts(appended)[-1] == (5, 4.0) and edit.bar_starts(SCORE)[-1] == (4, 3.0)
+    for cut in (4.0, 4.5, 3.5, 1.0):  # the score's end, past it (the song runs longer), and before it
+        assert edit.retimed_note(SCORE, appended, cut) is None, cut
+    # bar 4 halved: bar 5 starts at 3.5 s, where the kept audio still plays the song's bar 4 — said, past the end too
+    shortened = appended.replace('"F"f32|', '"F"f16|').replace("F,32|", "F,16|")
+    note = edit.retimed_note(SCORE, shortened, 4.0)
+    assert note and "the cut at 4.00 s falls after the last bar of the song's score (bar 4, which ends at 4.00 s)" \
+        in note and "4.00 s falls in its bar 5" in note, note
+    past = edit.retimed_note(SCORE, SCORE.replace('"F"f32|', "").replace("F,32|", ""), 3.5)  # bar 4 removed
+    assert "it has no bar 4 and 3.50 s falls after its last bar (bar 3, which ends at 3.00 s)" in past, past
+
+
+def test_a_tempo_change_is_said_when_the_cut_falls_in_the_first_bar():
+    """Diff review of stop 56: a new tempo moves every bar after the first, so a cut in bar 2 or later was said; a cut
+    inside bar 1 (the kept audio half-way through it at the song's tempo, an eighth of the way at the edit's) was not.
+    A tempo written another way (Q:1/8=480 for Q:1/4=240) or L: with the notes rescaled is no change."""
+    slower = SCORE.replace("Q:1/4=240", "Q:1/4=60")
+    note = edit.retimed_note(SCORE, slower, 0.5)
+    assert note and "(Q:1/4=60 against the song's Q:1/4=240)" in note and "0.50 s falls in its bar 1" in note, note
+    assert edit.retimed_note(SCORE, SCORE.replace("Q:1/4=240", "Q:1/8=480"), 0.5) is None
+    head, body = SCORE.split("K:C\n")
+    halved = head.replace("L:1/32", "L:1/16") + "K:C\n" + re.sub(r"\d+", lambda m: str(int(m[0]) // 2), body)
+    assert edit.bar_starts(halved) == edit.bar_starts(SCORE)
+    assert edit.retimed_note(SCORE, halved, 0.5) is None and edit.retimed_note(SCORE, halved, 2.5) is None
+    # L: changed and the notes left as written: every bar twice as long, said
+    assert "its bar 2 starts at 2.00 s" in edit.retimed_note(SCORE, SCORE.replace("L:1/32", "L:1/16"), 1.5)
