@@ -76,8 +76,8 @@ def playback(score, max_events: int = MAX_PLAYBACK_EVENTS) -> dict:
     """`play` as the editor's analyze route sends it with every edit: what web/abc_editor/synth.js reads and no more
     — notes {start_s, dur_s, midi}, chords {start_s, dur_s, midis, symbol}, times rounded to the millisecond — and
     at most `max_events` notes and chord symbols, the earliest: when there are more, "cut_s" is the second the
-    first one left out starts (every event starting before it is kept; the synth stops there and the editor says
-    so), else None. Before (break-it review, stop 56): the whole timeline with bars, lines and columns at full float
+    first one left out starts (every event starting before it is kept, and held until "cut_s" at most; the synth
+    stops there and the editor says so), else None. Before (break-it review, stop 56): the whole timeline with bars, lines and columns at full float
     precision, ≈ 100 bytes a note — a 100 kB score of short notes answered 7.8 MB of JSON at each edit."""
     full = play(score)
     starts = sorted([n["start_s"] for notes in full["voices"].values() for n in notes]
@@ -87,9 +87,13 @@ def playback(score, max_events: int = MAX_PLAYBACK_EVENTS) -> dict:
     def kept(event: dict) -> bool:
         return cut is None or event["start_s"] < cut
 
-    voices = {voice: [{"start_s": round(n["start_s"], 3), "dur_s": round(n["dur_s"], 3), "midi": n["midi"]}
-                      for n in notes if kept(n)] for voice, notes in full["voices"].items()}
-    chords = [{"start_s": round(c["start_s"], 3), "dur_s": round(c["dur_s"], 3), "midis": c["midis"],
-               "symbol": c["symbol"]} for c in full["chords"] if kept(c)]
+    def times(event: dict) -> dict:  # a note or chord held over the cut stops there (diff review, stop 56: a tied
+        # note or a chord kept sounding past the "Playing the first …" the editor said, up to the next chord symbol)
+        dur = event["dur_s"] if cut is None else min(event["dur_s"], cut - event["start_s"])
+        return {"start_s": round(event["start_s"], 3), "dur_s": round(dur, 3)}
+
+    voices = {voice: [{**times(n), "midi": n["midi"]} for n in notes if kept(n)]
+              for voice, notes in full["voices"].items()}
+    chords = [{**times(c), "midis": c["midis"], "symbol": c["symbol"]} for c in full["chords"] if kept(c)]
     return {"tempo": full["tempo"], "duration_s": full["duration_s"], "voices": voices, "chords": chords,
             "cut_s": None if cut is None else round(cut, 3)}
