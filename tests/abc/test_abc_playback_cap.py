@@ -86,7 +86,7 @@ def test_random_scores_at_random_caps():
 
 def test_the_routes_cap_at_exactly_12000_events():
     """12,000 notes and chord symbols are all sent; one more chord symbol (on the last note) and the score is cut
-    where it starts: the last two notes (Vocal and Ins start together) and the chord are left out, 11,999 kept."""
+    where it starts: the last two notes (Vocal and Ins start together) and the chord are left out, 11,998 kept."""
     assert MAX_PLAYBACK_EVENTS == 12_000
     group = "V: Vocal\n" + "|".join(["B" * 32] * 4) + "|\nV: Ins\n" + "|".join(["G" * 32] * 4) + "|\n"
     chorded = ("V: Vocal\n" + "|".join(['"C"BBBB"G"BBBB' * 4] * 4) + "|\nV: Ins\n" + "|".join(["G" * 32] * 4)
