@@ -304,9 +304,10 @@ def test_an_edit_that_retimes_the_bars_before_the_cut_is_said(engine, saved_pare
 
 def test_the_retime_note_is_not_given_for_bars_written_after_the_songs_score():
     """Diff review of stop 56: `retimed_note` counted every bar of the edit that starts at or before the cut, so the
-    pack's own way to extend a song — bars appended to its score, then Continue at its end — was told its bars before
-    the cut are retimed ("its bar 4 starts at 3.00 s", as in the song's score) when the song is as long as its score
-    (the appended bar starts at the cut) or longer; and a cut past the score's end was said to fall "in bar 4"."""
+    pack's own way to extend a song — bars appended to its score, then Continue at its end — was told its bars
+    before the cut are retimed ("its bar 4 starts at 3.00 s", as in the song's score) when the song is as long as
+    its score (the appended bar starts at the cut) or longer; and a cut past the score's end was said to fall "in
+    bar 4"."""
     appended = SCORE.replace('"F"f32|', '"F"f32|"C"c32|').replace("F,32|", "F,32|C32|")  # bar 5 from 4.0 s
     assert edit.bar_starts(appended)[-1] == (5, 4.0) and edit.bar_starts(SCORE)[-1] == (4, 3.0)
     for cut in (4.0, 4.5, 3.5, 1.0):  # the score's end, past it (the song runs longer), and before it

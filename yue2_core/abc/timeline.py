@@ -77,8 +77,9 @@ def playback(score, max_events: int = MAX_PLAYBACK_EVENTS) -> dict:
     — notes {start_s, dur_s, midi}, chords {start_s, dur_s, midis, symbol}, times rounded to the millisecond — and
     at most `max_events` notes and chord symbols, the earliest: when there are more, "cut_s" is the second the
     first one left out starts (every event starting before it is kept, and held until "cut_s" at most; the synth
-    stops there and the editor says so), else None. Before (break-it review, stop 56): the whole timeline with bars, lines and columns at full float
-    precision, ≈ 100 bytes a note — a 100 kB score of short notes answered 7.8 MB of JSON at each edit."""
+    stops there and the editor says so), else None. Before (break-it review, stop 56): the whole timeline with
+    bars, lines and columns at full float precision, ≈ 100 bytes a note — a 100 kB score of short notes answered
+    7.8 MB of JSON at each edit."""
     full = play(score)
     starts = sorted([n["start_s"] for notes in full["voices"].values() for n in notes]
                     + [c["start_s"] for c in full["chords"]])
