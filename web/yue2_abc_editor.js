@@ -203,6 +203,15 @@ app.registerExtension({
             return result;
         };
 
+        // The editor is the `abc` widget: a link dropped on its socket replaced the box's text with the linked one
+        // while ComfyUI 0.3.75's frontend still showed the box, editable, and its text was not used (newer frontends
+        // hide the whole editor then). Text from another node goes to `abc_text`, which the editor shows and checks.
+        const onConnectInput = nodeType.prototype.onConnectInput;
+        nodeType.prototype.onConnectInput = function (slot) {
+            if (this.inputs?.[slot]?.widget?.name === WIDGET) return false;
+            return onConnectInput?.apply(this, arguments) ?? true;
+        };
+
         const onExecuted = nodeType.prototype.onExecuted;
         nodeType.prototype.onExecuted = function (output) {
             const result = onExecuted?.apply(this, arguments);

@@ -12,8 +12,10 @@ that exercise what differs between frontends (NEWEST_SCRIPTS):
   editor_refresh.test.mjs  execution results delivered through node.onExecuted and the node properties the
                            frontend persists (its draft storage, which 1.58 moved to other keys) across two reloads;
   editor_typing.test.mjs   the frontend's change tracker (checkState, renamed captureCanvasState in 1.5x) that
-                           typing calls, and the per-frame input path.
-The other five run on the pinned frontend only (tests/e2e/test_editor_browser.py runs all eight). What they add is
+                           typing calls, and the per-frame input path;
+  editor_ui_review.test.mjs  the link refused on the abc box's socket (the frontend's onConnectInput and widget
+                           sockets), the canvas's node copy/paste, collapse, the workflow tabs, focus in the BPM box.
+The other five run on the pinned frontend only (tests/e2e/test_editor_browser.py runs all nine). What they add is
 our own logic: editor_bad_input the server's analysis of bad text and the widget's escaping, editor_results the
 execution results nodes/editor.py sends (CR LF, errors, cached runs) and the editor's key handling, the three
 editor_history* scripts the editor's history store (web/abc_editor/history.js) across node re-creation. The frontend
@@ -35,7 +37,8 @@ from test_browser import browser_tools, run_node  # noqa: F401 (fixture used bel
 from test_editor_browser import CKPT_NAME, E2E, SCRIPTS, engraver  # noqa: F401 (fixture used below)
 
 REPO = Path(__file__).resolve().parents[2]
-NEWEST_SCRIPTS = [E2E / name for name in ("editor.test.mjs", "editor_refresh.test.mjs", "editor_typing.test.mjs")]
+NEWEST_SCRIPTS = [E2E / name for name in ("editor.test.mjs", "editor_refresh.test.mjs", "editor_typing.test.mjs",
+                                           "editor_ui_review.test.mjs")]
 
 
 def _unavailable(reason: str) -> None:

@@ -299,7 +299,11 @@ export class AbcEditor {
         } else this.score.setMessage(answer.svg_error || "The score could not be engraved.", { stale: true });
         this.score.markBars(issues);
         this.panel.setStructure(answer.structure);
-        if (answer.structure) this.tempoInput.value = String(Math.round(answer.structure.tempo?.bpm || 0) || "");
+        // the score's tempo in the BPM box — unless a new one is being typed there: an analysis that ended meanwhile
+        // put the old tempo back, and Enter then set that (UI review, stop 56)
+        if (answer.structure && document.activeElement !== this.tempoInput) {
+            this.tempoInput.value = String(Math.round(answer.structure.tempo?.bpm || 0) || "");
+        }
         const summary = errors ? `${errors} error${errors > 1 ? "s" : ""}` : "valid";
         this.setStatus(warnings ? `${summary}, ${warnings} warning${warnings > 1 ? "s" : ""}` : summary,
                        errors ? "error" : warnings ? "warning" : "");
