@@ -70,6 +70,17 @@ def synthetic_run_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def node_js() -> str:
+    """The `node` executable, for tests that run the pack's web/ modules without a browser; skips without it (an
+    error under scripts/test.sh, which installs it: YUE2_REQUIRE_BROWSER=1)."""
+    import shutil
+    found = shutil.which("node")
+    if not found:
+        _unavailable("node is not installed (scripts/test.sh installs it)", "YUE2_REQUIRE_BROWSER")
+    return found
+
+
+@pytest.fixture(scope="session")
 def comfy_host() -> tuple:
     """(ComfyUI dir, python that runs it) of the installed host; skips (or fails under scripts/test.sh) without one."""
     host = find_host(REPO)

@@ -12,12 +12,9 @@ with every edit, and chord symbols stacked on one note.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from yue2_core.abc import analyze, timeline, validate
 from yue2_core.abc.timeline import MAX_PLAYBACK_EVENTS
@@ -65,17 +62,13 @@ console.log(JSON.stringify(given.map((t) => timelineEvents(t).map((e) => [e.star
 """
 
 
-def test_the_editors_synth_plays_the_compact_timeline_as_the_full_one(tmp_path):
+def test_the_editors_synth_plays_the_compact_timeline_as_the_full_one(tmp_path, node_js):
     """web/abc_editor/synth.js (run by node, no browser) turns the route's compact timeline into the same events as
     the full one, to the millisecond. Skipped without node (scripts/test.sh installs it)."""
-    if not shutil.which("node"):
-        if os.environ.get("YUE2_REQUIRE_BROWSER") == "1":
-            pytest.fail("node is not installed (scripts/test.sh installs it)")
-        pytest.skip("node is not installed")
     script = tmp_path / "synth.mjs"
     script.write_text(SCRIPT % {"url": repr(SYNTH.as_uri())}, "utf-8")
     given = json.dumps([timeline(EXAMPLE), analyze({"abc": EXAMPLE})["timeline"]])
-    proc = subprocess.run(["node", str(script)], input=given, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([node_js, str(script)], input=given, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     full, compact = json.loads(proc.stdout)
     assert len(full) == len(compact) > 100

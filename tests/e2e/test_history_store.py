@@ -2,12 +2,9 @@
 to keep forgets what an earlier node of the same id left (break-it, stop 41: a new node reusing a deleted node's id
 got its history), and the store is capped by its text size as well as by count (64 histories of up to 200 snapshots
 of a 90 kB score would be ~1 GB). Skipped without node (scripts/test.sh installs it; YUE2_REQUIRE_BROWSER=1 fails)."""
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 
 STORE = Path(__file__).resolve().parents[2] / "web" / "abc_editor" / "history.js"
 
@@ -28,14 +25,10 @@ console.log(JSON.stringify(out));
 """
 
 
-def test_history_store_forgets_stale_entries_and_caps_its_size(tmp_path):
-    if not shutil.which("node"):
-        if os.environ.get("YUE2_REQUIRE_BROWSER") == "1":
-            pytest.fail("node is not installed (scripts/test.sh installs it)")
-        pytest.skip("node is not installed")
+def test_history_store_forgets_stale_entries_and_caps_its_size(tmp_path, node_js):
     script = tmp_path / "store.mjs"
     script.write_text(SCRIPT % {"url": repr(STORE.as_uri())}, "utf-8")
-    proc = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([node_js, str(script)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     import json
     out = json.loads(proc.stdout)
