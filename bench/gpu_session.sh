@@ -27,6 +27,10 @@
 #                                      # schedules, fenced and relaxed barriers, barrier anatomy) and of a cluster
 #                                      # partition (bench/cluster_floor.py: 2 grid barriers + 3 cluster hand-offs a
 #                                      # layer, clusters of 16/12/8 where they fit at once); ~4 min
+#   bash bench/gpu_session.sh fewer    # bench/stream_floor.py's ring with fewer barriers a layer (MASK 23: none between
+#                                      # gate/up and down, a block owning whole ffn columns; 21; 20) at 1 row, a CFG
+#                                      # pair's two caches (--kv-scale 2), 8 candidates on a shared prompt (1.1) and
+#                                      # with a cache each (8): the floors stop 56 left unmeasured; ~2 min
 #   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only, vs
 #                                      # the same bytes in fewer launches; int8 and bf16) and bench/topk_gap.py
 #                                      # (the sampling tail's torch.topk alone in a graph, its memset gap) and
@@ -84,7 +88,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|floor|splits|attn|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|fewer|floor|splits|attn|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -152,6 +156,11 @@ for part in "$@"; do
         2>&1 | tee "$OUT/layer_kernel.log"
       "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log"
       "$PY" bench/cluster_floor.py 2>&1 | tee "$OUT/cluster_floor.log" ;;
+    fewer)
+      for kv in 1 2 1.1 8; do
+        "$PY" bench/stream_floor.py --kv-scale "$kv" --anatomy --ring ring-nosync:12:16 ring:12:16 ring:12:16:0:23 \
+          ring:12:16:0:21 ring:12:16:0:20 2>&1 | tee -a "$OUT/stream_floor_fewer.log"
+      done ;;
     floor)
       "$PY" bench/step_floor.py --fmt int8 2>&1 | tee "$OUT/step_floor_int8.log"
       "$PY" bench/step_floor.py --fmt bf16 2>&1 | tee "$OUT/step_floor_bf16.log"
@@ -208,6 +217,6 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|floor|splits|attn|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|fewer|floor|splits|attn|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done

@@ -18,7 +18,12 @@ Prints ms a step, TB/s, and the µs a barrier costs over the stream (barriers �
 then, for --anatomy schedules, every block's arrival and release time at every barrier: how far apart the blocks
 arrive (a convoy waiting for the slowest) and how long the release takes after the last arrival (latency).
 
-    python bench/stream_floor.py [--reps 20] [--ring ...] [--anatomy ...]
+    python bench/stream_floor.py [--reps 20] [--ring ...] [--anatomy ...] [--kv-scale 1.0]
+
+--kv-scale multiplies the K/V phase's bytes: 2 for a CFG pair (two prompts, two caches), 8 for 8 candidates with a
+cache each (their shared 2,000-position prompt read once: ≈ 1.1), so the same schedules bound the multi-row steps'
+floors (no arithmetic at any row count). Fewer barriers a layer: MASK 23 = every phase but gate/up (a block owning
+whole ffn columns runs gate/up, SiLU·up and its down-projection partial without a barrier between them), 21, 20.
 """
 from __future__ import annotations
 
@@ -296,6 +301,11 @@ PHASE_MB = (8.4, 9.2, 4.2, 25.2, 12.6)  # qkv, K/V, o, gate/up, down (int8 step 
 LAYERS = 28
 
 
+def phase_bytes_mb(kv_scale: float = 1.0) -> tuple:
+    """PHASE_MB with the K/V phase (index 1) scaled by `kv_scale` (MB a layer: qkv, K/V, o, gate/up, down)."""
+    return tuple(mb * kv_scale if i == 1 else mb for i, mb in enumerate(PHASE_MB))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
@@ -313,7 +323,11 @@ def main():
                          "or empty:… (no bytes: the barriers alone)")
     ap.add_argument("--anatomy", nargs="*", default=["ring:12:16", "ring:12:16:0:31:0:0:0:0", "empty:1:16:0:31"],
                     help="ring schedules whose barriers are timed block by block (arrival spread, release latency)")
+    ap.add_argument("--kv-scale", type=float, default=1.0,
+                    help="K/V bytes × this (2: a CFG pair's two caches; 8: 8 candidates with a cache each)")
     a = ap.parse_args()
+    if not 0 < a.kv_scale <= 64:
+        ap.error(f"--kv-scale {a.kv_scale}: expected a number in (0, 64]")
     import re
     for m in a.ring + a.anatomy:
         v = [int(x) for x in m.split(":")[1:]] if re.fullmatch(r"(ring|ring-nosync|empty)(:\d+){2,8}", m) else []
@@ -332,7 +346,8 @@ def main():
     kern, reset, ring = mod["stream"], mod["reset"], mod["ring"]
     ring.set_shared_memory_config(max([int(m.split(":")[1]) * int(m.split(":")[2]) * 1024 for m in a.ring
                                        + a.anatomy] + [0]))
-    sizes = [int(mb * 1e6) // 16 for _ in range(LAYERS) for mb in PHASE_MB]
+    phase_mb = phase_bytes_mb(a.kv_scale)
+    sizes = [int(mb * 1e6) // 16 for _ in range(LAYERS) for mb in phase_mb]
     ends = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).to(dev)
     total = int(ends[-1]) * 16
     buf = torch.randint(0, 2 ** 31 - 1, (total // 4,), dtype=torch.int32, device=dev)
@@ -376,7 +391,7 @@ def main():
                      args=[buf, ends, layer * P, (layer + 1) * P, 1, pre, bar, out])
 
     print(f"{torch.cuda.get_device_name()} · {blocks} blocks of 512 threads · {total / 1e9:.2f} GB a step "
-          f"({LAYERS} layers × {sum(PHASE_MB):.1f} MB)")
+          f"({LAYERS} layers × {sum(phase_mb):.1f} MB; K/V × {a.kv_scale:g})")
     print(f"{'schedule':22} {'ms/step':>8} {'TB/s':>6} {'µs/barrier':>10}")
     res = {}
     for mode in ("stream", "barriers", "preloaded", "split", "one-launch", "one-launch-split", "one-launch-relaxed",

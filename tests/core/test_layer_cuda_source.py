@@ -107,3 +107,17 @@ def test_stream_floor_anatomy_reads_arrivals_and_releases():
     out = sf.anatomy_table(t.view(-1), 2, 3)
     assert "3 barriers: arrival spread 0.20 µs, release latency 1.00, release spread 0.00, between barriers 0.60" \
         in out, out
+
+
+def test_stream_floor_scales_only_the_kv_phase_for_multi_row_floors():
+    """--kv-scale (stop 56: the CFG pair's and the candidates' floors were never measured) multiplies the K/V phase
+    alone: 2 caches of a CFG pair add 9.2 MB a layer, the weights stay; a scale outside (0, 64] is refused by name."""
+    sf = _stream_floor()
+    one, two = sf.phase_bytes_mb(1.0), sf.phase_bytes_mb(2.0)
+    assert one == sf.PHASE_MB
+    assert [b - a for a, b in zip(one, two)] == [0.0, sf.PHASE_MB[1], 0.0, 0.0, 0.0]
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, str(sf.__file__), "--kv-scale", "0"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "--kv-scale 0.0: expected a number in (0, 64]" in proc.stderr, proc.stderr
