@@ -30,7 +30,8 @@
 #   bash bench/gpu_session.sh fewer    # bench/stream_floor.py's ring with fewer barriers a layer (MASK 23: none between
 #                                      # gate/up and down, a block owning whole ffn columns; 21; 20) at 1 row, a CFG
 #                                      # pair's two caches (--kv-scale 2), 8 candidates on a shared prompt (1.1) and
-#                                      # with a cache each (8): the floors stop 56 left unmeasured; ~2 min
+#                                      # with a cache each (8), and the bf16 file's weights (--weight-scale 2): the
+#                                      # floors stop 56 left unmeasured; ~2.5 min
 #   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only, vs
 #                                      # the same bytes in fewer launches; int8 and bf16) and bench/topk_gap.py
 #                                      # (the sampling tail's torch.topk alone in a graph, its memset gap) and
@@ -160,7 +161,10 @@ for part in "$@"; do
       for kv in 1 2 1.1 8; do
         "$PY" bench/stream_floor.py --kv-scale "$kv" --anatomy --ring ring-nosync:12:16 ring:12:16 ring:12:16:0:23 \
           ring:12:16:0:21 ring:12:16:0:20 2>&1 | tee -a "$OUT/stream_floor_fewer.log"
-      done ;;
+      done
+      # the bf16 file's step: the weights twice the bytes (no bf16 floor had been measured)
+      "$PY" bench/stream_floor.py --weight-scale 2 --anatomy --ring ring-nosync:12:16 ring:12:16 ring:12:16:0:23 \
+        ring:12:16:0:21 ring:12:16:0:20 2>&1 | tee -a "$OUT/stream_floor_fewer.log" ;;
     floor)
       "$PY" bench/step_floor.py --fmt int8 2>&1 | tee "$OUT/step_floor_int8.log"
       "$PY" bench/step_floor.py --fmt bf16 2>&1 | tee "$OUT/step_floor_bf16.log"

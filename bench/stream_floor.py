@@ -18,11 +18,11 @@ Prints ms a step, TB/s, and the µs a barrier costs over the stream (barriers �
 then, for --anatomy schedules, every block's arrival and release time at every barrier: how far apart the blocks
 arrive (a convoy waiting for the slowest) and how long the release takes after the last arrival (latency).
 
-    python bench/stream_floor.py [--reps 20] [--ring ...] [--anatomy ...] [--kv-scale 1.0]
+    python bench/stream_floor.py [--reps 20] [--ring ...] [--anatomy ...] [--kv-scale 1.0] [--weight-scale 1.0]
 
 --kv-scale multiplies the K/V phase's bytes: 2 for a CFG pair (two prompts, two caches), 8 for 8 candidates with a
 cache each (their shared 2,000-position prompt read once: ≈ 1.1), so the same schedules bound the multi-row steps'
-floors (no arithmetic at any row count). Fewer barriers a layer: MASK 23 = every phase but gate/up (a block owning
+floors (no arithmetic at any row count); --weight-scale 2 gives the bf16 file's step (weights twice the bytes). Fewer barriers a layer: MASK 23 = every phase but gate/up (a block owning
 whole ffn columns runs gate/up, SiLU·up and its down-projection partial without a barrier between them), 21, 20.
 """
 from __future__ import annotations
@@ -301,9 +301,10 @@ PHASE_MB = (8.4, 9.2, 4.2, 25.2, 12.6)  # qkv, K/V, o, gate/up, down (int8 step 
 LAYERS = 28
 
 
-def phase_bytes_mb(kv_scale: float = 1.0) -> tuple:
-    """PHASE_MB with the K/V phase (index 1) scaled by `kv_scale` (MB a layer: qkv, K/V, o, gate/up, down)."""
-    return tuple(mb * kv_scale if i == 1 else mb for i, mb in enumerate(PHASE_MB))
+def phase_bytes_mb(kv_scale: float = 1.0, weight_scale: float = 1.0) -> tuple:
+    """PHASE_MB with the K/V phase (index 1) scaled by `kv_scale` and the four weight phases by `weight_scale`
+    (2: the bf16 file's weights, twice the int8 codes' bytes) — MB a layer: qkv, K/V, o, gate/up, down."""
+    return tuple(mb * (kv_scale if i == 1 else weight_scale) for i, mb in enumerate(PHASE_MB))
 
 
 def main():
@@ -325,9 +326,14 @@ def main():
                     help="ring schedules whose barriers are timed block by block (arrival spread, release latency)")
     ap.add_argument("--kv-scale", type=float, default=1.0,
                     help="K/V bytes × this (2: a CFG pair's two caches; 8: 8 candidates with a cache each)")
+    ap.add_argument("--weight-scale", type=float, default=1.0,
+                    help="the four weight phases' bytes × this (2: the bf16 file; the int8 codes' scales are "
+                         "ignored at 1)")
     a = ap.parse_args()
     if not 0 < a.kv_scale <= 64:
         ap.error(f"--kv-scale {a.kv_scale}: expected a number in (0, 64]")
+    if not 0 < a.weight_scale <= 4:
+        ap.error(f"--weight-scale {a.weight_scale}: expected a number in (0, 4]")
     import re
     for m in a.ring + a.anatomy:
         v = [int(x) for x in m.split(":")[1:]] if re.fullmatch(r"(ring|ring-nosync|empty)(:\d+){2,8}", m) else []
@@ -346,7 +352,7 @@ def main():
     kern, reset, ring = mod["stream"], mod["reset"], mod["ring"]
     ring.set_shared_memory_config(max([int(m.split(":")[1]) * int(m.split(":")[2]) * 1024 for m in a.ring
                                        + a.anatomy] + [0]))
-    phase_mb = phase_bytes_mb(a.kv_scale)
+    phase_mb = phase_bytes_mb(a.kv_scale, a.weight_scale)
     sizes = [int(mb * 1e6) // 16 for _ in range(LAYERS) for mb in phase_mb]
     ends = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).to(dev)
     total = int(ends[-1]) * 16
@@ -391,7 +397,7 @@ def main():
                      args=[buf, ends, layer * P, (layer + 1) * P, 1, pre, bar, out])
 
     print(f"{torch.cuda.get_device_name()} · {blocks} blocks of 512 threads · {total / 1e9:.2f} GB a step "
-          f"({LAYERS} layers × {sum(phase_mb):.1f} MB; K/V × {a.kv_scale:g})")
+          f"({LAYERS} layers × {sum(phase_mb):.1f} MB; K/V × {a.kv_scale:g}, weights × {a.weight_scale:g})")
     print(f"{'schedule':22} {'ms/step':>8} {'TB/s':>6} {'µs/barrier':>10}")
     res = {}
     for mode in ("stream", "barriers", "preloaded", "split", "one-launch", "one-launch-split", "one-launch-relaxed",

@@ -121,3 +121,17 @@ def test_stream_floor_scales_only_the_kv_phase_for_multi_row_floors():
     proc = subprocess.run([sys.executable, str(sf.__file__), "--kv-scale", "0"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "--kv-scale 0.0: expected a number in (0, 64]" in proc.stderr, proc.stderr
+
+
+def test_stream_floor_weight_scale_doubles_the_weights_for_the_bf16_floor():
+    """--weight-scale (stop 57: no bf16 floor had been measured) multiplies the four weight phases and leaves the K/V
+    phase (bf16 in both files) alone; a scale outside (0, 4] is refused by name."""
+    sf = _stream_floor()
+    bf16 = sf.phase_bytes_mb(1.0, 2.0)
+    assert bf16[1] == sf.PHASE_MB[1]
+    assert [b / a for i, (a, b) in enumerate(zip(sf.PHASE_MB, bf16)) if i != 1] == [2.0] * 4
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, str(sf.__file__), "--weight-scale", "5"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "--weight-scale 5.0: expected a number in (0, 4]" in proc.stderr, proc.stderr
