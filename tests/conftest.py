@@ -15,10 +15,25 @@ Fixtures (session-scoped, shared by tests/host, tests/e2e and any other folder t
 
 When the host is not installed the host tests SKIP with the reason (pytest -ra lists it); under scripts/test.sh
 (YUE2_REQUIRE_HOST=1) a missing host is an error instead.
+
+Process set-up, before any test (and inherited by every subprocess and the ComfyUI server):
+  ONEDNN_MAX_CPU_ISA=AVX2 (unless set): the tests that check the batched decoder's rows against single runs bit for
+        bit (tests/batch, tests/nodes/test_nodes_takes.py) check the batching (masks, positions, draws), and need
+        products whose rows do not depend on how many rows are multiplied. oneDNN's AVX-512 bf16 kernels, chosen on
+        AVX-512 CPUs (the stop-57 machine), block by the row count: one row of a 3-row LM-head product differs in
+        the last bit from the same row alone; its AVX2 kernels do not (docs/batch.md, "CPU").
+  SIGINT → KeyboardInterrupt: a test run started in the background by a script (`cmd &`) inherits SIGINT ignored,
+        and Python then installs no handler, so the tests that interrupt themselves (tests/robust) saw nothing; a
+        handler set here is also reset to the default in their subprocesses.
 """
 import os
+import signal
 import sys
 from pathlib import Path
+
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest
 

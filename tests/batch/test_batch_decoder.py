@@ -66,3 +66,18 @@ def test_a_failing_row_in_a_batch_fails_alone(engine, monkeypatch):
     assert status[items[0].id][0] == status[items[2].id][0] == "complete"
     assert status[items[1].id][0] == "failed" and "NaN logits" in status[items[1].id][2]
     assert status[items[1].id][1] in ("plan", "semantic")
+
+
+def test_cpu_products_here_do_not_depend_on_the_row_count():
+    """What the bit-for-bit batch tests above rely on: a row of a batched bf16 product equals that row alone. On
+    AVX-512 CPUs oneDNN's bf16 kernels block by the row count and break this (stop 57: an LM-head row of a 3-row
+    product differed in the last bit); tests/conftest.py sets ONEDNN_MAX_CPU_ISA=AVX2 before any product runs."""
+    import os
+    gen = torch.Generator().manual_seed(0)
+    assert os.environ.get("ONEDNN_MAX_CPU_ISA"), "tests/conftest.py sets it"
+    for k, n in ((256, 384), (256, 512), (256, 32769), (256, 184704)):
+        w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
+        x = torch.randn(3, k, generator=gen).to(torch.bfloat16)
+        full = torch.nn.functional.linear(x, w)
+        for r in (1, 2):
+            assert torch.equal(full[:r], torch.nn.functional.linear(x[:r], w)), (k, n, r)
