@@ -1,6 +1,7 @@
 """Bad batch input, each refused with a specific message: per row (the others run) or for the whole batch (before
 any song runs)."""
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -848,3 +849,99 @@ def test_a_stopped_ray_batch_does_not_call_songs_on_the_workers_not_started(tmp_
     for r in pending:
         assert r["note"] == ("not saved; how far the Ray workers got with it is not known here (interrupted); "
                              "--resume computes it from the start"), r
+
+
+def _tiny_rows(path: Path, ids: str = "abcd", **changes) -> Path:
+    """A request file of short cot-off songs (ids from `ids`); `changes` replace fields of every row."""
+    path.write_text("".join(json.dumps({"id": i, "style": "pop", "lyrics": "la", "cot": "off", "seed": n,
+                                        "semantic_sampling": {"max_tokens": 4, "min_tokens": 1}, **changes}) + "\n"
+                            for n, i in enumerate(ids)), "utf-8")
+    return path
+
+
+@pytest.mark.parametrize("overlap,how", [(False, "moved"), (True, "moved"), (False, "replaced")])
+def test_a_batch_folder_moved_away_mid_run_stops_the_batch(tmp_path, engine, monkeypatch, capsys, overlap, how):
+    """Break-it finding (stop 57): the batch folder moved away (renamed in a file manager) or removed while the
+    batch ran — the next song's save made the folder again, the batch wrote the rest there and ended "4 of 4
+    complete" (exit 0) over a folder holding 2 of them. Now the batch stops at the first song after the move (that
+    song fails at its save, nothing is written into a folder of that name again), says what happened and how to
+    finish, and --resume on the moved folder completes the batch."""
+    import yue2_core.artifacts as artifacts
+    from yue2_core.artifacts import load_song
+    req = _tiny_rows(tmp_path / "r.jsonl")
+    out, moved = tmp_path / "album", tmp_path / "album-moved"
+    saved, real_save = [], artifacts.save_song
+
+    def save_then_move(song, folder, *a, **k):
+        result = real_save(song, folder, *a, **k)
+        saved.append(song.request.id)
+        if len(saved) == 2:  # the user moves the album away after its second song
+            os.rename(out, moved)
+            if how == "replaced":
+                out.mkdir()  # and makes a new, empty folder of that name
+        return result
+    monkeypatch.setattr(artifacts, "save_song", save_then_move)
+    kw = dict(tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=lambda: engine)
+    options = dict(steps=1, max_batch=1, overlap=overlap)
+    what = "removed or moved away" if how == "moved" else "replaced by another folder"
+    with pytest.raises(ArtifactError, match=f"the batch folder .*album was {what} while the batch ran: no more "
+                                            "songs are saved .*run the same command with --resume"):
+        run_batch(BatchOptions(str(req), str(out), **options), **kw)
+    assert saved == ["a", "b"]
+    assert (sorted(p.name for p in out.iterdir()) == [] if how == "replaced" else not out.exists())
+    assert sorted(p.name for p in moved.iterdir()) == ["a", "b", "batch.json"]
+    err = capsys.readouterr().err
+    assert "not run (the batch folder was moved or removed)" in err, err
+    monkeypatch.setattr(artifacts, "save_song", real_save)
+    assert run_batch(BatchOptions(str(req), str(moved), resume=True, **options), **kw) == 0
+    summary = json.loads((moved / "batch.json").read_text("utf-8"))
+    assert [(r["id"], r["status"], r["resumed"]) for r in summary["results"]] == [
+        ("a", "complete", True), ("b", "complete", True), ("c", "complete", False), ("d", "complete", False)]
+    for i in "abcd":
+        load_song(moved / i)
+
+
+def test_a_batch_folder_given_through_a_symbolic_link_names_the_folder(tmp_path):
+    """Break-it finding (stop 57): `--output LINK` where LINK is a symbolic link to the album folder (on another
+    disk, say) said "is not a folder; give a new folder for the batch" — a --resume of a half-done album read as
+    "start over". It now says it is a link, to what, and gives the folder's own path; a dangling link says so."""
+    from yue2_core.batch.driver import check_output
+    album = tmp_path / "disk" / "album"
+    album.mkdir(parents=True)
+    (album / "batch.json").write_text("{}")
+    link = tmp_path / "album"
+    link.symlink_to(album, target_is_directory=True)
+    with pytest.raises(ArtifactError, match=re.escape(f"--output {link} is a symbolic link (to the folder {album}); "
+                                                      f"a batch writes into a real folder: give that folder itself "
+                                                      f"(--output {album}) or a new folder")):
+        check_output(link, {"a"}, resume=True)
+    check_output(album, {"a"}, resume=True)  # the folder itself is accepted
+    dangling = tmp_path / "gone"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ArtifactError, match=r"is a symbolic link \(to .*nowhere, which does not exist\); .* give the "
+                                            r"path of a new folder"):
+        check_output(dangling, {"a"}, resume=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ArtifactError, match="is not a folder; give a new folder"):
+        check_output(tmp_path / "file", {"a"}, resume=False)
+
+
+def test_resume_names_the_request_fields_a_finished_song_differs_in(tmp_path, engine):
+    """Break-it finding (stop 57): a --resume whose request file changed a finished song's seed (or lyrics, style,
+    score) refused it with "its request.json is another request than this row" and no word of what differs. The
+    refusal now names each field, with the song's value and the row's when short."""
+    from yue2_core.artifacts import save_song
+    from yue2_core.batch.driver import resume_state
+    item = read_requests(_tiny_rows(tmp_path / "r.jsonl", "a"))[0][0]
+    folder = save_song(engine.generate(item.request, item.budgets, steps=1), tmp_path / "out" / "a")
+    assert resume_state(folder, item, 1) == ("done", None)
+    changed = read_requests(_tiny_rows(tmp_path / "r2.jsonl", "a", seed=99, lyrics="other words",
+                                       style="x" * 50))[0][0]
+    state, why = resume_state(folder, changed, 1)
+    assert state == "refuse", why
+    assert ("its request.json is another request than this row (its style differs; lyrics: the song's 'la', "
+            "this row's 'other words'; seed: the song's 0, this row's 99)") in why, why
+    scored = read_requests(_tiny_rows(tmp_path / "r3.jsonl", "a", cot="full", abc=SCORE))[0][0]
+    state, why = resume_state(folder, scored, 1)
+    assert "cot: the song's 'off', this row's 'full'" in why, why
+    assert "its score (abc / abc_path) differs" in why, why

@@ -68,7 +68,14 @@ def check_output(out: Path, ids: set[str], resume: bool) -> None:
     from ..artifacts import batch_folder_above, check_name_limits, song_folder_above
     check_name_limits(out)  # a name over NAME_MAX on the way: said with the limit, not "File name too long"
     try:
-        if out.is_symlink() or (out.exists() and not out.is_dir()):
+        if out.is_symlink():  # its claim would lie beside the link, not beside the folder another run names
+            target = Path(os.path.realpath(out))  # (break-it, stop 57: was "is not a folder; give a new folder",
+            where = (f"the folder {target}" if target.is_dir() else  # which abandoned a batch reached by a link)
+                     f"{target}, which {'does not exist' if not os.path.lexists(target) else 'is not a folder'}")
+            raise ArtifactError(f"--output {out} is a symbolic link (to {where}); a batch writes into a real folder: "
+                                + (f"give that folder itself (--output {target}) or a new folder" if target.is_dir()
+                                   else "give the path of a new folder"))
+        if out.exists() and not out.is_dir():
             raise ArtifactError(f"--output {out} is not a folder; give a new folder for the batch")
         batch = batch_folder_above(out)
         if batch is not None:  # as `generate` (break-it, stop 39: that batch's; stop 42: at any depth)
@@ -211,7 +218,8 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
     cfg = saved.config
     differ = []
     if saved.tokens.request != want:
-        differ.append("its request.json is another request than this row")
+        differ.append("its request.json is another request than this row "
+                      f"({_request_changes(saved.tokens.request, want)})")
     if cfg.get("ode_steps") != steps:
         differ.append(f"it was rendered with --steps {cfg.get('ode_steps')!r}, this run uses {steps}")
     if cfg.get("ode_method", "midpoint") != method:
@@ -231,6 +239,25 @@ def resume_state(folder: Path, item: BatchRequest, steps: int,
         return "refuse", (f"{folder} holds a verified song made otherwise: {'; '.join(differ)}. Resume with the "
                           "song's settings, give the row another id, or move the folder away")
     return "done", None
+
+
+def _request_changes(saved: dict, want: dict) -> str:
+    """The request fields in which a verified song (`saved`, its request.json) and this row (`want`) differ, each
+    with the song's value and the row's when short (break-it, stop 57: "another request than this row" named none —
+    a seed changed in the request file read like a damaged folder)."""
+    from ..errors import quoted
+    names = {"abc": "score (abc / abc_path)"}
+    parts = []
+    for key in want:
+        old, new = saved.get(key) if isinstance(saved, dict) else None, want[key]
+        if old == new:
+            continue
+        if key == "abc" or (isinstance(old, str) and isinstance(new, str) and max(len(old), len(new)) > 40):
+            parts.append(f"its {names.get(key, key)} differs")
+        else:
+            parts.append(f"{names.get(key, key)}: the song's {quoted(old, limit=40)}, this row's "
+                         f"{quoted(new, limit=40)}")
+    return "; ".join(parts) or "it does not record one"
 
 
 def _made_otherwise(cfg: dict, run: dict) -> list[str]:
@@ -708,6 +735,7 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     except OSError as exc:
         raise ArtifactError(f"cannot create the batch folder {out}: {exc.strerror or exc}") from None
     summary.write(out)  # the folder is writable before any damaged song is removed
+    home = _identity(out)  # the folder this batch writes: a save never makes it again (`_check_home`)
     if todo:
         print(f"batching: {_batching_line(continuous, max_batch, on_cuda, batched, runner is not None)}"
               + _overlap_note(overlap, continuous, max_batch, len(todo), runner is not None)
@@ -747,14 +775,16 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
             print(failure_line(result.id, result.stage, result.error), file=stream)  # (stop 40 review: twice)
         summary.add(result.line, result.id, status, **fields)
 
-    songs = full = None
+    songs = full = gone = None
     jobs: dict = {}  # each song's job by id (`iter_songs`): how far the songs a stopped run did not yield got
     try:
         if todo:
             kw = dict(max_batch=max_batch, steps=options.steps, on_event=progress, batched=batched,
                       overlap=overlap, method=options.method)
             if runner is None:
-                deliver = lambda item, song: save_song(song, out / item.id)  # noqa: E731
+                def deliver(item, song):
+                    _check_home(out, home)  # save_song would make a moved or removed folder again
+                    return save_song(song, out / item.id)
                 songs = iter_songs(engine_factory, todo, deliver=deliver, continuous=continuous, jobs=jobs, **kw)
             else:
                 songs = runner.songs(todo, out, **kw)
@@ -763,7 +793,16 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                 if getattr(result, "disk_full", False):
                     full = result
                     break
+                gone = _moved(out, home)
+                if gone:
+                    break
                 summary.write(out)
+        if gone:  # moved or removed by someone while the batch ran: stop as a Ctrl-C does, write nothing more
+            _drain(songs, record, stream)
+            summary.stopped = "the batch folder was moved or removed"
+            _account_left(summary, jobs, record, summary.stopped, tracked=runner is None)
+            print(summary.table(written=False), file=stream)
+            raise _gone_error(out, gone)
         if full is not None:  # no room to save songs: compute no more (stop 40 review: every later song was
             _stop_on_full_disk(songs, record, summary, full, stream, jobs,  # computed, then failed at its save)
                                tracked=runner is None, out=out)
@@ -786,6 +825,45 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
     print(f"songs: {out}/<id>/ (audio.flac, score.abc, …); summary: {out / BATCH_FILE}"
           + (f"; after fixing the failed rows, {again}" if summary.count("failed") else ""), file=stream)
     return 1 if summary.count("failed") else 0
+
+
+def _identity(folder: Path) -> tuple | None:
+    """(device, inode) of `folder`, None when it is gone (or no longer a folder); a folder that cannot be looked at
+    for another reason (a transient error) counts as unchanged."""
+    import errno
+    import stat
+    try:
+        st = os.lstat(folder)
+    except OSError as exc:
+        return None if exc.errno in (errno.ENOENT, errno.ENOTDIR) else _UNKNOWN
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+_UNKNOWN = ("unknown",)
+
+
+def _moved(out: Path, home: tuple | None) -> str | None:
+    """How the batch folder `out` is no longer the folder this batch made or took (`home`, `_identity`): "removed
+    or moved away", "replaced by another folder", or None when it is the same (or cannot be told)."""
+    now = _identity(out)
+    if now == home or _UNKNOWN in (now, home):
+        return None
+    return "removed or moved away" if now is None else "replaced by another folder"
+
+
+def _gone_error(out: Path, what: str) -> ArtifactError:
+    return ArtifactError(f"the batch folder {out} was {what} while the batch ran: no more songs are saved and its "
+                         f"{BATCH_FILE} is not written (the songs saved before are where that folder went). Put the "
+                         "folder back, or give its new path as --output, and run the same command with --resume")
+
+
+def _check_home(out: Path, home: tuple | None) -> None:
+    """ArtifactError (`_gone_error`) when the batch folder `out` was moved, removed or replaced while the batch ran
+    (`_moved`; break-it, stop 57: the next song's save made the folder again and the batch ended "6 of 6 complete"
+    over a folder holding 3 of them, the rest where the folder went). Nothing more is written there."""
+    what = _moved(out, home)
+    if what:
+        raise _gone_error(out, what)
 
 
 def _stop_on_full_disk(songs, record, summary: BatchSummary, full, stream, jobs: dict, tracked: bool = True,
