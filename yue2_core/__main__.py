@@ -537,6 +537,11 @@ def cmd_batch(args) -> int:
     Budgets(args.max_seconds, args.max_abc_tokens).semantic_sampling()  # bad caps fail before loading
     Budgets(args.max_seconds, args.max_abc_tokens).abc_sampling()
     _check_budget_fits(args.max_seconds, args.max_abc_tokens)
+    # a problem of the whole request file (missing, not UTF-8, no request) is the error before the checkpoint search,
+    # which may download 3.7 GB (new-user review 57: `batch nope.jsonl` tried the download first); its rows decide
+    # the synthetic notes below (new-user / break-it findings: notes for caps no row reaches)
+    from .batch.requests import read_requests
+    rows, _ = read_requests(args.requests)
     checkpoint, how = find_checkpoint(args.checkpoint, download=not args.offline)
     # with --vae, a vendor folder's own VAE is not looked for (it may have none: new-user review, stop 46)
     info = inspect_checkpoint(checkpoint, own_vae="skip" if args.vae else "required")
@@ -550,12 +555,6 @@ def cmd_batch(args) -> int:
             from .weights.vae_files import open_vae
             vae_cfg = open_vae(args.vae).config
     synthetic = "yue2_synthetic" in info.metadata
-    rows = []
-    if synthetic and (args.max_abc_tokens is None or args.max_seconds is None):
-        # the rows' own budgets decide the notes below (new-user / break-it findings: notes for caps no row reaches);
-        # a problem of the whole file (missing, not UTF-8, no request) is the error here, before any note
-        from .batch.requests import read_requests
-        rows, _ = read_requests(args.requests)
     abc_cap = args.max_abc_tokens
     if abc_cap is None and synthetic:
         abc_cap = SYNTHETIC_ABC_TOKENS  # as generate: random weights never end a lead sheet

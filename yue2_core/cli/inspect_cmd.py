@@ -170,7 +170,7 @@ def _in_comfy(name: str, kinds: tuple[str, ...], option: str = "") -> str:
     `generate --checkpoint` of that name found the file in ComfyUI/models/checkpoints). CheckpointError when none
     holds it."""
     from ..errors import CheckpointError
-    from ..weights.locate import HF_FILE, HF_REPO, comfy_model_folders, comfy_model_path
+    from ..weights.locate import HF_FILE, HF_REPO, _near_miss, comfy_model_folders, comfy_model_path
     for kind in kinds:
         found = comfy_model_path(name, kind)
         if found is not None:
@@ -180,8 +180,11 @@ def _in_comfy(name: str, kinds: tuple[str, ...], option: str = "") -> str:
     where = f" (nor in ComfyUI's {', '.join(folders)})" if folders else ""
     what = ("inspect takes the path of a checkpoint (or the vendor's folder), a LoRA, a VAE file or folder, a song "
             "folder or an ABC lead sheet" if not option else "--model takes a checkpoint")
-    raise CheckpointError(f"checkpoint not found: {name} — no such file or folder here{where}; {what} (the release "
-                          f"file is {HF_FILE} from https://huggingface.co/{HF_REPO})")
+    # a lead sheet or a song folder is no "checkpoint" (new-user review 57: `inspect out/my_song/score.ab`)
+    head = ("checkpoint not found" if option or name.lower().endswith((".safetensors", ".pt", ".bin", ".json"))
+            else "lead sheet not found" if name.lower().endswith(".abc") else "not found")
+    raise CheckpointError(f"{head}: {name} — no such file or folder here{where}{_near_miss(name)}; {what} (the "
+                          f"release file is {HF_FILE} from https://huggingface.co/{HF_REPO})")
 
 
 def _abc_report(path: str) -> dict | None:

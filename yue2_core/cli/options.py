@@ -119,11 +119,22 @@ def parse_lora(value: str) -> tuple[str, float, float]:
 
 def parse_vae(value: str) -> str:
     """--vae PATH → the path; a name that is no path here but is one in the `models/vae` folder of the ComfyUI the
-    checkpoint search uses (`locate.comfy_model_path`) → that one, with a note. Whether it is a VAE is checked
-    later (vae_files.open_vae)."""
-    from ..weights.locate import comfy_model_path
+    checkpoint search uses (`locate.comfy_model_path`) → that one, with a note. An empty name, or one that is neither
+    (not even a link), is refused here, before any checkpoint search; whether it is a VAE is checked later
+    (vae_files.open_vae)."""
+    from ..weights.locate import comfy_model_folders, comfy_model_path, looks_up_in_comfy
+    if not value.strip():  # `--vae "$UNSET"` got as far as loading the model before its error
+        raise argparse.ArgumentTypeError(f"{value!r} names no VAE (an unset shell variable?); give its path, or "
+                                         "leave the option out")
     in_comfy = comfy_model_path(value, "vae")
     if in_comfy is None:
+        if not os.path.lexists(value):  # said now, as a missing --lora is (new-user review 57:
+            # the checkpoint search ran first, with its 3.7 GB download when no checkpoint was found); a broken
+            # link is said by open_vae
+            folders = comfy_model_folders("vae") if looks_up_in_comfy(value) else []
+            where = f", neither here nor in ComfyUI's {' or '.join(folders)}" if folders else ""
+            raise argparse.ArgumentTypeError(f"VAE {value!r} not found{where} (a YuE2 VAE is a folder with "
+                                             "config.json + model.safetensors, or a .safetensors file)")
         return value
     print(f"note: --vae {value}: {in_comfy[0]} (ComfyUI folder {in_comfy[1]})", file=sys.stderr)
     return in_comfy[0]

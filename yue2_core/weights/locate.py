@@ -134,9 +134,11 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
             kind = not_a_file(explicit)  # it exists, but is a FIFO / device / socket
             folders = comfy_model_folders("checkpoints") if looks_up_in_comfy(explicit) else []
             where = f" (neither here nor in ComfyUI's {' or '.join(folders)})" if folders else ""
+            near = "" if kind else _near_miss(explicit)  # else the checkpoints lying in ./models are named
             raise CheckpointError(f"checkpoint {explicit} is {kind}, not a file (a checkpoint is a .safetensors file "
                                   "or a vendor model folder)" if kind else
-                                  f"checkpoint not found: {explicit}{where}. {where_to_get()}")
+                                  f"checkpoint not found: {explicit}{where}{near}. {where_to_get()}"
+                                  f"{'' if near else _local_hint()}")
         return explicit, "given path"
     env = os.environ.get("YUE2_CHECKPOINT")
     if env:
@@ -244,6 +246,20 @@ def _hub_unreachable(timeout: float = 5.0) -> str | None:
             return None
     except OSError as exc:
         return f"cannot reach {host}:{port}: {exc.strerror or exc}"
+
+
+def _near_miss(path: str) -> str:
+    """`(did you mean DIR/NAME?)` for a --checkpoint path that names nothing, where its folder holds an entry of a
+    close name (new-user review 57: `--checkpoint models/yue2_tiny_bf16.safetenors` got the download advice only,
+    not the file beside it); "" otherwise."""
+    import difflib
+    folder, name = os.path.split(path)
+    try:
+        names = os.listdir(folder or os.curdir) if name else []
+    except (OSError, ValueError):  # no such folder, no permission, a NUL byte
+        return ""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    return f" (did you mean {os.path.join(folder, close[0])}?)" if close else ""
 
 
 def _local_hint(shown: int = 4) -> str:
