@@ -87,7 +87,7 @@ def _doc_commands() -> list[tuple[str, int, str, str, bool]]:
 def test_every_command_in_the_docs_parses_with_the_real_options(monkeypatch, capsys, tmp_path):
     """Leftover of the stop-46 reviews: the docs' commands are written by hand. Every `python -m yue2_core …` of the
     README and docs/ names only options its parser has; the whole commands of code blocks parse as they stand (in a
-    folder holding the adapters their --lora names, which the parser checks exist)."""
+    folder holding the adapters their --lora names and the VAEs their --vae names, which the parser checks exist)."""
     monkeypatch.chdir(tmp_path)
     commands = _doc_commands()
     assert len(commands) >= 25 and {c[2] for c in commands} >= {
@@ -106,8 +106,8 @@ def test_every_command_in_the_docs_parses_with_the_real_options(monkeypatch, cap
             if option not in known:
                 wrong.append(f"{name}:{no}: {option} is no option of {sub.prog}")
         if whole:
-            for value in (words[k + 1] for k, w in enumerate(words[:-1]) if w == "--lora"):
-                path = tmp_path / value.split(":")[0]
+            for option, value in ((w, words[k + 1]) for k, w in enumerate(words[:-1]) if w in ("--lora", "--vae")):
+                path = tmp_path / (value.split(":")[0] if option == "--lora" else value)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch() if path.suffix in (".safetensors", ".pt") else path.mkdir(exist_ok=True)
             try:
