@@ -945,3 +945,75 @@ def test_resume_names_the_request_fields_a_finished_song_differs_in(tmp_path, en
     state, why = resume_state(folder, scored, 1)
     assert "cot: the song's 'off', this row's 'full'" in why, why
     assert "its score (abc / abc_path) differs" in why, why
+
+
+@pytest.mark.parametrize("how", ["renumbered", "linked"])
+def test_a_batch_folder_renumbered_or_linked_back_is_not_taken_for_a_moved_one(tmp_path, engine, monkeypatch, how):
+    """Stop-57 diff review: the moved-folder check compared the folder's (device, inode) only. A FUSE file system
+    without use_ino (sshfs, rclone) numbers a folder anew once the kernel forgets it, a CIFS mount with noserverino
+    too, an NFS automount remounted after its idle timeout has another device number — the same folder, holding the
+    batch, read as "replaced by another folder" and the batch stopped after a song. A folder moved with a link put
+    in its place ran on through the link, yet stopped as "removed or moved away". The folder whose batch.json holds
+    what this run wrote is now the batch's own, whatever its numbers."""
+    import yue2_core.artifacts as artifacts
+    req = _tiny_rows(tmp_path / "r.jsonl")
+    out, moved = tmp_path / "album", tmp_path / "album-moved"
+    saved, real_save, real_lstat = [], artifacts.save_song, os.lstat
+
+    def save(song, folder, *a, **k):
+        result = real_save(song, folder, *a, **k)
+        saved.append(song.request.id)
+        if len(saved) == 1 and how == "linked":  # moved to another place, a link left where it was
+            os.rename(out, moved)
+            out.symlink_to(moved, target_is_directory=True)
+        return result
+
+    def lstat(path, *a, **k):  # the file system's numbers for the folder change after the first song
+        st = real_lstat(path, *a, **k)
+        if saved and how == "renumbered" and os.fspath(path) == str(out):
+            return os.stat_result((st.st_mode, st.st_ino + 1000, st.st_dev + 1, *tuple(st)[3:]))
+        return st
+    monkeypatch.setattr(artifacts, "save_song", save)
+    monkeypatch.setattr(os, "lstat", lstat)
+    assert run_batch(BatchOptions(str(req), str(out), steps=1, max_batch=1, overlap=False),
+                     tokenizer=engine.tokenizer, dims=engine.info.dims, engine_factory=lambda: engine) == 0
+    assert saved == list("abcd")
+    summary = json.loads((out / "batch.json").read_text("utf-8"))
+    assert [(r["id"], r["status"]) for r in summary["results"]] == [(i, "complete") for i in "abcd"]
+    if how == "linked":
+        assert sorted(p.name for p in moved.iterdir()) == ["a", "b", "batch.json", "c", "d"]
+
+
+def test_a_ray_batch_folder_moved_away_is_not_made_again_by_the_next_save(tmp_path, engine):
+    """Stop-57 diff review: under --ray the driver writes the workers' songs (`RayRunner._store`, whose write makes
+    the missing folders), but only the local runner's saves checked the batch folder first: after a move the next
+    song made the folder again at the old path (one song, no batch.json) and the batch then stopped saying the folder
+    was "replaced by another folder". The check now runs before each of those writes too."""
+    from yue2_core.batch.ray_runner import RayRunner
+    req = _tiny_rows(tmp_path / "r.jsonl")
+    out, moved = tmp_path / "album", tmp_path / "album-moved"
+    writes = []
+
+    def write_song_dir(path, files, result):  # as artifacts.write_song_dir: the parents are made
+        Path(path).mkdir(parents=True)
+        writes.append(Path(path).name)
+        return path
+
+    class Runner:
+        settings = {"address": "fake", "workers": []}
+
+        def prepare(self):
+            return 1 << 40, False
+
+        def songs(self, todo, out, before_save=None, **kw):
+            for n, item in enumerate(todo):
+                if n == 2:  # the user moves the album away after its second song
+                    os.rename(out, moved)
+                outcome = dict(id=item.id, line=item.line, status="complete", stage="complete")
+                yield RayRunner._store(None, outcome, {}, {}, out, write_song_dir, before_save)
+
+    with pytest.raises(ArtifactError, match="album was removed or moved away while the batch ran"):
+        run_batch(BatchOptions(str(req), str(out), steps=1), tokenizer=engine.tokenizer, dims=engine.info.dims,
+                  engine_factory=None, runner=Runner())
+    assert writes == ["a", "b"] and not out.exists()
+    assert sorted(p.name for p in moved.iterdir()) == ["a", "b", "batch.json"]

@@ -100,6 +100,8 @@ def test_inspect_of_a_mistyped_path_names_the_close_one_and_what_was_not_found(t
     rc, err = main_inprocess(capsys, "inspect", "out/my_sogn")
     assert rc == 2 and "error: not found: out/my_sogn — no such file or folder here (did you mean out/my_song?)" \
         in err, err
+    rc, err = main_inprocess(capsys, "inspect", "out/my_sogn/")  # tab-completed (stop-57 diff review: no guess)
+    assert rc == 2 and "(did you mean out/my_song?)" in err, err
     rc, err = main_inprocess(capsys, "inspect", "out/other.abc")
     assert rc == 2 and "error: lead sheet not found: out/other.abc — no such file or folder here;" in err, err
     rc, err = main_inprocess(capsys, "inspect", "yue2.safetensors")

@@ -783,17 +783,17 @@ def _run_batch(options: BatchOptions, *, tokenizer, dims, engine_factory, weight
                       overlap=overlap, method=options.method)
             if runner is None:
                 def deliver(item, song):
-                    _check_home(out, home)  # save_song would make a moved or removed folder again
+                    _check_home(out, home, summary)  # save_song would make a moved or removed folder again
                     return save_song(song, out / item.id)
                 songs = iter_songs(engine_factory, todo, deliver=deliver, continuous=continuous, jobs=jobs, **kw)
-            else:
-                songs = runner.songs(todo, out, **kw)
+            else:  # the driver writes the workers' songs too (`RayRunner._store`): the same check before each
+                songs = runner.songs(todo, out, before_save=lambda: _check_home(out, home, summary), **kw)
             for result in songs:
                 record(result)
                 if getattr(result, "disk_full", False):
                     full = result
                     break
-                gone = _moved(out, home)
+                gone = _moved(out, home, summary)
                 if gone:
                     break
                 summary.write(out)
@@ -842,11 +842,17 @@ def _identity(folder: Path) -> tuple | None:
 _UNKNOWN = ("unknown",)
 
 
-def _moved(out: Path, home: tuple | None) -> str | None:
+def _moved(out: Path, home: tuple | None, summary: BatchSummary | None = None) -> str | None:
     """How the batch folder `out` is no longer the folder this batch made or took (`home`, `_identity`): "removed
-    or moved away", "replaced by another folder", or None when it is the same (or cannot be told)."""
+    or moved away", "replaced by another folder", or None when it is the same (or cannot be told). Other numbers
+    with `summary`'s last batch.json there are the same folder (stop-57 diff review: a FUSE file system without
+    use_ino — sshfs, rclone — numbers a folder anew once the kernel forgets it, a CIFS mount with noserverino too,
+    and an NFS automount remounted after its idle timeout has another device number; a link put where the folder
+    was leads to it: each stopped a healthy batch as "replaced by another folder")."""
     now = _identity(out)
     if now == home or _UNKNOWN in (now, home):
+        return None
+    if summary is not None and summary.holds_mine(out):
         return None
     return "removed or moved away" if now is None else "replaced by another folder"
 
@@ -857,11 +863,11 @@ def _gone_error(out: Path, what: str) -> ArtifactError:
                          "folder back, or give its new path as --output, and run the same command with --resume")
 
 
-def _check_home(out: Path, home: tuple | None) -> None:
+def _check_home(out: Path, home: tuple | None, summary: BatchSummary | None = None) -> None:
     """ArtifactError (`_gone_error`) when the batch folder `out` was moved, removed or replaced while the batch ran
     (`_moved`; break-it, stop 57: the next song's save made the folder again and the batch ended "6 of 6 complete"
     over a folder holding 3 of them, the rest where the folder went). Nothing more is written there."""
-    what = _moved(out, home)
+    what = _moved(out, home, summary)
     if what:
         raise _gone_error(out, what)
 

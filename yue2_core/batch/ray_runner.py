@@ -423,11 +423,13 @@ class RayRunner:
 
     def songs(self, todo: list, out: Path, *, max_batch: int, steps: int, on_event=None,
               batched: bool | None = None, overlap: bool | None = None,
-              method: str = "midpoint") -> Iterator[RaySongOutcome]:
+              method: str = "midpoint", before_save=None) -> Iterator[RaySongOutcome]:
         """Run `todo` (validated `BatchRequest`s) on the workers in chunks of up to `max_batch`; write each song into
         `out/<id>` as it arrives (`artifacts.write_song_dir`) and yield its `RaySongOutcome`. Failed songs are yielded
         with their reason; songs of a dead worker are rerun elsewhere (module docstring). `overlap` is passed to the
-        workers' `iter_songs`; a chunk is one AR batch there, so nothing overlaps (the GPUs work in parallel instead)."""
+        workers' `iter_songs`; a chunk is one AR batch there, so nothing overlaps (the GPUs work in parallel instead).
+        `before_save()` runs before each song's write; its ArtifactError fails that song at "save" (the driver's check
+        that the batch folder was not moved away, which the write would make again)."""
         from ..artifacts import write_song_dir
         ray = self._ray
         out = Path(out)
@@ -500,7 +502,7 @@ class RayRunner:
                     slot.items = {}
                     continue
                 item = slot.items.pop(outcome["id"])
-                result_row = self._store(outcome, files, result, out, write_song_dir)
+                result_row = self._store(outcome, files, result, out, write_song_dir, before_save)
                 tokens += (result_row.semantic_tokens or 0) + (result_row.abc_tokens or 0)
                 result_row.worker = {k: slot.info.get(k) for k in ("index", "pid", "node", "device", "gpu_ids")}
                 result_row.attempts, result_row.lost_seconds = attempts[item.id], round(lost[item.id], 3)
@@ -510,13 +512,15 @@ class RayRunner:
                     self.on_song(self, result_row)
                 yield result_row
 
-    def _store(self, outcome: dict, files, result, out: Path, write_song_dir) -> RaySongOutcome:
-        """The driver's half of `deliver`: write a completed song's folder atomically; a write error fails the song
-        at stage "save", as locally."""
+    def _store(self, outcome: dict, files, result, out: Path, write_song_dir, before_save=None) -> RaySongOutcome:
+        """The driver's half of `deliver`: write a completed song's folder atomically; a write error (or one of
+        `before_save()`) fails the song at stage "save", as locally."""
         row = RaySongOutcome(**outcome)
         if row.status != "complete":
             return row
         try:
+            if before_save is not None:
+                before_save()
             row.output = str(write_song_dir(out / row.id, files, result))
         except ArtifactError as exc:
             row.status, row.stage, row.error = "failed", "save", str(exc)

@@ -37,6 +37,7 @@ class BatchSummary:
         self.settings = dict(settings or {})
         self.interrupted = False
         self.stopped: str | None = None  # why the run stopped before its pending rows (the disk is full)
+        self._written: tuple[bytes | None, bytes | None] = (None, None)  # batch.json's bytes: on disk, being written
 
     def add(self, line: int, id: str | None, status: str, **fields) -> None:
         """Record (or replace) the result of the row on `line`."""
@@ -81,8 +82,23 @@ class BatchSummary:
         from ..artifacts import _json_bytes, signals_held
         folder = Path(folder)
         data = _json_bytes(self.to_dict())
+        self._written = (self._written[0], data)  # before the rename: `holds_mine` on another thread sees either
         with signals_held():  # a Ctrl+C between the temporary file's creation and its cleanup left it (break-it,
-            return self._write(folder, data)  # stop 39): delivered once the file is in place or removed
+            path = self._write(folder, data)  # stop 39): delivered once the file is in place or removed
+        self._written = (data, data)
+        return path
+
+    def holds_mine(self, folder: str | os.PathLike) -> bool:
+        """Whether `folder`'s batch.json holds what this summary last wrote (or is writing): the folder is the one
+        this run writes, whatever its device and inode numbers say now (driver `_moved`)."""
+        if self._written[1] is None:
+            return False
+        try:
+            with open(Path(folder) / BATCH_FILE, "rb") as fh:
+                data = fh.read(max(len(d or b"") for d in self._written) + 1)
+        except OSError:
+            return False
+        return data in self._written
 
     def _advice(self, exc: OSError) -> str:
         """What to do when batch.json could not be written, by the error: free space (ENOSPC / EDQUOT), a shorter

@@ -253,7 +253,7 @@ def _near_miss(path: str) -> str:
     close name (new-user review 57: `--checkpoint models/yue2_tiny_bf16.safetenors` got the download advice only,
     not the file beside it); "" otherwise."""
     import difflib
-    folder, name = os.path.split(path)
+    folder, name = os.path.split(path.rstrip(os.sep) or path)  # a folder typed with its tab-completed "/" too
     try:
         names = os.listdir(folder or os.curdir) if name else []
     except (OSError, ValueError):  # no such folder, no permission, a NUL byte
