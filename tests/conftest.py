@@ -21,7 +21,8 @@ Process set-up, before any test (and inherited by every subprocess and the Comfy
         bit (tests/batch, tests/nodes/test_nodes_takes.py) check the batching (masks, positions, draws), and need
         products whose rows do not depend on how many rows are multiplied. oneDNN's AVX-512 bf16 kernels, chosen on
         AVX-512 CPUs (the stop-57 machine), block by the row count: one row of a 3-row LM-head product differs in
-        the last bit from the same row alone; its AVX2 kernels do not (docs/batch.md, "CPU").
+        the last bit from the same row alone; its AVX2 kernels do not (docs/batch.md, "CPU"). A value set before
+        the run is kept (another ISA on such a CPU makes those tests fail, as they should).
   SIGINT → KeyboardInterrupt: a test run started in the background by a script (`cmd &`) inherits SIGINT ignored,
         and Python then installs no handler, so the tests that interrupt themselves (tests/robust) saw nothing; a
         handler set here is also reset to the default in their subprocesses.
