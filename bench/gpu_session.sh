@@ -29,7 +29,8 @@
 #                                      # layer, clusters of 16/12/8 where they fit at once); ~4 min
 #   bash bench/gpu_session.sh fewer    # bench/stream_floor.py's ring with fewer barriers a layer (MASK 23: none between
 #                                      # gate/up and down, a block owning whole ffn columns; 21; 20) at 1 row, a CFG
-#                                      # pair's two caches (--kv-scale 2), 8 candidates on a shared prompt (1.1) and
+#                                      # pair's two caches (--kv-scale 2), 8 candidates on a shared prompt (1.1 / 1.8:
+#                                      # the bench's average over 512 tokens) and
 #                                      # with a cache each (8), and the bf16 file's weights (--weight-scale 2): the
 #                                      # floors stop 56 left unmeasured; ~2.5 min
 #   bash bench/gpu_session.sh floor    # bench/step_floor.py (the per-kernel decode step's launches streaming only, vs
@@ -158,7 +159,7 @@ for part in "$@"; do
       "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log"
       "$PY" bench/cluster_floor.py 2>&1 | tee "$OUT/cluster_floor.log" ;;
     fewer)
-      for kv in 1 2 1.1 8; do
+      for kv in 1 2 1.1 1.8 8; do
         "$PY" bench/stream_floor.py --kv-scale "$kv" --anatomy --ring ring-nosync:12:16 ring:12:16 ring:12:16:0:23 \
           ring:12:16:0:21 ring:12:16:0:20 2>&1 | tee -a "$OUT/stream_floor_fewer.log"
       done

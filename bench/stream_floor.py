@@ -21,7 +21,8 @@ arrive (a convoy waiting for the slowest) and how long the release takes after t
     python bench/stream_floor.py [--reps 20] [--ring ...] [--anatomy ...] [--kv-scale 1.0] [--weight-scale 1.0]
 
 --kv-scale multiplies the K/V phase's bytes: 2 for a CFG pair (two prompts, two caches), 8 for 8 candidates with a
-cache each (their shared 2,000-position prompt read once: ≈ 1.1), so the same schedules bound the multi-row steps'
+cache each (their shared 2,000-position prompt read once: ≈ 1.1 at the start, ≈ 1.8 averaged over
+the bench's 512 tokens a row), so the same schedules bound the multi-row steps'
 floors (no arithmetic at any row count); --weight-scale 2 gives the bf16 file's step (weights twice the bytes).
 Fewer barriers a layer: MASK 23 = every phase but gate/up (a block owning whole ffn columns runs gate/up, SiLU·up and
 its down-projection partial without a barrier between them), 21, 20.
