@@ -57,7 +57,9 @@ STAMPS = ("qkv", "bar0", "attn", "bar1", "o", "bar2", "gate_up", "bar3", "down")
 
 
 def cuda_switches(mode: str) -> str:
-    """The YUE2_LAYER_KERNEL value of a bench mode ("cuda:…" variants are "cuda")."""
+    """The YUE2_LAYER_KERNEL value of a bench mode ("cuda:…" variants are "cuda"); sets the variant's switches:
+    "cuda:pipe" = YUE2_LAYER_CUDA_PIPE=1 (the attention's next cache batch loaded while this one is computed)."""
+    os.environ["YUE2_LAYER_CUDA_PIPE"] = "1" if mode == "cuda:pipe" else "0"
     return mode.split(":")[0]
 
 

@@ -39,6 +39,22 @@ def test_source_compiles_for_hopper_within_registers(dims, rows, int8):
     assert 0 < regs <= 128 and 0 <= spill <= (0 if dims is FULL else SPILL_LIMIT), log
 
 
+def test_the_pipelined_attention_variant_compiles_without_spills(monkeypatch):
+    """YUE2_LAYER_CUDA_PIPE=1 (experimental): the attention holds two cache batches in registers; the release's dims
+    must still fit one block per multiprocessor's registers without a spill (the GPU tests check its numbers)."""
+    lib = _nvrtc()
+    monkeypatch.setenv("YUE2_LAYER_CUDA_PIPE", "1")
+    macros = lc.defines(1, FULL, True)
+    assert macros["ATT_PIPE"] == 1
+    monkeypatch.setenv("YUE2_LAYER_CUDA_PIPE", "0")
+    assert lc.defines(1, FULL, True)["ATT_PIPE"] == 0
+    with open(lc.SOURCE) as f:
+        src = f.read()
+    cubin, log = lc.nvrtc_compile(src, macros, "sm_90", lib=lib)
+    regs, spill = lc.registers(log)
+    assert cubin[:4] == b"\x7fELF" and 0 < regs <= 128 and spill == 0, log
+
+
 def test_a_compile_error_names_the_macros():
     lib = _nvrtc()
     with open(lc.SOURCE) as f:

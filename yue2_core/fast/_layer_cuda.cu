@@ -27,6 +27,9 @@
 #define XS (HID > FF ? HID : FF)
 #define SPIN_LIMIT (1 << 22)
 #define SB 1  // cache position slots a lane reads at a time in the attention (4 positions a warp a slot; 2 spill)
+#ifndef ATT_PIPE
+#define ATT_PIPE 0  // 1: the attention loads batch b + 1 before computing batch b (fast/_layer_cuda.py: YUE2_LAYER_CUDA_PIPE)
+#endif
 #define ACC 4096  // floats of shared memory for a product phase's tile sums (fast/_layer_cuda.py checks the fit)
 
 typedef unsigned short bf16_t;
@@ -470,7 +473,24 @@ __device__ __forceinline__ void att_item(int it, const KVBatch* pre, const bf16_
 #pragma unroll
       for (int e = 0; e < 16; ++e) acc[h][e] = 0.f;
     }
+#if ATT_PIPE
+    // software pipeline: batch b + 1's loads are in flight while batch b is computed (one memory round trip for
+    // the chunk instead of one a batch; twice the K/V registers)
+    KVBatch nxt;
+    if (pre != nullptr) {  // preloaded before the barrier (older positions); the new one read now
+      nxt = *pre;
+#pragma unroll
+      for (int u = 0; u < SB; ++u)
+        if (KVBatch::pos_of(0, u) == a.pos - a.start) nxt.load_slot(kc, vc, a, u, a.pos - a.start);
+    } else {
+      nxt.load(kc, vc, a, 0, a.hi);
+    }
+#endif
     for (int b = 0; b * SB * NW * 4 < a.hi; ++b) {
+#if ATT_PIPE
+      const KVBatch kv = nxt;
+      if ((b + 1) * SB * NW * 4 < a.hi) nxt.load(kc, vc, a, b + 1, a.hi);
+#else
       KVBatch kv;
       if (pre != nullptr && b == 0) {  // preloaded before the barrier (older positions); the new one read now
         kv = *pre;
@@ -480,6 +500,7 @@ __device__ __forceinline__ void att_item(int it, const KVBatch* pre, const bf16_
       } else {
         kv.load(kc, vc, a, b, a.hi);
       }
+#endif
       float sc[SB][G];
 #pragma unroll
       for (int u = 0; u < SB; ++u) {

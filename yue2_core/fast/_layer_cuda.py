@@ -18,9 +18,11 @@ THREADS = 512  # a block: 16 warps, one block per multiprocessor (__launch_bound
 
 
 def defines(rows: int, dims, int8: bool) -> dict:
-    """The macros of one compilation: R_ rows, HID, NH, NKV, HD, FF (model dims), INT8, NT threads a block."""
+    """The macros of one compilation: R_ rows, HID, NH, NKV, HD, FF (model dims), INT8, NT threads a block,
+    ATT_PIPE (YUE2_LAYER_CUDA_PIPE=1, experimental: the attention's next cache batch loaded while this one is
+    computed)."""
     return dict(R_=rows, HID=dims.hidden, NH=dims.heads, NKV=dims.kv_heads, HD=dims.head_dim, FF=dims.ffn,
-                INT8=int(int8), NT=THREADS)
+                INT8=int(int8), NT=THREADS, ATT_PIPE=int(os.environ.get("YUE2_LAYER_CUDA_PIPE", "0") == "1"))
 
 
 ACC = 4096  # floats of a block's product tile sums (the kernel's ACC)
