@@ -53,3 +53,54 @@ def test_inspect_of_a_vae_the_vae_reader_refuses_gives_that_reason_alone(tmp_pat
     rc, err = _inspect(capsys, "inspect", folder)
     assert rc == 2 and "is a VAE folder (config.json model_type yue2_vae) that is refused: " in err, err
     assert "sample_rate is 44100" in err and "give it as --vae" not in err and "song folder" not in err, err
+
+
+def _hf_snapshot(cache, repo: str, config: dict, partial: int):
+    """A Hugging Face cache entry of `repo` whose download stopped after config.json: refs/main, the snapshot's
+    config.json linked to its blob, and a blob still being written (`.incomplete`, `partial` bytes)."""
+    import json
+    root = cache / ("models--" + repo.replace("/", "--"))
+    (root / "blobs").mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text("0123abc")
+    snap = root / "snapshots" / "0123abc"
+    snap.mkdir(parents=True)
+    (root / "blobs" / "c0nf1g").write_text(json.dumps(config))
+    (snap / "config.json").symlink_to("../../blobs/c0nf1g")
+    (root / "blobs" / "0123456789abcdef.incomplete").write_bytes(b"\0" * partial)
+    return snap
+
+
+def test_an_unfinished_hugging_face_download_is_named_with_the_command_that_finishes_it(tmp_path, monkeypatch):
+    """The vendor runtime's download of m-a-p/YuE2-3B (or m-a-p/YuE2-Vae) into the Hugging Face cache, stopped after
+    config.json: the checkpoint search takes the snapshot, and the refusal said `… has no weights … The vendor
+    folder (m-a-p/YuE2-3B) needs them next to config.json.` — inside the cache, where nobody puts files by hand."""
+    import pytest
+
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights.checkpoint import inspect_checkpoint
+    from yue2_core.weights.locate import find_checkpoint
+    for env in ("COMFYUI_PATH", "COMFYUI_DIR", "YUE2_CHECKPOINT", "HUGGINGFACE_HUB_CACHE", "HF_HOME"):
+        monkeypatch.delenv(env, raising=False)
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    snap = _hf_snapshot(cache, "m-a-p/YuE2-3B", {"model_type": "yue2"}, 2_500_000)
+    path, how = find_checkpoint(None, download=False)
+    assert path == str(snap) and "Hugging Face cache" in how
+    with pytest.raises(CheckpointError) as exc:
+        inspect_checkpoint(path)
+    text = str(exc.value)
+    assert "has no weights" in text and "needs them next to config.json" not in text, text
+    assert "download did not finish (1 file(s) partly downloaded, 2.5 MB written" in text, text
+    assert "`hf download m-a-p/YuE2-3B`" in text and "give another checkpoint" in text, text
+    vae = _hf_snapshot(cache, "m-a-p/YuE2-Vae", {"model_type": "yue2_vae"}, 10)
+    with pytest.raises(CheckpointError) as exc:
+        open_vae(str(vae))
+    text = str(exc.value)
+    assert "`hf download m-a-p/YuE2-Vae`" in text and "give another VAE (--vae" in text, text
+    folder = tmp_path / "YuE2-3B"  # the same folder outside the cache keeps its message
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "yue2"}')
+    with pytest.raises(CheckpointError, match="needs them next to config.json") as exc:
+        inspect_checkpoint(str(folder))
+    assert "Hugging Face" not in str(exc.value)
