@@ -104,3 +104,30 @@ def test_an_unfinished_hugging_face_download_is_named_with_the_command_that_fini
     with pytest.raises(CheckpointError, match="needs them next to config.json") as exc:
         inspect_checkpoint(str(folder))
     assert "Hugging Face" not in str(exc.value)
+
+
+def test_a_peft_lora_on_the_token_embedding_is_refused(tmp_path):
+    """PEFT with embed_tokens in target_modules saves `…embed_tokens.lora_embedding_A` [r, vocab] and `…_B`
+    [hidden, r] beside the Linear pairs: they were listed as unmatched keys and the rest applied without them."""
+    import pytest
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from yue2_core.errors import AdapterError
+    from yue2_core.weights.lora.layouts import read_adapter
+    from yue2_core.weights.lora.synthetic import profile_dims, write_adapter
+    dims = profile_dims("tiny")
+    for name, suffix in (("plain", ""), ("named", ".default")):
+        folder = write_adapter("peft", tmp_path / name, dims)
+        weights = folder / "adapter_model.safetensors"
+        t = load_file(str(weights))
+        base = "base_model.model.model.embed_tokens."
+        t[base + "lora_embedding_A" + suffix] = torch.randn(4, dims.vocab) * 0.01
+        t[base + "lora_embedding_B" + suffix] = torch.randn(dims.hidden, 4) * 0.01
+        save_file(t, str(weights))
+        for path in (folder, weights):  # the folder, and its weights file given alone (no adapter_config.json)
+            with pytest.raises(AdapterError) as exc:
+                read_adapter(str(path), dims)
+            text = str(exc.value)
+            assert "a LoRA on the token embedding" in text and "without embed_tokens in target_modules" in text, text
+            assert f"key {base}lora_embedding_A{suffix}" in text, text
