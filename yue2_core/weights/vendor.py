@@ -189,9 +189,9 @@ def hf_snapshot(repo_id: str, cache_dir: str | None = None) -> Path | None:
 def hf_download_note(folder, instead: str = "give another checkpoint") -> str:
     """For a folder that is a snapshot in the Hugging Face cache (…/models--ORG--NAME/snapshots/REVISION): what to
     add to "it lacks its weights" — that the download into the cache did not finish (the partly written
-    `blobs/*.incomplete` files, counted), the command that finishes it, and `instead`; "" for any other folder. Own-weights
-    review, stop 58: an interrupted download of m-a-p/YuE2-3B, which the checkpoint search takes from the cache, was
-    told to put the weights "next to config.json" inside the cache."""
+    `blobs/*.incomplete` files, counted), the command that finishes it, and `instead`; "" for any other folder.
+    Own-weights review, stop 58: an interrupted download of m-a-p/YuE2-3B, which the checkpoint search takes from
+    the cache, was told to put the weights "next to config.json" inside the cache."""
     snap = Path(os.path.abspath(folder))
     repo_dir = snap.parent.parent
     if snap.parent.name != "snapshots" or not repo_dir.name.startswith("models--"):
@@ -496,7 +496,8 @@ def weight_files(folder) -> list[str]:
         return [WEIGHTS]
     note = hf_download_note(folder)
     raise CheckpointError(f"{folder} has no weights: neither {WEIGHTS} nor {INDEX} (+ its shards) is there"
-                          + (f"{note}." if note else f". The vendor folder ({MODEL_REPO}) needs them next to {CONFIG}."))
+                          + (f"{note}." if note else
+                             f". The vendor folder ({MODEL_REPO}) needs them next to {CONFIG}."))
 
 
 def index_names_twice(index, name: str) -> str:
