@@ -113,6 +113,10 @@ def cmd_inspect(args) -> int:
         if other is None and reasons.get("vae_damaged"):  # break-it: "neither …", the reason on a later line
             raise CheckpointError(f"{args.checkpoint} is a YuE2 VAE decoder that is refused: "
                                   f"{reasons['vae']}") from None
+        if other is None and _vae_weights(args.checkpoint):  # own-weights review, stop 58: "neither …", and the
+            # checkpoint and LoRA readers' "give it as --vae" for a VAE that --vae refuses
+            kind = "folder (config.json model_type yue2_vae)" if os.path.isdir(args.checkpoint) else "file"
+            raise CheckpointError(f"{args.checkpoint} is a VAE {kind} that is refused: {reasons['vae']}") from None
         if other is None:
             score = None if os.path.isdir(args.checkpoint) else _abc_report(args.checkpoint)
             if score is not None:  # a lead sheet (new-user review, stop 51: `inspect score.abc` said "not a
@@ -250,6 +254,22 @@ def _json_lines(obj) -> str:
     text = json.dumps(obj, indent=2, ensure_ascii=False, default=str)
     return re.sub(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]",
                   lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+
+
+def _vae_weights(path: str) -> bool:
+    """A folder whose config.json says model_type "yue2_vae", or a safetensors file holding only encoder / decoder
+    tensors (optionally under `vae.`): what the VAE reader alone may take, so its refusal is the one to say."""
+    if os.path.isdir(path):
+        from ..weights.vendor import VAE_MODEL_TYPE, folder_model_type
+        return folder_model_type(path) == VAE_MODEL_TYPE
+    try:
+        from ..weights.checkpoint import read_header
+        from ..weights.lora.layouts_io import weights_kind
+        entries, _, _ = read_header(path)
+    except Exception:  # noqa: BLE001 - only a choice of message
+        return False
+    kind = weights_kind(entries)
+    return kind is not None and kind[0] == "vae"
 
 
 def _looks_like_adapter(path: str) -> bool:

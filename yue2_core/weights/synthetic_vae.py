@@ -90,10 +90,13 @@ def _sha256(path: str) -> str:
 
 def _save(tensors: dict, path: str, metadata: dict | None = None) -> str:
     """safetensors.torch.save_file through a temporary file renamed over `path` (§6), with a new file's mode (0644
-    under umask 022; save_file leaves 0600)."""
+    under umask 022; save_file leaves 0600). The folder `path` lies in is created when missing, as the LoRA writer
+    and make-synthetic do (own-weights review, stop 58: `--layout vendor-file new/x.safetensors` ended in a
+    SafetensorError trace about a hidden temporary file)."""
     from safetensors.torch import save_file
 
     from .synthetic import mode_as_created
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata or {})
     mode_as_created(tmp)

@@ -284,8 +284,12 @@ def _variant(config: dict) -> str:
     return "unknown"
 
 
+_INSTEAD = "give another VAE (--vae, the YuE2 VAE Loader)"
+
+
 def _folder(path: str):
     """A vendor folder → (config, {tensor: (file, entry)}, weights files, manifest {name: sha256})."""
+    from .vendor import hf_download_note
     cfg_path = os.path.join(path, CONFIG)
     if not os.path.isfile(cfg_path):
         raise CheckpointError(f"{path} is a folder without config.json; a YuE2 VAE folder holds config.json "
@@ -308,7 +312,8 @@ def _folder(path: str):
         for shard in dict.fromkeys(weight_map.values()):
             shard_path = os.path.join(path, shard)
             if os.path.basename(shard) != shard or not os.path.isfile(shard_path):
-                raise CheckpointError(f"{index} names shard {shard!r}, which is not a file in {path}")
+                raise CheckpointError(f"{index} names shard {shard!r}, which is not a file in {path}"
+                                      f"{hf_download_note(path, _INSTEAD)}")
             files.append(shard_path)
             entries, _, _ = read_header(shard_path)
             for k, e in entries.items():
@@ -319,7 +324,7 @@ def _folder(path: str):
             raise CheckpointError(f"{index} lists {len(missing)} tensors its shards do not hold, e.g. {missing[:3]}")
     else:
         raise CheckpointError(f"{path}: config.json says {MODEL_TYPE} but there is no {WEIGHTS} (or {INDEX}) "
-                              "beside it")
+                              f"beside it{hf_download_note(path, _INSTEAD)}")
     manifest = {}
     man_path = os.path.join(path, MANIFEST)
     if os.path.isfile(man_path):

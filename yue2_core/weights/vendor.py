@@ -186,6 +186,29 @@ def hf_snapshot(repo_id: str, cache_dir: str | None = None) -> Path | None:
     return None
 
 
+def hf_download_note(folder, instead: str = "give another checkpoint") -> str:
+    """For a folder that is a snapshot in the Hugging Face cache (…/models--ORG--NAME/snapshots/REVISION): what to
+    add to "it lacks its weights" — that the download into the cache did not finish (the partly written
+    `blobs/*.incomplete` files, counted), the command that finishes it, and `instead`; "" for any other folder.
+    Own-weights review, stop 58: an interrupted download of m-a-p/YuE2-3B, which the checkpoint search takes from
+    the cache, was told to put the weights "next to config.json" inside the cache."""
+    snap = Path(os.path.abspath(folder))
+    repo_dir = snap.parent.parent
+    if snap.parent.name != "snapshots" or not repo_dir.name.startswith("models--"):
+        return ""
+    repo = "/".join(repo_dir.name[len("models--"):].split("--"))
+    try:
+        partial = [f for f in (repo_dir / "blobs").iterdir() if f.name.endswith(".incomplete")]
+        written = sum(f.stat().st_size for f in partial)
+    except OSError:
+        partial, written = [], 0
+    got = (f" ({len(partial)} file(s) partly downloaded, {written / 1e6:,.1f} MB written, in "
+           f"{repo_dir / 'blobs'})" if partial else "")
+    return (f" — it is a snapshot of {repo} in the Hugging Face cache whose download did not finish{got}: finish it "
+            f"with `hf download {repo}` (huggingface-hub's command; `huggingface-cli download {repo}` in older "
+            f"versions), or {instead}")
+
+
 def _vae_folders(folder):
     """The VAE folders of vendor model `folder` in the order `find_vae_folder` prefers them: `folder/vae`, the
     sibling folders whose config.json has model_type "yue2_vae" (release_variant "standard" first, then by name),
@@ -467,12 +490,14 @@ def weight_files(folder) -> list[str]:
                 what = not_a_file(str(folder / shard))
                 state = f"which is {what}" if what else f"which is not in {folder}"
                 raise CheckpointError(f"{index} names the shard {shard}, {state} (an incomplete download: download "
-                                      "the folder again)")
+                                      f"the folder again){hf_download_note(folder)}")
         return shards
     if (folder / WEIGHTS).is_file():
         return [WEIGHTS]
-    raise CheckpointError(f"{folder} has no weights: neither {WEIGHTS} nor {INDEX} (+ its shards) is there. The "
-                          f"vendor folder ({MODEL_REPO}) needs them next to {CONFIG}.")
+    note = hf_download_note(folder)
+    raise CheckpointError(f"{folder} has no weights: neither {WEIGHTS} nor {INDEX} (+ its shards) is there"
+                          + (f"{note}." if note else
+                             f". The vendor folder ({MODEL_REPO}) needs them next to {CONFIG}."))
 
 
 def index_names_twice(index, name: str) -> str:

@@ -45,6 +45,11 @@ REFUSED_ROLES = {
     "lora_mid": "Tucker / LoCon mid factor (`.lora_mid`)",
     "lokr_t1": "LoKr with a Tucker core (`.lokr_t1` / `.lokr_t2`)",
     "lokr_t2": "LoKr with a Tucker core (`.lokr_t1` / `.lokr_t2`)",
+    # own-weights review, stop 58: PEFT's LoRA on an nn.Embedding (target_modules with embed_tokens) was listed as
+    # keys that "name nothing in the model" and the rest applied without it — another model than the one trained
+    "lora_embedding_": "a LoRA on the token embedding (PEFT `.lora_embedding_A` / `.lora_embedding_B`, on "
+                       "embed_tokens: the pack patches Linear layers, and the adapter without this part would give "
+                       "another model than the one trained — train it without embed_tokens in target_modules)",
 }
 
 
