@@ -580,3 +580,45 @@ def test_the_other_yue2_folder_is_named_with_its_option(made, tmp_path):
         inspect_checkpoint(vae)
     with pytest.raises(CheckpointError, match="model folder — give it as --checkpoint"):
         open_vae(str(folder))
+
+
+def test_checkpoint_given_as_a_hugging_face_repo_id(made, tmp_path, monkeypatch):
+    """`--checkpoint m-a-p/YuE2-3B` reads the vendor snapshot in the Hugging Face cache (own-weights review, stop 58:
+    it was "not found" with download advice, while the search without --checkpoint finds that snapshot);
+    `--checkpoint Comfy-Org/YuE2` reads the int8 file from the cache, never downloading with --offline; any other
+    repo id, or a mistyped relative path, is named as such."""
+    from yue2_core.errors import CheckpointError
+    from yue2_core.weights import locate
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_cache"))
+    monkeypatch.setattr(locate, "comfy_model_path", lambda *a: None)
+    with pytest.raises(CheckpointError, match="no snapshot of the vendor's m-a-p/YuE2-3B in the Hugging Face cache"):
+        locate.find_checkpoint("m-a-p/YuE2-3B", download=True)
+    cache = _fake_hf_cache(made, tmp_path / "hf")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    path, how = locate.find_checkpoint("m-a-p/YuE2-3B", download=False)
+    assert Path(path) == vendor.hf_snapshot("m-a-p/YuE2-3B") and "Hugging Face cache of m-a-p/YuE2-3B" in how
+
+    calls = []
+
+    def fake_download(repo, filename, local_files_only=False, **k):
+        calls.append(local_files_only)
+        if local_files_only:
+            raise FileNotFoundError("not cached")
+        return str(tmp_path / "downloaded.safetensors")
+    import huggingface_hub
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    with pytest.raises(CheckpointError, match="not in the Hugging Face cache and downloading is off"):
+        locate.find_checkpoint("Comfy-Org/YuE2", download=False)
+    assert calls == [True]
+    monkeypatch.setattr(locate, "_hub_unreachable", lambda *a, **k: None)
+    path, how = locate.find_checkpoint("comfy-org/yue2", download=True)
+    assert path.endswith("downloaded.safetensors") and how == f"Hugging Face {locate.HF_REPO}/{locate.HF_FILE}"
+    assert calls == [True, True, False]
+    with pytest.raises(CheckpointError, match="as a Hugging Face repo id it is not one YuE2 ships in"):
+        locate.find_checkpoint("someone/other-model", download=True)
+    # a relative path typed wrong stays a path (suffix, or its first folder exists here)
+    (tmp_path / "models").mkdir()
+    for name in ("nope/yue2.safetensors", "models/yue2"):
+        with pytest.raises(CheckpointError, match="checkpoint not found"):
+            locate.find_checkpoint(name, download=False)

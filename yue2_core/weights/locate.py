@@ -130,6 +130,8 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
         if in_comfy is not None:  # a name as the Checkpoint Loader lists it, like --lora / --vae (new-user review,
             # stop 51: `--checkpoint yue2_tiny_synthetic.safetensors` was "not found" with download advice)
             return in_comfy[0], f"ComfyUI folder {in_comfy[1]}"
+        if not (os.path.isfile(explicit) or os.path.isdir(explicit)) and _is_repo_id(explicit):
+            return _from_repo_id(explicit, download)
         if not (os.path.isfile(explicit) or os.path.isdir(explicit)):
             kind = not_a_file(explicit)  # it exists, but is a FIFO / device / socket
             folders = comfy_model_folders("checkpoints") if looks_up_in_comfy(explicit) else []
@@ -178,6 +180,58 @@ def find_checkpoint(explicit: str | None = None, download: bool = True) -> tuple
     if comfy:
         head += f"; {comfy}"
     raise CheckpointError(f"{head}. {where_to_get()}{_local_hint()}")
+
+
+def _is_repo_id(name: str) -> bool:
+    """Whether `name` reads as a Hugging Face repo id (ORG/NAME, letters, digits, '-', '_', '.'), e.g. m-a-p/YuE2-3B,
+    rather than a relative path: only asked of names that are no existing path; ORG is no folder here and NAME
+    has no weights-file suffix (`models/yue2.safetensor`, a typo, stays a path and gets "did you mean")."""
+    import re
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", name) is None:
+        return False
+    org, rest = name.split("/")
+    return not os.path.isdir(org) and not rest.lower().endswith((".safetensors", ".safetensor", ".ckpt", ".pt",
+                                                                   ".pth", ".bin", ".gguf", ".json"))
+
+
+def _from_repo_id(repo: str, download: bool) -> tuple[str, str]:
+    """`--checkpoint ORG/NAME` for the two repos YuE2 ships in (own-weights review, stop 58: m-a-p/YuE2-3B was "not
+    found" with download advice while the automatic search finds its cached snapshot): m-a-p/YuE2-3B → its snapshot
+    in the Hugging Face cache (the vendor runtime downloads it; never downloaded here); Comfy-Org/YuE2 → the int8
+    all-in-one file HF_FILE, from the cache or downloaded unless `download` is False. Raises CheckpointError for
+    any other repo id, or when the file is neither cached nor downloadable."""
+    from .vendor import MODEL_REPO
+    if repo.lower() == MODEL_REPO.lower():
+        snap = hf_vendor_snapshot()
+        if snap is None:
+            raise CheckpointError(f"checkpoint {repo}: no snapshot of the vendor's {MODEL_REPO} in the Hugging Face "
+                                  "cache (this pack reads the folder the vendor runtime downloads, e.g. `hf download "
+                                  f"{MODEL_REPO}`, but does not download it itself). {where_to_get()}")
+        return str(snap), f"Hugging Face cache of {MODEL_REPO} (vendor folder)"
+    if repo.lower() == HF_REPO.lower():
+        try:
+            from huggingface_hub import hf_hub_download
+        except ImportError:
+            raise CheckpointError(f"checkpoint {repo}: reading a Hugging Face repo needs huggingface-hub "
+                                  f"(pip install huggingface-hub). {where_to_get()}") from None
+        try:
+            return hf_hub_download(HF_REPO, HF_FILE, local_files_only=True), f"Hugging Face cache {HF_REPO}/{HF_FILE}"
+        except Exception:  # not cached (LocalEntryNotFoundError and kin)
+            pass
+        if not download:
+            raise CheckpointError(f"checkpoint {repo}: {HF_FILE} is not in the Hugging Face cache and downloading "
+                                  f"is off (--offline). {where_to_get()}")
+        reason = _hub_unreachable()
+        if reason is None:
+            try:
+                return hf_hub_download(HF_REPO, HF_FILE), f"Hugging Face {HF_REPO}/{HF_FILE}"
+            except Exception as exc:  # network errors, auth
+                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        raise CheckpointError(f"checkpoint {repo}: the download of {HF_FILE} failed ({reason}). {where_to_get()}")
+    raise CheckpointError(f"checkpoint {repo}: no such file or folder here, and as a Hugging Face repo id it is "
+                          f"not one YuE2 ships in (accepted: {HF_REPO} — the all-in-one int8 file —, or "
+                          f"{MODEL_REPO} — the vendor's folder, read from the Hugging Face cache). A path or a file "
+                          f"name in ComfyUI's checkpoints folder is read as well.{_near_miss(repo)}")
 
 
 def _yue2_in(files: list[Path], folder: Path, most: int = 50) -> list[Path]:
