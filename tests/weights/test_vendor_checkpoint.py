@@ -622,3 +622,21 @@ def test_checkpoint_given_as_a_hugging_face_repo_id(made, tmp_path, monkeypatch)
     for name in ("nope/yue2.safetensors", "models/yue2"):
         with pytest.raises(CheckpointError, match="checkpoint not found"):
             locate.find_checkpoint(name, download=False)
+
+
+def test_vae_given_as_its_hugging_face_repo_id(made, tmp_path, monkeypatch, capsys):
+    """`--vae m-a-p/YuE2-Vae` reads that repo's snapshot in the Hugging Face cache, as `--checkpoint m-a-p/YuE2-3B`
+    does (stop 58); with none cached it says so, before any checkpoint search."""
+    import argparse
+
+    from yue2_core.cli.options import parse_vae
+    from yue2_core.weights import locate
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(locate, "comfy_model_path", lambda *a: None)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_cache"))
+    with pytest.raises(argparse.ArgumentTypeError, match="no snapshot of m-a-p/YuE2-Vae in the Hugging Face cache"):
+        parse_vae("m-a-p/YuE2-Vae")
+    cache = _fake_hf_cache(made, tmp_path / "hf")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    got = parse_vae("m-a-p/YuE2-Vae")
+    assert Path(got) == vendor.hf_snapshot("m-a-p/YuE2-Vae") and "Hugging Face cache" in capsys.readouterr().err

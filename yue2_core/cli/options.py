@@ -127,6 +127,16 @@ def parse_vae(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{value!r} names no VAE (an unset shell variable?); give its path, or "
                                          "leave the option out")
     in_comfy = comfy_model_path(value, "vae")
+    if in_comfy is None and not os.path.lexists(value) and value.strip("/").lower() == "m-a-p/yue2-vae":
+        # the repo id, as --checkpoint m-a-p/YuE2-3B reads: its snapshot in the Hugging Face cache (stop 58)
+        from ..weights.vendor import hf_snapshot
+        snap = hf_snapshot("m-a-p/YuE2-Vae")
+        if snap is None:
+            raise argparse.ArgumentTypeError(f"VAE {value!r}: no snapshot of m-a-p/YuE2-Vae in the Hugging Face cache "
+                                             "(this pack reads the folder the vendor runtime downloads, e.g. `hf "
+                                             "download m-a-p/YuE2-Vae`, but does not download it itself)")
+        print(f"note: --vae {value}: {snap} (Hugging Face cache)", file=sys.stderr)
+        return str(snap)
     if in_comfy is None:
         if not os.path.lexists(value):  # said now, as a missing --lora is (new-user review 57:
             # the checkpoint search ran first, with its 3.7 GB download when no checkpoint was found); a broken
