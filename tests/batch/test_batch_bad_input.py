@@ -1017,3 +1017,37 @@ def test_a_ray_batch_folder_moved_away_is_not_made_again_by_the_next_save(tmp_pa
                   engine_factory=None, runner=Runner())
     assert writes == ["a", "b"] and not out.exists()
     assert sorted(p.name for p in moved.iterdir()) == ["a", "b", "batch.json"]
+
+
+
+def test_rows_naming_one_score_file_share_its_text_and_its_tokens(tmp_path):
+    """Stop 58 (a §60 leftover): 10,000 rows naming one large score file each held their own copy of its text (≈ 2
+    GB), and the context check tokenized it once a row. Now the rows share one text (until the file changes) and
+    the batch's context check encodes it once, giving every row the same token ids as before."""
+    from yue2_core.batch.driver import _encode_once
+    big = SCORE + "%" + "x" * 20_000 + "\n"
+    (tmp_path / "s.abc").write_text(big, "utf-8")
+    (tmp_path / "t.abc").write_text(big, "utf-8")  # the same text in another file: its own read
+    lines = [json.dumps({"id": f"r{i}", "style": "pop", "lyrics": f"la {i}", "abc_path": "s.abc"}) for i in range(200)]
+    lines.append(json.dumps({"id": "other", "style": "pop", "lyrics": "la", "abc_path": "t.abc"}))
+    errors, good = _errors(tmp_path, lines)
+    assert not errors and len(good) == 201
+    texts = {id(g.request.abc) for g in good[:200]}
+    assert len(texts) == 1 and good[0].request.abc == big
+    assert good[200].request.abc == big and good[200].request.abc is not good[0].request.abc
+    calls = []
+
+    def encode(text):
+        calls.append(len(text))
+        return [sum(map(ord, text[i:i + 10])) % 997 for i in range(0, len(text), 10)]  # ≈ a token per 10 chars
+    once = _encode_once(encode)
+    for g in good:
+        assert check_context(g, once) == check_context(g, encode)
+    assert calls.count(len(big)) == 201 + 1  # every row by `encode`; by `once`: one for both files' equal texts
+    first = once(big)
+    first.append(-1)  # a caller's change to its list does not reach the next caller
+    assert once(big) == encode(big)
+    # a changed file is read again on the next read_requests (size or mtime differ)
+    (tmp_path / "s.abc").write_text(big + "% more\n", "utf-8")
+    _, good2 = _errors(tmp_path, lines[:1])
+    assert good2[0].request.abc.endswith("% more\n")
