@@ -21,8 +21,8 @@
 #                                      # decode-step profile with it (on an H200 the table lost in the graph)
 #   bash bench/gpu_session.sh split    # bench/overlap_split.py: AR batch decode beside the render, streams vs green
 #                                      # contexts of K SMs (~3 min; cuda-bindings from .gpuwheels)
-#   bash bench/gpu_session.sh layer    # the one-launch decoder layer in CUDA (YUE2_LAYER_KERNEL=cuda; cuda:pipe = its
-#                                      # attention loop software-pipelined, YUE2_LAYER_CUDA_PIPE=1, and its GPU tests)
+#   bash bench/gpu_session.sh layer    # the one-launch decoder layer in CUDA (YUE2_LAYER_KERNEL=cuda; cuda:pipe / fexp = its
+#                                      # attention loop software-pipelined / with fast exponentials, YUE2_LAYER_CUDA_OPTS)
 #                                      # vs the per-kernel
 #                                      # step: tiny-model agreement, speed with in-kernel phase times, and the floor of
 #                                      # barrier-separated phases (bench/stream_floor.py: register and bulk-copy ring
@@ -156,10 +156,10 @@ for part in "$@"; do
       "$PY" bench/nar_w8a8.py --ode --json "$OUT/nar_w8a8.json" 2>&1 | tee "$OUT/nar_w8a8.log" ;;
     layer)
       "$PY" bench/layer_kernel.py --tiny 2>&1 | tee "$OUT/layer_tiny.log"
-      "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda,cuda:pipe --phase-times \
+      "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda,cuda:pipe,cuda:fexp,cuda:pipe+fexp --phase-times \
         --json "$OUT/layer.json" 2>&1 | tee "$OUT/layer_kernel.log"
-      # the pipelined attention loop (YUE2_LAYER_CUDA_PIPE=1, stop 58, not yet run on a GPU): its numerics
-      YUE2_LAYER_CUDA_PIPE=1 "$PY" -m pytest tests/core/test_cuda_fast.py -k layer_kernel -q -s -p no:cacheprovider \
+      # the experimental switches (YUE2_LAYER_CUDA_OPTS, stop 58, not yet run on a GPU): their numerics
+      YUE2_LAYER_CUDA_OPTS=pipe,fexp "$PY" -m pytest tests/core/test_cuda_fast.py -k layer_kernel -q -s -p no:cacheprovider \
         2>&1 | tee "$OUT/layer_pipe_tests.log"
       "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log"
       "$PY" bench/cluster_floor.py 2>&1 | tee "$OUT/cluster_floor.log" ;;

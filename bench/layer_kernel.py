@@ -58,8 +58,11 @@ STAMPS = ("qkv", "bar0", "attn", "bar1", "o", "bar2", "gate_up", "bar3", "down")
 
 def cuda_switches(mode: str) -> str:
     """The YUE2_LAYER_KERNEL value of a bench mode ("cuda:…" variants are "cuda"); sets the variant's switches:
-    "cuda:pipe" = YUE2_LAYER_CUDA_PIPE=1 (the attention's next cache batch loaded while this one is computed)."""
-    os.environ["YUE2_LAYER_CUDA_PIPE"] = "1" if mode == "cuda:pipe" else "0"
+    "cuda:pipe+fexp" = YUE2_LAYER_CUDA_OPTS=pipe,fexp (`fast._layer_cuda.options`; "cuda:nopf" and other names
+    that are no switch set none)."""
+    from yue2_core.fast._layer_cuda import OPTIONS
+    opts = [o for o in (mode.split(":", 1)[1].split("+") if ":" in mode else []) if o in OPTIONS]
+    os.environ["YUE2_LAYER_CUDA_OPTS"] = ",".join(opts)
     return mode.split(":")[0]
 
 

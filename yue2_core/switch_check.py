@@ -12,7 +12,7 @@ GPU_ONLY_SWITCHES = ("YUE2_COMPILE", "YUE2_FUSED", "YUE2_GEMV", "YUE2_PDL", "YUE
                      "YUE2_DECODE_ATTN", "YUE2_INT8_ROT", "YUE2_INT8_DOT", "YUE2_ATTN_MERGE", "YUE2_SAMPLER", "YUE2_LAYER_KERNEL",
                      "YUE2_GEMV_TABLE", "YUE2_LAYER_TILES", "YUE2_RENDER_SMS", "YUE2_L2_PREFETCH",
                      "YUE2_L2_PREFETCH_GRID", "YUE2_SIDE_CAPTURE", "YUE2_GEMV_PRE", "YUE2_NAR_LINEARS",
-                     "YUE2_W8A8_TABLE")
+                     "YUE2_W8A8_TABLE", "YUE2_LAYER_CUDA_OPTS")
 # the boolean switches whose default is off (the others' is on): for the CPU-run warning, "changed" is from this
 FLAGS_OFF_BY_DEFAULT = ("YUE2_COMPILE", "YUE2_GEMV_PRE")
 
@@ -55,12 +55,15 @@ def check_environment(device: str | None = None) -> list[str]:
         read_table(w8a8_table)
     from .fast.persistent import tiles
     tiles()  # YUE2_LAYER_TILES: a JSON object of the layer kernel's tiles
+    from .fast._layer_cuda import options
+    options()  # YUE2_LAYER_CUDA_OPTS: the CUDA layer kernel's experimental switches
     from .fast import l2_prefetch
     l2_prefetch.parse(os.environ.get("YUE2_L2_PREFETCH", ""))  # a plan of fork points and weights
     l2_prefetch.grid()
     from .batch.streams import SWITCH as RENDER_SMS, check_switch
     check_switch()  # YUE2_RENDER_SMS: auto, 0 or a number of SMs
     known = {*flags, *choices, PROCS_SWITCH, RENDER_SMS, "YUE2_GEMV_TABLE", "YUE2_W8A8_TABLE", "YUE2_LAYER_TILES",
+             "YUE2_LAYER_CUDA_OPTS",
              "YUE2_L2_PREFETCH",
              "YUE2_L2_PREFETCH_GRID", "YUE2_CHECKPOINT", "YUE2_ROT_FUSED", "YUE2_TEST_CACHE",
              "YUE2_HASH_CACHE", "YUE2_COMMIT", "YUE2_ARTIFACTS", "YUE2_PARITY_DIR", "YUE2_REQUIRE_HOST",

@@ -17,6 +17,8 @@ accepts — "false" or "off" are not silently read as on.
     YUE2_LAYER_KERNEL     off (default) | grid | phased | cuda: one launch per decoder layer, experimental and slower
                           today (fast/persistent.py; cuda: the CUDA C++ kernel fast/_layer_cuda.cu, bf16 decoders)
     YUE2_LAYER_TILES      a JSON object of that kernel's tiles over fast/persistent.py's TILES (tuning)
+    YUE2_LAYER_CUDA_OPTS  pipe,fexp (comma-separated, experimental, stop 58): the CUDA layer kernel's attention loop
+                          software-pipelined / with ex2.approx exponentials (fast/_layer_cuda.py options)
     YUE2_ATTN_MERGE       split (default) | kernel: who merges the decode attention's splits (fast/fused.py)
     YUE2_SAMPLER          kernels (default) | torch: the decode step's sampling tail (fast/sample_kernels.py)
     YUE2_NAR_ATTN         auto (fa3 on Hopper when installed, else gqa) | gqa | fa3 | cudnn | flash | efficient | math:

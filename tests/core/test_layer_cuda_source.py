@@ -39,15 +39,20 @@ def test_source_compiles_for_hopper_within_registers(dims, rows, int8):
     assert 0 < regs <= 128 and 0 <= spill <= (0 if dims is FULL else SPILL_LIMIT), log
 
 
-def test_the_pipelined_attention_variant_compiles_without_spills(monkeypatch):
-    """YUE2_LAYER_CUDA_PIPE=1 (experimental): the attention holds two cache batches in registers; the release's dims
-    must still fit one block per multiprocessor's registers without a spill (the GPU tests check its numbers)."""
+def test_the_experimental_switches_compile_without_spills(monkeypatch):
+    """YUE2_LAYER_CUDA_OPTS=pipe,fexp (experimental): the attention holds two cache batches in registers; the
+    release's dims must still fit one block per multiprocessor's registers without a spill (the GPU tests check
+    the numbers); an unknown switch is named."""
+    from yue2_core.errors import RequestError
     lib = _nvrtc()
-    monkeypatch.setenv("YUE2_LAYER_CUDA_PIPE", "1")
+    monkeypatch.setenv("YUE2_LAYER_CUDA_OPTS", "pipe, fexp")
     macros = lc.defines(1, FULL, True)
-    assert macros["ATT_PIPE"] == 1
-    monkeypatch.setenv("YUE2_LAYER_CUDA_PIPE", "0")
-    assert lc.defines(1, FULL, True)["ATT_PIPE"] == 0
+    assert macros["ATT_PIPE"] == 1 and macros["FAST_EXP"] == 1
+    monkeypatch.setenv("YUE2_LAYER_CUDA_OPTS", "")
+    assert lc.defines(1, FULL, True)["ATT_PIPE"] == 0 == lc.defines(1, FULL, True)["FAST_EXP"]
+    monkeypatch.setenv("YUE2_LAYER_CUDA_OPTS", "pipe,turbo")
+    with pytest.raises(RequestError, match="unknown 'turbo'; accepted: pipe, fexp"):
+        lc.defines(1, FULL, True)
     with open(lc.SOURCE) as f:
         src = f.read()
     cubin, log = lc.nvrtc_compile(src, macros, "sm_90", lib=lib)

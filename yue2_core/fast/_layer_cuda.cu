@@ -27,9 +27,14 @@
 #define XS (HID > FF ? HID : FF)
 #define SPIN_LIMIT (1 << 22)
 #define SB 1  // cache position slots a lane reads at a time in the attention (4 positions a warp a slot; 2 spill)
+// experimental switches (fast/_layer_cuda.py: YUE2_LAYER_CUDA_OPTS=pipe,fexp; stop 58, not yet measured on a GPU):
 #ifndef ATT_PIPE
-#define ATT_PIPE 0  // 1: the attention loads batch b + 1 before computing batch b (fast/_layer_cuda.py: YUE2_LAYER_CUDA_PIPE)
+#define ATT_PIPE 0  // 1: the attention loads cache batch b + 1 before computing batch b
 #endif
+#ifndef FAST_EXP
+#define FAST_EXP 0  // 1: the attention loop's exponentials by ex2.approx (__expf), as Triton's tl.exp
+#endif
+#define AEXP(x) (FAST_EXP ? __expf(x) : expf(x))
 #define ACC 4096  // floats of shared memory for a product phase's tile sums (fast/_layer_cuda.py checks the fit)
 
 typedef unsigned short bf16_t;
@@ -526,13 +531,13 @@ __device__ __forceinline__ void att_item(int it, const KVBatch* pre, const bf16_
         for (int u = 1; u < SB; ++u) mb = fmaxf(mb, sc[u][h]);
         const float mn = fmaxf(m[h], mb);
         if (mn == NEG_INF) continue;  // nothing of this position group yet
-        const float alpha = expf(m[h] - mn);
+        const float alpha = AEXP(m[h] - mn);
         float ps = 0.f;
 #pragma unroll
         for (int e = 0; e < 16; ++e) acc[h][e] *= alpha;
 #pragma unroll
         for (int u = 0; u < SB; ++u) {
-          const float p = expf(sc[u][h] - mn);  // 0 for a masked slot
+          const float p = AEXP(sc[u][h] - mn);  // 0 for a masked slot
           ps += p;
           const float pb = rbf(p);
           float vf[16];
@@ -553,7 +558,7 @@ __device__ __forceinline__ void att_item(int it, const KVBatch* pre, const bf16_
       for (int h = 0; h < G; ++h) {
         const float mo = __shfl_xor_sync(0xffffffffu, m[h], off), lo = __shfl_xor_sync(0xffffffffu, l[h], off);
         const float mn = fmaxf(m[h], mo);
-        const float ea = m[h] == NEG_INF ? 0.f : expf(m[h] - mn), eb = mo == NEG_INF ? 0.f : expf(mo - mn);
+        const float ea = m[h] == NEG_INF ? 0.f : AEXP(m[h] - mn), eb = mo == NEG_INF ? 0.f : AEXP(mo - mn);
         l[h] = l[h] * ea + lo * eb;
 #pragma unroll
         for (int e = 0; e < 16; ++e) acc[h][e] = acc[h][e] * ea + __shfl_xor_sync(0xffffffffu, acc[h][e], off) * eb;

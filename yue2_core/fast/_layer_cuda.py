@@ -18,11 +18,26 @@ THREADS = 512  # a block: 16 warps, one block per multiprocessor (__launch_bound
 
 
 def defines(rows: int, dims, int8: bool) -> dict:
-    """The macros of one compilation: R_ rows, HID, NH, NKV, HD, FF (model dims), INT8, NT threads a block,
-    ATT_PIPE (YUE2_LAYER_CUDA_PIPE=1, experimental: the attention's next cache batch loaded while this one is
-    computed)."""
+    """The macros of one compilation: R_ rows, HID, NH, NKV, HD, FF (model dims), INT8, NT threads a block, and
+    the experimental switches of `options` (ATT_PIPE, FAST_EXP)."""
     return dict(R_=rows, HID=dims.hidden, NH=dims.heads, NKV=dims.kv_heads, HD=dims.head_dim, FF=dims.ffn,
-                INT8=int(int8), NT=THREADS, ATT_PIPE=int(os.environ.get("YUE2_LAYER_CUDA_PIPE", "0") == "1"))
+                INT8=int(int8), NT=THREADS, **options())
+
+
+OPTIONS = {"pipe": "ATT_PIPE", "fexp": "FAST_EXP"}
+
+
+def options() -> dict:
+    """The experimental switches of YUE2_LAYER_CUDA_OPTS (comma-separated; stop 58, not yet measured on a GPU):
+    "pipe" = ATT_PIPE (the attention's next cache batch loaded while this one is computed), "fexp" = FAST_EXP (the
+    attention loop's exponentials by ex2.approx, as Triton's). Raises RequestError for an unknown name."""
+    from ..errors import RequestError
+    names = [n.strip() for n in os.environ.get("YUE2_LAYER_CUDA_OPTS", "").split(",") if n.strip()]
+    bad = [n for n in names if n not in OPTIONS]
+    if bad:
+        raise RequestError(f"YUE2_LAYER_CUDA_OPTS: unknown {', '.join(map(repr, bad))}; accepted: "
+                           f"{', '.join(OPTIONS)} (comma-separated)")
+    return {macro: int(name in names) for name, macro in OPTIONS.items()}
 
 
 ACC = 4096  # floats of a block's product tile sums (the kernel's ACC)
