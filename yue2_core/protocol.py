@@ -391,6 +391,27 @@ def check_budget(prefix_len: int, max_tokens: int, what: str = "semantic", per_s
                           "nothing is truncated silently.")
 
 
+_CLOCK = re.compile(r"(?:(\d+):)?(\d+):(\d+(?:\.\d*)?)", re.ASCII)  # [h:]m:ss(.f)
+_UNITS = re.compile(r"(?:(\d+(?:\.\d*)?) ?(?:h|hrs?|hours?))? ?(?:(\d+(?:\.\d*)?) ?(?:m|mins?|minutes?))? ?"
+                    r"(?:(\d+(?:\.\d*)?) ?(?:s|secs?|seconds?))?", re.ASCII | re.IGNORECASE)
+
+
+def duration_seconds(text: str) -> float | None:
+    """The seconds a duration written with a clock or units means (1:30, 0:45.5, 1:02:00, 2m, 90s, 1m30s, 3 min),
+    or None for anything else: for the messages that refuse such a length where seconds are asked for, saying the
+    number to give (`--max-seconds 1:30`, a Regenerate cut "1:05"; new-user review 58). Never used to accept one."""
+    if match := _CLOCK.fullmatch(text):
+        hours, minutes, secs = match.groups()
+        if float(secs) >= 60 or (hours and int(minutes) >= 60):
+            return None  # not a clock time (1:75)
+        return (int(hours or 0) * 60 + int(minutes)) * 60 + float(secs)
+    match = _UNITS.fullmatch(text)
+    if not match or not any(match.groups()):
+        return None
+    hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + secs
+
+
 def seconds_to_tokens(seconds: float) -> int:
     """Semantic token budget for a duration: round(seconds · 25), at least 1 (25 tokens per second of audio)."""
     if not _finite_number(seconds):
