@@ -28,9 +28,10 @@ def test_max_seconds_written_as_a_time_says_the_seconds_it_means(tmp_path, capsy
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("typed", ["1,5", "abc", "1:75"])
-def test_other_non_numbers_say_what_a_number_is_written_like(tmp_path, capsys, typed):
-    rc, err = main_inprocess(capsys, "generate", "--style", "x", "--lyrics", "y", "--max-seconds", typed,
+@pytest.mark.parametrize("option, typed", [("--max-seconds", "1,5"), ("--max-seconds", "abc"),
+                                           ("--max-seconds", "1:75"), ("--cfg-scale", "1,5")])
+def test_other_non_numbers_say_what_a_number_is_written_like(tmp_path, capsys, option, typed):
+    rc, err = main_inprocess(capsys, "generate", "--style", "x", "--lyrics", "y", option, typed,
                              "--output", tmp_path / "out")
     assert rc == 2 and f"{typed!r} is not a number: write a plain decimal with a point, e.g. 30, 2.5 or 1e-3 " \
         "(ASCII digits 0-9; no comma, unit, underscore or other scripts' digits)" in err, err
