@@ -1,8 +1,11 @@
 """Found by the stop-58 new-user review (docs/bad_inputs.md §64), a musician at the command line: `--max-seconds 1:30`
 was told to "write it in ASCII" (it was), a Regenerate cut "1:05" got no hint of the seconds it means, `render --seed`
 with the song's own seed said "new seed: sampling new music tokens" and made the same song again, and the last lines
-of a song made with the synthetic weights named an audio file to play without saying again that it is noise."""
+of a song made with the synthetic weights named an audio file to play without saying again that it is noise (nor did
+`inspect` of that song)."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -70,3 +73,9 @@ def test_render_with_the_songs_own_seed_says_it_is_the_same_song_and_synthetic_s
                           "cpu", "--offline", "--output", tmp_path / "other")
     assert other.returncode == 0 and "new seed: sampling new music tokens" in other.stderr, other.stderr[-2000:]
     assert other.stderr.rstrip().splitlines()[-3] == synthetic
+    for folder in ("song", "other"):  # a synthetic song found later: inspect says it is noise (it said nothing)
+        seen = cli_inprocess(monkeypatch, capsys, "inspect", tmp_path / folder)
+        report = json.loads(seen.stdout)
+        assert seen.returncode == 0 and report["synthetic_weights"] is True, seen.stderr[-2000:]
+        assert report["summary"].endswith("; made with SYNTHETIC random weights: its audio is noise-like, not music")
+        assert seen.stderr.strip() == report["summary"]
