@@ -657,7 +657,7 @@ def _edit(parts, parent: Parent, score, changed: bool, request: SongRequest, sam
                          "the song records this run's")
     from .pipeline import Song
     song = Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,
-                settings=settings, warnings=request.input_warnings() + notes)
+                settings=settings, warnings=request.input_warnings(getattr(score, "abc", None)) + notes)
     return song, lineage
 
 

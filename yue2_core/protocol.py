@@ -54,6 +54,17 @@ def blank_score(text: str) -> bool:
     return not text.replace("\ufeff", "").strip()
 
 
+def silent_vocal(abc: str | None) -> bool:
+    """Whether `abc` is a lead sheet whose Vocal voice has bars and sounds no note (rests, chord symbols over them):
+    the instrumental score the dialect asks for [U 1–2]. False for no score, a blank one, or one without Vocal
+    bars."""
+    if not isinstance(abc, str) or blank_score(abc):
+        return False
+    from .abc.parser import scan  # the ABC package is torch-free and never imports this module
+    parsed = scan(abc)
+    return bool(parsed.voices.get("Vocal")) and not any(n.kind == "note" for _, n in parsed.notes("Vocal"))
+
+
 def _finite_number(value) -> bool:
     """An int or float (not bool) with a finite value. An int too large for a float is not finite (math.isfinite
     would raise OverflowError on it)."""
@@ -184,10 +195,14 @@ class SongRequest:
         """The prompt text, exact (runtime.md §1.3)."""
         return f"{INSTRUCTIONS[self.cot]}\n[Tags]\n{self.style}\n[Lyrics]\n{self.lyrics}\n"
 
-    def input_warnings(self) -> list[str]:
+    def input_warnings(self, score: str | None = None) -> list[str]:
         """Advisory notes about the inputs (never changes the request): empty style/lyrics, stage directions, NUL and
         other control characters, and `[Tags]` / `[Lyrics]` typed into the text (the prompt template puts exactly
-        these lines around the style and the lyrics, runtime.md §1.3, so a typed one fakes a section)."""
+        these lines around the style and the lyrics, runtime.md §1.3, so a typed one fakes a section). `score`: the
+        ABC text the music follows when it is not the request's own `abc` (the Composer's connected score). Empty
+        lyrics under a score whose Vocal voice is silent — the instrumental the note itself advises — get no "not an
+        instrumental switch" note (new-user review 58: `--lyrics "" --abc-file` of a silenced score was told to use
+        a silenced score)."""
         notes = []
         for name in ("style", "lyrics"):
             notes += control_notes(name, getattr(self, name))
@@ -202,8 +217,9 @@ class SongRequest:
         if not self.style.strip():
             notes.append("style is empty: the model gets no genre/voice/instrument description")
         if not self.lyrics.strip():
-            notes.append("lyrics are empty: this is NOT an instrumental switch — the model may still sing "
-                         "(use an instrumental score, e.g. a silenced Vocal voice, for instrumentals)")
+            if not silent_vocal(self.abc if self.abc is not None else score):
+                notes.append("lyrics are empty: this is NOT an instrumental switch — the model may still sing "
+                             "(use an instrumental score, e.g. a silenced Vocal voice, for instrumentals)")
         else:
             lines = [ln.strip() for ln in self.lyrics.splitlines() if ln.strip()]
             if lines and all(re.fullmatch(r"\[[^\]]*\]", ln) for ln in lines):

@@ -79,3 +79,32 @@ def test_render_with_the_songs_own_seed_says_it_is_the_same_song_and_synthetic_s
         assert seen.returncode == 0 and report["synthetic_weights"] is True, seen.stderr[-2000:]
         assert report["summary"].endswith("; made with SYNTHETIC random weights: its audio is noise-like, not music")
         assert seen.stderr.strip() == report["summary"]
+
+
+def _instrumental(lead_sheet: str) -> str:
+    from yue2_core.abc.tools import silence_vocal
+    return silence_vocal(lead_sheet)
+
+
+def test_empty_lyrics_under_a_silenced_score_get_no_not_an_instrumental_note(tmp_path, tiny_paths, monkeypatch,
+                                                                               capsys):
+    """The note told a user who had done what it advises (`--lyrics "" --abc-file` of a score whose Vocal voice is
+    rests) to use an instrumental score; it stays for a score that sings, and for no score."""
+    from robust_helpers import REPO
+    from yue2_core.protocol import SongRequest
+    sung = (REPO / "examples" / "text2music_lead_sheet.abc").read_text("utf-8")
+    silent = _instrumental(sung)
+    (tmp_path / "instrumental.abc").write_text(silent, "utf-8")
+    note = "lyrics are empty: this is NOT an instrumental switch"
+    assert not any(note in w for w in SongRequest("rock", "", abc=silent).input_warnings())
+    assert not any(note in w for w in SongRequest("rock", "").input_warnings(silent))  # the Composer's score input
+    assert any(note in w for w in SongRequest("rock", "", abc=sung).input_warnings())
+    assert any(note in w for w in SongRequest("rock", "").input_warnings())
+    assert any(note in w for w in SongRequest("rock", "").input_warnings("X:1\nnot a score"))
+    made = cli_inprocess(monkeypatch, capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "rock",
+                         "--lyrics", "", "--abc-file", tmp_path / "instrumental.abc", "--max-seconds", "0.2",
+                         "--steps", "1", "--device", "cpu", "--offline", "--output", tmp_path / "song")
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert note not in made.stderr, made.stderr
+    warnings = json.loads((tmp_path / "song" / "result.json").read_text())["warnings"]
+    assert not any(note in w for w in warnings), warnings
