@@ -160,7 +160,7 @@ class YuE2Composer(io.ComfyNode):
             _check_music_budget(request, given or Score(None, [], cot, seed, "none"), tok, max_seconds,
                                 music_sampling.max_tokens, planned=given is None and cot != "off")
         progress = StageProgress("YuE2 Composer")
-        notes = list(request.input_warnings())
+        notes = list(request.input_warnings(given.abc if given is not None else None))
         notes += _synthetic_note(model, request, given, abc_sampling.max_tokens,
                                  music_sampling.max_tokens if sample_music else 0)
         notes += busy_cpu_notes(model.device, "YuE2 Composer")
@@ -218,7 +218,7 @@ def _execute_candidates(model, style, lyrics, cot, seed, max_seconds, score, abc
                                                                        score, abc_text, sampling)
     tok = model.tokenizer
     progress = StageProgress("YuE2 Composer")
-    notes = list(request.input_warnings())
+    notes = list(request.input_warnings(given.abc if given is not None else None))
     notes += _synthetic_note(model, request, given, abc_sampling.max_tokens, music_sampling.max_tokens)
     notes += busy_cpu_notes(model.device, "YuE2 Composer")
     with user_errors():

@@ -287,7 +287,7 @@ class YuE2SaveSong(io.ComfyNode):
                     latents=latents, audio=wave,
                     settings={**_settings(tokens, render, latent is not None, audio),
                               **({"audio_source": "given" if given else "decoded"} if audio is not None else {})},
-                    warnings=request.input_warnings() + warnings)
+                    warnings=request.input_warnings(getattr(tokens.score, "abc", None)) + warnings)
         with user_errors():
             for _ in range(3):  # another save may take the number between the scan and the rename: the finished
                 out = next_song_dir(root, prefix)  # song then goes to the next free one (break-it review 52: each

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .cli.busy_cpu import _note_busy_cpu
 from .cli.inspect_cmd import cmd_inspect
-from .cli.options import _Parser, _named, parse_lora, parse_vae, plain_number, whole_number
+from .cli.options import _Parser, _named, parse_lora, parse_vae, plain_number, seconds, whole_number
 from .cli.progress import ProgressLine
 from .cli.song_weights import (_note_old_stack_rule, _note_replaced_vae, _recorded_checkpoint, _say_lora_int8,
                                _say_nar_linears,
@@ -154,10 +154,20 @@ def _check_budget_fits(max_seconds, max_abc_tokens) -> None:
                   f"({1 / FRAMES_PER_SECOND:g} s of audio)", file=sys.stderr)
 
 
-def _say_where(folder) -> None:
-    """The last lines of a run: the song folder and its audio file (stderr, after the JSON summary on stdout)."""
+def _int_or_none(value):
+    """A recorded seed as an int (a song's request.json holds a JSON integer; anything else: None)."""
+    return value if type(value) is int else None
+
+
+def _say_where(folder, synthetic: bool = False) -> None:
+    """The last lines of a run: the song folder and its audio file (stderr, after the JSON summary on stdout), after
+    the synthetic-weights note again when the model was synthetic (new-user review 58: the note came only before the
+    progress lines, hundreds of lines up in a log, and the last lines named an audio file to play)."""
     sys.stdout.flush()
     folder = Path(folder).resolve()
+    if synthetic:
+        print("NOTE: made with SYNTHETIC random weights — this audio is noise-like, not music (README, \"Read this "
+              "first\")", file=sys.stderr)
     print(f"song folder: {folder}", file=sys.stderr)
     if (folder / "audio.flac").is_file():
         print(f"audio: {folder / 'audio.flac'}", file=sys.stderr)
@@ -216,7 +226,7 @@ def cmd_generate(args) -> int:
                "synthetic_weights": synthetic,
                "timing_s": {k: round(v, 3) for k, v in song.timing.items()}}
     print(json.dumps(summary, indent=2, ensure_ascii=False))
-    _say_where(folder)
+    _say_where(folder, synthetic)
     return 0
 
 
@@ -411,8 +421,14 @@ def cmd_render(args) -> int:
     timing = {}
     t = time.perf_counter()
     if resample:
-        print("score.abc was edited: sampling new music tokens for it" if saved.score_edited else
-              "new seed: sampling new music tokens", file=sys.stderr)
+        if saved.score_edited:
+            print("score.abc was edited: sampling new music tokens for it", file=sys.stderr)
+        elif args.seed == _int_or_none(req.get("seed")):  # new-user review 58: "new seed" for the song's own seed
+            print(f"note: --seed {args.seed} is this song's own seed: sampling its music tokens again gives the "
+                  "song's own tokens where it was made (the same device and weights); another --seed gives new "
+                  "music", file=sys.stderr)
+        else:
+            print("new seed: sampling new music tokens", file=sys.stderr)
         if _render_seconds(args.max_seconds, saved.tokens.sampling) is None:  # break-it: silently 9,000 tokens
             cap = Budgets(None).semantic_sampling().max_tokens
             print(f"note: the song records no music budget (result.json semantic.sampling); sampling up to the "
@@ -448,7 +464,7 @@ def cmd_render(args) -> int:
                       "resampled": resample, "audio_seconds": round(audio.shape[-1] / song.sample_rate, 3),
                       "synthetic_weights": synthetic, "timing_s": {k: round(v, 3) for k, v in timing.items()}},
                      indent=2, ensure_ascii=False))
-    _say_where(folder)
+    _say_where(folder, synthetic)
     return 0
 
 
@@ -683,7 +699,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "is used as given, the dialect check's findings are printed as warnings")
     g.add_argument("--cfg-scale", type=plain_number, default=None,
                    help="classifier-free guidance of the music (default: the release's 1.0; 1.01 with --cot off)")
-    g.add_argument("--max-seconds", type=plain_number, default=None, help="cap the music length (25 tokens per second; "
+    g.add_argument("--max-seconds", type=seconds, default=None, help="cap the music length (25 tokens per second; "
                    "default: the release's 9,000 tokens = 360 s, a long wait on a CPU)")
     g.add_argument("--max-abc-tokens", type=whole_number, default=None,
                    help="cap the lead-sheet length in tokens (default: the release's 4,096; with synthetic weights "
@@ -702,9 +718,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--seed, new music tokens are sampled after the same lead sheet; if you edited its "
                                    "score.abc, new music tokens are sampled after your score (--max-seconds caps "
                                    "them). --lora/--vae swap the adapters or the VAE the song was made with.")
-    r.add_argument("song", type=_named("song folder"), help="song directory written by generate")
-    r.add_argument("--seed", type=whole_number, default=None, help="new seed (samples new music tokens)")
-    r.add_argument("--max-seconds", type=plain_number, default=None,
+    r.add_argument("song", type=_named("song folder"), help="a song directory (from generate, render, batch, or the "
+                   "nodes' Save Song / Regenerate / Continue)")
+    r.add_argument("--seed", type=whole_number, default=None, help="new seed (samples new music tokens; the song's "
+                   "own seed gives its own tokens again)")
+    r.add_argument("--max-seconds", type=seconds, default=None,
                    help="cap the new music when tokens are resampled (default: the song's own budget)")
     common(r, render=True)
     ode_method(r, render=True)
@@ -760,7 +778,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "weights included (default: what is free now); sizes the batch")
     b.add_argument("--resume", action="store_true", help="finish a batch in --output: songs that verify are "
                                                          "skipped, damaged ones redone")
-    b.add_argument("--max-seconds", type=plain_number, default=None,
+    b.add_argument("--max-seconds", type=seconds, default=None,
                    help="cap every song's music (25 tokens per second; a row asking for less keeps its own; "
                         "uncapped, a row gets its semantic_sampling.max_tokens, else the release's 9,000 tokens = "
                         "360 s)")

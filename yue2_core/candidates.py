@@ -275,7 +275,8 @@ def candidates(engine, request: SongRequest, n: int, budgets=None, seeds=None, p
         score_s, note = score_length(score)
         take_info = {"index": i, "seed": req.seed, "n": n, "seeds": seeds, "shared_score": bool(shared_score)}
         song = Song(request=req, score=score, tokens=tokens, latents=latents, audio=audio, timing=song_timing,
-                    settings={**settings_base, "take": take_info}, warnings=req.input_warnings())
+                    settings={**settings_base, "take": take_info},
+                    warnings=req.input_warnings(getattr(score, "abc", None)))
         takes.append(Take(i, req.seed, song, res.ended, len(tokens.codes), seconds, score_s,
                           None if score_s is None else score_s / seconds, note))
     return takes

@@ -45,8 +45,8 @@ from .constants import (CODEC_OFFSET, CODEC_SIZE, CONTEXT, FRAMES_PER_SECOND, HO
                         ODE_STEPS, PROTOCOL_VERSION, SAMPLE_RATE, VAE_LENGTH_TRIM)
 from .errors import ArtifactError, BudgetError, RequestError, ScoreError
 from .weights.own import carried
-from .protocol import (SEED_MAX, _finite_number, SEMANTIC_PRESET, Sampling, SongRequest, negative_prefix, seconds_to_tokens,
-                       semantic_prefix)
+from .protocol import (SEED_MAX, _finite_number, duration_seconds, SEMANTIC_PRESET, Sampling, SongRequest,
+                       negative_prefix, seconds_to_tokens, semantic_prefix)
 
 CROSSFADE_SHAPES = ("equal_power", "linear")
 MAX_CROSSFADE_S = 5.0
@@ -354,8 +354,10 @@ def _parse_cut(cut) -> tuple[str, float]:
             m = rx.fullmatch(cut)
             if m:
                 return kind, float(m.group(1)) if kind == "seconds" else int(m.group(1))
+    clock = duration_seconds(cut.strip()) if isinstance(cut, str) else None  # "1:05": say "65s" (review 58)
     raise RequestError(f"cannot read the cut {cut!r}: give seconds (12.5 or \"12.5s\"), a bar ({{\"bar\": 9}} or "
-                       f"\"bar 9\") or a token index ({{\"token\": 312}})")
+                       f"\"bar 9\") or a token index ({{\"token\": 312}})"
+                       + (f"; for {cut.strip()} write \"{clock:g}s\"" if clock is not None else ""))
 
 
 def retimed_note(sampled_after: str | None, edited: str | None, seconds: float) -> str | None:
@@ -655,7 +657,7 @@ def _edit(parts, parent: Parent, score, changed: bool, request: SongRequest, sam
                          "the song records this run's")
     from .pipeline import Song
     song = Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,
-                settings=settings, warnings=request.input_warnings() + notes)
+                settings=settings, warnings=request.input_warnings(getattr(score, "abc", None)) + notes)
     return song, lineage
 
 

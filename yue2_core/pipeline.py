@@ -525,7 +525,7 @@ class YuE2Engine:
                     "vae_dtype": "float32", "vae_decode": "halo_crop", "device": str(self.ar.device),
                     "checkpoint": self.info.to_dict(), "weights": self.weights}
         return Song(request=request, score=score, tokens=tokens, latents=latents, audio=audio, timing=timing,
-                    settings=settings, warnings=request.input_warnings() + plan_notes(score))
+                    settings=settings, warnings=request.input_warnings(getattr(score, "abc", None)) + plan_notes(score))
 
 
 __all__ = ["Score", "SemanticTokens", "Song", "plan", "plan_notes", "semantic", "render", "decode", "music_budget",

@@ -54,6 +54,17 @@ def blank_score(text: str) -> bool:
     return not text.replace("\ufeff", "").strip()
 
 
+def silent_vocal(abc: str | None) -> bool:
+    """Whether `abc` is a lead sheet whose Vocal voice has bars and sounds no note (rests, chord symbols over them):
+    the instrumental score the dialect asks for [U 1–2]. False for no score, a blank one, or one without Vocal
+    bars."""
+    if not isinstance(abc, str) or blank_score(abc):
+        return False
+    from .abc.parser import scan  # the ABC package is torch-free and never imports this module
+    parsed = scan(abc)
+    return bool(parsed.voices.get("Vocal")) and not any(n.kind == "note" for _, n in parsed.notes("Vocal"))
+
+
 def _finite_number(value) -> bool:
     """An int or float (not bool) with a finite value. An int too large for a float is not finite (math.isfinite
     would raise OverflowError on it)."""
@@ -184,10 +195,14 @@ class SongRequest:
         """The prompt text, exact (runtime.md §1.3)."""
         return f"{INSTRUCTIONS[self.cot]}\n[Tags]\n{self.style}\n[Lyrics]\n{self.lyrics}\n"
 
-    def input_warnings(self) -> list[str]:
+    def input_warnings(self, score: str | None = None) -> list[str]:
         """Advisory notes about the inputs (never changes the request): empty style/lyrics, stage directions, NUL and
         other control characters, and `[Tags]` / `[Lyrics]` typed into the text (the prompt template puts exactly
-        these lines around the style and the lyrics, runtime.md §1.3, so a typed one fakes a section)."""
+        these lines around the style and the lyrics, runtime.md §1.3, so a typed one fakes a section). `score`: the
+        ABC text the music follows when it is not the request's own `abc` (the Composer's connected score). Empty
+        lyrics under a score whose Vocal voice is silent — the instrumental the note itself advises — get no "not an
+        instrumental switch" note (new-user review 58: `--lyrics "" --abc-file` of a silenced score was told to use
+        a silenced score)."""
         notes = []
         for name in ("style", "lyrics"):
             notes += control_notes(name, getattr(self, name))
@@ -202,8 +217,9 @@ class SongRequest:
         if not self.style.strip():
             notes.append("style is empty: the model gets no genre/voice/instrument description")
         if not self.lyrics.strip():
-            notes.append("lyrics are empty: this is NOT an instrumental switch — the model may still sing "
-                         "(use an instrumental score, e.g. a silenced Vocal voice, for instrumentals)")
+            if not silent_vocal(self.abc if self.abc is not None else score):
+                notes.append("lyrics are empty: this is NOT an instrumental switch — the model may still sing "
+                             "(use an instrumental score, e.g. a silenced Vocal voice, for instrumentals)")
         else:
             lines = [ln.strip() for ln in self.lyrics.splitlines() if ln.strip()]
             if lines and all(re.fullmatch(r"\[[^\]]*\]", ln) for ln in lines):
@@ -389,6 +405,27 @@ def check_budget(prefix_len: int, max_tokens: int, what: str = "semantic", per_s
         raise BudgetError(f"prompt ({prefix_len} tokens) + {what} budget ({max_tokens} tokens) exceeds the "
                           f"{CONTEXT}-token context: {fits}. Shorten the lyrics/score or lower the budget; "
                           "nothing is truncated silently.")
+
+
+_CLOCK = re.compile(r"(?:(\d+):)?(\d+):(\d+(?:\.\d*)?)", re.ASCII)  # [h:]m:ss(.f)
+_UNITS = re.compile(r"(?:(\d+(?:\.\d*)?) ?(?:h|hrs?|hours?))? ?(?:(\d+(?:\.\d*)?) ?(?:m|mins?|minutes?))? ?"
+                    r"(?:(\d+(?:\.\d*)?) ?(?:s|secs?|seconds?))?", re.ASCII | re.IGNORECASE)
+
+
+def duration_seconds(text: str) -> float | None:
+    """The seconds a duration written with a clock or units means (1:30, 0:45.5, 1:02:00, 2m, 90s, 1m30s, 3 min),
+    or None for anything else: for the messages that refuse such a length where seconds are asked for, saying the
+    number to give (`--max-seconds 1:30`, a Regenerate cut "1:05"; new-user review 58). Never used to accept one."""
+    if match := _CLOCK.fullmatch(text):
+        hours, minutes, secs = match.groups()
+        if float(secs) >= 60 or (hours and int(minutes) >= 60):
+            return None  # not a clock time (1:75)
+        return (int(hours or 0) * 60 + int(minutes)) * 60 + float(secs)
+    match = _UNITS.fullmatch(text)
+    if not match or not any(match.groups()):
+        return None
+    hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + secs
 
 
 def seconds_to_tokens(seconds: float) -> int:

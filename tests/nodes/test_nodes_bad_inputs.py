@@ -114,6 +114,18 @@ def test_empty_style_and_lyrics_warn_but_run(comfy, checkpoints):
     assert "music: not sampled" in report
 
 
+def test_empty_lyrics_under_a_connected_silenced_score_get_no_instrumental_note(comfy, checkpoints):
+    """New-user review 58 (docs/bad_inputs.md §64): the Composer told a user whose connected score had a silent Vocal
+    voice — the instrumental its note advises — that empty lyrics are not an instrumental switch."""
+    from yue2_core.abc.tools import silence_vocal
+    silent = silence_vocal(VALID_ABC)
+    for abc, noted in ((silent, False), (VALID_ABC, True)):
+        entry = run(comfy, {"1": LOADER, "2": composer(lyrics="", abc_text=abc, sample_music=False),
+                            "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 3]}}})
+        report = entry["outputs"]["2"]["text"][0]
+        assert ("lyrics are empty: this is NOT an instrumental switch" in report) is noted, report
+
+
 @pytest.mark.parametrize("seconds", [0.0, -5.0, 984.0])  # the max: the context, 983.04 s
 def test_max_seconds_outside_the_widget_range_is_rejected(comfy, seconds):
     body = rejected(comfy, {"1": LOADER, "2": composer(max_seconds=seconds), "3": preview(["2", 3])})

@@ -413,7 +413,7 @@ def _finish(engine, job: _Job, steps: int, deliver: Deliver, meter: _Meter,
         job.timing["total_seconds"] = sum(job.timing.values())
         song = Song(request=req, score=job.score, tokens=job.tokens, latents=latents, audio=audio,
                     timing=dict(job.timing), settings=song_settings(engine, job.item, steps, method),
-                    warnings=req.input_warnings() + plan_notes(job.score))
+                    warnings=req.input_warnings(getattr(job.score, "abc", None)) + plan_notes(job.score))
         job.stage = "save"
         if stop is not None and stop.is_set():
             raise _Stopped

@@ -35,7 +35,11 @@ def _song_report(path: str) -> dict:
     if "score_edited" in lineage and "parent_score_edited" not in lineage:  # `render`'s record before 2026-12-06
         lineage["parent_score_edited"] = lineage.pop("score_edited")
     from_edit = lineage.get("parent_score_edited") is True and isinstance(lineage.get("parent"), str)
-    return {"kind": "song", "path": str(saved.path), "status": r.get("status"),
+    # the checkpoint's own record (config.json → checkpoint.synthetic, as generate, batch and the nodes write it): a
+    # song found later says it is noise (new-user review 58: inspect said nothing of it)
+    checkpoint = saved.config.get("checkpoint")
+    synthetic = isinstance(checkpoint, dict) and checkpoint.get("synthetic") is True
+    return {"kind": "song", "path": str(saved.path), "status": r.get("status"), "synthetic_weights": synthetic,
             "request": {"style": request.get("style"), "lyrics_chars": len(request.get("lyrics") or ""),
                         "cot": request.get("cot"), "seed": request.get("seed"), "cfg_scale": request.get("cfg_scale"),
                         "id": request.get("id")},
@@ -62,7 +66,9 @@ def _song_report(path: str) -> dict:
                         + ("; score.abc edited since the song was made (render samples new music for it)"
                            if saved.score_edited else "")
                         + (f"; rendered from {lineage['parent']}, whose edited score.abc it sampled its music for"
-                           if from_edit else ""))}
+                           if from_edit else "")
+                        + ("; made with SYNTHETIC random weights: its audio is noise-like, not music"
+                           if synthetic else ""))}
 
 
 def _base_model_keys(path: str) -> bool:

@@ -41,8 +41,25 @@ def plain_number(text: str) -> float:
     try:
         return _ascii_number(text.strip(_ASCII_SPACE))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number: write it in ASCII, e.g. 30, 2.5 or 1e-3 (no "
-                                         "other scripts' digits, no underscores)") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: write a plain decimal with a point, e.g. 30, "
+                                         "2.5 or 1e-3 (ASCII digits 0-9; no comma, unit, underscore or other "
+                                         "scripts' digits)") from None
+
+
+def seconds(text: str) -> float:
+    """An argparse type for --max-seconds: `plain_number`. A duration written as musicians write one (1:30, 2m, 90s)
+    is refused with the number of seconds it means: new-user review 58 typed `--max-seconds 1:30` and was told to
+    "write it in ASCII" (it was ASCII). Not accepted as is: the option is the release's seconds, and a minute
+    written `1.30` would still be read as 1.3 s."""
+    try:
+        return plain_number(text)
+    except argparse.ArgumentTypeError:
+        from ..protocol import duration_seconds
+        value = duration_seconds(text.strip(_ASCII_SPACE))
+        if value is None:
+            raise
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds: give the length in seconds, "
+                                         f"{value:g} for {text.strip(_ASCII_SPACE)}") from None
 
 
 def _is_number(text: str) -> bool:
