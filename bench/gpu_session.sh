@@ -21,9 +21,10 @@
 #                                      # decode-step profile with it (on an H200 the table lost in the graph)
 #   bash bench/gpu_session.sh split    # bench/overlap_split.py: AR batch decode beside the render, streams vs green
 #                                      # contexts of K SMs (~3 min; cuda-bindings from .gpuwheels)
-#   bash bench/gpu_session.sh layer    # the one-launch decoder layer in CUDA (YUE2_LAYER_KERNEL=cuda; cuda:pipe / fexp = its
-#                                      # attention loop software-pipelined / with fast exponentials, YUE2_LAYER_CUDA_OPTS)
-#                                      # vs the per-kernel
+#   bash bench/gpu_session.sh layeropts # the CUDA layer kernel's experimental switches (YUE2_LAYER_CUDA_OPTS=pipe,fexp:
+#                                      # its attention loop software-pipelined / with fast exponentials), int8 batch 1,
+#                                      # with phase stamps, and its GPU tests with both on (~3 min)
+#   bash bench/gpu_session.sh layer    # the one-launch decoder layer in CUDA (YUE2_LAYER_KERNEL=cuda) vs the per-kernel
 #                                      # step: tiny-model agreement, speed with in-kernel phase times, and the floor of
 #                                      # barrier-separated phases (bench/stream_floor.py: register and bulk-copy ring
 #                                      # schedules, fenced and relaxed barriers, barrier anatomy) and of a cluster
@@ -92,7 +93,7 @@ if ls .gpuwheels/fa3_fwd-*.whl >/dev/null 2>&1; then
 fi
 "$PY" -c "from yue2_core.fast import flash_attn as f; h = f.find(); print('NAR attention: FlashAttention-3 from', h[1]) if h else print('NAR attention: PyTorch SDPA (no FlashAttention-3 interface:', f.why_not() + ')')" \
   | tee -a "$OUT/versions.txt"
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|fewer|floor|splits|attn|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_session.sh bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|layeropts|fewer|floor|splits|attn|l2|nodes|nodescold|takes|scale ..." >&2; exit 2; }
 for part in "$@"; do
   case "$part" in
     bench)
@@ -156,13 +157,18 @@ for part in "$@"; do
       "$PY" bench/nar_w8a8.py --ode --json "$OUT/nar_w8a8.json" 2>&1 | tee "$OUT/nar_w8a8.log" ;;
     layer)
       "$PY" bench/layer_kernel.py --tiny 2>&1 | tee "$OUT/layer_tiny.log"
-      "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda,cuda:pipe,cuda:fexp,cuda:pipe+fexp --phase-times \
-        --json "$OUT/layer.json" 2>&1 | tee "$OUT/layer_kernel.log"
-      # the experimental switches (YUE2_LAYER_CUDA_OPTS, stop 58, not yet run on a GPU): their numerics
-      YUE2_LAYER_CUDA_OPTS=pipe,fexp "$PY" -m pytest tests/core/test_cuda_fast.py -k layer_kernel -q -s -p no:cacheprovider \
-        2>&1 | tee "$OUT/layer_pipe_tests.log"
+      "$PY" bench/layer_kernel.py --fmts int8,bf16 --rows 1,2 --modes off,cuda --phase-times --json "$OUT/layer.json" \
+        2>&1 | tee "$OUT/layer_kernel.log"
       "$PY" bench/stream_floor.py 2>&1 | tee "$OUT/stream_floor.log"
       "$PY" bench/cluster_floor.py 2>&1 | tee "$OUT/cluster_floor.log" ;;
+    layeropts)
+      # the CUDA layer kernel's experimental switches (YUE2_LAYER_CUDA_OPTS, stop 58, not yet run on a GPU): int8,
+      # batch 1, each switch alone and both, with phase stamps, against the per-kernel step; then the layer-kernel
+      # GPU tests with both on (~3 min)
+      "$PY" bench/layer_kernel.py --fmts int8 --rows 1 --modes off,cuda,cuda:pipe,cuda:fexp,cuda:pipe+fexp \
+        --phase-times --json "$OUT/layer_opts.json" 2>&1 | tee "$OUT/layer_opts.log"
+      YUE2_LAYER_CUDA_OPTS=pipe,fexp "$PY" -m pytest tests/core/test_cuda_fast.py -k layer_kernel -q -s \
+        -p no:cacheprovider 2>&1 | tee "$OUT/layer_opts_tests.log" ;;
     fewer)
       for kv in 1 2 1.1 1.8 8; do
         "$PY" bench/stream_floor.py --kv-scale "$kv" --anatomy --ring ring-nosync:12:16 ring:12:16 ring:12:16:0:23 \
@@ -227,6 +233,6 @@ write_synthetic_checkpoint as w; w('/tmp/yue2bench/yue2_full_int8.safetensors', 
         echo "scale: needs ray and soundfile in $PY (pip install '.[ray]'; on a machine without network carry their" \
              "wheels); skipped" >&2
       fi ;;
-    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|fewer|floor|splits|attn|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bench|cold|tests|int8dot|parts|next|lora|batch|split|nar|w8a8|layer|layeropts|fewer|floor|splits|attn|l2|nodes|nodescold|takes|scale)" >&2; exit 2 ;;
   esac
 done
