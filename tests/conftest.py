@@ -11,7 +11,8 @@ Fixtures (session-scoped, shared by tests/host, tests/e2e and any other folder t
                 `.user_dir`, `.pack_load_error`, `.import_problems()`); see tests/host/comfy_client.py:ComfyServer
   comfy         a ComfyClient bound to it
   synthetic_run_folder  (autouse) where tests/synthetic_cache.py keeps this run's synthetic checkpoints, written
-                once per run for every folder and worker (`cached_checkpoint`, `synthetic_copy`)
+                once per run for every folder and worker (`cached_checkpoint`, `synthetic_link`, `synthetic_copy`);
+                at the session's end it fails when a test wrote into one of them (`check_shared`)
 
 When the host is not installed the host tests SKIP with the reason (pytest -ra lists it); under scripts/test.sh
 (YUE2_REQUIRE_HOST=1) a missing host is an error instead.
@@ -75,14 +76,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def synthetic_run_folder(tmp_path_factory) -> Path:
+def synthetic_run_folder(tmp_path_factory):
     """The folder of this run's shared synthetic checkpoints (tests/synthetic_cache.py): under pytest-xdist the
     parent of the workers' temporary folders (pytest-N/, so every worker reads the same files), else the session's
     own temporary folder. $YUE2_TEST_CACHE, when set, takes precedence (in synthetic_cache.run_folder)."""
     base = tmp_path_factory.getbasetemp()
     folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "synthetic-checkpoints"
     synthetic_cache.set_run_folder(folder)
-    return folder
+    yield folder
+    synthetic_cache.check_shared(sample=True)  # no test wrote into a shared file (a hard link of synthetic_link)
 
 
 @pytest.fixture(scope="session")

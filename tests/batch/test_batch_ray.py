@@ -311,12 +311,12 @@ def test_workers_decode_with_the_drivers_vendor_vae_folder(tmp_path, monkeypatch
     from yue2_core.__main__ import main
     from yue2_core.batch import ray_runner
     from yue2_core.errors import CheckpointError, YuE2Error
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
     from yue2_core.weights.synthetic_vae import write_vae
     from yue2_core.weights.synthetic_vendor import write_vendor_folder
     from yue2_core.weights.vendor import find_vae_folder, vae_folder_sample
     comfy = tmp_path / "tiny_bf16.safetensors"
-    synthetic_copy(str(comfy), "tiny", "bf16", seed=0)
+    synthetic_link(str(comfy), "tiny", "bf16", seed=0)
     folder, legacy, standard = tmp_path / "YuE2-3B", tmp_path / "YuE2-Vae-legacy", tmp_path / "YuE2-Vae"
     write_vendor_folder(str(comfy), str(folder), vae_dir=str(legacy))
     config = json.loads((legacy / "config.json").read_text())

@@ -33,14 +33,16 @@ ABC_SAMPLE = 'X:1\nT:\nM:4/4\nL:1/32\nQ:1/4=120\nV: Vocal clef=treble name="Voca
 # fixtures
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory):
-    """The tiny files of seed 0: {"bf16": (path, report), "int8": (path, report)}."""
-    root = tmp_path_factory.mktemp("synthetic")
-    out = {}
-    for fmt in ("bf16", "int8"):
-        path = root / f"tiny_{fmt}.safetensors"
-        out[fmt] = (path, synthetic.write_synthetic_checkpoint(str(path), "tiny", fmt, seed=0))
-    return out
+def written(tmp_path_factory, request):
+    """The tiny files of seed 0: {"bf16": (path, report), "int8": (path, report)}; removed after the module's tests
+    when they passed (≈ 0.33 GB; tests/synthetic_cache.py `removed_when_passed`)."""
+    from synthetic_cache import removed_when_passed
+    with removed_when_passed(request, tmp_path_factory.mktemp("synthetic")) as root:
+        out = {}
+        for fmt in ("bf16", "int8"):
+            path = root / f"tiny_{fmt}.safetensors"
+            out[fmt] = (path, synthetic.write_synthetic_checkpoint(str(path), "tiny", fmt, seed=0))
+        yield out
 
 
 @pytest.fixture(scope="module")
@@ -366,3 +368,115 @@ def test_loading_the_experts_does_not_import_torch_dynamo(written):
     proc = subprocess.run([sys.executable, "-c", code, written["bf16"][0], written["int8"][0]], capture_output=True,
                           text=True, timeout=300, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the test run's own disk use (stop 58): shared synthetic files (tests/synthetic_cache.py), tmp_path retention
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """tests/synthetic_cache.py with a run folder and a record of handed-out files of this test's own: the files it
+    damages are never the run's."""
+    import synthetic_cache
+    monkeypatch.setenv("YUE2_TEST_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(synthetic_cache, "_SHARED", {})
+    return synthetic_cache
+
+
+def test_a_link_shares_the_bytes_and_a_write_into_it_is_caught(private_cache, tmp_path, monkeypatch):
+    """`synthetic_link` puts the shared file at a test's path as a hard link (no bytes copied; where none can be
+    made, a copy); replacing or deleting the link leaves the shared file alone, a write into it changes the shared
+    file for every later test, which `check_shared` reports (by size and time; by sampled bytes where the time was
+    put back)."""
+    cache = private_cache
+    shared = cache.cached_checkpoint("micro", "bf16")
+    data = Path(shared).read_bytes()
+    link = Path(cache.synthetic_link(tmp_path / "mine" / "a.safetensors", "micro", "bf16"))
+    assert link.parent.is_dir() and os.path.samefile(link, shared) and os.stat(shared).st_nlink == 2
+    assert sorted(p.name for p in link.parent.iterdir()) == ["a.safetensors"]  # no temporary file left
+    assert cache.synthetic_link(link, "micro", "bf16") == str(link) and os.path.samefile(link, shared)  # again
+    copy = Path(cache.synthetic_copy(tmp_path / "b.safetensors", "micro", "bf16"))
+    assert copy.read_bytes() == data and not os.path.samefile(copy, shared)
+    with open(copy, "r+b") as f:  # a private copy may be edited
+        f.write(b"\0" * 64)
+    os.replace(copy, link)  # a link replaced by a rename (as synthetic_copy, write_synthetic_checkpoint do)
+    link.unlink()
+    cache.check_shared(sample=True)
+    assert Path(shared).read_bytes() == data
+
+    link = cache.synthetic_link(tmp_path / "c.safetensors", "micro", "bf16")
+    st = os.stat(link)
+    with open(link, "r+b") as f:  # what a test that needed synthetic_copy would do
+        f.seek(len(data) // 2)
+        f.write(b"\xff" * 8)
+    os.utime(link, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with its time put back
+    cache.check_shared()  # size and time alone: not seen
+    with pytest.raises(AssertionError, match=r"shared synthetic checkpoint .*yue2_micro_bf16.safetensors changed .*"
+                                             r"a test wrote into it.* needs synthetic_copy"):
+        cache.check_shared(sample=True)
+    with open(link, "ab") as f:  # a write that moves the size or time: caught at the next call
+        f.write(b"x")
+    with pytest.raises(AssertionError, match="a test wrote into it"):
+        cache.cached_checkpoint("micro", "bf16")
+
+    def no_link(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+    monkeypatch.setattr(cache, "_SHARED", {})
+    monkeypatch.setenv("YUE2_TEST_CACHE", str(tmp_path / "cache2"))
+    monkeypatch.setattr(os, "link", no_link)
+    other = Path(cache.synthetic_link(tmp_path / "d.safetensors", "micro", "bf16"))  # another file system: a copy
+    assert other.read_bytes() == Path(cache.cached_checkpoint("micro", "bf16")).read_bytes()
+    assert os.stat(other).st_nlink == 1
+
+
+def test_a_passing_tests_tmp_path_is_removed_a_failing_ones_kept(tmp_path):
+    """pyproject.toml's tmp_path_retention_policy = "failed": a run of the suite left 10–16 GB in the tests'
+    tmp_path folders (stop 58; pytest keeps every one of the last 3 runs by default). Run with the project's pytest
+    configuration: a failing test's folder stays to be looked at, a passing test's goes when it ends, and a run
+    whose tests all passed leaves no folder."""
+    import subprocess
+    import sys
+    repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "test_two.py").write_text("def test_passes(tmp_path):\n"
+                                          "    (tmp_path / 'big').write_bytes(bytes(1000))\n\n\n"
+                                          "def test_fails(tmp_path):\n"
+                                          "    (tmp_path / 'kept').write_bytes(b'x')\n"
+                                          "    assert False\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "YUE2_TEST_CACHE"))}
+    env["PYTEST_DEBUG_TEMPROOT"] = str(tmp_path / "temp")
+    (tmp_path / "temp").mkdir()
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
+                               str(repo / "pyproject.toml"), "--rootdir", str(tmp_path), *args,
+                               str(tmp_path / "test_two.py")], capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=120)
+
+    proc = run()
+    assert proc.returncode == 1 and "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]
+    (base,) = (tmp_path / "temp").glob("pytest-of-*/pytest-0")
+    assert sorted(p.name for p in base.iterdir() if not p.is_symlink()) == ["test_fails0"], proc.stdout[-2000:]
+    assert [p.name for p in (base / "test_fails0").iterdir()] == ["kept"]
+    proc = run("-k", "passes")
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:]
+    assert not (base.parent / "pytest-1").exists()  # the whole run's folder removed
+    assert (base / "test_fails0" / "kept").is_file()  # the earlier failing run's kept
+
+
+def test_a_module_fixtures_folder_goes_when_its_tests_passed(tmp_path):
+    """`removed_when_passed`: a module fixture's folder of large files (vendor folders, the writer's own files) is
+    removed at its teardown unless a test failed meanwhile, as a passing test's tmp_path is; before, every such
+    folder stayed to the end of the run (stop 58)."""
+    import types
+
+    import synthetic_cache
+    session = types.SimpleNamespace(testsfailed=3)  # failures before the fixture count for nothing
+    request = types.SimpleNamespace(session=session)
+    for fails, kept in ((0, False), (1, True)):
+        folder = tmp_path / f"fails{fails}"
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "big").write_bytes(bytes(1000))
+        with synthetic_cache.removed_when_passed(request, folder) as got:
+            assert got == folder and folder.is_dir()
+            session.testsfailed += fails  # the module's tests ran
+        assert folder.exists() is kept, (fails, kept)

@@ -19,11 +19,11 @@ CKPT_NAME = "yue2_editor_tiny.safetensors"
 def editor_checkpoint(comfy_server):
     """A tiny synthetic YuE2 checkpoint in the server's checkpoints folder, removed again afterwards (other tests share
     this server and may list its checkpoints)."""
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
 
     path = Path(comfy_server.models_dir) / CKPT_NAME
     partial = path.with_name(path.name + ".partial")  # not a checkpoint extension: never listed half-written
-    synthetic_copy(str(partial), "tiny", "bf16")
+    synthetic_link(str(partial), "tiny", "bf16")
     os.replace(partial, path)
     yield CKPT_NAME
     path.unlink(missing_ok=True)

@@ -68,10 +68,10 @@ def newest_server(comfy_host, newest_frontend, browser_tools, tmp_path_factory):
         server.start()
     except ComfyError as e:
         pytest.fail(str(e), pytrace=False)
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
     path = Path(server.models_dir) / CKPT_NAME
     partial = path.with_name(path.name + ".partial")
-    synthetic_copy(str(partial), "tiny", "bf16")
+    synthetic_link(str(partial), "tiny", "bf16")
     os.replace(partial, path)
     try:
         yield server

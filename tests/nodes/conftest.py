@@ -14,14 +14,15 @@ from nodes_testlib import MICRO, REPO, TINY, TINY_INT8
 
 @pytest.fixture(scope="session")
 def checkpoints(comfy_server) -> dict:
-    """{name: path} of the synthetic checkpoints, copied into the server's models/checkpoints once (private copies of
-    the run's shared files, tests/synthetic_cache.py: the tests may replace or edit them)."""
-    from synthetic_cache import synthetic_copy
+    """{name: path} of the synthetic checkpoints, put into the server's models/checkpoints once: hard links to the
+    run's shared files (tests/synthetic_cache.py `synthetic_link`; ≈ 0.35 GB not copied): the tests read them, and
+    may delete or replace one (os.replace), never write into one (`synthetic_copy` gives a file of its own)."""
+    from synthetic_cache import synthetic_link
     made = {}
     for name, profile, fmt in ((TINY, "tiny", "bf16"), (TINY_INT8, "tiny", "int8"), (MICRO, "micro", "bf16")):
         path = comfy_server.models_dir / name
         if not path.exists():
-            synthetic_copy(path, profile, fmt)
+            synthetic_link(path, profile, fmt)
         made[name] = path
     return made
 

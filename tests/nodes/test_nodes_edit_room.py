@@ -67,11 +67,11 @@ def test_regenerate_and_continue_check_the_room_before_they_compute(in_host, tmp
     what is free or what to lower; nothing is written. Before: both loaded the model, computed and saved (these
     checks were made only by `generate` and `render`), and a really full disk then failed the save, the music
     lost. The same inputs where there is room run and save (the refusals were the room's, not the inputs')."""
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
     from yue2_core.artifacts import song_bytes_bound
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    synthetic_copy(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
+    synthetic_link(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
     out = in_host(HARNESS.replace("QUOTA", str(errno.EDQUOT)), ckpts)
     frames = out["frames"]
     assert frames == 10, out
@@ -142,10 +142,10 @@ def test_regenerate_and_continue_keep_music_whose_save_failed(in_host, tmp_path)
     nodes compute and save in one step, so ComfyUI has nothing of theirs to keep. Now the node keeps the computed
     song and says so; the same inputs again save it without loading the model or computing (still full: kept again),
     the very music the failed save was given; other inputs (another seed) compute anew and drop what was kept."""
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    synthetic_copy(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
+    synthetic_link(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
     out = in_host(KEPT, ckpts)
     for node, label in (("YuE2 Regenerate", "regen"), ("YuE2 Continue", "continue")):
         full = out[f"{label} full"]
@@ -212,10 +212,10 @@ def test_a_kept_song_is_each_nodes_own_and_goes_with_its_inputs(in_host, tmp_pat
     with a bare `[Errno 13]` and lost the music; a kept song whose checkpoint, song or score was gone (never to
     match again) still held its audio until that node ran again. Now each node keeps its own (ComfyUI's node id),
     the unlistable folder is a failed save like a full disk, and a kept song is let go with its inputs."""
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    synthetic_copy(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
+    synthetic_link(str(ckpts / "tiny.safetensors"), "tiny", "bf16")
     out = in_host(KEPT_EACH, ckpts)
     assert "is kept in memory" in out["7 full"]["said"] and out["7 full"]["new"] == [], out["7 full"]
     assert out["9 other"]["said"] == "ran" and out["9 other"]["loads"] == 1, out["9 other"]

@@ -278,9 +278,9 @@ def test_a_file_replaced_on_disk_is_read_again(comfy, comfy_server, checkpoints,
     not."""
     import os
     import shutil
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
     ckpt, lora = "yue2_test_swap.safetensors", "yue2_test_swap_lora.safetensors"
-    shutil.copyfile(checkpoints[TINY], comfy_server.models_dir / ckpt)
+    synthetic_link(str(comfy_server.models_dir / ckpt), "tiny", "bf16")  # checkpoints[TINY]'s bytes, never written
     shutil.copyfile(loras / LORA, loras / lora)
     first, _ = _song(comfy, comfy_server, _compose(ckpt, 51, (lora, 1.0, 1.0), name="swap1"))
     since = len(comfy_server.log_text())
@@ -296,7 +296,7 @@ def test_a_file_replaced_on_disk_is_read_again(comfy, comfy_server, checkpoints,
     since = len(comfy_server.log_text())
     _song(comfy, comfy_server, _compose(ckpt, 51, (lora, 1.0, 1.0), name="swap3"))
     assert "LoRA read from" in comfy_server.log_text()[since:]
-    synthetic_copy(str(comfy_server.models_dir / ckpt), "tiny", "bf16", seed=5)  # same layout
+    synthetic_link(str(comfy_server.models_dir / ckpt), "tiny", "bf16", seed=5)  # same layout, put by os.replace
     since = len(comfy_server.log_text())
     _song(comfy, comfy_server, _compose(ckpt, 51, None, name="swap4"))
     assert "AR expert read from" in comfy_server.log_text()[since:], comfy_server.log_text()[since:][-2000:]

@@ -67,8 +67,8 @@ print("RESULT " + json.dumps(out))
 def test_novram_loads_each_part_whole(in_host, tmp_path):
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY), "tiny", "bf16")
     out = in_host(HARNESS, ckpts)
     loaded, size = out["comfy alone"]
     assert size > 0 and loaded < size, f"ComfyUI now loads whole under --novram ({out}); load_whole may be dropped"

@@ -94,8 +94,8 @@ print("RESULT " + json.dumps(out))
 def test_later_parts_are_read_in_the_background_and_waited_for(in_host, tmp_path):
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY), "tiny", "int8")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY), "tiny", "int8")
     out = in_host(HARNESS, ckpts)
     assert out["thread"] == "yue2-prefetch", out
     # the AR by the stage itself, the NAR and the VAE once each, by the background thread
@@ -137,8 +137,8 @@ def test_a_root_nothing_uses_is_freed_at_once(in_host, tmp_path):
     tests/nodes/gpu_nodes_check.py, 2026-12-06)."""
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY), "tiny", "bf16")
     out = in_host(FREED, ckpts)
     assert out["alive"] == [[False, False], [False, False]], out
 
@@ -193,8 +193,8 @@ def test_the_background_read_makes_no_device_call_during_a_graph_capture(in_host
     that is not the CPU) under it; a part read into CPU memory is read meanwhile (review 43)."""
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY), "tiny", "bf16")
     out = in_host(CAPTURE, ckpts)
     done = {"built": True, "synced_under_lock": [True]}
     assert out["cpu"] == {"read_during": 1, "syncs_during": 0, **done}, out
@@ -220,8 +220,8 @@ def test_cold_script_times_the_background_read_apart_from_the_song(in_host, tmp_
     off the song's path and must not count in its `patcher` seconds (a part of `load`), as they did (review 43)."""
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY), "tiny", "bf16")
     out = in_host(TIMERS, ckpts)
     assert "patcher@yue2-prefetch" in out and "load_nar@yue2-prefetch" in out, out
     assert out["patcher"] <= out["load"], out
@@ -276,8 +276,8 @@ def test_cancel_ends_a_stage_waiting_for_the_background_read(in_host, tmp_path):
     InterruptProcessingException at once, and the part the thread finishes is there for the next run."""
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY), "tiny", "bf16")
     out = in_host(CANCEL, ckpts)
     assert out["raised"] == "InterruptProcessingException", out
     assert out["seconds"] < 5, out  # the held read lasts 30 s: the wait ended by the Cancel, not by the read

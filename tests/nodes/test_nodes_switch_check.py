@@ -31,10 +31,10 @@ print("RESULT " + json.dumps(out))
 
 
 def test_nodes_refuse_a_bad_switch_before_work(in_host, tmp_path):
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    synthetic_copy(str(ckpts / "micro.safetensors"), "micro", "bf16")
+    synthetic_link(str(ckpts / "micro.safetensors"), "micro", "bf16")
     out = in_host(HARNESS, ckpts)
     for label in ("loader", "composer"):
         assert out[f"YUE2_NAR_ATTN {label}"].startswith("ValueError: the environment variable YUE2_NAR_ATTN"), out

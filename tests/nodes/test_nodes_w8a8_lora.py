@@ -46,8 +46,8 @@ print("RESULT " + json.dumps(out))
 def test_adapters_on_the_nar_take_a_bf16_root_under_auto(in_host, tmp_path):
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY_INT8), "tiny", "int8")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY_INT8), "tiny", "int8")
     out = in_host(AUTO_LORA.replace("WORK", repr(str(tmp_path))), ckpts)
     assert out["base"] and out["ar_only"] and not out["lora"], out
     assert out["roots"] == ["nar", "nar:bf16"] and out["reads"] == 2, out
@@ -91,8 +91,8 @@ def test_load_song_notes_another_nar_arithmetic(in_host, tmp_path, older_song):
     from yue2_core.__main__ import main
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY_INT8), "tiny", "int8")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY_INT8), "tiny", "int8")
     songs = tmp_path / "output" / "yue2"
     assert main(["generate", "--style", "pop", "--lyrics", "la", "--max-seconds", "1", "--max-abc-tokens", "8",
                  "--steps", "2", "--device", "cpu", "--offline", "--checkpoint", str(ckpts / TINY_INT8),
@@ -134,7 +134,7 @@ def test_a_lora_model_never_reads_the_w8a8_root_nar(in_host, tmp_path):
     (1.4 GB) and prepares the W8A8 root it would not use."""
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    from synthetic_cache import synthetic_copy
-    synthetic_copy(str(ckpts / TINY_INT8), "tiny", "int8")
+    from synthetic_cache import synthetic_link
+    synthetic_link(str(ckpts / TINY_INT8), "tiny", "int8")
     out = in_host(FIRST_LORA.replace("WORK", repr(str(tmp_path))), ckpts)
     assert out == {"reads": 1, "roots": ["nar:bf16"]}, out

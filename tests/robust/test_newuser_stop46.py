@@ -116,20 +116,22 @@ def test_a_lora_given_as_the_checkpoint_is_named_with_its_option(tmp_path, capsy
 # --- a vendor model folder without its vae/, with --vae -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def vendor_without_vae(tmp_path_factory, tiny_paths):
+def vendor_without_vae(tmp_path_factory, tiny_paths, request):
     """{"model": a vendor YuE2-3B folder of the tiny bf16 file with its vae/ removed, "vae": that VAE folder moved
-    elsewhere (not beside the model), "file": a comfy-prefixed VAE file}."""
+    elsewhere (not beside the model), "file": a comfy-prefixed VAE file}; removed after the module's tests when they
+    passed (≈ 0.2 GB; tests/synthetic_cache.py `removed_when_passed`)."""
     import shutil
 
+    from synthetic_cache import removed_when_passed
     from yue2_core.weights.synthetic_vae import write_vae
     from yue2_core.weights.synthetic_vendor import write_vendor_folder
-    root = tmp_path_factory.mktemp("novae")
-    model = root / "models" / "YuE2-3B"
-    write_vendor_folder(tiny_paths["bf16"], str(model))
-    (root / "vaes").mkdir()
-    shutil.move(str(model / "vae"), str(root / "vaes" / "YuE2-Vae"))
-    vae_file = write_vae(str(root / "vaes" / "legacy.safetensors"), layout="comfy-prefixed", variant="legacy")
-    return {"model": model, "vae": root / "vaes" / "YuE2-Vae", "file": vae_file}
+    with removed_when_passed(request, tmp_path_factory.mktemp("novae")) as root:
+        model = root / "models" / "YuE2-3B"
+        write_vendor_folder(tiny_paths["bf16"], str(model))
+        (root / "vaes").mkdir()
+        shutil.move(str(model / "vae"), str(root / "vaes" / "YuE2-Vae"))
+        vae_file = write_vae(str(root / "vaes" / "legacy.safetensors"), layout="comfy-prefixed", variant="legacy")
+        yield {"model": model, "vae": root / "vaes" / "YuE2-Vae", "file": vae_file}
 
 
 @pytest.fixture

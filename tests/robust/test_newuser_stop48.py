@@ -65,11 +65,11 @@ def in_host(comfy_host, tmp_path_factory) -> dict:
     """{"edit": EDIT_HARNESS's results, "busy": NODE_HARNESS's}: one run of the installed host's python with the pack
     loaded as ComfyUI loads it, for the two tests below (importing ComfyUI takes ≈ 8 CPU-s), the edit notes first."""
     from pack_in_host import run_in_host
-    from synthetic_cache import synthetic_copy
+    from synthetic_cache import synthetic_link
 
     ckpts = tmp_path_factory.mktemp("newuser48") / "checkpoints"
     ckpts.mkdir()
-    synthetic_copy(str(ckpts / TINY), "tiny", "bf16")
+    synthetic_link(str(ckpts / TINY), "tiny", "bf16")
     return run_in_host("results = {}\n" + EDIT_HARNESS + NODE_HARNESS + 'print("RESULT " + json.dumps(results))',
                        comfy_host, REPO, ckpts)
 

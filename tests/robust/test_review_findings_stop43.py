@@ -18,14 +18,6 @@ def _sha(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def other_tiny() -> str:
-    """A second tiny bf16 checkpoint: the same layout and size, other weights (seed 5; the run's shared file,
-    tests/synthetic_cache.py). Read-only."""
-    from synthetic_cache import cached_checkpoint
-    return cached_checkpoint("tiny", "bf16", seed=5)
-
-
 def _after_ar_load(monkeypatch, action) -> None:
     """Run `action()` right after the engine has read the AR expert (while the checkpoint is still loading)."""
     import yue2_core.weights.checkpoint as ck
@@ -75,28 +67,30 @@ def test_a_lora_changed_while_it_is_read_is_refused(tmp_path, tiny_paths, monkey
         YuE2Engine.load(tiny_paths["bf16"], device="cpu", loras=[(str(lora), 1.0, 1.0)], warm_up=False)
 
 
-def test_a_checkpoint_replaced_while_its_parts_load_is_refused(tmp_path, tiny_paths, other_tiny, monkeypatch):
+def test_a_checkpoint_replaced_while_its_parts_load_is_refused(tmp_path, monkeypatch):
     """The CLI engine read the AR from one file and the NAR / VAE from the file put at its path meanwhile, and made
     a song of the mix (the nodes refuse it: `_root_patcher`). Now refused once the parts are read."""
     from yue2_core.pipeline import YuE2Engine
-    ckpt = tmp_path / "model.safetensors"
-    shutil.copyfile(tiny_paths["bf16"], ckpt)
-    _after_ar_load(monkeypatch, lambda: os.replace(shutil.copyfile(other_tiny, tmp_path / "tmp"), ckpt))
+    from synthetic_cache import synthetic_link
+    ckpt = tmp_path / "model.safetensors"  # the run's tiny bf16 files of seeds 0, 5 (hard links), each put by rename
+    synthetic_link(ckpt, "tiny", "bf16")
+    _after_ar_load(monkeypatch, lambda: os.replace(synthetic_link(tmp_path / "tmp", "tiny", "bf16", seed=5), ckpt))
     with pytest.raises(CheckpointError, match="changed on disk while it was being loaded .* may come from two files"):
         YuE2Engine.load(str(ckpt), device="cpu", warm_up=False)
 
 
-def test_the_checkpoint_a_song_records_is_the_file_loaded(tmp_path, tiny_paths, other_tiny):
+def test_the_checkpoint_a_song_records_is_the_file_loaded(tmp_path):
     """`generate` took the checkpoint's sample hash when it saved the song: a file put at the checkpoint's path while
     the song was made (minutes with real weights) was recorded as the one used, so `render` used it without the
     "not the file this song was made with" warning. Now the sample is taken at load."""
     from yue2_core.pipeline import YuE2Engine
     from yue2_core.weights.checkpoint import content_sample
-    ckpt = tmp_path / "model.safetensors"
-    shutil.copyfile(tiny_paths["bf16"], ckpt)
+    from synthetic_cache import synthetic_link
+    ckpt = tmp_path / "model.safetensors"  # the run's tiny bf16 files of seeds 0, 5 (hard links), each put by rename
+    synthetic_link(ckpt, "tiny", "bf16")
     loaded = content_sample(str(ckpt))
     engine = YuE2Engine.load(str(ckpt), device="cpu", parts=("ar",), warm_up=False)
-    os.replace(shutil.copyfile(other_tiny, tmp_path / "tmp"), ckpt)
+    os.replace(synthetic_link(tmp_path / "tmp", "tiny", "bf16", seed=5), ckpt)
     assert content_sample(str(ckpt)) != loaded
     assert engine.info.to_dict()["sample_sha256"] == loaded
 

@@ -98,15 +98,18 @@ def test_the_synthetic_writers_refuse_a_fifo_or_a_file_as_their_folder(tmp_path,
 
 
 @pytest.fixture(scope="module")
-def vendor_folder(tmp_path_factory, tiny_paths):
+def vendor_folder(tmp_path_factory, tiny_paths, request):
+    """The tiny bf16 file as a vendor folder; removed after the module's tests when they passed (≈ 0.2 GB;
+    tests/synthetic_cache.py `removed_when_passed`)."""
+    from synthetic_cache import removed_when_passed
     from yue2_core.weights.synthetic_vendor import write_vendor_folder
-    root = tmp_path_factory.mktemp("vendor48")
-    os.environ["XDG_CACHE_HOME"] = str(root / "xdg")
-    try:
-        write_vendor_folder(tiny_paths["bf16"], str(root / "YuE2-3B"))
-    finally:
-        del os.environ["XDG_CACHE_HOME"]
-    return root / "YuE2-3B"
+    with removed_when_passed(request, tmp_path_factory.mktemp("vendor48")) as root:
+        os.environ["XDG_CACHE_HOME"] = str(root / "xdg")
+        try:
+            write_vendor_folder(tiny_paths["bf16"], str(root / "YuE2-3B"))
+        finally:
+            del os.environ["XDG_CACHE_HOME"]
+        yield root / "YuE2-3B"
 
 
 def _with_config(vendor_folder, tmp_path, **changes) -> Path:

@@ -21,7 +21,7 @@ from yue2_core.weights.lora import synthetic as lora_synth
 from yue2_core.weights.lora.apply import Applied, check_stack, plan_expert
 from yue2_core.weights.lora.layouts import read_adapter
 from yue2_core.weights.own import blame, mark
-from synthetic_cache import synthetic_copy
+from synthetic_cache import synthetic_link
 
 SMALL = ["--max-seconds", "1", "--max-abc-tokens", "8", "--steps", "2", "--device", "cpu", "--offline"]
 DOWN = "model.layers.0.mlp.down_proj"
@@ -31,7 +31,7 @@ DOWN = "model.layers.0.mlp.down_proj"
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("adapter_values")
     ckpt = root / "tiny_bf16.safetensors"
-    synthetic_copy(str(ckpt), "tiny", "bf16", seed=0)
+    synthetic_link(str(ckpt), "tiny", "bf16", seed=0)
     dims = inspect_checkpoint(str(ckpt)).dims
     lora = lora_synth.write_adapter("aitk", root / "aitk.safetensors", dims, rank=4, seed=1)
     tensors = load_file(str(lora))

@@ -13,7 +13,7 @@ import soundfile as sf
 from yue2_core.__main__ import main
 from yue2_core.weights.checkpoint import inspect_checkpoint
 from yue2_core.weights.lora import synthetic as lora_synth
-from synthetic_cache import synthetic_copy, tokenizers_built_once
+from synthetic_cache import synthetic_link, tokenizers_built_once
 
 # 5 music tokens, 2 ABC tokens: the adapters' effect and the records need no longer song
 SMALL = ["--max-seconds", "0.2", "--max-abc-tokens", "2", "--steps", "2", "--device", "cpu", "--offline"]
@@ -30,7 +30,7 @@ def _one_tokenizer():
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("own_weights")
     ckpt = root / "tiny_int8.safetensors"
-    synthetic_copy(str(ckpt), "tiny", "int8", seed=0)
+    synthetic_link(str(ckpt), "tiny", "int8", seed=0)
     dims = inspect_checkpoint(str(ckpt)).dims
     lora = lora_synth.write_adapter("aitk", root / "aitk.safetensors", dims, rank=4, seed=1)
     from yue2_core.weights.synthetic_vae import write_vae
@@ -332,7 +332,7 @@ def test_render_says_nothing_of_the_int8_mode_where_no_int8_layer_gets_a_lora(fi
     LoRAs; the new song then records no mode."""
     bf16 = files["root"] / "tiny_bf16.safetensors"
     if not bf16.exists():
-        synthetic_copy(str(bf16), "tiny", "bf16", seed=0)
+        synthetic_link(str(bf16), "tiny", "bf16", seed=0)
     monkeypatch.setenv("YUE2_LORA_INT8", "bf16")
     made = _song(files, "int8_bf16", "--lora", f"{files['lora']}:1:0.5")
     assert json.loads((made / "config.json").read_text())["weights"]["lora_int8"] == "bf16"
@@ -367,7 +367,7 @@ def test_weights_at_paths_that_are_not_utf8_are_found_again_by_render(tmp_path, 
     monkeypatch.setattr(sys, "stderr", err)
     root = os.fsencode(str(tmp_path))
     ckpt = os.fsdecode(root + b"/tiny\xff.safetensors")
-    synthetic_copy(ckpt, "tiny", "int8", seed=0)
+    synthetic_link(ckpt, "tiny", "int8", seed=0)
     lora = os.fsdecode(root + b"/lo\xe9ra.safetensors")
     lora_synth.write_adapter("aitk", lora, inspect_checkpoint(ckpt).dims, rank=2, seed=1)
     song = tmp_path / "song"

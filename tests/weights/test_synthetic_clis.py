@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from yue2_core.weights.checkpoint import TOKENIZER_KEY, inspect_checkpoint
-from synthetic_cache import synthetic_copy
+from synthetic_cache import synthetic_link
 from yue2_core.weights.vae_files import open_vae
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -69,7 +69,7 @@ def test_vae_cli_decoder_only_and_bad_option(tmp_path, inprocess):
 
 def test_vendor_cli_writes_a_folder_the_loader_reads(tmp_path):
     ckpt = str(tmp_path / "tiny_bf16.safetensors")
-    synthetic_copy(ckpt, "tiny", "bf16", seed=0)
+    synthetic_link(ckpt, "tiny", "bf16", seed=0)
     out = str(tmp_path / "YuE2-3B")
     r = _run("yue2_core.weights.synthetic_vendor", ckpt, out)
     assert r.returncode == 0, r.stderr
@@ -122,7 +122,7 @@ def test_vae_cli_refuses_to_replace_a_file_without_force(tmp_path, layout, inpro
 
 def test_vendor_cli_refuses_to_replace_a_file_without_force(tmp_path, inprocess):
     ckpt = str(tmp_path / "tiny_bf16.safetensors")
-    synthetic_copy(ckpt, "tiny", "bf16", seed=0)
+    synthetic_link(ckpt, "tiny", "bf16", seed=0)
     out = tmp_path / "YuE2-3B"
     (out / "vae").mkdir(parents=True)
     (out / "vae" / "config.json").write_text("{}")  # one file of the many it writes is enough

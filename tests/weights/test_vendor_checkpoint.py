@@ -50,19 +50,20 @@ def _hash_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """{"comfy": tiny bf16 file, "model": vendor folder, "vae": VAE folder (sibling), "comfy2": comfy_from_vendor}"""
-    from synthetic_cache import cached_checkpoint
-    root = tmp_path_factory.mktemp("vendor")
-    comfy = Path(cached_checkpoint("tiny", "bf16"))  # the run's shared file (read-only)
-    os.environ["XDG_CACHE_HOME"] = str(root / "xdg")
-    try:
-        write_vendor_folder(str(comfy), str(root / "ckpts" / "YuE2-3B"), str(root / "ckpts" / "YuE2-Vae"))
-        comfy_from_vendor(str(root / "ckpts" / "YuE2-3B"), str(root / "comfy2.safetensors"))
-    finally:
-        del os.environ["XDG_CACHE_HOME"]
-    return {"comfy": comfy, "model": root / "ckpts" / "YuE2-3B", "vae": root / "ckpts" / "YuE2-Vae",
-            "comfy2": root / "comfy2.safetensors"}
+def made(tmp_path_factory, request):
+    """{"comfy": tiny bf16 file, "model": vendor folder, "vae": VAE folder (sibling), "comfy2": comfy_from_vendor};
+    the folder (≈ 0.4 GB) removed after the module's tests when they passed (`removed_when_passed`)."""
+    from synthetic_cache import cached_checkpoint, removed_when_passed
+    with removed_when_passed(request, tmp_path_factory.mktemp("vendor")) as root:
+        comfy = Path(cached_checkpoint("tiny", "bf16"))  # the run's shared file (read-only)
+        os.environ["XDG_CACHE_HOME"] = str(root / "xdg")
+        try:
+            write_vendor_folder(str(comfy), str(root / "ckpts" / "YuE2-3B"), str(root / "ckpts" / "YuE2-Vae"))
+            comfy_from_vendor(str(root / "ckpts" / "YuE2-3B"), str(root / "comfy2.safetensors"))
+        finally:
+            del os.environ["XDG_CACHE_HOME"]
+        yield {"comfy": comfy, "model": root / "ckpts" / "YuE2-3B", "vae": root / "ckpts" / "YuE2-Vae",
+               "comfy2": root / "comfy2.safetensors"}
 
 
 def _copy_folder(made, tmp_path, with_vae=True, edits=None) -> Path:
@@ -187,7 +188,7 @@ def test_tokenizer_ids_equal_the_json_tokenizer(made):
 
 
 def test_tiktoken_rank_count_enforced(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("qwen.tiktoken", "weights_manifest.json", "config.json"))
     lines = (folder / "qwen.tiktoken").read_text().splitlines(keepends=True)
     (folder / "qwen.tiktoken").write_text("".join(lines[:1000]))
     manifest = json.loads((folder / "weights_manifest.json").read_text())
@@ -255,7 +256,7 @@ def test_manifest_hash_mismatch(made, tmp_path, monkeypatch):
 
 
 def test_manifest_size_mismatch_and_unlisted(made, tmp_path):
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=("qwen.tiktoken", "weights_manifest.json"))
     with open(folder / "qwen.tiktoken", "a") as f:
         f.write("\n")
     size = (folder / "qwen.tiktoken").stat().st_size
@@ -334,7 +335,7 @@ def test_config_disagreeing_with_the_weights(made, tmp_path):
 
 
 def test_no_vae_folder(made, tmp_path):
-    folder = _copy_folder(made, tmp_path, with_vae=False)
+    folder = _copy_folder(made, tmp_path, with_vae=False, edits=())
     with pytest.raises(CheckpointError, match="no VAE folder for the vendor model .*m-a-p/YuE2-Vae in the Hugging "
                                               "Face cache"):
         inspect_checkpoint(folder)
@@ -395,8 +396,8 @@ def test_locate_accepts_folders(made, tmp_path, monkeypatch):
     monkeypatch.delenv("YUE2_CHECKPOINT", raising=False)
     assert locate.find_checkpoint(str(made["model"])) == (str(made["model"]), "given path")
     ckpts = tmp_path / "models" / "checkpoints"
-    shutil.copytree(made["model"], ckpts / "YuE2-3B")
-    shutil.copytree(made["vae"], ckpts / "YuE2-Vae")
+    shutil.copytree(made["model"], ckpts / "YuE2-3B", copy_function=os.link)  # read only: hard links
+    shutil.copytree(made["vae"], ckpts / "YuE2-Vae", copy_function=os.link)
     monkeypatch.setattr(locate, "comfy_checkpoint_dirs", lambda: [ckpts])
     path, how = locate.find_checkpoint(None, download=False)
     assert path == str(ckpts / "YuE2-3B") and "ComfyUI folder" in how and "holds" not in how
@@ -421,7 +422,7 @@ def test_cli_inspect_describes_a_vendor_folder(made, tmp_path, capsys):
     assert report["layout"] == "vendor" and report["format"] == "bf16" and report["tokenizer_vocab"] == 151643
     assert report["dims"]["layers"] == 2 and "vendor split folder" in report["summary"]
     bad = tmp_path / "bad"
-    shutil.copytree(made["model"], bad)
+    shutil.copytree(made["model"], bad, copy_function=os.link)  # hard links: a file is removed, none written
     (bad / "qwen.tiktoken").unlink()
     capsys.readouterr()
     rc = main(["inspect", str(bad)])  # an exception main() does not turn into an exit status fails the test
@@ -470,26 +471,28 @@ print("RESULT " + json.dumps({"loader": out, "swap": {"changed": before != after
 
 
 @pytest.fixture(scope="module")
-def in_host(made, tmp_path_factory, comfy_host) -> dict:
-    """HOST_HARNESS's results: {"loader": the listing and the two loads, "swap": the fingerprint and the refusal}."""
+def in_host(made, tmp_path_factory, comfy_host, request):
+    """HOST_HARNESS's results: {"loader": the listing and the two loads, "swap": the fingerprint and the refusal}.
+    Its folder (links to `made`'s files, which would keep them on disk) removed with `made`'s."""
+    from synthetic_cache import removed_when_passed
     comfy_dir, python = comfy_host
-    root = tmp_path_factory.mktemp("in_host")
-    ckpts = root / "checkpoints"
-    ckpts.mkdir()
-    shutil.copytree(made["model"], ckpts / "YuE2-3B", copy_function=os.link)  # read only: linked, not copied
-    shutil.copytree(made["vae"], ckpts / "YuE2-Vae", copy_function=os.link)
-    os.link(made["comfy"], ckpts / "tiny.safetensors")
-    swap = root / "swap_checkpoints"
-    swap.mkdir()
-    shutil.copyfile(made["comfy"], swap / "swap.safetensors")
-    cache = _fake_hf_cache(made, root / "hf")
-    env = {k: v for k, v in os.environ.items() if k != "YUE2_VERIFY_HASHES"}
-    env.update(HF_HUB_CACHE=str(cache), XDG_CACHE_HOME=str(root / "xdg"))
-    run = subprocess.run([python, "-c", HOST_HARNESS, str(comfy_dir), str(REPO), str(ckpts), str(swap)],
-                         capture_output=True, text=True, env=env, timeout=300)
-    lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    return {**json.loads(lines[-1][len("RESULT "):]), "ckpts": ckpts}
+    with removed_when_passed(request, tmp_path_factory.mktemp("in_host")) as root:
+        ckpts = root / "checkpoints"
+        ckpts.mkdir()
+        shutil.copytree(made["model"], ckpts / "YuE2-3B", copy_function=os.link)  # read only: linked, not copied
+        shutil.copytree(made["vae"], ckpts / "YuE2-Vae", copy_function=os.link)
+        os.link(made["comfy"], ckpts / "tiny.safetensors")
+        swap = root / "swap_checkpoints"
+        swap.mkdir()
+        shutil.copyfile(made["comfy"], swap / "swap.safetensors")
+        cache = _fake_hf_cache(made, root / "hf")
+        env = {k: v for k, v in os.environ.items() if k != "YUE2_VERIFY_HASHES"}
+        env.update(HF_HUB_CACHE=str(cache), XDG_CACHE_HOME=str(root / "xdg"))
+        run = subprocess.run([python, "-c", HOST_HARNESS, str(comfy_dir), str(REPO), str(ckpts), str(swap)],
+                             capture_output=True, text=True, env=env, timeout=300)
+        lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
+        assert run.returncode == 0 and lines, run.stderr[-3000:]
+        yield {**json.loads(lines[-1][len("RESULT "):]), "ckpts": ckpts}
 
 
 def test_comfyui_loader_lists_and_loads_vendor_folders(in_host):
@@ -572,7 +575,7 @@ def test_the_other_yue2_folder_is_named_with_its_option(made, tmp_path):
     """The VAE folder given as the checkpoint, the model folder given as the VAE: the message says which option takes
     it (own-weights review, stop 49: "the config of another model (model_type 'yue2_vae')" only)."""
     from yue2_core.weights.vae_files import open_vae
-    folder = _copy_folder(made, tmp_path)
+    folder = _copy_folder(made, tmp_path, edits=())
     vae = tmp_path / "vae_only"
     vae.mkdir()
     (vae / "config.json").write_text(json.dumps({"model_type": "yue2_vae"}))

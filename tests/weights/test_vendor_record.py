@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from yue2_core.__main__ import main
-from synthetic_cache import synthetic_copy
+from synthetic_cache import removed_when_passed, synthetic_link
 from yue2_core.weights.synthetic_vae import write_vae
 from yue2_core.weights.synthetic_vendor import write_vendor_folder
 from yue2_core.weights.vendor import find_vae_folder, recorded_vae_folder
@@ -22,21 +22,22 @@ SMALL = ["--max-seconds", "1", "--max-abc-tokens", "8", "--steps", "2", "--devic
 
 
 @pytest.fixture(scope="module")
-def vendor_song(tmp_path_factory):
+def vendor_song(tmp_path_factory, request):
     """A song made from a vendor folder whose VAE folder lies beside it (release_variant "legacy"), then a
-    "standard" VAE folder with other weights put beside the model — the one `find_vae_folder` prefers now."""
-    root = tmp_path_factory.mktemp("vendor_vae")
-    comfy = root / "tiny_bf16.safetensors"
-    synthetic_copy(str(comfy), "tiny", "bf16", seed=0)
-    folder, legacy = root / "YuE2-3B", root / "YuE2-Vae-legacy"
-    write_vendor_folder(str(comfy), str(folder), vae_dir=str(legacy))
-    config = json.loads((legacy / "config.json").read_text())
-    (legacy / "config.json").write_text(json.dumps({**config, "release_variant": "legacy"}))
-    song = root / "song"
-    assert main(["generate", "--style", "pop", "--lyrics", "la", "--checkpoint", str(folder), *SMALL,
-                 "--output", str(song)]) == 0
-    write_vae(str(root / "YuE2-Vae"), variant="standard", profile="tiny", seed=1)
-    return {"root": root, "folder": folder, "legacy": legacy, "standard": root / "YuE2-Vae", "song": song}
+    "standard" VAE folder with other weights put beside the model — the one `find_vae_folder` prefers now. Removed
+    after the module's tests when they passed (≈ 0.2 GB; `removed_when_passed`)."""
+    with removed_when_passed(request, tmp_path_factory.mktemp("vendor_vae")) as root:
+        comfy = root / "tiny_bf16.safetensors"
+        synthetic_link(str(comfy), "tiny", "bf16", seed=0)  # read only
+        folder, legacy = root / "YuE2-3B", root / "YuE2-Vae-legacy"
+        write_vendor_folder(str(comfy), str(folder), vae_dir=str(legacy))
+        config = json.loads((legacy / "config.json").read_text())
+        (legacy / "config.json").write_text(json.dumps({**config, "release_variant": "legacy"}))
+        song = root / "song"
+        assert main(["generate", "--style", "pop", "--lyrics", "la", "--checkpoint", str(folder), *SMALL,
+                     "--output", str(song)]) == 0
+        write_vae(str(root / "YuE2-Vae"), variant="standard", profile="tiny", seed=1)
+        yield {"root": root, "folder": folder, "legacy": legacy, "standard": root / "YuE2-Vae", "song": song}
 
 
 def _audio(song):
