@@ -237,7 +237,7 @@ def test_a_ctrl_c_after_the_song_is_saved_ends_with_0_and_says_so(tmp_path, tiny
     a wrapper took a complete song for a cancelled one; it now ends with 0 naming the complete folder."""
     import yue2_core.__main__ as cli
 
-    def interrupted(folder):
+    def interrupted(folder, *rest, **kw):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli, "_say_where", interrupted)
     rc, err = main_inprocess(capsys, "generate", "--checkpoint", tiny_paths["bf16"], "--style", "pop", "--lyrics",
