@@ -143,11 +143,15 @@ def parse_vae(value: str) -> str:
     if not value.strip():  # `--vae "$UNSET"` got as far as loading the model before its error
         raise argparse.ArgumentTypeError(f"{value!r} names no VAE (an unset shell variable?); give its path, or "
                                          "leave the option out")
+    from ..weights.locate import HF_REPO, _is_repo_id
+    from ..weights.vendor import MODEL_REPO, VAE_REPO
     in_comfy = comfy_model_path(value, "vae")
-    if in_comfy is None and not os.path.lexists(value) and value.strip("/").lower() == "m-a-p/yue2-vae":
+    repo = value.rstrip("/")  # a repo id, never a path: `/m-a-p/YuE2-Vae` (absolute) or `m-a-p/…` with a folder
+    # m-a-p here are paths (diff review 58: the first was read as the repo id)
+    if in_comfy is None and not os.path.lexists(value) and _is_repo_id(repo) and repo.lower() == VAE_REPO.lower():
         # the repo id, as --checkpoint m-a-p/YuE2-3B reads: its snapshot in the Hugging Face cache (stop 58)
         from ..weights.vendor import hf_snapshot
-        snap = hf_snapshot("m-a-p/YuE2-Vae")
+        snap = hf_snapshot(VAE_REPO)
         if snap is None:
             raise argparse.ArgumentTypeError(f"VAE {value!r}: no snapshot of m-a-p/YuE2-Vae in the Hugging Face cache "
                                              "(this pack reads the folder the vendor runtime downloads, e.g. `hf "
@@ -160,8 +164,10 @@ def parse_vae(value: str) -> str:
             # link is said by open_vae
             folders = comfy_model_folders("vae") if looks_up_in_comfy(value) else []
             where = f", neither here nor in ComfyUI's {' or '.join(folders)}" if folders else ""
+            model = (f"; {repo} is the model's repo — give it as --checkpoint; the VAE's is {VAE_REPO}"
+                     if _is_repo_id(repo) and repo.lower() in (MODEL_REPO.lower(), HF_REPO.lower()) else "")
             raise argparse.ArgumentTypeError(f"VAE {value!r} not found{where} (a YuE2 VAE is a folder with "
-                                             "config.json + model.safetensors, or a .safetensors file)")
+                                             f"config.json + model.safetensors, or a .safetensors file){model}")
         return value
     print(f"note: --vae {value}: {in_comfy[0]} (ComfyUI folder {in_comfy[1]})", file=sys.stderr)
     return in_comfy[0]

@@ -190,8 +190,13 @@ def _is_repo_id(name: str) -> bool:
     if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", name) is None:
         return False
     org, rest = name.split("/")
-    return not os.path.isdir(org) and not rest.lower().endswith((".safetensors", ".safetensor", ".ckpt", ".pt",
-                                                                   ".pth", ".bin", ".gguf", ".json"))
+    return not os.path.isdir(org) and not rest.lower().endswith(WEIGHT_SUFFIXES)
+
+
+# what a weights file's name ends with (ComfyUI's model extensions — `.sft` is its short safetensors name — and
+# others'): `ORG/NAME` with one of these is a mistyped path, never a Hugging Face repo id (diff review 58)
+WEIGHT_SUFFIXES = (".safetensors", ".safetensor", ".sft", ".ckpt", ".pt", ".pt2", ".pth", ".pkl", ".bin", ".gguf",
+                   ".json")
 
 
 def _from_repo_id(repo: str, download: bool) -> tuple[str, str]:
@@ -200,7 +205,7 @@ def _from_repo_id(repo: str, download: bool) -> tuple[str, str]:
     in the Hugging Face cache (the vendor runtime downloads it; never downloaded here); Comfy-Org/YuE2 → the int8
     all-in-one file HF_FILE, from the cache or downloaded unless `download` is False. Raises CheckpointError for
     any other repo id, or when the file is neither cached nor downloadable."""
-    from .vendor import MODEL_REPO
+    from .vendor import MODEL_REPO, VAE_REPO
     if repo.lower() == MODEL_REPO.lower():
         snap = hf_vendor_snapshot()
         if snap is None:
@@ -228,7 +233,13 @@ def _from_repo_id(repo: str, download: bool) -> tuple[str, str]:
             except Exception as exc:  # network errors, auth
                 reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         raise CheckpointError(f"checkpoint {repo}: the download of {HF_FILE} failed ({reason}). {where_to_get()}")
-    raise CheckpointError(f"checkpoint {repo}: no such file or folder here, and as a Hugging Face repo id it is "
+    if repo.lower() == VAE_REPO.lower():  # diff review 58: "not one YuE2 ships in" for the release's own VAE
+        raise CheckpointError(f"checkpoint {repo}: that repo holds YuE2's VAE decoder alone, not a model — give "
+                              f"it as --vae {VAE_REPO} (read from the Hugging Face cache); the model is --checkpoint "
+                              f"{MODEL_REPO} or {HF_REPO}")
+    folders = comfy_model_folders("checkpoints") if looks_up_in_comfy(repo) else []
+    where = f" (neither here nor in ComfyUI's {' or '.join(folders)})" if folders else " here"
+    raise CheckpointError(f"checkpoint {repo}: no such file or folder{where}, and as a Hugging Face repo id it is "
                           f"not one YuE2 ships in (accepted: {HF_REPO} — the all-in-one int8 file —, or "
                           f"{MODEL_REPO} — the vendor's folder, read from the Hugging Face cache). A path or a file "
                           f"name in ComfyUI's checkpoints folder is read as well.{_near_miss(repo)}")
