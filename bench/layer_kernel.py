@@ -34,7 +34,9 @@ def ids(n: int, seed: int) -> list[int]:
 
 
 def decoder(ar, rows: int, prompt: int, s: Sampling, mode: str):
-    os.environ["YUE2_LAYER_KERNEL"] = mode
+    """A PhaseDecoder of bench mode `mode` ("cuda:pipe+fexp": YUE2_LAYER_KERNEL=cuda with its switches, through
+    `cuda_switches`; diff review 58: --diag and the phase check set YUE2_LAYER_KERNEL=cuda:pipe, no kernel)."""
+    os.environ["YUE2_LAYER_KERNEL"] = cuda_switches(mode)
     if rows == 2:  # a CFG pair: one song, its negative prompt
         return fd.PhaseDecoder(ar, [ids(prompt, 1)], s, [1], "semantic", negatives=[ids(prompt - 40, 2)],
                                cfg_scale=1.5)
@@ -68,7 +70,7 @@ def cuda_switches(mode: str) -> str:
 
 def replay_ms(ar, rows, prompt, mode, n=200):
     s = Sampling(min_tokens=512, max_tokens=512)
-    dec = decoder(ar, rows, prompt, s, cuda_switches(mode))
+    dec = decoder(ar, rows, prompt, s, mode)
     with torch.inference_mode():
         dec._allocate()
         dec._prefill()
@@ -97,7 +99,7 @@ def replay_ms(ar, rows, prompt, mode, n=200):
 
 def greedy(ar, rows, prompt, mode, n=256):
     s = Sampling(temperature=0.0, min_tokens=n, max_tokens=n)
-    dec = decoder(ar, rows, prompt, s, cuda_switches(mode))
+    dec = decoder(ar, rows, prompt, s, mode)
     res = dec.run()
     return res[0].tokens, res[0].timing["decode_tokens_per_second"]
 

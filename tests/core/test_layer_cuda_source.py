@@ -156,3 +156,25 @@ def test_stream_floor_weight_scale_doubles_the_weights_for_the_bf16_floor():
     proc = subprocess.run([sys.executable, str(sf.__file__), "--weight-scale", "5"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "--weight-scale 5.0: expected a number in (0, 4]" in proc.stderr, proc.stderr
+
+
+def test_every_bench_decoder_gets_the_modes_switches(monkeypatch):
+    """bench/layer_kernel.py: a mode such as "cuda:pipe+fexp" is YUE2_LAYER_KERNEL=cuda with YUE2_LAYER_CUDA_OPTS=
+    pipe,fexp for every decoder it builds — the timed ones, and --diag's and the phase check's, which set
+    YUE2_LAYER_KERNEL=cuda:pipe (no such kernel) before (diff review 58)."""
+    import importlib.util
+    import os
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "bench" / "layer_kernel.py"
+    spec = importlib.util.spec_from_file_location("bench_layer_kernel", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    seen = []
+    monkeypatch.setattr(bench.fd, "PhaseDecoder", lambda *a, **k: seen.append(
+        (os.environ["YUE2_LAYER_KERNEL"], os.environ["YUE2_LAYER_CUDA_OPTS"])))
+    monkeypatch.setenv("YUE2_LAYER_KERNEL", "off")
+    monkeypatch.setenv("YUE2_LAYER_CUDA_OPTS", "")
+    s = bench.Sampling(min_tokens=4, max_tokens=4)
+    for mode in ("cuda:pipe+fexp", "cuda:fexp", "cuda", "off", "cuda:nopf"):
+        bench.decoder(None, 1, 64, s, mode)
+    assert seen == [("cuda", "pipe,fexp"), ("cuda", "fexp"), ("cuda", ""), ("off", ""), ("cuda", "")], seen
