@@ -9,7 +9,8 @@ import { ARTIFACTS, withComfy, assert, log } from "./lib.mjs";
 import { CKPT_NAME, caretAt, corpus, editorState, editorText, queueForEditor, setUpGraph, shootEditor, showNode,
          svgVersion, waitAnalyzed } from "./editor_lib.mjs";
 
-await withComfy("editor", async ({ page, pageErrors }) => {
+await withComfy("editor", async (session) => {
+    const { page, pageErrors, ourWarnings } = session;
     const { editorId, previewId, composerId, shipped } = await setUpGraph(page);
     log(`editor node ${editorId}${shipped ? ` in ${shipped}` : " (stand-in workflow)"}`);
 
@@ -184,4 +185,25 @@ await withComfy("editor", async ({ page, pageErrors }) => {
     assert(await editorText(page) === edited, "Ctrl+Z brings the edit back");
     const ours = pageErrors.filter((e) => /yue2|abc_editor/i.test(e));
     assert(ours.length === 0, `no page errors from the editor: ${JSON.stringify(ours)}`);
+
+    // 10. withComfy fails a script when the frontend warned about our code (lib.mjs watchOurWarnings); the watcher
+    //     sees such warnings, after the reload too: a warning from a script the page knows as one of our files, and a
+    //     read of a slot's deprecated `link` (frontend 1.58 warns) although the frontend already warned once about it.
+    assert(ourWarnings.length === 0, `no warnings about our code so far: ${JSON.stringify(ourWarnings.slice(0, 3))}`);
+    await page.evaluate((id) => {
+        const node = window.app.graph.getNodeById(id);
+        const link = () => node.inputs.find((input) => input.link != null)?.link; // not ours: uses up the one warning
+        link();
+        const fromOurFile = (0, eval)(`(read) => { console.warn("watcher probe"); return read(); }
+//# sourceURL=${location.origin}/extensions/ComfyUI-YuE2/watcher_probe.js`);
+        fromOurFile(link);
+    }, composerId);
+    const probed = ourWarnings.splice(0);
+    assert(probed.some((w) => w.startsWith("warn: watcher probe (") && w.includes("ComfyUI-YuE2/watcher_probe.js")),
+           `the watcher saw the warning from our file: ${JSON.stringify(probed)}`);
+    if (session.console.some((line) => line.includes("input.link is deprecated"))) {
+        assert(probed.some((w) => w.includes("input.link is deprecated")),
+               `the watcher saw our read of the deprecated input.link: ${JSON.stringify(probed)}`);
+    }
+    log(`watcher probe: ${probed.length} warning(s) seen`);
 });

@@ -56,13 +56,55 @@ export async function openComfy({ url = BASE, timeout = 60000 } = {}) {
     const consoleLines = [];
     page.on("pageerror", (e) => pageErrors.push(String(e)));
     page.on("console", (m) => consoleLines.push(`${m.type()}: ${m.text()}`));
+    const ourWarnings = [];
+    await context.exposeBinding("__yue2Warned", (_source, text) => { ourWarnings.push(text); });
+    await context.addInitScript(watchOurWarnings);
     await page.goto(url);
     await waitForApp(page, timeout);
     const close = async () => {
         await context.close();
         fs.rmSync(profile, { recursive: true, force: true });
     };
-    return { context, page, pageErrors, console: consoleLines, close };
+    return { context, page, pageErrors, console: consoleLines, ourWarnings, close };
+}
+
+/**
+ * Runs in the page before the frontend (an init script, again after each reload): every console.warn/console.error
+ * whose call stack passes through the pack's web files (/extensions/ComfyUI-YuE2/) is sent to ourWarnings, the
+ * message and the first of our frames; withComfy fails a script that left any. This catches the frontend's
+ * complaints about how our code uses it, such as LiteGraph's "input.link is deprecated" (frontend 1.58), and errors
+ * it logs from inside our calls. Our own "[ComfyUI-YuE2] ..." reports are deliberate and not counted. LiteGraph says
+ * each deprecation once per page, to whoever is first (the frontend itself, another extension), so
+ * alwaysRepeatWarnings is switched on as soon as the frontend publishes window.LiteGraph.
+ */
+export function watchOurWarnings() {
+    const ours = /\/extensions\/ComfyUI-YuE2\//;
+    for (const level of ["warn", "error"]) {
+        const original = console[level];
+        console[level] = function (...args) {
+            const limit = Error.stackTraceLimit;
+            Error.stackTraceLimit = 50;
+            const frames = (new Error().stack || "").split("\n").slice(2); // not "Error", not this wrapper
+            Error.stackTraceLimit = limit;
+            const where = frames.find((f) => ours.test(f));
+            const text = args.map(String).join(" ");
+            if (where && !text.startsWith("[ComfyUI-YuE2]")) {
+                window.__yue2Warned?.(`${level}: ${text.slice(0, 300)} (${where.trim()})`);
+            }
+            return original.apply(this, args);
+        };
+    }
+    let liteGraph;
+    Object.defineProperty(window, "LiteGraph", {
+        configurable: true,
+        enumerable: true,
+        get: () => liteGraph,
+        set: (value) => {
+            liteGraph = value;
+            const lg = value && typeof value === "object" ? value : null;
+            if (lg && "alwaysRepeatWarnings" in lg) lg.alwaysRepeatWarnings = true;
+        },
+    });
 }
 
 export async function waitForApp(page, timeout = 60000) {
@@ -133,6 +175,9 @@ export async function withComfy(name, body) {
     try {
         session = await openComfy();
         await body(session);
+        const warned = session.ourWarnings;
+        assert(warned.length === 0, `the frontend warned about our code ${warned.length} time(s): `
+               + JSON.stringify([...new Set(warned)].slice(0, 5)));
         await screenshot(session.page, name);
         log(`PASS ${name}`);
     } catch (e) {

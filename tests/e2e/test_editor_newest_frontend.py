@@ -15,6 +15,8 @@ that exercise what differs between frontends (NEWEST_SCRIPTS):
                            typing calls, and the per-frame input path;
   editor_ui_review.test.mjs  the link refused on the abc box's socket (the frontend's onConnectInput and widget
                            sockets), the canvas's node copy/paste, collapse, the workflow tabs, focus in the BPM box.
+On both frontends every script fails when the frontend logged a warning or error from inside our web code (lib.mjs
+watchOurWarnings), such as 1.58's "input.link is deprecated" that web/abc_editor/graph.js caused until stop 58.
 The other five run on the pinned frontend only (tests/e2e/test_editor_browser.py runs all nine). What they add is
 our own logic: editor_bad_input the server's analysis of bad text and the widget's escaping, editor_results the
 execution results nodes/editor.py sends (CR LF, errors, cached runs) and the editor's key handling, the three

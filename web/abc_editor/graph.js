@@ -9,25 +9,32 @@ function link(graph, id) {
     return graph.getLink?.(id) ?? graph.links?.get?.(id) ?? graph.links?.[id] ?? null;
 }
 
+function nodeAt(graph, id) {
+    return id == null ? null : graph.getNodeById(id);
+}
+
 function typeOf(node) {
     return node?.comfyClass || node?.type;
 }
 
-/** Nodes directly linked to `node`: [{node, downstream}] (downstream = fed by `node`). */
+/**
+ * Nodes directly linked to `node`: [{node, downstream}] (downstream = fed by `node`). Asked through the node's
+ * getInputNode/getOutputNodes (frontend 1.32 has them too): frontend 1.58 deprecates reading the slots' `link` and
+ * `links` (console: "input.link is deprecated", "output.links is deprecated"). The slots are read only for a node
+ * without them.
+ */
 function neighbours(graph, node) {
     const out = [];
-    for (const input of node.inputs || []) {
-        const l = link(graph, input.link);
-        const source = l && graph.getNodeById(l.origin_id);
+    (node.inputs || []).forEach((input, slot) => {
+        const source = typeof node.getInputNode === "function" ? node.getInputNode(slot)
+            : nodeAt(graph, link(graph, input.link)?.origin_id);
         if (source) out.push({ node: source, downstream: false });
-    }
-    for (const output of node.outputs || []) {
-        for (const id of output.links || []) {
-            const l = link(graph, id);
-            const target = l && graph.getNodeById(l.target_id);
-            if (target) out.push({ node: target, downstream: true });
-        }
-    }
+    });
+    (node.outputs || []).forEach((output, slot) => {
+        const targets = typeof node.getOutputNodes === "function" ? node.getOutputNodes(slot)
+            : (output.links || []).map((id) => nodeAt(graph, link(graph, id)?.target_id));
+        for (const target of targets || []) if (target) out.push({ node: target, downstream: true });
+    });
     return out;
 }
 
